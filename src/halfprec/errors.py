@@ -1,0 +1,49 @@
+"""The exceptions halfprec raises for bad input. Each message names the problem and the fix.
+
+The command line prints ``str(error)`` on one line and exits with ``error.exit_code`` (2).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "HalfprecError",
+    "DTypeError",
+    "ModelSpecError",
+    "InputsError",
+    "CheckpointError",
+    "MissingExtraError",
+]
+
+
+class HalfprecError(Exception):
+    """Base class: a user-facing error with a one-line message that says what to do."""
+
+    exit_code: int = 2
+
+
+class DTypeError(HalfprecError, ValueError):
+    """An unknown dtype name, or a dtype the target device cannot run."""
+
+
+class ModelSpecError(HalfprecError, ValueError):
+    """A MODEL spec that cannot be resolved to an ``nn.Module``."""
+
+
+class InputsError(HalfprecError, ValueError):
+    """Example inputs that are missing, unreadable or do not fit the model."""
+
+
+class CheckpointError(HalfprecError, ValueError):
+    """A checkpoint that is missing, corrupt, unsafe, or does not match the model."""
+
+
+class MissingExtraError(HalfprecError, ImportError):
+    """An optional dependency is not installed."""
+
+    def __init__(self, package: str, extra: str, purpose: str) -> None:
+        super().__init__(
+            f"{purpose} needs the package '{package}', which is not installed; "
+            f"install it with: pip install 'halfprec[{extra}]'"
+        )
+        self.package = package
+        self.extra = extra

@@ -1,0 +1,89 @@
+"""Walk nested inputs and outputs: tensors inside dicts, lists, tuples, namedtuples,
+dataclasses and Hugging Face ``ModelOutput`` objects.
+
+``map_tensors`` rebuilds the same structure with each tensor replaced; ``flatten`` lists
+``(path, tensor)`` pairs with dotted paths such as ``last_hidden_state`` or ``hidden_states.3``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["map_tensors", "flatten", "iter_tensors", "ROOT"]
+
+ROOT = "output"
+
+TensorFn = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _is_namedtuple(obj: object) -> bool:
+    return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
+
+
+def map_tensors(fn: TensorFn, obj: Any) -> Any:
+    """Return ``obj`` rebuilt with ``fn`` applied to every tensor; other leaves are kept.
+
+    Containers keep their types (``OrderedDict``, namedtuples, dataclasses, ``ModelOutput``).
+    Objects that are none of these are returned unchanged, by identity.
+    """
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, Mapping):
+        return _map_mapping(fn, obj)
+    if _is_namedtuple(obj):
+        return type(obj)(*(map_tensors(fn, v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(map_tensors(fn, v) for v in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        new = copy.copy(obj)
+        for field in dataclasses.fields(obj):
+            object.__setattr__(new, field.name, map_tensors(fn, getattr(obj, field.name)))
+        return new
+    return obj
+
+
+def _map_mapping(fn: TensorFn, obj: Mapping[Any, Any]) -> Any:
+    items = {k: map_tensors(fn, v) for k, v in obj.items()}
+    if type(obj) is dict:
+        return items
+    if dataclasses.is_dataclass(obj):
+        # transformers' ModelOutput: a dataclass and an OrderedDict whose keys are the
+        # non-None fields; rebuilding through the constructor keeps both views in sync.
+        return type(obj)(**items)
+    try:
+        new = copy.copy(obj)
+        for k, v in items.items():
+            new[k] = v  # type: ignore[index]
+        return new
+    except TypeError:
+        return items
+
+
+def iter_tensors(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(path, tensor)`` for every tensor in ``obj``, depth first, in order."""
+    if isinstance(obj, torch.Tensor):
+        yield (prefix or ROOT), obj
+        return
+    children: Iterator[tuple[str, Any]]
+    if isinstance(obj, Mapping):
+        children = ((str(k), v) for k, v in obj.items())
+    elif _is_namedtuple(obj):
+        children = zip(type(obj)._fields, obj, strict=True)
+    elif isinstance(obj, (list, tuple)):
+        children = ((str(i), v) for i, v in enumerate(obj))
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        children = ((f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj))
+    else:
+        return
+    for key, value in children:
+        yield from iter_tensors(value, f"{prefix}.{key}" if prefix else key)
+
+
+def flatten(obj: Any) -> dict[str, torch.Tensor]:
+    """All tensors in ``obj`` keyed by dotted path (a bare tensor is keyed ``"output"``)."""
+    return dict(iter_tensors(obj))
