@@ -1,0 +1,5 @@
+"""``python -m halfprec`` is the ``halfprec`` command."""
+
+from halfprec.cli import main
+
+main()
