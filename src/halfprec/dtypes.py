@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import DTypeError
+from .errors import DeviceError, DTypeError
 
 __all__ = [
     "HALF_DTYPES",
@@ -29,6 +29,7 @@ __all__ = [
     "fits_in",
     "range_of",
     "NumericRange",
+    "resolve_device",
 ]
 
 DTypeLike = str | torch.dtype
@@ -259,3 +260,23 @@ def ensure_runnable(dtype: torch.dtype, device: str | torch.device = "cpu") -> N
             f"{sup.name} cannot run {dtype_name(dtype)} ({str(exc).splitlines()[0]}); "
             f"use --dtype {other} or auto"
         ) from None
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """Parse a device name and check that it exists here (``None``: cuda if present, else cpu)."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise DeviceError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(
+                f"device {device!r} is not available here (no CUDA); use --device cpu"
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise DeviceError(
+                f"device {device!r} does not exist: {torch.cuda.device_count()} CUDA devices"
+            )
+    return dev

@@ -8,6 +8,7 @@ from __future__ import annotations
 __all__ = [
     "HalfprecError",
     "DTypeError",
+    "DeviceError",
     "ModelSpecError",
     "InputsError",
     "CheckpointError",
@@ -23,6 +24,10 @@ class HalfprecError(Exception):
 
 class DTypeError(HalfprecError, ValueError):
     """An unknown dtype name, or a dtype the target device cannot run."""
+
+
+class DeviceError(HalfprecError, ValueError):
+    """A device that does not exist on this machine."""
 
 
 class ModelSpecError(HalfprecError, ValueError):

@@ -23,7 +23,10 @@ EXIT_FAILED = 1  # the check ran and did not pass (tolerance, findings)
 EXIT_USAGE = 2  # bad input: nothing was written
 
 # module name under halfprec.cli -> command name
-_COMMANDS: dict[str, str] = {}
+_COMMANDS: dict[str, str] = {
+    "check": "check",
+    "convert": "convert",
+}
 
 
 class _Group(click.Group):

@@ -1,0 +1,96 @@
+"""The main job: convert a model, run fp32 and half side by side, and report.
+
+``check(model, inputs)`` returns a :class:`CheckResult` with the accuracy comparison,
+model sizes and median latencies of fp32 and half.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .batch import as_batches, call
+from .compare import Comparison, Tolerance, compare
+from .convert import ConversionReport, Selector, conversion_report, convert
+from .dtypes import DTypeLike
+from .policy import Policy
+from .timing import Timing, measure
+
+__all__ = ["CheckResult", "check"]
+
+
+@dataclass
+class CheckResult:
+    """Accuracy, size and speed of a half model against its fp32 reference."""
+
+    name: str
+    comparison: Comparison
+    conversion: ConversionReport
+    latency_fp32: Timing | None
+    latency_half: Timing | None
+
+    @property
+    def passed(self) -> bool:
+        return self.comparison.passed
+
+    @property
+    def speedup(self) -> float | None:
+        if self.latency_fp32 is None or self.latency_half is None:
+            return None
+        return self.latency_fp32.median / self.latency_half.median
+
+    def to_json(self) -> dict[str, Any]:
+        def lat(t: Timing | None) -> float | None:
+            return None if t is None else t.median
+
+        return {
+            "model": self.name,
+            "passed": self.passed,
+            "conversion": self.conversion.to_json(),
+            "comparison": self.comparison.to_json(),
+            "latency_fp32_s": lat(self.latency_fp32),
+            "latency_half_s": lat(self.latency_half),
+            "speedup": self.speedup,
+            "bytes_fp32": self.conversion.bytes_before,
+            "bytes_half": self.conversion.bytes_after,
+        }
+
+
+def _device(model: nn.Module) -> torch.device:
+    p = next(iter(model.parameters()), None)
+    return p.device if p is not None else torch.device("cpu")
+
+
+def check(
+    model: nn.Module,
+    inputs: Any,
+    *,
+    dtype: DTypeLike | None = None,
+    tolerance: Tolerance | None = None,
+    keep_fp32: Sequence[Selector] = (),
+    policy: Policy | str | None = None,
+    runs: int = 10,
+    name: str = "",
+) -> CheckResult:
+    """Convert a copy of ``model``, compare it with ``model`` on ``inputs``, and time both.
+
+    ``runs=0`` skips timing. ``model`` itself is not changed.
+    """
+    reference = model.eval()
+    half = convert(copy.deepcopy(reference), dtype, keep_fp32=keep_fp32, policy=policy)
+    report = conversion_report(half)
+    assert report is not None  # set by convert; not user input
+    comparison = compare(reference, half, inputs, tolerance=tolerance)
+    lat32 = lat16 = None
+    if runs > 0 and comparison.outputs:
+        first = as_batches(inputs)[0]
+        device = _device(reference)
+        with torch.inference_mode():
+            lat32 = measure(lambda: call(reference, first), device=device, runs=runs)
+            lat16 = measure(lambda: call(half, first), device=device, runs=runs)
+    return CheckResult(name or type(model).__name__, comparison, report, lat32, lat16)

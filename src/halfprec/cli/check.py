@@ -1,0 +1,85 @@
+"""``halfprec check``: convert, compare against fp32, and time; exit 1 when out of tolerance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..check import check
+from ..compare import Tolerance
+from ..report import print_check, to_json_text
+from . import EXIT_FAILED, EXIT_OK
+from .options import (
+    device_option,
+    dtype_option,
+    inputs_option,
+    json_option,
+    load_for_command,
+    model_argument,
+)
+
+__all__ = ["command"]
+
+
+@click.command(help="Compare MODEL in half precision against fp32 (default: builtin:minilm).")
+@model_argument
+@inputs_option
+@dtype_option
+@device_option
+@json_option
+@click.option(
+    "--policy",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Policy JSON from `halfprec tune`.",
+)
+@click.option(
+    "--keep-fp32", multiple=True, help="Module name or glob to keep in fp32 (repeatable)."
+)
+@click.option("--min-cosine", type=float, default=None, help="Override the cosine threshold.")
+@click.option("--min-sqnr", type=float, default=None, help="Override the SQNR threshold (dB).")
+@click.option(
+    "--runs",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="Timed runs (0: no timing).",
+)
+def command(
+    model: str,
+    inputs_path: Path | None,
+    dtype: str,
+    device: str | None,
+    as_json: bool,
+    policy: Path | None,
+    keep_fp32: tuple[str, ...],
+    min_cosine: float | None,
+    min_sqnr: float | None,
+    runs: int,
+) -> None:
+    loaded, batches, _ = load_for_command(model, inputs_path, device)
+    tolerance = None
+    if min_cosine is not None or min_sqnr is not None:
+        from ..dtypes import resolve_dtype
+
+        base = Tolerance.for_dtype(resolve_dtype(dtype).dtype if policy is None else None)
+        tolerance = Tolerance(
+            min_cosine=min_cosine if min_cosine is not None else base.min_cosine,
+            min_sqnr_db=min_sqnr if min_sqnr is not None else base.min_sqnr_db,
+        )
+    result = check(
+        loaded.model,
+        batches,
+        dtype=None if (policy is not None and dtype == "auto") else dtype,
+        tolerance=tolerance,
+        keep_fp32=keep_fp32,
+        policy=str(policy) if policy is not None else None,
+        runs=runs,
+        name=loaded.name,
+    )
+    if as_json:
+        click.echo(to_json_text(result.to_json()))
+    else:
+        print_check(result)
+    raise SystemExit(EXIT_OK if result.passed else EXIT_FAILED)

@@ -1,0 +1,74 @@
+"""``halfprec convert``: write a half-size safetensors checkpoint of MODEL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..checkpoint import save
+from ..convert import conversion_report, convert
+from ..dtypes import dtype_name, resolve_device
+from ..models import load_model
+from ..report import human_bytes, make_console, to_json_text
+from .options import dtype_option, json_option
+
+__all__ = ["command"]
+
+
+@click.command(help="Convert MODEL to half precision and save it as safetensors.")
+@click.argument("model")
+@dtype_option
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Output .safetensors file.",
+)
+@click.option(
+    "--policy",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Policy JSON from `halfprec tune`.",
+)
+@click.option(
+    "--keep-fp32", multiple=True, help="Module name or glob to keep in fp32 (repeatable)."
+)
+@click.option(
+    "--device", default="cpu", show_default=True, help="Device whose kernels `auto` targets."
+)
+@json_option
+def command(
+    model: str,
+    dtype: str,
+    output: Path,
+    policy: Path | None,
+    keep_fp32: tuple[str, ...],
+    device: str,
+    as_json: bool,
+) -> None:
+    if output.suffix != ".safetensors":
+        raise click.UsageError(f"output {output} must end in .safetensors")
+    dev = resolve_device(device)
+    loaded = load_model(model)
+    half = convert(
+        loaded.model.to(dev),
+        None if (policy is not None and dtype == "auto") else dtype,
+        keep_fp32=keep_fp32,
+        policy=str(policy) if policy is not None else None,
+    )
+    save(half.cpu(), output)
+    report = conversion_report(half)
+    assert report is not None  # convert() always attaches its report
+    if as_json:
+        click.echo(to_json_text({"output": str(output), **report.to_json()}))
+        return
+    con = make_console()
+    con.print(f"wrote {output}: {dtype_name(report.dtype)} ({report.reason})")
+    on_disk = output.stat().st_size
+    ratio = on_disk / max(report.bytes_before, 1)
+    before = human_bytes(report.bytes_before)
+    con.print(f"  {before} fp32 -> {human_bytes(on_disk)} on disk ({ratio:.2f}x)")
+    share = 100 * report.fp32_share
+    con.print(f"  fp32 islands: {len(report.islands)} modules, {share:.2f}% of parameters")

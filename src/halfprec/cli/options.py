@@ -1,0 +1,80 @@
+"""Options and loaders shared by the commands: MODEL, --inputs, --dtype, --device."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import torch
+
+from ..batch import Batch
+from ..dtypes import resolve_device
+from ..errors import InputsError
+from ..inputs import load_inputs
+from ..models import LoadedModel, load_model
+from ..tree import map_tensors
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "model_argument",
+    "dtype_option",
+    "device_option",
+    "inputs_option",
+    "json_option",
+    "load_for_command",
+]
+
+DEFAULT_MODEL = "builtin:minilm"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def model_argument(f: F) -> F:
+    return click.argument("model", required=False, default=DEFAULT_MODEL, metavar="[MODEL]")(f)
+
+
+def dtype_option(f: F) -> F:
+    return click.option(
+        "--dtype",
+        default="auto",
+        show_default=True,
+        help="fp16, bf16, or auto (best for this device).",
+    )(f)
+
+
+def device_option(f: F) -> F:
+    return click.option(
+        "--device", default=None, help="cpu, cuda, cuda:N (default: cuda if present)."
+    )(f)
+
+
+def inputs_option(f: F) -> F:
+    return click.option(
+        "--inputs",
+        "inputs_path",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Example inputs (.safetensors or .pt); default: the model's own examples.",
+    )(f)
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(f)
+
+
+def load_for_command(
+    spec: str, inputs_path: Path | None, device: str | None
+) -> tuple[LoadedModel, list[Batch], torch.device]:
+    """Resolve MODEL and its batches, on the chosen device."""
+    dev = resolve_device(device)
+    loaded = load_model(spec)
+    batches = load_inputs(inputs_path) if inputs_path is not None else loaded.example_inputs
+    if not batches:
+        raise InputsError(
+            f"{spec} has no example inputs; pass --inputs FILE (.safetensors or .pt), or "
+            "define example_inputs() next to the factory"
+        )
+    loaded.model.to(dev)
+    moved = [map_tensors(lambda t: t.to(dev), b) for b in batches]
+    return loaded, moved, dev
