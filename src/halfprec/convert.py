@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import functools
 import os
 import re
 import threading
@@ -29,6 +30,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from .dtypes import DTypeChoice, DTypeLike, dtype_name, ensure_runnable, range_of, resolve_dtype
 from .errors import HalfprecError
@@ -395,7 +397,7 @@ class _Converter:
         for name in islands:
             if name == "":
                 continue
-            _install_island(modules[name], original)
+            _install_island(modules[name], original, dtype)
         if self.config.guard_boundaries:
             for module in half_modules:
                 if module is not self.model:
@@ -460,8 +462,54 @@ def _first_float_dtype(obj: Any) -> torch.dtype | None:
     return found[0] if found else None
 
 
-def _install_island(module: nn.Module, original: torch.dtype) -> None:
-    """fp32 in, and the caller's dtype back out, per call (thread-safe for DataParallel)."""
+def _probe_batch_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    mean, var = torch.zeros_like(w), torch.ones_like(w)
+    return F.batch_norm(x, mean, var, w, w, training=False)
+
+
+# Built-in norms whose kernels may take half input with fp32 parameters, computing in fp32
+# internally (opmath) and returning half: exactly what an island computes, minus two casts.
+_MIXED_KERNELS: dict[type[nn.Module], Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    nn.LayerNorm: lambda x, w: F.layer_norm(x, (w.numel(),), w, w),
+    nn.GroupNorm: lambda x, w: F.group_norm(x, 2, w, w),
+    nn.BatchNorm1d: _probe_batch_norm,
+    nn.BatchNorm2d: lambda x, w: _probe_batch_norm(x.unsqueeze(-1), w),
+    nn.BatchNorm3d: lambda x, w: _probe_batch_norm(x[..., None, None], w),
+}
+
+
+@functools.lru_cache(maxsize=64)
+def _mixed_kernel_ok(kind_name: str, device: torch.device, dtype: torch.dtype) -> bool:
+    """Probe once per (norm type, device, dtype): does half-in/fp32-params match fp32?"""
+    kind = next(k for k in _MIXED_KERNELS if k.__name__ == kind_name)
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(3, 4, 8, generator=gen) * 3).to(device)
+    w = (torch.rand(4 if kind is not nn.LayerNorm else 8, generator=gen) + 0.5).to(device)
+    if kind is nn.LayerNorm:
+        x = x.reshape(12, 8)
+    fn = _MIXED_KERNELS[kind]
+    try:
+        mixed = fn(x.to(dtype), w)
+    except RuntimeError:
+        return False
+    if mixed.dtype != dtype:
+        return False
+    exact = fn(x.to(dtype).float(), w).to(dtype)
+    return bool(torch.allclose(mixed.float(), exact.float(), rtol=0, atol=4 * range_of(dtype).eps))
+
+
+def _install_island(module: nn.Module, original: torch.dtype, compute: torch.dtype) -> None:
+    """fp32 in, and the caller's dtype back out, per call (thread-safe for DataParallel).
+
+    A built-in norm whose kernel computes half inputs in fp32 against fp32 parameters needs
+    no hooks at all (probed once per device); any other island gets casting hooks.
+    """
+    kind = type(module)
+    params = list(module.parameters(recurse=False))
+    device = params[0].device if params else torch.device("cpu")
+    mixed = kind in _MIXED_KERNELS and original == torch.float32
+    if mixed and _mixed_kernel_ok(kind.__name__, device, compute):
+        return
     local = threading.local()
     to_fp32 = _to(original)
 
