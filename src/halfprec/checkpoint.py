@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from .atomic import atomic_path
 from .convert import conversion_report, convert_
 from .dtypes import dtype_name
 from .errors import CheckpointError
+from .safeload import UnsafePickleError, load_weights_only
 
 __all__ = ["save", "load", "read_metadata"]
 
@@ -105,11 +105,11 @@ def _read_tensors(p: Path) -> dict[str, torch.Tensor]:
                 "or corrupt: write it again with `halfprec convert`"
             ) from None
     try:
-        obj: Any = torch.load(str(p), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
+        obj: Any = load_weights_only(p)
+    except UnsafePickleError as exc:
         raise CheckpointError(
-            f"refusing to unpickle {p}: it carries code or objects, not just tensors "
-            f"({_first(exc)}); convert it to safetensors from a trusted environment"
+            f"refusing to unpickle {p}: {exc.detail}, not just tensors; "
+            "convert it to safetensors in a trusted environment"
         ) from None
     except (RuntimeError, EOFError, OSError) as exc:
         raise CheckpointError(f"{p} is corrupt or not a torch checkpoint ({_first(exc)})") from None
@@ -125,9 +125,9 @@ def _check_match(model: nn.Module, tensors: dict[str, torch.Tensor], p: Path) ->
     missing = [k for k in expected if k not in tensors and not _tied(model, k, tensors)]
     unexpected = [k for k in tensors if k not in expected]
     wrong = [
-        f"{k} {tuple(t.shape)} vs model {expected[k]}"
-        for k, t in tensors.items()
-        if k in expected and tuple(t.shape) != expected[k]
+        f"{k} {tuple(tensors[k].shape)} vs model {shape}"
+        for k, shape in expected.items()
+        if k in tensors and tuple(tensors[k].shape) != shape
     ]
     problems = []
     if missing:

@@ -68,9 +68,8 @@ _REPORT_ATTR = "halfprec_report"
 
 def is_default_island(module: nn.Module) -> bool:
     """True for modules halfprec keeps in fp32 by default: the norm layers."""
-    return isinstance(module, DEFAULT_ISLAND_TYPES) or bool(
-        _NORM_NAME.search(type(module).__name__)
-    )
+    name = getattr(module, "original_name", type(module).__name__)  # TorchScript keeps it
+    return isinstance(module, DEFAULT_ISLAND_TYPES) or bool(_NORM_NAME.search(str(name)))
 
 
 @dataclass(frozen=True)
@@ -394,13 +393,14 @@ class _Converter:
             if self.config.cast_outputs:
                 self.model.register_forward_hook(_cast_outputs_hook(dtype, original))
         modules = dict(self.model.named_modules())
+        # TorchScript code ignores Python hooks (and refuses them): inside a scripted module
+        # only the parameter casts and the root's IO casting apply.
         for name in islands:
-            if name == "":
-                continue
-            _install_island(modules[name], original, dtype)
+            if name != "" and not isinstance(modules[name], torch.jit.ScriptModule):
+                _install_island(modules[name], original, dtype)
         if self.config.guard_boundaries:
             for module in half_modules:
-                if module is not self.model:
+                if module is not self.model and not isinstance(module, torch.jit.ScriptModule):
                     module.register_forward_pre_hook(_guard_hook(dtype))
             self.report.guarded_modules = len(half_modules)
 

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import os
-import pickle
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 
 from .batch import Batch, as_batches
 from .errors import InputsError
+from .safeload import UnsafePickleError, load_weights_only
 
 __all__ = ["load_inputs", "save_inputs"]
 
@@ -65,12 +65,10 @@ def _as_call(named: dict[str, torch.Tensor]) -> Batch:
 
 def _from_torch(p: Path) -> list[Batch]:
     try:
-        obj: Any = torch.load(str(p), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0]
+        obj: Any = load_weights_only(p)
+    except UnsafePickleError as exc:
         raise InputsError(
-            f"refusing to unpickle {p}: it holds more than tensors ({first}); "
-            "save inputs as safetensors or plain tensors"
+            f"refusing to unpickle {p}: {exc.detail}; save inputs as safetensors or plain tensors"
         ) from None
     except (RuntimeError, EOFError, OSError) as exc:
         raise InputsError(f"inputs file {p} is corrupt or not a torch file ({exc})") from None

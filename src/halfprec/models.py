@@ -155,15 +155,16 @@ def _hf_directory(path: Path) -> LoadedModel:
     except (OSError, ValueError, json.JSONDecodeError) as exc:
         raise ModelSpecError(f"cannot load the Hugging Face model in {path}: {exc}") from None
     batches: list[Batch]
-    try:
+    tokenizer_files = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model")
+    if any((path / f).is_file() for f in tokenizer_files):
         tokenizer = tf.AutoTokenizer.from_pretrained(str(path))
         enc = tokenizer(sentences()[:16], padding=True, return_tensors="pt")
         batches = [{"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}]
-        if getattr(model.config, "model_type", "") == "bert" and arch in (None, "BertModel"):
-            model = SentenceEncoder(model)
-    except (OSError, ValueError, TypeError):
+    else:
         vocab = int(getattr(model.config, "vocab_size", 1000))
         batches = [token_batch(vocab, 2, 32)]
+    if (path / "modules.json").is_file() and getattr(model.config, "model_type", "") == "bert":
+        model = SentenceEncoder(model)  # a sentence-transformers directory: mean pooling
     return LoadedModel(model.eval(), batches, name=str(path), source="Hugging Face directory")
 
 

@@ -17,6 +17,7 @@ from .options import (
     json_option,
     load_for_command,
     model_argument,
+    weights_option,
 )
 
 __all__ = ["command"]
@@ -25,6 +26,7 @@ __all__ = ["command"]
 @click.command(help="Compare MODEL in half precision against fp32 (default: builtin:minilm).")
 @model_argument
 @inputs_option
+@weights_option
 @dtype_option
 @device_option
 @json_option
@@ -49,6 +51,7 @@ __all__ = ["command"]
 def command(
     model: str,
     inputs_path: Path | None,
+    weights: Path | None,
     dtype: str,
     device: str | None,
     as_json: bool,
@@ -58,7 +61,7 @@ def command(
     min_sqnr: float | None,
     runs: int,
 ) -> None:
-    loaded, batches, _ = load_for_command(model, inputs_path, device)
+    loaded, batches, _ = load_for_command(model, inputs_path, device, weights)
     tolerance = None
     if min_cosine is not None or min_sqnr is not None:
         from ..dtypes import resolve_dtype

@@ -11,7 +11,7 @@ from ..convert import conversion_report, convert
 from ..dtypes import dtype_name, resolve_device
 from ..models import load_model
 from ..report import human_bytes, make_console, to_json_text
-from .options import dtype_option, json_option
+from .options import dtype_option, json_option, weights_option
 
 __all__ = ["command"]
 
@@ -19,6 +19,7 @@ __all__ = ["command"]
 @click.command(help="Convert MODEL to half precision and save it as safetensors.")
 @click.argument("model")
 @dtype_option
+@weights_option
 @click.option(
     "-o",
     "--output",
@@ -42,6 +43,7 @@ __all__ = ["command"]
 def command(
     model: str,
     dtype: str,
+    weights: Path | None,
     output: Path,
     policy: Path | None,
     keep_fp32: tuple[str, ...],
@@ -52,6 +54,10 @@ def command(
         raise click.UsageError(f"output {output} must end in .safetensors")
     dev = resolve_device(device)
     loaded = load_model(model)
+    if weights is not None:
+        from ..checkpoint import load
+
+        load(weights, into=loaded.model)
     half = convert(
         loaded.model.to(dev),
         None if (policy is not None and dtype == "auto") else dtype,

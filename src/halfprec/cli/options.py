@@ -23,6 +23,7 @@ __all__ = [
     "device_option",
     "inputs_option",
     "json_option",
+    "weights_option",
     "load_for_command",
 ]
 
@@ -63,12 +64,25 @@ def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(f)
 
 
+def weights_option(f: F) -> F:
+    return click.option(
+        "--weights",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="fp32 weights to load first (.safetensors, or .pt/.bin read weights-only).",
+    )(f)
+
+
 def load_for_command(
-    spec: str, inputs_path: Path | None, device: str | None
+    spec: str, inputs_path: Path | None, device: str | None, weights: Path | None = None
 ) -> tuple[LoadedModel, list[Batch], torch.device]:
-    """Resolve MODEL and its batches, on the chosen device."""
+    """Resolve MODEL (plus --weights) and its batches, on the chosen device."""
     dev = resolve_device(device)
     loaded = load_model(spec)
+    if weights is not None:
+        from ..checkpoint import load
+
+        load(weights, into=loaded.model)
     batches = load_inputs(inputs_path) if inputs_path is not None else loaded.example_inputs
     if not batches:
         raise InputsError(

@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import torch
+from torch import nn
+
+from halfprec import CheckpointError, conversion_report, convert
+from halfprec.checkpoint import load, read_metadata, save
+
+
+def net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 64), nn.LayerNorm(64), nn.Linear(64, 8)).eval()
+
+
+def test_roundtrip_is_half_size_with_metadata(tmp_path: Path) -> None:
+    model = net()
+    half = convert(model, "fp16")
+    path = save(half, tmp_path / "m.safetensors")
+    fp32_size = sum(p.numel() * 4 for p in model.parameters())
+    assert path.stat().st_size < 0.55 * fp32_size
+    meta = read_metadata(path)
+    assert meta["dtype"] == "fp16" and meta["torch_version"] == torch.__version__
+    assert json.loads(meta["keep_fp32"]) == ["1"]
+    assert "halfprec_version" in meta
+
+    fresh = net()
+    for p in fresh.parameters():
+        nn.init.zeros_(p)
+    loaded = load(path, into=fresh)
+    report = conversion_report(loaded)
+    assert report is not None and report.dtype == torch.float16
+    assert loaded[0].weight.dtype == torch.float16 and loaded[1].weight.dtype == torch.float32
+    x = torch.randn(3, 64)
+    assert torch.equal(loaded(x), half(x))
+
+
+def test_mismatch_names_the_first_problems(tmp_path: Path) -> None:
+    path = save(convert(net(), "fp16"), tmp_path / "m.safetensors")
+    other = nn.Sequential(nn.Linear(64, 32), nn.LayerNorm(32), nn.Linear(32, 8), nn.ReLU())
+    with pytest.raises(CheckpointError, match=r"does not match Sequential: .*shape 0\.weight"):
+        load(path, into=other)
+
+
+def test_truncated_file_is_refused(tmp_path: Path) -> None:
+    path = save(convert(net(), "fp16"), tmp_path / "m.safetensors")
+    path.write_bytes(path.read_bytes()[:300])
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load(path, into=net())
+
+
+class Evil:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, ("echo pwned",))
+
+
+def test_pickled_checkpoint_with_code_is_refused_and_plain_state_dict_loads(tmp_path: Path) -> None:
+    evil = tmp_path / "evil.bin"
+    evil.write_bytes(pickle.dumps({"0.weight": Evil()}))
+    with pytest.raises(CheckpointError, match="refusing to unpickle"):
+        load(evil, into=net())
+    plain = tmp_path / "plain.pt"
+    torch.save(net().state_dict(), plain)
+    fresh = net()
+    nn.init.zeros_(fresh[0].weight)
+    load(plain, into=fresh)
+    assert torch.equal(fresh[0].weight, net()[0].weight)
+
+
+def test_failed_write_keeps_the_old_file_and_leaves_no_partial(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    path = save(convert(net(), "fp16"), tmp_path / "m.safetensors")
+    before = path.read_bytes()
+
+    def crash(tensors: dict[str, torch.Tensor], filename: str, metadata: object = None) -> None:
+        Path(filename).write_bytes(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", crash)
+    with pytest.raises(OSError, match="disk full"):
+        save(convert(net(), "bf16"), path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["m.safetensors"]
+
+
+def test_tied_weights_are_saved_once(tmp_path: Path) -> None:
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(10, 4)
+            self.head = nn.Linear(4, 10, bias=False)
+            self.head.weight = self.emb.weight
+
+    path = save(convert(Tied(), "fp16"), tmp_path / "t.safetensors")
+    fresh = Tied()
+    load(path, into=fresh)
+    assert fresh.head.weight is fresh.emb.weight
