@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from .batch import Args
+from .check import CheckResult, check
+from .checkpoint import load, save
+from .compare import Comparison, OutputMetrics, Tolerance, compare
 from .convert import (
     ConversionReport,
     ConvertConfig,
@@ -29,6 +33,15 @@ __all__ = [
     "ConvertConfig",
     "ConversionReport",
     "conversion_report",
+    "compare",
+    "Comparison",
+    "OutputMetrics",
+    "Tolerance",
+    "check",
+    "CheckResult",
+    "save",
+    "load",
+    "Args",
     "Policy",
     "DeviceSupport",
     "DTypeChoice",
