@@ -166,7 +166,7 @@ def photo_crops(count: int, size: int = 64, seed: int = 0) -> torch.Tensor:
     except ImportError:
         raise MissingExtraError("scikit-learn", "demo", "builtin:cnn") from None
     images = [
-        torch.from_numpy(img).permute(2, 0, 1).float() / 255 for img in load_sample_images().images
+        torch.from_numpy(img.copy()).permute(2, 0, 1).float() / 255 for img in load_sample_images().images
     ]
     gen = torch.Generator().manual_seed(seed)
     crops = []
