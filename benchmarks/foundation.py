@@ -46,6 +46,9 @@ def bench(spec: str, dtype: torch.dtype, runs: int, batch_size: int | None) -> N
         "fp32": lambda b: call(model, b),
         f"naive {dtype_name(dtype)}": naive(model, dtype),
         f"halfprec {dtype_name(dtype)}": (lambda m: lambda b: call(m, b))(convert(model, dtype)),
+        "halfprec -guards": (lambda m: lambda b: call(m, b))(
+            convert(model, dtype, guard_boundaries=False)
+        ),
     }
     times: dict[str, list[float]] = {k: [] for k in variants}
     outs: dict[str, object] = {}
@@ -59,15 +62,20 @@ def bench(spec: str, dtype: torch.dtype, runs: int, batch_size: int | None) -> N
                 fn(batch)
                 times[name].append(time.perf_counter() - start)
     base = statistics.median(times["fp32"])
-    shape = "x".join(str(v) for v in next(iter(batch.values())).shape) if isinstance(batch, dict) else "?"
+    shape = (
+        "x".join(str(v) for v in next(iter(batch.values())).shape)
+        if isinstance(batch, dict)
+        else "?"
+    )
     print(f"\n{spec} (input {shape}), {runs} interleaved runs, medians:")
-    print(f"{'variant':<16}{'median ms':>11}{'vs fp32':>9}{'cosine':>10}")
+    print(f"{'variant':<18}{'median ms':>11}{'vs fp32':>9}{'cosine':>10}")
     for name, samples in times.items():
         med = statistics.median(samples)
         cmp = compare_outputs([outs["fp32"]], [outs[name]], dtype=dtype)
-        print(f"{name:<16}{med * 1e3:>11.1f}{base / med:>8.2f}x{cmp.worst_cosine:>10.6f}")
-    h, n = statistics.median(times[f"halfprec {dtype_name(dtype)}"]), statistics.median(
-        times[f"naive {dtype_name(dtype)}"]
+        print(f"{name:<18}{med * 1e3:>11.1f}{base / med:>8.2f}x{cmp.worst_cosine:>10.6f}")
+    h, n = (
+        statistics.median(times[f"halfprec {dtype_name(dtype)}"]),
+        statistics.median(times[f"naive {dtype_name(dtype)}"]),
     )
     print(f"halfprec / naive latency: {h / n:.3f} (target <= 1.05)")
 
@@ -76,14 +84,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument("--models", default="builtin:minilm,builtin:bert-base")
+    parser.add_argument("--models", default="builtin:minilm@32,builtin:minilm@1,builtin:bert-base")
     args = parser.parse_args()
     choice = resolve_dtype(args.dtype, "cpu")
     sup = device_support("cpu")
-    print(f"machine: {sup.name}; features {', '.join(sup.features) or 'none'}; "
-          f"threads {torch.get_num_threads()}; torch {torch.__version__}; dtype {choice.name}")
-    for spec in args.models.split(","):
-        bench(spec, choice.dtype, args.runs, 32 if spec == "builtin:minilm" else None)
+    print(
+        f"machine: {sup.name}; features {', '.join(sup.features) or 'none'}; "
+        f"threads {torch.get_num_threads()}; torch {torch.__version__}; dtype {choice.name}"
+    )
+    for item in args.models.split(","):
+        spec, _, size = item.partition("@")
+        bench(spec, choice.dtype, args.runs, int(size) if size else None)
 
 
 if __name__ == "__main__":
