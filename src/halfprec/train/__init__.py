@@ -1,0 +1,23 @@
+"""Mixed-precision training: autocast + loss scaling, checked steps, checkpoints, parallelism.
+
+See :class:`MixedPrecision` for the training loop, :func:`save_checkpoint` /
+:func:`load_checkpoint` for exact resume, and :func:`autocast_forward` for DataParallel.
+"""
+
+from __future__ import annotations
+
+from .config import StepOutcome, TrainConfig
+from .mixed import MixedPrecision, TrainingStateError, needs_loss_scaling
+from .parallel import AutocastForward, autocast_forward
+from .watch import TrainingDivergedError
+
+__all__ = [
+    "MixedPrecision",
+    "TrainConfig",
+    "StepOutcome",
+    "needs_loss_scaling",
+    "autocast_forward",
+    "AutocastForward",
+    "TrainingDivergedError",
+    "TrainingStateError",
+]
