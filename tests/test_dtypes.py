@@ -15,8 +15,13 @@ from halfprec.errors import DTypeError
 
 @pytest.mark.parametrize(
     ("name", "dtype"),
-    [("fp16", torch.float16), ("half", torch.float16), ("BF16", torch.bfloat16),
-     ("bfloat16", torch.bfloat16), (torch.float16, torch.float16)],
+    [
+        ("fp16", torch.float16),
+        ("half", torch.float16),
+        ("BF16", torch.bfloat16),
+        ("bfloat16", torch.bfloat16),
+        (torch.float16, torch.float16),
+    ],
 )
 def test_parse_dtype_accepts_names(name: object, dtype: torch.dtype) -> None:
     assert parse_dtype(name) is dtype  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ See :class:`MixedPrecision` for the training loop, :func:`save_checkpoint` /
 
 from __future__ import annotations
 
+from .checkpoint import Resumed, load_checkpoint, save_checkpoint
 from .config import StepOutcome, TrainConfig
 from .mixed import MixedPrecision, TrainingStateError, needs_loss_scaling
 from .parallel import AutocastForward, autocast_forward
@@ -16,6 +17,9 @@ __all__ = [
     "TrainConfig",
     "StepOutcome",
     "needs_loss_scaling",
+    "save_checkpoint",
+    "load_checkpoint",
+    "Resumed",
     "autocast_forward",
     "AutocastForward",
     "TrainingDivergedError",
