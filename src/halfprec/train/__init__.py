@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .checkpoint import Resumed, load_checkpoint, save_checkpoint
 from .config import StepOutcome, TrainConfig
+from .distributed import fsdp_policy
 from .mixed import MixedPrecision, TrainingStateError, needs_loss_scaling
 from .parallel import AutocastForward, autocast_forward
 from .watch import TrainingDivergedError
@@ -20,6 +21,7 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "Resumed",
+    "fsdp_policy",
     "autocast_forward",
     "AutocastForward",
     "TrainingDivergedError",
