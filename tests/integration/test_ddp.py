@@ -64,7 +64,7 @@ def test_ddp_matches_single_process_on_same_global_batch(run: dict[str, Any], si
     got = _part(run["weights"], "straight.")
     assert sorted(got) == sorted(reference)
     for name, value in reference.items():
-        torch.testing.assert_close(got[name], value, rtol=1e-3, atol=1e-3)
+        torch.testing.assert_close(got[name], value, rtol=1e-3, atol=3e-4)
     assert [o["status"] for o in run["ranks"][0]["ddp"]] == statuses
 
 
@@ -85,7 +85,7 @@ def test_fsdp2_computes_in_fp16_and_tracks_single_process(run: dict[str, Any], s
     assert {o["compute_dtype"] for o in run["ranks"][0]["fsdp"]} == {"torch.float16"}
     got = _part(run["weights"], "fsdp.")
     for name, value in reference.items():
-        torch.testing.assert_close(got[name], value, rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(got[name], value, rtol=1e-3, atol=3e-4)
 
 
 def test_checkpoint_and_resume_under_ddp_is_exact(run: dict[str, Any]) -> None:
