@@ -158,6 +158,12 @@ def _check_parts(path: str | os.PathLike[str], parts: dict[str, Any], **given: b
 
 def _encode(obj: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
     if isinstance(obj, torch.Tensor):
+        if callable(getattr(obj, "full_tensor", None)):
+            raise CheckpointError(
+                f"{key!r} is sharded across ranks (a DTensor from FSDP2); save sharded "
+                "training state with torch.distributed.checkpoint, or use DDP with "
+                "save_checkpoint"
+            )
         name = key if key not in tensors else f"{key}#{len(tensors)}"
         tensors[name] = obj.detach().to("cpu", copy=True).contiguous()
         return {"__tensor__": name}
