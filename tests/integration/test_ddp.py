@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from halfprec.train import MixedPrecision
+from halfprec.train import MixedPrecision, load_checkpoint
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
@@ -24,21 +24,31 @@ from ddp_job import POISON_STEP, RESUME_AT, STEPS, build, global_batch, train_st
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("ddp")
-    env = dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{HERE}", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-    cmd += ["--standalone", str(HERE / "ddp_job.py"), str(out)]
+def _torchrun(*args: str, pythonpath: Path) -> str:
+    """Run ``torchrun --standalone --nproc_per_node 2 ARGS`` (gloo on CPU); return its log."""
+    env = dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{pythonpath}", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node"]
     proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        [*cmd, "2", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         log, _ = proc.communicate(timeout=150)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both workers
         log, _ = proc.communicate()
-    assert proc.returncode == 0, log.decode(errors="replace")[-4000:]
+    text = log.decode(errors="replace")
+    assert proc.returncode == 0, text[-4000:]
+    return text
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("ddp")
+    _torchrun(str(HERE / "ddp_job.py"), str(out), pythonpath=HERE)
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
     return {"ranks": ranks, "weights": load_file(str(out / "weights.safetensors"))}
 
@@ -93,3 +103,17 @@ def test_checkpoint_and_resume_under_ddp_is_exact(run: dict[str, Any]) -> None:
     assert [k for k in straight if not torch.equal(straight[k], resumed[k])] == []
     ddp = run["ranks"][0]["ddp"]
     assert run["ranks"][0]["resumed"] == ddp[RESUME_AT:]
+
+
+def test_example_script_trains_and_checkpoints_under_torchrun(tmp_path: Path) -> None:
+    script = str(HERE.parents[1] / "examples" / "train_distributed.py")
+    ckpt = tmp_path / "digits.safetensors"
+    log = _torchrun(
+        script, "--dtype", "fp16", "--epochs", "1", "--checkpoint", str(ckpt), pythonpath=HERE
+    )
+    assert "ddp fp16 world=2" in log and "21 steps applied" in log
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    optimizer = torch.optim.Adam(model.parameters())
+    mp = MixedPrecision("fp16", "cpu")
+    assert load_checkpoint(ckpt, model, optimizer, mp=mp).counters == {"epoch": 1}
+    assert mp.steps_applied == 21 and optimizer.state_dict()["state"]
