@@ -18,6 +18,7 @@ from halfprec.train import (
     TrainingStateError,
     needs_loss_scaling,
 )
+from halfprec.train.mixed import ensure_autocast_runs
 
 
 def _model(seed: int = 0) -> nn.Sequential:
@@ -51,6 +52,13 @@ def test_bf16_runs_without_scaler_and_fp16_with_cpu_scaler() -> None:
         with mp.autocast():
             assert model(x).dtype == dtype  # fp16 on CPU really computes in fp16
         assert not torch.is_autocast_enabled("cpu")
+
+
+def test_dtype_autocast_would_drop_is_refused_not_run_in_fp32() -> None:
+    ensure_autocast_runs(torch.float16, torch.device("cpu"))  # supported: no error
+    # CPU autocast disables itself (with a warning only) for a dtype it cannot run.
+    with pytest.raises(DTypeError, match=r"does not compute in fp64.*ran in fp32.*silently"):
+        ensure_autocast_runs(torch.float64, torch.device("cpu"))
 
 
 def test_auto_resolves_through_device_table() -> None:

@@ -62,7 +62,7 @@ class Policy:
             ) from None
         if not isinstance(data, dict) or data.get("format") != _FORMAT:
             raise PolicyError(
-                f"{p} is not a halfprec policy (expected \"format\": \"{_FORMAT}\"); "
+                f'{p} is not a halfprec policy (expected "format": "{_FORMAT}"); '
                 "write one with `halfprec tune -o policy.json`"
             )
         try:

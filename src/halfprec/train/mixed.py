@@ -30,7 +30,7 @@ from ..errors import DTypeError, HalfprecError
 from .config import StepOutcome, StepStatus, TrainConfig
 from .watch import GradientWatch, NonFinite, TrainingDivergedError
 
-__all__ = ["MixedPrecision", "TrainingStateError", "needs_loss_scaling"]
+__all__ = ["MixedPrecision", "TrainingStateError", "ensure_autocast_runs", "needs_loss_scaling"]
 
 STATE_FORMAT = "halfprec.train.MixedPrecision/1"
 
@@ -71,7 +71,7 @@ class MixedPrecision:
         self.reason = choice.reason
         self.config = config if config is not None else TrainConfig()
         ensure_runnable(self.dtype, self.device)
-        _check_autocast_runs(self.dtype, self.device)
+        ensure_autocast_runs(self.dtype, self.device)
         self._scaler = _make_scaler(self.device, self.config, needs_loss_scaling(self.dtype))
         self._watch = GradientWatch()
         self._micro_batches = 0
@@ -282,7 +282,7 @@ def _distributed() -> bool:
     return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
 
 
-def _check_autocast_runs(dtype: torch.dtype, device: torch.device) -> None:
+def ensure_autocast_runs(dtype: torch.dtype, device: torch.device) -> None:
     """Autocast disables itself (with only a warning) for a dtype it cannot run; refuse."""
     probe = torch.ones(2, 2, device=device)
     with warnings.catch_warnings(record=True) as caught:
@@ -290,7 +290,7 @@ def _check_autocast_runs(dtype: torch.dtype, device: torch.device) -> None:
         with torch.autocast(device.type, dtype=dtype):
             got = torch.nn.functional.linear(probe, probe).dtype
     if got != dtype:
-        said = f" (torch: {caught[0].message})" if caught else ""
+        said = f" (torch: {' '.join(str(caught[0].message).split())})" if caught else ""
         raise DTypeError(
             f"autocast on {device.type} does not compute in {dtype_name(dtype)} "
             f"(a linear layer ran in {dtype_name(got)}){said}; training would silently run "
