@@ -107,6 +107,9 @@ def test_load_errors_name_the_problem(tmp_path: Path) -> None:
     wider = nn.Linear(5, 2)
     with pytest.raises(CheckpointError, match=r"do not fit this model.*same architecture"):
         load_checkpoint(tmp_path / "c.st", wider, torch.optim.SGD(wider.parameters(), lr=0.1))
+    two_groups = torch.optim.SGD([{"params": [model.weight]}, {"params": [model.bias]}], lr=0.1)
+    with pytest.raises(CheckpointError, match=r"optimizer state does not fit this optimizer"):
+        load_checkpoint(tmp_path / "c.st", model, two_groups)
     with pytest.raises(CheckpointError, match=r"has no mixed_precision state, but mp= was passed"):
         load_checkpoint(tmp_path / "c.st", model, optimizer, mp=MixedPrecision("bf16"))
     save_checkpoint(tmp_path / "mp.st", model, optimizer, mp=MixedPrecision("fp16"))

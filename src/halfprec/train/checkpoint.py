@@ -107,7 +107,13 @@ def load_checkpoint(
             f"{path}: the saved weights do not fit this model ({str(exc).splitlines()[0]}); "
             "build the model with the same architecture before loading"
         ) from None
-    optimizer.load_state_dict(parts["optimizer"])
+    try:
+        optimizer.load_state_dict(parts["optimizer"])
+    except ValueError as exc:
+        raise CheckpointError(
+            f"{path}: the saved optimizer state does not fit this optimizer ({exc}); build "
+            "the optimizer over the same parameters and groups before loading"
+        ) from None
     if mp is not None:
         mp.load_state_dict(parts["mixed_precision"])
     if scheduler is not None:
