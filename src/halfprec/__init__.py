@@ -55,3 +55,8 @@ __all__ = [
     "CheckpointError",
     "MissingExtraError",
 ]
+
+# --- mixed-precision training (halfprec.train) ---
+from .train.parallel import autocast_forward  # noqa: E402
+
+__all__ += ["autocast_forward"]

@@ -165,9 +165,8 @@ def photo_crops(count: int, size: int = 64, seed: int = 0) -> torch.Tensor:
         from sklearn.datasets import load_sample_images
     except ImportError:
         raise MissingExtraError("scikit-learn", "demo", "builtin:cnn") from None
-    images = [
-        torch.from_numpy(img.copy()).permute(2, 0, 1).float() / 255 for img in load_sample_images().images
-    ]
+    photos = load_sample_images().images
+    images = [torch.from_numpy(img.copy()).permute(2, 0, 1).float() / 255 for img in photos]
     gen = torch.Generator().manual_seed(seed)
     crops = []
     for i in range(count):

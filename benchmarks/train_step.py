@@ -1,0 +1,181 @@
+"""Training-step time and peak memory: fp32 vs bf16 AMP vs fp16 AMP on a BERT-small model.
+
+    PYTHONPATH=src python benchmarks/train_step.py [--device cpu|cuda] [--steps 3] [--warmup 1]
+
+The model is ``BertForSequenceClassification`` built from a BERT-small config (4 layers,
+hidden 512, 8 heads, random weights: nothing is downloaded). A step is forward + loss under
+autocast, backward, AdamW step (through ``halfprec.train.MixedPrecision`` for AMP). Times
+are medians over ``--steps`` steps after warm-up, the variants interleaved round by round in
+one process so they see the same machine load. Peak memory is measured in a fresh process
+per variant: peak RSS on CPU, peak allocated memory on an accelerator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+VARIANTS = ("fp32", "bf16", "fp16")
+BATCH, SEQ = 8, 64
+
+
+def build(device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer, dict[str, torch.Tensor]]:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        hidden_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        intermediate_size=2048,
+        num_labels=2,
+    )
+    model = BertForSequenceClassification(config).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    gen = torch.Generator().manual_seed(0)
+    batch = {
+        "input_ids": torch.randint(0, config.vocab_size, (BATCH, SEQ), generator=gen),
+        "labels": torch.randint(0, 2, (BATCH,), generator=gen),
+    }
+    return model, optimizer, {k: v.to(device) for k, v in batch.items()}
+
+
+def make_step(variant: str, device: torch.device) -> Callable[[], None]:
+    from halfprec.train import MixedPrecision
+
+    model, optimizer, batch = build(device)
+    if variant == "fp32":
+
+        def step() -> None:
+            model(**batch).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        return step
+    mp = MixedPrecision(variant, device)
+
+    def amp_step() -> None:
+        with mp.autocast():
+            loss = model(**batch).loss
+        mp.backward(loss)
+        mp.step(optimizer)
+
+    return amp_step
+
+
+def _sync(device: torch.device) -> None:
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)
+
+
+def time_variants(device: torch.device, steps: int, warmup: int) -> dict[str, float]:
+    fns = {v: make_step(v, device) for v in VARIANTS}
+    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for round_ in range(warmup + steps):
+        for variant, fn in fns.items():
+            _sync(device)
+            start = time.perf_counter()
+            fn()
+            _sync(device)
+            if round_ >= warmup:
+                times[variant].append(time.perf_counter() - start)
+    return {v: statistics.median(t) for v, t in times.items()}
+
+
+def _rss_now() -> float:
+    with open("/proc/self/statm") as statm:
+        return float(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class _RssSampler:
+    """Highest RSS seen while running, sampled every millisecond in a thread."""
+
+    def __init__(self) -> None:
+        self.peak = _rss_now()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.001):
+            self.peak = max(self.peak, _rss_now())
+
+    def __enter__(self) -> _RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_now())
+
+
+def peak_memory(variant: str, device: torch.device, steps: int) -> float:
+    """Run in a fresh process: peak bytes of weights, gradients, optimizer state and
+    activations while training. On CPU: the highest RSS during the training steps minus
+    the RSS before the model was built (after all imports)."""
+    import transformers  # noqa: F401  (imported before the baseline is taken)
+
+    baseline = _rss_now()
+    step = make_step(variant, device)
+    if device.type != "cpu":
+        torch.accelerator.reset_peak_memory_stats(device)
+        for _ in range(steps):
+            step()
+        _sync(device)
+        return float(torch.accelerator.max_memory_allocated(device))
+    with _RssSampler() as sampler:
+        for _ in range(steps):
+            step()
+    return sampler.peak - baseline
+
+
+def _memory_in_fresh_process(variant: str, device: str) -> float:
+    out = subprocess.run(
+        [sys.executable, __file__, "--device", device, "--memory-of", variant],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ),
+    )
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["peak_bytes"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--memory-of", choices=VARIANTS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if args.memory_of:
+        print(json.dumps({"peak_bytes": peak_memory(args.memory_of, device, args.warmup + 1)}))
+        return
+    from halfprec.dtypes import device_support
+
+    print(f"device: {device_support(device).name}; BERT-small, batch {BATCH} x {SEQ} tokens")
+    medians = time_variants(device, args.steps, args.warmup)
+    memory = {v: _memory_in_fresh_process(v, args.device) for v in VARIANTS}
+    what = "peak RSS growth" if device.type == "cpu" else "peak allocated"
+    print(f"| variant | step time (median) | vs fp32 | {what} | vs fp32 |")
+    print("|---|---|---|---|---|")
+    for v in VARIANTS:
+        print(
+            f"| {v if v == 'fp32' else v + ' AMP'} | {medians[v] * 1000:.0f} ms "
+            f"| {medians[v] / medians['fp32']:.2f}x | {memory[v] / 2**20:.0f} MiB "
+            f"| {memory[v] / memory['fp32']:.2f}x |"
+        )
+
+
+if __name__ == "__main__":
+    main()

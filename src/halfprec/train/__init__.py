@@ -1,0 +1,29 @@
+"""Mixed-precision training: autocast + loss scaling, checked steps, checkpoints, parallelism.
+
+See :class:`MixedPrecision` for the training loop, :func:`save_checkpoint` /
+:func:`load_checkpoint` for exact resume, and :func:`autocast_forward` for DataParallel.
+"""
+
+from __future__ import annotations
+
+from .checkpoint import Resumed, load_checkpoint, save_checkpoint
+from .config import StepOutcome, TrainConfig
+from .distributed import fsdp_policy
+from .mixed import MixedPrecision, TrainingStateError, needs_loss_scaling
+from .parallel import AutocastForward, autocast_forward
+from .watch import TrainingDivergedError
+
+__all__ = [
+    "MixedPrecision",
+    "TrainConfig",
+    "StepOutcome",
+    "needs_loss_scaling",
+    "save_checkpoint",
+    "load_checkpoint",
+    "Resumed",
+    "fsdp_policy",
+    "autocast_forward",
+    "AutocastForward",
+    "TrainingDivergedError",
+    "TrainingStateError",
+]

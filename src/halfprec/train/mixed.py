@@ -1,0 +1,323 @@
+"""``MixedPrecision``: autocast for forward and loss, a loss-scaled backward, a checked step.
+
+The torch.amp recipe, as a small state machine whose verbs are the steps a user takes::
+
+    mp = MixedPrecision("fp16", device="cpu")
+    with mp.autocast():
+        loss = loss_fn(model(x), y)
+    mp.backward(loss)
+    outcome = mp.step(optimizer, clip_grad_norm=1.0, schedulers=[scheduler])
+
+``step`` unscales before it clips, skips the whole step (every optimizer, no scheduler
+advance) when any gradient is inf/NaN, keeps the scale between a floor and a ceiling, and
+raises :class:`TrainingDivergedError` naming the first inf/NaN gradient after too many
+skips in a row instead of letting the scale decay to nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from ..dtypes import DTypeLike, dtype_name, ensure_runnable, range_of, resolve_dtype
+from ..errors import DTypeError, HalfprecError
+from .config import StepOutcome, StepStatus, TrainConfig
+from .watch import GradientWatch, NonFinite, TrainingDivergedError
+
+__all__ = ["MixedPrecision", "TrainingStateError", "ensure_autocast_runs", "needs_loss_scaling"]
+
+STATE_FORMAT = "halfprec.train.MixedPrecision/1"
+
+
+class TrainingStateError(HalfprecError, RuntimeError):
+    """A training verb called out of order, or state that does not fit this run."""
+
+
+class _Scheduler(Protocol):
+    def step(self) -> Any: ...
+
+
+def needs_loss_scaling(dtype: torch.dtype) -> bool:
+    """True when ``dtype``'s exponent range is narrower than fp32's (fp16), so small
+    gradients underflow unless the loss is scaled up; bf16 shares fp32's range."""
+    return range_of(dtype).smallest_normal > range_of(torch.float32).smallest_normal
+
+
+class MixedPrecision:
+    """Autocast + loss scaling + checked optimizer steps for one training run.
+
+    ``dtype`` is ``"fp16"``, ``"bf16"`` or ``"auto"`` (resolved for ``device``). fp16 gets a
+    ``torch.amp.GradScaler`` for ``device`` (a sharded one that agrees across ranks when
+    ``torch.distributed`` is initialised); bf16 needs none. If autocast would not run
+    ``dtype`` on ``device``, construction raises :class:`DTypeError` rather than training
+    silently in fp32.
+    """
+
+    def __init__(
+        self,
+        dtype: DTypeLike = "auto",
+        device: str | torch.device = "cpu",
+        config: TrainConfig | None = None,
+    ) -> None:
+        self.device = torch.device(device)
+        choice = resolve_dtype(dtype, self.device)
+        self.dtype = choice.dtype
+        self.reason = choice.reason
+        self.config = config if config is not None else TrainConfig()
+        ensure_runnable(self.dtype, self.device)
+        ensure_autocast_runs(self.dtype, self.device)
+        self._scaler = _make_scaler(self.device, self.config, needs_loss_scaling(self.dtype))
+        self._watch = GradientWatch()
+        self._micro_batches = 0
+        self.steps_applied = 0
+        self.steps_skipped = 0
+        self.consecutive_skips = 0
+        self._first_bad: NonFinite | None = None
+
+    # -- the verbs -------------------------------------------------------------------
+
+    def autocast(self) -> torch.autocast:
+        """Context manager for the forward pass and the loss; call backward after it."""
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backpropagate ``loss`` scaled by the loss scale (and divided by the micro-batch
+        count when accumulating gradients)."""
+        if torch.is_autocast_enabled(self.device.type):
+            raise TrainingStateError(
+                "backward() was called inside autocast(); end the `with mp.autocast():` "
+                "block after computing the loss, then call mp.backward(loss)"
+            )
+        steps = self.config.accumulation_steps
+        if self._micro_batches >= steps:
+            raise TrainingStateError(
+                f"backward() was called {self._micro_batches + 1} times since the last step(), "
+                f"but accumulation_steps={steps}; call mp.step(optimizer) after every "
+                f"{steps} backward() call(s)"
+            )
+        if steps > 1:
+            loss = loss / steps
+        self._scaler.scale(loss).backward()
+        self._micro_batches += 1
+
+    def step(
+        self,
+        *optimizers: torch.optim.Optimizer,
+        clip_grad_norm: float | None = None,
+        schedulers: Iterable[_Scheduler] = (),
+    ) -> StepOutcome:
+        """Unscale, check, clip, and step every optimizer together, or skip them all.
+
+        Schedulers advance only on applied steps. Before ``accumulation_steps``
+        micro-batches have been backpropagated this returns ``"accumulating"`` and changes
+        nothing.
+        """
+        if not optimizers:
+            raise TypeError("step() needs at least one optimizer: mp.step(optimizer)")
+        if clip_grad_norm is not None and not clip_grad_norm > 0:
+            raise ValueError(f"step(clip_grad_norm={clip_grad_norm!r}): must be > 0 or None")
+        scale_before = self.scale
+        if self._micro_batches == 0:
+            raise TrainingStateError(
+                "step() was called with no backward() since the last step; "
+                "call mp.backward(loss) first"
+            )
+        if self._micro_batches < self.config.accumulation_steps:
+            return self._outcome("accumulating", scale_before, None, False)
+        for optimizer in optimizers:
+            self._scaler.unscale_(optimizer)
+        params = _params_with_grad(optimizers)
+        norm = _total_norm(params)
+        grad_norm = float(_full(norm))
+        found_inf = not math.isfinite(grad_norm)
+        if found_inf:
+            bad = self._watch.find(optimizers)
+            self._first_bad = self._first_bad or bad
+        else:
+            if clip_grad_norm is not None:
+                torch.nn.utils.clip_grads_with_norm_(params, clip_grad_norm, norm)
+            for optimizer in optimizers:
+                self._scaler.step(optimizer)
+            for scheduler in schedulers:
+                scheduler.step()
+        self._scaler.update()
+        self._clamp_scale()
+        self._micro_batches = 0
+        self._watch.reset()
+        if self.config.zero_grad:
+            for optimizer in optimizers:
+                optimizer.zero_grad(set_to_none=True)
+        if found_inf:
+            self.steps_skipped += 1
+            self.consecutive_skips += 1
+            outcome = self._outcome("skipped", scale_before, grad_norm, True)
+            self._check_watchdog(bad)
+            return outcome
+        self.steps_applied += 1
+        self.consecutive_skips = 0
+        self._first_bad = None
+        return self._outcome("applied", scale_before, grad_norm, False)
+
+    def watch(self, *models: nn.Module) -> None:
+        """Record parameter names (and backward order) so the watchdog can name the
+        parameter and module whose gradient went inf/NaN first."""
+        for model in models:
+            self._watch.add(model)
+
+    # -- state -----------------------------------------------------------------------
+
+    @property
+    def scale(self) -> float:
+        """The current loss scale (1.0 when the dtype needs no scaling)."""
+        return float(self._scaler.get_scale()) if self._scaler.is_enabled() else 1.0
+
+    @property
+    def scaling(self) -> bool:
+        """Whether this run scales the loss (fp16) or not (bf16)."""
+        return bool(self._scaler.is_enabled())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: dtype, config, scaler (with its growth tracker)
+        and counters. Call it between steps, not in the middle of accumulation."""
+        if self._micro_batches:
+            raise TrainingStateError(
+                f"state_dict() was called after {self._micro_batches} of "
+                f"{self.config.accumulation_steps} accumulated micro-batches; the gradients "
+                "are not part of the state, so save right after mp.step()"
+            )
+        return {
+            "format": STATE_FORMAT,
+            "dtype": dtype_name(self.dtype),
+            "config": dataclasses.asdict(self.config),
+            "scaler": self._scaler.state_dict(),
+            "counters": {
+                "steps_applied": self.steps_applied,
+                "steps_skipped": self.steps_skipped,
+                "consecutive_skips": self.consecutive_skips,
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output; a different dtype or config is an error."""
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            found = state.get("format") if isinstance(state, dict) else type(state).__name__
+            raise TrainingStateError(
+                f"load_state_dict() got {found!r}, not a MixedPrecision state "
+                f"({STATE_FORMAT}); pass the dict that MixedPrecision.state_dict() returned"
+            )
+        if state["dtype"] != dtype_name(self.dtype):
+            raise TrainingStateError(
+                f"the saved state is from a {state['dtype']} run, but this MixedPrecision "
+                f"is {dtype_name(self.dtype)}; resume with MixedPrecision({state['dtype']!r}, "
+                "...), or start a new run without loading the old state"
+            )
+        mine = dataclasses.asdict(self.config)
+        diff = {k: (v, mine.get(k)) for k, v in state["config"].items() if mine.get(k) != v}
+        if diff:
+            listed = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
+            raise TrainingStateError(
+                f"the saved TrainConfig differs from this run's ({listed}); resume with "
+                "MixedPrecision(..., config=TrainConfig(**saved['config']))"
+            )
+        if self.scaling:
+            self._scaler.load_state_dict(state["scaler"])
+        counters = state["counters"]
+        self.steps_applied = int(counters["steps_applied"])
+        self.steps_skipped = int(counters["steps_skipped"])
+        self.consecutive_skips = int(counters["consecutive_skips"])
+
+    # -- internals -------------------------------------------------------------------
+
+    def _outcome(
+        self, status: StepStatus, before: float, norm: float | None, found_inf: bool
+    ) -> StepOutcome:
+        return StepOutcome(status, before, self.scale, norm, found_inf, self.steps_applied)
+
+    def _clamp_scale(self) -> None:
+        if not self.scaling:
+            return
+        scale = self.scale
+        bounded = min(max(scale, self.config.min_scale), self.config.max_scale)
+        if bounded != scale:
+            self._scaler.update(new_scale=bounded)
+
+    def _check_watchdog(self, bad: NonFinite) -> None:
+        limit = self.config.max_consecutive_skips
+        if limit is None or self.consecutive_skips < limit:
+            return
+        first = self._first_bad or bad
+        hint = "" if self._watch.watching else " (call mp.watch(model) to get parameter names)"
+        raise TrainingDivergedError(
+            f"{self.consecutive_skips} optimizer steps in a row were skipped for inf/NaN "
+            f"gradients (loss scale now {self.scale:g}); first inf/NaN gradient in the first "
+            f"skipped step: {first.describe()}{hint}. Fix the overflow there: keep that "
+            "module in fp32, lower the learning rate, or train in bf16"
+        )
+
+
+def _make_scaler(device: torch.device, config: TrainConfig, enabled: bool) -> Any:
+    kwargs: dict[str, Any] = {
+        "init_scale": config.init_scale,
+        "growth_factor": config.growth_factor,
+        "backoff_factor": config.backoff_factor,
+        "growth_interval": config.growth_interval,
+        "enabled": enabled,
+    }
+    if enabled and _distributed():
+        # All-reduces found-inf, so sharded gradients (FSDP2) skip and back off on all ranks.
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        return ShardedGradScaler(device.type, **kwargs)
+    return torch.amp.GradScaler(device.type, **kwargs)
+
+
+def _distributed() -> bool:
+    dist = torch.distributed
+    return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+
+
+def ensure_autocast_runs(dtype: torch.dtype, device: torch.device) -> None:
+    """Autocast disables itself (with only a warning) for a dtype it cannot run; refuse."""
+    probe = torch.ones(2, 2, device=device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.autocast(device.type, dtype=dtype):
+            got = torch.nn.functional.linear(probe, probe).dtype
+    if got != dtype:
+        said = f" (torch: {' '.join(str(caught[0].message).split())})" if caught else ""
+        raise DTypeError(
+            f"autocast on {device.type} does not compute in {dtype_name(dtype)} "
+            f"(a linear layer ran in {dtype_name(got)}){said}; training would silently run "
+            "in fp32. Use dtype='bf16' or 'auto', or a torch build with this autocast dtype"
+        )
+
+
+def _params_with_grad(optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.Tensor]:
+    return [
+        p
+        for optimizer in optimizers
+        for group in optimizer.param_groups
+        for p in group["params"]
+        if p.grad is not None
+    ]
+
+
+def _total_norm(params: list[torch.Tensor]) -> torch.Tensor:
+    if not params:
+        raise TrainingStateError(
+            "step() found no gradients on the optimizers' parameters; "
+            "did the loss depend on them, and did mp.backward(loss) run?"
+        )
+    return torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+
+
+def _full(norm: torch.Tensor) -> torch.Tensor:
+    """A DTensor norm (FSDP2 gradients) reduced over all ranks; a plain tensor as is."""
+    full_tensor = getattr(norm, "full_tensor", None)
+    return full_tensor() if callable(full_tensor) else norm
