@@ -60,7 +60,7 @@ def lint_source(
     lines = source.splitlines()
     enabled = config.enabled
     silenced = suppressions(source)
-    seen: set[tuple[int, int, str]] = set()
+    seen: set[tuple[int, int, str, int, int]] = set()
     findings: list[Finding] = []
     hot = _hot_lines(lines, imports.torch)
     for fpath in forward_paths(tree, lines):
@@ -68,7 +68,13 @@ def lint_source(
         for node, code, message, fix in ctx.found:
             line = getattr(node, "lineno", 1)
             col = ctx.char_col(line, getattr(node, "col_offset", 0)) + 1
-            key = (line, col, code)
+            key = (
+                line,
+                col,
+                code,
+                getattr(node, "end_lineno", 0),
+                getattr(node, "end_col_offset", 0),
+            )
             if code not in enabled or key in seen or is_suppressed(silenced, line, code):
                 continue
             seen.add(key)

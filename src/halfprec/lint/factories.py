@@ -64,7 +64,9 @@ def _zero_dim(kind: str, call: ast.Call) -> bool:
         return False
     first = call.args[0]
     if kind == "tensor":
-        return not isinstance(first, (ast.List, ast.Tuple))
+        return isinstance(first, (ast.Constant, ast.UnaryOp)) or (
+            isinstance(first, ast.Call) and isinstance(first.func, ast.Name)
+        )
     return isinstance(first, (ast.List, ast.Tuple)) and not first.elts and len(call.args) <= 2
 
 

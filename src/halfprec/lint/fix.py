@@ -66,10 +66,11 @@ def _apply(cst: Any, fix: Fix, node: Any) -> Any:
                 whitespace_after=cst.SimpleWhitespace(""),
             ),
         )
-        if args and args[-1].comma is not cst.MaybeSentinel.DEFAULT:
-            new = new.with_changes(comma=args[-1].comma)  # keep a trailing comma's layout
-            args[-1] = args[-1].with_changes(
-                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-            )
+        last = args[-1].comma if args else cst.MaybeSentinel.DEFAULT
+        if isinstance(last, cst.Comma):
+            # one argument per line with a trailing comma: the new one gets its own line
+            between = args[-2].comma if len(args) > 1 else last
+            args[-1] = args[-1].with_changes(comma=between)
+            new = new.with_changes(comma=last)
         return node.with_changes(args=[*args, new])
     return node

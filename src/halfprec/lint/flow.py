@@ -48,7 +48,7 @@ _TORCH_KEEPS = words(
     "matmul bmm mm einsum softmax log_softmax relu gelu silu tanh sigmoid exp sqrt rsqrt abs cat "
     "stack where add mul sub div baddbmm addmm linear layer_norm dropout transpose permute "
     "reshape flatten clamp pow mean sum cos sin tril triu pad interpolate conv1d conv2d "
-    "normalize scaled_dot_product_attention repeat_interleave roll"
+    "normalize scaled_dot_product_attention repeat_interleave roll maximum minimum"
 )
 
 
