@@ -25,6 +25,7 @@ EXIT_USAGE = 2  # bad input: nothing was written
 # module name under halfprec.cli -> command name
 _COMMANDS: dict[str, str] = {}
 _COMMANDS["lint"] = "lint"  # leaks branch
+_COMMANDS["audit"] = "audit"  # leaks branch
 
 
 
