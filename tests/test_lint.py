@@ -216,6 +216,21 @@ def test_pyproject_config_is_read_and_checked(tmp_path: Path) -> None:
         load_config(tmp_path)
 
 
+def test_large_constant_on_explicit_fp32_tensor_is_only_the_upcast() -> None:
+    source = """\
+import torch
+from torch import nn
+class M(nn.Module):
+    def forward(self, x, mask):
+        a = mask.float().masked_fill(mask == 0, -1e9)
+        b = torch.zeros_like(x, dtype=torch.float32) - 1e38
+        c = x.masked_fill(mask == 0, -1e9)
+        return a + b + c
+"""
+    found = [(f.line, f.code) for f in lint_source(source)]
+    assert found == [(5, "HP201"), (6, "HP202"), (7, "HP301")]
+
+
 def test_syntax_error_is_a_finding_not_a_crash() -> None:
     found = lint_source("def forward(self:\n", "bad.py")
     assert [(f.code, f.path) for f in found] == [("HP000", "bad.py")]

@@ -47,6 +47,19 @@ def _out_of_range(node: ast.AST) -> float | None:
     return value if abs(value) > FP16_MAX else None
 
 
+def _explicit_fp32(node: ast.AST | None, ctx: Context) -> bool:
+    """``m.float()`` or ``torch.zeros_like(k, dtype=torch.float32)``: a tensor made fp32 on
+    purpose, where a large constant fits (the upcast itself is HP201/HP202's finding)."""
+    for sub in ast.walk(node) if node is not None else ():
+        if not isinstance(sub, ast.Call):
+            continue
+        if isinstance(sub.func, ast.Attribute) and sub.func.attr in ("float", "double"):
+            return True
+        if any(k.arg == "dtype" and is_fp32_dtype(k.value, ctx) for k in sub.keywords):
+            return True
+    return False
+
+
 def _name(node: ast.AST | None) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
@@ -71,7 +84,7 @@ def check_constants(node: ast.AST, ctx: Context) -> None:
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add, ast.Sub)):
         for this, other in ((node.left, node.right), (node.right, node.left)):
             value = _out_of_range(this)
-            if value is not None and _literal(other) is None:
+            if value is not None and _literal(other) is None and not _explicit_fp32(other, ctx):
                 owner = _name(other) if _name(other) in ctx.floating else None
                 _report(this, value, owner, ctx)
         return
@@ -95,6 +108,8 @@ def check_constants(node: ast.AST, ctx: Context) -> None:
     if name not in _FILLS:
         return
     receiver = func.value if isinstance(func, ast.Attribute) else None
+    if _explicit_fp32(receiver, ctx):
+        return
     is_torch = receiver is not None and _name(receiver) in ctx.imports.torch
     owner = None if is_torch else _name(receiver)
     if is_torch and name == "where" and len(node.args) > 1:

@@ -32,7 +32,20 @@ _ADD_DTYPE = frozenset({"rand", "randn", "eye", "linspace", "logspace", "arange"
 _NEW_KWARGS = frozenset({"device", "requires_grad", "layout", "pin_memory"})
 _ADD_KWARGS = _NEW_KWARGS | {"generator", "end", "start", "step", "steps", "base"}
 _CASTS = frozenset(
-    {"bool", "long", "int", "byte", "to", "type", "half", "bfloat16", "short", "type_as"}
+    {
+        "bool",
+        "long",
+        "int",
+        "byte",
+        "to",
+        "type",
+        "half",
+        "bfloat16",
+        "short",
+        "type_as",
+        "float",
+        "double",
+    }
 )
 
 
