@@ -37,8 +37,10 @@ def main() -> None:
         times.append(time.perf_counter() - start)
     median = statistics.median(times)
     print(f"transformers {transformers.__version__}: {len(files)} modeling files")
-    print(f"lint: median {median:.2f} s over {opts.runs} runs -> {len(files) / median * 60:.0f} "
-          f"files/min (runs: {', '.join(f'{t:.2f}' for t in times)})")
+    print(
+        f"lint: median {median:.2f} s over {opts.runs} runs -> {len(files) / median * 60:.0f} "
+        f"files/min (runs: {', '.join(f'{t:.2f}' for t in times)})"
+    )
     findings = report.findings
     with_findings = sum(1 for r in report.files if r.findings)
     print(f"findings: {len(findings)} in {with_findings} files; by rule: {report.counts()}")
@@ -47,8 +49,11 @@ def main() -> None:
     fixed_files = fixes = failures = 0
     start = time.perf_counter()
     for result in report.files:
-        todo = [f for f in lint_source(Path(result.path).read_text(), result.path, unsafe)
-                if f.fix is not None]
+        todo = [
+            f
+            for f in lint_source(Path(result.path).read_text(), result.path, unsafe)
+            if f.fix is not None
+        ]
         if not todo:
             continue
         source = Path(result.path).read_text()
@@ -61,8 +66,10 @@ def main() -> None:
         left = [f for f in lint_source(new, result.path, unsafe) if f.fix is not None]
         fixed_files += 1
         fixes += len(todo) - len(left)
-    print(f"fix (safe + unsafe): {fixes} findings fixed in {fixed_files} files, "
-          f"{failures} fixed files failed to compile, {time.perf_counter() - start:.1f} s")
+    print(
+        f"fix (safe + unsafe): {fixes} findings fixed in {fixed_files} files, "
+        f"{failures} fixed files failed to compile, {time.perf_counter() - start:.1f} s"
+    )
 
     if opts.sample:
         rng = random.Random(opts.seed)
