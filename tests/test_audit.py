@@ -109,12 +109,27 @@ def test_transformers_bert_and_gpt2_small_configs_are_clean() -> None:
     ids = torch.randint(0, 500, (2, 12))
     mask = torch.ones_like(ids)
     mask[0, 8:] = 0
-    bert = transformers.BertModel(transformers.BertConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        vocab_size=500, attn_implementation="eager"))
-    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        n_embd=32, n_layer=2, n_head=2, vocab_size=500, bos_token_id=0, eos_token_id=0,
-        attn_implementation="eager"))
+    bert = transformers.BertModel(
+        transformers.BertConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            vocab_size=500,
+            attn_implementation="eager",
+        )
+    )
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            vocab_size=500,
+            bos_token_id=0,
+            eos_token_id=0,
+            attn_implementation="eager",
+        )
+    )
     for model in (bert, gpt2):
         report = audit(model, {"input_ids": ids, "attention_mask": mask}, "fp16")
         assert report.clean, [leak.to_json() for leak in report.leaks]
@@ -126,9 +141,16 @@ def test_transformers_llama_rotary_upcast_is_reported_at_its_line() -> None:
     transformers = pytest.importorskip("transformers")
     from transformers.models.llama import modeling_llama
 
-    model = transformers.LlamaModel(transformers.LlamaConfig(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, vocab_size=500))
+    model = transformers.LlamaModel(
+        transformers.LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            vocab_size=500,
+        )
+    )
     report = audit(model, {"input_ids": torch.randint(0, 500, (1, 8))}, "fp16")
     assert {leak.kind for leak in report.leaks} == {"explicit"}
     for leak in report.leaks:
@@ -160,8 +182,9 @@ def _fake_models(monkeypatch: pytest.MonkeyPatch, model: nn.Module, inputs: list
         return SimpleNamespace(model=model, example_inputs=inputs)
 
     monkeypatch.setitem(sys.modules, "halfprec.models", SimpleNamespace(load_model=load_model))
-    monkeypatch.setitem(sys.modules, "halfprec.inputs",
-                        SimpleNamespace(load_inputs=lambda path: inputs))
+    monkeypatch.setitem(
+        sys.modules, "halfprec.inputs", SimpleNamespace(load_inputs=lambda path: inputs)
+    )
 
 
 def _invoke(*args: str) -> Any:

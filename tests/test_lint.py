@@ -70,6 +70,13 @@ def _to_half(batch: Any) -> Any:
     return map_tensors(lambda t: t.half() if t.is_floating_point() else t, batch)
 
 
+def _fp32_output(module: ModuleType) -> torch.Tensor:
+    model, batch = module.make()
+    with torch.no_grad():
+        torch.manual_seed(1)
+        return call(model.eval(), batch)
+
+
 def _outputs_fp32_and_fp16(module: ModuleType) -> tuple[torch.Tensor, torch.Tensor]:
     model, batch = module.make()
     model.eval()
@@ -87,10 +94,7 @@ def test_fixed_fixture_same_fp32_outputs_and_runs_fp16(name: str) -> None:
     path = FIXTURES / f"{name}.py"
     original = _load(path)
     fixed = _load(path, (FIXTURES / f"{name}.fixed.py").read_text())
-    model, batch = original.make()
-    with torch.no_grad():
-        torch.manual_seed(1)
-        before = call(model.eval(), batch)
+    before = _fp32_output(original)
     after32, after16 = _outputs_fp32_and_fp16(fixed)
     assert torch.equal(before, after32)
     assert after16.dtype == torch.float16 and torch.isfinite(after16).all()
@@ -155,17 +159,10 @@ def test_property_fixed_module_same_fp32_and_runs_fp16(picks: list[int], n: int)
     fixed = fix_source(source, UNSAFE)
     assert not [f for f in lint_source(fixed, config=UNSAFE) if f.code in ("HP101", "HP302")]
     path = Path("generated.py")
-    before, _ = _outputs_fp32_and_fp16_or_fp32_only(_load(path, source))
+    before = _fp32_output(_load(path, source))
     after32, after16 = _outputs_fp32_and_fp16(_load(path, fixed))
     assert torch.equal(before, after32)
     assert after16.dtype == torch.float16
-
-
-def _outputs_fp32_and_fp16_or_fp32_only(module: ModuleType) -> tuple[torch.Tensor, None]:
-    model, batch = module.make()
-    with torch.no_grad():
-        torch.manual_seed(1)
-        return call(model.eval(), batch), None
 
 
 # -- suppression and configuration -----------------------------------------------------------
