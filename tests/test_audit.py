@@ -50,6 +50,14 @@ def test_audit_finds_every_marked_leak_with_file_and_line() -> None:
     assert found == _marked()
 
 
+def test_lint_finds_the_same_lines_statically_except_runtime_only_kinds() -> None:
+    from halfprec.lint import lint_source
+
+    static = {line for line, kind in _marked() if kind not in ("upcast", "mixed")}
+    found = {f.line for f in lint_source(LEAKY.read_text(), str(LEAKY))}
+    assert found == static
+
+
 def test_counts_and_repairs_report_each_leak_where_it_starts() -> None:
     leaky = _leaky()
     report = audit(leaky.Nested(), torch.randn(2, 8), "fp16")
@@ -168,7 +176,7 @@ def test_report_renders_table_and_json() -> None:
     text = console.export_text()
     assert "leaky.py:" in text and "range" in text and "torch.finfo(x.dtype).min" in text
     data = json.loads(json.dumps(report.to_json()))
-    assert data["dtype"] == "fp16" and data["count"] == 1
+    assert data["dtype"] == "fp16" and data["count"] == 2
     assert data["leaks"][0]["code"] == "h = h.masked_fill(mask, -1e9)  # leak: range"
 
 

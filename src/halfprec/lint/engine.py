@@ -161,7 +161,7 @@ def lint_paths(
     paths: Iterable[str | Path], config: LintConfig | None = None, *, fix: bool = False
 ) -> LintReport:
     """Lint every ``.py`` file under ``paths``. With ``fix``, each file's fixed text is in its
-    result's ``new_source``; :func:`write_fixes` writes them."""
+    result's ``new_source`` (the CLI writes them atomically)."""
     config = config or LintConfig()
     report = LintReport()
     for path in iter_python_files([Path(p) for p in paths], config.exclude):
