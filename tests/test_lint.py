@@ -276,6 +276,14 @@ def test_cli_fix_and_diff(tmp_path: Path) -> None:
     assert _invoke("lint", str(tmp_path / "nope.py")).exit_code == 2
 
 
+def test_cli_marks_only_what_fix_would_rewrite() -> None:
+    plain = _invoke("lint", str(FIXTURES / "constants.py"))
+    assert ": HP301 -1e+09 is beyond" in plain.output  # unsafe: not applied by --fix
+    assert ": HP302 [*] `torch.finfo`" in plain.output
+    unsafe = _invoke("lint", str(FIXTURES / "constants.py"), "--unsafe-fixes")
+    assert ": HP301 [*] -1e+09 is beyond" in unsafe.output
+
+
 @pytest.mark.slow
 def test_every_transformers_modeling_file_lints_and_fixes_without_crash() -> None:
     transformers = pytest.importorskip("transformers")

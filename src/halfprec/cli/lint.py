@@ -31,8 +31,8 @@ def _diff(report: LintReport) -> str:
             difflib.unified_diff(
                 r.old_source.splitlines(keepends=True),
                 r.new_source.splitlines(keepends=True),
-                fromfile=f"a/{r.path}",
-                tofile=f"b/{r.path}",
+                fromfile=r.path if Path(r.path).is_absolute() else f"a/{r.path}",
+                tofile=r.path if Path(r.path).is_absolute() else f"b/{r.path}",
             )
         )
     return "".join(chunks)
@@ -80,7 +80,7 @@ def command(
         if diff:
             click.echo(_diff(report), nl=False)
         for finding in report.findings:
-            click.echo(finding.render())
+            click.echo(finding.render(fixable(finding, config)))
         _summary(
             report,
             config_fixable=sum(fixable(f, config) for f in report.findings),

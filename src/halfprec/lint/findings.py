@@ -47,8 +47,10 @@ class Finding:
     def fix_safety(self) -> str:
         return RULES[self.code].fix if self.fix is not None and self.code in RULES else FIX_NONE
 
-    def render(self) -> str:
-        mark = " [*]" if self.fix is not None else ""
+    def render(self, fixable: bool | None = None) -> str:
+        """``path:line:col: CODE [*] message``; ``[*]`` marks what ``--fix`` would rewrite
+        (``fixable``, default: any finding with a fix)."""
+        mark = " [*]" if (self.fix is not None if fixable is None else fixable) else ""
         return f"{self.path}:{self.line}:{self.col}: {self.code}{mark} {self.message}"
 
     def to_json(self) -> dict[str, Any]:
