@@ -60,3 +60,9 @@ __all__ = [
 from .train.parallel import autocast_forward  # noqa: E402
 
 __all__ += ["autocast_forward"]
+
+# -- dtype leaks: runtime audit and static lint (issue #4) --------------------------------
+from .audit import AuditReport, Leak, audit  # noqa: E402
+from .lint import LintConfig, lint_paths, lint_source  # noqa: E402
+
+__all__ += ["audit", "AuditReport", "Leak", "lint_paths", "lint_source", "LintConfig"]

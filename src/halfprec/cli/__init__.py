@@ -26,6 +26,8 @@ EXIT_USAGE = 2  # bad input: nothing was written
 _COMMANDS: dict[str, str] = {
     "check": "check",
     "convert": "convert",
+    "lint": "lint",
+    "audit": "audit",
 }
 
 

@@ -1,0 +1,221 @@
+"""halfprec.audit: finds every marked leak of a suite with file and line; quiet on clean
+and real code; restores torch's state; the CLI's exit codes and JSON."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from click.testing import CliRunner
+from torch import nn
+from torch.overrides import _get_current_function_mode_stack
+
+from halfprec import audit, convert
+from halfprec.audit_report import render_table
+
+LEAKY = Path(__file__).parent / "fixtures" / "audit" / "leaky.py"
+MARK = re.compile(r"#\s*leak:\s*(\w+)")
+
+
+def _leaky() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("halfprec_leaky_fixture", LEAKY)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _marked() -> set[tuple[int, str]]:
+    lines = LEAKY.read_text().splitlines()
+    return {(i, m.group(1)) for i, text in enumerate(lines, 1) if (m := MARK.search(text))}
+
+
+def test_audit_finds_every_marked_leak_with_file_and_line() -> None:
+    leaky = _leaky()
+    found: set[tuple[int, str]] = set()
+    for name, (cls, make_inputs) in leaky.SUITE.items():
+        torch.manual_seed(0)
+        report = audit(cls(), make_inputs(), "fp16")
+        assert report.leaks, f"{name}: no leak found"
+        for leak in report.leaks:
+            assert Path(leak.file).resolve() == LEAKY.resolve(), leak
+            found.add((leak.line, leak.kind))
+    assert found == _marked()
+
+
+def test_lint_finds_the_same_lines_statically_except_runtime_only_kinds() -> None:
+    from halfprec.lint import lint_source
+
+    static = {line for line, kind in _marked() if kind not in ("upcast", "mixed")}
+    found = {f.line for f in lint_source(LEAKY.read_text(), str(LEAKY))}
+    assert found == static
+
+
+def test_counts_and_repairs_report_each_leak_where_it_starts() -> None:
+    leaky = _leaky()
+    report = audit(leaky.Nested(), torch.randn(2, 8), "fp16")
+    factories = {line for line, kind in _marked() if kind == "factory"}
+    # three loop iterations; the repaired tensors cause no upcast or mixed reports downstream
+    assert {(leak.line, leak.kind, leak.count) for leak in report.leaks} == {
+        (line, "factory", 3) for line in factories
+    }
+
+
+def test_bf16_has_no_range_leak_but_same_factory_leak() -> None:
+    leaky = _leaky()
+    cls, make_inputs = leaky.SUITE["RangeLeak"]
+    assert audit(cls(), make_inputs(), "bf16").clean  # -1e9 fits bf16's range
+    cls, make_inputs = leaky.SUITE["FactoryLeak"]
+    report = audit(cls(), make_inputs(), "bf16")
+    assert [(leak.kind, leak.op) for leak in report.leaks] == [("factory", "torch.zeros")]
+    assert "bf16 model" in report.leaks[0].message
+
+
+class _Clean(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)  # an fp32 island: its fp32 compute is not a leak
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.norm(self.proj(x))
+        h = h + h.new_zeros(h.shape) + torch.zeros_like(h)
+        h = h.masked_fill(~mask, torch.finfo(h.dtype).min)
+        return h.softmax(-1) * torch.arange(8, device=h.device)
+
+
+def test_clean_module_and_converted_model_report_nothing() -> None:
+    inputs = (torch.randn(2, 8), torch.eye(2, 8, dtype=torch.bool) | True)
+    assert audit(_Clean(), inputs, "fp16").clean
+    converted = convert(_Clean(), "bf16")  # already converted: audited as it is
+    report = audit(converted, [inputs, inputs])
+    assert report.clean and report.dtype == torch.bfloat16 and report.batches == 2
+
+
+def test_mode_is_removed_after_audit_even_when_forward_raises() -> None:
+    class Broken(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("broken forward")
+
+    with pytest.raises(ValueError, match="broken forward"):
+        audit(Broken(), torch.randn(2), "fp16")
+    assert len(_get_current_function_mode_stack()) == 0
+    assert torch.zeros(2).dtype == torch.float32
+
+
+@pytest.mark.slow
+def test_transformers_bert_and_gpt2_small_configs_are_clean() -> None:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    ids = torch.randint(0, 500, (2, 12))
+    mask = torch.ones_like(ids)
+    mask[0, 8:] = 0
+    bert = transformers.BertModel(
+        transformers.BertConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            vocab_size=500,
+            attn_implementation="eager",
+        )
+    )
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            vocab_size=500,
+            bos_token_id=0,
+            eos_token_id=0,
+            attn_implementation="eager",
+        )
+    )
+    for model in (bert, gpt2):
+        report = audit(model, {"input_ids": ids, "attention_mask": mask}, "fp16")
+        assert report.clean, [leak.to_json() for leak in report.leaks]
+        assert report.ops > 50
+
+
+@pytest.mark.slow
+def test_transformers_llama_rotary_upcast_is_reported_at_its_line() -> None:
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama import modeling_llama
+
+    model = transformers.LlamaModel(
+        transformers.LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            vocab_size=500,
+        )
+    )
+    report = audit(model, {"input_ids": torch.randint(0, 500, (1, 8))}, "fp16")
+    assert {leak.kind for leak in report.leaks} == {"explicit"}
+    for leak in report.leaks:
+        assert leak.file == modeling_llama.__file__
+        assert ".float()" in leak.code or "torch.float" in leak.code
+
+
+def test_report_renders_table_and_json() -> None:
+    from rich.console import Console
+
+    leaky = _leaky()
+    report = audit(leaky.RangeLeak(), leaky.SUITE["RangeLeak"][1](), "fp16")
+    console = Console(record=True, width=200)
+    render_table(report, console)
+    text = console.export_text()
+    assert "leaky.py:" in text and "range" in text and "torch.finfo(x.dtype).min" in text
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["dtype"] == "fp16" and data["count"] == 2
+    assert data["leaks"][0]["code"] == "h = h.masked_fill(mask, -1e9)  # leak: range"
+
+
+# -- CLI, with a stand-in for halfprec.models (the lead's loader; same contract) ----------
+def _fake_models(monkeypatch: pytest.MonkeyPatch, model: nn.Module, inputs: list[Any]) -> None:
+    def load_model(spec: str) -> Any:
+        if spec != "fake:model":
+            from halfprec.errors import ModelSpecError
+
+            raise ModelSpecError(f"unknown model spec {spec!r}; use fake:model")
+        return SimpleNamespace(model=model, example_inputs=inputs)
+
+    monkeypatch.setitem(sys.modules, "halfprec.models", SimpleNamespace(load_model=load_model))
+    monkeypatch.setitem(
+        sys.modules, "halfprec.inputs", SimpleNamespace(load_inputs=lambda path: inputs)
+    )
+
+
+def _invoke(*args: str) -> Any:
+    from halfprec.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def test_cli_audit_exit_codes_and_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    leaky = _leaky()
+    _fake_models(monkeypatch, leaky.UpcastLeak(), [(torch.randn(2, 8),)])
+    found = _invoke("audit", "fake:model", "--json")
+    assert found.exit_code == 1, found.output
+    data = json.loads(found.output)
+    assert [(leak["kind"], leak["line"]) for leak in data["leaks"]] == [
+        ("upcast", next(n for n, k in _marked() if k == "upcast"))
+    ]
+    table = _invoke("audit", "fake:model")
+    assert table.exit_code == 1 and "upcast" in table.output
+    _fake_models(monkeypatch, _Clean(), [(torch.randn(2, 8), torch.ones(2, 8, dtype=torch.bool))])
+    clean = _invoke("audit", "fake:model", "--dtype", "bf16")
+    assert clean.exit_code == 0 and "no dtype leaks in bf16" in clean.output
+    bad = _invoke("audit", "fake:model", "--dtype", "fp8")
+    assert bad.exit_code == 2 and "unknown dtype 'fp8'" in bad.output
+    unknown = _invoke("audit", "nope")
+    assert unknown.exit_code == 2 and "unknown model spec 'nope'" in unknown.output
