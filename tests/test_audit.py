@@ -6,14 +6,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
-from typing import Any
+from types import ModuleType
 
 import pytest
 import torch
-from click.testing import CliRunner
 from torch import nn
 from torch.overrides import _get_current_function_mode_stack
 
@@ -180,42 +177,22 @@ def test_report_renders_table_and_json() -> None:
     assert data["leaks"][0]["code"] == "h = h.masked_fill(mask, -1e9)  # leak: range"
 
 
-# -- CLI, with a stand-in for halfprec.models (the lead's loader; same contract) ----------
-def _fake_models(monkeypatch: pytest.MonkeyPatch, model: nn.Module, inputs: list[Any]) -> None:
-    def load_model(spec: str) -> Any:
-        if spec != "fake:model":
-            from halfprec.errors import ModelSpecError
+# -- CLI, through the real MODEL loader -----------------------------------------------------
+def test_cli_audit_exit_codes_and_json() -> None:
+    from conftest import run_cli
 
-            raise ModelSpecError(f"unknown model spec {spec!r}; use fake:model")
-        return SimpleNamespace(model=model, example_inputs=inputs)
-
-    monkeypatch.setitem(sys.modules, "halfprec.models", SimpleNamespace(load_model=load_model))
-    monkeypatch.setitem(
-        sys.modules, "halfprec.inputs", SimpleNamespace(load_inputs=lambda path: inputs)
-    )
-
-
-def _invoke(*args: str) -> Any:
-    from halfprec.cli import main
-
-    return CliRunner().invoke(main, list(args))
-
-
-def test_cli_audit_exit_codes_and_json(monkeypatch: pytest.MonkeyPatch) -> None:
-    leaky = _leaky()
-    _fake_models(monkeypatch, leaky.UpcastLeak(), [(torch.randn(2, 8),)])
-    found = _invoke("audit", "fake:model", "--json")
-    assert found.exit_code == 1, found.output
-    data = json.loads(found.output)
+    found = run_cli("audit", f"{LEAKY}:upcast_model", "--json")
+    assert found.returncode == 1, found.stderr
+    data = json.loads(found.stdout)
     assert [(leak["kind"], leak["line"]) for leak in data["leaks"]] == [
         ("upcast", next(n for n, k in _marked() if k == "upcast"))
     ]
-    table = _invoke("audit", "fake:model")
-    assert table.exit_code == 1 and "upcast" in table.output
-    _fake_models(monkeypatch, _Clean(), [(torch.randn(2, 8), torch.ones(2, 8, dtype=torch.bool))])
-    clean = _invoke("audit", "fake:model", "--dtype", "bf16")
-    assert clean.exit_code == 0 and "no dtype leaks in bf16" in clean.output
-    bad = _invoke("audit", "fake:model", "--dtype", "fp8")
-    assert bad.exit_code == 2 and "unknown dtype 'fp8'" in bad.output
-    unknown = _invoke("audit", "nope")
-    assert unknown.exit_code == 2 and "unknown model spec 'nope'" in unknown.output
+    assert data["leaks"][0]["file"].endswith("leaky.py")
+    table = run_cli("audit", f"{LEAKY}:upcast_model")
+    assert table.returncode == 1 and "upcast" in table.stdout
+    clean = run_cli("audit", "builtin:minilm", "--dtype", "bf16")
+    assert clean.returncode == 0 and "no dtype leaks in bf16" in clean.stdout, clean.stderr
+    bad = run_cli("audit", "builtin:minilm", "--dtype", "fp8")
+    assert bad.returncode == 2 and "unknown dtype 'fp8'" in bad.stderr
+    unknown = run_cli("audit", "nope")
+    assert unknown.returncode == 2 and "unknown MODEL 'nope'" in unknown.stderr

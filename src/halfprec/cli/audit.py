@@ -13,19 +13,14 @@ import click
 from ..audit import audit
 from ..audit_report import render_json, render_table
 from ..dtypes import parse_dtype
-from ..errors import HalfprecError, InputsError
+from ..errors import InputsError
 from . import EXIT_FAILED, EXIT_OK
 
 
 def _load(spec: str, inputs: Path | None) -> tuple[Any, Any]:
-    try:
-        from ..inputs import load_inputs
-        from ..models import load_model
-    except ImportError as exc:  # pragma: no cover - present once the models module lands
-        raise HalfprecError(
-            f"halfprec audit MODEL needs halfprec.models, which this build lacks ({exc}); "
-            "use halfprec.audit(model, inputs) from Python"
-        ) from None
+    from ..inputs import load_inputs
+    from ..models import load_model
+
     loaded = load_model(spec)
     batches = load_inputs(inputs) if inputs is not None else loaded.example_inputs
     if not batches:
