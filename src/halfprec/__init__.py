@@ -42,3 +42,22 @@ __all__ = [
     "CheckpointError",
     "MissingExtraError",
 ]
+
+# -- export: torch.export, TorchScript and ONNX artifacts (issue #7) ---------------------------
+from .export import (  # noqa: E402
+    Artifact,
+    ArtifactInfo,
+    ExportError,
+    ExportResult,
+    export,
+    load_artifact,
+)
+
+__all__ += [
+    "export",
+    "ExportResult",
+    "ExportError",
+    "Artifact",
+    "ArtifactInfo",
+    "load_artifact",
+]
