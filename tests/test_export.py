@@ -41,6 +41,15 @@ def test_pt2_reloads_equal_to_the_converted_model(tmp_path: Path, dtype: torch.d
     assert result.info.islands == {"ln": "default island (LayerNorm)"}
 
 
+def test_norm_islands_can_be_converted_too(tmp_path: Path) -> None:
+    result = halfprec.export(
+        tiny(), example_inputs(), tmp_path / "n.pt2", dtype="fp16", default_islands=False
+    )
+    assert result.info.islands == {}
+    assert torch.export.load(tmp_path / "n.pt2").state_dict["ln.weight"].dtype == torch.float16
+    assert result.passed
+
+
 def test_half_io_takes_and_returns_half(tmp_path: Path) -> None:
     halfprec.export(tiny(), example_inputs(), tmp_path / "io.pt2", dtype="fp16", half_io=True)
     artifact = load_artifact(tmp_path / "io.pt2")

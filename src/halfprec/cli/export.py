@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -50,6 +52,12 @@ __all__ = ["command", "check_artifact"]
     "--keep-fp32", multiple=True, help="Module name or glob to keep in fp32 (repeatable)."
 )
 @click.option(
+    "--no-norm-islands",
+    is_flag=True,
+    help="Convert norm layers too (BatchNorm then folds into Conv in ONNX runtimes); "
+    "modules whose weights overflow the dtype still stay fp32.",
+)
+@click.option(
     "--static",
     is_flag=True,
     help="Fix the input shapes to the first example batch (default: dynamic batch and "
@@ -74,6 +82,7 @@ def command(
     dtype: str,
     policy: Path | None,
     keep_fp32: tuple[str, ...],
+    no_norm_islands: bool,
     static: bool,
     half_io: bool,
     opset: int | None,
@@ -94,6 +103,7 @@ def command(
         half_io=half_io,
         opset=opset,
         keep_fp32=keep_fp32,
+        default_islands=not no_norm_islands,
         policy=str(policy) if policy is not None else None,
         runs=runs,
         name=loaded.name,
@@ -116,13 +126,11 @@ def check_artifact(
 ) -> int:
     """``halfprec check --artifact``: the exported file against the fp32 MODEL; exit code."""
     artifact = load_artifact(path)
-    tolerance = None
-    if min_cosine is not None or min_sqnr is not None:
-        base = Tolerance.for_dtype(artifact.dtype)
-        tolerance = Tolerance(
-            min_cosine=min_cosine if min_cosine is not None else base.min_cosine,
-            min_sqnr_db=min_sqnr if min_sqnr is not None else base.min_sqnr_db,
-        )
+    overrides: dict[str, Any] = {"min_cosine": min_cosine, "min_sqnr_db": min_sqnr}
+    tolerance = dataclasses.replace(
+        Tolerance.for_dtype(artifact.dtype),
+        **{k: v for k, v in overrides.items() if v is not None},
+    )
     reference = run_reference(loaded.model.eval(), batches)
     check = verify_artifact(artifact, batches, reference, tolerance=tolerance)
     if as_json:

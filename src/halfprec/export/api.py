@@ -26,7 +26,7 @@ from .config import ExportConfig, ExportError, ExportFormat, format_for_path
 from .info import ArtifactInfo
 from .onnx import OrtCasts, OrtLatency, check_onnx_dtype, inspect_casts, ort_latency, write_onnx
 
-__all__ = ["ExportResult", "export"]
+__all__ = ["ExportResult", "export", "write_artifact", "fp32_info"]
 
 
 @dataclass
@@ -91,14 +91,24 @@ def _max_abs(a: list[Any], b: list[Any]) -> float:
     return worst
 
 
-def _write(
+def fp32_info(info: ArtifactInfo) -> ArtifactInfo:
+    """Metadata for the fp32 baseline export of the same model (no islands, fp32 IO)."""
+    return ArtifactInfo(**{**info.__dict__, "dtype": "fp32", "io_dtype": "fp32", "islands": {}})
+
+
+def write_artifact(
     config: ExportConfig,
     model: nn.Module,
     named: list[dict[str, Any]],
     path: Path,
     info: ArtifactInfo,
 ) -> None:
-    """Write one artifact atomically: any failure leaves no file behind."""
+    """Export ``model`` as ``config.format`` to ``path`` atomically (no file on failure).
+
+    ``named``: the example batches as keyword inputs (:func:`named_inputs`); the first one
+    is traced, all of them set the dynamic dimensions. No conversion and no check happen
+    here: :func:`export` does those. Used directly for fp32 baselines.
+    """
     shapes = dynamic_shapes(named) if config.dynamic else None
     with atomic_path(path) as tmp:
         if config.format == "torchscript":
@@ -127,6 +137,7 @@ def export(
     opset: int | None = None,
     keep_fp32: Sequence[Selector] = (),
     filter_fn: FilterFn | None = None,
+    default_islands: bool = True,
     policy: Policy | str | os.PathLike[str] | None = None,
     tolerance: Tolerance | None = None,
     runs: int = 0,
@@ -141,7 +152,8 @@ def export(
     example batch (``result.comparison``) and with the in-Python half model
     (``result.python_max_abs``). For ONNX, ``result.ort_casts`` says where onnxruntime's
     CPU provider falls back to fp32, and ``runs > 0`` also times the fp32 and half ONNX
-    exports with onnxruntime (``result.ort_latency``).
+    exports with onnxruntime (``result.ort_latency``). ``keep_fp32``, ``filter_fn``,
+    ``default_islands`` and ``policy`` choose the fp32 islands as in :func:`halfprec.convert`.
     """
     if conversion_report(model) is not None:
         raise ExportError(
@@ -165,6 +177,7 @@ def export(
         half_dtype,
         keep_fp32=keep_fp32,
         filter_fn=filter_fn,
+        default_islands=default_islands,
         policy=policy,
         cast_outputs=not half_io,
     )
@@ -201,7 +214,7 @@ def export(
         else {k: tuple(t.shape) for k, t in flatten(named[0]).items()},
         halfprec=__version__,
     )
-    _write(config, half, named, out, info)
+    write_artifact(config, half, named, out, info)
     artifact = load_artifact(out)
     check = verify_artifact(artifact, batches, ref_out, tolerance=tolerance)
     python_max_abs = (
@@ -240,17 +253,13 @@ def _onnx_latency(
     runs: int,
 ) -> OrtLatency:
     """Export the fp32 model to a temporary ONNX file and time both with onnxruntime."""
-    fp32_info = ArtifactInfo(
-        **{**info.__dict__, "dtype": "fp32", "io_dtype": "fp32", "islands": {}}
-    )
-
     def to_fp32(t: torch.Tensor) -> torch.Tensor:
         return t.float() if t.is_floating_point() else t
 
     fp32_named = [map_tensors(to_fp32, n) for n in named]
     with tempfile.TemporaryDirectory(prefix="halfprec-onnx-") as tmp:
         fp32_path = Path(tmp) / "fp32.onnx"
-        _write(config, reference, fp32_named, fp32_path, fp32_info)
+        write_artifact(config, reference, fp32_named, fp32_path, fp32_info(info))
         return ort_latency(
             fp32_path,
             half_path,
