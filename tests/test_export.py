@@ -115,6 +115,9 @@ def test_bad_requests_name_the_fix(tmp_path: Path) -> None:
         format_for_path(tmp_path / "model.bin")
     with pytest.raises(ValueError, match="opset must be 17 or newer"):
         ExportConfig(format="onnx", opset=13)
+    with pytest.raises(ExportError, match=r"does not fit format onnx; name the file \*.onnx"):
+        ExportConfig.for_path("m.pt2", "onnx")
+    assert ExportConfig.for_path("m.pt", "torchscript").format == "torchscript"
     with pytest.raises(ExportError, match="pass the original fp32 model"):
         halfprec.export(halfprec.convert(tiny(), "fp16"), example_inputs(), tmp_path / "x.pt2")
     with pytest.raises(ExportError, match="not found"):

@@ -13,7 +13,7 @@ import torch
 import halfprec
 from export_models import custom, example_inputs, tiny
 from halfprec.errors import DTypeError, MissingExtraError
-from halfprec.export import ExportError, load_artifact
+from halfprec.export import ExportConfig, ExportError, load_artifact
 
 MODELS = str(Path(__file__).with_name("export_models.py"))
 FLOAT, FLOAT16 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
@@ -60,6 +60,8 @@ def test_bf16_onnx_is_refused_with_the_reason(tmp_path: Path) -> None:
     with pytest.raises(DTypeError, match="bf16 ONNX is not supported.*--dtype fp16"):
         halfprec.export(tiny(), example_inputs(), tmp_path / "b.onnx", dtype="bf16")
     assert list(tmp_path.iterdir()) == []
+    with pytest.raises(DTypeError, match="bf16 ONNX"):  # refused before anything runs
+        ExportConfig.for_path("b.onnx", dtype="bf16")
 
 
 def test_unsupported_operator_is_named_and_leaves_no_file(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import click
 
 from ..batch import Batch
 from ..compare import Tolerance, run_reference
-from ..export import FORMATS, export, format_for_path, load_artifact, verify_artifact
+from ..export import FORMATS, ExportConfig, export, load_artifact, verify_artifact
 from ..models import LoadedModel
 from ..report import to_json_text
 from ..report_export import print_artifact_check, print_export
@@ -91,13 +91,14 @@ def command(
     device: str | None,
     as_json: bool,
 ) -> None:
-    chosen = fmt if fmt is not None else format_for_path(output)  # fail before loading
+    # fail on the file name, format and dtype before loading the model
+    ExportConfig.for_path(output, fmt, dtype=dtype, opset=opset)  # type: ignore[arg-type]
     loaded, batches, _ = load_for_command(model, inputs_path, device or "cpu")
     result = export(
         loaded.model,
         batches,
         output,
-        format=chosen,  # type: ignore[arg-type]
+        format=fmt,  # type: ignore[arg-type]
         dtype=dtype,
         dynamic=not static,
         half_io=half_io,

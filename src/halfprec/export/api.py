@@ -22,9 +22,9 @@ from ..policy import Policy
 from ..tree import flatten, map_tensors
 from .artifact import load_artifact, verify_artifact
 from .capture import capture, dynamic_shapes, forward_params, named_inputs
-from .config import ExportConfig, ExportError, ExportFormat, format_for_path
+from .config import ExportConfig, ExportError, ExportFormat, check_onnx_dtype
 from .info import ArtifactInfo
-from .onnx import OrtCasts, OrtLatency, check_onnx_dtype, inspect_casts, ort_latency, write_onnx
+from .onnx import OrtCasts, OrtLatency, inspect_casts, ort_latency, write_onnx
 
 __all__ = ["ExportResult", "export", "write_artifact", "fp32_info"]
 
@@ -160,12 +160,13 @@ def export(
             "export converts the model itself and checks it against fp32; pass the original "
             "fp32 model with the same keep_fp32/policy options"
         )
-    config = ExportConfig(
-        format=format if format is not None else format_for_path(Path(path)),
+    config = ExportConfig.for_path(
+        Path(path),
+        format,
         dtype=dtype if dtype != "auto" or policy is None else _policy_dtype(policy),
         dynamic=dynamic,
         half_io=half_io,
-        **({"opset": opset} if opset is not None else {}),
+        opset=opset,
     )
     out = Path(path)
     reference = model.eval()

@@ -33,16 +33,21 @@ class Artifact:
     path: Path
     info: ArtifactInfo
     run_named: Callable[[dict[str, Any]], Any]
+    device: torch.device = torch.device("cpu")
 
     @property
     def dtype(self) -> torch.dtype:
         return parse_dtype(self.info.dtype, allow_fp32=True)
 
     def prepare(self, batch: Batch) -> dict[str, Any]:
-        """``batch`` as the artifact's keyword inputs, floating ones in its IO dtype."""
+        """``batch`` as the artifact's keyword inputs: on its device, floats in its IO dtype."""
         named = named_inputs(batch, self.info.params)
         io_dtype = parse_dtype(self.info.io_dtype, allow_fp32=True)
-        return map_tensors(lambda t: t.to(io_dtype) if t.is_floating_point() else t, named)
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(self.device, io_dtype if t.is_floating_point() else t.dtype)
+
+        return map_tensors(move, named)
 
     def accepts(self, batch: Batch) -> bool:
         """False when the artifact has fixed shapes and ``batch`` has other ones."""
@@ -57,7 +62,11 @@ class Artifact:
 
 
 def load_artifact(path: str | Path) -> Artifact:
-    """Open an artifact written by :func:`halfprec.export`; the format follows the suffix."""
+    """Open an artifact written by :func:`halfprec.export`; the format follows the suffix.
+
+    A ``.pt2`` runs on the device it was exported on; TorchScript and ONNX run on CPU
+    (onnxruntime's CPU provider). Inputs are moved there by :meth:`Artifact.prepare`.
+    """
     p = Path(path)
     fmt = format_for_path(p)
     if not p.is_file():
@@ -66,7 +75,9 @@ def load_artifact(path: str | Path) -> Artifact:
         from .exported_program import load_exported_program
 
         module, info = load_exported_program(p)
-        return Artifact(p, info, lambda named: module(**named))
+        first = next(iter(module.state_dict().values()), None)
+        device = first.device if first is not None else torch.device("cpu")
+        return Artifact(p, info, lambda named: module(**named), device)
     if fmt == "torchscript":
         from .torchscript import load_torchscript
 

@@ -6,8 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..dtypes import DTypeLike
-from ..errors import HalfprecError
+import torch
+
+from ..dtypes import DTypeLike, parse_dtype
+from ..errors import DTypeError, HalfprecError
 
 __all__ = [
     "ExportConfig",
@@ -17,6 +19,7 @@ __all__ = [
     "SUFFIXES",
     "format_for_path",
     "DEFAULT_OPSET",
+    "check_onnx_dtype",
 ]
 
 ExportFormat = Literal["exported-program", "torchscript", "onnx"]
@@ -73,3 +76,42 @@ class ExportConfig:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
         if self.opset < 17:
             raise ValueError(f"opset must be 17 or newer, got {self.opset}")
+        if self.format == "onnx" and self.dtype != "auto":
+            check_onnx_dtype(parse_dtype(self.dtype))
+
+    @classmethod
+    def for_path(
+        cls,
+        path: str | Path,
+        format: ExportFormat | None = None,
+        *,
+        dtype: DTypeLike = "auto",
+        dynamic: bool = True,
+        half_io: bool = False,
+        opset: int | None = None,
+    ) -> ExportConfig:
+        """The config for writing ``path``; its suffix must fit ``format`` (default: implied)."""
+        fmt = format if format is not None else format_for_path(path)
+        if SUFFIXES.get(Path(path).suffix.lower()) != fmt:
+            wanted = " or ".join(f"*{s}" for s, f in SUFFIXES.items() if f == fmt)
+            raise ExportError(
+                f"{Path(path).name!r} does not fit format {fmt}; name the file {wanted} so "
+                "that check --artifact can tell the format"
+            )
+        return cls(
+            format=fmt,
+            dtype=dtype,
+            dynamic=dynamic,
+            half_io=half_io,
+            opset=opset if opset is not None else DEFAULT_OPSET,
+        )
+
+
+def check_onnx_dtype(dtype: torch.dtype) -> None:
+    """ONNX export takes fp16 only; bf16 would not run on onnxruntime's CPU provider."""
+    if dtype == torch.bfloat16:
+        raise DTypeError(
+            "bf16 ONNX is not supported: onnxruntime's CPU provider has no bf16 Gemm/MatMul "
+            "kernels and refuses such files; export ONNX with --dtype fp16, or use --format "
+            "exported-program for bf16"
+        )

@@ -9,9 +9,8 @@ onnxruntime's CPU execution provider has no fp16 kernel for most operators on x8
 (Gemm, MatMul, Softmax, elementwise ops). When it meets an fp16 node without a kernel it
 inserts ``Cast`` nodes (named ``InsertedPrecisionFreeCast_*``) to run that node in fp32.
 :func:`inspect_casts` counts them in onnxruntime's optimized graph, and names the
-operator types that fall back. bf16 is refused: the CPU provider has almost no bf16
-kernels, so a bf16 graph is either rejected at session creation or cast to fp32 node by
-node.
+operator types that fall back. bf16 is refused (``config.check_onnx_dtype``): the CPU
+provider has no bf16 Gemm kernel and rejects a bf16 graph at session creation.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..errors import DTypeError, HalfprecError, MissingExtraError
+from ..errors import HalfprecError, MissingExtraError
 from ..timing import Timing, measure
 from .capture import explain_failure
 from .config import ExportError
@@ -39,7 +38,6 @@ __all__ = [
     "OnnxSession",
     "import_onnx",
     "import_onnxruntime",
-    "check_onnx_dtype",
     "write_onnx",
     "load_onnx",
     "inspect_casts",
@@ -73,15 +71,6 @@ def _require_onnxscript() -> None:
         import onnxscript  # noqa: F401
     except ImportError:
         raise MissingExtraError("onnxscript", "onnx", "ONNX export (torch.onnx dynamo)") from None
-
-
-def check_onnx_dtype(dtype: torch.dtype) -> None:
-    """ONNX export takes fp16 only; bf16 would not run on onnxruntime's CPU provider."""
-    if dtype == torch.bfloat16:
-        raise DTypeError(
-            "bf16 ONNX is not supported: onnxruntime's CPU provider has almost no bf16 "
-            "kernels; export ONNX with --dtype fp16, or use --format exported-program for bf16"
-        )
 
 
 def write_onnx(
