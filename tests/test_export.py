@@ -25,6 +25,10 @@ def test_pt2_reloads_equal_to_the_converted_model(tmp_path: Path, dtype: torch.d
     result = halfprec.export(model, batches, tmp_path / "tiny.pt2", dtype=dtype)
 
     program = torch.export.load(tmp_path / "tiny.pt2")
+    # the island hooks became graph nodes: layer_norm reads a cast of the half activations
+    norm = next(n for n in program.graph.nodes if "layer_norm" in str(n.target))
+    feeding = norm.args[0]
+    assert "to" in str(feeding.target) and feeding.args[1] == torch.float32
     state = program.state_dict
     assert state["l1.weight"].dtype == dtype  # half weights
     assert state["ln.weight"].dtype == torch.float32  # the LayerNorm island stays fp32

@@ -15,7 +15,7 @@ from ..models import LoadedModel
 from ..report import to_json_text
 from ..report_export import print_artifact_check, print_export
 from . import EXIT_FAILED, EXIT_OK
-from .options import device_option, inputs_option, json_option, load_for_command
+from .options import inputs_option, json_option, load_for_command
 
 __all__ = ["command", "check_artifact"]
 
@@ -73,7 +73,12 @@ __all__ = ["command", "check_artifact"]
     help="ONNX: timed onnxruntime runs of the fp32 and half files (0: no timing).",
 )
 @inputs_option
-@device_option
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    help="Device to convert and trace on (cpu, cuda, cuda:N); ONNX checks run on CPU.",
+)
 @json_option
 def command(
     model: str,
@@ -88,12 +93,12 @@ def command(
     opset: int | None,
     runs: int,
     inputs_path: Path | None,
-    device: str | None,
+    device: str,
     as_json: bool,
 ) -> None:
     # fail on the file name, format and dtype before loading the model
     ExportConfig.for_path(output, fmt, dtype=dtype, opset=opset)  # type: ignore[arg-type]
-    loaded, batches, _ = load_for_command(model, inputs_path, device or "cpu")
+    loaded, batches, _ = load_for_command(model, inputs_path, device)
     result = export(
         loaded.model,
         batches,
