@@ -66,3 +66,22 @@ from .audit import AuditReport, Leak, audit  # noqa: E402
 from .lint import LintConfig, lint_paths, lint_source  # noqa: E402
 
 __all__ += ["audit", "AuditReport", "Leak", "lint_paths", "lint_source", "LintConfig"]
+
+# -- export: torch.export, TorchScript and ONNX artifacts (issue #7) ---------------------------
+from .export import (  # noqa: E402
+    Artifact,
+    ArtifactInfo,
+    ExportError,
+    ExportResult,
+    export,
+    load_artifact,
+)
+
+__all__ += [
+    "export",
+    "ExportResult",
+    "ExportError",
+    "Artifact",
+    "ArtifactInfo",
+    "load_artifact",
+]

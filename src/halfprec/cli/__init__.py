@@ -28,6 +28,7 @@ _COMMANDS: dict[str, str] = {
     "convert": "convert",
     "lint": "lint",
     "audit": "audit",
+    "export": "export",
 }
 
 

@@ -42,6 +42,12 @@ __all__ = ["command"]
 @click.option("--min-cosine", type=float, default=None, help="Override the cosine threshold.")
 @click.option("--min-sqnr", type=float, default=None, help="Override the SQNR threshold (dB).")
 @click.option(
+    "--artifact",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Check a file from `halfprec export` (.pt2, .ts/.pt, .onnx) against fp32 MODEL.",
+)
+@click.option(
     "--runs",
     type=click.IntRange(min=0),
     default=10,
@@ -59,9 +65,23 @@ def command(
     keep_fp32: tuple[str, ...],
     min_cosine: float | None,
     min_sqnr: float | None,
+    artifact: Path | None,
     runs: int,
 ) -> None:
     loaded, batches, _ = load_for_command(model, inputs_path, device, weights)
+    if artifact is not None:
+        from .export import check_artifact
+
+        raise SystemExit(
+            check_artifact(
+                artifact,
+                loaded,
+                batches,
+                min_cosine=min_cosine,
+                min_sqnr=min_sqnr,
+                as_json=as_json,
+            )
+        )
     tolerance = None
     if min_cosine is not None or min_sqnr is not None:
         from ..dtypes import resolve_dtype

@@ -1,0 +1,30 @@
+"""Deploy the half model: torch.export (``.pt2``), TorchScript, and ONNX checked with
+onnxruntime. See :func:`export` and :func:`load_artifact`.
+
+ONNX needs the ``onnx`` extra (``pip install 'halfprec[onnx]'``), imported only when used.
+"""
+
+from __future__ import annotations
+
+from .api import ExportResult, export
+from .artifact import Artifact, Verification, load_artifact, verify_artifact
+from .config import FORMATS, ExportConfig, ExportError, ExportFormat, format_for_path
+from .info import ArtifactInfo
+from .onnx import OrtCasts, OrtLatency
+
+__all__ = [
+    "export",
+    "ExportResult",
+    "ExportConfig",
+    "ExportError",
+    "ExportFormat",
+    "FORMATS",
+    "format_for_path",
+    "Artifact",
+    "ArtifactInfo",
+    "Verification",
+    "load_artifact",
+    "verify_artifact",
+    "OrtCasts",
+    "OrtLatency",
+]

@@ -1,0 +1,271 @@
+"""``halfprec.export``: convert, export, reload the file, and check it against fp32."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .. import __version__
+from ..atomic import atomic_path
+from ..batch import as_batches, call
+from ..compare import Comparison, Tolerance, run_reference
+from ..convert import ConversionReport, FilterFn, Selector, conversion_report, convert
+from ..dtypes import DTypeLike, dtype_name, parse_dtype, resolve_dtype
+from ..policy import Policy
+from ..tree import flatten, map_tensors
+from .artifact import load_artifact, verify_artifact
+from .capture import capture, dynamic_shapes, forward_params, named_inputs
+from .config import ExportConfig, ExportError, ExportFormat, check_onnx_dtype
+from .info import ArtifactInfo
+from .onnx import OrtCasts, OrtLatency, inspect_casts, ort_latency, write_onnx
+
+__all__ = ["ExportResult", "export", "write_artifact", "fp32_info"]
+
+
+@dataclass
+class ExportResult:
+    """The written artifact and how it compares with fp32 and with the in-Python half model.
+
+    ``python_max_abs``: the largest difference between the artifact's outputs and the
+    converted model's outputs in this process (0.0 means identical).
+    """
+
+    path: Path
+    info: ArtifactInfo
+    conversion: ConversionReport
+    comparison: Comparison
+    python_max_abs: float
+    bytes_written: int
+    checked_batches: int
+    skipped_batches: int
+    ort_casts: OrtCasts | None = None
+    ort_latency: OrtLatency | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.comparison.passed
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "format": self.info.format,
+            "dtype": self.info.dtype,
+            "io_dtype": self.info.io_dtype,
+            "passed": self.passed,
+            "bytes_written": self.bytes_written,
+            "bytes_fp32_params": self.conversion.bytes_before,
+            "islands": self.conversion.islands,
+            "python_max_abs": self.python_max_abs,
+            "checked_batches": self.checked_batches,
+            "skipped_batches": self.skipped_batches,
+            "comparison": self.comparison.to_json(),
+            "ort_casts": self.ort_casts.to_json() if self.ort_casts else None,
+            "ort_latency": self.ort_latency.to_json() if self.ort_latency else None,
+        }
+
+
+def _export_dtype(config: ExportConfig, model: nn.Module) -> torch.dtype:
+    if config.format == "onnx":
+        dtype = torch.float16 if config.dtype == "auto" else parse_dtype(config.dtype)
+        check_onnx_dtype(dtype)
+        return dtype
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    return resolve_dtype(config.dtype, device).dtype
+
+
+def _max_abs(a: list[Any], b: list[Any]) -> float:
+    worst = 0.0
+    for x, y in zip(a, b, strict=True):
+        fx, fy = flatten(x), flatten(y)
+        for k, t in fx.items():
+            if k in fy and t.is_floating_point() and t.shape == fy[k].shape:
+                diff = (t.float() - fy[k].float()).abs()
+                worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
+    return worst
+
+
+def fp32_info(info: ArtifactInfo) -> ArtifactInfo:
+    """Metadata for the fp32 baseline export of the same model (no islands, fp32 IO)."""
+    return ArtifactInfo(**{**info.__dict__, "dtype": "fp32", "io_dtype": "fp32", "islands": {}})
+
+
+def write_artifact(
+    config: ExportConfig,
+    model: nn.Module,
+    named: list[dict[str, Any]],
+    path: Path,
+    info: ArtifactInfo,
+) -> None:
+    """Export ``model`` as ``config.format`` to ``path`` atomically (no file on failure).
+
+    ``named``: the example batches as keyword inputs (:func:`named_inputs`); the first one
+    is traced, all of them set the dynamic dimensions. No conversion and no check happen
+    here: :func:`export` does those. Used directly for fp32 baselines.
+    """
+    shapes = dynamic_shapes(named) if config.dynamic else None
+    with atomic_path(path) as tmp:
+        if config.format == "torchscript":
+            from .torchscript import write_torchscript
+
+            write_torchscript(model, named[0], tmp, info)
+            return
+        program = capture(model, named[0], shapes)
+        if config.format == "onnx":
+            write_onnx(program, tmp, info, config.opset)
+        else:
+            from .exported_program import write_exported_program
+
+            write_exported_program(program, tmp, info)
+
+
+def export(
+    model: nn.Module,
+    inputs: Any,
+    path: str | os.PathLike[str],
+    *,
+    format: ExportFormat | None = None,
+    dtype: DTypeLike = "auto",
+    dynamic: bool = True,
+    half_io: bool = False,
+    opset: int | None = None,
+    keep_fp32: Sequence[Selector] = (),
+    filter_fn: FilterFn | None = None,
+    default_islands: bool = True,
+    policy: Policy | str | os.PathLike[str] | None = None,
+    tolerance: Tolerance | None = None,
+    runs: int = 0,
+    name: str = "",
+) -> ExportResult:
+    """Convert the fp32 ``model`` to half, export it to ``path``, and check the file.
+
+    ``inputs``: example batches (one batch, or a list) used to trace and to check.
+    ``format``: ``"exported-program"`` (.pt2), ``"torchscript"`` (.ts/.pt) or ``"onnx"``;
+    default: from the suffix of ``path``. The file takes fp32 inputs and returns fp32
+    outputs unless ``half_io=True``. It is reloaded and compared with ``model`` on every
+    example batch (``result.comparison``) and with the in-Python half model
+    (``result.python_max_abs``). For ONNX, ``result.ort_casts`` says where onnxruntime's
+    CPU provider falls back to fp32, and ``runs > 0`` also times the fp32 and half ONNX
+    exports with onnxruntime (``result.ort_latency``). ``keep_fp32``, ``filter_fn``,
+    ``default_islands`` and ``policy`` choose the fp32 islands as in :func:`halfprec.convert`.
+    """
+    if conversion_report(model) is not None:
+        raise ExportError(
+            "export converts the model itself and checks it against fp32; pass the original "
+            "fp32 model with the same keep_fp32/policy options"
+        )
+    config = ExportConfig.for_path(
+        Path(path),
+        format,
+        dtype=dtype if dtype != "auto" or policy is None else _policy_dtype(policy),
+        dynamic=dynamic,
+        half_io=half_io,
+        opset=opset,
+    )
+    out = Path(path)
+    reference = model.eval()
+    batches = as_batches(inputs)
+    ref_out = run_reference(reference, batches)
+    half_dtype = _export_dtype(config, reference)
+    half = convert(
+        reference,
+        half_dtype,
+        keep_fp32=keep_fp32,
+        filter_fn=filter_fn,
+        default_islands=default_islands,
+        policy=policy,
+        cast_outputs=not half_io,
+    )
+    report = conversion_report(half)
+    assert report is not None  # convert() always attaches its report
+    params = forward_params(half)
+    io_dtype = half_dtype if half_io else torch.float32
+
+    def io_cast(t: torch.Tensor) -> torch.Tensor:
+        return t.to(io_dtype) if t.is_floating_point() else t
+
+    named = [map_tensors(io_cast, named_inputs(b, params)) for b in batches]
+    try:
+        with torch.no_grad():
+            python_out = [call(half, n) for n in named]
+    except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ExportError(
+            f"the {dtype_name(half_dtype)} model fails in PyTorch before export "
+            f"({type(exc).__name__}: {first[:200]}); keep the failing module in fp32 with "
+            "keep_fp32/--keep-fp32, or check it with halfprec check"
+        ) from exc
+    info = ArtifactInfo(
+        format=config.format,
+        dtype=dtype_name(half_dtype),
+        io_dtype=dtype_name(io_dtype),
+        model=name or type(model).__name__,
+        params=params,
+        inputs=tuple(flatten(named[0])),
+        outputs=tuple(flatten(python_out[0])),
+        islands=dict(report.islands),
+        static_shapes=None
+        if config.dynamic or config.format == "torchscript"
+        else {k: tuple(t.shape) for k, t in flatten(named[0]).items()},
+        halfprec=__version__,
+    )
+    write_artifact(config, half, named, out, info)
+    artifact = load_artifact(out)
+    check = verify_artifact(artifact, batches, ref_out, tolerance=tolerance)
+    python_max_abs = (
+        _max_abs([python_out[i] for i in check.checked_batches], check.outputs)
+        if check.outputs
+        else float("nan")
+    )
+    result = ExportResult(
+        path=out,
+        info=info,
+        conversion=report,
+        comparison=check.comparison,
+        python_max_abs=python_max_abs,
+        bytes_written=out.stat().st_size,
+        checked_batches=len(check.checked_batches),
+        skipped_batches=check.skipped_batches,
+    )
+    if config.format == "onnx":
+        result.ort_casts = inspect_casts(out)
+        if runs > 0:
+            result.ort_latency = _onnx_latency(config, reference, named, info, out, runs)
+    return result
+
+
+def _policy_dtype(policy: Policy | str | os.PathLike[str]) -> DTypeLike:
+    pol = Policy.load(policy) if isinstance(policy, (str, os.PathLike)) else policy
+    return pol.dtype
+
+
+def _onnx_latency(
+    config: ExportConfig,
+    reference: nn.Module,
+    named: list[dict[str, Any]],
+    info: ArtifactInfo,
+    half_path: Path,
+    runs: int,
+) -> OrtLatency:
+    """Export the fp32 model to a temporary ONNX file and time both with onnxruntime."""
+    def to_fp32(t: torch.Tensor) -> torch.Tensor:
+        return t.float() if t.is_floating_point() else t
+
+    fp32_named = [map_tensors(to_fp32, n) for n in named]
+    with tempfile.TemporaryDirectory(prefix="halfprec-onnx-") as tmp:
+        fp32_path = Path(tmp) / "fp32.onnx"
+        write_artifact(config, reference, fp32_named, fp32_path, fp32_info(info))
+        return ort_latency(
+            fp32_path,
+            half_path,
+            flatten(fp32_named[0]),
+            flatten(named[0]),
+            runs=runs,
+            dtype=info.dtype,
+        )

@@ -1,0 +1,130 @@
+"""Load any halfprec artifact (``.pt2``, ``.ts``/``.pt``, ``.onnx``) and check it against fp32.
+
+An :class:`Artifact` is called like the model: with one batch in halfprec's convention
+(tuple, dict, :class:`~halfprec.batch.Args` or tensor). ONNX outputs come back as a dict
+keyed by the model's output paths, so :func:`~halfprec.compare.compare_outputs` lines them
+up with the PyTorch outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..batch import Batch
+from ..compare import Comparison, Tolerance, compare_outputs
+from ..dtypes import parse_dtype
+from ..tree import flatten, map_tensors
+from .capture import named_inputs
+from .config import ExportError, format_for_path
+from .info import ArtifactInfo
+
+__all__ = ["Artifact", "Verification", "load_artifact", "verify_artifact"]
+
+
+@dataclass
+class Artifact:
+    """An exported file, callable on batches; ``info`` is the metadata halfprec stored."""
+
+    path: Path
+    info: ArtifactInfo
+    run_named: Callable[[dict[str, Any]], Any]
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return parse_dtype(self.info.dtype, allow_fp32=True)
+
+    def prepare(self, batch: Batch) -> dict[str, Any]:
+        """``batch`` as the artifact's keyword inputs: on its device, floats in its IO dtype."""
+        named = named_inputs(batch, self.info.params)
+        io_dtype = parse_dtype(self.info.io_dtype, allow_fp32=True)
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(self.device, io_dtype if t.is_floating_point() else t.dtype)
+
+        return map_tensors(move, named)
+
+    def accepts(self, batch: Batch) -> bool:
+        """False when the artifact has fixed shapes and ``batch`` has other ones."""
+        if self.info.static_shapes is None:
+            return True
+        shapes = {k: tuple(t.shape) for k, t in flatten(self.prepare(batch)).items()}
+        return all(shapes.get(k) == v for k, v in self.info.static_shapes.items())
+
+    def __call__(self, batch: Batch) -> Any:
+        with torch.no_grad():
+            return self.run_named(self.prepare(batch))
+
+
+def load_artifact(path: str | Path) -> Artifact:
+    """Open an artifact written by :func:`halfprec.export`; the format follows the suffix.
+
+    A ``.pt2`` runs on the device it was exported on; TorchScript and ONNX run on CPU
+    (onnxruntime's CPU provider). Inputs are moved there by :meth:`Artifact.prepare`.
+    """
+    p = Path(path)
+    fmt = format_for_path(p)
+    if not p.is_file():
+        raise ExportError(f"artifact {p} not found; check the path or run halfprec export")
+    if fmt == "exported-program":
+        from .exported_program import load_exported_program
+
+        module, info = load_exported_program(p)
+        first = next(iter(module.state_dict().values()), None)
+        device = first.device if first is not None else torch.device("cpu")
+        return Artifact(p, info, lambda named: module(**named), device)
+    if fmt == "torchscript":
+        from .torchscript import load_torchscript
+
+        script, info = load_torchscript(p)
+        return Artifact(p, info, lambda named: script(**named))
+    from .onnx import load_onnx
+
+    session, info = load_onnx(p)
+    return Artifact(p, info, lambda named: session.run(session.feeds(flatten(named))))
+
+
+@dataclass
+class Verification:
+    """An artifact's outputs on the example batches, compared with the fp32 model's."""
+
+    comparison: Comparison
+    outputs: list[Any]
+    checked_batches: list[int]
+    skipped_batches: int
+
+
+def verify_artifact(
+    artifact: Artifact,
+    batches: list[Batch],
+    reference_outputs: list[Any],
+    *,
+    tolerance: Tolerance | None = None,
+) -> Verification:
+    """Run ``artifact`` on every batch it accepts and compare with the fp32 outputs."""
+    picked = [i for i, b in enumerate(batches) if artifact.accepts(b)]
+    dtype = artifact.dtype
+    if not picked:
+        shapes = artifact.info.static_shapes
+        cmp = Comparison([], tolerance or Tolerance.for_dtype(dtype), 0, dtype)
+        cmp.problems.append(
+            f"the artifact has fixed input shapes {shapes} and no example batch has them; "
+            "export with dynamic shapes or pass inputs of those shapes"
+        )
+        return Verification(cmp, [], [], len(batches))
+    outputs: list[Any] = []
+    try:
+        outputs = [artifact(batches[i]) for i in picked]
+    except (RuntimeError, ValueError, TypeError, ExportError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        cmp = Comparison([], tolerance or Tolerance.for_dtype(dtype), len(picked), dtype)
+        cmp.problems.append(f"the artifact raised {type(exc).__name__}: {first[:240]}")
+        return Verification(cmp, [], picked, len(batches) - len(picked))
+    refs = [reference_outputs[i] for i in picked]
+    cmp = compare_outputs(refs, outputs, tolerance=tolerance, dtype=dtype)
+    return Verification(cmp, outputs, picked, len(batches) - len(picked))

@@ -1,0 +1,162 @@
+"""From a converted model and example batches to a ``torch.export`` program.
+
+Every format starts here. Inputs are bound to the forward's parameter names, so the
+artifact is called with keyword arguments in signature order whatever the batch looked
+like. ``torch.export`` (non-strict) runs halfprec's hooks while tracing, so the program
+holds the input casts, the fp32 islands with their casts, and the output casts.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..batch import Args, Batch
+from ..errors import HalfprecError, InputsError
+from ..tree import map_tensors
+from .config import ExportError
+
+__all__ = [
+    "forward_params",
+    "named_inputs",
+    "dynamic_shapes",
+    "capture",
+    "explain_failure",
+]
+
+
+def forward_params(model: nn.Module) -> tuple[str, ...]:
+    """Names that positional inputs bind to, in order; rejects ``forward(*args)``."""
+    sig = inspect.signature(model.forward)
+    names = []
+    for p in sig.parameters.values():
+        if p.kind is inspect.Parameter.VAR_POSITIONAL:
+            raise ExportError(
+                f"{type(model).__name__}.forward takes *{p.name}; export needs named "
+                "parameters: wrap the model in a module whose forward names its inputs"
+            )
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            names.append(p.name)
+    return tuple(names)
+
+
+def named_inputs(batch: Batch, params: tuple[str, ...]) -> dict[str, Any]:
+    """``batch`` as keyword arguments, in the order of ``params`` (extra keywords last)."""
+    if isinstance(batch, Args):
+        args, kwargs = tuple(batch.args), dict(batch.kwargs)
+    elif isinstance(batch, tuple):
+        args, kwargs = batch, {}
+    elif isinstance(batch, Mapping):
+        args, kwargs = (), dict(batch)
+    else:
+        args, kwargs = (batch,), {}
+    if len(args) > len(params):
+        raise InputsError(
+            f"the batch has {len(args)} positional inputs but forward names only "
+            f"{len(params)} ({', '.join(params)}); pass them by name"
+        )
+    bound = dict(zip(params, args, strict=False))
+    for key in kwargs:
+        if key in bound:
+            raise InputsError(f"input {key!r} is given both by position and by name")
+    merged = {**bound, **kwargs}
+    ordered = {p: merged[p] for p in params if p in merged}
+    ordered.update({k: v for k, v in merged.items() if k not in ordered})
+    return ordered
+
+
+def _shape_spec(values: list[Any], first: Any) -> Any:
+    """Dynamic-shape spec for one input across batches, with the structure of ``first``."""
+    if isinstance(first, torch.Tensor):
+        dims = {}
+        for d, size in enumerate(first.shape):
+            varies = any(
+                not isinstance(v, torch.Tensor) or v.dim() != first.dim() or v.shape[d] != size
+                for v in values
+            )
+            if size >= 2 and (d == 0 or varies):
+                dims[d] = torch.export.Dim.DYNAMIC
+        return dims or None
+    if isinstance(first, Mapping):
+        return {k: _shape_spec([v[k] for v in values], first[k]) for k in first}
+    if isinstance(first, (list, tuple)):
+        return type(first)(_shape_spec([v[i] for v in values], x) for i, x in enumerate(first))
+    return None
+
+
+def dynamic_shapes(named_batches: list[dict[str, Any]]) -> dict[str, Any]:
+    """Symbolic batch dimension, plus every dimension that differs between the batches."""
+    first = named_batches[0]
+    same = [b for b in named_batches if set(b) == set(first)]
+    return {k: _shape_spec([b[k] for b in same], v) for k, v in first.items()}
+
+
+_NO_ONNX_OP = re.compile(r"No ONNX function found for <OpOverload\(op='([^']+)'")
+_USER_LINE = re.compile(r'File "([^"]+)", line (\d+), in \w+|# File: (\S+?):(\d+) in \w+')
+
+
+def _user_location(text: str) -> str:
+    """The last model-code location in an exporter message (not torch's or halfprec's)."""
+    found = [
+        (m.group(1) or m.group(3), m.group(2) or m.group(4)) for m in _USER_LINE.finditer(text)
+    ]
+    mine = [f"{f}:{n}" for f, n in found if "site-packages" not in f and "/halfprec/" not in f]
+    return mine[-1] if mine else ""
+
+
+def explain_failure(stage: str, exc: BaseException) -> str:
+    """One line naming why ``stage`` failed, and the fix."""
+    text = str(exc)
+    op = _NO_ONNX_OP.search(text)
+    if op:
+        return (
+            f"operator {op.group(1)} has no ONNX translation in torch.onnx; replace it in "
+            "the model, register a custom translation, or export with --format "
+            "exported-program"
+        )
+    if "Constraints violated" in text or "specialized it to be a constant" in text:
+        detail = next((ln.strip(" -") for ln in text.splitlines() if "marked" in ln), "")
+        detail = detail.split(". ")[0].replace("L['", "").replace("']", "")
+        return (
+            f"the model does not export with dynamic shapes ({detail[:200]}); export for the "
+            "example shapes only with --static (dynamic=False), or make the model shape-generic"
+        )
+    if "data-dependent" in text.lower() or "GuardOnDataDependent" in text:
+        location = _user_location(text)
+        where = f" at {location}" if location else ""
+        return (
+            f"{stage} cannot capture control flow that depends on tensor values{where}; "
+            "rewrite it with torch.where/torch.cond, or use --format torchscript (a trace "
+            "records the branch the example inputs take)"
+        )
+    if "Tracer cannot infer type" in text:
+        last = [ln.strip(" :") for ln in text.splitlines() if ln.strip()][-1]
+        return (
+            f"TorchScript cannot trace this model's outputs ({last[:160]}); return tensors, "
+            "or dicts/tuples of tensors only, or use --format exported-program"
+        )
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    return f"{stage} failed: {type(exc).__name__}: {first[:240]}"
+
+
+def capture(
+    model: nn.Module, named: dict[str, Any], shapes: dict[str, Any] | None
+) -> torch.export.ExportedProgram:
+    """``torch.export`` the model (non-strict, so halfprec's hooks are traced)."""
+    # torch.export marks the example tensors it sees as dynamic; give it copies so a
+    # second export of the same batch (say, a static one after a failure) starts clean.
+    fresh = map_tensors(lambda t: t.detach().clone(), named)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.export.export(model, (), kwargs=fresh, dynamic_shapes=shapes, strict=False)
+    except HalfprecError:
+        raise
+    except Exception as exc:  # torch.export raises many unrelated types
+        raise ExportError(explain_failure("torch.export", exc)) from exc

@@ -1,0 +1,50 @@
+"""``.pt2`` files: a ``torch.export`` program with halfprec's metadata inside.
+
+The program holds the half weights, the fp32 island weights, and every cast halfprec's
+hooks make (inputs to half, islands to fp32 and back, outputs to fp32), as graph nodes.
+``torch.export.load`` reads it back without unpickling code.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .config import ExportError
+from .info import INFO_KEY, ArtifactInfo
+
+__all__ = ["write_exported_program", "load_exported_program"]
+
+
+def write_exported_program(
+    program: torch.export.ExportedProgram, path: Path, info: ArtifactInfo
+) -> None:
+    """Save ``program`` to ``path`` (the caller makes the write atomic)."""
+    buffer = io.BytesIO()  # torch.export.save wants a .pt2 name; the atomic temp file is not
+    torch.export.save(program, buffer, extra_files={INFO_KEY: info.to_json_text()})
+    path.write_bytes(buffer.getvalue())
+
+
+def load_exported_program(path: Path) -> tuple[nn.Module, ArtifactInfo]:
+    """The program's callable module and its metadata."""
+    extra: dict[str, str] = {INFO_KEY: ""}
+    log = logging.getLogger("torch.export")
+    level = log.level
+    log.setLevel(logging.ERROR)  # a bad file is reported below, not as a logged traceback
+    try:
+        program = torch.export.load(path, extra_files=extra)
+    except Exception as exc:  # a corrupt archive raises zipfile, JSON or torch errors
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ExportError(
+            f"{path} is not a loadable torch.export file ({first[:200]}); write it with "
+            "torch.export.save or halfprec export"
+        ) from None
+    finally:
+        log.setLevel(level)
+    if not extra[INFO_KEY]:
+        raise ExportError(f"{path} was not written by halfprec export; re-export it with halfprec")
+    return program.module(), ArtifactInfo.from_json_text(extra[INFO_KEY], str(path))

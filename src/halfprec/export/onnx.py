@@ -1,0 +1,243 @@
+"""ONNX files, run and inspected with onnxruntime on CPU.
+
+Export goes through ``torch.onnx.export(dynamo=True)`` on the same ``torch.export``
+program as ``.pt2``, so the ONNX graph holds halfprec's casts as ``Cast`` nodes: fp32
+inputs in, fp16 weights and compute, fp32 islands (LayerNormalization), fp32 outputs out
+(like onnxconverter-common's ``keep_io_types=True``).
+
+onnxruntime's CPU execution provider has no fp16 kernel for most operators on x86
+(Gemm, MatMul, Softmax, elementwise ops). When it meets an fp16 node without a kernel it
+inserts ``Cast`` nodes (named ``InsertedPrecisionFreeCast_*``) to run that node in fp32.
+:func:`inspect_casts` counts them in onnxruntime's optimized graph, and names the
+operator types that fall back. bf16 is refused (``config.check_onnx_dtype``): the CPU
+provider has no bf16 Gemm kernel and rejects a bf16 graph at session creation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import HalfprecError, MissingExtraError
+from ..timing import Timing, measure
+from .capture import explain_failure
+from .config import ExportError
+from .info import INFO_KEY, ArtifactInfo
+
+__all__ = [
+    "OrtCasts",
+    "OrtLatency",
+    "OnnxSession",
+    "import_onnx",
+    "import_onnxruntime",
+    "write_onnx",
+    "load_onnx",
+    "inspect_casts",
+    "ort_latency",
+]
+
+PROVIDER = "CPUExecutionProvider"
+_INSERTED_CAST = "InsertedPrecisionFreeCast"
+_FLOAT = 1  # onnx.TensorProto.FLOAT
+
+
+def import_onnx() -> Any:
+    try:
+        import onnx
+    except ImportError:
+        raise MissingExtraError("onnx", "onnx", "ONNX export") from None
+    return onnx
+
+
+def import_onnxruntime() -> Any:
+    try:
+        import onnxruntime
+    except ImportError:
+        raise MissingExtraError("onnxruntime", "onnx", "running ONNX files") from None
+    onnxruntime.set_default_logger_severity(3)
+    return onnxruntime
+
+
+def _require_onnxscript() -> None:
+    try:
+        import onnxscript  # noqa: F401
+    except ImportError:
+        raise MissingExtraError("onnxscript", "onnx", "ONNX export (torch.onnx dynamo)") from None
+
+
+def write_onnx(
+    program: torch.export.ExportedProgram, path: Path, info: ArtifactInfo, opset: int
+) -> None:
+    """Translate ``program`` to ONNX and save it, weights inside, to ``path``."""
+    onnx = import_onnx()
+    _require_onnxscript()
+    quiet = logging.getLogger("torch.onnx")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # "torchvision is not installed" notices are not ours
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            onnx_program = torch.onnx.export(
+                program,
+                input_names=list(info.inputs),
+                output_names=list(info.outputs),
+                opset_version=opset,
+                dynamo=True,
+                verbose=False,
+            )
+    except HalfprecError:
+        raise
+    except Exception as exc:  # the exporter wraps many error types
+        raise ExportError(explain_failure("torch.onnx.export", exc)) from exc
+    finally:
+        quiet.setLevel(level)
+    assert onnx_program is not None  # dynamo=True always returns the program
+    proto = onnx_program.model_proto
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = INFO_KEY, info.to_json_text()
+    if proto.ByteSize() >= 2**31 - 1:
+        raise ExportError(
+            "the ONNX model is over 2 GB, which needs external weight files; halfprec writes "
+            "single-file ONNX only: use --format exported-program"
+        )
+    onnx.save(proto, str(path))
+
+
+class OnnxSession:
+    """An onnxruntime CPU session fed with torch tensors by ONNX input name."""
+
+    def __init__(self, path: Path, options: Any = None) -> None:
+        ort = import_onnxruntime()
+        try:
+            self.session = ort.InferenceSession(str(path), options, providers=[PROVIDER])
+        except Exception as exc:  # onnxruntime raises its own exception types
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ExportError(
+                f"onnxruntime cannot load {path} ({first[:240]}); re-export it with "
+                "halfprec export --format onnx"
+            ) from None
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def feeds(self, tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
+        missing = [n for n in self.input_names if n not in tensors]
+        if missing:
+            raise ExportError(
+                f"the ONNX model needs inputs {missing} that the batch does not have; "
+                f"give inputs named {self.input_names}"
+            )
+        return {n: tensors[n].detach().cpu().numpy() for n in self.input_names}
+
+    def run(self, feeds: dict[str, Any]) -> dict[str, torch.Tensor]:
+        results = self.session.run(self.output_names, feeds)
+        return {n: torch.from_numpy(r) for n, r in zip(self.output_names, results, strict=True)}
+
+
+def load_onnx(path: Path) -> tuple[OnnxSession, ArtifactInfo]:
+    """An onnxruntime session for ``path`` and the halfprec metadata stored in it."""
+    session = OnnxSession(path)
+    meta = session.session.get_modelmeta().custom_metadata_map
+    if INFO_KEY not in meta:
+        raise ExportError(f"{path} was not written by halfprec export; re-export it with halfprec")
+    return session, ArtifactInfo.from_json_text(meta[INFO_KEY], str(path))
+
+
+@dataclass
+class OrtCasts:
+    """Where onnxruntime's CPU provider had to leave fp16 for fp32."""
+
+    casts_in_file: int
+    casts_inserted: int
+    fp32_fallback_ops: dict[str, int] = field(default_factory=dict)
+    nodes_optimized: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "casts_in_file": self.casts_in_file,
+            "casts_inserted": self.casts_inserted,
+            "fp32_fallback_ops": self.fp32_fallback_ops,
+            "nodes_optimized": self.nodes_optimized,
+        }
+
+
+def inspect_casts(path: Path) -> OrtCasts:
+    """Count the Cast nodes onnxruntime adds to run fp16 nodes it has no kernel for."""
+    onnx, ort = import_onnx(), import_onnxruntime()
+    original = onnx.load(str(path), load_external_data=False)
+    with tempfile.TemporaryDirectory(prefix="halfprec-ort-") as tmp:
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
+        options.log_severity_level = 3
+        OnnxSession(path, options)
+        optimized = onnx.load(options.optimized_model_filepath, load_external_data=False)
+    consumers: dict[str, list[Any]] = {}
+    for node in optimized.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    inserted = [
+        n for n in optimized.graph.node if n.op_type == "Cast" and n.name.startswith(_INSERTED_CAST)
+    ]
+    fallback: Counter[str] = Counter()
+    for cast in inserted:
+        to = next((a.i for a in cast.attribute if a.name == "to"), None)
+        if to == _FLOAT:
+            for node in {id(c): c for c in consumers.get(cast.output[0], [])}.values():
+                fallback[node.op_type] += 1
+    return OrtCasts(
+        casts_in_file=sum(n.op_type == "Cast" for n in original.graph.node),
+        casts_inserted=len(inserted),
+        fp32_fallback_ops=dict(fallback.most_common()),
+        nodes_optimized=len(optimized.graph.node),
+    )
+
+
+@dataclass
+class OrtLatency:
+    """onnxruntime CPU latency of the fp32 export and the half export, same batch."""
+
+    fp32: Timing
+    half: Timing
+    bytes_fp32: int
+    dtype: str
+
+    @property
+    def speedup(self) -> float:
+        return self.fp32.median / self.half.median
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dtype": self.dtype,
+            "fp32_median_s": self.fp32.median,
+            "half_median_s": self.half.median,
+            "speedup": self.speedup,
+            "bytes_fp32": self.bytes_fp32,
+        }
+
+
+def ort_latency(
+    fp32_path: Path,
+    half_path: Path,
+    fp32_inputs: dict[str, torch.Tensor],
+    half_inputs: dict[str, torch.Tensor],
+    *,
+    runs: int,
+    dtype: str,
+) -> OrtLatency:
+    """Time both files on the same batch, one after the other in this process."""
+    timings = []
+    for p, tensors in ((fp32_path, fp32_inputs), (half_path, half_inputs)):
+        session = OnnxSession(p)
+        feeds = session.feeds(tensors)
+
+        def step(session: OnnxSession = session, feeds: dict[str, Any] = feeds) -> None:
+            session.session.run(None, feeds)
+
+        timings.append(measure(step, runs=runs))
+    return OrtLatency(timings[0], timings[1], fp32_path.stat().st_size, dtype)

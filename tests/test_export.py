@@ -1,0 +1,154 @@
+"""halfprec.export: torch.export (.pt2) and TorchScript artifacts, errors, and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import halfprec
+from export_models import DataDependent, FixedBatch, MixedOutputs, example_inputs, tiny
+from halfprec.export import ExportConfig, ExportError, format_for_path, load_artifact
+
+MODELS = str(Path(__file__).with_name("export_models.py"))
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_pt2_reloads_equal_to_the_converted_model(tmp_path: Path, dtype: torch.dtype) -> None:
+    model, batches = tiny(), example_inputs()
+    result = halfprec.export(model, batches, tmp_path / "tiny.pt2", dtype=dtype)
+
+    program = torch.export.load(tmp_path / "tiny.pt2")
+    # the island hooks became graph nodes: layer_norm reads a cast of the half activations
+    norm = next(n for n in program.graph.nodes if "layer_norm" in str(n.target))
+    feeding = norm.args[0]
+    assert "to" in str(feeding.target) and feeding.args[1] == torch.float32
+    state = program.state_dict
+    assert state["l1.weight"].dtype == dtype  # half weights
+    assert state["ln.weight"].dtype == torch.float32  # the LayerNorm island stays fp32
+    half = halfprec.convert(model, dtype)
+    for x in batches:  # 4 and 6 rows: the batch dimension is dynamic
+        out = program.module()(x=x)
+        want = half(x)
+        assert out["logits"].dtype == torch.float32  # fp32 out, like the Python model
+        assert torch.equal(out["logits"], want["logits"])
+        assert torch.equal(out["hidden"], want["hidden"])
+    assert result.passed
+    assert result.python_max_abs == 0.0
+    assert result.checked_batches == 2
+    assert result.info.islands == {"ln": "default island (LayerNorm)"}
+
+
+def test_norm_islands_can_be_converted_too(tmp_path: Path) -> None:
+    result = halfprec.export(
+        tiny(), example_inputs(), tmp_path / "n.pt2", dtype="fp16", default_islands=False
+    )
+    assert result.info.islands == {}
+    assert torch.export.load(tmp_path / "n.pt2").state_dict["ln.weight"].dtype == torch.float16
+    assert result.passed
+
+
+def test_half_io_takes_and_returns_half(tmp_path: Path) -> None:
+    halfprec.export(tiny(), example_inputs(), tmp_path / "io.pt2", dtype="fp16", half_io=True)
+    artifact = load_artifact(tmp_path / "io.pt2")
+    assert artifact.info.io_dtype == "fp16"
+    out = torch.export.load(tmp_path / "io.pt2").module()(x=torch.randn(3, 8).half())
+    assert out["logits"].dtype == torch.float16
+    assert artifact(torch.randn(3, 8))["logits"].dtype == torch.float16  # casts fp32 inputs
+
+
+def test_static_export_checks_only_batches_of_its_shape(tmp_path: Path) -> None:
+    result = halfprec.export(
+        tiny(), example_inputs(), tmp_path / "s.pt2", dtype="fp16", dynamic=False
+    )
+    assert result.passed
+    assert (result.checked_batches, result.skipped_batches) == (1, 1)
+    assert result.info.static_shapes == {"x": (4, 8)}
+    with pytest.raises(Exception, match=r"(?i)shape|size|expected"):
+        torch.export.load(tmp_path / "s.pt2").module()(x=torch.randn(6, 8))
+
+
+def test_dynamic_shapes_that_fail_name_the_fix_and_leave_no_file(tmp_path: Path) -> None:
+    model = FixedBatch().eval()
+    batches = [torch.randn(4, 8)]
+    with pytest.raises(ExportError, match="does not export with dynamic shapes.*--static"):
+        halfprec.export(model, batches, tmp_path / "f.pt2", dtype="fp16")
+    assert _files(tmp_path) == []
+    result = halfprec.export(model, batches, tmp_path / "f.pt2", dtype="fp16", dynamic=False)
+    assert result.passed and _files(tmp_path) == ["f.pt2"]
+
+
+def test_data_dependent_control_flow_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match=r"depends on tensor values at .*export_models.py"):
+        halfprec.export(DataDependent().eval(), [torch.randn(4, 8)], tmp_path / "d.pt2")
+    assert _files(tmp_path) == []
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit.load, torch 2.13
+def test_torchscript_trace_holds_the_casts(tmp_path: Path) -> None:
+    model, batches = tiny(), example_inputs()
+    result = halfprec.export(model, batches, tmp_path / "tiny.ts", dtype="fp16")
+    assert result.info.format == "torchscript"
+    scripted = torch.jit.load(str(tmp_path / "tiny.ts"))
+    half = halfprec.convert(model, "fp16")
+    for x in batches:
+        out = scripted(x=x)
+        assert out["logits"].dtype == torch.float32
+        assert torch.equal(out["logits"], half(x)["logits"])
+    assert scripted.l1.weight.dtype == torch.float16
+    assert scripted.ln.weight.dtype == torch.float32
+    assert result.passed and result.python_max_abs == 0.0
+
+
+def test_torchscript_rejects_mixed_outputs_clearly(tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match="TorchScript cannot trace.*exported-program"):
+        halfprec.export(MixedOutputs().eval(), [torch.randn(2, 8)], tmp_path / "m.ts")
+    assert _files(tmp_path) == []
+    # torch.export has no such limit
+    assert halfprec.export(MixedOutputs().eval(), [torch.randn(2, 8)], tmp_path / "m.pt2").passed
+
+
+def test_bad_requests_name_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match=r"\*.pt2.*\*.onnx"):
+        format_for_path(tmp_path / "model.bin")
+    with pytest.raises(ValueError, match="opset must be 17 or newer"):
+        ExportConfig(format="onnx", opset=13)
+    with pytest.raises(ExportError, match=r"does not fit format onnx; name the file \*.onnx"):
+        ExportConfig.for_path("m.pt2", "onnx")
+    assert ExportConfig.for_path("m.pt", "torchscript").format == "torchscript"
+    with pytest.raises(ExportError, match="pass the original fp32 model"):
+        halfprec.export(halfprec.convert(tiny(), "fp16"), example_inputs(), tmp_path / "x.pt2")
+    with pytest.raises(ExportError, match="not found"):
+        load_artifact(tmp_path / "missing.pt2")
+    (tmp_path / "junk.pt2").write_bytes(b"not a zip")
+    with pytest.raises(ExportError, match="not a loadable torch.export file"):
+        load_artifact(tmp_path / "junk.pt2")
+
+
+@pytest.mark.slow
+def test_cli_export_then_check_artifact(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "tiny.pt2"
+    proc = cli("export", f"{MODELS}:tiny", "-o", str(out), "--dtype", "fp16", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["format"] == "exported-program" and data["passed"] is True
+    assert data["python_max_abs"] == 0.0
+
+    # the passing `check --artifact` path is covered by test_export_onnx.py
+    strict = cli("check", f"{MODELS}:tiny", "--artifact", str(out), "--min-sqnr", "200")
+    assert strict.returncode == 1
+    assert "FAIL" in strict.stdout
+
+
+@pytest.mark.slow
+def test_cli_bad_output_name_exits_2(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    proc = cli("export", f"{MODELS}:tiny", "-o", str(tmp_path / "tiny.bin"))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "cannot tell the export format" in proc.stderr
+    assert _files(tmp_path) == []

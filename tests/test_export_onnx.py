@@ -1,0 +1,100 @@
+"""ONNX export: fp16 graph with fp32 islands and IO, checked with onnxruntime on CPU."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+import torch
+
+import halfprec
+from export_models import custom, example_inputs, tiny
+from halfprec.errors import DTypeError, MissingExtraError
+from halfprec.export import ExportConfig, ExportError, load_artifact
+
+MODELS = str(Path(__file__).with_name("export_models.py"))
+FLOAT, FLOAT16 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
+
+
+def test_onnx_has_half_weights_fp32_islands_and_fp32_io(tmp_path: Path) -> None:
+    model, batches = tiny(), example_inputs()
+    path = tmp_path / "tiny.onnx"
+    result = halfprec.export(model, batches, path)  # "auto" is fp16 for ONNX
+
+    proto = onnx.load(str(path))
+    assert proto.opset_import[0].version >= 17
+    weights = {t.name: t.data_type for t in proto.graph.initializer}
+    assert weights["l1.weight"] == FLOAT16
+    assert weights["ln.weight"] == FLOAT  # the LayerNorm island
+    assert [i.name for i in proto.graph.input] == ["x"]
+    assert [o.name for o in proto.graph.output] == ["logits", "hidden"]
+    assert {i.type.tensor_type.elem_type for i in proto.graph.input} == {FLOAT}
+    assert {o.type.tensor_type.elem_type for o in proto.graph.output} == {FLOAT}
+
+    assert result.passed, result.comparison.problems
+    assert result.info.dtype == "fp16" and result.checked_batches == 2  # dynamic batch
+    assert result.comparison["logits"].cosine > 0.999
+    assert 0 < result.python_max_abs < 0.01  # onnxruntime's kernels, not PyTorch's
+    casts = result.ort_casts
+    assert casts is not None and casts.casts_in_file >= 4  # input, island in/out, outputs
+    # fp16 nodes without a CPU kernel run in fp32 behind casts onnxruntime adds
+    assert (casts.casts_inserted == 0) == (not casts.fp32_fallback_ops)
+
+    out = load_artifact(path)(batches[1])
+    assert out["logits"].dtype == torch.float32 and out["logits"].shape == (6, 4)
+
+
+def test_onnx_latency_is_measured_for_fp32_and_half(tmp_path: Path) -> None:
+    result = halfprec.export(tiny(), example_inputs(), tmp_path / "t.onnx", runs=3)
+    lat = result.ort_latency
+    assert lat is not None and len(lat.fp32.samples) == len(lat.half.samples) == 3
+    assert lat.fp32.median > 0 and lat.half.median > 0
+    assert lat.bytes_fp32 > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.onnx"]  # fp32 file was temporary
+
+
+def test_bf16_onnx_is_refused_with_the_reason(tmp_path: Path) -> None:
+    with pytest.raises(DTypeError, match="bf16 ONNX is not supported.*--dtype fp16"):
+        halfprec.export(tiny(), example_inputs(), tmp_path / "b.onnx", dtype="bf16")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(DTypeError, match="bf16 ONNX"):  # refused before anything runs
+        ExportConfig.for_path("b.onnx", dtype="bf16")
+
+
+def test_unsupported_operator_is_named_and_leaves_no_file(tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match="halfprec_tests.wobble has no ONNX translation"):
+        halfprec.export(custom(), [torch.randn(2, 8)], tmp_path / "c.onnx")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_extra_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnx", None)  # what an uninstalled package looks like
+    with pytest.raises(MissingExtraError, match=r"'onnx'.*pip install 'halfprec\[onnx\]'"):
+        halfprec.export(tiny(), example_inputs(), tmp_path / "t.onnx")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_cli_onnx_export_and_check(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "tiny.onnx"
+    proc = cli("export", f"{MODELS}:tiny", "-o", str(out), "--runs", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["format"] == "onnx" and data["dtype"] == "fp16" and data["passed"]
+    assert data["ort_casts"]["casts_in_file"] >= 4 and data["ort_latency"] is None
+
+    ok = cli("check", f"{MODELS}:tiny", "--artifact", str(out), "--json")
+    assert ok.returncode == 0, ok.stderr
+    report = json.loads(ok.stdout)
+    assert report["passed"] is True and report["info"]["format"] == "onnx"
+
+
+@pytest.mark.slow
+def test_cli_unsupported_op_exits_2(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    proc = cli("export", f"{MODELS}:custom", "-o", str(tmp_path / "c.onnx"))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("halfprec: error: operator halfprec_tests.wobble")
+    assert list(tmp_path.iterdir()) == []
