@@ -243,3 +243,19 @@ def test_policy_file_drives_dtype_and_islands(tmp_path) -> None:  # type: ignore
     Policy(dtype=torch.float16, keep_fp32=("0",)).save(tmp_path / "p.json")
     half = convert(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), policy=tmp_path / "p.json")
     assert half[0].weight.dtype == torch.float32 and half[1].weight.dtype == torch.float16
+
+
+def test_mixed_kernels_off_casts_norm_inputs_to_fp32_with_same_result() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8), nn.Linear(8, 8)).eval()
+    x = torch.randn(4, 8)
+    outs = {}
+    for mixed in (True, False):
+        half = convert(model, "fp16", mixed_kernels=mixed)
+        seen: list[torch.dtype] = []
+        half[1].register_forward_pre_hook(lambda m, a, seen=seen: seen.append(a[0].dtype))
+        outs[mixed] = half(x)
+        if not mixed:
+            assert seen == [torch.float32]
+    # fp32 statistics either way: the fused mixed kernel and the cast island agree.
+    torch.testing.assert_close(outs[True], outs[False], atol=2e-3, rtol=0)

@@ -82,6 +82,7 @@ class ConvertConfig:
     default_islands: bool = True
     cast_outputs: bool = True
     guard_boundaries: bool = True
+    mixed_kernels: bool = True
     policy: Policy | None = None
 
     def __post_init__(self) -> None:
@@ -163,6 +164,7 @@ def convert(
     default_islands: bool = True,
     cast_outputs: bool = True,
     guard_boundaries: bool = True,
+    mixed_kernels: bool = True,
     policy: Policy | str | os.PathLike[str] | None = None,
 ) -> nn.Module:
     """Return a half-precision copy of ``model``; ``model`` itself is left unchanged.
@@ -172,6 +174,9 @@ def convert(
     of the default norm islands (``default_islands=False`` drops those).
     ``filter_fn(module, name) -> bool``: True keeps that module in fp32.
     ``policy``: a :class:`Policy` or the path of one written by ``halfprec tune``.
+    ``mixed_kernels``: let built-in norm islands take half input straight into their fp32
+    parameter kernels where the device supports it (no casts); ``False`` always casts, which
+    graph formats that need one dtype per op (ONNX) require.
     """
     clone = copy.deepcopy(model)
     return convert_(
@@ -182,6 +187,7 @@ def convert(
         default_islands=default_islands,
         cast_outputs=cast_outputs,
         guard_boundaries=guard_boundaries,
+        mixed_kernels=mixed_kernels,
         policy=policy,
     )
 
@@ -195,6 +201,7 @@ def convert_(
     default_islands: bool = True,
     cast_outputs: bool = True,
     guard_boundaries: bool = True,
+    mixed_kernels: bool = True,
     policy: Policy | str | os.PathLike[str] | None = None,
 ) -> nn.Module:
     """Convert ``model`` in place (see :func:`convert`) and return it."""
@@ -212,6 +219,7 @@ def convert_(
         default_islands=default_islands,
         cast_outputs=cast_outputs,
         guard_boundaries=guard_boundaries,
+        mixed_kernels=mixed_kernels,
         policy=pol,
     )
     return _Converter(model, config).run()
@@ -397,7 +405,7 @@ class _Converter:
         # only the parameter casts and the root's IO casting apply.
         for name in islands:
             if name != "" and not isinstance(modules[name], torch.jit.ScriptModule):
-                _install_island(modules[name], original, dtype)
+                _install_island(modules[name], original, dtype, self.config.mixed_kernels)
         if self.config.guard_boundaries:
             for module in half_modules:
                 if module is not self.model and not isinstance(module, torch.jit.ScriptModule):
@@ -498,7 +506,9 @@ def _mixed_kernel_ok(kind_name: str, device: torch.device, dtype: torch.dtype) -
     return bool(torch.allclose(mixed.float(), exact.float(), rtol=0, atol=4 * range_of(dtype).eps))
 
 
-def _install_island(module: nn.Module, original: torch.dtype, compute: torch.dtype) -> None:
+def _install_island(
+    module: nn.Module, original: torch.dtype, compute: torch.dtype, allow_mixed: bool
+) -> None:
     """fp32 in, and the caller's dtype back out, per call (thread-safe for DataParallel).
 
     A built-in norm whose kernel computes half inputs in fp32 against fp32 parameters needs
@@ -507,7 +517,7 @@ def _install_island(module: nn.Module, original: torch.dtype, compute: torch.dty
     kind = type(module)
     params = list(module.parameters(recurse=False))
     device = params[0].device if params else torch.device("cpu")
-    mixed = kind in _MIXED_KERNELS and original == torch.float32
+    mixed = allow_mixed and kind in _MIXED_KERNELS and original == torch.float32
     if mixed and _mixed_kernel_ok(kind.__name__, device, compute):
         return
     local = threading.local()

@@ -181,6 +181,7 @@ def export(
         default_islands=default_islands,
         policy=policy,
         cast_outputs=not half_io,
+        mixed_kernels=config.format != "onnx",  # ONNX ops take one dtype for all inputs
     )
     report = conversion_report(half)
     assert report is not None  # convert() always attaches its report
