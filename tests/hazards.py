@@ -387,24 +387,51 @@ def _loop() -> tuple[nn.Module, list[Any]]:
 HAZARDS: dict[str, Hazard] = {
     h.name: h
     for h in (
-        Hazard("fill-1e9", "masked_fill(mask, -1e9) in an attention core", _fill_1e9,
-               "layers.0.attn.core"),
-        Hazard("fill-finfo-min", "masked_fill(mask, finfo(float32).min) inline in attention",
-               _fill_finfo_min, "layers.0.attn"),
-        Hazard("rmsnorm-overflow", "hand-written RMSNorm: mean(x**2) overflows", _rmsnorm,
-               "norm"),
+        Hazard(
+            "fill-1e9",
+            "masked_fill(mask, -1e9) in an attention core",
+            _fill_1e9,
+            "layers.0.attn.core",
+        ),
+        Hazard(
+            "fill-finfo-min",
+            "masked_fill(mask, finfo(float32).min) inline in attention",
+            _fill_finfo_min,
+            "layers.0.attn",
+        ),
+        Hazard("rmsnorm-overflow", "hand-written RMSNorm: mean(x**2) overflows", _rmsnorm, "norm"),
         Hazard("eps-1e-12", "hand-written LayerNorm, eps=1e-12, constant rows", _eps, "norm"),
         Hazard("large-intermediate", "FFN hidden activations beyond 65504", _large, "ffn.0"),
         Hazard("exp-softmax", "hand-written exp() softmax", _exp, "softmax"),
-        Hazard("batchnorm-var", "BatchNorm running_var above 65504", _batchnorm, "bn",
-               prevented_by_convert=True),
-        Hazard("tensor-no-dtype", "torch.arange(...) / n made in forward without dtype",
-               _no_dtype, "mixer", prevented_by_convert=True),
-        Hazard("fp32-attribute", "a plain fp32 tensor attribute", _attribute, "rescale",
-               prevented_by_convert=True),
-        Hazard("int-dict-positions", "integer positions in a dict input, cast to fp16",
-               _int_dict, "pos"),
-        Hazard("shared-loop", "one hand-written norm module called 4 times per forward",
-               _loop, "norm"),
+        Hazard(
+            "batchnorm-var",
+            "BatchNorm running_var above 65504",
+            _batchnorm,
+            "bn",
+            prevented_by_convert=True,
+        ),
+        Hazard(
+            "tensor-no-dtype",
+            "torch.arange(...) / n made in forward without dtype",
+            _no_dtype,
+            "mixer",
+            prevented_by_convert=True,
+        ),
+        Hazard(
+            "fp32-attribute",
+            "a plain fp32 tensor attribute",
+            _attribute,
+            "rescale",
+            prevented_by_convert=True,
+        ),
+        Hazard(
+            "int-dict-positions",
+            "integer positions in a dict input, cast to fp16",
+            _int_dict,
+            "pos",
+        ),
+        Hazard(
+            "shared-loop", "one hand-written norm module called 4 times per forward", _loop, "norm"
+        ),
     )
 }

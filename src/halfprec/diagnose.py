@@ -95,9 +95,7 @@ class ModuleDiagnosis:
 
     def problem(self, threshold: float, dtype: torch.dtype) -> str | None:
         """Why this module's own half computation is broken, or None."""
-        return _local_problem(
-            self.local, self.local_exception, self.leak, threshold, dtype
-        )
+        return _local_problem(self.local, self.local_exception, self.leak, threshold, dtype)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -218,9 +216,7 @@ def naive_half(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     twin = copy.deepcopy(model).to(dtype)
     cast = _cast_to(dtype)
 
-    def hook(
-        module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Any, Any]:
+    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
         return map_tensors(cast, args), map_tensors(cast, kwargs)
 
     twin.register_forward_pre_hook(hook, with_kwargs=True)
