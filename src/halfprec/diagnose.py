@@ -24,6 +24,7 @@ follow :mod:`halfprec.batch`.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
@@ -243,9 +244,11 @@ def _peak(obj: Any) -> float:
     peak = 0.0
     for _, t in iter_tensors(obj):
         if t.is_floating_point() and t.numel():
-            finite = t[torch.isfinite(t)]
-            if finite.numel():
-                peak = max(peak, float(finite.abs().max()))
+            top = float(t.abs().amax())
+            if not math.isfinite(top):
+                finite = t[torch.isfinite(t)]
+                top = float(finite.abs().max()) if finite.numel() else 0.0
+            peak = max(peak, top)
     return peak
 
 

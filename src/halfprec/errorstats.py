@@ -70,19 +70,36 @@ class ErrorStats:
         return matched
 
     def _add_tensor(self, r: torch.Tensor, c: torch.Tensor, limits: NumericRange) -> None:
-        r64 = r.to(torch.float64)
-        c64 = c.to(device=r.device, dtype=torch.float64)
-        ref_ok = torch.isfinite(r64)
-        cand_ok = torch.isfinite(c64)
+        if r.dtype not in (torch.float32, torch.float64):
+            r = r.float()
+        diff = r - c  # promotes the half side to r's dtype in the same kernel
+        ref_sq = float(torch.linalg.vector_norm(r)) ** 2
+        err_sq = float(torch.linalg.vector_norm(diff)) ** 2
+        peak = float(torch.linalg.vector_norm(r, ord=math.inf)) if r.numel() else 0.0
+        self.elements += r.numel()
+        if math.isfinite(ref_sq) and math.isfinite(err_sq) and math.isfinite(peak):
+            self.ref_peak = max(self.ref_peak, peak)
+            if peak > limits.max:
+                self.beyond_range += int((r.abs() > limits.max).sum())
+            if err_sq > 1e-4 * ref_sq:  # only look for flushed values where the error shows
+                self.flushed += int(((c == 0) & (r != 0)).sum())
+            self.ref_sq += ref_sq
+            self.err_sq += err_sq
+            return
+        self._add_nonfinite(r.to(torch.float64), c.to(r.device, torch.float64), limits)
+
+    def _add_nonfinite(self, r: torch.Tensor, c: torch.Tensor, limits: NumericRange) -> None:
+        """The slow path, when either side holds inf/NaN: only positions finite in both count."""
+        ref_ok = torch.isfinite(r)
+        cand_ok = torch.isfinite(c)
         self.nonfinite += int((ref_ok & ~cand_ok).sum())
         both = ref_ok & cand_ok
-        absr = torch.where(ref_ok, r64, 0.0).abs()
+        absr = torch.where(ref_ok, r, 0.0).abs()
         if absr.numel():
             self.ref_peak = max(self.ref_peak, float(absr.max()))
         self.beyond_range += int((absr > limits.max).sum())
-        rf = torch.where(both, r64, 0.0)
-        cf = torch.where(both, c64, 0.0)
+        rf = torch.where(both, r, 0.0)
+        cf = torch.where(both, c, 0.0)
         self.flushed += int(((rf != 0) & (cf == 0)).sum())
         self.ref_sq += float((rf * rf).sum())
         self.err_sq += float(((rf - cf) ** 2).sum())
-        self.elements += r.numel()
