@@ -26,6 +26,9 @@ EXIT_USAGE = 2  # bad input: nothing was written
 _COMMANDS: dict[str, str] = {
     "check": "check",
     "convert": "convert",
+    "diagnose": "diagnose",
+    "preflight": "preflight",
+    "tune": "tune",
 }
 
 
