@@ -435,3 +435,30 @@ HAZARDS: dict[str, Hazard] = {
         ),
     )
 }
+
+
+# -- factories for the command line (MODEL = tests/hazards.py:fill_model) ----------------------
+def fill_model() -> nn.Module:
+    return HAZARDS["fill-1e9"].build()[0]
+
+
+def fill_model_example_inputs() -> list[Any]:
+    return HAZARDS["fill-1e9"].build()[1]
+
+
+def rmsnorm_model() -> nn.Module:
+    return HAZARDS["rmsnorm-overflow"].build()[0]
+
+
+def rmsnorm_model_example_inputs() -> list[Any]:
+    return HAZARDS["rmsnorm-overflow"].build()[1]
+
+
+def dropout_model() -> nn.Module:
+    """Dropout left in train mode: fp32 does not reproduce itself."""
+    torch.manual_seed(12)
+    return nn.Sequential(nn.Linear(16, 64), nn.Dropout(0.5), nn.Linear(64, 4)).train()
+
+
+def dropout_model_example_inputs() -> list[Any]:
+    return _float_batches((8, 16), 1.0)
