@@ -358,6 +358,7 @@ class _Diagnoser:
             out = twin(*args, **kwargs)
         except Exception as exc:  # any failure in half is a finding, not a crash
             exc_text = _first_line(exc)
+            stats.ref_peak = _peak(c.output)
         else:
             stats.add(c.output, out, self.limits)
             if (

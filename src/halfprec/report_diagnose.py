@@ -146,7 +146,7 @@ def plot_diagnosis(diag: Diagnosis, path: str | os.PathLike[str], title: str = "
     ax.set_xlabel("module, in execution order")
     ax.set_ylabel("relative error vs fp32")
     ax.set_title(title or f"halfprec diagnose: {dtype_name(diag.dtype)} vs fp32")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format="png")
