@@ -114,6 +114,7 @@ class Variant:
     comparison: Comparison | None = None
     latency: float | None = None
     note: str = ""
+    model: nn.Module | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         div = self.diagnosis.divergence if self.diagnosis is not None else None
@@ -226,6 +227,9 @@ class _Search:
         self.tolerance = config.tolerance_for(dtype)
         self.variant = Variant(dtype)
         self.cache: dict[tuple[str, ...], bool] = {}
+        self.shares: dict[tuple[str, ...], float] = {}
+        # the model without extra islands (for the diagnosis) and the latest passing one
+        self.kept: dict[tuple[str, ...], tuple[nn.Module, list[Any]]] = {}
 
     def convert(self, keep: tuple[str, ...]) -> nn.Module:
         return convert(
@@ -239,7 +243,9 @@ class _Search:
         if len(self.variant.evaluations) >= self.config.max_evaluations:
             raise _BudgetSpent
         half = self.convert(key)
-        passed, detail, passes = True, "ok", 0
+        report = conversion_report(half)
+        self.shares[key] = report.fp32_share if report is not None else 0.0
+        passed, detail, passes, outs = True, "ok", 0, []
         with torch.inference_mode():
             for i, batch in enumerate(self.batches):
                 passes += 1
@@ -248,6 +254,7 @@ class _Search:
                 except Exception as exc:  # a half run that raises fails this set
                     passed, detail = False, f"batch {i}: raised {type(exc).__name__}"
                     break
+                outs.append(out)
                 cmp = compare_outputs(
                     [self.reference[i]], [out], tolerance=self.tolerance, dtype=self.dtype
                 )
@@ -258,6 +265,10 @@ class _Search:
         self.variant.passes += passes
         self.variant.evaluations.append(Evaluation(key, passed, passes, detail))
         self.cache[key] = passed
+        if passed:
+            self.kept = {k: v for k, v in self.kept.items() if k == ()}
+        if passed or key == ():
+            self.kept[key] = (half, outs)
         self.progress(
             f"{dtype_name(self.dtype)}: try {len(self.variant.evaluations)}, "
             f"{len(key)} islands, {'pass' if passed else 'fail'}"
@@ -275,29 +286,39 @@ class _Search:
         if best is not None:
             v.passed, v.keep_fp32 = True, best
             v.fp32_share = self.share(best)
-            with torch.inference_mode():
-                half = self.convert(best)
-                outs = [call(half, b) for b in self.batches]
-            v.passes += len(self.batches)
+            if best in self.kept:
+                half, outs = self.kept[best]
+            else:
+                with torch.inference_mode():
+                    half = self.convert(best)
+                    outs = [call(half, b) for b in self.batches]
+                v.passes += len(self.batches)
+            v.model = half
             v.comparison = compare_outputs(
                 self.reference, outs, tolerance=self.tolerance, dtype=self.dtype
             )
         elif not v.note:
             v.note = "no set of fp32 islands among the candidates meets the tolerance"
+        self.kept.clear()
         return v
 
     def share(self, keep: tuple[str, ...]) -> float:
-        report = conversion_report(self.convert(keep))
-        return report.fp32_share if report is not None else 0.0
+        key = tuple(sorted(keep))
+        if key not in self.shares:
+            report = conversion_report(self.convert(key))
+            self.shares[key] = report.fp32_share if report is not None else 0.0
+        return self.shares[key]
 
     def search(self) -> tuple[str, ...] | None:
         if self.evaluate(()):
             return ()
-        base = self.convert(())
+        kept = self.kept.pop((), None)
+        base = kept[0] if kept is not None else self.convert(())
         diag = diagnose(self.model, self.batches, self.dtype, half=base, tolerance=self.tolerance)
         self.variant.diagnosis = diag
         self.variant.passes += 3 * len(self.batches)  # fp32 + own-code half + full half
         report = conversion_report(base)
+        del kept, base
         islands = tuple(report.islands) if report is not None else ()
         flagged, ranked = self.rank(diag, islands)
         self.variant.candidates = list(ranked)
@@ -435,11 +456,9 @@ def tune(
         passes += variant.passes
         variants.append(variant)
     chosen, reason, fp32_latency = _choose(model, cal, variants, config, report_progress)
-    converted = None
-    if chosen.passed:
-        converted = convert(
-            model, chosen.dtype, keep_fp32=chosen.keep_fp32, default_islands=default_islands
-        )
+    converted = chosen.model if chosen.passed else None
+    for v in variants:
+        v.model = None  # only the chosen variant's model is handed back
     report = TuneReport(
         dtype=chosen.dtype,
         passed=chosen.passed,
@@ -481,14 +500,8 @@ def _choose(
     runs = config.timing_runs
     with torch.inference_mode():
         for v in passing:
-            v.latency = _latency(
-                convert(
-                    model, v.dtype, keep_fp32=v.keep_fp32, default_islands=config.default_islands
-                ),
-                first,
-                device,
-                runs,
-            )
+            assert v.model is not None  # set by _Search.run for every passing variant
+            v.latency = _latency(v.model, first, device, runs)
         fp32 = _latency(model, first, device, runs)
     best = min(passing, key=lambda v: v.latency or float("inf"))
     times = ", ".join(f"{dtype_name(v.dtype)} {1e3 * (v.latency or 0):.1f} ms" for v in passing)
