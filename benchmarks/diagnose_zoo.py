@@ -38,18 +38,25 @@ from halfprec.tune import tune  # noqa: E402
 from halfprec.zoo import token_batch  # noqa: E402
 
 
-def _forward_time(model: nn.Module, batch: Any, runs: int) -> float:
+def _timings(
+    model: nn.Module, half: nn.Module | None, batch: Any, rounds: int
+) -> tuple[float, float, float, Any]:
+    """Medians of a plain fp32 forward, a half forward and one diagnosis, interleaved round by
+    round so that load changes on a shared machine hit all three alike."""
+    t32, t16, tdiag, diag = [], [], [], None
     with torch.inference_mode():
-        return measure(lambda: call(model, batch), warmup=1, runs=runs).median
-
-
-def _diagnose_time(model: nn.Module, batch: Any, runs: int) -> tuple[float, Any]:
-    times, diag = [], None
-    for _ in range(runs):
-        start = time.perf_counter()
-        diag = diagnose(model, [batch], "fp16")
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), diag
+        call(model, batch)
+        if half is not None:
+            call(half, batch)
+        for _ in range(rounds):
+            t32.append(measure(lambda: call(model, batch), warmup=0, runs=1).median)
+            if half is not None:
+                t16.append(measure(lambda: call(half, batch), warmup=0, runs=1).median)
+            start = time.perf_counter()
+            diag = diagnose(model, [batch], "fp16")
+            tdiag.append(time.perf_counter() - start)
+    med = statistics.median
+    return med(t32), med(t16) if t16 else float("nan"), med(tdiag), diag
 
 
 def row(
@@ -59,9 +66,7 @@ def row(
     start = time.perf_counter()
     result = tune(model, batches, "fp16")
     t_tune = time.perf_counter() - start
-    t32 = _forward_time(model, first, runs)
-    t16 = _forward_time(result.model, first, runs) if result.model is not None else float("nan")
-    t_diag, diag = _diagnose_time(model, first, max(1, runs // 3))
+    t32, t16, t_diag, diag = _timings(model, result.model, first, runs)
     if plots is not None:
         from halfprec.report_diagnose import plot_diagnosis
 
@@ -82,7 +87,7 @@ def row(
 
 
 def _short_tokens(model: nn.Module, batch: int, seq: int) -> list[Any]:
-    vocab = model.config.vocab_size if hasattr(model, "config") else 30522
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 30522))
     return [token_batch(vocab, batch, seq, seed=s) for s in range(2)]
 
 
@@ -101,7 +106,7 @@ def zoo_models(batch: int, seq: int) -> list[tuple[str, nn.Module, list[Any]]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("hazards", "zoo"), default=None)
-    parser.add_argument("--runs", type=int, default=5, help="timed forward passes (median)")
+    parser.add_argument("--runs", type=int, default=5, help="timed rounds (medians)")
     parser.add_argument("--batch", type=int, default=2, help="batch size for bert-base/gpt2")
     parser.add_argument("--seq", type=int, default=32, help="sequence length for bert-base/gpt2")
     parser.add_argument("--plots", type=Path, default=None, help="write zoo plots here")
