@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+import weakref
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -231,8 +232,24 @@ def _cast_to(dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
     return cast
 
 
-def _clone(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().clone()
+class _Snapshots:
+    """Copies of the tensors seen in one fp32 pass, one copy per tensor and version: a
+    module's output that the next module takes as input is copied once, not twice."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, tuple[weakref.ref[torch.Tensor], int, torch.Tensor]] = {}
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        try:
+            version = t._version
+        except RuntimeError:  # inference tensors have no version counter: always copy
+            return t.detach().clone()
+        entry = self.seen.get(id(t))
+        if entry is not None and entry[0]() is t and entry[1] == version:
+            return entry[2]
+        copy_ = t.detach().clone()
+        self.seen[id(t)] = (weakref.ref(t), version, copy_)
+        return copy_
 
 
 def _first_line(exc: BaseException) -> str:
@@ -310,6 +327,7 @@ class _Diagnoser:
         stack: list[_Call] = []
         counters: dict[str, int] = defaultdict(int)
         clock = [0]
+        snap = _Snapshots()
 
         def pre(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             name = self.names[id(mod)]
@@ -320,14 +338,14 @@ class _Diagnoser:
             calls.append(c)
             stack.append(c)
             rec = self.record(name)
-            c.inputs = map_tensors(_clone, (args, kwargs))
+            c.inputs = map_tensors(snap, (args, kwargs))
             rec.input_max_abs = max(rec.input_max_abs, _peak(c.inputs))
 
         def post(mod: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
             c = stack.pop()
             c.end = clock[0]
             clock[0] += 1
-            c.output = map_tensors(_clone, output)
+            c.output = map_tensors(snap, output)
             self.local(c)
             c.inputs = None
 
@@ -340,7 +358,8 @@ class _Diagnoser:
         rec.calls += 1
         twin = self.twins[c.name]
         inside = self.in_island(c.name)
-        args, kwargs = map_tensors(_cast_to(self.original if inside else self.dtype), c.inputs)
+        # copies: the recorded tensors are shared between calls and must not change
+        args, kwargs = map_tensors(_copy_to(self.original if inside else self.dtype), c.inputs)
         queues: dict[str, deque[_Call]] = defaultdict(deque)
         for callee in c.callees:
             queues[callee.name].append(callee)
@@ -560,7 +579,7 @@ def diagnose(
     ref_outs: list[Any] = []
     half_outs: list[Any] = []
     problems: list[str] = []
-    with torch.inference_mode():
+    with torch.no_grad():  # not inference_mode: snapshots read tensors' version counters
         for i, batch in enumerate(batches):
             calls, ref_out = d.fp32_pass(batch)
             by_key = {(c.name, c.nth): c for c in calls}
