@@ -44,8 +44,11 @@ def test_tune_makes_every_hazard_finite_and_within_tolerance(name: str) -> None:
 
 def test_islands_can_be_non_contiguous() -> None:
     model, batches = HAZARDS["fill-1e9"].build()
-    result = tune(model, batches, "fp16")
+    seen: list[str] = []
+    result = tune(model, batches, "fp16", progress=seen.append)
     assert set(result.keep_fp32) == {"layers.0.attn.core", "layers.1.attn.core"}
+    assert len(seen) == len(result.report.variants[0].evaluations)
+    assert seen[0].startswith("fp16: try 1, 0 islands, fail")
     diag = result.report.variants[0].diagnosis
     assert diag is not None and diag.culprit == "layers.0.attn.core"
 
