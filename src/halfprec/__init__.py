@@ -85,3 +85,30 @@ __all__ += [
     "ArtifactInfo",
     "load_artifact",
 ]
+
+# -- diagnose, preflight, tune (issue #3) ---------------------------------------------------
+from .diagnose import Diagnosis, Divergence, ModuleDiagnosis, diagnose, naive_half  # noqa: E402
+from .preflight import Finding, Preflight, preflight  # noqa: E402
+from .tune import (  # noqa: E402
+    ToleranceUnreachableError,
+    TuneConfig,
+    TuneReport,
+    TuneResult,
+    tune,
+)
+
+__all__ += [
+    "diagnose",
+    "naive_half",
+    "Diagnosis",
+    "Divergence",
+    "ModuleDiagnosis",
+    "preflight",
+    "Preflight",
+    "Finding",
+    "tune",
+    "TuneConfig",
+    "TuneReport",
+    "TuneResult",
+    "ToleranceUnreachableError",
+]

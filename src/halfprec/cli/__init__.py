@@ -29,6 +29,9 @@ _COMMANDS: dict[str, str] = {
     "lint": "lint",
     "audit": "audit",
     "export": "export",
+    "diagnose": "diagnose",
+    "preflight": "preflight",
+    "tune": "tune",
 }
 
 

@@ -1,0 +1,225 @@
+"""Numeric preflight: what will not fit the half dtype, found before converting.
+
+Static checks (no forward pass):
+
+- parameters, buffers (BatchNorm ``running_mean``/``running_var``) and plain tensor
+  attributes whose values lie beyond the dtype's range (fp16 max 65504);
+- ``eps`` attributes (``eps``, ``variance_epsilon``, ...) below the dtype's smallest
+  subnormal, which round to 0 (BERT's ``eps=1e-12`` is 0 in fp16).
+
+With inputs, one fp32 forward pass also finds Python constants passed to fills
+(``masked_fill``, ``fill_``, ``full``, ``new_full``, ...) that the dtype cannot hold, such as
+``-1e9`` or ``torch.finfo(torch.float32).min``: in half these raise "value cannot be
+converted to type at::Half without overflow". Each finding says whether ``convert`` already
+keeps it safe by default (``handled``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from .batch import as_batches, call
+from .convert import is_default_island
+from .dtypes import DTypeLike, dtype_name, range_of, resolve_dtype
+
+__all__ = ["Finding", "Preflight", "preflight", "EPS_NAMES", "FILL_FUNCTIONS"]
+
+EPS_NAMES = ("eps", "epsilon", "variance_epsilon", "layer_norm_eps", "norm_eps", "rms_norm_eps")
+FILL_FUNCTIONS = frozenset(
+    {"masked_fill", "masked_fill_", "fill_", "fill", "full", "full_like", "new_full", "index_fill"}
+)
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One value the dtype cannot represent."""
+
+    kind: str  # "range", "eps", "fill"
+    module: str
+    module_type: str
+    detail: str
+    value: float
+    handled: bool
+    location: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Preflight:
+    """The result of :func:`preflight`; ``problems`` are the findings convert leaves open."""
+
+    dtype: torch.dtype
+    findings: list[Finding] = field(default_factory=list)
+    forward_checked: bool = False
+
+    @property
+    def problems(self) -> list[Finding]:
+        return [f for f in self.findings if not f.handled]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dtype": dtype_name(self.dtype),
+            "forward_checked": self.forward_checked,
+            "problems": len(self.problems),
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+def _peak(t: torch.Tensor) -> float:
+    t = t.detach()
+    finite = t[torch.isfinite(t)]
+    return float(finite.abs().max()) if finite.numel() else 0.0
+
+
+def _static(model: nn.Module, dtype: torch.dtype) -> list[Finding]:
+    limits = range_of(dtype)
+    name_ = dtype_name(dtype)
+    found: list[Finding] = []
+    for mname, module in model.named_modules():
+        mtype = type(module).__name__
+        tensors: list[tuple[str, str, torch.Tensor]] = []
+        tensors += [("parameter", n, p) for n, p in module.named_parameters(recurse=False)]
+        tensors += [
+            ("buffer", n, b) for n, b in module.named_buffers(recurse=False) if b is not None
+        ]
+        tensors += [
+            ("attribute", k, v)
+            for k, v in vars(module).items()
+            if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter)
+        ]
+        for what, tname, t in tensors:
+            if not t.is_floating_point() or t.numel() == 0:
+                continue
+            peak = _peak(t)
+            if peak > limits.max:
+                found.append(
+                    Finding(
+                        "range",
+                        mname,
+                        mtype,
+                        f"{what} {tname} reaches {peak:.3g}, beyond the {name_} max "
+                        f"{limits.max:g}; convert keeps {mname or 'the model'} in fp32",
+                        peak,
+                        handled=True,
+                    )
+                )
+        for attr in EPS_NAMES:
+            eps = getattr(module, attr, None) if attr in vars(module) else None
+            if not isinstance(eps, float) or eps <= 0:
+                continue
+            island = is_default_island(module)
+            keep = "convert keeps it in fp32" if island else "keep it in fp32 or raise eps"
+            if eps >= limits.smallest_subnormal:
+                continue
+            detail = (
+                f"{attr}={eps:g} is 0 in {name_} (smallest subnormal "
+                f"{limits.smallest_subnormal:.3g}); {keep}"
+            )
+            found.append(Finding("eps", mname, mtype, detail, eps, handled=island))
+    return found
+
+
+def _location() -> str | None:
+    """The innermost stack frame outside torch and halfprec: the user's line."""
+    for frame in reversed(traceback.extract_stack()):
+        path = os.path.abspath(frame.filename)
+        if path.startswith((_PACKAGE_DIR, _TORCH_DIR)):
+            continue
+        return f"{frame.filename}:{frame.lineno}"
+    return None
+
+
+class _FillWatch(TorchFunctionMode):
+    """Records Python constants passed to fills that ``limit`` cannot hold."""
+
+    def __init__(self, limit: float, stack: list[str]) -> None:
+        super().__init__()
+        self.limit, self.stack = limit, stack
+        self.hits: dict[tuple[str, str, float, str | None], str] = {}
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in FILL_FUNCTIONS:
+            self.inspect(name, args, kwargs)
+        return func(*args, **kwargs)
+
+    def inspect(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        target = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        dtype = kwargs.get("dtype")
+        if dtype is None and target is not None and name not in ("full",):
+            dtype = target.dtype
+        if dtype is not None and not dtype.is_floating_point:
+            return
+        values = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+        values += [
+            v for k, v in kwargs.items() if k in ("value", "fill_value") and isinstance(v, float)
+        ]
+        for v in values:
+            if math.isfinite(v) and abs(v) > self.limit:
+                module = self.stack[-1] if self.stack else ""
+                self.hits.setdefault((module, name, float(v), _location()), name)
+
+
+def _fills(model: nn.Module, batch: Any, dtype: torch.dtype) -> list[Finding]:
+    stack: list[str] = []
+    names = {id(m): n for n, m in model.named_modules()}
+    types = {n: type(m).__name__ for n, m in model.named_modules()}
+    handles = []
+
+    def enter(mod: nn.Module, args: Any) -> None:
+        stack.append(names[id(mod)])
+
+    def leave(mod: nn.Module, args: Any, output: Any) -> None:
+        stack.pop()
+
+    for _, m in model.named_modules():
+        handles.append(m.register_forward_pre_hook(enter))
+        handles.append(m.register_forward_hook(leave, always_call=True))
+    watch = _FillWatch(range_of(dtype).max, stack)
+    try:
+        with torch.inference_mode(), watch:
+            call(model, batch)
+    finally:
+        for h in handles:
+            h.remove()
+    name_ = dtype_name(dtype)
+    return [
+        Finding(
+            "fill",
+            module,
+            types.get(module, ""),
+            f"{func}(..., {value:g}) cannot be held by {name_} (max {range_of(dtype).max:g}); "
+            f"use torch.finfo(x.dtype).min, or keep {module or 'the model'} in fp32",
+            value,
+            handled=False,
+            location=loc,
+        )
+        for (module, func, value, loc) in watch.hits
+    ]
+
+
+def preflight(model: nn.Module, dtype: DTypeLike = "fp16", inputs: Any = None) -> Preflight:
+    """Check ``model`` against ``dtype`` before conversion; with ``inputs`` (one batch or a
+    list; the first is used), also run one fp32 forward pass to find fill constants."""
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    dt = resolve_dtype(dtype, device).dtype
+    result = Preflight(dt, _static(model, dt))
+    if inputs is not None:
+        result.findings.extend(_fills(model, as_batches(inputs)[0], dt))
+        result.forward_checked = True
+    return result

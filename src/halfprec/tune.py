@@ -1,0 +1,514 @@
+"""Search for a small set of fp32 islands that makes a half model meet a tolerance.
+
+``tune(model, batches, dtype, tolerance)``:
+
+1. runs the fp32 reference on every calibration batch, and once more on the first batch:
+   when fp32 does not reproduce itself (dropout left in train mode, random ops) no policy
+   can meet the tolerance, and tune says so (:class:`ToleranceUnreachableError`);
+2. converts with no extra islands; done if every batch meets the tolerance;
+3. otherwise diagnoses that conversion (:func:`halfprec.diagnose`) and ranks candidates:
+   modules whose own half computation breaks (raises, inf/NaN, error above the threshold)
+   first, then the rest by local error. A candidate whose fp32 inputs or outputs do not fit
+   the dtype is lifted to its enclosing module, since an island hands back the caller's
+   dtype;
+4. tries the broken modules together, then growing prefixes of the ranking (doubling, then
+   bisection), and finally drops members one by one, largest first, while the tolerance
+   still holds. Sets may be non-contiguous; each try converts afresh and runs the batches,
+   stopping at the first batch that fails;
+5. with ``dtype="auto"`` does this for fp16 and bf16 and keeps the fastest variant that
+   meets the tolerance, timed on this device.
+
+Every forward pass of the full model is counted in ``report.passes``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import __version__
+from .batch import as_batches, call
+from .compare import Comparison, Tolerance, compare_outputs, run_reference
+from .convert import conversion_report, convert
+from .diagnose import Diagnosis, diagnose
+from .dtypes import DTypeLike, dtype_name, parse_dtype, range_of
+from .errors import DTypeError, HalfprecError
+from .policy import Policy
+from .timing import measure
+
+__all__ = [
+    "TuneConfig",
+    "Evaluation",
+    "Variant",
+    "TuneReport",
+    "TuneResult",
+    "ToleranceUnreachableError",
+    "tune",
+]
+
+Progress = Callable[[str], None]
+
+
+class ToleranceUnreachableError(HalfprecError):
+    """Even fp32 against itself misses the tolerance: no set of islands can meet it."""
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """Options of :func:`tune`, checked on construction."""
+
+    dtype: DTypeLike = "auto"
+    tolerance: Tolerance | None = None
+    default_islands: bool = True
+    max_evaluations: int = 40
+    timing_runs: int = 5
+
+    def __post_init__(self) -> None:
+        if self.max_evaluations < 1:
+            raise ValueError(f"max_evaluations must be >= 1, got {self.max_evaluations}")
+        if self.timing_runs < 1:
+            raise ValueError(f"timing_runs must be >= 1, got {self.timing_runs}")
+        if not (isinstance(self.dtype, str) and self.dtype.strip().lower() == "auto"):
+            object.__setattr__(self, "dtype", parse_dtype(self.dtype))
+
+    @property
+    def dtypes(self) -> tuple[torch.dtype, ...]:
+        if isinstance(self.dtype, torch.dtype):
+            return (self.dtype,)
+        return (torch.float16, torch.bfloat16)
+
+    def tolerance_for(self, dtype: torch.dtype) -> Tolerance:
+        return self.tolerance if self.tolerance is not None else Tolerance.for_dtype(dtype)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One tried set of islands."""
+
+    keep_fp32: tuple[str, ...]
+    passed: bool
+    passes: int
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "keep_fp32": list(self.keep_fp32)}
+
+
+@dataclass
+class Variant:
+    """The search for one dtype."""
+
+    dtype: torch.dtype
+    passed: bool = False
+    keep_fp32: tuple[str, ...] = ()
+    fp32_share: float = 0.0
+    passes: int = 0
+    evaluations: list[Evaluation] = field(default_factory=list)
+    candidates: list[str] = field(default_factory=list)
+    diagnosis: Diagnosis | None = None
+    comparison: Comparison | None = None
+    latency: float | None = None
+    note: str = ""
+    model: nn.Module | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        div = self.diagnosis.divergence if self.diagnosis is not None else None
+        return {
+            "dtype": dtype_name(self.dtype),
+            "passed": self.passed,
+            "keep_fp32": list(self.keep_fp32),
+            "fp32_share": self.fp32_share,
+            "passes": self.passes,
+            "latency_s": self.latency,
+            "note": self.note,
+            "candidates": self.candidates,
+            "divergence": div.to_json() if div is not None else None,
+            "evaluations": [e.to_json() for e in self.evaluations],
+            "comparison": self.comparison.to_json() if self.comparison is not None else None,
+        }
+
+
+@dataclass
+class TuneReport:
+    """What :func:`tune` found and what it cost."""
+
+    dtype: torch.dtype
+    passed: bool
+    keep_fp32: tuple[str, ...]
+    fp32_share: float
+    passes: int
+    seconds: float
+    reason: str
+    batches: int
+    variants: list[Variant]
+    fp32_latency: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dtype": dtype_name(self.dtype),
+            "passed": self.passed,
+            "keep_fp32": list(self.keep_fp32),
+            "fp32_share": self.fp32_share,
+            "passes": self.passes,
+            "seconds": self.seconds,
+            "reason": self.reason,
+            "batches": self.batches,
+            "fp32_latency_s": self.fp32_latency,
+            "variants": [v.to_json() for v in self.variants],
+        }
+
+
+@dataclass
+class TuneResult:
+    """``model``: the converted model (None when no set met the tolerance)."""
+
+    model: nn.Module | None
+    report: TuneReport
+    default_islands: bool = True
+
+    @property
+    def keep_fp32(self) -> tuple[str, ...]:
+        return self.report.keep_fp32
+
+    @property
+    def passed(self) -> bool:
+        return self.report.passed
+
+    @property
+    def policy(self) -> Policy:
+        if not self.passed:
+            raise HalfprecError(
+                "tune found no set of fp32 islands that meets the tolerance, so there is no "
+                "policy to write; loosen the tolerance or raise max_evaluations"
+            )
+        variant = next(v for v in self.report.variants if v.dtype == self.report.dtype)
+        tol = variant.comparison.tolerance.__dict__ if variant.comparison is not None else {}
+        return Policy(
+            dtype=self.report.dtype,
+            keep_fp32=self.keep_fp32,
+            info={
+                "tool": f"halfprec {__version__} tune",
+                "tolerance": tol,
+                "fp32_share": self.report.fp32_share,
+                "passes": self.report.passes,
+                "batches": self.report.batches,
+                "default_islands": self.default_islands,
+                "reason": self.report.reason,
+            },
+        )
+
+    def save_policy(self, path: str) -> None:
+        self.policy.save(path)
+
+
+class _BudgetSpent(Exception):
+    pass
+
+
+class _Search:
+    """The island search for one dtype."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        batches: list[Any],
+        reference: list[Any],
+        dtype: torch.dtype,
+        config: TuneConfig,
+        progress: Progress,
+    ) -> None:
+        self.model, self.batches, self.reference = model, batches, reference
+        self.dtype, self.config, self.progress = dtype, config, progress
+        self.tolerance = config.tolerance_for(dtype)
+        self.variant = Variant(dtype)
+        self.cache: dict[tuple[str, ...], bool] = {}
+        self.shares: dict[tuple[str, ...], float] = {}
+        # the model without extra islands (for the diagnosis) and the latest passing one
+        self.kept: dict[tuple[str, ...], tuple[nn.Module, list[Any]]] = {}
+
+    def convert(self, keep: tuple[str, ...]) -> nn.Module:
+        return convert(
+            self.model, self.dtype, keep_fp32=keep, default_islands=self.config.default_islands
+        )
+
+    def evaluate(self, keep: tuple[str, ...]) -> bool:
+        key = tuple(sorted(keep))
+        if key in self.cache:
+            return self.cache[key]
+        if len(self.variant.evaluations) >= self.config.max_evaluations:
+            raise _BudgetSpent
+        half = self.convert(key)
+        report = conversion_report(half)
+        self.shares[key] = report.fp32_share if report is not None else 0.0
+        passed, detail, passes, outs = True, "ok", 0, []
+        with torch.inference_mode():
+            for i, batch in enumerate(self.batches):
+                passes += 1
+                try:
+                    out = call(half, batch)
+                except Exception as exc:  # a half run that raises fails this set
+                    passed, detail = False, f"batch {i}: raised {type(exc).__name__}"
+                    break
+                outs.append(out)
+                cmp = compare_outputs(
+                    [self.reference[i]], [out], tolerance=self.tolerance, dtype=self.dtype
+                )
+                if not cmp.passed:
+                    fails = [f"{o.path}: {f}" for o in cmp.outputs for f in o.failures]
+                    passed, detail = False, f"batch {i}: " + "; ".join((cmp.problems + fails)[:2])
+                    break
+        self.variant.passes += passes
+        self.variant.evaluations.append(Evaluation(key, passed, passes, detail))
+        self.cache[key] = passed
+        if passed:
+            self.kept = {k: v for k, v in self.kept.items() if k == ()}
+        if passed or key == ():
+            self.kept[key] = (half, outs)
+        self.progress(
+            f"{dtype_name(self.dtype)}: try {len(self.variant.evaluations)}, "
+            f"{len(key)} islands, {'pass' if passed else 'fail'}"
+        )
+        return passed
+
+    def run(self) -> Variant:
+        v = self.variant
+        try:
+            best = self.search()
+        except _BudgetSpent:
+            passing = [e.keep_fp32 for e in v.evaluations if e.passed]
+            best = min(passing, key=self.share) if passing else None
+            v.note = f"stopped after max_evaluations={self.config.max_evaluations}"
+        if best is not None:
+            v.passed, v.keep_fp32 = True, best
+            v.fp32_share = self.share(best)
+            if best in self.kept:
+                half, outs = self.kept[best]
+            else:
+                with torch.inference_mode():
+                    half = self.convert(best)
+                    outs = [call(half, b) for b in self.batches]
+                v.passes += len(self.batches)
+            v.model = half
+            v.comparison = compare_outputs(
+                self.reference, outs, tolerance=self.tolerance, dtype=self.dtype
+            )
+        elif not v.note:
+            v.note = "no set of fp32 islands among the candidates meets the tolerance"
+        self.kept.clear()
+        return v
+
+    def share(self, keep: tuple[str, ...]) -> float:
+        key = tuple(sorted(keep))
+        if key not in self.shares:
+            report = conversion_report(self.convert(key))
+            self.shares[key] = report.fp32_share if report is not None else 0.0
+        return self.shares[key]
+
+    def search(self) -> tuple[str, ...] | None:
+        if self.evaluate(()):
+            return ()
+        kept = self.kept.pop((), None)
+        base = kept[0] if kept is not None else self.convert(())
+        diag = diagnose(self.model, self.batches, self.dtype, half=base, tolerance=self.tolerance)
+        self.variant.diagnosis = diag
+        self.variant.passes += 3 * len(self.batches)  # fp32 + own-code half + full half
+        report = conversion_report(base)
+        del kept, base
+        islands = tuple(report.islands) if report is not None else ()
+        flagged, ranked = self.rank(diag, islands)
+        self.variant.candidates = list(ranked)
+        found: tuple[str, ...] | None = flagged
+        if not (flagged and self.evaluate(flagged)):
+            found = self.prefix_search(ranked, len(flagged))
+        return self.prune(found, diag) if found is not None else None
+
+    def rank(
+        self, diag: Diagnosis, islands: tuple[str, ...]
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        called = {m.name: m for m in diag.modules}
+        limit = range_of(self.dtype).max
+
+        def lift(name: str) -> str | None:
+            while name:
+                m = called.get(name)
+                if m is not None and max(m.fp32_max_abs, m.input_max_abs) <= limit:
+                    return name
+                name = name.rpartition(".")[0]
+            return None
+
+        def inside(name: str, names: list[str] | tuple[str, ...]) -> bool:
+            return any(name == i or name.startswith(i + ".") for i in names)
+
+        def normalize(names: list[str]) -> tuple[str, ...]:
+            out: list[str] = []
+            for name in names:
+                lifted = lift(name)
+                if lifted is None or inside(lifted, islands) or inside(lifted, out):
+                    continue
+                out = [o for o in out if not o.startswith(lifted + ".")] + [lifted]
+            return tuple(out)
+
+        broken = [m.name for m in diag.problems() if m.name]
+        rest = sorted(
+            (m for m in diag.modules if m.name and m.name not in broken and m.local_error > 0),
+            key=lambda m: -m.local_error,
+        )
+        flagged = normalize(broken)
+        ranked = normalize(list(flagged) + [m.name for m in rest[:64]])
+        return flagged, ranked
+
+    def prefix_search(self, ranked: tuple[str, ...], known_fail: int) -> tuple[str, ...] | None:
+        n = len(ranked)
+        lo, step, hi = known_fail, 1, None
+        k = min(n, lo + 1)
+        while n and k <= n:
+            if self.evaluate(ranked[:k]):
+                hi = k
+                break
+            lo = k
+            if k == n:
+                break
+            step *= 2
+            k = min(n, lo + step)
+        if hi is None:
+            return None
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.evaluate(ranked[:mid]):
+                hi = mid
+            else:
+                lo = mid
+        return ranked[:hi]
+
+    def prune(self, best: tuple[str, ...], diag: Diagnosis) -> tuple[str, ...]:
+        params = {m.name: m.params for m in diag.modules}
+        for name in sorted(best, key=lambda n: -params.get(n, 0)):
+            trial = tuple(n for n in best if n != name)
+            try:
+                if self.evaluate(trial):
+                    best = trial
+            except _BudgetSpent:
+                break
+        return best
+
+
+def _reference_check(
+    model: nn.Module, batches: list[Any], reference: list[Any], tolerance: Tolerance
+) -> None:
+    with torch.inference_mode():
+        again = run_reference(model, batches[:1])
+    cmp = compare_outputs(reference[:1], again, tolerance=tolerance, dtype=None)
+    if cmp.passed:
+        return
+    why = next((f for o in cmp.outputs for f in o.failures), None) or "; ".join(cmp.problems)
+    hint = (
+        "the model is in train mode (dropout is active): call model.eval()"
+        if model.training
+        else "the reference is not deterministic (random ops in forward?)"
+    )
+    raise ToleranceUnreachableError(
+        f"even fp32 misses the tolerance against a second fp32 run ({why}), so no fp32 "
+        f"islands can meet it: {hint}, or loosen the tolerance"
+    )
+
+
+def tune(
+    model: nn.Module,
+    batches: Any,
+    dtype: DTypeLike = "auto",
+    tolerance: Tolerance | None = None,
+    *,
+    default_islands: bool = True,
+    max_evaluations: int = 40,
+    progress: Progress | None = None,
+) -> TuneResult:
+    """Find fp32 islands so that ``convert(model, dtype, keep_fp32=...)`` meets ``tolerance``
+    on every calibration batch (see the module docs). ``progress(text)`` is called after
+    each try. ``dtype="auto"`` tunes fp16 and bf16 and keeps the fastest passing variant.
+    """
+    start = time.perf_counter()
+    config = TuneConfig(
+        dtype=dtype,
+        tolerance=tolerance,
+        default_islands=default_islands,
+        max_evaluations=max_evaluations,
+    )
+    report_progress = progress or (lambda text: None)
+    cal = as_batches(batches)
+    reference = run_reference(model, cal)
+    strictest = config.tolerance_for(config.dtypes[0])
+    _reference_check(model, cal, reference, strictest)
+    passes = len(cal) + 1
+    variants = []
+    for dt in config.dtypes:
+        search = _Search(model, cal, reference, dt, config, report_progress)
+        try:
+            variant = search.run()
+        except DTypeError as exc:
+            if len(config.dtypes) == 1:
+                raise
+            variant = Variant(dt, note=f"cannot run here: {exc}")
+        passes += variant.passes
+        variants.append(variant)
+    chosen, reason, fp32_latency = _choose(model, cal, variants, config, report_progress)
+    converted = chosen.model if chosen.passed else None
+    for v in variants:
+        v.model = None  # only the chosen variant's model is handed back
+    report = TuneReport(
+        dtype=chosen.dtype,
+        passed=chosen.passed,
+        keep_fp32=chosen.keep_fp32,
+        fp32_share=chosen.fp32_share,
+        passes=passes,
+        seconds=time.perf_counter() - start,
+        reason=reason,
+        batches=len(cal),
+        variants=variants,
+        fp32_latency=fp32_latency,
+    )
+    return TuneResult(converted, report, default_islands)
+
+
+def _latency(model: nn.Module, batch: Any, device: torch.device, runs: int) -> float:
+    return measure(lambda: call(model, batch), device=device, runs=runs).median
+
+
+def _choose(
+    model: nn.Module,
+    batches: list[Any],
+    variants: list[Variant],
+    config: TuneConfig,
+    progress: Progress,
+) -> tuple[Variant, str, float | None]:
+    passing = [v for v in variants if v.passed]
+    if len(variants) == 1:
+        v = variants[0]
+        return v, f"requested {dtype_name(v.dtype)}", None
+    if not passing:
+        return variants[0], "no dtype meets the tolerance", None
+    if len(passing) == 1:
+        v = passing[0]
+        return v, f"auto: only {dtype_name(v.dtype)} meets the tolerance", None
+    progress("timing the variants that meet the tolerance")
+    first = batches[0]
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    runs = config.timing_runs
+    with torch.inference_mode():
+        for v in passing:
+            assert v.model is not None  # set by _Search.run for every passing variant
+            v.latency = _latency(v.model, first, device, runs)
+        fp32 = _latency(model, first, device, runs)
+    best = min(passing, key=lambda v: v.latency or float("inf"))
+    times = ", ".join(f"{dtype_name(v.dtype)} {1e3 * (v.latency or 0):.1f} ms" for v in passing)
+    why = (
+        f"auto: fastest variant meeting the tolerance (median of {runs} runs on batch 0: "
+        f"{times}; fp32 {1e3 * fp32:.1f} ms)"
+    )
+    if best.latency is not None and fp32 < best.latency:
+        why += "; fp32 is faster on this device, so half precision only saves memory here"
+    return best, why, fp32

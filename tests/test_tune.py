@@ -1,0 +1,102 @@
+"""tune: finds small fp32 islands that make every hazard model meet the tolerance."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from halfprec import Policy, convert, tune
+from halfprec.compare import compare
+from halfprec.errors import DTypeError, HalfprecError
+from halfprec.tune import ToleranceUnreachableError, TuneConfig
+from hazards import HAZARDS, dropout_model, dropout_model_example_inputs
+
+LOCAL = [
+    "fill-1e9",
+    "rmsnorm-overflow",
+    "eps-1e-12",
+    "exp-softmax",
+    "int-dict-positions",
+    "shared-loop",
+]
+
+
+@pytest.mark.parametrize("name", list(HAZARDS))
+def test_tune_makes_every_hazard_finite_and_within_tolerance(name: str) -> None:
+    hazard = HAZARDS[name]
+    model, batches = hazard.build()
+    result = tune(model, batches, "fp16")
+    assert result.passed, result.report.variants[0].note
+    assert result.model is not None
+    check = compare(model, result.model, batches)
+    assert check.passed, check.problems
+    assert all(o.nonfinite == 0 for o in check.outputs)
+    if hazard.prevented_by_convert:
+        assert result.keep_fp32 == ()
+    else:
+        assert any(
+            hazard.culprit == k or hazard.culprit.startswith(k + ".") for k in result.keep_fp32
+        ), result.keep_fp32
+    if name in LOCAL:
+        assert result.report.fp32_share < 0.05
+    assert result.report.passes >= len(result.report.variants[0].evaluations)
+
+
+def test_islands_can_be_non_contiguous() -> None:
+    model, batches = HAZARDS["fill-1e9"].build()
+    seen: list[str] = []
+    result = tune(model, batches, "fp16", progress=seen.append)
+    assert set(result.keep_fp32) == {"layers.0.attn.core", "layers.1.attn.core"}
+    assert len(seen) == len(result.report.variants[0].evaluations)
+    assert seen[0].startswith("fp16: try 1, 0 islands, fail")
+    diag = result.report.variants[0].diagnosis
+    assert diag is not None and diag.culprit == "layers.0.attn.core"
+
+
+def test_policy_file_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    model, batches = HAZARDS["rmsnorm-overflow"].build()
+    result = tune(model, batches, "fp16")
+    path = tmp_path / "policy.json"
+    result.save_policy(str(path))
+    policy = Policy.load(path)
+    assert policy.dtype == torch.float16 and policy.keep_fp32 == ("norm",)
+    assert policy.info["passes"] == result.report.passes
+    deployed = convert(model, policy=path)
+    assert compare(model, deployed, batches).passed
+    assert not compare(model, convert(model, "fp16"), batches).passed
+
+
+def test_dropout_in_train_mode_is_reported_plainly() -> None:
+    model = dropout_model()
+    with pytest.raises(ToleranceUnreachableError, match="train mode.*model.eval"):
+        tune(model, dropout_model_example_inputs(), "fp16")
+
+
+def test_budget_too_small_returns_no_policy() -> None:
+    model, batches = HAZARDS["exp-softmax"].build()
+    result = tune(model, batches, "fp16", max_evaluations=1)
+    assert not result.passed and result.model is None
+    assert "max_evaluations=1" in result.report.variants[0].note
+    with pytest.raises(HalfprecError, match="no policy"):
+        result.policy  # noqa: B018
+
+
+def test_auto_picks_the_fastest_passing_dtype() -> None:
+    model, batches = HAZARDS["exp-softmax"].build()
+    result = tune(model, batches, "auto")
+    variants = {v.dtype: v for v in result.report.variants}
+    assert set(variants) == {torch.float16, torch.bfloat16}
+    passing = [v for v in variants.values() if v.passed]
+    assert passing
+    if len(passing) == 2:
+        assert all(v.latency is not None for v in passing)
+        fastest = min(passing, key=lambda v: v.latency or 0.0)
+        assert result.report.dtype == fastest.dtype
+        assert "fastest" in result.report.reason
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="max_evaluations"):
+        TuneConfig(max_evaluations=0)
+    with pytest.raises(DTypeError, match="not a half dtype"):
+        TuneConfig(dtype="fp32")
