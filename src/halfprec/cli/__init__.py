@@ -26,6 +26,7 @@ EXIT_USAGE = 2  # bad input: nothing was written
 _COMMANDS: dict[str, str] = {
     "check": "check",
     "convert": "convert",
+    "bench": "bench",
 }
 
 
