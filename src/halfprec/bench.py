@@ -43,6 +43,7 @@ __all__ = [
     "fastest_variant",
     "choose_dtype_by_measurement",
     "SPREAD_WARNING",
+    "matmul_slowdown",
 ]
 
 SPREAD_WARNING = 0.2  # (p90 - min) / median above this: too noisy to trust small ratios
@@ -53,7 +54,10 @@ Progress = Callable[[int, int, str], None]
 @dataclass(frozen=True)
 class BenchConfig:
     """How long to measure. ``max_call_s``: a variant whose warm call takes longer is timed
-    once and reported as capped; ``max_variant_s``: fewer runs (at least 3) for slow ones."""
+    once and reported as capped; ``max_variant_s``: fewer runs (at least 3) for slow ones.
+    ``memory``: measure peak memory at ``every`` batch size, the ``first`` only, or ``none``.
+    ``skip_slower_than``: skip the variants of a half dtype whose matmul is this many times
+    slower than fp32 on the device (measured once by :func:`matmul_slowdown`)."""
 
     batch_sizes: tuple[int, ...] = ()
     warmup: int = 2
@@ -62,8 +66,14 @@ class BenchConfig:
     max_variant_s: float = 30.0
     items_per_sample: int = 1
     unit: str = "samples"
+    memory: str = "every"
+    skip_slower_than: float | None = None
 
     def __post_init__(self) -> None:
+        if self.memory not in ("every", "first", "none"):
+            raise ValueError(f"memory must be 'every', 'first' or 'none', got {self.memory!r}")
+        if self.skip_slower_than is not None and self.skip_slower_than <= 0:
+            raise ValueError(f"skip_slower_than must be > 0, got {self.skip_slower_than}")
         if any(b < 1 for b in self.batch_sizes):
             raise ValueError(f"batch sizes must be >= 1, got {list(self.batch_sizes)}")
         if self.runs < 1 or self.warmup < 1:
@@ -76,7 +86,8 @@ class BenchConfig:
 
 @dataclass
 class VariantResult:
-    """One variant at one batch size. ``status``: ok, capped (one timed call), or failed."""
+    """One variant at one batch size. ``status``: ok, capped (one timed call), skipped (see
+    ``note``), or failed."""
 
     variant: Variant
     batch_size: int
@@ -222,6 +233,31 @@ def _allocator(device: torch.device) -> Any:
     return None
 
 
+def matmul_slowdown(
+    dtype: torch.dtype,
+    device: torch.device | str = "cpu",
+    shape: tuple[int, int, int] = (512, 768, 3072),
+) -> float:
+    """How many times slower a linear layer (``rows, in, out`` = ``shape``, BERT-base's
+    MLP by default) runs in ``dtype`` than in fp32 on ``device`` (below 1: faster). A quick
+    probe, medians of 5 calls. (Small shapes can hide the cost: some CPU kernels only
+    slow down above a size.)"""
+    rows, width, out = shape
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, width, generator=gen).to(device)
+    w = torch.randn(out, width, generator=gen).to(device)
+    times: dict[torch.dtype, float] = {}
+    with torch.inference_mode(), fp32_matmuls():
+        for dt in (torch.float32, dtype):
+            xd, wd = x.to(dt), w.to(dt)
+
+            def linear(xd: torch.Tensor = xd, wd: torch.Tensor = wd) -> torch.Tensor:
+                return torch.nn.functional.linear(xd, wd)
+
+            times[dt] = measure(linear, device=device, runs=5).median
+    return times[dtype] / times[torch.float32] if times[torch.float32] > 0 else 1.0
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return (text.splitlines()[0] if text else type(exc).__name__)[:200]
@@ -247,11 +283,30 @@ class _Runner:
         self.spec, self.progress = spec, progress
         self.device = _device_of(model)
         self.allocator = _allocator(self.device)
+        self.skips = self._skips()
+        self.measure_memory = config.memory != "none"
+
+    def _skips(self) -> dict[torch.dtype, str]:
+        limit = self.config.skip_slower_than
+        if limit is None:
+            return {}
+        skips = {}
+        for dtype in {v.dtype for v in self.variants if v.kind != "fp32"}:
+            slow = matmul_slowdown(dtype, self.device)
+            if slow > limit:
+                skips[dtype] = (
+                    f"skipped: a {dtype_name(dtype)} matmul runs {slow:.1f}x slower than fp32 on "
+                    f"this device (probe; limit {limit:g}x)"
+                )
+        return skips
 
     def run(self, result: BenchResult) -> None:
         sizes = self.config.batch_sizes or (_batch_size(self.batch),)
         total, step = len(sizes) * len(self.variants), 0
-        for size in sizes:
+        for index, size in enumerate(sizes):
+            self.measure_memory = self.config.memory == "every" or (
+                self.config.memory == "first" and index == 0
+            )
             batch = resize_batch(self.batch, size)
             reference: Any = None
             fp32_median: float | None = None
@@ -279,6 +334,8 @@ class _Runner:
     ) -> tuple[VariantResult, Any]:
         cfg = self.config
         items = size * cfg.items_per_sample
+        if variant.dtype in self.skips:
+            return VariantResult(variant, size, "skipped", self.skips[variant.dtype]), None
         try:
             module = build_variant(
                 self.model, variant, keep_fp32=self.keep_fp32, policy=self.policy
@@ -311,10 +368,10 @@ class _Runner:
             result.status = "failed"
             result.note = f"{type(exc).__name__}: {_first_line(exc)}"
             return result, None
-        if self.allocator is not None:
+        if self.measure_memory and self.allocator is not None:
             peak = int(self.allocator.max_memory_allocated(self.device))
             result.memory = MemoryUse(peak, peak - result.model_bytes, "max_memory_allocated")
-        elif self.spec is not None and result.status == "ok":
+        elif self.measure_memory and self.spec is not None and result.status == "ok":
             result.memory = measure_in_subprocess(
                 self.spec, variant, size, policy=self.policy, keep_fp32=self.keep_fp32
             )

@@ -142,12 +142,18 @@ def check_plot_path(path: str | os.PathLike[str]) -> Path:
     return p
 
 
-def write_chart(results: list[BenchResult], path: str | os.PathLike[str]) -> Path:
+def write_chart(
+    results: list[BenchResult], path: str | os.PathLike[str], *, first_size_only: bool = False
+) -> Path:
     """Speedup over fp32 (left) and peak memory or model bytes (right) per variant, one
-    group of bars per model and batch size. Written atomically."""
+    group of bars per model and batch size (``first_size_only``: per model). Atomic."""
     plt = require_matplotlib()
     p = check_plot_path(path)
-    groups = [(res, size) for res in results for size in res.batch_sizes]
+    groups = [
+        (res, size)
+        for res in results
+        for size in (res.batch_sizes[:1] if first_size_only else res.batch_sizes)
+    ]
     names = list(dict.fromkeys(r.name for res in results for r in res.results))
     fig, (ax_speed, ax_mem) = plt.subplots(
         1, 2, figsize=(11, 0.6 + 0.45 * len(names) * max(1, len(groups)) ** 0.5 + 2)
