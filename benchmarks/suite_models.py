@@ -14,8 +14,8 @@ from torch import nn
 from halfprec.errors import ModelSpecError
 from halfprec.zoo import import_transformers, photo_crops, token_batch
 
-PROMPT_TOKENS = 32
-NEW_TOKENS = 32
+PROMPT_TOKENS = 16
+NEW_TOKENS = 16
 
 
 class GreedyGeneration(nn.Module):

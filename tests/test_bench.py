@@ -10,11 +10,12 @@ import torch
 from torch import nn
 
 from halfprec import BenchConfig, Variant, benchmark, choose_dtype_by_measurement, fastest_variant
-from halfprec.bench import BenchResult, VariantResult, resize_batch
+from halfprec.bench import BenchResult, VariantResult, matmul_slowdown, resize_batch
 from halfprec.bench_variants import DEFAULT_VARIANTS, VariantError, build_variant, parse_variants
 from halfprec.bench_worker import measure_in_subprocess
 from halfprec.compare import Tolerance
 from halfprec.convert import conversion_report
+from halfprec.errors import HalfprecError
 from halfprec.machine import machine_info
 from halfprec.timing import Timing
 
@@ -317,3 +318,25 @@ def test_cli_bench_bad_arguments_exit_2_without_output(
     assert proc.returncode == 2
     assert message in proc.stderr and proc.stderr.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_skip_slower_than_skips_dtypes_by_a_measured_probe() -> None:
+    cfg = BenchConfig(warmup=1, runs=3, skip_slower_than=1e-6)  # every dtype is "too slow"
+    result = benchmark(Tiny(), _x(), variants=["halfprec-bf16"], config=cfg)
+    skipped = result.get("halfprec-bf16")
+    assert skipped.status == "skipped" and skipped.timing is None
+    assert skipped.note.startswith("bf16 matmuls run")
+    assert result.get("fp32").status == "ok"
+
+
+def test_matmul_slowdown_is_a_positive_ratio() -> None:
+    assert matmul_slowdown(torch.bfloat16, shape=(64, 64, 64)) > 0
+
+
+@pytest.mark.parametrize("text", ["0", "1,x", "-3", ","])
+def test_cli_batch_sizes_parse_errors(text: str) -> None:
+    from halfprec.cli.bench import _batch_sizes
+
+    with pytest.raises(HalfprecError, match="not a list of positive integers; write e.g. 1,8"):
+        _batch_sizes(text)
+    assert _batch_sizes("1, 8,32") == (1, 8, 32)

@@ -26,7 +26,7 @@ from .batch import Batch, as_batches, call
 from .bench_variants import Variant, build_variant, fp32_matmuls, parse_variants
 from .bench_worker import MemoryUse, measure_in_subprocess
 from .compare import Comparison, Tolerance, compare_outputs
-from .convert import Selector
+from .convert import Selector, _model_device, _nbytes
 from .dtypes import dtype_name
 from .machine import MachineInfo, machine_info
 from .policy import Policy
@@ -209,22 +209,6 @@ def resize_batch(batch: Batch, size: int) -> Batch:
     return map_tensors(fit, batch)
 
 
-def _model_bytes(model: nn.Module) -> int:
-    seen: set[int] = set()
-    total = 0
-    for t in [*model.parameters(), *model.buffers()]:
-        if id(t) not in seen:
-            seen.add(id(t))
-            total += t.numel() * t.element_size()
-    return total
-
-
-def _device_of(model: nn.Module) -> torch.device:
-    for t in model.parameters():
-        return t.device
-    return torch.device("cpu")
-
-
 def _allocator(device: torch.device) -> Any:
     """The device module with peak-allocation counters (torch.cuda, torch.xpu...), or None."""
     mod = getattr(torch, device.type, None)
@@ -281,7 +265,7 @@ class _Runner:
         self.model, self.batch, self.variants, self.config = model, batch, variants, config
         self.tolerance, self.keep_fp32, self.policy = tolerance, keep_fp32, policy
         self.spec, self.progress = spec, progress
-        self.device = _device_of(model)
+        self.device = _model_device(model)
         self.allocator = _allocator(self.device)
         self.skips = self._skips()
         self.measure_memory = config.memory != "none"
@@ -295,8 +279,8 @@ class _Runner:
             slow = matmul_slowdown(dtype, self.device)
             if slow > limit:
                 skips[dtype] = (
-                    f"skipped: a {dtype_name(dtype)} matmul runs {slow:.1f}x slower than fp32 on "
-                    f"this device (probe; limit {limit:g}x)"
+                    f"{dtype_name(dtype)} matmuls run {slow:.1f}x slower than fp32 on this "
+                    f"device (probe; limit {limit:g}x)"
                 )
         return skips
 
@@ -343,7 +327,7 @@ class _Runner:
         except Exception as exc:  # a variant that cannot be built is a finding, not a crash
             return VariantResult(variant, size, "failed", f"build: {_first_line(exc)}"), None
         result = VariantResult(variant, size, "ok", items_per_call=items)
-        result.model_bytes = _model_bytes(module)
+        result.model_bytes = _nbytes(module)
         gc.collect()
         if self.allocator is not None:
             synchronize(self.device)
@@ -425,7 +409,7 @@ def benchmark(
     chosen = parse_variants(texts, compile=compile)
     pol = Policy.load(policy) if isinstance(policy, (str, os.PathLike)) else policy
     batch = as_batches(inputs)[0]
-    device = _device_of(model)
+    device = _model_device(model)
     result = BenchResult(
         model=name or type(model).__name__,
         device=str(device),

@@ -23,11 +23,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from .convert import Selector, convert_
+# the same input cast halfprec's root hook does, and its device lookup
+from .convert import Selector, _cast_inputs_hook, _model_device, convert_
 from .dtypes import dtype_name, parse_dtype
 from .errors import HalfprecError
 from .policy import Policy
-from .tree import map_tensors
 
 __all__ = [
     "KINDS",
@@ -144,24 +144,6 @@ class _Autocast(nn.Module):
             return self.model(*args, **kwargs)
 
 
-def _cast_inputs(dtype: torch.dtype) -> Any:
-    def cast(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dtype) if t.is_floating_point() else t
-
-    def hook(
-        module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return map_tensors(cast, args), map_tensors(cast, kwargs)
-
-    return hook
-
-
-def _device_of(model: nn.Module) -> torch.device:
-    for t in model.parameters():
-        return t.device
-    return torch.device("cpu")
-
-
 def build_variant(
     model: nn.Module,
     variant: Variant,
@@ -182,9 +164,9 @@ def build_variant(
         built = base
     elif variant.kind == "naive":
         built = base.to(variant.dtype)
-        built.register_forward_pre_hook(_cast_inputs(variant.dtype), with_kwargs=True)
+        built.register_forward_pre_hook(_cast_inputs_hook(variant.dtype), with_kwargs=True)
     elif variant.kind == "autocast":
-        built = _Autocast(base, _device_of(base).type, variant.dtype)
+        built = _Autocast(base, _model_device(base).type, variant.dtype)
     else:
         built = convert_(base, variant.dtype, keep_fp32=tuple(keep_fp32), policy=policy)
     if variant.compiled:
