@@ -320,6 +320,9 @@ class _Runner:
         items = size * cfg.items_per_sample
         if variant.dtype in self.skips:
             return VariantResult(variant, size, "skipped", self.skips[variant.dtype]), None
+        gc.collect()
+        # the fp32 original and the reference outputs stay resident; count only the variant
+        before = 0 if self.allocator is None else int(self.allocator.memory_allocated(self.device))
         try:
             module = build_variant(
                 self.model, variant, keep_fp32=self.keep_fp32, policy=self.policy
@@ -328,7 +331,6 @@ class _Runner:
             return VariantResult(variant, size, "failed", f"build: {_first_line(exc)}"), None
         result = VariantResult(variant, size, "ok", items_per_call=items)
         result.model_bytes = _nbytes(module)
-        gc.collect()
         if self.allocator is not None:
             synchronize(self.device)
             self.allocator.reset_peak_memory_stats(self.device)
@@ -353,8 +355,10 @@ class _Runner:
             result.note = f"{type(exc).__name__}: {_first_line(exc)}"
             return result, None
         if self.measure_memory and self.allocator is not None:
-            peak = int(self.allocator.max_memory_allocated(self.device))
-            result.memory = MemoryUse(peak, peak - result.model_bytes, "max_memory_allocated")
+            peak = int(self.allocator.max_memory_allocated(self.device)) - before
+            result.memory = MemoryUse(
+                peak, max(0, peak - result.model_bytes), "max_memory_allocated"
+            )
         elif self.measure_memory and self.spec is not None and result.status == "ok":
             result.memory = measure_in_subprocess(
                 self.spec, variant, size, policy=self.policy, keep_fp32=self.keep_fp32

@@ -67,6 +67,12 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
     show_default=True,
     help="Time a variant once when one call takes longer.",
 )
+@click.option(
+    "--skip-slower-than",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Skip a half dtype whose matmul probe runs this many times slower than fp32.",
+)
 @click.option("--no-memory", is_flag=True, help="Skip the per-variant memory subprocesses.")
 @click.option(
     "--policy",
@@ -88,6 +94,7 @@ def command(
     runs: int,
     warmup: int,
     max_call_s: float,
+    skip_slower_than: float | None,
     no_memory: bool,
     policy: Path | None,
     keep_fp32: tuple[str, ...],
@@ -110,7 +117,13 @@ def command(
     loaded, batches, dev = load_for_command(model, inputs_path, device)
     # The memory worker rebuilds the model from its spec; custom --inputs cannot follow it.
     spec = None if (no_memory or inputs_path is not None) else model
-    config = BenchConfig(batch_sizes=sizes, warmup=warmup, runs=runs, max_call_s=max_call_s)
+    config = BenchConfig(
+        batch_sizes=sizes,
+        warmup=warmup,
+        runs=runs,
+        max_call_s=max_call_s,
+        skip_slower_than=skip_slower_than,
+    )
     progress = None if as_json else _ProgressBar()
     with progress if progress is not None else contextlib.nullcontext():
         result = benchmark(
