@@ -34,9 +34,11 @@ from halfprec.batch import call  # noqa: E402
 from halfprec.bench import BenchConfig, BenchResult, benchmark, fastest_variant  # noqa: E402
 from halfprec.bench_variants import Variant, build_variant  # noqa: E402
 from halfprec.convert import convert  # noqa: E402
+from halfprec.dtypes import resolve_device  # noqa: E402
 from halfprec.models import load_model  # noqa: E402
 from halfprec.report_bench import markdown_table, print_bench, write_chart  # noqa: E402
 from halfprec.timing import synchronize  # noqa: E402
+from halfprec.tree import map_tensors  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SUITE_MODELS = str(HERE / "suite_models.py")
@@ -116,6 +118,9 @@ def run_entry(entry: Entry, args: argparse.Namespace) -> BenchResult | str:
         loaded = load_model(entry.spec)
     except Exception as exc:  # a missing optional package: say so and go on
         return f"{entry.key}: not run ({exc})"
+    device = resolve_device(args.device)
+    loaded.model.to(device)
+    batches = [map_tensors(lambda t: t.to(device), b) for b in loaded.example_inputs]
     variants = list(entry.variants) + (list(entry.compile_variants) if args.compile else [])
     config = BenchConfig(
         batch_sizes=entry.batch_sizes,
@@ -134,7 +139,7 @@ def run_entry(entry: Entry, args: argparse.Namespace) -> BenchResult | str:
 
     return benchmark(
         loaded.model,
-        loaded.example_inputs,
+        batches,
         variants=variants,
         config=config,
         spec=None if args.no_memory else entry.spec,
@@ -179,6 +184,7 @@ def target_lines(results: dict[str, BenchResult], overhead: dict[str, Any] | Non
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser.add_argument("--device", default=None, help="cpu, cuda (default: cuda if present)")
     parser.add_argument("--models", default=None, help="comma-separated subset of the keys")
     parser.add_argument("--compile", action="store_true", help="add torch.compile twins")
     parser.add_argument("--runs", type=int, default=10)
@@ -212,7 +218,7 @@ def main() -> None:
         results[entry.key] = out
         print_bench(out)
     overhead = None
-    if any(e.key == "minilm" for e in chosen):
+    if any(e.key == "minilm" for e in chosen) and resolve_device(args.device).type == "cpu":
         overhead = boundary_overhead(args.overhead_runs)
     targets = target_lines(results, overhead)
     elapsed = time.time() - started

@@ -155,18 +155,21 @@ def write_chart(
         for size in (res.batch_sizes[:1] if first_size_only else res.batch_sizes)
     ]
     names = list(dict.fromkeys(r.name for res in results for r in res.results))
-    fig, (ax_speed, ax_mem) = plt.subplots(
-        1, 2, figsize=(11, 0.6 + 0.45 * len(names) * max(1, len(groups)) ** 0.5 + 2)
-    )
+    tall = 2 + 0.35 * len(names) * max(1, len(groups)) ** 0.5
+    fig, (ax_speed, ax_mem) = plt.subplots(1, 2, figsize=(11, tall))
     height = 0.8 / max(1, len(groups))
     for gi, (res, size) in enumerate(groups):
         rows = {r.name: r for r in res.at(size)}
         label = f"{res.model} b{size}"
         ys = [i + gi * height for i in range(len(names))]
         speed = [rows[n].speedup or 0.0 if n in rows else 0.0 for n in names]
-        mem = [_mem_mib(rows.get(n)) for n in names]
-        ax_speed.barh(ys, speed, height=height, label=label)
-        ax_mem.barh(ys, mem, height=height, label=label)
+        size_mib = [rows[n].model_bytes / 2**20 if n in rows else 0.0 for n in names]
+        bars = ax_speed.barh(ys, speed, height=height, label=label)
+        ax_mem.barh(ys, size_mib, height=height, color=bars.patches[0].get_facecolor())
+        peaks = [(y, _peak_mib(rows.get(n))) for y, n in zip(ys, names, strict=True)]
+        marked = [(y, m) for y, m in peaks if m is not None]
+        if marked:
+            ax_mem.plot([m for _, m in marked], [y for y, _ in marked], "k|", markersize=9)
     ticks = [i + 0.4 - height / 2 for i in range(len(names))]
     for ax in (ax_speed, ax_mem):
         ax.set_yticks(ticks)
@@ -174,7 +177,7 @@ def write_chart(
         ax.invert_yaxis()
     ax_speed.axvline(1.0, color="black", linewidth=0.8)
     ax_speed.set_xlabel("speedup over fp32 (median latency)")
-    ax_mem.set_xlabel("peak memory MiB (model bytes where not measured)")
+    ax_mem.set_xlabel("model MiB (bars); peak memory MiB (| marks, where measured)")
     ax_speed.legend(fontsize=7, loc="lower right")
     machine = results[0].machine if results else None
     if machine is not None:
@@ -186,9 +189,7 @@ def write_chart(
     return p
 
 
-def _mem_mib(r: VariantResult | None) -> float:
-    if r is None:
-        return 0.0
-    if r.memory is not None and r.memory.method != "failed":
-        return r.memory.peak_bytes / 2**20
-    return r.model_bytes / 2**20
+def _peak_mib(r: VariantResult | None) -> float | None:
+    if r is None or r.memory is None or r.memory.method == "failed":
+        return None
+    return r.memory.peak_bytes / 2**20
