@@ -181,6 +181,32 @@ def target_lines(results: dict[str, BenchResult], overhead: dict[str, Any] | Non
     return lines
 
 
+def summary_table(results: dict[str, BenchResult]) -> str:
+    """One row per model and batch size: fp32 latency, each variant's speedup (cosine)."""
+    names = list(dict.fromkeys(r.name for res in results.values() for r in res.results))
+    names.remove("fp32")
+    head = ["model", "batch", "fp32 ms", *names, "auto picks"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key, res in results.items():
+        for size in res.batch_sizes:
+            rows = {r.name: r for r in res.at(size)}
+            fp32 = rows["fp32"]
+            cells = [key, str(size), f"{(fp32.median_s or 0) * 1e3:.0f}"]
+            for n in names:
+                r = rows.get(n)
+                if r is None:
+                    cells.append("")
+                elif r.status in ("skipped", "failed"):
+                    cells.append(r.status)
+                else:
+                    cos = r.comparison.worst_cosine if r.comparison and r.comparison.outputs else 0
+                    mark = "*" if r.status == "capped" else ""
+                    cells.append(f"{r.speedup or 0:.2f}x{mark} ({cos:.5f})")
+            cells.append(fastest_variant(res, size).name)
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
@@ -237,6 +263,8 @@ def main() -> None:
     }
     write_text_atomic(args.out / "suite.json", json.dumps(data, indent=1, default=str) + "\n")
     md = [f"Measured {data['date_utc']} on {machine}; load average {os.getloadavg()[0]:.1f}.", ""]
+    legend = "Speedup over fp32 (worst cosine vs fp32); * timed once (over the per-call cap)."
+    md += [summary_table(results), "", legend, ""]
     for key, res in results.items():
         md += [f"**{key}** ({res.unit}/s)", "", markdown_table(res), ""]
     md += ["Targets:", "", *(f"- {t}" for t in targets), *(f"- {s}" for s in skipped)]
