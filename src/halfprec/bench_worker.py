@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .bench_variants import Variant
+from .policy import Policy
+
 __all__ = ["MemoryUse", "measure_in_subprocess", "main"]
 
 _TIMEOUT_S = 600
@@ -81,9 +84,8 @@ def _run(
 
     from .batch import call
     from .bench import resize_batch
-    from .bench_variants import Variant, build_variant, fp32_matmuls
+    from .bench_variants import build_variant, fp32_matmuls
     from .models import load_model
-    from .policy import Policy
 
     loaded = load_model(spec)
     if not loaded.example_inputs:
@@ -115,13 +117,14 @@ def _run(
 
 def measure_in_subprocess(
     spec: str,
-    variant: Any,
+    variant: Variant,
     batch_size: int,
     *,
-    policy: Any = None,
-    keep_fp32: Sequence[Any] = (),
+    policy: Policy | None = None,
+    keep_fp32: Sequence[object] = (),
 ) -> MemoryUse:
-    """Run the worker for ``variant`` on MODEL ``spec``; failures come back as a note."""
+    """Run the worker for ``variant`` on MODEL ``spec``; failures come back as a note.
+    Only qualified-name ``keep_fp32`` entries reach the worker (types cannot be passed)."""
     args = [
         sys.executable,
         "-m",
