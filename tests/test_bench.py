@@ -170,7 +170,7 @@ def test_benchmark_progress_counts_every_step() -> None:
 
 
 def test_inaccurate_variant_fails_tolerance_and_is_never_chosen() -> None:
-    # outputs ~1e6: fp16 overflows nothing here but bf16's 8 bits cannot meet cosine 1.0
+    # a tolerance no bf16 result can meet (8 significant bits cannot give SQNR 200 dB)
     strict = Tolerance(min_cosine=1.0, min_sqnr_db=200.0)
     result = benchmark(Tiny(), _x(), variants=["halfprec-bf16"], config=FAST, tolerance=strict)
     half = result.get("halfprec-bf16")
