@@ -177,7 +177,7 @@ def write_chart(
         ax.invert_yaxis()
     ax_speed.axvline(1.0, color="black", linewidth=0.8)
     ax_speed.set_xlabel("speedup over fp32 (median latency)")
-    ax_mem.set_xlabel("model MiB (bars); peak memory MiB (| marks, where measured)")
+    ax_mem.set_xlabel("model MiB (bars), peak memory MiB (| where measured)")
     ax_speed.legend(fontsize=7, loc="lower right")
     machine = results[0].machine if results else None
     if machine is not None:
