@@ -340,3 +340,27 @@ def test_cli_batch_sizes_parse_errors(text: str) -> None:
     with pytest.raises(HalfprecError, match="not a list of positive integers; write e.g. 1,8"):
         _batch_sizes(text)
     assert _batch_sizes("1, 8,32") == (1, 8, 32)
+
+
+CALLS: list[torch.dtype] = []
+
+
+class Recording(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        CALLS.append(self.fc.weight.dtype)
+        return self.fc(x)
+
+
+def test_timed_calls_are_interleaved_across_variants() -> None:
+    CALLS.clear()
+    cfg = BenchConfig(warmup=1, runs=3, memory="none")
+    result = benchmark(Recording(), torch.ones(2, 4), variants=["naive-bf16"], config=cfg)
+    assert [len(r.timing.samples) for r in result.results if r.timing] == [3, 3]
+    f32, b16 = torch.float32, torch.bfloat16
+    # one warm-up call each (in order), then timed rounds alternating between the variants
+    seen = list(CALLS)
+    assert seen == [f32, b16, f32, b16, f32, b16, f32, b16]

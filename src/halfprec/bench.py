@@ -1,12 +1,13 @@
 """Speed, memory and accuracy of every way to run a model in half precision, side by side.
 
-``benchmark(model, inputs)`` times each :class:`~halfprec.bench_variants.Variant` (median
-and p90 latency after warm-up, throughput), measures peak memory (on CUDA-like devices
-``max_memory_allocated``; on CPU the peak RSS of a clean subprocess per variant, when the
-model is given as a MODEL spec), counts model bytes, and compares each variant's outputs
-with fp32's on the same batch. ``fastest_variant`` and ``choose_dtype_by_measurement``
-turn the numbers into a choice: the fastest variant that meets the tolerance, never one
-slower than fp32.
+``benchmark(model, inputs)`` times each :class:`~halfprec.bench_variants.Variant`: median
+and p90 latency after warm-up and throughput, with the variants' timed calls interleaved
+round-robin so that load on a shared machine hits them alike. It measures peak memory
+(``max_memory_allocated`` on CUDA-like devices; on CPU the peak RSS of a clean subprocess
+per variant, when the model is given as a MODEL spec), counts model bytes, and compares
+each variant's outputs with fp32's on the same batch. ``fastest_variant`` and
+``choose_dtype_by_measurement`` turn the numbers into a choice: the fastest variant that
+meets the tolerance, never one slower than fp32.
 """
 
 from __future__ import annotations
@@ -293,18 +294,25 @@ class _Runner:
             )
             batch = resize_batch(self.batch, size)
             reference: Any = None
-            fp32_median: float | None = None
+            prepared: list[tuple[VariantResult, nn.Module | None, int]] = []
             for variant in self.variants:
                 if self.progress is not None:
                     self.progress(step, total, f"{variant.name} @ batch {size}")
-                r, output = self._one(variant, batch, size, reference)
+                r, module, output, runs = self._prepare(variant, batch, size, reference)
                 if variant == Variant("fp32"):
                     reference = output
-                    fp32_median = r.median_s
+                prepared.append((r, module, runs))
+                step += 1
+            self._time_interleaved(prepared, batch)
+            fp32_median = prepared[0][0].median_s
+            for r, _, _ in prepared:
                 if r.median_s and fp32_median:
                     r.speedup = fp32_median / r.median_s
+                if self.measure_memory and r.memory is None and r.status == "ok" and self.spec:
+                    r.memory = measure_in_subprocess(
+                        self.spec, r.variant, size, policy=self.policy, keep_fp32=self.keep_fp32
+                    )
                 result.results.append(r)
-                step += 1
                 if r.timing is not None and r.timing.spread > SPREAD_WARNING and r.status == "ok":
                     result.warnings.append(
                         f"{r.name} @ batch {size}: runs spread {r.timing.spread:.0%} "
@@ -313,13 +321,40 @@ class _Runner:
         if self.progress is not None:
             self.progress(total, total, "done")
 
-    def _one(
+    def _time_interleaved(
+        self, prepared: list[tuple[VariantResult, nn.Module | None, int]], batch: Batch
+    ) -> None:
+        """Time the variants round-robin, one call each per round, so that a burst of load
+        on a shared machine hits every variant alike instead of one variant's median."""
+        samples: dict[int, list[float]] = {i: [] for i in range(len(prepared))}
+        rounds = max((runs for _, _, runs in prepared), default=0)
+        with torch.inference_mode(), fp32_matmuls():
+            for round_ in range(rounds):
+                for i, (r, module, runs) in enumerate(prepared):
+                    if module is None or round_ >= runs or r.status != "ok":
+                        continue
+                    try:
+                        start = time.perf_counter()
+                        call(module, batch)
+                        synchronize(self.device)
+                        samples[i].append(time.perf_counter() - start)
+                    except Exception as exc:
+                        r.status = "failed"
+                        r.note = f"{type(exc).__name__}: {_first_line(exc)}"
+        for i, (r, _, _) in enumerate(prepared):
+            if r.status == "ok" and samples[i]:
+                r.timing = Timing(tuple(samples[i]))
+
+    def _prepare(
         self, variant: Variant, batch: Batch, size: int, reference: Any
-    ) -> tuple[VariantResult, Any]:
+    ) -> tuple[VariantResult, nn.Module | None, Any, int]:
+        """Build and warm one variant, compare its first output with fp32's, and plan its
+        timed runs (0 when skipped, capped or failed)."""
         cfg = self.config
         items = size * cfg.items_per_sample
         if variant.dtype in self.skips:
-            return VariantResult(variant, size, "skipped", self.skips[variant.dtype]), None
+            skipped = VariantResult(variant, size, "skipped", self.skips[variant.dtype])
+            return skipped, None, None, 0
         gc.collect()
         # the fp32 original and the reference outputs stay resident; count only the variant
         before = 0 if self.allocator is None else int(self.allocator.memory_allocated(self.device))
@@ -328,46 +363,37 @@ class _Runner:
                 self.model, variant, keep_fp32=self.keep_fp32, policy=self.policy
             )
         except Exception as exc:  # a variant that cannot be built is a finding, not a crash
-            return VariantResult(variant, size, "failed", f"build: {_first_line(exc)}"), None
+            failed = VariantResult(variant, size, "failed", f"build: {_first_line(exc)}")
+            return failed, None, None, 0
         result = VariantResult(variant, size, "ok", items_per_call=items)
         result.model_bytes = _nbytes(module)
         if self.allocator is not None:
             synchronize(self.device)
             self.allocator.reset_peak_memory_stats(self.device)
-        output: Any = None
+        runs = 0
         try:
             with torch.inference_mode(), fp32_matmuls():
                 output, last = self._warm(module, batch, variant)
-                if last > cfg.max_call_s:
-                    result.status = "capped"
-                    result.timing = Timing((last,))
-                    result.note = (
-                        f"timed once: one call took {last:.1f} s > cap {cfg.max_call_s:g} s"
-                    )
-                else:
-                    runs = max(3, min(cfg.runs, int(cfg.max_variant_s / max(last, 1e-9))))
-                    runs = min(runs, cfg.runs)
-                    result.timing = measure(
-                        lambda: call(module, batch), device=self.device, warmup=0, runs=runs
-                    )
         except Exception as exc:
             result.status = "failed"
             result.note = f"{type(exc).__name__}: {_first_line(exc)}"
-            return result, None
+            return result, None, None, 0
+        if last > cfg.max_call_s:
+            result.status = "capped"
+            result.timing = Timing((last,))
+            result.note = f"timed once: one call took {last:.1f} s > cap {cfg.max_call_s:g} s"
+        else:
+            runs = min(cfg.runs, max(3, int(cfg.max_variant_s / max(last, 1e-9))))
         if self.measure_memory and self.allocator is not None:
             peak = int(self.allocator.max_memory_allocated(self.device)) - before
             result.memory = MemoryUse(
                 peak, max(0, peak - result.model_bytes), "max_memory_allocated"
             )
-        elif self.measure_memory and self.spec is not None and result.status == "ok":
-            result.memory = measure_in_subprocess(
-                self.spec, variant, size, policy=self.policy, keep_fp32=self.keep_fp32
-            )
         if reference is not None and output is not None:
             tol = self.tolerance
             dtype = None if variant.kind == "fp32" else variant.dtype
             result.comparison = compare_outputs([reference], [output], tolerance=tol, dtype=dtype)
-        return result, output
+        return result, (module if runs else None), output, runs
 
     def _warm(self, module: nn.Module, batch: Batch, variant: Variant) -> tuple[Any, float]:
         """Warm-up calls; returns the first output and the last call's seconds. Stops early
