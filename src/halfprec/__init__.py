@@ -112,3 +112,26 @@ __all__ += [
     "TuneResult",
     "ToleranceUnreachableError",
 ]
+
+# --- bench (issue #6): speed, memory and accuracy of each variant, measured auto ---------
+from .bench import (  # noqa: E402
+    BenchConfig,
+    BenchResult,
+    MeasuredChoice,
+    VariantResult,
+    benchmark,
+    choose_dtype_by_measurement,
+    fastest_variant,
+)
+from .bench_variants import Variant  # noqa: E402
+
+__all__ += [
+    "benchmark",
+    "BenchConfig",
+    "BenchResult",
+    "VariantResult",
+    "Variant",
+    "MeasuredChoice",
+    "fastest_variant",
+    "choose_dtype_by_measurement",
+]

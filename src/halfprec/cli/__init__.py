@@ -32,6 +32,7 @@ _COMMANDS: dict[str, str] = {
     "diagnose": "diagnose",
     "preflight": "preflight",
     "tune": "tune",
+    "bench": "bench",
 }
 
 

@@ -1,0 +1,177 @@
+"""``halfprec bench``: fp32, naive, autocast and halfprec side by side: speed, memory,
+accuracy; JSON and a PNG chart."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import click
+
+from ..bench import BenchConfig, benchmark
+from ..bench_variants import parse_variants
+from ..compare import Tolerance
+from ..errors import HalfprecError
+from ..policy import Policy
+from ..report import to_json_text
+from ..report_bench import check_plot_path, print_bench, require_matplotlib, write_chart
+from . import EXIT_OK
+from .options import device_option, inputs_option, json_option, load_for_command, model_argument
+
+__all__ = ["command"]
+
+
+def _batch_sizes(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        sizes = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or any(s < 1 for s in sizes):
+        raise HalfprecError(
+            f"--batch-sizes {text!r} is not a list of positive integers; write e.g. 1,8,32"
+        )
+    return sizes
+
+
+@click.command(help="Time MODEL in fp32 and each half-precision variant (default: minilm).")
+@model_argument
+@inputs_option
+@device_option
+@json_option
+@click.option(
+    "--batch-sizes",
+    default=None,
+    help="Comma-separated, e.g. 1,8,32 (default: the example batch's own size).",
+)
+@click.option(
+    "--variants",
+    default=None,
+    help="Comma-separated: fp32, naive-fp16, naive-bf16, "
+    "autocast-fp16, autocast-bf16, halfprec-fp16, halfprec-bf16 (default: all).",
+)
+@click.option("--compile", "use_compile", is_flag=True, help="Add a torch.compile twin of each.")
+@click.option(
+    "--plot",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write a PNG chart of speedup and memory per variant.",
+)
+@click.option("--runs", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option(
+    "--max-call-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Time a variant once when one call takes longer.",
+)
+@click.option(
+    "--skip-slower-than",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Skip a half dtype whose matmul probe runs this many times slower than fp32.",
+)
+@click.option("--no-memory", is_flag=True, help="Skip the per-variant memory subprocesses.")
+@click.option(
+    "--policy",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Policy JSON from `halfprec tune` for the halfprec variants.",
+)
+@click.option("--keep-fp32", multiple=True, help="Module name or glob kept in fp32 (repeatable).")
+@click.option("--min-cosine", type=float, default=None, help="Override the cosine threshold.")
+def command(
+    model: str,
+    inputs_path: Path | None,
+    device: str | None,
+    as_json: bool,
+    batch_sizes: str | None,
+    variants: str | None,
+    use_compile: bool,
+    plot: Path | None,
+    runs: int,
+    warmup: int,
+    max_call_s: float,
+    skip_slower_than: float | None,
+    no_memory: bool,
+    policy: Path | None,
+    keep_fp32: tuple[str, ...],
+    min_cosine: float | None,
+) -> None:
+    # Everything that can be wrong with the arguments fails here, before any measuring.
+    sizes = _batch_sizes(batch_sizes)
+    names = [v for v in variants.split(",") if v.strip()] if variants else None
+    chosen = parse_variants(names, compile=use_compile)
+    if plot is not None:
+        check_plot_path(plot)
+        require_matplotlib()
+    pol = Policy.load(policy) if policy is not None else None
+    tolerance = None
+    if min_cosine is not None:
+        try:
+            tolerance = Tolerance(min_cosine=min_cosine, min_sqnr_db=None)
+        except ValueError as exc:
+            raise HalfprecError(f"--min-cosine: {exc}") from None
+    loaded, batches, dev = load_for_command(model, inputs_path, device)
+    # The memory worker rebuilds the model from its spec; custom --inputs cannot follow it.
+    spec = None if (no_memory or inputs_path is not None) else model
+    config = BenchConfig(
+        batch_sizes=sizes,
+        warmup=warmup,
+        runs=runs,
+        max_call_s=max_call_s,
+        skip_slower_than=skip_slower_than,
+    )
+    progress = None if as_json else _ProgressBar()
+    with progress if progress is not None else contextlib.nullcontext():
+        result = benchmark(
+            loaded.model,
+            batches,
+            variants=chosen,
+            config=config,
+            tolerance=tolerance,
+            keep_fp32=keep_fp32,
+            policy=pol,
+            spec=spec,
+            name=loaded.name,
+            progress=progress.update if progress else None,
+        )
+    if plot is not None:
+        write_chart([result], plot)
+    if as_json:
+        click.echo(to_json_text(result.to_json()))
+    else:
+        print_bench(result)
+        if plot is not None:
+            click.echo(f"chart: {plot}")
+    raise SystemExit(EXIT_OK)
+
+
+class _ProgressBar:
+    """A rich progress bar on stderr, driven by benchmark's ``progress`` callback."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.bar = Progress(
+            TextColumn("[bold]bench[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.description}"),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.task = self.bar.add_task("", total=None)
+
+    def update(self, step: int, total: int, label: str) -> None:
+        self.bar.update(self.task, completed=step, total=total, description=label)
+
+    def __enter__(self) -> _ProgressBar:
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
