@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 # the same input cast halfprec's root hook does, and its device lookup
-from .convert import Selector, _cast_inputs_hook, _model_device, convert_
+from .boundaries import cast_inputs_hook
+from .convert import Selector, _model_device, convert_
 from .dtypes import dtype_name, parse_dtype
 from .errors import HalfprecError
 from .policy import Policy
@@ -164,7 +165,7 @@ def build_variant(
         built = base
     elif variant.kind == "naive":
         built = base.to(variant.dtype)
-        built.register_forward_pre_hook(_cast_inputs_hook(variant.dtype), with_kwargs=True)
+        built.register_forward_pre_hook(cast_inputs_hook(variant.dtype), with_kwargs=True)
     elif variant.kind == "autocast":
         built = _Autocast(base, _model_device(base).type, variant.dtype)
     else:

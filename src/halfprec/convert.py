@@ -20,22 +20,19 @@ from __future__ import annotations
 
 import copy
 import fnmatch
-import functools
 import os
 import re
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
+from .boundaries import cast_inputs_hook, cast_outputs_hook, guard_hook, install_island
 from .dtypes import DTypeChoice, DTypeLike, dtype_name, ensure_runnable, range_of, resolve_dtype
 from .errors import HalfprecError
 from .policy import Policy
-from .tree import map_tensors
 
 __all__ = [
     "DEFAULT_ISLAND_TYPES",
@@ -254,6 +251,16 @@ def _plain_tensor_attrs(module: nn.Module) -> list[str]:
     ]
 
 
+def _finite_peak(t: torch.Tensor) -> float:
+    """Largest finite |value|, without a full-size temporary in the common all-finite case."""
+    low, high = torch.aminmax(t)
+    peak = max(abs(float(low)), abs(float(high)))
+    if peak == float("inf") or peak != peak:  # inf or NaN present: mask them out
+        finite = t[torch.isfinite(t)]
+        peak = float(finite.abs().max()) if finite.numel() else 0.0
+    return peak
+
+
 def _nbytes(model: nn.Module) -> int:
     seen: set[int] = set()
     total = 0
@@ -314,8 +321,7 @@ class _Converter:
         for pname, t in tensors:
             if t is None or not t.is_floating_point() or t.numel() == 0:
                 continue
-            finite = t.detach()[torch.isfinite(t.detach())]
-            peak = float(finite.abs().max()) if finite.numel() else 0.0
+            peak = _finite_peak(t.detach())
             if peak > limit:
                 return f"{pname} reaches {peak:.3g}, beyond {dtype_name(self.dtype)} max {limit:g}"
         return None
@@ -397,150 +403,17 @@ class _Converter:
         dtype, original = self.dtype, self.original
         root_is_island = "" in islands
         if not root_is_island:
-            self.model.register_forward_pre_hook(_cast_inputs_hook(dtype), with_kwargs=True)
+            self.model.register_forward_pre_hook(cast_inputs_hook(dtype), with_kwargs=True)
             if self.config.cast_outputs:
-                self.model.register_forward_hook(_cast_outputs_hook(dtype, original))
+                self.model.register_forward_hook(cast_outputs_hook(dtype, original))
         modules = dict(self.model.named_modules())
         # TorchScript code ignores Python hooks (and refuses them): inside a scripted module
         # only the parameter casts and the root's IO casting apply.
         for name in islands:
             if name != "" and not isinstance(modules[name], torch.jit.ScriptModule):
-                _install_island(modules[name], original, dtype, self.config.mixed_kernels)
+                install_island(modules[name], original, dtype, self.config.mixed_kernels)
         if self.config.guard_boundaries:
             for module in half_modules:
                 if module is not self.model and not isinstance(module, torch.jit.ScriptModule):
-                    module.register_forward_pre_hook(_guard_hook(dtype))
+                    module.register_forward_pre_hook(guard_hook(dtype))
             self.report.guarded_modules = len(half_modules)
-
-
-def _to(dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
-    def cast(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
-
-    return cast
-
-
-def _cast_inputs_hook(dtype: torch.dtype) -> Callable[..., Any]:
-    cast = _to(dtype)
-
-    def hook(
-        module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return map_tensors(cast, args), map_tensors(cast, kwargs)
-
-    return hook
-
-
-def _cast_outputs_hook(dtype: torch.dtype, original: torch.dtype) -> Callable[..., Any]:
-    def cast(t: torch.Tensor) -> torch.Tensor:
-        return t.to(original) if t.dtype == dtype else t
-
-    def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-        return map_tensors(cast, output)
-
-    return hook
-
-
-def _guard_hook(dtype: torch.dtype) -> Callable[..., Any]:
-    """Cheap pre-hook for half modules: cast stray floating tensors to the module's dtype."""
-
-    def hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        for a in args:
-            if isinstance(a, torch.Tensor) and a.dtype != dtype and a.is_floating_point():
-                return tuple(
-                    a.to(dtype)
-                    if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != dtype
-                    else a
-                    for a in args
-                )
-        return None
-
-    return hook
-
-
-def _first_float_dtype(obj: Any) -> torch.dtype | None:
-    found: list[torch.dtype] = []
-
-    def see(t: torch.Tensor) -> torch.Tensor:
-        if not found and t.is_floating_point():
-            found.append(t.dtype)
-        return t
-
-    map_tensors(see, obj)
-    return found[0] if found else None
-
-
-def _probe_batch_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    mean, var = torch.zeros_like(w), torch.ones_like(w)
-    return F.batch_norm(x, mean, var, w, w, training=False)
-
-
-# Built-in norms whose kernels may take half input with fp32 parameters, computing in fp32
-# internally (opmath) and returning half: exactly what an island computes, minus two casts.
-_MIXED_KERNELS: dict[type[nn.Module], Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    nn.LayerNorm: lambda x, w: F.layer_norm(x, (w.numel(),), w, w),
-    nn.GroupNorm: lambda x, w: F.group_norm(x, 2, w, w),
-    nn.BatchNorm1d: _probe_batch_norm,
-    nn.BatchNorm2d: lambda x, w: _probe_batch_norm(x.unsqueeze(-1), w),
-    nn.BatchNorm3d: lambda x, w: _probe_batch_norm(x[..., None, None], w),
-}
-
-
-@functools.lru_cache(maxsize=64)
-def _mixed_kernel_ok(kind_name: str, device: torch.device, dtype: torch.dtype) -> bool:
-    """Probe once per (norm type, device, dtype): does half-in/fp32-params match fp32?"""
-    kind = next(k for k in _MIXED_KERNELS if k.__name__ == kind_name)
-    gen = torch.Generator().manual_seed(0)
-    x = (torch.randn(3, 4, 8, generator=gen) * 3).to(device)
-    w = (torch.rand(4 if kind is not nn.LayerNorm else 8, generator=gen) + 0.5).to(device)
-    if kind is nn.LayerNorm:
-        x = x.reshape(12, 8)
-    fn = _MIXED_KERNELS[kind]
-    try:
-        mixed = fn(x.to(dtype), w)
-    except RuntimeError:
-        return False
-    if mixed.dtype != dtype:
-        return False
-    exact = fn(x.to(dtype).float(), w).to(dtype)
-    return bool(torch.allclose(mixed.float(), exact.float(), rtol=0, atol=4 * range_of(dtype).eps))
-
-
-def _install_island(
-    module: nn.Module, original: torch.dtype, compute: torch.dtype, allow_mixed: bool
-) -> None:
-    """fp32 in, and the caller's dtype back out, per call (thread-safe for DataParallel).
-
-    A built-in norm whose kernel computes half inputs in fp32 against fp32 parameters needs
-    no hooks at all (probed once per device); any other island gets casting hooks.
-    """
-    kind = type(module)
-    params = list(module.parameters(recurse=False))
-    device = params[0].device if params else torch.device("cpu")
-    mixed = allow_mixed and kind in _MIXED_KERNELS and original == torch.float32
-    if mixed and _mixed_kernel_ok(kind.__name__, device, compute):
-        return
-    local = threading.local()
-    to_fp32 = _to(original)
-
-    def pre(
-        mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        stack = getattr(local, "stack", None)
-        if stack is None:
-            stack = local.stack = []
-        stack.append(_first_float_dtype((args, kwargs)))
-        return map_tensors(to_fp32, args), map_tensors(to_fp32, kwargs)
-
-    def post(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
-        caller = local.stack.pop()
-        if caller is None or caller == original:
-            return None
-
-        def back(t: torch.Tensor) -> torch.Tensor:
-            return t.to(caller) if t.dtype == original else t
-
-        return map_tensors(back, output)
-
-    module.register_forward_pre_hook(pre, with_kwargs=True)
-    module.register_forward_hook(post, with_kwargs=True, always_call=True)

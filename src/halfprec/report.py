@@ -52,7 +52,7 @@ def fmt_float(x: float | None, spec: str = ".3g") -> str:
 
 
 def comparison_table(cmp: Comparison, title: str = "fp32 vs half") -> Table:
-    table = Table(title=title, title_justify="left")
+    table = Table(title=title, title_justify="left", caption="shape: the first batch's")
     for col in (
         "output",
         "shape",
@@ -84,7 +84,8 @@ def print_check(result: CheckResult, console: Console | None = None) -> None:
     con = console or make_console()
     conv = result.conversion
     con.print(f"[bold]{result.name}[/]: {dtype_name(conv.dtype)} — {conv.reason}")
-    con.print(comparison_table(result.comparison))
+    n = result.comparison.batches
+    con.print(comparison_table(result.comparison, title=f"fp32 vs half over {n} batch(es)"))
     for problem in result.comparison.problems:
         con.print(f"[red]problem:[/] {problem}")
     for o in result.comparison.outputs:
