@@ -14,6 +14,7 @@ from .options import (
     device_option,
     dtype_option,
     inputs_option,
+    islands_options,
     json_option,
     load_for_command,
     model_argument,
@@ -30,15 +31,7 @@ __all__ = ["command"]
 @dtype_option
 @device_option
 @json_option
-@click.option(
-    "--policy",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Policy JSON from `halfprec tune`.",
-)
-@click.option(
-    "--keep-fp32", multiple=True, help="Module name or glob to keep in fp32 (repeatable)."
-)
+@islands_options
 @click.option("--min-cosine", type=float, default=None, help="Override the cosine threshold.")
 @click.option("--min-sqnr", type=float, default=None, help="Override the SQNR threshold (dB).")
 @click.option(

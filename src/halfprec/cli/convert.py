@@ -11,7 +11,7 @@ from ..convert import conversion_report, convert
 from ..dtypes import dtype_name, resolve_device
 from ..models import load_model
 from ..report import human_bytes, make_console, to_json_text
-from .options import dtype_option, json_option, weights_option
+from .options import dtype_option, islands_options, json_option, weights_option
 
 __all__ = ["command"]
 
@@ -27,15 +27,7 @@ __all__ = ["command"]
     required=True,
     help="Output .safetensors file.",
 )
-@click.option(
-    "--policy",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Policy JSON from `halfprec tune`.",
-)
-@click.option(
-    "--keep-fp32", multiple=True, help="Module name or glob to keep in fp32 (repeatable)."
-)
+@islands_options
 @click.option(
     "--device", default="cpu", show_default=True, help="Device whose kernels `auto` targets."
 )

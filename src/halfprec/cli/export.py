@@ -15,7 +15,7 @@ from ..models import LoadedModel
 from ..report import to_json_text
 from ..report_export import print_artifact_check, print_export
 from . import EXIT_FAILED, EXIT_OK
-from .options import inputs_option, json_option, load_for_command
+from .options import inputs_option, islands_options, json_option, load_for_command
 
 __all__ = ["command", "check_artifact"]
 
@@ -45,12 +45,7 @@ __all__ = ["command", "check_artifact"]
     show_default=True,
     help="fp16, bf16 or auto (best for this device; fp16 for ONNX).",
 )
-@click.option(
-    "--policy", type=click.Path(path_type=Path), default=None, help="Policy JSON from tune."
-)
-@click.option(
-    "--keep-fp32", multiple=True, help="Module name or glob to keep in fp32 (repeatable)."
-)
+@islands_options
 @click.option(
     "--no-norm-islands",
     is_flag=True,

@@ -24,6 +24,7 @@ __all__ = [
     "inputs_option",
     "json_option",
     "weights_option",
+    "islands_options",
     "load_for_command",
 ]
 
@@ -70,6 +71,19 @@ def weights_option(f: F) -> F:
         type=click.Path(path_type=Path),
         default=None,
         help="fp32 weights to load first (.safetensors, or .pt/.bin read weights-only).",
+    )(f)
+
+
+def islands_options(f: F) -> F:
+    """``--policy FILE`` and repeatable ``--keep-fp32 NAME``: which modules stay fp32."""
+    f = click.option(
+        "--keep-fp32", multiple=True, help="Module name or glob to keep in fp32 (repeatable)."
+    )(f)
+    return click.option(
+        "--policy",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Policy JSON written by `halfprec tune`.",
     )(f)
 
 
