@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from ..check import check
-from ..compare import Tolerance
 from ..report import print_check, to_json_text
 from . import EXIT_FAILED, EXIT_OK
 from .options import (
@@ -18,6 +17,7 @@ from .options import (
     json_option,
     load_for_command,
     model_argument,
+    tolerance_override,
     weights_option,
 )
 
@@ -75,15 +75,10 @@ def command(
                 as_json=as_json,
             )
         )
-    tolerance = None
-    if min_cosine is not None or min_sqnr is not None:
-        from ..dtypes import resolve_dtype
+    from ..dtypes import resolve_dtype
 
-        base = Tolerance.for_dtype(resolve_dtype(dtype).dtype if policy is None else None)
-        tolerance = Tolerance(
-            min_cosine=min_cosine if min_cosine is not None else base.min_cosine,
-            min_sqnr_db=min_sqnr if min_sqnr is not None else base.min_sqnr_db,
-        )
+    half_dtype = resolve_dtype(dtype).dtype if policy is None else None
+    tolerance = tolerance_override(half_dtype, min_cosine, min_sqnr)
     result = check(
         loaded.model,
         batches,

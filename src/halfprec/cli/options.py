@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -10,6 +11,7 @@ import click
 import torch
 
 from ..batch import Batch
+from ..compare import Tolerance
 from ..dtypes import resolve_device
 from ..errors import InputsError
 from ..inputs import load_inputs
@@ -26,6 +28,7 @@ __all__ = [
     "weights_option",
     "islands_options",
     "load_for_command",
+    "tolerance_override",
 ]
 
 DEFAULT_MODEL = "builtin:minilm"
@@ -85,6 +88,20 @@ def islands_options(f: F) -> F:
         default=None,
         help="Policy JSON written by `halfprec tune`.",
     )(f)
+
+
+def tolerance_override(
+    dtype: torch.dtype | None, min_cosine: float | None, min_sqnr: float | None
+) -> Tolerance | None:
+    """``--min-cosine``/``--min-sqnr`` on top of the dtype's default tolerance (None: defaults)."""
+    if min_cosine is None and min_sqnr is None:
+        return None
+    base = Tolerance.for_dtype(dtype)
+    return dataclasses.replace(
+        base,
+        min_cosine=min_cosine if min_cosine is not None else base.min_cosine,
+        min_sqnr_db=min_sqnr if min_sqnr is not None else base.min_sqnr_db,
+    )
 
 
 def load_for_command(

@@ -21,19 +21,14 @@ from .options import (
     json_option,
     load_for_command,
     model_argument,
+    tolerance_override,
 )
 
 __all__ = ["command"]
 
 
 def _tolerance(dtype: str, min_cosine: float | None, min_sqnr: float | None) -> Tolerance | None:
-    if min_cosine is None and min_sqnr is None:
-        return None
-    base = Tolerance.for_dtype(None if dtype == "auto" else parse_dtype(dtype))
-    return Tolerance(
-        min_cosine=min_cosine if min_cosine is not None else base.min_cosine,
-        min_sqnr_db=min_sqnr if min_sqnr is not None else base.min_sqnr_db,
-    )
+    return tolerance_override(None if dtype == "auto" else parse_dtype(dtype), min_cosine, min_sqnr)
 
 
 @click.command(help="Find fp32 islands so MODEL meets the tolerance in half; write a policy.")
