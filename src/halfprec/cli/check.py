@@ -7,11 +7,11 @@ from pathlib import Path
 import click
 
 from ..check import check
-from ..report import print_check, to_json_text
-from . import EXIT_FAILED, EXIT_OK
+from ..report import print_check
 from .options import (
     device_option,
     dtype_option,
+    finish,
     inputs_option,
     islands_options,
     json_option,
@@ -89,8 +89,4 @@ def command(
         runs=runs,
         name=loaded.name,
     )
-    if as_json:
-        click.echo(to_json_text(result.to_json()))
-    else:
-        print_check(result)
-    raise SystemExit(EXIT_OK if result.passed else EXIT_FAILED)
+    finish(result.to_json(), as_json, lambda: print_check(result), result.passed)

@@ -10,12 +10,11 @@ from ..compare import Tolerance
 from ..convert import convert
 from ..diagnose import diagnose
 from ..dtypes import resolve_dtype
-from ..report import to_json_text
 from ..report_diagnose import plot_diagnosis, print_diagnosis
-from . import EXIT_FAILED, EXIT_OK
 from .options import (
     device_option,
     dtype_option,
+    finish,
     inputs_option,
     json_option,
     load_for_command,
@@ -86,10 +85,11 @@ def command(
     diag = diagnose(loaded.model, batches, dt, half=half, tolerance=tolerance)
     if plot is not None:
         plot_diagnosis(diag, plot, title=f"{loaded.name}: {diag.half_model} half vs fp32")
-    if as_json:
-        click.echo(to_json_text({"model": loaded.name, **diag.to_json()}))
-    else:
+
+    def render() -> None:
         print_diagnosis(diag, top)
         if plot is not None:
             click.echo(f"wrote {plot}")
-    raise SystemExit(EXIT_OK if diag.divergence is None and diag.passed else EXIT_FAILED)
+
+    passed = diag.divergence is None and diag.passed
+    finish({"model": loaded.name, **diag.to_json()}, as_json, render, passed)

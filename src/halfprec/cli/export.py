@@ -15,7 +15,7 @@ from ..models import LoadedModel
 from ..report import to_json_text
 from ..report_export import print_artifact_check, print_export
 from . import EXIT_FAILED, EXIT_OK
-from .options import inputs_option, islands_options, json_option, load_for_command
+from .options import finish, inputs_option, islands_options, json_option, load_for_command
 
 __all__ = ["command", "check_artifact"]
 
@@ -109,11 +109,7 @@ def command(
         runs=runs,
         name=loaded.name,
     )
-    if as_json:
-        click.echo(to_json_text(result.to_json()))
-    else:
-        print_export(result)
-    raise SystemExit(EXIT_OK if result.passed else EXIT_FAILED)
+    finish(result.to_json(), as_json, lambda: print_export(result), result.passed)
 
 
 def check_artifact(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 import torch
@@ -17,6 +17,7 @@ from ..errors import InputsError
 from ..inputs import load_inputs
 from ..models import LoadedModel, load_model
 from ..tree import map_tensors
+from . import EXIT_FAILED, EXIT_OK
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -29,6 +30,7 @@ __all__ = [
     "islands_options",
     "load_for_command",
     "tolerance_override",
+    "finish",
 ]
 
 DEFAULT_MODEL = "builtin:minilm"
@@ -123,3 +125,16 @@ def load_for_command(
     loaded.model.to(dev)
     moved = [map_tensors(lambda t: t.to(dev), b) for b in batches]
     return loaded, moved, dev
+
+
+def finish(
+    data: dict[str, Any], as_json: bool, render: Callable[[], None], passed: bool
+) -> NoReturn:
+    """Print ``data`` as JSON or call ``render`` for tables, then exit 0 if passed else 1."""
+    if as_json:
+        from ..report import to_json_text
+
+        click.echo(to_json_text(data))
+    else:
+        render()
+    raise SystemExit(EXIT_OK if passed else EXIT_FAILED)

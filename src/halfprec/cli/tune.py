@@ -10,13 +10,12 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ..compare import Tolerance
 from ..dtypes import parse_dtype
-from ..report import to_json_text
 from ..report_tune import print_tune
 from ..tune import tune
-from . import EXIT_FAILED, EXIT_OK
 from .options import (
     device_option,
     dtype_option,
+    finish,
     inputs_option,
     json_option,
     load_for_command,
@@ -91,12 +90,12 @@ def command(
         )
     if result.passed and output is not None:
         result.save_policy(str(output))
-    if as_json:
-        data = {"model": loaded.name, **result.report.to_json()}
-        data["policy"] = str(output) if result.passed and output is not None else None
-        click.echo(to_json_text(data))
-    else:
+    data = {"model": loaded.name, **result.report.to_json()}
+    data["policy"] = str(output) if result.passed and output is not None else None
+
+    def render() -> None:
         print_tune(result.report)
         if result.passed and output is not None:
             click.echo(f"wrote {output}; use it with: halfprec convert MODEL --policy {output}")
-    raise SystemExit(EXIT_OK if result.passed else EXIT_FAILED)
+
+    finish(data, as_json, render, result.passed)
