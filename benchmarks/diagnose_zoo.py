@@ -25,17 +25,16 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from halfprec.batch import call  # noqa: E402
 from halfprec.diagnose import diagnose  # noqa: E402
-from halfprec.models import load_model  # noqa: E402
+from halfprec.io.specs import load_model  # noqa: E402
+from halfprec.io.zoo import token_batch  # noqa: E402
 from halfprec.timing import measure  # noqa: E402
 from halfprec.tune import tune  # noqa: E402
-from halfprec.zoo import token_batch  # noqa: E402
 
 
 def _timings(
@@ -68,7 +67,7 @@ def row(
     t_tune = time.perf_counter() - start
     t32, t16, t_diag, diag = _timings(model, result.model, first, runs)
     if plots is not None:
-        from halfprec.report_diagnose import plot_diagnosis
+        from halfprec.report.diagnose import plot_diagnosis
 
         plots.mkdir(parents=True, exist_ok=True)
         plot_diagnosis(diag, plots / f"diagnose_{name}_fp16.png", title=f"{name}: fp16 vs fp32")
@@ -113,7 +112,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     if args.only in (None, "hazards"):
-        from hazards import HAZARDS
+        from halfprec.testing.hazards import HAZARDS
 
         for name, hazard in HAZARDS.items():
             model, batches = hazard.build()

@@ -21,7 +21,7 @@ from halfprec import convert, device_support, resolve_dtype
 from halfprec.batch import call
 from halfprec.compare import compare_outputs
 from halfprec.dtypes import dtype_name
-from halfprec.models import load_model
+from halfprec.io.specs import load_model
 from halfprec.tree import map_tensors
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import transformers
 
-from halfprec.lint import LintConfig, fix_source, lint_paths, lint_source
+from halfprec.leaks.lint import LintConfig, fix_source, lint_paths, lint_source
 
 
 def main() -> None:

@@ -37,7 +37,7 @@ from halfprec.export.capture import forward_params, named_inputs
 from halfprec.export.config import ExportConfig
 from halfprec.export.info import ArtifactInfo
 from halfprec.export.onnx import OnnxSession, import_onnxruntime, inspect_casts
-from halfprec.models import load_model
+from halfprec.io.specs import load_model
 from halfprec.timing import measure
 from halfprec.tree import flatten
 

@@ -31,12 +31,12 @@ import torch  # noqa: E402
 
 from halfprec.atomic import write_text_atomic  # noqa: E402
 from halfprec.batch import call  # noqa: E402
-from halfprec.bench import BenchConfig, BenchResult, benchmark, fastest_variant  # noqa: E402
-from halfprec.bench_variants import Variant, build_variant  # noqa: E402
-from halfprec.convert import convert  # noqa: E402
+from halfprec.bench.runner import BenchConfig, BenchResult, benchmark, fastest_variant  # noqa: E402
+from halfprec.bench.variants import Variant, build_variant  # noqa: E402
+from halfprec.convert.core import convert  # noqa: E402
 from halfprec.dtypes import resolve_device  # noqa: E402
-from halfprec.models import load_model  # noqa: E402
-from halfprec.report_bench import markdown_table, print_bench, write_chart  # noqa: E402
+from halfprec.io.specs import load_model  # noqa: E402
+from halfprec.report.bench import markdown_table, print_bench, write_chart  # noqa: E402
 from halfprec.timing import synchronize  # noqa: E402
 from halfprec.tree import map_tensors  # noqa: E402
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from halfprec.errors import ModelSpecError
-from halfprec.zoo import import_transformers, photo_crops, token_batch
+from halfprec.io.zoo import import_transformers, photo_crops, token_batch
 
 PROMPT_TOKENS = 16
 NEW_TOKENS = 16
@@ -56,7 +56,7 @@ def gpt2_generation_example_inputs() -> dict[str, torch.Tensor]:
 
 
 def cnn_channels_last() -> nn.Module:
-    from halfprec.models import load_model
+    from halfprec.io.specs import load_model
 
     model: nn.Module = load_model("builtin:cnn").model
     return model.to(memory_format=torch.channels_last)

@@ -4,7 +4,7 @@
 #   bash scripts/install.sh dev    also the test, lint and plotting tools
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
+source scripts/python.sh
 # torch first and pinned: an unpinned torch makes the resolver fetch a multi-GB CUDA build.
 "$PY" -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
 extras="demo"

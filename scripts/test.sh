@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The test command: lint, type-check, then the whole test suite.
+# The test command: lint, type-check, check the import layering, then the whole test suite.
+# Uses the same interpreter as scripts/install.sh: $PYTHON, else .venv/bin/python if present,
+# else python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/python.sh
 export HF_HUB_OFFLINE=1
-python3 -m ruff check src tests benchmarks examples
-python3 -m mypy
-python3 -m pytest -q "$@"
+"$PY" -m ruff check src tests benchmarks examples
+"$PY" -m mypy
+PYTHONPATH=src "$PY" -c 'from importlinter.cli import lint_imports_command; lint_imports_command()'
+"$PY" -m pytest -q "$@"

@@ -15,7 +15,7 @@ from torch import nn
 from torch.overrides import _get_current_function_mode_stack
 
 from halfprec import audit, convert
-from halfprec.audit_report import render_table
+from halfprec.report.audit import render_table
 
 LEAKY = Path(__file__).parent / "fixtures" / "audit" / "leaky.py"
 MARK = re.compile(r"#\s*leak:\s*(\w+)")
@@ -48,7 +48,7 @@ def test_audit_finds_every_marked_leak_with_file_and_line() -> None:
 
 
 def test_lint_finds_the_same_lines_statically_except_runtime_only_kinds() -> None:
-    from halfprec.lint import lint_source
+    from halfprec.leaks.lint import lint_source
 
     static = {line for line, kind in _marked() if kind not in ("upcast", "mixed")}
     found = {f.line for f in lint_source(LEAKY.read_text(), str(LEAKY))}

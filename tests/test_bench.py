@@ -10,13 +10,14 @@ import torch
 from torch import nn
 
 from halfprec import BenchConfig, Variant, benchmark, choose_dtype_by_measurement, fastest_variant
-from halfprec.bench import BenchResult, VariantResult, matmul_slowdown, resize_batch
-from halfprec.bench_variants import DEFAULT_VARIANTS, VariantError, build_variant, parse_variants
-from halfprec.bench_worker import measure_in_subprocess
+from halfprec.batch import resize_batch
+from halfprec.bench.machine import machine_info
+from halfprec.bench.runner import BenchResult, VariantResult, matmul_slowdown
+from halfprec.bench.variants import DEFAULT_VARIANTS, VariantError, build_variant, parse_variants
+from halfprec.bench.worker import measure_in_subprocess
 from halfprec.compare import Tolerance
-from halfprec.convert import conversion_report
+from halfprec.convert.core import conversion_report
 from halfprec.errors import HalfprecError
-from halfprec.machine import machine_info
 from halfprec.timing import Timing
 
 TINY = """

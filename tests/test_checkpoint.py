@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from halfprec import CheckpointError, conversion_report, convert
-from halfprec.checkpoint import load, read_metadata, save
+from halfprec.io.checkpoint import load, read_metadata, save
 
 
 def net() -> nn.Module:

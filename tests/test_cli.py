@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from conftest import run_cli
+from conftest import run_cli, run_cli_subprocess
 
 FIXTURE = Path(__file__).parent / "fixtures" / "user_model.py"
 SPEC = f"{FIXTURE}:build"
@@ -45,7 +45,7 @@ def test_convert_writes_half_checkpoint(tmp_path: Path) -> None:
     proc = run_cli("convert", SPEC, "--dtype", "fp16", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "fp32 islands: 1 modules" in proc.stdout
-    from halfprec.checkpoint import read_metadata
+    from halfprec.io.checkpoint import read_metadata
 
     assert read_metadata(out)["dtype"] == "fp16"
     assert [p.name for p in tmp_path.iterdir()] == ["net.safetensors"]
@@ -109,4 +109,11 @@ def test_debug_shows_the_traceback() -> None:
 def test_output_must_be_safetensors(tmp_path: Path) -> None:
     proc = run_cli("convert", SPEC, "-o", str(tmp_path / "x.pt"))
     assert proc.returncode == 2 and "must end in .safetensors" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_subprocess_smoke_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """In a fresh interpreter, as a shell user runs it: one line on stderr, exit 2."""
+    proc = run_cli_subprocess("convert", SPEC, "-o", str(tmp_path / "x.pt"))
+    one_line_error(proc, "must end in .safetensors")
     assert list(tmp_path.iterdir()) == []

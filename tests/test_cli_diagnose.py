@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-HAZARDS_FILE = str(Path(__file__).resolve().parent / "hazards.py")
+import halfprec.testing.hazards as hazards
+
+HAZARDS_FILE = str(Path(hazards.__file__).resolve())
 FILL = f"{HAZARDS_FILE}:fill_model"
 RMS = f"{HAZARDS_FILE}:rmsnorm_model"
 

@@ -11,8 +11,8 @@ from torch import nn
 
 from halfprec import convert, diagnose, naive_half
 from halfprec.errors import HalfprecError
-from halfprec.report_diagnose import diagnosis_table, plot_diagnosis
-from hazards import HAZARDS
+from halfprec.report.diagnose import diagnosis_table, plot_diagnosis
+from halfprec.testing.hazards import HAZARDS
 
 
 @pytest.mark.parametrize("name", list(HAZARDS))

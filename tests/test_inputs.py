@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from halfprec.errors import InputsError
-from halfprec.inputs import load_inputs, save_inputs
+from halfprec.io.inputs import load_inputs, save_inputs
 
 
 def test_safetensors_keywords_positions_and_batches(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from halfprec.batch import call
-from halfprec.lint import LintConfig, LintConfigError, fix_source, lint_paths, lint_source
-from halfprec.lint.config import load_config
+from halfprec.leaks.lint import LintConfig, LintConfigError, fix_source, lint_paths, lint_source
+from halfprec.leaks.lint.config import load_config
 from halfprec.tree import map_tensors
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lint"

@@ -8,7 +8,7 @@ from torch import nn
 
 from halfprec import ModelSpecError, convert
 from halfprec.batch import call
-from halfprec.models import load_model
+from halfprec.io.specs import load_model
 
 FIXTURE = Path(__file__).parent / "fixtures" / "user_model.py"
 

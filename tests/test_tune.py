@@ -8,8 +8,8 @@ import torch
 from halfprec import Policy, convert, tune
 from halfprec.compare import compare
 from halfprec.errors import DTypeError, HalfprecError
+from halfprec.testing.hazards import HAZARDS, dropout_model, dropout_model_example_inputs
 from halfprec.tune import ToleranceUnreachableError, TuneConfig
-from hazards import HAZARDS, dropout_model, dropout_model_example_inputs
 
 LOCAL = [
     "fill-1e9",

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from .batch import Args
-from .check import CheckResult, check
-from .checkpoint import load, save
-from .compare import Comparison, OutputMetrics, Tolerance, compare
-from .convert import (
+from halfprec._version import __version__
+from halfprec.batch import Args
+from halfprec.check import CheckResult, check
+from halfprec.compare import Comparison, OutputMetrics, Tolerance, compare
+from halfprec.convert.core import (
     ConversionReport,
     ConvertConfig,
     conversion_report,
     convert,
     convert_,
 )
-from .dtypes import DeviceSupport, DTypeChoice, device_support, parse_dtype, resolve_dtype
-from .errors import (
+from halfprec.convert.policy import Policy
+from halfprec.dtypes import DeviceSupport, DTypeChoice, device_support, parse_dtype, resolve_dtype
+from halfprec.errors import (
     CheckpointError,
     DTypeError,
     HalfprecError,
@@ -22,9 +23,7 @@ from .errors import (
     MissingExtraError,
     ModelSpecError,
 )
-from .policy import Policy
-
-__version__ = "0.1.0"
+from halfprec.io.checkpoint import load, save
 
 __all__ = [
     "__version__",
@@ -57,18 +56,18 @@ __all__ = [
 ]
 
 # --- mixed-precision training (halfprec.train) ---
-from .train.parallel import autocast_forward  # noqa: E402
+from halfprec.train.parallel import autocast_forward  # noqa: E402
 
 __all__ += ["autocast_forward"]
 
 # -- dtype leaks: runtime audit and static lint (issue #4) --------------------------------
-from .audit import AuditReport, Leak, audit  # noqa: E402
-from .lint import LintConfig, lint_paths, lint_source  # noqa: E402
+from halfprec.leaks.audit import AuditReport, Leak, audit  # noqa: E402
+from halfprec.leaks.lint import LintConfig, lint_paths, lint_source  # noqa: E402
 
 __all__ += ["audit", "AuditReport", "Leak", "lint_paths", "lint_source", "LintConfig"]
 
 # -- export: torch.export, TorchScript and ONNX artifacts (issue #7) ---------------------------
-from .export import (  # noqa: E402
+from halfprec.export import (  # noqa: E402
     Artifact,
     ArtifactInfo,
     ExportError,
@@ -87,9 +86,9 @@ __all__ += [
 ]
 
 # -- diagnose, preflight, tune (issue #3) ---------------------------------------------------
-from .diagnose import Diagnosis, Divergence, ModuleDiagnosis, diagnose, naive_half  # noqa: E402
-from .preflight import Finding, Preflight, preflight  # noqa: E402
-from .tune import (  # noqa: E402
+from halfprec.diagnose import Diagnosis, Divergence, ModuleDiagnosis, diagnose, naive_half  # noqa: E402
+from halfprec.preflight import Finding, Preflight, preflight  # noqa: E402
+from halfprec.tune import (  # noqa: E402
     ToleranceUnreachableError,
     TuneConfig,
     TuneReport,
@@ -114,7 +113,7 @@ __all__ += [
 ]
 
 # --- bench (issue #6): speed, memory and accuracy of each variant, measured auto ---------
-from .bench import (  # noqa: E402
+from halfprec.bench.runner import (  # noqa: E402
     BenchConfig,
     BenchResult,
     MeasuredChoice,
@@ -123,7 +122,7 @@ from .bench import (  # noqa: E402
     choose_dtype_by_measurement,
     fastest_variant,
 )
-from .bench_variants import Variant  # noqa: E402
+from halfprec.bench.variants import Variant  # noqa: E402
 
 __all__ += [
     "benchmark",

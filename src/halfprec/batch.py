@@ -13,12 +13,16 @@ A model that takes one dict positionally gets ``(the_dict,)``. Where a function 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
-__all__ = ["Args", "Batch", "call", "as_batches"]
+from halfprec.tree import iter_tensors, map_tensors
+
+__all__ = ["Args", "Batch", "call", "as_batches", "batch_size_of", "resize_batch"]
 
 
 @dataclass(frozen=True)
@@ -50,3 +54,29 @@ def as_batches(inputs: Any) -> list[Batch]:
             raise ValueError("inputs is an empty list; give at least one batch")
         return inputs
     return [inputs]
+
+
+def batch_size_of(batch: Batch) -> int:
+    for _, t in iter_tensors(batch):
+        if t.dim() >= 1:
+            return int(t.shape[0])
+    raise ValueError("the batch holds no tensor with a batch dimension; give tensor inputs")
+
+
+def resize_batch(batch: Batch, size: int) -> Batch:
+    """Repeat or cut every tensor that has the batch's leading size to ``size`` rows,
+    keeping channels_last layouts."""
+    base = batch_size_of(batch)
+    if size == base:
+        return batch
+
+    def fit(t: torch.Tensor) -> torch.Tensor:
+        if t.dim() == 0 or t.shape[0] != base:
+            return t
+        reps = math.ceil(size / base)
+        out = torch.cat([t] * reps)[:size] if reps > 1 else t[:size]
+        if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+            return out.contiguous(memory_format=torch.channels_last)
+        return out.contiguous()
+
+    return map_tensors(fit, batch)

@@ -14,12 +14,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from .batch import as_batches, call
-from .compare import Comparison, Tolerance, compare
-from .convert import ConversionReport, Selector, conversion_report, convert
-from .dtypes import DTypeLike
-from .policy import Policy
-from .timing import Timing, measure
+from halfprec.batch import as_batches, call
+from halfprec.compare import Comparison, Tolerance, compare
+from halfprec.convert.core import ConversionReport, Selector, conversion_report, convert
+from halfprec.convert.policy import Policy
+from halfprec.dtypes import DTypeLike
+from halfprec.timing import Timing, measure
 
 __all__ = ["CheckResult", "check"]
 

@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .batch import as_batches, call
-from .dtypes import dtype_name
-from .errors import InputsError
-from .tree import flatten
+from halfprec.batch import as_batches, call
+from halfprec.dtypes import dtype_name
+from halfprec.errors import InputsError
+from halfprec.tree import flatten
 
 __all__ = [
     "Tolerance",
@@ -284,7 +284,7 @@ def compare(
     The candidate's compute dtype (from its conversion report, else its first floating
     parameter) selects the default tolerance. The result's ``.passed`` is the verdict.
     """
-    from .convert import conversion_report
+    from halfprec.convert.core import conversion_report
 
     batches = as_batches(inputs)
     report = conversion_report(candidate)

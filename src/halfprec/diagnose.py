@@ -35,13 +35,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from .batch import as_batches, call
-from .compare import Comparison, Tolerance, compare_outputs
-from .convert import conversion_report
-from .dtypes import DTypeLike, dtype_name, range_of, resolve_dtype
-from .errors import HalfprecError
-from .errorstats import ErrorStats, relative_threshold
-from .tree import iter_tensors, map_tensors
+from halfprec.batch import as_batches, call
+from halfprec.compare import Comparison, Tolerance, compare_outputs
+from halfprec.convert.core import conversion_report
+from halfprec.dtypes import DTypeLike, dtype_name, range_of, resolve_dtype
+from halfprec.errors import HalfprecError
+from halfprec.errorstats import ErrorStats, relative_threshold
+from halfprec.tree import iter_tensors, map_tensors
 
 __all__ = ["ModuleDiagnosis", "Divergence", "Diagnosis", "diagnose", "naive_half"]
 

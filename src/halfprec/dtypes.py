@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import DeviceError, DTypeError
+from halfprec.errors import DeviceError, DTypeError
 
 __all__ = [
     "HALF_DTYPES",

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from .dtypes import NumericRange
-from .tree import flatten
+from halfprec.dtypes import NumericRange
+from halfprec.tree import flatten
 
 __all__ = ["ErrorStats", "relative_threshold"]
 

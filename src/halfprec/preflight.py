@@ -17,8 +17,6 @@ keeps it safe by default (``handled``).
 from __future__ import annotations
 
 import math
-import os
-import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +24,10 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from .batch import as_batches, call
-from .convert import is_default_island
-from .dtypes import DTypeLike, dtype_name, range_of, resolve_dtype
+from halfprec.batch import as_batches, call
+from halfprec.convert.core import is_default_island
+from halfprec.dtypes import DTypeLike, dtype_name, range_of, resolve_dtype
+from halfprec.frames import user_location
 
 __all__ = ["Finding", "Preflight", "preflight", "EPS_NAMES", "FILL_FUNCTIONS"]
 
@@ -36,8 +35,6 @@ EPS_NAMES = ("eps", "epsilon", "variance_epsilon", "layer_norm_eps", "norm_eps",
 FILL_FUNCTIONS = frozenset(
     {"masked_fill", "masked_fill_", "fill_", "fill", "full", "full_like", "new_full", "index_fill"}
 )
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
 
 @dataclass(frozen=True)
@@ -131,16 +128,6 @@ def _static(model: nn.Module, dtype: torch.dtype) -> list[Finding]:
     return found
 
 
-def _location() -> str | None:
-    """The innermost stack frame outside torch and halfprec: the user's line."""
-    for frame in reversed(traceback.extract_stack()):
-        path = os.path.abspath(frame.filename)
-        if path.startswith((_PACKAGE_DIR, _TORCH_DIR)):
-            continue
-        return f"{frame.filename}:{frame.lineno}"
-    return None
-
-
 class _FillWatch(TorchFunctionMode):
     """Records Python constants passed to fills that ``limit`` cannot hold."""
 
@@ -172,7 +159,7 @@ class _FillWatch(TorchFunctionMode):
         for v in values:
             if math.isfinite(v) and abs(v) > self.limit:
                 module = self.stack[-1] if self.stack else ""
-                self.hits.setdefault((module, name, float(v), _location()), name)
+                self.hits.setdefault((module, name, float(v), user_location()), name)
 
 
 def _fills(model: nn.Module, batch: Any, dtype: torch.dtype) -> list[Finding]:

@@ -31,15 +31,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import __version__
-from .batch import as_batches, call
-from .compare import Comparison, Tolerance, compare_outputs, run_reference
-from .convert import conversion_report, convert
-from .diagnose import Diagnosis, diagnose
-from .dtypes import DTypeLike, dtype_name, parse_dtype, range_of
-from .errors import DTypeError, HalfprecError
-from .policy import Policy
-from .timing import measure
+from halfprec._version import __version__
+from halfprec.batch import as_batches, call
+from halfprec.compare import Comparison, Tolerance, compare_outputs, run_reference
+from halfprec.convert.core import conversion_report, convert
+from halfprec.convert.policy import Policy
+from halfprec.diagnose import Diagnosis, diagnose
+from halfprec.dtypes import DTypeLike, dtype_name, parse_dtype, range_of
+from halfprec.errors import DTypeError, HalfprecError
+from halfprec.timing import measure
 
 __all__ = [
     "TuneConfig",

@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import run_cli_subprocess
 from halfprec import convert
 from halfprec.compare import compare
-from halfprec.models import load_model
+from halfprec.io.specs import load_model
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,8 @@ def test_minilm_embeddings_still_rank_sentences_alike(minilm) -> None:  # type: 
 
 
 def test_halfprec_check_default_main_job() -> None:
-    proc = run_cli("check", "--json", "--runs", "3")
+    """Smoke test in a fresh interpreter: the README's main job, end to end."""
+    proc = run_cli_subprocess("check", "--json", "--runs", "3")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["model"] == "builtin:minilm" and data["passed"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from ..errors import HalfprecError
+from halfprec.errors import HalfprecError
 
 __all__ = ["main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
@@ -45,6 +45,15 @@ class _Group(click.Group):
                 traceback.print_exc()
             click.echo(f"halfprec: error: {_one_line(exc)}", err=True)
             ctx.exit(exc.exit_code)
+        except click.UsageError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                traceback.print_exc()
+            where = exc.ctx.command_path if exc.ctx is not None else "halfprec"
+            click.echo(
+                f"halfprec: error: {_one_line(exc.format_message())} (see '{where} --help')",
+                err=True,
+            )
+            ctx.exit(EXIT_USAGE)
         except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 traceback.print_exc()

@@ -10,16 +10,16 @@ from typing import Any
 
 import click
 
-from ..audit import audit
-from ..audit_report import render_json, render_table
-from ..dtypes import parse_dtype
-from ..errors import InputsError
-from . import EXIT_FAILED, EXIT_OK
+from halfprec.cli import EXIT_FAILED, EXIT_OK
+from halfprec.dtypes import parse_dtype
+from halfprec.errors import InputsError
+from halfprec.leaks.audit import audit
+from halfprec.report.audit import render_json, render_table
 
 
 def _load(spec: str, inputs: Path | None) -> tuple[Any, Any]:
-    from ..inputs import load_inputs
-    from ..models import load_model
+    from halfprec.io.inputs import load_inputs
+    from halfprec.io.specs import load_model
 
     loaded = load_model(spec)
     batches = load_inputs(inputs) if inputs is not None else loaded.example_inputs

@@ -8,15 +8,21 @@ from pathlib import Path
 
 import click
 
-from ..bench import BenchConfig, benchmark
-from ..bench_variants import parse_variants
-from ..compare import Tolerance
-from ..errors import HalfprecError
-from ..policy import Policy
-from ..report import to_json_text
-from ..report_bench import check_plot_path, print_bench, require_matplotlib, write_chart
-from . import EXIT_OK
-from .options import device_option, inputs_option, json_option, load_for_command, model_argument
+from halfprec.bench.runner import BenchConfig, benchmark
+from halfprec.bench.variants import parse_variants
+from halfprec.cli import EXIT_OK
+from halfprec.cli.options import (
+    device_option,
+    inputs_option,
+    json_option,
+    load_for_command,
+    model_argument,
+)
+from halfprec.compare import Tolerance
+from halfprec.convert.policy import Policy
+from halfprec.errors import HalfprecError
+from halfprec.report.bench import check_plot_path, print_bench, require_matplotlib, write_chart
+from halfprec.report.common import to_json_text
 
 __all__ = ["command"]
 

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import click
 
-from ..check import check
-from ..report import print_check
-from .options import (
+from halfprec.check import check
+from halfprec.cli.options import (
     device_option,
     dtype_option,
     finish,
@@ -20,6 +19,7 @@ from .options import (
     tolerance_override,
     weights_option,
 )
+from halfprec.report.common import print_check
 
 __all__ = ["command"]
 
@@ -63,7 +63,7 @@ def command(
 ) -> None:
     loaded, batches, _ = load_for_command(model, inputs_path, device, weights)
     if artifact is not None:
-        from .export import check_artifact
+        from halfprec.cli.export import check_artifact
 
         raise SystemExit(
             check_artifact(
@@ -75,7 +75,7 @@ def command(
                 as_json=as_json,
             )
         )
-    from ..dtypes import resolve_dtype
+    from halfprec.dtypes import resolve_dtype
 
     half_dtype = resolve_dtype(dtype).dtype if policy is None else None
     tolerance = tolerance_override(half_dtype, min_cosine, min_sqnr)

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import click
 
-from ..checkpoint import save
-from ..convert import conversion_report, convert
-from ..dtypes import dtype_name, resolve_device
-from ..models import load_model
-from ..report import human_bytes, make_console, to_json_text
-from .options import dtype_option, islands_options, json_option, weights_option
+from halfprec.cli.options import dtype_option, islands_options, json_option, weights_option
+from halfprec.convert.core import conversion_report, convert
+from halfprec.dtypes import dtype_name, resolve_device
+from halfprec.io.checkpoint import save
+from halfprec.io.specs import load_model
+from halfprec.report.common import human_bytes, make_console, to_json_text
 
 __all__ = ["command"]
 
@@ -47,7 +47,7 @@ def command(
     dev = resolve_device(device)
     loaded = load_model(model)
     if weights is not None:
-        from ..checkpoint import load
+        from halfprec.io.checkpoint import load
 
         load(weights, into=loaded.model)
     half = convert(

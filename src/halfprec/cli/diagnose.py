@@ -6,12 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..compare import Tolerance
-from ..convert import convert
-from ..diagnose import diagnose
-from ..dtypes import resolve_dtype
-from ..report_diagnose import plot_diagnosis, print_diagnosis
-from .options import (
+from halfprec.cli.options import (
     device_option,
     dtype_option,
     finish,
@@ -20,6 +15,11 @@ from .options import (
     load_for_command,
     model_argument,
 )
+from halfprec.compare import Tolerance
+from halfprec.convert.core import convert
+from halfprec.diagnose import diagnose
+from halfprec.dtypes import resolve_dtype
+from halfprec.report.diagnose import plot_diagnosis, print_diagnosis
 
 __all__ = ["command"]
 

@@ -8,14 +8,20 @@ from typing import Any
 
 import click
 
-from ..batch import Batch
-from ..compare import Tolerance, run_reference
-from ..export import FORMATS, ExportConfig, export, load_artifact, verify_artifact
-from ..models import LoadedModel
-from ..report import to_json_text
-from ..report_export import print_artifact_check, print_export
-from . import EXIT_FAILED, EXIT_OK
-from .options import finish, inputs_option, islands_options, json_option, load_for_command
+from halfprec.batch import Batch
+from halfprec.cli import EXIT_FAILED, EXIT_OK
+from halfprec.cli.options import (
+    finish,
+    inputs_option,
+    islands_options,
+    json_option,
+    load_for_command,
+)
+from halfprec.compare import Tolerance, run_reference
+from halfprec.export import FORMATS, ExportConfig, export, load_artifact, verify_artifact
+from halfprec.io.specs import LoadedModel
+from halfprec.report.common import to_json_text
+from halfprec.report.export import print_artifact_check, print_export
 
 __all__ = ["command", "check_artifact"]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import click
 
-from ..atomic import write_text_atomic
-from ..lint import LintReport, fixable, lint_paths, load_config
-from . import EXIT_FAILED, EXIT_OK
+from halfprec.atomic import write_text_atomic
+from halfprec.cli import EXIT_FAILED, EXIT_OK
+from halfprec.leaks.lint import LintReport, fixable, lint_paths, load_config
 
 
 def _codes(value: str | None) -> tuple[str, ...] | None:

@@ -10,14 +10,14 @@ from typing import Any, NoReturn, TypeVar
 import click
 import torch
 
-from ..batch import Batch
-from ..compare import Tolerance
-from ..dtypes import resolve_device
-from ..errors import InputsError
-from ..inputs import load_inputs
-from ..models import LoadedModel, load_model
-from ..tree import map_tensors
-from . import EXIT_FAILED, EXIT_OK
+from halfprec.batch import Batch
+from halfprec.cli import EXIT_FAILED, EXIT_OK
+from halfprec.compare import Tolerance
+from halfprec.dtypes import resolve_device
+from halfprec.errors import InputsError
+from halfprec.io.inputs import load_inputs
+from halfprec.io.specs import LoadedModel, load_model
+from halfprec.tree import map_tensors
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -113,7 +113,7 @@ def load_for_command(
     dev = resolve_device(device)
     loaded = load_model(spec)
     if weights is not None:
-        from ..checkpoint import load
+        from halfprec.io.checkpoint import load
 
         load(weights, into=loaded.model)
     batches = load_inputs(inputs_path) if inputs_path is not None else loaded.example_inputs
@@ -132,7 +132,7 @@ def finish(
 ) -> NoReturn:
     """Print ``data`` as JSON or call ``render`` for tables, then exit 0 if passed else 1."""
     if as_json:
-        from ..report import to_json_text
+        from halfprec.report.common import to_json_text
 
         click.echo(to_json_text(data))
     else:

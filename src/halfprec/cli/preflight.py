@@ -6,11 +6,8 @@ from pathlib import Path
 
 import click
 
-from ..preflight import preflight
-from ..report import to_json_text
-from ..report_diagnose import print_preflight
-from . import EXIT_FAILED, EXIT_OK
-from .options import (
+from halfprec.cli import EXIT_FAILED, EXIT_OK
+from halfprec.cli.options import (
     device_option,
     dtype_option,
     inputs_option,
@@ -18,6 +15,9 @@ from .options import (
     load_for_command,
     model_argument,
 )
+from halfprec.preflight import preflight
+from halfprec.report.common import to_json_text
+from halfprec.report.diagnose import print_preflight
 
 __all__ = ["command"]
 

@@ -8,11 +8,7 @@ import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from ..compare import Tolerance
-from ..dtypes import parse_dtype
-from ..report_tune import print_tune
-from ..tune import tune
-from .options import (
+from halfprec.cli.options import (
     device_option,
     dtype_option,
     finish,
@@ -22,6 +18,10 @@ from .options import (
     model_argument,
     tolerance_override,
 )
+from halfprec.compare import Tolerance
+from halfprec.dtypes import parse_dtype
+from halfprec.report.tune import print_tune
+from halfprec.tune import tune
 
 __all__ = ["command"]
 

@@ -6,11 +6,11 @@ ONNX needs the ``onnx`` extra (``pip install 'halfprec[onnx]'``), imported only 
 
 from __future__ import annotations
 
-from .api import ExportResult, export
-from .artifact import Artifact, Verification, load_artifact, verify_artifact
-from .config import FORMATS, ExportConfig, ExportError, ExportFormat, format_for_path
-from .info import ArtifactInfo
-from .onnx import OrtCasts, OrtLatency
+from halfprec.export.api import ExportResult, export
+from halfprec.export.artifact import Artifact, Verification, load_artifact, verify_artifact
+from halfprec.export.config import FORMATS, ExportConfig, ExportError, ExportFormat, format_for_path
+from halfprec.export.info import ArtifactInfo
+from halfprec.export.onnx import OrtCasts, OrtLatency
 
 __all__ = [
     "export",

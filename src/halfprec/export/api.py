@@ -12,19 +12,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from .. import __version__
-from ..atomic import atomic_path
-from ..batch import as_batches, call
-from ..compare import Comparison, Tolerance, run_reference
-from ..convert import ConversionReport, FilterFn, Selector, conversion_report, convert
-from ..dtypes import DTypeLike, dtype_name, parse_dtype, resolve_dtype
-from ..policy import Policy
-from ..tree import flatten, map_tensors
-from .artifact import load_artifact, verify_artifact
-from .capture import capture, dynamic_shapes, forward_params, named_inputs
-from .config import ExportConfig, ExportError, ExportFormat, check_onnx_dtype
-from .info import ArtifactInfo
-from .onnx import OrtCasts, OrtLatency, inspect_casts, ort_latency, write_onnx
+from halfprec._version import __version__
+from halfprec.atomic import atomic_path
+from halfprec.batch import as_batches, call
+from halfprec.compare import Comparison, Tolerance, run_reference
+from halfprec.convert.core import ConversionReport, FilterFn, Selector, conversion_report, convert
+from halfprec.convert.policy import Policy
+from halfprec.dtypes import DTypeLike, dtype_name, parse_dtype, resolve_dtype
+from halfprec.export.artifact import load_artifact, verify_artifact
+from halfprec.export.capture import capture, dynamic_shapes, forward_params, named_inputs
+from halfprec.export.config import ExportConfig, ExportError, ExportFormat, check_onnx_dtype
+from halfprec.export.info import ArtifactInfo
+from halfprec.export.onnx import OrtCasts, OrtLatency, inspect_casts, ort_latency, write_onnx
+from halfprec.tree import flatten, map_tensors
 
 __all__ = ["ExportResult", "export", "write_artifact", "fp32_info"]
 
@@ -112,7 +112,7 @@ def write_artifact(
     shapes = dynamic_shapes(named) if config.dynamic else None
     with atomic_path(path) as tmp:
         if config.format == "torchscript":
-            from .torchscript import write_torchscript
+            from halfprec.export.torchscript import write_torchscript
 
             write_torchscript(model, named[0], tmp, info)
             return
@@ -120,7 +120,7 @@ def write_artifact(
         if config.format == "onnx":
             write_onnx(program, tmp, info, config.opset)
         else:
-            from .exported_program import write_exported_program
+            from halfprec.export.exported_program import write_exported_program
 
             write_exported_program(program, tmp, info)
 

@@ -15,13 +15,13 @@ from typing import Any
 
 import torch
 
-from ..batch import Batch
-from ..compare import Comparison, Tolerance, compare_outputs
-from ..dtypes import parse_dtype
-from ..tree import flatten, map_tensors
-from .capture import named_inputs
-from .config import ExportError, format_for_path
-from .info import ArtifactInfo
+from halfprec.batch import Batch
+from halfprec.compare import Comparison, Tolerance, compare_outputs
+from halfprec.dtypes import parse_dtype
+from halfprec.export.capture import named_inputs
+from halfprec.export.config import ExportError, format_for_path
+from halfprec.export.info import ArtifactInfo
+from halfprec.tree import flatten, map_tensors
 
 __all__ = ["Artifact", "Verification", "load_artifact", "verify_artifact"]
 
@@ -72,18 +72,18 @@ def load_artifact(path: str | Path) -> Artifact:
     if not p.is_file():
         raise ExportError(f"artifact {p} not found; check the path or run halfprec export")
     if fmt == "exported-program":
-        from .exported_program import load_exported_program
+        from halfprec.export.exported_program import load_exported_program
 
         module, info = load_exported_program(p)
         first = next(iter(module.state_dict().values()), None)
         device = first.device if first is not None else torch.device("cpu")
         return Artifact(p, info, lambda named: module(**named), device)
     if fmt == "torchscript":
-        from .torchscript import load_torchscript
+        from halfprec.export.torchscript import load_torchscript
 
         script, info = load_torchscript(p)
         return Artifact(p, info, lambda named: script(**named))
-    from .onnx import load_onnx
+    from halfprec.export.onnx import load_onnx
 
     session, info = load_onnx(p)
     return Artifact(p, info, lambda named: session.run(session.feeds(flatten(named))))

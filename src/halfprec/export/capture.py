@@ -17,10 +17,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..batch import Args, Batch
-from ..errors import HalfprecError, InputsError
-from ..tree import map_tensors
-from .config import ExportError
+from halfprec.batch import Args, Batch
+from halfprec.errors import HalfprecError, InputsError
+from halfprec.export.config import ExportError
+from halfprec.frames import is_library_file
+from halfprec.tree import map_tensors
 
 __all__ = [
     "forward_params",
@@ -106,7 +107,7 @@ def _user_location(text: str) -> str:
     found = [
         (m.group(1) or m.group(3), m.group(2) or m.group(4)) for m in _USER_LINE.finditer(text)
     ]
-    mine = [f"{f}:{n}" for f, n in found if "site-packages" not in f and "/halfprec/" not in f]
+    mine = [f"{f}:{n}" for f, n in found if not is_library_file(f) and "site-packages" not in f]
     return mine[-1] if mine else ""
 
 

@@ -8,8 +8,8 @@ from typing import Literal
 
 import torch
 
-from ..dtypes import DTypeLike, parse_dtype
-from ..errors import DTypeError, HalfprecError
+from halfprec.dtypes import DTypeLike, parse_dtype
+from halfprec.errors import DTypeError, HalfprecError
 
 __all__ = [
     "ExportConfig",

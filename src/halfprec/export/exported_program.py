@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .config import ExportError
-from .info import INFO_KEY, ArtifactInfo
+from halfprec.export.config import ExportError
+from halfprec.export.info import INFO_KEY, ArtifactInfo
 
 __all__ = ["write_exported_program", "load_exported_program"]
 

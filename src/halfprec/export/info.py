@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .config import ExportError
+from halfprec.export.config import ExportError
 
 __all__ = ["ArtifactInfo", "INFO_KEY"]
 

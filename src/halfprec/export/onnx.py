@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
-from ..errors import HalfprecError, MissingExtraError
-from ..timing import Timing, measure
-from .capture import explain_failure
-from .config import ExportError
-from .info import INFO_KEY, ArtifactInfo
+from halfprec.errors import HalfprecError, MissingExtraError
+from halfprec.export.capture import explain_failure
+from halfprec.export.config import ExportError
+from halfprec.export.info import INFO_KEY, ArtifactInfo
+from halfprec.timing import Timing, measure
 
 __all__ = [
     "OrtCasts",

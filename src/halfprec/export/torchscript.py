@@ -18,10 +18,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import HalfprecError
-from .capture import explain_failure
-from .config import ExportError
-from .info import INFO_KEY, ArtifactInfo
+from halfprec.errors import HalfprecError
+from halfprec.export.capture import explain_failure
+from halfprec.export.config import ExportError
+from halfprec.export.info import INFO_KEY, ArtifactInfo
 
 __all__ = ["write_torchscript", "load_torchscript"]
 

@@ -6,12 +6,12 @@ See :class:`MixedPrecision` for the training loop, :func:`save_checkpoint` /
 
 from __future__ import annotations
 
-from .checkpoint import Resumed, load_checkpoint, save_checkpoint
-from .config import StepOutcome, TrainConfig
-from .distributed import fsdp_policy
-from .mixed import MixedPrecision, TrainingStateError, needs_loss_scaling
-from .parallel import AutocastForward, autocast_forward
-from .watch import TrainingDivergedError
+from halfprec.train.checkpoint import Resumed, load_checkpoint, save_checkpoint
+from halfprec.train.config import StepOutcome, TrainConfig
+from halfprec.train.distributed import fsdp_policy
+from halfprec.train.mixed import MixedPrecision, TrainingStateError, needs_loss_scaling
+from halfprec.train.parallel import AutocastForward, autocast_forward
+from halfprec.train.watch import TrainingDivergedError
 
 __all__ = [
     "MixedPrecision",

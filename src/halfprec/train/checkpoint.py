@@ -21,10 +21,10 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..atomic import atomic_path
-from ..errors import CheckpointError
-from .mixed import MixedPrecision
-from .watch import unwrap
+from halfprec.atomic import atomic_path
+from halfprec.errors import CheckpointError
+from halfprec.train.mixed import MixedPrecision
+from halfprec.train.watch import unwrap
 
 __all__ = ["save_checkpoint", "load_checkpoint", "Resumed", "CHECKPOINT_FORMAT"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .mixed import MixedPrecision
+from halfprec.train.mixed import MixedPrecision
 
 __all__ = ["fsdp_policy"]
 

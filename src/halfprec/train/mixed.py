@@ -25,10 +25,10 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from ..dtypes import DTypeLike, dtype_name, ensure_runnable, range_of, resolve_dtype
-from ..errors import DTypeError, HalfprecError
-from .config import StepOutcome, StepStatus, TrainConfig
-from .watch import GradientWatch, NonFinite, TrainingDivergedError
+from halfprec.dtypes import DTypeLike, dtype_name, ensure_runnable, range_of, resolve_dtype
+from halfprec.errors import DTypeError, HalfprecError
+from halfprec.train.config import StepOutcome, StepStatus, TrainConfig
+from halfprec.train.watch import GradientWatch, NonFinite, TrainingDivergedError
 
 __all__ = ["MixedPrecision", "TrainingStateError", "ensure_autocast_runs", "needs_loss_scaling"]
 

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..dtypes import DTypeLike, dtype_name, parse_dtype
-from ..tree import iter_tensors
+from halfprec.dtypes import DTypeLike, dtype_name, parse_dtype
+from halfprec.tree import iter_tensors
 
 __all__ = ["AutocastForward", "autocast_forward"]
 

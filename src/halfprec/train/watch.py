@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..errors import HalfprecError
+from halfprec.errors import HalfprecError
 
 __all__ = ["GradientWatch", "NonFinite", "TrainingDivergedError", "unwrap"]
 
@@ -90,7 +90,7 @@ def unwrap(model: nn.Module) -> nn.Module:
     """The user's model inside DataParallel, DistributedDataParallel or AutocastForward."""
     from torch.nn.parallel import DataParallel, DistributedDataParallel
 
-    from .parallel import AutocastForward
+    from halfprec.train.parallel import AutocastForward
 
     while isinstance(model, (DataParallel, DistributedDataParallel, AutocastForward)):
         model = model.module

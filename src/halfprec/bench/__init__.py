@@ -1,0 +1,1 @@
+"""halfprec bench: speed, memory and accuracy of each variant, measured in one interleaved run."""

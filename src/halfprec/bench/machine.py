@@ -1,0 +1,68 @@
+"""Facts about the machine a measurement ran on, printed next to every benchmark result."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from halfprec.dtypes import device_support
+
+__all__ = ["MachineInfo", "machine_info"]
+
+# The CPU flags that decide half-precision speed on x86.
+_FLAGS = {
+    "amx_bf16": "AMX-BF16",
+    "amx_fp16": "AMX-FP16",
+    "avx512_bf16": "AVX512-BF16",
+    "avx512_fp16": "AVX512-FP16",
+}
+
+
+@dataclass(frozen=True)
+class MachineInfo:
+    """Device name, half-precision features, threads and versions."""
+
+    device: str
+    name: str
+    features: dict[str, bool]
+    fp16_fast: bool
+    bf16_fast: bool
+    threads: int
+    cpu_count: int
+    torch_version: str
+    python_version: str
+
+    def summary(self) -> str:
+        flags = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in self.features.items())
+        tf32 = "" if self.device.startswith("cpu") else "; fp32 timed with TF32 off"
+        return (
+            f"{self.device}: {self.name}; {flags}; torch {self.torch_version}, "
+            f"{self.threads} threads of {self.cpu_count} CPUs{tf32}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def machine_info(device: str | torch.device = "cpu") -> MachineInfo:
+    """Describe ``device`` through the one device table (:func:`halfprec.device_support`)."""
+    sup = device_support(device)
+    if torch.device(device).type == "cpu":
+        features = {label: flag in sup.features for flag, label in _FLAGS.items()}
+    else:
+        features = {f: True for f in sup.features}
+    return MachineInfo(
+        device=str(device),
+        name=sup.name,
+        features=features,
+        fp16_fast=sup.fp16_fast,
+        bf16_fast=sup.bf16_fast,
+        threads=torch.get_num_threads(),
+        cpu_count=os.cpu_count() or 1,
+        torch_version=torch.__version__,
+        python_version=platform.python_version(),
+    )

@@ -1,0 +1,175 @@
+"""The ways of running a model that ``halfprec bench`` puts side by side.
+
+A :class:`Variant` is one of:
+
+- ``fp32``: the model as it is (TF32 matmuls switched off while it runs);
+- ``naive-fp16`` / ``naive-bf16``: ``model.to(dtype)``, floating inputs cast by the caller;
+- ``autocast-fp16`` / ``autocast-bf16``: the fp32 model under ``torch.autocast``;
+- ``halfprec-fp16`` / ``halfprec-bf16``: :func:`halfprec.convert` with its fp32 islands
+  (or a tuned policy's);
+
+each optionally under ``torch.compile`` (``+compile``). :func:`build_variant` returns a
+ready-to-call module built from a copy; the original model is not changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+# the same input cast halfprec's root hook does, and its device lookup
+from halfprec.convert.boundaries import cast_inputs_hook
+from halfprec.convert.core import Selector, _model_device, convert_
+from halfprec.convert.policy import Policy
+from halfprec.dtypes import dtype_name, parse_dtype
+from halfprec.errors import HalfprecError
+
+__all__ = [
+    "KINDS",
+    "DEFAULT_VARIANTS",
+    "Variant",
+    "VariantError",
+    "parse_variants",
+    "build_variant",
+    "fp32_matmuls",
+]
+
+KINDS: tuple[str, ...] = ("fp32", "naive", "autocast", "halfprec")
+_COMPILE = "+compile"
+
+
+class VariantError(HalfprecError, ValueError):
+    """A variant name that halfprec bench does not know."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to run the model: ``kind`` in :data:`KINDS`, a dtype, compiled or not."""
+
+    kind: str
+    dtype: torch.dtype = torch.float32
+    compiled: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"variant kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        half = self.dtype in (torch.float16, torch.bfloat16)
+        if self.kind == "fp32" and self.dtype != torch.float32:
+            raise ValueError("the fp32 variant runs in torch.float32")
+        if self.kind != "fp32" and not half:
+            raise ValueError(f"variant {self.kind} needs fp16 or bf16, got {self.dtype}")
+
+    @property
+    def name(self) -> str:
+        base = "fp32" if self.kind == "fp32" else f"{self.kind}-{dtype_name(self.dtype)}"
+        return base + (_COMPILE if self.compiled else "")
+
+    def with_compile(self) -> Variant:
+        return Variant(self.kind, self.dtype, compiled=True)
+
+    @classmethod
+    def parse(cls, text: str) -> Variant:
+        """``fp32``, ``naive-bf16``, ``autocast-fp16``, ``halfprec-bf16``, ... ``+compile``."""
+        raw = text.strip().lower()
+        compiled = raw.endswith(_COMPILE)
+        base = raw.removesuffix(_COMPILE)
+        if base == "fp32":
+            return cls("fp32", torch.float32, compiled)
+        kind, _, dt = base.partition("-")
+        if kind in KINDS[1:] and dt:
+            try:
+                return cls(kind, parse_dtype(dt), compiled)
+            except HalfprecError:
+                pass
+        known = ", ".join(v.name for v in DEFAULT_VARIANTS)
+        raise VariantError(
+            f"unknown variant {text!r}; use one of: {known} (append +compile for torch.compile)"
+        )
+
+
+DEFAULT_VARIANTS: tuple[Variant, ...] = (
+    Variant("fp32"),
+    Variant("naive", torch.float16),
+    Variant("naive", torch.bfloat16),
+    Variant("autocast", torch.float16),
+    Variant("autocast", torch.bfloat16),
+    Variant("halfprec", torch.float16),
+    Variant("halfprec", torch.bfloat16),
+)
+
+
+def parse_variants(texts: Sequence[str] | None, *, compile: bool = False) -> list[Variant]:
+    """Parse variant names (default: all of :data:`DEFAULT_VARIANTS`); fp32 always comes
+    first because speedups are measured against it. ``compile`` adds a ``+compile`` twin of
+    each."""
+    parsed = [Variant.parse(t) for t in texts] if texts else list(DEFAULT_VARIANTS)
+    if compile:
+        parsed += [v.with_compile() for v in parsed if not v.compiled]
+    if Variant("fp32") not in parsed:
+        parsed.insert(0, Variant("fp32"))
+    unique = list(dict.fromkeys(parsed))
+    unique.sort(key=lambda v: (v.compiled, v != Variant("fp32")))
+    return unique
+
+
+@contextlib.contextmanager
+def fp32_matmuls() -> Iterator[None]:
+    """Full-precision fp32 matmuls (TF32 off on CUDA), restored afterwards."""
+    matmul = torch.backends.cuda.matmul
+    old = (matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+class _Autocast(nn.Module):
+    """Runs the wrapped fp32 model under ``torch.autocast(device_type, dtype)``."""
+
+    def __init__(self, model: nn.Module, device_type: str, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.model = model
+        self.device_type = device_type
+        self.dtype = dtype
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(self.device_type, dtype=self.dtype):
+            return self.model(*args, **kwargs)
+
+
+def build_variant(
+    model: nn.Module,
+    variant: Variant,
+    *,
+    keep_fp32: Sequence[Selector] = (),
+    policy: Policy | None = None,
+    in_place: bool = False,
+) -> nn.Module:
+    """A module that runs ``model`` the way ``variant`` says.
+
+    ``model`` is copied unless ``in_place`` (the memory worker converts in place so that
+    no fp32 copy stays resident). ``keep_fp32``/``policy`` shape the halfprec variants.
+    """
+    base = model if in_place else copy.deepcopy(model)
+    base.eval()
+    built: nn.Module
+    if variant.kind == "fp32":
+        built = base
+    elif variant.kind == "naive":
+        built = base.to(variant.dtype)
+        built.register_forward_pre_hook(cast_inputs_hook(variant.dtype), with_kwargs=True)
+    elif variant.kind == "autocast":
+        built = _Autocast(base, _model_device(base).type, variant.dtype)
+    else:
+        built = convert_(base, variant.dtype, keep_fp32=tuple(keep_fp32), policy=policy)
+    if variant.compiled:
+        built = torch.compile(built)  # type: ignore[assignment]
+    return built

@@ -1,0 +1,181 @@
+"""Peak CPU memory of one variant, measured in a clean subprocess.
+
+``python -m halfprec.bench_worker --model SPEC --variant NAME --batch-size N`` loads the
+model, builds the variant in place (no fp32 copy stays resident), runs one warm-up call
+(which may compile), then resets the kernel's peak-RSS counter and runs one more call. It
+prints JSON: ``peak_rss`` (bytes resident at the peak of that call), ``baseline_rss``
+(resident just before it) and ``delta`` (their difference: activations and workspace),
+plus ``ru_maxrss`` (the whole process's peak, model loading included).
+
+The peak counter is reset through ``/proc/self/clear_refs`` (Linux); elsewhere the worker
+falls back to ``ru_maxrss`` and says so in ``method``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from halfprec.bench.variants import Variant
+from halfprec.convert.policy import Policy
+
+__all__ = ["MemoryUse", "measure_in_subprocess", "main"]
+
+_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    """Peak memory of one variant. ``delta_bytes``: above the resident model and inputs."""
+
+    peak_bytes: int
+    delta_bytes: int
+    method: str
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _status_kib(field: str) -> int | None:
+    status = Path("/proc/self/status")
+    if not status.exists():
+        return None
+    for line in status.read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return None
+
+
+def _reset_peak() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _trim() -> None:
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _ru_maxrss_bytes() -> int:
+    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+def _run(
+    spec: str, variant_name: str, batch_size: int, policy: str | None, keep_fp32: Sequence[str]
+) -> dict[str, Any]:
+    import torch
+
+    from halfprec.batch import call, resize_batch
+    from halfprec.bench.variants import build_variant, fp32_matmuls
+    from halfprec.io.specs import load_model
+
+    loaded = load_model(spec)
+    if not loaded.example_inputs:
+        raise SystemExit(f"{spec} has no example inputs")
+    batch = resize_batch(loaded.example_inputs[0], batch_size)
+    module = build_variant(
+        loaded.model,
+        Variant.parse(variant_name),
+        keep_fp32=tuple(keep_fp32),
+        policy=Policy.load(policy) if policy else None,
+        in_place=True,
+    )
+    with torch.inference_mode(), fp32_matmuls():
+        call(module, batch)
+        _trim()
+        reset = _reset_peak()
+        baseline = (_status_kib("VmRSS") or 0) * 1024
+        call(module, batch)
+    peak_kib = _status_kib("VmHWM") if reset else None
+    peak = peak_kib * 1024 if peak_kib is not None else _ru_maxrss_bytes()
+    return {
+        "peak_rss": peak,
+        "baseline_rss": baseline,
+        "delta": max(0, peak - baseline),
+        "ru_maxrss": _ru_maxrss_bytes(),
+        "method": "rss subprocess" if reset else "ru_maxrss subprocess (includes loading)",
+    }
+
+
+def measure_in_subprocess(
+    spec: str,
+    variant: Variant,
+    batch_size: int,
+    *,
+    policy: Policy | None = None,
+    keep_fp32: Sequence[object] = (),
+) -> MemoryUse:
+    """Run the worker for ``variant`` on MODEL ``spec``; failures come back as a note.
+    Only qualified-name ``keep_fp32`` entries reach the worker (types cannot be passed)."""
+    args = [
+        sys.executable,
+        "-m",
+        "halfprec.bench.worker",
+        "--model",
+        spec,
+        "--variant",
+        variant.name,
+        "--batch-size",
+        str(batch_size),
+    ]
+    if policy is not None:
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            path = f.name
+        policy.save(path)
+        args += ["--policy", path]
+    for k in keep_fp32:
+        if isinstance(k, str):
+            args += ["--keep-fp32", k]
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        proc = subprocess.run(
+            args, capture_output=True, text=True, env=env, timeout=_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return MemoryUse(0, 0, "failed", f"worker ran over {_TIMEOUT_S} s")
+    finally:
+        if policy is not None:
+            os.unlink(path)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        return MemoryUse(0, 0, "failed", f"worker exit {proc.returncode}: {tail}")
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    return MemoryUse(int(data["peak_rss"]), int(data["delta"]), str(data["method"]))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m halfprec.bench_worker")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--variant", required=True)
+    parser.add_argument("--batch-size", type=int, required=True)
+    parser.add_argument("--policy", default=None)
+    parser.add_argument("--keep-fp32", action="append", default=[])
+    ns = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    data = _run(ns.model, ns.variant, ns.batch_size, ns.policy, ns.keep_fp32)
+    print(json.dumps(data))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,431 @@
+"""Convert a model to half precision safely.
+
+``convert(model, dtype)`` returns a converted copy; ``convert_`` converts in place. Compared
+with ``model.to(torch.float16)`` the converted model:
+
+- keeps numerically fragile modules (norms, and anything the caller names) in fp32 as
+  *islands*: they receive fp32 and hand their caller back the dtype it works in;
+- keeps any module whose parameters or buffers would overflow the half dtype in fp32
+  (BatchNorm ``running_var`` above 65504 never becomes inf);
+- casts plain tensor attributes (``self.scale = torch.tensor(...)``), which ``.to`` misses;
+- guards every half module that owns parameters, so an fp32 tensor made inside ``forward``
+  (``torch.zeros(...)`` without dtype) is cast instead of crashing "mat1 and mat2 must have
+  the same dtype";
+- takes exactly the original inputs: floating tensors anywhere in args/kwargs are cast to
+  the compute dtype, integer and bool tensors (token ids, masks) never are; floating outputs
+  are cast back to the original dtype unless ``cast_outputs=False``.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from halfprec.convert.boundaries import (
+    cast_inputs_hook,
+    cast_outputs_hook,
+    guard_hook,
+    install_island,
+)
+from halfprec.convert.policy import Policy
+from halfprec.dtypes import (
+    DTypeChoice,
+    DTypeLike,
+    dtype_name,
+    ensure_runnable,
+    range_of,
+    resolve_dtype,
+)
+from halfprec.errors import HalfprecError
+
+__all__ = [
+    "DEFAULT_ISLAND_TYPES",
+    "ConvertConfig",
+    "ConversionReport",
+    "FilterFn",
+    "convert",
+    "convert_",
+    "conversion_report",
+    "is_default_island",
+]
+
+FilterFn = Callable[[nn.Module, str], bool]
+Selector = type[nn.Module] | str
+
+DEFAULT_ISLAND_TYPES: tuple[type[nn.Module], ...] = (
+    nn.modules.batchnorm._BatchNorm,
+    nn.LayerNorm,
+    nn.GroupNorm,
+    nn.modules.instancenorm._InstanceNorm,
+    nn.LocalResponseNorm,
+    nn.RMSNorm,
+)
+
+# Hand-written norms in model zoos (LlamaRMSNorm, T5LayerNorm, ...) are fragile the same way.
+_NORM_NAME = re.compile(r"(RMS|Layer|Group|Batch|Instance)_?Norm(\dd)?$", re.IGNORECASE)
+
+_REPORT_ATTR = "halfprec_report"
+
+
+def is_default_island(module: nn.Module) -> bool:
+    """True for modules halfprec keeps in fp32 by default: the norm layers."""
+    name = getattr(module, "original_name", type(module).__name__)  # TorchScript keeps it
+    return isinstance(module, DEFAULT_ISLAND_TYPES) or bool(_NORM_NAME.search(str(name)))
+
+
+@dataclass(frozen=True)
+class ConvertConfig:
+    """Options of :func:`convert`. Checked on construction; strings are parsed once here."""
+
+    dtype: DTypeLike | None = None
+    keep_fp32: tuple[Selector, ...] = ()
+    filter_fn: FilterFn | None = None
+    default_islands: bool = True
+    cast_outputs: bool = True
+    guard_boundaries: bool = True
+    mixed_kernels: bool = True
+    policy: Policy | None = None
+
+    def __post_init__(self) -> None:
+        keep = self.keep_fp32
+        if isinstance(keep, (str, type)):
+            keep = (keep,)
+        keep = tuple(keep)
+        for sel in keep:
+            if not (isinstance(sel, str) or (isinstance(sel, type) and issubclass(sel, nn.Module))):
+                raise ValueError(
+                    f"keep_fp32 entries must be module types or qualified names, got {sel!r}; "
+                    "pass filter_fn=lambda module, name: ... for anything else"
+                )
+        if self.policy is not None:
+            keep = keep + tuple(self.policy.keep_fp32)
+        object.__setattr__(self, "keep_fp32", keep)
+        if self.filter_fn is not None and not callable(self.filter_fn):
+            raise ValueError("filter_fn must be callable as filter_fn(module, qualified_name)")
+
+    @property
+    def requested_dtype(self) -> DTypeLike:
+        if self.dtype is not None:
+            return self.dtype
+        return self.policy.dtype if self.policy is not None else "auto"
+
+
+@dataclass
+class ConversionReport:
+    """What :func:`convert` did: dtype, islands with reasons, and sizes."""
+
+    dtype: torch.dtype
+    reason: str
+    original_dtype: torch.dtype
+    islands: dict[str, str] = field(default_factory=dict)
+    attributes_cast: list[str] = field(default_factory=list)
+    guarded_modules: int = 0
+    params_total: int = 0
+    params_fp32: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+
+    @property
+    def fp32_share(self) -> float:
+        """Share of parameters (by count) kept in fp32."""
+        return self.params_fp32 / self.params_total if self.params_total else 0.0
+
+    @property
+    def keep_fp32(self) -> list[str]:
+        return list(self.islands)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dtype": dtype_name(self.dtype),
+            "reason": self.reason,
+            "original_dtype": dtype_name(self.original_dtype),
+            "islands": self.islands,
+            "attributes_cast": self.attributes_cast,
+            "guarded_modules": self.guarded_modules,
+            "params_total": self.params_total,
+            "params_fp32": self.params_fp32,
+            "fp32_share": self.fp32_share,
+            "bytes_before": self.bytes_before,
+            "bytes_after": self.bytes_after,
+        }
+
+
+def conversion_report(model: nn.Module) -> ConversionReport | None:
+    """The report of the conversion ``model`` went through, or None if it was not converted."""
+    report = model.__dict__.get(_REPORT_ATTR)
+    return report if isinstance(report, ConversionReport) else None
+
+
+def convert(
+    model: nn.Module,
+    dtype: DTypeLike | None = None,
+    *,
+    keep_fp32: Sequence[Selector] | Selector = (),
+    filter_fn: FilterFn | None = None,
+    default_islands: bool = True,
+    cast_outputs: bool = True,
+    guard_boundaries: bool = True,
+    mixed_kernels: bool = True,
+    policy: Policy | str | os.PathLike[str] | None = None,
+) -> nn.Module:
+    """Return a half-precision copy of ``model``; ``model`` itself is left unchanged.
+
+    ``dtype``: ``"fp16"``, ``"bf16"``, ``"auto"`` (default) or a ``torch.dtype``.
+    ``keep_fp32``: module types or qualified names (``fnmatch`` globs) kept in fp32, on top
+    of the default norm islands (``default_islands=False`` drops those).
+    ``filter_fn(module, name) -> bool``: True keeps that module in fp32.
+    ``policy``: a :class:`Policy` or the path of one written by ``halfprec tune``.
+    ``mixed_kernels``: let built-in norm islands take half input straight into their fp32
+    parameter kernels where the device supports it (no casts); ``False`` always casts, which
+    graph formats that need one dtype per op (ONNX) require.
+    """
+    clone = copy.deepcopy(model)
+    return convert_(
+        clone,
+        dtype,
+        keep_fp32=keep_fp32,
+        filter_fn=filter_fn,
+        default_islands=default_islands,
+        cast_outputs=cast_outputs,
+        guard_boundaries=guard_boundaries,
+        mixed_kernels=mixed_kernels,
+        policy=policy,
+    )
+
+
+def convert_(
+    model: nn.Module,
+    dtype: DTypeLike | None = None,
+    *,
+    keep_fp32: Sequence[Selector] | Selector = (),
+    filter_fn: FilterFn | None = None,
+    default_islands: bool = True,
+    cast_outputs: bool = True,
+    guard_boundaries: bool = True,
+    mixed_kernels: bool = True,
+    policy: Policy | str | os.PathLike[str] | None = None,
+) -> nn.Module:
+    """Convert ``model`` in place (see :func:`convert`) and return it."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"convert expects an nn.Module, got {type(model).__name__}")
+    if conversion_report(model) is not None:
+        raise HalfprecError(
+            "this model was already converted by halfprec; convert the original fp32 model"
+        )
+    pol = Policy.load(policy) if isinstance(policy, (str, os.PathLike)) else policy
+    config = ConvertConfig(
+        dtype=dtype,
+        keep_fp32=tuple(keep_fp32) if not isinstance(keep_fp32, (str, type)) else (keep_fp32,),
+        filter_fn=filter_fn,
+        default_islands=default_islands,
+        cast_outputs=cast_outputs,
+        guard_boundaries=guard_boundaries,
+        mixed_kernels=mixed_kernels,
+        policy=pol,
+    )
+    return _Converter(model, config).run()
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    for t in _tensors(model):
+        return t.device
+    return torch.device("cpu")
+
+
+def _tensors(model: nn.Module) -> Iterable[torch.Tensor]:
+    yield from model.parameters()
+    yield from model.buffers()
+
+
+def _original_dtype(model: nn.Module) -> torch.dtype:
+    for t in _tensors(model):
+        if t.is_floating_point():
+            return t.dtype
+    return torch.float32
+
+
+def _plain_tensor_attrs(module: nn.Module) -> list[str]:
+    return [
+        k
+        for k, v in vars(module).items()
+        if isinstance(v, torch.Tensor)
+        and not isinstance(v, nn.Parameter)
+        and v.is_floating_point()
+        and not k.startswith("__")
+    ]
+
+
+def _finite_peak(t: torch.Tensor) -> float:
+    """Largest finite |value|, without a full-size temporary in the common all-finite case."""
+    low, high = torch.aminmax(t)
+    peak = max(abs(float(low)), abs(float(high)))
+    if peak == float("inf") or peak != peak:  # inf or NaN present: mask them out
+        finite = t[torch.isfinite(t)]
+        peak = float(finite.abs().max()) if finite.numel() else 0.0
+    return peak
+
+
+def _nbytes(model: nn.Module) -> int:
+    seen: set[int] = set()
+    total = 0
+    for t in _tensors(model):
+        if id(t) not in seen:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+    return total
+
+
+class _Converter:
+    """One conversion: picks islands, casts tensors, installs boundary hooks."""
+
+    def __init__(self, model: nn.Module, config: ConvertConfig) -> None:
+        self.model = model
+        self.config = config
+        device = _model_device(model)
+        self.choice: DTypeChoice = resolve_dtype(config.requested_dtype, device)
+        ensure_runnable(self.choice.dtype, device)
+        self.dtype = self.choice.dtype
+        self.original = _original_dtype(model)
+        self.report = ConversionReport(
+            dtype=self.dtype,
+            reason=self.choice.reason,
+            original_dtype=self.original,
+            bytes_before=_nbytes(model),
+        )
+
+    def run(self) -> nn.Module:
+        islands = self._pick_islands()
+        self.report.islands = islands
+        half_modules = self._cast(islands)
+        self._install_hooks(islands, half_modules)
+        self.report.bytes_after = _nbytes(self.model)
+        self.model.__dict__[_REPORT_ATTR] = self.report
+        return self.model
+
+    # -- islands ---------------------------------------------------------------------------
+    def _selected(self, module: nn.Module, name: str) -> str | None:
+        cfg = self.config
+        if cfg.default_islands and is_default_island(module):
+            return f"default island ({type(module).__name__})"
+        for sel in cfg.keep_fp32:
+            if isinstance(sel, type) and isinstance(module, sel):
+                return f"keep_fp32 type {sel.__name__}"
+            if isinstance(sel, str) and name and (name == sel or fnmatch.fnmatchcase(name, sel)):
+                return f"keep_fp32 name {sel!r}"
+        if cfg.filter_fn is not None and cfg.filter_fn(module, name):
+            return "filter_fn"
+        return None
+
+    def _out_of_range(self, module: nn.Module) -> str | None:
+        limit = range_of(self.dtype).max
+        tensors = list(module.named_parameters(recurse=False)) + list(
+            module.named_buffers(recurse=False)
+        )
+        tensors += [(k, getattr(module, k)) for k in _plain_tensor_attrs(module)]
+        for pname, t in tensors:
+            if t is None or not t.is_floating_point() or t.numel() == 0:
+                continue
+            peak = _finite_peak(t.detach())
+            if peak > limit:
+                return f"{pname} reaches {peak:.3g}, beyond {dtype_name(self.dtype)} max {limit:g}"
+        return None
+
+    def _pick_islands(self) -> dict[str, str]:
+        islands: dict[str, str] = {}
+        names = [n for n, _ in self.model.named_modules()]
+        for sel in self.config.keep_fp32:
+            if isinstance(sel, str) and not any(
+                n == sel or fnmatch.fnmatchcase(n, sel) for n in names if n
+            ):
+                near = [n for n in names if n and sel.split(".")[-1] in n][:3]
+                hint = f" (similar: {', '.join(near)})" if near else ""
+                raise HalfprecError(
+                    f"keep_fp32 name {sel!r} matches no module of {type(self.model).__name__}"
+                    f"{hint}; list names with model.named_modules()"
+                )
+        for name, module in self.model.named_modules():
+            if any(name.startswith(i + ".") or i == "" for i in islands):
+                continue
+            reason = self._selected(module, name) or self._out_of_range(module)
+            if reason is not None:
+                islands[name] = reason
+        self._absorb_shared_parameters(islands)
+        return islands
+
+    def _absorb_shared_parameters(self, islands: dict[str, str]) -> None:
+        """A parameter tied between an island and a half module keeps both in fp32."""
+        in_island = {
+            id(p) for n, m in self.model.named_modules() if n in islands for p in m.parameters()
+        }
+        for name, module in self.model.named_modules():
+            if name in islands or self._inside(name, islands):
+                continue
+            if any(id(p) in in_island for p in module.parameters(recurse=False)):
+                islands[name] = "shares a parameter with an fp32 island"
+
+    @staticmethod
+    def _inside(name: str, islands: dict[str, str]) -> bool:
+        return any(i == "" or name.startswith(i + ".") for i in islands)
+
+    # -- casting ---------------------------------------------------------------------------
+    def _cast(self, islands: dict[str, str]) -> list[nn.Module]:
+        dtype = self.dtype
+        half_modules: list[nn.Module] = []
+        total = fp32 = 0
+        counted: set[int] = set()
+        for name, module in self.model.named_modules():
+            kept = name in islands or self._inside(name, islands)
+            owns = False
+            for p in module.parameters(recurse=False):
+                if id(p) in counted:
+                    continue
+                counted.add(id(p))
+                total += p.numel()
+                if not p.is_floating_point():
+                    continue
+                if kept:
+                    fp32 += p.numel()
+                else:
+                    p.data = p.data.to(dtype)
+                    owns = True
+            if kept:
+                continue
+            for bname, buf in module.named_buffers(recurse=False):
+                if buf is not None and buf.is_floating_point():
+                    module._buffers[bname] = buf.to(dtype)
+            for attr in _plain_tensor_attrs(module):
+                module.__dict__[attr] = module.__dict__[attr].to(dtype)
+                self.report.attributes_cast.append(f"{name}.{attr}" if name else attr)
+            if owns:
+                half_modules.append(module)
+        self.report.params_total = total
+        self.report.params_fp32 = fp32
+        return half_modules
+
+    # -- hooks -----------------------------------------------------------------------------
+    def _install_hooks(self, islands: dict[str, str], half_modules: list[nn.Module]) -> None:
+        dtype, original = self.dtype, self.original
+        root_is_island = "" in islands
+        if not root_is_island:
+            self.model.register_forward_pre_hook(cast_inputs_hook(dtype), with_kwargs=True)
+            if self.config.cast_outputs:
+                self.model.register_forward_hook(cast_outputs_hook(dtype, original))
+        modules = dict(self.model.named_modules())
+        # TorchScript code ignores Python hooks (and refuses them): inside a scripted module
+        # only the parameter casts and the root's IO casting apply.
+        for name in islands:
+            if name != "" and not isinstance(modules[name], torch.jit.ScriptModule):
+                install_island(modules[name], original, dtype, self.config.mixed_kernels)
+        if self.config.guard_boundaries:
+            for module in half_modules:
+                if module is not self.model and not isinstance(module, torch.jit.ScriptModule):
+                    module.register_forward_pre_hook(guard_hook(dtype))
+            self.report.guarded_modules = len(half_modules)

@@ -1,0 +1,177 @@
+"""Half-size checkpoints in safetensors, never pickle.
+
+``save(model, path)`` writes the converted model's tensors (half, plus the fp32 islands)
+with metadata: dtype, modules kept in fp32, halfprec and torch versions. The write is
+atomic. ``load(path, into=model)`` converts an fp32 ``model`` the same way and loads the
+tensors, refusing files whose names or shapes do not match. ``.pt``/``.bin`` state dicts
+are read with ``torch.load(weights_only=True)`` only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from halfprec._version import __version__
+from halfprec.atomic import atomic_path
+from halfprec.convert.core import conversion_report, convert_
+from halfprec.dtypes import dtype_name
+from halfprec.errors import CheckpointError
+from halfprec.io.safeload import UnsafePickleError, load_weights_only
+
+__all__ = ["save", "load", "read_metadata"]
+
+_FORMAT = "halfprec/1"
+
+
+def _state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """State dict with tied tensors stored once (safetensors refuses shared storage)."""
+    seen: dict[tuple[int, int, tuple[int, ...]], str] = {}
+    out: dict[str, torch.Tensor] = {}
+    for name, t in model.state_dict(keep_vars=False).items():
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        if t.numel() and key in seen:
+            continue
+        seen[key] = name
+        out[name] = t.detach().contiguous()
+    return out
+
+
+def save(
+    model: nn.Module, path: str | os.PathLike[str], *, metadata: dict[str, str] | None = None
+) -> Path:
+    """Write ``model``'s tensors to ``path`` (safetensors, atomic) and return the path."""
+    from safetensors.torch import save_file
+
+    report = conversion_report(model)
+    meta = {
+        "format": _FORMAT,
+        "halfprec_version": __version__,
+        "torch_version": torch.__version__,
+        "dtype": dtype_name(report.dtype) if report else "unconverted",
+        "original_dtype": dtype_name(report.original_dtype) if report else "",
+        "keep_fp32": json.dumps(report.keep_fp32 if report else []),
+    }
+    meta.update(metadata or {})
+    dest = Path(path)
+    with atomic_path(dest) as tmp:
+        save_file(_state(model), str(tmp), metadata=meta)
+    return dest
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The metadata of a halfprec safetensors checkpoint."""
+    from safetensors import SafetensorError, safe_open
+
+    p = _existing(path)
+    try:
+        with safe_open(str(p), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(
+            f"{p} is not a valid safetensors file ({_first(exc)}); it may be truncated or "
+            "corrupt: write it again with `halfprec convert`"
+        ) from None
+
+
+def _existing(path: str | os.PathLike[str]) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise CheckpointError(f"checkpoint {p} not found; check the path")
+    return p
+
+
+def _first(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _read_tensors(p: Path) -> dict[str, torch.Tensor]:
+    if p.suffix == ".safetensors":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(p))
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            raise CheckpointError(
+                f"{p} is not a valid safetensors file ({_first(exc)}); it may be truncated "
+                "or corrupt: write it again with `halfprec convert`"
+            ) from None
+    try:
+        obj: Any = load_weights_only(p)
+    except UnsafePickleError as exc:
+        raise CheckpointError(
+            f"refusing to unpickle {p}: {exc.detail}, not just tensors; "
+            "convert it to safetensors in a trusted environment"
+        ) from None
+    except (RuntimeError, EOFError, OSError) as exc:
+        raise CheckpointError(f"{p} is corrupt or not a torch checkpoint ({_first(exc)})") from None
+    if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
+        obj = obj["state_dict"]
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise CheckpointError(f"{p} does not hold a state dict of tensors; save model.state_dict()")
+    return obj
+
+
+def _check_match(model: nn.Module, tensors: dict[str, torch.Tensor], p: Path) -> None:
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    missing = [k for k in expected if k not in tensors and not _tied(model, k, tensors)]
+    unexpected = [k for k in tensors if k not in expected]
+    wrong = [
+        f"{k} {tuple(tensors[k].shape)} vs model {shape}"
+        for k, shape in expected.items()
+        if k in tensors and tuple(tensors[k].shape) != shape
+    ]
+    problems = []
+    if missing:
+        problems.append(f"missing {', '.join(missing[:3])}" + (" ..." if len(missing) > 3 else ""))
+    if unexpected:
+        problems.append(
+            f"unexpected {', '.join(unexpected[:3])}" + (" ..." if len(unexpected) > 3 else "")
+        )
+    if wrong:
+        problems.append(f"shape {'; '.join(wrong[:3])}")
+    if problems:
+        raise CheckpointError(
+            f"{p} does not match {type(model).__name__}: {' | '.join(problems)}; "
+            "load it into the same architecture it was saved from"
+        )
+
+
+def _tied(model: nn.Module, name: str, tensors: dict[str, torch.Tensor]) -> bool:
+    """True if ``name`` shares storage with a tensor present in the file (a tied weight)."""
+    state = model.state_dict()
+    ptr = state[name].untyped_storage().data_ptr()
+    return any(
+        k in tensors and k != name and v.untyped_storage().data_ptr() == ptr
+        for k, v in state.items()
+    )
+
+
+def load(path: str | os.PathLike[str], *, into: nn.Module, strict: bool = True) -> nn.Module:
+    """Load a checkpoint into ``into`` and return it.
+
+    For a halfprec safetensors file, an unconverted ``into`` is first converted in place
+    to the file's dtype and fp32 islands, so the result is ready to run.
+    """
+    p = _existing(path)
+    tensors = _read_tensors(p)
+    meta = read_metadata(p) if p.suffix == ".safetensors" else {}
+    halfprec_file = meta.get("format") == _FORMAT and meta.get("dtype") in ("fp16", "bf16")
+    if halfprec_file and conversion_report(into) is None:
+        keep = json.loads(meta.get("keep_fp32", "[]"))
+        convert_(into, meta["dtype"], keep_fp32=keep)
+    if strict:
+        _check_match(into, tensors, p)
+    state = into.state_dict()
+    with torch.no_grad():
+        for name, t in tensors.items():
+            if name in state:
+                state[name].copy_(t.to(state[name].dtype))
+    return into

@@ -1,0 +1,99 @@
+"""Read example inputs from a file (``--inputs FILE``) without unpickling code.
+
+- ``.safetensors``: tensor names are keyword arguments (``input_ids``), or positions
+  (``0``, ``1``); a ``batchN.`` prefix (``batch0.input_ids``) gives several batches.
+- ``.pt`` / ``.pth``: read with ``torch.load(weights_only=True)``; a list is several
+  batches, a tuple positional args, a dict keyword args, a tensor the single argument.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from halfprec.batch import Batch, as_batches
+from halfprec.errors import InputsError
+from halfprec.io.safeload import UnsafePickleError, load_weights_only
+
+__all__ = ["load_inputs", "save_inputs"]
+
+_BATCH = re.compile(r"^batch(\d+)\.(.+)$")
+
+
+def load_inputs(path: str | os.PathLike[str]) -> list[Batch]:
+    """Read the batches stored in ``path``."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputsError(f"inputs file {p} not found; check the path")
+    if p.suffix == ".safetensors":
+        return _from_safetensors(p)
+    if p.suffix in (".pt", ".pth", ".bin"):
+        return _from_torch(p)
+    raise InputsError(f"cannot read inputs from {p.name}; use a .safetensors or .pt file")
+
+
+def _from_safetensors(p: Path) -> list[Batch]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(str(p))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise InputsError(f"inputs file {p} is not a valid safetensors file ({exc})") from None
+    grouped: dict[int, dict[str, torch.Tensor]] = defaultdict(dict)
+    for key, t in tensors.items():
+        m = _BATCH.match(key)
+        index, name = (int(m.group(1)), m.group(2)) if m else (0, key)
+        grouped[index][name] = t
+    return [_as_call(grouped[i]) for i in sorted(grouped)]
+
+
+def _as_call(named: dict[str, torch.Tensor]) -> Batch:
+    if all(k.isdigit() for k in named):
+        return tuple(named[k] for k in sorted(named, key=int))
+    if any(k.isdigit() for k in named):
+        raise InputsError(
+            "inputs mix positional (0, 1, ...) and keyword names in one batch; use one kind"
+        )
+    return dict(named)
+
+
+def _from_torch(p: Path) -> list[Batch]:
+    try:
+        obj: Any = load_weights_only(p)
+    except UnsafePickleError as exc:
+        raise InputsError(
+            f"refusing to unpickle {p}: {exc.detail}; save inputs as safetensors or plain tensors"
+        ) from None
+    except (RuntimeError, EOFError, OSError) as exc:
+        raise InputsError(f"inputs file {p} is corrupt or not a torch file ({exc})") from None
+    try:
+        return as_batches(obj)
+    except ValueError as exc:
+        raise InputsError(f"inputs file {p}: {exc}") from None
+
+
+def save_inputs(batches: list[Batch], path: str | os.PathLike[str]) -> None:
+    """Write tensor-only batches to a safetensors file that :func:`load_inputs` reads."""
+    from safetensors.torch import save_file
+
+    from halfprec.atomic import atomic_path
+
+    flat: dict[str, torch.Tensor] = {}
+    for i, batch in enumerate(batches):
+        items = batch.items() if isinstance(batch, dict) else enumerate(as_tuple(batch))
+        for name, t in items:
+            if not isinstance(t, torch.Tensor):
+                raise InputsError(f"batch {i} argument {name!r} is not a tensor; cannot save it")
+            flat[f"batch{i}.{name}"] = t.contiguous()
+    with atomic_path(path) as tmp:
+        save_file(flat, str(tmp))
+
+
+def as_tuple(batch: Batch) -> tuple[Any, ...]:
+    return batch if isinstance(batch, tuple) else (batch,)

@@ -1,0 +1,197 @@
+"""Resolve a MODEL spec to a module and its example inputs.
+
+MODEL forms:
+
+- ``builtin:NAME``: the built-in zoo (``minilm``, ``bert-base``, ``gpt2``, ``cnn``);
+- ``package.module:factory``: a callable returning an ``nn.Module``;
+- ``path/to/file.py:factory``: the same, from a file;
+- a Hugging Face model directory (``config.json`` plus weights);
+- a TorchScript file (``torch.jit.save`` output).
+
+Example inputs for a factory: the factory's module may define ``example_inputs()``
+(or ``<factory>_example_inputs()``, which wins), returning one batch or a list of
+batches in the convention of :mod:`halfprec.batch`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import nn
+
+from halfprec.batch import Batch, as_batches
+from halfprec.errors import ModelSpecError
+from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers, sentences, token_batch
+
+__all__ = ["LoadedModel", "load_model", "SPEC_HELP"]
+
+SPEC_HELP = (
+    "MODEL must be builtin:NAME (" + ", ".join(BUILTINS) + "), package.module:factory, "
+    "path/to/file.py:factory, a Hugging Face model directory, or a TorchScript file"
+)
+
+
+@dataclass
+class LoadedModel:
+    """A model resolved from a spec, in eval mode, with its example batches (maybe none)."""
+
+    model: nn.Module
+    example_inputs: list[Batch] = field(default_factory=list)
+    name: str = ""
+    source: str = ""
+
+
+def load_model(spec: str) -> LoadedModel:
+    """Resolve ``spec`` (see module docs); raises :class:`ModelSpecError` with the fix."""
+    spec = spec.strip()
+    if spec.startswith("builtin:"):
+        return _builtin(spec.removeprefix("builtin:"))
+    path = Path(spec)
+    if path.is_dir():
+        return _hf_directory(path)
+    if path.is_file():
+        return _torchscript(path)
+    if ":" in spec:
+        target, _, factory = spec.rpartition(":")
+        if target.endswith(".py"):
+            return _from_module(_import_file(Path(target)), factory, spec)
+        return _from_module(_import_module(target), factory, spec)
+    if spec.endswith((".py", ".pt", ".pth", ".ts", ".jit")) or "/" in spec:
+        raise ModelSpecError(f"model file or directory {spec!r} not found; check the path")
+    raise ModelSpecError(f"unknown MODEL {spec!r}; {SPEC_HELP}")
+
+
+def _builtin(name: str) -> LoadedModel:
+    entry = BUILTINS.get(name)
+    if entry is None:
+        raise ModelSpecError(
+            f"unknown builtin model {name!r}; choose one of: {', '.join(BUILTINS)}"
+        )
+    model, batches = entry.build()
+    return LoadedModel(model.eval(), batches, name=f"builtin:{name}", source=entry.description)
+
+
+def _import_module(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise ModelSpecError(
+            f"cannot import module {name!r} ({exc}); check the name and that it is on PYTHONPATH"
+        ) from None
+
+
+def _import_file(path: Path) -> ModuleType:
+    if not path.is_file():
+        raise ModelSpecError(f"model file {str(path)!r} not found; check the path")
+    mod_name = f"_halfprec_user_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise ModelSpecError(f"cannot load {path} as a Python module; give a .py file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[mod_name]
+        raise ModelSpecError(
+            f"importing {path} raised {type(exc).__name__}: {exc}; fix the file"
+        ) from exc
+    return module
+
+
+def _from_module(module: ModuleType, factory_name: str, spec: str) -> LoadedModel:
+    factory = getattr(module, factory_name, None)
+    if factory is None or not callable(factory):
+        public = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
+        raise ModelSpecError(
+            f"{spec!r}: no callable {factory_name!r} in {module.__name__}"
+            f" (callables: {', '.join(public[:6]) or 'none'}); name a function returning nn.Module"
+        )
+    try:
+        model = factory()
+    except Exception as exc:
+        raise ModelSpecError(
+            f"{spec!r}: the factory raised {type(exc).__name__}: {exc}; fix the factory"
+        ) from exc
+    if not isinstance(model, nn.Module):
+        raise ModelSpecError(
+            f"{spec!r}: the factory returned {type(model).__name__}, not an nn.Module; "
+            "return the model itself"
+        )
+    inputs_fn = getattr(module, f"{factory_name}_example_inputs", None) or getattr(
+        module, "example_inputs", None
+    )
+    batches: list[Batch] = []
+    if callable(inputs_fn):
+        try:
+            batches = as_batches(inputs_fn())
+        except Exception as exc:
+            raise ModelSpecError(
+                f"{spec!r}: example_inputs() raised {type(exc).__name__}: {exc}; fix it"
+            ) from exc
+    return LoadedModel(model.eval(), batches, name=spec, source=getattr(module, "__file__", ""))
+
+
+def _hf_directory(path: Path) -> LoadedModel:
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ModelSpecError(
+            f"{path} is a directory without config.json; give a Hugging Face model directory"
+        )
+    tf = import_transformers()
+    try:
+        arch = (json.loads(config_file.read_text()).get("architectures") or [None])[0]
+        cls = getattr(tf, arch, None) if arch else None
+        model = (cls or tf.AutoModel).from_pretrained(str(path))
+    except (OSError, ValueError, json.JSONDecodeError) as exc:
+        raise ModelSpecError(f"cannot load the Hugging Face model in {path}: {exc}") from None
+    batches: list[Batch]
+    tokenizer_files = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model")
+    if any((path / f).is_file() for f in tokenizer_files):
+        tokenizer = tf.AutoTokenizer.from_pretrained(str(path))
+        enc = tokenizer(sentences()[:16], padding=True, return_tensors="pt")
+        batches = [{"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}]
+    else:
+        vocab = int(getattr(model.config, "vocab_size", 1000))
+        batches = [token_batch(vocab, 2, 32)]
+    if (path / "modules.json").is_file() and getattr(model.config, "model_type", "") == "bert":
+        model = SentenceEncoder(model)  # a sentence-transformers directory: mean pooling
+    return LoadedModel(model.eval(), batches, name=str(path), source="Hugging Face directory")
+
+
+def _torchscript(path: Path) -> LoadedModel:
+    if path.suffix == ".py":
+        raise ModelSpecError(f"{path}: name the factory too, as {path}:factory_name")
+    if not zipfile.is_zipfile(path):
+        raise ModelSpecError(
+            f"{path} is not a TorchScript archive; save one with torch.jit.save, "
+            "or use a package.module:factory spec"
+        )
+    try:
+        model: Any = torch.jit.load(str(path), map_location="cpu")
+    except (RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ModelSpecError(
+            f"{path} is not a loadable TorchScript file ({first}); save it with torch.jit.save"
+        ) from None
+    return LoadedModel(_ScriptWrapper(model).eval(), [], name=str(path), source="TorchScript")
+
+
+class _ScriptWrapper(nn.Module):
+    """Lets halfprec's Python hooks run around a TorchScript module (which ignores them)."""
+
+    def __init__(self, scripted: nn.Module) -> None:
+        super().__init__()
+        self.scripted = scripted
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.scripted(*args, **kwargs)

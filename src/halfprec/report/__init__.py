@@ -1,0 +1,1 @@
+"""Rendering of results: tables, JSON and plots, one module per result type."""

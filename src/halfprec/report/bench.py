@@ -1,0 +1,195 @@
+"""Rendering of :class:`~halfprec.bench.BenchResult`: a rich table, a PNG chart, JSON."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from halfprec.atomic import atomic_path
+from halfprec.bench.runner import BenchResult, VariantResult, fastest_variant
+from halfprec.errors import HalfprecError, MissingExtraError
+from halfprec.report.common import fmt_float, human_bytes, make_console
+
+__all__ = [
+    "bench_table",
+    "print_bench",
+    "write_chart",
+    "require_matplotlib",
+    "check_plot_path",
+    "markdown_table",
+]
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else fmt_float(x * 1e3, ".3g")
+
+
+def _memory(r: VariantResult) -> str:
+    m = r.memory
+    if m is None:
+        return "-"
+    if m.method == "failed":
+        return "failed"
+    return f"{human_bytes(m.peak_bytes)} (+{human_bytes(m.delta_bytes)})"
+
+
+def _accuracy(r: VariantResult) -> str:
+    cmp = r.comparison
+    if r.variant.kind == "fp32" and not r.variant.compiled:
+        return "reference"
+    if cmp is None or not cmp.outputs:
+        return "-" if cmp is None else "error"
+    return f"{cmp.worst_cosine:.6f} {'ok' if cmp.passed else 'FAIL'}"
+
+
+def _speed(r: VariantResult) -> str:
+    if r.speedup is None:
+        return "-"
+    return f"{r.speedup:.2f}x" + ("*" if r.status == "capped" else "")
+
+
+def _row(r: VariantResult, unit: str) -> list[str]:
+    t = r.timing
+    status = r.status if not r.note else f"{r.status}: {r.note}"
+    return [
+        r.name,
+        _ms(r.median_s),
+        _ms(None if t is None or r.status != "ok" else t.p90),
+        fmt_float(r.throughput, ".1f"),
+        _speed(r),
+        human_bytes(r.model_bytes) if r.model_bytes else "-",
+        _memory(r),
+        _accuracy(r),
+        status,
+    ]
+
+
+_COLUMNS = (
+    "variant",
+    "median ms",
+    "p90 ms",
+    "{unit}/s",
+    "speedup",
+    "model",
+    "peak memory (+run)",
+    "cosine vs fp32",
+    "status",
+)
+
+
+def bench_table(result: BenchResult, batch_size: int) -> Table:
+    title = f"{result.model} on {result.device}, batch {batch_size}"
+    table = Table(title=title, title_justify="left")
+    for col in _COLUMNS:
+        table.add_column(
+            col.format(unit=result.unit),
+            justify="left" if col in ("variant", "status") else "right",
+        )
+    for r in result.at(batch_size):
+        table.add_row(*_row(r, result.unit))
+    return table
+
+
+def markdown_table(result: BenchResult) -> str:
+    """The same table as Markdown, every batch size, for README files."""
+    head = ["batch", *(c.format(unit=result.unit) for c in _COLUMNS)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in result.results:
+        lines.append("| " + " | ".join([str(r.batch_size), *_row(r, result.unit)]) + " |")
+    return "\n".join(lines)
+
+
+def print_bench(result: BenchResult, console: Console | None = None) -> None:
+    con = console or make_console()
+    con.print(f"[bold]machine[/]: {result.machine.summary()}")
+    for size in result.batch_sizes:
+        con.print(bench_table(result, size))
+        auto = fastest_variant(result, size)
+        best = fastest_variant(result, size, kinds=("fp32", "naive", "autocast", "halfprec"))
+        con.print(
+            f"batch {size}: auto would choose [bold]{auto.name}[/]"
+            + (f" ({auto.speedup:.2f}x fp32)" if auto.speedup else "")
+            + f"; fastest within tolerance overall: {best.name}"
+            + (f" ({best.speedup:.2f}x)" if best.speedup else "")
+        )
+    if any(r.status == "capped" for r in result.results):
+        con.print("* capped: timed once because one call exceeded the per-call cap")
+    for w in result.warnings:
+        con.print(f"[yellow]warning:[/] {w}")
+
+
+def require_matplotlib() -> Any:
+    """Import matplotlib with the Agg backend, or raise the error naming the extra."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MissingExtraError("matplotlib", "plot", "--plot") from None
+    return plt
+
+
+def check_plot_path(path: str | os.PathLike[str]) -> Path:
+    """Fail before measuring when the chart could not be written."""
+    p = Path(path)
+    if p.suffix.lower() != ".png":
+        raise HalfprecError(f"--plot {p}: the chart is a PNG; give a path ending in .png")
+    return p
+
+
+def write_chart(
+    results: list[BenchResult], path: str | os.PathLike[str], *, first_size_only: bool = False
+) -> Path:
+    """Speedup over fp32 (left) and peak memory or model bytes (right) per variant, one
+    group of bars per model and batch size (``first_size_only``: per model). Atomic."""
+    plt = require_matplotlib()
+    p = check_plot_path(path)
+    groups = [
+        (res, size)
+        for res in results
+        for size in (res.batch_sizes[:1] if first_size_only else res.batch_sizes)
+    ]
+    names = list(dict.fromkeys(r.name for res in results for r in res.results))
+    tall = 2 + 0.35 * len(names) * max(1, len(groups)) ** 0.5
+    fig, (ax_speed, ax_mem) = plt.subplots(1, 2, figsize=(11, tall))
+    height = 0.8 / max(1, len(groups))
+    for gi, (res, size) in enumerate(groups):
+        rows = {r.name: r for r in res.at(size)}
+        label = f"{res.model} b{size}"
+        ys = [i + gi * height for i in range(len(names))]
+        speed = [rows[n].speedup or 0.0 if n in rows else 0.0 for n in names]
+        size_mib = [rows[n].model_bytes / 2**20 if n in rows else 0.0 for n in names]
+        bars = ax_speed.barh(ys, speed, height=height, label=label)
+        ax_mem.barh(ys, size_mib, height=height, color=bars.patches[0].get_facecolor())
+        peaks = [(y, _peak_mib(rows.get(n))) for y, n in zip(ys, names, strict=True)]
+        marked = [(y, m) for y, m in peaks if m is not None]
+        if marked:
+            ax_mem.plot([m for _, m in marked], [y for y, _ in marked], "k|", markersize=9)
+    ticks = [i + 0.4 - height / 2 for i in range(len(names))]
+    for ax in (ax_speed, ax_mem):
+        ax.set_yticks(ticks)
+        ax.set_yticklabels(names, fontsize=8)
+        ax.invert_yaxis()
+    ax_speed.axvline(1.0, color="black", linewidth=0.8)
+    ax_speed.set_xlabel("speedup over fp32 (median latency)")
+    ax_mem.set_xlabel("model MiB (bars), peak memory MiB (| where measured)")
+    ax_speed.legend(fontsize=7, loc="lower right")
+    machine = results[0].machine if results else None
+    if machine is not None:
+        fig.suptitle(f"halfprec bench on {machine.name}", fontsize=9)
+    fig.tight_layout()
+    with atomic_path(p) as tmp:
+        fig.savefig(tmp, format="png", dpi=80)
+    plt.close(fig)
+    return p
+
+
+def _peak_mib(r: VariantResult | None) -> float | None:
+    if r is None or r.memory is None or r.memory.method == "failed":
+        return None
+    return r.memory.peak_bytes / 2**20

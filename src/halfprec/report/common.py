@@ -1,0 +1,132 @@
+"""Rendering of results: rich tables for people, JSON for machines.
+
+Results are plain dataclasses elsewhere; this module only turns them into text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from halfprec.check import CheckResult
+from halfprec.compare import Comparison
+from halfprec.dtypes import dtype_name
+
+__all__ = [
+    "comparison_table",
+    "print_check",
+    "to_json_text",
+    "human_bytes",
+    "fmt_float",
+    "make_console",
+]
+
+
+def make_console() -> Console:
+    """A console that keeps tables readable when output is piped (no 80-column squeeze)."""
+    con = Console()
+    if not con.is_terminal:
+        con = Console(width=140)
+    return con
+
+
+def human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.1f} {unit}" if unit != "B" else f"{int(value)} B"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+def fmt_float(x: float | None, spec: str = ".3g") -> str:
+    if x is None:
+        return "-"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return format(x, spec)
+
+
+def comparison_table(cmp: Comparison, title: str = "fp32 vs half") -> Table:
+    table = Table(title=title, title_justify="left", caption="shape: the first batch's")
+    for col in (
+        "output",
+        "shape",
+        "max abs",
+        "max rel",
+        "cosine",
+        "SQNR dB",
+        "argmax",
+        "non-finite",
+        "ok",
+    ):
+        table.add_column(col, justify="left" if col in ("output", "shape") else "right")
+    for o in cmp.outputs:
+        table.add_row(
+            o.path,
+            "x".join(map(str, o.shape)),
+            fmt_float(o.max_abs),
+            fmt_float(o.max_rel),
+            f"{o.cosine:.6f}",
+            fmt_float(o.sqnr_db, ".1f"),
+            fmt_float(o.argmax_agreement, ".3f"),
+            str(o.nonfinite),
+            "[green]yes[/]" if o.passed else "[red]NO[/]",
+        )
+    return table
+
+
+def print_check(result: CheckResult, console: Console | None = None) -> None:
+    con = console or make_console()
+    conv = result.conversion
+    con.print(f"[bold]{result.name}[/]: {dtype_name(conv.dtype)} — {conv.reason}")
+    n = result.comparison.batches
+    con.print(comparison_table(result.comparison, title=f"fp32 vs half over {n} batch(es)"))
+    for problem in result.comparison.problems:
+        con.print(f"[red]problem:[/] {problem}")
+    for o in result.comparison.outputs:
+        for f in o.failures:
+            con.print(f"[red]{o.path}:[/] {f}")
+    size = Table(title="size and speed", title_justify="left")
+    for col in ("", "fp32", dtype_name(conv.dtype), "ratio"):
+        size.add_column(col, justify="right")
+    size.add_row(
+        "model bytes",
+        human_bytes(conv.bytes_before),
+        human_bytes(conv.bytes_after),
+        f"{conv.bytes_after / conv.bytes_before:.2f}x" if conv.bytes_before else "-",
+    )
+    if result.latency_fp32 is not None and result.latency_half is not None:
+        size.add_row(
+            "median latency",
+            f"{result.latency_fp32.median * 1e3:.1f} ms",
+            f"{result.latency_half.median * 1e3:.1f} ms",
+            f"{result.speedup:.2f}x faster",
+        )
+    con.print(size)
+    share = f"{100 * conv.fp32_share:.2f}%"
+    con.print(f"fp32 islands: {len(conv.islands)} modules, {share} of parameters")
+    verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
+    con.print(f"{verdict}: tolerance {_tol_text(result.comparison)}")
+
+
+def _tol_text(cmp: Comparison) -> str:
+    t = cmp.tolerance
+    parts = []
+    if t.min_cosine is not None:
+        parts.append(f"cosine >= {t.min_cosine}")
+    if t.min_sqnr_db is not None:
+        parts.append(f"SQNR >= {t.min_sqnr_db} dB")
+    if t.max_rel_error is not None:
+        parts.append(f"max rel <= {t.max_rel_error}")
+    if not t.allow_nonfinite:
+        parts.append("no new inf/NaN")
+    return ", ".join(parts)
+
+
+def to_json_text(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, default=str, allow_nan=True)

@@ -1,0 +1,49 @@
+"""Rendering of tune results: the chosen islands, the variants, the search cost."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from halfprec.dtypes import dtype_name
+from halfprec.report.common import make_console
+from halfprec.tune import TuneReport
+
+__all__ = ["print_tune"]
+
+
+def print_tune(report: TuneReport, console: Console | None = None) -> None:
+    con = console or make_console()
+    table = Table(title="tune variants", title_justify="left")
+    for col in ("dtype", "meets tolerance", "fp32 islands", "fp32 share", "passes", "latency"):
+        table.add_column(col, justify="left" if col in ("dtype", "fp32 islands") else "right")
+    for v in report.variants:
+        islands = ", ".join(v.keep_fp32) if v.keep_fp32 else "(none beyond defaults)"
+        table.add_row(
+            dtype_name(v.dtype),
+            "[green]yes[/]" if v.passed else f"[red]no[/] {v.note}",
+            islands if v.passed else "-",
+            f"{100 * v.fp32_share:.2f}%" if v.passed else "-",
+            str(v.passes),
+            f"{1e3 * v.latency:.1f} ms" if v.latency is not None else "-",
+        )
+    con.print(table)
+    for v in report.variants:
+        div = v.diagnosis.divergence if v.diagnosis is not None else None
+        if div is not None:
+            con.print(
+                f"{dtype_name(v.dtype)} before tuning: culprit {div.culprit or '(model)'} "
+                f"({div.culprit_type}): {div.culprit_reason}"
+            )
+    if report.passed:
+        con.print(
+            f"[green]PASS[/]: {dtype_name(report.dtype)} with {len(report.keep_fp32)} extra "
+            f"fp32 islands, {100 * report.fp32_share:.2f}% of parameters in fp32 "
+            f"({report.reason})"
+        )
+    else:
+        notes = "; ".join(f"{dtype_name(v.dtype)}: {v.note}" for v in report.variants if v.note)
+        con.print(f"[red]FAIL[/]: no fp32 islands meet the tolerance ({notes}); no policy written")
+    con.print(
+        f"{report.passes} forward passes on {report.batches} batch(es), {report.seconds:.1f} s"
+    )
