@@ -61,7 +61,7 @@ class _Group(click.Group):
             ctx.exit(EXIT_USAGE)
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException | str) -> str:
     return " ".join(str(exc).split())
 
 
