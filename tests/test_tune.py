@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from halfprec import Policy, convert, tune
+from halfprec import ConvertConfig, Policy, convert, tune
 from halfprec.compare import compare
 from halfprec.errors import DTypeError, HalfprecError
 from halfprec.testing.hazards import HAZARDS, dropout_model, dropout_model_example_inputs
@@ -61,7 +61,7 @@ def test_policy_file_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-de
     policy = Policy.load(path)
     assert policy.dtype == torch.float16 and policy.keep_fp32 == ("norm",)
     assert policy.info["passes"] == result.report.passes
-    deployed = convert(model, policy=path)
+    deployed = convert(model, ConvertConfig(policy=path))
     assert compare(model, deployed, batches).passed
     assert not compare(model, convert(model, "fp16"), batches).passed
 
@@ -99,4 +99,4 @@ def test_config_is_validated() -> None:
     with pytest.raises(ValueError, match="max_evaluations"):
         TuneConfig(max_evaluations=0)
     with pytest.raises(DTypeError, match="not a half dtype"):
-        TuneConfig(dtype="fp32")
+        ConvertConfig(dtype="fp32")
