@@ -3,7 +3,8 @@
 The verbs take a model, its example inputs and a :class:`ConvertConfig` (or just a dtype),
 in that order: ``convert(model, config)``, ``check(model, inputs, config)``,
 ``diagnose(model, inputs, config)``, ``tune(model, inputs, config)``, ... Everything else
-(result types, helpers) is importable from its module, e.g. ``halfprec.tune.TuneResult``.
+(result types, helpers) is importable from its module, e.g.
+``from halfprec.tune import TuneResult``.
 """
 
 from __future__ import annotations
