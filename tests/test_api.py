@@ -73,7 +73,7 @@ def test_of_turns_dtypes_policies_and_none_into_configs() -> None:
     assert ConvertConfig.of(None) == ConvertConfig()
     assert ConvertConfig.of("bf16").dtype == torch.bfloat16
     assert ConvertConfig.of(torch.float16).dtype == torch.float16
-    assert ConvertConfig.of("AUTO").requested == "AUTO"
+    assert ConvertConfig.of(" AUTO").requested == "auto"
     cfg = ConvertConfig(keep_fp32=("lin",))
     assert ConvertConfig.of(cfg) is cfg
     pol = Policy(dtype=torch.float16)

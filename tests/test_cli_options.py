@@ -117,3 +117,14 @@ def test_explicit_dtype_wins_over_the_policy_on_the_command_line(tmp_path: Path)
     assert from_policy["dtype"] == "fp16" and "head" in from_policy["islands"]
     explicit = json.loads(run_cli(*base, "--dtype", "bf16").stdout)
     assert explicit["dtype"] == "bf16" and "head" in explicit["islands"]
+
+
+def test_keep_fp32_means_the_same_in_check_and_diagnose() -> None:
+    args = ["--dtype", "fp16", "--keep-fp32", "head", "--json"]
+    check = run_cli("check", SPEC, *args, "--runs", "0")
+    assert "head" in json.loads(check.stdout)["conversion"]["islands"]
+    # diagnose examines convert()'s output once any island flag is given
+    diag = run_cli("diagnose", SPEC, *args)
+    naive = run_cli("diagnose", SPEC, "--dtype", "fp16", "--json")
+    assert json.loads(diag.stdout)["half_model"] == "converted"
+    assert json.loads(naive.stdout)["half_model"] == "naive"

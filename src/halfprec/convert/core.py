@@ -136,8 +136,9 @@ class ConvertConfig:
             raise ValueError(
                 f"policy must be a Policy or the path of a policy JSON, got {type(pol).__name__}"
             )
-        if self.dtype is not None and not is_auto(self.dtype):
-            object.__setattr__(self, "dtype", parse_dtype(self.dtype))
+        if self.dtype is not None:
+            dtype = "auto" if is_auto(self.dtype) else parse_dtype(self.dtype)
+            object.__setattr__(self, "dtype", dtype)
 
     @classmethod
     def of(cls, config: ConfigLike) -> ConvertConfig:
