@@ -6,7 +6,6 @@ model sizes and median latencies of fp32 and half.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from halfprec.compare import Comparison, Tolerance, compare
 from halfprec.convert.core import ConversionReport, Selector, conversion_report, convert
 from halfprec.convert.policy import Policy
 from halfprec.dtypes import DTypeLike
+from halfprec.modules import evaluating, model_device
 from halfprec.timing import Timing, measure
 
 __all__ = ["CheckResult", "check"]
@@ -61,11 +61,6 @@ class CheckResult:
         }
 
 
-def _device(model: nn.Module) -> torch.device:
-    p = next(iter(model.parameters()), None)
-    return p.device if p is not None else torch.device("cpu")
-
-
 def check(
     model: nn.Module,
     inputs: Any,
@@ -81,16 +76,16 @@ def check(
 
     ``runs=0`` skips timing. ``model`` itself is not changed.
     """
-    reference = model.eval()
-    half = convert(copy.deepcopy(reference), dtype, keep_fp32=keep_fp32, policy=policy)
-    report = conversion_report(half)
-    assert report is not None  # set by convert; not user input
-    comparison = compare(reference, half, inputs, tolerance=tolerance)
-    lat32 = lat16 = None
-    if runs > 0 and comparison.outputs:
-        first = as_batches(inputs)[0]
-        device = _device(reference)
-        with torch.inference_mode():
-            lat32 = measure(lambda: call(reference, first), device=device, runs=runs)
-            lat16 = measure(lambda: call(half, first), device=device, runs=runs)
+    with evaluating(model) as reference:
+        half = convert(reference, dtype, keep_fp32=keep_fp32, policy=policy)
+        report = conversion_report(half)
+        assert report is not None  # set by convert; not user input
+        comparison = compare(reference, half, inputs, tolerance=tolerance)
+        lat32 = lat16 = None
+        if runs > 0 and comparison.outputs:
+            first = as_batches(inputs)[0]
+            device = model_device(reference)
+            with torch.inference_mode():
+                lat32 = measure(lambda: call(reference, first), device=device, runs=runs)
+                lat16 = measure(lambda: call(half, first), device=device, runs=runs)
     return CheckResult(name or type(model).__name__, comparison, report, lat32, lat16)

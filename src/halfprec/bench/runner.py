@@ -27,9 +27,10 @@ from halfprec.bench.machine import MachineInfo, machine_info
 from halfprec.bench.variants import Variant, build_variant, fp32_matmuls, parse_variants
 from halfprec.bench.worker import MemoryUse, measure_in_subprocess
 from halfprec.compare import Comparison, Tolerance, compare_outputs
-from halfprec.convert.core import Selector, _model_device, _nbytes
+from halfprec.convert.core import Selector
 from halfprec.convert.policy import Policy
 from halfprec.dtypes import dtype_name
+from halfprec.modules import evaluating, first_line, model_device, nbytes
 from halfprec.timing import Timing, measure, synchronize
 
 __all__ = [
@@ -214,11 +215,6 @@ def matmul_slowdown(
     return times[dtype] / times[torch.float32] if times[torch.float32] > 0 else 1.0
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
-
-
 class _Runner:
     """Runs one benchmark: fp32 first at each batch size, then each variant."""
 
@@ -237,7 +233,7 @@ class _Runner:
         self.model, self.batch, self.variants, self.config = model, batch, variants, config
         self.tolerance, self.keep_fp32, self.policy = tolerance, keep_fp32, policy
         self.spec, self.progress = spec, progress
-        self.device = _model_device(model)
+        self.device = model_device(model)
         self.allocator = _allocator(self.device)
         self.skips = self._skips()
         self.measure_memory = config.memory != "none"
@@ -311,7 +307,7 @@ class _Runner:
                         samples[i].append(time.perf_counter() - start)
                     except Exception as exc:
                         r.status = "failed"
-                        r.note = f"{type(exc).__name__}: {_first_line(exc)}"
+                        r.note = first_line(exc)
         for i, (r, _, _) in enumerate(prepared):
             if r.status == "ok" and samples[i]:
                 r.timing = Timing(tuple(samples[i]))
@@ -334,10 +330,10 @@ class _Runner:
                 self.model, variant, keep_fp32=self.keep_fp32, policy=self.policy
             )
         except Exception as exc:  # a variant that cannot be built is a finding, not a crash
-            failed = VariantResult(variant, size, "failed", f"build: {_first_line(exc)}")
+            failed = VariantResult(variant, size, "failed", f"build: {first_line(exc)}")
             return failed, None, None, 0
         result = VariantResult(variant, size, "ok", items_per_call=items)
-        result.model_bytes = _nbytes(module)
+        result.model_bytes = nbytes(module)
         if self.allocator is not None:
             synchronize(self.device)
             self.allocator.reset_peak_memory_stats(self.device)
@@ -347,7 +343,7 @@ class _Runner:
                 output, last = self._warm(module, batch, variant)
         except Exception as exc:
             result.status = "failed"
-            result.note = f"{type(exc).__name__}: {_first_line(exc)}"
+            result.note = first_line(exc)
             return result, None, None, 0
         if last > cfg.max_call_s:
             result.status = "capped"
@@ -410,15 +406,15 @@ def benchmark(
     chosen = parse_variants(texts, compile=compile)
     pol = Policy.load(policy) if isinstance(policy, (str, os.PathLike)) else policy
     batch = as_batches(inputs)[0]
-    device = _model_device(model)
+    device = model_device(model)
     result = BenchResult(
         model=name or type(model).__name__,
         device=str(device),
         machine=machine_info(device),
         unit=cfg.unit,
     )
-    model.eval()
-    _Runner(model, batch, chosen, cfg, tolerance, keep_fp32, pol, spec, progress).run(result)
+    with evaluating(model):
+        _Runner(model, batch, chosen, cfg, tolerance, keep_fp32, pol, spec, progress).run(result)
     return result
 
 
