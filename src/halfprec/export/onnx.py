@@ -20,7 +20,7 @@ import io
 import logging
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -149,12 +149,7 @@ class OrtCasts:
     nodes_optimized: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "casts_in_file": self.casts_in_file,
-            "casts_inserted": self.casts_inserted,
-            "fp32_fallback_ops": self.fp32_fallback_ops,
-            "nodes_optimized": self.nodes_optimized,
-        }
+        return asdict(self)
 
 
 def inspect_casts(path: Path) -> OrtCasts:
