@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from halfprec.errors import DeviceError, DTypeError
+from halfprec.modules import finite_peak, first_line
 
 __all__ = [
     "HALF_DTYPES",
@@ -108,10 +109,7 @@ def fits_in(tensor: torch.Tensor, dtype: torch.dtype) -> bool:
     """True when every finite value of ``tensor`` stays finite after a cast to ``dtype``."""
     if not tensor.is_floating_point() or tensor.numel() == 0:
         return True
-    finite = tensor[torch.isfinite(tensor)]
-    if finite.numel() == 0:
-        return True
-    return bool(finite.abs().max().item() <= range_of(dtype).max)
+    return finite_peak(tensor) <= range_of(dtype).max
 
 
 @dataclass(frozen=True)
@@ -277,7 +275,7 @@ def ensure_runnable(dtype: torch.dtype, device: str | torch.device = "cpu") -> N
     except RuntimeError as exc:
         other = "fp16" if dtype == torch.bfloat16 else "bf16"
         raise DTypeError(
-            f"{sup.name} cannot run {dtype_name(dtype)} ({str(exc).splitlines()[0]}); "
+            f"{sup.name} cannot run {dtype_name(dtype)} ({first_line(exc)}); "
             f"use --dtype {other} or auto"
         ) from None
 

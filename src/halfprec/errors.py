@@ -5,6 +5,9 @@ The command line prints ``str(error)`` on one line and exits with ``error.exit_c
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 __all__ = [
     "HalfprecError",
     "DTypeError",
@@ -13,7 +16,11 @@ __all__ = [
     "InputsError",
     "CheckpointError",
     "MissingExtraError",
+    "require",
 ]
+
+# import name -> the name pip installs it by, where the two differ
+_PACKAGES = {"sklearn": "scikit-learn"}
 
 
 class HalfprecError(Exception):
@@ -52,3 +59,14 @@ class MissingExtraError(HalfprecError, ImportError):
         )
         self.package = package
         self.extra = extra
+
+
+def require(module: str, extra: str, purpose: str) -> ModuleType:
+    """Import the optional dependency ``module`` (``"onnx"``, ``"matplotlib.figure"``) or
+    raise :class:`MissingExtraError` naming ``pip install 'halfprec[extra]'`` and
+    ``purpose``, what it is needed for."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        top = module.partition(".")[0]
+        raise MissingExtraError(_PACKAGES.get(top, top), extra, purpose) from None

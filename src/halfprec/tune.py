@@ -40,6 +40,7 @@ from halfprec.convert.policy import Policy
 from halfprec.diagnose import Diagnosis, diagnose
 from halfprec.dtypes import dtype_name, is_auto, range_of
 from halfprec.errors import DTypeError, HalfprecError
+from halfprec.modules import in_island, model_device
 from halfprec.timing import measure
 
 __all__ = [
@@ -335,14 +336,11 @@ class _Search:
                 name = name.rpartition(".")[0]
             return None
 
-        def inside(name: str, names: list[str] | tuple[str, ...]) -> bool:
-            return any(name == i or name.startswith(i + ".") for i in names)
-
         def normalize(names: list[str]) -> tuple[str, ...]:
             out: list[str] = []
             for name in names:
                 lifted = lift(name)
-                if lifted is None or inside(lifted, islands) or inside(lifted, out):
+                if lifted is None or in_island(lifted, islands) or in_island(lifted, out):
                     continue
                 out = [o for o in out if not o.startswith(lifted + ".")] + [lifted]
             return tuple(out)
@@ -498,7 +496,7 @@ def _choose(
         return v, f"auto: only {dtype_name(v.dtype)} meets the tolerance", None
     progress("timing the variants that meet the tolerance")
     first = batches[0]
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    device = model_device(model)
     runs = config.timing_runs
     with torch.inference_mode():
         for v in passing:

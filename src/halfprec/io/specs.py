@@ -31,6 +31,7 @@ from torch import nn
 from halfprec.batch import Batch, as_batches
 from halfprec.errors import ModelSpecError
 from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers, sentences, token_batch
+from halfprec.modules import first_line
 
 __all__ = ["LoadedModel", "load_model", "SPEC_HELP"]
 
@@ -179,9 +180,9 @@ def _torchscript(path: Path) -> LoadedModel:
     try:
         model: Any = torch.jit.load(str(path), map_location="cpu")
     except (RuntimeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0]
         raise ModelSpecError(
-            f"{path} is not a loadable TorchScript file ({first}); save it with torch.jit.save"
+            f"{path} is not a loadable TorchScript file ({first_line(exc)}); "
+            "save it with torch.jit.save"
         ) from None
     return LoadedModel(_ScriptWrapper(model).eval(), [], name=str(path), source="TorchScript")
 

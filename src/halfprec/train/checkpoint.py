@@ -23,6 +23,7 @@ from torch import nn
 
 from halfprec.atomic import atomic_path
 from halfprec.errors import CheckpointError
+from halfprec.modules import model_device
 from halfprec.train.mixed import MixedPrecision
 from halfprec.train.watch import unwrap
 
@@ -99,7 +100,7 @@ def load_checkpoint(
     tensors, meta = _read(Path(path))
     parts = _decode(meta["tree"], tensors)
     _check_parts(path, parts, mp=mp is not None, scheduler=scheduler is not None)
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    device = model_device(model)
     try:
         unwrap(model).load_state_dict(_to(parts["model"], device))
     except RuntimeError as exc:
