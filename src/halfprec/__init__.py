@@ -16,6 +16,7 @@ from halfprec.convert.core import (
 from halfprec.convert.policy import Policy
 from halfprec.dtypes import DeviceSupport, DTypeChoice, device_support, parse_dtype, resolve_dtype
 from halfprec.errors import (
+    BrokenReferenceError,
     CheckpointError,
     DTypeError,
     HalfprecError,
@@ -51,6 +52,7 @@ __all__ = [
     "DTypeError",
     "ModelSpecError",
     "InputsError",
+    "BrokenReferenceError",
     "CheckpointError",
     "MissingExtraError",
 ]

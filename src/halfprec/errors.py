@@ -11,6 +11,7 @@ __all__ = [
     "DeviceError",
     "ModelSpecError",
     "InputsError",
+    "BrokenReferenceError",
     "CheckpointError",
     "MissingExtraError",
 ]
@@ -36,6 +37,10 @@ class ModelSpecError(HalfprecError, ValueError):
 
 class InputsError(HalfprecError, ValueError):
     """Example inputs that are missing, unreadable or do not fit the model."""
+
+
+class BrokenReferenceError(HalfprecError, ValueError):
+    """The fp32 reference output holds inf/NaN, so no half result can be judged against it."""
 
 
 class CheckpointError(HalfprecError, ValueError):

@@ -154,6 +154,36 @@ def _tied(model: nn.Module, name: str, tensors: dict[str, torch.Tensor]) -> bool
     )
 
 
+def _check_dtypes(
+    state: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor], meta: dict[str, str], p: Path
+) -> None:
+    """Refuse a tensor of another kind than its parameter (int into float, ...), and half
+    tensors of another dtype than the file's metadata declares."""
+
+    def kind(t: torch.Tensor) -> str:
+        if t.is_complex() or t.is_floating_point():
+            return "complex" if t.is_complex() else "floating"
+        return "bool" if t.dtype == torch.bool else "integer"
+
+    for name, t in tensors.items():
+        if name in state and kind(t) != kind(state[name]):
+            raise CheckpointError(
+                f"{p}: tensor {name!r} is {dtype_name(t.dtype)} but the model's is "
+                f"{dtype_name(state[name].dtype)}; refusing to cast {kind(t)} values into a "
+                f"{kind(state[name])} tensor: load a checkpoint saved from this model"
+            )
+    declared = meta.get("dtype")
+    halves = {"fp16": torch.float16, "bf16": torch.bfloat16}
+    if meta.get("format") == _FORMAT and declared in halves:
+        for name, t in tensors.items():
+            if t.dtype in halves.values() and t.dtype != halves[declared]:
+                raise CheckpointError(
+                    f"{p}: metadata says {declared} but tensor {name!r} is "
+                    f"{dtype_name(t.dtype)}; the file was altered or mislabelled: write it "
+                    "again with `halfprec convert`"
+                )
+
+
 def load(path: str | os.PathLike[str], *, into: nn.Module, strict: bool = True) -> nn.Module:
     """Load a checkpoint into ``into`` and return it.
 
@@ -163,6 +193,7 @@ def load(path: str | os.PathLike[str], *, into: nn.Module, strict: bool = True) 
     p = _existing(path)
     tensors = _read_tensors(p)
     meta = read_metadata(p) if p.suffix == ".safetensors" else {}
+    _check_dtypes(into.state_dict(), tensors, meta, p)
     halfprec_file = meta.get("format") == _FORMAT and meta.get("dtype") in ("fp16", "bf16")
     if halfprec_file and conversion_report(into) is None:
         keep = json.loads(meta.get("keep_fp32", "[]"))
