@@ -27,7 +27,7 @@ def test_merge_equals_one_pass_over_the_concatenation() -> None:
     b.add_tensor(r2, c2)
     a.merge(b)
     whole.add_tensor(torch.cat([r1, r2]), torch.cat([c1, c2]))
-    for name in ("ref_sq", "cand_sq", "err_sq", "dot", "sum_abs", "max_abs"):
+    for name in ("ref_sq", "cand_sq", "err_sq", "sum_abs", "max_abs"):
         assert getattr(a, name) == pytest.approx(getattr(whole, name), rel=1e-5), name
     assert (a.elements, a.compared) == (80, 80)
     assert a.cosine == pytest.approx(whole.cosine, abs=1e-7)

@@ -37,8 +37,16 @@ def as_real(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _norm(t: torch.Tensor, ord: float = 2.0) -> float:
-    return float(torch.linalg.vector_norm(t, ord=ord)) if t.numel() else 0.0
+def _norm(t: torch.Tensor) -> float:
+    return float(torch.linalg.vector_norm(t)) if t.numel() else 0.0
+
+
+def _peak(t: torch.Tensor) -> float:
+    """Largest magnitude (aminmax is several times faster than an inf-norm on CPU)."""
+    if not t.numel():
+        return 0.0
+    low, high = torch.aminmax(t)
+    return max(-float(low), float(high))
 
 
 @dataclass
@@ -54,7 +62,6 @@ class ErrorStats:
     ref_sq: float = 0.0
     cand_sq: float = 0.0
     err_sq: float = 0.0
-    dot: float = 0.0
     ref_peak: float = 0.0
     beyond_range: int = 0
     flushed: int = 0
@@ -75,10 +82,11 @@ class ErrorStats:
         """Cosine similarity over the compared positions; NaN when nothing was compared."""
         if not self.compared:
             return math.nan
-        denom = math.sqrt(self.ref_sq * self.cand_sq)
-        if denom > 0:
-            return max(-1.0, min(1.0, self.dot / denom))
-        return 1.0 if self.ref_sq == self.cand_sq else 0.0  # both all zero: equal
+        a, b = math.sqrt(self.ref_sq), math.sqrt(self.cand_sq)
+        if a * b == 0:
+            return 1.0 if a == b else 0.0  # both all zero: equal
+        # (a^2 + b^2 - err^2) / 2ab, arranged so the sums' rounding does not cancel
+        return max(-1.0, min(1.0, 1.0 - (self.err_sq - (a - b) ** 2) / (2 * a * b)))
 
     @property
     def sqnr_db(self) -> float:
@@ -107,7 +115,7 @@ class ErrorStats:
     def merge(self, other: ErrorStats) -> None:
         for name in ("elements", "compared", "nonfinite", "reference_nonfinite", "beyond_range"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("sum_abs", "ref_sq", "cand_sq", "err_sq", "dot"):
+        for name in ("sum_abs", "ref_sq", "cand_sq", "err_sq"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.flushed += other.flushed
         self.max_abs = max(self.max_abs, other.max_abs)
@@ -156,14 +164,13 @@ class ErrorStats:
         self.ref_sq += sums.ref_sq
         self.cand_sq += sums.cand_sq
         self.err_sq += sums.err_sq
-        self.dot += sums.dot
         self.sum_abs += sums.sum_abs
         self.max_abs = max(self.max_abs, sums.max_abs)
         if sums.err_sq > 1e-4 * sums.ref_sq:  # only look for flushed values where error shows
             self.flushed += int(((c == 0) & (r != 0)).sum())
 
     def _add_range(self, finite_ref: torch.Tensor, limits: NumericRange | None) -> None:
-        peak = _norm(finite_ref, math.inf)
+        peak = _peak(finite_ref)
         self.ref_peak = max(self.ref_peak, peak)
         if limits is not None and peak > limits.max:
             self.beyond_range += int((finite_ref.abs() > limits.max).sum())
@@ -176,7 +183,6 @@ class _Sums:
     ref_sq: float
     cand_sq: float
     err_sq: float
-    dot: float
     sum_abs: float
     max_abs: float
 
@@ -187,9 +193,8 @@ class _Sums:
             ref_sq=_norm(r) ** 2,
             cand_sq=_norm(c) ** 2,
             err_sq=_norm(diff) ** 2,
-            dot=float(torch.dot(r.reshape(-1), c.reshape(-1))) if r.numel() else 0.0,
-            sum_abs=_norm(diff, 1.0),
-            max_abs=_norm(diff, math.inf),
+            sum_abs=float(diff.abs().sum()) if diff.numel() else 0.0,
+            max_abs=_peak(diff),
         )
 
     def finite(self) -> bool:
