@@ -49,6 +49,20 @@ def _peak(t: torch.Tensor) -> float:
     return max(-float(low), float(high))
 
 
+_SUMMED = (
+    "elements",
+    "compared",
+    "nonfinite",
+    "reference_nonfinite",
+    "sum_abs",
+    "ref_sq",
+    "cand_sq",
+    "err_sq",
+    "beyond_range",
+    "flushed",
+)
+
+
 @dataclass
 class ErrorStats:
     """Running sums (float64) over pairs of reference and candidate tensors."""
@@ -113,11 +127,8 @@ class ErrorStats:
         return 0.0 if self.max_abs == 0 else math.inf
 
     def merge(self, other: ErrorStats) -> None:
-        for name in ("elements", "compared", "nonfinite", "reference_nonfinite", "beyond_range"):
+        for name in _SUMMED:
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("sum_abs", "ref_sq", "cand_sq", "err_sq"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.flushed += other.flushed
         self.max_abs = max(self.max_abs, other.max_abs)
         self.ref_peak = max(self.ref_peak, other.ref_peak)
 
