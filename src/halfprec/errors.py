@@ -14,6 +14,7 @@ __all__ = [
     "DeviceError",
     "ModelSpecError",
     "InputsError",
+    "BrokenReferenceError",
     "CheckpointError",
     "MissingExtraError",
     "require",
@@ -43,6 +44,10 @@ class ModelSpecError(HalfprecError, ValueError):
 
 class InputsError(HalfprecError, ValueError):
     """Example inputs that are missing, unreadable or do not fit the model."""
+
+
+class BrokenReferenceError(HalfprecError, ValueError):
+    """The fp32 reference output holds inf/NaN, so no half result can be judged against it."""
 
 
 class CheckpointError(HalfprecError, ValueError):
