@@ -77,11 +77,10 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_partial(tmp_path: Path, m
     path = save(convert(net(), "fp16"), tmp_path / "m.safetensors")
     before = path.read_bytes()
 
-    def crash(tensors: dict[str, torch.Tensor], filename: str, metadata: object = None) -> None:
-        Path(filename).write_bytes(b"partial")
+    def crash(tensors: dict[str, torch.Tensor], metadata: object = None) -> bytes:
         raise OSError("disk full")
 
-    monkeypatch.setattr(safetensors.torch, "save_file", crash)
+    monkeypatch.setattr(safetensors.torch, "save", crash)
     with pytest.raises(OSError, match="disk full"):
         save(convert(net(), "bf16"), path)
     assert path.read_bytes() == before

@@ -270,6 +270,11 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         dev = torch.device(device)
     except RuntimeError:
         raise DeviceError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    if dev.type == "meta":
+        raise DeviceError(
+            f"device {device!r} holds no data, so nothing can be run or compared on it; "
+            "use cpu, cuda or cuda:N"
+        )
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise DeviceError(

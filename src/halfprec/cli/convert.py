@@ -6,7 +6,14 @@ from pathlib import Path
 
 import click
 
-from halfprec.cli.options import dtype_option, islands_options, json_option, weights_option
+from halfprec.atomic import ensure_folder
+from halfprec.cli.options import (
+    dtype_option,
+    islands_options,
+    json_option,
+    mkdirs_option,
+    weights_option,
+)
 from halfprec.convert.core import conversion_report, convert
 from halfprec.dtypes import dtype_name, resolve_device
 from halfprec.io.checkpoint import save
@@ -28,6 +35,7 @@ __all__ = ["command"]
     help="Output .safetensors file.",
 )
 @islands_options
+@mkdirs_option
 @click.option(
     "--device", default="cpu", show_default=True, help="Device whose kernels `auto` targets."
 )
@@ -39,11 +47,13 @@ def command(
     output: Path,
     policy: Path | None,
     keep_fp32: tuple[str, ...],
+    mkdirs: bool,
     device: str,
     as_json: bool,
 ) -> None:
     if output.suffix != ".safetensors":
         raise click.UsageError(f"output {output} must end in .safetensors")
+    ensure_folder(output, mkdirs=mkdirs)  # before the slow part
     dev = resolve_device(device)
     loaded = load_model(model)
     if weights is not None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from halfprec.atomic import ensure_folder
 from halfprec.batch import Batch
 from halfprec.cli import EXIT_FAILED, EXIT_OK
 from halfprec.cli.options import (
@@ -16,6 +17,7 @@ from halfprec.cli.options import (
     islands_options,
     json_option,
     load_for_command,
+    mkdirs_option,
 )
 from halfprec.compare import Tolerance, run_reference
 from halfprec.export import FORMATS, ExportConfig, export, load_artifact, verify_artifact
@@ -74,6 +76,7 @@ __all__ = ["command", "check_artifact"]
     help="ONNX: timed onnxruntime runs of the fp32 and half files (0: no timing).",
 )
 @inputs_option
+@mkdirs_option
 @click.option(
     "--device",
     default="cpu",
@@ -94,11 +97,13 @@ def command(
     opset: int | None,
     runs: int,
     inputs_path: Path | None,
+    mkdirs: bool,
     device: str,
     as_json: bool,
 ) -> None:
-    # fail on the file name, format and dtype before loading the model
+    # fail on the file name, format, dtype and folder before loading the model
     ExportConfig.for_path(output, fmt, dtype=dtype, opset=opset)  # type: ignore[arg-type]
+    ensure_folder(output, mkdirs=mkdirs)
     loaded, batches, _ = load_for_command(model, inputs_path, device)
     result = export(
         loaded.model,

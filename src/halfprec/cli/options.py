@@ -31,6 +31,7 @@ __all__ = [
     "load_for_command",
     "tolerance_override",
     "finish",
+    "mkdirs_option",
 ]
 
 DEFAULT_MODEL = "builtin:minilm"
@@ -138,3 +139,10 @@ def finish(
     else:
         render()
     raise SystemExit(EXIT_OK if passed else EXIT_FAILED)
+
+
+def mkdirs_option(f: F) -> F:
+    """``--mkdirs``: create the output's missing folders (default: a missing folder is an error)."""
+    return click.option(
+        "--mkdirs", is_flag=True, help="Create the output file's folder if it does not exist."
+    )(f)

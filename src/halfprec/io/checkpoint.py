@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from halfprec._version import __version__
-from halfprec.atomic import atomic_path
+from halfprec.atomic import write_bytes_atomic
 from halfprec.convert.core import conversion_report, convert_
 from halfprec.dtypes import dtype_name
 from halfprec.errors import CheckpointError
@@ -45,8 +45,12 @@ def _state(model: nn.Module) -> dict[str, torch.Tensor]:
 def save(
     model: nn.Module, path: str | os.PathLike[str], *, metadata: dict[str, str] | None = None
 ) -> Path:
-    """Write ``model``'s tensors to ``path`` (safetensors, atomic) and return the path."""
-    from safetensors.torch import save_file
+    """Write ``model``'s tensors to ``path`` (safetensors, atomic) and return the path.
+
+    The write follows :mod:`halfprec.atomic`: symlinks and file modes are kept, the file is
+    fsynced, and a missing folder is an error.
+    """
+    from safetensors.torch import save as to_bytes
 
     report = conversion_report(model)
     meta = {
@@ -59,8 +63,9 @@ def save(
     }
     meta.update(metadata or {})
     dest = Path(path)
-    with atomic_path(dest) as tmp:
-        save_file(_state(model), str(tmp), metadata=meta)
+    # serialized to bytes, then into halfprec's own temp file: safetensors' save_file
+    # would leave a temp file of its own making behind on kill -9
+    write_bytes_atomic(dest, to_bytes(_state(model), metadata=meta))
     return dest
 
 
@@ -154,6 +159,23 @@ def _tied(model: nn.Module, name: str, tensors: dict[str, torch.Tensor]) -> bool
     )
 
 
+def _keep_fp32(meta: dict[str, str], p: Path) -> list[str]:
+    """The ``keep_fp32`` metadata entry: a JSON list of module names, checked."""
+    try:
+        keep = json.loads(meta.get("keep_fp32", "[]"))
+    except ValueError as exc:
+        raise CheckpointError(
+            f"{p}: its keep_fp32 metadata is not valid JSON ({exc}); write the file again "
+            "with `halfprec convert`"
+        ) from None
+    if not isinstance(keep, list) or not all(isinstance(k, str) for k in keep):
+        raise CheckpointError(
+            f"{p}: its keep_fp32 metadata is not a list of module names; write the file "
+            "again with `halfprec convert`"
+        )
+    return keep
+
+
 def load(path: str | os.PathLike[str], *, into: nn.Module, strict: bool = True) -> nn.Module:
     """Load a checkpoint into ``into`` and return it.
 
@@ -165,8 +187,7 @@ def load(path: str | os.PathLike[str], *, into: nn.Module, strict: bool = True) 
     meta = read_metadata(p) if p.suffix == ".safetensors" else {}
     halfprec_file = meta.get("format") == _FORMAT and meta.get("dtype") in ("fp16", "bf16")
     if halfprec_file and conversion_report(into) is None:
-        keep = json.loads(meta.get("keep_fp32", "[]"))
-        convert_(into, meta["dtype"], keep_fp32=keep)
+        convert_(into, meta["dtype"], keep_fp32=_keep_fp32(meta, p))
     if strict:
         _check_match(into, tensors, p)
     state = into.state_dict()

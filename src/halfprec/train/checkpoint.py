@@ -18,10 +18,11 @@ from typing import Any, Protocol
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as to_bytes
 from torch import nn
 
-from halfprec.atomic import atomic_path
+from halfprec.atomic import write_bytes_atomic
 from halfprec.errors import CheckpointError
 from halfprec.train.mixed import MixedPrecision
 from halfprec.train.watch import unwrap
@@ -77,8 +78,7 @@ def save_checkpoint(
     tree = _encode(parts, "", tensors)
     meta = {"format": CHECKPOINT_FORMAT, "tree": tree, "counters": dict(counters or {})}
     dest = Path(path)
-    with atomic_path(dest) as tmp:
-        save_file(tensors, str(tmp), metadata={_META_KEY: json.dumps(meta)})
+    write_bytes_atomic(dest, to_bytes(tensors, metadata={_META_KEY: json.dumps(meta)}))
     return dest
 
 
