@@ -218,3 +218,13 @@ def test_cli_refuses_pickled_code_in_weights_and_inputs(tmp_path: Path) -> None:
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.count("\n") == 1 and "refusing to unpickle" in proc.stderr
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "command", ["check", "convert", "export", "diagnose", "preflight", "tune", "bench", "audit"]
+)
+def test_help_of_commands_taking_model_says_where_code_runs(command: str) -> None:
+    proc = run_cli(command, "--help")
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    assert "imports and RUNS that Python code" in text and "docs/safety.md" in text

@@ -96,10 +96,23 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
+MODEL_SAFETY = (
+    "MODEL is builtin:NAME, package.module:factory, path/to/file.py:factory, a Hugging Face "
+    "directory or a TorchScript file. A module:factory or file.py:factory spec imports and "
+    "RUNS that Python code, and a TorchScript file (as MODEL or --artifact) runs the "
+    "TorchScript program inside it: name only code you trust. Weights, inputs, "
+    "checkpoints, policies and .pt2/.onnx artifacts are read as data and never run code "
+    "(docs/safety.md)."
+)
+
+
 def _register() -> None:
     for module_name, command_name in _COMMANDS.items():
         module = importlib.import_module(f"{__name__}.{module_name}")
-        main.add_command(module.command, command_name)
+        command: click.Command = module.command
+        if any(p.name == "model" for p in command.params):
+            command.epilog = MODEL_SAFETY  # say plainly where code runs
+        main.add_command(command, command_name)
 
 
 _register()
