@@ -99,3 +99,38 @@ def test_tied_weights_are_saved_once(tmp_path: Path) -> None:
     fresh = Tied()
     load(path, into=fresh)
     assert fresh.head.weight is fresh.emb.weight
+
+
+@pytest.mark.parametrize("writer", ["convert", "train"])
+def test_checkpoint_writes_keep_links_and_modes_and_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
+) -> None:
+    from halfprec.train import save_checkpoint
+
+    def write(path: Path) -> None:
+        if writer == "convert":
+            save(convert(net(), "fp16"), path)
+        else:
+            model = net()
+            save_checkpoint(path, model, torch.optim.SGD(model.parameters(), lr=0.1))
+
+    (tmp_path / "runs").mkdir()
+    real = tmp_path / "runs" / "ckpt.safetensors"
+    write(real)
+    real.chmod(0o600)
+    link = tmp_path / "latest.safetensors"
+    link.symlink_to(real)
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    write(link)
+    assert link.is_symlink() and Path(os.readlink(link)) == real
+    assert real.stat().st_mode & 0o777 == 0o600
+    assert safetensors.torch.load_file(str(link))  # the new file, complete
+    assert len(synced) == 2 and ".halfprec-" in synced[0]  # the temp file, then its folder
+    assert Path(synced[0]).parent == real.parent and synced[1] == str(real.parent)
