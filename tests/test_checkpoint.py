@@ -134,3 +134,26 @@ def test_checkpoint_writes_keep_links_and_modes_and_fsync(
     assert safetensors.torch.load_file(str(link))  # the new file, complete
     assert len(synced) == 2 and ".halfprec-" in synced[0]  # the temp file, then its folder
     assert Path(synced[0]).parent == real.parent and synced[1] == str(real.parent)
+
+
+def test_integer_tensor_into_a_float_parameter_is_refused(tmp_path: Path) -> None:
+    state = {k: v.clone() for k, v in net().state_dict().items()}
+    first = next(iter(state))
+    state[first] = state[first].to(torch.int32)
+    safetensors.torch.save_file(state, str(tmp_path / "ints.safetensors"))
+    model = net()
+    before = model.state_dict()[first].clone()
+    with pytest.raises(CheckpointError, match=rf"dtype kind {first} is int32"):
+        load(tmp_path / "ints.safetensors", into=model)
+    assert torch.equal(model.state_dict()[first], before)
+
+
+def test_metadata_that_contradicts_the_tensors_is_refused(tmp_path: Path) -> None:
+    path = save(convert(net(), "fp16"), tmp_path / "m.safetensors")
+    tensors = safetensors.torch.load_file(str(path))
+    forged = {
+        k: v.to(torch.bfloat16) if v.dtype == torch.float16 else v for k, v in tensors.items()
+    }
+    safetensors.torch.save_file(forged, str(path), metadata=read_metadata(path))
+    with pytest.raises(CheckpointError, match=r"metadata says fp16 but .* is bf16"):
+        load(path, into=net())

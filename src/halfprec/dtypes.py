@@ -23,6 +23,7 @@ __all__ = [
     "DTypeLike",
     "parse_dtype",
     "dtype_name",
+    "dtype_kind",
     "resolve_dtype",
     "device_support",
     "ensure_runnable",
@@ -60,6 +61,15 @@ _SHORT: dict[torch.dtype, str] = {
 def dtype_name(dtype: torch.dtype) -> str:
     """Short name used in reports and metadata: ``fp16``, ``bf16``, ``fp32``."""
     return _SHORT.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def dtype_kind(dtype: torch.dtype) -> str:
+    """``float``, ``complex``, ``integer`` or ``bool``: what a value of ``dtype`` can mean."""
+    if dtype == torch.bool:
+        return "bool"
+    if dtype.is_floating_point:
+        return "float"
+    return "complex" if dtype.is_complex else "integer"
 
 
 def parse_dtype(value: DTypeLike, *, allow_fp32: bool = False) -> torch.dtype:

@@ -20,7 +20,7 @@ from torch import nn
 from halfprec._version import __version__
 from halfprec.atomic import write_bytes_atomic
 from halfprec.convert.core import conversion_report, convert_
-from halfprec.dtypes import dtype_name
+from halfprec.dtypes import dtype_kind, dtype_name
 from halfprec.errors import CheckpointError
 from halfprec.io.safeload import UnsafePickleError, load_weights_only
 
@@ -133,6 +133,12 @@ def _check_match(model: nn.Module, tensors: dict[str, torch.Tensor], p: Path) ->
         for k, shape in expected.items()
         if k in tensors and tuple(tensors[k].shape) != shape
     ]
+    state = model.state_dict()
+    kinds = [
+        f"{k} is {dtype_name(tensors[k].dtype)} but the model's is {dtype_name(t.dtype)}"
+        for k, t in state.items()
+        if k in tensors and dtype_kind(tensors[k].dtype) != dtype_kind(t.dtype)
+    ]
     problems = []
     if missing:
         problems.append(f"missing {', '.join(missing[:3])}" + (" ..." if len(missing) > 3 else ""))
@@ -142,10 +148,28 @@ def _check_match(model: nn.Module, tensors: dict[str, torch.Tensor], p: Path) ->
         )
     if wrong:
         problems.append(f"shape {'; '.join(wrong[:3])}")
+    if kinds:
+        problems.append(f"dtype kind {'; '.join(kinds[:3])}")
     if problems:
         raise CheckpointError(
             f"{p} does not match {type(model).__name__}: {' | '.join(problems)}; "
             "load it into the same architecture it was saved from"
+        )
+
+
+def _check_declared_dtype(meta: dict[str, str], tensors: dict[str, torch.Tensor], p: Path) -> None:
+    """A halfprec file's tensors are its declared half dtype or fp32 (islands), nothing else."""
+    declared = meta["dtype"]
+    odd = [
+        f"{k} is {dtype_name(t.dtype)}"
+        for k, t in tensors.items()
+        if t.is_floating_point() and t.dtype != torch.float32 and dtype_name(t.dtype) != declared
+    ]
+    if odd:
+        raise CheckpointError(
+            f"{p}: its metadata says {declared} but {', '.join(odd[:3])}"
+            f"{' ...' if len(odd) > 3 else ''}; the file was altered after it was written: "
+            "write it again with `halfprec convert`"
         )
 
 
@@ -186,6 +210,8 @@ def load(path: str | os.PathLike[str], *, into: nn.Module, strict: bool = True) 
     tensors = _read_tensors(p)
     meta = read_metadata(p) if p.suffix == ".safetensors" else {}
     halfprec_file = meta.get("format") == _FORMAT and meta.get("dtype") in ("fp16", "bf16")
+    if halfprec_file:
+        _check_declared_dtype(meta, tensors, p)
     if halfprec_file and conversion_report(into) is None:
         convert_(into, meta["dtype"], keep_fp32=_keep_fp32(meta, p))
     if strict:

@@ -15,6 +15,7 @@ from typing import Any, TypeGuard
 import torch
 from torch import nn
 
+from halfprec.dtypes import dtype_kind
 from halfprec.errors import CheckpointError
 
 __all__ = ["check_parts"]
@@ -64,7 +65,8 @@ def _check_model(where: str, state: object, model: nn.Module) -> None:
     wrong = [
         f"{k} {list(state[k].shape)} vs model {list(t.shape)}"
         for k, t in expected.items()
-        if k in state and (state[k].shape != t.shape or _kind(state[k]) != _kind(t))
+        if k in state
+        and (state[k].shape != t.shape or dtype_kind(state[k].dtype) != dtype_kind(t.dtype))
     ]
     problems = [
         f"{label} {', '.join(names[:3])}" + (" ..." if len(names) > 3 else "")
@@ -76,12 +78,6 @@ def _check_model(where: str, state: object, model: nn.Module) -> None:
             f"{where} the saved weights do not fit this model ({'; '.join(problems)}); "
             "build the model with the same architecture before loading"
         )
-
-
-def _kind(t: torch.Tensor) -> str:
-    if t.is_floating_point():
-        return "float"
-    return "complex" if t.is_complex() else "int"
 
 
 def _check_optimizer(where: str, state: object, optimizer: torch.optim.Optimizer) -> None:
