@@ -56,7 +56,7 @@ def test_output_under_a_regular_file_is_exit_2(tmp_path: Path) -> None:
 def test_disk_full_is_exit_2_and_leaves_nothing(tiny_fs: Path) -> None:
     out = tiny_fs / "big.safetensors"
     proc = run_cli("convert", "builtin:cnn", "-o", str(out), "--dtype", "fp16")
-    _one_error(proc, "the disk is full")
+    _one_error(proc, f"cannot use {out}: the disk is full")
     assert list(tiny_fs.iterdir()) == []
 
 

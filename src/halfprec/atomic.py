@@ -76,6 +76,10 @@ def atomic_path(target: str | os.PathLike[str], *, mkdirs: bool = False) -> Iter
     try:
         yield tmp
         _finish(tmp, dest)
+    except OSError as exc:
+        if exc.errno is None or exc.filename not in (None, str(tmp)):
+            raise
+        raise OSError(exc.errno, exc.strerror, str(target)) from exc  # name the user's path
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()

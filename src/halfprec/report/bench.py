@@ -183,7 +183,7 @@ def write_chart(
     if machine is not None:
         fig.suptitle(f"halfprec bench on {machine.name}", fontsize=9)
     fig.tight_layout()
-    with atomic_path(p) as tmp:
+    with atomic_path(p, mkdirs=True) as tmp:  # a plot may go to a new folder
         fig.savefig(tmp, format="png", dpi=80)
     plt.close(fig)
     return p

@@ -148,7 +148,7 @@ def plot_diagnosis(diag: Diagnosis, path: str | os.PathLike[str], title: str = "
     ax.set_title(title or f"halfprec diagnose: {dtype_name(diag.dtype)} vs fp32")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
+    with atomic_path(path, mkdirs=True) as tmp:  # a plot may go to a new folder
         fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
 
