@@ -24,6 +24,7 @@ __all__ = [
     "DTypeLike",
     "parse_dtype",
     "dtype_name",
+    "dtype_kind",
     "resolve_dtype",
     "candidate_dtypes",
     "is_auto",
@@ -63,6 +64,15 @@ _SHORT: dict[torch.dtype, str] = {
 def dtype_name(dtype: torch.dtype) -> str:
     """Short name used in reports and metadata: ``fp16``, ``bf16``, ``fp32``."""
     return _SHORT.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def dtype_kind(dtype: torch.dtype) -> str:
+    """``float``, ``complex``, ``integer`` or ``bool``: what a value of ``dtype`` can mean."""
+    if dtype == torch.bool:
+        return "bool"
+    if dtype.is_floating_point:
+        return "float"
+    return "complex" if dtype.is_complex else "integer"
 
 
 def parse_dtype(value: DTypeLike, *, allow_fp32: bool = False) -> torch.dtype:
@@ -288,6 +298,11 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         dev = torch.device(device)
     except RuntimeError:
         raise DeviceError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    if dev.type == "meta":
+        raise DeviceError(
+            f"device {device!r} holds no data, so nothing can be run or compared on it; "
+            "use cpu, cuda or cuda:N"
+        )
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise DeviceError(
