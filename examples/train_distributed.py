@@ -21,7 +21,13 @@ from torch.nn.parallel import DistributedDataParallel
 from train_digits import digits_split
 
 from halfprec.dtypes import dtype_name
-from halfprec.train import MixedPrecision, fsdp_policy, load_checkpoint, save_checkpoint
+from halfprec.train import (
+    MixedPrecision,
+    exit_worker,
+    fsdp_policy,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 
 def _device() -> torch.device:
@@ -92,9 +98,8 @@ def main() -> None:
             save_checkpoint(
                 args.checkpoint, wrapped, optimizer, mp=mp, counters={"epoch": first + args.epochs}
             )
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+    exit_worker()  # barrier, destroy the group, leave before interpreter teardown

@@ -63,7 +63,11 @@ def test_unsafe_fix_needs_opt_in() -> None:
     source = (FIXTURES / "constants.py").read_text()
     safe = fix_source(source)
     assert "-1e9" in safe and "-1e10" in safe  # HP301 kept
-    assert "torch.finfo(torch.float32)" not in safe  # HP302 is safe
+    # HP302's template `scores` is a matmul of guessed floating names: unsafe, kept
+    assert "torch.finfo(torch.float32)" in safe
+    # HP203's template `probs` comes from softmax, which always returns floating: safe
+    assert "probs.to(probs.dtype)" in safe
+    assert "torch.finfo(scores.dtype)" in fix_source(source, UNSAFE)
 
 
 def _to_half(batch: Any) -> Any:
@@ -233,12 +237,9 @@ def test_syntax_error_is_a_finding_not_a_crash() -> None:
     assert [(f.code, f.path) for f in found] == [("HP000", "bad.py")]
 
 
-def test_missing_libcst_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from halfprec.errors import MissingExtraError
-
-    monkeypatch.setitem(sys.modules, "libcst", None)
-    with pytest.raises(MissingExtraError, match=r"pip install 'halfprec\[lint\]'"):
-        fix_source(_LEAK.format(comment=""))
+def test_fixing_needs_no_libcst(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "libcst", None)  # import libcst now fails
+    assert "a = x.new_zeros(3)" in fix_source(_LEAK.format(comment=""), UNSAFE)
 
 
 # -- CLI -----------------------------------------------------------------------------------
@@ -265,11 +266,15 @@ def _invoke(*args: str) -> Any:
 def test_cli_fix_and_diff(tmp_path: Path) -> None:
     target = tmp_path / "helpers.py"
     target.write_text((FIXTURES / "helpers.py").read_text())
-    diff = _invoke("lint", str(target), "--diff")
+    # every template in helpers.py is guessed from a name: its fixes are unsafe
+    safe = _invoke("lint", str(target), "--fix")
+    assert safe.exit_code == 1 and "4 more with --unsafe-fixes" in safe.output
+    assert target.read_text() == (FIXTURES / "helpers.py").read_text()
+    diff = _invoke("lint", str(target), "--diff", "--unsafe-fixes")
     assert diff.exit_code == 1
     assert "+            x = y + y.new_zeros(4)" in diff.output
     assert target.read_text() == (FIXTURES / "helpers.py").read_text()  # --diff writes nothing
-    fixed = _invoke("lint", str(target), "--fix")
+    fixed = _invoke("lint", str(target), "--fix", "--unsafe-fixes")
     assert fixed.exit_code == 0, fixed.output
     assert target.read_text() == (FIXTURES / "helpers.fixed.py").read_text()
     assert "4 fixed" in fixed.output
@@ -279,7 +284,8 @@ def test_cli_fix_and_diff(tmp_path: Path) -> None:
 def test_cli_marks_only_what_fix_would_rewrite() -> None:
     plain = _invoke("lint", str(FIXTURES / "constants.py"))
     assert ": HP301 -1e+09 is beyond" in plain.output  # unsafe: not applied by --fix
-    assert ": HP302 [*] `torch.finfo`" in plain.output
+    assert ": HP302 `torch.finfo`" in plain.output  # its template is guessed: unsafe
+    assert ": HP203 [*] `torch.get_default_dtype()`" in plain.output
     unsafe = _invoke("lint", str(FIXTURES / "constants.py"), "--unsafe-fixes")
     assert ": HP301 [*] -1e+09 is beyond" in unsafe.output
 

@@ -27,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 from halfprec.train import (
     MixedPrecision,
     StepOutcome,
+    exit_worker,
     fsdp_policy,
     load_checkpoint,
     save_checkpoint,
@@ -145,9 +146,8 @@ def main(out: Path) -> None:
         tensors |= {f"resumed.{k}": v for k, v in resumed.items()}
         tensors |= {f"fsdp.{k}": v for k, v in fsdp.items()}
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "weights.safetensors"))
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
+    exit_worker()  # barrier, destroy the group, leave before interpreter teardown

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import click
 
-from halfprec.atomic import write_text_atomic
+from halfprec.atomic import write_bytes_atomic
 from halfprec.cli.options import finish
 from halfprec.leaks.lint import LintReport, fixable, lint, load_config
+from halfprec.leaks.lint.rules import FIX_UNSAFE
+from halfprec.leaks.lint.source import split_lines
 
 
 def _codes(value: str | None) -> tuple[str, ...] | None:
@@ -28,8 +30,8 @@ def _diff(report: LintReport) -> str:
             continue
         chunks.extend(
             difflib.unified_diff(
-                r.old_source.splitlines(keepends=True),
-                r.new_source.splitlines(keepends=True),
+                split_lines(r.old_source, keepends=True),
+                split_lines(r.new_source, keepends=True),
                 fromfile=r.path if Path(r.path).is_absolute() else f"a/{r.path}",
                 tofile=r.path if Path(r.path).is_absolute() else f"b/{r.path}",
             )
@@ -39,12 +41,18 @@ def _diff(report: LintReport) -> str:
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--fix", is_flag=True, help="Rewrite fixable findings in place (libcst).")
+@click.option(
+    "--fix",
+    is_flag=True,
+    help="Rewrite fixable findings in place; only the fixed spans change (encoding, line "
+    "endings and the rest stay byte for byte).",
+)
 @click.option(
     "--unsafe-fixes",
     is_flag=True,
     default=None,
-    help="Also apply fixes that change fp32 values (HP301: -1e9 -> torch.finfo(x.dtype).min).",
+    help="Also apply fixes that may change fp32 values (HP301: -1e9 -> "
+    "torch.finfo(x.dtype).min; x.new_zeros(...) where x's dtype is only guessed).",
 )
 @click.option("--diff", is_flag=True, help="Print the fixes as a unified diff; write nothing.")
 @click.option("--select", help="Comma-separated rule codes or prefixes to run (default: HP).")
@@ -70,8 +78,8 @@ def command(
     report = lint(paths, config, fix=fix or diff)
     if fix and not diff:
         for r in report.files:
-            if r.new_source is not None:
-                write_text_atomic(r.path, r.new_source)
+            if r.new_bytes is not None:
+                write_bytes_atomic(r.path, r.new_bytes)
 
     def render() -> None:
         if diff:
@@ -82,13 +90,16 @@ def command(
             report,
             config_fixable=sum(fixable(f, config) for f in report.findings),
             wrote=fix and not diff,
+            unsafe_left=0
+            if config.unsafe_fixes
+            else sum(f.fix_safety == FIX_UNSAFE for f in report.findings),
         )
 
     changed = diff and any(r.new_source is not None for r in report.files)
     finish(report.to_json(), as_json, render, not (report.findings or changed))
 
 
-def _summary(report: LintReport, config_fixable: int, wrote: bool) -> None:
+def _summary(report: LintReport, config_fixable: int, wrote: bool, unsafe_left: int) -> None:
     found = len(report.findings)
     files = len(report.files)
     parts = [
@@ -98,4 +109,6 @@ def _summary(report: LintReport, config_fixable: int, wrote: bool) -> None:
         parts.append(f"{report.fixed} {'fixed' if wrote else 'fixable (shown above)'}")
     if config_fixable and not report.fixed:
         parts.append(f"{config_fixable} fixable with --fix")
+    if unsafe_left:
+        parts.append(f"{unsafe_left} more with --unsafe-fixes")
     click.echo("; ".join(parts) + ".", err=True)

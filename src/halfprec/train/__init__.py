@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from halfprec.train.checkpoint import Resumed, load_checkpoint, save_checkpoint
 from halfprec.train.config import StepOutcome, TrainConfig
-from halfprec.train.distributed import fsdp_policy
+from halfprec.train.distributed import exit_worker, fsdp_policy
 from halfprec.train.mixed import MixedPrecision, TrainingStateError, needs_loss_scaling
 from halfprec.train.parallel import AutocastForward, autocast_forward
 from halfprec.train.watch import TrainingDivergedError
@@ -21,6 +21,7 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "Resumed",
+    "exit_worker",
     "fsdp_policy",
     "autocast_forward",
     "AutocastForward",

@@ -1,12 +1,14 @@
 """Static lint for dtype leaks in ``forward`` code, with safe autofixes (``--fix``).
 
-``import halfprec.lint`` needs only the standard library; libcst is imported when fixing.
+``import halfprec.lint`` needs only the standard library. ``--fix`` edits only the spans it
+fixes: encoding, BOM, line endings and form feeds stay byte for byte.
 """
 
 from __future__ import annotations
 
 from halfprec.leaks.lint.config import LintConfig, LintConfigError, load_config
 from halfprec.leaks.lint.engine import (
+    fix_text,
     fixable,
     iter_python_files,
     lint,
@@ -39,8 +41,4 @@ __all__ = [
 
 def fix_source(source: str, config: LintConfig | None = None) -> str:
     """``source`` with every fixable finding rewritten (unsafe ones only if configured)."""
-    from halfprec.leaks.lint.fix import apply_fixes
-
-    config = config or LintConfig()
-    todo = [f.fix for f in lint_source(source, "<string>", config) if fixable(f, config)]
-    return apply_fixes(source, [f for f in todo if f is not None]) if todo else source
+    return fix_text(source, "<string>", config or LintConfig())[0]

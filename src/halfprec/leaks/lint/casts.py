@@ -5,7 +5,7 @@
   is no automatic fix: use ``.to(x.dtype)``, or keep it and suppress the line.
 - HP202 ``dtype=torch.float32`` passed to a call in forward.
 - HP203 ``torch.get_default_dtype()`` in forward: the default dtype stays fp32 in a half
-  model; safe fix ``x.dtype``.
+  model; fix ``x.dtype`` (safe when x's dtype is known to be floating).
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ def check_casts(node: ast.AST, ctx: Context) -> None:
             )
     if ctx.is_torch_attr(node.func, "get_default_dtype") is not None:
         template = ctx.template
-        fix = Fix(EXPR, *span(node, ctx), f"{template}.dtype") if template else None
+        fix = None
+        if template:
+            fix = Fix(EXPR, *span(node, ctx), f"{template}.dtype", unsafe=not ctx.template_known)
         use = f"`{template}.dtype`" if template else "the dtype of a tensor in scope"
         ctx.report(
             node,

@@ -6,7 +6,7 @@
   ``torch.finfo(x.dtype).min`` -- *unsafe*: masked scores change from -1e9 to -3.4e38 in
   fp32 (softmax gives the same result), so it needs ``--unsafe-fixes``.
 - HP302: ``torch.finfo(torch.float32)`` in forward, where the tensor's own dtype was meant;
-  safe fix ``torch.finfo(x.dtype)``.
+  fix ``torch.finfo(x.dtype)`` (safe when x's dtype is known to be floating).
 """
 
 from __future__ import annotations
@@ -92,7 +92,9 @@ def check_constants(node: ast.AST, ctx: Context) -> None:
         arg = node.args[0] if node.args else None
         if arg is None or is_fp32_dtype(arg, ctx):
             template = ctx.template
-            fix = Fix(EXPR, *span(arg, ctx), f"{template}.dtype") if arg and template else None
+            fix = None
+            if arg and template:
+                fix = Fix(EXPR, *span(arg, ctx), f"{template}.dtype", unsafe=not ctx.template_known)
             ctx.report(
                 node,
                 "HP302",

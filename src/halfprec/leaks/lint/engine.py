@@ -1,5 +1,6 @@
 """Lint Python sources: parse with ``ast`` (fast), find forward paths, run the rule checks,
-drop suppressed and unselected findings. Fixes are applied by :mod:`.fix` with libcst.
+drop suppressed and unselected findings. Fixes are applied by :mod:`.fix` as text edits,
+and files are read and written as bytes in their own encoding (:mod:`.source`).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import ast
 import fnmatch
 import gc
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,13 +19,23 @@ from halfprec.leaks.lint.constants import check_constants
 from halfprec.leaks.lint.factories import check_factory
 from halfprec.leaks.lint.findings import FileResult, Finding, Fix, LintReport
 from halfprec.leaks.lint.flow import Check, walk_function
-from halfprec.leaks.lint.rules import FIX_SAFE, FIX_UNSAFE, RULES
+from halfprec.leaks.lint.rules import FIX_NONE, FIX_SAFE
 from halfprec.leaks.lint.scope import forward_paths, imports_of
+from halfprec.leaks.lint.source import SourceError, decode_source, split_lines
 from halfprec.leaks.lint.suppress import is_suppressed, suppressions
 
-__all__ = ["lint", "lint_source", "lint_file", "lint_paths", "iter_python_files", "fixable"]
+__all__ = [
+    "lint",
+    "lint_source",
+    "lint_file",
+    "lint_paths",
+    "iter_python_files",
+    "fixable",
+    "fix_text",
+]
 
 PARSE_ERROR = "HP000"
+_MAX_ROUNDS = 4
 _CHECKS: list[Check] = [check_factory, check_casts, check_constants]
 _SKIP_DIRS = frozenset(
     {
@@ -78,7 +89,7 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     imports = imports_of(tree)
     if not imports.torch and not imports.functional:
         return []
-    lines = source.splitlines()
+    lines = split_lines(source)
     enabled = config.enabled
     silenced = suppressions(source)
     seen: set[tuple[int, int, str, int, int]] = set()
@@ -115,27 +126,62 @@ def _hot_lines(lines: list[str], torch_names: frozenset[str]) -> frozenset[int]:
 
 def fixable(finding: Finding, config: LintConfig) -> bool:
     """Whether ``--fix`` rewrites this finding under ``config``."""
-    if finding.fix is None or finding.code not in RULES:
-        return False
-    safety = RULES[finding.code].fix
-    return safety == FIX_SAFE or (safety == FIX_UNSAFE and config.unsafe_fixes)
+    safety = finding.fix_safety
+    return safety == FIX_SAFE or (safety != FIX_NONE and config.unsafe_fixes)
+
+
+def fix_text(source: str, path: str, config: LintConfig) -> tuple[str, list[Finding]]:
+    """``source`` with its fixable findings rewritten, and the findings left in it.
+
+    Fixing runs until nothing fixable is left (a fix can uncover another, e.g. a template
+    that becomes known), so one ``--fix`` reaches the fixed point. A round whose result does
+    not parse is dropped.
+    """
+    from halfprec.leaks.lint.fix import apply_fixes
+
+    findings = lint_source(source, path, config)
+    for _ in range(_MAX_ROUNDS):
+        todo = [f.fix for f in findings if fixable(f, config) and f.fix is not None]
+        if not todo:
+            break
+        new = apply_fixes(source, todo)
+        if new == source:
+            break
+        left = lint_source(new, path, config)
+        if any(f.code == PARSE_ERROR for f in left):
+            break
+        source, findings = new, left
+    return source, findings
 
 
 def lint_file(path: Path, config: LintConfig, fix: bool = False) -> FileResult:
-    """Lint one file; with ``fix`` the fixed text is in ``new_source`` (nothing is written)."""
-    return _lint_text(path.read_text(encoding="utf-8"), str(path), config, fix)
+    """Lint one file; with ``fix`` the fixed file is in ``new_bytes`` (nothing is written).
+
+    The file is decoded as Python decodes it (PEP 263 cookie, BOM); one that cannot be is
+    reported as one HP000 finding and skipped.
+    """
+    name = str(path)
+    try:
+        decoded = decode_source(path.read_bytes())
+    except SourceError as exc:
+        return FileResult(name, [Finding(name, 1, 1, PARSE_ERROR, f"{exc}; file skipped")])
+    return _lint_text(decoded.text, name, config, fix, decoded.encode)
 
 
-def _lint_text(source: str, name: str, config: LintConfig, fix: bool) -> FileResult:
+def _lint_text(
+    source: str, name: str, config: LintConfig, fix: bool, encode: Callable[[str], bytes]
+) -> FileResult:
     findings = lint_source(source, name, config)
     result = FileResult(name, findings)
-    todo = [f for f in findings if fixable(f, config)]
-    if fix and todo:
-        from halfprec.leaks.lint.fix import apply_fixes
-
-        new = apply_fixes(source, [f.fix for f in todo if f.fix is not None])
+    if fix and any(fixable(f, config) for f in findings):
+        new, left = fix_text(source, name, config)
         if new != source:
-            left = lint_source(new, name, config)
+            try:
+                result.new_bytes = encode(new)
+            except SourceError as exc:
+                message = f"{exc}; fixes not applied"
+                result.findings.append(Finding(name, 1, 1, PARSE_ERROR, message))
+                return result
             result.old_source, result.new_source = source, new
             result.fixed = max(len(findings) - len(left), 0)
             result.findings = left
@@ -175,15 +221,15 @@ def lint(
         raise ValueError("lint needs paths or source=...; e.g. lint('src/') or lint(source=code)")
     report = lint_paths(targets, config, fix=fix) if targets else LintReport()
     if source is not None:
-        report.files.append(_lint_text(source, "<string>", config, fix))
+        report.files.append(_lint_text(source, "<string>", config, fix, str.encode))
     return report
 
 
 def lint_paths(
     paths: Iterable[str | Path], config: LintConfig | None = None, *, fix: bool = False
 ) -> LintReport:
-    """Lint every ``.py`` file under ``paths``. With ``fix``, each file's fixed text is in its
-    result's ``new_source`` (the CLI writes them atomically)."""
+    """Lint every ``.py`` file under ``paths``. With ``fix``, each file's fixed bytes are in
+    its result's ``new_bytes`` (the CLI writes them atomically)."""
     config = config or LintConfig()
     report = LintReport()
     for path in iter_python_files([Path(p) for p in paths], config.exclude):

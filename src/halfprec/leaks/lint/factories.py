@@ -2,10 +2,13 @@
 inherit the dtype from is in scope.
 
 ``torch.zeros(n)`` makes fp32 whatever the model's dtype; ``x.new_zeros(n)`` makes x's dtype
-on x's device, and is the same call in an fp32 model. Rewrites (all safe in fp32):
+on x's device, and is the same call in an fp32 model when x is floating. Rewrites:
 
 - ``torch.zeros/ones/empty/full/tensor(...)`` -> ``x.new_zeros/.../new_tensor(...)``;
 - ``torch.rand/randn/eye/linspace/arange(...)`` -> the same call plus ``dtype=x.dtype``.
+
+They are safe when x's dtype is known to be floating (:attr:`.flow.Context.template_known`)
+and unsafe (``--unsafe-fixes``) when it is only guessed from x's name or annotation.
 
 Skipped: calls whose result is not floating (``torch.arange(n)`` indices, ``torch.full(size,
 0)``, ``torch.tensor(3)``), 0-dim results (``torch.rand([])``: a 0-dim tensor never promotes
@@ -17,6 +20,7 @@ from __future__ import annotations
 import ast
 
 from halfprec import ops
+from halfprec.leaks.lint.casts import span
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
 from halfprec.leaks.lint.flow import Context, dotted
 
@@ -29,6 +33,7 @@ _NEW = {
     "full": "new_full",
     "tensor": "new_tensor",
 }
+_ADD_DTYPE = ops.FACTORY_OPS - _NEW.keys()
 _NEW_KWARGS = frozenset({"device", "requires_grad", "layout", "pin_memory"})
 _ADD_KWARGS = _NEW_KWARGS | {"generator", "end", "start", "step", "steps", "base"}
 _CASTS = frozenset(
@@ -95,6 +100,15 @@ def _makes_float(kind: str, call: ast.Call) -> bool:
     return any(is_floatish(a) for a in [*call.args, *(k.value for k in call.keywords)])
 
 
+def _end(node: ast.expr | ast.keyword) -> tuple[int, int]:
+    return (node.end_lineno or 0, node.end_col_offset or 0)
+
+
+def _lone_generator(call: ast.Call) -> bool:
+    """``f(x for x in y)``: the generator has no parentheses of its own to add after."""
+    return len(call.args) == 1 and not call.keywords and isinstance(call.args[0], ast.GeneratorExp)
+
+
 def _keyword(call: ast.Call, name: str) -> ast.expr | None:
     return next((k.value for k in call.keywords if k.arg == name), None)
 
@@ -122,16 +136,19 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
         return
     call = f"{dotted(func)}(...)"
     fix: Fix | None = None
-    start = (node.lineno, ctx.char_col(node.lineno, node.col_offset))
-    end_line = node.end_lineno or node.lineno
-    end = (end_line, ctx.char_col(end_line, node.end_col_offset or 0))
+    unsafe = not ctx.template_known
     starred = any(isinstance(a, ast.Starred) for a in node.args)
     if kind in _NEW and keywords <= _NEW_KWARGS and not (kind in ("full", "tensor") and starred):
         new = f"{template}.{_NEW[kind]}"
-        fix = Fix(METHOD, start, end, new)
+        fix = Fix(METHOD, *span(func, ctx), new, unsafe=unsafe)
         hint = f"use `{new}(...)`"
-    elif kind not in _NEW and keywords <= _ADD_KWARGS:
-        fix = Fix(KWARG, start, end, f"{template}.dtype", name="dtype")
+    elif kind in _ADD_DTYPE and keywords <= _ADD_KWARGS and not _lone_generator(node):
+        arguments: list[ast.expr | ast.keyword] = [*node.args, *node.keywords]
+        last = max(arguments, key=_end, default=None)
+        after = span(last, ctx)[1] if last is not None else None
+        fix = Fix(
+            KWARG, *span(node, ctx), f"{template}.dtype", name="dtype", after=after, unsafe=unsafe
+        )
         hint = f"pass `dtype={template}.dtype`"
     else:
         hint = f"pass `dtype={template}.dtype`"

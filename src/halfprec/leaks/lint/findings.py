@@ -5,25 +5,32 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from halfprec.leaks.lint.rules import FIX_NONE, RULES
+from halfprec.leaks.lint.rules import FIX_NONE, FIX_UNSAFE, RULES
 
 __all__ = ["Fix", "Finding", "FileResult", "LintReport"]
 
-# Fix actions, applied by ``fix.apply_fixes`` on the libcst tree:
-METHOD = "method"  # replace the function of a Call with ``text`` (``x.new_zeros``)
-KWARG = "kwarg"  # append ``name=text`` to a Call's arguments
+# Fix actions, applied by ``fix.apply_fixes`` as edits of the source text:
+METHOD = "method"  # replace the function of a Call (the span) with ``text`` (``x.new_zeros``)
+KWARG = "kwarg"  # append ``name=text`` to the arguments of the Call at the span
 EXPR = "expr"  # replace the expression at the span with ``text``
 
 
 @dataclass(frozen=True)
 class Fix:
-    """One rewrite of the expression spanning ``start``..``end`` (1-based line, 0-based column)."""
+    """One rewrite at ``start``..``end`` (1-based line, 0-based character column).
+
+    ``after``: for KWARG, where the last argument ends (None: the call has none).
+    ``unsafe``: this rewrite may change fp32 results even though its rule's fixes are safe
+    in general (``x.new_zeros`` where the dtype of ``x`` is not known to be floating).
+    """
 
     action: str
     start: tuple[int, int]
     end: tuple[int, int]
     text: str
     name: str = ""
+    after: tuple[int, int] | None = None
+    unsafe: bool = False
 
     def __post_init__(self) -> None:
         if self.action not in (METHOD, KWARG, EXPR):
@@ -45,7 +52,11 @@ class Finding:
 
     @property
     def fix_safety(self) -> str:
-        return RULES[self.code].fix if self.fix is not None and self.code in RULES else FIX_NONE
+        """``safe``, ``unsafe`` or ``none``: the rule's fix safety, made ``unsafe`` by a fix
+        whose own rewrite may change fp32 results."""
+        if self.fix is None or self.code not in RULES or RULES[self.code].fix == FIX_NONE:
+            return FIX_NONE
+        return FIX_UNSAFE if self.fix.unsafe else RULES[self.code].fix
 
     def render(self, fixable: bool | None = None) -> str:
         """``path:line:col: CODE [*] message``; ``[*]`` marks what ``--fix`` would rewrite
@@ -66,13 +77,18 @@ class Finding:
 
 @dataclass
 class FileResult:
-    """Findings of one file; after ``--fix``, the ones left and how many were fixed."""
+    """Findings of one file; after ``--fix``, the ones left and how many were fixed.
+
+    ``new_bytes`` is the fixed file, byte for byte the original outside the fixed spans
+    (same encoding, BOM, line endings); ``old_source``/``new_source`` are its text.
+    """
 
     path: str
     findings: list[Finding] = field(default_factory=list)
     fixed: int = 0
     new_source: str | None = None
     old_source: str | None = None
+    new_bytes: bytes | None = None
 
 
 @dataclass

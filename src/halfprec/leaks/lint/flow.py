@@ -7,6 +7,14 @@ like activations (``x``, ``hidden_states``, ``query``...), or is assigned from o
 layer calls (``self.proj(x)``), arithmetic, indexing, or dtype-preserving tensor methods.
 Names bound inside a block (``if``/``for``/``with``) are forgotten after it, so a fix never
 uses a name that may be unbound. The most recently bound one is the fix *template*.
+
+Each floating name also records whether its dtype is *known* to be the model's floating
+dtype, rather than guessed from its name or a ``torch.Tensor`` annotation: a
+``torch.FloatTensor`` parameter, and results of true division, of arithmetic with a known
+name or a float literal, of ``.float()``, and of ops that always return floating
+(``softmax``, ``sigmoid``, ``exp``...). Only a known template makes a fix safe: with a
+guessed one, ``torch.full(codes.shape, 0.5)`` -> ``codes.new_full(...)`` turns 0.5 into 0
+when ``codes`` holds integers.
 """
 
 from __future__ import annotations
@@ -42,6 +50,10 @@ _KEEPS_DTYPE = words(
     "masked_fill narrow detach abs neg mul add sub div clamp tril triu flip roll cumsum "
     "view_as reshape_as type_as to_dense"
 )
+_FLOAT_RESULT = words(
+    "softmax log_softmax sigmoid tanh exp log log1p sqrt rsqrt gelu silu erf layer_norm "
+    "group_norm normalize float scaled_dot_product_attention"
+)
 _CHECKED = (ast.Call, ast.BinOp)
 _SPLITS = frozenset({"chunk", "split", "unbind", "tensor_split"})
 _TORCH_KEEPS = words(
@@ -71,7 +83,7 @@ class Context:
     imports: Imports
     methods: frozenset[str]
     lines: list[str]
-    floating: dict[str, None] = field(default_factory=dict)
+    floating: dict[str, bool] = field(default_factory=dict)  # name -> dtype known
     consumed: set[int] = field(default_factory=set)
     found: list[tuple[ast.AST, str, str, object]] = field(default_factory=list)
     hot_lines: frozenset[int] | None = None  # lines a rule could fire on; None: all
@@ -80,6 +92,13 @@ class Context:
     def template(self) -> str | None:
         """The floating-tensor name bound most recently, which fixes inherit from."""
         return next(reversed(self.floating), None) if self.floating else None
+
+    @property
+    def template_known(self) -> bool:
+        """Whether the template's dtype is known to be floating (see the module docstring):
+        only then do fixes that inherit its dtype keep fp32 results unchanged."""
+        template = self.template
+        return template is not None and self.floating[template]
 
     @property
     def torch_name(self) -> str | None:
@@ -136,7 +155,7 @@ def _param_is_floating(arg: ast.arg, has_default_none: bool) -> bool:
     return name in _ACTIVATION_NAMES or name.endswith(("_states", "_embeds", "hidden"))
 
 
-def _floating_params(fn: Function) -> dict[str, None]:
+def _floating_params(fn: Function) -> dict[str, bool]:
     a = fn.args
     positional = [*a.posonlyargs, *a.args]
     defaults: list[ast.expr | None] = [None] * (len(positional) - len(a.defaults))
@@ -144,13 +163,15 @@ def _floating_params(fn: Function) -> dict[str, None]:
     pairs = list(zip(positional, defaults, strict=True)) + list(
         zip(a.kwonlyargs, a.kw_defaults, strict=True)
     )
-    out: dict[str, None] = {}
+    out: dict[str, bool] = {}
     for arg, default in pairs:
         if arg.arg in ("self", "cls"):
             continue
         none = isinstance(default, ast.Constant) and default.value is None
         if _param_is_floating(arg, none):
-            out[arg.arg] = None
+            out[arg.arg] = arg.annotation is not None and dotted(arg.annotation).endswith(
+                "FloatTensor"
+            )
     return out
 
 
@@ -182,6 +203,42 @@ def _is_floating(expr: ast.AST, ctx: Context) -> bool:
     return False
 
 
+def _float_literal(expr: ast.AST) -> bool:
+    if isinstance(expr, ast.UnaryOp):
+        return _float_literal(expr.operand)
+    return isinstance(expr, ast.Constant) and isinstance(expr.value, float)
+
+
+def _dtype_known(expr: ast.AST, ctx: Context) -> bool:
+    """For an expression :func:`_is_floating` accepts: whether its dtype is surely the
+    model's floating dtype, not merely guessed."""
+    if isinstance(expr, ast.Name):
+        return ctx.floating.get(expr.id, False)
+    if isinstance(expr, ast.BinOp):
+        sides = (expr.left, expr.right)
+        return (
+            isinstance(expr.op, ast.Div)
+            or any(_float_literal(e) for e in sides)
+            or any(_is_floating(e, ctx) and _dtype_known(e, ctx) for e in sides)
+        )
+    if isinstance(expr, ast.UnaryOp):
+        return _dtype_known(expr.operand, ctx)
+    if isinstance(expr, ast.Subscript):
+        return _dtype_known(expr.value, ctx)
+    if not isinstance(expr, ast.Call) or not isinstance(expr.func, ast.Attribute):
+        return False
+    f = expr.func
+    if isinstance(f.value, ast.Name) and f.value.id == "self":
+        return False  # a submodule may return any dtype
+    if f.attr in _FLOAT_RESULT:
+        return True
+    owner = dotted(f.value)
+    if owner in ctx.imports.torch or owner in ctx.imports.functional:
+        args = [_unlist(x) for x in (*expr.args, *(k.value for k in expr.keywords))]
+        return any(_is_floating(a, ctx) and _dtype_known(a, ctx) for a in args)
+    return f.attr in _KEEPS_DTYPE and _dtype_known(f.value, ctx)
+
+
 def _unlist(expr: ast.AST) -> ast.AST:
     if isinstance(expr, (ast.List, ast.Tuple)) and expr.elts:
         return expr.elts[0]
@@ -196,19 +253,25 @@ def _target_names(target: ast.AST) -> Iterable[str]:
 
 def _bind(targets: list[ast.expr], value: ast.AST | None, ctx: Context) -> None:
     floating = value is not None and _is_floating(value, ctx)
-    split = (
-        isinstance(value, ast.Call)
+    split_of = (
+        value.func.value
+        if isinstance(value, ast.Call)
         and isinstance(value.func, ast.Attribute)
         and value.func.attr in _SPLITS
-        and _is_floating(value.func.value, ctx)
+        else None
     )
+    split = split_of is not None and _is_floating(split_of, ctx)
+    if split_of is not None and split:
+        known = _dtype_known(split_of, ctx)
+    else:
+        known = value is not None and floating and _dtype_known(value, ctx)
     for target in targets:
         simple = isinstance(target, ast.Name)
         unpack = isinstance(target, (ast.Tuple, ast.List)) and split
         for name in _target_names(target):
             ctx.floating.pop(name, None)
             if (simple and floating) or unpack:
-                ctx.floating[name] = None
+                ctx.floating[name] = known
 
 
 def _headers(stmt: ast.stmt) -> list[ast.AST]:
@@ -264,6 +327,7 @@ def _walk_block(body: list[ast.stmt], ctx: Context, checks: list[Check]) -> None
             _scan(headers, ctx, checks)
             before = dict(ctx.floating)
             survivors = set(before)
+            known = {k for k, v in before.items() if v}
             for block in bodies:
                 ctx.floating = dict(before)
                 if isinstance(stmt, (ast.For, ast.AsyncFor)):
@@ -272,7 +336,8 @@ def _walk_block(body: list[ast.stmt], ctx: Context, checks: list[Check]) -> None
                     _bind([i.optional_vars for i in stmt.items if i.optional_vars], None, ctx)
                 _walk_block(block, ctx, checks)
                 survivors &= set(ctx.floating)
-            ctx.floating = {k: None for k in before if k in survivors}
+                known &= {k for k, v in ctx.floating.items() if v}
+            ctx.floating = {k: k in known for k in before if k in survivors}
             continue
         _scan([stmt], ctx, checks)
         if isinstance(stmt, ast.Assign):

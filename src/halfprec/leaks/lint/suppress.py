@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from halfprec.leaks.lint.source import split_lines
+
 __all__ = ["suppressions", "is_suppressed"]
 
 _COMMENT = re.compile(r"#\s*halfprec:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
@@ -19,7 +21,7 @@ def suppressions(source: str) -> dict[int, frozenset[str]]:
     out: dict[int, frozenset[str]] = {}
     if "halfprec:" not in source:
         return out
-    for number, line in enumerate(source.splitlines(), start=1):
+    for number, line in enumerate(split_lines(source), start=1):
         if "halfprec:" not in line:
             continue
         codes: set[str] = set()
