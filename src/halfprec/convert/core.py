@@ -331,8 +331,8 @@ class _Converter:
         )
         tensors += [(k, getattr(module, k)) for k in _plain_tensor_attrs(module)]
         for pname, t in tensors:
-            if t is None or not t.is_floating_point() or t.numel() == 0:
-                continue
+            if t is None or not t.is_floating_point() or t.numel() == 0 or t.is_meta:
+                continue  # meta tensors have no values: the loader decides from the file
             peak = _finite_peak(t.detach())
             if peak > limit:
                 return f"{pname} reaches {peak:.3g}, beyond {dtype_name(self.dtype)} max {limit:g}"

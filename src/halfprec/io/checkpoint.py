@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -154,12 +155,26 @@ def _tied(model: nn.Module, name: str, tensors: dict[str, torch.Tensor]) -> bool
     )
 
 
-def load(path: str | os.PathLike[str], *, into: nn.Module, strict: bool = True) -> nn.Module:
+def load(
+    path: str | os.PathLike[str],
+    *,
+    into: nn.Module | Callable[[], nn.Module],
+    strict: bool = True,
+) -> nn.Module:
     """Load a checkpoint into ``into`` and return it.
 
     For a halfprec safetensors file, an unconverted ``into`` is first converted in place
-    to the file's dtype and fp32 islands, so the result is ready to run.
+    to the file's dtype and fp32 islands, so the result is ready to run. ``into`` may also
+    be a callable that builds the fp32 model: it is then built on the meta device and
+    filled straight from the file, so the fp32 model never exists in memory
+    (:mod:`halfprec.io.materialize`).
     """
+    if not isinstance(into, nn.Module):
+        from halfprec.io.materialize import load_built_on_meta
+
+        if Path(path).suffix == ".safetensors" or Path(path).is_dir():
+            return load_built_on_meta(path, into, strict=strict)
+        into = into()
     p = _existing(path)
     tensors = _read_tensors(p)
     meta = read_metadata(p) if p.suffix == ".safetensors" else {}
