@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from halfprec.convert.core import Selector, _finite_peak, convert_
 from halfprec.dtypes import DTypeLike, parse_dtype, range_of
@@ -44,10 +45,28 @@ HALFPREC_FORMAT = "halfprec/1"
 Builder = Callable[[], nn.Module]
 
 
+class _EmptyOnMeta(TorchFunctionMode):
+    """``torch.empty`` without a device makes meta tensors: layers allocate their
+    parameters that way before initialising them, so nothing real is ever allocated."""
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = dict(kwargs or {})
+        if func is torch.empty and kwargs.get("device") is None:
+            kwargs["device"] = "meta"
+        return func(*args, **kwargs)
+
+
 @contextlib.contextmanager
 def parameters_on_meta() -> Iterator[None]:
     """Inside, every parameter a module registers is moved to the meta device as it is
-    registered (layers then initialise it on meta, for free); buffers are untouched.
+    registered (layers then initialise it on meta, for free), and ``torch.empty`` without
+    a device makes meta tensors; buffers made any other way stay real.
     ``nn.Module.register_parameter`` is restored on exit. Not thread-safe: other threads
     building modules meanwhile get meta parameters too."""
     original = nn.Module.register_parameter
@@ -60,7 +79,8 @@ def parameters_on_meta() -> Iterator[None]:
 
     nn.Module.register_parameter = register  # type: ignore[method-assign, assignment]
     try:
-        yield
+        with _EmptyOnMeta():
+            yield
     finally:
         nn.Module.register_parameter = original  # type: ignore[method-assign]
 
