@@ -47,7 +47,7 @@ def main() -> None:
             batch,
             variants=VARIANTS,
             compile=True,
-            config=BenchConfig(runs=20, memory="none", max_call_s=30.0),
+            bench=BenchConfig(runs=20, memory="none", max_call_s=30.0),
             name=loaded.name,
         )
         best = fastest_variant(result)

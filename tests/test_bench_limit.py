@@ -45,6 +45,7 @@ def test_probe_gemm_is_the_costliest_shape_cut_to_few_rows() -> None:
     shapes = {Gemm(1, 1024, 768, 3072): 12, Gemm(96, 128, 64, 128): 12}
     assert probe_gemm(shapes) == Gemm(1, 128, 768, 3072)
     assert probe_gemm({}) == Gemm(1, 128, 768, 3072)
+    assert probe_gemm({Gemm(1, 4, 8, 8): 1}) == Gemm(1, 64, 256, 256)
 
 
 def test_limit_and_probe_are_positive_ratios() -> None:
@@ -56,7 +57,7 @@ def test_limit_and_probe_are_positive_ratios() -> None:
 def test_probed_slow_dtype_is_never_timed_and_auto_never_slower_than_fp32() -> None:
     cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=1e-9)
     result = benchmark(
-        Attention(), torch.randn(2, 5, 16), variants=["halfprec-bf16", "naive-fp16"], config=cfg
+        Attention(), torch.randn(2, 5, 16), variants=["halfprec-bf16", "naive-fp16"], bench=cfg
     )
     for name in ("halfprec-bf16", "naive-fp16"):
         r = result.get(name)
@@ -70,7 +71,7 @@ def test_probed_slow_dtype_is_never_timed_and_auto_never_slower_than_fp32() -> N
 
 def test_every_timed_half_variant_reports_efficiency_against_its_limit() -> None:
     cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None)
-    result = benchmark(Attention(), torch.randn(2, 5, 16), variants=["halfprec-bf16"], config=cfg)
+    result = benchmark(Attention(), torch.randn(2, 5, 16), variants=["halfprec-bf16"], bench=cfg)
     r = result.get("halfprec-bf16")
     lim = result.limit(torch.bfloat16)
     assert lim is not None and lim.method == "gemm" and lim.shapes == 4

@@ -6,9 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from halfprec import autocast_forward, convert, device_support
+from halfprec import convert
 from halfprec.bench.runner import BenchConfig, benchmark
+from halfprec.dtypes import device_support
 from halfprec.train.mixed import MixedPrecision
+from halfprec.train.parallel import autocast_forward
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -60,7 +62,7 @@ def test_cuda_bench_compiled_variant_is_checked() -> None:
         torch.randn(64, 64, device="cuda"),
         variants=["halfprec-fp16"],
         compile=True,
-        config=cfg,
+        bench=cfg,
     )
     compiled = result.get("halfprec-fp16+compile")
     assert compiled.status == "ok" and compiled.accurate and compiled.compile_s is not None

@@ -11,7 +11,6 @@ dtypes whose matrix products run far slower than fp32 here are probed and skippe
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +27,7 @@ from halfprec.bench.runner import (
 )
 from halfprec.bench.variants import parse_variants
 from halfprec.compare import Tolerance
-from halfprec.convert.core import Selector
-from halfprec.convert.policy import Policy
+from halfprec.convert.core import ConfigLike, ConvertConfig
 from halfprec.dtypes import dtype_name, parse_dtype
 
 __all__ = ["DeployConfig", "Deployed", "deploy"]
@@ -43,15 +41,16 @@ def _quick() -> BenchConfig:
 class DeployConfig:
     """What :func:`deploy` tries: ``dtypes`` (half dtypes, besides fp32), ``compile``
     (also each under ``torch.compile``), ``eager`` (also uncompiled), and how it measures
-    (``bench``) and judges accuracy (``tolerance``; None: the per-dtype default)."""
+    (``bench``) and judges accuracy (``tolerance``; None: the per-dtype default).
+    ``convert``: the :class:`~halfprec.ConvertConfig` (islands, policy) of the halfprec
+    variants; its dtype is ignored (``dtypes`` decides)."""
 
     dtypes: tuple[str, ...] = ("bf16", "fp16")
     compile: bool = True
     eager: bool = True
     tolerance: Tolerance | None = None
     bench: BenchConfig = field(default_factory=_quick)
-    keep_fp32: tuple[Selector, ...] = ()
-    policy: Policy | str | os.PathLike[str] | None = None
+    convert: ConfigLike = None
 
     def __post_init__(self) -> None:
         if isinstance(self.dtypes, str):
@@ -88,11 +87,10 @@ def deploy(model: nn.Module, inputs: Any, config: DeployConfig | None = None) ->
     cfg = config or DeployConfig()
     base = ["fp32"] + [f"halfprec-{d}" for d in cfg.dtypes]
     names = (base if cfg.eager else []) + ([f"{n}+compile" for n in base] if cfg.compile else [])
-    pol = Policy.load(cfg.policy) if isinstance(cfg.policy, (str, os.PathLike)) else cfg.policy
     variants = parse_variants(names)
     batch = as_batches(inputs)[0]
     runner = _Runner(
-        model, batch, variants, cfg.bench, cfg.tolerance, cfg.keep_fp32, pol, None, None
+        model, batch, variants, cfg.bench, ConvertConfig.of(cfg.convert), cfg.tolerance, None, None
     )
     runner.keep_modules = True
     result, modules = run_benchmark(runner)

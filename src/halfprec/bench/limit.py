@@ -120,12 +120,13 @@ def gemm_shapes(model: nn.Module, batch: Batch) -> dict[Gemm, int]:
 
 def probe_gemm(shapes: dict[Gemm, int], max_rows: int = 128) -> Gemm:
     """The product worth probing: the one the model spends most FLOPs on, cut to
-    ``max_rows`` rows so that a slow dtype costs a second, not minutes (BERT-base's MLP
-    ``128x768x3072`` when nothing was recorded)."""
+    ``max_rows`` rows so that a slow dtype costs a second, not minutes, and grown to at
+    least ``64x256x256`` (BERT-base's MLP ``128x768x3072`` when nothing was recorded)."""
     if not shapes:
         return Gemm(1, max_rows, 768, 3072)
     g = max(shapes, key=lambda s: (s.flops * shapes[s], s))
-    return Gemm(1, min(g.m, max_rows), g.k, g.n)
+    # tiny products time call overhead and noise, not kernels: probe at least 64x256x256
+    return Gemm(1, min(max(g.m, 64), max_rows), max(g.k, 256), max(g.n, 256))
 
 
 def _operands(gemm: Gemm, dtype: torch.dtype, device: torch.device) -> Callable[[], object]:

@@ -17,7 +17,6 @@ at a time.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -26,10 +25,11 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from halfprec.convert.core import Selector, _finite_peak, convert_
-from halfprec.dtypes import DTypeLike, parse_dtype, range_of
+from halfprec.convert.core import ConfigLike, ConvertConfig, convert_
+from halfprec.dtypes import range_of, resolve_dtype
 from halfprec.errors import CheckpointError
 from halfprec.io.tensorfile import TensorFile
+from halfprec.modules import finite_peak
 
 __all__ = [
     "parameters_on_meta",
@@ -105,7 +105,7 @@ def overflowing_modules(source: TensorFile, dtype: torch.dtype) -> list[str]:
         if not source.dtype(name).is_floating_point:
             continue
         t = source.get(name)
-        if t.numel() and _finite_peak(t) > limit:
+        if t.numel() and finite_peak(t) > limit:
             owners.append(name.rpartition(".")[0])
         del t
     return list(dict.fromkeys(owners))
@@ -187,25 +187,23 @@ def load_built_on_meta(
     path: str | os.PathLike[str],
     build: Builder,
     *,
-    dtype: DTypeLike | None = None,
-    keep_fp32: Sequence[Selector] = (),
+    config: ConfigLike = None,
+    in_range: bool = False,
     strict: bool = True,
 ) -> nn.Module:
-    """``build()`` on the meta device, converted like ``load`` converts, filled from
-    ``path``. A halfprec checkpoint names its dtype and islands; for any other file,
-    ``dtype`` (None: load as the file's tensors are, converting nothing) and
-    ``keep_fp32`` decide, plus the modules whose values would overflow ``dtype``."""
+    """``build()`` on the meta device, converted by ``config`` (None: nothing converted,
+    the tensors load as they are), filled from ``path``. Unless ``in_range`` (a half
+    file, whose values fit by construction), modules whose values in the file overflow
+    the dtype become islands too, as :func:`halfprec.convert` would make them."""
     source = TensorFile(path)
     model = build_on_meta(build)
     if strict:
         check_names(model, source)
-    meta = source.metadata
-    if meta.get("format") == HALFPREC_FORMAT and meta.get("dtype") in ("fp16", "bf16"):
-        convert_(model, meta["dtype"], keep_fp32=json.loads(meta.get("keep_fp32", "[]")))
-    elif dtype is not None:
-        half = parse_dtype(dtype)
-        keep = [*keep_fp32, *overflowing_modules(source, half)]
-        convert_(model, half, keep_fp32=_existing_modules(model, keep))
+    if config is not None:
+        cfg = ConvertConfig.of(config)
+        half = resolve_dtype(cfg.dtype if cfg.dtype is not None else "auto").dtype
+        extra = [] if in_range else _existing_modules(model, overflowing_modules(source, half))
+        convert_(model, cfg.replace(dtype=half, keep_fp32=(*cfg.keep_fp32, *extra)))
     materialize_(model, source, strict=strict)
     return model
 

@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from halfprec._version import __version__
 from halfprec.atomic import atomic_path
-from halfprec.convert.core import ConversionReport, Selector, conversion_report, convert_
-from halfprec.dtypes import DTypeLike, dtype_name, parse_dtype
+from halfprec.convert.core import (
+    ConfigLike,
+    ConversionReport,
+    ConvertConfig,
+    conversion_report,
+    convert_,
+)
+from halfprec.dtypes import dtype_name, resolve_dtype
 from halfprec.io.materialize import (
     HALFPREC_FORMAT,
     Builder,
@@ -41,20 +46,22 @@ def convert_file(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
     build: Builder,
-    dtype: DTypeLike = "bf16",
+    config: ConfigLike = "bf16",
     *,
-    keep_fp32: Sequence[Selector] = (),
+    device: str | torch.device = "cpu",
 ) -> ConversionReport:
     """Write a half copy of checkpoint ``src`` to ``dst`` (see module docs) and return
-    the conversion report of the model ``build`` makes (islands, sizes)."""
-    half = parse_dtype(dtype)
+    the conversion report of the model ``build`` makes (islands, sizes). ``config``: a
+    :class:`ConvertConfig` or a dtype (``"auto"`` resolves for ``device``)."""
+    cfg = ConvertConfig.of(config)
+    half = resolve_dtype(cfg.dtype if cfg.dtype is not None else "auto", device).dtype
     source = TensorFile(src)
     if Path(dst).suffix != ".safetensors":
         raise ValueError(f"output {dst} must end in .safetensors")
     model = build_on_meta(build)
     check_names(model, source)
-    keep = [*keep_fp32, *overflowing_modules(source, half)]
-    convert_(model, half, keep_fp32=_existing_modules(model, keep))
+    extra = _existing_modules(model, overflowing_modules(source, half))
+    convert_(model, cfg.replace(dtype=half, keep_fp32=(*cfg.keep_fp32, *extra)))
     report = conversion_report(model)
     assert report is not None  # convert_ always attaches one
     held = _dtypes_by_name(model)
