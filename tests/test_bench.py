@@ -75,7 +75,7 @@ def _x(rows: int = 4) -> torch.Tensor:
     return torch.randn(rows, 32, generator=torch.Generator().manual_seed(1))
 
 
-FAST = BenchConfig(warmup=1, runs=3)
+FAST = BenchConfig(warmup=1, runs=3, skip_slower_than=None)  # time every dtype
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +153,7 @@ def test_resize_batch_without_tensors_says_so() -> None:
 
 # -- benchmark ------------------------------------------------------------------------------
 def test_benchmark_reports_every_variant_with_accuracy() -> None:
-    cfg = BenchConfig(batch_sizes=(1, 8), warmup=1, runs=3)
+    cfg = BenchConfig(batch_sizes=(1, 8), warmup=1, runs=3, skip_slower_than=None)
     result = benchmark(Tiny(), _x(), variants=["halfprec-bf16", "naive-fp16"], bench=cfg)
     assert result.batch_sizes == [1, 8]
     assert [r.name for r in result.at(8)] == ["fp32", "halfprec-bf16", "naive-fp16"]
@@ -231,7 +231,7 @@ def test_choose_dtype_by_measurement_keeps_fp32_when_no_half_variant_is_accurate
 
 
 def test_capped_variant_is_timed_once_and_noted() -> None:
-    cfg = BenchConfig(warmup=2, runs=5, max_call_s=1e-9)
+    cfg = BenchConfig(warmup=2, runs=5, max_call_s=1e-9, skip_slower_than=None)
     result = benchmark(Tiny(), _x(), variants=["naive-bf16"], bench=cfg)
     capped = result.get("naive-bf16")
     assert capped.status == "capped" and capped.timing is not None
@@ -283,6 +283,7 @@ def test_cli_bench_json_and_plot(cli, tiny_file: Path, tmp_path: Path) -> None: 
         "256",
         "--runs",
         "3",
+        "--no-skip",  # time bf16 even on a CPU that only emulates it
         "--json",
         "--plot",
         str(chart),
@@ -369,7 +370,7 @@ class Recording(nn.Module):
 
 def test_timed_calls_are_interleaved_across_variants() -> None:
     CALLS.clear()
-    cfg = BenchConfig(warmup=1, runs=3, memory="none")
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None)
     result = benchmark(Recording(), torch.ones(2, 4), variants=["naive-bf16"], bench=cfg)
     assert [len(r.timing.samples) for r in result.results if r.timing] == [3, 3]
     f32, b16 = torch.float32, torch.bfloat16

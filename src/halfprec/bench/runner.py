@@ -8,10 +8,17 @@ per variant, when the model is given as a MODEL spec), counts model bytes, and c
 each variant's outputs with fp32's on the same batch. ``fastest_variant`` and
 ``choose_dtype_by_measurement`` turn the numbers into a choice: the fastest variant that
 meets the tolerance, never one slower than fp32.
+
+In the same run it measures the *limit* of each half dtype: the half/fp32 speed ratio of
+the model's own matrix products, recorded during fp32's first warm-up call (see
+:mod:`halfprec.bench.limit`); each variant's ``efficiency`` is its speedup over that
+limit. A half dtype whose matrix products a quick probe finds ``skip_slower_than`` times
+slower than fp32 is skipped, never timed (fp16 on CPUs without fp16 kernels).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +29,14 @@ import torch
 from torch import nn
 
 from halfprec.batch import Batch, as_batches, batch_size_of, call, resize_batch
+from halfprec.bench.limit import (
+    Gemm,
+    GemmLimit,
+    GemmRecorder,
+    measure_limit,
+    probe_gemm,
+    probe_slowdown,
+)
 from halfprec.bench.machine import MachineInfo, machine_info
 from halfprec.bench.variants import Variant, build_variant, fp32_matmuls, parse_variants
 from halfprec.bench.worker import MemoryUse, measure_in_subprocess
@@ -29,7 +44,7 @@ from halfprec.compare import Comparison, Tolerance, compare_outputs
 from halfprec.convert.core import ConfigLike, ConvertConfig
 from halfprec.dtypes import dtype_name
 from halfprec.modules import evaluating, first_line, model_device, nbytes
-from halfprec.timing import Timing, measure, synchronize
+from halfprec.timing import Timing, synchronize
 
 __all__ = [
     "BenchConfig",
@@ -37,6 +52,7 @@ __all__ = [
     "BenchResult",
     "MeasuredChoice",
     "benchmark",
+    "run_benchmark",
     "fastest_variant",
     "choose_dtype_by_measurement",
     "SPREAD_WARNING",
@@ -53,8 +69,10 @@ class BenchConfig:
     """How long to measure. ``max_call_s``: a variant whose warm call takes longer is timed
     once and reported as capped; ``max_variant_s``: fewer runs (at least 3) for slow ones.
     ``memory``: measure peak memory at ``every`` batch size, the ``first`` only, or ``none``.
-    ``skip_slower_than``: skip the variants of a half dtype whose matmul is this many times
-    slower than fp32 on the device (measured once by :func:`matmul_slowdown`)."""
+    ``skip_slower_than``: skip the variants of a half dtype whose matrix products a quick
+    probe finds this many times slower than fp32 on the device (None: time every dtype,
+    however slow). ``limit``: measure each half dtype's GEMM limit, spending at most
+    ``limit_budget_s`` seconds per dtype and batch size."""
 
     batch_sizes: tuple[int, ...] = ()
     warmup: int = 2
@@ -64,7 +82,9 @@ class BenchConfig:
     items_per_sample: int = 1
     unit: str = "samples"
     memory: str = "every"
-    skip_slower_than: float | None = None
+    skip_slower_than: float | None = 3.0
+    limit: bool = True
+    limit_budget_s: float = 20.0
 
     def __post_init__(self) -> None:
         if self.memory not in ("every", "first", "none"):
@@ -75,8 +95,8 @@ class BenchConfig:
             raise ValueError(f"batch sizes must be >= 1, got {list(self.batch_sizes)}")
         if self.runs < 1 or self.warmup < 1:
             raise ValueError(f"need runs >= 1 and warmup >= 1, got {self.runs}, {self.warmup}")
-        if self.max_call_s <= 0 or self.max_variant_s <= 0:
-            raise ValueError("max_call_s and max_variant_s must be > 0 seconds")
+        if self.max_call_s <= 0 or self.max_variant_s <= 0 or self.limit_budget_s <= 0:
+            raise ValueError("max_call_s, max_variant_s and limit_budget_s must be > 0 seconds")
         if self.items_per_sample < 1:
             raise ValueError(f"items_per_sample must be >= 1, got {self.items_per_sample}")
 
@@ -84,7 +104,8 @@ class BenchConfig:
 @dataclass
 class VariantResult:
     """One variant at one batch size. ``status``: ok, capped (one timed call), skipped (see
-    ``note``), or failed."""
+    ``note``), or failed. ``efficiency``: speedup / the half dtype's GEMM limit.
+    ``compile_s``: the first call of a compiled variant (compilation plus one run)."""
 
     variant: Variant
     batch_size: int
@@ -96,6 +117,8 @@ class VariantResult:
     memory: MemoryUse | None = None
     comparison: Comparison | None = None
     speedup: float | None = None
+    efficiency: float | None = None
+    compile_s: float | None = None
 
     @property
     def name(self) -> str:
@@ -134,6 +157,8 @@ class VariantResult:
             "runs": 0 if t is None else len(t.samples),
             "throughput": self.throughput,
             "speedup": self.speedup,
+            "efficiency": self.efficiency,
+            "compile_s": self.compile_s,
             "model_bytes": self.model_bytes,
             "memory": None if self.memory is None else self.memory.to_json(),
             "cosine": None if cmp is None or not cmp.outputs else cmp.worst_cosine,
@@ -152,6 +177,12 @@ class BenchResult:
     unit: str
     results: list[VariantResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    limits: dict[int, dict[torch.dtype, GemmLimit]] = field(default_factory=dict)
+
+    def limit(self, dtype: torch.dtype, batch_size: int | None = None) -> GemmLimit | None:
+        """The GEMM limit of ``dtype`` at ``batch_size`` (default: the first), if measured."""
+        bs = self.batch_sizes[0] if batch_size is None and self.batch_sizes else batch_size
+        return self.limits.get(bs or 0, {}).get(dtype)
 
     @property
     def batch_sizes(self) -> list[int]:
@@ -169,6 +200,7 @@ class BenchResult:
 
     def to_json(self) -> dict[str, Any]:
         auto = {str(b): fastest_variant(self, b).name for b in self.batch_sizes}
+        first = self.limits.get(self.batch_sizes[0], {}) if self.batch_sizes else {}
         return {
             "model": self.model,
             "device": self.device,
@@ -176,6 +208,11 @@ class BenchResult:
             "machine": self.machine.to_json(),
             "warnings": self.warnings,
             "auto_choice": auto,
+            "limit": {dtype_name(dt): lim.ratio for dt, lim in first.items()},
+            "limits": {
+                str(b): {dtype_name(dt): lim.to_json() for dt, lim in by_dtype.items()}
+                for b, by_dtype in self.limits.items()
+            },
             "results": [r.to_json() for r in self.results],
         }
 
@@ -195,22 +232,11 @@ def matmul_slowdown(
 ) -> float:
     """How many times slower a linear layer (``rows, in, out`` = ``shape``, BERT-base's
     MLP by default) runs in ``dtype`` than in fp32 on ``device`` (below 1: faster). A quick
-    probe, medians of 5 calls. (Small shapes can hide the cost: some CPU kernels only
-    slow down above a size.)"""
+    probe (:func:`halfprec.bench.limit.probe_slowdown`). (Small shapes can hide the cost:
+    some CPU kernels only slow down above a size.)"""
     rows, width, out = shape
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(rows, width, generator=gen).to(device)
-    w = torch.randn(out, width, generator=gen).to(device)
-    times: dict[torch.dtype, float] = {}
-    with torch.inference_mode(), fp32_matmuls():
-        for dt in (torch.float32, dtype):
-            xd, wd = x.to(dt), w.to(dt)
-
-            def linear(xd: torch.Tensor = xd, wd: torch.Tensor = wd) -> torch.Tensor:
-                return torch.nn.functional.linear(xd, wd)
-
-            times[dt] = measure(linear, device=device, runs=5).median
-    return times[dtype] / times[torch.float32] if times[torch.float32] > 0 else 1.0
+    with fp32_matmuls():
+        return probe_slowdown(dtype, device, Gemm(1, rows, width, out), give_up_at=float("inf"))
 
 
 class _Runner:
@@ -232,22 +258,46 @@ class _Runner:
         self.spec, self.progress = spec, progress
         self.device = model_device(model)
         self.allocator = _allocator(self.device)
-        self.skips = self._skips()
+        self.skips: dict[torch.dtype, str] = {}
+        self.slowdowns: dict[torch.dtype, float] = {}
         self.measure_memory = config.memory != "none"
+        self.shapes: dict[Gemm, int] = {}
+        self.keep_modules = False
+        self.modules: dict[str, nn.Module] = {}
 
-    def _skips(self) -> dict[torch.dtype, str]:
+    @property
+    def half_dtypes(self) -> list[torch.dtype]:
+        return list(dict.fromkeys(v.dtype for v in self.variants if v.kind != "fp32"))
+
+    def _probe(self) -> None:
+        """Probe each half dtype once at the model's costliest product; too slow: skip."""
         limit = self.config.skip_slower_than
         if limit is None:
-            return {}
-        skips = {}
-        for dtype in {v.dtype for v in self.variants if v.kind != "fp32"}:
-            slow = matmul_slowdown(dtype, self.device)
+            return
+        gemm = probe_gemm(self.shapes)
+        for dtype in self.half_dtypes:
+            with fp32_matmuls():
+                slow = probe_slowdown(dtype, self.device, gemm, give_up_at=limit)
+            self.slowdowns[dtype] = slow
             if slow > limit:
-                skips[dtype] = (
+                self.skips[dtype] = (
                     f"{dtype_name(dtype)} matmuls run {slow:.1f}x slower than fp32 on this "
-                    f"device (probe; limit {limit:g}x)"
+                    f"device (probe at {gemm.m}x{gemm.k}x{gemm.n}; limit {limit:g}x)"
                 )
-        return skips
+
+    def _limits(self) -> dict[torch.dtype, GemmLimit]:
+        """Each half dtype's GEMM limit at the shapes fp32 just recorded (the probe's ratio
+        for a skipped dtype: timing it would take minutes)."""
+        limits = {}
+        for dtype in self.half_dtypes:
+            if dtype in self.skips:
+                limits[dtype] = GemmLimit(dtype, 1 / self.slowdowns[dtype], "probe", 1)
+            elif self.config.limit:
+                with fp32_matmuls():
+                    limits[dtype] = measure_limit(
+                        self.shapes, dtype, self.device, budget_s=self.config.limit_budget_s
+                    )
+        return limits
 
     def run(self, result: BenchResult) -> None:
         sizes = self.config.batch_sizes or (batch_size_of(self.batch),)
@@ -259,19 +309,29 @@ class _Runner:
             batch = resize_batch(self.batch, size)
             reference: Any = None
             prepared: list[tuple[VariantResult, nn.Module | None, int]] = []
+            limits: dict[torch.dtype, GemmLimit] = {}
             for variant in self.variants:
                 if self.progress is not None:
                     self.progress(step, total, f"{variant.name} @ batch {size}")
                 r, module, output, runs = self._prepare(variant, batch, size, reference)
                 if variant == Variant("fp32"):
                     reference = output
+                    if index == 0:
+                        self._probe()
+                    limits = self._limits()
+                    result.limits[size] = limits
                 prepared.append((r, module, runs))
                 step += 1
             self._time_interleaved(prepared, batch)
             fp32_median = prepared[0][0].median_s
-            for r, _, _ in prepared:
+            for r, module, _ in prepared:
                 if r.median_s and fp32_median:
                     r.speedup = fp32_median / r.median_s
+                lim = limits.get(r.variant.dtype)
+                if r.speedup is not None and lim is not None and lim.ratio > 0:
+                    r.efficiency = r.speedup / lim.ratio
+                if self.keep_modules and index == 0 and module is not None:
+                    self.modules[r.name] = module
                 if self.measure_memory and r.memory is None and r.status == "ok" and self.spec:
                     r.memory = measure_in_subprocess(
                         self.spec, r.variant, size, self.convert_config
@@ -335,11 +395,13 @@ class _Runner:
         runs = 0
         try:
             with torch.inference_mode(), fp32_matmuls():
-                output, last = self._warm(module, batch, variant)
+                output, first, last = self._warm(module, batch, variant)
         except Exception as exc:
             result.status = "failed"
             result.note = first_line(exc)
             return result, None, None, 0
+        if variant.compiled:
+            result.compile_s = first
         if last > cfg.max_call_s:
             result.status = "capped"
             result.timing = Timing((last,))
@@ -357,21 +419,27 @@ class _Runner:
             result.comparison = compare_outputs([reference], [output], tolerance=tol, dtype=dtype)
         return result, (module if runs else None), output, runs
 
-    def _warm(self, module: nn.Module, batch: Batch, variant: Variant) -> tuple[Any, float]:
-        """Warm-up calls; returns the first output and the last call's seconds. Stops early
-        when a call after the first (which may compile) exceeds the cap."""
+    def _warm(self, module: nn.Module, batch: Batch, variant: Variant) -> tuple[Any, float, float]:
+        """Warm-up calls; returns the first output and the first and last calls' seconds.
+        Stops early when a call after the first (which may compile) exceeds the cap. The
+        first call of uncompiled fp32 records the model's matrix products."""
         output: Any = None
-        last = 0.0
+        first = last = 0.0
         for i in range(self.config.warmup):
+            record = i == 0 and variant == Variant("fp32")
+            recorder = GemmRecorder() if record else contextlib.nullcontext()
             start = time.perf_counter()
-            out = call(module, batch)
+            with recorder:
+                out = call(module, batch)
             synchronize(self.device)
             last = time.perf_counter() - start
+            if isinstance(recorder, GemmRecorder):
+                self.shapes = dict(recorder.seen)
             if i == 0:
-                output = out
+                output, first = out, last
             if last > self.config.max_call_s and (i > 0 or not variant.compiled):
                 break
-        return output, last
+        return output, first, last
 
 
 def benchmark(
@@ -404,7 +472,16 @@ def benchmark(
     device = model_device(model)
     texts = [v.name if isinstance(v, Variant) else v for v in variants] if variants else None
     chosen = parse_variants(texts, compile=compile, dtypes=cfg.candidates(device))
-    batch = as_batches(inputs)[0]
+    runner = _Runner(model, as_batches(inputs)[0], chosen, options, cfg, tolerance, spec, progress)
+    return run_benchmark(runner, name)[0]
+
+
+def run_benchmark(runner: _Runner, name: str = "") -> tuple[BenchResult, dict[str, nn.Module]]:
+    """Run a prepared benchmark; also returns, when ``runner.keep_modules`` is set, the
+    warmed modules of the first batch size by variant name, so that a caller can keep the
+    winner without building or compiling it again."""
+    model, options = runner.model, runner.config
+    device = model_device(model)
     result = BenchResult(
         model=name or type(model).__name__,
         device=str(device),
@@ -412,8 +489,8 @@ def benchmark(
         unit=options.unit,
     )
     with evaluating(model):
-        _Runner(model, batch, chosen, options, cfg, tolerance, spec, progress).run(result)
-    return result
+        runner.run(result)
+    return result, runner.modules
 
 
 def fastest_variant(

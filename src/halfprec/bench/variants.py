@@ -8,8 +8,13 @@ A :class:`Variant` is one of:
 - ``halfprec-fp16`` / ``halfprec-bf16``: :func:`halfprec.convert` with its fp32 islands
   (or a tuned policy's);
 
-each optionally under ``torch.compile`` (``+compile``). :func:`build_variant` returns a
-ready-to-call module built from a copy; the original model is not changed.
+each optionally under ``torch.compile`` (``+compile``), compiled the way that deploys
+fastest on the device (:data:`COMPILE_RECIPES`): on CPU with inductor *freezing*, which
+folds the weights into the graph as constants and prepacks them for oneDNN (needs
+inference: the module runs under ``torch.no_grad()``); on CUDA with
+``mode="max-autotune"``, which autotunes the GEMMs and captures CUDA graphs where the
+shapes are static. :func:`build_variant` returns a ready-to-call module built from a copy;
+the original model is not changed.
 """
 
 from __future__ import annotations
@@ -38,6 +43,9 @@ __all__ = [
     "parse_variants",
     "build_variant",
     "fp32_matmuls",
+    "CompileRecipe",
+    "COMPILE_RECIPES",
+    "compile_for_device",
 ]
 
 KINDS: tuple[str, ...] = ("fp32", "naive", "autocast", "halfprec")
@@ -141,6 +149,51 @@ def fp32_matmuls() -> Iterator[None]:
         matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
+@dataclass(frozen=True)
+class CompileRecipe:
+    """How ``+compile`` variants compile on one device type: ``torch.compile(mode=mode)``,
+    with inductor ``freezing`` (weights as constants; inference only) when set."""
+
+    mode: str | None = None
+    freezing: bool = False
+
+    def __post_init__(self) -> None:
+        modes = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+        if self.mode not in modes:
+            raise ValueError(f"compile mode must be one of {modes}, got {self.mode!r}")
+
+
+# One table: the fastest deploy compile per device type (others get the default compile).
+COMPILE_RECIPES: dict[str, CompileRecipe] = {
+    "cpu": CompileRecipe(mode=None, freezing=True),
+    "cuda": CompileRecipe(mode="max-autotune", freezing=False),
+}
+
+
+class _Frozen(nn.Module):
+    """Calls a compiled module with inductor freezing switched on for that call only
+    (``torch._inductor.config.patch`` restores the global setting afterwards) and without
+    autograd, which freezing requires. Compilation happens on the first call."""
+
+    def __init__(self, compiled: nn.Module) -> None:
+        super().__init__()
+        self.compiled = compiled  # holds the original as ``_orig_mod``: same parameters
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        import torch._inductor.config as inductor_config
+
+        with inductor_config.patch(freezing=True), torch.no_grad():
+            return self.compiled(*args, **kwargs)
+
+
+def compile_for_device(module: nn.Module, device: torch.device | str) -> nn.Module:
+    """``module`` under ``torch.compile`` with :data:`COMPILE_RECIPES`'s recipe for
+    ``device`` (compiles lazily, on the first call)."""
+    recipe = COMPILE_RECIPES.get(torch.device(device).type, CompileRecipe())
+    compiled: nn.Module = torch.compile(module, mode=recipe.mode)  # type: ignore[assignment]
+    return _Frozen(compiled) if recipe.freezing else compiled
+
+
 class _Autocast(nn.Module):
     """Runs the wrapped fp32 model under ``torch.autocast(device_type, dtype)``."""
 
@@ -181,5 +234,5 @@ def build_variant(
     else:
         built = convert_(base, (config or ConvertConfig()).replace(dtype=variant.dtype))
     if variant.compiled:
-        built = torch.compile(built)  # type: ignore[assignment]
+        built = compile_for_device(built, model_device(base))
     return built

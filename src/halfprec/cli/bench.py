@@ -79,9 +79,13 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
 @click.option(
     "--skip-slower-than",
     type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Skip a half dtype whose matmul probe runs this many times slower than fp32.",
+    default=3.0,
+    show_default=True,
+    help="Skip a half dtype whose matmul probe runs this many times slower than fp32 "
+    "(probed in seconds; --no-skip times every dtype, however slow).",
 )
+@click.option("--no-skip", is_flag=True, help="Time every half dtype, however slow here.")
+@click.option("--no-limit", is_flag=True, help="Do not time the model's GEMMs for the limit.")
 @click.option("--no-memory", is_flag=True, help="Skip the per-variant memory subprocesses.")
 @tolerance_options
 def command(
@@ -97,7 +101,9 @@ def command(
     runs: int,
     warmup: int,
     max_call_s: float,
-    skip_slower_than: float | None,
+    skip_slower_than: float,
+    no_skip: bool,
+    no_limit: bool,
     no_memory: bool,
     min_cosine: float | None,
     min_sqnr: float | None,
@@ -119,7 +125,8 @@ def command(
         warmup=warmup,
         runs=runs,
         max_call_s=max_call_s,
-        skip_slower_than=skip_slower_than,
+        skip_slower_than=None if no_skip else skip_slower_than,
+        limit=not no_limit,
     )
     progress = None if as_json else _ProgressBar()
     with progress if progress is not None else contextlib.nullcontext():

@@ -24,7 +24,11 @@ from halfprec.report.common import human_bytes, make_console
 __all__ = ["command"]
 
 
-@click.command(help="Convert MODEL to half precision and save it as safetensors.")
+@click.command(
+    help="Convert MODEL to half precision and save it as safetensors. With --weights "
+    "FILE.safetensors (or a sharded checkpoint directory) the conversion streams: MODEL is "
+    "built on the meta device and tensors are converted one at a time."
+)
 @click.argument("model")
 @convert_options
 @weights_option
@@ -51,15 +55,23 @@ def command(
         raise click.UsageError(f"output {output} must end in .safetensors")
     ensure_folder(output, mkdirs=mkdirs)  # before the slow part
     dev = resolve_device(device)
-    loaded = load_model(model)
-    if weights is not None:
-        from halfprec.io.checkpoint import load
+    if weights is not None and (weights.suffix == ".safetensors" or weights.is_dir()):
+        # fp32 safetensors: stream it; MODEL is built on the meta device for its islands
+        from halfprec.io.stream import convert_file
 
-        load(weights, into=loaded.model)
-    half = convert(loaded.model.to(dev), convert_config)
-    save(half.cpu(), output)
-    report = conversion_report(half)
-    assert report is not None  # convert() always attaches its report
+        build = lambda: load_model(model).model  # noqa: E731
+        report = convert_file(weights, output, build, convert_config, device=dev)
+    else:
+        loaded = load_model(model)
+        if weights is not None:
+            from halfprec.io.checkpoint import load
+
+            load(weights, into=loaded.model)
+        half = convert(loaded.model.to(dev), convert_config)
+        save(half.cpu(), output)
+        found = conversion_report(half)
+        assert found is not None  # convert() always attaches its report
+        report = found
 
     def render() -> None:
         _print_written(output, report)

@@ -132,7 +132,7 @@ def install_island(
     """
     kind = type(module)
     params = list(module.parameters(recurse=False))
-    device = params[0].device if params else torch.device("cpu")
+    device = params[0].device if params and not params[0].is_meta else torch.device("cpu")
     mixed = allow_mixed and kind in _MIXED_KERNELS and original == torch.float32
     if mixed and _mixed_kernel_ok(kind.__name__, device, compute):
         return

@@ -254,6 +254,7 @@ def _onnx_latency(
     runs: int,
 ) -> OrtLatency:
     """Export the fp32 model to a temporary ONNX file and time both with onnxruntime."""
+
     def to_fp32(t: torch.Tensor) -> torch.Tensor:
         return t.float() if t.is_floating_point() else t
 

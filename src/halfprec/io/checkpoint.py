@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -203,7 +204,7 @@ def _keep_fp32(meta: dict[str, str], p: Path) -> list[str]:
 def load(
     path: str | os.PathLike[str],
     *,
-    into: nn.Module,
+    into: nn.Module | Callable[[], nn.Module],
     config: ConfigLike = None,
     strict: bool = True,
 ) -> nn.Module:
@@ -212,8 +213,23 @@ def load(
     For a halfprec safetensors file, an unconverted ``into`` is first converted in place
     to the file's dtype and fp32 islands, so the result is ready to run. ``config`` (a
     :class:`ConvertConfig`) sets the other conversion options (guards, output casts); its
-    dtype, when given, must match the file's.
+    dtype, when given, must match the file's. ``into`` may also be a callable that builds
+    the fp32 model: it is then built on the meta device and filled straight from a
+    safetensors file, so the fp32 model never exists in memory
+    (:mod:`halfprec.io.materialize`).
     """
+    if not isinstance(into, nn.Module):
+        from halfprec.io.materialize import load_built_on_meta
+
+        where = Path(path)
+        if where.suffix == ".safetensors" or where.is_dir():
+            meta = read_metadata(where) if where.is_file() else {}
+            if meta.get("format") == _FORMAT and meta.get("dtype") in ("fp16", "bf16"):
+                keep = _keep_fp32(meta, where)
+                cfg = _file_config(ConvertConfig.of(config), meta["dtype"], keep, where)
+                return load_built_on_meta(where, into, config=cfg, in_range=True, strict=strict)
+            return load_built_on_meta(where, into, config=config, strict=strict)
+        into = into()
     p = _existing(path)
     tensors = _read_tensors(p)
     meta = read_metadata(p) if p.suffix == ".safetensors" else {}

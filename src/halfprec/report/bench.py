@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from halfprec.bench.runner import BenchResult, VariantResult, fastest_variant
+from halfprec.dtypes import dtype_name
 from halfprec.errors import HalfprecError
 from halfprec.report.common import fmt_float, human_bytes, make_console
 from halfprec.report.plot import new_figure, require_matplotlib, save_png
@@ -51,15 +52,22 @@ def _speed(r: VariantResult) -> str:
     return f"{r.speedup:.2f}x" + ("*" if r.status == "capped" else "")
 
 
+def _efficiency(r: VariantResult) -> str:
+    return "-" if r.efficiency is None else f"{r.efficiency:.0%}"
+
+
 def _row(r: VariantResult, unit: str) -> list[str]:
     t = r.timing
     status = r.status if not r.note else f"{r.status}: {r.note}"
+    if r.compile_s is not None:
+        status += f" (compiled in {r.compile_s:.1f} s)"
     return [
         r.name,
         _ms(r.median_s),
         _ms(None if t is None or r.status != "ok" else t.p90),
         fmt_float(r.throughput, ".1f"),
         _speed(r),
+        _efficiency(r),
         human_bytes(r.model_bytes) if r.model_bytes else "-",
         _memory(r),
         _accuracy(r),
@@ -73,6 +81,7 @@ _COLUMNS = (
     "p90 ms",
     "{unit}/s",
     "speedup",
+    "of limit",
     "model",
     "peak memory (+run)",
     "cosine vs fp32",
@@ -107,6 +116,16 @@ def print_bench(result: BenchResult, console: Console | None = None) -> None:
     con.print(f"[bold]machine[/]: {result.machine.summary()}")
     for size in result.batch_sizes:
         con.print(bench_table(result, size))
+        limits = result.limits.get(size, {})
+        if limits:
+            con.print(
+                f"batch {size}: limit (half/fp32 speed of the model's own matrix products): "
+                + ", ".join(
+                    f"{dtype_name(dt)} {lim.ratio:.2f}x"
+                    + (" (probe)" if lim.method == "probe" else "")
+                    for dt, lim in limits.items()
+                )
+            )
         auto = fastest_variant(result, size)
         best = fastest_variant(result, size, kinds=("fp32", "naive", "autocast", "halfprec"))
         con.print(

@@ -1,0 +1,223 @@
+"""The speed limit of half precision for one model on one device, measured in the same run.
+
+A model that was nothing but matrix products would run in half precision exactly as much
+faster as its matrix products do. :func:`gemm_shapes` records the products one forward
+call of the model makes (``linear``, ``matmul``, ``mm``, ``bmm``, ``addmm``, ``baddbmm``,
+as ``(batch, M, K, N)`` with a call count), and :func:`measure_limit` times them in fp32
+and in a half dtype, interleaved round-robin, and returns the ratio of the total times,
+each shape weighted by how often the model calls it. A variant's *efficiency* is its
+speedup over fp32 divided by this limit.
+
+:func:`probe_slowdown` is the cheap check run first: one product in fp32 and at most a
+few in the half dtype, stopping as soon as the half dtype is clearly too slow to be worth
+timing (fp16 on a CPU without fp16 kernels runs ~100x slower), so that such a dtype costs
+seconds, never minutes.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from halfprec.batch import Batch, call
+from halfprec.timing import synchronize
+
+__all__ = [
+    "Gemm",
+    "GemmLimit",
+    "GemmRecorder",
+    "gemm_shapes",
+    "measure_limit",
+    "probe_gemm",
+    "probe_slowdown",
+]
+
+
+@dataclass(frozen=True, order=True)
+class Gemm:
+    """``batch`` independent ``(M, K) @ (K, N)`` products."""
+
+    batch: int
+    m: int
+    k: int
+    n: int
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.m * self.k * self.n
+
+
+def _prod(dims: Any) -> int:
+    return math.prod(int(d) for d in dims)
+
+
+_MATMULS = (torch.matmul, torch.mm, torch.bmm, torch.Tensor.matmul, torch.Tensor.__matmul__)
+
+
+def _from_call(func: Any, args: tuple[Any, ...]) -> list[Gemm]:
+    """The products a call makes (none when it is not a float matrix product).
+    ``scaled_dot_product_attention`` counts as its two products, scores and values."""
+    F = torch.nn.functional
+    tensors = [a for a in args[:3] if isinstance(a, torch.Tensor)]
+    if len(tensors) < 2 or not all(t.is_floating_point() for t in tensors[:2]):
+        return []
+    if func is F.linear and tensors[1].dim() == 2:
+        x, w = tensors[0], tensors[1]
+        return [Gemm(1, _prod(x.shape[:-1]), int(x.shape[-1]), int(w.shape[0]))]
+    if func is F.scaled_dot_product_attention and len(tensors) == 3:
+        q, k, v = tensors
+        heads, rows, inner = _prod(q.shape[:-2]), int(q.shape[-2]), int(q.shape[-1])
+        keys = int(k.shape[-2])
+        return [Gemm(heads, rows, inner, keys), Gemm(heads, rows, keys, int(v.shape[-1]))]
+    if func in (torch.addmm, torch.baddbmm) and len(tensors) == 3:
+        a, b = tensors[1], tensors[2]
+    elif func in _MATMULS:
+        a, b = tensors[0], tensors[1]
+    else:
+        return []
+    if a.dim() < 2 or b.dim() < 2:
+        return []
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return [Gemm(_prod(batch), int(a.shape[-2]), int(a.shape[-1]), int(b.shape[-1]))]
+
+
+class GemmRecorder(TorchFunctionMode):
+    """Inside ``with GemmRecorder() as rec:``, counts the matrix products torch calls make
+    (``rec.seen``); everything runs as usual."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: Counter[Gemm] = Counter()
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        for gemm in _from_call(func, args):
+            if gemm.flops > 0:
+                self.seen[gemm] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def gemm_shapes(model: nn.Module, batch: Batch) -> dict[Gemm, int]:
+    """The matrix products one forward call of ``model`` on ``batch`` makes, with counts."""
+    with torch.inference_mode(), GemmRecorder() as recorder:
+        call(model, batch)
+    return dict(recorder.seen)
+
+
+def probe_gemm(shapes: dict[Gemm, int], max_rows: int = 128) -> Gemm:
+    """The product worth probing: the one the model spends most FLOPs on, cut to
+    ``max_rows`` rows so that a slow dtype costs a second, not minutes, and grown to at
+    least ``64x256x256`` (BERT-base's MLP ``128x768x3072`` when nothing was recorded)."""
+    if not shapes:
+        return Gemm(1, max_rows, 768, 3072)
+    g = max(shapes, key=lambda s: (s.flops * shapes[s], s))
+    # tiny products time call overhead and noise, not kernels: probe at least 64x256x256
+    return Gemm(1, min(max(g.m, 64), max_rows), max(g.k, 256), max(g.n, 256))
+
+
+def _operands(gemm: Gemm, dtype: torch.dtype, device: torch.device) -> Callable[[], object]:
+    gen = torch.Generator().manual_seed(0)
+    shape_a = (gemm.m, gemm.k) if gemm.batch == 1 else (gemm.batch, gemm.m, gemm.k)
+    shape_b = (gemm.k, gemm.n) if gemm.batch == 1 else (gemm.batch, gemm.k, gemm.n)
+    a = torch.randn(shape_a, generator=gen).to(device=device, dtype=dtype)
+    b = torch.randn(shape_b, generator=gen).to(device=device, dtype=dtype)
+    op = torch.mm if gemm.batch == 1 else torch.bmm
+    return lambda: op(a, b)
+
+
+def _timed(fn: Callable[[], object], device: torch.device) -> float:
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+@dataclass(frozen=True)
+class GemmLimit:
+    """fp32 time / half time of the model's matrix products (above 1: half is faster).
+    ``method``: ``"gemm"`` (timed at the model's shapes) or ``"probe"`` (the dtype was
+    too slow to time; the ratio is the probe's)."""
+
+    dtype: torch.dtype
+    ratio: float
+    method: str
+    shapes: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ratio": self.ratio, "method": self.method, "shapes": self.shapes}
+
+
+def measure_limit(
+    shapes: dict[Gemm, int],
+    dtype: torch.dtype,
+    device: torch.device | str = "cpu",
+    *,
+    runs: int = 5,
+    budget_s: float = 20.0,
+) -> GemmLimit:
+    """fp32 time / ``dtype`` time of ``shapes`` (each weighted by its count), timed
+    interleaved: every round calls each shape in fp32 then in ``dtype``. Stops adding rounds
+    once ``budget_s`` is spent (at least one timed round after the warm-up)."""
+    dev = torch.device(device)
+    if not shapes:
+        return GemmLimit(dtype, 1.0, "gemm", 0)
+    calls = {(g, dt): _operands(g, dt, dev) for g in shapes for dt in (torch.float32, dtype)}
+    samples: dict[tuple[Gemm, torch.dtype], list[float]] = {key: [] for key in calls}
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for fn in calls.values():  # warm-up
+            fn()
+        for _ in range(runs):
+            for key, fn in calls.items():
+                samples[key].append(_timed(fn, dev))
+            if time.perf_counter() - start > budget_s:
+                break
+    total = {
+        dt: sum(count * statistics.median(samples[(g, dt)]) for g, count in shapes.items())
+        for dt in (torch.float32, dtype)
+    }
+    ratio = total[torch.float32] / total[dtype] if total[dtype] > 0 else 1.0
+    return GemmLimit(dtype, ratio, "gemm", len(shapes))
+
+
+def probe_slowdown(
+    dtype: torch.dtype,
+    device: torch.device | str = "cpu",
+    gemm: Gemm = Gemm(1, 128, 768, 3072),
+    *,
+    give_up_at: float = 3.0,
+) -> float:
+    """How many times slower one ``gemm`` runs in ``dtype`` than in fp32 (below 1: faster).
+
+    fp32 is timed 3 times after a warm-up (median). ``dtype`` is called once; when that
+    call is already ``give_up_at`` times slower than fp32, once more (the first may pay
+    one-time costs) and the faster of the two is returned; otherwise two more calls and
+    the median. So a slow dtype costs two calls. The default shape is a row slice of
+    BERT-base's MLP, big enough that CPU kernels which slow down only above a size show it.
+    """
+    dev = torch.device(device)
+    fp32 = _operands(gemm, torch.float32, dev)
+    half = _operands(gemm, dtype, dev)
+    with torch.inference_mode():
+        fp32()
+        base = statistics.median(_timed(fp32, dev) for _ in range(3))
+        first = _timed(half, dev)
+        if base <= 0:
+            return 1.0
+        if first / base > give_up_at:
+            return min(first, _timed(half, dev)) / base
+        return statistics.median([first, *(_timed(half, dev) for _ in range(2))]) / base

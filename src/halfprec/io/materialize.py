@@ -1,0 +1,214 @@
+"""Load a half checkpoint without ever building the fp32 model in memory.
+
+``load(path, into=build)`` with a *callable* ``build`` (rather than a built model) calls
+it inside :func:`parameters_on_meta`, so the model's parameters live on the meta device
+(shapes and dtypes, no memory); buffers stay real, because non-persistent buffers
+(``position_ids``, rotary frequencies) are computed in ``__init__`` and never saved. The
+meta model is converted exactly as ``load`` into a built model would convert it (same
+dtype, same islands, same hooks), and then every parameter is read from the file straight
+into the dtype the conversion gave it: half for half modules, fp32 for islands. Tied
+parameters stay tied. Peak memory is the half model plus one tensor.
+
+For an fp32 checkpoint (``convert --weights``), the islands that :func:`halfprec.convert`
+would add because a value overflows the half dtype are decided from the file, one tensor
+at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from halfprec.convert.core import ConfigLike, ConvertConfig, convert_
+from halfprec.dtypes import range_of, resolve_dtype
+from halfprec.errors import CheckpointError
+from halfprec.io.tensorfile import TensorFile
+from halfprec.modules import finite_peak
+
+__all__ = [
+    "parameters_on_meta",
+    "build_on_meta",
+    "overflowing_modules",
+    "materialize_",
+    "check_names",
+    "load_built_on_meta",
+    "HALFPREC_FORMAT",
+]
+
+HALFPREC_FORMAT = "halfprec/1"
+Builder = Callable[[], nn.Module]
+
+
+class _EmptyOnMeta(TorchFunctionMode):
+    """``torch.empty`` without a device makes meta tensors: layers allocate their
+    parameters that way before initialising them, so nothing real is ever allocated."""
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = dict(kwargs or {})
+        if func is torch.empty and kwargs.get("device") is None:
+            kwargs["device"] = "meta"
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Inside, every parameter a module registers is moved to the meta device as it is
+    registered (layers then initialise it on meta, for free), and ``torch.empty`` without
+    a device makes meta tensors; buffers made any other way stay real.
+    ``nn.Module.register_parameter`` is restored on exit. Not thread-safe: other threads
+    building modules meanwhile get meta parameters too."""
+    original = nn.Module.register_parameter
+
+    def register(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        if param is not None and not param.is_meta:
+            kind = type(param)
+            param = kind(param.to("meta"), requires_grad=param.requires_grad)
+        original(module, name, param)
+
+    nn.Module.register_parameter = register  # type: ignore[method-assign, assignment]
+    try:
+        with _EmptyOnMeta():
+            yield
+    finally:
+        nn.Module.register_parameter = original  # type: ignore[method-assign]
+
+
+def build_on_meta(build: Builder) -> nn.Module:
+    """``build()`` with its parameters on the meta device (see :func:`parameters_on_meta`)."""
+    with parameters_on_meta():
+        model = build()
+    if not isinstance(model, nn.Module):
+        raise CheckpointError(
+            f"into= must be a model or a callable returning one; it returned {type(model).__name__}"
+        )
+    return model.eval()
+
+
+def overflowing_modules(source: TensorFile, dtype: torch.dtype) -> list[str]:
+    """Modules owning a tensor in ``source`` whose finite values exceed ``dtype``'s range
+    (what :func:`halfprec.convert` keeps in fp32 as out of range), read one at a time."""
+    limit = range_of(dtype).max
+    owners = []
+    for name in source.names():
+        if not source.dtype(name).is_floating_point:
+            continue
+        t = source.get(name)
+        if t.numel() and finite_peak(t) > limit:
+            owners.append(name.rpartition(".")[0])
+        del t
+    return list(dict.fromkeys(owners))
+
+
+def _names(model: nn.Module) -> dict[int, list[str]]:
+    """id of each parameter/buffer -> every state-dict-style name it has (tied ones share)."""
+    names: dict[int, list[str]] = {}
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for kind in (module._parameters, module._buffers):
+            for local, t in kind.items():
+                if t is not None:
+                    names.setdefault(id(t), []).append(f"{prefix}.{local}" if prefix else local)
+    return names
+
+
+def check_names(model: nn.Module, source: TensorFile) -> None:
+    """Raise :class:`CheckpointError` when ``source`` holds tensors ``model`` has not."""
+    known = {n for names in _names(model).values() for n in names}
+    unexpected = [k for k in source.names() if k not in known]
+    if unexpected:
+        raise CheckpointError(
+            f"{source.path} does not match {type(model).__name__}: unexpected "
+            f"{', '.join(unexpected[:3])}{' ...' if len(unexpected) > 3 else ''}; "
+            "load it into the same architecture it was saved from"
+        )
+
+
+def materialize_(model: nn.Module, source: TensorFile, *, strict: bool = True) -> nn.Module:
+    """Replace ``model``'s meta parameters (and its buffers found in ``source``) with
+    ``source``'s tensors, each cast to the dtype the model holds it in. Tied parameters get
+    one tensor. ``strict``: every meta tensor must be in the file, and every file tensor in
+    the model."""
+    aliases = _names(model)
+    if strict:
+        check_names(model, source)
+    done: dict[int, torch.Tensor] = {}
+    missing: list[str] = []
+    for _, module in model.named_modules(remove_duplicate=False):
+        for store in (module._parameters, module._buffers):
+            for local, old in list(store.items()):
+                if old is None:
+                    continue
+                if id(old) not in done:
+                    new = _read(old, aliases[id(old)], source)
+                    if new is None:
+                        if old.is_meta:
+                            missing.append(aliases[id(old)][0])
+                        continue
+                    done[id(old)] = new
+                store[local] = done[id(old)]
+    if missing and strict:
+        raise CheckpointError(
+            f"{source.path} does not match {type(model).__name__}: missing "
+            f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}; "
+            "load it into the same architecture it was saved from"
+        )
+    return model
+
+
+def _read(old: torch.Tensor, names: list[str], source: TensorFile) -> torch.Tensor | None:
+    name = next((n for n in names if n in source), None)
+    if name is None:
+        return None
+    if source.shape(name) != tuple(old.shape):
+        raise CheckpointError(
+            f"{source.path}: {name} has shape {source.shape(name)} but the model's is "
+            f"{tuple(old.shape)}; load it into the same architecture it was saved from"
+        )
+    value = source.get(name)
+    if value.is_floating_point() and old.is_floating_point():
+        value = value.to(old.dtype)
+    if isinstance(old, nn.Parameter):
+        return type(old)(value, requires_grad=old.requires_grad)
+    return value
+
+
+def load_built_on_meta(
+    path: str | os.PathLike[str],
+    build: Builder,
+    *,
+    config: ConfigLike = None,
+    in_range: bool = False,
+    strict: bool = True,
+) -> nn.Module:
+    """``build()`` on the meta device, converted by ``config`` (None: nothing converted,
+    the tensors load as they are), filled from ``path``. Unless ``in_range`` (a half
+    file, whose values fit by construction), modules whose values in the file overflow
+    the dtype become islands too, as :func:`halfprec.convert` would make them."""
+    source = TensorFile(path)
+    model = build_on_meta(build)
+    if strict:
+        check_names(model, source)
+    if config is not None:
+        cfg = ConvertConfig.of(config)
+        half = resolve_dtype(cfg.dtype if cfg.dtype is not None else "auto").dtype
+        extra = [] if in_range else _existing_modules(model, overflowing_modules(source, half))
+        convert_(model, cfg.replace(dtype=half, keep_fp32=(*cfg.keep_fp32, *extra)))
+    materialize_(model, source, strict=strict)
+    return model
+
+
+def _existing_modules(model: nn.Module, keep: Sequence[Any]) -> list[Any]:
+    """``keep`` without names of no module (a root-level parameter's owner is ``""``)."""
+    names = {n for n, _ in model.named_modules() if n}
+    return [k for k in dict.fromkeys(keep) if not isinstance(k, str) or k in names or "*" in k]

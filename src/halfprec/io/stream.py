@@ -1,0 +1,94 @@
+"""File-to-file conversion of an fp32 safetensors checkpoint to half, one tensor at a time.
+
+``convert_file(src, dst, build, dtype)`` builds the model on the meta device (no memory;
+see :mod:`halfprec.io.materialize`) only to decide, exactly as :func:`halfprec.convert`
+does, which modules stay fp32 islands: the default norm islands, ``keep_fp32``, and any
+module whose values in the file overflow the half dtype. It then reads each tensor of
+``src`` (one file or a sharded checkpoint with ``model.safetensors.index.json``), casts it
+to the dtype its module got, writes it to ``dst`` and lets it go. Peak memory is about one
+fp32 tensor and its half copy, whatever the checkpoint's size. ``dst`` is written
+atomically and carries halfprec's metadata, so ``halfprec.load(dst, into=build)`` loads it
+ready to run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from halfprec._version import __version__
+from halfprec.atomic import atomic_path
+from halfprec.convert.core import (
+    ConfigLike,
+    ConversionReport,
+    ConvertConfig,
+    conversion_report,
+    convert_,
+)
+from halfprec.dtypes import dtype_name, resolve_dtype
+from halfprec.io.materialize import (
+    HALFPREC_FORMAT,
+    Builder,
+    _existing_modules,
+    build_on_meta,
+    check_names,
+    overflowing_modules,
+)
+from halfprec.io.tensorfile import TensorFile, TensorWriter
+
+__all__ = ["convert_file"]
+
+
+def convert_file(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    build: Builder,
+    config: ConfigLike = "bf16",
+    *,
+    device: str | torch.device = "cpu",
+) -> ConversionReport:
+    """Write a half copy of checkpoint ``src`` to ``dst`` (see module docs) and return
+    the conversion report of the model ``build`` makes (islands, sizes). ``config``: a
+    :class:`ConvertConfig` or a dtype (``"auto"`` resolves for ``device``)."""
+    cfg = ConvertConfig.of(config)
+    half = resolve_dtype(cfg.dtype if cfg.dtype is not None else "auto", device).dtype
+    source = TensorFile(src)
+    if Path(dst).suffix != ".safetensors":
+        raise ValueError(f"output {dst} must end in .safetensors")
+    model = build_on_meta(build)
+    check_names(model, source)
+    extra = _existing_modules(model, overflowing_modules(source, half))
+    convert_(model, cfg.replace(dtype=half, keep_fp32=(*cfg.keep_fp32, *extra)))
+    report = conversion_report(model)
+    assert report is not None  # convert_ always attaches one
+    held = _dtypes_by_name(model)
+    targets: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
+    for name in source.names():
+        file_dtype = source.dtype(name)
+        target = held.get(name, half) if file_dtype.is_floating_point else file_dtype
+        targets[name] = (target, source.shape(name))
+    metadata = {
+        "format": HALFPREC_FORMAT,
+        "halfprec_version": __version__,
+        "torch_version": torch.__version__,
+        "dtype": dtype_name(half),
+        "original_dtype": dtype_name(report.original_dtype),
+        "keep_fp32": json.dumps(report.keep_fp32),
+        "converted_from": Path(src).name,
+    }
+    with atomic_path(Path(dst)) as tmp, open(tmp, "wb") as f:
+        writer = TensorWriter(f, targets, metadata)
+        for name, (target, _) in targets.items():
+            writer.write(name, source.get(name).to(target))
+        writer.close()
+    return report
+
+
+def _dtypes_by_name(model: torch.nn.Module) -> dict[str, torch.dtype]:
+    """The dtype the converted model holds each state-dict tensor in."""
+    found: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
+    found.update(dict(model.named_buffers(remove_duplicate=False)))
+    return {n: t.dtype for n, t in found.items()}

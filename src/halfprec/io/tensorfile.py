@@ -1,0 +1,179 @@
+"""safetensors files read and written one tensor at a time, with plain file I/O.
+
+safetensors' own ``safe_open`` maps the whole file into memory; every page a read touches
+then counts in the process's resident memory until the file is closed, so reading a 2 GB
+checkpoint tensor by tensor still grows RSS by 2 GB. :class:`TensorFile` parses the header
+itself (8-byte little-endian length, JSON) and reads each tensor with ``readinto`` into a
+tensor it owns: memory is the tensor and nothing else. It also reads sharded checkpoints
+(``model.safetensors.index.json`` with its ``weight_map``). :class:`TensorWriter` writes
+the header first (shapes and dtypes are known up front) and then each tensor's bytes in
+turn, so the output is never whole in memory either. Files it writes load with
+``safetensors.safe_open``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+from halfprec.errors import CheckpointError
+
+__all__ = ["TensorFile", "TensorWriter", "INDEX_NAME"]
+
+INDEX_NAME = "model.safetensors.index.json"
+
+_DTYPES: dict[str, torch.dtype] = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+_NAMES = {v: k for k, v in _DTYPES.items()}
+_HEADER_LIMIT = 100 * 2**20
+
+
+def _header(path: Path) -> tuple[int, dict[str, Any]]:
+    """(byte offset of the data, parsed header) of one safetensors file."""
+    try:
+        with path.open("rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            if size > _HEADER_LIMIT:
+                raise ValueError(f"header of {size} bytes")
+            header = json.loads(f.read(size))
+    except (OSError, ValueError, struct.error) as exc:
+        raise CheckpointError(
+            f"{path} is not a valid safetensors file ({exc}); it may be truncated or corrupt"
+        ) from None
+    return 8 + size, header
+
+
+class TensorFile:
+    """One safetensors file, or a sharded checkpoint (a directory holding
+    ``model.safetensors.index.json``, or that index file itself)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        p = Path(path)
+        if p.is_dir():
+            index = p / INDEX_NAME
+            single = p / "model.safetensors"
+            p = index if index.is_file() else single
+        if not p.is_file():
+            raise CheckpointError(f"checkpoint {p} not found; check the path")
+        self.path = p
+        self.metadata: dict[str, str] = {}
+        self._where: dict[str, tuple[Path, int, dict[str, Any]]] = {}
+        if p.name.endswith(".index.json"):
+            try:
+                weight_map = json.loads(p.read_text())["weight_map"]
+            except (OSError, ValueError, KeyError) as exc:
+                raise CheckpointError(f"{p} is not a safetensors index ({exc})") from None
+            shards = [p.parent / s for s in dict.fromkeys(weight_map.values())]
+        else:
+            shards = [p]
+        for shard in shards:
+            start, header = _header(shard)
+            meta = header.pop("__metadata__", None) or {}
+            self.metadata.update(meta)
+            for name, info in header.items():
+                self._where[name] = (shard, start, info)
+
+    def names(self) -> list[str]:
+        return list(self._where)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(int(d) for d in self._where[name][2]["shape"])
+
+    def dtype(self, name: str) -> torch.dtype:
+        code = self._where[name][2]["dtype"]
+        if code not in _DTYPES:
+            raise CheckpointError(f"{self.path}: tensor {name!r} has unsupported dtype {code}")
+        return _DTYPES[code]
+
+    def nbytes(self) -> int:
+        return sum(
+            end - begin for _, _, i in self._where.values() for begin, end in [i["data_offsets"]]
+        )
+
+    def get(self, name: str) -> torch.Tensor:
+        """Read one tensor into memory of its own (nothing stays mapped)."""
+        shard, start, info = self._where[name]
+        begin, end = (int(x) for x in info["data_offsets"])
+        dtype, shape = self.dtype(name), self.shape(name)
+        size = end - begin
+        if size != math.prod(shape) * torch.empty((), dtype=dtype).element_size():
+            raise CheckpointError(f"{shard}: tensor {name!r} has {size} bytes for shape {shape}")
+        raw = torch.empty(size, dtype=torch.uint8)
+        with shard.open("rb") as f:
+            f.seek(start + begin)
+            if size and f.readinto(raw.numpy().data) != size:
+                raise CheckpointError(f"{shard} is truncated inside tensor {name!r}")
+        return raw.view(dtype).reshape(shape)
+
+    def items(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Each tensor in file order, one in memory at a time (when the caller lets go)."""
+        for name in self.names():
+            yield name, self.get(name)
+
+
+class TensorWriter:
+    """Writes a safetensors file whose tensors' names, dtypes and shapes are known up front;
+    :meth:`write` then takes the tensors in that order, one at a time."""
+
+    def __init__(
+        self,
+        f: IO[bytes],
+        specs: dict[str, tuple[torch.dtype, tuple[int, ...]]],
+        metadata: dict[str, str] | None = None,
+    ) -> None:
+        header: dict[str, Any] = {}
+        offset = 0
+        for name, (dtype, shape) in specs.items():
+            size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+            header[name] = {
+                "dtype": _NAMES[dtype],
+                "shape": list(shape),
+                "data_offsets": [offset, offset + size],
+            }
+            offset += size
+        if metadata:
+            header["__metadata__"] = dict(metadata)
+        text = json.dumps(header, separators=(",", ":")).encode()
+        text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        self.f = f
+        self.pending = list(specs.items())
+
+    def write(self, name: str, tensor: torch.Tensor) -> None:
+        if not self.pending:
+            raise ValueError(f"tensor {name!r} is one more than the header announced")
+        expected, (dtype, shape) = self.pending[0]
+        if name != expected or tensor.dtype != dtype or tuple(tensor.shape) != shape:
+            raise ValueError(
+                f"tensor {name!r} {tensor.dtype} {tuple(tensor.shape)} does not match the "
+                f"header's next entry {expected!r} {dtype} {shape}"
+            )
+        self.pending.pop(0)
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        if flat.numel():
+            self.f.write(flat.view(torch.uint8).numpy().data)
+
+    def close(self) -> None:
+        if self.pending:
+            raise ValueError(f"{len(self.pending)} tensors announced but not written")

@@ -1,0 +1,104 @@
+"""The GEMM limit measured in the same run, the slow-dtype probe, and deploy()."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from halfprec.bench.deploy import DeployConfig, deploy
+from halfprec.bench.limit import Gemm, gemm_shapes, measure_limit, probe_gemm, probe_slowdown
+from halfprec.bench.runner import BenchConfig, benchmark, fastest_variant
+from halfprec.bench.variants import COMPILE_RECIPES, CompileRecipe
+
+
+class Attention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+        self.out = nn.Linear(16, 16)
+        self.norm = nn.LayerNorm(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).view(x.shape[0], x.shape[1], 3, 2, 8).unbind(2)
+        scores = torch.matmul(q.transpose(1, 2), k.transpose(1, 2).transpose(-1, -2))
+        mixed = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        )
+        y = self.out(mixed.transpose(1, 2).reshape(x.shape))
+        return self.norm(y) + scores.mean()
+
+
+def test_gemm_shapes_records_linear_matmul_and_attention() -> None:
+    shapes = gemm_shapes(Attention(), torch.randn(3, 5, 16))
+    assert shapes == {
+        Gemm(1, 15, 16, 48): 1,  # qkv: 3*5 rows
+        Gemm(6, 5, 8, 5): 2,  # scores by matmul, and attention's scores (3 batch x 2 heads)
+        Gemm(6, 5, 5, 8): 1,  # attention's values
+        Gemm(1, 15, 16, 16): 1,  # out
+    }
+    assert Gemm(2, 3, 4, 5).flops == 2 * 2 * 3 * 4 * 5
+
+
+def test_probe_gemm_is_the_costliest_shape_cut_to_few_rows() -> None:
+    shapes = {Gemm(1, 1024, 768, 3072): 12, Gemm(96, 128, 64, 128): 12}
+    assert probe_gemm(shapes) == Gemm(1, 128, 768, 3072)
+    assert probe_gemm({}) == Gemm(1, 128, 768, 3072)
+    assert probe_gemm({Gemm(1, 4, 8, 8): 1}) == Gemm(1, 64, 256, 256)
+
+
+def test_limit_and_probe_are_positive_ratios() -> None:
+    lim = measure_limit({Gemm(1, 16, 16, 16): 3}, torch.bfloat16, runs=2)
+    assert lim.ratio > 0 and lim.method == "gemm" and lim.shapes == 1
+    assert probe_slowdown(torch.bfloat16, gemm=Gemm(1, 8, 8, 8)) > 0
+
+
+def test_probed_slow_dtype_is_never_timed_and_auto_never_slower_than_fp32() -> None:
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=1e-9)
+    result = benchmark(
+        Attention(), torch.randn(2, 5, 16), variants=["halfprec-bf16", "naive-fp16"], bench=cfg
+    )
+    for name in ("halfprec-bf16", "naive-fp16"):
+        r = result.get(name)
+        assert r.status == "skipped" and r.timing is None and r.speedup is None
+    assert fastest_variant(result).name == "fp32"
+    data = result.to_json()
+    assert data["auto_choice"] == {"2": "fp32"}
+    assert set(data["limit"]) == {"bf16", "fp16"}
+    assert data["limits"]["2"]["bf16"]["method"] == "probe"  # from the probe, not timed
+
+
+def test_every_timed_half_variant_reports_efficiency_against_its_limit() -> None:
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None)
+    result = benchmark(Attention(), torch.randn(2, 5, 16), variants=["halfprec-bf16"], bench=cfg)
+    r = result.get("halfprec-bf16")
+    lim = result.limit(torch.bfloat16)
+    assert lim is not None and lim.method == "gemm" and lim.shapes == 4
+    assert r.speedup is not None and r.efficiency == pytest.approx(r.speedup / lim.ratio)
+    assert result.get("fp32").efficiency is None
+    assert result.to_json()["limit"] == {"bf16": lim.ratio}
+
+
+def test_config_rejects_bad_budget() -> None:
+    with pytest.raises(ValueError, match="limit_budget_s"):
+        BenchConfig(limit_budget_s=0)
+    with pytest.raises(ValueError, match="compile mode"):
+        CompileRecipe(mode="fastest")
+    assert COMPILE_RECIPES["cpu"].freezing and COMPILE_RECIPES["cuda"].mode == "max-autotune"
+
+
+def test_deploy_returns_a_checked_module_and_leaves_the_model_alone() -> None:
+    model = Attention().eval()
+    x = torch.randn(2, 5, 16)
+    bench = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None)
+    done = deploy(model, x, DeployConfig(dtypes=("bf16",), compile=False, bench=bench))
+    assert done.choice.accurate and done.choice.name in ("fp32", "halfprec-bf16")
+    assert done.choice.name == fastest_variant(done.report).name
+    with torch.no_grad():
+        ref, out = model(x), done.model(x)
+    assert out.dtype == torch.float32
+    assert torch.nn.functional.cosine_similarity(ref.flatten(), out.flatten(), dim=0) > 0.99
+    assert model.qkv.weight.dtype == torch.float32
+    with pytest.raises(ValueError, match="nothing to try"):
+        DeployConfig(compile=False, eager=False)
