@@ -19,6 +19,7 @@ from halfprec.compare import Comparison, Tolerance, compare
 from halfprec.convert.core import ConversionReport, Selector, conversion_report, convert
 from halfprec.convert.policy import Policy
 from halfprec.dtypes import DTypeLike
+from halfprec.generate import Generation, agreement, prompts_from_batches
 from halfprec.timing import Timing, measure
 
 __all__ = ["CheckResult", "check"]
@@ -33,6 +34,7 @@ class CheckResult:
     conversion: ConversionReport
     latency_fp32: Timing | None
     latency_half: Timing | None
+    generation: Generation | None = None
 
     @property
     def passed(self) -> bool:
@@ -58,6 +60,7 @@ class CheckResult:
             "speedup": self.speedup,
             "bytes_fp32": self.conversion.bytes_before,
             "bytes_half": self.conversion.bytes_after,
+            "generation": None if self.generation is None else self.generation.to_json(),
         }
 
 
@@ -76,10 +79,13 @@ def check(
     policy: Policy | str | None = None,
     runs: int = 10,
     name: str = "",
+    generate: int = 0,
 ) -> CheckResult:
     """Convert a copy of ``model``, compare it with ``model`` on ``inputs``, and time both.
 
-    ``runs=0`` skips timing. ``model`` itself is not changed.
+    ``runs=0`` skips timing. ``generate > 0`` (causal LMs) also greedy-decodes that many
+    tokens from prompts taken from ``inputs``' ``input_ids`` and scores the half model's
+    agreement (:func:`halfprec.generate.agreement`). ``model`` itself is not changed.
     """
     reference = model.eval()
     half = convert(copy.deepcopy(reference), dtype, keep_fp32=keep_fp32, policy=policy)
@@ -93,4 +99,10 @@ def check(
         with torch.inference_mode():
             lat32 = measure(lambda: call(reference, first), device=device, runs=runs)
             lat16 = measure(lambda: call(half, first), device=device, runs=runs)
-    return CheckResult(name or type(model).__name__, comparison, report, lat32, lat16)
+    generation = None
+    if generate > 0:
+        prompts = prompts_from_batches(as_batches(inputs))
+        generation = agreement(reference, half, prompts, generate)
+    return CheckResult(
+        name or type(model).__name__, comparison, report, lat32, lat16, generation
+    )

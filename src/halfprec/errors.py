@@ -5,7 +5,11 @@ The command line prints ``str(error)`` on one line and exits with ``error.exit_c
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
+    "first_line",
+    "clip",
     "HalfprecError",
     "DTypeError",
     "DeviceError",
@@ -52,3 +56,24 @@ class MissingExtraError(HalfprecError, ImportError):
         )
         self.package = package
         self.extra = extra
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def clip(text: str, limit: int = 240) -> str:
+    """``text`` shortened to at most ``limit`` characters at a word boundary, with "..."."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 3].rsplit(" ", 1)[0].rstrip(" ,;:(")
+    return f"{cut}..."
+
+
+def first_line(message: object, limit: int = 240) -> str:
+    """The first non-empty line of ``str(message)``, without ANSI colour codes, clipped
+    at a word boundary. For an exception with an empty message, its type name."""
+    text = _ANSI.sub("", str(message))
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if not line and isinstance(message, BaseException):
+        line = type(message).__name__
+    return clip(line, limit)

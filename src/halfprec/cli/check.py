@@ -47,6 +47,13 @@ __all__ = ["command"]
     show_default=True,
     help="Timed runs (0: no timing).",
 )
+@click.option(
+    "--generate",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Causal LMs: greedy-decode N new tokens in fp32 and half from the example "
+    "prompts, and report token agreement and the first divergence.",
+)
 def command(
     model: str,
     inputs_path: Path | None,
@@ -60,6 +67,7 @@ def command(
     min_sqnr: float | None,
     artifact: Path | None,
     runs: int,
+    generate: int,
 ) -> None:
     loaded, batches, _ = load_for_command(model, inputs_path, device, weights)
     if artifact is not None:
@@ -88,5 +96,6 @@ def command(
         policy=str(policy) if policy is not None else None,
         runs=runs,
         name=loaded.name,
+        generate=generate,
     )
     finish(result.to_json(), as_json, lambda: print_check(result), result.passed)

@@ -19,9 +19,11 @@ from halfprec.compare import Comparison, Tolerance, run_reference
 from halfprec.convert.core import ConversionReport, FilterFn, Selector, conversion_report, convert
 from halfprec.convert.policy import Policy
 from halfprec.dtypes import DTypeLike, dtype_name, parse_dtype, resolve_dtype
+from halfprec.errors import first_line
 from halfprec.export.artifact import load_artifact, verify_artifact
 from halfprec.export.capture import capture, dynamic_shapes, forward_params, named_inputs
 from halfprec.export.config import ExportConfig, ExportError, ExportFormat, check_onnx_dtype
+from halfprec.export.hf import CACHE_NOTE, CLAMP_NOTE, static_fp16_clamps, without_cache
 from halfprec.export.info import ArtifactInfo
 from halfprec.export.onnx import OrtCasts, OrtLatency, inspect_casts, ort_latency, write_onnx
 from halfprec.tree import flatten, map_tensors
@@ -47,6 +49,7 @@ class ExportResult:
     skipped_batches: int
     ort_casts: OrtCasts | None = None
     ort_latency: OrtLatency | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -68,6 +71,7 @@ class ExportResult:
             "comparison": self.comparison.to_json(),
             "ort_casts": self.ort_casts.to_json() if self.ort_casts else None,
             "ort_latency": self.ort_latency.to_json() if self.ort_latency else None,
+            "notes": list(self.notes),
         }
 
 
@@ -169,7 +173,10 @@ def export(
         opset=opset,
     )
     out = Path(path)
-    reference = model.eval()
+    # A Hugging Face model with use_cache=True returns a cache object no exporter takes:
+    # export a weight-sharing copy without it (the caller's model keeps its config).
+    reference, no_cache = without_cache(model.eval())
+    notes = [CACHE_NOTE] if no_cache else []
     batches = as_batches(inputs)
     ref_out = run_reference(reference, batches)
     half_dtype = _export_dtype(config, reference)
@@ -185,6 +192,9 @@ def export(
     )
     report = conversion_report(half)
     assert report is not None  # convert() always attaches its report
+    clamps = static_fp16_clamps(half) if config.format != "torchscript" else 0
+    if clamps:
+        notes.append(CLAMP_NOTE.format(n=clamps))
     params = forward_params(half)
     io_dtype = half_dtype if half_io else torch.float32
 
@@ -196,10 +206,9 @@ def export(
         with torch.no_grad():
             python_out = [call(half, n) for n in named]
     except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ExportError(
             f"the {dtype_name(half_dtype)} model fails in PyTorch before export "
-            f"({type(exc).__name__}: {first[:200]}); keep the failing module in fp32 with "
+            f"({type(exc).__name__}: {first_line(exc, 200)}); keep the failing module in fp32 with "
             "keep_fp32/--keep-fp32, or check it with halfprec check"
         ) from exc
     info = ArtifactInfo(
@@ -233,6 +242,7 @@ def export(
         bytes_written=out.stat().st_size,
         checked_batches=len(check.checked_batches),
         skipped_batches=check.skipped_batches,
+        notes=tuple(notes),
     )
     if config.format == "onnx":
         result.ort_casts = inspect_casts(out)

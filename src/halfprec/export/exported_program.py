@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from halfprec.errors import first_line
 from halfprec.export.config import ExportError
 from halfprec.export.info import INFO_KEY, ArtifactInfo
 
@@ -38,9 +39,8 @@ def load_exported_program(path: Path) -> tuple[nn.Module, ArtifactInfo]:
     try:
         program = torch.export.load(path, extra_files=extra)
     except Exception as exc:  # a corrupt archive raises zipfile, JSON or torch errors
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ExportError(
-            f"{path} is not a loadable torch.export file ({first[:200]}); write it with "
+            f"{path} is not a loadable torch.export file ({first_line(exc, 200)}); write it with "
             "torch.export.save or halfprec export"
         ) from None
     finally:

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from halfprec.errors import HalfprecError, MissingExtraError
+from halfprec.errors import HalfprecError, MissingExtraError, first_line
 from halfprec.export.capture import explain_failure
 from halfprec.export.config import ExportError
 from halfprec.export.info import INFO_KEY, ArtifactInfo
@@ -118,9 +118,8 @@ class OnnxSession:
         try:
             self.session = ort.InferenceSession(str(path), options, providers=[PROVIDER])
         except Exception as exc:  # onnxruntime raises its own exception types
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ExportError(
-                f"onnxruntime cannot load {path} ({first[:240]}); re-export it with "
+                raise ExportError(
+                f"onnxruntime cannot load {path} ({first_line(exc, 240)}); re-export it with "
                 "halfprec export --format onnx"
             ) from None
         self.input_names = [i.name for i in self.session.get_inputs()]

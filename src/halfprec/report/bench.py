@@ -12,7 +12,14 @@ from rich.table import Table
 from halfprec.atomic import atomic_path
 from halfprec.bench.runner import BenchResult, VariantResult, fastest_variant
 from halfprec.errors import HalfprecError, MissingExtraError
-from halfprec.report.common import fmt_float, human_bytes, make_console
+from halfprec.report.common import (
+    fit_table,
+    fmt_float,
+    human_bytes,
+    human_time,
+    make_console,
+    ratio_text,
+)
 
 __all__ = [
     "bench_table",
@@ -25,7 +32,7 @@ __all__ = [
 
 
 def _ms(x: float | None) -> str:
-    return "-" if x is None else fmt_float(x * 1e3, ".3g")
+    return human_time(x)
 
 
 def _memory(r: VariantResult) -> str:
@@ -49,7 +56,7 @@ def _accuracy(r: VariantResult) -> str:
 def _speed(r: VariantResult) -> str:
     if r.speedup is None:
         return "-"
-    return f"{r.speedup:.2f}x" + ("*" if r.status == "capped" else "")
+    return ratio_text(r.speedup) + ("*" if r.status == "capped" else "")
 
 
 def _row(r: VariantResult, unit: str) -> list[str]:
@@ -70,8 +77,8 @@ def _row(r: VariantResult, unit: str) -> list[str]:
 
 _COLUMNS = (
     "variant",
-    "median ms",
-    "p90 ms",
+    "median",
+    "p90",
     "{unit}/s",
     "speedup",
     "model",
@@ -107,14 +114,14 @@ def print_bench(result: BenchResult, console: Console | None = None) -> None:
     con = console or make_console()
     con.print(f"[bold]machine[/]: {result.machine.summary()}")
     for size in result.batch_sizes:
-        con.print(bench_table(result, size))
+        con.print(fit_table(bench_table(result, size), con))
         auto = fastest_variant(result, size)
         best = fastest_variant(result, size, kinds=("fp32", "naive", "autocast", "halfprec"))
         con.print(
             f"batch {size}: auto would choose [bold]{auto.name}[/]"
-            + (f" ({auto.speedup:.2f}x fp32)" if auto.speedup else "")
+            + (f" ({ratio_text(auto.speedup)} than fp32)" if auto.speedup else "")
             + f"; fastest within tolerance overall: {best.name}"
-            + (f" ({best.speedup:.2f}x)" if best.speedup else "")
+            + (f" ({ratio_text(best.speedup)})" if best.speedup else "")
         )
     if any(r.status == "capped" for r in result.results):
         con.print("* capped: timed once because one call exceeded the per-call cap")
