@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_models import save
 
 from halfprec.errors import clip, first_line
 from halfprec.export import ExportError, export
 from halfprec.export.capture import explain_failure
 from halfprec.export.hf import static_fp16_clamps, without_cache
 from halfprec.io.specs import load_model
+from hf_models import save
 
 pytest.importorskip("transformers")
 

@@ -19,6 +19,7 @@ from halfprec.cli.options import (
     tolerance_override,
     weights_option,
 )
+from halfprec.cli.progress import progress
 from halfprec.report.common import print_check
 
 __all__ = ["command"]
@@ -69,7 +70,8 @@ def command(
     runs: int,
     generate: int,
 ) -> None:
-    loaded, batches, _ = load_for_command(model, inputs_path, device, weights)
+    with progress(f"loading {model}", quiet=as_json):
+        loaded, batches, _ = load_for_command(model, inputs_path, device, weights)
     if artifact is not None:
         from halfprec.cli.export import check_artifact
 
@@ -87,15 +89,16 @@ def command(
 
     half_dtype = resolve_dtype(dtype).dtype if policy is None else None
     tolerance = tolerance_override(half_dtype, min_cosine, min_sqnr)
-    result = check(
-        loaded.model,
-        batches,
-        dtype=None if (policy is not None and dtype == "auto") else dtype,
-        tolerance=tolerance,
-        keep_fp32=keep_fp32,
-        policy=str(policy) if policy is not None else None,
-        runs=runs,
-        name=loaded.name,
-        generate=generate,
-    )
+    with progress(f"checking {loaded.name} against fp32", quiet=as_json):
+        result = check(
+            loaded.model,
+            batches,
+            dtype=None if (policy is not None and dtype == "auto") else dtype,
+            tolerance=tolerance,
+            keep_fp32=keep_fp32,
+            policy=str(policy) if policy is not None else None,
+            runs=runs,
+            name=loaded.name,
+            generate=generate,
+        )
     finish(result.to_json(), as_json, lambda: print_check(result), result.passed)

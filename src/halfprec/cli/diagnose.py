@@ -15,6 +15,7 @@ from halfprec.cli.options import (
     load_for_command,
     model_argument,
 )
+from halfprec.cli.progress import progress
 from halfprec.compare import Tolerance
 from halfprec.convert.core import convert
 from halfprec.diagnose import diagnose
@@ -71,7 +72,8 @@ def command(
 ) -> None:
     if plot is not None and plot.suffix.lower() != ".png":
         raise click.UsageError(f"--plot {plot} must end in .png")
-    loaded, batches, dev = load_for_command(model, inputs_path, device)
+    with progress(f"loading {model}", quiet=as_json):
+        loaded, batches, dev = load_for_command(model, inputs_path, device)
     batches = batches[:max_batches] if max_batches else batches
     use_policy = policy is not None and dtype == "auto"
     dt = None if use_policy else resolve_dtype(dtype, dev).dtype
@@ -82,7 +84,8 @@ def command(
     if min_sqnr is not None:
         base = Tolerance.for_dtype(dt)
         tolerance = Tolerance(min_cosine=base.min_cosine, min_sqnr_db=min_sqnr)
-    diag = diagnose(loaded.model, batches, dt, half=half, tolerance=tolerance)
+    with progress(f"diagnosing {loaded.name}: every module in fp32 and half", quiet=as_json):
+        diag = diagnose(loaded.model, batches, dt, half=half, tolerance=tolerance)
     if plot is not None:
         plot_diagnosis(diag, plot, title=f"{loaded.name}: {diag.half_model} half vs fp32")
 

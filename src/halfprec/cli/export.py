@@ -17,6 +17,7 @@ from halfprec.cli.options import (
     json_option,
     load_for_command,
 )
+from halfprec.cli.progress import progress
 from halfprec.compare import Tolerance, run_reference
 from halfprec.export import FORMATS, ExportConfig, export, load_artifact, verify_artifact
 from halfprec.io.specs import LoadedModel
@@ -99,22 +100,24 @@ def command(
 ) -> None:
     # fail on the file name, format and dtype before loading the model
     ExportConfig.for_path(output, fmt, dtype=dtype, opset=opset)  # type: ignore[arg-type]
-    loaded, batches, _ = load_for_command(model, inputs_path, device)
-    result = export(
-        loaded.model,
-        batches,
-        output,
-        format=fmt,  # type: ignore[arg-type]
-        dtype=dtype,
-        dynamic=not static,
-        half_io=half_io,
-        opset=opset,
-        keep_fp32=keep_fp32,
-        default_islands=not no_norm_islands,
-        policy=str(policy) if policy is not None else None,
-        runs=runs,
-        name=loaded.name,
-    )
+    with progress(f"loading {model}", quiet=as_json):
+        loaded, batches, _ = load_for_command(model, inputs_path, device)
+    with progress(f"exporting {loaded.name} to {output} and checking it", quiet=as_json):
+        result = export(
+            loaded.model,
+            batches,
+            output,
+            format=fmt,  # type: ignore[arg-type]
+            dtype=dtype,
+            dynamic=not static,
+            half_io=half_io,
+            opset=opset,
+            keep_fp32=keep_fp32,
+            default_islands=not no_norm_islands,
+            policy=str(policy) if policy is not None else None,
+            runs=runs,
+            name=loaded.name,
+        )
     finish(result.to_json(), as_json, lambda: print_export(result), result.passed)
 
 

@@ -113,7 +113,7 @@ def _from_module(module: ModuleType, factory_name: str, spec: str) -> LoadedMode
     if factory is None or not callable(factory):
         public = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
         raise ModelSpecError(
-            f"{spec!r}: no callable {factory_name!r} in {module.__name__}"
+            f"{spec!r}: no callable {factory_name!r} in {_where(module)}"
             f" (callables: {', '.join(public[:6]) or 'none'}); name a function returning nn.Module"
         )
     try:
@@ -139,6 +139,12 @@ def _from_module(module: ModuleType, factory_name: str, spec: str) -> LoadedMode
                 f"{spec!r}: example_inputs() raised {type(exc).__name__}: {exc}; fix it"
             ) from exc
     return LoadedModel(model.eval(), batches, name=spec, source=getattr(module, "__file__", ""))
+
+
+def _where(module: ModuleType) -> str:
+    """The module's file for modules imported from a path (their names are internal)."""
+    name = module.__name__
+    return str(getattr(module, "__file__", name)) if name.startswith("_halfprec_user_") else name
 
 
 def _hf_directory(path: Path) -> LoadedModel:

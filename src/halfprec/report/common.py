@@ -80,7 +80,8 @@ def human_time(seconds: float | None) -> str:
 def fit_table(table: Table, console: Console) -> RenderableType:
     """``table`` if it fits ``console``'s width, else one stacked two-column table per
     row (column name, value), so that no cell is cut to ``…``."""
-    if Measurement.get(console, console.options, table).maximum <= console.width:
+    wide = console.options.update_width(100_000)
+    if Measurement.get(console, wide, table).maximum <= console.width:
         return table
     headers = [str(c.header) for c in table.columns]
     cells = [list(c.cells) for c in table.columns]
