@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from halfprec.errors import clip, first_line
+from halfprec.errors import clip
 from halfprec.export import ExportError, export
 from halfprec.export.capture import explain_failure
 from halfprec.export.hf import static_fp16_clamps, without_cache
 from halfprec.io.specs import load_model
+from halfprec.modules import first_line
 from hf_models import save
 
 pytest.importorskip("transformers")
@@ -26,8 +27,9 @@ def hf_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _export(root: Path, name: str, suffix: str, tmp_path: Path):  # type: ignore[no-untyped-def]
     loaded = load_model(str(save(name, root)))
     config = loaded.model.config
-    result = export(loaded.model, loaded.example_inputs, tmp_path / f"{name}{suffix}", runs=0,
-                    dtype="fp16")
+    result = export(
+        loaded.model, loaded.example_inputs, tmp_path / f"{name}{suffix}", "fp16", runs=0
+    )
     assert config.use_cache is True  # the caller's model keeps its config
     return result
 
@@ -117,7 +119,7 @@ def test_exporter_failure_gives_the_root_cause_without_ansi_or_cut_words() -> No
 def test_clip_and_first_line_never_cut_words() -> None:
     assert clip("alpha beta gamma", 12) == "alpha..."
     assert clip("short", 12) == "short"
-    assert first_line("\x1b[96mred\x1b[0m text\nmore") == "red text"
+    assert first_line(ValueError("\x1b[96mred\x1b[0m text\nmore")) == "ValueError: red text"
     assert first_line(KeyError()) == "KeyError"
 
 

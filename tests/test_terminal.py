@@ -30,7 +30,7 @@ def _cosines(text: str) -> list[str]:
 
 
 def test_check_at_80_columns_keeps_every_number_whole() -> None:
-    result = check(tiny(), example_inputs(), dtype="bf16", runs=0, name="a-model-name")
+    result = check(tiny(), example_inputs(), "bf16", runs=0, name="a-model-name")
     buffer = io.StringIO()
     print_check(result, Console(file=buffer, width=80, force_terminal=True, color_system=None))
     text = buffer.getvalue()

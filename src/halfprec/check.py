@@ -6,8 +6,6 @@ model sizes and median latencies of fp32 and half.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,10 +14,9 @@ from torch import nn
 
 from halfprec.batch import as_batches, call
 from halfprec.compare import Comparison, Tolerance, compare
-from halfprec.convert.core import ConversionReport, Selector, conversion_report, convert
-from halfprec.convert.policy import Policy
-from halfprec.dtypes import DTypeLike
+from halfprec.convert.core import ConfigLike, ConversionReport, conversion_report, convert
 from halfprec.generate import Generation, agreement, prompts_from_batches
+from halfprec.modules import evaluating, model_device
 from halfprec.timing import Timing, measure
 
 __all__ = ["CheckResult", "check"]
@@ -64,45 +61,39 @@ class CheckResult:
         }
 
 
-def _device(model: nn.Module) -> torch.device:
-    p = next(iter(model.parameters()), None)
-    return p.device if p is not None else torch.device("cpu")
-
-
 def check(
     model: nn.Module,
     inputs: Any,
+    config: ConfigLike = None,
     *,
-    dtype: DTypeLike | None = None,
     tolerance: Tolerance | None = None,
-    keep_fp32: Sequence[Selector] = (),
-    policy: Policy | str | None = None,
     runs: int = 10,
     name: str = "",
     generate: int = 0,
 ) -> CheckResult:
-    """Convert a copy of ``model``, compare it with ``model`` on ``inputs``, and time both.
+    """Convert a copy of ``model`` (``config``: a :class:`ConvertConfig` or a dtype, default
+    ``"auto"``), compare it with ``model`` on ``inputs``, and time both.
 
     ``runs=0`` skips timing. ``generate > 0`` (causal LMs) also greedy-decodes that many
     tokens from prompts taken from ``inputs``' ``input_ids`` and scores the half model's
     agreement (:func:`halfprec.generate.agreement`). ``model`` itself is not changed.
     """
-    reference = model.eval()
-    half = convert(copy.deepcopy(reference), dtype, keep_fp32=keep_fp32, policy=policy)
-    report = conversion_report(half)
-    assert report is not None  # set by convert; not user input
-    comparison = compare(reference, half, inputs, tolerance=tolerance)
-    lat32 = lat16 = None
-    if runs > 0 and comparison.outputs:
-        first = as_batches(inputs)[0]
-        device = _device(reference)
-        with torch.inference_mode():
-            lat32 = measure(lambda: call(reference, first), device=device, runs=runs)
-            lat16 = measure(lambda: call(half, first), device=device, runs=runs)
-    generation = None
-    if generate > 0:
-        prompts = prompts_from_batches(as_batches(inputs))
-        generation = agreement(reference, half, prompts, generate)
+    with evaluating(model) as reference:
+        half = convert(reference, config)
+        report = conversion_report(half)
+        assert report is not None  # set by convert; not user input
+        comparison = compare(reference, half, inputs, tolerance=tolerance)
+        lat32 = lat16 = None
+        if runs > 0 and comparison.outputs:
+            first = as_batches(inputs)[0]
+            device = model_device(reference)
+            with torch.inference_mode():
+                lat32 = measure(lambda: call(reference, first), device=device, runs=runs)
+                lat16 = measure(lambda: call(half, first), device=device, runs=runs)
+        generation = None
+        if generate > 0:
+            prompts = prompts_from_batches(as_batches(inputs))
+            generation = agreement(reference, half, prompts, generate)
     return CheckResult(
         name or type(model).__name__, comparison, report, lat32, lat16, generation
     )

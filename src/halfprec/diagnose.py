@@ -1,6 +1,6 @@
 """Layerwise diagnosis: which module breaks in half precision, and why.
 
-``diagnose(model, inputs, dtype)`` runs the fp32 model and a half copy on the same inputs
+``diagnose(model, inputs, config)`` runs the fp32 model and a half copy on the same inputs
 with hooks on every module and reports, per module in execution order:
 
 - the largest fp32 activation (``fp32_max_abs``) and how many values lie beyond the
@@ -24,12 +24,11 @@ follow :mod:`halfprec.batch`.
 from __future__ import annotations
 
 import copy
-import math
 import time
 import weakref
 from collections import defaultdict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -37,10 +36,11 @@ from torch import nn
 
 from halfprec.batch import as_batches, call
 from halfprec.compare import Comparison, Tolerance, compare_outputs
-from halfprec.convert.core import conversion_report
-from halfprec.dtypes import DTypeLike, dtype_name, range_of, resolve_dtype
+from halfprec.convert.core import ConfigLike, ConvertConfig, conversion_report
+from halfprec.dtypes import dtype_name, range_of
 from halfprec.errors import HalfprecError
 from halfprec.errorstats import ErrorStats, relative_threshold
+from halfprec.modules import finite_peak, first_line, in_island, model_device
 from halfprec.tree import iter_tensors, map_tensors
 
 __all__ = ["ModuleDiagnosis", "Divergence", "Diagnosis", "diagnose", "naive_half"]
@@ -135,7 +135,7 @@ class Divergence:
     culprit_reason: str
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
 @dataclass
@@ -252,20 +252,11 @@ class _Snapshots:
         return copy_
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
-
-
 def _peak(obj: Any) -> float:
     peak = 0.0
     for _, t in iter_tensors(obj):
-        if t.is_floating_point() and t.numel():
-            top = float(t.abs().amax())
-            if not math.isfinite(top):
-                finite = t[torch.isfinite(t)]
-                top = float(finite.abs().max()) if finite.numel() else 0.0
-            peak = max(peak, top)
+        if t.is_floating_point():
+            peak = max(peak, finite_peak(t))
     return peak
 
 
@@ -311,7 +302,7 @@ class _Diagnoser:
         self.params = {n: sum(p.numel() for p in m.parameters()) for n, m in model.named_modules()}
 
     def in_island(self, name: str) -> bool:
-        return any(i == "" or name == i or name.startswith(i + ".") for i in self.islands)
+        return in_island(name, self.islands)
 
     def record(self, name: str) -> ModuleDiagnosis:
         rec = self.modules.get(name)
@@ -376,7 +367,7 @@ class _Diagnoser:
         try:
             out = twin(*args, **kwargs)
         except Exception as exc:  # any failure in half is a finding, not a crash
-            exc_text = _first_line(exc)
+            exc_text = first_line(exc)
             stats.ref_peak = _peak(c.output)
         else:
             stats.add(c.output, out, self.limits)
@@ -454,7 +445,7 @@ class _Diagnoser:
                 out = call(self.half, batch)
             except Exception as exc:  # the half run failing is what we diagnose
                 key = stack[-1] if stack else ("", 0)
-                raised = (key, _first_line(exc))
+                raised = (key, first_line(exc))
                 rec = self.modules.get(key[0])
                 if rec is not None and rec.half_exception is None:
                     rec.half_exception = raised[1]
@@ -542,38 +533,39 @@ class _hooked:
             h.remove()
 
 
-def _model_dtype_for(model: nn.Module, half: nn.Module | None, dtype: DTypeLike | None) -> Any:
-    if half is not None and dtype is None:
+def _model_dtype_for(model: nn.Module, half: nn.Module | None, config: ConfigLike) -> Any:
+    if half is not None and config is None:
         report = conversion_report(half)
         if report is not None:
             return report.dtype
         found = next((p.dtype for p in half.parameters() if p.is_floating_point()), None)
         if found is not None:
             return found
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    return resolve_dtype(dtype if dtype is not None else "auto", device).dtype
+    device = model_device(model)
+    return ConvertConfig.of(config).resolve(device).dtype
 
 
 def diagnose(
     model: nn.Module,
     inputs: Any,
-    dtype: DTypeLike | None = None,
+    config: ConfigLike = None,
     *,
     half: nn.Module | None = None,
     tolerance: Tolerance | None = None,
 ) -> Diagnosis:
     """Diagnose ``model`` in half precision on ``inputs`` (one batch, or a list of batches).
 
+    ``config``: a :class:`ConvertConfig` or a dtype; only its dtype is used here
+    (``"auto"`` by default; taken from ``half`` when ``half`` is given and ``config`` is not).
     ``half``: the half model to examine, with the same module names (e.g.
-    ``convert(model, "fp16", default_islands=False)``); default: a naive ``model.to(dtype)``
-    copy, which is what breaks for most users. ``dtype``: ``"fp16"``, ``"bf16"`` or
-    ``"auto"`` (default; taken from ``half`` when given). ``tolerance`` judges the outputs
+    ``convert(model, config)`` to diagnose halfprec's conversion); default: a naive
+    ``model.to(dtype)`` copy, which is what breaks for most users. ``tolerance`` judges the outputs
     and sets the divergence threshold (relative error ``10**(-min_sqnr_db/20)``).
     ``model`` is not changed; its train/eval mode is used as is.
     """
     start = time.perf_counter()
     batches = as_batches(inputs)
-    dt = _model_dtype_for(model, half, dtype)
+    dt = _model_dtype_for(model, half, config)
     tol = tolerance if tolerance is not None else Tolerance.for_dtype(dt)
     threshold = relative_threshold(tol.min_sqnr_db)
     half_model = half if half is not None else naive_half(model, dt)

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from halfprec.errors import DeviceError, DTypeError
+from halfprec.modules import finite_peak, first_line
 
 __all__ = [
     "HALF_DTYPES",
@@ -23,7 +24,10 @@ __all__ = [
     "DTypeLike",
     "parse_dtype",
     "dtype_name",
+    "dtype_kind",
     "resolve_dtype",
+    "candidate_dtypes",
+    "is_auto",
     "device_support",
     "ensure_runnable",
     "fits_in",
@@ -60,6 +64,15 @@ _SHORT: dict[torch.dtype, str] = {
 def dtype_name(dtype: torch.dtype) -> str:
     """Short name used in reports and metadata: ``fp16``, ``bf16``, ``fp32``."""
     return _SHORT.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def dtype_kind(dtype: torch.dtype) -> str:
+    """``float``, ``complex``, ``integer`` or ``bool``: what a value of ``dtype`` can mean."""
+    if dtype == torch.bool:
+        return "bool"
+    if dtype.is_floating_point:
+        return "float"
+    return "complex" if dtype.is_complex else "integer"
 
 
 def parse_dtype(value: DTypeLike, *, allow_fp32: bool = False) -> torch.dtype:
@@ -106,10 +119,7 @@ def fits_in(tensor: torch.Tensor, dtype: torch.dtype) -> bool:
     """True when every finite value of ``tensor`` stays finite after a cast to ``dtype``."""
     if not tensor.is_floating_point() or tensor.numel() == 0:
         return True
-    finite = tensor[torch.isfinite(tensor)]
-    if finite.numel() == 0:
-        return True
-    return bool(finite.abs().max().item() <= range_of(dtype).max)
+    return finite_peak(tensor) <= range_of(dtype).max
 
 
 @dataclass(frozen=True)
@@ -226,7 +236,7 @@ def resolve_dtype(value: DTypeLike, device: str | torch.device = "cpu") -> DType
     ``auto`` prefers bf16 where it has fast kernels (its fp32-sized exponent cannot overflow
     where fp32 does not), then fp16 where only fp16 is fast, and bf16 where neither is.
     """
-    if isinstance(value, str) and value.strip().lower() == "auto":
+    if is_auto(value):
         sup = device_support(device)
         if sup.bf16_fast:
             flags = f" ({', '.join(sup.features)})" if sup.features else ""
@@ -244,6 +254,24 @@ def resolve_dtype(value: DTypeLike, device: str | torch.device = "cpu") -> DType
     return DTypeChoice(dtype, f"requested {dtype_name(dtype)} ({speed})")
 
 
+def is_auto(value: DTypeLike | None) -> bool:
+    """True for the string ``"auto"`` (any case, surrounding spaces ignored)."""
+    return isinstance(value, str) and value.strip().lower() == "auto"
+
+
+def candidate_dtypes(
+    requested: DTypeLike, device: str | torch.device = "cpu"
+) -> tuple[torch.dtype, ...]:
+    """The dtypes a search compares (``tune``, ``benchmark``): the requested one, or for
+    ``"auto"`` every half dtype ``device`` can run, fp16 first (its tolerance is the
+    stricter one). Where :func:`resolve_dtype` picks one dtype for ``"auto"`` from the
+    device table, this is the ``"auto"`` of the commands that measure instead of guess."""
+    if is_auto(requested):
+        sup = device_support(device)
+        return tuple(dt for dt in HALF_DTYPES if sup.runs(dt))
+    return (parse_dtype(requested),)
+
+
 def ensure_runnable(dtype: torch.dtype, device: str | torch.device = "cpu") -> None:
     """Raise :class:`DTypeError` when ``device`` cannot run a matmul in ``dtype``."""
     sup = device_support(device)
@@ -257,7 +285,7 @@ def ensure_runnable(dtype: torch.dtype, device: str | torch.device = "cpu") -> N
     except RuntimeError as exc:
         other = "fp16" if dtype == torch.bfloat16 else "bf16"
         raise DTypeError(
-            f"{sup.name} cannot run {dtype_name(dtype)} ({str(exc).splitlines()[0]}); "
+            f"{sup.name} cannot run {dtype_name(dtype)} ({first_line(exc)}); "
             f"use --dtype {other} or auto"
         ) from None
 
@@ -270,6 +298,11 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         dev = torch.device(device)
     except RuntimeError:
         raise DeviceError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    if dev.type == "meta":
+        raise DeviceError(
+            f"device {device!r} holds no data, so nothing can be run or compared on it; "
+            "use cpu, cuda or cuda:N"
+        )
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise DeviceError(

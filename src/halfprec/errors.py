@@ -5,19 +5,26 @@ The command line prints ``str(error)`` on one line and exits with ``error.exit_c
 
 from __future__ import annotations
 
+import importlib
 import re
+from types import ModuleType
 
 __all__ = [
-    "first_line",
     "clip",
+    "strip_ansi",
     "HalfprecError",
     "DTypeError",
     "DeviceError",
     "ModelSpecError",
     "InputsError",
+    "BrokenReferenceError",
     "CheckpointError",
     "MissingExtraError",
+    "require",
 ]
+
+# import name -> the name pip installs it by, where the two differ
+_PACKAGES = {"sklearn": "scikit-learn"}
 
 
 class HalfprecError(Exception):
@@ -42,6 +49,10 @@ class InputsError(HalfprecError, ValueError):
     """Example inputs that are missing, unreadable or do not fit the model."""
 
 
+class BrokenReferenceError(HalfprecError, ValueError):
+    """The fp32 reference output holds inf/NaN, so no half result can be judged against it."""
+
+
 class CheckpointError(HalfprecError, ValueError):
     """A checkpoint that is missing, corrupt, unsafe, or does not match the model."""
 
@@ -58,6 +69,17 @@ class MissingExtraError(HalfprecError, ImportError):
         self.extra = extra
 
 
+def require(module: str, extra: str, purpose: str) -> ModuleType:
+    """Import the optional dependency ``module`` (``"onnx"``, ``"matplotlib.figure"``) or
+    raise :class:`MissingExtraError` naming ``pip install 'halfprec[extra]'`` and
+    ``purpose``, what it is needed for."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        top = module.partition(".")[0]
+        raise MissingExtraError(_PACKAGES.get(top, top), extra, purpose) from None
+
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -69,11 +91,6 @@ def clip(text: str, limit: int = 240) -> str:
     return f"{cut}..."
 
 
-def first_line(message: object, limit: int = 240) -> str:
-    """The first non-empty line of ``str(message)``, without ANSI colour codes, clipped
-    at a word boundary. For an exception with an empty message, its type name."""
-    text = _ANSI.sub("", str(message))
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    if not line and isinstance(message, BaseException):
-        line = type(message).__name__
-    return clip(line, limit)
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal colour codes (torch.onnx colours its summaries)."""
+    return _ANSI.sub("", text)

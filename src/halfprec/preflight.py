@@ -8,37 +8,37 @@ Static checks (no forward pass):
   subnormal, which round to 0 (BERT's ``eps=1e-12`` is 0 in fp16).
 
 With inputs, one fp32 forward pass also finds Python constants passed to fills
-(``masked_fill``, ``fill_``, ``full``, ``new_full``, ...) that the dtype cannot hold, such as
-``-1e9`` or ``torch.finfo(torch.float32).min``: in half these raise "value cannot be
-converted to type at::Half without overflow". Each finding says whether ``convert`` already
-keeps it safe by default (``handled``).
+(``masked_fill``, ``fill_``, ``full``, ``clamp``, ...: the ops of
+:data:`halfprec.ops.FILL_OPS`) that the dtype cannot hold, such as ``-1e9`` or
+``torch.finfo(torch.float32).min``: in half these raise "value cannot be converted to type
+at::Half without overflow". Each finding says whether ``convert`` already keeps it safe by
+default (``handled``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from halfprec import ops
 from halfprec.batch import as_batches, call
-from halfprec.convert.core import is_default_island
-from halfprec.dtypes import DTypeLike, dtype_name, range_of, resolve_dtype
+from halfprec.convert.core import ConfigLike, ConvertConfig, is_default_island
+from halfprec.dtypes import dtype_name, range_of
 from halfprec.frames import user_location
+from halfprec.modules import finite_peak, model_device
 
-__all__ = ["Finding", "Preflight", "preflight", "EPS_NAMES", "FILL_FUNCTIONS"]
+__all__ = ["PreflightFinding", "Preflight", "preflight", "EPS_NAMES"]
 
 EPS_NAMES = ("eps", "epsilon", "variance_epsilon", "layer_norm_eps", "norm_eps", "rms_norm_eps")
-FILL_FUNCTIONS = frozenset(
-    {"masked_fill", "masked_fill_", "fill_", "fill", "full", "full_like", "new_full", "index_fill"}
-)
 
 
 @dataclass(frozen=True)
-class Finding:
+class PreflightFinding:
     """One value the dtype cannot represent."""
 
     kind: str  # "range", "eps", "fill"
@@ -50,7 +50,7 @@ class Finding:
     location: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
 @dataclass
@@ -58,11 +58,11 @@ class Preflight:
     """The result of :func:`preflight`; ``problems`` are the findings convert leaves open."""
 
     dtype: torch.dtype
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[PreflightFinding] = field(default_factory=list)
     forward_checked: bool = False
 
     @property
-    def problems(self) -> list[Finding]:
+    def problems(self) -> list[PreflightFinding]:
         return [f for f in self.findings if not f.handled]
 
     def to_json(self) -> dict[str, Any]:
@@ -74,16 +74,10 @@ class Preflight:
         }
 
 
-def _peak(t: torch.Tensor) -> float:
-    t = t.detach()
-    finite = t[torch.isfinite(t)]
-    return float(finite.abs().max()) if finite.numel() else 0.0
-
-
-def _static(model: nn.Module, dtype: torch.dtype) -> list[Finding]:
+def _static(model: nn.Module, dtype: torch.dtype) -> list[PreflightFinding]:
     limits = range_of(dtype)
     name_ = dtype_name(dtype)
-    found: list[Finding] = []
+    found: list[PreflightFinding] = []
     for mname, module in model.named_modules():
         mtype = type(module).__name__
         tensors: list[tuple[str, str, torch.Tensor]] = []
@@ -99,10 +93,10 @@ def _static(model: nn.Module, dtype: torch.dtype) -> list[Finding]:
         for what, tname, t in tensors:
             if not t.is_floating_point() or t.numel() == 0:
                 continue
-            peak = _peak(t)
+            peak = finite_peak(t)
             if peak > limits.max:
                 found.append(
-                    Finding(
+                    PreflightFinding(
                         "range",
                         mname,
                         mtype,
@@ -124,7 +118,7 @@ def _static(model: nn.Module, dtype: torch.dtype) -> list[Finding]:
                 f"{attr}={eps:g} is 0 in {name_} (smallest subnormal "
                 f"{limits.smallest_subnormal:.3g}); {keep}"
             )
-            found.append(Finding("eps", mname, mtype, detail, eps, handled=island))
+            found.append(PreflightFinding("eps", mname, mtype, detail, eps, handled=island))
     return found
 
 
@@ -141,7 +135,7 @@ class _FillWatch(TorchFunctionMode):
     ) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
-        if name in FILL_FUNCTIONS:
+        if ops.is_fill(name):
             self.inspect(name, args, kwargs)
         return func(*args, **kwargs)
 
@@ -162,7 +156,7 @@ class _FillWatch(TorchFunctionMode):
                 self.hits.setdefault((module, name, float(v), user_location()), name)
 
 
-def _fills(model: nn.Module, batch: Any, dtype: torch.dtype) -> list[Finding]:
+def _fills(model: nn.Module, batch: Any, dtype: torch.dtype) -> list[PreflightFinding]:
     stack: list[str] = []
     names = {id(m): n for n, m in model.named_modules()}
     types = {n: type(m).__name__ for n, m in model.named_modules()}
@@ -186,7 +180,7 @@ def _fills(model: nn.Module, batch: Any, dtype: torch.dtype) -> list[Finding]:
             h.remove()
     name_ = dtype_name(dtype)
     return [
-        Finding(
+        PreflightFinding(
             "fill",
             module,
             types.get(module, ""),
@@ -200,11 +194,12 @@ def _fills(model: nn.Module, batch: Any, dtype: torch.dtype) -> list[Finding]:
     ]
 
 
-def preflight(model: nn.Module, dtype: DTypeLike = "fp16", inputs: Any = None) -> Preflight:
-    """Check ``model`` against ``dtype`` before conversion; with ``inputs`` (one batch or a
-    list; the first is used), also run one fp32 forward pass to find fill constants."""
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    dt = resolve_dtype(dtype, device).dtype
+def preflight(model: nn.Module, inputs: Any = None, config: ConfigLike = None) -> Preflight:
+    """Check ``model`` against the dtype of ``config`` (a :class:`ConvertConfig` or a dtype;
+    default ``"auto"``) before conversion; with ``inputs`` (one batch or a list; the first
+    is used), also run one fp32 forward pass to find fill constants."""
+    device = model_device(model)
+    dt = ConvertConfig.of(config).resolve(device).dtype
     result = Preflight(dt, _static(model, dt))
     if inputs is not None:
         result.findings.extend(_fills(model, as_batches(inputs)[0], dt))

@@ -8,18 +8,19 @@ import click
 
 from halfprec.check import check
 from halfprec.cli.options import (
+    convert_options,
     device_option,
-    dtype_option,
     finish,
     inputs_option,
-    islands_options,
     json_option,
     load_for_command,
     model_argument,
+    tolerance_options,
     tolerance_override,
     weights_option,
 )
 from halfprec.cli.progress import progress
+from halfprec.convert.core import ConvertConfig
 from halfprec.report.common import print_check
 
 __all__ = ["command"]
@@ -29,12 +30,10 @@ __all__ = ["command"]
 @model_argument
 @inputs_option
 @weights_option
-@dtype_option
+@convert_options
 @device_option
 @json_option
-@islands_options
-@click.option("--min-cosine", type=float, default=None, help="Override the cosine threshold.")
-@click.option("--min-sqnr", type=float, default=None, help="Override the SQNR threshold (dB).")
+@tolerance_options
 @click.option(
     "--artifact",
     type=click.Path(path_type=Path),
@@ -59,11 +58,9 @@ def command(
     model: str,
     inputs_path: Path | None,
     weights: Path | None,
-    dtype: str,
+    convert_config: ConvertConfig,
     device: str | None,
     as_json: bool,
-    policy: Path | None,
-    keep_fp32: tuple[str, ...],
     min_cosine: float | None,
     min_sqnr: float | None,
     artifact: Path | None,
@@ -71,32 +68,21 @@ def command(
     generate: int,
 ) -> None:
     with progress(f"loading {model}", quiet=as_json):
-        loaded, batches, _ = load_for_command(model, inputs_path, device, weights)
+        loaded, batches, dev = load_for_command(model, inputs_path, device, weights)
     if artifact is not None:
         from halfprec.cli.export import check_artifact
 
-        raise SystemExit(
-            check_artifact(
-                artifact,
-                loaded,
-                batches,
-                min_cosine=min_cosine,
-                min_sqnr=min_sqnr,
-                as_json=as_json,
-            )
+        check_artifact(
+            artifact, loaded, batches, min_cosine=min_cosine, min_sqnr=min_sqnr, as_json=as_json
         )
-    from halfprec.dtypes import resolve_dtype
-
-    half_dtype = resolve_dtype(dtype).dtype if policy is None else None
+    half_dtype = convert_config.resolve(dev).dtype
     tolerance = tolerance_override(half_dtype, min_cosine, min_sqnr)
     with progress(f"checking {loaded.name} against fp32", quiet=as_json):
         result = check(
             loaded.model,
             batches,
-            dtype=None if (policy is not None and dtype == "auto") else dtype,
+            convert_config,
             tolerance=tolerance,
-            keep_fp32=keep_fp32,
-            policy=str(policy) if policy is not None else None,
             runs=runs,
             name=loaded.name,
             generate=generate,

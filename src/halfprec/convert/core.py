@@ -1,6 +1,6 @@
 """Convert a model to half precision safely.
 
-``convert(model, dtype)`` returns a converted copy; ``convert_`` converts in place. Compared
+``convert(model, config)`` returns a converted copy; ``convert_`` converts in place. Compared
 with ``model.to(torch.float16)`` the converted model:
 
 - keeps numerically fragile modules (norms, and anything the caller names) in fp32 as
@@ -19,10 +19,11 @@ with ``model.to(torch.float16)`` the converted model:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import fnmatch
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,15 +40,20 @@ from halfprec.convert.policy import Policy
 from halfprec.dtypes import (
     DTypeChoice,
     DTypeLike,
+    candidate_dtypes,
     dtype_name,
     ensure_runnable,
+    is_auto,
+    parse_dtype,
     range_of,
     resolve_dtype,
 )
 from halfprec.errors import HalfprecError
+from halfprec.modules import finite_peak, in_island, model_device, nbytes
 
 __all__ = [
     "DEFAULT_ISLAND_TYPES",
+    "ConfigLike",
     "ConvertConfig",
     "ConversionReport",
     "FilterFn",
@@ -83,19 +89,35 @@ def is_default_island(module: nn.Module) -> bool:
 
 @dataclass(frozen=True)
 class ConvertConfig:
-    """Options of :func:`convert`. Checked on construction; strings are parsed once here."""
+    """How to convert a model; every entry point (convert, check, diagnose, tune, audit,
+    benchmark, export, load) takes one. Checked on construction.
+
+    ``dtype``: ``"fp16"``, ``"bf16"``, ``"auto"`` or a ``torch.dtype``; ``None`` (default)
+    means the policy's dtype, or ``"auto"`` without a policy. An explicit ``dtype`` wins over
+    the policy's (see :meth:`requested`).
+    ``keep_fp32``: module types or qualified names (``fnmatch`` globs) kept in fp32, on top
+    of the norm islands (``norm_islands=False`` drops those) and the policy's names.
+    ``filter_fn(module, name) -> bool``: True keeps that module in fp32.
+    ``cast_outputs``: cast floating outputs back to the model's original dtype.
+    ``guard_boundaries``: cast fp32 tensors made inside ``forward`` at half modules.
+    ``mixed_kernels``: let built-in norm islands take half input straight into their fp32
+    parameter kernels where the device supports it (no casts); ``False`` always casts, which
+    graph formats that need one dtype per op (ONNX) require.
+    ``policy``: a :class:`Policy` or the path of one written by ``halfprec tune`` (read once,
+    here).
+    """
 
     dtype: DTypeLike | None = None
     keep_fp32: tuple[Selector, ...] = ()
     filter_fn: FilterFn | None = None
-    default_islands: bool = True
+    norm_islands: bool = True
     cast_outputs: bool = True
     guard_boundaries: bool = True
     mixed_kernels: bool = True
-    policy: Policy | None = None
+    policy: Policy | str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
-        keep = self.keep_fp32
+        keep: Any = self.keep_fp32
         if isinstance(keep, (str, type)):
             keep = (keep,)
         keep = tuple(keep)
@@ -105,17 +127,77 @@ class ConvertConfig:
                     f"keep_fp32 entries must be module types or qualified names, got {sel!r}; "
                     "pass filter_fn=lambda module, name: ... for anything else"
                 )
-        if self.policy is not None:
-            keep = keep + tuple(self.policy.keep_fp32)
         object.__setattr__(self, "keep_fp32", keep)
         if self.filter_fn is not None and not callable(self.filter_fn):
             raise ValueError("filter_fn must be callable as filter_fn(module, qualified_name)")
+        pol: Any = self.policy
+        if isinstance(pol, (str, os.PathLike)):
+            object.__setattr__(self, "policy", Policy.load(pol))
+        elif pol is not None and not isinstance(pol, Policy):
+            raise ValueError(
+                f"policy must be a Policy or the path of a policy JSON, got {type(pol).__name__}"
+            )
+        if self.dtype is not None:
+            dtype = "auto" if is_auto(self.dtype) else parse_dtype(self.dtype)
+            object.__setattr__(self, "dtype", dtype)
+
+    @classmethod
+    def of(cls, config: ConfigLike) -> ConvertConfig:
+        """The config that ``config`` stands for: ``None`` is ``ConvertConfig()``, a dtype
+        (``"bf16"``, ``torch.float16``, ``"auto"``) is ``ConvertConfig(dtype=...)``, and a
+        :class:`Policy` is ``ConvertConfig(policy=...)``."""
+        if config is None:
+            return cls()
+        if isinstance(config, cls):
+            return config
+        if isinstance(config, (str, torch.dtype)):
+            return cls(dtype=config)
+        if isinstance(config, Policy):
+            return cls(policy=config)
+        raise TypeError(
+            f"expected a ConvertConfig, a dtype (\"fp16\", \"bf16\", \"auto\", torch.float16) "
+            f"or None, got {type(config).__name__}; pass options as "
+            "ConvertConfig(dtype=..., keep_fp32=...)"
+        )
 
     @property
-    def requested_dtype(self) -> DTypeLike:
+    def requested(self) -> DTypeLike:
+        """The dtype asked for: an explicit ``dtype`` (including ``"auto"``) wins over the
+        policy's dtype; without either, ``"auto"``. The one place this is decided."""
         if self.dtype is not None:
             return self.dtype
-        return self.policy.dtype if self.policy is not None else "auto"
+        return self.loaded_policy.dtype if self.loaded_policy is not None else "auto"
+
+    def resolve(self, device: str | torch.device = "cpu") -> DTypeChoice:
+        """The compute dtype on ``device`` and why (``"auto"`` resolved by
+        :func:`~halfprec.dtypes.resolve_dtype`)."""
+        if self.dtype is None and self.loaded_policy is not None:
+            dtype = self.loaded_policy.dtype
+            return DTypeChoice(dtype, f"policy {dtype_name(dtype)}")
+        return resolve_dtype(self.requested, device)
+
+    def candidates(self, device: str | torch.device = "cpu") -> tuple[torch.dtype, ...]:
+        """The dtypes a search tries (tune, bench): the requested one, or for ``"auto"``
+        every half dtype ``device`` runs (see :func:`~halfprec.dtypes.candidate_dtypes`)."""
+        return candidate_dtypes(self.requested, device)
+
+    @property
+    def selectors(self) -> tuple[Selector, ...]:
+        """``keep_fp32`` plus the policy's module names."""
+        pol = self.loaded_policy
+        return self.keep_fp32 + (pol.keep_fp32 if pol is not None else ())
+
+    @property
+    def loaded_policy(self) -> Policy | None:
+        """The policy (a path given as ``policy`` is read in ``__post_init__``)."""
+        return self.policy if isinstance(self.policy, Policy) else None
+
+    def replace(self, **changes: Any) -> ConvertConfig:
+        """A copy with ``changes`` (``dataclasses.replace``), checked again."""
+        return dataclasses.replace(self, **changes)
+
+
+ConfigLike = ConvertConfig | DTypeLike | Policy | None
 
 
 @dataclass
@@ -164,55 +246,17 @@ def conversion_report(model: nn.Module) -> ConversionReport | None:
     return report if isinstance(report, ConversionReport) else None
 
 
-def convert(
-    model: nn.Module,
-    dtype: DTypeLike | None = None,
-    *,
-    keep_fp32: Sequence[Selector] | Selector = (),
-    filter_fn: FilterFn | None = None,
-    default_islands: bool = True,
-    cast_outputs: bool = True,
-    guard_boundaries: bool = True,
-    mixed_kernels: bool = True,
-    policy: Policy | str | os.PathLike[str] | None = None,
-) -> nn.Module:
+def convert(model: nn.Module, config: ConfigLike = None) -> nn.Module:
     """Return a half-precision copy of ``model``; ``model`` itself is left unchanged.
 
-    ``dtype``: ``"fp16"``, ``"bf16"``, ``"auto"`` (default) or a ``torch.dtype``.
-    ``keep_fp32``: module types or qualified names (``fnmatch`` globs) kept in fp32, on top
-    of the default norm islands (``default_islands=False`` drops those).
-    ``filter_fn(module, name) -> bool``: True keeps that module in fp32.
-    ``policy``: a :class:`Policy` or the path of one written by ``halfprec tune``.
-    ``mixed_kernels``: let built-in norm islands take half input straight into their fp32
-    parameter kernels where the device supports it (no casts); ``False`` always casts, which
-    graph formats that need one dtype per op (ONNX) require.
+    ``config``: a :class:`ConvertConfig`, or just a dtype (``"fp16"``, ``"bf16"``,
+    ``"auto"``, ``torch.float16``); default ``"auto"``.
     """
-    clone = copy.deepcopy(model)
-    return convert_(
-        clone,
-        dtype,
-        keep_fp32=keep_fp32,
-        filter_fn=filter_fn,
-        default_islands=default_islands,
-        cast_outputs=cast_outputs,
-        guard_boundaries=guard_boundaries,
-        mixed_kernels=mixed_kernels,
-        policy=policy,
-    )
+    cfg = ConvertConfig.of(config)  # fail on bad options before the copy
+    return convert_(copy.deepcopy(model), cfg)
 
 
-def convert_(
-    model: nn.Module,
-    dtype: DTypeLike | None = None,
-    *,
-    keep_fp32: Sequence[Selector] | Selector = (),
-    filter_fn: FilterFn | None = None,
-    default_islands: bool = True,
-    cast_outputs: bool = True,
-    guard_boundaries: bool = True,
-    mixed_kernels: bool = True,
-    policy: Policy | str | os.PathLike[str] | None = None,
-) -> nn.Module:
+def convert_(model: nn.Module, config: ConfigLike = None) -> nn.Module:
     """Convert ``model`` in place (see :func:`convert`) and return it."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"convert expects an nn.Module, got {type(model).__name__}")
@@ -220,24 +264,7 @@ def convert_(
         raise HalfprecError(
             "this model was already converted by halfprec; convert the original fp32 model"
         )
-    pol = Policy.load(policy) if isinstance(policy, (str, os.PathLike)) else policy
-    config = ConvertConfig(
-        dtype=dtype,
-        keep_fp32=tuple(keep_fp32) if not isinstance(keep_fp32, (str, type)) else (keep_fp32,),
-        filter_fn=filter_fn,
-        default_islands=default_islands,
-        cast_outputs=cast_outputs,
-        guard_boundaries=guard_boundaries,
-        mixed_kernels=mixed_kernels,
-        policy=pol,
-    )
-    return _Converter(model, config).run()
-
-
-def _model_device(model: nn.Module) -> torch.device:
-    for t in _tensors(model):
-        return t.device
-    return torch.device("cpu")
+    return _Converter(model, ConvertConfig.of(config)).run()
 
 
 def _tensors(model: nn.Module) -> Iterable[torch.Tensor]:
@@ -263,34 +290,14 @@ def _plain_tensor_attrs(module: nn.Module) -> list[str]:
     ]
 
 
-def _finite_peak(t: torch.Tensor) -> float:
-    """Largest finite |value|, without a full-size temporary in the common all-finite case."""
-    low, high = torch.aminmax(t)
-    peak = max(abs(float(low)), abs(float(high)))
-    if peak == float("inf") or peak != peak:  # inf or NaN present: mask them out
-        finite = t[torch.isfinite(t)]
-        peak = float(finite.abs().max()) if finite.numel() else 0.0
-    return peak
-
-
-def _nbytes(model: nn.Module) -> int:
-    seen: set[int] = set()
-    total = 0
-    for t in _tensors(model):
-        if id(t) not in seen:
-            seen.add(id(t))
-            total += t.numel() * t.element_size()
-    return total
-
-
 class _Converter:
     """One conversion: picks islands, casts tensors, installs boundary hooks."""
 
     def __init__(self, model: nn.Module, config: ConvertConfig) -> None:
         self.model = model
         self.config = config
-        device = _model_device(model)
-        self.choice: DTypeChoice = resolve_dtype(config.requested_dtype, device)
+        device = model_device(model)
+        self.choice: DTypeChoice = config.resolve(device)
         ensure_runnable(self.choice.dtype, device)
         self.dtype = self.choice.dtype
         self.original = _original_dtype(model)
@@ -298,7 +305,7 @@ class _Converter:
             dtype=self.dtype,
             reason=self.choice.reason,
             original_dtype=self.original,
-            bytes_before=_nbytes(model),
+            bytes_before=nbytes(model),
         )
 
     def run(self) -> nn.Module:
@@ -306,16 +313,16 @@ class _Converter:
         self.report.islands = islands
         half_modules = self._cast(islands)
         self._install_hooks(islands, half_modules)
-        self.report.bytes_after = _nbytes(self.model)
+        self.report.bytes_after = nbytes(self.model)
         self.model.__dict__[_REPORT_ATTR] = self.report
         return self.model
 
     # -- islands ---------------------------------------------------------------------------
     def _selected(self, module: nn.Module, name: str) -> str | None:
         cfg = self.config
-        if cfg.default_islands and is_default_island(module):
-            return f"default island ({type(module).__name__})"
-        for sel in cfg.keep_fp32:
+        if cfg.norm_islands and is_default_island(module):
+            return f"norm island ({type(module).__name__})"
+        for sel in cfg.selectors:
             if isinstance(sel, type) and isinstance(module, sel):
                 return f"keep_fp32 type {sel.__name__}"
             if isinstance(sel, str) and name and (name == sel or fnmatch.fnmatchcase(name, sel)):
@@ -333,7 +340,7 @@ class _Converter:
         for pname, t in tensors:
             if t is None or not t.is_floating_point() or t.numel() == 0:
                 continue
-            peak = _finite_peak(t.detach())
+            peak = finite_peak(t)
             if peak > limit:
                 return f"{pname} reaches {peak:.3g}, beyond {dtype_name(self.dtype)} max {limit:g}"
         return None
@@ -341,7 +348,7 @@ class _Converter:
     def _pick_islands(self) -> dict[str, str]:
         islands: dict[str, str] = {}
         names = [n for n, _ in self.model.named_modules()]
-        for sel in self.config.keep_fp32:
+        for sel in self.config.selectors:
             if isinstance(sel, str) and not any(
                 n == sel or fnmatch.fnmatchcase(n, sel) for n in names if n
             ):
@@ -352,7 +359,7 @@ class _Converter:
                     f"{hint}; list names with model.named_modules()"
                 )
         for name, module in self.model.named_modules():
-            if any(name.startswith(i + ".") or i == "" for i in islands):
+            if in_island(name, islands):
                 continue
             reason = self._selected(module, name) or self._out_of_range(module)
             if reason is not None:
@@ -362,18 +369,14 @@ class _Converter:
 
     def _absorb_shared_parameters(self, islands: dict[str, str]) -> None:
         """A parameter tied between an island and a half module keeps both in fp32."""
-        in_island = {
+        island_params = {
             id(p) for n, m in self.model.named_modules() if n in islands for p in m.parameters()
         }
         for name, module in self.model.named_modules():
-            if name in islands or self._inside(name, islands):
+            if in_island(name, islands):
                 continue
-            if any(id(p) in in_island for p in module.parameters(recurse=False)):
+            if any(id(p) in island_params for p in module.parameters(recurse=False)):
                 islands[name] = "shares a parameter with an fp32 island"
-
-    @staticmethod
-    def _inside(name: str, islands: dict[str, str]) -> bool:
-        return any(i == "" or name.startswith(i + ".") for i in islands)
 
     # -- casting ---------------------------------------------------------------------------
     def _cast(self, islands: dict[str, str]) -> list[nn.Module]:
@@ -382,7 +385,7 @@ class _Converter:
         total = fp32 = 0
         counted: set[int] = set()
         for name, module in self.model.named_modules():
-            kept = name in islands or self._inside(name, islands)
+            kept = in_island(name, islands)
             owns = False
             for p in module.parameters(recurse=False):
                 if id(p) in counted:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,16 +15,21 @@ from halfprec._version import __version__
 from halfprec.atomic import atomic_path
 from halfprec.batch import as_batches, call
 from halfprec.compare import Comparison, Tolerance, run_reference
-from halfprec.convert.core import ConversionReport, FilterFn, Selector, conversion_report, convert
-from halfprec.convert.policy import Policy
-from halfprec.dtypes import DTypeLike, dtype_name, parse_dtype, resolve_dtype
-from halfprec.errors import first_line
+from halfprec.convert.core import (
+    ConfigLike,
+    ConversionReport,
+    ConvertConfig,
+    conversion_report,
+    convert,
+)
+from halfprec.dtypes import dtype_name, is_auto, parse_dtype
 from halfprec.export.artifact import load_artifact, verify_artifact
 from halfprec.export.capture import capture, dynamic_shapes, forward_params, named_inputs
 from halfprec.export.config import ExportConfig, ExportError, ExportFormat, check_onnx_dtype
 from halfprec.export.hf import CACHE_NOTE, CLAMP_NOTE, static_fp16_clamps, without_cache
 from halfprec.export.info import ArtifactInfo
 from halfprec.export.onnx import OrtCasts, OrtLatency, inspect_casts, ort_latency, write_onnx
+from halfprec.modules import evaluating, first_line, model_device
 from halfprec.tree import flatten, map_tensors
 
 __all__ = ["ExportResult", "export", "write_artifact", "fp32_info"]
@@ -75,13 +79,14 @@ class ExportResult:
         }
 
 
-def _export_dtype(config: ExportConfig, model: nn.Module) -> torch.dtype:
+def _export_dtype(
+    config: ExportConfig, convert_config: ConvertConfig, model: nn.Module
+) -> torch.dtype:
     if config.format == "onnx":
-        dtype = torch.float16 if config.dtype == "auto" else parse_dtype(config.dtype)
+        dtype = torch.float16 if is_auto(config.dtype) else parse_dtype(config.dtype)
         check_onnx_dtype(dtype)
         return dtype
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    return resolve_dtype(config.dtype, device).dtype
+    return convert_config.resolve(model_device(model)).dtype
 
 
 def _max_abs(a: list[Any], b: list[Any]) -> float:
@@ -133,16 +138,12 @@ def export(
     model: nn.Module,
     inputs: Any,
     path: str | os.PathLike[str],
+    config: ConfigLike = None,
     *,
     format: ExportFormat | None = None,
-    dtype: DTypeLike = "auto",
     dynamic: bool = True,
     half_io: bool = False,
     opset: int | None = None,
-    keep_fp32: Sequence[Selector] = (),
-    filter_fn: FilterFn | None = None,
-    default_islands: bool = True,
-    policy: Policy | str | os.PathLike[str] | None = None,
     tolerance: Tolerance | None = None,
     runs: int = 0,
     name: str = "",
@@ -156,18 +157,20 @@ def export(
     example batch (``result.comparison``) and with the in-Python half model
     (``result.python_max_abs``). For ONNX, ``result.ort_casts`` says where onnxruntime's
     CPU provider falls back to fp32, and ``runs > 0`` also times the fp32 and half ONNX
-    exports with onnxruntime (``result.ort_latency``). ``keep_fp32``, ``filter_fn``,
-    ``default_islands`` and ``policy`` choose the fp32 islands as in :func:`halfprec.convert`.
+    exports with onnxruntime (``result.ort_latency``). ``config``: a :class:`ConvertConfig`
+    or a dtype, as in :func:`halfprec.convert` (ONNX: ``"auto"`` means fp16; ``half_io``
+    decides ``cast_outputs``, and ONNX always casts at norm islands).
     """
+    cfg = ConvertConfig.of(config)
     if conversion_report(model) is not None:
         raise ExportError(
             "export converts the model itself and checks it against fp32; pass the original "
-            "fp32 model with the same keep_fp32/policy options"
+            "fp32 model with the same ConvertConfig"
         )
-    config = ExportConfig.for_path(
+    target = ExportConfig.for_path(
         Path(path),
         format,
-        dtype=dtype if dtype != "auto" or policy is None else _policy_dtype(policy),
+        dtype=cfg.requested,
         dynamic=dynamic,
         half_io=half_io,
         opset=opset,
@@ -175,24 +178,24 @@ def export(
     out = Path(path)
     # A Hugging Face model with use_cache=True returns a cache object no exporter takes:
     # export a weight-sharing copy without it (the caller's model keeps its config).
-    reference, no_cache = without_cache(model.eval())
+    reference, no_cache = without_cache(model)
     notes = [CACHE_NOTE] if no_cache else []
     batches = as_batches(inputs)
-    ref_out = run_reference(reference, batches)
-    half_dtype = _export_dtype(config, reference)
-    half = convert(
-        reference,
-        half_dtype,
-        keep_fp32=keep_fp32,
-        filter_fn=filter_fn,
-        default_islands=default_islands,
-        policy=policy,
-        cast_outputs=not half_io,
-        mixed_kernels=config.format != "onnx",  # ONNX ops take one dtype for all inputs
-    )
+    with evaluating(reference):  # the copy convert makes stays in eval mode
+        ref_out = run_reference(reference, batches)
+        half_dtype = _export_dtype(target, cfg, reference)
+        half = convert(
+            reference,
+            cfg.replace(
+                dtype=half_dtype,
+                cast_outputs=not half_io,
+                # ONNX ops take one dtype for all inputs
+                mixed_kernels=cfg.mixed_kernels and target.format != "onnx",
+            ),
+        )
     report = conversion_report(half)
     assert report is not None  # convert() always attaches its report
-    clamps = static_fp16_clamps(half) if config.format != "torchscript" else 0
+    clamps = static_fp16_clamps(half) if target.format != "torchscript" else 0
     if clamps:
         notes.append(CLAMP_NOTE.format(n=clamps))
     params = forward_params(half)
@@ -208,11 +211,11 @@ def export(
     except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
         raise ExportError(
             f"the {dtype_name(half_dtype)} model fails in PyTorch before export "
-            f"({type(exc).__name__}: {first_line(exc, 200)}); keep the failing module in fp32 with "
+            f"({first_line(exc)}); keep the failing module in fp32 with "
             "keep_fp32/--keep-fp32, or check it with halfprec check"
         ) from exc
     info = ArtifactInfo(
-        format=config.format,
+        format=target.format,
         dtype=dtype_name(half_dtype),
         io_dtype=dtype_name(io_dtype),
         model=name or type(model).__name__,
@@ -221,11 +224,11 @@ def export(
         outputs=tuple(flatten(python_out[0])),
         islands=dict(report.islands),
         static_shapes=None
-        if config.dynamic or config.format == "torchscript"
+        if target.dynamic or target.format == "torchscript"
         else {k: tuple(t.shape) for k, t in flatten(named[0]).items()},
         halfprec=__version__,
     )
-    write_artifact(config, half, named, out, info)
+    write_artifact(target, half, named, out, info)
     artifact = load_artifact(out)
     check = verify_artifact(artifact, batches, ref_out, tolerance=tolerance)
     python_max_abs = (
@@ -244,16 +247,12 @@ def export(
         skipped_batches=check.skipped_batches,
         notes=tuple(notes),
     )
-    if config.format == "onnx":
+    if target.format == "onnx":
         result.ort_casts = inspect_casts(out)
         if runs > 0:
-            result.ort_latency = _onnx_latency(config, reference, named, info, out, runs)
+            with evaluating(reference):
+                result.ort_latency = _onnx_latency(target, reference, named, info, out, runs)
     return result
-
-
-def _policy_dtype(policy: Policy | str | os.PathLike[str]) -> DTypeLike:
-    pol = Policy.load(policy) if isinstance(policy, (str, os.PathLike)) else policy
-    return pol.dtype
 
 
 def _onnx_latency(

@@ -19,9 +19,11 @@ import torch
 from torch import nn
 
 from halfprec.batch import Args, Batch
-from halfprec.errors import HalfprecError, InputsError, clip, first_line
+from halfprec.errors import HalfprecError, InputsError, clip
 from halfprec.export.config import ExportError
+from halfprec.export.hf import plain_outputs
 from halfprec.frames import is_library_file
+from halfprec.modules import first_line
 from halfprec.tree import map_tensors
 
 __all__ = [
@@ -187,7 +189,7 @@ def explain_failure(stage: str, exc: BaseException) -> str:
     location = _model_location(str(root))
     where = f" (in {location})" if location else ""
     fix = "; export with --static, or with --format exported-program" if "onnx" in stage else ""
-    return f"{stage} failed: {type(root).__name__}: {first_line(root)}{where}{fix}"
+    return f"{stage} failed: {first_line(root)}{where}{fix}"
 
 
 def capture(
@@ -197,6 +199,7 @@ def capture(
     # torch.export marks the example tensors it sees as dynamic; give it copies so a
     # second export of the same batch (say, a static one after a failure) starts clean.
     fresh = map_tensors(lambda t: t.detach().clone(), named)
+    model = plain_outputs(model, list(fresh))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -159,3 +159,42 @@ def static_fp16_clamps(model: nn.Module) -> int:
             module.forward = types.MethodType(func, module)  # type: ignore[method-assign]
             count += 1
     return count
+
+
+def _plain(out: Any) -> Any:
+    """ModelOutput (and other mappings) as plain dicts, recursively; tensors unchanged."""
+    if isinstance(out, dict) or (hasattr(out, "keys") and hasattr(out, "__getitem__")):
+        return {str(k): _plain(out[k]) for k in out.keys()}  # noqa: SIM118 (ModelOutput)
+    if isinstance(out, (list, tuple)):
+        return type(out)(_plain(v) for v in out) if type(out) in (list, tuple) else out
+    return out
+
+
+class PlainOutputs(nn.Module):
+    """Wraps a transformers model so that its outputs are plain dicts of tensors.
+
+    ``.pt2`` files are loaded without importing transformers, so they may name only plain
+    containers in their output spec; the forward keeps the wrapped model's input names.
+    """
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+
+def plain_outputs(model: nn.Module, names: list[str]) -> nn.Module:
+    """``model`` itself unless it is a transformers model; else :class:`PlainOutputs`
+    with a ``forward`` taking exactly ``names`` as keyword-capable parameters."""
+    if not type(model).__module__.startswith("transformers."):
+        return model
+    if not all(n.isidentifier() for n in names):
+        return model
+    params = ", ".join(names)
+    passing = ", ".join(f"{n}={n}" for n in names)
+    namespace: dict[str, Any] = {"_plain": _plain}
+    exec(  # noqa: S102 (names are checked identifiers)
+        f"def forward(self, {params}):\n    return _plain(self.inner({passing}))\n", namespace
+    )
+    wrapper = PlainOutputs(model)
+    wrapper.forward = types.MethodType(namespace["forward"], wrapper)  # type: ignore[method-assign]
+    return wrapper

@@ -18,10 +18,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.errors import HalfprecError, first_line
+from halfprec.errors import HalfprecError
 from halfprec.export.capture import explain_failure
 from halfprec.export.config import ExportError
 from halfprec.export.info import INFO_KEY, ArtifactInfo
+from halfprec.modules import first_line
 
 __all__ = ["write_torchscript", "load_torchscript"]
 
@@ -54,7 +55,7 @@ def load_torchscript(path: Path) -> tuple[nn.Module, ArtifactInfo]:
             module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
     except Exception as exc:  # a corrupt archive raises zipfile or torch errors
         raise ExportError(
-            f"{path} is not a loadable TorchScript file ({first_line(exc, 200)}); write it with "
+            f"{path} is not a loadable TorchScript file ({first_line(exc)}); write it with "
             "halfprec export --format torchscript"
         ) from None
     if not extra[INFO_KEY]:

@@ -34,10 +34,18 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from halfprec import ops
 from halfprec.batch import as_batches, call
-from halfprec.convert.core import ConversionReport, conversion_report, convert
-from halfprec.dtypes import DTypeLike, dtype_name, range_of
+from halfprec.convert.core import (
+    ConfigLike,
+    ConversionReport,
+    ConvertConfig,
+    conversion_report,
+    convert,
+)
+from halfprec.dtypes import dtype_name, range_of
 from halfprec.frames import is_library_file, is_torch_file
+from halfprec.modules import evaluating, first_line
 
 __all__ = ["Leak", "AuditReport", "LEAK_KINDS", "audit"]
 
@@ -51,13 +59,7 @@ def _names(prefix: str, text: str) -> frozenset[str]:
     return frozenset(f"{prefix}.{n}" for n in text.split())
 
 
-_FACTORIES = _names("torch", "zeros ones full empty arange rand randn tensor eye linspace logspace")
 _CASTS = _names("Tensor", "float double to type type_as")
-_FILLS = _names(
-    "Tensor",
-    "masked_fill masked_fill_ fill_ new_full new_tensor where clamp clamp_ mul add sub __mul__ "
-    "__rmul__ __add__ __radd__ __sub__ __rsub__",
-) | _names("torch", "full full_like where tensor clamp masked_fill add mul sub rsub")
 
 
 @dataclass
@@ -121,6 +123,11 @@ class AuditReport:
             "leaks": [leak.to_json() for leak in self.leaks],
             "count": sum(leak.count for leak in self.leaks),
         }
+
+
+def _is_factory(op: str) -> bool:
+    """``torch.zeros`` and the other factories of :data:`halfprec.ops.FACTORY_OPS`."""
+    return op.startswith("torch.") and ops.is_factory(op)
 
 
 def _op_name(func: Any) -> str:
@@ -202,9 +209,9 @@ class _LeakMode(TorchFunctionMode):
         self.ops += 1
         op = _op_name(func)
         half = self.dtype
-        if op in _FILLS:
+        if ops.is_fill(op) or ops.bare(op) in ops.SCALAR_OPS:
             wide = self._wide_scalars(args, kwargs)
-            if wide and (op in _FACTORIES or any(t.dtype == half for t in _tensors(args, kwargs))):
+            if wide and (_is_factory(op) or any(t.dtype == half for t in _tensors(args, kwargs))):
                 self._record(
                     "range",
                     op,
@@ -224,7 +231,7 @@ class _LeakMode(TorchFunctionMode):
     ) -> torch.Tensor:
         half = self.dtype
         wide = dtype_name(out.dtype)
-        if op in _FACTORIES and kwargs.get("dtype") is None:
+        if _is_factory(op) and kwargs.get("dtype") is None:
             if out.dim() == 0:
                 return out
             name = op.split(".", 1)[1]
@@ -290,39 +297,32 @@ class _LeakMode(TorchFunctionMode):
 
         out = func(*(fix(a) for a in args), **{k: fix(v) for k, v in kwargs.items()})
         if mixed:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             self._record(
                 "mixed",
                 op,
                 f"{op} fails on {dtype_name(half)} and fp32 inputs without halfprec's guards "
-                f"({first})",
+                f"({first_line(exc)})",
                 "make the fp32 input with the model's dtype (dtype=x.dtype, x.new_*), or cast "
                 "it with .to(x.dtype)",
             )
         return out
 
 
-def audit(
-    model: nn.Module,
-    inputs: Any,
-    dtype: DTypeLike = "fp16",
-    **convert_options: Any,
-) -> AuditReport:
+def audit(model: nn.Module, inputs: Any, config: ConfigLike = None) -> AuditReport:
     """Run ``model`` in half on ``inputs`` and report every dtype leak by source line.
 
-    ``model``: an fp32 model (converted here with ``guard_boundaries=False``, so leaks are
-    not hidden by halfprec's own guards) or one already converted by :func:`convert`.
-    ``inputs``: one batch or a list of batches (see :mod:`halfprec.batch`).
-    ``convert_options``: passed to :func:`convert` (``keep_fp32=...``, ``policy=...``).
+    ``model``: an fp32 model (converted here by ``config``, a :class:`ConvertConfig` or a
+    dtype, default ``"auto"``, with ``guard_boundaries=False`` so that leaks are not hidden
+    by halfprec's own guards) or one already converted by :func:`convert` (audited as it
+    is; ``config`` is then ignored). ``inputs``: one batch or a list of batches.
     """
     report = conversion_report(model)
     if report is None:
-        model = convert(model, dtype, guard_boundaries=False, **convert_options)
+        model = convert(model, ConvertConfig.of(config).replace(guard_boundaries=False))
         report = cast(ConversionReport, conversion_report(model))
     mode = _LeakMode(report.dtype)
     batches = as_batches(inputs)
-    model.eval()
-    with torch.no_grad(), mode:
+    with evaluating(model), torch.no_grad(), mode:
         for batch in batches:
             call(model, batch)
     return AuditReport(report.dtype, list(mode.leaks.values()), len(batches), mode.ops)
