@@ -89,3 +89,21 @@ def test_missing_factory_names_the_file_not_an_internal_module(tmp_path: Path) -
     assert proc.returncode == 2
     assert "_halfprec_user_" not in proc.stderr
     assert "export_models.py" in proc.stderr
+
+
+def test_tune_pass_counts_agree_with_the_table() -> None:
+    from halfprec.report.tune import print_tune
+    from halfprec.tune import tune
+
+    result = tune(tiny(), example_inputs(), "bf16")
+    buffer = io.StringIO()
+    print_tune(result.report, Console(file=buffer, width=120, color_system=None))
+    text = buffer.getvalue()
+    total, in_variants, rest = map(
+        int,
+        re.search(  # type: ignore[union-attr]
+            r"(\d+) forward passes on .*: (\d+) in the variants above, (\d+) for", text
+        ).groups(),
+    )
+    assert total == in_variants + rest == result.report.passes
+    assert in_variants == sum(v.passes for v in result.report.variants)
