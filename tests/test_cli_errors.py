@@ -29,7 +29,7 @@ def _one_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
 @pytest.mark.parametrize("command", ["check", "tune"])
 def test_out_of_range_min_cosine_is_exit_2(command: str) -> None:
     extra = ["--runs", "0"] if command == "check" else []
-    _one_error(run_cli(command, USER, "--min-cosine", "2", *extra), "min_cosine")
+    _one_error(run_cli(command, USER, "--min-cosine", "2", *extra), "--min-cosine")
 
 
 def test_meta_device_is_exit_2() -> None:
@@ -92,7 +92,7 @@ def test_bad_config_json_is_exit_2(tmp_path: Path) -> None:
 
 def test_artifact_of_another_model_is_exit_2(tmp_path: Path) -> None:
     artifact = tmp_path / "tiny.pt2"
-    halfprec.export(tiny(), example_inputs(), artifact, dtype="fp16", runs=0)
+    halfprec.export(tiny(), example_inputs(), artifact, "fp16", runs=0)
     _one_error(
         run_cli("check", USER, "--artifact", str(artifact), "--runs", "0"),
         "does not fit",

@@ -75,7 +75,7 @@ def test_weights_of_another_kind_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "w.safetensors"
     save_file(state, str(path))
     proc = run_cli("check", USER, "--weights", str(path), "--runs", "0")
-    one_line_error(proc, "tensor 'lin.weight' is int32 but the model's is fp32; refusing")
+    one_line_error(proc, "lin.weight is int32 but the model's is fp32")
 
 
 def test_weights_whose_metadata_contradicts_their_tensors_are_refused(tmp_path: Path) -> None:
@@ -91,7 +91,7 @@ def test_weights_whose_metadata_contradicts_their_tensors_are_refused(tmp_path: 
     bad = tmp_path / "bad.safetensors"
     save_file(relabelled, str(bad), metadata=meta)
     proc = run_cli("check", USER, "--weights", str(bad), "--runs", "0")
-    one_line_error(proc, "metadata says fp16 but tensor")
+    one_line_error(proc, "metadata says fp16 but")
     from halfprec.io.checkpoint import load
     from halfprec.io.specs import load_model
 

@@ -46,7 +46,7 @@ def _evil_pickle(marker: Path) -> bytes:
 @pytest.fixture(scope="module")
 def good_pt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("pt2") / "tiny.pt2"
-    halfprec.export(tiny(), example_inputs(), path, dtype="fp16", runs=0)
+    halfprec.export(tiny(), example_inputs(), path, "fp16", runs=0)
     return path
 
 
