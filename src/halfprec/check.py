@@ -15,6 +15,7 @@ from torch import nn
 from halfprec.batch import as_batches, call
 from halfprec.compare import Comparison, Tolerance, compare
 from halfprec.convert.core import ConfigLike, ConversionReport, conversion_report, convert
+from halfprec.generate import Generation, agreement, prompts_from_batches
 from halfprec.modules import evaluating, model_device
 from halfprec.timing import Timing, measure
 
@@ -30,6 +31,7 @@ class CheckResult:
     conversion: ConversionReport
     latency_fp32: Timing | None
     latency_half: Timing | None
+    generation: Generation | None = None
 
     @property
     def passed(self) -> bool:
@@ -55,6 +57,7 @@ class CheckResult:
             "speedup": self.speedup,
             "bytes_fp32": self.conversion.bytes_before,
             "bytes_half": self.conversion.bytes_after,
+            "generation": None if self.generation is None else self.generation.to_json(),
         }
 
 
@@ -66,11 +69,14 @@ def check(
     tolerance: Tolerance | None = None,
     runs: int = 10,
     name: str = "",
+    generate: int = 0,
 ) -> CheckResult:
     """Convert a copy of ``model`` (``config``: a :class:`ConvertConfig` or a dtype, default
     ``"auto"``), compare it with ``model`` on ``inputs``, and time both.
 
-    ``runs=0`` skips timing. ``model`` itself is not changed.
+    ``runs=0`` skips timing. ``generate > 0`` (causal LMs) also greedy-decodes that many
+    tokens from prompts taken from ``inputs``' ``input_ids`` and scores the half model's
+    agreement (:func:`halfprec.generate.agreement`). ``model`` itself is not changed.
     """
     with evaluating(model) as reference:
         half = convert(reference, config)
@@ -84,4 +90,10 @@ def check(
             with torch.inference_mode():
                 lat32 = measure(lambda: call(reference, first), device=device, runs=runs)
                 lat16 = measure(lambda: call(half, first), device=device, runs=runs)
-    return CheckResult(name or type(model).__name__, comparison, report, lat32, lat16)
+        generation = None
+        if generate > 0:
+            prompts = prompts_from_batches(as_batches(inputs))
+            generation = agreement(reference, half, prompts, generate)
+    return CheckResult(
+        name or type(model).__name__, comparison, report, lat32, lat16, generation
+    )

@@ -6,9 +6,12 @@ The command line prints ``str(error)`` on one line and exits with ``error.exit_c
 from __future__ import annotations
 
 import importlib
+import re
 from types import ModuleType
 
 __all__ = [
+    "clip",
+    "strip_ansi",
     "HalfprecError",
     "DTypeError",
     "DeviceError",
@@ -75,3 +78,19 @@ def require(module: str, extra: str, purpose: str) -> ModuleType:
     except ImportError:
         top = module.partition(".")[0]
         raise MissingExtraError(_PACKAGES.get(top, top), extra, purpose) from None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def clip(text: str, limit: int = 240) -> str:
+    """``text`` shortened to at most ``limit`` characters at a word boundary, with "..."."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 3].rsplit(" ", 1)[0].rstrip(" ,;:(")
+    return f"{cut}..."
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal colour codes (torch.onnx colours its summaries)."""
+    return _ANSI.sub("", text)

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from halfprec.errors import clip, strip_ansi
+
 __all__ = ["evaluating", "finite_peak", "first_line", "in_island", "model_device", "nbytes"]
 
 _LINE_LIMIT = 240
@@ -65,10 +67,12 @@ def in_island(name: str, islands: Iterable[str]) -> bool:
 
 def first_line(exc: BaseException) -> str:
     """``"TypeName: first line of the message"`` (just ``"TypeName"`` when the message is
-    empty), cut to 240 characters: the one way halfprec shows an exception in one line."""
-    line = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    empty), without ANSI colour codes, clipped to 240 characters at a word boundary: the
+    one way halfprec shows an exception in one line."""
+    text = strip_ansi(str(exc))
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     kind = type(exc).__name__
-    return f"{kind}: {line[:_LINE_LIMIT]}" if line else kind
+    return f"{kind}: {clip(line, _LINE_LIMIT)}" if line else kind
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from halfprec.cli.options import (
     tolerance_override,
     weights_option,
 )
+from halfprec.cli.progress import progress
 from halfprec.convert.core import ConvertConfig
 from halfprec.report.common import print_check
 
@@ -46,6 +47,13 @@ __all__ = ["command"]
     show_default=True,
     help="Timed runs (0: no timing).",
 )
+@click.option(
+    "--generate",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Causal LMs: greedy-decode N new tokens in fp32 and half from the example "
+    "prompts, and report token agreement and the first divergence.",
+)
 def command(
     model: str,
     inputs_path: Path | None,
@@ -57,8 +65,10 @@ def command(
     min_sqnr: float | None,
     artifact: Path | None,
     runs: int,
+    generate: int,
 ) -> None:
-    loaded, batches, dev = load_for_command(model, inputs_path, device, weights)
+    with progress(f"loading {model}", quiet=as_json):
+        loaded, batches, dev = load_for_command(model, inputs_path, device, weights)
     if artifact is not None:
         from halfprec.cli.export import check_artifact
 
@@ -67,7 +77,14 @@ def command(
         )
     half_dtype = convert_config.resolve(dev).dtype
     tolerance = tolerance_override(half_dtype, min_cosine, min_sqnr)
-    result = check(
-        loaded.model, batches, convert_config, tolerance=tolerance, runs=runs, name=loaded.name
-    )
+    with progress(f"checking {loaded.name} against fp32", quiet=as_json):
+        result = check(
+            loaded.model,
+            batches,
+            convert_config,
+            tolerance=tolerance,
+            runs=runs,
+            name=loaded.name,
+            generate=generate,
+        )
     finish(result.to_json(), as_json, lambda: print_check(result), result.passed)

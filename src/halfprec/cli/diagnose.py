@@ -17,6 +17,7 @@ from halfprec.cli.options import (
     tolerance_options,
     tolerance_override,
 )
+from halfprec.cli.progress import progress
 from halfprec.convert.core import ConvertConfig, convert
 from halfprec.diagnose import diagnose
 from halfprec.report.diagnose import plot_diagnosis, print_diagnosis
@@ -66,13 +67,15 @@ def command(
 ) -> None:
     if plot is not None and plot.suffix.lower() != ".png":
         raise click.UsageError(f"--plot {plot} must end in .png")
-    loaded, batches, dev = load_for_command(model, inputs_path, device)
+    with progress(f"loading {model}", quiet=as_json):
+        loaded, batches, dev = load_for_command(model, inputs_path, device)
     batches = batches[:max_batches] if max_batches else batches
     dt = convert_config.resolve(dev).dtype
     islands_given = convert_config != ConvertConfig(dtype=convert_config.dtype)
     half = convert(loaded.model, convert_config) if converted or islands_given else None
     tolerance = tolerance_override(dt, min_cosine, min_sqnr)
-    diag = diagnose(loaded.model, batches, dt, half=half, tolerance=tolerance)
+    with progress(f"diagnosing {loaded.name}: every module in fp32 and half", quiet=as_json):
+        diag = diagnose(loaded.model, batches, dt, half=half, tolerance=tolerance)
     if plot is not None:
         plot_diagnosis(diag, plot, title=f"{loaded.name}: {diag.half_model} half vs fp32")
 

@@ -19,6 +19,7 @@ from halfprec.cli.options import (
     mkdirs_option,
     tolerance_override,
 )
+from halfprec.cli.progress import progress
 from halfprec.compare import run_reference
 from halfprec.convert.core import ConvertConfig
 from halfprec.export import FORMATS, ExportConfig, export, load_artifact, verify_artifact
@@ -84,19 +85,21 @@ def command(
     # fail on the file name, format, dtype and folder before loading the model
     ExportConfig.for_path(output, fmt, dtype=convert_config.requested, opset=opset)  # type: ignore[arg-type]
     ensure_folder(output, mkdirs=mkdirs)
-    loaded, batches, _ = load_for_command(model, inputs_path, device)
-    result = export(
-        loaded.model,
-        batches,
-        output,
-        convert_config,
-        format=fmt,  # type: ignore[arg-type]
-        dynamic=not static,
-        half_io=half_io,
-        opset=opset,
-        runs=runs,
-        name=loaded.name,
-    )
+    with progress(f"loading {model}", quiet=as_json):
+        loaded, batches, _ = load_for_command(model, inputs_path, device)
+    with progress(f"exporting {loaded.name} to {output} and checking it", quiet=as_json):
+        result = export(
+            loaded.model,
+            batches,
+            output,
+            convert_config,
+            format=fmt,  # type: ignore[arg-type]
+            dynamic=not static,
+            half_io=half_io,
+            opset=opset,
+            runs=runs,
+            name=loaded.name,
+        )
     finish(result.to_json(), as_json, lambda: print_export(result), result.passed)
 
 

@@ -100,13 +100,14 @@ def command(
 
 
 def _summary(report: LintReport, config_fixable: int, wrote: bool, unsafe_left: int) -> None:
-    found = len(report.findings)
+    # with --diff the fixed findings leave report.findings but are still in the code
+    found = len(report.findings) + (0 if wrote else report.fixed)
     files = len(report.files)
     parts = [
         f"{found} finding{'s' if found != 1 else ''} in {files} file{'s' if files != 1 else ''}"
     ]
     if report.fixed:
-        parts.append(f"{report.fixed} {'fixed' if wrote else 'fixable (shown above)'}")
+        parts.append(f"{report.fixed} {'fixed' if wrote else 'fixable (diff above)'}")
     if config_fixable and not report.fixed:
         parts.append(f"{config_fixable} fixable with --fix")
     if unsafe_left:

@@ -26,6 +26,7 @@ from halfprec.dtypes import dtype_name, is_auto, parse_dtype
 from halfprec.export.artifact import load_artifact, verify_artifact
 from halfprec.export.capture import capture, dynamic_shapes, forward_params, named_inputs
 from halfprec.export.config import ExportConfig, ExportError, ExportFormat, check_onnx_dtype
+from halfprec.export.hf import CACHE_NOTE, CLAMP_NOTE, static_fp16_clamps, without_cache
 from halfprec.export.info import ArtifactInfo
 from halfprec.export.onnx import OrtCasts, OrtLatency, inspect_casts, ort_latency, write_onnx
 from halfprec.modules import evaluating, first_line, model_device
@@ -52,6 +53,7 @@ class ExportResult:
     skipped_batches: int
     ort_casts: OrtCasts | None = None
     ort_latency: OrtLatency | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -73,6 +75,7 @@ class ExportResult:
             "comparison": self.comparison.to_json(),
             "ort_casts": self.ort_casts.to_json() if self.ort_casts else None,
             "ort_latency": self.ort_latency.to_json() if self.ort_latency else None,
+            "notes": list(self.notes),
         }
 
 
@@ -173,7 +176,10 @@ def export(
         opset=opset,
     )
     out = Path(path)
-    reference = model
+    # A Hugging Face model with use_cache=True returns a cache object no exporter takes:
+    # export a weight-sharing copy without it (the caller's model keeps its config).
+    reference, no_cache = without_cache(model)
+    notes = [CACHE_NOTE] if no_cache else []
     batches = as_batches(inputs)
     with evaluating(reference):  # the copy convert makes stays in eval mode
         ref_out = run_reference(reference, batches)
@@ -189,6 +195,9 @@ def export(
         )
     report = conversion_report(half)
     assert report is not None  # convert() always attaches its report
+    clamps = static_fp16_clamps(half) if target.format != "torchscript" else 0
+    if clamps:
+        notes.append(CLAMP_NOTE.format(n=clamps))
     params = forward_params(half)
     io_dtype = half_dtype if half_io else torch.float32
 
@@ -236,6 +245,7 @@ def export(
         bytes_written=out.stat().st_size,
         checked_batches=len(check.checked_batches),
         skipped_batches=check.skipped_batches,
+        notes=tuple(notes),
     )
     if target.format == "onnx":
         result.ort_casts = inspect_casts(out)

@@ -12,14 +12,16 @@ import inspect
 import re
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from halfprec.batch import Args, Batch
-from halfprec.errors import HalfprecError, InputsError
+from halfprec.errors import HalfprecError, InputsError, clip
 from halfprec.export.config import ExportError
+from halfprec.export.hf import plain_outputs
 from halfprec.frames import is_library_file
 from halfprec.modules import first_line
 from halfprec.tree import map_tensors
@@ -30,6 +32,7 @@ __all__ = [
     "dynamic_shapes",
     "capture",
     "explain_failure",
+    "root_cause",
 ]
 
 
@@ -101,20 +104,50 @@ def dynamic_shapes(named_batches: list[dict[str, Any]]) -> dict[str, Any]:
 
 _NO_ONNX_OP = re.compile(r"No ONNX function found for <OpOverload\(op='([^']+)'")
 _USER_LINE = re.compile(r'File "([^"]+)", line (\d+), in \w+|# File: (\S+?):(\d+) in \w+')
+_UNKNOWN_OUTPUT = re.compile(r"Found <class '([\w.]+)'> in output, which is not a known type")
+
+
+def _locations(text: str) -> list[tuple[str, str]]:
+    return [(m.group(1) or m.group(3), m.group(2) or m.group(4)) for m in _USER_LINE.finditer(text)]
 
 
 def _user_location(text: str) -> str:
     """The last model-code location in an exporter message (not torch's or halfprec's)."""
-    found = [
-        (m.group(1) or m.group(3), m.group(2) or m.group(4)) for m in _USER_LINE.finditer(text)
-    ]
+    found = _locations(text)
     mine = [f"{f}:{n}" for f, n in found if not is_library_file(f) and "site-packages" not in f]
     return mine[-1] if mine else ""
 
 
+def _model_location(text: str) -> str:
+    """The last location outside torch and halfprec (model code, or transformers')."""
+    user = _user_location(text)
+    if user:
+        return user
+    found = [
+        (f, n) for f, n in _locations(text) if not is_library_file(f) and "/torch/" not in f
+    ]
+    return f"{Path(found[-1][0]).name}:{found[-1][1]}" if found else ""
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it wraps, outermost first."""
+    found = [exc]
+    while True:
+        last = found[-1]
+        inner = last.__cause__ or (None if last.__suppress_context__ else last.__context__)
+        if inner is None or any(inner is e for e in found):
+            return found
+        found.append(inner)
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception of ``exc``'s chain (exporters wrap the real error)."""
+    return _chain(exc)[-1]
+
+
 def explain_failure(stage: str, exc: BaseException) -> str:
-    """One line naming why ``stage`` failed, and the fix."""
-    text = str(exc)
+    """One line naming why ``stage`` failed (the root cause, plain text), and the fix."""
+    text = "\n".join(str(e) for e in _chain(exc))
     op = _NO_ONNX_OP.search(text)
     if op:
         return (
@@ -122,12 +155,21 @@ def explain_failure(stage: str, exc: BaseException) -> str:
             "the model, register a custom translation, or export with --format "
             "exported-program"
         )
+    unknown = _UNKNOWN_OUTPUT.search(text)
+    if unknown:
+        kind = unknown.group(1).rsplit(".", 1)[-1]
+        return (
+            f"{stage} cannot put the model's {kind} output in a graph; return tensors (or "
+            "dicts/tuples of tensors) only; for a Hugging Face cache, set "
+            "config.use_cache=False"
+        )
     if "Constraints violated" in text or "specialized it to be a constant" in text:
         detail = next((ln.strip(" -") for ln in text.splitlines() if "marked" in ln), "")
         detail = detail.split(". ")[0].replace("L['", "").replace("']", "")
         return (
-            f"the model does not export with dynamic shapes ({detail[:200]}); export for the "
-            "example shapes only with --static (dynamic=False), or make the model shape-generic"
+            f"the model does not export with dynamic shapes ({clip(detail, 200)}); export for "
+            "the example shapes only with --static (dynamic=False), or make the model "
+            "shape-generic"
         )
     if "data-dependent" in text.lower() or "GuardOnDataDependent" in text:
         location = _user_location(text)
@@ -140,10 +182,14 @@ def explain_failure(stage: str, exc: BaseException) -> str:
     if "Tracer cannot infer type" in text:
         last = [ln.strip(" :") for ln in text.splitlines() if ln.strip()][-1]
         return (
-            f"TorchScript cannot trace this model's outputs ({last[:160]}); return tensors, "
-            "or dicts/tuples of tensors only, or use --format exported-program"
+            f"TorchScript cannot trace this model's outputs ({clip(last, 160)}); return "
+            "tensors, or dicts/tuples of tensors only, or use --format exported-program"
         )
-    return f"{stage} failed: {first_line(exc)}"
+    root = root_cause(exc)
+    location = _model_location(str(root))
+    where = f" (in {location})" if location else ""
+    fix = "; export with --static, or with --format exported-program" if "onnx" in stage else ""
+    return f"{stage} failed: {first_line(root)}{where}{fix}"
 
 
 def capture(
@@ -153,6 +199,7 @@ def capture(
     # torch.export marks the example tensors it sees as dynamic; give it copies so a
     # second export of the same batch (say, a static one after a failure) starts clean.
     fresh = map_tensors(lambda t: t.detach().clone(), named)
+    model = plain_outputs(model, list(fresh))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

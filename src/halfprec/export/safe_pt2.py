@@ -289,7 +289,11 @@ def _check_target(target: str, path: Path) -> None:
     if resolved is None or not _NAME.match(target):
         raise _refuse(path, f"node target {target[:80]!r} is not a torch operator")
     for part in rest:
-        if part.startswith("__") or not hasattr(resolved, part):
+        # dunder names only as aten operators (aten.__and__, aten.__or__: masks in HF models)
+        dunder_op = isinstance(resolved, torch._ops._OpNamespace) and isinstance(
+            getattr(resolved, part, None), torch._ops.OpOverloadPacket
+        )
+        if (part.startswith("__") and not dunder_op) or not hasattr(resolved, part):
             raise _refuse(path, f"node target {target[:80]!r} is not a torch operator")
         resolved = getattr(resolved, part)
     ops = (torch._ops.OpOverload, torch._ops.HigherOrderOperator)

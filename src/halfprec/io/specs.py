@@ -114,7 +114,7 @@ def _from_module(module: ModuleType, factory_name: str, spec: str) -> LoadedMode
     if factory is None or not callable(factory):
         public = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
         raise ModelSpecError(
-            f"{spec!r}: no callable {factory_name!r} in {module.__name__}"
+            f"{spec!r}: no callable {factory_name!r} in {_where(module)}"
             f" (callables: {', '.join(public[:6]) or 'none'}); name a function returning nn.Module"
         )
     try:
@@ -142,6 +142,12 @@ def _from_module(module: ModuleType, factory_name: str, spec: str) -> LoadedMode
     return LoadedModel(model.eval(), batches, name=spec, source=getattr(module, "__file__", ""))
 
 
+def _where(module: ModuleType) -> str:
+    """The module's file for modules imported from a path (their names are internal)."""
+    name = module.__name__
+    return str(getattr(module, "__file__", name)) if name.startswith("_halfprec_user_") else name
+
+
 def _hf_directory(path: Path) -> LoadedModel:
     config_file = path / "config.json"
     if not config_file.is_file():
@@ -164,11 +170,34 @@ def _hf_directory(path: Path) -> LoadedModel:
     else:
         vocab = int(getattr(model.config, "vocab_size", 1000))
         batches = [token_batch(vocab, 2, 32)]
+    batches = [_model_inputs(model, b) for b in batches]
     if (path / "modules.json").is_file() and getattr(model.config, "model_type", "") == "bert":
         model = SentenceEncoder(model)  # a sentence-transformers directory: mean pooling
     return LoadedModel(model.eval(), batches, name=str(path), source="Hugging Face directory")
 
 
+def _model_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Token ``batch`` made to fit the model: features for speech encoders, decoder tokens
+    for encoder-decoders (a short start of the same tokens)."""
+    config = model.config
+    main = getattr(model, "main_input_name", "input_ids")
+    if main == "input_features":  # Whisper-style: log-mel frames, twice the positions
+        mels = int(getattr(config, "num_mel_bins", 80))
+        frames = 2 * int(getattr(config, "max_source_positions", 1500))
+        rows = batch["input_ids"].shape[0]
+        features = torch.randn(rows, mels, frames, generator=torch.Generator().manual_seed(0))
+        batch = {"input_features": features}
+    elif main != "input_ids":
+        return batch
+    if getattr(config, "is_encoder_decoder", False):
+        start = int(getattr(config, "decoder_start_token_id", None) or 0)
+        rows = next(iter(batch.values())).shape[0]
+        length = min(8, int(getattr(config, "max_target_positions", 8) or 8))
+        vocab = int(getattr(config, "vocab_size", 1000))
+        tokens = token_batch(vocab, rows, length)["input_ids"]
+        tokens[:, 0] = start
+        batch = {**batch, "decoder_input_ids": tokens}
+    return batch
 def _architecture(tf: Any, config_file: Path) -> Any:
     """The model class named by ``architectures[0]`` in config.json (AutoModel if none)."""
     try:

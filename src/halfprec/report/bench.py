@@ -11,7 +11,14 @@ from rich.table import Table
 from halfprec.bench.runner import BenchResult, VariantResult, fastest_variant
 from halfprec.dtypes import dtype_name
 from halfprec.errors import HalfprecError
-from halfprec.report.common import fmt_float, human_bytes, make_console
+from halfprec.report.common import (
+    fit_table,
+    fmt_float,
+    human_bytes,
+    human_time,
+    make_console,
+    ratio_text,
+)
 from halfprec.report.plot import new_figure, require_matplotlib, save_png
 
 __all__ = [
@@ -25,7 +32,7 @@ __all__ = [
 
 
 def _ms(x: float | None) -> str:
-    return "-" if x is None else fmt_float(x * 1e3, ".3g")
+    return human_time(x)
 
 
 def _memory(r: VariantResult) -> str:
@@ -49,7 +56,7 @@ def _accuracy(r: VariantResult) -> str:
 def _speed(r: VariantResult) -> str:
     if r.speedup is None:
         return "-"
-    return f"{r.speedup:.2f}x" + ("*" if r.status == "capped" else "")
+    return ratio_text(r.speedup) + ("*" if r.status == "capped" else "")
 
 
 def _efficiency(r: VariantResult) -> str:
@@ -77,8 +84,8 @@ def _row(r: VariantResult, unit: str) -> list[str]:
 
 _COLUMNS = (
     "variant",
-    "median ms",
-    "p90 ms",
+    "median",
+    "p90",
     "{unit}/s",
     "speedup",
     "of limit",
@@ -115,13 +122,13 @@ def print_bench(result: BenchResult, console: Console | None = None) -> None:
     con = console or make_console()
     con.print(f"[bold]machine[/]: {result.machine.summary()}")
     for size in result.batch_sizes:
-        con.print(bench_table(result, size))
+        con.print(fit_table(bench_table(result, size), con))
         limits = result.limits.get(size, {})
         if limits:
             con.print(
                 f"batch {size}: limit (half/fp32 speed of the model's own matrix products): "
                 + ", ".join(
-                    f"{dtype_name(dt)} {lim.ratio:.2f}x"
+                    f"{dtype_name(dt)} {ratio_text(lim.ratio)}"
                     + (" (probe)" if lim.method == "probe" else "")
                     for dt, lim in limits.items()
                 )
@@ -130,9 +137,9 @@ def print_bench(result: BenchResult, console: Console | None = None) -> None:
         best = fastest_variant(result, size, kinds=("fp32", "naive", "autocast", "halfprec"))
         con.print(
             f"batch {size}: auto would choose [bold]{auto.name}[/]"
-            + (f" ({auto.speedup:.2f}x fp32)" if auto.speedup else "")
+            + (f" ({ratio_text(auto.speedup)} than fp32)" if auto.speedup else "")
             + f"; fastest within tolerance overall: {best.name}"
-            + (f" ({best.speedup:.2f}x)" if best.speedup else "")
+            + (f" ({ratio_text(best.speedup)})" if best.speedup else "")
         )
     if any(r.status == "capped" for r in result.results):
         con.print("* capped: timed once because one call exceeded the per-call cap")

@@ -9,12 +9,14 @@ import json
 import math
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
 
 from halfprec.check import CheckResult
 from halfprec.compare import Comparison
 from halfprec.dtypes import dtype_name
+from halfprec.generate import Generation
 
 __all__ = [
     "comparison_table",
@@ -23,6 +25,9 @@ __all__ = [
     "human_bytes",
     "fmt_float",
     "make_console",
+    "ratio_text",
+    "human_time",
+    "fit_table",
 ]
 
 
@@ -49,6 +54,50 @@ def fmt_float(x: float | None, spec: str = ".3g") -> str:
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
     return format(x, spec)
+
+
+def ratio_text(ratio: float | None, more: str = "faster", less: str = "slower") -> str:
+    """``2.10x faster`` for ratios above 1, ``11.0x slower`` below 1 (never ``0.09x``)."""
+    if ratio is None or math.isnan(ratio) or ratio <= 0:
+        return "-"
+    if ratio >= 1:
+        return f"{ratio:.2f}x {more}"
+    inverse = 1 / ratio
+    return f"{inverse:.3g}x {less}" if inverse < 10 else f"{inverse:.1f}x {less}"
+
+
+def human_time(seconds: float | None) -> str:
+    """``4.33 s``, ``12.5 ms``, ``830 us``: three significant digits in a fitting unit."""
+    if seconds is None or math.isnan(seconds):
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(seconds) >= scale or unit == "us":
+            value = seconds / scale
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def fit_table(table: Table, console: Console) -> RenderableType:
+    """``table`` if it fits ``console``'s width, else one stacked two-column table per
+    row (column name, value), so that no cell is cut to ``…``."""
+    wide = console.options.update_width(100_000)
+    if Measurement.get(console, wide, table).maximum <= console.width:
+        return table
+    headers = [str(c.header) for c in table.columns]
+    cells = [list(c.cells) for c in table.columns]
+    parts: list[RenderableType] = []
+    if table.title:
+        parts.append(str(table.title))
+    for row in range(table.row_count):
+        stacked = Table(show_header=False, box=None, padding=(0, 1))
+        stacked.add_column(style="bold")
+        stacked.add_column(overflow="fold")
+        for name, column in zip(headers, cells, strict=True):
+            stacked.add_row(name or "", column[row])
+        parts.append(stacked)
+    if table.caption:
+        parts.append(str(table.caption))
+    return Group(*parts)
 
 
 def comparison_table(cmp: Comparison, title: str = "fp32 vs half") -> Table:
@@ -85,7 +134,8 @@ def print_check(result: CheckResult, console: Console | None = None) -> None:
     conv = result.conversion
     con.print(f"[bold]{result.name}[/]: {dtype_name(conv.dtype)} — {conv.reason}")
     n = result.comparison.batches
-    con.print(comparison_table(result.comparison, title=f"fp32 vs half over {n} batch(es)"))
+    title = f"fp32 vs half over {n} batch(es)"
+    con.print(fit_table(comparison_table(result.comparison, title=title), con))
     for problem in result.comparison.problems:
         con.print(f"[red]problem:[/] {problem}")
     for o in result.comparison.outputs:
@@ -103,16 +153,29 @@ def print_check(result: CheckResult, console: Console | None = None) -> None:
     if result.latency_fp32 is not None and result.latency_half is not None:
         size.add_row(
             "median latency",
-            f"{result.latency_fp32.median * 1e3:.1f} ms",
-            f"{result.latency_half.median * 1e3:.1f} ms",
-            f"{result.speedup:.2f}x faster",
+            human_time(result.latency_fp32.median),
+            human_time(result.latency_half.median),
+            ratio_text(result.speedup),
         )
-    con.print(size)
+    con.print(fit_table(size, con))
+    if result.generation is not None:
+        print_generation(result.generation, con)
     share = f"{100 * conv.fp32_share:.2f}%"
     con.print(f"fp32 islands: {len(conv.islands)} modules, {share} of parameters")
     verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
     con.print(f"{verdict}: {result.comparison.reason}")
     con.print(f"tolerance: {_tol_text(result.comparison)}")
+
+
+def print_generation(gen: Generation, con: Console) -> None:
+    """Greedy-decoding agreement in one paragraph."""
+    steps = ", ".join("-" if d is None else str(d) for d in gen.first_divergence)
+    con.print(
+        f"greedy generation, {gen.new_tokens} new tokens from {len(gen.first_divergence)} "
+        f"prompt(s): {100 * gen.agreement:.1f}% of half tokens agree with fp32; "
+        f"{gen.diverged} prompt(s) diverge (first divergence step per prompt: {steps}); "
+        f"mean |log-prob difference| {gen.mean_logprob_diff:.4f}"
+    )
 
 
 def _tol_text(cmp: Comparison) -> str:

@@ -11,7 +11,7 @@ from rich.table import Table
 from halfprec.diagnose import Diagnosis
 from halfprec.dtypes import dtype_name
 from halfprec.preflight import Preflight
-from halfprec.report.common import comparison_table, fmt_float, make_console
+from halfprec.report.common import comparison_table, fit_table, fmt_float, make_console
 from halfprec.report.plot import new_figure, save_png
 
 __all__ = ["diagnosis_table", "print_diagnosis", "plot_diagnosis", "print_preflight"]
@@ -55,7 +55,7 @@ def diagnosis_table(diag: Diagnosis, top: int = 15) -> Table:
 
 def print_diagnosis(diag: Diagnosis, top: int = 15, console: Console | None = None) -> None:
     con = console or make_console()
-    con.print(diagnosis_table(diag, top))
+    con.print(fit_table(diagnosis_table(diag, top), con))
     d = diag.divergence
     if d is None:
         con.print(
@@ -71,7 +71,7 @@ def print_diagnosis(diag: Diagnosis, top: int = 15, console: Console | None = No
             f"[bold red]culprit[/]: {d.culprit or '(model)'} ({d.culprit_type}): {d.culprit_reason}"
         )
     if diag.output.outputs:
-        con.print(comparison_table(diag.output, title="model outputs"))
+        con.print(fit_table(comparison_table(diag.output, title="model outputs"), con))
     for p in diag.output.problems:
         con.print(f"[red]problem:[/] {p}")
     con.print(f"diagnosed {diag.batches} batch(es) in {diag.seconds:.2f} s")

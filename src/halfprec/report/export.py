@@ -6,7 +6,15 @@ from rich.console import Console
 
 from halfprec.compare import Comparison
 from halfprec.export import Artifact, ExportResult
-from halfprec.report.common import comparison_table, fmt_float, human_bytes, make_console
+from halfprec.report.common import (
+    comparison_table,
+    fit_table,
+    fmt_float,
+    human_bytes,
+    human_time,
+    make_console,
+    ratio_text,
+)
 
 __all__ = ["print_export", "print_artifact_check"]
 
@@ -32,7 +40,10 @@ def print_export(result: ExportResult) -> None:
         f"  reloaded and ran on {result.checked_batches} example batches{skipped}; largest "
         f"difference from the in-Python half model: {fmt_float(result.python_max_abs)}"
     )
-    con.print(comparison_table(result.comparison, title="fp32 PyTorch vs the exported file"))
+    for note in result.notes:
+        con.print(f"  note: {note}")
+    title = "fp32 PyTorch vs the exported file"
+    con.print(fit_table(comparison_table(result.comparison, title=title), con))
     for problem in result.comparison.problems:
         con.print(f"  [red]problem[/]: {problem}")
     casts = result.ort_casts
@@ -46,8 +57,8 @@ def print_export(result: ExportResult) -> None:
     lat = result.ort_latency
     if lat is not None:
         con.print(
-            f"onnxruntime CPU latency: fp32 {lat.fp32.median * 1e3:.2f} ms, {lat.dtype} "
-            f"{lat.half.median * 1e3:.2f} ms ({lat.speedup:.2f}x); fp32 file "
+            f"onnxruntime CPU latency: fp32 {human_time(lat.fp32.median)}, {lat.dtype} "
+            f"{human_time(lat.half.median)} ({ratio_text(lat.speedup)}); fp32 file "
             f"{human_bytes(lat.bytes_fp32)}"
         )
     _verdict(con, result.comparison, "the exported file")
@@ -62,7 +73,7 @@ def print_artifact_check(artifact: Artifact, comparison: Comparison, skipped: in
     )
     if skipped:
         con.print(f"  {skipped} example batches skipped: their shapes differ from the file's")
-    con.print(comparison_table(comparison, title="fp32 PyTorch vs the artifact"))
+    con.print(fit_table(comparison_table(comparison, title="fp32 PyTorch vs the artifact"), con))
     for problem in comparison.problems:
         con.print(f"  [red]problem[/]: {problem}")
     _verdict(con, comparison, "the artifact")

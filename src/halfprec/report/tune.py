@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from halfprec.dtypes import dtype_name
-from halfprec.report.common import make_console
+from halfprec.report.common import fit_table, human_time, make_console
 from halfprec.tune import TuneReport
 
 __all__ = ["print_tune"]
@@ -15,7 +15,10 @@ __all__ = ["print_tune"]
 def print_tune(report: TuneReport, console: Console | None = None) -> None:
     con = console or make_console()
     table = Table(title="tune variants", title_justify="left")
-    for col in ("dtype", "meets tolerance", "fp32 islands", "fp32 share", "passes", "latency"):
+    columns = (
+        "dtype", "meets tolerance", "fp32 islands", "fp32 share", "forward passes", "latency"
+    )
+    for col in columns:
         table.add_column(col, justify="left" if col in ("dtype", "fp32 islands") else "right")
     for v in report.variants:
         islands = ", ".join(v.keep_fp32) if v.keep_fp32 else "(none beyond defaults)"
@@ -25,9 +28,9 @@ def print_tune(report: TuneReport, console: Console | None = None) -> None:
             islands if v.passed else "-",
             f"{100 * v.fp32_share:.2f}%" if v.passed else "-",
             str(v.passes),
-            f"{1e3 * v.latency:.1f} ms" if v.latency is not None else "-",
+            human_time(v.latency),
         )
-    con.print(table)
+    con.print(fit_table(table, con))
     for v in report.variants:
         div = v.diagnosis.divergence if v.diagnosis is not None else None
         if div is not None:
@@ -44,6 +47,9 @@ def print_tune(report: TuneReport, console: Console | None = None) -> None:
     else:
         notes = "; ".join(f"{dtype_name(v.dtype)}: {v.note}" for v in report.variants if v.note)
         con.print(f"[red]FAIL[/]: no fp32 islands meet the tolerance ({notes}); no policy written")
+    in_variants = sum(v.passes for v in report.variants)
     con.print(
-        f"{report.passes} forward passes on {report.batches} batch(es), {report.seconds:.1f} s"
+        f"{report.passes} forward passes on {report.batches} batch(es) in "
+        f"{human_time(report.seconds)}: {in_variants} in the variants above, "
+        f"{report.passes - in_variants} for the fp32 reference and its check"
     )

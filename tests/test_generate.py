@@ -1,0 +1,98 @@
+"""Greedy-generation agreement of half causal LMs with fp32."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import run_cli
+from halfprec.convert import convert
+from halfprec.errors import InputsError
+from halfprec.generate import agreement, prompts_from_batches
+from hf_models import save
+
+pytest.importorskip("transformers")
+
+
+def _gpt2(seed: int = 0):  # type: ignore[no-untyped-def]
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    return tf.GPT2LMHeadModel(
+        tf.GPT2Config(
+            n_layer=2, n_embd=32, n_head=2, n_positions=64, vocab_size=128,
+            tie_word_embeddings=False,
+        )
+    ).eval()
+
+
+def test_identical_model_agrees_everywhere() -> None:
+    model = _gpt2()
+    prompts = [torch.tensor([1, 2, 3]), torch.tensor([5, 6])]
+    gen = agreement(model, copy.deepcopy(model), prompts, 5)
+    assert gen.agreement == 1.0
+    assert gen.first_divergence == (None, None)
+    assert gen.mean_logprob_diff == pytest.approx(0.0, abs=1e-6)
+    assert gen.to_json()["new_tokens"] == 5
+
+
+def test_first_divergence_is_where_greedy_decoding_leaves_fp32() -> None:
+    model = _gpt2()
+    other = _gpt2(seed=1)  # another random model: it disagrees somewhere
+    prompt = torch.tensor([1, 2, 3, 4])
+    gen = agreement(model, other, [prompt], 6)
+    ids = prompt.reshape(1, -1)
+    a = b = ids
+    with torch.no_grad():
+        for _ in range(6):
+            a = torch.cat([a, model(input_ids=a).logits[:, -1:].argmax(-1)], 1)
+            b = torch.cat([b, other(input_ids=b).logits[:, -1:].argmax(-1)], 1)
+    differs = (a[0, 4:] != b[0, 4:]).nonzero()
+    expected = int(differs[0, 0]) if differs.numel() else None
+    assert gen.first_divergence == (expected,)
+    assert expected is not None and gen.agreement < 1.0
+
+
+def test_half_gpt2_agreement_in_range() -> None:
+    model = _gpt2()
+    half = convert(model, "bf16")
+    gen = agreement(model, half, [torch.tensor([3, 1, 4, 1, 5])], 4)
+    assert 0.0 <= gen.agreement <= 1.0
+    assert gen.mean_logprob_diff >= 0.0
+
+
+def test_prompts_follow_the_attention_mask() -> None:
+    batch = {
+        "input_ids": torch.arange(12).reshape(2, 6),
+        "attention_mask": torch.tensor([[1] * 6, [1, 1, 0, 0, 0, 0]]),
+    }
+    prompts = prompts_from_batches([batch])
+    assert [p.tolist() for p in prompts] == [list(range(6)), [6, 7]]
+    with pytest.raises(InputsError, match="input_ids"):
+        prompts_from_batches([torch.zeros(2, 3)])
+
+
+def test_non_causal_model_is_refused() -> None:
+    model = torch.nn.Linear(3, 3)
+
+    class Wrap(torch.nn.Module):
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            return model(input_ids.float().unsqueeze(-1).expand(-1, -1, 3))[:, 0]
+
+    with pytest.raises(InputsError, match="causal language model"):
+        agreement(Wrap(), Wrap(), [torch.tensor([1, 2])], 2)
+
+
+def test_check_generate_json_on_a_gpt2_directory(tmp_path: Path) -> None:
+    path = save("gpt2", tmp_path)
+    proc = run_cli("check", str(path), "--generate", "4", "--dtype", "bf16", "--runs", "0",
+                   "--json")
+    assert proc.returncode in (0, 1), proc.stderr
+    gen = json.loads(proc.stdout)["generation"]
+    assert gen["new_tokens"] == 4
+    assert 0.0 <= gen["agreement"] <= 1.0
+    assert len(gen["first_divergence"]) == gen["prompts"] == 2
