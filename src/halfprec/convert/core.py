@@ -377,8 +377,10 @@ class _Converter:
 
     # -- casting ---------------------------------------------------------------------------
     def _cast(self, islands: dict[str, str]) -> list[nn.Module]:
-        dtype = self.dtype
+        """Cast every half module's tensors through ``Module._apply``, as ``.to(dtype)`` does,
+        so subclass overrides of ``_apply`` run (caches of derived tensors are dropped)."""
         half_modules: list[nn.Module] = []
+        keep: set[int] = set()
         total = fp32 = 0
         counted: set[int] = set()
         for name, module in self.model.named_modules():
@@ -393,19 +395,25 @@ class _Converter:
                     continue
                 if kept:
                     fp32 += p.numel()
+                    keep.update((id(p), id(p.grad)) if p.grad is not None else (id(p),))
                 else:
-                    p.data = p.data.to(dtype)
                     owns = True
             if kept:
+                keep.update(id(b) for b in module.buffers(recurse=False))
                 continue
-            for bname, buf in module.named_buffers(recurse=False):
-                if buf is not None and buf.is_floating_point():
-                    module._buffers[bname] = buf.to(dtype)
             for attr in _plain_tensor_attrs(module):
-                module.__dict__[attr] = module.__dict__[attr].to(dtype)
+                module.__dict__[attr] = module.__dict__[attr].to(self.dtype)
                 self.report.attributes_cast.append(f"{name}.{attr}" if name else attr)
             if owns:
                 half_modules.append(module)
+        dtype = self.dtype
+
+        def cast(t: torch.Tensor) -> torch.Tensor:
+            if id(t) in keep or not t.is_floating_point():
+                return t
+            return t.to(dtype)
+
+        self.model._apply(cast)
         self.report.params_total = total
         self.report.params_fp32 = fp32
         return half_modules

@@ -321,8 +321,16 @@ def audit(
         report = cast(ConversionReport, conversion_report(model))
     mode = _LeakMode(report.dtype)
     batches = as_batches(inputs)
-    model.eval()
-    with torch.no_grad(), mode:
-        for batch in batches:
-            call(model, batch)
+    # eval mode by flag, not by model.eval(): a train() override (LeViT drops its cached
+    # tensors there) would hide the very leak being looked for; the flags are restored
+    training = [m for m in model.modules() if m.training]
+    for m in training:
+        m.training = False
+    try:
+        with torch.no_grad(), mode:
+            for batch in batches:
+                call(model, batch)
+    finally:
+        for m in training:
+            m.training = True
     return AuditReport(report.dtype, list(mode.leaks.values()), len(batches), mode.ops)
