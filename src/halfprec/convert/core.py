@@ -35,7 +35,9 @@ from halfprec.convert.boundaries import (
     guard_hook,
     install_island,
 )
+from halfprec.convert.fills import SaturatingFills, has_fill_ops
 from halfprec.convert.policy import Policy
+from halfprec.convert.scope import ModeScope
 from halfprec.dtypes import (
     DTypeChoice,
     DTypeLike,
@@ -128,6 +130,8 @@ class ConversionReport:
     islands: dict[str, str] = field(default_factory=dict)
     attributes_cast: list[str] = field(default_factory=list)
     guarded_modules: int = 0
+    fill_guards: list[str] = field(default_factory=list)
+    saturated_fills: dict[str, str] = field(default_factory=dict)
     params_total: int = 0
     params_fp32: int = 0
     bytes_before: int = 0
@@ -150,6 +154,8 @@ class ConversionReport:
             "islands": self.islands,
             "attributes_cast": self.attributes_cast,
             "guarded_modules": self.guarded_modules,
+            "fill_guards": self.fill_guards,
+            "saturated_fills": self.saturated_fills,
             "params_total": self.params_total,
             "params_fp32": self.params_fp32,
             "fp32_share": self.fp32_share,
@@ -437,3 +443,15 @@ class _Converter:
                 if module is not self.model and not isinstance(module, torch.jit.ScriptModule):
                     module.register_forward_pre_hook(guard_hook(dtype))
             self.report.guarded_modules = len(half_modules)
+        self._guard_fills(islands)
+
+    def _guard_fills(self, islands: dict[str, str]) -> None:
+        """Saturating fills in the half modules whose own forward names a fill op."""
+        scope = ModeScope(SaturatingFills(self.dtype, self.report.saturated_fills))
+        for name, module in self.model.named_modules():
+            if self._inside(name, islands) or name in islands:
+                continue
+            if isinstance(module, torch.jit.ScriptModule) or not has_fill_ops(module):
+                continue
+            scope.attach(module)
+            self.report.fill_guards.append(name)
