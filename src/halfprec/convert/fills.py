@@ -22,8 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
+from halfprec.convert.scope import NamedOpMode
 from halfprec.dtypes import range_of
 from halfprec.frames import is_library_file
 
@@ -85,7 +85,7 @@ def _result_dtype(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> t
     return floats[0] if floats else None
 
 
-class SaturatingFills(TorchFunctionMode):
+class SaturatingFills(NamedOpMode):
     """Saturates out-of-range fill constants of ``dtype`` results; records where."""
 
     NAMES = frozenset(
@@ -98,15 +98,9 @@ class SaturatingFills(TorchFunctionMode):
         self.limit = range_of(dtype).max
         self.found = found  # location -> what was saturated (the conversion report's dict)
 
-    def __torch_function__(
-        self,
-        func: Callable[..., Any],
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
+    def on_op(
+        self, func: Callable[..., Any], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
         if name in self.NAMES and _result_dtype(name, args, kwargs) == self.dtype:
             args, kwargs = self._saturate(name, args, kwargs)
         return func(*args, **kwargs)
