@@ -17,10 +17,10 @@ from collections.abc import Callable
 
 import torch
 
-from halfprec import convert, device_support, resolve_dtype
+from halfprec import ConvertConfig, convert
 from halfprec.batch import call
 from halfprec.compare import compare_outputs
-from halfprec.dtypes import dtype_name
+from halfprec.dtypes import device_support, dtype_name, resolve_dtype
 from halfprec.io.specs import load_model
 from halfprec.tree import map_tensors
 
@@ -47,7 +47,7 @@ def bench(spec: str, dtype: torch.dtype, runs: int, batch_size: int | None) -> N
         f"naive {dtype_name(dtype)}": naive(model, dtype),
         f"halfprec {dtype_name(dtype)}": (lambda m: lambda b: call(m, b))(convert(model, dtype)),
         "halfprec -guards": (lambda m: lambda b: call(m, b))(
-            convert(model, dtype, guard_boundaries=False)
+            convert(model, ConvertConfig(dtype=dtype, guard_boundaries=False))
         ),
     }
     times: dict[str, list[float]] = {k: [] for k in variants}

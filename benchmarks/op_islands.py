@@ -21,7 +21,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from transformers import BertConfig, BertModel
 
-from halfprec import Policy, conversion_report, convert
+from halfprec import Policy, convert
+from halfprec.convert import conversion_report
 from halfprec.convert.op_islands import OpRef, own_op
 
 TARGET = "encoder.layer.0.attention.self"
@@ -74,7 +75,7 @@ def main() -> None:
     op, location = (compute or probe.found)[0]
     ref = OpRef(TARGET, op, location, 0)
     plain = convert(model, args.dtype)
-    island = convert(model, policy=Policy(plain.halfprec_report.dtype, op_islands=(ref,)))
+    island = convert(model, Policy(plain.halfprec_report.dtype, op_islands=(ref,)))
     for m in (plain, island):
         report = conversion_report(m)
         assert report is not None

@@ -33,7 +33,7 @@ from halfprec.atomic import write_text_atomic  # noqa: E402
 from halfprec.batch import call  # noqa: E402
 from halfprec.bench.runner import BenchConfig, BenchResult, benchmark, fastest_variant  # noqa: E402
 from halfprec.bench.variants import Variant, build_variant  # noqa: E402
-from halfprec.convert.core import convert  # noqa: E402
+from halfprec.convert.core import ConvertConfig, convert  # noqa: E402
 from halfprec.dtypes import resolve_device  # noqa: E402
 from halfprec.io.specs import load_model  # noqa: E402
 from halfprec.report.bench import markdown_table, print_bench, write_chart  # noqa: E402
@@ -90,7 +90,9 @@ def boundary_overhead(runs: int) -> dict[str, Any]:
     batch = {k: v[:1] for k, v in loaded.example_inputs[0].items()}
     models = {
         "naive-bf16": build_variant(loaded.model, Variant("naive", torch.bfloat16)),
-        "halfprec-bf16 no islands": convert(loaded.model, "bf16", default_islands=False),
+        "halfprec-bf16 no islands": convert(
+            loaded.model, ConvertConfig(dtype="bf16", norm_islands=False)
+        ),
         "halfprec-bf16": convert(loaded.model, "bf16"),
     }
     samples: dict[str, list[float]] = {k: [] for k in models}
@@ -141,7 +143,7 @@ def run_entry(entry: Entry, args: argparse.Namespace) -> BenchResult | str:
         loaded.model,
         batches,
         variants=variants,
-        config=config,
+        bench=config,
         spec=None if args.no_memory else entry.spec,
         name=entry.key,
         progress=progress,

@@ -9,11 +9,23 @@ import pytest
 import torch
 from torch import nn
 
-from halfprec import BenchConfig, Variant, benchmark, choose_dtype_by_measurement, fastest_variant
+from halfprec import BenchConfig, benchmark
 from halfprec.batch import resize_batch
 from halfprec.bench.machine import machine_info
-from halfprec.bench.runner import BenchResult, VariantResult, matmul_slowdown
-from halfprec.bench.variants import DEFAULT_VARIANTS, VariantError, build_variant, parse_variants
+from halfprec.bench.runner import (
+    BenchResult,
+    VariantResult,
+    choose_dtype_by_measurement,
+    fastest_variant,
+    matmul_slowdown,
+)
+from halfprec.bench.variants import (
+    DEFAULT_VARIANTS,
+    Variant,
+    VariantError,
+    build_variant,
+    parse_variants,
+)
 from halfprec.bench.worker import measure_in_subprocess
 from halfprec.compare import Tolerance
 from halfprec.convert.core import conversion_report
@@ -142,7 +154,7 @@ def test_resize_batch_without_tensors_says_so() -> None:
 # -- benchmark ------------------------------------------------------------------------------
 def test_benchmark_reports_every_variant_with_accuracy() -> None:
     cfg = BenchConfig(batch_sizes=(1, 8), warmup=1, runs=3)
-    result = benchmark(Tiny(), _x(), variants=["halfprec-bf16", "naive-fp16"], config=cfg)
+    result = benchmark(Tiny(), _x(), variants=["halfprec-bf16", "naive-fp16"], bench=cfg)
     assert result.batch_sizes == [1, 8]
     assert [r.name for r in result.at(8)] == ["fp32", "halfprec-bf16", "naive-fp16"]
     fp32 = result.get("fp32", 8)
@@ -164,7 +176,7 @@ def test_benchmark_reports_every_variant_with_accuracy() -> None:
 def test_benchmark_progress_counts_every_step() -> None:
     seen: list[tuple[int, int, str]] = []
     benchmark(
-        Tiny(), _x(), variants=["naive-bf16"], config=FAST, progress=lambda *a: seen.append(a)
+        Tiny(), _x(), variants=["naive-bf16"], bench=FAST, progress=lambda *a: seen.append(a)
     )
     assert [s[0] for s in seen] == [0, 1, 2] and seen[-1][1] == 2
     assert seen[1][2] == "naive-bf16 @ batch 4"
@@ -173,7 +185,7 @@ def test_benchmark_progress_counts_every_step() -> None:
 def test_inaccurate_variant_fails_tolerance_and_is_never_chosen() -> None:
     # a tolerance no bf16 result can meet (8 significant bits cannot give SQNR 200 dB)
     strict = Tolerance(min_cosine=1.0, min_sqnr_db=200.0)
-    result = benchmark(Tiny(), _x(), variants=["halfprec-bf16"], config=FAST, tolerance=strict)
+    result = benchmark(Tiny(), _x(), variants=["halfprec-bf16"], bench=FAST, tolerance=strict)
     half = result.get("halfprec-bf16")
     assert half.comparison is not None and not half.comparison.passed
     assert not half.accurate
@@ -208,7 +220,7 @@ def test_fastest_variant_picks_fastest_accurate_never_slower_than_fp32() -> None
 
 
 def test_choose_dtype_by_measurement_returns_a_reasoned_choice() -> None:
-    choice = choose_dtype_by_measurement(Tiny(), _x(64), config=FAST)
+    choice = choose_dtype_by_measurement(Tiny(), _x(64), bench=FAST)
     assert choice.dtype in (torch.float32, torch.float16, torch.bfloat16)
     assert choice.variant in ("fp32", "halfprec-fp16", "halfprec-bf16")
     best = fastest_variant(choice.result)
@@ -221,7 +233,7 @@ def test_choose_dtype_by_measurement_returns_a_reasoned_choice() -> None:
 
 def test_capped_variant_is_timed_once_and_noted() -> None:
     cfg = BenchConfig(warmup=2, runs=5, max_call_s=1e-9)
-    result = benchmark(Tiny(), _x(), variants=["naive-bf16"], config=cfg)
+    result = benchmark(Tiny(), _x(), variants=["naive-bf16"], bench=cfg)
     capped = result.get("naive-bf16")
     assert capped.status == "capped" and capped.timing is not None
     assert len(capped.timing.samples) == 1 and "cap" in capped.note
@@ -239,7 +251,7 @@ def test_failing_variant_is_reported_not_raised() -> None:
                 raise RuntimeError("this model only runs in fp32")
             return self.fc(x)
 
-    result = benchmark(NeedsFloat64(), torch.ones(2, 4), variants=["naive-bf16"], config=FAST)
+    result = benchmark(NeedsFloat64(), torch.ones(2, 4), variants=["naive-bf16"], bench=FAST)
     failed = result.get("naive-bf16")
     assert failed.status == "failed" and "only runs in fp32" in failed.note
     assert failed.timing is None and failed.speedup is None
@@ -323,7 +335,7 @@ def test_cli_bench_bad_arguments_exit_2_without_output(
 
 def test_skip_slower_than_skips_dtypes_by_a_measured_probe() -> None:
     cfg = BenchConfig(warmup=1, runs=3, skip_slower_than=1e-6)  # every dtype is "too slow"
-    result = benchmark(Tiny(), _x(), variants=["halfprec-bf16"], config=cfg)
+    result = benchmark(Tiny(), _x(), variants=["halfprec-bf16"], bench=cfg)
     skipped = result.get("halfprec-bf16")
     assert skipped.status == "skipped" and skipped.timing is None
     assert skipped.note.startswith("bf16 matmuls run")
@@ -359,7 +371,7 @@ class Recording(nn.Module):
 def test_timed_calls_are_interleaved_across_variants() -> None:
     CALLS.clear()
     cfg = BenchConfig(warmup=1, runs=3, memory="none")
-    result = benchmark(Recording(), torch.ones(2, 4), variants=["naive-bf16"], config=cfg)
+    result = benchmark(Recording(), torch.ones(2, 4), variants=["naive-bf16"], bench=cfg)
     assert [len(r.timing.samples) for r in result.results if r.timing] == [3, 3]
     f32, b16 = torch.float32, torch.bfloat16
     # one warm-up call each (in order), then timed rounds alternating between the variants

@@ -10,7 +10,8 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from halfprec import CheckpointError, conversion_report, convert
+from halfprec import CheckpointError, convert
+from halfprec.convert.core import conversion_report
 from halfprec.io.checkpoint import load, read_metadata, save
 
 

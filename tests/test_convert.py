@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from halfprec import HalfprecError, conversion_report, convert, convert_
+from halfprec import ConvertConfig, HalfprecError, convert, convert_
+from halfprec.convert.core import conversion_report
 
 HALF = [torch.float16, torch.bfloat16]
 
@@ -124,7 +125,7 @@ def test_dataclass_outputs_cast_back_and_keep_non_tensors() -> None:
 
 
 def test_cast_outputs_false_keeps_half_end_to_end() -> None:
-    half = convert(DataclassOut().eval(), "fp16", cast_outputs=False)
+    half = convert(DataclassOut().eval(), ConvertConfig(dtype="fp16", cast_outputs=False))
     assert half(torch.randn(4, 8)).logits.dtype == torch.float16
 
 
@@ -133,7 +134,7 @@ def test_batchnorm_running_var_beyond_fp16_never_becomes_inf() -> None:
     naive = bn_model(1e5).half()
     assert torch.isinf(naive[1].running_var).all()
     # Even without the default norm islands, the out-of-range module stays fp32.
-    half = convert(model, "fp16", default_islands=False)
+    half = convert(model, ConvertConfig(dtype="fp16", norm_islands=False))
     report = conversion_report(half)
     assert report is not None
     assert half[1].running_var.dtype == torch.float32
@@ -177,7 +178,7 @@ def test_user_islands_by_name_type_and_filter_fn_receive_fp32() -> None:
         {"keep_fp32": [ScaleNorm]},
         {"filter_fn": lambda m, n: isinstance(m, ScaleNorm)},
     ):
-        half = convert(model, "fp16", **kwargs)  # type: ignore[arg-type]
+        half = convert(model, ConvertConfig(dtype="fp16", **kwargs))  # type: ignore[arg-type]
         out = half(torch.randn(2, 8) * 300)  # x.pow(2) overflows fp16 (300^2*... fine in fp32)
         assert half[1].seen == [torch.float32]
         assert half[1].g.dtype == torch.float32
@@ -199,7 +200,7 @@ def test_hand_written_norm_matched_by_class_name_is_an_island() -> None:
 def test_unknown_keep_name_is_an_error_naming_the_fix() -> None:
     model = nn.Sequential(nn.Linear(2, 2))
     with pytest.raises(HalfprecError, match=r"keep_fp32 name 'encoder\.x' matches no module"):
-        convert(model, "fp16", keep_fp32=["encoder.x"])
+        convert(model, ConvertConfig(dtype="fp16", keep_fp32=("encoder.x",)))
 
 
 def test_convert_copies_and_convert__mutates() -> None:
@@ -241,7 +242,9 @@ def test_policy_file_drives_dtype_and_islands(tmp_path) -> None:  # type: ignore
     from halfprec import Policy
 
     Policy(dtype=torch.float16, keep_fp32=("0",)).save(tmp_path / "p.json")
-    half = convert(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), policy=tmp_path / "p.json")
+    half = convert(
+        nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), ConvertConfig(policy=tmp_path / "p.json")
+    )
     assert half[0].weight.dtype == torch.float32 and half[1].weight.dtype == torch.float16
 
 
@@ -251,7 +254,7 @@ def test_mixed_kernels_off_casts_norm_inputs_to_fp32_with_same_result() -> None:
     x = torch.randn(4, 8)
     outs = {}
     for mixed in (True, False):
-        half = convert(model, "fp16", mixed_kernels=mixed)
+        half = convert(model, ConvertConfig(dtype="fp16", mixed_kernels=mixed))
         seen: list[torch.dtype] = []
         half[1].register_forward_pre_hook(lambda m, a, seen=seen: seen.append(a[0].dtype))
         outs[mixed] = half(x)

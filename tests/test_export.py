@@ -22,7 +22,7 @@ def _files(folder: Path) -> list[str]:
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_pt2_reloads_equal_to_the_converted_model(tmp_path: Path, dtype: torch.dtype) -> None:
     model, batches = tiny(), example_inputs()
-    result = halfprec.export(model, batches, tmp_path / "tiny.pt2", dtype=dtype)
+    result = halfprec.export(model, batches, tmp_path / "tiny.pt2", dtype)
 
     program = torch.export.load(tmp_path / "tiny.pt2")
     # the island is in the graph: layer_norm either reads a cast of the half activations
@@ -47,20 +47,19 @@ def test_pt2_reloads_equal_to_the_converted_model(tmp_path: Path, dtype: torch.d
     assert result.passed
     assert result.python_max_abs == 0.0
     assert result.checked_batches == 2
-    assert result.info.islands == {"ln": "default island (LayerNorm)"}
+    assert result.info.islands == {"ln": "norm island (LayerNorm)"}
 
 
 def test_norm_islands_can_be_converted_too(tmp_path: Path) -> None:
-    result = halfprec.export(
-        tiny(), example_inputs(), tmp_path / "n.pt2", dtype="fp16", default_islands=False
-    )
+    config = halfprec.ConvertConfig(dtype="fp16", norm_islands=False)
+    result = halfprec.export(tiny(), example_inputs(), tmp_path / "n.pt2", config)
     assert result.info.islands == {}
     assert torch.export.load(tmp_path / "n.pt2").state_dict["ln.weight"].dtype == torch.float16
     assert result.passed
 
 
 def test_half_io_takes_and_returns_half(tmp_path: Path) -> None:
-    halfprec.export(tiny(), example_inputs(), tmp_path / "io.pt2", dtype="fp16", half_io=True)
+    halfprec.export(tiny(), example_inputs(), tmp_path / "io.pt2", "fp16", half_io=True)
     artifact = load_artifact(tmp_path / "io.pt2")
     assert artifact.info.io_dtype == "fp16"
     out = torch.export.load(tmp_path / "io.pt2").module()(x=torch.randn(3, 8).half())
@@ -70,7 +69,7 @@ def test_half_io_takes_and_returns_half(tmp_path: Path) -> None:
 
 def test_static_export_checks_only_batches_of_its_shape(tmp_path: Path) -> None:
     result = halfprec.export(
-        tiny(), example_inputs(), tmp_path / "s.pt2", dtype="fp16", dynamic=False
+        tiny(), example_inputs(), tmp_path / "s.pt2", "fp16", dynamic=False
     )
     assert result.passed
     assert (result.checked_batches, result.skipped_batches) == (1, 1)
@@ -83,9 +82,9 @@ def test_dynamic_shapes_that_fail_name_the_fix_and_leave_no_file(tmp_path: Path)
     model = FixedBatch().eval()
     batches = [torch.randn(4, 8)]
     with pytest.raises(ExportError, match="does not export with dynamic shapes.*--static"):
-        halfprec.export(model, batches, tmp_path / "f.pt2", dtype="fp16")
+        halfprec.export(model, batches, tmp_path / "f.pt2", "fp16")
     assert _files(tmp_path) == []
-    result = halfprec.export(model, batches, tmp_path / "f.pt2", dtype="fp16", dynamic=False)
+    result = halfprec.export(model, batches, tmp_path / "f.pt2", "fp16", dynamic=False)
     assert result.passed and _files(tmp_path) == ["f.pt2"]
 
 
@@ -98,7 +97,7 @@ def test_data_dependent_control_flow_is_a_clear_error(tmp_path: Path) -> None:
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit.load, torch 2.13
 def test_torchscript_trace_holds_the_casts(tmp_path: Path) -> None:
     model, batches = tiny(), example_inputs()
-    result = halfprec.export(model, batches, tmp_path / "tiny.ts", dtype="fp16")
+    result = halfprec.export(model, batches, tmp_path / "tiny.ts", "fp16")
     assert result.info.format == "torchscript"
     scripted = torch.jit.load(str(tmp_path / "tiny.ts"))
     half = halfprec.convert(model, "fp16")

@@ -58,7 +58,7 @@ def test_onnx_latency_is_measured_for_fp32_and_half(tmp_path: Path) -> None:
 
 def test_bf16_onnx_is_refused_with_the_reason(tmp_path: Path) -> None:
     with pytest.raises(DTypeError, match="bf16 ONNX is not supported.*--dtype fp16"):
-        halfprec.export(tiny(), example_inputs(), tmp_path / "b.onnx", dtype="bf16")
+        halfprec.export(tiny(), example_inputs(), tmp_path / "b.onnx", "bf16")
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(DTypeError, match="bf16 ONNX"):  # refused before anything runs
         ExportConfig.for_path("b.onnx", dtype="bf16")

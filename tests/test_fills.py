@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from halfprec import conversion_report, convert
+from halfprec import convert
+from halfprec.convert import conversion_report
 
 
 class RootMasking(nn.Module):

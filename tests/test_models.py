@@ -6,8 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from halfprec import ModelSpecError, convert
+from halfprec import convert
 from halfprec.batch import call
+from halfprec.errors import ModelSpecError
 from halfprec.io.specs import load_model
 
 FIXTURE = Path(__file__).parent / "fixtures" / "user_model.py"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from halfprec import Policy, compare, conversion_report, convert, diagnose, tune
+from halfprec import ConvertConfig, Policy, compare, convert, diagnose, tune
+from halfprec.convert import conversion_report
 from halfprec.convert.op_islands import OpRef
 from halfprec.convert.policy import PolicyError
 from halfprec.diagnose import naive_half
@@ -40,7 +41,7 @@ def test_tune_fixes_root_hazard_with_a_tiny_fp32_share(name: str) -> None:
     share = result.report.fp32_flops_share
     assert share is not None and share <= 0.01
     assert all(o.module == hazard.culprit for o in result.report.op_islands)
-    check = compare(model, convert(model, policy=result.policy), batches)
+    check = compare(model, convert(model, result.policy), batches)
     assert check.passed, check.problems
 
 
@@ -67,7 +68,7 @@ def test_policy_round_trips_op_islands_and_convert_applies_them(tmp_path: Path) 
     assert json.loads(path.read_text())["op_islands"] == [ref.to_json()]
     loaded = Policy.load(path)
     assert loaded.op_islands == (ref,)
-    half = convert(model, policy=path)
+    half = convert(model, ConvertConfig(policy=path))
     report = conversion_report(half)
     assert report is not None and report.op_islands == [ref]
     assert compare(model, half, batches).passed
@@ -79,7 +80,7 @@ def test_bad_op_islands_are_named() -> None:
     model, _ = ROOT_HAZARDS["root-exp-softmax"].build()
     ghost = Policy(torch.float16, op_islands=(OpRef("nope", "exp", "m.py:1"),))
     with pytest.raises(HalfprecError, match="op island nope: exp at m.py:1 #0 names no module"):
-        convert(model, policy=ghost)
+        convert(model, ghost)
     with pytest.raises(ValueError, match="'file.py:line' location"):
         OpRef("", "exp", "no-line")
     with pytest.raises(PolicyError, match="OpRef"):
@@ -89,7 +90,7 @@ def test_bad_op_islands_are_named() -> None:
 def test_op_island_output_is_finite_and_cast_back() -> None:
     model, batches = ROOT_HAZARDS["root-exp-softmax"].build()
     ref = OpRef("", "exp", _marked_line("root-exp-softmax"), 0)
-    half = convert(model, policy=Policy(torch.float16, op_islands=(ref,)))
+    half = convert(model, Policy(torch.float16, op_islands=(ref,)))
     with torch.no_grad():
         out = half(*batches[0])
     assert out.dtype == torch.float32 and torch.isfinite(out).all()

@@ -11,42 +11,42 @@ from halfprec.testing.hazards import HAZARDS
 
 def test_batchnorm_running_var_beyond_fp16_is_found_and_handled_by_convert() -> None:
     model, _ = HAZARDS["batchnorm-var"].build()
-    result = preflight(model, "fp16")
+    result = preflight(model, config="fp16")
     found = [f for f in result.findings if f.kind == "range"]
     assert {f.module for f in found} == {"bn"}
     assert any("running_var" in f.detail for f in found)
     assert all(f.handled for f in found)
     assert not result.forward_checked
-    assert preflight(model, "bf16").findings == []
+    assert preflight(model, config="bf16").findings == []
 
 
 def test_eps_that_rounds_to_zero_in_fp16() -> None:
     model, _ = HAZARDS["eps-1e-12"].build()
-    result = preflight(model, "fp16")
+    result = preflight(model, config="fp16")
     [eps] = [f for f in result.findings if f.kind == "eps"]
     assert eps.module == "norm" and eps.value == 1e-12
     assert not eps.handled and eps in result.problems
     assert "is 0 in fp16" in eps.detail
-    layer_norm = preflight(nn.Sequential(nn.LayerNorm(4, eps=1e-12)), "fp16")
+    layer_norm = preflight(nn.Sequential(nn.LayerNorm(4, eps=1e-12)), config="fp16")
     assert [f.handled for f in layer_norm.findings] == [True]  # a default fp32 island
-    assert preflight(model, "bf16").findings == []
+    assert preflight(model, config="bf16").findings == []
 
 
 def test_fill_constants_found_during_a_forward_with_module_and_line() -> None:
     model, batches = HAZARDS["fill-1e9"].build()
-    assert not [f for f in preflight(model, "fp16").findings if f.kind == "fill"]
-    result = preflight(model, "fp16", batches)
+    assert not [f for f in preflight(model, config="fp16").findings if f.kind == "fill"]
+    result = preflight(model, batches, "fp16")
     fills = [f for f in result.findings if f.kind == "fill"]
     assert {f.module for f in fills} == {"layers.0.attn.core", "layers.1.attn.core"}
     assert all(f.value == -1e9 and not f.handled for f in fills)
     assert all(f.location and "hazards.py" in f.location for f in fills)
     assert result.forward_checked
-    assert not [f for f in preflight(model, "bf16", batches).findings if f.kind == "fill"]
+    assert not [f for f in preflight(model, batches, "bf16").findings if f.kind == "fill"]
 
 
 def test_finfo_float32_min_fill_is_found() -> None:
     model, batches = HAZARDS["fill-finfo-min"].build()
-    fills = [f for f in preflight(model, "fp16", batches).findings if f.kind == "fill"]
+    fills = [f for f in preflight(model, batches, "fp16").findings if f.kind == "fill"]
     assert fills and all(f.value == torch.finfo(torch.float32).min for f in fills)
     assert fills[0].module == "layers.0.attn"
 
@@ -58,9 +58,9 @@ class _IntFill(nn.Module):
 
 
 def test_fills_of_integer_tensors_and_plain_attributes() -> None:
-    result = preflight(_IntFill(), "fp16", torch.ones(2))
+    result = preflight(_IntFill(), torch.ones(2), "fp16")
     assert result.findings == []
     m = nn.Linear(2, 2)
     m.offset = torch.tensor([1e6, 0.0])  # plain attribute, not a buffer
-    [f] = preflight(m, "fp16").findings
+    [f] = preflight(m, config="fp16").findings
     assert f.kind == "range" and "attribute offset" in f.detail

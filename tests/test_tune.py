@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from halfprec import Policy, convert, tune
+from halfprec import ConvertConfig, Policy, convert, tune
 from halfprec.compare import compare
 from halfprec.errors import DTypeError, HalfprecError
 from halfprec.testing.hazards import (
@@ -76,7 +76,7 @@ def test_policy_file_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-de
     assert policy.dtype == torch.float16
     assert policy.keep_fp32 == ("norm",) or {o.module for o in policy.op_islands} == {"norm"}
     assert policy.info["passes"] == result.report.passes
-    deployed = convert(model, policy=path)
+    deployed = convert(model, ConvertConfig(policy=path))
     assert compare(model, deployed, batches).passed
     assert not compare(model, convert(model, "fp16"), batches).passed
 
@@ -114,4 +114,4 @@ def test_config_is_validated() -> None:
     with pytest.raises(ValueError, match="max_evaluations"):
         TuneConfig(max_evaluations=0)
     with pytest.raises(DTypeError, match="not a half dtype"):
-        TuneConfig(dtype="fp32")
+        ConvertConfig(dtype="fp32")

@@ -6,8 +6,6 @@ model sizes and median latencies of fp32 and half.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,9 +14,7 @@ from torch import nn
 
 from halfprec.batch import as_batches, call
 from halfprec.compare import Comparison, Tolerance, compare
-from halfprec.convert.core import ConversionReport, Selector, conversion_report, convert
-from halfprec.convert.policy import Policy
-from halfprec.dtypes import DTypeLike
+from halfprec.convert.core import ConfigLike, ConversionReport, conversion_report, convert
 from halfprec.timing import Timing, measure
 
 __all__ = ["CheckResult", "check"]
@@ -69,20 +65,19 @@ def _device(model: nn.Module) -> torch.device:
 def check(
     model: nn.Module,
     inputs: Any,
+    config: ConfigLike = None,
     *,
-    dtype: DTypeLike | None = None,
     tolerance: Tolerance | None = None,
-    keep_fp32: Sequence[Selector] = (),
-    policy: Policy | str | None = None,
     runs: int = 10,
     name: str = "",
 ) -> CheckResult:
-    """Convert a copy of ``model``, compare it with ``model`` on ``inputs``, and time both.
+    """Convert a copy of ``model`` (``config``: a :class:`ConvertConfig` or a dtype, default
+    ``"auto"``), compare it with ``model`` on ``inputs``, and time both.
 
     ``runs=0`` skips timing. ``model`` itself is not changed.
     """
     reference = model.eval()
-    half = convert(copy.deepcopy(reference), dtype, keep_fp32=keep_fp32, policy=policy)
+    half = convert(reference, config)
     report = conversion_report(half)
     assert report is not None  # set by convert; not user input
     comparison = compare(reference, half, inputs, tolerance=tolerance)

@@ -1,6 +1,6 @@
 """Layerwise diagnosis: which module breaks in half precision, and why.
 
-``diagnose(model, inputs, dtype)`` runs the fp32 model and a half copy on the same inputs
+``diagnose(model, inputs, config)`` runs the fp32 model and a half copy on the same inputs
 with hooks on every module and reports, per module in execution order:
 
 - the largest fp32 activation (``fp32_max_abs``) and how many values lie beyond the
@@ -38,9 +38,9 @@ from torch import nn
 
 from halfprec.batch import as_batches, call
 from halfprec.compare import Comparison, Tolerance, compare_outputs
-from halfprec.convert.core import conversion_report
+from halfprec.convert.core import ConfigLike, ConvertConfig, conversion_report
 from halfprec.convert.op_islands import OpRef
-from halfprec.dtypes import DTypeLike, dtype_name, range_of, resolve_dtype
+from halfprec.dtypes import dtype_name, range_of
 from halfprec.errors import HalfprecError
 from halfprec.errorstats import ErrorStats, relative_threshold
 from halfprec.opprobe import OpDiagnosis, OpProbe
@@ -606,8 +606,8 @@ class _hooked:
             h.remove()
 
 
-def _model_dtype_for(model: nn.Module, half: nn.Module | None, dtype: DTypeLike | None) -> Any:
-    if half is not None and dtype is None:
+def _model_dtype_for(model: nn.Module, half: nn.Module | None, config: ConfigLike) -> Any:
+    if half is not None and config is None:
         report = conversion_report(half)
         if report is not None:
             return report.dtype
@@ -615,29 +615,30 @@ def _model_dtype_for(model: nn.Module, half: nn.Module | None, dtype: DTypeLike 
         if found is not None:
             return found
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    return resolve_dtype(dtype if dtype is not None else "auto", device).dtype
+    return ConvertConfig.of(config).resolve(device).dtype
 
 
 def diagnose(
     model: nn.Module,
     inputs: Any,
-    dtype: DTypeLike | None = None,
+    config: ConfigLike = None,
     *,
     half: nn.Module | None = None,
     tolerance: Tolerance | None = None,
 ) -> Diagnosis:
     """Diagnose ``model`` in half precision on ``inputs`` (one batch, or a list of batches).
 
+    ``config``: a :class:`ConvertConfig` or a dtype; only its dtype is used here
+    (``"auto"`` by default; taken from ``half`` when ``half`` is given and ``config`` is not).
     ``half``: the half model to examine, with the same module names (e.g.
-    ``convert(model, "fp16", default_islands=False)``); default: a naive ``model.to(dtype)``
-    copy, which is what breaks for most users. ``dtype``: ``"fp16"``, ``"bf16"`` or
-    ``"auto"`` (default; taken from ``half`` when given). ``tolerance`` judges the outputs
+    ``convert(model, config)`` to diagnose halfprec's conversion); default: a naive
+    ``model.to(dtype)`` copy, which is what breaks for most users. ``tolerance`` judges the outputs
     and sets the divergence threshold (relative error ``10**(-min_sqnr_db/20)``).
     ``model`` is not changed; its train/eval mode is used as is.
     """
     start = time.perf_counter()
     batches = as_batches(inputs)
-    dt = _model_dtype_for(model, half, dtype)
+    dt = _model_dtype_for(model, half, config)
     tol = tolerance if tolerance is not None else Tolerance.for_dtype(dt)
     threshold = relative_threshold(tol.min_sqnr_db)
     half_model = half if half is not None else naive_half(model, dt)

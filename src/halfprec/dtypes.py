@@ -24,6 +24,8 @@ __all__ = [
     "parse_dtype",
     "dtype_name",
     "resolve_dtype",
+    "candidate_dtypes",
+    "is_auto",
     "device_support",
     "ensure_runnable",
     "fits_in",
@@ -226,7 +228,7 @@ def resolve_dtype(value: DTypeLike, device: str | torch.device = "cpu") -> DType
     ``auto`` prefers bf16 where it has fast kernels (its fp32-sized exponent cannot overflow
     where fp32 does not), then fp16 where only fp16 is fast, and bf16 where neither is.
     """
-    if isinstance(value, str) and value.strip().lower() == "auto":
+    if is_auto(value):
         sup = device_support(device)
         if sup.bf16_fast:
             flags = f" ({', '.join(sup.features)})" if sup.features else ""
@@ -242,6 +244,24 @@ def resolve_dtype(value: DTypeLike, device: str | torch.device = "cpu") -> DType
     sup = device_support(device)
     speed = "fast kernels" if sup.fast(dtype) else "no fast kernels on this device"
     return DTypeChoice(dtype, f"requested {dtype_name(dtype)} ({speed})")
+
+
+def is_auto(value: DTypeLike | None) -> bool:
+    """True for the string ``"auto"`` (any case, surrounding spaces ignored)."""
+    return isinstance(value, str) and value.strip().lower() == "auto"
+
+
+def candidate_dtypes(
+    requested: DTypeLike, device: str | torch.device = "cpu"
+) -> tuple[torch.dtype, ...]:
+    """The dtypes a search compares (``tune``, ``benchmark``): the requested one, or for
+    ``"auto"`` every half dtype ``device`` can run, fp16 first (its tolerance is the
+    stricter one). Where :func:`resolve_dtype` picks one dtype for ``"auto"`` from the
+    device table, this is the ``"auto"`` of the commands that measure instead of guess."""
+    if is_auto(requested):
+        sup = device_support(device)
+        return tuple(dt for dt in HALF_DTYPES if sup.runs(dt))
+    return (parse_dtype(requested),)
 
 
 def ensure_runnable(dtype: torch.dtype, device: str | torch.device = "cpu") -> None:

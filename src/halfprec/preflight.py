@@ -25,11 +25,11 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from halfprec.batch import as_batches, call
-from halfprec.convert.core import is_default_island
-from halfprec.dtypes import DTypeLike, dtype_name, range_of, resolve_dtype
+from halfprec.convert.core import ConfigLike, ConvertConfig, is_default_island
+from halfprec.dtypes import dtype_name, range_of
 from halfprec.frames import user_location
 
-__all__ = ["Finding", "Preflight", "preflight", "EPS_NAMES", "FILL_FUNCTIONS"]
+__all__ = ["PreflightFinding", "Preflight", "preflight", "EPS_NAMES", "FILL_FUNCTIONS"]
 
 EPS_NAMES = ("eps", "epsilon", "variance_epsilon", "layer_norm_eps", "norm_eps", "rms_norm_eps")
 FILL_FUNCTIONS = frozenset(
@@ -38,7 +38,7 @@ FILL_FUNCTIONS = frozenset(
 
 
 @dataclass(frozen=True)
-class Finding:
+class PreflightFinding:
     """One value the dtype cannot represent."""
 
     kind: str  # "range", "eps", "fill"
@@ -58,11 +58,11 @@ class Preflight:
     """The result of :func:`preflight`; ``problems`` are the findings convert leaves open."""
 
     dtype: torch.dtype
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[PreflightFinding] = field(default_factory=list)
     forward_checked: bool = False
 
     @property
-    def problems(self) -> list[Finding]:
+    def problems(self) -> list[PreflightFinding]:
         return [f for f in self.findings if not f.handled]
 
     def to_json(self) -> dict[str, Any]:
@@ -80,10 +80,10 @@ def _peak(t: torch.Tensor) -> float:
     return float(finite.abs().max()) if finite.numel() else 0.0
 
 
-def _static(model: nn.Module, dtype: torch.dtype) -> list[Finding]:
+def _static(model: nn.Module, dtype: torch.dtype) -> list[PreflightFinding]:
     limits = range_of(dtype)
     name_ = dtype_name(dtype)
-    found: list[Finding] = []
+    found: list[PreflightFinding] = []
     for mname, module in model.named_modules():
         mtype = type(module).__name__
         tensors: list[tuple[str, str, torch.Tensor]] = []
@@ -102,7 +102,7 @@ def _static(model: nn.Module, dtype: torch.dtype) -> list[Finding]:
             peak = _peak(t)
             if peak > limits.max:
                 found.append(
-                    Finding(
+                    PreflightFinding(
                         "range",
                         mname,
                         mtype,
@@ -124,7 +124,7 @@ def _static(model: nn.Module, dtype: torch.dtype) -> list[Finding]:
                 f"{attr}={eps:g} is 0 in {name_} (smallest subnormal "
                 f"{limits.smallest_subnormal:.3g}); {keep}"
             )
-            found.append(Finding("eps", mname, mtype, detail, eps, handled=island))
+            found.append(PreflightFinding("eps", mname, mtype, detail, eps, handled=island))
     return found
 
 
@@ -162,7 +162,7 @@ class _FillWatch(TorchFunctionMode):
                 self.hits.setdefault((module, name, float(v), user_location()), name)
 
 
-def _fills(model: nn.Module, batch: Any, dtype: torch.dtype) -> list[Finding]:
+def _fills(model: nn.Module, batch: Any, dtype: torch.dtype) -> list[PreflightFinding]:
     stack: list[str] = []
     names = {id(m): n for n, m in model.named_modules()}
     types = {n: type(m).__name__ for n, m in model.named_modules()}
@@ -186,7 +186,7 @@ def _fills(model: nn.Module, batch: Any, dtype: torch.dtype) -> list[Finding]:
             h.remove()
     name_ = dtype_name(dtype)
     return [
-        Finding(
+        PreflightFinding(
             "fill",
             module,
             types.get(module, ""),
@@ -200,11 +200,12 @@ def _fills(model: nn.Module, batch: Any, dtype: torch.dtype) -> list[Finding]:
     ]
 
 
-def preflight(model: nn.Module, dtype: DTypeLike = "fp16", inputs: Any = None) -> Preflight:
-    """Check ``model`` against ``dtype`` before conversion; with ``inputs`` (one batch or a
-    list; the first is used), also run one fp32 forward pass to find fill constants."""
+def preflight(model: nn.Module, inputs: Any = None, config: ConfigLike = None) -> Preflight:
+    """Check ``model`` against the dtype of ``config`` (a :class:`ConvertConfig` or a dtype;
+    default ``"auto"``) before conversion; with ``inputs`` (one batch or a list; the first
+    is used), also run one fp32 forward pass to find fill constants."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    dt = resolve_dtype(dtype, device).dtype
+    dt = ConvertConfig.of(config).resolve(device).dtype
     result = Preflight(dt, _static(model, dt))
     if inputs is not None:
         result.findings.extend(_fills(model, as_batches(inputs)[0], dt))

@@ -1,6 +1,6 @@
 """Search for a small set of fp32 islands that makes a half model meet a tolerance.
 
-``tune(model, batches, dtype, tolerance)``:
+``tune(model, inputs, config, tolerance=...)``:
 
 1. runs the fp32 reference on every calibration batch, and once more on the first batch:
    when fp32 does not reproduce itself (dropout left in train mode, random ops) no policy
@@ -15,7 +15,8 @@
    bisection), and finally drops members one by one, largest first, while the tolerance
    still holds. Sets may be non-contiguous; each try converts afresh and runs the batches,
    stopping at the first batch that fails;
-5. with ``dtype="auto"`` does this for fp16 and bf16 and keeps the fastest variant that
+5. with dtype ``"auto"`` does this for every candidate dtype (fp16 and bf16 where the
+   device runs them) and keeps the fastest variant that
    meets the tolerance, timed on this device.
 
 Every forward pass of the full model is counted in ``report.passes``.
@@ -34,11 +35,11 @@ from torch import nn
 from halfprec._version import __version__
 from halfprec.batch import as_batches, call
 from halfprec.compare import Comparison, Tolerance, compare_outputs, run_reference
-from halfprec.convert.core import conversion_report, convert
+from halfprec.convert.core import ConfigLike, ConvertConfig, conversion_report, convert
 from halfprec.convert.op_islands import OpRef
 from halfprec.convert.policy import Policy
 from halfprec.diagnose import Diagnosis, diagnose
-from halfprec.dtypes import DTypeLike, dtype_name, parse_dtype, range_of
+from halfprec.dtypes import dtype_name, is_auto, range_of
 from halfprec.errors import DTypeError, HalfprecError
 from halfprec.flops import fp32_flops_share
 from halfprec.timing import measure
@@ -46,7 +47,7 @@ from halfprec.timing import measure
 __all__ = [
     "TuneConfig",
     "Evaluation",
-    "Variant",
+    "TuneVariant",
     "TuneReport",
     "TuneResult",
     "ToleranceUnreachableError",
@@ -64,11 +65,10 @@ class ToleranceUnreachableError(HalfprecError):
 
 @dataclass(frozen=True)
 class TuneConfig:
-    """Options of :func:`tune`, checked on construction."""
+    """How hard :func:`tune` searches, checked on construction. (What to convert to, and
+    the islands every try keeps, come from the :class:`ConvertConfig`.)"""
 
-    dtype: DTypeLike = "auto"
     tolerance: Tolerance | None = None
-    default_islands: bool = True
     max_evaluations: int = 40
     timing_runs: int = 5
 
@@ -77,14 +77,6 @@ class TuneConfig:
             raise ValueError(f"max_evaluations must be >= 1, got {self.max_evaluations}")
         if self.timing_runs < 1:
             raise ValueError(f"timing_runs must be >= 1, got {self.timing_runs}")
-        if not (isinstance(self.dtype, str) and self.dtype.strip().lower() == "auto"):
-            object.__setattr__(self, "dtype", parse_dtype(self.dtype))
-
-    @property
-    def dtypes(self) -> tuple[torch.dtype, ...]:
-        if isinstance(self.dtype, torch.dtype):
-            return (self.dtype,)
-        return (torch.float16, torch.bfloat16)
 
     def tolerance_for(self, dtype: torch.dtype) -> Tolerance:
         return self.tolerance if self.tolerance is not None else Tolerance.for_dtype(dtype)
@@ -109,7 +101,7 @@ class Evaluation:
 
 
 @dataclass
-class Variant:
+class TuneVariant:
     """The search for one dtype."""
 
     dtype: torch.dtype
@@ -158,7 +150,7 @@ class TuneReport:
     seconds: float
     reason: str
     batches: int
-    variants: list[Variant]
+    variants: list[TuneVariant]
     fp32_latency: float | None = None
     op_islands: tuple[OpRef, ...] = ()
     fp32_flops_share: float | None = None
@@ -186,7 +178,7 @@ class TuneResult:
 
     model: nn.Module | None
     report: TuneReport
-    default_islands: bool = True
+    config: ConvertConfig = field(default_factory=ConvertConfig)
 
     @property
     def keep_fp32(self) -> tuple[str, ...]:
@@ -205,9 +197,10 @@ class TuneResult:
             )
         variant = next(v for v in self.report.variants if v.dtype == self.report.dtype)
         tol = variant.comparison.tolerance.__dict__ if variant.comparison is not None else {}
+        given = [s for s in self.config.selectors if isinstance(s, str)]
         return Policy(
             dtype=self.report.dtype,
-            keep_fp32=self.keep_fp32,
+            keep_fp32=tuple(dict.fromkeys([*given, *self.keep_fp32])),
             op_islands=self.report.op_islands,
             info={
                 "tool": f"halfprec {__version__} tune",
@@ -215,7 +208,7 @@ class TuneResult:
                 "fp32_share": self.report.fp32_share,
                 "passes": self.report.passes,
                 "batches": self.report.batches,
-                "default_islands": self.default_islands,
+                "norm_islands": self.config.norm_islands,
                 "reason": self.report.reason,
             },
         )
@@ -237,13 +230,15 @@ class _Search:
         batches: list[Any],
         reference: list[Any],
         dtype: torch.dtype,
+        convert_config: ConvertConfig,
         config: TuneConfig,
         progress: Progress,
     ) -> None:
         self.model, self.batches, self.reference = model, batches, reference
         self.dtype, self.config, self.progress = dtype, config, progress
+        self.convert_config = convert_config.replace(dtype=dtype)
         self.tolerance = config.tolerance_for(dtype)
-        self.variant = Variant(dtype)
+        self.variant = TuneVariant(dtype)
         self.op_flops: dict[OpRef, int] = {}
         self.cache: dict[Islands, bool] = {}
         self.shares: dict[tuple[str, ...], float] = {}
@@ -251,14 +246,16 @@ class _Search:
         self.kept: dict[Islands, tuple[nn.Module, list[Any]]] = {}
 
     def convert(self, keep: tuple[str, ...], ops: tuple[OpRef, ...] = ()) -> nn.Module:
-        policy = Policy(dtype=self.dtype, op_islands=ops) if ops else None
-        return convert(
-            self.model,
-            self.dtype,
-            keep_fp32=keep,
-            default_islands=self.config.default_islands,
-            policy=policy,
-        )
+        cfg = self.convert_config
+        changes: dict[str, Any] = {"keep_fp32": cfg.keep_fp32 + keep}
+        if ops:  # op islands travel in a policy, on top of the caller's own one
+            given = cfg.loaded_policy
+            changes["policy"] = Policy(
+                dtype=self.dtype,
+                keep_fp32=given.keep_fp32 if given is not None else (),
+                op_islands=(given.op_islands if given is not None else ()) + ops,
+            )
+        return convert(self.model, cfg.replace(**changes))
 
     def evaluate(self, keep: tuple[str, ...], ops: tuple[OpRef, ...] = ()) -> bool:
         key: Islands = (tuple(sorted(keep)), tuple(sorted(set(ops))))
@@ -300,7 +297,7 @@ class _Search:
         )
         return passed
 
-    def run(self) -> Variant:
+    def run(self) -> TuneVariant:
         v = self.variant
         best: Islands | None
         try:
@@ -471,43 +468,48 @@ def _reference_check(
 
 def tune(
     model: nn.Module,
-    batches: Any,
-    dtype: DTypeLike = "auto",
-    tolerance: Tolerance | None = None,
+    inputs: Any,
+    config: ConfigLike = None,
     *,
-    default_islands: bool = True,
+    tolerance: Tolerance | None = None,
     max_evaluations: int = 40,
     progress: Progress | None = None,
 ) -> TuneResult:
-    """Find fp32 islands so that ``convert(model, dtype, keep_fp32=...)`` meets ``tolerance``
-    on every calibration batch (see the module docs). ``progress(text)`` is called after
-    each try. ``dtype="auto"`` tunes fp16 and bf16 and keeps the fastest passing variant.
+    """Find fp32 islands so that ``convert(model, config)`` plus those islands meets
+    ``tolerance`` on every calibration batch in ``inputs`` (see the module docs).
+
+    ``config``: a :class:`ConvertConfig` or a dtype. Its islands (``keep_fp32``, policy,
+    norm islands) are kept in every try. Its dtype ``"auto"`` (the default) means: search
+    every candidate dtype (:func:`~halfprec.dtypes.candidate_dtypes`) and keep the fastest
+    passing variant. ``progress(text)`` is called after each try.
     """
     start = time.perf_counter()
-    config = TuneConfig(
-        dtype=dtype,
-        tolerance=tolerance,
-        default_islands=default_islands,
-        max_evaluations=max_evaluations,
-    )
+    cfg = ConvertConfig.of(config)
+    options = TuneConfig(tolerance=tolerance, max_evaluations=max_evaluations)
     report_progress = progress or (lambda text: None)
-    cal = as_batches(batches)
+    cal = as_batches(inputs)
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    dtypes = cfg.candidates(device)
+    if not dtypes:
+        raise DTypeError(f"{device} runs neither fp16 nor bf16; tune on another device")
     reference = run_reference(model, cal)
-    strictest = config.tolerance_for(config.dtypes[0])
+    strictest = options.tolerance_for(dtypes[0])
     _reference_check(model, cal, reference, strictest)
     passes = len(cal) + 1
     variants = []
-    for dt in config.dtypes:
-        search = _Search(model, cal, reference, dt, config, report_progress)
+    for dt in dtypes:
+        search = _Search(model, cal, reference, dt, cfg, options, report_progress)
         try:
             variant = search.run()
         except DTypeError as exc:
-            if len(config.dtypes) == 1:
+            if len(dtypes) == 1:
                 raise
-            variant = Variant(dt, note=f"cannot run here: {exc}")
+            variant = TuneVariant(dt, note=f"cannot run here: {exc}")
         passes += variant.passes
         variants.append(variant)
-    chosen, reason, fp32_latency = _choose(model, cal, variants, config, report_progress)
+    chosen, reason, fp32_latency = _choose(
+        model, cal, variants, options, report_progress, auto=is_auto(cfg.requested)
+    )
     converted = chosen.model if chosen.passed else None
     for v in variants:
         v.model = None  # only the chosen variant's model is handed back
@@ -525,7 +527,7 @@ def tune(
         op_islands=chosen.op_islands,
         fp32_flops_share=chosen.fp32_flops_share,
     )
-    return TuneResult(converted, report, default_islands)
+    return TuneResult(converted, report, cfg)
 
 
 def _latency(model: nn.Module, batch: Any, device: torch.device, runs: int) -> float:
@@ -535,14 +537,17 @@ def _latency(model: nn.Module, batch: Any, device: torch.device, runs: int) -> f
 def _choose(
     model: nn.Module,
     batches: list[Any],
-    variants: list[Variant],
+    variants: list[TuneVariant],
     config: TuneConfig,
     progress: Progress,
-) -> tuple[Variant, str, float | None]:
+    *,
+    auto: bool,
+) -> tuple[TuneVariant, str, float | None]:
     passing = [v for v in variants if v.passed]
     if len(variants) == 1:
         v = variants[0]
-        return v, f"requested {dtype_name(v.dtype)}", None
+        why = "auto: the only half dtype this device runs" if auto else "requested"
+        return v, f"{why} {dtype_name(v.dtype)}", None
     if not passing:
         return variants[0], "no dtype meets the tolerance", None
     if len(passing) == 1:

@@ -13,7 +13,6 @@ meets the tolerance, never one slower than fp32.
 from __future__ import annotations
 
 import gc
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,8 +26,7 @@ from halfprec.bench.machine import MachineInfo, machine_info
 from halfprec.bench.variants import Variant, build_variant, fp32_matmuls, parse_variants
 from halfprec.bench.worker import MemoryUse, measure_in_subprocess
 from halfprec.compare import Comparison, Tolerance, compare_outputs
-from halfprec.convert.core import Selector, _model_device, _nbytes
-from halfprec.convert.policy import Policy
+from halfprec.convert.core import ConfigLike, ConvertConfig, _model_device, _nbytes
 from halfprec.dtypes import dtype_name
 from halfprec.timing import Timing, measure, synchronize
 
@@ -228,14 +226,13 @@ class _Runner:
         batch: Batch,
         variants: list[Variant],
         config: BenchConfig,
+        convert_config: ConvertConfig,
         tolerance: Tolerance | None,
-        keep_fp32: Sequence[Selector],
-        policy: Policy | None,
         spec: str | None,
         progress: Progress | None,
     ) -> None:
         self.model, self.batch, self.variants, self.config = model, batch, variants, config
-        self.tolerance, self.keep_fp32, self.policy = tolerance, keep_fp32, policy
+        self.tolerance, self.convert_config = tolerance, convert_config
         self.spec, self.progress = spec, progress
         self.device = _model_device(model)
         self.allocator = _allocator(self.device)
@@ -281,7 +278,7 @@ class _Runner:
                     r.speedup = fp32_median / r.median_s
                 if self.measure_memory and r.memory is None and r.status == "ok" and self.spec:
                     r.memory = measure_in_subprocess(
-                        self.spec, r.variant, size, policy=self.policy, keep_fp32=self.keep_fp32
+                        self.spec, r.variant, size, self.convert_config
                     )
                 result.results.append(r)
                 if r.timing is not None and r.timing.spread > SPREAD_WARNING and r.status == "ok":
@@ -330,9 +327,7 @@ class _Runner:
         # the fp32 original and the reference outputs stay resident; count only the variant
         before = 0 if self.allocator is None else int(self.allocator.memory_allocated(self.device))
         try:
-            module = build_variant(
-                self.model, variant, keep_fp32=self.keep_fp32, policy=self.policy
-            )
+            module = build_variant(self.model, variant, self.convert_config)
         except Exception as exc:  # a variant that cannot be built is a finding, not a crash
             failed = VariantResult(variant, size, "failed", f"build: {_first_line(exc)}")
             return failed, None, None, 0
@@ -386,39 +381,42 @@ class _Runner:
 def benchmark(
     model: nn.Module,
     inputs: Any,
+    config: ConfigLike = None,
     *,
+    bench: BenchConfig | None = None,
     variants: Sequence[str | Variant] | None = None,
     compile: bool = False,
-    config: BenchConfig | None = None,
     tolerance: Tolerance | None = None,
-    keep_fp32: Sequence[Selector] = (),
-    policy: Policy | str | os.PathLike[str] | None = None,
     spec: str | None = None,
     name: str = "",
     progress: Progress | None = None,
 ) -> BenchResult:
     """Time, size and compare each variant of ``model`` on the first batch of ``inputs``.
 
-    ``variants``: names such as ``"naive-bf16"`` or :class:`Variant` objects (default: all
-    seven, fp32 always included); ``compile=True`` adds a ``torch.compile`` twin of each.
+    ``config``: a :class:`ConvertConfig` or a dtype. Its islands shape the halfprec
+    variants; its dtype picks the default variants: ``"auto"`` (default) every candidate
+    dtype (:func:`~halfprec.dtypes.candidate_dtypes`: fp16 and bf16 where the device runs
+    them), an explicit dtype only that one. ``bench``: how long to measure.
+    ``variants``: names such as ``"naive-bf16"`` or :class:`Variant` objects (fp32 always
+    included); ``compile=True`` adds a ``torch.compile`` twin of each.
     ``spec``: the MODEL spec ``model`` came from; with it, CPU peak memory is measured in a
     clean subprocess per variant (without it, CPU memory is not reported).
     ``progress(step, total, label)`` is called before each variant.
     """
-    cfg = config or BenchConfig()
-    texts = [v.name if isinstance(v, Variant) else v for v in variants] if variants else None
-    chosen = parse_variants(texts, compile=compile)
-    pol = Policy.load(policy) if isinstance(policy, (str, os.PathLike)) else policy
-    batch = as_batches(inputs)[0]
+    cfg = ConvertConfig.of(config)
+    options = bench or BenchConfig()
     device = _model_device(model)
+    texts = [v.name if isinstance(v, Variant) else v for v in variants] if variants else None
+    chosen = parse_variants(texts, compile=compile, dtypes=cfg.candidates(device))
+    batch = as_batches(inputs)[0]
     result = BenchResult(
         model=name or type(model).__name__,
         device=str(device),
         machine=machine_info(device),
-        unit=cfg.unit,
+        unit=options.unit,
     )
     model.eval()
-    _Runner(model, batch, chosen, cfg, tolerance, keep_fp32, pol, spec, progress).run(result)
+    _Runner(model, batch, chosen, options, cfg, tolerance, spec, progress).run(result)
     return result
 
 
@@ -455,26 +453,23 @@ class MeasuredChoice:
 def choose_dtype_by_measurement(
     model: nn.Module,
     inputs: Any,
+    config: ConfigLike = None,
     *,
     tolerance: Tolerance | None = None,
-    candidates: Sequence[str] = ("halfprec-fp16", "halfprec-bf16"),
-    config: BenchConfig | None = None,
-    keep_fp32: Sequence[Selector] = (),
-    policy: Policy | str | os.PathLike[str] | None = None,
+    kinds: Sequence[str] = ("halfprec",),
+    bench: BenchConfig | None = None,
 ) -> MeasuredChoice:
-    """``auto`` by measurement: time fp32 and each candidate, keep the fastest that meets
+    """``auto`` by measurement: time fp32 and the ``kinds`` variants of each candidate dtype
+    of ``config`` (:meth:`ConvertConfig.candidates`), keep the fastest that meets
     ``tolerance``. Returns ``torch.float32`` when no half variant is faster here."""
-    cfg = config or BenchConfig(runs=5, max_call_s=5.0, max_variant_s=15.0)
+    cfg = ConvertConfig.of(config)
+    options = bench or BenchConfig(runs=5, max_call_s=5.0, max_variant_s=15.0)
+    dtypes = cfg.candidates(_model_device(model))
+    candidates = [Variant(k, dt) for k in kinds for dt in dtypes]
     result = benchmark(
-        model,
-        inputs,
-        variants=["fp32", *candidates],
-        config=cfg,
-        tolerance=tolerance,
-        keep_fp32=keep_fp32,
-        policy=policy,
+        model, inputs, cfg, bench=options, variants=["fp32", *candidates], tolerance=tolerance
     )
-    best = fastest_variant(result, kinds=("fp32", *{Variant.parse(c).kind for c in candidates}))
+    best = fastest_variant(result, kinds=("fp32", *kinds))
     speedup = best.speedup or 1.0
     if best.variant.kind == "fp32":
         others = [r for r in result.results if r.variant.kind != "fp32"]

@@ -25,8 +25,7 @@ from torch import nn
 
 # the same input cast halfprec's root hook does, and its device lookup
 from halfprec.convert.boundaries import cast_inputs_hook
-from halfprec.convert.core import Selector, _model_device, convert_
-from halfprec.convert.policy import Policy
+from halfprec.convert.core import ConvertConfig, _model_device, convert_
 from halfprec.dtypes import dtype_name, parse_dtype
 from halfprec.errors import HalfprecError
 
@@ -104,11 +103,21 @@ DEFAULT_VARIANTS: tuple[Variant, ...] = (
 )
 
 
-def parse_variants(texts: Sequence[str] | None, *, compile: bool = False) -> list[Variant]:
-    """Parse variant names (default: all of :data:`DEFAULT_VARIANTS`); fp32 always comes
-    first because speedups are measured against it. ``compile`` adds a ``+compile`` twin of
-    each."""
-    parsed = [Variant.parse(t) for t in texts] if texts else list(DEFAULT_VARIANTS)
+def parse_variants(
+    texts: Sequence[str] | None,
+    *,
+    compile: bool = False,
+    dtypes: Sequence[torch.dtype] | None = None,
+) -> list[Variant]:
+    """Parse variant names (default: those of :data:`DEFAULT_VARIANTS` in ``dtypes``, all
+    when ``dtypes`` is None); fp32 always comes first because speedups are measured against
+    it. ``compile`` adds a ``+compile`` twin of each."""
+    if texts:
+        parsed = [Variant.parse(t) for t in texts]
+    else:
+        parsed = [
+            v for v in DEFAULT_VARIANTS if dtypes is None or v.kind == "fp32" or v.dtype in dtypes
+        ]
     if compile:
         parsed += [v.with_compile() for v in parsed if not v.compiled]
     if Variant("fp32") not in parsed:
@@ -148,15 +157,15 @@ class _Autocast(nn.Module):
 def build_variant(
     model: nn.Module,
     variant: Variant,
+    config: ConvertConfig | None = None,
     *,
-    keep_fp32: Sequence[Selector] = (),
-    policy: Policy | None = None,
     in_place: bool = False,
 ) -> nn.Module:
     """A module that runs ``model`` the way ``variant`` says.
 
     ``model`` is copied unless ``in_place`` (the memory worker converts in place so that
-    no fp32 copy stays resident). ``keep_fp32``/``policy`` shape the halfprec variants.
+    no fp32 copy stays resident). ``config`` shapes the halfprec variants (its islands;
+    the dtype is the variant's).
     """
     base = model if in_place else copy.deepcopy(model)
     base.eval()
@@ -169,7 +178,7 @@ def build_variant(
     elif variant.kind == "autocast":
         built = _Autocast(base, _model_device(base).type, variant.dtype)
     else:
-        built = convert_(base, variant.dtype, keep_fp32=tuple(keep_fp32), policy=policy)
+        built = convert_(base, (config or ConvertConfig()).replace(dtype=variant.dtype))
     if variant.compiled:
         built = torch.compile(built)  # type: ignore[assignment]
     return built

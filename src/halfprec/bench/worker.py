@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from halfprec.bench.variants import Variant
+from halfprec.convert.core import ConvertConfig
 from halfprec.convert.policy import Policy
 
 __all__ = ["MemoryUse", "measure_in_subprocess", "main"]
@@ -77,9 +78,7 @@ def _ru_maxrss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
-def _run(
-    spec: str, variant_name: str, batch_size: int, policy: str | None, keep_fp32: Sequence[str]
-) -> dict[str, Any]:
+def _run(spec: str, variant_name: str, batch_size: int, config: ConvertConfig) -> dict[str, Any]:
     import torch
 
     from halfprec.batch import call, resize_batch
@@ -90,13 +89,7 @@ def _run(
     if not loaded.example_inputs:
         raise SystemExit(f"{spec} has no example inputs")
     batch = resize_batch(loaded.example_inputs[0], batch_size)
-    module = build_variant(
-        loaded.model,
-        Variant.parse(variant_name),
-        keep_fp32=tuple(keep_fp32),
-        policy=Policy.load(policy) if policy else None,
-        in_place=True,
-    )
+    module = build_variant(loaded.model, Variant.parse(variant_name), config, in_place=True)
     with torch.inference_mode(), fp32_matmuls():
         call(module, batch)
         _trim()
@@ -118,12 +111,13 @@ def measure_in_subprocess(
     spec: str,
     variant: Variant,
     batch_size: int,
-    *,
-    policy: Policy | None = None,
-    keep_fp32: Sequence[object] = (),
+    config: ConvertConfig | None = None,
 ) -> MemoryUse:
     """Run the worker for ``variant`` on MODEL ``spec``; failures come back as a note.
-    Only qualified-name ``keep_fp32`` entries reach the worker (types cannot be passed)."""
+    Of ``config``, the policy, the qualified-name ``keep_fp32`` entries and ``norm_islands``
+    reach the worker (types and ``filter_fn`` cannot be passed)."""
+    config = config or ConvertConfig()
+    policy = config.loaded_policy
     args = [
         sys.executable,
         "-m",
@@ -142,9 +136,11 @@ def measure_in_subprocess(
             path = f.name
         policy.save(path)
         args += ["--policy", path]
-    for k in keep_fp32:
+    for k in config.keep_fp32:
         if isinstance(k, str):
             args += ["--keep-fp32", k]
+    if not config.norm_islands:
+        args.append("--no-norm-islands")
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
@@ -171,9 +167,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, required=True)
     parser.add_argument("--policy", default=None)
     parser.add_argument("--keep-fp32", action="append", default=[])
+    parser.add_argument("--no-norm-islands", action="store_true")
     ns = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    data = _run(ns.model, ns.variant, ns.batch_size, ns.policy, ns.keep_fp32)
+    config = ConvertConfig(
+        keep_fp32=tuple(ns.keep_fp32),
+        norm_islands=not ns.no_norm_islands,
+        policy=Policy.load(ns.policy) if ns.policy else None,
+    )
+    data = _run(ns.model, ns.variant, ns.batch_size, config)
     print(json.dumps(data))
 
 

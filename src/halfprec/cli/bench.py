@@ -10,19 +10,20 @@ import click
 
 from halfprec.bench.runner import BenchConfig, benchmark
 from halfprec.bench.variants import parse_variants
-from halfprec.cli import EXIT_OK
 from halfprec.cli.options import (
+    convert_options,
     device_option,
+    finish,
     inputs_option,
     json_option,
     load_for_command,
     model_argument,
+    tolerance_options,
+    tolerance_override,
 )
-from halfprec.compare import Tolerance
-from halfprec.convert.policy import Policy
+from halfprec.convert.core import ConvertConfig
 from halfprec.errors import HalfprecError
 from halfprec.report.bench import check_plot_path, print_bench, require_matplotlib, write_chart
-from halfprec.report.common import to_json_text
 
 __all__ = ["command"]
 
@@ -44,6 +45,7 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
 @click.command(help="Time MODEL in fp32 and each half-precision variant (default: minilm).")
 @model_argument
 @inputs_option
+@convert_options
 @device_option
 @json_option
 @click.option(
@@ -55,7 +57,8 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
     "--variants",
     default=None,
     help="Comma-separated: fp32, naive-fp16, naive-bf16, "
-    "autocast-fp16, autocast-bf16, halfprec-fp16, halfprec-bf16 (default: all).",
+    "autocast-fp16, autocast-bf16, halfprec-fp16, halfprec-bf16 (default: all of --dtype; "
+    "auto: all).",
 )
 @click.option("--compile", "use_compile", is_flag=True, help="Add a torch.compile twin of each.")
 @click.option(
@@ -80,17 +83,11 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
     help="Skip a half dtype whose matmul probe runs this many times slower than fp32.",
 )
 @click.option("--no-memory", is_flag=True, help="Skip the per-variant memory subprocesses.")
-@click.option(
-    "--policy",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Policy JSON from `halfprec tune` for the halfprec variants.",
-)
-@click.option("--keep-fp32", multiple=True, help="Module name or glob kept in fp32 (repeatable).")
-@click.option("--min-cosine", type=float, default=None, help="Override the cosine threshold.")
+@tolerance_options
 def command(
     model: str,
     inputs_path: Path | None,
+    convert_config: ConvertConfig,
     device: str | None,
     as_json: bool,
     batch_sizes: str | None,
@@ -102,25 +99,19 @@ def command(
     max_call_s: float,
     skip_slower_than: float | None,
     no_memory: bool,
-    policy: Path | None,
-    keep_fp32: tuple[str, ...],
     min_cosine: float | None,
+    min_sqnr: float | None,
 ) -> None:
     # Everything that can be wrong with the arguments fails here, before any measuring.
     sizes = _batch_sizes(batch_sizes)
     names = [v for v in variants.split(",") if v.strip()] if variants else None
-    chosen = parse_variants(names, compile=use_compile)
+    chosen = parse_variants(names, compile=use_compile) if names else None
     if plot is not None:
         check_plot_path(plot)
         require_matplotlib()
-    pol = Policy.load(policy) if policy is not None else None
-    tolerance = None
-    if min_cosine is not None:
-        try:
-            tolerance = Tolerance(min_cosine=min_cosine, min_sqnr_db=None)
-        except ValueError as exc:
-            raise HalfprecError(f"--min-cosine: {exc}") from None
     loaded, batches, dev = load_for_command(model, inputs_path, device)
+    dtypes = convert_config.candidates(dev)
+    tolerance = tolerance_override(dtypes[0] if len(dtypes) == 1 else None, min_cosine, min_sqnr)
     # The memory worker rebuilds the model from its spec; custom --inputs cannot follow it.
     spec = None if (no_memory or inputs_path is not None) else model
     config = BenchConfig(
@@ -135,24 +126,24 @@ def command(
         result = benchmark(
             loaded.model,
             batches,
+            convert_config,
+            bench=config,
             variants=chosen,
-            config=config,
+            compile=use_compile,
             tolerance=tolerance,
-            keep_fp32=keep_fp32,
-            policy=pol,
             spec=spec,
             name=loaded.name,
             progress=progress.update if progress else None,
         )
     if plot is not None:
         write_chart([result], plot)
-    if as_json:
-        click.echo(to_json_text(result.to_json()))
-    else:
+
+    def render() -> None:
         print_bench(result)
         if plot is not None:
             click.echo(f"chart: {plot}")
-    raise SystemExit(EXIT_OK)
+
+    finish(result.to_json(), as_json, render)
 
 
 class _ProgressBar:

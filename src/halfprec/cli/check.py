@@ -8,17 +8,18 @@ import click
 
 from halfprec.check import check
 from halfprec.cli.options import (
+    convert_options,
     device_option,
-    dtype_option,
     finish,
     inputs_option,
-    islands_options,
     json_option,
     load_for_command,
     model_argument,
+    tolerance_options,
     tolerance_override,
     weights_option,
 )
+from halfprec.convert.core import ConvertConfig
 from halfprec.report.common import print_check
 
 __all__ = ["command"]
@@ -28,12 +29,10 @@ __all__ = ["command"]
 @model_argument
 @inputs_option
 @weights_option
-@dtype_option
+@convert_options
 @device_option
 @json_option
-@islands_options
-@click.option("--min-cosine", type=float, default=None, help="Override the cosine threshold.")
-@click.option("--min-sqnr", type=float, default=None, help="Override the SQNR threshold (dB).")
+@tolerance_options
 @click.option(
     "--artifact",
     type=click.Path(path_type=Path),
@@ -51,42 +50,24 @@ def command(
     model: str,
     inputs_path: Path | None,
     weights: Path | None,
-    dtype: str,
+    convert_config: ConvertConfig,
     device: str | None,
     as_json: bool,
-    policy: Path | None,
-    keep_fp32: tuple[str, ...],
     min_cosine: float | None,
     min_sqnr: float | None,
     artifact: Path | None,
     runs: int,
 ) -> None:
-    loaded, batches, _ = load_for_command(model, inputs_path, device, weights)
+    loaded, batches, dev = load_for_command(model, inputs_path, device, weights)
     if artifact is not None:
         from halfprec.cli.export import check_artifact
 
-        raise SystemExit(
-            check_artifact(
-                artifact,
-                loaded,
-                batches,
-                min_cosine=min_cosine,
-                min_sqnr=min_sqnr,
-                as_json=as_json,
-            )
+        check_artifact(
+            artifact, loaded, batches, min_cosine=min_cosine, min_sqnr=min_sqnr, as_json=as_json
         )
-    from halfprec.dtypes import resolve_dtype
-
-    half_dtype = resolve_dtype(dtype).dtype if policy is None else None
+    half_dtype = convert_config.resolve(dev).dtype
     tolerance = tolerance_override(half_dtype, min_cosine, min_sqnr)
     result = check(
-        loaded.model,
-        batches,
-        dtype=None if (policy is not None and dtype == "auto") else dtype,
-        tolerance=tolerance,
-        keep_fp32=keep_fp32,
-        policy=str(policy) if policy is not None else None,
-        runs=runs,
-        name=loaded.name,
+        loaded.model, batches, convert_config, tolerance=tolerance, runs=runs, name=loaded.name
     )
     finish(result.to_json(), as_json, lambda: print_check(result), result.passed)

@@ -6,19 +6,25 @@ from pathlib import Path
 
 import click
 
-from halfprec.cli.options import dtype_option, islands_options, json_option, weights_option
-from halfprec.convert.core import conversion_report, convert
+from halfprec.cli.options import (
+    convert_options,
+    device_option,
+    finish,
+    json_option,
+    weights_option,
+)
+from halfprec.convert.core import ConversionReport, ConvertConfig, conversion_report, convert
 from halfprec.dtypes import dtype_name, resolve_device
 from halfprec.io.checkpoint import save
 from halfprec.io.specs import load_model
-from halfprec.report.common import human_bytes, make_console, to_json_text
+from halfprec.report.common import human_bytes, make_console
 
 __all__ = ["command"]
 
 
 @click.command(help="Convert MODEL to half precision and save it as safetensors.")
 @click.argument("model")
-@dtype_option
+@convert_options
 @weights_option
 @click.option(
     "-o",
@@ -27,19 +33,14 @@ __all__ = ["command"]
     required=True,
     help="Output .safetensors file.",
 )
-@islands_options
-@click.option(
-    "--device", default="cpu", show_default=True, help="Device whose kernels `auto` targets."
-)
+@device_option
 @json_option
 def command(
     model: str,
-    dtype: str,
+    convert_config: ConvertConfig,
     weights: Path | None,
     output: Path,
-    policy: Path | None,
-    keep_fp32: tuple[str, ...],
-    device: str,
+    device: str | None,
     as_json: bool,
 ) -> None:
     if output.suffix != ".safetensors":
@@ -50,18 +51,18 @@ def command(
         from halfprec.io.checkpoint import load
 
         load(weights, into=loaded.model)
-    half = convert(
-        loaded.model.to(dev),
-        None if (policy is not None and dtype == "auto") else dtype,
-        keep_fp32=keep_fp32,
-        policy=str(policy) if policy is not None else None,
-    )
+    half = convert(loaded.model.to(dev), convert_config)
     save(half.cpu(), output)
     report = conversion_report(half)
     assert report is not None  # convert() always attaches its report
-    if as_json:
-        click.echo(to_json_text({"output": str(output), **report.to_json()}))
-        return
+
+    def render() -> None:
+        _print_written(output, report)
+
+    finish({"output": str(output), **report.to_json()}, as_json, render)
+
+
+def _print_written(output: Path, report: ConversionReport) -> None:
     con = make_console()
     con.print(f"wrote {output}: {dtype_name(report.dtype)} ({report.reason})")
     on_disk = output.stat().st_size

@@ -7,18 +7,18 @@ from pathlib import Path
 import click
 
 from halfprec.cli.options import (
+    convert_options,
     device_option,
-    dtype_option,
     finish,
     inputs_option,
     json_option,
     load_for_command,
     model_argument,
+    tolerance_options,
+    tolerance_override,
 )
-from halfprec.compare import Tolerance
-from halfprec.convert.core import convert
+from halfprec.convert.core import ConvertConfig, convert
 from halfprec.diagnose import diagnose
-from halfprec.dtypes import resolve_dtype
 from halfprec.report.diagnose import plot_diagnosis, print_diagnosis
 
 __all__ = ["command"]
@@ -27,7 +27,7 @@ __all__ = ["command"]
 @click.command(help="Find the module where MODEL diverges in half precision, and why.")
 @model_argument
 @inputs_option
-@dtype_option
+@convert_options
 @device_option
 @json_option
 @click.option(
@@ -40,15 +40,10 @@ __all__ = ["command"]
 @click.option(
     "--converted",
     is_flag=True,
-    help="Diagnose halfprec's convert() output instead of a naive model.to(dtype) copy.",
+    help="Diagnose halfprec's convert() output instead of a naive model.to(dtype) copy "
+    "(implied by --policy, --keep-fp32 and --no-norm-islands).",
 )
-@click.option(
-    "--policy",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Diagnose convert() with this policy (implies --converted).",
-)
-@click.option("--min-sqnr", type=float, default=None, help="Divergence threshold as SQNR (dB).")
+@tolerance_options
 @click.option(
     "--batches",
     "max_batches",
@@ -59,13 +54,13 @@ __all__ = ["command"]
 def command(
     model: str,
     inputs_path: Path | None,
-    dtype: str,
+    convert_config: ConvertConfig,
     device: str | None,
     as_json: bool,
     plot: Path | None,
     top: int,
     converted: bool,
-    policy: Path | None,
+    min_cosine: float | None,
     min_sqnr: float | None,
     max_batches: int | None,
 ) -> None:
@@ -73,15 +68,10 @@ def command(
         raise click.UsageError(f"--plot {plot} must end in .png")
     loaded, batches, dev = load_for_command(model, inputs_path, device)
     batches = batches[:max_batches] if max_batches else batches
-    use_policy = policy is not None and dtype == "auto"
-    dt = None if use_policy else resolve_dtype(dtype, dev).dtype
-    half = None
-    if converted or policy is not None:
-        half = convert(loaded.model, dt, policy=str(policy) if policy is not None else None)
-    tolerance = None
-    if min_sqnr is not None:
-        base = Tolerance.for_dtype(dt)
-        tolerance = Tolerance(min_cosine=base.min_cosine, min_sqnr_db=min_sqnr)
+    dt = convert_config.resolve(dev).dtype
+    islands_given = convert_config != ConvertConfig(dtype=convert_config.dtype)
+    half = convert(loaded.model, convert_config) if converted or islands_given else None
+    tolerance = tolerance_override(dt, min_cosine, min_sqnr)
     diag = diagnose(loaded.model, batches, dt, half=half, tolerance=tolerance)
     if plot is not None:
         plot_diagnosis(diag, plot, title=f"{loaded.name}: {diag.half_model} half vs fp32")

@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import NoReturn
 
 import click
 
 from halfprec.batch import Batch
-from halfprec.cli import EXIT_FAILED, EXIT_OK
 from halfprec.cli.options import (
+    convert_options,
+    device_option,
     finish,
     inputs_option,
-    islands_options,
     json_option,
     load_for_command,
+    tolerance_override,
 )
-from halfprec.compare import Tolerance, run_reference
+from halfprec.compare import run_reference
+from halfprec.convert.core import ConvertConfig
 from halfprec.export import FORMATS, ExportConfig, export, load_artifact, verify_artifact
 from halfprec.io.specs import LoadedModel
-from halfprec.report.common import to_json_text
 from halfprec.report.export import print_artifact_check, print_export
 
 __all__ = ["command", "check_artifact"]
@@ -45,19 +45,7 @@ __all__ = ["command", "check_artifact"]
     default=None,
     help="Artifact format (default: from the output suffix).",
 )
-@click.option(
-    "--dtype",
-    default="auto",
-    show_default=True,
-    help="fp16, bf16 or auto (best for this device; fp16 for ONNX).",
-)
-@islands_options
-@click.option(
-    "--no-norm-islands",
-    is_flag=True,
-    help="Convert norm layers too (BatchNorm then folds into Conv in ONNX runtimes); "
-    "modules whose weights overflow the dtype still stay fp32.",
-)
+@convert_options
 @click.option(
     "--static",
     is_flag=True,
@@ -74,44 +62,33 @@ __all__ = ["command", "check_artifact"]
     help="ONNX: timed onnxruntime runs of the fp32 and half files (0: no timing).",
 )
 @inputs_option
-@click.option(
-    "--device",
-    default="cpu",
-    show_default=True,
-    help="Device to convert and trace on (cpu, cuda, cuda:N); ONNX checks run on CPU.",
-)
+@device_option
 @json_option
 def command(
     model: str,
     output: Path,
     fmt: str | None,
-    dtype: str,
-    policy: Path | None,
-    keep_fp32: tuple[str, ...],
-    no_norm_islands: bool,
+    convert_config: ConvertConfig,
     static: bool,
     half_io: bool,
     opset: int | None,
     runs: int,
     inputs_path: Path | None,
-    device: str,
+    device: str | None,
     as_json: bool,
 ) -> None:
     # fail on the file name, format and dtype before loading the model
-    ExportConfig.for_path(output, fmt, dtype=dtype, opset=opset)  # type: ignore[arg-type]
+    ExportConfig.for_path(output, fmt, dtype=convert_config.requested, opset=opset)  # type: ignore[arg-type]
     loaded, batches, _ = load_for_command(model, inputs_path, device)
     result = export(
         loaded.model,
         batches,
         output,
+        convert_config,
         format=fmt,  # type: ignore[arg-type]
-        dtype=dtype,
         dynamic=not static,
         half_io=half_io,
         opset=opset,
-        keep_fp32=keep_fp32,
-        default_islands=not no_norm_islands,
-        policy=str(policy) if policy is not None else None,
         runs=runs,
         name=loaded.name,
     )
@@ -126,28 +103,22 @@ def check_artifact(
     min_cosine: float | None,
     min_sqnr: float | None,
     as_json: bool,
-) -> int:
-    """``halfprec check --artifact``: the exported file against the fp32 MODEL; exit code."""
+) -> NoReturn:
+    """``halfprec check --artifact``: the exported file against the fp32 MODEL; exits."""
     artifact = load_artifact(path)
-    overrides: dict[str, Any] = {"min_cosine": min_cosine, "min_sqnr_db": min_sqnr}
-    tolerance = dataclasses.replace(
-        Tolerance.for_dtype(artifact.dtype),
-        **{k: v for k, v in overrides.items() if v is not None},
-    )
+    tolerance = tolerance_override(artifact.dtype, min_cosine, min_sqnr)
     reference = run_reference(loaded.model.eval(), batches)
     check = verify_artifact(artifact, batches, reference, tolerance=tolerance)
-    if as_json:
-        click.echo(
-            to_json_text(
-                {
-                    "artifact": str(path),
-                    "info": artifact.info.__dict__,
-                    "model": loaded.name,
-                    "skipped_batches": check.skipped_batches,
-                    **check.comparison.to_json(),
-                }
-            )
-        )
-    else:
-        print_artifact_check(artifact, check.comparison, check.skipped_batches)
-    return EXIT_OK if check.comparison.passed else EXIT_FAILED
+    data = {
+        "artifact": str(path),
+        "info": artifact.info.__dict__,
+        "model": loaded.name,
+        "skipped_batches": check.skipped_batches,
+        **check.comparison.to_json(),
+    }
+    finish(
+        data,
+        as_json,
+        lambda: print_artifact_check(artifact, check.comparison, check.skipped_batches),
+        check.comparison.passed,
+    )

@@ -6,14 +6,13 @@ Exit codes: 0 clean, 1 findings left, 2 usage error (unknown code, missing path)
 from __future__ import annotations
 
 import difflib
-import json
 from pathlib import Path
 
 import click
 
 from halfprec.atomic import write_text_atomic
-from halfprec.cli import EXIT_FAILED, EXIT_OK
-from halfprec.leaks.lint import LintReport, fixable, lint_paths, load_config
+from halfprec.cli.options import finish
+from halfprec.leaks.lint import LintReport, fixable, lint, load_config
 
 
 def _codes(value: str | None) -> tuple[str, ...] | None:
@@ -68,15 +67,13 @@ def command(
     config = load_config(
         paths[0], select=_codes(select), ignore=_codes(ignore), unsafe_fixes=unsafe_fixes
     )
-    report = lint_paths(paths, config, fix=fix or diff)
+    report = lint(paths, config, fix=fix or diff)
     if fix and not diff:
         for r in report.files:
             if r.new_source is not None:
                 write_text_atomic(r.path, r.new_source)
-    ctx = click.get_current_context()
-    if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
-    else:
+
+    def render() -> None:
         if diff:
             click.echo(_diff(report), nl=False)
         for finding in report.findings:
@@ -86,8 +83,9 @@ def command(
             config_fixable=sum(fixable(f, config) for f in report.findings),
             wrote=fix and not diff,
         )
+
     changed = diff and any(r.new_source is not None for r in report.files)
-    ctx.exit(EXIT_FAILED if report.findings or changed else EXIT_OK)
+    finish(report.to_json(), as_json, render, not (report.findings or changed))
 
 
 def _summary(report: LintReport, config_fixable: int, wrote: bool) -> None:

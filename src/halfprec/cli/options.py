@@ -1,8 +1,16 @@
-"""Options and loaders shared by the commands: MODEL, --inputs, --dtype, --device."""
+"""Options and loaders shared by the commands, so that a flag means one thing everywhere.
+
+``--dtype``, ``--policy``, ``--keep-fp32`` and ``--no-norm-islands`` become one
+:class:`~halfprec.convert.core.ConvertConfig` (:func:`convert_options`); ``--min-cosine`` and
+``--min-sqnr`` override one threshold each of the dtype's default tolerance
+(:func:`tolerance_options`, :func:`tolerance_override`); ``--device`` defaults to cuda when
+present, else cpu; every command ends through :func:`finish`. docs/cli.md lists them.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -13,6 +21,8 @@ import torch
 from halfprec.batch import Batch
 from halfprec.cli import EXIT_FAILED, EXIT_OK
 from halfprec.compare import Tolerance
+from halfprec.convert.core import ConvertConfig
+from halfprec.convert.policy import Policy
 from halfprec.dtypes import resolve_device
 from halfprec.errors import InputsError
 from halfprec.io.inputs import load_inputs
@@ -22,12 +32,16 @@ from halfprec.tree import map_tensors
 __all__ = [
     "DEFAULT_MODEL",
     "model_argument",
+    "DTYPES",
+    "DTypeParam",
     "dtype_option",
+    "convert_options",
+    "make_convert_config",
+    "tolerance_options",
     "device_option",
     "inputs_option",
     "json_option",
     "weights_option",
-    "islands_options",
     "load_for_command",
     "tolerance_override",
     "finish",
@@ -41,18 +55,108 @@ def model_argument(f: F) -> F:
     return click.argument("model", required=False, default=DEFAULT_MODEL, metavar="[MODEL]")(f)
 
 
+DTYPES: tuple[str, ...] = ("auto", "fp16", "bf16")
+
+
+class DTypeParam(click.Choice):
+    """``--dtype``: auto, fp16 or bf16, checked before any model loads."""
+
+    name = "dtype"
+
+    def __init__(self) -> None:
+        super().__init__(DTYPES, case_sensitive=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(f"unknown dtype {value!r}; use one of: {', '.join(DTYPES)}", param, ctx)
+
+
 def dtype_option(f: F) -> F:
     return click.option(
         "--dtype",
-        default="auto",
-        show_default=True,
-        help="fp16, bf16, or auto (best for this device).",
+        type=DTypeParam(),
+        default=None,
+        help="auto (bf16 where it has fast kernels, else fp16 where that is fast, else bf16), "
+        "fp16 or bf16. Default: the --policy's dtype, else auto.",
+    )(f)
+
+
+def _islands_options(f: F) -> F:
+    f = click.option(
+        "--no-norm-islands",
+        is_flag=True,
+        help="Convert norm layers too (default: they stay fp32); modules whose weights "
+        "overflow the dtype still stay fp32.",
+    )(f)
+    f = click.option(
+        "--keep-fp32", multiple=True, help="Module name or glob to keep in fp32 (repeatable)."
+    )(f)
+    return click.option(
+        "--policy",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Policy JSON written by `halfprec tune` (its dtype and fp32 islands).",
+    )(f)
+
+
+def make_convert_config(
+    dtype: str | None,
+    policy: Path | None = None,
+    keep_fp32: tuple[str, ...] = (),
+    no_norm_islands: bool = False,
+) -> ConvertConfig:
+    """The :class:`ConvertConfig` the conversion flags stand for (an explicit --dtype wins
+    over the policy's dtype, as in ConvertConfig)."""
+    return ConvertConfig(
+        dtype=dtype,
+        keep_fp32=keep_fp32,
+        norm_islands=not no_norm_islands,
+        policy=Policy.load(policy) if policy is not None else None,
+    )
+
+
+def convert_options(f: F) -> F:
+    """``--dtype``, ``--policy``, ``--keep-fp32`` and ``--no-norm-islands``, handed to the
+    command as one ``convert_config`` argument (parsed before the model loads)."""
+
+    @functools.wraps(f)
+    def wrapper(
+        *args: Any,
+        dtype: str | None,
+        policy: Path | None,
+        keep_fp32: tuple[str, ...],
+        no_norm_islands: bool,
+        **kwargs: Any,
+    ) -> Any:
+        kwargs["convert_config"] = make_convert_config(dtype, policy, keep_fp32, no_norm_islands)
+        return f(*args, **kwargs)
+
+    return dtype_option(_islands_options(wrapper))  # type: ignore[return-value]
+
+
+def tolerance_options(f: F) -> F:
+    """``--min-cosine`` and ``--min-sqnr``: each overrides its own threshold only."""
+    f = click.option(
+        "--min-sqnr",
+        type=float,
+        default=None,
+        help="Minimum SQNR in dB (default: the dtype's, 25 fp16 / 20 bf16).",
+    )(f)
+    return click.option(
+        "--min-cosine",
+        type=click.FloatRange(-1.0, 1.0),
+        default=None,
+        help="Minimum cosine similarity (default: 0.999).",
     )(f)
 
 
 def device_option(f: F) -> F:
     return click.option(
-        "--device", default=None, help="cpu, cuda, cuda:N (default: cuda if present)."
+        "--device",
+        default=None,
+        help="cpu, cuda or cuda:N. Default: cuda if present, else cpu.",
     )(f)
 
 
@@ -79,23 +183,13 @@ def weights_option(f: F) -> F:
     )(f)
 
 
-def islands_options(f: F) -> F:
-    """``--policy FILE`` and repeatable ``--keep-fp32 NAME``: which modules stay fp32."""
-    f = click.option(
-        "--keep-fp32", multiple=True, help="Module name or glob to keep in fp32 (repeatable)."
-    )(f)
-    return click.option(
-        "--policy",
-        type=click.Path(path_type=Path),
-        default=None,
-        help="Policy JSON written by `halfprec tune`.",
-    )(f)
-
-
 def tolerance_override(
     dtype: torch.dtype | None, min_cosine: float | None, min_sqnr: float | None
 ) -> Tolerance | None:
-    """``--min-cosine``/``--min-sqnr`` on top of the dtype's default tolerance (None: defaults)."""
+    """``--min-cosine``/``--min-sqnr`` on top of ``dtype``'s default tolerance; a threshold
+    not given keeps its default (None: no flag given, the callee's defaults apply). Where
+    several dtypes are compared (auto in tune and bench) pass None: fp16's stricter default
+    then fills the threshold not given."""
     if min_cosine is None and min_sqnr is None:
         return None
     base = Tolerance.for_dtype(dtype)
@@ -128,9 +222,10 @@ def load_for_command(
 
 
 def finish(
-    data: dict[str, Any], as_json: bool, render: Callable[[], None], passed: bool
+    data: dict[str, Any], as_json: bool, render: Callable[[], None], passed: bool = True
 ) -> NoReturn:
-    """Print ``data`` as JSON or call ``render`` for tables, then exit 0 if passed else 1."""
+    """The one way a command ends: print ``data`` as JSON or call ``render`` for tables,
+    then exit 0 if ``passed`` else 1. (Bad input raises HalfprecError instead: exit 2.)"""
     if as_json:
         from halfprec.report.common import to_json_text
 

@@ -6,17 +6,16 @@ from pathlib import Path
 
 import click
 
-from halfprec.cli import EXIT_FAILED, EXIT_OK
 from halfprec.cli.options import (
     device_option,
     dtype_option,
+    finish,
     inputs_option,
     json_option,
     load_for_command,
     model_argument,
 )
 from halfprec.preflight import preflight
-from halfprec.report.common import to_json_text
 from halfprec.report.diagnose import print_preflight
 
 __all__ = ["command"]
@@ -32,15 +31,12 @@ __all__ = ["command"]
 def command(
     model: str,
     inputs_path: Path | None,
-    dtype: str,
+    dtype: str | None,
     device: str | None,
     as_json: bool,
     no_forward: bool,
 ) -> None:
     loaded, batches, _ = load_for_command(model, inputs_path, device)
-    result = preflight(loaded.model, dtype, None if no_forward else batches)
-    if as_json:
-        click.echo(to_json_text({"model": loaded.name, **result.to_json()}))
-    else:
-        print_preflight(result)
-    raise SystemExit(EXIT_FAILED if result.problems else EXIT_OK)
+    result = preflight(loaded.model, None if no_forward else batches, dtype)
+    data = {"model": loaded.name, **result.to_json()}
+    finish(data, as_json, lambda: print_preflight(result), not result.problems)

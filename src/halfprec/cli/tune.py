@@ -9,31 +9,27 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from halfprec.cli.options import (
+    convert_options,
     device_option,
-    dtype_option,
     finish,
     inputs_option,
     json_option,
     load_for_command,
     model_argument,
+    tolerance_options,
     tolerance_override,
 )
-from halfprec.compare import Tolerance
-from halfprec.dtypes import parse_dtype
+from halfprec.convert.core import ConvertConfig
 from halfprec.report.tune import print_tune
 from halfprec.tune import tune
 
 __all__ = ["command"]
 
 
-def _tolerance(dtype: str, min_cosine: float | None, min_sqnr: float | None) -> Tolerance | None:
-    return tolerance_override(None if dtype == "auto" else parse_dtype(dtype), min_cosine, min_sqnr)
-
-
 @click.command(help="Find fp32 islands so MODEL meets the tolerance in half; write a policy.")
 @model_argument
 @inputs_option
-@dtype_option
+@convert_options
 @device_option
 @json_option
 @click.option(
@@ -43,8 +39,7 @@ def _tolerance(dtype: str, min_cosine: float | None, min_sqnr: float | None) -> 
     default=None,
     help="Write the policy JSON here (read by `halfprec convert --policy`).",
 )
-@click.option("--min-cosine", type=float, default=None, help="Tolerance: minimum cosine.")
-@click.option("--min-sqnr", type=float, default=None, help="Tolerance: minimum SQNR (dB).")
+@tolerance_options
 @click.option(
     "--max-evaluations",
     type=click.IntRange(min=1),
@@ -52,25 +47,24 @@ def _tolerance(dtype: str, min_cosine: float | None, min_sqnr: float | None) -> 
     show_default=True,
     help="Most island sets to try per dtype.",
 )
-@click.option(
-    "--no-default-islands", is_flag=True, help="Do not keep norm layers in fp32 by default."
-)
 def command(
     model: str,
     inputs_path: Path | None,
-    dtype: str,
+    convert_config: ConvertConfig,
     device: str | None,
     as_json: bool,
     output: Path | None,
     min_cosine: float | None,
     min_sqnr: float | None,
     max_evaluations: int,
-    no_default_islands: bool,
 ) -> None:
     if output is not None and output.suffix != ".json":
         raise click.UsageError(f"output {output} must end in .json")
-    tolerance = _tolerance(dtype, min_cosine, min_sqnr)
-    loaded, batches, _ = load_for_command(model, inputs_path, device)
+    loaded, batches, dev = load_for_command(model, inputs_path, device)
+    dtypes = convert_config.candidates(dev)
+    tolerance = tolerance_override(
+        dtypes[0] if len(dtypes) == 1 else None, min_cosine, min_sqnr
+    )
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -82,9 +76,8 @@ def command(
         result = tune(
             loaded.model,
             batches,
-            dtype,
-            tolerance,
-            default_islands=not no_default_islands,
+            convert_config,
+            tolerance=tolerance,
             max_evaluations=max_evaluations,
             progress=lambda text: bar.update(task, description=text),
         )

@@ -1,6 +1,6 @@
 """Convert a model to half precision safely.
 
-``convert(model, dtype)`` returns a converted copy; ``convert_`` converts in place. Compared
+``convert(model, config)`` returns a converted copy; ``convert_`` converts in place. Compared
 with ``model.to(torch.float16)`` the converted model:
 
 - keeps numerically fragile modules (norms, and anything the caller names) in fp32 as
@@ -25,10 +25,11 @@ with ``model.to(torch.float16)`` the converted model:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import fnmatch
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,8 +49,11 @@ from halfprec.convert.scope import ModeScope
 from halfprec.dtypes import (
     DTypeChoice,
     DTypeLike,
+    candidate_dtypes,
     dtype_name,
     ensure_runnable,
+    is_auto,
+    parse_dtype,
     range_of,
     resolve_dtype,
 )
@@ -57,6 +61,7 @@ from halfprec.errors import HalfprecError
 
 __all__ = [
     "DEFAULT_ISLAND_TYPES",
+    "ConfigLike",
     "ConvertConfig",
     "ConversionReport",
     "FilterFn",
@@ -92,19 +97,35 @@ def is_default_island(module: nn.Module) -> bool:
 
 @dataclass(frozen=True)
 class ConvertConfig:
-    """Options of :func:`convert`. Checked on construction; strings are parsed once here."""
+    """How to convert a model; every entry point (convert, check, diagnose, tune, audit,
+    benchmark, export, load) takes one. Checked on construction.
+
+    ``dtype``: ``"fp16"``, ``"bf16"``, ``"auto"`` or a ``torch.dtype``; ``None`` (default)
+    means the policy's dtype, or ``"auto"`` without a policy. An explicit ``dtype`` wins over
+    the policy's (see :meth:`requested`).
+    ``keep_fp32``: module types or qualified names (``fnmatch`` globs) kept in fp32, on top
+    of the norm islands (``norm_islands=False`` drops those) and the policy's names.
+    ``filter_fn(module, name) -> bool``: True keeps that module in fp32.
+    ``cast_outputs``: cast floating outputs back to the model's original dtype.
+    ``guard_boundaries``: cast fp32 tensors made inside ``forward`` at half modules.
+    ``mixed_kernels``: let built-in norm islands take half input straight into their fp32
+    parameter kernels where the device supports it (no casts); ``False`` always casts, which
+    graph formats that need one dtype per op (ONNX) require.
+    ``policy``: a :class:`Policy` or the path of one written by ``halfprec tune`` (read once,
+    here).
+    """
 
     dtype: DTypeLike | None = None
     keep_fp32: tuple[Selector, ...] = ()
     filter_fn: FilterFn | None = None
-    default_islands: bool = True
+    norm_islands: bool = True
     cast_outputs: bool = True
     guard_boundaries: bool = True
     mixed_kernels: bool = True
-    policy: Policy | None = None
+    policy: Policy | str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
-        keep = self.keep_fp32
+        keep: Any = self.keep_fp32
         if isinstance(keep, (str, type)):
             keep = (keep,)
         keep = tuple(keep)
@@ -114,17 +135,77 @@ class ConvertConfig:
                     f"keep_fp32 entries must be module types or qualified names, got {sel!r}; "
                     "pass filter_fn=lambda module, name: ... for anything else"
                 )
-        if self.policy is not None:
-            keep = keep + tuple(self.policy.keep_fp32)
         object.__setattr__(self, "keep_fp32", keep)
         if self.filter_fn is not None and not callable(self.filter_fn):
             raise ValueError("filter_fn must be callable as filter_fn(module, qualified_name)")
+        pol: Any = self.policy
+        if isinstance(pol, (str, os.PathLike)):
+            object.__setattr__(self, "policy", Policy.load(pol))
+        elif pol is not None and not isinstance(pol, Policy):
+            raise ValueError(
+                f"policy must be a Policy or the path of a policy JSON, got {type(pol).__name__}"
+            )
+        if self.dtype is not None:
+            dtype = "auto" if is_auto(self.dtype) else parse_dtype(self.dtype)
+            object.__setattr__(self, "dtype", dtype)
+
+    @classmethod
+    def of(cls, config: ConfigLike) -> ConvertConfig:
+        """The config that ``config`` stands for: ``None`` is ``ConvertConfig()``, a dtype
+        (``"bf16"``, ``torch.float16``, ``"auto"``) is ``ConvertConfig(dtype=...)``, and a
+        :class:`Policy` is ``ConvertConfig(policy=...)``."""
+        if config is None:
+            return cls()
+        if isinstance(config, cls):
+            return config
+        if isinstance(config, (str, torch.dtype)):
+            return cls(dtype=config)
+        if isinstance(config, Policy):
+            return cls(policy=config)
+        raise TypeError(
+            f"expected a ConvertConfig, a dtype (\"fp16\", \"bf16\", \"auto\", torch.float16) "
+            f"or None, got {type(config).__name__}; pass options as "
+            "ConvertConfig(dtype=..., keep_fp32=...)"
+        )
 
     @property
-    def requested_dtype(self) -> DTypeLike:
+    def requested(self) -> DTypeLike:
+        """The dtype asked for: an explicit ``dtype`` (including ``"auto"``) wins over the
+        policy's dtype; without either, ``"auto"``. The one place this is decided."""
         if self.dtype is not None:
             return self.dtype
-        return self.policy.dtype if self.policy is not None else "auto"
+        return self.loaded_policy.dtype if self.loaded_policy is not None else "auto"
+
+    def resolve(self, device: str | torch.device = "cpu") -> DTypeChoice:
+        """The compute dtype on ``device`` and why (``"auto"`` resolved by
+        :func:`~halfprec.dtypes.resolve_dtype`)."""
+        if self.dtype is None and self.loaded_policy is not None:
+            dtype = self.loaded_policy.dtype
+            return DTypeChoice(dtype, f"policy {dtype_name(dtype)}")
+        return resolve_dtype(self.requested, device)
+
+    def candidates(self, device: str | torch.device = "cpu") -> tuple[torch.dtype, ...]:
+        """The dtypes a search tries (tune, bench): the requested one, or for ``"auto"``
+        every half dtype ``device`` runs (see :func:`~halfprec.dtypes.candidate_dtypes`)."""
+        return candidate_dtypes(self.requested, device)
+
+    @property
+    def selectors(self) -> tuple[Selector, ...]:
+        """``keep_fp32`` plus the policy's module names."""
+        pol = self.loaded_policy
+        return self.keep_fp32 + (pol.keep_fp32 if pol is not None else ())
+
+    @property
+    def loaded_policy(self) -> Policy | None:
+        """The policy (a path given as ``policy`` is read in ``__post_init__``)."""
+        return self.policy if isinstance(self.policy, Policy) else None
+
+    def replace(self, **changes: Any) -> ConvertConfig:
+        """A copy with ``changes`` (``dataclasses.replace``), checked again."""
+        return dataclasses.replace(self, **changes)
+
+
+ConfigLike = ConvertConfig | DTypeLike | Policy | None
 
 
 @dataclass
@@ -179,55 +260,17 @@ def conversion_report(model: nn.Module) -> ConversionReport | None:
     return report if isinstance(report, ConversionReport) else None
 
 
-def convert(
-    model: nn.Module,
-    dtype: DTypeLike | None = None,
-    *,
-    keep_fp32: Sequence[Selector] | Selector = (),
-    filter_fn: FilterFn | None = None,
-    default_islands: bool = True,
-    cast_outputs: bool = True,
-    guard_boundaries: bool = True,
-    mixed_kernels: bool = True,
-    policy: Policy | str | os.PathLike[str] | None = None,
-) -> nn.Module:
+def convert(model: nn.Module, config: ConfigLike = None) -> nn.Module:
     """Return a half-precision copy of ``model``; ``model`` itself is left unchanged.
 
-    ``dtype``: ``"fp16"``, ``"bf16"``, ``"auto"`` (default) or a ``torch.dtype``.
-    ``keep_fp32``: module types or qualified names (``fnmatch`` globs) kept in fp32, on top
-    of the default norm islands (``default_islands=False`` drops those).
-    ``filter_fn(module, name) -> bool``: True keeps that module in fp32.
-    ``policy``: a :class:`Policy` or the path of one written by ``halfprec tune``.
-    ``mixed_kernels``: let built-in norm islands take half input straight into their fp32
-    parameter kernels where the device supports it (no casts); ``False`` always casts, which
-    graph formats that need one dtype per op (ONNX) require.
+    ``config``: a :class:`ConvertConfig`, or just a dtype (``"fp16"``, ``"bf16"``,
+    ``"auto"``, ``torch.float16``); default ``"auto"``.
     """
-    clone = copy.deepcopy(model)
-    return convert_(
-        clone,
-        dtype,
-        keep_fp32=keep_fp32,
-        filter_fn=filter_fn,
-        default_islands=default_islands,
-        cast_outputs=cast_outputs,
-        guard_boundaries=guard_boundaries,
-        mixed_kernels=mixed_kernels,
-        policy=policy,
-    )
+    cfg = ConvertConfig.of(config)  # fail on bad options before the copy
+    return convert_(copy.deepcopy(model), cfg)
 
 
-def convert_(
-    model: nn.Module,
-    dtype: DTypeLike | None = None,
-    *,
-    keep_fp32: Sequence[Selector] | Selector = (),
-    filter_fn: FilterFn | None = None,
-    default_islands: bool = True,
-    cast_outputs: bool = True,
-    guard_boundaries: bool = True,
-    mixed_kernels: bool = True,
-    policy: Policy | str | os.PathLike[str] | None = None,
-) -> nn.Module:
+def convert_(model: nn.Module, config: ConfigLike = None) -> nn.Module:
     """Convert ``model`` in place (see :func:`convert`) and return it."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"convert expects an nn.Module, got {type(model).__name__}")
@@ -235,18 +278,7 @@ def convert_(
         raise HalfprecError(
             "this model was already converted by halfprec; convert the original fp32 model"
         )
-    pol = Policy.load(policy) if isinstance(policy, (str, os.PathLike)) else policy
-    config = ConvertConfig(
-        dtype=dtype,
-        keep_fp32=tuple(keep_fp32) if not isinstance(keep_fp32, (str, type)) else (keep_fp32,),
-        filter_fn=filter_fn,
-        default_islands=default_islands,
-        cast_outputs=cast_outputs,
-        guard_boundaries=guard_boundaries,
-        mixed_kernels=mixed_kernels,
-        policy=pol,
-    )
-    return _Converter(model, config).run()
+    return _Converter(model, ConvertConfig.of(config)).run()
 
 
 def _model_device(model: nn.Module) -> torch.device:
@@ -305,7 +337,7 @@ class _Converter:
         self.model = model
         self.config = config
         device = _model_device(model)
-        self.choice: DTypeChoice = resolve_dtype(config.requested_dtype, device)
+        self.choice: DTypeChoice = config.resolve(device)
         ensure_runnable(self.choice.dtype, device)
         self.dtype = self.choice.dtype
         self.original = _original_dtype(model)
@@ -328,9 +360,9 @@ class _Converter:
     # -- islands ---------------------------------------------------------------------------
     def _selected(self, module: nn.Module, name: str) -> str | None:
         cfg = self.config
-        if cfg.default_islands and is_default_island(module):
-            return f"default island ({type(module).__name__})"
-        for sel in cfg.keep_fp32:
+        if cfg.norm_islands and is_default_island(module):
+            return f"norm island ({type(module).__name__})"
+        for sel in cfg.selectors:
             if isinstance(sel, type) and isinstance(module, sel):
                 return f"keep_fp32 type {sel.__name__}"
             if isinstance(sel, str) and name and (name == sel or fnmatch.fnmatchcase(name, sel)):
@@ -356,7 +388,7 @@ class _Converter:
     def _pick_islands(self) -> dict[str, str]:
         islands: dict[str, str] = {}
         names = [n for n, _ in self.model.named_modules()]
-        for sel in self.config.keep_fp32:
+        for sel in self.config.selectors:
             if isinstance(sel, str) and not any(
                 n == sel or fnmatch.fnmatchcase(n, sel) for n in names if n
             ):
@@ -457,7 +489,8 @@ class _Converter:
 
     def _install_op_islands(self, islands: dict[str, str]) -> None:
         """Op islands from the policy, on half modules only (an island is all fp32)."""
-        ops = self.config.policy.op_islands if self.config.policy is not None else ()
+        policy = self.config.loaded_policy
+        ops = policy.op_islands if policy is not None else ()
         modules = dict(self.model.named_modules())
         by_module: dict[str, list[OpRef]] = {}
         for ref in ops:

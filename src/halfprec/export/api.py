@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,9 +15,14 @@ from halfprec._version import __version__
 from halfprec.atomic import atomic_path
 from halfprec.batch import as_batches, call
 from halfprec.compare import Comparison, Tolerance, run_reference
-from halfprec.convert.core import ConversionReport, FilterFn, Selector, conversion_report, convert
-from halfprec.convert.policy import Policy
-from halfprec.dtypes import DTypeLike, dtype_name, parse_dtype, resolve_dtype
+from halfprec.convert.core import (
+    ConfigLike,
+    ConversionReport,
+    ConvertConfig,
+    conversion_report,
+    convert,
+)
+from halfprec.dtypes import dtype_name, is_auto, parse_dtype
 from halfprec.export.artifact import load_artifact, verify_artifact
 from halfprec.export.capture import capture, dynamic_shapes, forward_params, named_inputs
 from halfprec.export.config import ExportConfig, ExportError, ExportFormat, check_onnx_dtype
@@ -71,13 +75,15 @@ class ExportResult:
         }
 
 
-def _export_dtype(config: ExportConfig, model: nn.Module) -> torch.dtype:
+def _export_dtype(
+    config: ExportConfig, convert_config: ConvertConfig, model: nn.Module
+) -> torch.dtype:
     if config.format == "onnx":
-        dtype = torch.float16 if config.dtype == "auto" else parse_dtype(config.dtype)
+        dtype = torch.float16 if is_auto(config.dtype) else parse_dtype(config.dtype)
         check_onnx_dtype(dtype)
         return dtype
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    return resolve_dtype(config.dtype, device).dtype
+    return convert_config.resolve(device).dtype
 
 
 def _max_abs(a: list[Any], b: list[Any]) -> float:
@@ -129,16 +135,12 @@ def export(
     model: nn.Module,
     inputs: Any,
     path: str | os.PathLike[str],
+    config: ConfigLike = None,
     *,
     format: ExportFormat | None = None,
-    dtype: DTypeLike = "auto",
     dynamic: bool = True,
     half_io: bool = False,
     opset: int | None = None,
-    keep_fp32: Sequence[Selector] = (),
-    filter_fn: FilterFn | None = None,
-    default_islands: bool = True,
-    policy: Policy | str | os.PathLike[str] | None = None,
     tolerance: Tolerance | None = None,
     runs: int = 0,
     name: str = "",
@@ -152,18 +154,20 @@ def export(
     example batch (``result.comparison``) and with the in-Python half model
     (``result.python_max_abs``). For ONNX, ``result.ort_casts`` says where onnxruntime's
     CPU provider falls back to fp32, and ``runs > 0`` also times the fp32 and half ONNX
-    exports with onnxruntime (``result.ort_latency``). ``keep_fp32``, ``filter_fn``,
-    ``default_islands`` and ``policy`` choose the fp32 islands as in :func:`halfprec.convert`.
+    exports with onnxruntime (``result.ort_latency``). ``config``: a :class:`ConvertConfig`
+    or a dtype, as in :func:`halfprec.convert` (ONNX: ``"auto"`` means fp16; ``half_io``
+    decides ``cast_outputs``, and ONNX always casts at norm islands).
     """
+    cfg = ConvertConfig.of(config)
     if conversion_report(model) is not None:
         raise ExportError(
             "export converts the model itself and checks it against fp32; pass the original "
-            "fp32 model with the same keep_fp32/policy options"
+            "fp32 model with the same ConvertConfig"
         )
-    config = ExportConfig.for_path(
+    target = ExportConfig.for_path(
         Path(path),
         format,
-        dtype=dtype if dtype != "auto" or policy is None else _policy_dtype(policy),
+        dtype=cfg.requested,
         dynamic=dynamic,
         half_io=half_io,
         opset=opset,
@@ -172,16 +176,15 @@ def export(
     reference = model.eval()
     batches = as_batches(inputs)
     ref_out = run_reference(reference, batches)
-    half_dtype = _export_dtype(config, reference)
+    half_dtype = _export_dtype(target, cfg, reference)
     half = convert(
         reference,
-        half_dtype,
-        keep_fp32=keep_fp32,
-        filter_fn=filter_fn,
-        default_islands=default_islands,
-        policy=policy,
-        cast_outputs=not half_io,
-        mixed_kernels=config.format != "onnx",  # ONNX ops take one dtype for all inputs
+        cfg.replace(
+            dtype=half_dtype,
+            cast_outputs=not half_io,
+            # ONNX ops take one dtype for all inputs
+            mixed_kernels=cfg.mixed_kernels and target.format != "onnx",
+        ),
     )
     report = conversion_report(half)
     assert report is not None  # convert() always attaches its report
@@ -203,7 +206,7 @@ def export(
             "keep_fp32/--keep-fp32, or check it with halfprec check"
         ) from exc
     info = ArtifactInfo(
-        format=config.format,
+        format=target.format,
         dtype=dtype_name(half_dtype),
         io_dtype=dtype_name(io_dtype),
         model=name or type(model).__name__,
@@ -212,11 +215,11 @@ def export(
         outputs=tuple(flatten(python_out[0])),
         islands=dict(report.islands),
         static_shapes=None
-        if config.dynamic or config.format == "torchscript"
+        if target.dynamic or target.format == "torchscript"
         else {k: tuple(t.shape) for k, t in flatten(named[0]).items()},
         halfprec=__version__,
     )
-    write_artifact(config, half, named, out, info)
+    write_artifact(target, half, named, out, info)
     artifact = load_artifact(out)
     check = verify_artifact(artifact, batches, ref_out, tolerance=tolerance)
     python_max_abs = (
@@ -234,16 +237,11 @@ def export(
         checked_batches=len(check.checked_batches),
         skipped_batches=check.skipped_batches,
     )
-    if config.format == "onnx":
+    if target.format == "onnx":
         result.ort_casts = inspect_casts(out)
         if runs > 0:
-            result.ort_latency = _onnx_latency(config, reference, named, info, out, runs)
+            result.ort_latency = _onnx_latency(target, reference, named, info, out, runs)
     return result
-
-
-def _policy_dtype(policy: Policy | str | os.PathLike[str]) -> DTypeLike:
-    pol = Policy.load(policy) if isinstance(policy, (str, os.PathLike)) else policy
-    return pol.dtype
 
 
 def _onnx_latency(

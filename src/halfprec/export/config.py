@@ -8,7 +8,7 @@ from typing import Literal
 
 import torch
 
-from halfprec.dtypes import DTypeLike, parse_dtype
+from halfprec.dtypes import DTypeLike, is_auto, parse_dtype
 from halfprec.errors import DTypeError, HalfprecError
 
 __all__ = [
@@ -76,7 +76,7 @@ class ExportConfig:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
         if self.opset < 17:
             raise ValueError(f"opset must be 17 or newer, got {self.opset}")
-        if self.format == "onnx" and self.dtype != "auto":
+        if self.format == "onnx" and not is_auto(self.dtype):
             check_onnx_dtype(parse_dtype(self.dtype))
 
     @classmethod

@@ -19,8 +19,8 @@ from torch import nn
 
 from halfprec._version import __version__
 from halfprec.atomic import atomic_path
-from halfprec.convert.core import conversion_report, convert_
-from halfprec.dtypes import dtype_name
+from halfprec.convert.core import ConfigLike, ConvertConfig, conversion_report, convert_
+from halfprec.dtypes import dtype_name, is_auto, parse_dtype
 from halfprec.errors import CheckpointError
 from halfprec.io.safeload import UnsafePickleError, load_weights_only
 
@@ -154,11 +154,19 @@ def _tied(model: nn.Module, name: str, tensors: dict[str, torch.Tensor]) -> bool
     )
 
 
-def load(path: str | os.PathLike[str], *, into: nn.Module, strict: bool = True) -> nn.Module:
+def load(
+    path: str | os.PathLike[str],
+    *,
+    into: nn.Module,
+    config: ConfigLike = None,
+    strict: bool = True,
+) -> nn.Module:
     """Load a checkpoint into ``into`` and return it.
 
     For a halfprec safetensors file, an unconverted ``into`` is first converted in place
-    to the file's dtype and fp32 islands, so the result is ready to run.
+    to the file's dtype and fp32 islands, so the result is ready to run. ``config`` (a
+    :class:`ConvertConfig`) sets the other conversion options (guards, output casts); its
+    dtype, when given, must match the file's.
     """
     p = _existing(path)
     tensors = _read_tensors(p)
@@ -166,7 +174,7 @@ def load(path: str | os.PathLike[str], *, into: nn.Module, strict: bool = True) 
     halfprec_file = meta.get("format") == _FORMAT and meta.get("dtype") in ("fp16", "bf16")
     if halfprec_file and conversion_report(into) is None:
         keep = json.loads(meta.get("keep_fp32", "[]"))
-        convert_(into, meta["dtype"], keep_fp32=keep)
+        convert_(into, _file_config(ConvertConfig.of(config), meta["dtype"], keep, p))
     if strict:
         _check_match(into, tensors, p)
     state = into.state_dict()
@@ -175,3 +183,15 @@ def load(path: str | os.PathLike[str], *, into: nn.Module, strict: bool = True) 
             if name in state:
                 state[name].copy_(t.to(state[name].dtype))
     return into
+
+
+def _file_config(config: ConvertConfig, dtype: str, keep: list[str], path: Path) -> ConvertConfig:
+    """``config`` with the file's dtype and islands (the tensors decide both)."""
+    wanted = parse_dtype(dtype)
+    asked = config.dtype
+    if asked is not None and not is_auto(asked) and parse_dtype(asked) != wanted:
+        raise CheckpointError(
+            f"{path} holds {dtype} tensors but config asks for {dtype_name(parse_dtype(asked))}; "
+            "load it without a dtype, or convert the fp32 model again"
+        )
+    return config.replace(dtype=wanted, keep_fp32=(*config.keep_fp32, *keep), policy=None)

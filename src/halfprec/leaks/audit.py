@@ -35,8 +35,14 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from halfprec.batch import as_batches, call
-from halfprec.convert.core import ConversionReport, conversion_report, convert
-from halfprec.dtypes import DTypeLike, dtype_name, range_of
+from halfprec.convert.core import (
+    ConfigLike,
+    ConversionReport,
+    ConvertConfig,
+    conversion_report,
+    convert,
+)
+from halfprec.dtypes import dtype_name, range_of
 from halfprec.frames import is_library_file, is_torch_file
 
 __all__ = ["Leak", "AuditReport", "LEAK_KINDS", "audit"]
@@ -302,22 +308,17 @@ class _LeakMode(TorchFunctionMode):
         return out
 
 
-def audit(
-    model: nn.Module,
-    inputs: Any,
-    dtype: DTypeLike = "fp16",
-    **convert_options: Any,
-) -> AuditReport:
+def audit(model: nn.Module, inputs: Any, config: ConfigLike = None) -> AuditReport:
     """Run ``model`` in half on ``inputs`` and report every dtype leak by source line.
 
-    ``model``: an fp32 model (converted here with ``guard_boundaries=False``, so leaks are
-    not hidden by halfprec's own guards) or one already converted by :func:`convert`.
-    ``inputs``: one batch or a list of batches (see :mod:`halfprec.batch`).
-    ``convert_options``: passed to :func:`convert` (``keep_fp32=...``, ``policy=...``).
+    ``model``: an fp32 model (converted here by ``config``, a :class:`ConvertConfig` or a
+    dtype, default ``"auto"``, with ``guard_boundaries=False`` so that leaks are not hidden
+    by halfprec's own guards) or one already converted by :func:`convert` (audited as it
+    is; ``config`` is then ignored). ``inputs``: one batch or a list of batches.
     """
     report = conversion_report(model)
     if report is None:
-        model = convert(model, dtype, guard_boundaries=False, **convert_options)
+        model = convert(model, ConvertConfig.of(config).replace(guard_boundaries=False))
         report = cast(ConversionReport, conversion_report(model))
     mode = _LeakMode(report.dtype)
     batches = as_batches(inputs)

@@ -9,6 +9,7 @@ from halfprec.leaks.lint.config import LintConfig, LintConfigError, load_config
 from halfprec.leaks.lint.engine import (
     fixable,
     iter_python_files,
+    lint,
     lint_file,
     lint_paths,
     lint_source,
@@ -28,6 +29,7 @@ __all__ = [
     "fix_source",
     "fixable",
     "iter_python_files",
+    "lint",
     "lint_file",
     "lint_paths",
     "lint_source",

@@ -22,7 +22,7 @@ from halfprec.leaks.lint.rules import FIX_SAFE, FIX_UNSAFE, RULES
 from halfprec.leaks.lint.scope import forward_paths, imports_of
 from halfprec.leaks.lint.suppress import is_suppressed, suppressions
 
-__all__ = ["lint_source", "lint_file", "lint_paths", "iter_python_files", "fixable"]
+__all__ = ["lint", "lint_source", "lint_file", "lint_paths", "iter_python_files", "fixable"]
 
 PARSE_ERROR = "HP000"
 _CHECKS: list[Check] = [check_factory, check_casts, check_constants]
@@ -123,8 +123,10 @@ def fixable(finding: Finding, config: LintConfig) -> bool:
 
 def lint_file(path: Path, config: LintConfig, fix: bool = False) -> FileResult:
     """Lint one file; with ``fix`` the fixed text is in ``new_source`` (nothing is written)."""
-    source = path.read_text(encoding="utf-8")
-    name = str(path)
+    return _lint_text(path.read_text(encoding="utf-8"), str(path), config, fix)
+
+
+def _lint_text(source: str, name: str, config: LintConfig, fix: bool) -> FileResult:
     findings = lint_source(source, name, config)
     result = FileResult(name, findings)
     todo = [f for f in findings if fixable(f, config)]
@@ -155,6 +157,26 @@ def iter_python_files(paths: Iterable[Path], exclude: tuple[str, ...] = ()) -> I
             if any(fnmatch.fnmatch(str(path), g) or fnmatch.fnmatch(str(rel), g) for g in exclude):
                 continue
             yield path
+
+
+def lint(
+    paths: str | Path | Iterable[str | Path] = (),
+    config: LintConfig | None = None,
+    *,
+    source: str | None = None,
+    fix: bool = False,
+) -> LintReport:
+    """Lint Python code for dtype leaks: the ``.py`` files under ``paths`` (a path or
+    several), and/or one ``source`` text (reported as ``<string>``). With ``fix``, each
+    result's fixed text is in ``new_source``; nothing is written."""
+    config = config or LintConfig()
+    targets = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    if not targets and source is None:
+        raise ValueError("lint needs paths or source=...; e.g. lint('src/') or lint(source=code)")
+    report = lint_paths(targets, config, fix=fix) if targets else LintReport()
+    if source is not None:
+        report.files.append(_lint_text(source, "<string>", config, fix))
+    return report
 
 
 def lint_paths(
