@@ -94,3 +94,16 @@ def test_op_island_output_is_finite_and_cast_back() -> None:
     with torch.no_grad():
         out = half(*batches[0])
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
+
+
+def test_torch_export_carries_the_op_island_as_a_visible_cast() -> None:
+    model, batches = ROOT_HAZARDS["root-exp-softmax"].build()
+    ref = OpRef("", "exp", _marked_line("root-exp-softmax"), 0)
+    half = convert(model, Policy(torch.float16, op_islands=(ref,)))
+    program = torch.export.export(half, batches[0], strict=False)
+    nodes = {n.name: n for n in program.graph.nodes}
+    [exp] = [n for n in nodes.values() if n.target == torch.ops.aten.exp.default]
+    cast = exp.args[0]
+    assert cast.target == torch.ops.aten.to.dtype and cast.args[1] == torch.float32
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(*batches[0]), half(*batches[0]))
