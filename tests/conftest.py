@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,17 @@ def run_cli_subprocess(
 @pytest.fixture
 def cli():  # type: ignore[no-untyped-def]
     return run_cli
+
+
+@pytest.fixture
+def tiny_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs, for disk-full and read-only tests (root only; skipped elsewhere)."""
+    where = tmp_path / "fs"
+    where.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)]
+    if subprocess.run(mount, capture_output=True, check=False).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)

@@ -1,21 +1,85 @@
+"""Atomic writes: old-or-new content, symlinks and modes kept, fsync, stale temp files, folders."""
+
 from __future__ import annotations
 
+import errno
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from halfprec.atomic import atomic_path, write_text_atomic
+import halfprec.atomic
+from halfprec.atomic import (
+    atomic_path,
+    remove_stale_temp_files,
+    write_bytes_atomic,
+    write_text_atomic,
+)
 
 
-def test_write_replaces_with_usual_permissions(tmp_path: Path) -> None:
+def _umask() -> int:
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    pytest.skip("cannot read the umask without changing it")
+
+
+def test_new_file_gets_the_usual_permissions(tmp_path: Path) -> None:
     target = tmp_path / "out.json"
-    target.write_text("old")
     write_text_atomic(target, "new")
     assert target.read_text() == "new"
-    umask = os.umask(0)
-    os.umask(umask)
-    assert target.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert target.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o600, 0o640])
+def test_existing_file_keeps_its_mode(tmp_path: Path, mode: int) -> None:
+    target = tmp_path / "tool.py"
+    target.write_text("old")
+    target.chmod(mode)
+    write_text_atomic(target, "new")
+    assert target.read_text() == "new"
+    assert target.stat().st_mode & 0o777 == mode
+
+
+def test_symlink_is_kept_and_its_target_replaced(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    real = tmp_path / "real" / "model.bin"
+    real.write_bytes(b"old")
+    link = tmp_path / "latest.bin"
+    link.symlink_to(Path("real") / "model.bin")
+    write_bytes_atomic(link, b"new")
+    assert link.is_symlink() and os.readlink(link) == str(Path("real") / "model.bin")
+    assert real.read_bytes() == b"new" and link.read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.bin", "real"]
+
+
+def test_hard_links_are_split_as_documented(tmp_path: Path) -> None:
+    target = tmp_path / "a.bin"
+    target.write_bytes(b"old")
+    other = tmp_path / "b.bin"
+    os.link(target, other)
+    write_bytes_atomic(target, b"new")
+    assert target.read_bytes() == b"new" and other.read_bytes() == b"old"
+    assert "hard-linked" in (halfprec.atomic.__doc__ or "")
+
+
+def test_file_and_folder_are_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    target = tmp_path / "out.bin"
+    write_bytes_atomic(target, b"data")
+    assert len(synced) == 2
+    assert ".halfprec-" in synced[0] and synced[1] == str(tmp_path)
 
 
 def test_failure_keeps_the_old_file_and_leaves_nothing(tmp_path: Path) -> None:
@@ -31,3 +95,53 @@ def test_failure_keeps_the_old_file_and_leaves_nothing(tmp_path: Path) -> None:
 def test_directory_target_is_refused(tmp_path: Path) -> None:
     with pytest.raises(IsADirectoryError, match="is a directory"), atomic_path(tmp_path):
         pass
+
+
+def test_missing_folder_is_an_error_unless_asked_for(tmp_path: Path) -> None:
+    target = tmp_path / "new" / "deeper" / "out.bin"
+    with pytest.raises(FileNotFoundError, match="does not exist; create it first"):
+        write_bytes_atomic(target, b"x")
+    assert not (tmp_path / "new").exists()
+    write_bytes_atomic(target, b"x", mkdirs=True)
+    assert target.read_bytes() == b"x"
+
+
+def test_a_file_as_folder_is_not_a_directory_error(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("")
+    with pytest.raises(NotADirectoryError, match="is not a folder"):
+        write_bytes_atomic(tmp_path / "plain" / "out.bin", b"x")
+
+
+def test_stale_temp_files_of_dead_writers_are_removed(tmp_path: Path) -> None:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    stale = tmp_path / f".m.safetensors.halfprec-{proc.pid}-0a1b2c3d.tmp"
+    stale.write_bytes(b"partial")
+    mine = tmp_path / f".m.safetensors.halfprec-{os.getpid()}-0a1b2c3d.tmp"
+    mine.write_bytes(b"in progress")
+    old = tmp_path / f".x.halfprec-{os.getpid()}-ffff0000.tmp"
+    old.write_bytes(b"ancient")
+    os.utime(old, (time.time() - 3 * 86400,) * 2)
+    foreign = tmp_path / ".m.safetensors.tmp12345"  # not of halfprec's naming: left alone
+    foreign.write_bytes(b"")
+    write_bytes_atomic(tmp_path / "m.safetensors", b"new")
+    assert not stale.exists() and not old.exists()
+    assert mine.exists() and foreign.exists()
+    assert remove_stale_temp_files(tmp_path) == []
+
+
+def test_disk_full_keeps_the_old_file_and_leaves_nothing(tiny_fs: Path) -> None:
+    target = tiny_fs / "out.bin"
+    target.write_bytes(b"old")
+    with pytest.raises(OSError) as info:
+        write_bytes_atomic(target, b"x" * (1 << 20))
+    assert info.value.errno == errno.ENOSPC
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tiny_fs.iterdir()] == ["out.bin"]
+
+
+def test_read_only_file_system_is_an_oserror(tiny_fs: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(tiny_fs)], check=True)
+    with pytest.raises(OSError) as info:
+        write_bytes_atomic(tiny_fs / "out.bin", b"x")
+    assert info.value.errno == errno.EROFS

@@ -78,11 +78,10 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_partial(tmp_path: Path, m
     path = save(convert(net(), "fp16"), tmp_path / "m.safetensors")
     before = path.read_bytes()
 
-    def crash(tensors: dict[str, torch.Tensor], filename: str, metadata: object = None) -> None:
-        Path(filename).write_bytes(b"partial")
+    def crash(tensors: dict[str, torch.Tensor], metadata: object = None) -> bytes:
         raise OSError("disk full")
 
-    monkeypatch.setattr(safetensors.torch, "save_file", crash)
+    monkeypatch.setattr(safetensors.torch, "save", crash)
     with pytest.raises(OSError, match="disk full"):
         save(convert(net(), "bf16"), path)
     assert path.read_bytes() == before
@@ -101,3 +100,61 @@ def test_tied_weights_are_saved_once(tmp_path: Path) -> None:
     fresh = Tied()
     load(path, into=fresh)
     assert fresh.head.weight is fresh.emb.weight
+
+
+@pytest.mark.parametrize("writer", ["convert", "train"])
+def test_checkpoint_writes_keep_links_and_modes_and_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
+) -> None:
+    from halfprec.train import save_checkpoint
+
+    def write(path: Path) -> None:
+        if writer == "convert":
+            save(convert(net(), "fp16"), path)
+        else:
+            model = net()
+            save_checkpoint(path, model, torch.optim.SGD(model.parameters(), lr=0.1))
+
+    (tmp_path / "runs").mkdir()
+    real = tmp_path / "runs" / "ckpt.safetensors"
+    write(real)
+    real.chmod(0o600)
+    link = tmp_path / "latest.safetensors"
+    link.symlink_to(real)
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    write(link)
+    assert link.is_symlink() and Path(os.readlink(link)) == real
+    assert real.stat().st_mode & 0o777 == 0o600
+    assert safetensors.torch.load_file(str(link))  # the new file, complete
+    assert len(synced) == 2 and ".halfprec-" in synced[0]  # the temp file, then its folder
+    assert Path(synced[0]).parent == real.parent and synced[1] == str(real.parent)
+
+
+def test_integer_tensor_into_a_float_parameter_is_refused(tmp_path: Path) -> None:
+    state = {k: v.clone() for k, v in net().state_dict().items()}
+    first = next(iter(state))
+    state[first] = state[first].to(torch.int32)
+    safetensors.torch.save_file(state, str(tmp_path / "ints.safetensors"))
+    model = net()
+    before = model.state_dict()[first].clone()
+    with pytest.raises(CheckpointError, match=rf"dtype kind {first} is int32"):
+        load(tmp_path / "ints.safetensors", into=model)
+    assert torch.equal(model.state_dict()[first], before)
+
+
+def test_metadata_that_contradicts_the_tensors_is_refused(tmp_path: Path) -> None:
+    path = save(convert(net(), "fp16"), tmp_path / "m.safetensors")
+    tensors = safetensors.torch.load_file(str(path))
+    forged = {
+        k: v.to(torch.bfloat16) if v.dtype == torch.float16 else v for k, v in tensors.items()
+    }
+    safetensors.torch.save_file(forged, str(path), metadata=read_metadata(path))
+    with pytest.raises(CheckpointError, match=r"metadata says fp16 but .* is bf16"):
+        load(path, into=net())

@@ -8,7 +8,7 @@ from torch import nn
 
 from halfprec import convert
 from halfprec.compare import Tolerance, compare, compare_outputs
-from halfprec.errors import InputsError
+from halfprec.errors import BrokenReferenceError, InputsError
 
 
 def test_identical_outputs_pass_with_infinite_sqnr() -> None:
@@ -39,7 +39,7 @@ def test_new_nonfinite_values_fail_even_when_the_rest_matches() -> None:
     cmp = compare_outputs([ref], [cand])
     assert not cmp.passed
     assert cmp["output"].nonfinite == 1
-    assert "1 non-finite" in cmp["output"].failures[0]
+    assert "1 of 100 values are inf/NaN where fp32 is finite" in cmp["output"].failures[0]
 
 
 def test_low_cosine_and_sqnr_fail_with_reasons() -> None:
@@ -105,3 +105,113 @@ def test_candidate_that_raises_is_a_failed_comparison() -> None:
     model = Fill().eval()
     cmp = compare(model, convert(model, "fp16"), torch.randn(2, 4))
     assert not cmp.passed and "raised RuntimeError" in cmp.problems[0]
+
+
+# -- no PASS without a finite reference and values actually compared -------------------------
+
+
+class _Lin(nn.Module):
+    def __init__(self, mode: str = "") -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+        self.norm = nn.LayerNorm(3)
+        self.mode = mode
+
+    def forward(self, x: torch.Tensor) -> object:
+        y = self.norm(self.lin(x))
+        return {"nan": y * float("nan"), "none": None, "string": "done"}.get(self.mode, y)
+
+
+def _half(model: nn.Module) -> nn.Module:
+    return convert(model.eval(), "fp16")
+
+
+def test_all_nan_reference_is_a_broken_reference() -> None:
+    model = _Lin("nan")
+    with pytest.raises(
+        BrokenReferenceError,
+        match=r"fp32 reference itself is broken: output "
+        r"'output' of batch 0 holds 6 NaN in 6 values",
+    ) as info:
+        compare(model, _half(model), torch.randn(2, 4))
+    assert info.value.exit_code == 2 and "fix the fp32 run first" in str(info.value)
+
+
+def test_inputs_that_overflow_fp32_are_a_broken_reference() -> None:
+    model = _Lin()
+    with pytest.raises(BrokenReferenceError, match="holds 6 NaN in 6 values"):
+        compare(model, _half(model), torch.full((2, 4), 1e30))
+
+
+def test_nan_weights_are_a_broken_reference() -> None:
+    model = _Lin()
+    with torch.no_grad():
+        model.lin.weight[0, 0] = float("nan")
+    with pytest.raises(BrokenReferenceError, match="broken"):
+        compare(model, _half(model), torch.randn(2, 4))
+
+
+def test_broken_reference_in_precomputed_outputs_raises() -> None:
+    ref = torch.tensor([1.0, float("inf"), float("nan")])
+    with pytest.raises(BrokenReferenceError, match="holds 1 NaN and 1 inf in 3 values"):
+        compare_outputs([ref], [ref.clone()])
+
+
+def test_empty_batch_compares_nothing_and_fails() -> None:
+    model = _Lin()
+    cmp = compare(model, _half(model), torch.randn(0, 4))
+    assert not cmp.passed and cmp.compared == 0
+    assert cmp["output"].reason == "0 values compared: the output is empty in every batch"
+    assert math.isnan(cmp["output"].cosine) and math.isnan(cmp["output"].sqnr_db)
+    assert cmp.reason.startswith("output: 0 values compared")
+
+
+@pytest.mark.parametrize(("mode", "name"), [("none", "NoneType"), ("string", "str")])
+def test_no_tensor_outputs_fail_with_a_reason(mode: str, name: str) -> None:
+    model = _Lin(mode)
+    cmp = compare(model, _half(model), torch.randn(2, 4))
+    assert not cmp.passed and cmp.outputs == []
+    assert cmp.reason.startswith(f"batch 0: the model returned no tensors ({name})")
+
+
+def test_nan_at_another_position_inf_sign_flip_and_swaps_fail() -> None:
+    ref = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    for cand in (
+        torch.tensor([1.0, float("nan"), 3.0, 4.0]),
+        torch.tensor([1.0, 2.0, float("-inf"), 4.0]),
+        torch.tensor([float("inf"), 2.0, 3.0, float("nan")]),
+    ):
+        cmp = compare_outputs([ref], [cand])
+        assert not cmp.passed
+        assert "where fp32 is finite" in cmp["output"].reason
+    # the same cases with the reference non-finite are refused, not judged
+    for ref_bad, cand in (
+        ([float("nan"), 1.0], [1.0, float("nan")]),
+        ([float("inf"), 1.0], [float("-inf"), 1.0]),
+        ([float("inf"), 1.0], [2.0, float("nan")]),
+    ):
+        with pytest.raises(BrokenReferenceError):
+            compare_outputs([torch.tensor(ref_bad)], [torch.tensor(cand)])
+
+
+def test_complex_outputs_compare_the_imaginary_part() -> None:
+    ref = torch.complex(torch.randn(64), torch.randn(64))
+    same_real = torch.complex(ref.real, -ref.imag)
+    cmp = compare_outputs([ref], [same_real])
+    assert not cmp.passed and cmp["output"].compared == 128
+    assert "cosine" in cmp["output"].reason
+    assert compare_outputs([ref], [ref.clone()]).passed
+
+
+def test_complex_candidate_for_a_real_reference_is_a_problem() -> None:
+    ref = torch.randn(4)
+    cmp = compare_outputs([ref], [torch.complex(ref, torch.zeros(4))])
+    assert not cmp.passed and "a complex output where fp32 gives floating" in cmp.reason
+
+
+def test_passing_reason_says_what_was_compared() -> None:
+    ref = {"a": torch.ones(2, 3), "ids": torch.arange(4)}
+    cmp = compare_outputs([ref, ref], [ref, ref])
+    assert cmp.passed and cmp.compared == 20
+    assert cmp.reason == "1 output(s), 20 values compared over 2 batch(es), all within tolerance"
+    assert cmp.to_json()["reason"] == cmp.reason

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
+from halfprec import dtypes
 from halfprec.dtypes import (
     device_support,
-    dtype_name,
     ensure_runnable,
     fits_in,
     parse_dtype,
@@ -52,15 +52,23 @@ def test_fits_in() -> None:
     assert fits_in(torch.tensor([float("inf")]), torch.float16)
 
 
-def test_auto_follows_device_table() -> None:
-    sup = device_support("cpu")
+@pytest.mark.parametrize(
+    ("flags", "dtype", "why"),
+    [
+        ({"amx_bf16", "amx_fp16"}, torch.bfloat16, "has fast bf16 kernels (amx_bf16, amx_fp16)"),
+        ({"avx512f", "amx_fp16"}, torch.float16, "has fast fp16 but no fast bf16"),
+        ({"avx512f"}, torch.bfloat16, "has no fast half kernels"),
+    ],
+)
+def test_auto_follows_the_cpu_flags(
+    monkeypatch: pytest.MonkeyPatch, flags: set[str], dtype: torch.dtype, why: str
+) -> None:
+    # /proc/cpuinfo is the one input the device table reads from this machine
+    monkeypatch.setattr(dtypes, "_cpu_flags", lambda: frozenset(flags))
+    assert device_support("cpu").bf16_fast == ("amx_bf16" in flags)
     choice = resolve_dtype("auto", "cpu")
-    assert choice.reason.startswith("auto:")
-    if sup.bf16_fast:
-        assert choice.dtype is torch.bfloat16
-    elif sup.fp16_fast:
-        assert choice.dtype is torch.float16
-    assert dtype_name(choice.dtype) in choice.reason or "half" in choice.reason
+    assert choice.dtype is dtype
+    assert choice.reason.startswith("auto: ") and why in choice.reason
 
 
 def test_explicit_dtype_reports_speed() -> None:
@@ -69,6 +77,11 @@ def test_explicit_dtype_reports_speed() -> None:
     assert "fp16" in choice.reason
 
 
-def test_ensure_runnable_on_cpu() -> None:
-    ensure_runnable(torch.bfloat16, "cpu")
-    ensure_runnable(torch.float16, "cpu")
+@pytest.mark.skipif(torch.backends.mps.is_available(), reason="needs a device torch lacks")
+def test_ensure_runnable_names_the_failure_and_the_other_dtype() -> None:
+    with pytest.raises(
+        DTypeError,
+        match=r"^mps cannot run fp16 \(NotImplementedError: .*\); "
+        r"use --dtype bf16 or auto$",
+    ):
+        ensure_runnable(torch.float16, "mps")

@@ -17,6 +17,7 @@ from halfprec.convert.core import ConvertConfig, convert, convert_
 from halfprec.convert.policy import Policy
 from halfprec.diagnose import diagnose
 from halfprec.errors import (
+    BrokenReferenceError,
     CheckpointError,
     DTypeError,
     HalfprecError,
@@ -55,6 +56,7 @@ __all__ = [
     "HalfprecError",
     "DTypeError",
     "InputsError",
+    "BrokenReferenceError",
     "CheckpointError",
     "MissingExtraError",
 ]

@@ -1,41 +1,165 @@
-"""Atomic file writes: write to a temporary file beside the target, then rename.
+"""Atomic file writes: write a temporary file beside the target, fsync it, rename it over.
 
-A crash or an exception mid-write leaves any previous file intact and no partial file.
+What a user can expect of every file halfprec writes:
+
+- a crash, an exception or ``kill -9`` mid-write leaves the previous file intact (or no
+  file), never a partial one; the temporary file is named ``.NAME.halfprec-PID-XXXX.tmp``
+  and the next write into that folder removes those whose process is gone;
+- writing to a symlink replaces the file it points to and keeps the link;
+- an existing file keeps its permission bits (an executable stays executable, 0600 stays
+  0600); a new file gets the usual ``0666 & ~umask``;
+- the file and its folder are fsynced before the call returns;
+- a hard-linked file is replaced, not rewritten: the target gets a new inode, so other
+  names of the old file keep the old content (the price of never exposing a partial file);
+- a missing folder is an error (``FileNotFoundError`` naming the fix) unless ``mkdirs``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import re
+import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path", "write_text_atomic"]
+__all__ = [
+    "atomic_path",
+    "ensure_folder",
+    "remove_stale_temp_files",
+    "resolve_target",
+    "write_bytes_atomic",
+    "write_text_atomic",
+]
+
+_STALE_AFTER_S = 24 * 3600  # a temp file this old is removed even if its pid is alive again
+_TEMP = re.compile(r"^\..+\.halfprec-(\d+)-[0-9a-f]+\.tmp$")
+
+
+def resolve_target(target: str | os.PathLike[str]) -> Path:
+    """The file a write to ``target`` should replace: symlinks followed, folders refused."""
+    dest = Path(target)
+    real = Path(os.path.realpath(dest)) if dest.is_symlink() else dest
+    if real.is_dir():
+        raise IsADirectoryError(f"{dest} is a directory; give a file path to write to")
+    return real
+
+
+def ensure_folder(target: str | os.PathLike[str], *, mkdirs: bool = False) -> Path:
+    """:func:`resolve_target`, after checking its folder exists (or creating it: ``mkdirs``)."""
+    dest = resolve_target(target)
+    folder = dest.parent
+    if not folder.is_dir():
+        if folder.exists():
+            raise NotADirectoryError(f"cannot write {target}: {folder} is not a folder")
+        if not mkdirs:
+            raise FileNotFoundError(
+                f"cannot write {target}: folder {folder} does not exist; create it first"
+                " (or pass --mkdirs)"
+            )
+        folder.mkdir(parents=True, exist_ok=True)
+    return dest
 
 
 @contextlib.contextmanager
-def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path in ``target``'s folder; on success rename it onto ``target``."""
-    dest = Path(target)
-    if dest.is_dir():
-        raise IsADirectoryError(f"{dest} is a directory; give a file path to write to")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+def atomic_path(target: str | os.PathLike[str], *, mkdirs: bool = False) -> Iterator[Path]:
+    """Yield a temporary path beside ``target``; on success move it onto ``target``.
+
+    Write the whole file to the yielded path (by name, so any library can write it). See
+    the module docs for symlinks, permissions, fsync and hard links.
+    """
+    dest = ensure_folder(target, mkdirs=mkdirs)
+    remove_stale_temp_files(dest.parent)
+    tmp, fd = _create_temp(dest)
     os.close(fd)
-    tmp = Path(tmp_name)
     try:
         yield tmp
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual permissions
-        os.replace(tmp, dest)
+        _finish(tmp, dest)
+    except OSError as exc:
+        if exc.errno is None or exc.filename not in (None, str(tmp)):
+            raise
+        raise OSError(exc.errno, exc.strerror, str(target)) from exc  # name the user's path
     finally:
-        if tmp.exists():
+        with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
 
 
-def write_text_atomic(target: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``target`` atomically."""
-    with atomic_path(target) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+def write_bytes_atomic(
+    target: str | os.PathLike[str], data: bytes | memoryview, *, mkdirs: bool = False
+) -> None:
+    """Write ``data`` to ``target`` atomically."""
+    with atomic_path(target, mkdirs=mkdirs) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+
+
+def write_text_atomic(target: str | os.PathLike[str], text: str, *, mkdirs: bool = False) -> None:
+    """Write ``text`` (UTF-8, newlines as given) to ``target`` atomically."""
+    write_bytes_atomic(target, text.encode("utf-8"), mkdirs=mkdirs)
+
+
+def remove_stale_temp_files(folder: Path) -> list[Path]:
+    """Remove halfprec temp files in ``folder`` whose writer is gone; return what was removed."""
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        m = _TEMP.match(entry.name)
+        if m is None or not entry.is_file(follow_symlinks=False):
+            continue
+        with contextlib.suppress(OSError):
+            old = now - entry.stat(follow_symlinks=False).st_mtime > _STALE_AFTER_S
+            if old or not _alive(int(m.group(1))):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def _create_temp(dest: Path) -> tuple[Path, int]:
+    while True:
+        name = f".{dest.name}.halfprec-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+        tmp = dest.with_name(name)
+        try:
+            # 0o666: the kernel applies the umask, as for any new file
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+
+
+def _finish(tmp: Path, dest: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.chmod(tmp, dest.stat().st_mode & 0o7777)  # keep the replaced file's mode
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, dest)
+    _fsync_folder(dest.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # some platforms cannot open a folder; the rename itself is still atomic
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -15,6 +15,7 @@ from torch import nn
 from halfprec.batch import as_batches, call
 from halfprec.compare import Comparison, Tolerance, compare
 from halfprec.convert.core import ConfigLike, ConversionReport, conversion_report, convert
+from halfprec.modules import evaluating, model_device
 from halfprec.timing import Timing, measure
 
 __all__ = ["CheckResult", "check"]
@@ -57,11 +58,6 @@ class CheckResult:
         }
 
 
-def _device(model: nn.Module) -> torch.device:
-    p = next(iter(model.parameters()), None)
-    return p.device if p is not None else torch.device("cpu")
-
-
 def check(
     model: nn.Module,
     inputs: Any,
@@ -76,16 +72,16 @@ def check(
 
     ``runs=0`` skips timing. ``model`` itself is not changed.
     """
-    reference = model.eval()
-    half = convert(reference, config)
-    report = conversion_report(half)
-    assert report is not None  # set by convert; not user input
-    comparison = compare(reference, half, inputs, tolerance=tolerance)
-    lat32 = lat16 = None
-    if runs > 0 and comparison.outputs:
-        first = as_batches(inputs)[0]
-        device = _device(reference)
-        with torch.inference_mode():
-            lat32 = measure(lambda: call(reference, first), device=device, runs=runs)
-            lat16 = measure(lambda: call(half, first), device=device, runs=runs)
+    with evaluating(model) as reference:
+        half = convert(reference, config)
+        report = conversion_report(half)
+        assert report is not None  # set by convert; not user input
+        comparison = compare(reference, half, inputs, tolerance=tolerance)
+        lat32 = lat16 = None
+        if runs > 0 and comparison.outputs:
+            first = as_batches(inputs)[0]
+            device = model_device(reference)
+            with torch.inference_mode():
+                lat32 = measure(lambda: call(reference, first), device=device, runs=runs)
+                lat16 = measure(lambda: call(half, first), device=device, runs=runs)
     return CheckResult(name or type(model).__name__, comparison, report, lat32, lat16)

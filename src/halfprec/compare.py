@@ -4,6 +4,13 @@
 nested outputs by path, and reports per path: max/mean abs error, max relative error,
 cosine similarity, SQNR (dB), argmax agreement for logits, and non-finite counts, judged
 against per-dtype tolerances.
+
+No PASS without a finite reference and values actually compared:
+
+- an fp32 reference output holding inf/NaN raises :class:`BrokenReferenceError`;
+- any inf/NaN in the candidate (where the reference is finite) fails that output;
+- an output with zero values, or a model with no tensor outputs, fails with a reason;
+- complex outputs are compared as their real and imaginary parts.
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ from torch import nn
 
 from halfprec.batch import as_batches, call
 from halfprec.dtypes import dtype_name
-from halfprec.errors import InputsError
-from halfprec.tree import flatten
+from halfprec.errors import BrokenReferenceError, InputsError
+from halfprec.errorstats import ErrorStats, as_real
+from halfprec.tree import flatten, iter_tensors
 
 __all__ = [
     "Tolerance",
@@ -32,13 +40,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Pass thresholds for one output. ``None`` disables a threshold."""
+    """Pass thresholds for one output. ``None`` disables a threshold. inf/NaN in the half
+    output where fp32 is finite always fail."""
 
     min_cosine: float | None = 0.999
     min_sqnr_db: float | None = 25.0
     max_rel_error: float | None = None
     min_argmax_agreement: float | None = None
-    allow_nonfinite: bool = False
 
     def __post_init__(self) -> None:
         if self.min_cosine is not None and not -1.0 <= self.min_cosine <= 1.0:
@@ -60,7 +68,11 @@ class Tolerance:
 
 @dataclass
 class OutputMetrics:
-    """Errors of one output path, accumulated over all batches."""
+    """Errors of one output path, accumulated over all batches.
+
+    ``elements``: values seen; ``compared``: values finite on both sides, the ones the
+    error metrics cover (NaN metrics when none); ``nonfinite``: inf/NaN in the half output.
+    """
 
     path: str
     shape: tuple[int, ...]
@@ -71,14 +83,24 @@ class OutputMetrics:
     sqnr_db: float
     argmax_agreement: float | None
     nonfinite: int
-    reference_nonfinite: int
+    elements: int = 0
+    compared: int = 0
     passed: bool = True
     failures: list[str] = field(default_factory=list)
+
+    @property
+    def reason(self) -> str:
+        """Why this output failed, or what its pass rests on."""
+        if self.failures:
+            return "; ".join(self.failures)
+        return f"{self.compared} values within tolerance"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "shape": list(self.shape),
+            "elements": self.elements,
+            "compared": self.compared,
             "max_abs": self.max_abs,
             "mean_abs": self.mean_abs,
             "max_rel": self.max_rel,
@@ -86,29 +108,55 @@ class OutputMetrics:
             "sqnr_db": self.sqnr_db,
             "argmax_agreement": self.argmax_agreement,
             "nonfinite": self.nonfinite,
-            "reference_nonfinite": self.reference_nonfinite,
             "passed": self.passed,
             "failures": self.failures,
+            "reason": self.reason,
         }
 
 
 @dataclass
 class Comparison:
-    """The result of :func:`compare`: per-output metrics and a verdict."""
+    """The result of :func:`compare`: per-output metrics and a verdict with its reason.
+
+    ``problems``: failures that belong to no single floating output (structure, shapes,
+    a half model that raised, no tensor outputs). ``exact_values``: values of integer or
+    bool outputs, compared for equality.
+    """
 
     outputs: list[OutputMetrics]
     tolerance: Tolerance
     batches: int
     dtype: torch.dtype | None = None
     problems: list[str] = field(default_factory=list)
+    exact_values: int = 0
+
+    @property
+    def compared(self) -> int:
+        """Values actually compared: finite floating values plus exact (integer) values."""
+        return sum(o.compared for o in self.outputs) + self.exact_values
 
     @property
     def passed(self) -> bool:
-        return not self.problems and all(o.passed for o in self.outputs)
+        return not self.problems and self.compared > 0 and all(o.passed for o in self.outputs)
+
+    @property
+    def reason(self) -> str:
+        """One line: why the comparison failed, or what its pass rests on."""
+        failed = [f"{o.path}: {o.reason}" for o in self.outputs if not o.passed]
+        why = self.problems + failed
+        if why:
+            more = f" (and {len(why) - 3} more)" if len(why) > 3 else ""
+            return "; ".join(why[:3]) + more
+        if self.compared == 0:
+            return "nothing was compared: no tensor values in the outputs"
+        return (
+            f"{len(self.outputs)} output(s), {self.compared} values compared over "
+            f"{self.batches} batch(es), all within tolerance"
+        )
 
     @property
     def worst_cosine(self) -> float:
-        return min((o.cosine for o in self.outputs), default=float("nan"))
+        return min((o.cosine for o in self.outputs), default=math.nan)
 
     def __getitem__(self, path: str) -> OutputMetrics:
         for o in self.outputs:
@@ -119,8 +167,10 @@ class Comparison:
     def to_json(self) -> dict[str, Any]:
         return {
             "passed": self.passed,
+            "reason": self.reason,
             "dtype": dtype_name(self.dtype) if self.dtype is not None else None,
             "batches": self.batches,
+            "compared": self.compared,
             "tolerance": self.tolerance.__dict__,
             "problems": self.problems,
             "outputs": [o.to_json() for o in self.outputs],
@@ -128,90 +178,96 @@ class Comparison:
 
 
 def _looks_like_logits(path: str, t: torch.Tensor) -> bool:
+    if t.is_complex():
+        return False
     name = path.lower()
     if "logit" in name or "score" in name:
         return t.dim() >= 2 and t.shape[-1] > 1
     return path == "output" and t.dim() == 2 and 1 < t.shape[-1] <= 100_000
 
 
-class _Accumulator:
-    """Running sums for one output path (float64, on CPU)."""
+def _kind(t: torch.Tensor) -> str:
+    if t.is_complex():
+        return "complex"
+    if t.is_floating_point():
+        return "floating"
+    return "bool" if t.dtype == torch.bool else "integer"
+
+
+def _broken_reference(path: str, batch: int, t: torch.Tensor) -> BrokenReferenceError:
+    r = as_real(t.detach())
+    nan, inf = int(torch.isnan(r).sum()), int(torch.isinf(r).sum())
+    what = " and ".join(f"{n} {name}" for n, name in ((nan, "NaN"), (inf, "inf")) if n)
+    return BrokenReferenceError(
+        f"the fp32 reference itself is broken: output {path!r} of batch {batch} holds {what} "
+        f"in {r.numel()} values, so no half result can be judged against it; fix the fp32 "
+        "run first (NaN/inf in the weights, inputs too large for fp32, a division by zero)"
+    )
+
+
+def _no_tensors(batch: int, out: Any) -> str:
+    return (
+        f"batch {batch}: the model returned no tensors ({type(out).__name__}), so nothing "
+        "was compared; return a tensor, or a dict/tuple/list of tensors"
+    )
+
+
+class _Output:
+    """Error statistics and argmax agreement of one output path."""
 
     def __init__(self, path: str, shape: tuple[int, ...]) -> None:
         self.path, self.shape = path, shape
-        self.max_abs = 0.0
-        self.sum_abs = 0.0
-        self.count = 0
-        self.ref_peak = 0.0
-        self.dot = self.ref_sq = self.cand_sq = self.err_sq = 0.0
+        self.stats = ErrorStats()
         self.agree = self.rows = 0
         self.logits = False
-        self.nonfinite = self.ref_nonfinite = 0
 
-    def add(self, ref: torch.Tensor, cand: torch.Tensor) -> None:
-        r = ref.detach().to("cpu", torch.float64)
-        c = cand.detach().to("cpu", torch.float64)
-        self.nonfinite += int((~torch.isfinite(c)).sum())
-        self.ref_nonfinite += int((~torch.isfinite(r)).sum())
-        both = torch.isfinite(r) & torch.isfinite(c)
-        rf, cf = r[both], c[both]
-        d = (rf - cf).abs()
-        if d.numel():
-            self.max_abs = max(self.max_abs, float(d.max()))
-            self.ref_peak = max(self.ref_peak, float(rf.abs().max()))
-        self.sum_abs += float(d.sum())
-        self.count += d.numel()
-        self.dot += float((rf * cf).sum())
-        self.ref_sq += float((rf * rf).sum())
-        self.cand_sq += float((cf * cf).sum())
-        self.err_sq += float((d * d).sum())
+    def add(self, batch: int, ref: torch.Tensor, cand: torch.Tensor) -> None:
+        self.stats.add_tensor(ref, cand)
+        if self.stats.reference_nonfinite:
+            raise _broken_reference(self.path, batch, ref)
         if _looks_like_logits(self.path, ref):
             self.logits = True
             self.agree += int((ref.argmax(-1) == cand.argmax(-1)).sum())
             self.rows += ref.argmax(-1).numel()
 
     def result(self, tol: Tolerance) -> OutputMetrics:
-        denom = math.sqrt(self.ref_sq * self.cand_sq)
-        if denom > 0:
-            cosine = self.dot / denom
-        else:
-            cosine = 1.0 if self.ref_sq == self.cand_sq else 0.0
-        if self.err_sq == 0:
-            sqnr = math.inf
-        elif self.ref_sq == 0:
-            sqnr = -math.inf
-        else:
-            sqnr = 10 * math.log10(self.ref_sq / self.err_sq)
+        s = self.stats
         m = OutputMetrics(
             path=self.path,
             shape=self.shape,
-            max_abs=self.max_abs,
-            mean_abs=self.sum_abs / self.count if self.count else 0.0,
-            max_rel=self.max_abs / self.ref_peak if self.ref_peak > 0 else 0.0,
-            cosine=cosine,
-            sqnr_db=sqnr,
+            max_abs=s.max_abs if s.compared else math.nan,
+            mean_abs=s.mean_abs,
+            max_rel=s.max_rel,
+            cosine=s.cosine,
+            sqnr_db=s.sqnr_db,
             argmax_agreement=self.agree / self.rows if self.logits and self.rows else None,
-            nonfinite=self.nonfinite,
-            reference_nonfinite=self.ref_nonfinite,
+            nonfinite=s.nonfinite,
+            elements=s.elements,
+            compared=s.compared,
         )
-        _judge(m, tol)
+        m.failures = _failures(m, tol)
+        m.passed = not m.failures
         return m
 
 
-def _judge(m: OutputMetrics, tol: Tolerance) -> None:
-    new_nonfinite = m.nonfinite - m.reference_nonfinite
-    if new_nonfinite > 0 and not tol.allow_nonfinite:
-        m.failures.append(f"{new_nonfinite} non-finite values (inf/NaN) not in the reference")
+def _failures(m: OutputMetrics, tol: Tolerance) -> list[str]:
+    if m.elements == 0:
+        return ["0 values compared: the output is empty in every batch"]
+    out = []
+    if m.nonfinite:
+        out.append(f"{m.nonfinite} of {m.elements} values are inf/NaN where fp32 is finite")
+    if not m.compared:
+        return out
     if tol.min_cosine is not None and m.cosine < tol.min_cosine:
-        m.failures.append(f"cosine {m.cosine:.6f} < {tol.min_cosine}")
+        out.append(f"cosine {m.cosine:.6f} < {tol.min_cosine}")
     if tol.min_sqnr_db is not None and m.sqnr_db < tol.min_sqnr_db:
-        m.failures.append(f"SQNR {m.sqnr_db:.1f} dB < {tol.min_sqnr_db} dB")
+        out.append(f"SQNR {m.sqnr_db:.1f} dB < {tol.min_sqnr_db} dB")
     if tol.max_rel_error is not None and m.max_rel > tol.max_rel_error:
-        m.failures.append(f"max rel error {m.max_rel:.3g} > {tol.max_rel_error}")
+        out.append(f"max rel error {m.max_rel:.3g} > {tol.max_rel_error}")
     agree = tol.min_argmax_agreement
     if agree is not None and m.argmax_agreement is not None and m.argmax_agreement < agree:
-        m.failures.append(f"argmax agreement {m.argmax_agreement:.3f} < {agree}")
-    m.passed = not m.failures
+        out.append(f"argmax agreement {m.argmax_agreement:.3f} < {agree}")
+    return out
 
 
 def compare_outputs(
@@ -221,12 +277,21 @@ def compare_outputs(
     tolerance: Tolerance | None = None,
     dtype: torch.dtype | None = None,
 ) -> Comparison:
-    """Compare already computed outputs (one entry per batch)."""
+    """Compare already computed outputs (one entry per batch).
+
+    Raises :class:`BrokenReferenceError` when a reference output holds inf/NaN.
+    """
     tol = tolerance if tolerance is not None else Tolerance.for_dtype(dtype)
-    accs: dict[str, _Accumulator] = {}
+    outputs: dict[str, _Output] = {}
     problems: list[str] = []
-    for i, (ref_out, cand_out) in enumerate(zip(reference_outputs, candidate_outputs, strict=True)):
+    exact = 0
+    no_tensors = False
+    pairs = zip(reference_outputs, candidate_outputs, strict=True)
+    for i, (ref_out, cand_out) in enumerate(pairs):
         ref, cand = flatten(ref_out), flatten(cand_out)
+        if not ref and not no_tensors:
+            no_tensors = True
+            problems.append(_no_tensors(i, ref_out))
         if set(ref) != set(cand):
             missing = sorted(set(ref) ^ set(cand))[:3]
             problems.append(f"batch {i}: output paths differ ({', '.join(missing)})")
@@ -236,19 +301,22 @@ def compare_outputs(
                 continue
             if r.shape != c.shape:
                 problems.append(f"{path}: shape {tuple(c.shape)} != reference {tuple(r.shape)}")
-                continue
-            if not (r.is_floating_point() or r.is_complex()):
-                if not torch.equal(r, c.to(r.dtype)):
+            elif _kind(r) != _kind(c):
+                problems.append(f"{path}: a {_kind(c)} output where fp32 gives {_kind(r)}")
+            elif _kind(r) in ("integer", "bool"):
+                exact += r.numel()
+                if not torch.equal(r, c.to(r.device, r.dtype)):
                     problems.append(f"{path}: non-floating output differs from the reference")
-                continue
-            acc = accs.setdefault(path, _Accumulator(path, tuple(r.shape)))
-            acc.add(r, c)
+            else:
+                out = outputs.setdefault(path, _Output(path, tuple(r.shape)))
+                out.add(i, r, c)
     return Comparison(
-        outputs=[a.result(tol) for a in accs.values()],
+        outputs=[o.result(tol) for o in outputs.values()],
         tolerance=tol,
         batches=len(reference_outputs),
         dtype=dtype,
         problems=problems,
+        exact_values=exact,
     )
 
 
@@ -258,17 +326,26 @@ def _first_line(exc: BaseException) -> str:
 
 
 def run_reference(model: nn.Module, batches: list[Any]) -> list[Any]:
-    """Run the fp32 reference on every batch; a failure here means the inputs are wrong."""
+    """Run the fp32 reference on every batch; a failure here means the inputs are wrong.
+
+    Raises :class:`InputsError` when the model raises, :class:`BrokenReferenceError` when
+    an output holds inf/NaN."""
     outs = []
     with torch.inference_mode():
-        for b in batches:
+        for i, b in enumerate(batches):
             try:
-                outs.append(call(model, b))
+                out = call(model, b)
             except (RuntimeError, TypeError, ValueError, IndexError, KeyError) as exc:
                 raise InputsError(
                     f"the fp32 model failed on the given inputs ({_first_line(exc)}); check "
                     "their names, shapes and dtypes against the model's forward()"
                 ) from exc
+            for path, t in iter_tensors(out):
+                if (t.is_floating_point() or t.is_complex()) and not bool(
+                    torch.isfinite(as_real(t)).all()
+                ):
+                    raise _broken_reference(path, i, t)
+            outs.append(out)
     return outs
 
 
@@ -282,7 +359,9 @@ def compare(
     """Run ``reference`` and ``candidate`` on ``inputs`` (one batch, or a list of batches).
 
     The candidate's compute dtype (from its conversion report, else its first floating
-    parameter) selects the default tolerance. The result's ``.passed`` is the verdict.
+    parameter) selects the default tolerance. The result's ``.passed`` is the verdict and
+    ``.reason`` says why. Raises :class:`BrokenReferenceError` when the fp32 output holds
+    inf/NaN.
     """
     from halfprec.convert.core import conversion_report
 

@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
 import time
 import weakref
 from collections import defaultdict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -43,6 +42,7 @@ from halfprec.convert.op_islands import OpRef
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.errors import HalfprecError
 from halfprec.errorstats import ErrorStats, relative_threshold
+from halfprec.modules import finite_peak, first_line, in_island, model_device
 from halfprec.opprobe import OpDiagnosis, OpProbe
 from halfprec.tree import iter_tensors, map_tensors
 
@@ -142,7 +142,7 @@ class Divergence:
     culprit_op: str | None = None  # the worst op of the culprit's own code, when one breaks
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
 @dataclass
@@ -271,20 +271,11 @@ class _Snapshots:
         return copy_
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
-
-
 def _peak(obj: Any) -> float:
     peak = 0.0
     for _, t in iter_tensors(obj):
-        if t.is_floating_point() and t.numel():
-            top = float(t.abs().amax())
-            if not math.isfinite(top):
-                finite = t[torch.isfinite(t)]
-                top = float(finite.abs().max()) if finite.numel() else 0.0
-            peak = max(peak, top)
+        if t.is_floating_point():
+            peak = max(peak, finite_peak(t))
     return peak
 
 
@@ -332,7 +323,7 @@ class _Diagnoser:
         self.params = {n: sum(p.numel() for p in m.parameters()) for n, m in model.named_modules()}
 
     def in_island(self, name: str) -> bool:
-        return any(i == "" or name == i or name.startswith(i + ".") for i in self.islands)
+        return in_island(name, self.islands)
 
     def record(self, name: str) -> ModuleDiagnosis:
         rec = self.modules.get(name)
@@ -388,7 +379,7 @@ class _Diagnoser:
         try:
             args, kwargs, out = self.run_own_code(c, leaks, handed)
         except Exception as exc:  # any failure in half is a finding, not a crash
-            exc_text = _first_line(exc)
+            exc_text = first_line(exc)
             stats.ref_peak = _peak(c.output)
         else:
             stats.add(c.output, out, self.limits)
@@ -498,7 +489,7 @@ class _Diagnoser:
                 out = call(self.half, batch)
             except Exception as exc:  # the half run failing is what we diagnose
                 key = stack[-1] if stack else ("", 0)
-                raised = (key, _first_line(exc))
+                raised = (key, first_line(exc))
                 rec = self.modules.get(key[0])
                 if rec is not None and rec.half_exception is None:
                     rec.half_exception = raised[1]
@@ -614,7 +605,7 @@ def _model_dtype_for(model: nn.Module, half: nn.Module | None, config: ConfigLik
         found = next((p.dtype for p in half.parameters() if p.is_floating_point()), None)
         if found is not None:
             return found
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    device = model_device(model)
     return ConvertConfig.of(config).resolve(device).dtype
 
 

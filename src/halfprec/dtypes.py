@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from halfprec.errors import DeviceError, DTypeError
+from halfprec.modules import finite_peak, first_line
 
 __all__ = [
     "HALF_DTYPES",
@@ -23,6 +24,7 @@ __all__ = [
     "DTypeLike",
     "parse_dtype",
     "dtype_name",
+    "dtype_kind",
     "resolve_dtype",
     "candidate_dtypes",
     "is_auto",
@@ -62,6 +64,15 @@ _SHORT: dict[torch.dtype, str] = {
 def dtype_name(dtype: torch.dtype) -> str:
     """Short name used in reports and metadata: ``fp16``, ``bf16``, ``fp32``."""
     return _SHORT.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def dtype_kind(dtype: torch.dtype) -> str:
+    """``float``, ``complex``, ``integer`` or ``bool``: what a value of ``dtype`` can mean."""
+    if dtype == torch.bool:
+        return "bool"
+    if dtype.is_floating_point:
+        return "float"
+    return "complex" if dtype.is_complex else "integer"
 
 
 def parse_dtype(value: DTypeLike, *, allow_fp32: bool = False) -> torch.dtype:
@@ -108,10 +119,7 @@ def fits_in(tensor: torch.Tensor, dtype: torch.dtype) -> bool:
     """True when every finite value of ``tensor`` stays finite after a cast to ``dtype``."""
     if not tensor.is_floating_point() or tensor.numel() == 0:
         return True
-    finite = tensor[torch.isfinite(tensor)]
-    if finite.numel() == 0:
-        return True
-    return bool(finite.abs().max().item() <= range_of(dtype).max)
+    return finite_peak(tensor) <= range_of(dtype).max
 
 
 @dataclass(frozen=True)
@@ -277,7 +285,7 @@ def ensure_runnable(dtype: torch.dtype, device: str | torch.device = "cpu") -> N
     except RuntimeError as exc:
         other = "fp16" if dtype == torch.bfloat16 else "bf16"
         raise DTypeError(
-            f"{sup.name} cannot run {dtype_name(dtype)} ({str(exc).splitlines()[0]}); "
+            f"{sup.name} cannot run {dtype_name(dtype)} ({first_line(exc)}); "
             f"use --dtype {other} or auto"
         ) from None
 
@@ -290,6 +298,11 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         dev = torch.device(device)
     except RuntimeError:
         raise DeviceError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    if dev.type == "meta":
+        raise DeviceError(
+            f"device {device!r} holds no data, so nothing can be run or compared on it; "
+            "use cpu, cuda or cuda:N"
+        )
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise DeviceError(

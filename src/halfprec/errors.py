@@ -5,15 +5,23 @@ The command line prints ``str(error)`` on one line and exits with ``error.exit_c
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 __all__ = [
     "HalfprecError",
     "DTypeError",
     "DeviceError",
     "ModelSpecError",
     "InputsError",
+    "BrokenReferenceError",
     "CheckpointError",
     "MissingExtraError",
+    "require",
 ]
+
+# import name -> the name pip installs it by, where the two differ
+_PACKAGES = {"sklearn": "scikit-learn"}
 
 
 class HalfprecError(Exception):
@@ -38,6 +46,10 @@ class InputsError(HalfprecError, ValueError):
     """Example inputs that are missing, unreadable or do not fit the model."""
 
 
+class BrokenReferenceError(HalfprecError, ValueError):
+    """The fp32 reference output holds inf/NaN, so no half result can be judged against it."""
+
+
 class CheckpointError(HalfprecError, ValueError):
     """A checkpoint that is missing, corrupt, unsafe, or does not match the model."""
 
@@ -52,3 +64,14 @@ class MissingExtraError(HalfprecError, ImportError):
         )
         self.package = package
         self.extra = extra
+
+
+def require(module: str, extra: str, purpose: str) -> ModuleType:
+    """Import the optional dependency ``module`` (``"onnx"``, ``"matplotlib.figure"``) or
+    raise :class:`MissingExtraError` naming ``pip install 'halfprec[extra]'`` and
+    ``purpose``, what it is needed for."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        top = module.partition(".")[0]
+        raise MissingExtraError(_PACKAGES.get(top, top), extra, purpose) from None

@@ -1,11 +1,18 @@
-"""Error statistics of one module's outputs, half against fp32, accumulated over calls.
+"""Error statistics of half outputs against fp32, accumulated over tensors and calls.
 
-Used by :mod:`halfprec.diagnose` for both the *local* error (the module alone in half on
-its fp32 inputs) and the *accumulated* error (the module inside the full half run).
+The one accumulator behind :func:`halfprec.compare.compare` (a model's outputs) and
+:mod:`halfprec.diagnose` (every module's *local* and *accumulated* error).
+
+Non-finite values are matched position by position: a candidate value agrees with a
+non-finite reference value only if both are NaN, or both are inf of the same sign, at the
+same place; every other non-finite position is a mismatch (``nonfinite``). The error sums
+(and ``compared``) cover the positions finite on both sides. Complex tensors are compared
+as their real and imaginary parts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +22,7 @@ import torch
 from halfprec.dtypes import NumericRange
 from halfprec.tree import flatten
 
-__all__ = ["ErrorStats", "relative_threshold"]
+__all__ = ["ErrorStats", "relative_threshold", "as_real"]
 
 
 def relative_threshold(min_sqnr_db: float | None) -> float:
@@ -23,21 +30,59 @@ def relative_threshold(min_sqnr_db: float | None) -> float:
     return 10 ** (-(min_sqnr_db if min_sqnr_db is not None else 25.0) / 20)
 
 
+def as_real(t: torch.Tensor) -> torch.Tensor:
+    """A complex tensor as its (real, imag) pairs in float64; other tensors unchanged."""
+    if t.is_complex():
+        return torch.view_as_real(t.to(torch.complex128).resolve_conj())
+    return t
+
+
+def _norm(t: torch.Tensor) -> float:
+    return float(torch.linalg.vector_norm(t)) if t.numel() else 0.0
+
+
+def _peak(t: torch.Tensor) -> float:
+    """Largest magnitude (aminmax is several times faster than an inf-norm on CPU)."""
+    if not t.numel():
+        return 0.0
+    low, high = torch.aminmax(t)
+    return max(-float(low), float(high))
+
+
+_SUMMED = (
+    "elements",
+    "compared",
+    "nonfinite",
+    "reference_nonfinite",
+    "sum_abs",
+    "ref_sq",
+    "cand_sq",
+    "err_sq",
+    "beyond_range",
+    "flushed",
+)
+
+
 @dataclass
 class ErrorStats:
-    """Running sums over the floating outputs of one or more calls (float64)."""
+    """Running sums (float64) over pairs of reference and candidate tensors."""
 
+    elements: int = 0  # positions seen
+    compared: int = 0  # positions finite on both sides: the ones in the sums below
+    nonfinite: int = 0  # positions whose non-finite value does not match (see module doc)
+    reference_nonfinite: int = 0
+    max_abs: float = 0.0
+    sum_abs: float = 0.0
     ref_sq: float = 0.0
+    cand_sq: float = 0.0
     err_sq: float = 0.0
     ref_peak: float = 0.0
-    nonfinite: int = 0
     beyond_range: int = 0
     flushed: int = 0
-    elements: int = 0
 
     @property
     def rel_error(self) -> float:
-        """Relative RMS error ``||half - fp32|| / ||fp32||``; inf when half made inf/NaN."""
+        """Relative RMS error ``||half - fp32|| / ||fp32||``; inf when inf/NaN do not match."""
         if self.nonfinite:
             return math.inf
         if self.err_sq == 0:
@@ -46,60 +91,122 @@ class ErrorStats:
             return math.inf
         return math.sqrt(self.err_sq / self.ref_sq)
 
-    def merge(self, other: ErrorStats) -> None:
-        self.ref_sq += other.ref_sq
-        self.err_sq += other.err_sq
-        self.ref_peak = max(self.ref_peak, other.ref_peak)
-        self.nonfinite += other.nonfinite
-        self.beyond_range += other.beyond_range
-        self.flushed += other.flushed
-        self.elements += other.elements
+    @property
+    def cosine(self) -> float:
+        """Cosine similarity over the compared positions; NaN when nothing was compared."""
+        if not self.compared:
+            return math.nan
+        a, b = math.sqrt(self.ref_sq), math.sqrt(self.cand_sq)
+        if a * b == 0:
+            return 1.0 if a == b else 0.0  # both all zero: equal
+        # (a^2 + b^2 - err^2) / 2ab, arranged so the sums' rounding does not cancel
+        return max(-1.0, min(1.0, 1.0 - (self.err_sq - (a - b) ** 2) / (2 * a * b)))
 
-    def add(self, reference: Any, candidate: Any, limits: NumericRange) -> bool:
-        """Add one call's outputs; False when their structures do not match."""
+    @property
+    def sqnr_db(self) -> float:
+        """``10 log10(||fp32||^2 / ||half - fp32||^2)``; NaN when nothing was compared."""
+        if not self.compared:
+            return math.nan
+        if self.err_sq == 0:
+            return math.inf
+        if self.ref_sq == 0:
+            return -math.inf
+        return 10 * math.log10(self.ref_sq / self.err_sq)
+
+    @property
+    def mean_abs(self) -> float:
+        return self.sum_abs / self.compared if self.compared else math.nan
+
+    @property
+    def max_rel(self) -> float:
+        """Largest absolute error relative to the reference's largest magnitude."""
+        if not self.compared:
+            return math.nan
+        if self.ref_peak > 0:
+            return self.max_abs / self.ref_peak
+        return 0.0 if self.max_abs == 0 else math.inf
+
+    def merge(self, other: ErrorStats) -> None:
+        for name in _SUMMED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.max_abs = max(self.max_abs, other.max_abs)
+        self.ref_peak = max(self.ref_peak, other.ref_peak)
+
+    def add(self, reference: Any, candidate: Any, limits: NumericRange | None = None) -> bool:
+        """Add one call's floating outputs; False when their structures do not match."""
         ref, cand = flatten(reference), flatten(candidate)
         matched = True
         for path, r in ref.items():
-            if not r.is_floating_point():
+            if not (r.is_floating_point() or r.is_complex()):
                 continue
             c = cand.get(path)
-            if c is None or c.shape != r.shape or not c.is_floating_point():
+            if c is None or c.shape != r.shape or not (c.is_floating_point() or c.is_complex()):
                 matched = False
                 continue
-            self._add_tensor(r.detach(), c.detach(), limits)
+            self.add_tensor(r, c, limits)
         return matched
 
-    def _add_tensor(self, r: torch.Tensor, c: torch.Tensor, limits: NumericRange) -> None:
-        if r.dtype not in (torch.float32, torch.float64):
+    def add_tensor(
+        self, reference: torch.Tensor, candidate: torch.Tensor, limits: NumericRange | None = None
+    ) -> None:
+        """Add one pair of tensors of the same shape. ``limits``: also count the reference
+        values beyond the half dtype's range."""
+        r, c = reference.detach(), candidate.detach()
+        if r.is_complex() or c.is_complex():
+            r, c = as_real(r.to(torch.complex128)), as_real(c.to(torch.complex128))
+        elif r.dtype not in (torch.float32, torch.float64):
             r = r.float()
-        diff = r - c  # promotes the half side to r's dtype in the same kernel
-        ref_sq = float(torch.linalg.vector_norm(r)) ** 2
-        err_sq = float(torch.linalg.vector_norm(diff)) ** 2
-        peak = float(torch.linalg.vector_norm(r, ord=math.inf)) if r.numel() else 0.0
+        c = c.to(r.device, r.dtype)
         self.elements += r.numel()
-        if math.isfinite(ref_sq) and math.isfinite(err_sq) and math.isfinite(peak):
-            self.ref_peak = max(self.ref_peak, peak)
-            if peak > limits.max:
-                self.beyond_range += int((r.abs() > limits.max).sum())
-            if err_sq > 1e-4 * ref_sq:  # only look for flushed values where the error shows
-                self.flushed += int(((c == 0) & (r != 0)).sum())
-            self.ref_sq += ref_sq
-            self.err_sq += err_sq
-            return
-        self._add_nonfinite(r.to(torch.float64), c.to(r.device, torch.float64), limits)
+        sums = _Sums.of(r, c)
+        if not sums.finite():  # inf/NaN somewhere, or an fp32 sum overflowed
+            r, c = r.to(torch.float64), c.to(torch.float64)
+            ref_ok, cand_ok = torch.isfinite(r), torch.isfinite(c)
+            same = (torch.isnan(r) & torch.isnan(c)) | (r == c)  # both NaN, or equal infs
+            self.nonfinite += int(((ref_ok & ~cand_ok) | (~ref_ok & ~same)).sum())
+            self.reference_nonfinite += int((~ref_ok).sum())
+            both = ref_ok & cand_ok
+            self._add_range(r[ref_ok], limits)
+            r, c = r[both], c[both]
+            sums = _Sums.of(r, c)
+        else:
+            self._add_range(r, limits)
+        self.compared += r.numel()
+        self.ref_sq += sums.ref_sq
+        self.cand_sq += sums.cand_sq
+        self.err_sq += sums.err_sq
+        self.sum_abs += sums.sum_abs
+        self.max_abs = max(self.max_abs, sums.max_abs)
+        if sums.err_sq > 1e-4 * sums.ref_sq:  # only look for flushed values where error shows
+            self.flushed += int(((c == 0) & (r != 0)).sum())
 
-    def _add_nonfinite(self, r: torch.Tensor, c: torch.Tensor, limits: NumericRange) -> None:
-        """The slow path, when either side holds inf/NaN: only positions finite in both count."""
-        ref_ok = torch.isfinite(r)
-        cand_ok = torch.isfinite(c)
-        self.nonfinite += int((ref_ok & ~cand_ok).sum())
-        both = ref_ok & cand_ok
-        absr = torch.where(ref_ok, r, 0.0).abs()
-        if absr.numel():
-            self.ref_peak = max(self.ref_peak, float(absr.max()))
-        self.beyond_range += int((absr > limits.max).sum())
-        rf = torch.where(both, r, 0.0)
-        cf = torch.where(both, c, 0.0)
-        self.flushed += int(((rf != 0) & (cf == 0)).sum())
-        self.ref_sq += float((rf * rf).sum())
-        self.err_sq += float(((rf - cf) ** 2).sum())
+    def _add_range(self, finite_ref: torch.Tensor, limits: NumericRange | None) -> None:
+        peak = _peak(finite_ref)
+        self.ref_peak = max(self.ref_peak, peak)
+        if limits is not None and peak > limits.max:
+            self.beyond_range += int((finite_ref.abs() > limits.max).sum())
+
+
+@dataclass(frozen=True)
+class _Sums:
+    """One pair's sums, computed in the reference's dtype without masking (the fast path)."""
+
+    ref_sq: float
+    cand_sq: float
+    err_sq: float
+    sum_abs: float
+    max_abs: float
+
+    @classmethod
+    def of(cls, r: torch.Tensor, c: torch.Tensor) -> _Sums:
+        diff = r - c
+        return cls(
+            ref_sq=_norm(r) ** 2,
+            cand_sq=_norm(c) ** 2,
+            err_sq=_norm(diff) ** 2,
+            sum_abs=float(diff.abs().sum()) if diff.numel() else 0.0,
+            max_abs=_peak(diff),
+        )
+
+    def finite(self) -> bool:
+        return all(math.isfinite(v) for v in dataclasses.astuple(self))

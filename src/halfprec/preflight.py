@@ -8,33 +8,33 @@ Static checks (no forward pass):
   subnormal, which round to 0 (BERT's ``eps=1e-12`` is 0 in fp16).
 
 With inputs, one fp32 forward pass also finds Python constants passed to fills
-(``masked_fill``, ``fill_``, ``full``, ``new_full``, ...) that the dtype cannot hold, such as
-``-1e9`` or ``torch.finfo(torch.float32).min``: in half these raise "value cannot be
-converted to type at::Half without overflow". Each finding says whether ``convert`` already
-keeps it safe by default (``handled``).
+(``masked_fill``, ``fill_``, ``full``, ``clamp``, ...: the ops of
+:data:`halfprec.ops.FILL_OPS`) that the dtype cannot hold, such as ``-1e9`` or
+``torch.finfo(torch.float32).min``: in half these raise "value cannot be converted to type
+at::Half without overflow". Each finding says whether ``convert`` already keeps it safe by
+default (``handled``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from halfprec import ops
 from halfprec.batch import as_batches, call
 from halfprec.convert.core import ConfigLike, ConvertConfig, is_default_island
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.frames import user_location
+from halfprec.modules import finite_peak, model_device
 
-__all__ = ["PreflightFinding", "Preflight", "preflight", "EPS_NAMES", "FILL_FUNCTIONS"]
+__all__ = ["PreflightFinding", "Preflight", "preflight", "EPS_NAMES"]
 
 EPS_NAMES = ("eps", "epsilon", "variance_epsilon", "layer_norm_eps", "norm_eps", "rms_norm_eps")
-FILL_FUNCTIONS = frozenset(
-    {"masked_fill", "masked_fill_", "fill_", "fill", "full", "full_like", "new_full", "index_fill"}
-)
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class PreflightFinding:
     location: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
 @dataclass
@@ -74,12 +74,6 @@ class Preflight:
         }
 
 
-def _peak(t: torch.Tensor) -> float:
-    t = t.detach()
-    finite = t[torch.isfinite(t)]
-    return float(finite.abs().max()) if finite.numel() else 0.0
-
-
 def _static(model: nn.Module, dtype: torch.dtype) -> list[PreflightFinding]:
     limits = range_of(dtype)
     name_ = dtype_name(dtype)
@@ -99,7 +93,7 @@ def _static(model: nn.Module, dtype: torch.dtype) -> list[PreflightFinding]:
         for what, tname, t in tensors:
             if not t.is_floating_point() or t.numel() == 0:
                 continue
-            peak = _peak(t)
+            peak = finite_peak(t)
             if peak > limits.max:
                 found.append(
                     PreflightFinding(
@@ -141,7 +135,7 @@ class _FillWatch(TorchFunctionMode):
     ) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
-        if name in FILL_FUNCTIONS:
+        if ops.is_fill(name):
             self.inspect(name, args, kwargs)
         return func(*args, **kwargs)
 
@@ -204,7 +198,7 @@ def preflight(model: nn.Module, inputs: Any = None, config: ConfigLike = None) -
     """Check ``model`` against the dtype of ``config`` (a :class:`ConvertConfig` or a dtype;
     default ``"auto"``) before conversion; with ``inputs`` (one batch or a list; the first
     is used), also run one fp32 forward pass to find fill constants."""
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    device = model_device(model)
     dt = ConvertConfig.of(config).resolve(device).dtype
     result = Preflight(dt, _static(model, dt))
     if inputs is not None:

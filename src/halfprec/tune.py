@@ -42,6 +42,7 @@ from halfprec.diagnose import Diagnosis, diagnose
 from halfprec.dtypes import dtype_name, is_auto, range_of
 from halfprec.errors import DTypeError, HalfprecError
 from halfprec.flops import fp32_flops_share
+from halfprec.modules import in_island, model_device
 from halfprec.timing import measure
 
 __all__ = [
@@ -390,14 +391,11 @@ class _Search:
                 name = name.rpartition(".")[0]
             return None
 
-        def inside(name: str, names: list[str] | tuple[str, ...]) -> bool:
-            return any(name == i or name.startswith(i + ".") for i in names)
-
         def normalize(names: list[str]) -> tuple[str, ...]:
             out: list[str] = []
             for name in names:
                 lifted = lift(name)
-                if lifted is None or inside(lifted, islands) or inside(lifted, out):
+                if lifted is None or in_island(lifted, islands) or in_island(lifted, out):
                     continue
                 out = [o for o in out if not o.startswith(lifted + ".")] + [lifted]
             return tuple(out)
@@ -555,7 +553,7 @@ def _choose(
         return v, f"auto: only {dtype_name(v.dtype)} meets the tolerance", None
     progress("timing the variants that meet the tolerance")
     first = batches[0]
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    device = model_device(model)
     runs = config.timing_runs
     with torch.inference_mode():
         for v in passing:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -45,7 +45,7 @@ class MachineInfo:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
 def machine_info(device: str | torch.device = "cpu") -> MachineInfo:

@@ -26,8 +26,9 @@ from halfprec.bench.machine import MachineInfo, machine_info
 from halfprec.bench.variants import Variant, build_variant, fp32_matmuls, parse_variants
 from halfprec.bench.worker import MemoryUse, measure_in_subprocess
 from halfprec.compare import Comparison, Tolerance, compare_outputs
-from halfprec.convert.core import ConfigLike, ConvertConfig, _model_device, _nbytes
+from halfprec.convert.core import ConfigLike, ConvertConfig
 from halfprec.dtypes import dtype_name
+from halfprec.modules import evaluating, first_line, model_device, nbytes
 from halfprec.timing import Timing, measure, synchronize
 
 __all__ = [
@@ -212,11 +213,6 @@ def matmul_slowdown(
     return times[dtype] / times[torch.float32] if times[torch.float32] > 0 else 1.0
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
-
-
 class _Runner:
     """Runs one benchmark: fp32 first at each batch size, then each variant."""
 
@@ -234,7 +230,7 @@ class _Runner:
         self.model, self.batch, self.variants, self.config = model, batch, variants, config
         self.tolerance, self.convert_config = tolerance, convert_config
         self.spec, self.progress = spec, progress
-        self.device = _model_device(model)
+        self.device = model_device(model)
         self.allocator = _allocator(self.device)
         self.skips = self._skips()
         self.measure_memory = config.memory != "none"
@@ -308,7 +304,7 @@ class _Runner:
                         samples[i].append(time.perf_counter() - start)
                     except Exception as exc:
                         r.status = "failed"
-                        r.note = f"{type(exc).__name__}: {_first_line(exc)}"
+                        r.note = first_line(exc)
         for i, (r, _, _) in enumerate(prepared):
             if r.status == "ok" and samples[i]:
                 r.timing = Timing(tuple(samples[i]))
@@ -329,10 +325,10 @@ class _Runner:
         try:
             module = build_variant(self.model, variant, self.convert_config)
         except Exception as exc:  # a variant that cannot be built is a finding, not a crash
-            failed = VariantResult(variant, size, "failed", f"build: {_first_line(exc)}")
+            failed = VariantResult(variant, size, "failed", f"build: {first_line(exc)}")
             return failed, None, None, 0
         result = VariantResult(variant, size, "ok", items_per_call=items)
-        result.model_bytes = _nbytes(module)
+        result.model_bytes = nbytes(module)
         if self.allocator is not None:
             synchronize(self.device)
             self.allocator.reset_peak_memory_stats(self.device)
@@ -342,7 +338,7 @@ class _Runner:
                 output, last = self._warm(module, batch, variant)
         except Exception as exc:
             result.status = "failed"
-            result.note = f"{type(exc).__name__}: {_first_line(exc)}"
+            result.note = first_line(exc)
             return result, None, None, 0
         if last > cfg.max_call_s:
             result.status = "capped"
@@ -405,7 +401,7 @@ def benchmark(
     """
     cfg = ConvertConfig.of(config)
     options = bench or BenchConfig()
-    device = _model_device(model)
+    device = model_device(model)
     texts = [v.name if isinstance(v, Variant) else v for v in variants] if variants else None
     chosen = parse_variants(texts, compile=compile, dtypes=cfg.candidates(device))
     batch = as_batches(inputs)[0]
@@ -415,8 +411,8 @@ def benchmark(
         machine=machine_info(device),
         unit=options.unit,
     )
-    model.eval()
-    _Runner(model, batch, chosen, options, cfg, tolerance, spec, progress).run(result)
+    with evaluating(model):
+        _Runner(model, batch, chosen, options, cfg, tolerance, spec, progress).run(result)
     return result
 
 
@@ -464,7 +460,7 @@ def choose_dtype_by_measurement(
     ``tolerance``. Returns ``torch.float32`` when no half variant is faster here."""
     cfg = ConvertConfig.of(config)
     options = bench or BenchConfig(runs=5, max_call_s=5.0, max_variant_s=15.0)
-    dtypes = cfg.candidates(_model_device(model))
+    dtypes = cfg.candidates(model_device(model))
     candidates = [Variant(k, dt) for k in kinds for dt in dtypes]
     result = benchmark(
         model, inputs, cfg, bench=options, variants=["fp32", *candidates], tolerance=tolerance

@@ -25,9 +25,10 @@ from torch import nn
 
 # the same input cast halfprec's root hook does, and its device lookup
 from halfprec.convert.boundaries import cast_inputs_hook
-from halfprec.convert.core import ConvertConfig, _model_device, convert_
+from halfprec.convert.core import ConvertConfig, convert_
 from halfprec.dtypes import dtype_name, parse_dtype
 from halfprec.errors import HalfprecError
+from halfprec.modules import model_device
 
 __all__ = [
     "KINDS",
@@ -176,7 +177,7 @@ def build_variant(
         built = base.to(variant.dtype)
         built.register_forward_pre_hook(cast_inputs_hook(variant.dtype), with_kwargs=True)
     elif variant.kind == "autocast":
-        built = _Autocast(base, _model_device(base).type, variant.dtype)
+        built = _Autocast(base, model_device(base).type, variant.dtype)
     else:
         built = convert_(base, (config or ConvertConfig()).replace(dtype=variant.dtype))
     if variant.compiled:

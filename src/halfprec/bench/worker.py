@@ -23,7 +23,7 @@ import resource
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ class MemoryUse:
     note: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
 def _status_kib(field: str) -> int | None:

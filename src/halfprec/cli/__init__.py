@@ -7,6 +7,7 @@ and exit 2; ``--debug`` shows the traceback instead.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 import traceback
@@ -37,32 +38,52 @@ _COMMANDS: dict[str, str] = {
 
 
 class _Group(click.Group):
+    """Turns every user error into one stderr line and exit 2 (``--debug``: the traceback)."""
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except HalfprecError as exc:
-            if ctx.obj and ctx.obj.get("debug"):
-                traceback.print_exc()
-            click.echo(f"halfprec: error: {_one_line(exc)}", err=True)
-            ctx.exit(exc.exit_code)
+            _fail(ctx, _one_line(exc), exc.exit_code)
         except click.UsageError as exc:
-            if ctx.obj and ctx.obj.get("debug"):
-                traceback.print_exc()
             where = exc.ctx.command_path if exc.ctx is not None else "halfprec"
-            click.echo(
-                f"halfprec: error: {_one_line(exc.format_message())} (see '{where} --help')",
-                err=True,
-            )
-            ctx.exit(EXIT_USAGE)
-        except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-            if ctx.obj and ctx.obj.get("debug"):
-                traceback.print_exc()
-            click.echo(f"halfprec: error: {_one_line(exc)}; check the path", err=True)
-            ctx.exit(EXIT_USAGE)
+            _fail(ctx, f"{_one_line(exc.format_message())} (see '{where} --help')", EXIT_USAGE)
+        except OSError as exc:
+            _fail(ctx, _os_error(exc), EXIT_USAGE)
+        except ValueError as exc:  # configs check themselves in __post_init__ (ValueError)
+            _fail(ctx, _one_line(exc), EXIT_USAGE)
 
 
 def _one_line(exc: BaseException | str) -> str:
     return " ".join(str(exc).split())
+
+
+def _fail(ctx: click.Context, message: str, code: int) -> None:
+    if ctx.obj and ctx.obj.get("debug"):
+        traceback.print_exc()
+    click.echo(f"halfprec: error: {message}", err=True)
+    ctx.exit(code)
+
+
+_OS_FIXES = {
+    errno.ENOSPC: "the disk is full; free some space or write elsewhere",
+    errno.EROFS: "the file system is read-only; write to a writable folder",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; check the path",
+    errno.EISDIR: "it is a folder; give a file path",
+    errno.EACCES: "permission denied; check the file and folder permissions",
+    errno.EPERM: "operation not permitted; check the file and folder permissions",
+    errno.ENOENT: "no such file or folder; check the path",
+    errno.EDQUOT: "the disk quota is exceeded; free some space or write elsewhere",
+}
+
+
+def _os_error(exc: OSError) -> str:
+    """``OSError`` as one line: our own messages as they are, the system's with the fix."""
+    if exc.strerror is None:  # raised by halfprec with a message that names the fix
+        return _one_line(exc)
+    where = exc.filename if exc.filename is not None else "a file"
+    fix = _OS_FIXES.get(exc.errno or 0, f"{exc.strerror.lower()}; check the path")
+    return f"cannot use {where}: {fix}"
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -75,10 +96,23 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
+MODEL_SAFETY = (
+    "MODEL is builtin:NAME, package.module:factory, path/to/file.py:factory, a Hugging Face "
+    "directory or a TorchScript file. A module:factory or file.py:factory spec imports and "
+    "RUNS that Python code, and a TorchScript file (as MODEL or --artifact) runs the "
+    "TorchScript program inside it: name only code you trust. Weights, inputs, "
+    "checkpoints, policies and .pt2/.onnx artifacts are read as data and never run code "
+    "(docs/safety.md)."
+)
+
+
 def _register() -> None:
     for module_name, command_name in _COMMANDS.items():
         module = importlib.import_module(f"{__name__}.{module_name}")
-        main.add_command(module.command, command_name)
+        command: click.Command = module.command
+        if any(p.name == "model" for p in command.params):
+            command.epilog = MODEL_SAFETY  # say plainly where code runs
+        main.add_command(command, command_name)
 
 
 _register()

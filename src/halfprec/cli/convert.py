@@ -6,11 +6,13 @@ from pathlib import Path
 
 import click
 
+from halfprec.atomic import ensure_folder
 from halfprec.cli.options import (
     convert_options,
     device_option,
     finish,
     json_option,
+    mkdirs_option,
     weights_option,
 )
 from halfprec.convert.core import ConversionReport, ConvertConfig, conversion_report, convert
@@ -33,6 +35,7 @@ __all__ = ["command"]
     required=True,
     help="Output .safetensors file.",
 )
+@mkdirs_option
 @device_option
 @json_option
 def command(
@@ -40,11 +43,13 @@ def command(
     convert_config: ConvertConfig,
     weights: Path | None,
     output: Path,
+    mkdirs: bool,
     device: str | None,
     as_json: bool,
 ) -> None:
     if output.suffix != ".safetensors":
         raise click.UsageError(f"output {output} must end in .safetensors")
+    ensure_folder(output, mkdirs=mkdirs)  # before the slow part
     dev = resolve_device(device)
     loaded = load_model(model)
     if weights is not None:

@@ -7,6 +7,7 @@ from typing import NoReturn
 
 import click
 
+from halfprec.atomic import ensure_folder
 from halfprec.batch import Batch
 from halfprec.cli.options import (
     convert_options,
@@ -15,6 +16,7 @@ from halfprec.cli.options import (
     inputs_option,
     json_option,
     load_for_command,
+    mkdirs_option,
     tolerance_override,
 )
 from halfprec.compare import run_reference
@@ -62,6 +64,7 @@ __all__ = ["command", "check_artifact"]
     help="ONNX: timed onnxruntime runs of the fp32 and half files (0: no timing).",
 )
 @inputs_option
+@mkdirs_option
 @device_option
 @json_option
 def command(
@@ -74,11 +77,13 @@ def command(
     opset: int | None,
     runs: int,
     inputs_path: Path | None,
+    mkdirs: bool,
     device: str | None,
     as_json: bool,
 ) -> None:
-    # fail on the file name, format and dtype before loading the model
+    # fail on the file name, format, dtype and folder before loading the model
     ExportConfig.for_path(output, fmt, dtype=convert_config.requested, opset=opset)  # type: ignore[arg-type]
+    ensure_folder(output, mkdirs=mkdirs)
     loaded, batches, _ = load_for_command(model, inputs_path, device)
     result = export(
         loaded.model,

@@ -45,6 +45,7 @@ __all__ = [
     "load_for_command",
     "tolerance_override",
     "finish",
+    "mkdirs_option",
 ]
 
 DEFAULT_MODEL = "builtin:minilm"
@@ -233,3 +234,10 @@ def finish(
     else:
         render()
     raise SystemExit(EXIT_OK if passed else EXIT_FAILED)
+
+
+def mkdirs_option(f: F) -> F:
+    """``--mkdirs``: create the output's missing folders (default: a missing folder is an error)."""
+    return click.option(
+        "--mkdirs", is_flag=True, help="Create the output file's folder if it does not exist."
+    )(f)

@@ -58,6 +58,7 @@ from halfprec.dtypes import (
     resolve_dtype,
 )
 from halfprec.errors import HalfprecError
+from halfprec.modules import finite_peak, in_island, model_device, nbytes
 
 __all__ = [
     "DEFAULT_ISLAND_TYPES",
@@ -281,12 +282,6 @@ def convert_(model: nn.Module, config: ConfigLike = None) -> nn.Module:
     return _Converter(model, ConvertConfig.of(config)).run()
 
 
-def _model_device(model: nn.Module) -> torch.device:
-    for t in _tensors(model):
-        return t.device
-    return torch.device("cpu")
-
-
 def _tensors(model: nn.Module) -> Iterable[torch.Tensor]:
     yield from model.parameters()
     yield from model.buffers()
@@ -310,33 +305,13 @@ def _plain_tensor_attrs(module: nn.Module) -> list[str]:
     ]
 
 
-def _finite_peak(t: torch.Tensor) -> float:
-    """Largest finite |value|, without a full-size temporary in the common all-finite case."""
-    low, high = torch.aminmax(t)
-    peak = max(abs(float(low)), abs(float(high)))
-    if peak == float("inf") or peak != peak:  # inf or NaN present: mask them out
-        finite = t[torch.isfinite(t)]
-        peak = float(finite.abs().max()) if finite.numel() else 0.0
-    return peak
-
-
-def _nbytes(model: nn.Module) -> int:
-    seen: set[int] = set()
-    total = 0
-    for t in _tensors(model):
-        if id(t) not in seen:
-            seen.add(id(t))
-            total += t.numel() * t.element_size()
-    return total
-
-
 class _Converter:
     """One conversion: picks islands, casts tensors, installs boundary hooks."""
 
     def __init__(self, model: nn.Module, config: ConvertConfig) -> None:
         self.model = model
         self.config = config
-        device = _model_device(model)
+        device = model_device(model)
         self.choice: DTypeChoice = config.resolve(device)
         ensure_runnable(self.choice.dtype, device)
         self.dtype = self.choice.dtype
@@ -345,7 +320,7 @@ class _Converter:
             dtype=self.dtype,
             reason=self.choice.reason,
             original_dtype=self.original,
-            bytes_before=_nbytes(model),
+            bytes_before=nbytes(model),
         )
 
     def run(self) -> nn.Module:
@@ -353,7 +328,7 @@ class _Converter:
         self.report.islands = islands
         half_modules = self._cast(islands)
         self._install_hooks(islands, half_modules)
-        self.report.bytes_after = _nbytes(self.model)
+        self.report.bytes_after = nbytes(self.model)
         self.model.__dict__[_REPORT_ATTR] = self.report
         return self.model
 
@@ -380,7 +355,7 @@ class _Converter:
         for pname, t in tensors:
             if t is None or not t.is_floating_point() or t.numel() == 0:
                 continue
-            peak = _finite_peak(t.detach())
+            peak = finite_peak(t)
             if peak > limit:
                 return f"{pname} reaches {peak:.3g}, beyond {dtype_name(self.dtype)} max {limit:g}"
         return None
@@ -399,7 +374,7 @@ class _Converter:
                     f"{hint}; list names with model.named_modules()"
                 )
         for name, module in self.model.named_modules():
-            if any(name.startswith(i + ".") or i == "" for i in islands):
+            if in_island(name, islands):
                 continue
             reason = self._selected(module, name) or self._out_of_range(module)
             if reason is not None:
@@ -409,18 +384,14 @@ class _Converter:
 
     def _absorb_shared_parameters(self, islands: dict[str, str]) -> None:
         """A parameter tied between an island and a half module keeps both in fp32."""
-        in_island = {
+        island_params = {
             id(p) for n, m in self.model.named_modules() if n in islands for p in m.parameters()
         }
         for name, module in self.model.named_modules():
-            if name in islands or self._inside(name, islands):
+            if in_island(name, islands):
                 continue
-            if any(id(p) in in_island for p in module.parameters(recurse=False)):
+            if any(id(p) in island_params for p in module.parameters(recurse=False)):
                 islands[name] = "shares a parameter with an fp32 island"
-
-    @staticmethod
-    def _inside(name: str, islands: dict[str, str]) -> bool:
-        return any(i == "" or name.startswith(i + ".") for i in islands)
 
     # -- casting ---------------------------------------------------------------------------
     def _cast(self, islands: dict[str, str]) -> list[nn.Module]:
@@ -431,7 +402,7 @@ class _Converter:
         total = fp32 = 0
         counted: set[int] = set()
         for name, module in self.model.named_modules():
-            kept = name in islands or self._inside(name, islands)
+            kept = in_island(name, islands)
             owns = False
             for p in module.parameters(recurse=False):
                 if id(p) in counted:
@@ -499,7 +470,7 @@ class _Converter:
                     f"op island {ref} names no module of {type(self.model).__name__}; the "
                     "policy was tuned on another model: re-run `halfprec tune`"
                 )
-            if ref.module not in islands and not self._inside(ref.module, islands):
+            if not in_island(ref.module, islands):
                 by_module.setdefault(ref.module, []).append(ref)
         for name, refs in by_module.items():
             install_op_islands(modules[name], refs, self.dtype, narrow_outputs=name != "")
@@ -509,7 +480,7 @@ class _Converter:
         """Saturating fills in the half modules whose own forward names a fill op."""
         scope = ModeScope(SaturatingFills(self.dtype, self.report.saturated_fills))
         for name, module in self.model.named_modules():
-            if self._inside(name, islands) or name in islands:
+            if in_island(name, islands):
                 continue
             if isinstance(module, torch.jit.ScriptModule) or not has_fill_ops(module):
                 continue

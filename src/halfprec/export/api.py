@@ -28,6 +28,7 @@ from halfprec.export.capture import capture, dynamic_shapes, forward_params, nam
 from halfprec.export.config import ExportConfig, ExportError, ExportFormat, check_onnx_dtype
 from halfprec.export.info import ArtifactInfo
 from halfprec.export.onnx import OrtCasts, OrtLatency, inspect_casts, ort_latency, write_onnx
+from halfprec.modules import evaluating, first_line, model_device
 from halfprec.tree import flatten, map_tensors
 
 __all__ = ["ExportResult", "export", "write_artifact", "fp32_info"]
@@ -82,8 +83,7 @@ def _export_dtype(
         dtype = torch.float16 if is_auto(config.dtype) else parse_dtype(config.dtype)
         check_onnx_dtype(dtype)
         return dtype
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    return convert_config.resolve(device).dtype
+    return convert_config.resolve(model_device(model)).dtype
 
 
 def _max_abs(a: list[Any], b: list[Any]) -> float:
@@ -173,19 +173,20 @@ def export(
         opset=opset,
     )
     out = Path(path)
-    reference = model.eval()
+    reference = model
     batches = as_batches(inputs)
-    ref_out = run_reference(reference, batches)
-    half_dtype = _export_dtype(target, cfg, reference)
-    half = convert(
-        reference,
-        cfg.replace(
-            dtype=half_dtype,
-            cast_outputs=not half_io,
-            # ONNX ops take one dtype for all inputs
-            mixed_kernels=cfg.mixed_kernels and target.format != "onnx",
-        ),
-    )
+    with evaluating(reference):  # the copy convert makes stays in eval mode
+        ref_out = run_reference(reference, batches)
+        half_dtype = _export_dtype(target, cfg, reference)
+        half = convert(
+            reference,
+            cfg.replace(
+                dtype=half_dtype,
+                cast_outputs=not half_io,
+                # ONNX ops take one dtype for all inputs
+                mixed_kernels=cfg.mixed_kernels and target.format != "onnx",
+            ),
+        )
     report = conversion_report(half)
     assert report is not None  # convert() always attaches its report
     params = forward_params(half)
@@ -199,10 +200,9 @@ def export(
         with torch.no_grad():
             python_out = [call(half, n) for n in named]
     except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ExportError(
             f"the {dtype_name(half_dtype)} model fails in PyTorch before export "
-            f"({type(exc).__name__}: {first[:200]}); keep the failing module in fp32 with "
+            f"({first_line(exc)}); keep the failing module in fp32 with "
             "keep_fp32/--keep-fp32, or check it with halfprec check"
         ) from exc
     info = ArtifactInfo(
@@ -240,7 +240,8 @@ def export(
     if target.format == "onnx":
         result.ort_casts = inspect_casts(out)
         if runs > 0:
-            result.ort_latency = _onnx_latency(target, reference, named, info, out, runs)
+            with evaluating(reference):
+                result.ort_latency = _onnx_latency(target, reference, named, info, out, runs)
     return result
 
 

@@ -117,14 +117,31 @@ def verify_artifact(
             "export with dynamic shapes or pass inputs of those shapes"
         )
         return Verification(cmp, [], [], len(batches))
-    outputs: list[Any] = []
     try:
         outputs = [artifact(batches[i]) for i in picked]
-    except (RuntimeError, ValueError, TypeError, ExportError) as exc:
+    except (RuntimeError, ValueError, TypeError, KeyError, IndexError, ExportError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        cmp = Comparison([], tolerance or Tolerance.for_dtype(dtype), len(picked), dtype)
-        cmp.problems.append(f"the artifact raised {type(exc).__name__}: {first[:240]}")
-        return Verification(cmp, [], picked, len(batches) - len(picked))
+        raise ExportError(
+            f"{artifact.path} does not fit this model's inputs ({type(exc).__name__}: "
+            f"{first[:160]}); check it against the model it was exported from"
+        ) from None
     refs = [reference_outputs[i] for i in picked]
+    _check_same_outputs(artifact, refs[0], outputs[0])
     cmp = compare_outputs(refs, outputs, tolerance=tolerance, dtype=dtype)
     return Verification(cmp, outputs, picked, len(batches) - len(picked))
+
+
+def _check_same_outputs(artifact: Artifact, reference: Any, output: Any) -> None:
+    """Refuse an artifact whose outputs are not the model's (another model's file)."""
+    want = {k: tuple(t.shape) for k, t in flatten(reference).items()}
+    got = {k: tuple(t.shape) for k, t in flatten(output).items()}
+    if want != got:
+        raise ExportError(
+            f"{artifact.path} returns {_shapes(got)} but the model returns {_shapes(want)}; "
+            "check it against the model it was exported from"
+        )
+
+
+def _shapes(named: dict[str, tuple[int, ...]]) -> str:
+    text = ", ".join(f"{k or 'output'} {list(v)}" for k, v in list(named.items())[:3])
+    return text + (" ..." if len(named) > 3 else "") if text else "no tensors"

@@ -21,6 +21,7 @@ from halfprec.batch import Args, Batch
 from halfprec.errors import HalfprecError, InputsError
 from halfprec.export.config import ExportError
 from halfprec.frames import is_library_file
+from halfprec.modules import first_line
 from halfprec.tree import map_tensors
 
 __all__ = [
@@ -142,8 +143,7 @@ def explain_failure(stage: str, exc: BaseException) -> str:
             f"TorchScript cannot trace this model's outputs ({last[:160]}); return tensors, "
             "or dicts/tuples of tensors only, or use --format exported-program"
         )
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
-    return f"{stage} failed: {type(exc).__name__}: {first[:240]}"
+    return f"{stage} failed: {first_line(exc)}"
 
 
 def capture(

@@ -2,7 +2,8 @@
 
 The program holds the half weights, the fp32 island weights, and every cast halfprec's
 hooks make (inputs to half, islands to fp32 and back, outputs to fp32), as graph nodes.
-``torch.export.load`` reads it back without unpickling code.
+Loading goes through :func:`~halfprec.export.safe_pt2.vetted_archive`, so a crafted file
+cannot run code (``torch.export.load`` alone would unpickle and ``eval`` parts of it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from torch import nn
 
 from halfprec.export.config import ExportError
 from halfprec.export.info import INFO_KEY, ArtifactInfo
+from halfprec.export.safe_pt2 import vetted_archive
+from halfprec.modules import first_line
 
 __all__ = ["write_exported_program", "load_exported_program"]
 
@@ -36,15 +39,18 @@ def load_exported_program(path: Path) -> tuple[nn.Module, ArtifactInfo]:
     level = log.level
     log.setLevel(logging.ERROR)  # a bad file is reported below, not as a logged traceback
     try:
-        program = torch.export.load(path, extra_files=extra)
+        program = torch.export.load(vetted_archive(path), extra_files=extra)
+    except ExportError:
+        raise
     except Exception as exc:  # a corrupt archive raises zipfile, JSON or torch errors
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ExportError(
-            f"{path} is not a loadable torch.export file ({first[:200]}); write it with "
+            f"{path} is not a loadable torch.export file ({first_line(exc)}); write it with "
             "torch.export.save or halfprec export"
         ) from None
     finally:
         log.setLevel(level)
     if not extra[INFO_KEY]:
         raise ExportError(f"{path} was not written by halfprec export; re-export it with halfprec")
-    return program.module(), ArtifactInfo.from_json_text(extra[INFO_KEY], str(path))
+    # check_guards=False: no guard code is generated from strings in the file
+    info = ArtifactInfo.from_json_text(extra[INFO_KEY], str(path))
+    return program.module(check_guards=False), info

@@ -20,16 +20,17 @@ import io
 import logging
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from halfprec.errors import HalfprecError, MissingExtraError
+from halfprec.errors import HalfprecError, require
 from halfprec.export.capture import explain_failure
 from halfprec.export.config import ExportError
 from halfprec.export.info import INFO_KEY, ArtifactInfo
+from halfprec.modules import first_line
 from halfprec.timing import Timing, measure
 
 __all__ = [
@@ -50,27 +51,17 @@ _FLOAT = 1  # onnx.TensorProto.FLOAT
 
 
 def import_onnx() -> Any:
-    try:
-        import onnx
-    except ImportError:
-        raise MissingExtraError("onnx", "onnx", "ONNX export") from None
-    return onnx
+    return require("onnx", "onnx", "ONNX export")
 
 
 def import_onnxruntime() -> Any:
-    try:
-        import onnxruntime
-    except ImportError:
-        raise MissingExtraError("onnxruntime", "onnx", "running ONNX files") from None
+    onnxruntime = require("onnxruntime", "onnx", "running ONNX files")
     onnxruntime.set_default_logger_severity(3)
     return onnxruntime
 
 
 def _require_onnxscript() -> None:
-    try:
-        import onnxscript  # noqa: F401
-    except ImportError:
-        raise MissingExtraError("onnxscript", "onnx", "ONNX export (torch.onnx dynamo)") from None
+    require("onnxscript", "onnx", "ONNX export (torch.onnx dynamo)")
 
 
 def write_onnx(
@@ -118,9 +109,8 @@ class OnnxSession:
         try:
             self.session = ort.InferenceSession(str(path), options, providers=[PROVIDER])
         except Exception as exc:  # onnxruntime raises its own exception types
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ExportError(
-                f"onnxruntime cannot load {path} ({first[:240]}); re-export it with "
+                f"onnxruntime cannot load {path} ({first_line(exc)}); re-export it with "
                 "halfprec export --format onnx"
             ) from None
         self.input_names = [i.name for i in self.session.get_inputs()]
@@ -159,12 +149,7 @@ class OrtCasts:
     nodes_optimized: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "casts_in_file": self.casts_in_file,
-            "casts_inserted": self.casts_inserted,
-            "fp32_fallback_ops": self.fp32_fallback_ops,
-            "nodes_optimized": self.nodes_optimized,
-        }
+        return asdict(self)
 
 
 def inspect_casts(path: Path) -> OrtCasts:

@@ -22,6 +22,7 @@ from halfprec.errors import HalfprecError
 from halfprec.export.capture import explain_failure
 from halfprec.export.config import ExportError
 from halfprec.export.info import INFO_KEY, ArtifactInfo
+from halfprec.modules import first_line
 
 __all__ = ["write_torchscript", "load_torchscript"]
 
@@ -53,9 +54,8 @@ def load_torchscript(path: Path) -> tuple[nn.Module, ArtifactInfo]:
             warnings.simplefilter("ignore", DeprecationWarning)
             module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
     except Exception as exc:  # a corrupt archive raises zipfile or torch errors
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ExportError(
-            f"{path} is not a loadable TorchScript file ({first[:200]}); write it with "
+            f"{path} is not a loadable TorchScript file ({first_line(exc)}); write it with "
             "halfprec export --format torchscript"
         ) from None
     if not extra[INFO_KEY]:

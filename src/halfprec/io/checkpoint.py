@@ -18,9 +18,9 @@ import torch
 from torch import nn
 
 from halfprec._version import __version__
-from halfprec.atomic import atomic_path
+from halfprec.atomic import write_bytes_atomic
 from halfprec.convert.core import ConfigLike, ConvertConfig, conversion_report, convert_
-from halfprec.dtypes import dtype_name, is_auto, parse_dtype
+from halfprec.dtypes import dtype_kind, dtype_name, is_auto, parse_dtype
 from halfprec.errors import CheckpointError
 from halfprec.io.safeload import UnsafePickleError, load_weights_only
 
@@ -45,8 +45,12 @@ def _state(model: nn.Module) -> dict[str, torch.Tensor]:
 def save(
     model: nn.Module, path: str | os.PathLike[str], *, metadata: dict[str, str] | None = None
 ) -> Path:
-    """Write ``model``'s tensors to ``path`` (safetensors, atomic) and return the path."""
-    from safetensors.torch import save_file
+    """Write ``model``'s tensors to ``path`` (safetensors, atomic) and return the path.
+
+    The write follows :mod:`halfprec.atomic`: symlinks and file modes are kept, the file is
+    fsynced, and a missing folder is an error.
+    """
+    from safetensors.torch import save as to_bytes
 
     report = conversion_report(model)
     meta = {
@@ -59,8 +63,9 @@ def save(
     }
     meta.update(metadata or {})
     dest = Path(path)
-    with atomic_path(dest) as tmp:
-        save_file(_state(model), str(tmp), metadata=meta)
+    # serialized to bytes, then into halfprec's own temp file: safetensors' save_file
+    # would leave a temp file of its own making behind on kill -9
+    write_bytes_atomic(dest, to_bytes(_state(model), metadata=meta))
     return dest
 
 
@@ -128,6 +133,12 @@ def _check_match(model: nn.Module, tensors: dict[str, torch.Tensor], p: Path) ->
         for k, shape in expected.items()
         if k in tensors and tuple(tensors[k].shape) != shape
     ]
+    state = model.state_dict()
+    kinds = [
+        f"{k} is {dtype_name(tensors[k].dtype)} but the model's is {dtype_name(t.dtype)}"
+        for k, t in state.items()
+        if k in tensors and dtype_kind(tensors[k].dtype) != dtype_kind(t.dtype)
+    ]
     problems = []
     if missing:
         problems.append(f"missing {', '.join(missing[:3])}" + (" ..." if len(missing) > 3 else ""))
@@ -137,10 +148,28 @@ def _check_match(model: nn.Module, tensors: dict[str, torch.Tensor], p: Path) ->
         )
     if wrong:
         problems.append(f"shape {'; '.join(wrong[:3])}")
+    if kinds:
+        problems.append(f"dtype kind {'; '.join(kinds[:3])}")
     if problems:
         raise CheckpointError(
             f"{p} does not match {type(model).__name__}: {' | '.join(problems)}; "
             "load it into the same architecture it was saved from"
+        )
+
+
+def _check_declared_dtype(meta: dict[str, str], tensors: dict[str, torch.Tensor], p: Path) -> None:
+    """A halfprec file's tensors are its declared half dtype or fp32 (islands), nothing else."""
+    declared = meta["dtype"]
+    odd = [
+        f"{k} is {dtype_name(t.dtype)}"
+        for k, t in tensors.items()
+        if t.is_floating_point() and t.dtype != torch.float32 and dtype_name(t.dtype) != declared
+    ]
+    if odd:
+        raise CheckpointError(
+            f"{p}: its metadata says {declared} but {', '.join(odd[:3])}"
+            f"{' ...' if len(odd) > 3 else ''}; the file was altered after it was written: "
+            "write it again with `halfprec convert`"
         )
 
 
@@ -152,6 +181,23 @@ def _tied(model: nn.Module, name: str, tensors: dict[str, torch.Tensor]) -> bool
         k in tensors and k != name and v.untyped_storage().data_ptr() == ptr
         for k, v in state.items()
     )
+
+
+def _keep_fp32(meta: dict[str, str], p: Path) -> list[str]:
+    """The ``keep_fp32`` metadata entry: a JSON list of module names, checked."""
+    try:
+        keep = json.loads(meta.get("keep_fp32", "[]"))
+    except ValueError as exc:
+        raise CheckpointError(
+            f"{p}: its keep_fp32 metadata is not valid JSON ({exc}); write the file again "
+            "with `halfprec convert`"
+        ) from None
+    if not isinstance(keep, list) or not all(isinstance(k, str) for k in keep):
+        raise CheckpointError(
+            f"{p}: its keep_fp32 metadata is not a list of module names; write the file "
+            "again with `halfprec convert`"
+        )
+    return keep
 
 
 def load(
@@ -172,8 +218,10 @@ def load(
     tensors = _read_tensors(p)
     meta = read_metadata(p) if p.suffix == ".safetensors" else {}
     halfprec_file = meta.get("format") == _FORMAT and meta.get("dtype") in ("fp16", "bf16")
+    if halfprec_file:
+        _check_declared_dtype(meta, tensors, p)
     if halfprec_file and conversion_report(into) is None:
-        keep = json.loads(meta.get("keep_fp32", "[]"))
+        keep = _keep_fp32(meta, p)
         convert_(into, _file_config(ConvertConfig.of(config), meta["dtype"], keep, p))
     if strict:
         _check_match(into, tensors, p)

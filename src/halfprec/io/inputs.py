@@ -80,9 +80,9 @@ def _from_torch(p: Path) -> list[Batch]:
 
 def save_inputs(batches: list[Batch], path: str | os.PathLike[str]) -> None:
     """Write tensor-only batches to a safetensors file that :func:`load_inputs` reads."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save as to_bytes
 
-    from halfprec.atomic import atomic_path
+    from halfprec.atomic import write_bytes_atomic
 
     flat: dict[str, torch.Tensor] = {}
     for i, batch in enumerate(batches):
@@ -91,8 +91,7 @@ def save_inputs(batches: list[Batch], path: str | os.PathLike[str]) -> None:
             if not isinstance(t, torch.Tensor):
                 raise InputsError(f"batch {i} argument {name!r} is not a tensor; cannot save it")
             flat[f"batch{i}.{name}"] = t.contiguous()
-    with atomic_path(path) as tmp:
-        save_file(flat, str(tmp))
+    write_bytes_atomic(path, to_bytes(flat))
 
 
 def as_tuple(batch: Batch) -> tuple[Any, ...]:

@@ -31,6 +31,7 @@ from torch import nn
 from halfprec.batch import Batch, as_batches
 from halfprec.errors import ModelSpecError
 from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers, sentences, token_batch
+from halfprec.modules import first_line
 
 __all__ = ["LoadedModel", "load_model", "SPEC_HELP"]
 
@@ -148,12 +149,12 @@ def _hf_directory(path: Path) -> LoadedModel:
             f"{path} is a directory without config.json; give a Hugging Face model directory"
         )
     tf = import_transformers()
+    cls = _architecture(tf, config_file)
     try:
-        arch = (json.loads(config_file.read_text()).get("architectures") or [None])[0]
-        cls = getattr(tf, arch, None) if arch else None
-        model = (cls or tf.AutoModel).from_pretrained(str(path))
-    except (OSError, ValueError, json.JSONDecodeError) as exc:
-        raise ModelSpecError(f"cannot load the Hugging Face model in {path}: {exc}") from None
+        model = cls.from_pretrained(str(path))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ModelSpecError(f"cannot load the Hugging Face model in {path}: {first}") from None
     batches: list[Batch]
     tokenizer_files = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model")
     if any((path / f).is_file() for f in tokenizer_files):
@@ -168,6 +169,25 @@ def _hf_directory(path: Path) -> LoadedModel:
     return LoadedModel(model.eval(), batches, name=str(path), source="Hugging Face directory")
 
 
+def _architecture(tf: Any, config_file: Path) -> Any:
+    """The model class named by ``architectures[0]`` in config.json (AutoModel if none)."""
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ModelSpecError(f"{config_file} is not valid JSON ({exc}); fix the file") from None
+    archs = config.get("architectures") if isinstance(config, dict) else None
+    if archs is None or archs == []:
+        return tf.AutoModel
+    arch = archs[0] if isinstance(archs, list) else archs
+    cls = getattr(tf, arch, None) if isinstance(arch, str) and arch.isidentifier() else None
+    if not (isinstance(cls, type) and issubclass(cls, tf.PreTrainedModel)):
+        raise ModelSpecError(
+            f"{config_file}: architectures names {str(arch)[:80]!r}, which is not a "
+            'transformers model class; set it to one (e.g. "BertModel") or remove it'
+        )
+    return cls
+
+
 def _torchscript(path: Path) -> LoadedModel:
     if path.suffix == ".py":
         raise ModelSpecError(f"{path}: name the factory too, as {path}:factory_name")
@@ -179,9 +199,9 @@ def _torchscript(path: Path) -> LoadedModel:
     try:
         model: Any = torch.jit.load(str(path), map_location="cpu")
     except (RuntimeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0]
         raise ModelSpecError(
-            f"{path} is not a loadable TorchScript file ({first}); save it with torch.jit.save"
+            f"{path} is not a loadable TorchScript file ({first_line(exc)}); "
+            "save it with torch.jit.save"
         ) from None
     return LoadedModel(_ScriptWrapper(model).eval(), [], name=str(path), source="TorchScript")
 

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from halfprec.batch import Batch
-from halfprec.errors import MissingExtraError, ModelSpecError
+from halfprec.errors import ModelSpecError, require
 
 __all__ = [
     "BUILTINS",
@@ -52,10 +52,7 @@ def sentences() -> list[str]:
 def import_transformers() -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        import transformers
-    except ImportError:
-        raise MissingExtraError("transformers", "demo", "this model") from None
+    transformers: Any = require("transformers", "demo", "this model")
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     return transformers
@@ -161,11 +158,8 @@ class SmallResNet(nn.Module):
 
 def photo_crops(count: int, size: int = 64, seed: int = 0) -> torch.Tensor:
     """Random crops of scikit-learn's two bundled photos, normalised, NCHW float32."""
-    try:
-        from sklearn.datasets import load_sample_images
-    except ImportError:
-        raise MissingExtraError("scikit-learn", "demo", "builtin:cnn") from None
-    photos = load_sample_images().images
+    datasets: Any = require("sklearn.datasets", "demo", "builtin:cnn")
+    photos = datasets.load_sample_images().images
     images = [torch.from_numpy(img.copy()).permute(2, 0, 1).float() / 255 for img in photos]
     gen = torch.Generator().manual_seed(seed)
     crops = []

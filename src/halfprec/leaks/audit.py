@@ -34,6 +34,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from halfprec import ops
 from halfprec.batch import as_batches, call
 from halfprec.convert.core import (
     ConfigLike,
@@ -44,6 +45,7 @@ from halfprec.convert.core import (
 )
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.frames import is_library_file, is_torch_file
+from halfprec.modules import evaluating, first_line
 
 __all__ = ["Leak", "AuditReport", "LEAK_KINDS", "audit"]
 
@@ -57,13 +59,7 @@ def _names(prefix: str, text: str) -> frozenset[str]:
     return frozenset(f"{prefix}.{n}" for n in text.split())
 
 
-_FACTORIES = _names("torch", "zeros ones full empty arange rand randn tensor eye linspace logspace")
 _CASTS = _names("Tensor", "float double to type type_as")
-_FILLS = _names(
-    "Tensor",
-    "masked_fill masked_fill_ fill_ new_full new_tensor where clamp clamp_ mul add sub __mul__ "
-    "__rmul__ __add__ __radd__ __sub__ __rsub__",
-) | _names("torch", "full full_like where tensor clamp masked_fill add mul sub rsub")
 
 
 @dataclass
@@ -127,6 +123,11 @@ class AuditReport:
             "leaks": [leak.to_json() for leak in self.leaks],
             "count": sum(leak.count for leak in self.leaks),
         }
+
+
+def _is_factory(op: str) -> bool:
+    """``torch.zeros`` and the other factories of :data:`halfprec.ops.FACTORY_OPS`."""
+    return op.startswith("torch.") and ops.is_factory(op)
 
 
 def _op_name(func: Any) -> str:
@@ -208,9 +209,9 @@ class _LeakMode(TorchFunctionMode):
         self.ops += 1
         op = _op_name(func)
         half = self.dtype
-        if op in _FILLS:
+        if ops.is_fill(op) or ops.bare(op) in ops.SCALAR_OPS:
             wide = self._wide_scalars(args, kwargs)
-            if wide and (op in _FACTORIES or any(t.dtype == half for t in _tensors(args, kwargs))):
+            if wide and (_is_factory(op) or any(t.dtype == half for t in _tensors(args, kwargs))):
                 self._record(
                     "range",
                     op,
@@ -230,7 +231,7 @@ class _LeakMode(TorchFunctionMode):
     ) -> torch.Tensor:
         half = self.dtype
         wide = dtype_name(out.dtype)
-        if op in _FACTORIES and kwargs.get("dtype") is None:
+        if _is_factory(op) and kwargs.get("dtype") is None:
             if out.dim() == 0:
                 return out
             name = op.split(".", 1)[1]
@@ -296,12 +297,11 @@ class _LeakMode(TorchFunctionMode):
 
         out = func(*(fix(a) for a in args), **{k: fix(v) for k, v in kwargs.items()})
         if mixed:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             self._record(
                 "mixed",
                 op,
                 f"{op} fails on {dtype_name(half)} and fp32 inputs without halfprec's guards "
-                f"({first})",
+                f"({first_line(exc)})",
                 "make the fp32 input with the model's dtype (dtype=x.dtype, x.new_*), or cast "
                 "it with .to(x.dtype)",
             )
@@ -322,16 +322,7 @@ def audit(model: nn.Module, inputs: Any, config: ConfigLike = None) -> AuditRepo
         report = cast(ConversionReport, conversion_report(model))
     mode = _LeakMode(report.dtype)
     batches = as_batches(inputs)
-    # eval mode by flag, not by model.eval(): a train() override (LeViT drops its cached
-    # tensors there) would hide the very leak being looked for; the flags are restored
-    training = [m for m in model.modules() if m.training]
-    for m in training:
-        m.training = False
-    try:
-        with torch.no_grad(), mode:
-            for batch in batches:
-                call(model, batch)
-    finally:
-        for m in training:
-            m.training = True
+    with evaluating(model), torch.no_grad(), mode:
+        for batch in batches:
+            call(model, batch)
     return AuditReport(report.dtype, list(mode.leaks.values()), len(batches), mode.ops)

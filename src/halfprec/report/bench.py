@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from halfprec.atomic import atomic_path
 from halfprec.bench.runner import BenchResult, VariantResult, fastest_variant
-from halfprec.errors import HalfprecError, MissingExtraError
+from halfprec.errors import HalfprecError
 from halfprec.report.common import fmt_float, human_bytes, make_console
+from halfprec.report.plot import new_figure, require_matplotlib, save_png
 
 __all__ = [
     "bench_table",
@@ -122,18 +121,6 @@ def print_bench(result: BenchResult, console: Console | None = None) -> None:
         con.print(f"[yellow]warning:[/] {w}")
 
 
-def require_matplotlib() -> Any:
-    """Import matplotlib with the Agg backend, or raise the error naming the extra."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise MissingExtraError("matplotlib", "plot", "--plot") from None
-    return plt
-
-
 def check_plot_path(path: str | os.PathLike[str]) -> Path:
     """Fail before measuring when the chart could not be written."""
     p = Path(path)
@@ -147,7 +134,6 @@ def write_chart(
 ) -> Path:
     """Speedup over fp32 (left) and peak memory or model bytes (right) per variant, one
     group of bars per model and batch size (``first_size_only``: per model). Atomic."""
-    plt = require_matplotlib()
     p = check_plot_path(path)
     groups = [
         (res, size)
@@ -156,7 +142,8 @@ def write_chart(
     ]
     names = list(dict.fromkeys(r.name for res in results for r in res.results))
     tall = 2 + 0.35 * len(names) * max(1, len(groups)) ** 0.5
-    fig, (ax_speed, ax_mem) = plt.subplots(1, 2, figsize=(11, tall))
+    fig = new_figure(11, tall)
+    ax_speed, ax_mem = fig.subplots(1, 2)
     height = 0.8 / max(1, len(groups))
     for gi, (res, size) in enumerate(groups):
         rows = {r.name: r for r in res.at(size)}
@@ -183,9 +170,7 @@ def write_chart(
     if machine is not None:
         fig.suptitle(f"halfprec bench on {machine.name}", fontsize=9)
     fig.tight_layout()
-    with atomic_path(p) as tmp:
-        fig.savefig(tmp, format="png", dpi=80)
-    plt.close(fig)
+    save_png(fig, p, dpi=80)
     return p
 
 

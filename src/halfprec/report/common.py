@@ -111,7 +111,8 @@ def print_check(result: CheckResult, console: Console | None = None) -> None:
     share = f"{100 * conv.fp32_share:.2f}%"
     con.print(f"fp32 islands: {len(conv.islands)} modules, {share} of parameters")
     verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
-    con.print(f"{verdict}: tolerance {_tol_text(result.comparison)}")
+    con.print(f"{verdict}: {result.comparison.reason}")
+    con.print(f"tolerance: {_tol_text(result.comparison)}")
 
 
 def _tol_text(cmp: Comparison) -> str:
@@ -123,8 +124,7 @@ def _tol_text(cmp: Comparison) -> str:
         parts.append(f"SQNR >= {t.min_sqnr_db} dB")
     if t.max_rel_error is not None:
         parts.append(f"max rel <= {t.max_rel_error}")
-    if not t.allow_nonfinite:
-        parts.append("no new inf/NaN")
+    parts.append("no inf/NaN where fp32 is finite")
     return ", ".join(parts)
 
 

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from halfprec.atomic import atomic_path
 from halfprec.diagnose import Diagnosis
 from halfprec.dtypes import dtype_name
-from halfprec.errors import MissingExtraError
 from halfprec.preflight import Preflight
 from halfprec.report.common import comparison_table, fmt_float, make_console
+from halfprec.report.plot import new_figure, save_png
 
 __all__ = ["diagnosis_table", "print_diagnosis", "plot_diagnosis", "print_preflight"]
 
@@ -81,24 +79,12 @@ def print_diagnosis(diag: Diagnosis, top: int = 15, console: Console | None = No
     con.print(f"diagnosed {diag.batches} batch(es) in {diag.seconds:.2f} s")
 
 
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise MissingExtraError("matplotlib", "plot", "--plot") from None
-    return plt
-
-
 def plot_diagnosis(diag: Diagnosis, path: str | os.PathLike[str], title: str = "") -> None:
     """PNG: local and accumulated relative error of every module, in execution order.
 
     inf/NaN and exceptions are drawn at the top of the axis; the threshold is a dashed line,
     the culprit a red vertical line.
     """
-    plt = _pyplot()
     mods = diag.modules
     finite = [
         v
@@ -115,7 +101,8 @@ def plot_diagnosis(diag: Diagnosis, path: str | os.PathLike[str], title: str = "
         return max(v, floor)
 
     xs = list(range(len(mods)))
-    fig, ax = plt.subplots(figsize=(max(8, min(24, len(mods) * 0.08)), 4.5))
+    fig = new_figure(max(8, min(24, len(mods) * 0.08)), 4.5)
+    ax = fig.subplots()
     local = [y(m.local_error, bool(m.local_exception)) for m in mods]
     acc = [y(m.accumulated_error, bool(m.half_exception)) for m in mods]
     reached = [i for i, m in enumerate(mods) if m.reached or m.half_exception]
@@ -150,9 +137,7 @@ def plot_diagnosis(diag: Diagnosis, path: str | os.PathLike[str], title: str = "
     ax.set_title(title or f"halfprec diagnose: {dtype_name(diag.dtype)} vs fp32")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
+    save_png(fig, path, dpi=120)
 
 
 def print_preflight(result: Preflight, console: Console | None = None) -> None:

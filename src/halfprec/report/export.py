@@ -11,11 +11,11 @@ from halfprec.report.common import comparison_table, fmt_float, human_bytes, mak
 __all__ = ["print_export", "print_artifact_check"]
 
 
-def _verdict(con: Console, passed: bool, what: str) -> None:
-    if passed:
-        con.print(f"[green]PASS[/]: {what} matches fp32 within tolerance")
+def _verdict(con: Console, cmp: Comparison, what: str) -> None:
+    if cmp.passed:
+        con.print(f"[green]PASS[/]: {what} matches fp32 within tolerance ({cmp.reason})")
     else:
-        con.print(f"[red]FAIL[/]: {what} is out of tolerance against fp32")
+        con.print(f"[red]FAIL[/]: {what} against fp32: {cmp.reason}")
 
 
 def print_export(result: ExportResult) -> None:
@@ -50,7 +50,7 @@ def print_export(result: ExportResult) -> None:
             f"{lat.half.median * 1e3:.2f} ms ({lat.speedup:.2f}x); fp32 file "
             f"{human_bytes(lat.bytes_fp32)}"
         )
-    _verdict(con, result.passed, "the exported file")
+    _verdict(con, result.comparison, "the exported file")
 
 
 def print_artifact_check(artifact: Artifact, comparison: Comparison, skipped: int) -> None:
@@ -65,4 +65,4 @@ def print_artifact_check(artifact: Artifact, comparison: Comparison, skipped: in
     con.print(comparison_table(comparison, title="fp32 PyTorch vs the artifact"))
     for problem in comparison.problems:
         con.print(f"  [red]problem[/]: {problem}")
-    _verdict(con, comparison.passed, "the artifact")
+    _verdict(con, comparison, "the artifact")

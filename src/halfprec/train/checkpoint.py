@@ -18,11 +18,14 @@ from typing import Any, Protocol
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as to_bytes
 from torch import nn
 
-from halfprec.atomic import atomic_path
+from halfprec.atomic import write_bytes_atomic
 from halfprec.errors import CheckpointError
+from halfprec.modules import model_device
+from halfprec.train.checkpoint_checks import check_parts
 from halfprec.train.mixed import MixedPrecision
 from halfprec.train.watch import unwrap
 
@@ -77,8 +80,7 @@ def save_checkpoint(
     tree = _encode(parts, "", tensors)
     meta = {"format": CHECKPOINT_FORMAT, "tree": tree, "counters": dict(counters or {})}
     dest = Path(path)
-    with atomic_path(dest) as tmp:
-        save_file(tensors, str(tmp), metadata={_META_KEY: json.dumps(meta)})
+    write_bytes_atomic(dest, to_bytes(tensors, metadata={_META_KEY: json.dumps(meta)}))
     return dest
 
 
@@ -94,28 +96,27 @@ def load_checkpoint(
     """Restore what :func:`save_checkpoint` wrote into fresh objects built the same way.
 
     Raises :class:`CheckpointError` when the file is not a halfprec training checkpoint,
-    or when a part you pass was not saved (or the other way round), naming the part.
+    when a part you pass was not saved (or the other way round), or when any saved part
+    does not fit; the whole file is checked before anything is loaded, so on an error the
+    model, optimizer, scheduler and ``mp`` are unchanged.
     """
     tensors, meta = _read(Path(path))
-    parts = _decode(meta["tree"], tensors)
+    try:
+        parts = _decode(meta.get("tree"), tensors)
+    except (KeyError, TypeError, ValueError, IndexError, RecursionError):
+        parts = None
+    if not isinstance(parts, dict):
+        raise CheckpointError(
+            f"{path}: its state tree is malformed; the file is damaged or was not written by "
+            "halfprec.train.save_checkpoint, so nothing was loaded"
+        )
     _check_parts(path, parts, mp=mp is not None, scheduler=scheduler is not None)
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    try:
-        unwrap(model).load_state_dict(_to(parts["model"], device))
-    except RuntimeError as exc:
-        raise CheckpointError(
-            f"{path}: the saved weights do not fit this model ({str(exc).splitlines()[0]}); "
-            "build the model with the same architecture before loading"
-        ) from None
-    try:
-        optimizer.load_state_dict(parts["optimizer"])
-    except ValueError as exc:
-        raise CheckpointError(
-            f"{path}: the saved optimizer state does not fit this optimizer ({exc}); build "
-            "the optimizer over the same parameters and groups before loading"
-        ) from None
-    if mp is not None:
+    check_parts(path, parts, model, optimizer, meta.get("counters"))
+    if mp is not None:  # checks its dtype and config before it changes anything
         mp.load_state_dict(parts["mixed_precision"])
+    device = model_device(model)
+    unwrap(model).load_state_dict(_to(parts["model"], device))
+    optimizer.load_state_dict(parts["optimizer"])
     if scheduler is not None:
         scheduler.load_state_dict(parts["scheduler"])
     if restore_rng:
@@ -131,7 +132,7 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         with safe_open(str(path), framework="pt") as handle:
             metadata = handle.metadata() or {}
         meta = json.loads(metadata.get(_META_KEY, "null"))
-    except (SafetensorError, ValueError, OSError) as exc:
+    except (SafetensorError, ValueError, OSError, RecursionError) as exc:
         raise CheckpointError(
             f"{path}: not a readable safetensors file ({exc}); it may be truncated or not a "
             "checkpoint"

@@ -15,18 +15,15 @@ import ast
 
 import torch
 
+from halfprec import ops
 from halfprec.dtypes import range_of
 from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.findings import EXPR, Fix
-from halfprec.leaks.lint.flow import Context, words
+from halfprec.leaks.lint.flow import Context
 
 __all__ = ["check_constants", "FP16_MAX"]
 
 FP16_MAX = range_of(torch.float16).max
-_FILLS = words(
-    "masked_fill masked_fill_ fill_ full new_full full_like where tensor new_tensor clamp "
-    "clamp_ clamp_min clamp_max fill_diagonal_ masked_scatter"
-)
 
 
 def _literal(node: ast.AST) -> float | None:
@@ -105,7 +102,7 @@ def check_constants(node: ast.AST, ctx: Context) -> None:
             )
         return
     name = func.attr if isinstance(func, ast.Attribute) else None
-    if name not in _FILLS:
+    if name is None or not ops.is_fill(name):
         return
     receiver = func.value if isinstance(func, ast.Attribute) else None
     if _explicit_fp32(receiver, ctx):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 
+from halfprec import ops
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
 from halfprec.leaks.lint.flow import Context, dotted
 
@@ -28,7 +29,6 @@ _NEW = {
     "full": "new_full",
     "tensor": "new_tensor",
 }
-_ADD_DTYPE = frozenset({"rand", "randn", "eye", "linspace", "logspace", "arange"})
 _NEW_KWARGS = frozenset({"device", "requires_grad", "layout", "pin_memory"})
 _ADD_KWARGS = _NEW_KWARGS | {"generator", "end", "start", "step", "steps", "base"}
 _CASTS = frozenset(
@@ -109,7 +109,7 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
         while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
             ctx.consumed.add(id(inner))
             inner = inner.func.value
-    kind = ctx.is_torch_attr(func, *_NEW, *_ADD_DTYPE)
+    kind = ctx.is_torch_attr(func, *ops.FACTORY_OPS)
     if kind is None or id(node) in ctx.consumed or not _makes_float(kind, node):
         return
     if _zero_dim(kind, node):
@@ -130,7 +130,7 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
         new = f"{template}.{_NEW[kind]}"
         fix = Fix(METHOD, start, end, new)
         hint = f"use `{new}(...)`"
-    elif kind in _ADD_DTYPE and keywords <= _ADD_KWARGS:
+    elif kind not in _NEW and keywords <= _ADD_KWARGS:
         fix = Fix(KWARG, start, end, f"{template}.dtype", name="dtype")
         hint = f"pass `dtype={template}.dtype`"
     else:

@@ -8,23 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from halfprec.errors import MissingExtraError
+from halfprec.errors import require
 from halfprec.leaks.lint.findings import EXPR, KWARG, METHOD, Fix
 
 __all__ = ["apply_fixes"]
 
 
-def _libcst() -> Any:
-    try:
-        import libcst
-    except ImportError:
-        raise MissingExtraError("libcst", "lint", "halfprec lint --fix") from None
-    return libcst
-
-
 def apply_fixes(source: str, fixes: list[Fix]) -> str:
     """``source`` with ``fixes`` applied; fixes whose node is not found are left out."""
-    cst = _libcst()
+    cst: Any = require("libcst", "lint", "halfprec lint --fix")
     from libcst.metadata import MetadataWrapper, PositionProvider
 
     by_span: dict[tuple[tuple[int, int], tuple[int, int]], list[Fix]] = {}

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from halfprec.dtypes import range_of
+from halfprec.errorstats import ErrorStats
+
+
+def test_overflow_in_half_counts_beyond_range_and_nonfinite() -> None:
+    stats = ErrorStats()
+    stats.add_tensor(
+        torch.tensor([70000.0, 1.0]), torch.tensor([math.inf, 1.0]), range_of(torch.float16)
+    )
+    assert (stats.beyond_range, stats.nonfinite, stats.compared) == (1, 1, 1)
+    assert stats.ref_peak == 70000.0 and stats.rel_error == math.inf
+
+
+def test_merge_equals_one_pass_over_the_concatenation() -> None:
+    torch.manual_seed(0)
+    r1, r2 = torch.randn(50), torch.randn(30)
+    c1, c2 = (r1 + 0.01 * torch.randn(50)).half(), (r2 + 0.01 * torch.randn(30)).half()
+    a, b, whole = ErrorStats(), ErrorStats(), ErrorStats()
+    a.add_tensor(r1, c1)
+    b.add_tensor(r2, c2)
+    a.merge(b)
+    whole.add_tensor(torch.cat([r1, r2]), torch.cat([c1, c2]))
+    for name in ("ref_sq", "cand_sq", "err_sq", "sum_abs", "max_abs"):
+        assert getattr(a, name) == pytest.approx(getattr(whole, name), rel=1e-5), name
+    assert (a.elements, a.compared) == (80, 80)
+    assert a.cosine == pytest.approx(whole.cosine, abs=1e-7)
+
+
+def test_complex_pairs_count_real_and_imaginary_parts() -> None:
+    stats = ErrorStats()
+    ref = torch.tensor([1 + 1j, 2 - 1j])
+    stats.add_tensor(ref, ref.conj())
+    assert stats.compared == 4 and stats.err_sq == pytest.approx(8.0)
+
+
+def test_nothing_compared_gives_nan_metrics() -> None:
+    stats = ErrorStats()
+    stats.add_tensor(torch.zeros(0), torch.zeros(0))
+    assert math.isnan(stats.cosine) and math.isnan(stats.sqnr_db) and stats.elements == 0

@@ -1,0 +1,115 @@
+"""Forged training checkpoints are refused before any model, optimizer or mp state changes."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import nn
+
+from halfprec.errors import CheckpointError
+from halfprec.train import MixedPrecision, load_checkpoint, save_checkpoint
+
+META = "halfprec.train"
+
+
+def _trained(seed: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(seed)
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()  # Adam now holds exp_avg / exp_avg_sq / step
+    return model, optimizer
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> Path:
+    model, optimizer = _trained(0)
+    mp = MixedPrecision("fp16", device="cpu")
+    return save_checkpoint(tmp_path / "c.st", model, optimizer, mp=mp, counters={"step": 1})
+
+
+def _forge(path: Path, change: Callable[[dict[str, Any], dict[str, torch.Tensor]], None]) -> Path:
+    with safe_open(str(path), framework="pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+        meta = json.loads(f.metadata()[META])
+    change(meta, tensors)
+    forged = path.with_name("forged.st")
+    save_file(tensors, str(forged), metadata={META: json.dumps(meta)})
+    return forged
+
+
+def _part(meta: dict[str, Any], name: str) -> Any:
+    return next(v for k, v in meta["tree"]["__dict__"] if k == name)
+
+
+def _entry(tree: Any, name: str) -> Any:
+    return next(v for k, v in tree["__dict__"] if k == name)
+
+
+def _set(tree: Any, name: str, value: Any) -> None:
+    for pair in tree["__dict__"]:
+        if pair[0] == name:
+            pair[1] = value
+
+
+FORGERIES: dict[str, tuple[Callable[[dict[str, Any], dict[str, torch.Tensor]], None], str]] = {
+    "negative loss scale": (
+        lambda m, t: _set(_entry(_part(m, "mixed_precision"), "scaler"), "scale", -1e30),
+        r"scale is -1e\+30",
+    ),
+    "nan growth factor": (
+        lambda m, t: _set(_entry(_part(m, "mixed_precision"), "scaler"), "growth_factor", None),
+        "growth_factor",
+    ),
+    "negative step counter": (
+        lambda m, t: _set(_entry(_part(m, "mixed_precision"), "counters"), "steps_applied", -5),
+        "step counters",
+    ),
+    "rng not a state": (lambda m, t: _set(m["tree"], "rng", {"__dict__": []}), "RNG state"),
+    "groups not a list": (
+        lambda m, t: _set(_part(m, "optimizer"), "param_groups", "all"),
+        "parameter groups",
+    ),
+    "moment of the wrong shape": (
+        lambda m, t: t.update({k: torch.zeros(7) for k in t if k.endswith("exp_avg")}),
+        "wrong shape",
+    ),
+    "missing tensor": (lambda m, t: t.pop("model.weight"), "state tree is malformed"),
+    "tree not a dict": (lambda m, t: m.update(tree=[1, 2]), "state tree is malformed"),
+    "counters not numbers": (lambda m, t: m.update(counters={"step": [1]}), "counters"),
+    "model weight of another dtype kind": (
+        lambda m, t: t.update({"model.weight": torch.zeros(3, 4, dtype=torch.int32)}),
+        "do not fit this model",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(FORGERIES))
+def test_forged_checkpoint_is_refused_and_nothing_changes(saved: Path, name: str) -> None:
+    change, message = FORGERIES[name]
+    forged = _forge(saved, change)
+    model, optimizer = _trained(1)
+    mp = MixedPrecision("fp16", device="cpu")
+    before = (copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict()))
+    mp_before = mp.state_dict()
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(forged, model, optimizer, mp=mp)
+    after = (model.state_dict(), optimizer.state_dict())
+    assert all(torch.equal(before[0][k], after[0][k]) for k in before[0])
+    assert repr(before[1]) == repr(after[1])
+    assert mp.state_dict() == mp_before
+
+
+def test_the_unforged_file_loads(saved: Path) -> None:
+    model, optimizer = _trained(1)
+    resumed = load_checkpoint(saved, model, optimizer, mp=MixedPrecision("fp16", device="cpu"))
+    want, _ = _trained(0)
+    assert torch.equal(model.weight, want.weight) and resumed.counters == {"step": 1}
