@@ -28,16 +28,18 @@ def test_tune_writes_a_policy_that_convert_and_diagnose_reuse(cli, tmp_path) -> 
     policy = tmp_path / "policy.json"
     tuned = cli("tune", RMS, "--dtype", "fp16", "-o", str(policy))
     assert tuned.returncode == 0, tuned.stderr
-    assert "PASS: fp16 with 1 extra fp32 islands" in tuned.stdout
+    assert "PASS: fp16 with 0 extra fp32 islands and 1 op islands" in tuned.stdout
+    assert "op island: norm: pow at hazards.py:" in tuned.stdout
     assert "forward passes" in tuned.stdout and f"wrote {policy}" in tuned.stdout
-    assert json.loads(policy.read_text())["keep_fp32"] == ["norm"]
+    saved = json.loads(policy.read_text())
+    assert saved["keep_fp32"] == [] and [o["module"] for o in saved["op_islands"]] == ["norm"]
     diag = cli("diagnose", RMS, "--policy", str(policy), "--json")
     assert diag.returncode == 0, diag.stdout[-2000:]
     assert json.loads(diag.stdout)["divergence"] is None
     out = tmp_path / "model.safetensors"
     conv = cli("convert", RMS, "--policy", str(policy), "-o", str(out), "--json")
     assert conv.returncode == 0, conv.stderr
-    assert "norm" in json.loads(conv.stdout)["islands"]
+    assert [o["module"] for o in json.loads(conv.stdout)["op_islands"]] == ["norm"]
 
 
 def test_preflight_exit_code_and_json(cli) -> None:  # type: ignore[no-untyped-def]

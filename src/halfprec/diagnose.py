@@ -23,6 +23,7 @@ follow :mod:`halfprec.batch`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 import weakref
@@ -37,10 +38,12 @@ from torch import nn
 from halfprec.batch import as_batches, call
 from halfprec.compare import Comparison, Tolerance, compare_outputs
 from halfprec.convert.core import ConfigLike, ConvertConfig, conversion_report
+from halfprec.convert.op_islands import OpRef
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.errors import HalfprecError
 from halfprec.errorstats import ErrorStats, relative_threshold
 from halfprec.modules import finite_peak, first_line, in_island, model_device
+from halfprec.opprobe import OpDiagnosis, OpProbe
 from halfprec.tree import iter_tensors, map_tensors
 
 __all__ = ["ModuleDiagnosis", "Divergence", "Diagnosis", "diagnose", "naive_half"]
@@ -62,6 +65,7 @@ class ModuleDiagnosis:
     local_exception: str | None = None
     half_exception: str | None = None
     leak: str | None = None
+    handed: ErrorStats = field(default_factory=ErrorStats)  # inputs it hands its callees
 
     @property
     def display_name(self) -> str:
@@ -97,7 +101,9 @@ class ModuleDiagnosis:
 
     def problem(self, threshold: float, dtype: torch.dtype) -> str | None:
         """Why this module's own half computation is broken, or None."""
-        return _local_problem(self.local, self.local_exception, self.leak, threshold, dtype)
+        return _local_problem(
+            self.local, self.local_exception, self.leak, threshold, dtype
+        ) or _handed_problem(self.handed, threshold, dtype)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -133,6 +139,7 @@ class Divergence:
     culprit: str
     culprit_type: str
     culprit_reason: str
+    culprit_op: str | None = None  # the worst op of the culprit's own code, when one breaks
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,6 +157,7 @@ class Diagnosis:
     batches: int
     seconds: float
     half_model: str
+    ops: list[OpDiagnosis] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -168,6 +176,16 @@ class Diagnosis:
     def problems(self) -> list[ModuleDiagnosis]:
         """Modules whose own half computation is broken, in execution order."""
         return [m for m in self.modules if m.problem(self.threshold, self.dtype) is not None]
+
+    def problem_ops(self, module: str | None = None) -> list[OpDiagnosis]:
+        """Ops whose own half computation breaks (of ``module`` only, if given), worst first."""
+        found = [
+            o
+            for o in self.ops
+            if (module is None or o.ref.module == module)
+            and o.problem(self.threshold, self.dtype) is not None
+        ]
+        return sorted(found, key=lambda o: o.severity(), reverse=True)
 
     def worst(self, n: int = 15) -> list[ModuleDiagnosis]:
         """The ``n`` worst offenders: raising, then inf/NaN, then by local error."""
@@ -189,6 +207,7 @@ class Diagnosis:
             "divergence": self.divergence.to_json() if self.divergence else None,
             "output": self.output.to_json(),
             "modules": [m.to_json() for m in self.modules],
+            "ops": [o.to_json() for o in self.ops],
         }
 
 
@@ -299,6 +318,8 @@ class _Diagnoser:
         report = conversion_report(half)
         self.islands = tuple(report.islands) if report is not None else ()
         self.modules: dict[str, ModuleDiagnosis] = {}
+        self.ops: dict[OpRef, OpDiagnosis] = {}
+        self.probed: set[str] = set()
         self.params = {n: sum(p.numel() for p in m.parameters()) for n, m in model.named_modules()}
 
     def in_island(self, name: str) -> bool:
@@ -338,7 +359,10 @@ class _Diagnoser:
             clock[0] += 1
             c.output = map_tensors(snap, output)
             self.local(c)
-            c.inputs = None
+            for callee in c.callees:  # kept until now to judge what the caller hands them
+                callee.inputs = None
+            if c.parent is None:
+                c.inputs = None
 
         with _hooked(self.model, pre, post):
             out = call(self.model, batch)
@@ -347,25 +371,13 @@ class _Diagnoser:
     def local(self, c: _Call) -> None:
         rec = self.record(c.name)
         rec.calls += 1
-        twin = self.twins[c.name]
         inside = self.in_island(c.name)
-        # copies: the recorded tensors are shared between calls and must not change
-        args, kwargs = map_tensors(_copy_to(self.original if inside else self.dtype), c.inputs)
-        queues: dict[str, deque[_Call]] = defaultdict(deque)
-        for callee in c.callees:
-            queues[callee.name].append(callee)
         leaks: list[str] = []
-        patched = []
-        for name, queue in queues.items():
-            m = self.twins[name]
-            if m is twin or "forward" in m.__dict__:
-                continue
-            m.forward = self.stand_in(name, queue, m.forward, leaks)
-            patched.append(m)
         stats = ErrorStats()
+        handed = ErrorStats()
         exc_text = None
         try:
-            out = twin(*args, **kwargs)
+            args, kwargs, out = self.run_own_code(c, leaks, handed)
         except Exception as exc:  # any failure in half is a finding, not a crash
             exc_text = first_line(exc)
             stats.ref_peak = _peak(c.output)
@@ -378,20 +390,50 @@ class _Diagnoser:
                 and self.original in _float_dtypes(out)
             ):
                 leaks.append(f"returns {dtype_name(self.original)} from {dtype_name(self.dtype)}")
-        finally:
-            for m in patched:
-                del m.forward
         rec.local.merge(stats)
+        rec.handed.merge(handed)
         if exc_text and rec.local_exception is None:
             rec.local_exception = exc_text
         if leaks and rec.leak is None:
             rec.leak = leaks[0]
         c.problem = _local_problem(
             stats, exc_text, leaks[0] if leaks else None, self.threshold, self.dtype
-        )
+        ) or _handed_problem(handed, self.threshold, self.dtype)
+        if c.problem is not None and not inside and c.name not in self.probed:
+            self.probed.add(c.name)
+            probe = OpProbe(self.twins[c.name], c.name, self.dtype, self.ops)
+            with contextlib.suppress(Exception), probe:
+                self.run_own_code(c, [], ErrorStats())
+
+    def run_own_code(self, c: _Call, leaks: list[str], handed: ErrorStats) -> tuple[Any, Any, Any]:
+        """The module of call ``c`` in half on its fp32 inputs, callees standing in."""
+        twin = self.twins[c.name]
+        inside = self.in_island(c.name)
+        # copies: the recorded tensors are shared between calls and must not change
+        args, kwargs = map_tensors(_copy_to(self.original if inside else self.dtype), c.inputs)
+        queues: dict[str, deque[_Call]] = defaultdict(deque)
+        for callee in c.callees:
+            queues[callee.name].append(callee)
+        patched = []
+        for name, queue in queues.items():
+            m = self.twins[name]
+            if m is twin or "forward" in m.__dict__:
+                continue
+            m.forward = self.stand_in(name, queue, m.forward, leaks, handed)
+            patched.append(m)
+        try:
+            return args, kwargs, twin(*args, **kwargs)
+        finally:
+            for m in patched:
+                del m.forward
 
     def stand_in(
-        self, name: str, queue: deque[_Call], original: Callable[..., Any], leaks: list[str]
+        self,
+        name: str,
+        queue: deque[_Call],
+        original: Callable[..., Any],
+        leaks: list[str],
+        handed: ErrorStats,
     ) -> Callable[..., Any]:
         """A forward for callee ``name`` that returns its recorded fp32 results, in order."""
         callee_inside = self.in_island(name)
@@ -401,6 +443,8 @@ class _Diagnoser:
         def forward(*args: Any, **kwargs: Any) -> Any:
             if not queue:  # called more often than in fp32: control flow changed
                 return original(*args, **kwargs)
+            if queue[0].inputs is not None:
+                handed.add(queue[0].inputs, (args, kwargs), self.limits)
             if not callee_inside and fp32 in _float_dtypes((args, kwargs)):
                 leaks.append(f"passes {dtype_name(fp32)} tensors to half module {name!r}")
             if callee_inside:
@@ -477,7 +521,19 @@ class _Diagnoser:
             c_name, c_why = name, "rounding accumulates; no single module breaks on its own"
         else:
             c_name, c_why = culprit.name, culprit.problem or ""
+        worst = sorted(
+            (o for o in self.ops.values() if o.ref.module == c_name),
+            key=lambda o: o.severity(),
+            reverse=True,
+        )
+        bad = [o for o in worst if o.problem(self.threshold, self.dtype) is not None]
         return Divergence(
+            culprit_op=(
+                f"{bad[0].ref.op} at {bad[0].ref.location} (occurrence {bad[0].ref.occurrence}):"
+                f" {bad[0].problem(self.threshold, self.dtype)}"
+                if bad
+                else None
+            ),
             module=name,
             type=self.modules[name].type if name in self.modules else "",
             call=nth,
@@ -499,6 +555,14 @@ class _Diagnoser:
             a = a.parent
         earlier = [c for c in calls if c.problem is not None and c.end < d.end]
         return max(earlier, key=lambda c: c.end) if earlier else None
+
+
+def _handed_problem(stats: ErrorStats, threshold: float, dtype: torch.dtype) -> str | None:
+    """A module whose own code hands its callees broken inputs (then fixed by stand-ins)."""
+    if stats.nonfinite or stats.rel_error > threshold:
+        why = _local_problem(stats, None, None, threshold, dtype)
+        return f"hands its callees broken inputs: {why}"
+    return None
 
 
 def _acc_problem(stats: ErrorStats, threshold: float, dtype: torch.dtype) -> str | None:
@@ -603,4 +667,5 @@ def diagnose(
         batches=len(batches),
         seconds=time.perf_counter() - start,
         half_model=label,
+        ops=list(d.ops.values()),
     )

@@ -80,7 +80,10 @@ def evaluating(model: nn.Module) -> Iterator[nn.Module]:
     """Put ``model`` in eval mode for the block, then give every submodule its own
     ``training`` flag back (also when the block raises)."""
     flags = [(m, m.training) for m in model.modules()]
-    model.eval()
+    # by flag, not model.eval(): a train() override (timm's LeViT drops cached tensors
+    # there) would change the very model being looked at, e.g. hide a stale fp32 cache
+    for m, _ in flags:
+        m.training = False
     try:
         yield model
     finally:

@@ -36,10 +36,12 @@ from halfprec._version import __version__
 from halfprec.batch import as_batches, call
 from halfprec.compare import Comparison, Tolerance, compare_outputs, run_reference
 from halfprec.convert.core import ConfigLike, ConvertConfig, conversion_report, convert
+from halfprec.convert.op_islands import OpRef
 from halfprec.convert.policy import Policy
 from halfprec.diagnose import Diagnosis, diagnose
 from halfprec.dtypes import dtype_name, is_auto, range_of
 from halfprec.errors import DTypeError, HalfprecError
+from halfprec.flops import fp32_flops_share
 from halfprec.modules import in_island, model_device
 from halfprec.timing import measure
 
@@ -54,6 +56,8 @@ __all__ = [
 ]
 
 Progress = Callable[[str], None]
+Islands = tuple[tuple[str, ...], tuple[OpRef, ...]]  # module islands, op islands
+_OPS_PER_MODULE = 8
 
 
 class ToleranceUnreachableError(HalfprecError):
@@ -87,9 +91,14 @@ class Evaluation:
     passed: bool
     passes: int
     detail: str
+    op_islands: tuple[OpRef, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.__dict__, "keep_fp32": list(self.keep_fp32)}
+        return {
+            **self.__dict__,
+            "keep_fp32": list(self.keep_fp32),
+            "op_islands": [str(o) for o in self.op_islands],
+        }
 
 
 @dataclass
@@ -100,6 +109,8 @@ class TuneVariant:
     passed: bool = False
     keep_fp32: tuple[str, ...] = ()
     fp32_share: float = 0.0
+    op_islands: tuple[OpRef, ...] = ()
+    fp32_flops_share: float | None = None
     passes: int = 0
     evaluations: list[Evaluation] = field(default_factory=list)
     candidates: list[str] = field(default_factory=list)
@@ -116,6 +127,8 @@ class TuneVariant:
             "passed": self.passed,
             "keep_fp32": list(self.keep_fp32),
             "fp32_share": self.fp32_share,
+            "op_islands": [o.to_json() for o in self.op_islands],
+            "fp32_flops_share": self.fp32_flops_share,
             "passes": self.passes,
             "latency_s": self.latency,
             "note": self.note,
@@ -140,6 +153,8 @@ class TuneReport:
     batches: int
     variants: list[TuneVariant]
     fp32_latency: float | None = None
+    op_islands: tuple[OpRef, ...] = ()
+    fp32_flops_share: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -147,6 +162,8 @@ class TuneReport:
             "passed": self.passed,
             "keep_fp32": list(self.keep_fp32),
             "fp32_share": self.fp32_share,
+            "op_islands": [o.to_json() for o in self.op_islands],
+            "fp32_flops_share": self.fp32_flops_share,
             "passes": self.passes,
             "seconds": self.seconds,
             "reason": self.reason,
@@ -185,6 +202,7 @@ class TuneResult:
         return Policy(
             dtype=self.report.dtype,
             keep_fp32=tuple(dict.fromkeys([*given, *self.keep_fp32])),
+            op_islands=self.report.op_islands,
             info={
                 "tool": f"halfprec {__version__} tune",
                 "tolerance": tol,
@@ -222,24 +240,33 @@ class _Search:
         self.convert_config = convert_config.replace(dtype=dtype)
         self.tolerance = config.tolerance_for(dtype)
         self.variant = TuneVariant(dtype)
-        self.cache: dict[tuple[str, ...], bool] = {}
+        self.op_flops: dict[OpRef, int] = {}
+        self.cache: dict[Islands, bool] = {}
         self.shares: dict[tuple[str, ...], float] = {}
         # the model without extra islands (for the diagnosis) and the latest passing one
-        self.kept: dict[tuple[str, ...], tuple[nn.Module, list[Any]]] = {}
+        self.kept: dict[Islands, tuple[nn.Module, list[Any]]] = {}
 
-    def convert(self, keep: tuple[str, ...]) -> nn.Module:
+    def convert(self, keep: tuple[str, ...], ops: tuple[OpRef, ...] = ()) -> nn.Module:
         cfg = self.convert_config
-        return convert(self.model, cfg.replace(keep_fp32=cfg.keep_fp32 + keep))
+        changes: dict[str, Any] = {"keep_fp32": cfg.keep_fp32 + keep}
+        if ops:  # op islands travel in a policy, on top of the caller's own one
+            given = cfg.loaded_policy
+            changes["policy"] = Policy(
+                dtype=self.dtype,
+                keep_fp32=given.keep_fp32 if given is not None else (),
+                op_islands=(given.op_islands if given is not None else ()) + ops,
+            )
+        return convert(self.model, cfg.replace(**changes))
 
-    def evaluate(self, keep: tuple[str, ...]) -> bool:
-        key = tuple(sorted(keep))
+    def evaluate(self, keep: tuple[str, ...], ops: tuple[OpRef, ...] = ()) -> bool:
+        key: Islands = (tuple(sorted(keep)), tuple(sorted(set(ops))))
         if key in self.cache:
             return self.cache[key]
         if len(self.variant.evaluations) >= self.config.max_evaluations:
             raise _BudgetSpent
-        half = self.convert(key)
+        half = self.convert(*key)
         report = conversion_report(half)
-        self.shares[key] = report.fp32_share if report is not None else 0.0
+        self.shares[key[0]] = report.fp32_share if report is not None else 0.0
         passed, detail, passes, outs = True, "ok", 0, []
         with torch.inference_mode():
             for i, batch in enumerate(self.batches):
@@ -258,40 +285,44 @@ class _Search:
                     passed, detail = False, f"batch {i}: " + "; ".join((cmp.problems + fails)[:2])
                     break
         self.variant.passes += passes
-        self.variant.evaluations.append(Evaluation(key, passed, passes, detail))
+        self.variant.evaluations.append(Evaluation(key[0], passed, passes, detail, key[1]))
         self.cache[key] = passed
         if passed:
-            self.kept = {k: v for k, v in self.kept.items() if k == ()}
-        if passed or key == ():
+            self.kept = {k: v for k, v in self.kept.items() if k == ((), ())}
+        if passed or key == ((), ()):
             self.kept[key] = (half, outs)
+        ops_text = f", {len(key[1])} op islands" if key[1] else ""
         self.progress(
             f"{dtype_name(self.dtype)}: try {len(self.variant.evaluations)}, "
-            f"{len(key)} islands, {'pass' if passed else 'fail'}"
+            f"{len(key[0])} islands{ops_text}, {'pass' if passed else 'fail'}"
         )
         return passed
 
     def run(self) -> TuneVariant:
         v = self.variant
+        best: Islands | None
         try:
             best = self.search()
         except _BudgetSpent:
-            passing = [e.keep_fp32 for e in v.evaluations if e.passed]
-            best = min(passing, key=self.share) if passing else None
+            passing = [(e.keep_fp32, e.op_islands) for e in v.evaluations if e.passed]
+            best = min(passing, key=lambda k: (self.share(k[0]), len(k[1]))) if passing else None
             v.note = f"stopped after max_evaluations={self.config.max_evaluations}"
         if best is not None:
-            v.passed, v.keep_fp32 = True, best
-            v.fp32_share = self.share(best)
+            best = (tuple(sorted(best[0])), tuple(sorted(set(best[1]))))
+            v.passed, (v.keep_fp32, v.op_islands) = True, best
+            v.fp32_share = self.share(best[0])
             if best in self.kept:
                 half, outs = self.kept[best]
             else:
                 with torch.inference_mode():
-                    half = self.convert(best)
+                    half = self.convert(*best)
                     outs = [call(half, b) for b in self.batches]
                 v.passes += len(self.batches)
             v.model = half
             v.comparison = compare_outputs(
                 self.reference, outs, tolerance=self.tolerance, dtype=self.dtype
             )
+            v.fp32_flops_share = fp32_flops_share(self.model, half, self.batches[0], self.op_flops)
         elif not v.note:
             v.note = "no set of fp32 islands among the candidates meets the tolerance"
         self.kept.clear()
@@ -304,10 +335,10 @@ class _Search:
             self.shares[key] = report.fp32_share if report is not None else 0.0
         return self.shares[key]
 
-    def search(self) -> tuple[str, ...] | None:
+    def search(self) -> Islands | None:
         if self.evaluate(()):
-            return ()
-        kept = self.kept.pop((), None)
+            return ((), ())
+        kept = self.kept.pop(((), ()), None)
         base = kept[0] if kept is not None else self.convert(())
         diag = diagnose(self.model, self.batches, self.dtype, half=base, tolerance=self.tolerance)
         self.variant.diagnosis = diag
@@ -315,12 +346,36 @@ class _Search:
         report = conversion_report(base)
         del kept, base
         islands = tuple(report.islands) if report is not None else ()
+        ops = self.op_candidates(diag, islands)
+        if ops and self.evaluate((), ops):
+            return ((), self.prune_ops(ops))
         flagged, ranked = self.rank(diag, islands)
         self.variant.candidates = list(ranked)
         found: tuple[str, ...] | None = flagged
         if not (flagged and self.evaluate(flagged)):
             found = self.prefix_search(ranked, len(flagged))
-        return self.prune(found, diag) if found is not None else None
+        return (self.prune(found, diag), ()) if found is not None else None
+
+    def op_candidates(self, diag: Diagnosis, islands: tuple[str, ...]) -> tuple[OpRef, ...]:
+        """The broken ops of the broken modules' own code (the root included), worst first."""
+        self.op_flops = {o.ref: o.flops for o in diag.ops}
+        out: list[OpRef] = []
+        for m in diag.problems():
+            if any(m.name == i or m.name.startswith(i + ".") for i in islands if i):
+                continue
+            out += [o.ref for o in diag.problem_ops(m.name)[:_OPS_PER_MODULE]]
+        return tuple(out)
+
+    def prune_ops(self, ops: tuple[OpRef, ...]) -> tuple[OpRef, ...]:
+        """Drop op islands one by one, most FLOPs first, while the tolerance still holds."""
+        for ref in sorted(ops, key=lambda r: -self.op_flops.get(r, 0)):
+            trial = tuple(r for r in ops if r != ref)
+            try:
+                if trial and self.evaluate((), trial):
+                    ops = trial
+            except _BudgetSpent:
+                break
+        return ops
 
     def rank(
         self, diag: Diagnosis, islands: tuple[str, ...]
@@ -467,6 +522,8 @@ def tune(
         batches=len(cal),
         variants=variants,
         fp32_latency=fp32_latency,
+        op_islands=chosen.op_islands,
+        fp32_flops_share=chosen.fp32_flops_share,
     )
     return TuneResult(converted, report, cfg)
 

@@ -7,11 +7,13 @@ from halfprec.convert.core import (
     convert,
     convert_,
 )
+from halfprec.convert.op_islands import OpRef
 from halfprec.convert.policy import Policy
 
 __all__ = [
     "ConversionReport",
     "ConvertConfig",
+    "OpRef",
     "Policy",
     "conversion_report",
     "convert",

@@ -11,6 +11,12 @@ with ``model.to(torch.float16)`` the converted model:
 - guards every half module that owns parameters, so an fp32 tensor made inside ``forward``
   (``torch.zeros(...)`` without dtype) is cast instead of crashing "mat1 and mat2 must have
   the same dtype";
+- saturates fill constants beyond the half range (``masked_fill(mask, -1e9)``) to the
+  dtype's finite limit in modules whose forward names a fill op (a guard too:
+  ``guard_boundaries=False`` turns it off), see :mod:`halfprec.convert.fills`;
+- computes single ops named by a policy's ``op_islands`` in fp32, see
+  :mod:`halfprec.convert.op_islands`;
+- casts through ``Module._apply`` as ``.to()`` does, so subclass overrides run;
 - takes exactly the original inputs: floating tensors anywhere in args/kwargs are cast to
   the compute dtype, integer and bool tensors (token ids, masks) never are; floating outputs
   are cast back to the original dtype unless ``cast_outputs=False``.
@@ -36,7 +42,10 @@ from halfprec.convert.boundaries import (
     guard_hook,
     install_island,
 )
+from halfprec.convert.fills import SaturatingFills, has_fill_ops
+from halfprec.convert.op_islands import OpRef, install_op_islands
 from halfprec.convert.policy import Policy
+from halfprec.convert.scope import ModeScope
 from halfprec.dtypes import (
     DTypeChoice,
     DTypeLike,
@@ -210,6 +219,9 @@ class ConversionReport:
     islands: dict[str, str] = field(default_factory=dict)
     attributes_cast: list[str] = field(default_factory=list)
     guarded_modules: int = 0
+    op_islands: list[OpRef] = field(default_factory=list)
+    fill_guards: list[str] = field(default_factory=list)
+    saturated_fills: dict[str, str] = field(default_factory=dict)
     params_total: int = 0
     params_fp32: int = 0
     bytes_before: int = 0
@@ -232,6 +244,9 @@ class ConversionReport:
             "islands": self.islands,
             "attributes_cast": self.attributes_cast,
             "guarded_modules": self.guarded_modules,
+            "op_islands": [o.to_json() for o in self.op_islands],
+            "fill_guards": self.fill_guards,
+            "saturated_fills": self.saturated_fills,
             "params_total": self.params_total,
             "params_fp32": self.params_fp32,
             "fp32_share": self.fp32_share,
@@ -389,8 +404,10 @@ class _Converter:
 
     # -- casting ---------------------------------------------------------------------------
     def _cast(self, islands: dict[str, str]) -> list[nn.Module]:
-        dtype = self.dtype
+        """Cast every half module's tensors through ``Module._apply``, as ``.to(dtype)`` does,
+        so subclass overrides of ``_apply`` run (caches of derived tensors are dropped)."""
         half_modules: list[nn.Module] = []
+        keep: set[int] = set()
         total = fp32 = 0
         counted: set[int] = set()
         for name, module in self.model.named_modules():
@@ -407,19 +424,25 @@ class _Converter:
                     fp32 += p.numel()
                     if not p.is_meta:  # see _own_memory
                         p.data = _own_memory(p.data)
+                    keep.update((id(p), id(p.grad)) if p.grad is not None else (id(p),))
                 else:
-                    p.data = p.data.to(dtype)
                     owns = True
             if kept:
+                keep.update(id(b) for b in module.buffers(recurse=False))
                 continue
-            for bname, buf in module.named_buffers(recurse=False):
-                if buf is not None and buf.is_floating_point():
-                    module._buffers[bname] = buf.to(dtype)
             for attr in _plain_tensor_attrs(module):
-                module.__dict__[attr] = module.__dict__[attr].to(dtype)
+                module.__dict__[attr] = module.__dict__[attr].to(self.dtype)
                 self.report.attributes_cast.append(f"{name}.{attr}" if name else attr)
             if owns:
                 half_modules.append(module)
+        dtype = self.dtype
+
+        def cast(t: torch.Tensor) -> torch.Tensor:
+            if id(t) in keep or not t.is_floating_point():
+                return t
+            return t.to(dtype)
+
+        self.model._apply(cast)
         self.report.params_total = total
         self.report.params_fp32 = fp32
         return half_modules
@@ -443,3 +466,34 @@ class _Converter:
                 if module is not self.model and not isinstance(module, torch.jit.ScriptModule):
                     module.register_forward_pre_hook(guard_hook(dtype))
             self.report.guarded_modules = len(half_modules)
+            self._guard_fills(islands)  # a guard too: audit turns guards off to see leaks
+        self._install_op_islands(islands)
+
+    def _install_op_islands(self, islands: dict[str, str]) -> None:
+        """Op islands from the policy, on half modules only (an island is all fp32)."""
+        policy = self.config.loaded_policy
+        ops = policy.op_islands if policy is not None else ()
+        modules = dict(self.model.named_modules())
+        by_module: dict[str, list[OpRef]] = {}
+        for ref in ops:
+            if ref.module not in modules:
+                raise HalfprecError(
+                    f"op island {ref} names no module of {type(self.model).__name__}; the "
+                    "policy was tuned on another model: re-run `halfprec tune`"
+                )
+            if not in_island(ref.module, islands):
+                by_module.setdefault(ref.module, []).append(ref)
+        for name, refs in by_module.items():
+            install_op_islands(modules[name], refs, self.dtype, narrow_outputs=name != "")
+            self.report.op_islands.extend(refs)
+
+    def _guard_fills(self, islands: dict[str, str]) -> None:
+        """Saturating fills in the half modules whose own forward names a fill op."""
+        scope = ModeScope(SaturatingFills(self.dtype, self.report.saturated_fills))
+        for name, module in self.model.named_modules():
+            if in_island(name, islands):
+                continue
+            if isinstance(module, torch.jit.ScriptModule) or not has_fill_ops(module):
+                continue
+            scope.attach(module)
+            self.report.fill_guards.append(name)

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from halfprec.atomic import write_text_atomic
+from halfprec.convert.op_islands import OpRef
 from halfprec.dtypes import dtype_name, parse_dtype
 from halfprec.errors import HalfprecError
 
@@ -26,23 +27,30 @@ class PolicyError(HalfprecError, ValueError):
 
 @dataclass(frozen=True)
 class Policy:
-    """Which dtype to convert to and which modules (qualified names) stay in fp32."""
+    """Which dtype to convert to, which modules (qualified names) stay in fp32, and which
+    single ops inside a module's own code compute in fp32 (``op_islands``)."""
 
     dtype: torch.dtype
     keep_fp32: tuple[str, ...] = ()
     info: dict[str, Any] = field(default_factory=dict)
+    op_islands: tuple[OpRef, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", parse_dtype(self.dtype))
         if isinstance(self.keep_fp32, str) or not all(isinstance(n, str) for n in self.keep_fp32):
             raise PolicyError("Policy.keep_fp32 must be a list of qualified module names")
         object.__setattr__(self, "keep_fp32", tuple(self.keep_fp32))
+        ops = tuple(self.op_islands)
+        if not all(isinstance(o, OpRef) for o in ops):
+            raise PolicyError("Policy.op_islands must be OpRef(module, op, location, occurrence)")
+        object.__setattr__(self, "op_islands", tuple(sorted(set(ops))))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "format": _FORMAT,
             "dtype": dtype_name(self.dtype),
             "keep_fp32": list(self.keep_fp32),
+            "op_islands": [o.to_json() for o in self.op_islands],
             "info": self.info,
         }
 
@@ -70,6 +78,7 @@ class Policy:
                 dtype=data["dtype"],
                 keep_fp32=tuple(data.get("keep_fp32", ())),
                 info=dict(data.get("info", {})),
+                op_islands=tuple(OpRef.from_json(o) for o in data.get("op_islands", ())),
             )
-        except (KeyError, TypeError, HalfprecError) as exc:
+        except (KeyError, TypeError, ValueError, HalfprecError) as exc:
             raise PolicyError(f"policy file {p} is malformed: {exc}") from None

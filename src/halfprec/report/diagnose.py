@@ -70,6 +70,8 @@ def print_diagnosis(diag: Diagnosis, top: int = 15, console: Console | None = No
         con.print(
             f"[bold red]culprit[/]: {d.culprit or '(model)'} ({d.culprit_type}): {d.culprit_reason}"
         )
+        if d.culprit_op:
+            con.print(f"[bold red]culprit op[/]: {d.culprit_op}")
     if diag.output.outputs:
         con.print(fit_table(comparison_table(diag.output, title="model outputs"), con))
     for p in diag.output.problems:

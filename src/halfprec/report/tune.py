@@ -34,15 +34,21 @@ def print_tune(report: TuneReport, console: Console | None = None) -> None:
     for v in report.variants:
         div = v.diagnosis.divergence if v.diagnosis is not None else None
         if div is not None:
+            op = f"; op {div.culprit_op}" if div.culprit_op else ""
             con.print(
                 f"{dtype_name(v.dtype)} before tuning: culprit {div.culprit or '(model)'} "
-                f"({div.culprit_type}): {div.culprit_reason}"
+                f"({div.culprit_type}): {div.culprit_reason}{op}"
             )
+    for ref in report.op_islands:
+        con.print(f"op island: {ref}")
     if report.passed:
+        ops = f" and {len(report.op_islands)} op islands" if report.op_islands else ""
+        flops = report.fp32_flops_share
+        flops_text = f", {100 * flops:.2f}% of FLOPs" if flops is not None else ""
         con.print(
             f"[green]PASS[/]: {dtype_name(report.dtype)} with {len(report.keep_fp32)} extra "
-            f"fp32 islands, {100 * report.fp32_share:.2f}% of parameters in fp32 "
-            f"({report.reason})"
+            f"fp32 islands{ops}, {100 * report.fp32_share:.2f}% of parameters{flops_text} in "
+            f"fp32 ({report.reason})"
         )
     else:
         notes = "; ".join(f"{dtype_name(v.dtype)}: {v.note}" for v in report.variants if v.note)

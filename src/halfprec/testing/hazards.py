@@ -393,12 +393,14 @@ HAZARDS: dict[str, Hazard] = {
             "masked_fill(mask, -1e9) in an attention core",
             _fill_1e9,
             "layers.0.attn.core",
+            prevented_by_convert=True,  # saturating fills
         ),
         Hazard(
             "fill-finfo-min",
             "masked_fill(mask, finfo(float32).min) inline in attention",
             _fill_finfo_min,
             "layers.0.attn",
+            prevented_by_convert=True,  # saturating fills
         ),
         Hazard("rmsnorm-overflow", "hand-written RMSNorm: mean(x**2) overflows", _rmsnorm, "norm"),
         Hazard("eps-1e-12", "hand-written LayerNorm, eps=1e-12, constant rows", _eps, "norm"),

@@ -1,0 +1,48 @@
+"""The share of a converted model's FLOPs that runs in fp32: module islands and op islands.
+
+FLOPs are counted by ``torch.utils.flop_counter`` on one fp32 forward pass (matmul, conv,
+attention; elementwise ops count nothing there). An op island counts its own FLOPs, or one
+FLOP per output element for elementwise ops, so the share is an upper bound for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from halfprec.batch import call
+from halfprec.convert.core import conversion_report
+from halfprec.convert.op_islands import OpRef
+
+__all__ = ["fp32_flops_share"]
+
+
+def fp32_flops_share(
+    model: nn.Module, half: nn.Module, batch: Any, op_flops: Mapping[OpRef, int]
+) -> float | None:
+    """FLOPs of ``half``'s fp32 parts over all FLOPs of ``model`` on ``batch``; None when the
+    model has no counted FLOPs."""
+    report = conversion_report(half)
+    if report is None:
+        return None
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        call(model, batch)
+    counts = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
+    root = type(model).__name__
+    total = counter.get_total_flops()
+    if not total:
+        return None
+    fp32 = 0
+    islands = sorted(report.islands)
+    for name in islands:
+        if any(name.startswith(i + ".") for i in islands if i and i != name):
+            continue  # counted with the enclosing island
+        key = f"{root}.{name}" if name else root
+        fp32 += counts.get(key, 0)
+    fp32 += sum(op_flops.get(ref, 0) for ref in report.op_islands)
+    return min(1.0, fp32 / total)

@@ -1,0 +1,109 @@
+"""Op-level fp32 islands: hazards inline in the root's forward, found, fixed and saved."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from halfprec import ConvertConfig, Policy, compare, convert, diagnose, tune
+from halfprec.convert import conversion_report
+from halfprec.convert.op_islands import OpRef
+from halfprec.convert.policy import PolicyError
+from halfprec.diagnose import naive_half
+from halfprec.errors import HalfprecError
+from halfprec.testing import root_hazards
+from halfprec.testing.root_hazards import ROOT_HAZARDS
+
+HAZARDS_FILE = str(Path(root_hazards.__file__).resolve())
+
+
+def _marked_line(hazard_name: str) -> str:
+    """``root_hazards.py:N`` of the ``# <- hazard`` line in the hazard's class."""
+    model, _ = ROOT_HAZARDS[hazard_name].build()
+    lines, start = inspect.getsourcelines(type(model))
+    n = next(i for i, line in enumerate(lines) if "# <- hazard" in line)
+    return f"{os.path.basename(HAZARDS_FILE)}:{start + n}"
+
+
+@pytest.mark.parametrize("name", list(ROOT_HAZARDS))
+def test_tune_fixes_root_hazard_with_a_tiny_fp32_share(name: str) -> None:
+    hazard = ROOT_HAZARDS[name]
+    model, batches = hazard.build()
+    assert not compare(model, naive_half(model, torch.float16), batches).passed
+    result = tune(model, batches, "fp16")
+    assert result.passed, result.report.variants[0].note
+    assert result.keep_fp32 == ()  # no module island, let alone the whole (root) model
+    share = result.report.fp32_flops_share
+    assert share is not None and share <= 0.01
+    assert all(o.module == hazard.culprit for o in result.report.op_islands)
+    check = compare(model, convert(model, result.policy), batches)
+    assert check.passed, check.problems
+
+
+@pytest.mark.parametrize("name", list(ROOT_HAZARDS))
+def test_diagnose_names_the_op_and_its_source_line(name: str) -> None:
+    hazard = ROOT_HAZARDS[name]
+    model, batches = hazard.build()
+    diag = diagnose(model, batches, "fp16")
+    assert diag.divergence is not None
+    assert diag.divergence.culprit == hazard.culprit
+    culprit_op = diag.divergence.culprit_op or ""
+    assert culprit_op.startswith(f"{hazard.op} at ")
+    if hazard.culprit == "":  # the hazard sits in this file; the stem's op is torch's conv
+        assert f" at {_marked_line(name)} " in culprit_op
+    worst = diag.problem_ops(hazard.culprit)[0]
+    assert worst.ref.op == hazard.op and worst.ref.module == hazard.culprit
+
+
+def test_policy_round_trips_op_islands_and_convert_applies_them(tmp_path: Path) -> None:
+    model, batches = ROOT_HAZARDS["root-exp-softmax"].build()
+    ref = OpRef("", "exp", _marked_line("root-exp-softmax"), 0)
+    path = tmp_path / "policy.json"
+    Policy(dtype=torch.float16, op_islands=(ref,)).save(path)
+    assert json.loads(path.read_text())["op_islands"] == [ref.to_json()]
+    loaded = Policy.load(path)
+    assert loaded.op_islands == (ref,)
+    half = convert(model, ConvertConfig(policy=path))
+    report = conversion_report(half)
+    assert report is not None and report.op_islands == [ref]
+    assert compare(model, half, batches).passed
+    plain = convert(model, "fp16")
+    assert not compare(model, plain, batches).passed  # the op island is what fixes it
+
+
+def test_bad_op_islands_are_named() -> None:
+    model, _ = ROOT_HAZARDS["root-exp-softmax"].build()
+    ghost = Policy(torch.float16, op_islands=(OpRef("nope", "exp", "m.py:1"),))
+    with pytest.raises(HalfprecError, match="op island nope: exp at m.py:1 #0 names no module"):
+        convert(model, ghost)
+    with pytest.raises(ValueError, match="'file.py:line' location"):
+        OpRef("", "exp", "no-line")
+    with pytest.raises(PolicyError, match="OpRef"):
+        Policy(torch.float16, op_islands=("exp",))  # type: ignore[arg-type]
+
+
+def test_op_island_output_is_finite_and_cast_back() -> None:
+    model, batches = ROOT_HAZARDS["root-exp-softmax"].build()
+    ref = OpRef("", "exp", _marked_line("root-exp-softmax"), 0)
+    half = convert(model, Policy(torch.float16, op_islands=(ref,)))
+    with torch.no_grad():
+        out = half(*batches[0])
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+
+
+def test_torch_export_carries_the_op_island_as_a_visible_cast() -> None:
+    model, batches = ROOT_HAZARDS["root-exp-softmax"].build()
+    ref = OpRef("", "exp", _marked_line("root-exp-softmax"), 0)
+    half = convert(model, Policy(torch.float16, op_islands=(ref,)))
+    program = torch.export.export(half, batches[0], strict=False)
+    nodes = {n.name: n for n in program.graph.nodes}
+    [exp] = [n for n in nodes.values() if n.target == torch.ops.aten.exp.default]
+    cast = exp.args[0]
+    assert cast.target == torch.ops.aten.to.dtype and cast.args[1] == torch.float32
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(*batches[0]), half(*batches[0]))
