@@ -1,4 +1,4 @@
-"""Tiny Hugging Face models (1 layer per stack, width 32, vocab 128) written with save_pretrained."""
+"""Tiny Hugging Face models (1 layer a stack, width 32, vocab 128), saved with save_pretrained."""
 
 from __future__ import annotations
 
