@@ -38,7 +38,7 @@ from halfprec.compare import Comparison, Tolerance, compare_outputs, run_referen
 from halfprec.convert.core import ConfigLike, ConvertConfig, conversion_report, convert
 from halfprec.convert.op_islands import OpRef
 from halfprec.convert.policy import Policy
-from halfprec.diagnose import Diagnosis, diagnose
+from halfprec.diagnose import Diagnosis, ModuleDiagnosis, diagnose
 from halfprec.dtypes import dtype_name, is_auto, range_of
 from halfprec.errors import DTypeError, HalfprecError
 from halfprec.flops import fp32_flops_share
@@ -383,13 +383,24 @@ class _Search:
         called = {m.name: m for m in diag.modules}
         limit = range_of(self.dtype).max
 
-        def lift(name: str) -> str | None:
+        def first_up(name: str, fits: Callable[[ModuleDiagnosis], bool]) -> str | None:
             while name:
                 m = called.get(name)
-                if m is not None and max(m.fp32_max_abs, m.input_max_abs) <= limit:
+                if m is not None and fits(m):
                     return name
                 name = name.rpartition(".")[0]
             return None
+
+        def lift(name: str) -> str | None:
+            # the nearest module whose fp32 inputs and outputs fit the dtype; failing that
+            # (values out of range up to the model's output), the nearest whose inputs fit,
+            # else the module itself: an island that is no norm keeps an out-of-range output
+            # fp32, so a chain of such islands carries it to the model's output
+            return (
+                first_up(name, lambda m: max(m.fp32_max_abs, m.input_max_abs) <= limit)
+                or first_up(name, lambda m: m.input_max_abs <= limit)
+                or (name if name in called else None)
+            )
 
         def normalize(names: list[str]) -> tuple[str, ...]:
             out: list[str] = []

@@ -485,7 +485,9 @@ class _Converter:
         # only the parameter casts and the root's IO casting apply.
         for name in islands:
             if name != "" and not isinstance(modules[name], torch.jit.ScriptModule):
-                install_island(modules[name], original, dtype, self.config.mixed_kernels)
+                module = modules[name]
+                widen = not is_default_island(module)  # no range check on every norm
+                install_island(module, original, dtype, self.config.mixed_kernels, widen=widen)
         if self.config.guard_boundaries:
             for module in half_modules:
                 if module is not self.model and not isinstance(module, torch.jit.ScriptModule):

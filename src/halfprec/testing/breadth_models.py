@@ -47,7 +47,12 @@ class Arch:
 
 # configs -------------------------------------------------------------------------------
 
-_IDS: dict[str, Any] = {"vocab_size": VOCAB, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}
+_IDS: dict[str, Any] = {
+    "vocab_size": VOCAB,
+    "pad_token_id": 1,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+}
 _ENCODER: dict[str, Any] = {
     "hidden_size": 32,
     "num_hidden_layers": 2,
