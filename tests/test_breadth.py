@@ -48,7 +48,9 @@ def test_the_subset_holds_the_cases_where_naive_breaks(cases: dict[str, list[Cas
     regnet = next(c for c in cases["regnet"] if c.stressed and c.dtype == FP16)
     assert regnet.reference_finite and regnet.naive.status == "fail"
     assert "inf/NaN" in regnet.naive.reason
+    # tune keeps the one stage whose values leave fp16's range, not the whole encoder (94%)
     assert regnet.tune.passed and regnet.tune_param_share is not None
+    assert regnet.tune_param_share < 0.75
     table = markdown([levit, regnet])
     assert "| levit | vision | **raises** | pass | pass (" in table
     assert "| fp16 | 2 | 0 | 0/2 | 1/2 | 2/2 | 0 |" in table

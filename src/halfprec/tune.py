@@ -354,7 +354,7 @@ class _Search:
         found: tuple[str, ...] | None = flagged
         if not (flagged and self.evaluate(flagged)):
             found = self.prefix_search(ranked, len(flagged))
-        return (self.prune(found, diag), ()) if found is not None else None
+        return (self.descend(self.prune(found, diag), diag), ()) if found is not None else None
 
     def op_candidates(self, diag: Diagnosis, islands: tuple[str, ...]) -> tuple[OpRef, ...]:
         """The broken ops of the broken modules' own code (the root included), worst first."""
@@ -442,6 +442,36 @@ class _Search:
             else:
                 lo = mid
         return ranked[:hi]
+
+    def descend(self, best: tuple[str, ...], diag: Diagnosis) -> tuple[str, ...]:
+        """Replace a member by its nearest called descendants that break or run out of
+        range, when they hold fewer parameters, while the tolerance still holds (a lifted
+        ``encoder`` becomes the one stage whose values leave the dtype's range)."""
+        called = {m.name: m for m in diag.modules}
+        broken = {m.name for m in diag.problems()}
+        limit = range_of(self.dtype).max
+
+        def hot(name: str) -> bool:
+            m = called[name]
+            return name in broken or max(m.fp32_max_abs, m.input_max_abs) > limit
+
+        def below(name: str) -> list[str]:
+            inside = [n for n in called if n.startswith(name + ".")]
+            return [n for n in inside if not any(n.startswith(o + ".") for o in inside)]
+
+        queue = list(best)
+        while queue:
+            name = queue.pop(0)
+            parts = [n for n in below(name) if hot(n)]
+            if not parts or sum(called[n].params for n in parts) >= called[name].params:
+                continue
+            trial = tuple(n for n in best if n != name) + tuple(parts)
+            try:
+                if self.evaluate(trial):
+                    best, queue = trial, queue + parts
+            except _BudgetSpent:
+                break
+        return best
 
     def prune(self, best: tuple[str, ...], diag: Diagnosis) -> tuple[str, ...]:
         params = {m.name: m.params for m in diag.modules}
