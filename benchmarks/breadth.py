@@ -65,7 +65,7 @@ def main() -> int:
     table = markdown(cases)
     elapsed = time.perf_counter() - start
     footer = (
-        f"\n{len(chosen)} architectures x 2 twins, {len(cases)} cases, "
+        f"\n\n{len(chosen)} architectures x 2 twins, {len(cases)} cases, "
         f"{elapsed:.0f} s on {torch.get_num_threads()} threads."
     )
     print(table + footer)
