@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
-PY="${PYTHON:-python3}"
+source scripts/python.sh  # $PYTHON, else .venv/bin/python, else python3
 if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   echo "gpu-check: no CUDA device visible to torch; run this on a machine with a GPU" >&2
   exit 2

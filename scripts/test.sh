@@ -9,4 +9,6 @@ export HF_HUB_OFFLINE=1
 "$PY" -m ruff check src tests benchmarks examples
 "$PY" -m mypy
 PYTHONPATH=src "$PY" -c 'from importlinter.cli import lint_imports_command; lint_imports_command()'
-"$PY" -m pytest -q "$@"
+# two pytest workers (pytest-xdist; CI has 2 cores); a test file stays on one worker, so its
+# module fixtures are built once
+"$PY" -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"

@@ -15,6 +15,13 @@ from click.testing import CliRunner
 SRC = Path(__file__).resolve().parents[1] / "src"
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # scripts/test.sh runs two pytest workers on 2 cores: one intra-op thread each, so the
+    # workers do not oversubscribe the cores (subprocesses get OMP_NUM_THREADS=1 too)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def run_cli(

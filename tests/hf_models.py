@@ -1,4 +1,4 @@
-"""Tiny Hugging Face models (2 layers, width 32, vocab 128) written with save_pretrained."""
+"""Tiny Hugging Face models (1 layer a stack, width 32, vocab 128), saved with save_pretrained."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 def _builders(tf: Any) -> dict[str, Any]:
     small = {"vocab_size": 128}
     encdec = {
-        "encoder_layers": 2,
-        "decoder_layers": 2,
+        "encoder_layers": 1,
+        "decoder_layers": 1,
         "d_model": 32,
         "encoder_ffn_dim": 64,
         "decoder_ffn_dim": 64,
@@ -21,11 +21,11 @@ def _builders(tf: Any) -> dict[str, Any]:
     }
     return {
         "gpt2": lambda: tf.GPT2LMHeadModel(
-            tf.GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64, **small)
+            tf.GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=64, **small)
         ),
         "llama": lambda: tf.LlamaForCausalLM(
             tf.LlamaConfig(
-                num_hidden_layers=2,
+                num_hidden_layers=1,
                 hidden_size=32,
                 intermediate_size=64,
                 num_attention_heads=2,
@@ -36,8 +36,8 @@ def _builders(tf: Any) -> dict[str, Any]:
         ),
         "t5": lambda: tf.T5ForConditionalGeneration(
             tf.T5Config(
-                num_layers=2,
-                num_decoder_layers=2,
+                num_layers=1,
+                num_decoder_layers=1,
                 d_model=32,
                 d_ff=64,
                 d_kv=16,

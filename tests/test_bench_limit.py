@@ -1,4 +1,4 @@
-"""The GEMM limit measured in the same run, the slow-dtype probe, and deploy()."""
+"""The GEMM limit measured in the same run and the slow-dtype probe (deploy: test_deploy.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from halfprec.bench.deploy import DeployConfig, deploy
 from halfprec.bench.limit import Gemm, gemm_shapes, measure_limit, probe_gemm, probe_slowdown
 from halfprec.bench.runner import BenchConfig, benchmark, fastest_variant
 from halfprec.bench.variants import COMPILE_RECIPES, CompileRecipe
@@ -87,18 +86,3 @@ def test_config_rejects_bad_budget() -> None:
         CompileRecipe(mode="fastest")
     assert COMPILE_RECIPES["cpu"].freezing and COMPILE_RECIPES["cuda"].mode == "max-autotune"
 
-
-def test_deploy_returns_a_checked_module_and_leaves_the_model_alone() -> None:
-    model = Attention().eval()
-    x = torch.randn(2, 5, 16)
-    bench = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None)
-    done = deploy(model, x, DeployConfig(dtypes=("bf16",), compile=False, bench=bench))
-    assert done.choice.accurate and done.choice.name in ("fp32", "halfprec-bf16")
-    assert done.choice.name == fastest_variant(done.report).name
-    with torch.no_grad():
-        ref, out = model(x), done.model(x)
-    assert out.dtype == torch.float32
-    assert torch.nn.functional.cosine_similarity(ref.flatten(), out.flatten(), dim=0) > 0.99
-    assert model.qkv.weight.dtype == torch.float32
-    with pytest.raises(ValueError, match="nothing to try"):
-        DeployConfig(compile=False, eager=False)

@@ -6,12 +6,14 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 import torch
 
 import halfprec
 from export_models import custom, example_inputs, tiny
+from halfprec import ConvertConfig
 from halfprec.errors import DTypeError, MissingExtraError
 from halfprec.export import ExportConfig, ExportError, load_artifact
 
@@ -75,6 +77,42 @@ def test_missing_extra_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(MissingExtraError, match=r"'onnx'.*pip install 'halfprec\[onnx\]'"):
         halfprec.export(tiny(), example_inputs(), tmp_path / "t.onnx")
     assert list(tmp_path.iterdir()) == []
+
+
+class _Scaled(torch.nn.Module):
+    """Rows divided by their peak plus an epsilon that is 0 in fp16 (so an fp32 island)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / (x.abs().amax(-1, keepdim=True) + 1e-12)
+
+
+class _WithEps(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = torch.nn.Linear(8, 16, bias=False)
+        self.scale = _Scaled()
+        self.out = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.scale(self.inp(x)))
+
+
+def test_a_tiny_epsilon_survives_the_onnx_optimizer(tmp_path: Path) -> None:
+    # torch.onnx's optimizer took `+ 1e-12` for `+ 0` and dropped it: 0/0 = NaN on zero rows
+    torch.manual_seed(0)
+    batches = [torch.randn(4, 8), torch.randn(6, 8)]
+    for b in batches:
+        b[::2] = 0.0
+    path = tmp_path / "eps.onnx"
+    config = ConvertConfig("fp16", keep_fp32=("scale",))
+    result = halfprec.export(_WithEps().eval(), batches, path, config)
+    assert result.passed, result.comparison.problems
+    scalars = [
+        onnx.numpy_helper.to_array(t).item()
+        for t in onnx.load(str(path)).graph.initializer
+        if t.data_type == FLOAT and np.prod(t.dims) == 1
+    ]
+    assert scalars.count(pytest.approx(1e-12)) == 1
 
 
 @pytest.mark.slow

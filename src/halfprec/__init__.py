@@ -2,7 +2,8 @@
 
 The verbs take a model, its example inputs and a :class:`ConvertConfig` (or just a dtype),
 in that order: ``convert(model, config)``, ``check(model, inputs, config)``,
-``diagnose(model, inputs, config)``, ``tune(model, inputs, config)``, ... Everything else
+``diagnose(model, inputs, config)``, ``tune(model, inputs, config)``,
+``deploy(model, inputs, config)``, ... Everything else
 (result types, helpers) is importable from its module, e.g.
 ``from halfprec.tune import TuneResult``.
 """
@@ -10,6 +11,7 @@ in that order: ``convert(model, config)``, ``check(model, inputs, config)``,
 from __future__ import annotations
 
 from halfprec._version import __version__
+from halfprec.bench.deploy import deploy
 from halfprec.bench.runner import BenchConfig, benchmark
 from halfprec.check import check
 from halfprec.compare import Tolerance, compare
@@ -44,6 +46,7 @@ __all__ = [
     "audit",
     "lint",
     "benchmark",
+    "deploy",
     "export",
     "save",
     "load",

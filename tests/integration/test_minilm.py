@@ -41,7 +41,7 @@ def test_minilm_embeddings_still_rank_sentences_alike(minilm) -> None:  # type: 
 
 def test_halfprec_check_default_main_job() -> None:
     """Smoke test in a fresh interpreter: the README's main job, end to end."""
-    proc = run_cli_subprocess("check", "--json", "--runs", "3")
+    proc = run_cli_subprocess("check", "--json", "--runs", "1")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["model"] == "builtin:minilm" and data["passed"]

@@ -1,101 +1,150 @@
-"""``deploy(model, inputs)``: the fastest module for this device that is checked against
-fp32, with the measurements that chose it.
+"""``deploy(model, inputs, config)``: the fastest module for this device that is checked
+against fp32, with the measurements that chose it.
 
-It benchmarks fp32 and halfprec's conversion in each half dtype, eager and compiled with
-the device's deploy recipe (:data:`~halfprec.bench.variants.COMPILE_RECIPES`: inductor
-freezing on CPU, ``max-autotune`` with CUDA graphs on CUDA), compares every output with
-fp32's, and returns the fastest variant within tolerance, already warmed up (and so
-already compiled for the example batch's shapes). fp32 wins when nothing beats it. Half
-dtypes whose matrix products run far slower than fp32 here are probed and skipped.
+It benchmarks fp32 and halfprec's conversion in each candidate half dtype of ``config``
+(``"auto"``: every half dtype the device runs), eager and compiled with the device's deploy
+recipe (:data:`~halfprec.bench.variants.COMPILE_RECIPES`: inductor freezing on CPU,
+``max-autotune`` with CUDA graphs on CUDA), compares every output with fp32's, and returns
+the fastest variant within tolerance, already warmed up (and so already compiled for the
+example batch's shapes). fp32 wins when nothing beats it. Half dtypes whose matrix
+products a quick probe finds far slower than fp32 here are skipped, never timed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
 from halfprec.batch import as_batches
+from halfprec.bench.limit import GemmLimit
 from halfprec.bench.runner import (
     BenchConfig,
     BenchResult,
+    Progress,
     VariantResult,
     _Runner,
     fastest_variant,
     run_benchmark,
 )
-from halfprec.bench.variants import parse_variants
+from halfprec.bench.variants import Variant, build_variant
 from halfprec.compare import Tolerance
 from halfprec.convert.core import ConfigLike, ConvertConfig
-from halfprec.dtypes import dtype_name, parse_dtype
+from halfprec.modules import model_device
 
-__all__ = ["DeployConfig", "Deployed", "deploy"]
+__all__ = ["Deployed", "deploy"]
 
 
 def _quick() -> BenchConfig:
     return BenchConfig(runs=5, memory="none", max_variant_s=15.0)
 
 
-@dataclass(frozen=True)
-class DeployConfig:
-    """What :func:`deploy` tries: ``dtypes`` (half dtypes, besides fp32), ``compile``
-    (also each under ``torch.compile``), ``eager`` (also uncompiled), and how it measures
-    (``bench``) and judges accuracy (``tolerance``; None: the per-dtype default).
-    ``convert``: the :class:`~halfprec.ConvertConfig` (islands, policy) of the halfprec
-    variants; its dtype is ignored (``dtypes`` decides)."""
-
-    dtypes: tuple[str, ...] = ("bf16", "fp16")
-    compile: bool = True
-    eager: bool = True
-    tolerance: Tolerance | None = None
-    bench: BenchConfig = field(default_factory=_quick)
-    convert: ConfigLike = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.dtypes, str):
-            raise ValueError(f"dtypes must be a tuple such as ('bf16',), got {self.dtypes!r}")
-        object.__setattr__(self, "dtypes", tuple(dtype_name(parse_dtype(d)) for d in self.dtypes))
-        if not (self.compile or self.eager):
-            raise ValueError("compile and eager are both False: deploy has nothing to try")
-
-
 @dataclass
 class Deployed:
     """The chosen module (``model``), the variant it is (``choice``) and every
-    measurement (``report``: a :class:`~halfprec.bench.BenchResult`)."""
+    measurement (``report``: a :class:`~halfprec.bench.runner.BenchResult`, with the
+    skipped and out-of-tolerance variants and each half dtype's GEMM limit)."""
 
     model: nn.Module
     choice: VariantResult
     report: BenchResult
 
     @property
+    def variant(self) -> str:
+        """The chosen variant's name, e.g. ``"halfprec-bf16+compile"``."""
+        return self.choice.name
+
+    @property
+    def speedup(self) -> float:
+        """Speed over eager fp32 in the same run (1.0 when fp32 itself was chosen)."""
+        return self.choice.speedup or 1.0
+
+    @property
+    def compile_s(self) -> float | None:
+        """Seconds of the first (compiling) call; None for an eager variant."""
+        return self.choice.compile_s
+
+    @property
+    def limit(self) -> GemmLimit | None:
+        """The chosen half dtype's GEMM limit (None for fp32, or when not measured)."""
+        v = self.choice.variant
+        return None if v.kind == "fp32" else self.report.limit(v.dtype, self.choice.batch_size)
+
+    @property
+    def efficiency(self) -> float | None:
+        """``speedup / limit.ratio`` (None for fp32)."""
+        return self.choice.efficiency
+
+    @property
     def summary(self) -> str:
-        c = self.choice
-        speed = f"{c.speedup:.2f}x fp32" if c.speedup else "fp32 speed"
-        comp = f", compiled in {c.compile_s:.1f} s" if c.compile_s is not None else ""
-        return f"{c.name}: {speed}{comp}, within tolerance"
+        """One line, e.g. ``halfprec-bf16+compile: 3.90x fp32 (0.91 of the bf16 limit
+        4.30x), compiled in 41.2 s, within tolerance``; skipped variants are named."""
+        speed = f"{self.speedup:.2f}x fp32"
+        lim = self.limit
+        if lim is not None and self.efficiency is not None:
+            speed += f" ({self.efficiency:.2f} of the limit {lim.ratio:.2f}x)"
+        comp = f", compiled in {self.compile_s:.1f} s" if self.compile_s is not None else ""
+        skipped = sorted({r.name for r in self.report.results if r.status == "skipped"}, key=len)
+        skip = f"; skipped (probed slow): {', '.join(skipped)}" if skipped else ""
+        return f"{self.variant}: {speed}{comp}, within tolerance{skip}"
+
+    def to_json(self) -> dict[str, Any]:
+        lim = self.limit
+        return {
+            "variant": self.variant,
+            "speedup": self.speedup,
+            "efficiency": self.efficiency,
+            "limit": None if lim is None else lim.ratio,
+            "compile_s": self.compile_s,
+            "accurate": self.choice.accurate,
+            "report": self.report.to_json(),
+        }
 
 
-def deploy(model: nn.Module, inputs: Any, config: DeployConfig | None = None) -> Deployed:
-    """The fastest checked way to run ``model`` on its device (see module docs).
+def deploy(
+    model: nn.Module,
+    inputs: Any,
+    config: ConfigLike = "auto",
+    *,
+    compile: bool = True,
+    eager: bool = True,
+    tolerance: Tolerance | None = None,
+    bench: BenchConfig | None = None,
+    progress: Progress | None = None,
+) -> Deployed:
+    """The fastest way to run ``model`` on its device that meets ``tolerance`` against
+    fp32 on the first batch of ``inputs`` (see the module docs).
+
+    ``config``: a :class:`~halfprec.ConvertConfig` or a dtype. Its dtype picks the half
+    dtypes tried (``"auto"``: every one the device runs; ``"bf16"``: only bf16) and its
+    islands shape the halfprec variants. ``compile``: also try each under
+    ``torch.compile`` (the device's deploy recipe); ``eager``: also try each uncompiled.
+    ``tolerance``: None for the per-dtype default. ``bench``: how long to measure
+    (default: 5 timed runs, no memory measurement).
 
     ``model`` is not changed: every candidate is built from a copy. The returned module
-    was warmed up on ``inputs``' first batch; compiled modules recompile for new shapes,
-    so warm it on each serving shape before taking traffic (docs/bench.md).
+    was warmed up on that batch; compiled modules recompile for new shapes, so warm it on
+    each serving shape before taking traffic (docs/bench.md).
     """
-    cfg = config or DeployConfig()
-    base = ["fp32"] + [f"halfprec-{d}" for d in cfg.dtypes]
-    names = (base if cfg.eager else []) + ([f"{n}+compile" for n in base] if cfg.compile else [])
-    variants = parse_variants(names)
-    batch = as_batches(inputs)[0]
+    if not (compile or eager):
+        raise ValueError(
+            "deploy(compile=False, eager=False) has nothing to try; set compile or eager"
+        )
+    cfg = ConvertConfig.of(config)
+    base = [Variant("fp32")] + [
+        Variant("halfprec", dt) for dt in cfg.candidates(model_device(model))
+    ]
+    variants = (base if eager else []) + ([v.with_compile() for v in base] if compile else [])
+    if not eager:  # speedups are measured against eager fp32, so it is always timed
+        variants.insert(0, Variant("fp32"))
     runner = _Runner(
-        model, batch, variants, cfg.bench, ConvertConfig.of(cfg.convert), cfg.tolerance, None, None
+        model, as_batches(inputs)[0], variants, bench or _quick(), cfg, tolerance, None, progress
     )
     runner.keep_modules = True
     result, modules = run_benchmark(runner)
     best = fastest_variant(result)
     chosen = modules.get(best.name)
-    if chosen is None:  # fp32 itself, when it was not kept (never timed: cannot happen)
-        chosen = model
+    if chosen is None:  # fp32 when it was capped (timed once, not kept): a fresh copy
+        chosen = build_variant(model, best.variant, cfg)
     return Deployed(chosen, best, result)

@@ -97,7 +97,13 @@ def own_op(frame: FrameType | None, module: nn.Module) -> str | None:
 
 
 def fits(t: torch.Tensor, dtype: torch.dtype) -> bool:
-    """Every finite value of ``t`` lies within ``dtype``'s range (inf/NaN count as fitting)."""
+    """Every finite value of ``t`` lies within ``dtype``'s range (inf/NaN count as fitting).
+
+    While ``torch.export`` traces, values are symbolic and a graph cannot branch on them, so
+    nothing counts as fitting: carried fp32 values stay fp32 in exported graphs (``.pt2``,
+    ONNX) until a half module's boundary casts them, never narrower than in Python."""
+    if torch.compiler.is_exporting():
+        return False
     if t.numel() == 0:
         return True
     peak = torch.nan_to_num(t.detach(), nan=0.0, posinf=0.0, neginf=0.0).abs().amax()

@@ -20,6 +20,7 @@ import io
 import logging
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,11 @@ def write_onnx(
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # "torchvision is not installed" notices are not ours
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with (
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+            _exact_rewrites(),
+        ):
             onnx_program = torch.onnx.export(
                 program,
                 input_names=list(info.inputs),
@@ -99,6 +104,30 @@ def write_onnx(
             "single-file ONNX only: use --format exported-program"
         )
     onnx.save(proto, str(path))
+
+
+@contextlib.contextmanager
+def _exact_rewrites() -> Iterator[None]:
+    """Run torch.onnx's graph optimizer without onnxscript's no-op rules (``x + 0``,
+    ``x - 0``, ``x * 1``, ``x / 1``, dropout): they match constants within 1e-8 of 0 or 1,
+    so they delete an epsilon like ``var + 1e-12`` and a constant row then divides 0 by 0
+    (NaN, in fp32 too). onnxruntime removes true no-ops itself when it loads the file."""
+    try:
+        from onnxscript import rewriter
+        from onnxscript.rewriter.rules.common import _no_op
+    except ImportError:  # another onnxscript layout: nothing to remove
+        yield
+        return
+    rules = getattr(rewriter, "_DEFAULT_REWRITE_RULES", None)
+    no_op = getattr(getattr(_no_op, "rules", None), "rules", None)
+    if rules is None or no_op is None:
+        yield
+        return
+    rewriter._DEFAULT_REWRITE_RULES = tuple(r for r in rules if r not in set(no_op))
+    try:
+        yield
+    finally:
+        rewriter._DEFAULT_REWRITE_RULES = rules
 
 
 class OnnxSession:

@@ -1,0 +1,110 @@
+"""The public :func:`diagnose` (see :mod:`halfprec.diagnose`) and :func:`naive_half`, the
+half model it examines by default."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from halfprec.batch import as_batches
+from halfprec.compare import Tolerance, compare_outputs
+from halfprec.convert.core import ConfigLike, ConvertConfig, conversion_report
+from halfprec.diagnose.divergence import find_divergence, half_pass
+from halfprec.diagnose.local import Diagnoser
+from halfprec.diagnose.recording import cast_to
+from halfprec.diagnose.results import Diagnosis
+from halfprec.errorstats import relative_threshold
+from halfprec.modules import model_device
+from halfprec.tree import map_tensors
+
+__all__ = ["diagnose", "naive_half"]
+
+
+def naive_half(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """``model.to(dtype)`` on a copy, floating inputs cast at the root: the naive conversion."""
+    twin = copy.deepcopy(model).to(dtype)
+    cast = cast_to(dtype)
+
+    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        return map_tensors(cast, args), map_tensors(cast, kwargs)
+
+    twin.register_forward_pre_hook(hook, with_kwargs=True)
+    return twin
+
+
+def _model_dtype_for(model: nn.Module, half: nn.Module | None, config: ConfigLike) -> Any:
+    if half is not None and config is None:
+        report = conversion_report(half)
+        if report is not None:
+            return report.dtype
+        found = next((p.dtype for p in half.parameters() if p.is_floating_point()), None)
+        if found is not None:
+            return found
+    device = model_device(model)
+    return ConvertConfig.of(config).resolve(device).dtype
+
+
+def diagnose(
+    model: nn.Module,
+    inputs: Any,
+    config: ConfigLike = None,
+    *,
+    half: nn.Module | None = None,
+    tolerance: Tolerance | None = None,
+) -> Diagnosis:
+    """Diagnose ``model`` in half precision on ``inputs`` (one batch, or a list of batches).
+
+    ``config``: a :class:`ConvertConfig` or a dtype; only its dtype is used here
+    (``"auto"`` by default; taken from ``half`` when ``half`` is given and ``config`` is not).
+    ``half``: the half model to examine, with the same module names (e.g.
+    ``convert(model, config)`` to diagnose halfprec's conversion); default: a naive
+    ``model.to(dtype)`` copy, which is what breaks for most users. ``tolerance`` judges the outputs
+    and sets the divergence threshold (relative error ``10**(-min_sqnr_db/20)``).
+    ``model`` is not changed; its train/eval mode is used as is.
+    """
+    start = time.perf_counter()
+    batches = as_batches(inputs)
+    dt = _model_dtype_for(model, half, config)
+    tol = tolerance if tolerance is not None else Tolerance.for_dtype(dt)
+    threshold = relative_threshold(tol.min_sqnr_db)
+    half_model = half if half is not None else naive_half(model, dt)
+    label = "converted" if conversion_report(half_model) is not None else "naive"
+    if half is not None and label == "naive":
+        label = "given"
+    d = Diagnoser(model, half_model, dt, threshold)
+    divergence = None
+    ref_outs: list[Any] = []
+    half_outs: list[Any] = []
+    problems: list[str] = []
+    with torch.no_grad():  # not inference_mode: snapshots read tensors' version counters
+        for i, batch in enumerate(batches):
+            calls, ref_out = d.fp32_pass(batch)
+            by_key = {(c.name, c.nth): c for c in calls}
+            out, events, raised = half_pass(d, batch, by_key)
+            if divergence is None:
+                divergence = find_divergence(d, i, calls, events, raised)
+            if raised is not None:
+                problems.append(f"batch {i}: the half model raised {raised[1]}")
+            else:
+                ref_outs.append(ref_out)
+                half_outs.append(out)
+            del calls, by_key
+    output = compare_outputs(ref_outs, half_outs, tolerance=tol, dtype=dt)
+    output.problems.extend(problems)
+    output.batches = len(batches)
+    modules = sorted(d.modules.values(), key=lambda m: m.index)
+    return Diagnosis(
+        dtype=dt,
+        threshold=threshold,
+        modules=modules,
+        divergence=divergence,
+        output=output,
+        batches=len(batches),
+        seconds=time.perf_counter() - start,
+        half_model=label,
+        ops=list(d.ops.values()),
+    )

@@ -1,0 +1,105 @@
+"""``halfprec.deploy``: the fastest checked module for the device, with its report."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import halfprec
+from halfprec import BenchConfig, Tolerance, compare
+from halfprec.bench.deploy import Deployed
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.up = nn.Linear(32, 64)
+        self.norm = nn.LayerNorm(64)
+        self.down = nn.Linear(64, 16)
+        self.drop = nn.Dropout(0.5)  # active in train mode: deploy must evaluate a copy
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.drop(torch.relu(self.norm(self.up(x)))))
+
+
+def _x() -> torch.Tensor:
+    return torch.randn(8, 32, generator=torch.Generator().manual_seed(1))
+
+
+TIMED = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None, limit_budget_s=1)
+ALL_SLOW = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=1e-9)
+
+
+def test_deploy_returns_a_checked_module_and_leaves_the_model_alone() -> None:
+    model = Block().train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    done = halfprec.deploy(model, _x(), "bf16", compile=False, bench=TIMED)
+    assert isinstance(done, Deployed) and done.model is not model
+    assert done.variant in ("fp32", "halfprec-bf16") and done.choice.accurate
+    assert model.training and model.drop.training  # still in train mode, same weights
+    after = model.state_dict()
+    assert all(
+        torch.equal(before[k], after[k]) and after[k].dtype == before[k].dtype for k in after
+    )
+    # the returned module passes the same check on the same batch
+    tol = Tolerance.for_dtype(done.choice.variant.dtype)
+    assert compare(model.eval(), done.model, _x(), tolerance=tol).passed
+    # the report: every variant tried, the bf16 limit, and the numbers behind the choice
+    assert [r.name for r in done.report.results] == ["fp32", "halfprec-bf16"]
+    lim = done.report.limit(torch.bfloat16)
+    assert lim is not None and lim.method == "gemm"
+    if done.variant == "halfprec-bf16":
+        assert done.limit == lim and done.efficiency == pytest.approx(done.speedup / lim.ratio)
+    assert done.compile_s is None  # nothing compiled
+    assert done.to_json()["variant"] == done.variant and "auto_choice" in done.to_json()["report"]
+
+
+def test_deploy_never_picks_a_variant_slower_than_fp32() -> None:
+    done = halfprec.deploy(Block(), _x(), compile=False, bench=TIMED)  # "auto": every dtype
+    fp32 = done.report.get("fp32")
+    assert fp32.median_s is not None and done.choice.median_s is not None
+    assert done.choice.median_s <= fp32.median_s
+    faster = [
+        r
+        for r in done.report.results
+        if r.status == "ok"
+        and r.accurate
+        and r.median_s is not None
+        and r.median_s < done.choice.median_s
+    ]
+    assert faster == []  # nothing accurate beat the choice either
+    assert done.variant == "fp32" or done.speedup > 1.0
+
+
+def test_deploy_never_times_a_dtype_the_probe_found_slow() -> None:
+    done = halfprec.deploy(Block(), _x(), "auto", compile=False, bench=ALL_SLOW)
+    half = [r for r in done.report.results if r.variant.kind != "fp32"]
+    assert half and all(r.status == "skipped" and r.timing is None for r in half)
+    assert all("slower than fp32 on this device" in r.note for r in half)
+    assert all(lim.method == "probe" for lim in done.report.limits[8].values())
+    assert (done.variant, done.speedup, done.limit, done.efficiency) == ("fp32", 1.0, None, None)
+    assert "skipped (probed slow): halfprec-" in done.summary
+    assert done.summary.startswith("fp32: 1.00x fp32, within tolerance")
+
+
+@pytest.mark.slow
+def test_deploy_compiled_only_still_measures_against_eager_fp32() -> None:
+    # everything half probed slow: only fp32+compile compiles (one compile, ~20 s on 2 cores);
+    # two warm-up calls, so that the compiling call is not the one held against max_call_s
+    bench = BenchConfig(warmup=2, runs=3, memory="none", skip_slower_than=1e-9)
+    done = halfprec.deploy(Block(), _x(), "bf16", eager=False, bench=bench)
+    names = [r.name for r in done.report.results]
+    assert names == ["fp32", "fp32+compile", "halfprec-bf16+compile"]
+    compiled = done.report.get("fp32+compile")
+    assert compiled.status == "ok" and compiled.compile_s is not None and compiled.accurate
+    assert done.report.get("halfprec-bf16+compile").status == "skipped"
+    assert done.variant in ("fp32", "fp32+compile")
+    with torch.no_grad():
+        assert torch.allclose(done.model(_x()), Block().eval()(_x()), atol=1e-5)
+
+
+def test_deploy_rejects_nothing_to_try() -> None:
+    with pytest.raises(ValueError, match="nothing to try; set compile or eager"):
+        halfprec.deploy(Block(), _x(), compile=False, eager=False)
