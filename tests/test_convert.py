@@ -262,3 +262,37 @@ def test_mixed_kernels_off_casts_norm_inputs_to_fp32_with_same_result() -> None:
             assert seen == [torch.float32]
     # fp32 statistics either way: the fused mixed kernel and the cast island agree.
     torch.testing.assert_close(outs[True], outs[False], atol=2e-3, rtol=0)
+
+
+class Widening(nn.Module):
+    """A projection whose output (~1e5) is beyond fp16 and is the model's output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.small = nn.Linear(4, 4)
+        self.big = nn.Linear(4, 4)
+        with torch.no_grad():
+            self.big.weight.fill_(1e5)
+            self.big.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.big(self.small(x))
+        self.seen = h.dtype  # what the island handed back to this (half) forward
+        return h.relu() + 1
+
+
+def test_island_keeps_an_output_beyond_fp16_in_fp32() -> None:
+    torch.manual_seed(0)
+    model = Widening().eval()
+    x = torch.randn(3, 4)
+    ref = model(x)
+    assert float(ref.abs().max()) > 65504
+    half = convert(model, ConvertConfig(dtype="fp16", keep_fp32=("big",)))
+    out = half(x)
+    assert out.dtype == torch.float32 and bool(torch.isfinite(out).all())
+    torch.testing.assert_close(out, ref, rtol=2e-2, atol=1.0)
+    assert half.seen == torch.float32
+    half(x * 1e-6)  # an output in range goes back as the caller's fp16, as before
+    assert half.seen == torch.float16
+    bf16 = convert(model, ConvertConfig(dtype="bf16", keep_fp32=("big",)))
+    torch.testing.assert_close(bf16(x), ref, rtol=2e-2, atol=1e3)

@@ -38,7 +38,7 @@ from halfprec.compare import Comparison, Tolerance, compare_outputs, run_referen
 from halfprec.convert.core import ConfigLike, ConvertConfig, conversion_report, convert
 from halfprec.convert.op_islands import OpRef
 from halfprec.convert.policy import Policy
-from halfprec.diagnose import Diagnosis, diagnose
+from halfprec.diagnose import Diagnosis, ModuleDiagnosis, diagnose
 from halfprec.dtypes import dtype_name, is_auto, range_of
 from halfprec.errors import DTypeError, HalfprecError
 from halfprec.flops import fp32_flops_share
@@ -354,7 +354,7 @@ class _Search:
         found: tuple[str, ...] | None = flagged
         if not (flagged and self.evaluate(flagged)):
             found = self.prefix_search(ranked, len(flagged))
-        return (self.prune(found, diag), ()) if found is not None else None
+        return (self.descend(self.prune(found, diag), diag), ()) if found is not None else None
 
     def op_candidates(self, diag: Diagnosis, islands: tuple[str, ...]) -> tuple[OpRef, ...]:
         """The broken ops of the broken modules' own code (the root included), worst first."""
@@ -383,13 +383,24 @@ class _Search:
         called = {m.name: m for m in diag.modules}
         limit = range_of(self.dtype).max
 
-        def lift(name: str) -> str | None:
+        def first_up(name: str, fits: Callable[[ModuleDiagnosis], bool]) -> str | None:
             while name:
                 m = called.get(name)
-                if m is not None and max(m.fp32_max_abs, m.input_max_abs) <= limit:
+                if m is not None and fits(m):
                     return name
                 name = name.rpartition(".")[0]
             return None
+
+        def lift(name: str) -> str | None:
+            # the nearest module whose fp32 inputs and outputs fit the dtype; failing that
+            # (values out of range up to the model's output), the nearest whose inputs fit,
+            # else the module itself: an island that is no norm keeps an out-of-range output
+            # fp32, so a chain of such islands carries it to the model's output
+            return (
+                first_up(name, lambda m: max(m.fp32_max_abs, m.input_max_abs) <= limit)
+                or first_up(name, lambda m: m.input_max_abs <= limit)
+                or (name if name in called else None)
+            )
 
         def normalize(names: list[str]) -> tuple[str, ...]:
             out: list[str] = []
@@ -431,6 +442,36 @@ class _Search:
             else:
                 lo = mid
         return ranked[:hi]
+
+    def descend(self, best: tuple[str, ...], diag: Diagnosis) -> tuple[str, ...]:
+        """Replace a member by its nearest called descendants that break or run out of
+        range, when they hold fewer parameters, while the tolerance still holds (a lifted
+        ``encoder`` becomes the one stage whose values leave the dtype's range)."""
+        called = {m.name: m for m in diag.modules}
+        broken = {m.name for m in diag.problems()}
+        limit = range_of(self.dtype).max
+
+        def hot(name: str) -> bool:
+            m = called[name]
+            return name in broken or max(m.fp32_max_abs, m.input_max_abs) > limit
+
+        def below(name: str) -> list[str]:
+            inside = [n for n in called if n.startswith(name + ".")]
+            return [n for n in inside if not any(n.startswith(o + ".") for o in inside)]
+
+        queue = list(best)
+        while queue:
+            name = queue.pop(0)
+            parts = [n for n in below(name) if hot(n)]
+            if not parts or sum(called[n].params for n in parts) >= called[name].params:
+                continue
+            trial = tuple(n for n in best if n != name) + tuple(parts)
+            try:
+                if self.evaluate(trial):
+                    best, queue = trial, queue + parts
+            except _BudgetSpent:
+                break
+        return best
 
     def prune(self, best: tuple[str, ...], diag: Diagnosis) -> tuple[str, ...]:
         params = {m.name: m.params for m in diag.modules}

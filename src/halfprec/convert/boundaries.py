@@ -4,7 +4,8 @@
 - every half module that owns parameters casts a stray floating input to its own dtype;
 - an fp32 island receives fp32 and hands its caller back the caller's dtype, either through
   hooks or, for built-in norms whose kernels take half input with fp32 parameters (probed
-  once per device and dtype), with no hooks at all.
+  once per device and dtype), with no hooks at all. An island that is not a default norm
+  island keeps an output fp32 where the caller's dtype cannot hold it.
 """
 
 from __future__ import annotations
@@ -122,13 +123,29 @@ def _mixed_kernel_ok(kind_name: str, device: torch.device, dtype: torch.dtype) -
     return bool(torch.allclose(mixed.float(), exact.float(), rtol=0, atol=4 * range_of(dtype).eps))
 
 
+def _tracing() -> bool:
+    return torch.jit.is_tracing() or torch.compiler.is_compiling()
+
+
+def _beyond(t: torch.Tensor, limit: float) -> bool:
+    return t.numel() > 0 and not _tracing() and bool(t.abs().amax() > limit)
+
+
 def install_island(
-    module: nn.Module, original: torch.dtype, compute: torch.dtype, allow_mixed: bool
+    module: nn.Module,
+    original: torch.dtype,
+    compute: torch.dtype,
+    allow_mixed: bool,
+    *,
+    widen: bool = False,
 ) -> None:
     """fp32 in, and the caller's dtype back out, per call (thread-safe for DataParallel).
 
     A built-in norm whose kernel computes half inputs in fp32 against fp32 parameters needs
-    no hooks at all (probed once per device); any other island gets casting hooks.
+    no hooks at all (probed once per device); any other island gets casting hooks. With
+    ``widen``, an output beyond the caller's range stays fp32 rather than turning into inf
+    (the value stays fp32 until a later island or the model's output; one max-abs reduction
+    per output, skipped while tracing or compiling).
     """
     kind = type(module)
     params = list(module.parameters(recurse=False))
@@ -153,8 +170,13 @@ def install_island(
         if caller is None or caller == original:
             return None
 
+        limit = range_of(caller).max
+        narrow = widen and limit < range_of(original).max / 2  # fp16, not bf16
+
         def back(t: torch.Tensor) -> torch.Tensor:
-            return t.to(caller) if t.dtype == original else t
+            if t.dtype != original or (narrow and _beyond(t, limit)):
+                return t
+            return t.to(caller)
 
         return map_tensors(back, output)
 

@@ -7,7 +7,8 @@ with ``model.to(torch.float16)`` the converted model:
   *islands*: they receive fp32 and hand their caller back the dtype it works in;
 - keeps any module whose parameters or buffers would overflow the half dtype in fp32
   (BatchNorm ``running_var`` above 65504 never becomes inf);
-- casts plain tensor attributes (``self.scale = torch.tensor(...)``), which ``.to`` misses;
+- casts plain tensor attributes (``self.scale = torch.tensor(...)``), and floating tensors
+  in plain dict attributes (derived-tensor caches), which ``.to`` misses;
 - guards every half module that owns parameters, so an fp32 tensor made inside ``forward``
   (``torch.zeros(...)`` without dtype) is cast instead of crashing "mat1 and mat2 must have
   the same dtype";
@@ -305,6 +306,22 @@ def _plain_tensor_attrs(module: nn.Module) -> list[str]:
     ]
 
 
+_MODULE_STATE = frozenset(vars(nn.Module()))  # _parameters, _buffers, hooks, ...
+
+
+def _tensor_dict_attrs(module: nn.Module) -> list[str]:
+    """Plain dict attributes holding floating tensors: caches of derived tensors that the
+    module keys by device alone (transformers' LeViT attention biases), which ``.to`` and
+    ``Module._apply`` leave stale in fp32."""
+    return [
+        k
+        for k, v in vars(module).items()
+        if type(v) is dict
+        and k not in _MODULE_STATE
+        and any(isinstance(t, torch.Tensor) and t.is_floating_point() for t in v.values())
+    ]
+
+
 def _own_memory(t: torch.Tensor) -> torch.Tensor:
     """A copy of an fp32 island's tensor in memory of its own. ``from_pretrained`` loads
     safetensors as views of one memory map of the file; conversion reads every weight, so
@@ -433,6 +450,14 @@ class _Converter:
             for attr in _plain_tensor_attrs(module):
                 module.__dict__[attr] = module.__dict__[attr].to(self.dtype)
                 self.report.attributes_cast.append(f"{name}.{attr}" if name else attr)
+            for attr in _tensor_dict_attrs(module):
+                module.__dict__[attr] = {
+                    k: v.to(self.dtype)
+                    if isinstance(v, torch.Tensor) and v.is_floating_point()
+                    else v
+                    for k, v in module.__dict__[attr].items()
+                }
+                self.report.attributes_cast.append(f"{name}.{attr}" if name else attr)
             if owns:
                 half_modules.append(module)
         dtype = self.dtype
@@ -460,7 +485,9 @@ class _Converter:
         # only the parameter casts and the root's IO casting apply.
         for name in islands:
             if name != "" and not isinstance(modules[name], torch.jit.ScriptModule):
-                install_island(modules[name], original, dtype, self.config.mixed_kernels)
+                module = modules[name]
+                widen = not is_default_island(module)  # no range check on every norm
+                install_island(module, original, dtype, self.config.mixed_kernels, widen=widen)
         if self.config.guard_boundaries:
             for module in half_modules:
                 if module is not self.model and not isinstance(module, torch.jit.ScriptModule):
