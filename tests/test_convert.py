@@ -296,3 +296,22 @@ def test_island_keeps_an_output_beyond_fp16_in_fp32() -> None:
     assert half.seen == torch.float16
     bf16 = convert(model, ConvertConfig(dtype="bf16", keep_fp32=("big",)))
     torch.testing.assert_close(bf16(x), ref, rtol=2e-2, atol=1e3)
+
+
+def test_module_with_only_a_tied_parameter_still_guards_its_inputs() -> None:
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(10, 8)
+            self.head = nn.Linear(8, 10, bias=False)
+            self.head.weight = self.embed.weight  # head's one parameter is embed's
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            stray = torch.zeros(ids.shape[0], 8)  # fp32, made in forward
+            return self.head(self.embed(ids).mean(dim=1) + stray)
+
+    torch.manual_seed(0)
+    model = Tied().eval()
+    ids = torch.randint(0, 10, (3, 4))
+    out = convert(model, "fp16")(ids)  # fp32 + half -> fp32 meets the half head
+    torch.testing.assert_close(out, model(ids), atol=2e-2, rtol=2e-2)

@@ -431,6 +431,8 @@ class _Converter:
             kept = in_island(name, islands)
             owns = False
             for p in module.parameters(recurse=False):
+                # a tied parameter is counted once, but every module using it runs half
+                owns = owns or (not kept and p.is_floating_point())
                 if id(p) in counted:
                     continue
                 counted.add(id(p))
@@ -442,8 +444,6 @@ class _Converter:
                     if not p.is_meta:  # see _own_memory
                         p.data = _own_memory(p.data)
                     keep.update((id(p), id(p.grad)) if p.grad is not None else (id(p),))
-                else:
-                    owns = True
             if kept:
                 keep.update(id(b) for b in module.buffers(recurse=False))
                 continue
