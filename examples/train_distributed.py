@@ -31,7 +31,7 @@ from halfprec.train import (
 
 
 def _device() -> torch.device:
-    accelerator = torch.accelerator.current_accelerator()
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
     if accelerator is None:
         return torch.device("cpu")
     index = int(os.environ.get("LOCAL_RANK", "0"))

@@ -443,7 +443,8 @@ class _Converter:
                     fp32 += p.numel()
                     if not p.is_meta:  # see _own_memory
                         p.data = _own_memory(p.data)
-                    keep.update((id(p), id(p.grad)) if p.grad is not None else (id(p),))
+                    grad = p.grad if p.is_leaf else None  # (a non-leaf's .grad warns)
+                    keep.update((id(p), id(grad)) if grad is not None else (id(p),))
             if kept:
                 keep.update(id(b) for b in module.buffers(recurse=False))
                 continue

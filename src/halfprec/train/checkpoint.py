@@ -215,7 +215,7 @@ def _to(state: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch
 
 def _rng_state() -> dict[str, Any]:
     state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    accelerator = torch.accelerator.current_accelerator()
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
     if accelerator is not None:
         module = torch.get_device_module(accelerator)
         state["accelerator"] = {"type": accelerator.type, "states": module.get_rng_state_all()}
@@ -227,6 +227,6 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(internal), gauss))
     torch.set_rng_state(state["torch"])
     saved = state.get("accelerator")
-    accelerator = torch.accelerator.current_accelerator()
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
     if saved is not None and accelerator is not None and accelerator.type == saved["type"]:
         torch.get_device_module(accelerator).set_rng_state_all(saved["states"])
