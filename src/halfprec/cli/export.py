@@ -56,6 +56,12 @@ __all__ = ["command", "check_artifact"]
     "whichever dims vary between example batches).",
 )
 @click.option("--half-io", is_flag=True, help="Take and return half tensors instead of fp32 ones.")
+@click.option(
+    "--kv-cache",
+    is_flag=True,
+    help="Decoder-only Hugging Face LMs: the KV cache as tensors (past_key_values in, "
+    "present_key_values out), checked on a split prompt, a one-token step and an empty past.",
+)
 @click.option("--opset", type=click.IntRange(min=17), default=None, help="ONNX opset (>= 17).")
 @click.option(
     "--runs",
@@ -75,6 +81,7 @@ def command(
     convert_config: ConvertConfig,
     static: bool,
     half_io: bool,
+    kv_cache: bool,
     opset: int | None,
     runs: int,
     inputs_path: Path | None,
@@ -83,7 +90,14 @@ def command(
     as_json: bool,
 ) -> None:
     # fail on the file name, format, dtype and folder before loading the model
-    ExportConfig.for_path(output, fmt, dtype=convert_config.requested, opset=opset)  # type: ignore[arg-type]
+    ExportConfig.for_path(
+        output,
+        fmt,  # type: ignore[arg-type]
+        dtype=convert_config.requested,
+        dynamic=not static,
+        opset=opset,
+        kv_cache=kv_cache,
+    )
     ensure_folder(output, mkdirs=mkdirs)
     with progress(f"loading {model}", quiet=as_json):
         loaded, batches, _ = load_for_command(model, inputs_path, device)
@@ -99,6 +113,7 @@ def command(
             opset=opset,
             runs=runs,
             name=loaded.name,
+            kv_cache=kv_cache,
         )
     finish(result.to_json(), as_json, lambda: print_export(result), result.passed)
 

@@ -28,6 +28,7 @@ from halfprec.export.capture import capture, dynamic_shapes, forward_params, nam
 from halfprec.export.config import ExportConfig, ExportError, ExportFormat, check_onnx_dtype
 from halfprec.export.hf import CACHE_NOTE, CLAMP_NOTE, static_fp16_clamps, without_cache
 from halfprec.export.info import ArtifactInfo
+from halfprec.export.kv_cache import KV_CACHE_NOTE, WithPast, with_past_batches
 from halfprec.export.onnx import OrtCasts, OrtLatency, inspect_casts, ort_latency, write_onnx
 from halfprec.modules import evaluating, first_line, model_device
 from halfprec.tree import flatten, map_tensors
@@ -147,6 +148,7 @@ def export(
     tolerance: Tolerance | None = None,
     runs: int = 0,
     name: str = "",
+    kv_cache: bool = False,
 ) -> ExportResult:
     """Convert the fp32 ``model`` to half, export it to ``path``, and check the file.
 
@@ -160,6 +162,9 @@ def export(
     exports with onnxruntime (``result.ort_latency``). ``config``: a :class:`ConvertConfig`
     or a dtype, as in :func:`halfprec.convert` (ONNX: ``"auto"`` means fp16; ``half_io``
     decides ``cast_outputs``, and ONNX always casts at norm islands).
+    ``kv_cache=True``: a decoder-only Hugging Face LM is exported with its KV cache as
+    tensors (:mod:`halfprec.export.kv_cache`); ``inputs`` are token batches of at least 4
+    tokens, from which halfprec checks a split prompt, a one-token step and an empty past.
     """
     cfg = ConvertConfig.of(config)
     if conversion_report(model) is not None:
@@ -174,14 +179,22 @@ def export(
         dynamic=dynamic,
         half_io=half_io,
         opset=opset,
+        kv_cache=kv_cache,
     )
     out = Path(path)
-    # A Hugging Face model with use_cache=True returns a cache object no exporter takes:
-    # export a weight-sharing copy without it (the caller's model keeps its config).
-    reference, no_cache = without_cache(model)
-    notes = [CACHE_NOTE] if no_cache else []
     batches = as_batches(inputs)
+    if kv_cache:
+        reference: nn.Module = WithPast(model)  # wraps, does not change, the model
+        notes = [KV_CACHE_NOTE]
+    else:
+        # A Hugging Face model with use_cache=True returns a cache object no exporter
+        # takes: export a weight-sharing copy without it (the caller's model keeps its
+        # config).
+        reference, no_cache = without_cache(model)
+        notes = [CACHE_NOTE] if no_cache else []
     with evaluating(reference):  # the copy convert makes stays in eval mode
+        if isinstance(reference, WithPast):
+            batches = with_past_batches(reference, batches)
         ref_out = run_reference(reference, batches)
         half_dtype = _export_dtype(target, cfg, reference)
         half = convert(

@@ -63,6 +63,9 @@ class ExportConfig:
     (torch.export and ONNX; a TorchScript trace records no shape intent).
     ``half_io``: the artifact takes and returns half tensors instead of fp32 ones.
     ``opset``: the ONNX opset (17 or newer).
+    ``kv_cache``: a decoder-only Hugging Face language model is exported with its KV cache
+    as tensor inputs and outputs (``past_key_values`` in, ``present_key_values`` out);
+    needs dynamic shapes and ``.pt2`` or ONNX.
     """
 
     format: ExportFormat = "exported-program"
@@ -70,6 +73,7 @@ class ExportConfig:
     dynamic: bool = True
     half_io: bool = False
     opset: int = DEFAULT_OPSET
+    kv_cache: bool = False
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -78,6 +82,16 @@ class ExportConfig:
             raise ValueError(f"opset must be 17 or newer, got {self.opset}")
         if self.format == "onnx" and not is_auto(self.dtype):
             check_onnx_dtype(parse_dtype(self.dtype))
+        if self.kv_cache and self.format == "torchscript":
+            raise ExportError(
+                "--kv-cache exports .pt2 or ONNX (a TorchScript trace cannot take a cache "
+                "that grows); name the file *.pt2 or *.onnx"
+            )
+        if self.kv_cache and not self.dynamic:
+            raise ExportError(
+                "--kv-cache needs dynamic shapes (the cache grows by one position per "
+                "token); drop --static"
+            )
 
     @classmethod
     def for_path(
@@ -89,6 +103,7 @@ class ExportConfig:
         dynamic: bool = True,
         half_io: bool = False,
         opset: int | None = None,
+        kv_cache: bool = False,
     ) -> ExportConfig:
         """The config for writing ``path``; its suffix must fit ``format`` (default: implied)."""
         fmt = format if format is not None else format_for_path(path)
@@ -104,6 +119,7 @@ class ExportConfig:
             dynamic=dynamic,
             half_io=half_io,
             opset=opset if opset is not None else DEFAULT_OPSET,
+            kv_cache=kv_cache,
         )
 
 

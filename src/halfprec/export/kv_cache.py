@@ -1,0 +1,177 @@
+"""Decoder-only Hugging Face language models exported with their KV cache as tensors.
+
+A stock causal LM takes and returns a ``DynamicCache`` object, which no exporter puts in
+a graph. :class:`WithPast` wraps the model (without changing it) in a module whose cache
+is plain tensors, in the layout Optimum's "with past" ONNX files use:
+
+- inputs ``input_ids``, ``attention_mask`` (covering past and new tokens) and
+  ``past_key_values``: one ``{"key", "value"}`` dict per layer, each
+  ``(batch, kv_heads, past_len, head_dim)``; ``past_len`` may be 0 (the prompt);
+- outputs ``logits`` and ``present_key_values`` in the same layout as the past, holding
+  ``past_len + new`` positions: pass them back as the next step's ``past_key_values``.
+
+:func:`with_past_batches` turns example token batches into batches that exercise the
+cache: a split prompt, a one-token decoding step, and a prompt with an empty past. Their
+past and new lengths differ, so every length is exported as a symbolic dimension.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from torch import nn
+
+from halfprec.batch import Batch
+from halfprec.export.capture import forward_params, named_inputs
+from halfprec.export.config import ExportError
+
+__all__ = ["WithPast", "with_past_batches", "KV_CACHE_NOTE", "MIN_TOKENS"]
+
+KV_CACHE_NOTE = (
+    "KV cache as tensors: inputs past_key_values.N.key/value, outputs "
+    "present_key_values.N.key/value (feed them back for the next token)"
+)
+
+# the split prompt needs a past and a new part of at least 2 tokens each
+MIN_TOKENS = 4
+
+Past = tuple[dict[str, torch.Tensor], ...]
+
+
+def _config(model: nn.Module) -> Any:
+    config = getattr(model, "config", None)
+    if config is None or not type(model).__module__.startswith("transformers."):
+        raise ExportError(
+            f"--kv-cache exports Hugging Face causal language models; {type(model).__name__} "
+            "is not one: export it without --kv-cache"
+        )
+    if getattr(config, "is_encoder_decoder", False):
+        raise ExportError(
+            f"--kv-cache covers decoder-only language models; {type(model).__name__} is an "
+            "encoder-decoder: export it without --kv-cache (the file returns logits)"
+        )
+    return config
+
+
+def _cache_keyword(model: nn.Module) -> str:
+    params = inspect.signature(model.forward).parameters
+    for name in ("cache", "past_key_values"):  # transformers 5 renamed it to "cache"
+        if name in params:
+            return name
+    raise ExportError(
+        f"{type(model).__name__}.forward takes no cache (no 'cache' or 'past_key_values' "
+        "parameter); export it without --kv-cache"
+    )
+
+
+def _as_past(cache: Any) -> Past:
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        raise ExportError(
+            f"the model returned a {type(cache).__name__} as its cache, not a DynamicCache; "
+            "export it without --kv-cache"
+        )
+    past = []
+    for i, layer in enumerate(layers):
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
+            raise ExportError(
+                f"cache layer {i} ({type(layer).__name__}) holds no key/value tensors "
+                "(shared or recurrent state); export this model without --kv-cache"
+            )
+        past.append({"key": keys, "value": values})
+    return tuple(past)
+
+
+def _returned_cache(out: Any) -> Past:
+    cache = out.get("cache", None)  # transformers 5; "past_key_values" before
+    return _as_past(cache if cache is not None else out.get("past_key_values", None))
+
+
+class WithPast(nn.Module):
+    """``model`` with its KV cache as plain tensors in and out (see the module docstring)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        _config(model)
+        self.keyword = _cache_keyword(model)
+        self.model = model
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past_key_values: Past
+    ) -> dict[str, Any]:
+        from transformers import DynamicCache
+
+        cache = DynamicCache(
+            ddp_cache_data=[(p["key"], p["value"]) for p in past_key_values],
+            config=self.model.config,  # type: ignore[arg-type]
+        )
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            use_cache=True,
+            **{self.keyword: cache},
+        )
+        return {"logits": out["logits"], "present_key_values": _returned_cache(out)}
+
+    def prompt_cache(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Past:
+        """The cache after ``input_ids``: the past for the tokens that follow."""
+        with torch.no_grad():
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True)
+        return _returned_cache(out)
+
+
+def _tokens(batch: Batch, model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    named = named_inputs(batch, forward_params(model))
+    ids = named.get("input_ids")
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+        raise ExportError(
+            "--kv-cache needs example batches with input_ids (batch, tokens); pass them with "
+            "--inputs or use a model directory with a tokenizer"
+        )
+    mask = named.get("attention_mask")
+    if not isinstance(mask, torch.Tensor) or mask.shape != ids.shape:
+        mask = torch.ones_like(ids)
+    return ids, mask
+
+
+def _split(
+    wrapper: WithPast, ids: torch.Tensor, mask: torch.Tensor, past_len: int, end: int
+) -> dict[str, Any]:
+    """Tokens ``[past_len, end)`` as new input, the fp32 cache of the ones before as past."""
+    first = max(past_len, 1)  # an empty past takes its shape from a one-token cache
+    past = wrapper.prompt_cache(ids[:, :first], mask[:, :first])
+    if past_len == 0:
+        past = tuple({k: t[:, :, :0] for k, t in p.items()} for p in past)
+    return {
+        "input_ids": ids[:, past_len:end],
+        "attention_mask": mask[:, :end],
+        "past_key_values": past,
+    }
+
+
+def with_past_batches(wrapper: WithPast, batches: list[Batch]) -> list[Batch]:
+    """Three cache batches per example batch of ``L`` tokens (``L >= MIN_TOKENS``).
+
+    1. the first ``L // 2`` tokens as the past (from the fp32 model), the rest as new;
+    2. ``L - 2`` tokens of past and one new token (a decoding step);
+    3. an empty past and all ``L`` tokens (the prompt).
+
+    Run ``wrapper`` in eval mode; its model must be the fp32 one being exported.
+    """
+    out: list[Batch] = []
+    for batch in batches:
+        ids, mask = _tokens(batch, wrapper.model)
+        n = ids.shape[1]
+        if n < MIN_TOKENS:
+            raise ExportError(
+                f"--kv-cache needs example input_ids of at least {MIN_TOKENS} tokens, got {n}; "
+                "pass longer examples with --inputs"
+            )
+
+        out += [
+            _split(wrapper, ids, mask, p, end) for p, end in ((n // 2, n), (n - 2, n - 1), (0, n))
+        ]
+    return out
