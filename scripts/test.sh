@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 source scripts/python.sh
 export HF_HUB_OFFLINE=1
 "$PY" -m ruff check src tests benchmarks examples
+"$PY" -m ruff format --check --quiet src tests benchmarks examples
 PYTHONPATH=src "$PY" -c 'from importlinter.cli import lint_imports_command; lint_imports_command()'
 mypy_log="$(mktemp)"
 trap 'rm -f "$mypy_log"' EXIT

@@ -175,9 +175,7 @@ def test_benchmark_reports_every_variant_with_accuracy() -> None:
 
 def test_benchmark_progress_counts_every_step() -> None:
     seen: list[tuple[int, int, str]] = []
-    benchmark(
-        Tiny(), _x(), variants=["naive-bf16"], bench=FAST, progress=lambda *a: seen.append(a)
-    )
+    benchmark(Tiny(), _x(), variants=["naive-bf16"], bench=FAST, progress=lambda *a: seen.append(a))
     assert [s[0] for s in seen] == [0, 1, 2] and seen[-1][1] == 2
     assert seen[1][2] == "naive-bf16 @ batch 4"
 

@@ -85,4 +85,3 @@ def test_config_rejects_bad_budget() -> None:
     with pytest.raises(ValueError, match="compile mode"):
         CompileRecipe(mode="fastest")
     assert COMPILE_RECIPES["cpu"].freezing and COMPILE_RECIPES["cuda"].mode == "max-autotune"
-

@@ -68,9 +68,7 @@ def test_half_io_takes_and_returns_half(tmp_path: Path) -> None:
 
 
 def test_static_export_checks_only_batches_of_its_shape(tmp_path: Path) -> None:
-    result = halfprec.export(
-        tiny(), example_inputs(), tmp_path / "s.pt2", "fp16", dynamic=False
-    )
+    result = halfprec.export(tiny(), example_inputs(), tmp_path / "s.pt2", "fp16", dynamic=False)
     assert result.passed
     assert (result.checked_batches, result.skipped_batches) == (1, 1)
     assert result.info.static_shapes == {"x": (4, 8)}

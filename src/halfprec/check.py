@@ -94,6 +94,4 @@ def check(
         if generate > 0:
             prompts = prompts_from_batches(as_batches(inputs))
             generation = agreement(reference, half, prompts, generate)
-    return CheckResult(
-        name or type(model).__name__, comparison, report, lat32, lat16, generation
-    )
+    return CheckResult(name or type(model).__name__, comparison, report, lat32, lat16, generation)

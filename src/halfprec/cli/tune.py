@@ -62,9 +62,7 @@ def command(
         raise click.UsageError(f"output {output} must end in .json")
     loaded, batches, dev = load_for_command(model, inputs_path, device)
     dtypes = convert_config.candidates(dev)
-    tolerance = tolerance_override(
-        dtypes[0] if len(dtypes) == 1 else None, min_cosine, min_sqnr
-    )
+    tolerance = tolerance_override(dtypes[0] if len(dtypes) == 1 else None, min_cosine, min_sqnr)
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),

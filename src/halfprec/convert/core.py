@@ -165,7 +165,7 @@ class ConvertConfig:
         if isinstance(config, Policy):
             return cls(policy=config)
         raise TypeError(
-            f"expected a ConvertConfig, a dtype (\"fp16\", \"bf16\", \"auto\", torch.float16) "
+            f'expected a ConvertConfig, a dtype ("fp16", "bf16", "auto", torch.float16) '
             f"or None, got {type(config).__name__}; pass options as "
             "ConvertConfig(dtype=..., keep_fp32=...)"
         )

@@ -123,9 +123,7 @@ def _model_location(text: str) -> str:
     user = _user_location(text)
     if user:
         return user
-    found = [
-        (f, n) for f, n in _locations(text) if not is_library_file(f) and "/torch/" not in f
-    ]
+    found = [(f, n) for f, n in _locations(text) if not is_library_file(f) and "/torch/" not in f]
     return f"{Path(found[-1][0]).name}:{found[-1][1]}" if found else ""
 
 

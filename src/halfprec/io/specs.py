@@ -198,6 +198,8 @@ def _model_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str,
         tokens[:, 0] = start
         batch = {**batch, "decoder_input_ids": tokens}
     return batch
+
+
 def _architecture(tf: Any, config_file: Path) -> Any:
     """The model class named by ``architectures[0]`` in config.json (AutoModel if none)."""
     try:

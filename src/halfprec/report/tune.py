@@ -16,7 +16,12 @@ def print_tune(report: TuneReport, console: Console | None = None) -> None:
     con = console or make_console()
     table = Table(title="tune variants", title_justify="left")
     columns = (
-        "dtype", "meets tolerance", "fp32 islands", "fp32 share", "forward passes", "latency"
+        "dtype",
+        "meets tolerance",
+        "fp32 islands",
+        "fp32 share",
+        "forward passes",
+        "latency",
     )
     for col in columns:
         table.add_column(col, justify="left" if col in ("dtype", "fp32 islands") else "right")
