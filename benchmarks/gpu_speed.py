@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from halfprec.bench.runner import BenchConfig, benchmark, fastest_variant
+from halfprec.bench.results import BenchConfig, fastest_variant
+from halfprec.bench.runner import benchmark
 from halfprec.io.specs import load_model
 from halfprec.report.bench import markdown_table
 

@@ -31,7 +31,8 @@ import torch  # noqa: E402
 
 from halfprec.atomic import write_text_atomic  # noqa: E402
 from halfprec.batch import call  # noqa: E402
-from halfprec.bench.runner import BenchConfig, BenchResult, benchmark, fastest_variant  # noqa: E402
+from halfprec.bench.results import BenchConfig, BenchResult, fastest_variant  # noqa: E402
+from halfprec.bench.runner import benchmark  # noqa: E402
 from halfprec.bench.variants import Variant, build_variant  # noqa: E402
 from halfprec.convert.core import ConvertConfig, convert  # noqa: E402
 from halfprec.dtypes import resolve_device  # noqa: E402

@@ -11,14 +11,9 @@ from torch import nn
 
 from halfprec import BenchConfig, benchmark
 from halfprec.batch import resize_batch
+from halfprec.bench.choice import choose_dtype_by_measurement, matmul_slowdown
 from halfprec.bench.machine import machine_info
-from halfprec.bench.runner import (
-    BenchResult,
-    VariantResult,
-    choose_dtype_by_measurement,
-    fastest_variant,
-    matmul_slowdown,
-)
+from halfprec.bench.results import BenchResult, VariantResult, fastest_variant
 from halfprec.bench.variants import (
     DEFAULT_VARIANTS,
     Variant,

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from halfprec.bench.limit import Gemm, gemm_shapes, measure_limit, probe_gemm, probe_slowdown
-from halfprec.bench.runner import BenchConfig, benchmark, fastest_variant
+from halfprec.bench.results import BenchConfig, fastest_variant
+from halfprec.bench.runner import benchmark
 from halfprec.bench.variants import COMPILE_RECIPES, CompileRecipe
 
 

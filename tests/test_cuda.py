@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from halfprec import convert
-from halfprec.bench.runner import BenchConfig, benchmark
+from halfprec.bench.results import BenchConfig
+from halfprec.bench.runner import benchmark
 from halfprec.dtypes import device_support
 from halfprec.train.mixed import MixedPrecision
 from halfprec.train.parallel import autocast_forward

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from halfprec._version import __version__
 from halfprec.bench.deploy import deploy
-from halfprec.bench.runner import BenchConfig, benchmark
+from halfprec.bench.results import BenchConfig
+from halfprec.bench.runner import benchmark
 from halfprec.check import check
 from halfprec.compare import Tolerance, compare
 from halfprec.convert.core import ConvertConfig, convert, convert_

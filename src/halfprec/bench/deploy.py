@@ -19,15 +19,8 @@ from torch import nn
 
 from halfprec.batch import as_batches
 from halfprec.bench.limit import GemmLimit
-from halfprec.bench.runner import (
-    BenchConfig,
-    BenchResult,
-    Progress,
-    VariantResult,
-    _Runner,
-    fastest_variant,
-    run_benchmark,
-)
+from halfprec.bench.results import BenchConfig, BenchResult, VariantResult, fastest_variant
+from halfprec.bench.runner import Progress, _Runner, run_benchmark
 from halfprec.bench.variants import Variant, build_variant
 from halfprec.compare import Tolerance
 from halfprec.convert.core import ConfigLike, ConvertConfig
@@ -43,7 +36,7 @@ def _quick() -> BenchConfig:
 @dataclass
 class Deployed:
     """The chosen module (``model``), the variant it is (``choice``) and every
-    measurement (``report``: a :class:`~halfprec.bench.runner.BenchResult`, with the
+    measurement (``report``: a :class:`~halfprec.bench.results.BenchResult`, with the
     skipped and out-of-tolerance variants and each half dtype's GEMM limit)."""
 
     model: nn.Module

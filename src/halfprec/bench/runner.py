@@ -1,13 +1,14 @@
 """Speed, memory and accuracy of every way to run a model in half precision, side by side.
 
-``benchmark(model, inputs)`` times each :class:`~halfprec.bench_variants.Variant`: median
+``benchmark(model, inputs)`` times each :class:`~halfprec.bench.variants.Variant`: median
 and p90 latency after warm-up and throughput, with the variants' timed calls interleaved
 round-robin so that load on a shared machine hits them alike. It measures peak memory
 (``max_memory_allocated`` on CUDA-like devices; on CPU the peak RSS of a clean subprocess
 per variant, when the model is given as a MODEL spec), counts model bytes, and compares
-each variant's outputs with fp32's on the same batch. ``fastest_variant`` and
-``choose_dtype_by_measurement`` turn the numbers into a choice: the fastest variant that
-meets the tolerance, never one slower than fp32.
+each variant's outputs with fp32's on the same batch. The results are
+:mod:`halfprec.bench.results`; ``fastest_variant`` there and
+:func:`~halfprec.bench.choice.choose_dtype_by_measurement` turn the numbers into a choice:
+the fastest variant that meets the tolerance, never one slower than fp32.
 
 In the same run it measures the *limit* of each half dtype: the half/fp32 speed ratio of
 the model's own matrix products, recorded during fp32's first warm-up call (see
@@ -22,7 +23,6 @@ import contextlib
 import gc
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -37,184 +37,21 @@ from halfprec.bench.limit import (
     probe_gemm,
     probe_slowdown,
 )
-from halfprec.bench.machine import MachineInfo, machine_info
+from halfprec.bench.machine import machine_info
+from halfprec.bench.results import BenchConfig, BenchResult, VariantResult
 from halfprec.bench.variants import Variant, build_variant, fp32_matmuls, parse_variants
 from halfprec.bench.worker import MemoryUse, measure_in_subprocess
-from halfprec.compare import Comparison, Tolerance, compare_outputs
+from halfprec.compare import Tolerance, compare_outputs
 from halfprec.convert.core import ConfigLike, ConvertConfig
 from halfprec.dtypes import dtype_name
 from halfprec.modules import evaluating, first_line, model_device, nbytes
 from halfprec.timing import Timing, synchronize
 
-__all__ = [
-    "BenchConfig",
-    "VariantResult",
-    "BenchResult",
-    "MeasuredChoice",
-    "benchmark",
-    "run_benchmark",
-    "fastest_variant",
-    "choose_dtype_by_measurement",
-    "SPREAD_WARNING",
-    "matmul_slowdown",
-]
+__all__ = ["benchmark", "run_benchmark", "SPREAD_WARNING"]
 
 SPREAD_WARNING = 0.2  # (p90 - min) / median above this: too noisy to trust small ratios
 
 Progress = Callable[[int, int, str], None]
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    """How long to measure. ``max_call_s``: a variant whose warm call takes longer is timed
-    once and reported as capped; ``max_variant_s``: fewer runs (at least 3) for slow ones.
-    ``memory``: measure peak memory at ``every`` batch size, the ``first`` only, or ``none``.
-    ``skip_slower_than``: skip the variants of a half dtype whose matrix products a quick
-    probe finds this many times slower than fp32 on the device (None: time every dtype,
-    however slow). ``limit``: measure each half dtype's GEMM limit, spending at most
-    ``limit_budget_s`` seconds per dtype and batch size."""
-
-    batch_sizes: tuple[int, ...] = ()
-    warmup: int = 2
-    runs: int = 10
-    max_call_s: float = 10.0
-    max_variant_s: float = 30.0
-    items_per_sample: int = 1
-    unit: str = "samples"
-    memory: str = "every"
-    skip_slower_than: float | None = 3.0
-    limit: bool = True
-    limit_budget_s: float = 20.0
-
-    def __post_init__(self) -> None:
-        if self.memory not in ("every", "first", "none"):
-            raise ValueError(f"memory must be 'every', 'first' or 'none', got {self.memory!r}")
-        if self.skip_slower_than is not None and self.skip_slower_than <= 0:
-            raise ValueError(f"skip_slower_than must be > 0, got {self.skip_slower_than}")
-        if any(b < 1 for b in self.batch_sizes):
-            raise ValueError(f"batch sizes must be >= 1, got {list(self.batch_sizes)}")
-        if self.runs < 1 or self.warmup < 1:
-            raise ValueError(f"need runs >= 1 and warmup >= 1, got {self.runs}, {self.warmup}")
-        if self.max_call_s <= 0 or self.max_variant_s <= 0 or self.limit_budget_s <= 0:
-            raise ValueError("max_call_s, max_variant_s and limit_budget_s must be > 0 seconds")
-        if self.items_per_sample < 1:
-            raise ValueError(f"items_per_sample must be >= 1, got {self.items_per_sample}")
-
-
-@dataclass
-class VariantResult:
-    """One variant at one batch size. ``status``: ok, capped (one timed call), skipped (see
-    ``note``), or failed. ``efficiency``: speedup / the half dtype's GEMM limit.
-    ``compile_s``: the first call of a compiled variant (compilation plus one run)."""
-
-    variant: Variant
-    batch_size: int
-    status: str
-    note: str = ""
-    timing: Timing | None = None
-    items_per_call: int = 0
-    model_bytes: int = 0
-    memory: MemoryUse | None = None
-    comparison: Comparison | None = None
-    speedup: float | None = None
-    efficiency: float | None = None
-    compile_s: float | None = None
-
-    @property
-    def name(self) -> str:
-        return self.variant.name
-
-    @property
-    def median_s(self) -> float | None:
-        return None if self.timing is None else self.timing.median
-
-    @property
-    def throughput(self) -> float | None:
-        med = self.median_s
-        return self.items_per_call / med if med else None
-
-    @property
-    def accurate(self) -> bool:
-        """Meets the tolerance (fp32 is the reference, so it always does)."""
-        if self.variant.kind == "fp32" and not self.variant.compiled:
-            return True
-        return self.comparison is not None and self.comparison.passed
-
-    def to_json(self) -> dict[str, Any]:
-        t = self.timing
-        cmp = self.comparison
-        return {
-            "variant": self.name,
-            "kind": self.variant.kind,
-            "dtype": dtype_name(self.variant.dtype),
-            "compiled": self.variant.compiled,
-            "batch_size": self.batch_size,
-            "status": self.status,
-            "note": self.note,
-            "median_s": None if t is None else t.median,
-            "p90_s": None if t is None else t.p90,
-            "spread": None if t is None else t.spread,
-            "runs": 0 if t is None else len(t.samples),
-            "throughput": self.throughput,
-            "speedup": self.speedup,
-            "efficiency": self.efficiency,
-            "compile_s": self.compile_s,
-            "model_bytes": self.model_bytes,
-            "memory": None if self.memory is None else self.memory.to_json(),
-            "cosine": None if cmp is None or not cmp.outputs else cmp.worst_cosine,
-            "accurate": self.accurate,
-            "comparison": None if cmp is None else cmp.to_json(),
-        }
-
-
-@dataclass
-class BenchResult:
-    """Every variant at every batch size, the machine they ran on, and warnings."""
-
-    model: str
-    device: str
-    machine: MachineInfo
-    unit: str
-    results: list[VariantResult] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    limits: dict[int, dict[torch.dtype, GemmLimit]] = field(default_factory=dict)
-
-    def limit(self, dtype: torch.dtype, batch_size: int | None = None) -> GemmLimit | None:
-        """The GEMM limit of ``dtype`` at ``batch_size`` (default: the first), if measured."""
-        bs = self.batch_sizes[0] if batch_size is None and self.batch_sizes else batch_size
-        return self.limits.get(bs or 0, {}).get(dtype)
-
-    @property
-    def batch_sizes(self) -> list[int]:
-        return list(dict.fromkeys(r.batch_size for r in self.results))
-
-    def at(self, batch_size: int) -> list[VariantResult]:
-        return [r for r in self.results if r.batch_size == batch_size]
-
-    def get(self, name: str, batch_size: int | None = None) -> VariantResult:
-        bs = self.batch_sizes[0] if batch_size is None else batch_size
-        for r in self.at(bs):
-            if r.name == name:
-                return r
-        raise KeyError(f"no variant {name!r} at batch size {bs}")
-
-    def to_json(self) -> dict[str, Any]:
-        auto = {str(b): fastest_variant(self, b).name for b in self.batch_sizes}
-        first = self.limits.get(self.batch_sizes[0], {}) if self.batch_sizes else {}
-        return {
-            "model": self.model,
-            "device": self.device,
-            "unit": self.unit,
-            "machine": self.machine.to_json(),
-            "warnings": self.warnings,
-            "auto_choice": auto,
-            "limit": {dtype_name(dt): lim.ratio for dt, lim in first.items()},
-            "limits": {
-                str(b): {dtype_name(dt): lim.to_json() for dt, lim in by_dtype.items()}
-                for b, by_dtype in self.limits.items()
-            },
-            "results": [r.to_json() for r in self.results],
-        }
 
 
 def _allocator(device: torch.device) -> Any:
@@ -223,20 +60,6 @@ def _allocator(device: torch.device) -> Any:
     if mod is not None and hasattr(mod, "max_memory_allocated"):
         return mod
     return None
-
-
-def matmul_slowdown(
-    dtype: torch.dtype,
-    device: torch.device | str = "cpu",
-    shape: tuple[int, int, int] = (512, 768, 3072),
-) -> float:
-    """How many times slower a linear layer (``rows, in, out`` = ``shape``, BERT-base's
-    MLP by default) runs in ``dtype`` than in fp32 on ``device`` (below 1: faster). A quick
-    probe (:func:`halfprec.bench.limit.probe_slowdown`). (Small shapes can hide the cost:
-    some CPU kernels only slow down above a size.)"""
-    rows, width, out = shape
-    with fp32_matmuls():
-        return probe_slowdown(dtype, device, Gemm(1, rows, width, out), give_up_at=float("inf"))
 
 
 class _Runner:
@@ -491,73 +314,3 @@ def run_benchmark(runner: _Runner, name: str = "") -> tuple[BenchResult, dict[st
     with evaluating(model):
         runner.run(result)
     return result, runner.modules
-
-
-def fastest_variant(
-    result: BenchResult,
-    batch_size: int | None = None,
-    *,
-    kinds: Sequence[str] = ("fp32", "halfprec"),
-) -> VariantResult:
-    """The fastest measured variant of ``kinds`` that meets its tolerance; fp32 when no
-    such variant beats it. (Capped and failed variants never win.)"""
-    rows = result.at(result.batch_sizes[0] if batch_size is None else batch_size)
-    fp32 = next(r for r in rows if r.variant == Variant("fp32"))
-    best = fp32
-    for r in rows:
-        if r.variant.kind not in kinds or r.status != "ok" or not r.accurate:
-            continue
-        if r.median_s is not None and best.median_s is not None and r.median_s < best.median_s:
-            best = r
-    return best
-
-
-@dataclass(frozen=True)
-class MeasuredChoice:
-    """The dtype a measurement chose (``torch.float32``: convert nothing) and why."""
-
-    dtype: torch.dtype
-    variant: str
-    speedup: float
-    reason: str
-    result: BenchResult
-
-
-def choose_dtype_by_measurement(
-    model: nn.Module,
-    inputs: Any,
-    config: ConfigLike = None,
-    *,
-    tolerance: Tolerance | None = None,
-    kinds: Sequence[str] = ("halfprec",),
-    bench: BenchConfig | None = None,
-) -> MeasuredChoice:
-    """``auto`` by measurement: time fp32 and the ``kinds`` variants of each candidate dtype
-    of ``config`` (:meth:`ConvertConfig.candidates`), keep the fastest that meets
-    ``tolerance``. Returns ``torch.float32`` when no half variant is faster here."""
-    cfg = ConvertConfig.of(config)
-    options = bench or BenchConfig(runs=5, max_call_s=5.0, max_variant_s=15.0)
-    dtypes = cfg.candidates(model_device(model))
-    candidates = [Variant(k, dt) for k in kinds for dt in dtypes]
-    result = benchmark(
-        model, inputs, cfg, bench=options, variants=["fp32", *candidates], tolerance=tolerance
-    )
-    best = fastest_variant(result, kinds=("fp32", *kinds))
-    speedup = best.speedup or 1.0
-    if best.variant.kind == "fp32":
-        others = [r for r in result.results if r.variant.kind != "fp32"]
-        why = "; ".join(
-            f"{r.name}: "
-            + (
-                "out of tolerance"
-                if not r.accurate
-                else f"{r.status} {r.note}".strip()
-                if r.status != "ok"
-                else f"{r.speedup or 0:.2f}x"
-            )
-            for r in others
-        )
-        reason = f"no half variant is faster than fp32 within tolerance here ({why})"
-    else:
-        reason = f"{best.name} is {speedup:.2f}x faster than fp32 and within tolerance"
-    return MeasuredChoice(best.variant.dtype, best.name, speedup, reason, result)

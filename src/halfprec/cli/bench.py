@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from halfprec.bench.runner import BenchConfig, benchmark
+from halfprec.bench.results import BenchConfig
+from halfprec.bench.runner import benchmark
 from halfprec.bench.variants import parse_variants
 from halfprec.cli.options import (
     convert_options,

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from halfprec.bench.runner import BenchResult, VariantResult, fastest_variant
+from halfprec.bench.results import BenchResult, VariantResult, fastest_variant
 from halfprec.dtypes import dtype_name
 from halfprec.errors import HalfprecError
 from halfprec.report.common import (

@@ -1,0 +1,87 @@
+"""Choices made by measuring on this device: :func:`choose_dtype_by_measurement` (``auto``
+by timing fp32 and each candidate dtype) and :func:`matmul_slowdown` (how much slower a
+half dtype's matrix products run than fp32's)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from halfprec.bench.limit import Gemm, probe_slowdown
+from halfprec.bench.results import BenchConfig, BenchResult, fastest_variant
+from halfprec.bench.runner import benchmark
+from halfprec.bench.variants import Variant, fp32_matmuls
+from halfprec.compare import Tolerance
+from halfprec.convert.core import ConfigLike, ConvertConfig
+from halfprec.modules import model_device
+
+__all__ = ["MeasuredChoice", "choose_dtype_by_measurement", "matmul_slowdown"]
+
+
+def matmul_slowdown(
+    dtype: torch.dtype,
+    device: torch.device | str = "cpu",
+    shape: tuple[int, int, int] = (512, 768, 3072),
+) -> float:
+    """How many times slower a linear layer (``rows, in, out`` = ``shape``, BERT-base's
+    MLP by default) runs in ``dtype`` than in fp32 on ``device`` (below 1: faster). A quick
+    probe (:func:`halfprec.bench.limit.probe_slowdown`). (Small shapes can hide the cost:
+    some CPU kernels only slow down above a size.)"""
+    rows, width, out = shape
+    with fp32_matmuls():
+        return probe_slowdown(dtype, device, Gemm(1, rows, width, out), give_up_at=float("inf"))
+
+
+@dataclass(frozen=True)
+class MeasuredChoice:
+    """The dtype a measurement chose (``torch.float32``: convert nothing) and why."""
+
+    dtype: torch.dtype
+    variant: str
+    speedup: float
+    reason: str
+    result: BenchResult
+
+
+def choose_dtype_by_measurement(
+    model: nn.Module,
+    inputs: Any,
+    config: ConfigLike = None,
+    *,
+    tolerance: Tolerance | None = None,
+    kinds: Sequence[str] = ("halfprec",),
+    bench: BenchConfig | None = None,
+) -> MeasuredChoice:
+    """``auto`` by measurement: time fp32 and the ``kinds`` variants of each candidate dtype
+    of ``config`` (:meth:`ConvertConfig.candidates`), keep the fastest that meets
+    ``tolerance``. Returns ``torch.float32`` when no half variant is faster here."""
+    cfg = ConvertConfig.of(config)
+    options = bench or BenchConfig(runs=5, max_call_s=5.0, max_variant_s=15.0)
+    dtypes = cfg.candidates(model_device(model))
+    candidates = [Variant(k, dt) for k in kinds for dt in dtypes]
+    result = benchmark(
+        model, inputs, cfg, bench=options, variants=["fp32", *candidates], tolerance=tolerance
+    )
+    best = fastest_variant(result, kinds=("fp32", *kinds))
+    speedup = best.speedup or 1.0
+    if best.variant.kind == "fp32":
+        others = [r for r in result.results if r.variant.kind != "fp32"]
+        why = "; ".join(
+            f"{r.name}: "
+            + (
+                "out of tolerance"
+                if not r.accurate
+                else f"{r.status} {r.note}".strip()
+                if r.status != "ok"
+                else f"{r.speedup or 0:.2f}x"
+            )
+            for r in others
+        )
+        reason = f"no half variant is faster than fp32 within tolerance here ({why})"
+    else:
+        reason = f"{best.name} is {speedup:.2f}x faster than fp32 and within tolerance"
+    return MeasuredChoice(best.variant.dtype, best.name, speedup, reason, result)

@@ -1,0 +1,193 @@
+"""What :func:`~halfprec.bench.runner.benchmark` is told (:class:`BenchConfig`) and what
+it measures: one :class:`VariantResult` per variant and batch size, gathered in a
+:class:`BenchResult`, and :func:`fastest_variant`, the fastest accurate one among them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from halfprec.bench.limit import GemmLimit
+from halfprec.bench.machine import MachineInfo
+from halfprec.bench.variants import Variant
+from halfprec.bench.worker import MemoryUse
+from halfprec.compare import Comparison
+from halfprec.dtypes import dtype_name
+from halfprec.timing import Timing
+
+__all__ = ["BenchConfig", "VariantResult", "BenchResult", "fastest_variant"]
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """How long to measure. ``max_call_s``: a variant whose warm call takes longer is timed
+    once and reported as capped; ``max_variant_s``: fewer runs (at least 3) for slow ones.
+    ``memory``: measure peak memory at ``every`` batch size, the ``first`` only, or ``none``.
+    ``skip_slower_than``: skip the variants of a half dtype whose matrix products a quick
+    probe finds this many times slower than fp32 on the device (None: time every dtype,
+    however slow). ``limit``: measure each half dtype's GEMM limit, spending at most
+    ``limit_budget_s`` seconds per dtype and batch size."""
+
+    batch_sizes: tuple[int, ...] = ()
+    warmup: int = 2
+    runs: int = 10
+    max_call_s: float = 10.0
+    max_variant_s: float = 30.0
+    items_per_sample: int = 1
+    unit: str = "samples"
+    memory: str = "every"
+    skip_slower_than: float | None = 3.0
+    limit: bool = True
+    limit_budget_s: float = 20.0
+
+    def __post_init__(self) -> None:
+        if self.memory not in ("every", "first", "none"):
+            raise ValueError(f"memory must be 'every', 'first' or 'none', got {self.memory!r}")
+        if self.skip_slower_than is not None and self.skip_slower_than <= 0:
+            raise ValueError(f"skip_slower_than must be > 0, got {self.skip_slower_than}")
+        if any(b < 1 for b in self.batch_sizes):
+            raise ValueError(f"batch sizes must be >= 1, got {list(self.batch_sizes)}")
+        if self.runs < 1 or self.warmup < 1:
+            raise ValueError(f"need runs >= 1 and warmup >= 1, got {self.runs}, {self.warmup}")
+        if self.max_call_s <= 0 or self.max_variant_s <= 0 or self.limit_budget_s <= 0:
+            raise ValueError("max_call_s, max_variant_s and limit_budget_s must be > 0 seconds")
+        if self.items_per_sample < 1:
+            raise ValueError(f"items_per_sample must be >= 1, got {self.items_per_sample}")
+
+
+@dataclass
+class VariantResult:
+    """One variant at one batch size. ``status``: ok, capped (one timed call), skipped (see
+    ``note``), or failed. ``efficiency``: speedup / the half dtype's GEMM limit.
+    ``compile_s``: the first call of a compiled variant (compilation plus one run)."""
+
+    variant: Variant
+    batch_size: int
+    status: str
+    note: str = ""
+    timing: Timing | None = None
+    items_per_call: int = 0
+    model_bytes: int = 0
+    memory: MemoryUse | None = None
+    comparison: Comparison | None = None
+    speedup: float | None = None
+    efficiency: float | None = None
+    compile_s: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+    @property
+    def median_s(self) -> float | None:
+        return None if self.timing is None else self.timing.median
+
+    @property
+    def throughput(self) -> float | None:
+        med = self.median_s
+        return self.items_per_call / med if med else None
+
+    @property
+    def accurate(self) -> bool:
+        """Meets the tolerance (fp32 is the reference, so it always does)."""
+        if self.variant.kind == "fp32" and not self.variant.compiled:
+            return True
+        return self.comparison is not None and self.comparison.passed
+
+    def to_json(self) -> dict[str, Any]:
+        t = self.timing
+        cmp = self.comparison
+        return {
+            "variant": self.name,
+            "kind": self.variant.kind,
+            "dtype": dtype_name(self.variant.dtype),
+            "compiled": self.variant.compiled,
+            "batch_size": self.batch_size,
+            "status": self.status,
+            "note": self.note,
+            "median_s": None if t is None else t.median,
+            "p90_s": None if t is None else t.p90,
+            "spread": None if t is None else t.spread,
+            "runs": 0 if t is None else len(t.samples),
+            "throughput": self.throughput,
+            "speedup": self.speedup,
+            "efficiency": self.efficiency,
+            "compile_s": self.compile_s,
+            "model_bytes": self.model_bytes,
+            "memory": None if self.memory is None else self.memory.to_json(),
+            "cosine": None if cmp is None or not cmp.outputs else cmp.worst_cosine,
+            "accurate": self.accurate,
+            "comparison": None if cmp is None else cmp.to_json(),
+        }
+
+
+@dataclass
+class BenchResult:
+    """Every variant at every batch size, the machine they ran on, and warnings."""
+
+    model: str
+    device: str
+    machine: MachineInfo
+    unit: str
+    results: list[VariantResult] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    limits: dict[int, dict[torch.dtype, GemmLimit]] = field(default_factory=dict)
+
+    def limit(self, dtype: torch.dtype, batch_size: int | None = None) -> GemmLimit | None:
+        """The GEMM limit of ``dtype`` at ``batch_size`` (default: the first), if measured."""
+        bs = self.batch_sizes[0] if batch_size is None and self.batch_sizes else batch_size
+        return self.limits.get(bs or 0, {}).get(dtype)
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return list(dict.fromkeys(r.batch_size for r in self.results))
+
+    def at(self, batch_size: int) -> list[VariantResult]:
+        return [r for r in self.results if r.batch_size == batch_size]
+
+    def get(self, name: str, batch_size: int | None = None) -> VariantResult:
+        bs = self.batch_sizes[0] if batch_size is None else batch_size
+        for r in self.at(bs):
+            if r.name == name:
+                return r
+        raise KeyError(f"no variant {name!r} at batch size {bs}")
+
+    def to_json(self) -> dict[str, Any]:
+        auto = {str(b): fastest_variant(self, b).name for b in self.batch_sizes}
+        first = self.limits.get(self.batch_sizes[0], {}) if self.batch_sizes else {}
+        return {
+            "model": self.model,
+            "device": self.device,
+            "unit": self.unit,
+            "machine": self.machine.to_json(),
+            "warnings": self.warnings,
+            "auto_choice": auto,
+            "limit": {dtype_name(dt): lim.ratio for dt, lim in first.items()},
+            "limits": {
+                str(b): {dtype_name(dt): lim.to_json() for dt, lim in by_dtype.items()}
+                for b, by_dtype in self.limits.items()
+            },
+            "results": [r.to_json() for r in self.results],
+        }
+
+
+def fastest_variant(
+    result: BenchResult,
+    batch_size: int | None = None,
+    *,
+    kinds: Sequence[str] = ("fp32", "halfprec"),
+) -> VariantResult:
+    """The fastest measured variant of ``kinds`` that meets its tolerance; fp32 when no
+    such variant beats it. (Capped and failed variants never win.)"""
+    rows = result.at(result.batch_sizes[0] if batch_size is None else batch_size)
+    fp32 = next(r for r in rows if r.variant == Variant("fp32"))
+    best = fp32
+    for r in rows:
+        if r.variant.kind not in kinds or r.status != "ok" or not r.accurate:
+            continue
+        if r.median_s is not None and best.median_s is not None and r.median_s < best.median_s:
+            best = r
+    return best

@@ -1,0 +1,293 @@
+"""The fp32-island search for one dtype (steps 2-4 of :mod:`halfprec.tune`): try no
+islands, diagnose, try the broken ops, rank the candidate modules, search growing prefixes
+of the ranking, then descend into and prune the set that passes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from halfprec.batch import call
+from halfprec.compare import compare_outputs
+from halfprec.convert.core import ConvertConfig, conversion_report, convert
+from halfprec.convert.op_islands import OpRef
+from halfprec.convert.policy import Policy
+from halfprec.diagnose import Diagnosis, ModuleDiagnosis, diagnose
+from halfprec.dtypes import dtype_name, range_of
+from halfprec.flops import fp32_flops_share
+from halfprec.modules import in_island
+from halfprec.tune.results import Evaluation, TuneConfig, TuneVariant
+
+Progress = Callable[[str], None]
+Islands = tuple[tuple[str, ...], tuple[OpRef, ...]]  # module islands, op islands
+_OPS_PER_MODULE = 8
+
+
+class _BudgetSpent(Exception):
+    pass
+
+
+class _Search:
+    """The island search for one dtype."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        batches: list[Any],
+        reference: list[Any],
+        dtype: torch.dtype,
+        convert_config: ConvertConfig,
+        config: TuneConfig,
+        progress: Progress,
+    ) -> None:
+        self.model, self.batches, self.reference = model, batches, reference
+        self.dtype, self.config, self.progress = dtype, config, progress
+        self.convert_config = convert_config.replace(dtype=dtype)
+        self.tolerance = config.tolerance_for(dtype)
+        self.variant = TuneVariant(dtype)
+        self.op_flops: dict[OpRef, int] = {}
+        self.cache: dict[Islands, bool] = {}
+        self.shares: dict[tuple[str, ...], float] = {}
+        # the model without extra islands (for the diagnosis) and the latest passing one
+        self.kept: dict[Islands, tuple[nn.Module, list[Any]]] = {}
+
+    def convert(self, keep: tuple[str, ...], ops: tuple[OpRef, ...] = ()) -> nn.Module:
+        cfg = self.convert_config
+        changes: dict[str, Any] = {"keep_fp32": cfg.keep_fp32 + keep}
+        if ops:  # op islands travel in a policy, on top of the caller's own one
+            given = cfg.loaded_policy
+            changes["policy"] = Policy(
+                dtype=self.dtype,
+                keep_fp32=given.keep_fp32 if given is not None else (),
+                op_islands=(given.op_islands if given is not None else ()) + ops,
+            )
+        return convert(self.model, cfg.replace(**changes))
+
+    def evaluate(self, keep: tuple[str, ...], ops: tuple[OpRef, ...] = ()) -> bool:
+        key: Islands = (tuple(sorted(keep)), tuple(sorted(set(ops))))
+        if key in self.cache:
+            return self.cache[key]
+        if len(self.variant.evaluations) >= self.config.max_evaluations:
+            raise _BudgetSpent
+        half = self.convert(*key)
+        report = conversion_report(half)
+        self.shares[key[0]] = report.fp32_share if report is not None else 0.0
+        passed, detail, passes, outs = True, "ok", 0, []
+        with torch.inference_mode():
+            for i, batch in enumerate(self.batches):
+                passes += 1
+                try:
+                    out = call(half, batch)
+                except Exception as exc:  # a half run that raises fails this set
+                    passed, detail = False, f"batch {i}: raised {type(exc).__name__}"
+                    break
+                outs.append(out)
+                cmp = compare_outputs(
+                    [self.reference[i]], [out], tolerance=self.tolerance, dtype=self.dtype
+                )
+                if not cmp.passed:
+                    fails = [f"{o.path}: {f}" for o in cmp.outputs for f in o.failures]
+                    passed, detail = False, f"batch {i}: " + "; ".join((cmp.problems + fails)[:2])
+                    break
+        self.variant.passes += passes
+        self.variant.evaluations.append(Evaluation(key[0], passed, passes, detail, key[1]))
+        self.cache[key] = passed
+        if passed:
+            self.kept = {k: v for k, v in self.kept.items() if k == ((), ())}
+        if passed or key == ((), ()):
+            self.kept[key] = (half, outs)
+        ops_text = f", {len(key[1])} op islands" if key[1] else ""
+        self.progress(
+            f"{dtype_name(self.dtype)}: try {len(self.variant.evaluations)}, "
+            f"{len(key[0])} islands{ops_text}, {'pass' if passed else 'fail'}"
+        )
+        return passed
+
+    def run(self) -> TuneVariant:
+        v = self.variant
+        best: Islands | None
+        try:
+            best = self.search()
+        except _BudgetSpent:
+            passing = [(e.keep_fp32, e.op_islands) for e in v.evaluations if e.passed]
+            best = min(passing, key=lambda k: (self.share(k[0]), len(k[1]))) if passing else None
+            v.note = f"stopped after max_evaluations={self.config.max_evaluations}"
+        if best is not None:
+            best = (tuple(sorted(best[0])), tuple(sorted(set(best[1]))))
+            v.passed, (v.keep_fp32, v.op_islands) = True, best
+            v.fp32_share = self.share(best[0])
+            if best in self.kept:
+                half, outs = self.kept[best]
+            else:
+                with torch.inference_mode():
+                    half = self.convert(*best)
+                    outs = [call(half, b) for b in self.batches]
+                v.passes += len(self.batches)
+            v.model = half
+            v.comparison = compare_outputs(
+                self.reference, outs, tolerance=self.tolerance, dtype=self.dtype
+            )
+            v.fp32_flops_share = fp32_flops_share(self.model, half, self.batches[0], self.op_flops)
+        elif not v.note:
+            v.note = "no set of fp32 islands among the candidates meets the tolerance"
+        self.kept.clear()
+        return v
+
+    def share(self, keep: tuple[str, ...]) -> float:
+        key = tuple(sorted(keep))
+        if key not in self.shares:
+            report = conversion_report(self.convert(key))
+            self.shares[key] = report.fp32_share if report is not None else 0.0
+        return self.shares[key]
+
+    def search(self) -> Islands | None:
+        if self.evaluate(()):
+            return ((), ())
+        kept = self.kept.pop(((), ()), None)
+        base = kept[0] if kept is not None else self.convert(())
+        diag = diagnose(self.model, self.batches, self.dtype, half=base, tolerance=self.tolerance)
+        self.variant.diagnosis = diag
+        self.variant.passes += 3 * len(self.batches)  # fp32 + own-code half + full half
+        report = conversion_report(base)
+        del kept, base
+        islands = tuple(report.islands) if report is not None else ()
+        ops = self.op_candidates(diag, islands)
+        if ops and self.evaluate((), ops):
+            return ((), self.prune_ops(ops))
+        flagged, ranked = self.rank(diag, islands)
+        self.variant.candidates = list(ranked)
+        found: tuple[str, ...] | None = flagged
+        if not (flagged and self.evaluate(flagged)):
+            found = self.prefix_search(ranked, len(flagged))
+        return (self.descend(self.prune(found, diag), diag), ()) if found is not None else None
+
+    def op_candidates(self, diag: Diagnosis, islands: tuple[str, ...]) -> tuple[OpRef, ...]:
+        """The broken ops of the broken modules' own code (the root included), worst first."""
+        self.op_flops = {o.ref: o.flops for o in diag.ops}
+        out: list[OpRef] = []
+        for m in diag.problems():
+            if any(m.name == i or m.name.startswith(i + ".") for i in islands if i):
+                continue
+            out += [o.ref for o in diag.problem_ops(m.name)[:_OPS_PER_MODULE]]
+        return tuple(out)
+
+    def prune_ops(self, ops: tuple[OpRef, ...]) -> tuple[OpRef, ...]:
+        """Drop op islands one by one, most FLOPs first, while the tolerance still holds."""
+        for ref in sorted(ops, key=lambda r: -self.op_flops.get(r, 0)):
+            trial = tuple(r for r in ops if r != ref)
+            try:
+                if trial and self.evaluate((), trial):
+                    ops = trial
+            except _BudgetSpent:
+                break
+        return ops
+
+    def rank(
+        self, diag: Diagnosis, islands: tuple[str, ...]
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        called = {m.name: m for m in diag.modules}
+        limit = range_of(self.dtype).max
+
+        def first_up(name: str, fits: Callable[[ModuleDiagnosis], bool]) -> str | None:
+            while name:
+                m = called.get(name)
+                if m is not None and fits(m):
+                    return name
+                name = name.rpartition(".")[0]
+            return None
+
+        def lift(name: str) -> str | None:
+            # the nearest module whose fp32 inputs and outputs fit the dtype; failing that
+            # (values out of range up to the model's output), the nearest whose inputs fit,
+            # else the module itself: an island that is no norm keeps an out-of-range output
+            # fp32, so a chain of such islands carries it to the model's output
+            return (
+                first_up(name, lambda m: max(m.fp32_max_abs, m.input_max_abs) <= limit)
+                or first_up(name, lambda m: m.input_max_abs <= limit)
+                or (name if name in called else None)
+            )
+
+        def normalize(names: list[str]) -> tuple[str, ...]:
+            out: list[str] = []
+            for name in names:
+                lifted = lift(name)
+                if lifted is None or in_island(lifted, islands) or in_island(lifted, out):
+                    continue
+                out = [o for o in out if not o.startswith(lifted + ".")] + [lifted]
+            return tuple(out)
+
+        broken = [m.name for m in diag.problems() if m.name]
+        rest = sorted(
+            (m for m in diag.modules if m.name and m.name not in broken and m.local_error > 0),
+            key=lambda m: -m.local_error,
+        )
+        flagged = normalize(broken)
+        ranked = normalize(list(flagged) + [m.name for m in rest[:64]])
+        return flagged, ranked
+
+    def prefix_search(self, ranked: tuple[str, ...], known_fail: int) -> tuple[str, ...] | None:
+        n = len(ranked)
+        lo, step, hi = known_fail, 1, None
+        k = min(n, lo + 1)
+        while n and k <= n:
+            if self.evaluate(ranked[:k]):
+                hi = k
+                break
+            lo = k
+            if k == n:
+                break
+            step *= 2
+            k = min(n, lo + step)
+        if hi is None:
+            return None
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.evaluate(ranked[:mid]):
+                hi = mid
+            else:
+                lo = mid
+        return ranked[:hi]
+
+    def descend(self, best: tuple[str, ...], diag: Diagnosis) -> tuple[str, ...]:
+        """Replace a member by its nearest called descendants that break or run out of
+        range, when they hold fewer parameters, while the tolerance still holds (a lifted
+        ``encoder`` becomes the one stage whose values leave the dtype's range)."""
+        called = {m.name: m for m in diag.modules}
+        broken = {m.name for m in diag.problems()}
+        limit = range_of(self.dtype).max
+
+        def hot(name: str) -> bool:
+            m = called[name]
+            return name in broken or max(m.fp32_max_abs, m.input_max_abs) > limit
+
+        def below(name: str) -> list[str]:
+            inside = [n for n in called if n.startswith(name + ".")]
+            return [n for n in inside if not any(n.startswith(o + ".") for o in inside)]
+
+        queue = list(best)
+        while queue:
+            name = queue.pop(0)
+            parts = [n for n in below(name) if hot(n)]
+            if not parts or sum(called[n].params for n in parts) >= called[name].params:
+                continue
+            trial = tuple(n for n in best if n != name) + tuple(parts)
+            try:
+                if self.evaluate(trial):
+                    best, queue = trial, queue + parts
+            except _BudgetSpent:
+                break
+        return best
+
+    def prune(self, best: tuple[str, ...], diag: Diagnosis) -> tuple[str, ...]:
+        params = {m.name: m.params for m in diag.modules}
+        for name in sorted(best, key=lambda n: -params.get(n, 0)):
+            trial = tuple(n for n in best if n != name)
+            try:
+                if self.evaluate(trial):
+                    best = trial
+            except _BudgetSpent:
+                break
+        return best
