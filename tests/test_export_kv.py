@@ -14,7 +14,7 @@ from halfprec.export.kv_cache import WithPast, position_ids
 from halfprec.io.specs import load_model
 from hf_models import save
 
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 
 STEPS = 8
 
@@ -174,7 +174,9 @@ def test_cli_kv_cache_refuses_options_it_cannot_honour(  # type: ignore[no-untyp
     assert not out.exists()
 
 
-def test_kv_cache_refuses_encoder_decoders_and_short_prompts(hf_root: Path, tmp_path: Path) -> None:
+def test_kv_cache_refuses_models_without_a_kv_cache_and_short_prompts(
+    hf_root: Path, tmp_path: Path
+) -> None:
     t5 = load_model(str(save("t5", hf_root)))
     with pytest.raises(ExportError, match="encoder-decoder: export it without --kv-cache"):
         export(t5.model, t5.example_inputs, tmp_path / "t5.pt2", kv_cache=True)
@@ -182,6 +184,14 @@ def test_kv_cache_refuses_encoder_decoders_and_short_prompts(hf_root: Path, tmp_
     short = {"input_ids": torch.tensor([[1, 2, 3]]), "attention_mask": torch.ones(1, 3)}
     with pytest.raises(ExportError, match="at least 4 tokens, got 3"):
         export(gpt2, short, tmp_path / "g.pt2", kv_cache=True)
+    short = {"input_ids": torch.tensor([[1, 2, 3, 4]]), "attention_mask": torch.ones(1, 4)}
+    bert = transformers.BertModel(
+        transformers.BertConfig(
+            num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64
+        )
+    )
+    with pytest.raises(ExportError, match="returned no KV cache"):
+        export(bert, short, tmp_path / "b.pt2", kv_cache=True)
     with pytest.raises(ExportError, match="is not one"):
         export(torch.nn.Linear(4, 4), torch.randn(2, 4), tmp_path / "l.pt2", kv_cache=True)
     assert not list(tmp_path.iterdir())

@@ -68,6 +68,11 @@ def _cache_keyword(model: nn.Module) -> str:
 
 
 def _as_past(cache: Any) -> Past:
+    if cache is None:
+        raise ExportError(
+            "the model returned no KV cache (it is not a causal language model, or its config "
+            "says is_decoder=False); export it without --kv-cache"
+        )
     layers = getattr(cache, "layers", None)
     if layers is None:
         raise ExportError(
