@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from halfprec.export import ExportError, export, load_artifact
-from halfprec.export.kv_cache import WithPast
+from halfprec.export.kv_cache import WithPast, position_ids
 from halfprec.io.specs import load_model
 from hf_models import save
 
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 
 STEPS = 8
 
@@ -24,56 +24,62 @@ def hf_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("hf_kv")
 
 
-def _empty_past(model: Any, dtype: torch.dtype = torch.float32) -> tuple[dict[str, Any], ...]:
+def _empty_past(model: Any, rows: int) -> tuple[dict[str, Any], ...]:
     """The past of a prompt: zero positions, shaped from a one-token run of the model."""
-    with torch.no_grad():
-        past = WithPast(model).prompt_cache(torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 1))
-    return tuple({k: t[:, :, :0].to(dtype) for k, t in p.items()} for p in past)
+    one = torch.zeros(rows, 1, dtype=torch.long)
+    past = WithPast(model).prompt_cache(one, torch.ones_like(one))
+    return tuple({k: t[:, :, :0] for k, t in p.items()} for p in past)
 
 
-def _decode_against_fp32(run: Any, model: Any, prompt: torch.Tensor) -> float:
-    """Greedy-decode STEPS tokens through ``run``, feeding its cache back; compare each
-    step's logits with the fp32 model run on the whole sequence without a cache.
+def _left_padded() -> tuple[torch.Tensor, torch.Tensor]:
+    """Two prompts of 6 and 4 tokens, the shorter one left-padded (as batched generation pads)."""
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10], [0, 0, 11, 12, 13, 14]])
+    return ids, (ids != 0).long()
 
-    Returns the largest logit difference; asserts the argmax agrees wherever fp32's margin
-    between its two best tokens is wider than twice that step's difference.
+
+def _decode(run: Any, model: Any, steps: int = STEPS) -> tuple[list[list[int]], float]:
+    """Greedy-decode ``steps`` tokens of both prompts through ``run``, feeding its cache back.
+
+    Each step's logits are compared with the fp32 model run on the whole sequence without a
+    cache; the argmax must agree wherever fp32's margin between its two best tokens is
+    wider than twice that step's difference. Returns the tokens and the largest difference.
     """
-    past, ids, mask, seq = _empty_past(model), prompt, torch.ones_like(prompt), prompt
-    worst = 0.0
-    for _ in range(STEPS):
-        out = run({"input_ids": ids, "attention_mask": mask, "past_key_values": past})
+    prompt, mask = _left_padded()
+    ids, seq, past = prompt, prompt, _empty_past(model, prompt.shape[0])
+    positions = position_ids(mask)
+    worst, tokens = 0.0, []
+    for _ in range(steps):
+        batch = {"input_ids": ids, "attention_mask": mask, "past_key_values": past}
+        out = run({**batch, "position_ids": positions})
         logits = out["logits"][:, -1].float()
         with torch.no_grad():
-            full = model(input_ids=seq, attention_mask=torch.ones_like(seq)).logits[:, -1]
-        diff = float((logits - full).abs().max())
-        top2 = full.topk(2).values[0]
-        if float(top2[0] - top2[1]) > 2 * diff:
-            assert int(logits.argmax()) == int(full.argmax())
+            full = model(input_ids=seq, attention_mask=mask, position_ids=position_ids(mask))
+        want = full.logits[:, -1]
+        diff = float((logits - want).abs().max())
+        for row in range(logits.shape[0]):
+            top2 = want[row].topk(2).values
+            if float(top2[0] - top2[1]) > 2 * diff:
+                assert int(logits[row].argmax()) == int(want[row].argmax())
         worst = max(worst, diff)
-        nxt = logits.argmax(-1, keepdim=True)
-        past, ids = out["present_key_values"], nxt
-        mask = torch.cat([mask, torch.ones_like(nxt)], dim=1)
-        seq = torch.cat([seq, nxt], dim=1)
-    assert seq.shape[1] == prompt.shape[1] + STEPS
-    return worst
+        ids = logits.argmax(-1, keepdim=True)
+        tokens.append(ids[:, 0].tolist())
+        past = out["present_key_values"]
+        positions = positions[:, -1:] + 1
+        mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
+        seq = torch.cat([seq, ids], dim=1)
+    return [list(t) for t in zip(*tokens, strict=True)], worst
 
 
 def test_fp32_wrapper_generates_what_transformers_generates(hf_root: Path) -> None:
-    model: Any = load_model(str(save("llama", hf_root))).model.eval()
-    prompt = torch.arange(3, 9).unsqueeze(0)
+    # GPT-2's learned absolute positions make left padding visible (RoPE is relative)
+    model: Any = load_model(str(save("gpt2", hf_root))).model.eval()
     wrapper = WithPast(model)
-    past, ids, mask, tokens = _empty_past(model), prompt, torch.ones_like(prompt), []
     with torch.no_grad():
-        for _ in range(STEPS):
-            out = wrapper(ids, mask, past)
-            ids = out["logits"][:, -1:].argmax(-1)
-            tokens.append(int(ids))
-            past = out["present_key_values"]
-            mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
-        want = model.generate(
-            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=STEPS, do_sample=False
-        )
-    assert tokens == want[0, prompt.shape[1] :].tolist()
+        tokens, worst = _decode(lambda b: wrapper(**b), model)
+        prompt, mask = _left_padded()
+        want = model.generate(prompt, attention_mask=mask, max_new_tokens=STEPS, do_sample=False)
+    assert tokens == want[:, prompt.shape[1] :].tolist()
+    assert worst < 1e-4
 
 
 @pytest.mark.slow
@@ -87,6 +93,7 @@ def test_kv_cache_export_decodes_like_fp32(hf_root: Path, tmp_path: Path) -> Non
     assert result.info.inputs == (
         "input_ids",
         "attention_mask",
+        "position_ids",
         *(f"past_key_values.{i}.{kv}" for i in range(layers) for kv in ("key", "value")),
     )
     assert result.info.outputs[0] == "logits"
@@ -95,7 +102,7 @@ def test_kv_cache_export_decodes_like_fp32(hf_root: Path, tmp_path: Path) -> Non
     assert model.config.use_cache is True
     assert all(p.dtype == torch.float32 for p in model.parameters())
     artifact = load_artifact(result.path)
-    worst = _decode_against_fp32(artifact, model, torch.arange(5, 11).unsqueeze(0))
+    _, worst = _decode(artifact, model)
     assert 0 < worst < 0.05  # fp16 is not fp32, and stays close over the whole decode
 
 
@@ -116,6 +123,7 @@ def test_kv_cache_onnx_runs_a_decode_loop_in_onnxruntime(hf_root: Path, tmp_path
     def run(batch: dict[str, Any]) -> dict[str, Any]:
         feeds = {"input_ids": batch["input_ids"].numpy()}
         feeds["attention_mask"] = batch["attention_mask"].numpy()
+        feeds["position_ids"] = batch["position_ids"].numpy()
         for i, layer in enumerate(batch["past_key_values"]):
             for kv, t in layer.items():
                 feeds[f"past_key_values.{i}.{kv}"] = t.float().numpy()
@@ -126,7 +134,7 @@ def test_kv_cache_onnx_runs_a_decode_loop_in_onnxruntime(hf_root: Path, tmp_path
         )
         return {"logits": torch.from_numpy(got["logits"]), "present_key_values": present}
 
-    worst = _decode_against_fp32(run, model, torch.arange(5, 11).unsqueeze(0))
+    _, worst = _decode(run, model)
     assert 0 < worst < 0.05
 
 
@@ -143,7 +151,7 @@ def test_cli_kv_cache_file_decodes_like_fp32(cli, hf_root: Path, tmp_path: Path)
     artifact = load_artifact(out)
     assert "past_key_values.0.key" in artifact.info.inputs
     model = load_model(str(folder)).model.eval()
-    assert 0 < _decode_against_fp32(artifact, model, torch.arange(5, 11).unsqueeze(0)) < 0.05
+    assert 0 < _decode(artifact, model)[1] < 0.05
 
 
 @pytest.mark.parametrize(
@@ -166,7 +174,9 @@ def test_cli_kv_cache_refuses_options_it_cannot_honour(  # type: ignore[no-untyp
     assert not out.exists()
 
 
-def test_kv_cache_refuses_encoder_decoders_and_short_prompts(hf_root: Path, tmp_path: Path) -> None:
+def test_kv_cache_refuses_models_without_a_kv_cache_and_short_prompts(
+    hf_root: Path, tmp_path: Path
+) -> None:
     t5 = load_model(str(save("t5", hf_root)))
     with pytest.raises(ExportError, match="encoder-decoder: export it without --kv-cache"):
         export(t5.model, t5.example_inputs, tmp_path / "t5.pt2", kv_cache=True)
@@ -174,6 +184,14 @@ def test_kv_cache_refuses_encoder_decoders_and_short_prompts(hf_root: Path, tmp_
     short = {"input_ids": torch.tensor([[1, 2, 3]]), "attention_mask": torch.ones(1, 3)}
     with pytest.raises(ExportError, match="at least 4 tokens, got 3"):
         export(gpt2, short, tmp_path / "g.pt2", kv_cache=True)
+    short = {"input_ids": torch.tensor([[1, 2, 3, 4]]), "attention_mask": torch.ones(1, 4)}
+    bert = transformers.BertModel(
+        transformers.BertConfig(
+            num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64
+        )
+    )
+    with pytest.raises(ExportError, match="returned no KV cache"):
+        export(bert, short, tmp_path / "b.pt2", kv_cache=True)
     with pytest.raises(ExportError, match="is not one"):
         export(torch.nn.Linear(4, 4), torch.randn(2, 4), tmp_path / "l.pt2", kv_cache=True)
     assert not list(tmp_path.iterdir())

@@ -4,9 +4,10 @@ A stock causal LM takes and returns a ``DynamicCache`` object, which no exporter
 a graph. :class:`WithPast` wraps the model (without changing it) in a module whose cache
 is plain tensors, in the layout Optimum's "with past" ONNX files use:
 
-- inputs ``input_ids``, ``attention_mask`` (covering past and new tokens) and
-  ``past_key_values``: one ``{"key", "value"}`` dict per layer, each
-  ``(batch, kv_heads, past_len, head_dim)``; ``past_len`` may be 0 (the prompt);
+- inputs ``input_ids``, ``attention_mask`` (covering past and new tokens),
+  ``position_ids`` of the new tokens (if the model's forward takes them; see
+  :func:`position_ids`) and ``past_key_values``: one ``{"key", "value"}`` dict per layer,
+  each ``(batch, kv_heads, past_len, head_dim)``; ``past_len`` may be 0 (the prompt);
 - outputs ``logits`` and ``present_key_values`` in the same layout as the past, holding
   ``past_len + new`` positions: pass them back as the next step's ``past_key_values``.
 
@@ -27,7 +28,7 @@ from halfprec.batch import Batch
 from halfprec.export.capture import forward_params, named_inputs
 from halfprec.export.config import ExportError
 
-__all__ = ["WithPast", "with_past_batches", "KV_CACHE_NOTE", "MIN_TOKENS"]
+__all__ = ["WithPast", "with_past_batches", "position_ids", "KV_CACHE_NOTE", "MIN_TOKENS"]
 
 KV_CACHE_NOTE = (
     "KV cache as tensors: inputs past_key_values.N.key/value, outputs "
@@ -67,6 +68,11 @@ def _cache_keyword(model: nn.Module) -> str:
 
 
 def _as_past(cache: Any) -> Past:
+    if cache is None:
+        raise ExportError(
+            "the model returned no KV cache (it is not a causal language model, or its config "
+            "says is_decoder=False); export it without --kv-cache"
+        )
     layers = getattr(cache, "layers", None)
     if layers is None:
         raise ExportError(
@@ -85,6 +91,15 @@ def _as_past(cache: Any) -> Past:
     return tuple(past)
 
 
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions as ``generate`` counts them: real tokens 0, 1, ...; padding 0.
+
+    Left-padded rows start at 0 at their first real token. For a decoding step, the new
+    token's position is the last one plus 1.
+    """
+    return (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
+
+
 def _returned_cache(out: Any) -> Past:
     cache = out.get("cache", None)  # transformers 5; "past_key_values" before
     return _as_past(cache if cache is not None else out.get("past_key_values", None))
@@ -97,10 +112,15 @@ class WithPast(nn.Module):
         super().__init__()
         _config(model)
         self.keyword = _cache_keyword(model)
+        self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters
         self.model = model
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past_key_values: Past
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: Past = (),
     ) -> dict[str, Any]:
         from transformers import DynamicCache
 
@@ -112,6 +132,7 @@ class WithPast(nn.Module):
             input_ids=input_ids,
             attention_mask=attention_mask,
             use_cache=True,
+            **self._positions(position_ids),
             **{self.keyword: cache},
         )
         return {"logits": out["logits"], "present_key_values": _returned_cache(out)}
@@ -119,8 +140,16 @@ class WithPast(nn.Module):
     def prompt_cache(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Past:
         """The cache after ``input_ids``: the past for the tokens that follow."""
         with torch.no_grad():
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True)
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                use_cache=True,
+                **self._positions(position_ids(attention_mask)),
+            )
         return _returned_cache(out)
+
+    def _positions(self, positions: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        return {"position_ids": positions} if self.takes_positions and positions is not None else {}
 
 
 def _tokens(batch: Batch, model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,11 +174,10 @@ def _split(
     past = wrapper.prompt_cache(ids[:, :first], mask[:, :first])
     if past_len == 0:
         past = tuple({k: t[:, :, :0] for k, t in p.items()} for p in past)
-    return {
-        "input_ids": ids[:, past_len:end],
-        "attention_mask": mask[:, :end],
-        "past_key_values": past,
-    }
+    batch = {"input_ids": ids[:, past_len:end], "attention_mask": mask[:, :end]}
+    if wrapper.takes_positions:
+        batch["position_ids"] = position_ids(mask[:, :end])[:, past_len:]
+    return {**batch, "past_key_values": past}
 
 
 def with_past_batches(wrapper: WithPast, batches: list[Batch]) -> list[Batch]:
