@@ -333,6 +333,17 @@ def test_skip_slower_than_skips_dtypes_by_a_measured_probe() -> None:
     assert skipped.status == "skipped" and skipped.timing is None
     assert skipped.note.startswith("bf16 matmuls run")
     assert result.get("fp32").status == "ok"
+    # never compared with fp32: neither accurate nor inaccurate
+    assert skipped.to_json()["accurate"] is None and not skipped.checked
+    assert result.get("fp32").to_json()["accurate"] is True
+
+
+def test_choose_dtype_by_measurement_says_skipped_not_out_of_tolerance() -> None:
+    slow = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=1e-6)
+    choice = choose_dtype_by_measurement(Tiny(), _x(64), "bf16", bench=slow)
+    assert choice.variant == "fp32"
+    assert "halfprec-bf16: skipped bf16 matmuls run" in choice.reason
+    assert "out of tolerance" not in choice.reason
 
 
 def test_matmul_slowdown_is_a_positive_ratio() -> None:

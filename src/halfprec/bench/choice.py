@@ -73,7 +73,9 @@ def choose_dtype_by_measurement(
         why = "; ".join(
             f"{r.name}: "
             + (
-                "out of tolerance"
+                f"{r.status} {r.note}".strip()
+                if not r.checked
+                else "out of tolerance"
                 if not r.accurate
                 else f"{r.status} {r.note}".strip()
                 if r.status != "ok"

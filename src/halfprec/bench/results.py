@@ -91,11 +91,18 @@ class VariantResult:
         return self.items_per_call / med if med else None
 
     @property
+    def checked(self) -> bool:
+        """Compared with fp32 (fp32 is the reference; skipped or failed variants are not)."""
+        return self.comparison is not None or (
+            self.variant.kind == "fp32" and not self.variant.compiled
+        )
+
+    @property
     def accurate(self) -> bool:
-        """Meets the tolerance (fp32 is the reference, so it always does)."""
-        if self.variant.kind == "fp32" and not self.variant.compiled:
-            return True
-        return self.comparison is not None and self.comparison.passed
+        """Checked and within the tolerance (fp32 is the reference, so it always is)."""
+        if self.comparison is None:
+            return self.checked
+        return self.comparison.passed
 
     def to_json(self) -> dict[str, Any]:
         t = self.timing
@@ -119,7 +126,7 @@ class VariantResult:
             "model_bytes": self.model_bytes,
             "memory": None if self.memory is None else self.memory.to_json(),
             "cosine": None if cmp is None or not cmp.outputs else cmp.worst_cosine,
-            "accurate": self.accurate,
+            "accurate": self.accurate if self.checked else None,  # null: never compared
             "comparison": None if cmp is None else cmp.to_json(),
         }
 
