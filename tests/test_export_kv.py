@@ -107,23 +107,25 @@ def test_kv_cache_export_decodes_like_fp32(hf_root: Path, tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_kv_cache_onnx_runs_a_decode_loop_in_onnxruntime(hf_root: Path, tmp_path: Path) -> None:
+def test_cli_kv_cache_onnx_decodes_like_fp32_in_onnxruntime(  # type: ignore[no-untyped-def]
+    cli, hf_root: Path, tmp_path: Path
+) -> None:
     pytest.importorskip("onnxscript")
     ort = pytest.importorskip("onnxruntime")
-    loaded = load_model(str(save("gpt2", hf_root)))
-    result = export(
-        loaded.model, loaded.example_inputs, tmp_path / "g.onnx", "fp16", kv_cache=True, runs=0
-    )
-    assert result.passed, result.comparison.problems
-    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    folder, out = save("gpt2", hf_root), tmp_path / "g.onnx"
+    proc = cli("export", str(folder), "-o", str(out), "--kv-cache", "--runs", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["passed"] is True
+    assert data["checked_batches"] == 3
+    assert any("present_key_values" in n for n in data["notes"])
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
-    model: Any = loaded.model
+    model: Any = load_model(str(folder)).model.eval()
     layers = model.config.num_hidden_layers
 
     def run(batch: dict[str, Any]) -> dict[str, Any]:
-        feeds = {"input_ids": batch["input_ids"].numpy()}
-        feeds["attention_mask"] = batch["attention_mask"].numpy()
-        feeds["position_ids"] = batch["position_ids"].numpy()
+        feeds = {k: batch[k].numpy() for k in ("input_ids", "attention_mask", "position_ids")}
         for i, layer in enumerate(batch["past_key_values"]):
             for kv, t in layer.items():
                 feeds[f"past_key_values.{i}.{kv}"] = t.float().numpy()
@@ -136,22 +138,6 @@ def test_kv_cache_onnx_runs_a_decode_loop_in_onnxruntime(hf_root: Path, tmp_path
 
     _, worst = _decode(run, model)
     assert 0 < worst < 0.05
-
-
-@pytest.mark.slow
-def test_cli_kv_cache_file_decodes_like_fp32(cli, hf_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    out = tmp_path / "g.pt2"
-    folder = save("gpt2", hf_root)
-    proc = cli("export", str(folder), "-o", str(out), "--kv-cache", "--json")
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
-    assert data["passed"] is True
-    assert data["checked_batches"] == 3
-    assert any("present_key_values" in n for n in data["notes"])
-    artifact = load_artifact(out)
-    assert "past_key_values.0.key" in artifact.info.inputs
-    model = load_model(str(folder)).model.eval()
-    assert 0 < _decode(artifact, model)[1] < 0.05
 
 
 @pytest.mark.parametrize(
