@@ -234,3 +234,43 @@ def test_help_of_commands_taking_model_says_where_code_runs(command: str) -> Non
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
     assert "imports and RUNS that Python code" in text and "docs/safety.md" in text
+
+
+class _Concat(torch.nn.Module):
+    """The third input is as long as the first two together: torch.export keys its range
+    constraints by the formula ``s0 + s1`` (as a KV-cache mask covers past and new tokens)."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        return torch.cat([a, b], 1) * m
+
+
+def _concat_batches() -> list[tuple[torch.Tensor, ...]]:
+    return [
+        (torch.randn(2, 3), torch.randn(2, 4), torch.randn(2, 7)),
+        (torch.randn(2, 5), torch.randn(2, 3), torch.randn(2, 8)),
+    ]
+
+
+def test_range_constraints_keyed_by_a_formula_load(tmp_path: Path) -> None:
+    result = halfprec.export(_Concat(), _concat_batches(), tmp_path / "cat.pt2", "fp16")
+    assert result.passed
+    with zipfile.ZipFile(result.path) as archive:
+        name = next(n for n in archive.namelist() if n.endswith("models/model.json"))
+        program = json.loads(archive.read(name))
+    assert any("+" in key for key in program["range_constraints"])
+
+
+def test_code_in_a_range_constraint_key_is_refused(tmp_path: Path) -> None:
+    good = halfprec.export(_Concat(), _concat_batches(), tmp_path / "cat.pt2", "fp16").path
+    marker = tmp_path / "ran"
+    code = f"__import__('builtins').open({str(marker)!r}, 'w')"
+
+    def change(program: dict) -> None:
+        constraints = program["range_constraints"]
+        formula = next(k for k in constraints if "+" in k)
+        constraints[code] = constraints.pop(formula)
+
+    evil = _rewrite(good, tmp_path / "evil.pt2", _edit_program(change))
+    with pytest.raises(ExportError, match="shape expression"):
+        load_artifact(evil)
+    assert not marker.exists()

@@ -216,7 +216,9 @@ def _strip_node_metadata(obj: Any) -> None:
 def _check_strings(obj: Any, path: Path, key: str) -> None:
     if isinstance(obj, dict):
         for k, v in obj.items():
-            if not isinstance(k, str) or not _NAME.match(k):
+            if key == "range_constraints" and isinstance(k, str):
+                _check_expr(k, path)  # keyed by symbols and by formulas ("s22 + s70")
+            elif not isinstance(k, str) or not _NAME.match(k):
                 raise _refuse(path, f"key {str(k)[:60]!r} holds characters other than a name")
             if k in ("target", "as_operator") and isinstance(v, str):
                 _check_target(v, path)
