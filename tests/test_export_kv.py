@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from halfprec.export import ExportError, export, load_artifact
-from halfprec.export.kv_cache import WithPast, position_ids
+from halfprec.export.kv_cache import WithPast
 from halfprec.io.specs import load_model
+from halfprec.testing.decode import DecodeCheck, decode_against_fp32, left_padded_prompts
 from hf_models import save
 
 transformers = pytest.importorskip("transformers")
@@ -24,50 +25,12 @@ def hf_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("hf_kv")
 
 
-def _empty_past(model: Any, rows: int) -> tuple[dict[str, Any], ...]:
-    """The past of a prompt: zero positions, shaped from a one-token run of the model."""
-    one = torch.zeros(rows, 1, dtype=torch.long)
-    past = WithPast(model).prompt_cache(one, torch.ones_like(one))
-    return tuple({k: t[:, :, :0] for k, t in p.items()} for p in past)
-
-
-def _left_padded() -> tuple[torch.Tensor, torch.Tensor]:
-    """Two prompts of 6 and 4 tokens, the shorter one left-padded (as batched generation pads)."""
-    ids = torch.tensor([[5, 6, 7, 8, 9, 10], [0, 0, 11, 12, 13, 14]])
-    return ids, (ids != 0).long()
-
-
-def _decode(run: Any, model: Any, steps: int = STEPS) -> tuple[list[list[int]], float]:
-    """Greedy-decode ``steps`` tokens of both prompts through ``run``, feeding its cache back.
-
-    Each step's logits are compared with the fp32 model run on the whole sequence without a
-    cache; the argmax must agree wherever fp32's margin between its two best tokens is
-    wider than twice that step's difference. Returns the tokens and the largest difference.
-    """
-    prompt, mask = _left_padded()
-    ids, seq, past = prompt, prompt, _empty_past(model, prompt.shape[0])
-    positions = position_ids(mask)
-    worst, tokens = 0.0, []
-    for _ in range(steps):
-        batch = {"input_ids": ids, "attention_mask": mask, "past_key_values": past}
-        out = run({**batch, "position_ids": positions})
-        logits = out["logits"][:, -1].float()
-        with torch.no_grad():
-            full = model(input_ids=seq, attention_mask=mask, position_ids=position_ids(mask))
-        want = full.logits[:, -1]
-        diff = float((logits - want).abs().max())
-        for row in range(logits.shape[0]):
-            top2 = want[row].topk(2).values
-            if float(top2[0] - top2[1]) > 2 * diff:
-                assert int(logits[row].argmax()) == int(want[row].argmax())
-        worst = max(worst, diff)
-        ids = logits.argmax(-1, keepdim=True)
-        tokens.append(ids[:, 0].tolist())
-        past = out["present_key_values"]
-        positions = positions[:, -1:] + 1
-        mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
-        seq = torch.cat([seq, ids], dim=1)
-    return [list(t) for t in zip(*tokens, strict=True)], worst
+def _decode(run: Any, model: Any) -> DecodeCheck:
+    """STEPS greedy tokens of a left-padded two-prompt batch, each step against fp32."""
+    prompt, mask = left_padded_prompts(model.config.vocab_size)
+    check = decode_against_fp32(run, model, prompt, mask, STEPS)
+    assert check.passed, check
+    return check
 
 
 def test_fp32_wrapper_generates_what_transformers_generates(hf_root: Path) -> None:
@@ -75,11 +38,11 @@ def test_fp32_wrapper_generates_what_transformers_generates(hf_root: Path) -> No
     model: Any = load_model(str(save("gpt2", hf_root))).model.eval()
     wrapper = WithPast(model)
     with torch.no_grad():
-        tokens, worst = _decode(lambda b: wrapper(**b), model)
-        prompt, mask = _left_padded()
+        check = _decode(lambda b: wrapper(**b), model)
+        prompt, mask = left_padded_prompts(model.config.vocab_size)
         want = model.generate(prompt, attention_mask=mask, max_new_tokens=STEPS, do_sample=False)
-    assert tokens == want[:, prompt.shape[1] :].tolist()
-    assert worst < 1e-4
+    assert check.tokens == want[:, prompt.shape[1] :].tolist()
+    assert check.worst < 1e-4
 
 
 @pytest.mark.slow
@@ -102,8 +65,8 @@ def test_kv_cache_export_decodes_like_fp32(hf_root: Path, tmp_path: Path) -> Non
     assert model.config.use_cache is True
     assert all(p.dtype == torch.float32 for p in model.parameters())
     artifact = load_artifact(result.path)
-    _, worst = _decode(artifact, model)
-    assert 0 < worst < 0.05  # fp16 is not fp32, and stays close over the whole decode
+    # fp16 is not fp32, and stays close over the whole decode
+    assert 0 < _decode(artifact, model).worst < 0.05
 
 
 @pytest.mark.slow
@@ -136,8 +99,7 @@ def test_cli_kv_cache_onnx_decodes_like_fp32_in_onnxruntime(  # type: ignore[no-
         )
         return {"logits": torch.from_numpy(got["logits"]), "present_key_values": present}
 
-    _, worst = _decode(run, model)
-    assert 0 < worst < 0.05
+    assert 0 < _decode(run, model).worst < 0.05
 
 
 @pytest.mark.parametrize(

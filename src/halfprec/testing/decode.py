@@ -1,0 +1,106 @@
+"""Greedy decoding through a KV-cache export, step by step against fp32 without a cache.
+
+Shared by the tests and ``benchmarks/kv_cache.py``. ``run`` is anything that takes one
+batch of the :class:`~halfprec.export.kv_cache.WithPast` layout and returns its outputs: an
+artifact from :func:`~halfprec.export.load_artifact`, a ``WithPast`` module, or a function
+around an onnxruntime session. Outputs may be nested or flat (an ONNX artifact returns
+``present_key_values.N.key``...).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from halfprec.export.kv_cache import WithPast, position_ids
+
+__all__ = ["DecodeCheck", "decode_against_fp32", "left_padded_prompts"]
+
+
+@dataclass
+class DecodeCheck:
+    """Tokens per row, the largest logit difference from fp32, and the steps where the
+    argmax differed although fp32's margin between its two best tokens was wider than
+    twice that step's difference (a real disagreement, not a near tie)."""
+
+    tokens: list[list[int]]
+    worst: float = 0.0
+    disagreements: list[tuple[int, int]] = field(default_factory=list)  # (step, row)
+    nonfinite: bool = False  # some step's logits were inf or NaN
+
+    @property
+    def passed(self) -> bool:
+        return not self.disagreements and not self.nonfinite
+
+
+def left_padded_prompts(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two prompts of 6 and 4 tokens, the shorter one left-padded as batched generation pads."""
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10], [0, 0, 11, 12, 13, 14]]) % vocab
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]])
+    return ids, mask
+
+
+def _empty_past(model: nn.Module, rows: int) -> tuple[dict[str, torch.Tensor], ...]:
+    one = torch.zeros(rows, 1, dtype=torch.long)
+    past = WithPast(model).prompt_cache(one, torch.ones_like(one))
+    return tuple({k: t[:, :, :0] for k, t in p.items()} for p in past)
+
+
+def _present(out: dict[str, Any]) -> tuple[dict[str, torch.Tensor], ...]:
+    """The returned cache, nested as the past (ONNX artifacts return flat names)."""
+    if "present_key_values" in out:
+        return tuple(out["present_key_values"])
+    layers = sum(1 for k in out if k.startswith("present_key_values.") and k.endswith(".key"))
+    return tuple(
+        {kv: out[f"present_key_values.{i}.{kv}"] for kv in ("key", "value")} for i in range(layers)
+    )
+
+
+def decode_against_fp32(
+    run: Callable[[dict[str, Any]], Any],
+    model: nn.Module,
+    prompt: torch.Tensor,
+    mask: torch.Tensor,
+    steps: int,
+) -> DecodeCheck:
+    """Greedy-decode ``steps`` tokens through ``run``, feeding its cache back.
+
+    Each step's last-position logits are compared with the fp32 ``model`` run on the whole
+    sequence so far, without a cache. ``position_ids`` are passed when the model takes them.
+    """
+    takes_positions = WithPast(model).takes_positions
+    ids, seq, past = prompt, prompt, _empty_past(model, prompt.shape[0])
+    positions = position_ids(mask)
+    check = DecodeCheck([[] for _ in range(prompt.shape[0])])
+    for step in range(steps):
+        batch: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+        if takes_positions:
+            batch["position_ids"] = positions
+        out = run({**batch, "past_key_values": past})
+        logits = out["logits"][:, -1].float()
+        extra = {"position_ids": position_ids(mask)} if takes_positions else {}
+        with torch.no_grad():
+            want = model(input_ids=seq, attention_mask=mask, **extra)["logits"][:, -1].float()
+        diff = float((logits - want).abs().max())
+        if not math.isfinite(diff):
+            check.nonfinite = True
+            break
+        check.worst = max(check.worst, diff)
+        for row in range(logits.shape[0]):
+            top2 = want[row].topk(2).values
+            margin_clear = float(top2[0] - top2[1]) > 2 * diff
+            if margin_clear and int(logits[row].argmax()) != int(want[row].argmax()):
+                check.disagreements.append((step, row))
+        ids = logits.argmax(-1, keepdim=True)
+        for row, token in enumerate(ids[:, 0].tolist()):
+            check.tokens[row].append(token)
+        past = _present(out)
+        positions = positions[:, -1:] + 1
+        mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
+        seq = torch.cat([seq, ids], dim=1)
+    return check
