@@ -82,6 +82,12 @@ def test_cli_kv_cache_onnx_decodes_like_fp32_in_onnxruntime(  # type: ignore[no-
     assert data["passed"] is True
     assert data["checked_batches"] == 3
     assert any("present_key_values" in n for n in data["notes"])
+    assert load_artifact(out).info.kv_cache is True
+    # check --artifact rebuilds the cache batches from the model's examples
+    proc = cli("check", str(folder), "--artifact", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    verdict = json.loads(proc.stdout)
+    assert verdict["passed"] is True and verdict["batches"] == 3
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     model: Any = load_model(str(folder)).model.eval()

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import click
+from torch import nn
 
 from halfprec.atomic import ensure_folder
 from halfprec.batch import Batch
@@ -23,6 +24,7 @@ from halfprec.cli.progress import progress
 from halfprec.compare import run_reference
 from halfprec.convert.core import ConvertConfig
 from halfprec.export import FORMATS, ExportConfig, export, load_artifact, verify_artifact
+from halfprec.export.kv_cache import cache_reference
 from halfprec.io.specs import LoadedModel
 from halfprec.report.export import print_artifact_check, print_export
 
@@ -130,7 +132,10 @@ def check_artifact(
     """``halfprec check --artifact``: the exported file against the fp32 MODEL; exits."""
     artifact = load_artifact(path)
     tolerance = tolerance_override(artifact.dtype, min_cosine, min_sqnr)
-    reference = run_reference(loaded.model.eval(), batches)
+    model: nn.Module = loaded.model.eval()
+    if artifact.info.kv_cache:
+        model, batches = cache_reference(model, batches)
+    reference = run_reference(model, batches)
     check = verify_artifact(artifact, batches, reference, tolerance=tolerance)
     data = {
         "artifact": str(path),

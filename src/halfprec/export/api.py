@@ -28,7 +28,7 @@ from halfprec.export.capture import capture, dynamic_shapes, forward_params, nam
 from halfprec.export.config import ExportConfig, ExportError, ExportFormat, check_onnx_dtype
 from halfprec.export.hf import CACHE_NOTE, CLAMP_NOTE, static_fp16_clamps, without_cache
 from halfprec.export.info import ArtifactInfo
-from halfprec.export.kv_cache import KV_CACHE_NOTE, WithPast, with_past_batches
+from halfprec.export.kv_cache import KV_CACHE_NOTE, cache_reference
 from halfprec.export.onnx import OrtCasts, OrtLatency, inspect_casts, ort_latency, write_onnx
 from halfprec.modules import evaluating, first_line, model_device
 from halfprec.tree import flatten, map_tensors
@@ -183,8 +183,9 @@ def export(
     )
     out = Path(path)
     batches = as_batches(inputs)
-    if kv_cache:
-        reference: nn.Module = WithPast(model)  # wraps, does not change, the model
+    reference: nn.Module
+    if kv_cache:  # wraps, does not change, the model
+        reference, batches = cache_reference(model, batches)
         notes = [KV_CACHE_NOTE]
     else:
         # A Hugging Face model with use_cache=True returns a cache object no exporter
@@ -193,8 +194,6 @@ def export(
         reference, no_cache = without_cache(model)
         notes = [CACHE_NOTE] if no_cache else []
     with evaluating(reference):  # the copy convert makes stays in eval mode
-        if isinstance(reference, WithPast):
-            batches = with_past_batches(reference, batches)
         ref_out = run_reference(reference, batches)
         half_dtype = _export_dtype(target, cfg, reference)
         half = convert(
@@ -240,6 +239,7 @@ def export(
         if target.dynamic or target.format == "torchscript"
         else {k: tuple(t.shape) for k, t in flatten(named[0]).items()},
         halfprec=__version__,
+        kv_cache=kv_cache,
     )
     write_artifact(target, half, named, out, info)
     artifact = load_artifact(out)

@@ -20,7 +20,8 @@ class ArtifactInfo:
     ``params``: the forward parameter names that positional inputs bind to;
     ``inputs``/``outputs``: dotted tensor paths in artifact order (ONNX input and output
     names); ``io_dtype``: what floating inputs and outputs are (``fp32`` unless half IO);
-    ``static_shapes``: input shapes when the artifact was exported for fixed shapes.
+    ``static_shapes``: input shapes when the artifact was exported for fixed shapes;
+    ``kv_cache``: exported with its KV cache as tensors (:mod:`halfprec.export.kv_cache`).
     """
 
     format: str
@@ -33,6 +34,7 @@ class ArtifactInfo:
     islands: dict[str, str] = field(default_factory=dict)
     static_shapes: dict[str, tuple[int, ...]] | None = None
     halfprec: str = ""
+    kv_cache: bool = False
 
     def to_json_text(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -55,6 +57,7 @@ class ArtifactInfo:
                     None if shapes is None else {k: tuple(v) for k, v in shapes.items()}
                 ),
                 halfprec=str(raw.get("halfprec", "")),
+                kv_cache=bool(raw.get("kv_cache", False)),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ExportError(

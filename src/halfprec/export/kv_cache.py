@@ -27,8 +27,16 @@ from torch import nn
 from halfprec.batch import Batch
 from halfprec.export.capture import forward_params, named_inputs
 from halfprec.export.config import ExportError
+from halfprec.modules import evaluating
 
-__all__ = ["WithPast", "with_past_batches", "position_ids", "KV_CACHE_NOTE", "MIN_TOKENS"]
+__all__ = [
+    "WithPast",
+    "with_past_batches",
+    "cache_reference",
+    "position_ids",
+    "KV_CACHE_NOTE",
+    "MIN_TOKENS",
+]
 
 KV_CACHE_NOTE = (
     "KV cache as tensors: inputs past_key_values.N.key/value, outputs "
@@ -203,3 +211,11 @@ def with_past_batches(wrapper: WithPast, batches: list[Batch]) -> list[Batch]:
             _split(wrapper, ids, mask, p, end) for p, end in ((n // 2, n), (n - 2, n - 1), (0, n))
         ]
     return out
+
+
+def cache_reference(model: nn.Module, batches: list[Batch]) -> tuple[WithPast, list[Batch]]:
+    """The fp32 ``model`` wrapped with its cache as tensors, and the cache batches made
+    from its example token ``batches`` (:func:`with_past_batches`), made in eval mode."""
+    wrapper = WithPast(model)
+    with evaluating(wrapper):
+        return wrapper, with_past_batches(wrapper, batches)
