@@ -136,3 +136,35 @@ def test_cli_unsupported_op_exits_2(cli, tmp_path: Path) -> None:  # type: ignor
     assert proc.returncode == 2
     assert proc.stderr.startswith("halfprec: error: operator halfprec_tests.wobble")
     assert list(tmp_path.iterdir()) == []
+
+
+class _HandNormNet(torch.nn.Module):
+    """Linear -> a hand-written LayerNorm (eps 1e-12) -> Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from halfprec.testing.hazards import Standardizer
+
+        self.l1 = torch.nn.Linear(16, 32)
+        self.norm = Standardizer(32)
+        self.l2 = torch.nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(self.norm(self.l1(x)))
+
+
+def test_hand_written_layer_norm_island_runs_in_onnxruntime(tmp_path: Path) -> None:
+    # onnxruntime's LayerNormFusion used to absorb the island's input Cast and refuse the
+    # file ("LayerNormalization bound to different types"); halfprec fuses it in fp32 first
+    torch.manual_seed(0)
+    config = ConvertConfig(dtype="fp16", keep_fp32=["norm"])
+    x = torch.randn(8, 16)
+    result = halfprec.export(_HandNormNet().eval(), x, tmp_path / "n.onnx", config, runs=0)
+    assert result.passed, result.comparison.problems
+    proto = onnx.load(str(result.path))
+    (norm,) = [n for n in proto.graph.node if n.op_type == "LayerNormalization"]
+    eps = next(a for a in norm.attribute if a.name == "epsilon")
+    assert eps.f == pytest.approx(1e-12, rel=1e-3)  # BERT's epsilon kept, not rounded to 0
+    types = {i.name: i.data_type for i in proto.graph.initializer}
+    assert types[norm.input[1]] == onnx.TensorProto.FLOAT  # the island's weight stays fp32
+    assert not [n for n in proto.graph.node if n.op_type == "ReduceMean"]

@@ -65,6 +65,28 @@ def _require_onnxscript() -> None:
     require("onnxscript", "onnx", "ONNX export (torch.onnx dynamo)")
 
 
+def _fuse_fp32_layer_norms(model: Any) -> int:
+    """Hand-written LayerNorms that compute in fp32 become ``LayerNormalization`` nodes.
+
+    A hand-written norm kept as an fp32 island reads an fp16 value through a Cast. Left as
+    separate ops, onnxruntime's own LayerNormFusion absorbs that Cast and builds a
+    LayerNormalization with an fp16 input and an fp32 scale, then refuses the file ("Type
+    parameter (T) of Optype (LayerNormalization) bound to different types"). onnxscript's
+    fusion, applied first, keeps the input in fp32 (only fp32/fp64 patterns match, with
+    the same epsilon), so nothing is left for onnxruntime to mis-fuse. Returns the count.
+    """
+    try:  # onnxscript keeps this rule out of its public API: without it, nothing changes
+        from onnxscript.rewriter.rules.fusion._layer_norm import fuse_layer_normalization
+    except ImportError:
+        return 0
+    count = int(fuse_layer_normalization(model))
+    if count:
+        from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+        RemoveUnusedNodesPass()(model)  # the fused ops' constants
+    return count
+
+
 def write_onnx(
     program: torch.export.ExportedProgram, path: Path, info: ArtifactInfo, opset: int
 ) -> None:
@@ -95,6 +117,7 @@ def write_onnx(
     finally:
         quiet.setLevel(level)
     assert onnx_program is not None  # dynamo=True always returns the program
+    _fuse_fp32_layer_norms(onnx_program.model)
     proto = onnx_program.model_proto
     entry = proto.metadata_props.add()
     entry.key, entry.value = INFO_KEY, info.to_json_text()
