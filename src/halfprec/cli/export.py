@@ -24,7 +24,7 @@ from halfprec.cli.progress import progress
 from halfprec.compare import run_reference
 from halfprec.convert.core import ConvertConfig
 from halfprec.export import FORMATS, ExportConfig, export, load_artifact, verify_artifact
-from halfprec.export.kv_cache import cache_reference
+from halfprec.export.seq2seq import kv_reference
 from halfprec.io.specs import LoadedModel
 from halfprec.report.export import print_artifact_check, print_export
 
@@ -61,8 +61,9 @@ __all__ = ["command", "check_artifact"]
 @click.option(
     "--kv-cache",
     is_flag=True,
-    help="Decoder-only Hugging Face LMs: the KV cache as tensors (past_key_values in, "
-    "present_key_values out), checked on a split prompt, a one-token step and an empty past.",
+    help="Hugging Face LMs: the KV cache as tensors (past_key_values in, "
+    "present_key_values out), checked on a split prompt, a one-token step and an empty past. "
+    "Encoder-decoders: two files, OUTPUT (decoder step) and its .encoder twin.",
 )
 @click.option("--opset", type=click.IntRange(min=17), default=None, help="ONNX opset (>= 17).")
 @click.option(
@@ -134,7 +135,7 @@ def check_artifact(
     tolerance = tolerance_override(artifact.dtype, min_cosine, min_sqnr)
     model: nn.Module = loaded.model.eval()
     if artifact.info.kv_cache:
-        model, batches = cache_reference(model, batches)
+        model, batches = kv_reference(model, batches, artifact.info)
     reference = run_reference(model, batches)
     check = verify_artifact(artifact, batches, reference, tolerance=tolerance)
     data = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,12 @@ from halfprec.export.hf import CACHE_NOTE, CLAMP_NOTE, static_fp16_clamps, witho
 from halfprec.export.info import ArtifactInfo
 from halfprec.export.kv_cache import KV_CACHE_NOTE, cache_reference
 from halfprec.export.onnx import OrtCasts, OrtLatency, inspect_casts, ort_latency, write_onnx
+from halfprec.export.seq2seq import (
+    SEQ2SEQ_NOTE,
+    encoder_path,
+    is_encoder_decoder,
+    seq2seq_reference,
+)
 from halfprec.modules import evaluating, first_line, model_device
 from halfprec.tree import flatten, map_tensors
 
@@ -42,6 +48,8 @@ class ExportResult:
 
     ``python_max_abs``: the largest difference between the artifact's outputs and the
     converted model's outputs in this process (0.0 means identical).
+    ``companions``: the other files written with this one, each checked on its own (an
+    encoder-decoder with ``kv_cache=True``: the encoder file); ``passed`` covers them too.
     """
 
     path: Path
@@ -55,10 +63,11 @@ class ExportResult:
     ort_casts: OrtCasts | None = None
     ort_latency: OrtLatency | None = None
     notes: tuple[str, ...] = ()
+    companions: tuple[ExportResult, ...] = ()
 
     @property
     def passed(self) -> bool:
-        return self.comparison.passed
+        return self.comparison.passed and all(c.passed for c in self.companions)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +86,7 @@ class ExportResult:
             "ort_casts": self.ort_casts.to_json() if self.ort_casts else None,
             "ort_latency": self.ort_latency.to_json() if self.ort_latency else None,
             "notes": list(self.notes),
+            "companions": [c.to_json() for c in self.companions],
         }
 
 
@@ -165,6 +175,9 @@ def export(
     ``kv_cache=True``: a decoder-only Hugging Face LM is exported with its KV cache as
     tensors (:mod:`halfprec.export.kv_cache`); ``inputs`` are token batches of at least 4
     tokens, from which halfprec checks a split prompt, a one-token step and an empty past.
+    An encoder-decoder (T5, BART, Whisper) is written as two files,
+    ``<stem>.encoder<suffix>`` and ``path`` (:mod:`halfprec.export.seq2seq`); the result
+    describes the decoder file and holds the encoder's in ``companions``.
     """
     cfg = ConvertConfig.of(config)
     if conversion_report(model) is not None:
@@ -183,6 +196,9 @@ def export(
     )
     out = Path(path)
     batches = as_batches(inputs)
+    step = _Step(target, cfg, half_io, tolerance, runs, name or type(model).__name__)
+    if kv_cache and is_encoder_decoder(model):
+        return _export_seq2seq(model, batches, out, step)
     reference: nn.Module
     if kv_cache:  # wraps, does not change, the model
         reference, batches = cache_reference(model, batches)
@@ -193,6 +209,44 @@ def export(
         # config).
         reference, no_cache = without_cache(model)
         notes = [CACHE_NOTE] if no_cache else []
+    return _export_checked(reference, batches, out, step, notes)
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What every file of one :func:`export` call shares."""
+
+    target: ExportConfig
+    cfg: ConvertConfig
+    half_io: bool
+    tolerance: Tolerance | None
+    runs: int
+    name: str
+
+
+def _export_seq2seq(model: nn.Module, batches: list[Any], out: Path, step: _Step) -> ExportResult:
+    """An encoder-decoder as two checked files (:mod:`halfprec.export.seq2seq`); on
+    failure neither is left behind."""
+    ref = seq2seq_reference(model, batches)
+    first = encoder_path(out)
+    encoder = _export_checked(
+        ref.encoder, ref.encoder_batches, first, replace(step, name=f"{step.name} encoder"), []
+    )
+    try:
+        notes = [KV_CACHE_NOTE, SEQ2SEQ_NOTE.format(encoder=first.name)]
+        result = _export_checked(ref.decoder, ref.decoder_batches, out, step, notes)
+    except BaseException:
+        first.unlink(missing_ok=True)
+        raise
+    result.companions = (encoder,)
+    return result
+
+
+def _export_checked(
+    reference: nn.Module, batches: list[Any], out: Path, step: _Step, notes: list[str]
+) -> ExportResult:
+    """Convert ``reference`` (fp32, not changed), write it to ``out`` and check the file."""
+    target, cfg, half_io = step.target, step.cfg, step.half_io
     with evaluating(reference):  # the copy convert makes stays in eval mode
         ref_out = run_reference(reference, batches)
         half_dtype = _export_dtype(target, cfg, reference)
@@ -230,7 +284,7 @@ def export(
         format=target.format,
         dtype=dtype_name(half_dtype),
         io_dtype=dtype_name(io_dtype),
-        model=name or type(model).__name__,
+        model=step.name,
         params=params,
         inputs=tuple(flatten(named[0])),
         outputs=tuple(flatten(python_out[0])),
@@ -239,11 +293,11 @@ def export(
         if target.dynamic or target.format == "torchscript"
         else {k: tuple(t.shape) for k, t in flatten(named[0]).items()},
         halfprec=__version__,
-        kv_cache=kv_cache,
+        kv_cache=step.target.kv_cache,
     )
     write_artifact(target, half, named, out, info)
     artifact = load_artifact(out)
-    check = verify_artifact(artifact, batches, ref_out, tolerance=tolerance)
+    check = verify_artifact(artifact, batches, ref_out, tolerance=step.tolerance)
     python_max_abs = (
         _max_abs([python_out[i] for i in check.checked_batches], check.outputs)
         if check.outputs
@@ -262,9 +316,9 @@ def export(
     )
     if target.format == "onnx":
         result.ort_casts = inspect_casts(out)
-        if runs > 0:
+        if step.runs > 0:
             with evaluating(reference):
-                result.ort_latency = _onnx_latency(target, reference, named, info, out, runs)
+                result.ort_latency = _onnx_latency(target, reference, named, info, out, step.runs)
     return result
 
 

@@ -58,8 +58,9 @@ def _config(model: nn.Module) -> Any:
         )
     if getattr(config, "is_encoder_decoder", False):
         raise ExportError(
-            f"--kv-cache covers decoder-only language models; {type(model).__name__} is an "
-            "encoder-decoder: export it without --kv-cache (the file returns logits)"
+            f"WithPast covers decoder-only language models; {type(model).__name__} is an "
+            "encoder-decoder: wrap it with halfprec.export.seq2seq (export(..., "
+            "kv_cache=True) does)"
         )
     return config
 

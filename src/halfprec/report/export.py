@@ -27,6 +27,8 @@ def _verdict(con: Console, cmp: Comparison, what: str) -> None:
 
 
 def print_export(result: ExportResult) -> None:
+    for companion in result.companions:  # written first (an encoder-decoder's encoder)
+        print_export(companion)
     con = make_console()
     info = result.info
     con.print(

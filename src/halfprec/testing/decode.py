@@ -19,7 +19,12 @@ from torch import nn
 
 from halfprec.export.kv_cache import WithPast, position_ids
 
-__all__ = ["DecodeCheck", "decode_against_fp32", "left_padded_prompts"]
+__all__ = [
+    "DecodeCheck",
+    "decode_against_fp32",
+    "decode_seq2seq_against_fp32",
+    "left_padded_prompts",
+]
 
 
 @dataclass
@@ -37,6 +42,23 @@ class DecodeCheck:
     def passed(self) -> bool:
         return not self.disagreements and not self.nonfinite
 
+    def add(self, step: int, logits: torch.Tensor, want: torch.Tensor) -> bool:
+        """Record one step's last-position ``logits`` against fp32's ``want`` and its greedy
+        tokens; False (stop decoding) when the logits are not finite."""
+        diff = float((logits - want).abs().max())
+        if not math.isfinite(diff):
+            self.nonfinite = True
+            return False
+        self.worst = max(self.worst, diff)
+        for row in range(logits.shape[0]):
+            top2 = want[row].topk(2).values
+            margin_clear = float(top2[0] - top2[1]) > 2 * diff
+            if margin_clear and int(logits[row].argmax()) != int(want[row].argmax()):
+                self.disagreements.append((step, row))
+        for row, token in enumerate(logits.argmax(-1).tolist()):
+            self.tokens[row].append(token)
+        return True
+
 
 def left_padded_prompts(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Two prompts of 6 and 4 tokens, the shorter one left-padded as batched generation pads."""
@@ -51,14 +73,20 @@ def _empty_past(model: nn.Module, rows: int) -> tuple[dict[str, torch.Tensor], .
     return tuple({k: t[:, :, :0] for k, t in p.items()} for p in past)
 
 
+def _layers(out: dict[str, Any], name: str) -> tuple[dict[str, torch.Tensor], ...]:
+    """The cache ``name`` of ``out``, nested as the past (ONNX artifacts return flat names)."""
+    if name in out:
+        return tuple(out[name])
+    layers = sum(1 for k in out if k.startswith(f"{name}.") and k.endswith(".key"))
+    return tuple({kv: out[f"{name}.{i}.{kv}"] for kv in ("key", "value")} for i in range(layers))
+
+
 def _present(out: dict[str, Any]) -> tuple[dict[str, torch.Tensor], ...]:
-    """The returned cache, nested as the past (ONNX artifacts return flat names)."""
-    if "present_key_values" in out:
-        return tuple(out["present_key_values"])
-    layers = sum(1 for k in out if k.startswith("present_key_values.") and k.endswith(".key"))
-    return tuple(
-        {kv: out[f"present_key_values.{i}.{kv}"] for kv in ("key", "value")} for i in range(layers)
-    )
+    return _layers(out, "present_key_values")
+
+
+def _flat_or_nested(out: dict[str, Any], name: str) -> dict[str, Any]:
+    return {**out, name: _layers(out, name)}
 
 
 def decode_against_fp32(
@@ -86,21 +114,54 @@ def decode_against_fp32(
         extra = {"position_ids": position_ids(mask)} if takes_positions else {}
         with torch.no_grad():
             want = model(input_ids=seq, attention_mask=mask, **extra)["logits"][:, -1].float()
-        diff = float((logits - want).abs().max())
-        if not math.isfinite(diff):
-            check.nonfinite = True
+        if not check.add(step, logits, want):
             break
-        check.worst = max(check.worst, diff)
-        for row in range(logits.shape[0]):
-            top2 = want[row].topk(2).values
-            margin_clear = float(top2[0] - top2[1]) > 2 * diff
-            if margin_clear and int(logits[row].argmax()) != int(want[row].argmax()):
-                check.disagreements.append((step, row))
         ids = logits.argmax(-1, keepdim=True)
-        for row, token in enumerate(ids[:, 0].tolist()):
-            check.tokens[row].append(token)
         past = _present(out)
         positions = positions[:, -1:] + 1
         mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
+        seq = torch.cat([seq, ids], dim=1)
+    return check
+
+
+def decode_seq2seq_against_fp32(
+    encode: Callable[[dict[str, Any]], Any],
+    run: Callable[[dict[str, Any]], Any],
+    model: nn.Module,
+    encoder_batch: dict[str, torch.Tensor],
+    steps: int,
+) -> DecodeCheck:
+    """Greedy-decode ``steps`` tokens of an encoder-decoder exported as two files
+    (:mod:`halfprec.export.seq2seq`): ``encode`` once on ``encoder_batch``, then ``run``
+    step by step from ``decoder_start_token_id``, feeding ``present_key_values`` back.
+
+    Each step's logits are compared with the fp32 ``model`` run on the same encoder inputs
+    and the whole decoder sequence so far, without a cache.
+    """
+    encoded = _flat_or_nested(encode(encoder_batch), "cross_key_values")
+    fixed = {"encoder_hidden_states": encoded["encoder_hidden_states"]}
+    if "attention_mask" in encoder_batch:
+        fixed["attention_mask"] = encoder_batch["attention_mask"]
+    rows = fixed["encoder_hidden_states"].shape[0]
+    start = int(getattr(model.config, "decoder_start_token_id", None) or 0)
+    ids = seq = torch.full((rows, 1), start, dtype=torch.long)
+    # the empty self-attention past: the cross K/V's heads and head size, 0 positions
+    past = tuple({k: t[:, :, :0] for k, t in p.items()} for p in encoded["cross_key_values"])
+    check = DecodeCheck([[] for _ in range(rows)])
+    for step in range(steps):
+        out = run(
+            {
+                "decoder_input_ids": ids,
+                **fixed,
+                "past_key_values": past,
+                "cross_key_values": encoded["cross_key_values"],
+            }
+        )
+        with torch.no_grad():
+            want = model(**encoder_batch, decoder_input_ids=seq, use_cache=False)["logits"]
+        if not check.add(step, out["logits"][:, -1].float(), want[:, -1].float()):
+            break
+        ids = out["logits"][:, -1:].argmax(-1)
+        past = _present(out)
         seq = torch.cat([seq, ids], dim=1)
     return check
