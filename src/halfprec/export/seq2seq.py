@@ -122,13 +122,17 @@ def _checked(model: nn.Module) -> str:
     return _cache_keyword(model)
 
 
-class EncoderWithCross(nn.Module):
-    """The encoder of ``model`` and every decoder layer's cross-attention K/V (module doc)."""
+class _Wrapper(nn.Module):
+    """An unchanged Hugging Face encoder-decoder and the name of its cache keyword."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.keyword = _checked(model)
         self.model = model
+
+
+class EncoderWithCross(_Wrapper):
+    """The encoder of ``model`` and every decoder layer's cross-attention K/V (module doc)."""
 
     def forward(
         self,
@@ -150,13 +154,8 @@ class EncoderWithCross(nn.Module):
         }
 
 
-class DecoderWithPast(nn.Module):
+class DecoderWithPast(_Wrapper):
     """One decoder step of ``model`` with both caches as tensors (module doc)."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.keyword = _checked(model)
-        self.model = model
 
     def forward(
         self,
