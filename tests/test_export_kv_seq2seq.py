@@ -137,3 +137,16 @@ def test_seq2seq_kv_cache_refuses_short_decoder_examples_without_files(
     with pytest.raises(ExportError, match="needs example batches with decoder_input_ids"):
         export(model, batch, tmp_path / "t.pt2", kv_cache=True)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_cli_seq2seq_kv_cache_failure_is_one_line_and_leaves_no_file(  # type: ignore[no-untyped-def]
+    cli, hf_root: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("onnxscript")
+    # T5 -> ONNX with dynamic shapes fails inside torch.onnx (modeling_t5.py's view)
+    proc = cli("export", str(save("t5", hf_root)), "-o", str(tmp_path / "t.onnx"), "--kv-cache")
+    assert proc.returncode == 2
+    assert "torch.onnx.export failed" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
