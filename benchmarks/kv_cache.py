@@ -1,4 +1,4 @@
-"""``export --kv-cache`` across the causal LMs of the breadth set.
+"""``export --kv-cache`` across the causal LMs and encoder-decoders of the breadth set.
 
     HF_HUB_OFFLINE=1 PYTHONPATH=src python3 benchmarks/kv_cache.py \
         [--only gpt2,llama] [--formats pt2,onnx] [--steps 8] [--markdown out.md]
@@ -8,6 +8,8 @@ configs, seeded random weights): export to fp16 with ``kv_cache=True`` (checked 
 fp32 on a split prompt, a one-token step and an empty past), reload the file, greedy-decode
 ``--steps`` tokens of a left-padded two-prompt batch through it, feeding its cache back,
 and compare each step's logits with fp32 run on the whole sequence without a cache.
+Encoder-decoders (T5, BART, ..., Whisper) write two files: the encoder file runs once on
+the example batch, the decoder file decodes from ``decoder_start_token_id``.
 An export halfprec refuses (exit 2 in the CLI) is listed with its one-line reason.
 Exits 1 unless every architecture exports, passes its check and decodes like fp32.
 """
@@ -25,7 +27,14 @@ from pathlib import Path
 from halfprec.errors import HalfprecError
 from halfprec.export import export, load_artifact
 from halfprec.testing.breadth_models import ARCHS, build, example_batch
-from halfprec.testing.decode import decode_against_fp32, left_padded_prompts
+from halfprec.testing.decode import (
+    DecodeCheck,
+    decode_against_fp32,
+    decode_seq2seq_against_fp32,
+    left_padded_prompts,
+)
+
+ENCODER_DECODER_INPUTS = ("seq2seq", "mel")
 
 
 @dataclass
@@ -40,17 +49,28 @@ class Row:
 def _one(name: str, fmt: str, steps: int, folder: Path) -> Row:
     arch = next(a for a in ARCHS if a.name == name)
     model = build(arch)
-    batch = {k: v for k, v in example_batch(arch).items() if k in ("input_ids", "attention_mask")}
+    seq2seq = arch.inputs in ENCODER_DECODER_INPUTS
+    batch = example_batch(arch)
+    if not seq2seq:
+        batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")}
     start = time.perf_counter()
     try:
         result = export(model, batch, folder / f"{name}.{fmt}", "fp16", kv_cache=True)
     except HalfprecError as exc:
         return Row(name, fmt, f"export failed: {exc}", None, time.perf_counter() - start)
     if not result.passed:
-        problem = (result.comparison.problems or [result.comparison.reason])[0]
+        failed = next(r for r in (result, *result.companions) if not r.passed)
+        problem = (failed.comparison.problems or [failed.comparison.reason])[0]
         return Row(name, fmt, f"check failed: {problem}", None, time.perf_counter() - start)
-    prompt, mask = left_padded_prompts(model.config.vocab_size)
-    check = decode_against_fp32(load_artifact(result.path), model, prompt, mask, steps)
+    check: DecodeCheck
+    if seq2seq:
+        (encoder,) = result.companions
+        inputs = {k: v for k, v in batch.items() if k != "decoder_input_ids"}
+        step = load_artifact(result.path)
+        check = decode_seq2seq_against_fp32(load_artifact(encoder.path), step, model, inputs, steps)
+    else:
+        prompt, mask = left_padded_prompts(model.config.vocab_size)
+        check = decode_against_fp32(load_artifact(result.path), model, prompt, mask, steps)
     seconds = time.perf_counter() - start
     if not check.passed:
         why = "non-finite logits" if check.nonfinite else f"argmax differs at {check.disagreements}"
@@ -67,7 +87,7 @@ def _markdown(rows: list[Row], steps: int) -> str:
         worst = "-" if r.worst is None else f"{r.worst:.2g}"
         lines.append(f"| {r.arch} | {r.fmt} | {r.outcome} | {worst} | {r.seconds:.1f} |")
     ok = sum(r.outcome == "ok" for r in rows)
-    lines.append(f"\n{ok}/{len(rows)} decode like fp32 through the exported file.")
+    lines.append(f"\n{ok}/{len(rows)} decode like fp32 through the exported files.")
     return "\n".join(lines) + "\n"
 
 
@@ -79,7 +99,11 @@ def main() -> int:
     parser.add_argument("--markdown", default="", help="write the table here too")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
-    names = args.only.split(",") if args.only else [a.name for a in ARCHS if a.kind == "causal"]
+    names = (
+        args.only.split(",")
+        if args.only
+        else [a.name for a in ARCHS if a.kind == "causal" or a.inputs in ENCODER_DECODER_INPUTS]
+    )
     rows = []
     with tempfile.TemporaryDirectory(prefix="halfprec-kv-") as tmp:
         for name in names:

@@ -57,56 +57,6 @@ def test_fp32_wrappers_generate_what_transformers_generates(hf_root: Path, name:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("name", "suffix"), [("bart", ".pt2"), ("t5", ".pt2"), ("whisper", ".pt2"), ("bart", ".onnx")]
-)
-def test_seq2seq_kv_cache_export_decodes_like_fp32(
-    hf_root: Path, tmp_path: Path, name: str, suffix: str
-) -> None:
-    if suffix == ".onnx":
-        pytest.importorskip("onnxscript")
-        pytest.importorskip("onnxruntime")
-    model, batch = _loaded(name, hf_root)
-    examples = load_model(str(hf_root / name)).example_inputs
-    result = export(model, examples, tmp_path / f"m{suffix}", "fp16", kv_cache=True)
-    assert result.passed, result.comparison.problems
-    assert result.checked_batches == 3  # split decoder prompt, one-token step, empty past
-    (encoder,) = result.companions
-    assert encoder.path == tmp_path / f"m.encoder{suffix}"
-    assert encoder.passed and encoder.checked_batches == (1 if name == "whisper" else 2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"m{suffix}", encoder.path.name])
-    mask = () if name == "whisper" else ("attention_mask",)
-    assert result.info.inputs == (
-        "decoder_input_ids",
-        "encoder_hidden_states",
-        *mask,
-        "past_key_values.0.key",
-        "past_key_values.0.value",
-        "cross_key_values.0.key",
-        "cross_key_values.0.value",
-    )
-    assert result.info.outputs == (
-        "logits",
-        "present_key_values.0.key",
-        "present_key_values.0.value",
-    )
-    assert encoder.info.outputs == (
-        "encoder_hidden_states",
-        "cross_key_values.0.key",
-        "cross_key_values.0.value",
-    )
-    assert result.to_json()["companions"][0]["path"] == str(encoder.path)
-    # the caller's model is untouched: fp32, its config keeps the cache on
-    assert model.config.use_cache is True
-    assert all(p.dtype == torch.float32 for p in model.parameters())
-    encode, step = load_artifact(encoder.path), load_artifact(result.path)
-    assert encode.info.kv_cache and step.info.kv_cache
-    check = _decode(encode, step, model, batch)  # ONNX files return flat names: both work
-    # fp16 is not fp32, and stays close over the whole decode
-    assert 0 < check.worst < 0.05
-
-
-@pytest.mark.slow
 def test_cli_seq2seq_kv_cache_reports_both_files_and_check_artifact_checks_each(  # type: ignore[no-untyped-def]
     cli, hf_root: Path, tmp_path: Path
 ) -> None:
@@ -116,11 +66,34 @@ def test_cli_seq2seq_kv_cache_reports_both_files_and_check_artifact_checks_each(
     said = " ".join(proc.stdout.split())  # the encoder file first, then the decoder's
     assert said.index(f"wrote {tmp_path / 'b.encoder.pt2'}") < said.index(f"wrote {out}")
     assert said.count("PASS") == 2
-    for path, batches in ((out, 3), (tmp_path / "b.encoder.pt2", 2)):
+    encoder_file = tmp_path / "b.encoder.pt2"
+    assert sorted(tmp_path.iterdir()) == [encoder_file, out]
+    for path, batches in ((out, 3), (encoder_file, 2)):
         proc = cli("check", str(folder), "--artifact", str(path), "--json")
         assert proc.returncode == 0, proc.stderr
         verdict = json.loads(proc.stdout)
         assert verdict["passed"] is True and verdict["batches"] == batches
+    encode, step = load_artifact(encoder_file), load_artifact(out)
+    assert encode.info.kv_cache and step.info.kv_cache
+    assert step.info.inputs == (
+        "decoder_input_ids",
+        "encoder_hidden_states",
+        "attention_mask",
+        "past_key_values.0.key",
+        "past_key_values.0.value",
+        "cross_key_values.0.key",
+        "cross_key_values.0.value",
+    )
+    assert step.info.outputs == ("logits", "present_key_values.0.key", "present_key_values.0.value")
+    assert encode.info.outputs == (
+        "encoder_hidden_states",
+        "cross_key_values.0.key",
+        "cross_key_values.0.value",
+    )
+    # the fp16 files decode 8 tokens like fp32 without a cache (T5, Whisper and BART ONNX:
+    # benchmarks/kv_cache.py)
+    model, batch = _loaded("bart", hf_root)
+    assert 0 < _decode(encode, step, model, batch).worst < 0.05
 
 
 def test_seq2seq_kv_cache_refuses_short_decoder_examples_without_files(
@@ -136,17 +109,4 @@ def test_seq2seq_kv_cache_refuses_short_decoder_examples_without_files(
         )
     with pytest.raises(ExportError, match="needs example batches with decoder_input_ids"):
         export(model, batch, tmp_path / "t.pt2", kv_cache=True)
-    assert not list(tmp_path.iterdir())
-
-
-@pytest.mark.slow
-def test_cli_seq2seq_kv_cache_failure_is_one_line_and_leaves_no_file(  # type: ignore[no-untyped-def]
-    cli, hf_root: Path, tmp_path: Path
-) -> None:
-    pytest.importorskip("onnxscript")
-    # T5 -> ONNX with dynamic shapes fails inside torch.onnx (modeling_t5.py's view)
-    proc = cli("export", str(save("t5", hf_root)), "-o", str(tmp_path / "t.onnx"), "--kv-cache")
-    assert proc.returncode == 2
-    assert "torch.onnx.export failed" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())
