@@ -149,3 +149,14 @@ def test_kv_cache_refuses_models_without_a_kv_cache_and_short_prompts(
     with pytest.raises(ExportError, match="is not one"):
         export(torch.nn.Linear(4, 4), torch.randn(2, 4), tmp_path / "l.pt2", kv_cache=True)
     assert not list(tmp_path.iterdir())
+
+
+def test_onnx_failure_of_a_kv_cache_file_does_not_offer_static() -> None:
+    from halfprec.export.capture import explain_failure
+
+    exc = ValueError("Cannot view a tensor")
+    usual = explain_failure("torch.onnx.export", exc)
+    assert usual.endswith("; export with --static, or with --format exported-program")
+    cached = explain_failure("torch.onnx.export", exc, can_be_static=False)
+    assert cached.endswith("; export with --format exported-program")
+    assert "--static" not in cached

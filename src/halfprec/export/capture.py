@@ -143,7 +143,7 @@ def root_cause(exc: BaseException) -> BaseException:
     return _chain(exc)[-1]
 
 
-def explain_failure(stage: str, exc: BaseException) -> str:
+def explain_failure(stage: str, exc: BaseException, *, can_be_static: bool = True) -> str:
     """One line naming why ``stage`` failed (the root cause, plain text), and the fix."""
     text = "\n".join(str(e) for e in _chain(exc))
     op = _NO_ONNX_OP.search(text)
@@ -186,7 +186,8 @@ def explain_failure(stage: str, exc: BaseException) -> str:
     root = root_cause(exc)
     location = _model_location(str(root))
     where = f" (in {location})" if location else ""
-    fix = "; export with --static, or with --format exported-program" if "onnx" in stage else ""
+    static = "--static, or with " if can_be_static else ""
+    fix = f"; export with {static}--format exported-program" if "onnx" in stage else ""
     return f"{stage} failed: {first_line(root)}{where}{fix}"
 
 

@@ -113,7 +113,9 @@ def write_onnx(
     except HalfprecError:
         raise
     except Exception as exc:  # the exporter wraps many error types
-        raise ExportError(explain_failure("torch.onnx.export", exc)) from exc
+        # a KV-cache file needs dynamic lengths: --static is no way out there
+        why = explain_failure("torch.onnx.export", exc, can_be_static=not info.kv_cache)
+        raise ExportError(why) from exc
     finally:
         quiet.setLevel(level)
     assert onnx_program is not None  # dynamo=True always returns the program
