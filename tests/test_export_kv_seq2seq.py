@@ -57,7 +57,7 @@ def test_fp32_wrappers_generate_what_transformers_generates(hf_root: Path, name:
 
 
 @pytest.mark.slow
-def test_cli_seq2seq_kv_cache_reports_both_files_and_check_artifact_checks_each(  # type: ignore[no-untyped-def]
+def test_cli_seq2seq_kv_cache_writes_two_files_that_decode_like_fp32(  # type: ignore[no-untyped-def]
     cli, hf_root: Path, tmp_path: Path
 ) -> None:
     folder, out = save("bart", hf_root), tmp_path / "b.pt2"
@@ -68,7 +68,7 @@ def test_cli_seq2seq_kv_cache_reports_both_files_and_check_artifact_checks_each(
     assert said.count("PASS") == 2
     encoder_file = tmp_path / "b.encoder.pt2"
     assert sorted(tmp_path.iterdir()) == [encoder_file, out]
-    for path, batches in ((out, 3), (encoder_file, 2)):
+    for path, batches in ((out, 3), (encoder_file, 2)):  # check --artifact takes either file
         proc = cli("check", str(folder), "--artifact", str(path), "--json")
         assert proc.returncode == 0, proc.stderr
         verdict = json.loads(proc.stdout)
