@@ -32,9 +32,9 @@ from halfprec.export.kv_cache import KV_CACHE_NOTE, cache_reference
 from halfprec.export.onnx import OrtCasts, OrtLatency, inspect_casts, ort_latency, write_onnx
 from halfprec.export.seq2seq import (
     SEQ2SEQ_NOTE,
+    Seq2SeqReference,
     encoder_path,
     is_encoder_decoder,
-    seq2seq_reference,
 )
 from halfprec.modules import evaluating, first_line, model_device
 from halfprec.tree import flatten, map_tensors
@@ -227,7 +227,7 @@ class _Step:
 def _export_seq2seq(model: nn.Module, batches: list[Any], out: Path, step: _Step) -> ExportResult:
     """An encoder-decoder as two checked files (:mod:`halfprec.export.seq2seq`); on
     failure neither is left behind."""
-    ref = seq2seq_reference(model, batches)
+    ref = Seq2SeqReference(model, batches)
     first = encoder_path(out)
     encoder = _export_checked(
         ref.encoder, ref.encoder_batches, first, replace(step, name=f"{step.name} encoder"), []

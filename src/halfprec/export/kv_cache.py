@@ -31,6 +31,10 @@ from halfprec.modules import evaluating
 
 __all__ = [
     "WithPast",
+    "as_past",
+    "cache_keyword",
+    "empty_past",
+    "require_tokens",
     "with_past_batches",
     "cache_reference",
     "position_ids",
@@ -65,7 +69,7 @@ def _config(model: nn.Module) -> Any:
     return config
 
 
-def _cache_keyword(model: nn.Module) -> str:
+def cache_keyword(model: nn.Module) -> str:
     params = inspect.signature(model.forward).parameters
     for name in ("cache", "past_key_values"):  # transformers 5 renamed it to "cache"
         if name in params:
@@ -76,7 +80,7 @@ def _cache_keyword(model: nn.Module) -> str:
     )
 
 
-def _as_past(cache: Any) -> Past:
+def as_past(cache: Any) -> Past:
     if cache is None:
         raise ExportError(
             "the model returned no KV cache (it is not a causal language model, or its config "
@@ -100,6 +104,20 @@ def _as_past(cache: Any) -> Past:
     return tuple(past)
 
 
+def empty_past(past: Past) -> Past:
+    """``past`` with 0 positions (same batch, heads and head size): a prompt's past."""
+    return tuple({k: t[:, :, :0] for k, t in p.items()} for p in past)
+
+
+def require_tokens(n: int, name: str) -> None:
+    """Refuse example ``name`` shorter than :data:`MIN_TOKENS` (the checks split it)."""
+    if n < MIN_TOKENS:
+        raise ExportError(
+            f"--kv-cache needs example {name} of at least {MIN_TOKENS} tokens, got {n}; "
+            "pass longer examples with --inputs"
+        )
+
+
 def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     """Positions as ``generate`` counts them: real tokens 0, 1, ...; padding 0.
 
@@ -111,7 +129,7 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
 
 def _returned_cache(out: Any) -> Past:
     cache = out.get("cache", None)  # transformers 5; "past_key_values" before
-    return _as_past(cache if cache is not None else out.get("past_key_values", None))
+    return as_past(cache if cache is not None else out.get("past_key_values", None))
 
 
 class WithPast(nn.Module):
@@ -120,7 +138,7 @@ class WithPast(nn.Module):
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         _config(model)
-        self.keyword = _cache_keyword(model)
+        self.keyword = cache_keyword(model)
         self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters
         self.model = model
 
@@ -182,7 +200,7 @@ def _split(
     first = max(past_len, 1)  # an empty past takes its shape from a one-token cache
     past = wrapper.prompt_cache(ids[:, :first], mask[:, :first])
     if past_len == 0:
-        past = tuple({k: t[:, :, :0] for k, t in p.items()} for p in past)
+        past = empty_past(past)
     batch = {"input_ids": ids[:, past_len:end], "attention_mask": mask[:, :end]}
     if wrapper.takes_positions:
         batch["position_ids"] = position_ids(mask[:, :end])[:, past_len:]
@@ -202,11 +220,7 @@ def with_past_batches(wrapper: WithPast, batches: list[Batch]) -> list[Batch]:
     for batch in batches:
         ids, mask = _tokens(batch, wrapper.model)
         n = ids.shape[1]
-        if n < MIN_TOKENS:
-            raise ExportError(
-                f"--kv-cache needs example input_ids of at least {MIN_TOKENS} tokens, got {n}; "
-                "pass longer examples with --inputs"
-            )
+        require_tokens(n, "input_ids")
 
         out += [
             _split(wrapper, ids, mask, p, end) for p, end in ((n // 2, n), (n - 2, n - 1), (0, n))

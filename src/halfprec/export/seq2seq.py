@@ -13,7 +13,7 @@ An encoder-decoder is exported as two files, each a wrapper around the (unchange
   ``past_key_values`` (self-attention, ``past_len`` may be 0) and ``cross_key_values``;
   outputs ``logits`` and ``present_key_values`` (``past_len + new`` positions).
 
-:func:`seq2seq_reference` makes the example batches of both from the model's example
+:class:`Seq2SeqReference` makes the example batches of both from the model's example
 batches (which carry ``decoder_input_ids``): the encoder inputs, and their first half
 (text encoders, so that the encoder length is a symbolic dimension); for the decoder a
 split decoder prompt, a one-token step (on the shorter encoder input) and an empty past,
@@ -32,7 +32,14 @@ from halfprec.batch import Batch
 from halfprec.export.capture import forward_params, named_inputs
 from halfprec.export.config import ExportError
 from halfprec.export.info import ArtifactInfo
-from halfprec.export.kv_cache import MIN_TOKENS, Past, _as_past, _cache_keyword, cache_reference
+from halfprec.export.kv_cache import (
+    Past,
+    as_past,
+    cache_keyword,
+    cache_reference,
+    empty_past,
+    require_tokens,
+)
 from halfprec.modules import evaluating
 
 __all__ = [
@@ -41,7 +48,6 @@ __all__ = [
     "Seq2SeqReference",
     "is_encoder_decoder",
     "encoder_path",
-    "seq2seq_reference",
     "kv_reference",
     "SEQ2SEQ_NOTE",
 ]
@@ -119,7 +125,7 @@ def _checked(model: nn.Module) -> str:
             f"{type(model).__name__} takes {model.main_input_name}, not input_ids or "
             "input_features; export it without --kv-cache"
         )
-    return _cache_keyword(model)
+    return cache_keyword(model)
 
 
 class _Wrapper(nn.Module):
@@ -150,7 +156,7 @@ class EncoderWithCross(_Wrapper):
         _, cache = _decoder_step(self.model, self.keyword, token, hidden, attention_mask, (), ())
         return {
             "encoder_hidden_states": hidden,
-            "cross_key_values": _as_past(cache.cross_attention_cache),
+            "cross_key_values": as_past(cache.cross_attention_cache),
         }
 
 
@@ -174,7 +180,7 @@ class DecoderWithPast(_Wrapper):
             past_key_values,
             cross_key_values,
         )
-        return {"logits": logits, "present_key_values": _as_past(cache.self_attention_cache)}
+        return {"logits": logits, "present_key_values": as_past(cache.self_attention_cache)}
 
 
 class Seq2SeqReference:
@@ -198,11 +204,7 @@ class Seq2SeqReference:
                 "decoder_input_ids (batch, tokens); pass them with --inputs"
             )
         n = dec.shape[1]
-        if n < MIN_TOKENS:
-            raise ExportError(
-                f"--kv-cache needs example decoder_input_ids of at least {MIN_TOKENS} tokens, "
-                f"got {n}; pass longer examples with --inputs"
-            )
+        require_tokens(n, "decoder_input_ids")
         enc = {k: named[k] for k in ENCODER_INPUTS if isinstance(named.get(k), torch.Tensor)}
         if "input_features" in enc:  # speech: a fixed number of frames
             variants = [{"input_features": enc["input_features"]}]
@@ -219,7 +221,7 @@ class Seq2SeqReference:
                 "present_key_values"
             ]
             if past_len == 0:
-                past = tuple({k: t[:, :, :0] for k, t in p.items()} for p in past)
+                past = empty_past(past)
             self.decoder_batches.append(
                 {
                     "decoder_input_ids": dec[:, past_len:end],
@@ -236,11 +238,6 @@ class Seq2SeqReference:
         if "attention_mask" in enc:
             fixed["attention_mask"] = enc["attention_mask"]
         return fixed, out["cross_key_values"]
-
-
-def seq2seq_reference(model: nn.Module, batches: list[Batch]) -> Seq2SeqReference:
-    """Both wrappers of the fp32 ``model`` and their example batches."""
-    return Seq2SeqReference(model, batches)
 
 
 def kv_reference(

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.export.kv_cache import WithPast, position_ids
+from halfprec.export.kv_cache import WithPast, empty_past, position_ids
 
 __all__ = [
     "DecodeCheck",
@@ -70,7 +70,7 @@ def left_padded_prompts(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
 def _empty_past(model: nn.Module, rows: int) -> tuple[dict[str, torch.Tensor], ...]:
     one = torch.zeros(rows, 1, dtype=torch.long)
     past = WithPast(model).prompt_cache(one, torch.ones_like(one))
-    return tuple({k: t[:, :, :0] for k, t in p.items()} for p in past)
+    return empty_past(past)
 
 
 def _layers(out: dict[str, Any], name: str) -> tuple[dict[str, torch.Tensor], ...]:
@@ -146,7 +146,7 @@ def decode_seq2seq_against_fp32(
     start = int(getattr(model.config, "decoder_start_token_id", None) or 0)
     ids = seq = torch.full((rows, 1), start, dtype=torch.long)
     # the empty self-attention past: the cross K/V's heads and head size, 0 positions
-    past = tuple({k: t[:, :, :0] for k, t in p.items()} for p in encoded["cross_key_values"])
+    past = empty_past(encoded["cross_key_values"])
     check = DecodeCheck([[] for _ in range(rows)])
     for step in range(steps):
         out = run(
