@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
 
-from halfprec import ConvertConfig, audit, convert
+from halfprec import Recipe, audit, convert
 from halfprec.batch import call
 
 MODELS: dict[str, Callable[[], torch.nn.Module]] = {
@@ -55,7 +55,7 @@ def main() -> None:
     for name in opts.models.split(","):
         model = MODELS[name]().eval()
         batch = _batch(opts.seq)
-        half = convert(model, ConvertConfig(dtype=opts.dtype, guard_boundaries=False))
+        half = convert(model, Recipe(dtype=opts.dtype, guard_boundaries=False))
         with torch.no_grad():
             call(half, batch)
         audit(half, batch)

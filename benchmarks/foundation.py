@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from halfprec import ConvertConfig, convert
+from halfprec import Recipe, convert
 from halfprec.batch import call
 from halfprec.compare import compare_outputs
 from halfprec.dtypes import device_support, dtype_name, resolve_dtype
@@ -47,7 +47,7 @@ def bench(spec: str, dtype: torch.dtype, runs: int, batch_size: int | None) -> N
         f"naive {dtype_name(dtype)}": naive(model, dtype),
         f"halfprec {dtype_name(dtype)}": (lambda m: lambda b: call(m, b))(convert(model, dtype)),
         "halfprec -guards": (lambda m: lambda b: call(m, b))(
-            convert(model, ConvertConfig(dtype=dtype, guard_boundaries=False))
+            convert(model, Recipe(dtype=dtype, guard_boundaries=False))
         ),
     }
     times: dict[str, list[float]] = {k: [] for k in variants}

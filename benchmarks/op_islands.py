@@ -21,9 +21,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 from transformers import BertConfig, BertModel
 
-from halfprec import Policy, convert
-from halfprec.convert import conversion_report
-from halfprec.convert.op_islands import OpRef, own_op
+from halfprec import Recipe, convert
+from halfprec.convert import conversion_report, recipe_of
+from halfprec.convert.op_islands import OpRef, own_op, recording_ordinals, with_ordinals
 
 TARGET = "encoder.layer.0.attention.self"
 _COMPUTE = ("scaled_dot_product_attention", "matmul", "softmax")
@@ -75,7 +75,16 @@ def main() -> None:
     op, location = (compute or probe.found)[0]
     ref = OpRef(TARGET, op, location, 0)
     plain = convert(model, args.dtype)
-    island = convert(model, Policy(plain.halfprec_report.dtype, op_islands=(ref,)))
+    dtype = conversion_report(plain).dtype  # type: ignore[union-attr]
+    located = convert(model, Recipe(dtype, op_islands=(ref,)))
+    with recording_ordinals() as seen, torch.no_grad():
+        located(**batch)  # the island found by its ordinal: no frames walked while timing
+    island = convert(
+        model,
+        recipe_of(located).replace(  # type: ignore[union-attr]
+            op_islands=with_ordinals((ref,), seen)
+        ),
+    )
     for m in (plain, island):
         report = conversion_report(m)
         assert report is not None

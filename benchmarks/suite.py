@@ -34,7 +34,7 @@ from halfprec.batch import call  # noqa: E402
 from halfprec.bench.results import BenchConfig, BenchResult, fastest_variant  # noqa: E402
 from halfprec.bench.runner import benchmark  # noqa: E402
 from halfprec.bench.variants import Variant, build_variant  # noqa: E402
-from halfprec.convert.core import ConvertConfig, convert  # noqa: E402
+from halfprec.convert.core import Recipe, convert  # noqa: E402
 from halfprec.dtypes import resolve_device  # noqa: E402
 from halfprec.io.specs import load_model  # noqa: E402
 from halfprec.report.bench import markdown_table, print_bench, write_chart  # noqa: E402
@@ -91,9 +91,7 @@ def boundary_overhead(runs: int) -> dict[str, Any]:
     batch = {k: v[:1] for k, v in loaded.example_inputs[0].items()}
     models = {
         "naive-bf16": build_variant(loaded.model, Variant("naive", torch.bfloat16)),
-        "halfprec-bf16 no islands": convert(
-            loaded.model, ConvertConfig(dtype="bf16", norm_islands=False)
-        ),
+        "halfprec-bf16 no islands": convert(loaded.model, Recipe(dtype="bf16", norm_islands=False)),
         "halfprec-bf16": convert(loaded.model, "bf16"),
     }
     samples: dict[str, list[float]] = {k: [] for k in models}

@@ -1,4 +1,4 @@
-"""The public API: ~20 names, one ConvertConfig taken by every entry point in one order."""
+"""The public API: ~20 names, one Recipe taken by every entry point in one order."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ import halfprec
 from halfprec import (
     BenchConfig,
     CheckpointError,
-    ConvertConfig,
     DTypeError,
-    Policy,
+    Recipe,
     audit,
     benchmark,
     check,
@@ -49,7 +48,7 @@ def _inputs() -> list[torch.Tensor]:
     return [torch.randn(4, 8, generator=gen) for _ in range(2)]
 
 
-FORMS = ["bf16", ConvertConfig(dtype="bf16")]
+FORMS = ["bf16", Recipe(dtype="bf16")]
 
 
 # -- the public names ------------------------------------------------------------------------
@@ -68,75 +67,68 @@ def test_all_is_small_and_every_name_resolves() -> None:
     assert len({Variant, Finding, PreflightFinding, TuneVariant}) == 4
 
 
-# -- ConvertConfig ---------------------------------------------------------------------------
+# -- Recipe ---------------------------------------------------------------------------
 def test_of_turns_dtypes_policies_and_none_into_configs() -> None:
-    assert ConvertConfig.of(None) == ConvertConfig()
-    assert ConvertConfig.of("bf16").dtype == torch.bfloat16
-    assert ConvertConfig.of(torch.float16).dtype == torch.float16
-    assert ConvertConfig.of(" AUTO").requested == "auto"
-    cfg = ConvertConfig(keep_fp32=("lin",))
-    assert ConvertConfig.of(cfg) is cfg
-    pol = Policy(dtype=torch.float16)
-    assert ConvertConfig.of(pol).policy is pol
-    with pytest.raises(TypeError, match="ConvertConfig"):
-        ConvertConfig.of(3)  # type: ignore[arg-type]
+    assert Recipe.of(None) == Recipe()
+    assert Recipe.of("bf16").dtype == torch.bfloat16
+    assert Recipe.of(torch.float16).dtype == torch.float16
+    assert Recipe.of(" AUTO").requested == "auto"
+    cfg = Recipe(keep_fp32=("lin",))
+    assert Recipe.of(cfg) is cfg
+    with pytest.raises(TypeError, match="Recipe"):
+        Recipe.of(3)  # type: ignore[arg-type]
     with pytest.raises(DTypeError, match="unknown dtype 'fp8'"):
-        ConvertConfig.of("fp8")
+        Recipe.of("fp8")
 
 
 def test_config_is_checked_on_construction() -> None:
     with pytest.raises(ValueError, match="keep_fp32 entries"):
-        ConvertConfig(keep_fp32=(3,))  # type: ignore[arg-type]
+        Recipe(keep_fp32=(3,))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="filter_fn must be callable"):
-        ConvertConfig(filter_fn="norm")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="policy must be a Policy"):
-        ConvertConfig(policy=3)  # type: ignore[arg-type]
-    assert ConvertConfig(keep_fp32="lin").keep_fp32 == ("lin",)  # type: ignore[arg-type]
+        Recipe(filter_fn="norm")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="saturate_fills must be True or False"):
+        Recipe(saturate_fills="no")  # type: ignore[arg-type]
+    assert Recipe(keep_fp32="lin").keep_fp32 == ("lin",)  # type: ignore[arg-type]
 
 
-def test_explicit_dtype_wins_over_the_policy(tmp_path: Path) -> None:
+def test_a_recipe_file_is_a_recipe_and_replace_changes_its_dtype(tmp_path: Path) -> None:
     path = tmp_path / "p.json"
-    Policy(dtype=torch.float16, keep_fp32=("lin",)).save(path)
-    from_policy = ConvertConfig(policy=path)  # a path is read once, here
-    assert isinstance(from_policy.policy, Policy)
-    assert from_policy.requested == torch.float16
-    assert from_policy.resolve().dtype == torch.float16
-    assert "policy" in from_policy.resolve().reason
-    explicit = ConvertConfig(dtype="bf16", policy=path)
-    assert explicit.resolve().dtype == torch.bfloat16
+    Recipe(dtype=torch.float16, keep_fp32=("lin",)).save(path)
+    loaded = Recipe.of(path)  # a path is read once, here
+    assert loaded == Recipe(dtype=torch.float16, keep_fp32=("lin",))
+    assert loaded.resolve().dtype == torch.float16
+    explicit = loaded.replace(dtype="bf16")
     half = convert(Small(), explicit)
     report = conversion_report(half)
     assert report is not None and report.dtype == torch.bfloat16
-    assert "lin" in report.islands  # the policy's islands still apply
-    # explicit "auto" also wins: resolved for the device, not taken from the policy
-    auto = ConvertConfig(dtype="auto", policy=path)
-    assert auto.resolve().reason.startswith("auto:")
+    assert "lin" in report.islands  # the file's islands still apply
+    assert loaded.replace(dtype="auto").resolve().reason.startswith("auto:")
 
 
 def test_candidate_dtypes_are_the_one_meaning_of_auto_for_searches() -> None:
     assert candidate_dtypes("auto", "cpu") == HALF_DTYPES  # the CPU runs both
     assert candidate_dtypes("bf16", "cpu") == (torch.bfloat16,)
-    assert ConvertConfig().candidates("cpu") == HALF_DTYPES
-    assert ConvertConfig(dtype="fp16").candidates("cpu") == (torch.float16,)
+    assert Recipe().candidates("cpu") == HALF_DTYPES
+    assert Recipe(dtype="fp16").candidates("cpu") == (torch.float16,)
 
 
 def test_norm_islands_is_the_one_name() -> None:
-    kept = conversion_report(convert(Small(), ConvertConfig(dtype="fp16")))
-    dropped = conversion_report(convert(Small(), ConvertConfig(dtype="fp16", norm_islands=False)))
+    kept = conversion_report(convert(Small(), Recipe(dtype="fp16")))
+    dropped = conversion_report(convert(Small(), Recipe(dtype="fp16", norm_islands=False)))
     assert kept is not None and dropped is not None
     assert kept.islands == {"norm": "norm island (LayerNorm)"} and dropped.islands == {}
 
 
-# -- every entry point takes a ConvertConfig or a dtype, third after model and inputs --------
+# -- every entry point takes a Recipe or a dtype, third after model and inputs --------
 @pytest.mark.parametrize("config", FORMS, ids=["str", "config"])
-def test_convert_and_convert_(config: ConvertConfig | str) -> None:
+def test_convert_and_convert_(config: Recipe | str) -> None:
     for half in (convert(Small(), config), convert_(Small(), config)):
         report = conversion_report(half)
         assert report is not None and report.dtype == torch.bfloat16
 
 
 @pytest.mark.parametrize("config", FORMS, ids=["str", "config"])
-def test_check_diagnose_preflight_audit(config: ConvertConfig | str) -> None:
+def test_check_diagnose_preflight_audit(config: Recipe | str) -> None:
     model, inputs = Small().eval(), _inputs()
     assert check(model, inputs, config, runs=0).conversion.dtype == torch.bfloat16
     assert diagnose(model, inputs, config).dtype == torch.bfloat16
@@ -145,30 +137,30 @@ def test_check_diagnose_preflight_audit(config: ConvertConfig | str) -> None:
 
 
 def test_check_takes_islands_from_the_config() -> None:
-    cfg = ConvertConfig(dtype="fp16", keep_fp32=("head",), norm_islands=False)
+    cfg = Recipe(dtype="fp16", keep_fp32=("head",), norm_islands=False)
     result = check(Small().eval(), _inputs(), cfg, runs=0)
     assert set(result.conversion.islands) == {"head"}
 
 
 @pytest.mark.parametrize("config", FORMS, ids=["str", "config"])
-def test_tune(config: ConvertConfig | str) -> None:
+def test_tune(config: Recipe | str) -> None:
     result = tune(Small().eval(), _inputs(), config, max_evaluations=3)
     assert result.report.dtype == torch.bfloat16
     assert [v.dtype for v in result.report.variants] == [torch.bfloat16]
 
 
-def test_tune_keeps_the_configs_islands_in_every_try_and_in_the_policy() -> None:
-    cfg = ConvertConfig(dtype="fp16", keep_fp32=("head",), norm_islands=False)
+def test_tune_keeps_the_configs_islands_in_every_try_and_in_the_recipe() -> None:
+    cfg = Recipe(dtype="fp16", keep_fp32=("head",), norm_islands=False)
     result = tune(Small().eval(), _inputs(), cfg, max_evaluations=3)
     assert result.passed and result.model is not None
     report = conversion_report(result.model)
     assert report is not None and "head" in report.islands and "norm" not in report.islands
-    assert "head" in result.policy.keep_fp32
-    assert result.policy.info["norm_islands"] is False
+    assert result.recipe is not None and "head" in result.recipe.keep_fp32
+    assert "norm" not in result.recipe.keep_fp32  # norm_islands=False: no norm island
 
 
 @pytest.mark.parametrize("config", FORMS, ids=["str", "config"])
-def test_benchmark_default_variants_follow_the_dtype(config: ConvertConfig | str) -> None:
+def test_benchmark_default_variants_follow_the_dtype(config: Recipe | str) -> None:
     bench = BenchConfig(warmup=1, runs=1, memory="none")
     result = benchmark(Small(), _inputs(), config, bench=bench)
     names = [r.name for r in result.results]
@@ -176,13 +168,13 @@ def test_benchmark_default_variants_follow_the_dtype(config: ConvertConfig | str
 
 
 @pytest.mark.parametrize("config", FORMS, ids=["str", "config"])
-def test_export(config: ConvertConfig | str, tmp_path: Path) -> None:
+def test_export(config: Recipe | str, tmp_path: Path) -> None:
     result = export(Small().eval(), _inputs(), tmp_path / "m.ts", config)
     assert result.info.dtype == "bf16" and result.passed
 
 
 @pytest.mark.parametrize("config", FORMS, ids=["str", "config"])
-def test_load_converts_into_the_files_dtype(config: ConvertConfig | str, tmp_path: Path) -> None:
+def test_load_converts_into_the_files_dtype(config: Recipe | str, tmp_path: Path) -> None:
     path = save(convert(Small(), "bf16"), tmp_path / "m.safetensors")
     fresh = load(path, into=Small(), config=config)
     report = conversion_report(fresh)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import run_cli
-from halfprec import Policy
+from halfprec import Recipe
 
 FIXTURE = Path(__file__).parent / "fixtures" / "user_model.py"
 SPEC = f"{FIXTURE}:build"
@@ -67,7 +67,7 @@ def test_no_norm_islands_in_tune_and_the_old_spelling_is_gone(tmp_path: Path) ->
     out = tmp_path / "p.json"
     proc = run_cli("tune", SPEC, "--dtype", "fp16", "--no-norm-islands", "-o", str(out), "--json")
     assert proc.returncode == 0, proc.stderr
-    assert Policy.load(out).info["norm_islands"] is False
+    assert Recipe.load(out).norm_islands is False  # every island is named in the recipe
     _one_line(run_cli("tune", SPEC, "--no-default-islands"), "No such option")
 
 
@@ -76,7 +76,9 @@ def _tolerances(data: dict) -> list[dict]:  # type: ignore[type-arg]
     if isinstance(data, dict):
         if "tolerance" in data and isinstance(data["tolerance"], dict):
             found.append(data["tolerance"])
-        for v in data.values():
+        for k, v in data.items():
+            if k == "recipe":  # the conversion's recipe: its tolerance is the recipe default
+                continue
             found += _tolerances(v) if isinstance(v, (dict, list)) else []
     elif isinstance(data, list):
         for v in data:
@@ -114,7 +116,7 @@ def test_min_cosine_is_range_checked_before_loading() -> None:
 
 def test_explicit_dtype_wins_over_the_policy_on_the_command_line(tmp_path: Path) -> None:
     policy = tmp_path / "p.json"
-    Policy(dtype=torch.float16, keep_fp32=("head",)).save(policy)
+    Recipe(dtype=torch.float16, keep_fp32=("head",)).save(policy)
     out = tmp_path / "m.safetensors"
     base = ["convert", SPEC, "-o", str(out), "--policy", str(policy), "--json"]
     from_policy = json.loads(run_cli(*base).stdout)

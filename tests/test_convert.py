@@ -7,8 +7,9 @@ import dataclasses
 import pytest
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
-from halfprec import ConvertConfig, HalfprecError, convert, convert_
+from halfprec import HalfprecError, Recipe, convert, convert_
 from halfprec.convert.core import conversion_report
 
 HALF = [torch.float16, torch.bfloat16]
@@ -125,7 +126,7 @@ def test_dataclass_outputs_cast_back_and_keep_non_tensors() -> None:
 
 
 def test_cast_outputs_false_keeps_half_end_to_end() -> None:
-    half = convert(DataclassOut().eval(), ConvertConfig(dtype="fp16", cast_outputs=False))
+    half = convert(DataclassOut().eval(), Recipe(dtype="fp16", cast_outputs=False))
     assert half(torch.randn(4, 8)).logits.dtype == torch.float16
 
 
@@ -134,7 +135,7 @@ def test_batchnorm_running_var_beyond_fp16_never_becomes_inf() -> None:
     naive = bn_model(1e5).half()
     assert torch.isinf(naive[1].running_var).all()
     # Even without the default norm islands, the out-of-range module stays fp32.
-    half = convert(model, ConvertConfig(dtype="fp16", norm_islands=False))
+    half = convert(model, Recipe(dtype="fp16", norm_islands=False))
     report = conversion_report(half)
     assert report is not None
     assert half[1].running_var.dtype == torch.float32
@@ -178,7 +179,7 @@ def test_user_islands_by_name_type_and_filter_fn_receive_fp32() -> None:
         {"keep_fp32": [ScaleNorm]},
         {"filter_fn": lambda m, n: isinstance(m, ScaleNorm)},
     ):
-        half = convert(model, ConvertConfig(dtype="fp16", **kwargs))  # type: ignore[arg-type]
+        half = convert(model, Recipe(dtype="fp16", **kwargs))  # type: ignore[arg-type]
         out = half(torch.randn(2, 8) * 300)  # x.pow(2) overflows fp16 (300^2*... fine in fp32)
         assert half[1].seen == [torch.float32]
         assert half[1].g.dtype == torch.float32
@@ -200,7 +201,7 @@ def test_hand_written_norm_matched_by_class_name_is_an_island() -> None:
 def test_unknown_keep_name_is_an_error_naming_the_fix() -> None:
     model = nn.Sequential(nn.Linear(2, 2))
     with pytest.raises(HalfprecError, match=r"keep_fp32 name 'encoder\.x' matches no module"):
-        convert(model, ConvertConfig(dtype="fp16", keep_fp32=("encoder.x",)))
+        convert(model, Recipe(dtype="fp16", keep_fp32=("encoder.x",)))
 
 
 def test_convert_copies_and_convert__mutates() -> None:
@@ -238,14 +239,23 @@ def test_tied_weights_stay_tied() -> None:
     assert half(torch.tensor([[1, 2]])).dtype == torch.float32
 
 
-def test_policy_file_drives_dtype_and_islands(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from halfprec import Policy
-
-    Policy(dtype=torch.float16, keep_fp32=("0",)).save(tmp_path / "p.json")
-    half = convert(
-        nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), ConvertConfig(policy=tmp_path / "p.json")
-    )
+def test_recipe_file_drives_dtype_and_islands(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    Recipe(dtype=torch.float16, keep_fp32=("0",)).save(tmp_path / "p.json")
+    half = convert(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), tmp_path / "p.json")
     assert half[0].weight.dtype == torch.float32 and half[1].weight.dtype == torch.float16
+
+
+class _LayerNormInputs(TorchFunctionMode):
+    """Records the input dtype of every F.layer_norm call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dtypes: list[torch.dtype] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is torch.nn.functional.layer_norm:
+            self.dtypes.append(args[0].dtype)
+        return func(*args, **(kwargs or {}))
 
 
 def test_mixed_kernels_off_casts_norm_inputs_to_fp32_with_same_result() -> None:
@@ -254,12 +264,10 @@ def test_mixed_kernels_off_casts_norm_inputs_to_fp32_with_same_result() -> None:
     x = torch.randn(4, 8)
     outs = {}
     for mixed in (True, False):
-        half = convert(model, ConvertConfig(dtype="fp16", mixed_kernels=mixed))
-        seen: list[torch.dtype] = []
-        half[1].register_forward_pre_hook(lambda m, a, seen=seen: seen.append(a[0].dtype))
-        outs[mixed] = half(x)
-        if not mixed:
-            assert seen == [torch.float32]
+        half = convert(model, Recipe(dtype="fp16", mixed_kernels=mixed))
+        with _LayerNormInputs() as seen:
+            outs[mixed] = half(x)
+        assert seen.dtypes == ([torch.float16] if mixed else [torch.float32])
     # fp32 statistics either way: the fused mixed kernel and the cast island agree.
     torch.testing.assert_close(outs[True], outs[False], atol=2e-3, rtol=0)
 
@@ -287,14 +295,14 @@ def test_island_keeps_an_output_beyond_fp16_in_fp32() -> None:
     x = torch.randn(3, 4)
     ref = model(x)
     assert float(ref.abs().max()) > 65504
-    half = convert(model, ConvertConfig(dtype="fp16", keep_fp32=("big",)))
+    half = convert(model, Recipe(dtype="fp16", keep_fp32=("big",)))
     out = half(x)
     assert out.dtype == torch.float32 and bool(torch.isfinite(out).all())
     torch.testing.assert_close(out, ref, rtol=2e-2, atol=1.0)
     assert half.seen == torch.float32
     half(x * 1e-6)  # an output in range goes back as the caller's fp16, as before
     assert half.seen == torch.float16
-    bf16 = convert(model, ConvertConfig(dtype="bf16", keep_fp32=("big",)))
+    bf16 = convert(model, Recipe(dtype="bf16", keep_fp32=("big",)))
     torch.testing.assert_close(bf16(x), ref, rtol=2e-2, atol=1e3)
 
 

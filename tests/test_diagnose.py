@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from halfprec import ConvertConfig, convert, diagnose
+from halfprec import Recipe, convert, diagnose
 from halfprec.diagnose import naive_half
 from halfprec.errors import HalfprecError
 from halfprec.report.diagnose import diagnosis_table, plot_diagnosis
@@ -71,7 +71,7 @@ def test_dtype_leaks_are_blamed_on_the_module_that_makes_fp32() -> None:
 
 def test_converted_model_with_the_fix_does_not_diverge() -> None:
     model, batches = HAZARDS["rmsnorm-overflow"].build()
-    half = convert(model, ConvertConfig(dtype="fp16", keep_fp32=("norm",)))
+    half = convert(model, Recipe(dtype="fp16", keep_fp32=("norm",)))
     diag = diagnose(model, batches, half=half)
     assert diag.dtype == torch.float16
     assert diag.half_model == "converted"

@@ -51,7 +51,7 @@ def test_pt2_reloads_equal_to_the_converted_model(tmp_path: Path, dtype: torch.d
 
 
 def test_norm_islands_can_be_converted_too(tmp_path: Path) -> None:
-    config = halfprec.ConvertConfig(dtype="fp16", norm_islands=False)
+    config = halfprec.Recipe(dtype="fp16", norm_islands=False)
     result = halfprec.export(tiny(), example_inputs(), tmp_path / "n.pt2", config)
     assert result.info.islands == {}
     assert torch.export.load(tmp_path / "n.pt2").state_dict["ln.weight"].dtype == torch.float16

@@ -13,7 +13,7 @@ import torch
 
 import halfprec
 from export_models import custom, example_inputs, tiny
-from halfprec import ConvertConfig
+from halfprec import Recipe
 from halfprec.errors import DTypeError, MissingExtraError
 from halfprec.export import ExportConfig, ExportError, load_artifact
 
@@ -104,7 +104,7 @@ def test_a_tiny_epsilon_survives_the_onnx_optimizer(tmp_path: Path) -> None:
     for b in batches:
         b[::2] = 0.0
     path = tmp_path / "eps.onnx"
-    config = ConvertConfig("fp16", keep_fp32=("scale",))
+    config = Recipe("fp16", keep_fp32=("scale",))
     result = halfprec.export(_WithEps().eval(), batches, path, config)
     assert result.passed, result.comparison.problems
     scalars = [
@@ -157,7 +157,7 @@ def test_hand_written_layer_norm_island_runs_in_onnxruntime(tmp_path: Path) -> N
     # onnxruntime's LayerNormFusion used to absorb the island's input Cast and refuse the
     # file ("LayerNormalization bound to different types"); halfprec fuses it in fp32 first
     torch.manual_seed(0)
-    config = ConvertConfig(dtype="fp16", keep_fp32=["norm"])
+    config = Recipe(dtype="fp16", keep_fp32=["norm"])
     x = torch.randn(8, 16)
     result = halfprec.export(_HandNormNet().eval(), x, tmp_path / "n.onnx", config, runs=0)
     assert result.passed, result.comparison.problems

@@ -13,10 +13,9 @@ import pytest
 import torch
 
 import halfprec
-from halfprec import ConvertConfig, Policy, compare, convert, diagnose, tune
+from halfprec import Recipe, compare, convert, diagnose, tune
 from halfprec.convert import conversion_report
 from halfprec.convert.op_islands import OpRef
-from halfprec.convert.policy import PolicyError
 from halfprec.diagnose import naive_half
 from halfprec.errors import HalfprecError
 from halfprec.testing import root_hazards
@@ -44,7 +43,7 @@ def test_tune_fixes_root_hazard_with_a_tiny_fp32_share(name: str) -> None:
     share = result.report.fp32_flops_share
     assert share is not None and share <= 0.01
     assert all(o.module == hazard.culprit for o in result.report.op_islands)
-    check = compare(model, convert(model, result.policy), batches)
+    check = compare(model, convert(model, result.recipe), batches)
     assert check.passed, check.problems
 
 
@@ -63,15 +62,15 @@ def test_diagnose_names_the_op_and_its_source_line(name: str) -> None:
     assert worst.ref.op == hazard.op and worst.ref.module == hazard.culprit
 
 
-def test_policy_round_trips_op_islands_and_convert_applies_them(tmp_path: Path) -> None:
+def test_recipe_round_trips_op_islands_and_convert_applies_them(tmp_path: Path) -> None:
     model, batches = ROOT_HAZARDS["root-exp-softmax"].build()
     ref = OpRef("", "exp", _marked_line("root-exp-softmax"), 0)
-    path = tmp_path / "policy.json"
-    Policy(dtype=torch.float16, op_islands=(ref,)).save(path)
+    path = tmp_path / "recipe.json"
+    Recipe(dtype=torch.float16, op_islands=(ref,)).save(path)
     assert json.loads(path.read_text())["op_islands"] == [ref.to_json()]
-    loaded = Policy.load(path)
+    loaded = Recipe.load(path)
     assert loaded.op_islands == (ref,)
-    half = convert(model, ConvertConfig(policy=path))
+    half = convert(model, path)
     report = conversion_report(half)
     assert report is not None and report.op_islands == [ref]
     assert compare(model, half, batches).passed
@@ -81,19 +80,19 @@ def test_policy_round_trips_op_islands_and_convert_applies_them(tmp_path: Path) 
 
 def test_bad_op_islands_are_named() -> None:
     model, _ = ROOT_HAZARDS["root-exp-softmax"].build()
-    ghost = Policy(torch.float16, op_islands=(OpRef("nope", "exp", "m.py:1"),))
+    ghost = Recipe(torch.float16, op_islands=(OpRef("nope", "exp", "m.py:1"),))
     with pytest.raises(HalfprecError, match="op island nope: exp at m.py:1 #0 names no module"):
         convert(model, ghost)
     with pytest.raises(ValueError, match="'file.py:line' location"):
         OpRef("", "exp", "no-line")
-    with pytest.raises(PolicyError, match="OpRef"):
-        Policy(torch.float16, op_islands=("exp",))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="OpRef"):
+        Recipe(torch.float16, op_islands=("exp",))  # type: ignore[arg-type]
 
 
 def test_op_island_output_is_finite_and_cast_back() -> None:
     model, batches = ROOT_HAZARDS["root-exp-softmax"].build()
     ref = OpRef("", "exp", _marked_line("root-exp-softmax"), 0)
-    half = convert(model, Policy(torch.float16, op_islands=(ref,)))
+    half = convert(model, Recipe(torch.float16, op_islands=(ref,)))
     with torch.no_grad():
         out = half(*batches[0])
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
@@ -102,7 +101,7 @@ def test_op_island_output_is_finite_and_cast_back() -> None:
 def test_torch_export_carries_the_op_island_as_a_visible_cast() -> None:
     model, batches = ROOT_HAZARDS["root-exp-softmax"].build()
     ref = OpRef("", "exp", _marked_line("root-exp-softmax"), 0)
-    half = convert(model, Policy(torch.float16, op_islands=(ref,)))
+    half = convert(model, Recipe(torch.float16, op_islands=(ref,)))
     program = torch.export.export(half, batches[0], strict=False)
     nodes = {n.name: n for n in program.graph.nodes}
     [exp] = [n for n in nodes.values() if n.target == torch.ops.aten.exp.default]
@@ -117,16 +116,17 @@ EPS_CASE = "root-eps-1e-12"  # x / sqrt(var + 1e-12): the island is the add, its
 
 
 @pytest.fixture(scope="module")
-def eps_policy() -> Policy:
+def eps_policy() -> Recipe:
     model, batches = ROOT_HAZARDS[EPS_CASE].build()
     result = tune(model, batches, "fp16")
     assert result.passed and result.report.op_islands == (
         OpRef("", "add", _marked_line(EPS_CASE), 0),
     )
-    return result.policy
+    assert result.recipe is not None
+    return result.recipe
 
 
-def test_onnx_export_carries_the_op_island_as_casts(eps_policy: Policy, tmp_path: Path) -> None:
+def test_onnx_export_carries_the_op_island_as_casts(eps_policy: Recipe, tmp_path: Path) -> None:
     import onnx
     from onnx.reference import ReferenceEvaluator
 
@@ -134,7 +134,7 @@ def test_onnx_export_carries_the_op_island_as_casts(eps_policy: Policy, tmp_path
 
     model, batches = ROOT_HAZARDS[EPS_CASE].build()
     path = tmp_path / "eps.onnx"
-    result = halfprec.export(model, batches, path, ConvertConfig(policy=eps_policy))
+    result = halfprec.export(model, batches, path, eps_policy)
     assert result.passed, result.comparison.problems  # onnxruntime vs PyTorch fp32
 
     graph = onnx.load(str(path)).graph
@@ -175,12 +175,12 @@ def test_onnx_export_carries_the_op_island_as_casts(eps_policy: Policy, tmp_path
         np.testing.assert_allclose(true_fp16, out.numpy(), atol=0.02)
 
 
-def test_pt2_export_carries_the_op_island_as_to_fp32(eps_policy: Policy, tmp_path: Path) -> None:
+def test_pt2_export_carries_the_op_island_as_to_fp32(eps_policy: Recipe, tmp_path: Path) -> None:
     from halfprec.export import load_artifact
 
     model, batches = ROOT_HAZARDS[EPS_CASE].build()
     path = tmp_path / "eps.pt2"
-    result = halfprec.export(model, batches, path, ConvertConfig(policy=eps_policy))
+    result = halfprec.export(model, batches, path, eps_policy)
     assert result.passed, result.comparison.problems
 
     def to_dtype(node: Any) -> torch.dtype | None:

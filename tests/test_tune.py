@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from halfprec import ConvertConfig, Policy, convert, tune
+from halfprec import Recipe, convert, tune
 from halfprec.compare import compare
 from halfprec.errors import DTypeError, HalfprecError
 from halfprec.testing.hazards import (
@@ -67,16 +67,16 @@ def test_islands_can_be_non_contiguous() -> None:
     assert diag is not None and diag.culprit == "1"
 
 
-def test_policy_file_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_recipe_file_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-def]
     model, batches = HAZARDS["rmsnorm-overflow"].build()
     result = tune(model, batches, "fp16")
-    path = tmp_path / "policy.json"
-    result.save_policy(str(path))
-    policy = Policy.load(path)
-    assert policy.dtype == torch.float16
-    assert policy.keep_fp32 == ("norm",) or {o.module for o in policy.op_islands} == {"norm"}
-    assert policy.info["passes"] == result.report.passes
-    deployed = convert(model, ConvertConfig(policy=path))
+    path = tmp_path / "recipe.json"
+    result.require_recipe().save(path)
+    recipe = Recipe.load(path)
+    assert recipe == result.recipe and recipe.dtype == torch.float16
+    assert "norm" in recipe.keep_fp32 or {o.module for o in recipe.op_islands} == {"norm"}
+    assert recipe.info["passes"] == result.report.passes
+    deployed = convert(model, path)
     assert compare(model, deployed, batches).passed
     assert not compare(model, convert(model, "fp16"), batches).passed
 
@@ -92,8 +92,9 @@ def test_budget_too_small_returns_no_policy() -> None:
     result = tune(model, batches, "fp16", max_evaluations=1)
     assert not result.passed and result.model is None
     assert "max_evaluations=1" in result.report.variants[0].note
-    with pytest.raises(HalfprecError, match="no policy"):
-        result.policy  # noqa: B018
+    assert result.recipe is None
+    with pytest.raises(HalfprecError, match="no recipe"):
+        result.require_recipe()
 
 
 def test_auto_picks_the_fastest_passing_dtype() -> None:
@@ -112,4 +113,4 @@ def test_config_is_validated() -> None:
     with pytest.raises(ValueError, match="max_evaluations"):
         TuneConfig(max_evaluations=0)
     with pytest.raises(DTypeError, match="not a half dtype"):
-        ConvertConfig(dtype="fp32")
+        Recipe(dtype="fp32")

@@ -1,6 +1,6 @@
 """halfprec: run PyTorch models in half precision (fp16/bf16) safely, checked against fp32.
 
-The verbs take a model, its example inputs and a :class:`ConvertConfig` (or just a dtype),
+The verbs take a model, its example inputs and a :class:`Recipe` (or just a dtype),
 in that order: ``convert(model, config)``, ``check(model, inputs, config)``,
 ``diagnose(model, inputs, config)``, ``tune(model, inputs, config)``,
 ``deploy(model, inputs, config)``, ... Everything else
@@ -15,9 +15,9 @@ from halfprec.bench.deploy import deploy
 from halfprec.bench.results import BenchConfig
 from halfprec.bench.runner import benchmark
 from halfprec.check import check
-from halfprec.compare import Tolerance, compare
-from halfprec.convert.core import ConvertConfig, convert, convert_
-from halfprec.convert.policy import Policy
+from halfprec.compare import compare
+from halfprec.convert.core import convert, convert_, recipe_of
+from halfprec.convert.recipe import Recipe
 from halfprec.diagnose import diagnose
 from halfprec.errors import (
     BrokenReferenceError,
@@ -32,6 +32,7 @@ from halfprec.io.checkpoint import load, save
 from halfprec.leaks.audit import audit
 from halfprec.leaks.lint import lint
 from halfprec.preflight import preflight
+from halfprec.tolerance import Tolerance
 from halfprec.tune import tune
 
 __all__ = [
@@ -51,9 +52,9 @@ __all__ = [
     "export",
     "save",
     "load",
+    "recipe_of",
     # configuration
-    "ConvertConfig",
-    "Policy",
+    "Recipe",
     "Tolerance",
     "BenchConfig",
     # errors

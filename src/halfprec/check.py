@@ -71,7 +71,7 @@ def check(
     name: str = "",
     generate: int = 0,
 ) -> CheckResult:
-    """Convert a copy of ``model`` (``config``: a :class:`ConvertConfig` or a dtype, default
+    """Convert a copy of ``model`` (``config``: a :class:`Recipe` or a dtype, default
     ``"auto"``), compare it with ``model`` on ``inputs``, and time both.
 
     ``runs=0`` skips timing. ``generate > 0`` (causal LMs) also greedy-decodes that many

@@ -26,6 +26,7 @@ from halfprec.batch import as_batches, call
 from halfprec.dtypes import dtype_name
 from halfprec.errors import BrokenReferenceError, InputsError
 from halfprec.errorstats import ErrorStats, as_real
+from halfprec.tolerance import Tolerance
 from halfprec.tree import flatten, iter_tensors
 
 __all__ = [
@@ -36,34 +37,6 @@ __all__ = [
     "compare_outputs",
     "run_reference",
 ]
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Pass thresholds for one output. ``None`` disables a threshold. inf/NaN in the half
-    output where fp32 is finite always fail."""
-
-    min_cosine: float | None = 0.999
-    min_sqnr_db: float | None = 25.0
-    max_rel_error: float | None = None
-    min_argmax_agreement: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.min_cosine is not None and not -1.0 <= self.min_cosine <= 1.0:
-            raise ValueError(f"min_cosine must be in [-1, 1], got {self.min_cosine}")
-        if self.max_rel_error is not None and self.max_rel_error < 0:
-            raise ValueError(f"max_rel_error must be >= 0, got {self.max_rel_error}")
-        agree = self.min_argmax_agreement
-        if agree is not None and not 0.0 <= agree <= 1.0:
-            raise ValueError(f"min_argmax_agreement must be in [0, 1], got {agree}")
-
-    @classmethod
-    def for_dtype(cls, dtype: torch.dtype | None) -> Tolerance:
-        """Defaults: cosine >= 0.999 for both (about 27 dB for unbiased error); SQNR >= 25 dB
-        for fp16 (11 significant bits) and >= 20 dB for bf16 (8 bits)."""
-        if dtype == torch.bfloat16:
-            return cls(min_cosine=0.999, min_sqnr_db=20.0)
-        return cls(min_cosine=0.999, min_sqnr_db=25.0)
 
 
 @dataclass
@@ -281,7 +254,7 @@ def compare_outputs(
 
     Raises :class:`BrokenReferenceError` when a reference output holds inf/NaN.
     """
-    tol = tolerance if tolerance is not None else Tolerance.for_dtype(dtype)
+    tol = (tolerance if tolerance is not None else Tolerance()).resolve(dtype)
     outputs: dict[str, _Output] = {}
     problems: list[str] = []
     exact = 0
@@ -378,7 +351,7 @@ def compare(
     except (RuntimeError, TypeError, ValueError, IndexError) as exc:
         return Comparison(
             outputs=[],
-            tolerance=tolerance if tolerance is not None else Tolerance.for_dtype(dtype),
+            tolerance=(tolerance if tolerance is not None else Tolerance()).resolve(dtype),
             batches=len(batches),
             dtype=dtype,
             problems=[f"the half model raised {type(exc).__name__}: {_first_line(exc)}"],

@@ -27,7 +27,7 @@ from torch.overrides import TorchFunctionMode
 
 from halfprec import ops
 from halfprec.batch import as_batches, call
-from halfprec.convert.core import ConfigLike, ConvertConfig, is_default_island
+from halfprec.convert.core import ConfigLike, Recipe, is_default_island
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.frames import user_location
 from halfprec.modules import finite_peak, model_device
@@ -195,11 +195,11 @@ def _fills(model: nn.Module, batch: Any, dtype: torch.dtype) -> list[PreflightFi
 
 
 def preflight(model: nn.Module, inputs: Any = None, config: ConfigLike = None) -> Preflight:
-    """Check ``model`` against the dtype of ``config`` (a :class:`ConvertConfig` or a dtype;
+    """Check ``model`` against the dtype of ``config`` (a :class:`Recipe` or a dtype;
     default ``"auto"``) before conversion; with ``inputs`` (one batch or a list; the first
     is used), also run one fp32 forward pass to find fill constants."""
     device = model_device(model)
-    dt = ConvertConfig.of(config).resolve(device).dtype
+    dt = Recipe.of(config).resolve(device).dtype
     result = Preflight(dt, _static(model, dt))
     if inputs is not None:
         result.findings.extend(_fills(model, as_batches(inputs)[0], dt))

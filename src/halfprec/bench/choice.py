@@ -16,7 +16,7 @@ from halfprec.bench.results import BenchConfig, BenchResult, fastest_variant
 from halfprec.bench.runner import benchmark
 from halfprec.bench.variants import Variant, fp32_matmuls
 from halfprec.compare import Tolerance
-from halfprec.convert.core import ConfigLike, ConvertConfig
+from halfprec.convert.core import ConfigLike, Recipe
 from halfprec.modules import model_device
 
 __all__ = ["MeasuredChoice", "choose_dtype_by_measurement", "matmul_slowdown"]
@@ -57,9 +57,9 @@ def choose_dtype_by_measurement(
     bench: BenchConfig | None = None,
 ) -> MeasuredChoice:
     """``auto`` by measurement: time fp32 and the ``kinds`` variants of each candidate dtype
-    of ``config`` (:meth:`ConvertConfig.candidates`), keep the fastest that meets
+    of ``config`` (:meth:`Recipe.candidates`), keep the fastest that meets
     ``tolerance``. Returns ``torch.float32`` when no half variant is faster here."""
-    cfg = ConvertConfig.of(config)
+    cfg = Recipe.of(config)
     options = bench or BenchConfig(runs=5, max_call_s=5.0, max_variant_s=15.0)
     dtypes = cfg.candidates(model_device(model))
     candidates = [Variant(k, dt) for k in kinds for dt in dtypes]

@@ -23,7 +23,7 @@ from halfprec.bench.results import BenchConfig, BenchResult, VariantResult, fast
 from halfprec.bench.runner import Progress, _Runner, run_benchmark
 from halfprec.bench.variants import Variant, build_variant
 from halfprec.compare import Tolerance
-from halfprec.convert.core import ConfigLike, ConvertConfig
+from halfprec.convert.core import ConfigLike, Recipe
 from halfprec.modules import model_device
 
 __all__ = ["Deployed", "deploy"]
@@ -109,7 +109,7 @@ def deploy(
     """The fastest way to run ``model`` on its device that meets ``tolerance`` against
     fp32 on the first batch of ``inputs`` (see the module docs).
 
-    ``config``: a :class:`~halfprec.ConvertConfig` or a dtype. Its dtype picks the half
+    ``config``: a :class:`~halfprec.Recipe` or a dtype. Its dtype picks the half
     dtypes tried (``"auto"``: every one the device runs; ``"bf16"``: only bf16) and its
     islands shape the halfprec variants. ``compile``: also try each under
     ``torch.compile`` (the device's deploy recipe); ``eager``: also try each uncompiled.
@@ -124,7 +124,7 @@ def deploy(
         raise ValueError(
             "deploy(compile=False, eager=False) has nothing to try; set compile or eager"
         )
-    cfg = ConvertConfig.of(config)
+    cfg = Recipe.of(config)
     base = [Variant("fp32")] + [
         Variant("halfprec", dt) for dt in cfg.candidates(model_device(model))
     ]

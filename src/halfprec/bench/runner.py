@@ -42,7 +42,7 @@ from halfprec.bench.results import BenchConfig, BenchResult, VariantResult
 from halfprec.bench.variants import Variant, build_variant, fp32_matmuls, parse_variants
 from halfprec.bench.worker import MemoryUse, measure_in_subprocess
 from halfprec.compare import Tolerance, compare_outputs
-from halfprec.convert.core import ConfigLike, ConvertConfig
+from halfprec.convert.core import ConfigLike, Recipe
 from halfprec.dtypes import dtype_name
 from halfprec.modules import evaluating, first_line, model_device, nbytes
 from halfprec.timing import Timing, synchronize
@@ -71,7 +71,7 @@ class _Runner:
         batch: Batch,
         variants: list[Variant],
         config: BenchConfig,
-        convert_config: ConvertConfig,
+        convert_config: Recipe,
         tolerance: Tolerance | None,
         spec: str | None,
         progress: Progress | None,
@@ -280,7 +280,7 @@ def benchmark(
 ) -> BenchResult:
     """Time, size and compare each variant of ``model`` on the first batch of ``inputs``.
 
-    ``config``: a :class:`ConvertConfig` or a dtype. Its islands shape the halfprec
+    ``config``: a :class:`Recipe` or a dtype. Its islands shape the halfprec
     variants; its dtype picks the default variants: ``"auto"`` (default) every candidate
     dtype (:func:`~halfprec.dtypes.candidate_dtypes`: fp16 and bf16 where the device runs
     them), an explicit dtype only that one. ``bench``: how long to measure.
@@ -290,7 +290,7 @@ def benchmark(
     clean subprocess per variant (without it, CPU memory is not reported).
     ``progress(step, total, label)`` is called before each variant.
     """
-    cfg = ConvertConfig.of(config)
+    cfg = Recipe.of(config)
     options = bench or BenchConfig()
     device = model_device(model)
     texts = [v.name if isinstance(v, Variant) else v for v in variants] if variants else None

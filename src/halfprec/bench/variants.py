@@ -29,11 +29,11 @@ import torch
 from torch import nn
 
 # the same input cast halfprec's root hook does, and its device lookup
-from halfprec.convert.boundaries import cast_inputs_hook
-from halfprec.convert.core import ConvertConfig, convert_
+from halfprec.convert.core import Recipe, convert_
 from halfprec.dtypes import dtype_name, parse_dtype
 from halfprec.errors import HalfprecError
 from halfprec.modules import model_device
+from halfprec.tree import map_tensors
 
 __all__ = [
     "KINDS",
@@ -194,6 +194,21 @@ def compile_for_device(module: nn.Module, device: torch.device | str) -> nn.Modu
     return _Frozen(compiled) if recipe.freezing else compiled
 
 
+class _Naive(nn.Module):
+    """``model.to(dtype)`` with its floating inputs cast to ``dtype`` (the naive recipe)."""
+
+    def __init__(self, model: nn.Module, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.model = model
+        self.dtype = dtype
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        def cast(t: torch.Tensor) -> torch.Tensor:
+            return t.to(self.dtype) if t.is_floating_point() else t
+
+        return self.model(*map_tensors(cast, args), **map_tensors(cast, kwargs))
+
+
 class _Autocast(nn.Module):
     """Runs the wrapped fp32 model under ``torch.autocast(device_type, dtype)``."""
 
@@ -211,7 +226,7 @@ class _Autocast(nn.Module):
 def build_variant(
     model: nn.Module,
     variant: Variant,
-    config: ConvertConfig | None = None,
+    config: Recipe | None = None,
     *,
     in_place: bool = False,
 ) -> nn.Module:
@@ -227,12 +242,11 @@ def build_variant(
     if variant.kind == "fp32":
         built = base
     elif variant.kind == "naive":
-        built = base.to(variant.dtype)
-        built.register_forward_pre_hook(cast_inputs_hook(variant.dtype), with_kwargs=True)
+        built = _Naive(base.to(variant.dtype), variant.dtype)
     elif variant.kind == "autocast":
         built = _Autocast(base, model_device(base).type, variant.dtype)
     else:
-        built = convert_(base, (config or ConvertConfig()).replace(dtype=variant.dtype))
+        built = convert_(base, (config or Recipe()).replace(dtype=variant.dtype))
     if variant.compiled:
         built = compile_for_device(built, model_device(base))
     return built

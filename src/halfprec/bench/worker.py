@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from halfprec.bench.variants import Variant
-from halfprec.convert.core import ConvertConfig
-from halfprec.convert.policy import Policy
+from halfprec.convert.recipe import Recipe
 
 __all__ = ["MemoryUse", "measure_in_subprocess", "main"]
 
@@ -78,7 +77,7 @@ def _ru_maxrss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
-def _run(spec: str, variant_name: str, batch_size: int, config: ConvertConfig) -> dict[str, Any]:
+def _run(spec: str, variant_name: str, batch_size: int, config: Recipe) -> dict[str, Any]:
     import torch
 
     from halfprec.batch import call, resize_batch
@@ -111,13 +110,15 @@ def measure_in_subprocess(
     spec: str,
     variant: Variant,
     batch_size: int,
-    config: ConvertConfig | None = None,
+    config: Recipe | None = None,
 ) -> MemoryUse:
     """Run the worker for ``variant`` on MODEL ``spec``; failures come back as a note.
-    Of ``config``, the policy, the qualified-name ``keep_fp32`` entries and ``norm_islands``
-    reach the worker (types and ``filter_fn`` cannot be passed)."""
-    config = config or ConvertConfig()
-    policy = config.loaded_policy
+    ``config`` reaches the worker as a recipe file, less what JSON cannot hold (type
+    selectors and ``filter_fn``)."""
+    config = config or Recipe()
+    portable = config.replace(
+        keep_fp32=tuple(k for k in config.keep_fp32 if isinstance(k, str)), filter_fn=None
+    )
     args = [
         sys.executable,
         "-m",
@@ -129,18 +130,12 @@ def measure_in_subprocess(
         "--batch-size",
         str(batch_size),
     ]
-    if policy is not None:
-        import tempfile
+    import tempfile
 
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            path = f.name
-        policy.save(path)
-        args += ["--policy", path]
-    for k in config.keep_fp32:
-        if isinstance(k, str):
-            args += ["--keep-fp32", k]
-    if not config.norm_islands:
-        args.append("--no-norm-islands")
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        path = f.name
+    portable.save(path)
+    args += ["--policy", path]
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
@@ -151,8 +146,7 @@ def measure_in_subprocess(
     except subprocess.TimeoutExpired:
         return MemoryUse(0, 0, "failed", f"worker ran over {_TIMEOUT_S} s")
     finally:
-        if policy is not None:
-            os.unlink(path)
+        os.unlink(path)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
         return MemoryUse(0, 0, "failed", f"worker exit {proc.returncode}: {tail}")
@@ -170,10 +164,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--no-norm-islands", action="store_true")
     ns = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    config = ConvertConfig(
-        keep_fp32=tuple(ns.keep_fp32),
-        norm_islands=not ns.no_norm_islands,
-        policy=Policy.load(ns.policy) if ns.policy else None,
+    base = Recipe.load(ns.policy) if ns.policy else Recipe()
+    config = base.replace(
+        keep_fp32=(*base.keep_fp32, *ns.keep_fp32),
+        norm_islands=base.norm_islands and not ns.no_norm_islands,
     )
     data = _run(ns.model, ns.variant, ns.batch_size, config)
     print(json.dumps(data))

@@ -17,7 +17,7 @@ from halfprec.cli.options import (
     json_option,
     load_for_command,
 )
-from halfprec.convert.core import ConvertConfig
+from halfprec.convert.core import Recipe
 from halfprec.leaks.audit import audit
 from halfprec.report.audit import render_table
 
@@ -32,7 +32,7 @@ __all__ = ["command"]
 @json_option
 def command(
     model: str,
-    convert_config: ConvertConfig,
+    convert_config: Recipe,
     inputs_path: Path | None,
     device: str | None,
     as_json: bool,

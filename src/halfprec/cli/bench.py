@@ -22,7 +22,7 @@ from halfprec.cli.options import (
     tolerance_options,
     tolerance_override,
 )
-from halfprec.convert.core import ConvertConfig
+from halfprec.convert.core import Recipe
 from halfprec.errors import HalfprecError
 from halfprec.report.bench import check_plot_path, print_bench, require_matplotlib, write_chart
 
@@ -92,7 +92,7 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
 def command(
     model: str,
     inputs_path: Path | None,
-    convert_config: ConvertConfig,
+    convert_config: Recipe,
     device: str | None,
     as_json: bool,
     batch_sizes: str | None,

@@ -20,7 +20,7 @@ from halfprec.cli.options import (
     weights_option,
 )
 from halfprec.cli.progress import progress
-from halfprec.convert.core import ConvertConfig
+from halfprec.convert.core import Recipe
 from halfprec.report.common import print_check
 
 __all__ = ["command"]
@@ -58,7 +58,7 @@ def command(
     model: str,
     inputs_path: Path | None,
     weights: Path | None,
-    convert_config: ConvertConfig,
+    convert_config: Recipe,
     device: str | None,
     as_json: bool,
     min_cosine: float | None,

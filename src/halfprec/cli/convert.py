@@ -15,7 +15,7 @@ from halfprec.cli.options import (
     mkdirs_option,
     weights_option,
 )
-from halfprec.convert.core import ConversionReport, ConvertConfig, conversion_report, convert
+from halfprec.convert.core import ConversionReport, Recipe, conversion_report, convert
 from halfprec.dtypes import dtype_name, resolve_device
 from halfprec.io.checkpoint import save
 from halfprec.io.specs import load_model
@@ -44,7 +44,7 @@ __all__ = ["command"]
 @json_option
 def command(
     model: str,
-    convert_config: ConvertConfig,
+    convert_config: Recipe,
     weights: Path | None,
     output: Path,
     mkdirs: bool,

@@ -18,7 +18,7 @@ from halfprec.cli.options import (
     tolerance_override,
 )
 from halfprec.cli.progress import progress
-from halfprec.convert.core import ConvertConfig, convert
+from halfprec.convert.core import Recipe, convert
 from halfprec.diagnose import diagnose
 from halfprec.report.diagnose import plot_diagnosis, print_diagnosis
 
@@ -55,7 +55,7 @@ __all__ = ["command"]
 def command(
     model: str,
     inputs_path: Path | None,
-    convert_config: ConvertConfig,
+    convert_config: Recipe,
     device: str | None,
     as_json: bool,
     plot: Path | None,
@@ -71,7 +71,7 @@ def command(
         loaded, batches, dev = load_for_command(model, inputs_path, device)
     batches = batches[:max_batches] if max_batches else batches
     dt = convert_config.resolve(dev).dtype
-    islands_given = convert_config != ConvertConfig(dtype=convert_config.dtype)
+    islands_given = convert_config != Recipe(dtype=convert_config.dtype)
     half = convert(loaded.model, convert_config) if converted or islands_given else None
     tolerance = tolerance_override(dt, min_cosine, min_sqnr)
     with progress(f"diagnosing {loaded.name}: every module in fp32 and half", quiet=as_json):

@@ -22,7 +22,7 @@ from halfprec.cli.options import (
 )
 from halfprec.cli.progress import progress
 from halfprec.compare import run_reference
-from halfprec.convert.core import ConvertConfig
+from halfprec.convert.core import Recipe
 from halfprec.export import FORMATS, ExportConfig, export, load_artifact, verify_artifact
 from halfprec.export.seq2seq import kv_reference
 from halfprec.io.specs import LoadedModel
@@ -81,7 +81,7 @@ def command(
     model: str,
     output: Path,
     fmt: str | None,
-    convert_config: ConvertConfig,
+    convert_config: Recipe,
     static: bool,
     half_io: bool,
     kv_cache: bool,

@@ -1,7 +1,7 @@
 """Options and loaders shared by the commands, so that a flag means one thing everywhere.
 
-``--dtype``, ``--policy``, ``--keep-fp32`` and ``--no-norm-islands`` become one
-:class:`~halfprec.convert.core.ConvertConfig` (:func:`convert_options`); ``--min-cosine`` and
+``--dtype``, ``--recipe``, ``--keep-fp32`` and ``--no-norm-islands`` become one
+:class:`~halfprec.Recipe` (:func:`convert_options`); ``--min-cosine`` and
 ``--min-sqnr`` override one threshold each of the dtype's default tolerance
 (:func:`tolerance_options`, :func:`tolerance_override`); ``--device`` defaults to cuda when
 present, else cpu; every command ends through :func:`finish`. docs/cli.md lists them.
@@ -21,8 +21,7 @@ import torch
 from halfprec.batch import Batch
 from halfprec.cli import EXIT_FAILED, EXIT_OK
 from halfprec.compare import Tolerance
-from halfprec.convert.core import ConvertConfig
-from halfprec.convert.policy import Policy
+from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import resolve_device
 from halfprec.errors import InputsError
 from halfprec.io.inputs import load_inputs
@@ -95,10 +94,13 @@ def _islands_options(f: F) -> F:
         "--keep-fp32", multiple=True, help="Module name or glob to keep in fp32 (repeatable)."
     )(f)
     return click.option(
+        "--recipe",
         "--policy",
+        "policy",
         type=click.Path(path_type=Path),
         default=None,
-        help="Policy JSON written by `halfprec tune` (its dtype and fp32 islands).",
+        help="Recipe JSON written by `halfprec tune -o` (its dtype, module and op islands, "
+        "tolerance). --policy is the older name.",
     )(f)
 
 
@@ -107,19 +109,20 @@ def make_convert_config(
     policy: Path | None = None,
     keep_fp32: tuple[str, ...] = (),
     no_norm_islands: bool = False,
-) -> ConvertConfig:
-    """The :class:`ConvertConfig` the conversion flags stand for (an explicit --dtype wins
-    over the policy's dtype, as in ConvertConfig)."""
-    return ConvertConfig(
-        dtype=dtype,
-        keep_fp32=keep_fp32,
-        norm_islands=not no_norm_islands,
-        policy=Policy.load(policy) if policy is not None else None,
-    )
+) -> Recipe:
+    """The :class:`~halfprec.Recipe` the conversion flags stand for: the recipe file's,
+    with an explicit --dtype winning over its dtype and --keep-fp32 added to its islands."""
+    base = Recipe.load(policy) if policy is not None else Recipe()
+    changes: dict[str, Any] = {"keep_fp32": (*base.keep_fp32, *keep_fp32)}
+    if dtype is not None:
+        changes["dtype"] = dtype
+    if no_norm_islands:
+        changes["norm_islands"] = False
+    return base.replace(**changes)
 
 
 def convert_options(f: F) -> F:
-    """``--dtype``, ``--policy``, ``--keep-fp32`` and ``--no-norm-islands``, handed to the
+    """``--dtype``, ``--recipe``, ``--keep-fp32`` and ``--no-norm-islands``, handed to the
     command as one ``convert_config`` argument (parsed before the model loads)."""
 
     @functools.wraps(f)

@@ -1,4 +1,4 @@
-"""``halfprec tune``: find the fp32 islands that make MODEL meet a tolerance; write a policy."""
+"""``halfprec tune``: find the fp32 islands that make MODEL meet a tolerance; write a recipe."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from halfprec.cli.options import (
     tolerance_options,
     tolerance_override,
 )
-from halfprec.convert.core import ConvertConfig
+from halfprec.convert.core import Recipe
 from halfprec.report.tune import print_tune
 from halfprec.tune import tune
 
 __all__ = ["command"]
 
 
-@click.command(help="Find fp32 islands so MODEL meets the tolerance in half; write a policy.")
+@click.command(help="Find fp32 islands so MODEL meets the tolerance in half; write a recipe.")
 @model_argument
 @inputs_option
 @convert_options
@@ -37,7 +37,7 @@ __all__ = ["command"]
     "--output",
     type=click.Path(path_type=Path),
     default=None,
-    help="Write the policy JSON here (read by `halfprec convert --policy`).",
+    help="Write the recipe JSON here (read by --recipe of convert, check, export, ...).",
 )
 @tolerance_options
 @click.option(
@@ -50,7 +50,7 @@ __all__ = ["command"]
 def command(
     model: str,
     inputs_path: Path | None,
-    convert_config: ConvertConfig,
+    convert_config: Recipe,
     device: str | None,
     as_json: bool,
     output: Path | None,
@@ -79,14 +79,15 @@ def command(
             max_evaluations=max_evaluations,
             progress=lambda text: bar.update(task, description=text),
         )
-    if result.passed and output is not None:
-        result.save_policy(str(output))
+    if result.recipe is not None and output is not None:
+        result.recipe.save(output)
     data = {"model": loaded.name, **result.report.to_json()}
-    data["policy"] = str(output) if result.passed and output is not None else None
+    data["recipe"] = str(output) if result.recipe is not None and output is not None else None
+    data["policy"] = data["recipe"]  # the older name of the same file
 
     def render() -> None:
         print_tune(result.report)
         if result.passed and output is not None:
-            click.echo(f"wrote {output}; use it with: halfprec convert MODEL --policy {output}")
+            click.echo(f"wrote {output}; use it with: halfprec convert MODEL --recipe {output}")
 
     finish(data, as_json, render, result.passed)

@@ -1,21 +1,23 @@
-"""Conversion to half precision: the core verbs, module boundaries, and tuned policies."""
+"""Conversion to half precision: the recipe, the core verbs, and the behaviours a
+converted module carries (boundaries, fills, op islands)."""
 
 from halfprec.convert.core import (
     ConversionReport,
-    ConvertConfig,
     conversion_report,
     convert,
     convert_,
+    recipe_of,
 )
 from halfprec.convert.op_islands import OpRef
-from halfprec.convert.policy import Policy
+from halfprec.convert.recipe import Recipe, RecipeError
 
 __all__ = [
     "ConversionReport",
-    "ConvertConfig",
     "OpRef",
-    "Policy",
+    "Recipe",
+    "RecipeError",
     "conversion_report",
     "convert",
     "convert_",
+    "recipe_of",
 ]

@@ -1,32 +1,42 @@
-"""Module boundaries of a converted model: the hooks that cast tensors where dtypes meet.
+"""Module boundaries of a converted model: where dtypes meet, tensors are cast.
 
-- the root casts floating inputs to the compute dtype and floating outputs back;
-- every half module that owns parameters casts a stray floating input to its own dtype;
-- an fp32 island receives fp32 and hands its caller back the caller's dtype, either through
-  hooks or, for built-in norms whose kernels take half input with fp32 parameters (probed
-  once per device and dtype), with no hooks at all. An island that is not a default norm
-  island keeps an output fp32 where the caller's dtype cannot hold it.
+Three behaviours (see :mod:`halfprec.convert.swap`), each a plain mixin with frozen
+settings, so the converted model stays an ordinary module:
+
+- :class:`RootCast`: the root casts floating inputs to the compute dtype and floating
+  outputs back to the original dtype; it also carries the model's resolved recipe;
+- :class:`Guard`: a half module that owns parameters casts a stray floating input (an fp32
+  ``torch.zeros`` made in a caller's ``forward``) to its own dtype;
+- :class:`Fp32Island`: an fp32 island receives fp32 and hands its caller back the caller's
+  dtype. A built-in norm whose kernel takes half input with fp32 parameters (probed once
+  per device and dtype) needs no casts at all. An island that is not a default norm
+  island keeps an output fp32 where the caller's dtype cannot hold it (eager only: a
+  compiled or exported graph cannot branch on values, so there it is cast back).
 """
 
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from halfprec.dtypes import range_of
-from halfprec.tree import map_tensors
+from halfprec.convert.swap import Behaviour
+from halfprec.dtypes import dtype_name, range_of
+from halfprec.tree import iter_tensors, map_tensors
 
 __all__ = [
-    "cast_inputs_hook",
-    "cast_outputs_hook",
-    "guard_hook",
-    "install_island",
+    "Fp32Island",
+    "Guard",
+    "GuardSettings",
+    "IslandSettings",
+    "RootCast",
+    "RootSettings",
+    "mixed_kernel_ok",
 ]
 
 
@@ -37,54 +47,121 @@ def _to(dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
     return cast
 
 
-def cast_inputs_hook(dtype: torch.dtype) -> Callable[..., Any]:
-    cast = _to(dtype)
-
-    def hook(
-        module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return map_tensors(cast, args), map_tensors(cast, kwargs)
-
-    return hook
-
-
-def cast_outputs_hook(dtype: torch.dtype, original: torch.dtype) -> Callable[..., Any]:
-    def cast(t: torch.Tensor) -> torch.Tensor:
-        return t.to(original) if t.dtype == dtype else t
-
-    def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-        return map_tensors(cast, output)
-
-    return hook
-
-
-def guard_hook(dtype: torch.dtype) -> Callable[..., Any]:
-    """Cheap pre-hook for half modules: cast stray floating tensors to the module's dtype."""
-
-    def hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        for a in args:
-            if isinstance(a, torch.Tensor) and a.dtype != dtype and a.is_floating_point():
-                return tuple(
-                    a.to(dtype)
-                    if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != dtype
-                    else a
-                    for a in args
-                )
-        return None
-
-    return hook
-
-
 def _first_float_dtype(obj: Any) -> torch.dtype | None:
-    found: list[torch.dtype] = []
+    for _, t in iter_tensors(obj):
+        if t.is_floating_point():
+            return t.dtype
+    return None
 
-    def see(t: torch.Tensor) -> torch.Tensor:
-        if not found and t.is_floating_point():
-            found.append(t.dtype)
-        return t
 
-    map_tensors(see, obj)
-    return found[0] if found else None
+def _tracing() -> bool:
+    return torch.jit.is_tracing() or torch.compiler.is_compiling()
+
+
+def _beyond(t: torch.Tensor, limit: float) -> bool:
+    return t.numel() > 0 and not _tracing() and bool(t.abs().amax() > limit)
+
+
+@dataclass(frozen=True)
+class RootSettings:
+    """The root of a converted model: its compute and original dtypes, whether it casts
+    inputs (not when the whole model is an fp32 island) and outputs, and what the
+    conversion decided (``recipe``: the resolved :class:`~halfprec.convert.recipe.Recipe`;
+    ``reason``: why this dtype; ``attributes_cast``; ``notes``)."""
+
+    dtype: torch.dtype
+    original: torch.dtype
+    cast_inputs: bool
+    cast_outputs: bool
+    recipe: Any  # a Recipe (typed loosely: recipe.py sits above this module)
+    reason: str = ""
+    attributes_cast: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+
+class RootCast(Behaviour):
+    attr = "_halfprec_root"
+
+    @classmethod
+    def label(cls, settings: RootSettings) -> str:
+        return f"halfprec {dtype_name(settings.dtype)}"
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        s: RootSettings = getattr(self, RootCast.attr)
+        if s.cast_inputs:
+            to_half = _to(s.dtype)
+            args, kwargs = map_tensors(to_half, args), map_tensors(to_half, kwargs)
+        out = super().forward(*args, **kwargs)  # type: ignore[misc]
+        if not (s.cast_inputs and s.cast_outputs):
+            return out
+        dtype, original = s.dtype, s.original
+
+        def back(t: torch.Tensor) -> torch.Tensor:
+            return t.to(original) if t.dtype == dtype else t
+
+        return map_tensors(back, out)
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    dtype: torch.dtype
+
+
+class Guard(Behaviour):
+    """Casts stray floating positional inputs to the module's own dtype."""
+
+    attr = "_halfprec_guard"
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        dtype = getattr(self, Guard.attr).dtype
+        args = tuple(
+            a.to(dtype)
+            if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != dtype
+            else a
+            for a in args
+        )
+        return super().forward(*args, **kwargs)  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class IslandSettings:
+    """An fp32 island: ``original`` (fp32) in, the caller's dtype out. ``cast=False``: a
+    built-in norm whose kernel does this by itself. ``widen``: keep an output beyond the
+    caller's range in fp32. ``reason``: why the module is an island."""
+
+    original: torch.dtype
+    compute: torch.dtype
+    cast: bool
+    widen: bool
+    reason: str
+
+
+class Fp32Island(Behaviour):
+    attr = "_halfprec_island"
+
+    @classmethod
+    def label(cls, settings: IslandSettings) -> str:
+        return "fp32 island"
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        s: IslandSettings = getattr(self, Fp32Island.attr)
+        if not s.cast:
+            return super().forward(*args, **kwargs)  # type: ignore[misc]
+        caller = _first_float_dtype((args, kwargs))
+        to_wide = _to(s.original)
+        out = super().forward(*map_tensors(to_wide, args), **map_tensors(to_wide, kwargs))  # type: ignore[misc]
+        if caller is None or caller == s.original:
+            return out
+        limit = range_of(caller).max
+        narrow = s.widen and limit < range_of(s.original).max / 2  # fp16, not bf16
+        original = s.original
+
+        def back(t: torch.Tensor) -> torch.Tensor:
+            if t.dtype != original or (narrow and _beyond(t, limit)):
+                return t
+            return t.to(caller)
+
+        return map_tensors(back, out)
 
 
 def _probe_batch_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -123,62 +200,14 @@ def _mixed_kernel_ok(kind_name: str, device: torch.device, dtype: torch.dtype) -
     return bool(torch.allclose(mixed.float(), exact.float(), rtol=0, atol=4 * range_of(dtype).eps))
 
 
-def _tracing() -> bool:
-    return torch.jit.is_tracing() or torch.compiler.is_compiling()
-
-
-def _beyond(t: torch.Tensor, limit: float) -> bool:
-    return t.numel() > 0 and not _tracing() and bool(t.abs().amax() > limit)
-
-
-def install_island(
-    module: nn.Module,
-    original: torch.dtype,
-    compute: torch.dtype,
-    allow_mixed: bool,
-    *,
-    widen: bool = False,
-) -> None:
-    """fp32 in, and the caller's dtype back out, per call (thread-safe for DataParallel).
-
-    A built-in norm whose kernel computes half inputs in fp32 against fp32 parameters needs
-    no hooks at all (probed once per device); any other island gets casting hooks. With
-    ``widen``, an output beyond the caller's range stays fp32 rather than turning into inf
-    (the value stays fp32 until a later island or the model's output; one max-abs reduction
-    per output, skipped while tracing or compiling).
-    """
+def mixed_kernel_ok(
+    module: nn.Module, original: torch.dtype, compute: torch.dtype, allow_mixed: bool
+) -> bool:
+    """True when ``module`` (a built-in norm) computes half input against its fp32
+    parameters exactly as an island would, so it needs no casts."""
     kind = type(module)
+    if not (allow_mixed and kind in _MIXED_KERNELS and original == torch.float32):
+        return False
     params = list(module.parameters(recurse=False))
     device = params[0].device if params and not params[0].is_meta else torch.device("cpu")
-    mixed = allow_mixed and kind in _MIXED_KERNELS and original == torch.float32
-    if mixed and _mixed_kernel_ok(kind.__name__, device, compute):
-        return
-    local = threading.local()
-    to_fp32 = _to(original)
-
-    def pre(
-        mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        stack = getattr(local, "stack", None)
-        if stack is None:
-            stack = local.stack = []
-        stack.append(_first_float_dtype((args, kwargs)))
-        return map_tensors(to_fp32, args), map_tensors(to_fp32, kwargs)
-
-    def post(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
-        caller = local.stack.pop()
-        if caller is None or caller == original:
-            return None
-
-        limit = range_of(caller).max
-        narrow = widen and limit < range_of(original).max / 2  # fp16, not bf16
-
-        def back(t: torch.Tensor) -> torch.Tensor:
-            if t.dtype != original or (narrow and _beyond(t, limit)):
-                return t
-            return t.to(caller)
-
-        return map_tensors(back, output)
-
-    module.register_forward_pre_hook(pre, with_kwargs=True)
-    module.register_forward_hook(post, with_kwargs=True, always_call=True)
+    return _mixed_kernel_ok(kind.__name__, device, compute)

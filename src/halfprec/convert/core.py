@@ -15,48 +15,49 @@ with ``model.to(torch.float16)`` the converted model:
 - saturates fill constants beyond the half range (``masked_fill(mask, -1e9)``) to the
   dtype's finite limit in modules whose forward names a fill op (a guard too:
   ``guard_boundaries=False`` turns it off), see :mod:`halfprec.convert.fills`;
-- computes single ops named by a policy's ``op_islands`` in fp32, see
+- computes single ops named by the recipe's ``op_islands`` in fp32, see
   :mod:`halfprec.convert.op_islands`;
 - casts through ``Module._apply`` as ``.to()`` does, so subclass overrides run;
 - takes exactly the original inputs: floating tensors anywhere in args/kwargs are cast to
   the compute dtype, integer and bool tensors (token ids, masks) never are; floating outputs
   are cast back to the original dtype unless ``cast_outputs=False``.
+
+The converted model is an ordinary module tree: each of these behaviours is a visible
+class swap (:mod:`halfprec.convert.swap`), so it copies, pickles and compiles like the
+original, and carries its resolved :class:`~halfprec.convert.recipe.Recipe`
+(:func:`recipe_of`). :func:`conversion_report` reads what was done from the tree.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import fnmatch
-import os
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from torch import nn
 
 from halfprec.convert.boundaries import (
-    cast_inputs_hook,
-    cast_outputs_hook,
-    guard_hook,
-    install_island,
+    Fp32Island,
+    Guard,
+    GuardSettings,
+    IslandSettings,
+    RootCast,
+    RootSettings,
+    mixed_kernel_ok,
 )
-from halfprec.convert.fills import SaturatingFills, has_fill_ops
-from halfprec.convert.op_islands import OpRef, install_op_islands
-from halfprec.convert.policy import Policy
-from halfprec.convert.scope import ModeScope
+from halfprec.convert.fills import FillSettings, SaturateFills, has_fill_ops
+from halfprec.convert.op_islands import OpIslands, OpPlan, OpRef, OpSettings
+from halfprec.convert.recipe import FilterFn, Recipe, RecipeLike
+from halfprec.convert.swap import Behaviour, base_class, swap
 from halfprec.dtypes import (
     DTypeChoice,
-    DTypeLike,
-    candidate_dtypes,
     dtype_name,
     ensure_runnable,
-    is_auto,
-    parse_dtype,
     range_of,
-    resolve_dtype,
 )
 from halfprec.errors import HalfprecError
 from halfprec.modules import finite_peak, in_island, model_device, nbytes
@@ -64,17 +65,21 @@ from halfprec.modules import finite_peak, in_island, model_device, nbytes
 __all__ = [
     "DEFAULT_ISLAND_TYPES",
     "ConfigLike",
+    "add_note",
     "ConvertConfig",
     "ConversionReport",
     "FilterFn",
+    "Recipe",
     "convert",
     "convert_",
     "conversion_report",
     "is_default_island",
+    "recipe_of",
 ]
 
-FilterFn = Callable[[nn.Module, str], bool]
-Selector = type[nn.Module] | str
+# The recipe is the one config type; these names stay for code written against them.
+ConvertConfig = Recipe
+ConfigLike = RecipeLike
 
 DEFAULT_ISLAND_TYPES: tuple[type[nn.Module], ...] = (
     nn.modules.batchnorm._BatchNorm,
@@ -88,141 +93,35 @@ DEFAULT_ISLAND_TYPES: tuple[type[nn.Module], ...] = (
 # Hand-written norms in model zoos (LlamaRMSNorm, T5LayerNorm, ...) are fragile the same way.
 _NORM_NAME = re.compile(r"(RMS|Layer|Group|Batch|Instance)_?Norm(\dd)?$", re.IGNORECASE)
 
-_REPORT_ATTR = "halfprec_report"
 
-
-def is_default_island(module: nn.Module) -> bool:
-    """True for modules halfprec keeps in fp32 by default: the norm layers."""
-    name = getattr(module, "original_name", type(module).__name__)  # TorchScript keeps it
-    return isinstance(module, DEFAULT_ISLAND_TYPES) or bool(_NORM_NAME.search(str(name)))
-
-
-@dataclass(frozen=True)
-class ConvertConfig:
-    """How to convert a model; every entry point (convert, check, diagnose, tune, audit,
-    benchmark, export, load) takes one. Checked on construction.
-
-    ``dtype``: ``"fp16"``, ``"bf16"``, ``"auto"`` or a ``torch.dtype``; ``None`` (default)
-    means the policy's dtype, or ``"auto"`` without a policy. An explicit ``dtype`` wins over
-    the policy's (see :meth:`requested`).
-    ``keep_fp32``: module types or qualified names (``fnmatch`` globs) kept in fp32, on top
-    of the norm islands (``norm_islands=False`` drops those) and the policy's names.
-    ``filter_fn(module, name) -> bool``: True keeps that module in fp32.
-    ``cast_outputs``: cast floating outputs back to the model's original dtype.
-    ``guard_boundaries``: cast fp32 tensors made inside ``forward`` at half modules.
-    ``mixed_kernels``: let built-in norm islands take half input straight into their fp32
-    parameter kernels where the device supports it (no casts); ``False`` always casts, which
-    graph formats that need one dtype per op (ONNX) require.
-    ``policy``: a :class:`Policy` or the path of one written by ``halfprec tune`` (read once,
-    here).
-    """
-
-    dtype: DTypeLike | None = None
-    keep_fp32: tuple[Selector, ...] = ()
-    filter_fn: FilterFn | None = None
-    norm_islands: bool = True
-    cast_outputs: bool = True
-    guard_boundaries: bool = True
-    mixed_kernels: bool = True
-    policy: Policy | str | os.PathLike[str] | None = None
-
-    def __post_init__(self) -> None:
-        keep: Any = self.keep_fp32
-        if isinstance(keep, (str, type)):
-            keep = (keep,)
-        keep = tuple(keep)
-        for sel in keep:
-            if not (isinstance(sel, str) or (isinstance(sel, type) and issubclass(sel, nn.Module))):
-                raise ValueError(
-                    f"keep_fp32 entries must be module types or qualified names, got {sel!r}; "
-                    "pass filter_fn=lambda module, name: ... for anything else"
-                )
-        object.__setattr__(self, "keep_fp32", keep)
-        if self.filter_fn is not None and not callable(self.filter_fn):
-            raise ValueError("filter_fn must be callable as filter_fn(module, qualified_name)")
-        pol: Any = self.policy
-        if isinstance(pol, (str, os.PathLike)):
-            object.__setattr__(self, "policy", Policy.load(pol))
-        elif pol is not None and not isinstance(pol, Policy):
-            raise ValueError(
-                f"policy must be a Policy or the path of a policy JSON, got {type(pol).__name__}"
-            )
-        if self.dtype is not None:
-            dtype = "auto" if is_auto(self.dtype) else parse_dtype(self.dtype)
-            object.__setattr__(self, "dtype", dtype)
-
-    @classmethod
-    def of(cls, config: ConfigLike) -> ConvertConfig:
-        """The config that ``config`` stands for: ``None`` is ``ConvertConfig()``, a dtype
-        (``"bf16"``, ``torch.float16``, ``"auto"``) is ``ConvertConfig(dtype=...)``, and a
-        :class:`Policy` is ``ConvertConfig(policy=...)``."""
-        if config is None:
-            return cls()
-        if isinstance(config, cls):
-            return config
-        if isinstance(config, (str, torch.dtype)):
-            return cls(dtype=config)
-        if isinstance(config, Policy):
-            return cls(policy=config)
-        raise TypeError(
-            f'expected a ConvertConfig, a dtype ("fp16", "bf16", "auto", torch.float16) '
-            f"or None, got {type(config).__name__}; pass options as "
-            "ConvertConfig(dtype=..., keep_fp32=...)"
-        )
-
-    @property
-    def requested(self) -> DTypeLike:
-        """The dtype asked for: an explicit ``dtype`` (including ``"auto"``) wins over the
-        policy's dtype; without either, ``"auto"``. The one place this is decided."""
-        if self.dtype is not None:
-            return self.dtype
-        return self.loaded_policy.dtype if self.loaded_policy is not None else "auto"
-
-    def resolve(self, device: str | torch.device = "cpu") -> DTypeChoice:
-        """The compute dtype on ``device`` and why (``"auto"`` resolved by
-        :func:`~halfprec.dtypes.resolve_dtype`)."""
-        if self.dtype is None and self.loaded_policy is not None:
-            dtype = self.loaded_policy.dtype
-            return DTypeChoice(dtype, f"policy {dtype_name(dtype)}")
-        return resolve_dtype(self.requested, device)
-
-    def candidates(self, device: str | torch.device = "cpu") -> tuple[torch.dtype, ...]:
-        """The dtypes a search tries (tune, bench): the requested one, or for ``"auto"``
-        every half dtype ``device`` runs (see :func:`~halfprec.dtypes.candidate_dtypes`)."""
-        return candidate_dtypes(self.requested, device)
-
-    @property
-    def selectors(self) -> tuple[Selector, ...]:
-        """``keep_fp32`` plus the policy's module names."""
-        pol = self.loaded_policy
-        return self.keep_fp32 + (pol.keep_fp32 if pol is not None else ())
-
-    @property
-    def loaded_policy(self) -> Policy | None:
-        """The policy (a path given as ``policy`` is read in ``__post_init__``)."""
-        return self.policy if isinstance(self.policy, Policy) else None
-
-    def replace(self, **changes: Any) -> ConvertConfig:
-        """A copy with ``changes`` (``dataclasses.replace``), checked again."""
-        return dataclasses.replace(self, **changes)
-
-
-ConfigLike = ConvertConfig | DTypeLike | Policy | None
+def is_default_island(module: nn.Module, *, root: bool = False) -> bool:
+    """True for modules halfprec keeps in fp32 by default: the norm layers (by type, or by
+    a norm-like class name such as ``LlamaRMSNorm``; the root only by type, so a model
+    class named ``BigBatchNorm`` is not one whole fp32 island)."""
+    if isinstance(module, DEFAULT_ISLAND_TYPES):
+        return True
+    if root:
+        return False
+    name = getattr(module, "original_name", base_class(module).__name__)  # TorchScript
+    return bool(_NORM_NAME.search(str(name)))
 
 
 @dataclass
 class ConversionReport:
-    """What :func:`convert` did: dtype, islands with reasons, and sizes."""
+    """What :func:`convert` did: dtype, islands with reasons, and sizes. Read from the
+    converted model itself by :func:`conversion_report`, so it is the same after a copy,
+    a pickle or a load."""
 
     dtype: torch.dtype
     reason: str
     original_dtype: torch.dtype
+    recipe: Recipe
     islands: dict[str, str] = field(default_factory=dict)
     attributes_cast: list[str] = field(default_factory=list)
     guarded_modules: int = 0
     op_islands: list[OpRef] = field(default_factory=list)
     fill_guards: list[str] = field(default_factory=list)
-    saturated_fills: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
     params_total: int = 0
     params_fp32: int = 0
     bytes_before: int = 0
@@ -247,28 +146,90 @@ class ConversionReport:
             "guarded_modules": self.guarded_modules,
             "op_islands": [o.to_json() for o in self.op_islands],
             "fill_guards": self.fill_guards,
-            "saturated_fills": self.saturated_fills,
+            "notes": self.notes,
             "params_total": self.params_total,
             "params_fp32": self.params_fp32,
             "fp32_share": self.fp32_share,
             "bytes_before": self.bytes_before,
             "bytes_after": self.bytes_after,
+            "recipe": self.recipe.to_json(),
         }
 
 
+def _root_settings(model: nn.Module) -> RootSettings | None:
+    settings = model.__dict__.get(RootCast.attr)
+    return settings if isinstance(settings, RootSettings) else None
+
+
+def recipe_of(model: nn.Module) -> Recipe | None:
+    """The resolved recipe ``model`` was converted with (every island by name, a concrete
+    dtype: it saves as JSON), or None if halfprec did not convert ``model``."""
+    settings = _root_settings(model)
+    return settings.recipe if settings is not None else None
+
+
+def add_note(model: nn.Module, note: str) -> nn.Module:
+    """Record ``note`` in the conversion report of the converted ``model``; returns it."""
+    settings = _root_settings(model)
+    if settings is None:
+        raise HalfprecError("add_note needs a model converted by halfprec")
+    object.__setattr__(model, RootCast.attr, replace(settings, notes=(*settings.notes, note)))
+    return model
+
+
 def conversion_report(model: nn.Module) -> ConversionReport | None:
-    """The report of the conversion ``model`` went through, or None if it was not converted."""
-    report = model.__dict__.get(_REPORT_ATTR)
-    return report if isinstance(report, ConversionReport) else None
+    """What the conversion of ``model`` did, read from the model, or None if halfprec did
+    not convert it."""
+    root = _root_settings(model)
+    if root is None:
+        return None
+    report = ConversionReport(
+        dtype=root.dtype,
+        reason=root.reason,
+        original_dtype=root.original,
+        recipe=root.recipe,
+        attributes_cast=list(root.attributes_cast),
+        notes=list(root.notes),
+    )
+    seen: set[int] = set()
+    before = 0
+    for name, module in model.named_modules():
+        island = module.__dict__.get(Fp32Island.attr)
+        if isinstance(island, IslandSettings) or (name == "" and not root.cast_inputs):
+            report.islands[name] = island.reason if island is not None else "the whole model"
+        if isinstance(module.__dict__.get(Guard.attr), GuardSettings):
+            report.guarded_modules += 1
+        if isinstance(module.__dict__.get(SaturateFills.attr), FillSettings):
+            report.fill_guards.append(name)
+        ops = module.__dict__.get(OpIslands.attr)
+        if isinstance(ops, OpSettings):
+            report.op_islands.extend(ops.plan.refs)
+        kept = in_island(name, report.islands)
+        for p in module.parameters(recurse=False):
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            report.params_total += p.numel()
+            if kept and p.is_floating_point():
+                report.params_fp32 += p.numel()
+        for t in (*module.parameters(recurse=False), *module.buffers(recurse=False)):
+            if id(t) in seen and not isinstance(t, nn.Parameter):
+                continue
+            seen.add(id(t))
+            size = root.original.itemsize if t.is_floating_point() else t.element_size()
+            before += t.numel() * size
+    report.bytes_before = before
+    report.bytes_after = nbytes(model)
+    return report
 
 
 def convert(model: nn.Module, config: ConfigLike = None) -> nn.Module:
     """Return a half-precision copy of ``model``; ``model`` itself is left unchanged.
 
-    ``config``: a :class:`ConvertConfig`, or just a dtype (``"fp16"``, ``"bf16"``,
-    ``"auto"``, ``torch.float16``); default ``"auto"``.
+    ``config``: a :class:`Recipe`, just a dtype (``"fp16"``, ``"bf16"``, ``"auto"``,
+    ``torch.float16``), or the path of a recipe JSON; default ``"auto"``.
     """
-    cfg = ConvertConfig.of(config)  # fail on bad options before the copy
+    cfg = Recipe.of(config)  # fail on bad options before the copy
     return convert_(copy.deepcopy(model), cfg)
 
 
@@ -276,11 +237,16 @@ def convert_(model: nn.Module, config: ConfigLike = None) -> nn.Module:
     """Convert ``model`` in place (see :func:`convert`) and return it."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"convert expects an nn.Module, got {type(model).__name__}")
-    if conversion_report(model) is not None:
+    if _root_settings(model) is not None:
         raise HalfprecError(
             "this model was already converted by halfprec; convert the original fp32 model"
         )
-    return _Converter(model, ConvertConfig.of(config)).run()
+    if isinstance(model, torch.jit.ScriptModule):
+        raise HalfprecError(
+            "a TorchScript module cannot carry halfprec's boundaries; convert the Python "
+            "model, or wrap the scripted one in an nn.Module"
+        )
+    return _Converter(model, Recipe.of(config)).run()
 
 
 def _tensors(model: nn.Module) -> Iterable[torch.Tensor]:
@@ -331,10 +297,14 @@ def _own_memory(t: torch.Tensor) -> torch.Tensor:
     return t.clone()
 
 
-class _Converter:
-    """One conversion: picks islands, casts tensors, installs boundary hooks."""
+def _scripted(module: nn.Module) -> bool:
+    return isinstance(module, torch.jit.ScriptModule)
 
-    def __init__(self, model: nn.Module, config: ConvertConfig) -> None:
+
+class _Converter:
+    """One conversion: picks islands, casts tensors, swaps in the boundary behaviours."""
+
+    def __init__(self, model: nn.Module, config: Recipe) -> None:
         self.model = model
         self.config = config
         device = model_device(model)
@@ -342,32 +312,25 @@ class _Converter:
         ensure_runnable(self.choice.dtype, device)
         self.dtype = self.choice.dtype
         self.original = _original_dtype(model)
-        self.report = ConversionReport(
-            dtype=self.dtype,
-            reason=self.choice.reason,
-            original_dtype=self.original,
-            bytes_before=nbytes(model),
-        )
+        self.attributes_cast: list[str] = []
 
     def run(self) -> nn.Module:
         islands = self._pick_islands()
-        self.report.islands = islands
         half_modules = self._cast(islands)
-        self._install_hooks(islands, half_modules)
-        self.report.bytes_after = nbytes(self.model)
-        self.model.__dict__[_REPORT_ATTR] = self.report
+        plans = self._op_plans(islands)
+        self._swap(islands, half_modules, plans)
         return self.model
 
     # -- islands ---------------------------------------------------------------------------
     def _selected(self, module: nn.Module, name: str) -> str | None:
         cfg = self.config
-        if cfg.norm_islands and is_default_island(module):
+        if cfg.norm_islands and is_default_island(module, root=name == ""):
             return f"norm island ({type(module).__name__})"
-        for sel in cfg.selectors:
+        for sel in cfg.keep_fp32:
             if isinstance(sel, type) and isinstance(module, sel):
                 return f"keep_fp32 type {sel.__name__}"
-            if isinstance(sel, str) and name and (name == sel or fnmatch.fnmatchcase(name, sel)):
-                return f"keep_fp32 name {sel!r}"
+            if isinstance(sel, str) and (name == sel or (name and fnmatch.fnmatchcase(name, sel))):
+                return f"keep_fp32 name {sel!r}" if name else "keep_fp32: the whole model"
         if cfg.filter_fn is not None and cfg.filter_fn(module, name):
             return "filter_fn"
         return None
@@ -389,9 +352,11 @@ class _Converter:
     def _pick_islands(self) -> dict[str, str]:
         islands: dict[str, str] = {}
         names = [n for n, _ in self.model.named_modules()]
-        for sel in self.config.selectors:
-            if isinstance(sel, str) and not any(
-                n == sel or fnmatch.fnmatchcase(n, sel) for n in names if n
+        for sel in self.config.keep_fp32:
+            if (
+                isinstance(sel, str)
+                and sel
+                and not any(n == sel or fnmatch.fnmatchcase(n, sel) for n in names if n)
             ):
                 near = [n for n in names if n and sel.split(".")[-1] in n][:3]
                 hint = f" (similar: {', '.join(near)})" if near else ""
@@ -450,7 +415,7 @@ class _Converter:
                 continue
             for attr in _plain_tensor_attrs(module):
                 module.__dict__[attr] = module.__dict__[attr].to(self.dtype)
-                self.report.attributes_cast.append(f"{name}.{attr}" if name else attr)
+                self.attributes_cast.append(f"{name}.{attr}" if name else attr)
             for attr in _tensor_dict_attrs(module):
                 module.__dict__[attr] = {
                     k: v.to(self.dtype)
@@ -458,7 +423,7 @@ class _Converter:
                     else v
                     for k, v in module.__dict__[attr].items()
                 }
-                self.report.attributes_cast.append(f"{name}.{attr}" if name else attr)
+                self.attributes_cast.append(f"{name}.{attr}" if name else attr)
             if owns:
                 half_modules.append(module)
         dtype = self.dtype
@@ -469,59 +434,68 @@ class _Converter:
             return t.to(dtype)
 
         self.model._apply(cast)
-        self.report.params_total = total
-        self.report.params_fp32 = fp32
         return half_modules
 
-    # -- hooks -----------------------------------------------------------------------------
-    def _install_hooks(self, islands: dict[str, str], half_modules: list[nn.Module]) -> None:
-        dtype, original = self.dtype, self.original
-        root_is_island = "" in islands
-        if not root_is_island:
-            self.model.register_forward_pre_hook(cast_inputs_hook(dtype), with_kwargs=True)
-            if self.config.cast_outputs:
-                self.model.register_forward_hook(cast_outputs_hook(dtype, original))
-        modules = dict(self.model.named_modules())
-        # TorchScript code ignores Python hooks (and refuses them): inside a scripted module
-        # only the parameter casts and the root's IO casting apply.
-        for name in islands:
-            if name != "" and not isinstance(modules[name], torch.jit.ScriptModule):
-                module = modules[name]
-                widen = not is_default_island(module)  # no range check on every norm
-                install_island(module, original, dtype, self.config.mixed_kernels, widen=widen)
-        if self.config.guard_boundaries:
-            for module in half_modules:
-                if module is not self.model and not isinstance(module, torch.jit.ScriptModule):
-                    module.register_forward_pre_hook(guard_hook(dtype))
-            self.report.guarded_modules = len(half_modules)
-            self._guard_fills(islands)  # a guard too: audit turns guards off to see leaks
-        self._install_op_islands(islands)
-
-    def _install_op_islands(self, islands: dict[str, str]) -> None:
-        """Op islands from the policy, on half modules only (an island is all fp32)."""
-        policy = self.config.loaded_policy
-        ops = policy.op_islands if policy is not None else ()
+    # -- behaviours ------------------------------------------------------------------------
+    def _op_plans(self, islands: dict[str, str]) -> dict[str, OpPlan]:
+        """Op islands from the recipe, on half modules only (an island is all fp32)."""
         modules = dict(self.model.named_modules())
         by_module: dict[str, list[OpRef]] = {}
-        for ref in ops:
+        for ref in self.config.op_islands:
             if ref.module not in modules:
                 raise HalfprecError(
                     f"op island {ref} names no module of {type(self.model).__name__}; the "
-                    "policy was tuned on another model: re-run `halfprec tune`"
+                    "recipe was tuned on another model: re-run `halfprec tune`"
                 )
-            if not in_island(ref.module, islands):
+            if not in_island(ref.module, islands) and not _scripted(modules[ref.module]):
                 by_module.setdefault(ref.module, []).append(ref)
-        for name, refs in by_module.items():
-            install_op_islands(modules[name], refs, self.dtype, narrow_outputs=name != "")
-            self.report.op_islands.extend(refs)
+        return {
+            name: OpPlan(self.dtype, tuple(refs), narrow_outputs=name != "")
+            for name, refs in by_module.items()
+        }
 
-    def _guard_fills(self, islands: dict[str, str]) -> None:
-        """Saturating fills in the half modules whose own forward names a fill op."""
-        scope = ModeScope(SaturatingFills(self.dtype, self.report.saturated_fills))
-        for name, module in self.model.named_modules():
-            if in_island(name, islands):
-                continue
-            if isinstance(module, torch.jit.ScriptModule) or not has_fill_ops(module):
-                continue
-            scope.attach(module)
-            self.report.fill_guards.append(name)
+    def _resolved(self, islands: dict[str, str], plans: dict[str, OpPlan]) -> Recipe:
+        """The recipe as applied: every island by name, the dtype concrete, no selectors
+        that need a model; loading it into a fresh model rebuilds this one exactly."""
+        ops = tuple(r for plan in plans.values() for r in plan.refs)
+        return self.config.replace(
+            dtype=self.dtype,
+            keep_fp32=tuple(islands),
+            norm_islands=False,
+            filter_fn=None,
+            op_islands=ops,
+        )
+
+    def _swap(
+        self, islands: dict[str, str], half_modules: list[nn.Module], plans: dict[str, OpPlan]
+    ) -> None:
+        cfg, dtype, original = self.config, self.dtype, self.original
+        guarded = {id(m) for m in half_modules} if cfg.guard_boundaries else set()
+        modules = dict(self.model.named_modules())
+        for name, module in modules.items():
+            if _scripted(module):
+                continue  # TorchScript code runs its own casts: only the root's apply
+            chosen: dict[type[Behaviour], Any] = {}
+            if name == "":
+                chosen[RootCast] = RootSettings(
+                    dtype=dtype,
+                    original=original,
+                    cast_inputs="" not in islands,
+                    cast_outputs=cfg.cast_outputs,
+                    recipe=self._resolved(islands, plans),
+                    reason=self.choice.reason,
+                    attributes_cast=tuple(self.attributes_cast),
+                )
+            if name in islands and name != "":
+                widen = not is_default_island(module)  # no range check on every norm
+                cast = not mixed_kernel_ok(module, original, dtype, cfg.mixed_kernels)
+                chosen[Fp32Island] = IslandSettings(original, dtype, cast, widen, islands[name])
+            elif not in_island(name, islands):
+                if name != "" and id(module) in guarded:
+                    chosen[Guard] = GuardSettings(dtype)
+                if cfg.saturate_fills and has_fill_ops(module):
+                    chosen[SaturateFills] = FillSettings(dtype)
+                if name in plans:
+                    chosen[OpIslands] = OpSettings(plans[name], name)
+            if chosen:
+                swap(module, chosen)

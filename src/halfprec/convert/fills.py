@@ -7,8 +7,10 @@ masked positions still get exactly 0 after softmax, as in fp32. The constants of
 ``where`` with a scalar are saturated when the result has the half dtype; infinities and
 NaN are left alone (they are deliberate).
 
-Only modules whose own ``forward`` source names one of these ops get the mode (found by
-reading the source once per class), so models without such fills pay nothing.
+Only modules whose own ``forward`` source names one of these ops get the
+:class:`SaturateFills` behaviour (found by reading the source once per class, at
+conversion, never while the model runs), so models without such fills pay nothing. The
+mode is made afresh for each call of such a module: it holds no state between calls.
 """
 
 from __future__ import annotations
@@ -17,17 +19,17 @@ import functools
 import inspect
 import math
 import re
-import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from halfprec.convert.scope import NamedOpMode
+from halfprec.convert.swap import Behaviour
 from halfprec.dtypes import range_of
-from halfprec.frames import is_library_file
 
-__all__ = ["SaturatingFills", "has_fill_ops"]
+__all__ = ["FillSettings", "SaturateFills", "SaturatingFills", "has_fill_ops"]
 
 _FILL_CALL = re.compile(r"\b(masked_fill_?|fill_|full|full_like|new_full|where)\s*\(")
 
@@ -45,19 +47,6 @@ def has_fill_ops(module: torch.nn.Module) -> bool:
     """True when ``type(module).forward`` names a fill op in its own source."""
     forward = getattr(type(module), "forward", None)
     return forward is not None and _source_has_fills(forward)
-
-
-@functools.lru_cache(maxsize=4096)
-def _library(filename: str) -> bool:
-    return is_library_file(filename)
-
-
-def caller_location(skip: int = 2) -> str:
-    """``file:line`` of the innermost user frame, walking frames (no source reading)."""
-    frame = sys._getframe(skip)
-    while frame is not None and _library(frame.f_code.co_filename):
-        frame = frame.f_back  # type: ignore[assignment]
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
 
 
 def _value_slot(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int | str, ...]:
@@ -86,17 +75,16 @@ def _result_dtype(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> t
 
 
 class SaturatingFills(NamedOpMode):
-    """Saturates out-of-range fill constants of ``dtype`` results; records where."""
+    """Saturates out-of-range fill constants of ``dtype`` results."""
 
     NAMES = frozenset(
         {"masked_fill", "masked_fill_", "fill_", "full", "full_like", "new_full", "where"}
     )
 
-    def __init__(self, dtype: torch.dtype, found: dict[str, str]) -> None:
+    def __init__(self, dtype: torch.dtype) -> None:
         super().__init__()
         self.dtype = dtype
         self.limit = range_of(dtype).max
-        self.found = found  # location -> what was saturated (the conversion report's dict)
 
     def on_op(
         self, func: Callable[..., Any], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -120,6 +108,23 @@ class SaturatingFills(NamedOpMode):
                 continue
             if math.isfinite(value) and abs(value) > self.limit:
                 holder[slot] = math.copysign(self.limit, value)
-                where = caller_location(3)
-                self.found.setdefault(where, f"{name}({value:g}) -> {holder[slot]:g}")
         return tuple(new_args), new_kwargs
+
+
+@dataclass(frozen=True)
+class FillSettings:
+    dtype: torch.dtype
+
+
+class SaturateFills(Behaviour):
+    """Runs the module's ``forward`` under :class:`SaturatingFills`."""
+
+    attr = "_halfprec_fills"
+
+    @classmethod
+    def label(cls, settings: FillSettings) -> str:
+        return "saturating fills"
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with SaturatingFills(getattr(self, SaturateFills.attr).dtype):
+            return super().forward(*args, **kwargs)  # type: ignore[misc]

@@ -1,41 +1,64 @@
 """Op-level fp32 islands: single operations inside a module's own code computed in fp32.
 
-An op is named stably by the module that runs it, the op's name, its source location
-(``file.py:line``, the innermost frame outside halfprec) and its occurrence (how many times
-that op at that line already ran in the current call of the module)::
+An op is named by the module that runs it, the op's name, its source location
+(``file.py:line``, the innermost frame outside halfprec), its occurrence (how many times
+that op at that line already ran in the current call of the module) and its ordinal (how
+many calls of that op name reached the module's mode before it in one call of the
+module, its children's calls included)::
 
-    OpRef(module="", op="exp", location="model.py:41", occurrence=0)
+    OpRef(module="", op="exp", location="model.py:41", occurrence=0, ordinal=3)
 
-Inside a module that carries op islands, a ``TorchFunctionMode`` (active only during that
-module's own calls) computes the named ops on fp32 copies of their inputs. The result stays
-fp32: ops on it alone stay fp32 by promotion, and an op that mixes it with half tensors
-casts it back to half when it fits the half range and otherwise runs in fp32 too, so an
-island extends downstream for as long as the value is out of range. The module's outputs
-are cast back to half where they fit; the next half module's boundary guard does the rest.
-Ops of child modules are not this module's own code and are left alone.
+:class:`OpIslands` runs a module's ``forward`` under an :class:`OpIslandMode` that counts
+the calls of the island op names and computes the named ones on fp32 copies of their
+inputs. A ref with an ordinal is found by counting alone, with no frame inspection, so
+the mode compiles into the module's graph. A ref without one (written by hand, or by an
+older halfprec) is found by its location, which walks the stack on each call of that op
+name, in eager mode only; :func:`resolve_ordinals` turns location refs into ordinal refs
+with one calibration call (``halfprec.tune`` does this for every recipe it returns).
+
+The result stays fp32: ops on it alone stay fp32 by promotion, and an op that mixes it
+with half tensors casts it back to half when it fits the half range and otherwise runs in
+fp32 too, so an island extends downstream for as long as the value is out of range (in a
+compiled or exported graph, which cannot branch on values, it stays fp32 until a half
+module's boundary casts it). The module's outputs are cast back to half where they fit.
+Internal casts and range checks run with torch functions disabled, so they never count.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from types import FrameType
 from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from halfprec.convert.scope import NamedOpMode
+from halfprec.convert.swap import Behaviour
 from halfprec.dtypes import range_of
 from halfprec.frames import is_library_file, is_torch_file
 from halfprec.tree import iter_tensors, map_tensors
 
-__all__ = ["OpRef", "OpIslands", "OwnOpMode", "fits", "install_op_islands", "own_op"]
+__all__ = [
+    "OpIslandMode",
+    "OpIslands",
+    "OpPlan",
+    "OpRef",
+    "OwnOpMode",
+    "fits",
+    "own_op",
+    "recording_ordinals",
+    "with_ordinals",
+]
 
 _CALL_IMPL = nn.Module._call_impl.__code__
 _TORCH_WRAPPERS = ("_tensor.py", "overrides.py", "_device.py", "_jit_internal.py")
@@ -49,28 +72,46 @@ class OpRef:
     op: str
     location: str
     occurrence: int = 0
+    ordinal: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.module, str) or not self.op or ":" not in self.location:
-            raise ValueError(
-                f"OpRef needs a module name, an op name and a 'file.py:line' location, got {self!r}"
-            )
-        if self.occurrence < 0:
-            raise ValueError(f"OpRef.occurrence must be >= 0, got {self.occurrence}")
+        if not isinstance(self.module, str) or not isinstance(self.op, str) or not self.op:
+            raise ValueError(f"OpRef needs a module name and an op name, got {self!r}")
+        if self.op.startswith("_"):
+            raise ValueError(f"OpRef.op {self.op!r}: private ops are never op islands")
+        if not isinstance(self.location, str) or ":" not in self.location:
+            raise ValueError(f"OpRef needs a 'file.py:line' location, got {self.location!r}")
+        for name in ("occurrence", "ordinal"):
+            value = getattr(self, name)
+            if value is None and name == "ordinal":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"OpRef.{name} must be an int >= 0, got {value!r}")
 
     def __str__(self) -> str:
         return f"{self.module or '(model)'}: {self.op} at {self.location} #{self.occurrence}"
+
+    @property
+    def site(self) -> tuple[str, str, str, int]:
+        """What names the op in its module's code, without the ordinal."""
+        return (self.module, self.op, self.location, self.occurrence)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> OpRef:
+    def from_json(cls, data: Any) -> OpRef:
+        if not isinstance(data, dict) or not {"module", "op", "location"} <= set(data):
+            raise ValueError(f"an op island is an object with module, op and location: {data!r}")
+        unknown = set(data) - {"module", "op", "location", "occurrence", "ordinal"}
+        if unknown:
+            raise ValueError(f"op island {data!r} has unknown keys {sorted(unknown)}")
         return cls(
-            module=str(data["module"]),
-            op=str(data["op"]),
-            location=str(data["location"]),
-            occurrence=int(data.get("occurrence", 0)),
+            module=data["module"],
+            op=data["op"],
+            location=data["location"],
+            occurrence=data.get("occurrence", 0),
+            ordinal=data.get("ordinal"),
         )
 
 
@@ -157,58 +198,156 @@ class OwnOpMode(NamedOpMode):
         raise NotImplementedError
 
 
-class OpIslands(OwnOpMode):
-    """Computes the named ops of one module in fp32 and carries wide results (see above)."""
+@dataclass(frozen=True)
+class OpPlan:
+    """The op islands of one module, as its :class:`OpIslandMode` looks them up: per op
+    name, the ordinals to widen and the (location, occurrence) sites without one."""
 
-    def __init__(self, module: nn.Module, ops: Iterable[OpRef], dtype: torch.dtype) -> None:
-        super().__init__(module)
-        self.keys = {(r.op, r.location, r.occurrence) for r in ops}
-        self.dtype = dtype
-        self.wide = torch.float32
+    dtype: torch.dtype
+    refs: tuple[OpRef, ...]
+    narrow_outputs: bool = True
 
-    def on_own_op(
-        self, func: Callable[..., Any], ref: OpRef, args: tuple[Any, ...], kwargs: dict[str, Any]
+    @functools.cached_property
+    def slots(self) -> dict[str, int]:
+        names = sorted({r.op for r in self.refs})
+        return {n: i for i, n in enumerate(names)}
+
+    @functools.cached_property
+    def ordinals(self) -> tuple[frozenset[int], ...]:
+        by = [set[int]() for _ in self.slots]
+        for r in self.refs:
+            if r.ordinal is not None:
+                by[self.slots[r.op]].add(r.ordinal)
+        return tuple(frozenset(x) for x in by)
+
+    @functools.cached_property
+    def sites(self) -> frozenset[tuple[str, str, int]]:
+        return frozenset((r.op, r.location, r.occurrence) for r in self.refs if r.ordinal is None)
+
+
+# (module, op, location, occurrence) -> ordinal, while resolve_ordinals records
+_RECORD: ContextVar[dict[tuple[str, str, str, int], int] | None] = ContextVar(
+    "halfprec_op_ordinals", default=None
+)
+
+
+@contextlib.contextmanager
+def recording_ordinals() -> Iterator[dict[tuple[str, str, str, int], int]]:
+    """Record, for each op island found by its location inside this block, its ordinal
+    (keyed by :attr:`OpRef.site`). One call of the model inside is enough."""
+    found: dict[tuple[str, str, str, int], int] = {}
+    token = _RECORD.set(found)
+    try:
+        yield found
+    finally:
+        _RECORD.reset(token)
+
+
+class OpIslandMode(TorchFunctionMode):
+    """One call of one module with op islands (see the module docs)."""
+
+    def __init__(self, plan: OpPlan, module: nn.Module, name: str) -> None:
+        super().__init__()
+        self.plan, self.module, self.name = plan, module, name
+        self.counts = [0] * len(plan.slots)
+        self.occurrences: dict[tuple[str, str], int] = {}
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        if (ref.op, ref.location, ref.occurrence) in self.keys:
-            wide = _cast(self.wide)
-            return func(*map_tensors(wide, args), **map_tensors(wide, kwargs))
-        dtypes = _float_dtypes((args, kwargs))
-        if self.dtype in dtypes and self.wide in dtypes:  # a carried fp32 value meets half
-            carried = [t for _, t in iter_tensors((args, kwargs)) if t.dtype == self.wide]
-            to = _cast(self.dtype if all(fits(t, self.dtype) for t in carried) else self.wide)
-            return func(*map_tensors(to, args), **map_tensors(to, kwargs))
+        kwargs = kwargs or {}
+        plan = self.plan
+        op = getattr(func, "__name__", "")
+        if op in plan.slots:
+            slot = plan.slots[op]
+            nth = self.counts[slot]
+            self.counts[slot] = nth + 1
+            if nth in plan.ordinals[slot] or (plan.sites and self._at_site(op, nth)):
+                with torch._C.DisableTorchFunction():
+                    wide = _cast(torch.float32)
+                    args, kwargs = map_tensors(wide, args), map_tensors(wide, kwargs)
+                return func(*args, **kwargs)
+        with torch._C.DisableTorchFunction():
+            to = self._carry(args, kwargs)
+            if to is not None:
+                args, kwargs = map_tensors(to, args), map_tensors(to, kwargs)
         return func(*args, **kwargs)
 
-
-def install_op_islands(
-    module: nn.Module, ops: Iterable[OpRef], dtype: torch.dtype, *, narrow_outputs: bool = True
-) -> None:
-    """Hooks that run ``module``'s calls under :class:`OpIslands` for ``ops``; fp32 outputs
-    that fit are cast back to ``dtype`` unless ``narrow_outputs=False`` (the root, whose
-    outputs are cast by the root's own hook)."""
-    mode = OpIslands(module, ops, dtype)
-    depth = threading.local()
-    back = _cast(dtype)
-
-    def enter(mod: nn.Module, args: tuple[Any, ...]) -> None:
-        level = getattr(depth, "n", 0)
-        if level == 0:
-            mode.reset()
-            mode.__enter__()
-        depth.n = level + 1
-
-    def leave(mod: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-        depth.n -= 1
-        if depth.n:
+    def _carry(self, args: Any, kwargs: Any) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """Where a carried fp32 value meets half: half if every carried value fits, else
+        fp32 for all (None: nothing to do)."""
+        dtypes = _float_dtypes((args, kwargs))
+        half = self.plan.dtype
+        if half not in dtypes or torch.float32 not in dtypes:
             return None
-        mode.__exit__(None, None, None)
-        if not narrow_outputs:
-            return None
+        carried = [t for _, t in iter_tensors((args, kwargs)) if t.dtype == torch.float32]
+        return _cast(half if all(fits(t, half) for t in carried) else torch.float32)
+
+    def _at_site(self, op: str, nth: int) -> bool:
+        """The location path (Python frames: eager and non-strict export, not
+        ``torch.compile``): is this call an island site of this module?"""
+        if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
+            return False
+        location = own_op(sys._getframe(2), self.module)
+        if location is None:
+            return False
+        occurrence = self.occurrences.get((op, location), 0)
+        self.occurrences[(op, location)] = occurrence + 1
+        if (op, location, occurrence) not in self.plan.sites:
+            return False
+        record = _RECORD.get()
+        if record is not None:
+            record.setdefault((self.name, op, location, occurrence), nth)
+        return True
+
+
+@dataclass(frozen=True)
+class OpSettings:
+    plan: OpPlan
+    name: str
+
+
+class OpIslands(Behaviour):
+    """Runs the module's ``forward`` under an :class:`OpIslandMode`; fp32 outputs that fit
+    are cast back to half unless ``plan.narrow_outputs`` is off (the root, whose outputs
+    its :class:`~halfprec.convert.boundaries.RootCast` casts)."""
+
+    attr = "_halfprec_ops"
+
+    @classmethod
+    def label(cls, settings: OpSettings) -> str:
+        n = len(settings.plan.refs)
+        return f"{n} fp32 op{'s' if n != 1 else ''}"
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        s: OpSettings = getattr(self, OpIslands.attr)
+        with OpIslandMode(s.plan, self, s.name):  # type: ignore[arg-type]
+            out = super().forward(*args, **kwargs)  # type: ignore[misc]
+        if not s.plan.narrow_outputs:
+            return out
+        half = s.plan.dtype
 
         def narrow(t: torch.Tensor) -> torch.Tensor:
-            return back(t) if t.dtype == torch.float32 and fits(t, dtype) else t
+            if t.dtype == torch.float32 and not _tracing() and fits(t, half):
+                return t.to(half)
+            return t
 
-        return map_tensors(narrow, output)
+        return map_tensors(narrow, out)
 
-    module.register_forward_pre_hook(enter)
-    module.register_forward_hook(leave, always_call=True)
+
+def _tracing() -> bool:
+    return torch.compiler.is_compiling() or torch.compiler.is_exporting()
+
+
+def with_ordinals(
+    refs: Iterable[OpRef], found: dict[tuple[str, str, str, int], int]
+) -> tuple[OpRef, ...]:
+    """``refs`` with the ordinals :func:`recording_ordinals` found (others unchanged)."""
+    return tuple(
+        replace(r, ordinal=found[r.site]) if r.ordinal is None and r.site in found else r
+        for r in refs
+    )

@@ -12,7 +12,7 @@ from torch import nn
 
 from halfprec.batch import as_batches
 from halfprec.compare import Tolerance, compare_outputs
-from halfprec.convert.core import ConfigLike, ConvertConfig, conversion_report
+from halfprec.convert.core import ConfigLike, Recipe, conversion_report
 from halfprec.diagnose.divergence import find_divergence, half_pass
 from halfprec.diagnose.local import Diagnoser
 from halfprec.diagnose.recording import cast_to
@@ -45,7 +45,7 @@ def _model_dtype_for(model: nn.Module, half: nn.Module | None, config: ConfigLik
         if found is not None:
             return found
     device = model_device(model)
-    return ConvertConfig.of(config).resolve(device).dtype
+    return Recipe.of(config).resolve(device).dtype
 
 
 def diagnose(
@@ -58,7 +58,7 @@ def diagnose(
 ) -> Diagnosis:
     """Diagnose ``model`` in half precision on ``inputs`` (one batch, or a list of batches).
 
-    ``config``: a :class:`ConvertConfig` or a dtype; only its dtype is used here
+    ``config``: a :class:`Recipe` or a dtype; only its dtype is used here
     (``"auto"`` by default; taken from ``half`` when ``half`` is given and ``config`` is not).
     ``half``: the half model to examine, with the same module names (e.g.
     ``convert(model, config)`` to diagnose halfprec's conversion); default: a naive

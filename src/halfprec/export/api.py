@@ -18,7 +18,7 @@ from halfprec.compare import Comparison, Tolerance, run_reference
 from halfprec.convert.core import (
     ConfigLike,
     ConversionReport,
-    ConvertConfig,
+    Recipe,
     conversion_report,
     convert,
 )
@@ -90,9 +90,7 @@ class ExportResult:
         }
 
 
-def _export_dtype(
-    config: ExportConfig, convert_config: ConvertConfig, model: nn.Module
-) -> torch.dtype:
+def _export_dtype(config: ExportConfig, convert_config: Recipe, model: nn.Module) -> torch.dtype:
     if config.format == "onnx":
         dtype = torch.float16 if is_auto(config.dtype) else parse_dtype(config.dtype)
         check_onnx_dtype(dtype)
@@ -169,7 +167,7 @@ def export(
     example batch (``result.comparison``) and with the in-Python half model
     (``result.python_max_abs``). For ONNX, ``result.ort_casts`` says where onnxruntime's
     CPU provider falls back to fp32, and ``runs > 0`` also times the fp32 and half ONNX
-    exports with onnxruntime (``result.ort_latency``). ``config``: a :class:`ConvertConfig`
+    exports with onnxruntime (``result.ort_latency``). ``config``: a :class:`Recipe`
     or a dtype, as in :func:`halfprec.convert` (ONNX: ``"auto"`` means fp16; ``half_io``
     decides ``cast_outputs``, and ONNX always casts at norm islands).
     ``kv_cache=True``: a decoder-only Hugging Face LM is exported with its KV cache as
@@ -179,11 +177,11 @@ def export(
     ``<stem>.encoder<suffix>`` and ``path`` (:mod:`halfprec.export.seq2seq`); the result
     describes the decoder file and holds the encoder's in ``companions``.
     """
-    cfg = ConvertConfig.of(config)
+    cfg = Recipe.of(config)
     if conversion_report(model) is not None:
         raise ExportError(
             "export converts the model itself and checks it against fp32; pass the original "
-            "fp32 model with the same ConvertConfig"
+            "fp32 model with the same Recipe"
         )
     target = ExportConfig.for_path(
         Path(path),
@@ -217,7 +215,7 @@ class _Step:
     """What every file of one :func:`export` call shares."""
 
     target: ExportConfig
-    cfg: ConvertConfig
+    cfg: Recipe
     half_io: bool
     tolerance: Tolerance | None
     runs: int

@@ -1,15 +1,15 @@
 """Half-size checkpoints in safetensors, never pickle.
 
 ``save(model, path)`` writes the converted model's tensors (half, plus the fp32 islands)
-with metadata: dtype, modules kept in fp32, halfprec and torch versions. The write is
-atomic. ``load(path, into=model)`` converts an fp32 ``model`` the same way and loads the
-tensors, refusing files whose names or shapes do not match. ``.pt``/``.bin`` state dicts
-are read with ``torch.load(weights_only=True)`` only.
+with its whole resolved recipe in the metadata (:mod:`halfprec.io.metadata`). The write
+is atomic. ``load(path, into=model)`` converts an fp32 ``model`` with that recipe (module
+islands, op islands, dtype, boundaries) and loads the tensors, refusing files whose names
+or shapes do not match, so the loaded model computes exactly what the saved one did.
+``.pt``/``.bin`` state dicts are read with ``torch.load(weights_only=True)`` only.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -18,16 +18,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec._version import __version__
 from halfprec.atomic import write_bytes_atomic
-from halfprec.convert.core import ConfigLike, ConvertConfig, conversion_report, convert_
+from halfprec.convert.core import ConfigLike, add_note, conversion_report, convert_, recipe_of
+from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import dtype_kind, dtype_name, is_auto, parse_dtype
 from halfprec.errors import CheckpointError
+from halfprec.io.metadata import checkpoint_metadata, file_recipe, is_half_checkpoint
 from halfprec.io.safeload import UnsafePickleError, load_weights_only
 
 __all__ = ["save", "load", "read_metadata"]
-
-_FORMAT = "halfprec/1"
 
 
 def _state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -53,16 +52,11 @@ def save(
     """
     from safetensors.torch import save as to_bytes
 
-    report = conversion_report(model)
-    meta = {
-        "format": _FORMAT,
-        "halfprec_version": __version__,
-        "torch_version": torch.__version__,
-        "dtype": dtype_name(report.dtype) if report else "unconverted",
-        "original_dtype": dtype_name(report.original_dtype) if report else "",
-        "keep_fp32": json.dumps(report.keep_fp32 if report else []),
-    }
-    meta.update(metadata or {})
+    recipe, report = recipe_of(model), conversion_report(model)
+    if recipe is None or report is None:
+        meta = {"format": "pt", "dtype": "unconverted", **(metadata or {})}
+    else:
+        meta = checkpoint_metadata(recipe, report.original_dtype, metadata)
     dest = Path(path)
     # serialized to bytes, then into halfprec's own temp file: safetensors' save_file
     # would leave a temp file of its own making behind on kill -9
@@ -184,23 +178,6 @@ def _tied(model: nn.Module, name: str, tensors: dict[str, torch.Tensor]) -> bool
     )
 
 
-def _keep_fp32(meta: dict[str, str], p: Path) -> list[str]:
-    """The ``keep_fp32`` metadata entry: a JSON list of module names, checked."""
-    try:
-        keep = json.loads(meta.get("keep_fp32", "[]"))
-    except ValueError as exc:
-        raise CheckpointError(
-            f"{p}: its keep_fp32 metadata is not valid JSON ({exc}); write the file again "
-            "with `halfprec convert`"
-        ) from None
-    if not isinstance(keep, list) or not all(isinstance(k, str) for k in keep):
-        raise CheckpointError(
-            f"{p}: its keep_fp32 metadata is not a list of module names; write the file "
-            "again with `halfprec convert`"
-        )
-    return keep
-
-
 def load(
     path: str | os.PathLike[str],
     *,
@@ -211,34 +188,40 @@ def load(
     """Load a checkpoint into ``into`` and return it.
 
     For a halfprec safetensors file, an unconverted ``into`` is first converted in place
-    to the file's dtype and fp32 islands, so the result is ready to run. ``config`` (a
-    :class:`ConvertConfig`) sets the other conversion options (guards, output casts); its
-    dtype, when given, must match the file's. ``into`` may also be a callable that builds
-    the fp32 model: it is then built on the meta device and filled straight from a
+    with the recipe the file carries, so the result computes exactly what the saved model
+    did. ``config`` (a :class:`~halfprec.Recipe`), when given, sets the boundary options
+    and the tolerance; the file decides the dtype, the module islands and the op islands,
+    and a dtype in ``config`` must match the file's. ``into`` may also be a callable that
+    builds the fp32 model: it is then built on the meta device and filled straight from a
     safetensors file, so the fp32 model never exists in memory
-    (:mod:`halfprec.io.materialize`).
+    (:mod:`halfprec.io.materialize`). A builder that computes on its weights while it
+    builds (k-means initialisation) cannot run on meta: it is then built for real, and
+    the conversion report says so in its notes.
     """
     if not isinstance(into, nn.Module):
-        from halfprec.io.materialize import load_built_on_meta
+        from halfprec.io.materialize import MetaBuildError, load_built_on_meta
 
         where = Path(path)
         if where.suffix == ".safetensors" or where.is_dir():
             meta = read_metadata(where) if where.is_file() else {}
-            if meta.get("format") == _FORMAT and meta.get("dtype") in ("fp16", "bf16"):
-                keep = _keep_fp32(meta, where)
-                cfg = _file_config(ConvertConfig.of(config), meta["dtype"], keep, where)
-                return load_built_on_meta(where, into, config=cfg, in_range=True, strict=strict)
-            return load_built_on_meta(where, into, config=config, strict=strict)
+            try:
+                if is_half_checkpoint(meta):
+                    cfg = _with_file(Recipe.of(config), file_recipe(meta, where), where)
+                    return load_built_on_meta(where, into, config=cfg, in_range=True, strict=strict)
+                return load_built_on_meta(where, into, config=config, strict=strict)
+            except MetaBuildError as exc:
+                note = f"built for real, not on the meta device: {exc.reason}"
+                loaded = load(path, into=into(), config=config, strict=strict)
+                return add_note(loaded, note)
         into = into()
     p = _existing(path)
     tensors = _read_tensors(p)
     meta = read_metadata(p) if p.suffix == ".safetensors" else {}
-    halfprec_file = meta.get("format") == _FORMAT and meta.get("dtype") in ("fp16", "bf16")
+    halfprec_file = is_half_checkpoint(meta)
     if halfprec_file:
         _check_declared_dtype(meta, tensors, p)
     if halfprec_file and conversion_report(into) is None:
-        keep = _keep_fp32(meta, p)
-        convert_(into, _file_config(ConvertConfig.of(config), meta["dtype"], keep, p))
+        convert_(into, _with_file(Recipe.of(config), file_recipe(meta, p), p))
     if strict:
         _check_match(into, tensors, p)
     state = into.state_dict()
@@ -249,13 +232,24 @@ def load(
     return into
 
 
-def _file_config(config: ConvertConfig, dtype: str, keep: list[str], path: Path) -> ConvertConfig:
-    """``config`` with the file's dtype and islands (the tensors decide both)."""
-    wanted = parse_dtype(dtype)
+def _with_file(config: Recipe, saved: Recipe, path: Path) -> Recipe:
+    """The file's recipe, with the boundary options and tolerance of an explicit
+    ``config`` (the default ``Recipe()`` changes nothing): the tensors decide the dtype
+    and the islands."""
     asked = config.dtype
-    if asked is not None and not is_auto(asked) and parse_dtype(asked) != wanted:
+    if not is_auto(asked) and parse_dtype(asked) != saved.dtype:
         raise CheckpointError(
-            f"{path} holds {dtype} tensors but config asks for {dtype_name(parse_dtype(asked))}; "
-            "load it without a dtype, or convert the fp32 model again"
+            f"{path} holds {dtype_name(parse_dtype(saved.dtype))} tensors but config asks for "
+            f"{dtype_name(parse_dtype(asked))}; load it without a dtype, or convert the fp32 "
+            "model again"
         )
-    return config.replace(dtype=wanted, keep_fp32=(*config.keep_fp32, *keep), policy=None)
+    if config == Recipe(dtype=asked):
+        return saved
+    return config.replace(
+        dtype=saved.dtype,
+        keep_fp32=(*saved.keep_fp32, *config.keep_fp32),
+        norm_islands=saved.norm_islands,
+        op_islands=saved.op_islands,
+        filter_fn=None,
+        info=saved.info,
+    )

@@ -25,9 +25,11 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from halfprec.convert.core import ConfigLike, ConvertConfig, convert_
-from halfprec.dtypes import range_of, resolve_dtype
+from halfprec.convert.core import ConfigLike, convert_
+from halfprec.convert.recipe import Recipe
+from halfprec.dtypes import range_of
 from halfprec.errors import CheckpointError
+from halfprec.io.metadata import HALFPREC_FORMAT
 from halfprec.io.tensorfile import TensorFile
 from halfprec.modules import finite_peak
 
@@ -39,9 +41,9 @@ __all__ = [
     "check_names",
     "load_built_on_meta",
     "HALFPREC_FORMAT",
+    "MetaBuildError",
 ]
 
-HALFPREC_FORMAT = "halfprec/1"
 Builder = Callable[[], nn.Module]
 
 
@@ -85,10 +87,26 @@ def parameters_on_meta() -> Iterator[None]:
         nn.Module.register_parameter = original  # type: ignore[method-assign]
 
 
+class MetaBuildError(CheckpointError):
+    """``build()`` cannot run on the meta device: it computes on its weights while it
+    builds (a k-means initialisation, a weight-dependent buffer). ``reason``: its error."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the builder cannot run on the meta device ({reason})")
+        self.reason = reason
+
+
 def build_on_meta(build: Builder) -> nn.Module:
-    """``build()`` with its parameters on the meta device (see :func:`parameters_on_meta`)."""
-    with parameters_on_meta():
-        model = build()
+    """``build()`` with its parameters on the meta device (see :func:`parameters_on_meta`).
+    Raises :class:`MetaBuildError` when the builder cannot run there."""
+    try:
+        with parameters_on_meta():
+            model = build()
+    except (RuntimeError, NotImplementedError) as exc:
+        text = str(exc)
+        if "meta" not in text.lower():
+            raise
+        raise MetaBuildError(text.strip().splitlines()[0][:200]) from None
     if not isinstance(model, nn.Module):
         raise CheckpointError(
             f"into= must be a model or a callable returning one; it returned {type(model).__name__}"
@@ -200,8 +218,8 @@ def load_built_on_meta(
     if strict:
         check_names(model, source)
     if config is not None:
-        cfg = ConvertConfig.of(config)
-        half = resolve_dtype(cfg.dtype if cfg.dtype is not None else "auto").dtype
+        cfg = Recipe.of(config)
+        half = cfg.resolve().dtype
         extra = [] if in_range else _existing_modules(model, overflowing_modules(source, half))
         convert_(model, cfg.replace(dtype=half, keep_fp32=(*cfg.keep_fp32, *extra)))
     materialize_(model, source, strict=strict)

@@ -13,30 +13,28 @@ ready to run.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import torch
 
-from halfprec._version import __version__
 from halfprec.atomic import atomic_path
 from halfprec.convert.core import (
     ConfigLike,
     ConversionReport,
-    ConvertConfig,
     conversion_report,
     convert_,
+    recipe_of,
 )
-from halfprec.dtypes import dtype_name, resolve_dtype
+from halfprec.convert.recipe import Recipe
 from halfprec.io.materialize import (
-    HALFPREC_FORMAT,
     Builder,
     _existing_modules,
     build_on_meta,
     check_names,
     overflowing_modules,
 )
+from halfprec.io.metadata import checkpoint_metadata
 from halfprec.io.tensorfile import TensorFile, TensorWriter
 
 __all__ = ["convert_file"]
@@ -52,9 +50,9 @@ def convert_file(
 ) -> ConversionReport:
     """Write a half copy of checkpoint ``src`` to ``dst`` (see module docs) and return
     the conversion report of the model ``build`` makes (islands, sizes). ``config``: a
-    :class:`ConvertConfig` or a dtype (``"auto"`` resolves for ``device``)."""
-    cfg = ConvertConfig.of(config)
-    half = resolve_dtype(cfg.dtype if cfg.dtype is not None else "auto", device).dtype
+    :class:`Recipe` or a dtype (``"auto"`` resolves for ``device``)."""
+    cfg = Recipe.of(config)
+    half = cfg.resolve(device).dtype
     source = TensorFile(src)
     if Path(dst).suffix != ".safetensors":
         raise ValueError(f"output {dst} must end in .safetensors")
@@ -62,23 +60,17 @@ def convert_file(
     check_names(model, source)
     extra = _existing_modules(model, overflowing_modules(source, half))
     convert_(model, cfg.replace(dtype=half, keep_fp32=(*cfg.keep_fp32, *extra)))
-    report = conversion_report(model)
-    assert report is not None  # convert_ always attaches one
+    report, recipe = conversion_report(model), recipe_of(model)
+    assert report is not None and recipe is not None  # convert_ always attaches them
     held = _dtypes_by_name(model)
     targets: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
     for name in source.names():
         file_dtype = source.dtype(name)
         target = held.get(name, half) if file_dtype.is_floating_point else file_dtype
         targets[name] = (target, source.shape(name))
-    metadata = {
-        "format": HALFPREC_FORMAT,
-        "halfprec_version": __version__,
-        "torch_version": torch.__version__,
-        "dtype": dtype_name(half),
-        "original_dtype": dtype_name(report.original_dtype),
-        "keep_fp32": json.dumps(report.keep_fp32),
-        "converted_from": Path(src).name,
-    }
+    metadata = checkpoint_metadata(
+        recipe, report.original_dtype, {"converted_from": Path(src).name}
+    )
     with atomic_path(Path(dst)) as tmp, open(tmp, "wb") as f:
         writer = TensorWriter(f, targets, metadata)
         for name, (target, _) in targets.items():

@@ -39,7 +39,7 @@ from halfprec.batch import as_batches, call
 from halfprec.convert.core import (
     ConfigLike,
     ConversionReport,
-    ConvertConfig,
+    Recipe,
     conversion_report,
     convert,
 )
@@ -311,14 +311,14 @@ class _LeakMode(TorchFunctionMode):
 def audit(model: nn.Module, inputs: Any, config: ConfigLike = None) -> AuditReport:
     """Run ``model`` in half on ``inputs`` and report every dtype leak by source line.
 
-    ``model``: an fp32 model (converted here by ``config``, a :class:`ConvertConfig` or a
+    ``model``: an fp32 model (converted here by ``config``, a :class:`Recipe` or a
     dtype, default ``"auto"``, with ``guard_boundaries=False`` so that leaks are not hidden
     by halfprec's own guards) or one already converted by :func:`convert` (audited as it
     is; ``config`` is then ignored). ``inputs``: one batch or a list of batches.
     """
     report = conversion_report(model)
     if report is None:
-        model = convert(model, ConvertConfig.of(config).replace(guard_boundaries=False))
+        model = convert(model, Recipe.of(config).replace(guard_boundaries=False))
         report = cast(ConversionReport, conversion_report(model))
     mode = _LeakMode(report.dtype)
     batches = as_batches(inputs)

@@ -11,7 +11,9 @@ from torch import nn
 
 from halfprec.batch import as_batches, call
 from halfprec.compare import Tolerance, compare_outputs, run_reference
-from halfprec.convert.core import ConfigLike, ConvertConfig
+from halfprec.convert.core import ConfigLike, convert, recipe_of
+from halfprec.convert.op_islands import recording_ordinals, with_ordinals
+from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import dtype_name, is_auto
 from halfprec.errors import DTypeError
 from halfprec.modules import model_device
@@ -22,6 +24,7 @@ from halfprec.tune.results import (
     TuneReport,
     TuneResult,
     TuneVariant,
+    tuned_info,
 )
 from halfprec.tune.search import Progress, _Search
 
@@ -60,14 +63,18 @@ def tune(
     """Find fp32 islands so that ``convert(model, config)`` plus those islands meets
     ``tolerance`` on every calibration batch in ``inputs`` (see :mod:`halfprec.tune`).
 
-    ``config``: a :class:`ConvertConfig` or a dtype. Its islands (``keep_fp32``, policy,
-    norm islands) are kept in every try. Its dtype ``"auto"`` (the default) means: search
+    ``config``: a :class:`~halfprec.Recipe` or a dtype. Its islands (``keep_fp32``, op
+    islands, norm islands) are kept in every try; ``tolerance`` overrides its tolerance.
+    Its dtype ``"auto"`` (the default) means: search
     every candidate dtype (:func:`~halfprec.dtypes.candidate_dtypes`) and keep the fastest
     passing variant. ``progress(text)`` is called after each try.
     """
     start = time.perf_counter()
-    cfg = ConvertConfig.of(config)
-    options = TuneConfig(tolerance=tolerance, max_evaluations=max_evaluations)
+    cfg = Recipe.of(config)
+    options = TuneConfig(
+        tolerance=tolerance if tolerance is not None else cfg.tolerance,
+        max_evaluations=max_evaluations,
+    )
     report_progress = progress or (lambda text: None)
     cal = as_batches(inputs)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
@@ -109,7 +116,26 @@ def tune(
         op_islands=chosen.op_islands,
         fp32_flops_share=chosen.fp32_flops_share,
     )
-    return TuneResult(converted, report, cfg)
+    if converted is None:
+        return TuneResult(None, report, cfg)
+    recipe = _final_recipe(converted, cal, options, report)
+    return TuneResult(convert(model, recipe), report, cfg, recipe)
+
+
+def _final_recipe(
+    tuned: nn.Module, batches: list[Any], options: TuneConfig, report: TuneReport
+) -> Recipe:
+    """The tuned model's resolved recipe, its op islands found by ordinal (one call on
+    the first batch records them), carrying the tolerance asked for and its provenance."""
+    found = recipe_of(tuned)
+    assert found is not None  # a converted model carries its recipe
+    ops = found.op_islands
+    if any(r.ordinal is None for r in ops):
+        with recording_ordinals() as seen, torch.inference_mode():
+            call(tuned, batches[0])
+        ops = with_ordinals(ops, seen)
+    explicit = options.tolerance if options.tolerance is not None else found.tolerance
+    return found.replace(op_islands=ops, tolerance=explicit, info=tuned_info(report))
 
 
 def _latency(model: nn.Module, batch: Any, device: torch.device, runs: int) -> float:

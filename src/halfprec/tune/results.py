@@ -11,9 +11,8 @@ from torch import nn
 
 from halfprec._version import __version__
 from halfprec.compare import Comparison, Tolerance
-from halfprec.convert.core import ConvertConfig
 from halfprec.convert.op_islands import OpRef
-from halfprec.convert.policy import Policy
+from halfprec.convert.recipe import Recipe
 from halfprec.diagnose import Diagnosis
 from halfprec.dtypes import dtype_name
 from halfprec.errors import HalfprecError
@@ -25,6 +24,7 @@ __all__ = [
     "TuneReport",
     "TuneResult",
     "ToleranceUnreachableError",
+    "tuned_info",
 ]
 
 
@@ -35,7 +35,7 @@ class ToleranceUnreachableError(HalfprecError):
 @dataclass(frozen=True)
 class TuneConfig:
     """How hard :func:`tune` searches, checked on construction. (What to convert to, and
-    the islands every try keeps, come from the :class:`ConvertConfig`.)"""
+    the islands every try keeps, come from the :class:`~halfprec.Recipe`.)"""
 
     tolerance: Tolerance | None = None
     max_evaluations: int = 40
@@ -48,7 +48,7 @@ class TuneConfig:
             raise ValueError(f"timing_runs must be >= 1, got {self.timing_runs}")
 
     def tolerance_for(self, dtype: torch.dtype) -> Tolerance:
-        return self.tolerance if self.tolerance is not None else Tolerance.for_dtype(dtype)
+        return (self.tolerance if self.tolerance is not None else Tolerance()).resolve(dtype)
 
 
 @dataclass(frozen=True)
@@ -143,11 +143,15 @@ class TuneReport:
 
 @dataclass
 class TuneResult:
-    """``model``: the converted model (None when no set met the tolerance)."""
+    """``recipe``: what tune found, a resolved :class:`~halfprec.Recipe` (every island by
+    name, op islands by ordinal) that ``convert``, ``check``, ``save`` and ``load`` take
+    as it is, and that ``recipe.save(path)`` writes as JSON; None when no set of islands
+    met the tolerance. ``model``: the model converted with it. ``report``: the search."""
 
     model: nn.Module | None
     report: TuneReport
-    config: ConvertConfig = field(default_factory=ConvertConfig)
+    config: Recipe = field(default_factory=Recipe)
+    recipe: Recipe | None = None
 
     @property
     def keep_fp32(self) -> tuple[str, ...]:
@@ -157,30 +161,22 @@ class TuneResult:
     def passed(self) -> bool:
         return self.report.passed
 
-    @property
-    def policy(self) -> Policy:
-        if not self.passed:
+    def require_recipe(self) -> Recipe:
+        """The recipe, or a :class:`HalfprecError` saying why there is none."""
+        if self.recipe is None:
             raise HalfprecError(
                 "tune found no set of fp32 islands that meets the tolerance, so there is no "
-                "policy to write; loosen the tolerance or raise max_evaluations"
+                "recipe to write; loosen the tolerance or raise max_evaluations"
             )
-        variant = next(v for v in self.report.variants if v.dtype == self.report.dtype)
-        tol = variant.comparison.tolerance.__dict__ if variant.comparison is not None else {}
-        given = [s for s in self.config.selectors if isinstance(s, str)]
-        return Policy(
-            dtype=self.report.dtype,
-            keep_fp32=tuple(dict.fromkeys([*given, *self.keep_fp32])),
-            op_islands=self.report.op_islands,
-            info={
-                "tool": f"halfprec {__version__} tune",
-                "tolerance": tol,
-                "fp32_share": self.report.fp32_share,
-                "passes": self.report.passes,
-                "batches": self.report.batches,
-                "norm_islands": self.config.norm_islands,
-                "reason": self.report.reason,
-            },
-        )
+        return self.recipe
 
-    def save_policy(self, path: str) -> None:
-        self.policy.save(path)
+
+def tuned_info(report: TuneReport) -> dict[str, Any]:
+    """The provenance a tuned recipe carries in its ``info``."""
+    return {
+        "tool": f"halfprec {__version__} tune",
+        "fp32_share": report.fp32_share,
+        "passes": report.passes,
+        "batches": report.batches,
+        "reason": report.reason,
+    }

@@ -12,9 +12,9 @@ from torch import nn
 
 from halfprec.batch import call
 from halfprec.compare import compare_outputs
-from halfprec.convert.core import ConvertConfig, conversion_report, convert
+from halfprec.convert.core import conversion_report, convert
 from halfprec.convert.op_islands import OpRef
-from halfprec.convert.policy import Policy
+from halfprec.convert.recipe import Recipe
 from halfprec.diagnose import Diagnosis, ModuleDiagnosis, diagnose
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.flops import fp32_flops_share
@@ -39,7 +39,7 @@ class _Search:
         batches: list[Any],
         reference: list[Any],
         dtype: torch.dtype,
-        convert_config: ConvertConfig,
+        convert_config: Recipe,
         config: TuneConfig,
         progress: Progress,
     ) -> None:
@@ -56,15 +56,10 @@ class _Search:
 
     def convert(self, keep: tuple[str, ...], ops: tuple[OpRef, ...] = ()) -> nn.Module:
         cfg = self.convert_config
-        changes: dict[str, Any] = {"keep_fp32": cfg.keep_fp32 + keep}
-        if ops:  # op islands travel in a policy, on top of the caller's own one
-            given = cfg.loaded_policy
-            changes["policy"] = Policy(
-                dtype=self.dtype,
-                keep_fp32=given.keep_fp32 if given is not None else (),
-                op_islands=(given.op_islands if given is not None else ()) + ops,
-            )
-        return convert(self.model, cfg.replace(**changes))
+        return convert(
+            self.model,
+            cfg.replace(keep_fp32=cfg.keep_fp32 + keep, op_islands=cfg.op_islands + ops),
+        )
 
     def evaluate(self, keep: tuple[str, ...], ops: tuple[OpRef, ...] = ()) -> bool:
         key: Islands = (tuple(sorted(keep)), tuple(sorted(set(ops))))

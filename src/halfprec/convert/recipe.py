@@ -1,0 +1,277 @@
+"""The recipe: everything halfprec decides about converting one model, in one frozen object.
+
+A :class:`Recipe` holds the dtype, the module islands (``keep_fp32``), the op islands, the
+boundary behaviour (fill saturation, guards, output casting, mixed kernels) and the
+tolerance a check applies, whose defaults follow the recipe's dtype. It is validated on
+construction and round-trips through JSON exactly (:meth:`Recipe.to_json`,
+:meth:`Recipe.from_json`, :meth:`Recipe.save`, :meth:`Recipe.load`).
+
+Type selectors in ``keep_fp32`` and a ``filter_fn`` are conveniences that cannot be
+saved: when the recipe meets a model (:func:`halfprec.convert`), they are resolved into the
+module names they select, and the converted model carries that *resolved* recipe
+(:func:`halfprec.convert.recipe_of`), which lists every island by name. That is what
+checkpoints store, so ``halfprec.load`` rebuilds exactly the converted model, whatever its
+weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from halfprec.atomic import write_text_atomic
+from halfprec.convert.op_islands import OpRef
+from halfprec.dtypes import (
+    DTypeChoice,
+    DTypeLike,
+    candidate_dtypes,
+    dtype_name,
+    is_auto,
+    parse_dtype,
+    resolve_dtype,
+)
+from halfprec.errors import HalfprecError
+from halfprec.tolerance import Tolerance
+
+__all__ = ["FilterFn", "Recipe", "RecipeError", "RecipeLike", "Selector"]
+
+FORMAT = "halfprec-recipe/1"
+_OLD_POLICY = "halfprec-policy/1"  # written by `halfprec tune` before the recipe
+
+FilterFn = Callable[[nn.Module, str], bool]
+Selector = type[nn.Module] | str
+
+_FLAGS = ("norm_islands", "saturate_fills", "guard_boundaries", "cast_outputs", "mixed_kernels")
+
+
+class RecipeError(HalfprecError, ValueError):
+    """A recipe (file or JSON) that is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How to convert a model. Every verb takes one: ``convert(model, recipe)``,
+    ``check(model, inputs, recipe)``, ``tune(model, inputs, recipe)``, ... A dtype string
+    (``"bf16"``) stands for ``Recipe(dtype="bf16")``.
+
+    - ``dtype``: ``"fp16"``, ``"bf16"``, a ``torch.dtype``, or ``"auto"`` (the device's
+      choice, resolved once when the recipe meets a model).
+    - ``keep_fp32``: module names (``fnmatch`` globs) or module types kept in fp32, on top
+      of the norm islands (``norm_islands=False`` drops those).
+    - ``op_islands``: single ops computed in fp32 (:class:`~halfprec.convert.OpRef`).
+    - ``saturate_fills``: fill constants beyond the half range become its finite limit.
+    - ``guard_boundaries``: half modules cast fp32 tensors made inside ``forward``.
+    - ``cast_outputs``: floating outputs come back in the model's original dtype.
+    - ``mixed_kernels``: built-in norm islands take half input straight into their fp32
+      kernels where the device supports it; ``False`` always casts (ONNX needs one dtype
+      per op).
+    - ``tolerance``: what a check against fp32 demands; thresholds left out follow the
+      dtype (:class:`~halfprec.Tolerance`).
+    - ``filter_fn(module, name) -> bool``: True keeps that module in fp32 (not saved:
+      resolved into ``keep_fp32`` names at conversion).
+    - ``info``: provenance (who made the recipe, on what), JSON values only.
+    """
+
+    dtype: DTypeLike = "auto"
+    keep_fp32: tuple[Selector, ...] = ()
+    op_islands: tuple[OpRef, ...] = ()
+    norm_islands: bool = True
+    saturate_fills: bool = True
+    guard_boundaries: bool = True
+    cast_outputs: bool = True
+    mixed_kernels: bool = True
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    filter_fn: FilterFn | None = field(default=None, compare=False)
+    info: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        dtype: Any = self.dtype
+        if dtype is None or is_auto(dtype):
+            object.__setattr__(self, "dtype", "auto")
+        else:
+            object.__setattr__(self, "dtype", parse_dtype(dtype))
+        keep: Any = self.keep_fp32
+        if isinstance(keep, (str, type)):
+            keep = (keep,)
+        keep = tuple(keep)
+        for sel in keep:
+            if not (isinstance(sel, str) or (isinstance(sel, type) and issubclass(sel, nn.Module))):
+                raise ValueError(
+                    f"keep_fp32 entries must be module types or qualified names, got {sel!r}; "
+                    "pass filter_fn=lambda module, name: ... for anything else"
+                )
+        object.__setattr__(self, "keep_fp32", keep)
+        ops = tuple(self.op_islands)
+        if not all(isinstance(o, OpRef) for o in ops):
+            raise ValueError("op_islands must be OpRef(module, op, location, occurrence) entries")
+        object.__setattr__(self, "op_islands", tuple(sorted(set(ops), key=_op_order)))
+        for flag in _FLAGS:
+            value = getattr(self, flag)
+            if not isinstance(value, bool):
+                raise ValueError(f"Recipe.{flag} must be True or False, got {value!r}")
+        if not isinstance(self.tolerance, Tolerance):
+            raise ValueError(f"Recipe.tolerance must be a Tolerance, got {self.tolerance!r}")
+        if self.filter_fn is not None and not callable(self.filter_fn):
+            raise ValueError("filter_fn must be callable as filter_fn(module, qualified_name)")
+        if not isinstance(self.info, Mapping):
+            raise ValueError(f"Recipe.info must be a mapping, got {type(self.info).__name__}")
+
+    # -- what the recipe stands for ---------------------------------------------------------
+    @classmethod
+    def of(cls, recipe: RecipeLike) -> Recipe:
+        """The recipe ``recipe`` stands for: ``None`` is ``Recipe()``, a dtype (``"bf16"``,
+        ``torch.float16``, ``"auto"``) is ``Recipe(dtype=...)``, a path is
+        :meth:`Recipe.load` of it."""
+        if recipe is None:
+            return cls()
+        if isinstance(recipe, cls):
+            return recipe
+        if isinstance(recipe, torch.dtype):
+            return cls(dtype=recipe)
+        if isinstance(recipe, str) and not (recipe.endswith(".json") or Path(recipe).is_file()):
+            return cls(dtype=recipe)  # a dtype name; an unknown one is refused as a dtype
+        if isinstance(recipe, (str, os.PathLike)):
+            return cls.load(recipe)
+        raise TypeError(
+            f'expected a Recipe, a dtype ("fp16", "bf16", "auto", torch.float16), the path '
+            f"of a recipe JSON, or None, got {type(recipe).__name__}; pass options as "
+            "Recipe(dtype=..., keep_fp32=...)"
+        )
+
+    @property
+    def requested(self) -> DTypeLike:
+        """The dtype asked for: a ``torch.dtype`` or ``"auto"``."""
+        return self.dtype
+
+    def resolve(self, device: str | torch.device = "cpu") -> DTypeChoice:
+        """The compute dtype on ``device`` and why (``"auto"`` resolved by
+        :func:`~halfprec.dtypes.resolve_dtype`)."""
+        return resolve_dtype(self.dtype, device)
+
+    def candidates(self, device: str | torch.device = "cpu") -> tuple[torch.dtype, ...]:
+        """The dtypes a search tries (tune, bench): the requested one, or for ``"auto"``
+        every half dtype ``device`` runs (see :func:`~halfprec.dtypes.candidate_dtypes`)."""
+        return candidate_dtypes(self.dtype, device)
+
+    def tolerance_for(self, dtype: torch.dtype | None) -> Tolerance:
+        """The tolerance with the defaults of ``dtype`` filled in."""
+        return self.tolerance.resolve(dtype)
+
+    @property
+    def resolved(self) -> bool:
+        """True when nothing in the recipe needs a model to mean something (no types, no
+        filter_fn, a concrete dtype): such a recipe saves as JSON."""
+        return (
+            self.filter_fn is None
+            and all(isinstance(s, str) for s in self.keep_fp32)
+            and not is_auto(self.dtype)
+        )
+
+    def replace(self, **changes: Any) -> Recipe:
+        """A copy with ``changes`` (``dataclasses.replace``), checked again."""
+        return dataclasses.replace(self, **changes)
+
+    # -- JSON -------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """The recipe as JSON values; :meth:`from_json` gives back an equal recipe."""
+        if self.filter_fn is not None or not all(isinstance(s, str) for s in self.keep_fp32):
+            raise RecipeError(
+                "this recipe selects modules by type or filter_fn, which JSON cannot hold; "
+                "save the resolved recipe of a converted model instead: "
+                "halfprec.convert.recipe_of(halfprec.convert(model, recipe))"
+            )
+        dtype = self.dtype if isinstance(self.dtype, str) else dtype_name(self.dtype)
+        out: dict[str, Any] = {"format": FORMAT, "dtype": dtype}
+        out["keep_fp32"] = list(self.keep_fp32)
+        out["op_islands"] = [o.to_json() for o in self.op_islands]
+        out.update({flag: getattr(self, flag) for flag in _FLAGS})
+        out["tolerance"] = self.tolerance.to_json()
+        out["info"] = dict(self.info)
+        return out
+
+    def dumps(self) -> str:
+        """:meth:`to_json` as compact JSON text (checkpoint metadata)."""
+        return json.dumps(self.to_json(), sort_keys=True, allow_nan=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, data: Any) -> Recipe:
+        """A recipe from :meth:`to_json`'s values (or an older ``halfprec tune`` policy);
+        raises :class:`RecipeError` naming what is wrong."""
+        if not isinstance(data, dict):
+            raise RecipeError(f"a recipe is a JSON object, got {type(data).__name__}")
+        fmt = data.get("format")
+        if fmt not in (FORMAT, _OLD_POLICY):
+            raise RecipeError(
+                f'not a halfprec recipe (expected "format": "{FORMAT}", got {fmt!r}); '
+                "write one with `halfprec tune -o recipe.json`"
+            )
+        known = {"format", "dtype", "keep_fp32", "op_islands", "tolerance", "info", *_FLAGS}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise RecipeError(f"recipe has unknown keys {unknown}; it was not written by halfprec")
+        try:
+            keep = data.get("keep_fp32", [])
+            if not isinstance(keep, list) or not all(isinstance(k, str) for k in keep):
+                raise ValueError("keep_fp32 must be a list of module names")
+            ops = data.get("op_islands", [])
+            if not isinstance(ops, list):
+                raise ValueError("op_islands must be a list")
+            info = data.get("info", {})
+            if not isinstance(info, dict):
+                raise ValueError("info must be an object")
+            flags = {flag: data[flag] for flag in _FLAGS if flag in data}
+            tolerance = Tolerance.from_json(data.get("tolerance", {}))
+            return cls(
+                dtype=data["dtype"],
+                keep_fp32=tuple(keep),
+                op_islands=tuple(OpRef.from_json(o) for o in ops),
+                tolerance=tolerance,
+                info=info,
+                **flags,
+            )
+        except KeyError as exc:
+            raise RecipeError(f"recipe is missing {exc}") from None
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, RecipeError):
+                raise
+            raise RecipeError(f"recipe is malformed: {exc}") from None
+
+    @classmethod
+    def loads(cls, text: str) -> Recipe:
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RecipeError(f"recipe is not valid JSON ({exc})") from None
+        return cls.from_json(data)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the recipe as JSON (atomically) and return the path."""
+        write_text_atomic(path, json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n")
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Recipe:
+        p = Path(path)
+        if not p.is_file():
+            raise RecipeError(f"recipe file {p} not found; create one with `halfprec tune -o`")
+        try:
+            return cls.loads(p.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise RecipeError(f"recipe file {p} is not UTF-8 text") from None
+        except RecipeError as exc:
+            raise RecipeError(f"{p}: {exc}") from None
+
+
+RecipeLike = Recipe | DTypeLike | str | os.PathLike[str] | None
+
+
+def _op_order(ref: OpRef) -> tuple[str, str, str, int, int]:
+    return (*ref.site, -1 if ref.ordinal is None else ref.ordinal)
