@@ -27,8 +27,21 @@ class _Default(float):
     def __repr__(self) -> str:
         return "DEFAULT"
 
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return (_default, ())  # one marker: copies and pickles are DEFAULT itself
+
+    def __copy__(self) -> _Default:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> _Default:
+        return self
+
 
 DEFAULT: float = _Default("nan")
+
+
+def _default() -> float:
+    return DEFAULT
 
 # per dtype: (min_cosine, min_sqnr_db, max_rel_error, min_argmax_agreement)
 _DEFAULTS: dict[torch.dtype | None, tuple[float | None, ...]] = {

@@ -194,19 +194,19 @@ def compile_for_device(module: nn.Module, device: torch.device | str) -> nn.Modu
     return _Frozen(compiled) if recipe.freezing else compiled
 
 
-class _Naive(nn.Module):
-    """``model.to(dtype)`` with its floating inputs cast to ``dtype`` (the naive recipe)."""
+class _CastInputs:
+    """The naive recipe's caller: a pre-hook casting floating inputs to ``dtype``."""
 
-    def __init__(self, model: nn.Module, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.model = model
+    def __init__(self, dtype: torch.dtype) -> None:
         self.dtype = dtype
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        def cast(t: torch.Tensor) -> torch.Tensor:
-            return t.to(self.dtype) if t.is_floating_point() else t
+    def _cast(self, t: torch.Tensor) -> torch.Tensor:
+        return t.to(self.dtype) if t.is_floating_point() else t
 
-        return self.model(*map_tensors(cast, args), **map_tensors(cast, kwargs))
+    def __call__(
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Any, Any]:
+        return map_tensors(self._cast, args), map_tensors(self._cast, kwargs)
 
 
 class _Autocast(nn.Module):
@@ -242,7 +242,8 @@ def build_variant(
     if variant.kind == "fp32":
         built = base
     elif variant.kind == "naive":
-        built = _Naive(base.to(variant.dtype), variant.dtype)
+        built = base.to(variant.dtype)
+        built.register_forward_pre_hook(_CastInputs(variant.dtype), with_kwargs=True)
     elif variant.kind == "autocast":
         built = _Autocast(base, model_device(base).type, variant.dtype)
     else:
