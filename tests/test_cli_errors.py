@@ -73,10 +73,14 @@ def test_bad_json_in_checkpoint_metadata_is_exit_2(tmp_path: Path) -> None:
     with safe_open(str(good), framework="pt") as f:
         tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
         meta = dict(f.metadata())
-    for bad in ("{not json", '{"a": 1}'):
+    for bad in ("{not json", '{"a": 1}', '{"format": "halfprec-recipe/1", "dtype": "fp8"}'):
         forged = tmp_path / "forged.safetensors"
-        save_file(tensors, str(forged), metadata={**meta, "keep_fp32": bad})
-        _one_error(run_cli("check", USER, "--weights", str(forged), "--runs", "0"), "keep_fp32")
+        save_file(tensors, str(forged), metadata={**meta, "recipe": bad})
+        _one_error(run_cli("check", USER, "--weights", str(forged), "--runs", "0"), "recipe")
+    legacy = {**meta, "format": "halfprec/1", "keep_fp32": "{not json"}
+    del legacy["halfprec_format"]  # a file of the previous version: islands in keep_fp32
+    save_file(tensors, str(forged), metadata=legacy)
+    _one_error(run_cli("check", USER, "--weights", str(forged), "--runs", "0"), "keep_fp32")
 
 
 @pytest.mark.parametrize("arch", [["os"], [42], ["pipeline"], "BertModel; rm"])

@@ -240,7 +240,7 @@ def test_streaming_conversion_writes_the_recipe_dtype_and_the_same_tensors(
     in_memory = save(convert(model, recipe), tmp_path / "memory.safetensors")
     with safe_open(str(streamed), "pt") as a, safe_open(str(in_memory), "pt") as b:
         assert set(a.keys()) == set(b.keys())
-        for k in a.keys():
+        for k in a.keys():  # noqa: SIM118
             assert torch.equal(a.get_tensor(k), b.get_tensor(k)), k
         assert a.metadata()["recipe"] == b.metadata()["recipe"]
         assert a.metadata()["dtype"] == dtype

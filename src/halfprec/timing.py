@@ -4,12 +4,34 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
-__all__ = ["Timing", "measure", "synchronize"]
+__all__ = ["Timing", "fastest_accurate", "measure", "synchronize"]
+
+T = TypeVar("T")
+
+
+def fastest_accurate(
+    baseline: T,
+    candidates: Iterable[T],
+    latency: Callable[[T], float | None],
+    accurate: Callable[[T], bool],
+) -> T:
+    """The one decision "fastest accurate variant" (tune, bench, deploy): the candidate
+    with the lowest latency among those that are accurate and were timed, if it beats
+    ``baseline`` (fp32); else ``baseline``. Ties keep the earlier one."""
+    best, best_s = baseline, latency(baseline)
+    for c in candidates:
+        s = latency(c)
+        if c is baseline or s is None or not accurate(c):
+            continue
+        if best_s is None or s < best_s:
+            best, best_s = c, s
+    return best
 
 
 def synchronize(device: torch.device | str) -> None:

@@ -43,6 +43,7 @@ DEFAULT: float = _Default("nan")
 def _default() -> float:
     return DEFAULT
 
+
 # per dtype: (min_cosine, min_sqnr_db, max_rel_error, min_argmax_agreement)
 _DEFAULTS: dict[torch.dtype | None, tuple[float | None, ...]] = {
     torch.float16: (0.999, 25.0, None, None),

@@ -16,7 +16,7 @@ from halfprec.bench.variants import Variant
 from halfprec.bench.worker import MemoryUse
 from halfprec.compare import Comparison
 from halfprec.dtypes import dtype_name
-from halfprec.timing import Timing
+from halfprec.timing import Timing, fastest_accurate
 
 __all__ = ["BenchConfig", "VariantResult", "BenchResult", "fastest_variant"]
 
@@ -191,10 +191,9 @@ def fastest_variant(
     such variant beats it. (Capped and failed variants never win.)"""
     rows = result.at(result.batch_sizes[0] if batch_size is None else batch_size)
     fp32 = next(r for r in rows if r.variant == Variant("fp32"))
-    best = fp32
-    for r in rows:
-        if r.variant.kind not in kinds or r.status != "ok" or not r.accurate:
-            continue
-        if r.median_s is not None and best.median_s is not None and r.median_s < best.median_s:
-            best = r
-    return best
+    return fastest_accurate(
+        fp32,
+        (r for r in rows if r.variant.kind in kinds),
+        latency=lambda r: r.median_s,
+        accurate=lambda r: r.status == "ok" and bool(r.accurate),
+    )

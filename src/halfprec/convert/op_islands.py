@@ -34,7 +34,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
 
@@ -140,10 +140,11 @@ def own_op(frame: FrameType | None, module: nn.Module) -> str | None:
 def fits(t: torch.Tensor, dtype: torch.dtype) -> bool:
     """Every finite value of ``t`` lies within ``dtype``'s range (inf/NaN count as fitting).
 
-    While ``torch.export`` traces, values are symbolic and a graph cannot branch on them, so
-    nothing counts as fitting: carried fp32 values stay fp32 in exported graphs (``.pt2``,
-    ONNX) until a half module's boundary casts them, never narrower than in Python."""
-    if torch.compiler.is_exporting():
+    While ``torch.compile`` or ``torch.export`` traces, values are symbolic and a graph
+    cannot branch on them, so nothing counts as fitting: carried fp32 values stay fp32 in
+    compiled and exported graphs (``.pt2``, ONNX) until a half module's boundary casts
+    them, never narrower than in eager mode."""
+    if torch.compiler.is_compiling():  # torch.compile and torch.export alike
         return False
     if t.numel() == 0:
         return True
@@ -206,23 +207,22 @@ class OpPlan:
     dtype: torch.dtype
     refs: tuple[OpRef, ...]
     narrow_outputs: bool = True
+    # derived in __post_init__ (plain fields: dynamo reads them as constants)
+    slots: dict[str, int] = field(init=False, compare=False)
+    ordinals: tuple[frozenset[int], ...] = field(init=False, compare=False)
+    sites: frozenset[tuple[str, str, int]] = field(init=False, compare=False)
 
-    @functools.cached_property
-    def slots(self) -> dict[str, int]:
+    def __post_init__(self) -> None:
         names = sorted({r.op for r in self.refs})
-        return {n: i for i, n in enumerate(names)}
-
-    @functools.cached_property
-    def ordinals(self) -> tuple[frozenset[int], ...]:
-        by = [set[int]() for _ in self.slots]
+        slots = {n: i for i, n in enumerate(names)}
+        by: list[set[int]] = [set() for _ in names]
         for r in self.refs:
             if r.ordinal is not None:
-                by[self.slots[r.op]].add(r.ordinal)
-        return tuple(frozenset(x) for x in by)
-
-    @functools.cached_property
-    def sites(self) -> frozenset[tuple[str, str, int]]:
-        return frozenset((r.op, r.location, r.occurrence) for r in self.refs if r.ordinal is None)
+                by[slots[r.op]].add(r.ordinal)
+        sites = frozenset((r.op, r.location, r.occurrence) for r in self.refs if r.ordinal is None)
+        object.__setattr__(self, "slots", slots)
+        object.__setattr__(self, "ordinals", tuple(frozenset(x) for x in by))
+        object.__setattr__(self, "sites", sites)
 
 
 # (module, op, location, occurrence) -> ordinal, while resolve_ordinals records

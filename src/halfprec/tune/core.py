@@ -17,7 +17,7 @@ from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import dtype_name, is_auto
 from halfprec.errors import DTypeError
 from halfprec.modules import model_device
-from halfprec.timing import measure
+from halfprec.timing import fastest_accurate, measure
 from halfprec.tune.results import (
     ToleranceUnreachableError,
     TuneConfig,
@@ -170,7 +170,7 @@ def _choose(
             assert v.model is not None  # set by _Search.run for every passing variant
             v.latency = _latency(v.model, first, device, runs)
         fp32 = _latency(model, first, device, runs)
-    best = min(passing, key=lambda v: v.latency or float("inf"))
+    best = fastest_accurate(passing[0], passing, lambda v: v.latency, lambda v: v.passed)
     times = ", ".join(f"{dtype_name(v.dtype)} {1e3 * (v.latency or 0):.1f} ms" for v in passing)
     why = (
         f"auto: fastest variant meeting the tolerance (median of {runs} runs on batch 0: "
