@@ -18,6 +18,7 @@ from halfprec.dtypes import dtype_name, is_auto
 from halfprec.errors import DTypeError
 from halfprec.modules import model_device
 from halfprec.timing import fastest_accurate, measure
+from halfprec.tree import flatten
 from halfprec.tune.results import (
     ToleranceUnreachableError,
     TuneConfig,
@@ -119,7 +120,22 @@ def tune(
     if converted is None:
         return TuneResult(None, report, cfg)
     recipe = _final_recipe(converted, cal, options, report)
-    return TuneResult(convert(model, recipe), report, cfg, recipe)
+    final = convert(model, recipe)
+    if recipe.op_islands and not _same_outputs(final, converted, cal):
+        # an op order that differs between batches: keep the islands found by location
+        recipe = recipe.replace(op_islands=recipe_of(converted).op_islands)  # type: ignore[union-attr]
+        final = convert(model, recipe)
+    return TuneResult(final, report, cfg, recipe)
+
+
+def _same_outputs(a: nn.Module, b: nn.Module, batches: list[Any]) -> bool:
+    """Whether ``a`` and ``b`` give bit-identical outputs on every batch."""
+    with torch.inference_mode():
+        for batch in batches:
+            fa, fb = flatten(call(a, batch)), flatten(call(b, batch))
+            if fa.keys() != fb.keys() or not all(torch.equal(fa[k], fb[k]) for k in fa):
+                return False
+    return True
 
 
 def _final_recipe(
