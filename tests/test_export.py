@@ -10,7 +10,8 @@ import torch
 
 import halfprec
 from export_models import DataDependent, FixedBatch, MixedOutputs, example_inputs, tiny
-from halfprec.export import ExportConfig, ExportError, format_for_path, load_artifact
+from halfprec.export import ExportError, format_for_path, load_artifact
+from halfprec.export.config import ExportConfig
 
 MODELS = str(Path(__file__).with_name("export_models.py"))
 

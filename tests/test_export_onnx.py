@@ -15,7 +15,8 @@ import halfprec
 from export_models import custom, example_inputs, tiny
 from halfprec import Recipe
 from halfprec.errors import DTypeError, MissingExtraError
-from halfprec.export import ExportConfig, ExportError, load_artifact
+from halfprec.export import ExportError, load_artifact
+from halfprec.export.config import ExportConfig
 
 MODELS = str(Path(__file__).with_name("export_models.py"))
 FLOAT, FLOAT16 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16

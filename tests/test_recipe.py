@@ -288,3 +288,39 @@ def test_a_builder_that_cannot_run_on_meta_is_built_for_real_and_says_so(tmp_pat
     assert report is not None and any("meta device" in n for n in report.notes)
     x = torch.randn(3, 8)
     assert torch.equal(_run(loaded, (x,)), _run(half, (x,)))
+
+
+MASKED_MODEL = """
+import torch
+from torch import nn
+
+
+class Masked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.proj(x).masked_fill(x > 1.5, -1e9).softmax(-1)
+
+
+def build():
+    torch.manual_seed(0)
+    return Masked().eval()
+
+
+def example_inputs():
+    return [(torch.randn(4, 8, generator=torch.Generator().manual_seed(1)),)]
+"""
+
+
+def test_check_weights_of_a_halfprec_checkpoint_of_a_masked_fill_model(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """It used to print a 110-line traceback: check deep-copies the loaded model."""
+    spec = tmp_path / "masked.py"
+    spec.write_text(MASKED_MODEL)
+    ckpt = tmp_path / "m.safetensors"
+    made = cli("convert", f"{spec}:build", "--dtype", "fp16", "-o", str(ckpt))
+    assert made.returncode == 0, made.stderr
+    proc = cli("check", f"{spec}:build", "--weights", str(ckpt), "--runs", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -15,7 +15,8 @@ from halfprec.testing.hazards import (
     dropout_model,
     dropout_model_example_inputs,
 )
-from halfprec.tune import ToleranceUnreachableError, TuneConfig
+from halfprec.tune import ToleranceUnreachableError
+from halfprec.tune.results import TuneConfig
 
 LOCAL = [
     "fill-1e9",

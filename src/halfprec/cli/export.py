@@ -23,7 +23,8 @@ from halfprec.cli.options import (
 from halfprec.cli.progress import progress
 from halfprec.compare import run_reference
 from halfprec.convert.core import Recipe
-from halfprec.export import FORMATS, ExportConfig, export, load_artifact, verify_artifact
+from halfprec.export import FORMATS, export, load_artifact, verify_artifact
+from halfprec.export.config import ExportConfig
 from halfprec.export.seq2seq import kv_reference
 from halfprec.io.specs import LoadedModel
 from halfprec.report.export import print_artifact_check, print_export

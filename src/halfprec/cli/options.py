@@ -183,7 +183,8 @@ def weights_option(f: F) -> F:
         "--weights",
         type=click.Path(path_type=Path),
         default=None,
-        help="fp32 weights to load first (.safetensors, or .pt/.bin read weights-only).",
+        help="Weights to load first: fp32 (.safetensors, or .pt/.bin read weights-only), or "
+        "a halfprec half checkpoint, upcast to fp32 (compare with --recipe to check it).",
     )(f)
 
 
@@ -213,7 +214,7 @@ def load_for_command(
     if weights is not None:
         from halfprec.io.checkpoint import load
 
-        load(weights, into=loaded.model)
+        load(weights, into=loaded.model, upcast=True)  # a half file: its fp32 upcast
     batches = load_inputs(inputs_path) if inputs_path is not None else loaded.example_inputs
     if not batches:
         raise InputsError(

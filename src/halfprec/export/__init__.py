@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from halfprec.export.api import ExportResult, export
 from halfprec.export.artifact import Artifact, Verification, load_artifact, verify_artifact
-from halfprec.export.config import FORMATS, ExportConfig, ExportError, ExportFormat, format_for_path
+from halfprec.export.config import FORMATS, ExportError, ExportFormat, format_for_path
 from halfprec.export.info import ArtifactInfo
 from halfprec.export.onnx import OrtCasts, OrtLatency
 
 __all__ = [
     "export",
     "ExportResult",
-    "ExportConfig",
     "ExportError",
     "ExportFormat",
     "FORMATS",

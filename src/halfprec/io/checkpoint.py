@@ -184,8 +184,12 @@ def load(
     into: nn.Module | Callable[[], nn.Module],
     config: ConfigLike = None,
     strict: bool = True,
+    upcast: bool = False,
 ) -> nn.Module:
     """Load a checkpoint into ``into`` and return it.
+
+    ``upcast=True`` loads a half checkpoint's tensors into the unconverted model as they
+    are, upcast to its dtype (what ``--weights`` does: the fp32 reference of a half file).
 
     For a halfprec safetensors file, an unconverted ``into`` is first converted in place
     with the recipe the file carries, so the result computes exactly what the saved model
@@ -198,7 +202,7 @@ def load(
     builds (k-means initialisation) cannot run on meta: it is then built for real, and
     the conversion report says so in its notes.
     """
-    if not isinstance(into, nn.Module):
+    if not isinstance(into, nn.Module) and not upcast:
         from halfprec.io.materialize import MetaBuildError, load_built_on_meta
 
         where = Path(path)
@@ -213,6 +217,7 @@ def load(
                 note = f"built for real, not on the meta device: {exc.reason}"
                 loaded = load(path, into=into(), config=config, strict=strict)
                 return add_note(loaded, note)
+    if not isinstance(into, nn.Module):
         into = into()
     p = _existing(path)
     tensors = _read_tensors(p)
@@ -220,7 +225,7 @@ def load(
     halfprec_file = is_half_checkpoint(meta)
     if halfprec_file:
         _check_declared_dtype(meta, tensors, p)
-    if halfprec_file and conversion_report(into) is None:
+    if halfprec_file and conversion_report(into) is None and not upcast:
         convert_(into, _with_file(Recipe.of(config), file_recipe(meta, p), p))
     if strict:
         _check_match(into, tensors, p)

@@ -30,14 +30,12 @@ from halfprec.tune.core import tune
 from halfprec.tune.results import (
     Evaluation,
     ToleranceUnreachableError,
-    TuneConfig,
     TuneReport,
     TuneResult,
     TuneVariant,
 )
 
 __all__ = [
-    "TuneConfig",
     "Evaluation",
     "TuneVariant",
     "TuneReport",
