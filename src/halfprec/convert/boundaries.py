@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from halfprec.convert.op_policy import DEFAULT_FP32_OPS, Fp32OpsMode
 from halfprec.convert.swap import Behaviour
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.tree import iter_tensors, map_tensors
@@ -74,6 +75,7 @@ class RootSettings:
     cast_inputs: bool
     cast_outputs: bool
     recipe: Any  # a Recipe (typed loosely: recipe.py sits above this module)
+    fp32_ops: frozenset[str] = frozenset()
     reason: str = ""
     attributes_cast: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
@@ -84,14 +86,24 @@ class RootCast(Behaviour):
 
     @classmethod
     def label(cls, settings: RootSettings) -> str:
-        return f"halfprec {dtype_name(settings.dtype)}"
+        ops = len(settings.fp32_ops)
+        policy = (
+            "autocast fp32 ops"
+            if settings.fp32_ops == frozenset(DEFAULT_FP32_OPS)
+            else f"{ops} fp32 op{'s' if ops != 1 else ''}"
+        )
+        return f"halfprec {dtype_name(settings.dtype)}" + (f", {policy}" if ops else "")
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         s: RootSettings = getattr(self, RootCast.attr)
         if s.cast_inputs:
             to_half = _to(s.dtype)
             args, kwargs = map_tensors(to_half, args), map_tensors(to_half, kwargs)
-        out = super().forward(*args, **kwargs)  # type: ignore[misc]
+        if s.cast_inputs and s.fp32_ops:
+            with Fp32OpsMode(s.dtype, s.fp32_ops):
+                out = super().forward(*args, **kwargs)  # type: ignore[misc]
+        else:
+            out = super().forward(*args, **kwargs)  # type: ignore[misc]
         if not (s.cast_inputs and s.cast_outputs):
             return out
         dtype, original = s.dtype, s.original

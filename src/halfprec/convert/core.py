@@ -121,6 +121,7 @@ class ConversionReport:
     guarded_modules: int = 0
     op_islands: list[OpRef] = field(default_factory=list)
     fill_guards: list[str] = field(default_factory=list)
+    fp32_ops: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     params_total: int = 0
     params_fp32: int = 0
@@ -146,6 +147,7 @@ class ConversionReport:
             "guarded_modules": self.guarded_modules,
             "op_islands": [o.to_json() for o in self.op_islands],
             "fill_guards": self.fill_guards,
+            "fp32_ops": self.fp32_ops,
             "notes": self.notes,
             "params_total": self.params_total,
             "params_fp32": self.params_fp32,
@@ -189,6 +191,7 @@ def conversion_report(model: nn.Module) -> ConversionReport | None:
         original_dtype=root.original,
         recipe=root.recipe,
         attributes_cast=list(root.attributes_cast),
+        fp32_ops=sorted(root.fp32_ops),
         notes=list(root.notes),
     )
     seen: set[int] = set()
@@ -483,6 +486,7 @@ class _Converter:
                     cast_inputs="" not in islands,
                     cast_outputs=cfg.cast_outputs,
                     recipe=self._resolved(islands, plans),
+                    fp32_ops=frozenset(cfg.fp32_ops),
                     reason=self.choice.reason,
                     attributes_cast=tuple(self.attributes_cast),
                 )

@@ -29,6 +29,7 @@ from torch import nn
 
 from halfprec.atomic import write_text_atomic
 from halfprec.convert.op_islands import OpRef
+from halfprec.convert.op_policy import DEFAULT_FP32_OPS
 from halfprec.dtypes import (
     DTypeChoice,
     DTypeLike,
@@ -67,6 +68,9 @@ class Recipe:
     - ``keep_fp32``: module names (``fnmatch`` globs) or module types kept in fp32, on top
       of the norm islands (``norm_islands=False`` drops those).
     - ``op_islands``: single ops computed in fp32 (:class:`~halfprec.convert.OpRef`).
+    - ``fp32_ops``: torch ops computed in fp32 wherever the model calls them with a half
+      operand (:mod:`halfprec.convert.op_policy`; default: autocast's fp32 list plus the
+      ops with no half kernel; ``()`` turns it off).
     - ``saturate_fills``: fill constants beyond the half range become its finite limit.
     - ``guard_boundaries``: half modules cast fp32 tensors made inside ``forward``.
     - ``cast_outputs``: floating outputs come back in the model's original dtype.
@@ -83,6 +87,7 @@ class Recipe:
     dtype: DTypeLike = "auto"
     keep_fp32: tuple[Selector, ...] = ()
     op_islands: tuple[OpRef, ...] = ()
+    fp32_ops: tuple[str, ...] = DEFAULT_FP32_OPS
     norm_islands: bool = True
     saturate_fills: bool = True
     guard_boundaries: bool = True
@@ -113,6 +118,10 @@ class Recipe:
         if not all(isinstance(o, OpRef) for o in ops):
             raise ValueError("op_islands must be OpRef(module, op, location, occurrence) entries")
         object.__setattr__(self, "op_islands", tuple(sorted(set(ops), key=_op_order)))
+        names: Any = self.fp32_ops
+        if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
+            raise ValueError(f"fp32_ops must be a sequence of torch op names, got {names!r}")
+        object.__setattr__(self, "fp32_ops", tuple(sorted(set(names))))
         for flag in _FLAGS:
             value = getattr(self, flag)
             if not isinstance(value, bool):
@@ -192,6 +201,7 @@ class Recipe:
         out: dict[str, Any] = {"format": FORMAT, "dtype": dtype}
         out["keep_fp32"] = list(self.keep_fp32)
         out["op_islands"] = [o.to_json() for o in self.op_islands]
+        out["fp32_ops"] = list(self.fp32_ops)
         out.update({flag: getattr(self, flag) for flag in _FLAGS})
         out["tolerance"] = self.tolerance.to_json()
         out["info"] = dict(self.info)
@@ -213,7 +223,8 @@ class Recipe:
                 f'not a halfprec recipe (expected "format": "{FORMAT}", got {fmt!r}); '
                 "write one with `halfprec tune -o recipe.json`"
             )
-        known = {"format", "dtype", "keep_fp32", "op_islands", "tolerance", "info", *_FLAGS}
+        known = {"format", "dtype", "keep_fp32", "op_islands", "fp32_ops", "tolerance", "info"}
+        known |= set(_FLAGS)
         unknown = sorted(set(data) - known)
         if unknown:
             raise RecipeError(f"recipe has unknown keys {unknown}; it was not written by halfprec")
@@ -227,7 +238,13 @@ class Recipe:
             info = data.get("info", {})
             if not isinstance(info, dict):
                 raise ValueError("info must be an object")
-            flags = {flag: data[flag] for flag in _FLAGS if flag in data}
+            flags: dict[str, Any] = {flag: data[flag] for flag in _FLAGS if flag in data}
+            if "fp32_ops" in data:
+                if not isinstance(data["fp32_ops"], list):
+                    raise ValueError("fp32_ops must be a list of torch op names")
+                flags["fp32_ops"] = tuple(data["fp32_ops"])
+            elif fmt == _OLD_POLICY:
+                flags["fp32_ops"] = ()  # what an old policy was tuned without
             tolerance = Tolerance.from_json(data.get("tolerance", {}))
             return cls(
                 dtype=data["dtype"],

@@ -74,7 +74,8 @@ def file_recipe(meta: dict[str, str], path: Path) -> Recipe:
                 "`halfprec convert`"
             )
         return recipe
-    return Recipe(dtype=meta["dtype"], keep_fp32=tuple(_legacy_keep(meta, path)))
+    # a file of the previous format: its islands, and no op policy (it had none)
+    return Recipe(dtype=meta["dtype"], keep_fp32=tuple(_legacy_keep(meta, path)), fp32_ops=())
 
 
 def _legacy_keep(meta: dict[str, str], path: Path) -> list[str]:

@@ -1,0 +1,118 @@
+"""The default op policy: the ops autocast computes in fp32 are computed in fp32 here too.
+
+``model.half()`` runs every op in half. ``torch.autocast`` keeps a list of ops whose half
+result is unsafe (exponentials, logarithms, powers, softmax, sums and cumulative sums,
+norms, losses, distances) and computes them in fp32; on CUDA that list is long, on CPU
+much shorter. halfprec applies one list on every device (:data:`AUTOCAST_FP32_OPS`, CUDA
+autocast's own fp32 list), plus the ops that have no half kernel or no half meaning
+(:data:`NO_HALF_OPS`: ``torch.linalg`` decompositions, ``torch.fft``, complex ops,
+``cdist``, quantiles). The GEMMs stay half: where an fp32 result of such an op meets a half
+operand in a matmul, linear or convolution (:data:`HALF_OPS`), the fp32 operand is cast to
+half, as autocast casts it.
+
+The list is the recipe's ``fp32_ops`` (:data:`DEFAULT_FP32_OPS` by default, ``()`` turns
+the policy off), so it is visible, saved with the recipe, and can be narrowed or extended.
+The root runs its forward under :class:`Fp32OpsMode`; inside an fp32 island every operand
+is already fp32, so nothing changes there. Internal casts run with torch functions
+disabled, so other modes never see them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from halfprec.tree import iter_tensors, map_tensors
+
+__all__ = [
+    "AUTOCAST_FP32_OPS",
+    "DEFAULT_FP32_OPS",
+    "HALF_OPS",
+    "NO_HALF_OPS",
+    "Fp32OpsMode",
+]
+
+# CUDA autocast's "ops that can autocast to float32" (torch's AMP docs), by torch function
+# name (``Tensor.__rpow__`` and friends keep their dunder names), plus variance and standard
+# deviation. The norm layers are left out: halfprec's norm islands compute them in fp32
+# and hand back the caller's dtype.
+AUTOCAST_FP32_OPS: frozenset[str] = frozenset(
+    {
+        "__rpow__", "__rtruediv__", "__rdiv__", "acos", "asin", "cosh", "erfinv", "exp",
+        "expm1", "log", "log10", "log1p", "log2", "logsumexp", "pow", "reciprocal", "rsqrt",
+        "sinh", "tan", "softplus", "softmax", "softmin", "log_softmax", "cumprod", "cumsum",
+        "sum", "prod", "dist", "pdist", "cdist", "renorm", "norm", "normalize",
+        "cosine_similarity", "binary_cross_entropy_with_logits", "cosine_embedding_loss",
+        "cross_entropy", "hinge_embedding_loss", "kl_div", "l1_loss", "margin_ranking_loss",
+        "mse_loss", "multilabel_margin_loss", "multi_margin_loss", "nll_loss",
+        "poisson_nll_loss", "smooth_l1_loss", "soft_margin_loss", "triplet_margin_loss",
+        "var", "std", "var_mean", "std_mean",
+    }
+)  # fmt: skip
+
+_LINALG_GEMMS = {"linalg_matmul", "linalg_multi_dot", "linalg_vecdot"}
+# Ops with no half kernel (CPU and CUDA alike) or whose half result means little.
+NO_HALF_OPS: frozenset[str] = frozenset(
+    {f"linalg_{n}" for n in dir(torch.linalg) if not n.startswith("_")} - _LINALG_GEMMS
+    | {f"fft_{n}" for n in dir(torch.fft) if not n.startswith("_")}
+    | {
+        "view_as_complex", "polar", "complex", "stft", "istft", "cholesky",
+        "cholesky_inverse", "cholesky_solve", "inverse", "pinverse", "det", "logdet",
+        "slogdet", "svd", "qr", "lu_solve", "triangular_solve", "matrix_exp", "quantile",
+        "nanquantile", "trace", "orgqr", "ormqr", "geqrf",
+    }
+)  # fmt: skip
+
+DEFAULT_FP32_OPS: tuple[str, ...] = tuple(sorted(AUTOCAST_FP32_OPS | NO_HALF_OPS))
+
+# Autocast's lower-precision list: these take half operands.
+HALF_OPS: frozenset[str] = frozenset(
+    {
+        "__matmul__", "__rmatmul__", "matmul", "mm", "bmm", "mv", "addmm", "addbmm", "addmv",
+        "addr", "baddbmm", "chain_matmul", "linear", "bilinear", "conv1d", "conv2d", "conv3d",
+        "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "prelu", "einsum",
+        "scaled_dot_product_attention", *_LINALG_GEMMS,
+    }
+)  # fmt: skip
+
+
+def _cast(dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
+    def cast(t: torch.Tensor) -> torch.Tensor:
+        return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
+
+    return cast
+
+
+class Fp32OpsMode(TorchFunctionMode):
+    """Computes ``fp32_ops`` in fp32 when they have a ``dtype`` operand; feeds GEMMs that
+    mix an fp32 operand with a ``dtype`` one in ``dtype`` (see the module docs)."""
+
+    def __init__(self, dtype: torch.dtype, fp32_ops: frozenset[str]) -> None:
+        super().__init__()
+        self.dtype = dtype
+        self.fp32_ops = fp32_ops
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in self.fp32_ops:
+            with torch._C.DisableTorchFunction():
+                if any(t.dtype == self.dtype for _, t in iter_tensors((args, kwargs))):
+                    wide = _cast(torch.float32)
+                    args, kwargs = map_tensors(wide, args), map_tensors(wide, kwargs)
+        elif name in HALF_OPS:
+            with torch._C.DisableTorchFunction():
+                dtypes = {t.dtype for _, t in iter_tensors((args, kwargs))}
+                if self.dtype in dtypes and torch.float32 in dtypes:  # fp32 meets half
+                    half = _cast(self.dtype)
+                    args, kwargs = map_tensors(half, args), map_tensors(half, kwargs)
+        return func(*args, **kwargs)
