@@ -26,7 +26,7 @@ def test_diagnose_json_names_the_culprit_and_writes_a_plot(cli, tmp_path) -> Non
 
 def test_tune_writes_a_policy_that_convert_and_diagnose_reuse(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
     policy = tmp_path / "policy.json"
-    tuned = cli("tune", RMS, "--dtype", "fp16", "-o", str(policy))
+    tuned = cli("tune", RMS, "--dtype", "fp16", "--no-op-policy", "-o", str(policy))
     assert tuned.returncode == 0, tuned.stderr
     assert "PASS: fp16 with 0 extra fp32 islands and 1 op islands" in tuned.stdout
     assert "op island: norm: pow at hazards.py:" in tuned.stdout

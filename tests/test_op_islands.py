@@ -24,6 +24,9 @@ from halfprec.testing.root_hazards import ROOT_HAZARDS
 HAZARDS_FILE = str(Path(root_hazards.__file__).resolve())
 
 
+RAW_FP16 = Recipe("fp16", fp32_ops=())  # the hazards as .half() meets them: no op policy
+
+
 def _marked_line(hazard_name: str) -> str:
     """``root_hazards.py:N`` of the ``# <- hazard`` line in the hazard's class."""
     model, _ = ROOT_HAZARDS[hazard_name].build()
@@ -37,7 +40,7 @@ def test_tune_fixes_root_hazard_with_a_tiny_fp32_share(name: str) -> None:
     hazard = ROOT_HAZARDS[name]
     model, batches = hazard.build()
     assert not compare(model, naive_half(model, torch.float16), batches).passed
-    result = tune(model, batches, "fp16")
+    result = tune(model, batches, RAW_FP16)
     assert result.passed, result.report.variants[0].note
     assert result.keep_fp32 == ()  # no module island, let alone the whole (root) model
     share = result.report.fp32_flops_share
@@ -66,7 +69,7 @@ def test_recipe_round_trips_op_islands_and_convert_applies_them(tmp_path: Path) 
     model, batches = ROOT_HAZARDS["root-exp-softmax"].build()
     ref = OpRef("", "exp", _marked_line("root-exp-softmax"), 0)
     path = tmp_path / "recipe.json"
-    Recipe(dtype=torch.float16, op_islands=(ref,)).save(path)
+    Recipe(dtype=torch.float16, op_islands=(ref,), fp32_ops=()).save(path)
     assert json.loads(path.read_text())["op_islands"] == [ref.to_json()]
     loaded = Recipe.load(path)
     assert loaded.op_islands == (ref,)
@@ -74,7 +77,7 @@ def test_recipe_round_trips_op_islands_and_convert_applies_them(tmp_path: Path) 
     report = conversion_report(half)
     assert report is not None and report.op_islands == [ref]
     assert compare(model, half, batches).passed
-    plain = convert(model, "fp16")
+    plain = convert(model, RAW_FP16)
     assert not compare(model, plain, batches).passed  # the op island is what fixes it
 
 
@@ -92,7 +95,7 @@ def test_bad_op_islands_are_named() -> None:
 def test_op_island_output_is_finite_and_cast_back() -> None:
     model, batches = ROOT_HAZARDS["root-exp-softmax"].build()
     ref = OpRef("", "exp", _marked_line("root-exp-softmax"), 0)
-    half = convert(model, Recipe(torch.float16, op_islands=(ref,)))
+    half = convert(model, Recipe(torch.float16, op_islands=(ref,), fp32_ops=()))
     with torch.no_grad():
         out = half(*batches[0])
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
@@ -101,7 +104,7 @@ def test_op_island_output_is_finite_and_cast_back() -> None:
 def test_torch_export_carries_the_op_island_as_a_visible_cast() -> None:
     model, batches = ROOT_HAZARDS["root-exp-softmax"].build()
     ref = OpRef("", "exp", _marked_line("root-exp-softmax"), 0)
-    half = convert(model, Recipe(torch.float16, op_islands=(ref,)))
+    half = convert(model, Recipe(torch.float16, op_islands=(ref,), fp32_ops=()))
     program = torch.export.export(half, batches[0], strict=False)
     nodes = {n.name: n for n in program.graph.nodes}
     [exp] = [n for n in nodes.values() if n.target == torch.ops.aten.exp.default]
@@ -118,7 +121,7 @@ EPS_CASE = "root-eps-1e-12"  # x / sqrt(var + 1e-12): the island is the add, its
 @pytest.fixture(scope="module")
 def eps_policy() -> Recipe:
     model, batches = ROOT_HAZARDS[EPS_CASE].build()
-    result = tune(model, batches, "fp16")
+    result = tune(model, batches, RAW_FP16)
     assert result.passed and result.report.op_islands == (
         OpRef("", "add", _marked_line(EPS_CASE), 0),
     )

@@ -25,6 +25,8 @@ from halfprec.io.stream import convert_file
 from halfprec.testing.hazards import HAZARDS
 from halfprec.testing.root_hazards import ROOT_HAZARDS
 
+RAW_FP16 = Recipe("fp16", fp32_ops=())  # the hazards as .half() meets them: no op policy
+
 
 class Block(nn.Module):
     """Masked attention-like block: a fill, a factory without dtype, a norm island."""
@@ -121,7 +123,9 @@ def test_one_public_config_type_and_at_most_25_names() -> None:
 def test_islands_and_behaviours_show_in_print() -> None:
     model, _ = _block()
     text = repr(convert(model, "fp16"))
-    assert text.splitlines()[0] == "Block[halfprec fp16, saturating fills]("
+    assert text.splitlines()[0] == "Block[halfprec fp16, autocast fp32 ops, saturating fills]("
+    raw = repr(convert(model, RAW_FP16)).splitlines()[0]
+    assert raw == "Block[halfprec fp16, saturating fills]("
     assert "(norm): LayerNorm[fp32 island]" in text
     assert "(proj): Linear(in_features=8" in text  # a guard alone changes no name
 
@@ -184,7 +188,7 @@ def test_compiles_into_as_many_graphs_as_fp32_and_fullgraph_works(dtype: str) ->
 @pytest.fixture(scope="module")
 def tuned_exp() -> tuple[halfprec.tune.TuneResult, nn.Module, list]:  # type: ignore[type-arg]
     model, batches = ROOT_HAZARDS["root-exp-softmax"].build()
-    result = tune(model, batches, "fp16")
+    result = tune(model, batches, RAW_FP16)
     assert result.passed and result.recipe is not None and result.recipe.op_islands
     return result, model, batches
 
@@ -212,7 +216,7 @@ def test_deepcopy_of_a_tuned_model_keeps_its_op_islands(tuned_exp) -> None:  # t
     """The copied hooks used to stay bound to the original: the copy computed plain half."""
     result, model, batches = tuned_exp
     copied = copy.deepcopy(result.model)
-    plain = convert(model, "fp16")
+    plain = convert(model, RAW_FP16)
     out = _run(copied, batches[0])
     assert torch.equal(out, _run(result.model, batches[0]))
     assert not torch.equal(out, _run(plain, batches[0]))
@@ -220,8 +224,8 @@ def test_deepcopy_of_a_tuned_model_keeps_its_op_islands(tuned_exp) -> None:  # t
 
 def test_a_location_only_op_island_still_works_and_matches_its_ordinal_form() -> None:
     model, batches = ROOT_HAZARDS["root-exp-softmax"].build()
-    result = tune(model, batches, "fp16")
-    located = convert(model, Recipe("fp16", op_islands=result.report.op_islands))
+    result = tune(model, batches, RAW_FP16)
+    located = convert(model, RAW_FP16.replace(op_islands=result.report.op_islands))
     assert all(r.ordinal is None for r in result.report.op_islands)
     assert torch.equal(_run(located, batches[1]), _run(result.model, batches[1]))
 

@@ -28,11 +28,14 @@ LOCAL = [
 ]
 
 
+RAW_FP16 = Recipe("fp16", fp32_ops=())  # the hazards as .half() meets them: no op policy
+
+
 @pytest.mark.parametrize("name", list(HAZARDS))
 def test_tune_makes_every_hazard_finite_and_within_tolerance(name: str) -> None:
     hazard = HAZARDS[name]
     model, batches = hazard.build()
-    result = tune(model, batches, "fp16")
+    result = tune(model, batches, RAW_FP16)
     assert result.passed, result.report.variants[0].note
     assert result.model is not None
     check = compare(model, result.model, batches)
@@ -58,7 +61,7 @@ def test_islands_can_be_non_contiguous() -> None:
         model[3].weight.mul_(80.0)
     batches = [(torch.randn(8, 16, generator=torch.Generator().manual_seed(i)),) for i in range(2)]
     seen: list[str] = []
-    result = tune(model, batches, "fp16", progress=seen.append)
+    result = tune(model, batches, RAW_FP16, progress=seen.append)
     assert result.passed
     fixed = set(result.keep_fp32) | {o.module for o in result.report.op_islands}
     assert fixed == {"1", "4"}
@@ -70,7 +73,7 @@ def test_islands_can_be_non_contiguous() -> None:
 
 def test_recipe_file_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-def]
     model, batches = HAZARDS["rmsnorm-overflow"].build()
-    result = tune(model, batches, "fp16")
+    result = tune(model, batches, RAW_FP16)
     path = tmp_path / "recipe.json"
     result.require_recipe().save(path)
     recipe = Recipe.load(path)
@@ -79,18 +82,18 @@ def test_recipe_file_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-de
     assert recipe.info["passes"] == result.report.passes
     deployed = convert(model, path)
     assert compare(model, deployed, batches).passed
-    assert not compare(model, convert(model, "fp16"), batches).passed
+    assert not compare(model, convert(model, RAW_FP16), batches).passed
 
 
 def test_dropout_in_train_mode_is_reported_plainly() -> None:
     model = dropout_model()
     with pytest.raises(ToleranceUnreachableError, match="train mode.*model.eval"):
-        tune(model, dropout_model_example_inputs(), "fp16")
+        tune(model, dropout_model_example_inputs(), RAW_FP16)
 
 
 def test_budget_too_small_returns_no_policy() -> None:
     model, batches = HAZARDS["exp-softmax"].build()
-    result = tune(model, batches, "fp16", max_evaluations=1)
+    result = tune(model, batches, RAW_FP16, max_evaluations=1)
     assert not result.passed and result.model is None
     assert "max_evaluations=1" in result.report.variants[0].note
     assert result.recipe is None

@@ -79,11 +79,17 @@ def dtype_option(f: F) -> F:
         type=DTypeParam(),
         default=None,
         help="auto (bf16 where it has fast kernels, else fp16 where that is fast, else bf16), "
-        "fp16 or bf16. Default: the --policy's dtype, else auto.",
+        "fp16 or bf16. Default: the --recipe's dtype, else auto.",
     )(f)
 
 
 def _islands_options(f: F) -> F:
+    f = click.option(
+        "--no-op-policy",
+        is_flag=True,
+        help="Run autocast's fp32-list ops (exp, softmax, sum, ...) in half too (default: "
+        "they compute in fp32, as under autocast).",
+    )(f)
     f = click.option(
         "--no-norm-islands",
         is_flag=True,
@@ -109,6 +115,7 @@ def make_convert_config(
     policy: Path | None = None,
     keep_fp32: tuple[str, ...] = (),
     no_norm_islands: bool = False,
+    no_op_policy: bool = False,
 ) -> Recipe:
     """The :class:`~halfprec.Recipe` the conversion flags stand for: the recipe file's,
     with an explicit --dtype winning over its dtype and --keep-fp32 added to its islands."""
@@ -118,6 +125,8 @@ def make_convert_config(
         changes["dtype"] = dtype
     if no_norm_islands:
         changes["norm_islands"] = False
+    if no_op_policy:
+        changes["fp32_ops"] = ()
     return base.replace(**changes)
 
 
@@ -132,9 +141,12 @@ def convert_options(f: F) -> F:
         policy: Path | None,
         keep_fp32: tuple[str, ...],
         no_norm_islands: bool,
+        no_op_policy: bool,
         **kwargs: Any,
     ) -> Any:
-        kwargs["convert_config"] = make_convert_config(dtype, policy, keep_fp32, no_norm_islands)
+        kwargs["convert_config"] = make_convert_config(
+            dtype, policy, keep_fp32, no_norm_islands, no_op_policy
+        )
         return f(*args, **kwargs)
 
     return dtype_option(_islands_options(wrapper))  # type: ignore[return-value]

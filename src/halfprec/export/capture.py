@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import traceback
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -146,6 +147,11 @@ def root_cause(exc: BaseException) -> BaseException:
 def explain_failure(stage: str, exc: BaseException, *, can_be_static: bool = True) -> str:
     """One line naming why ``stage`` failed (the root cause, plain text), and the fix."""
     text = "\n".join(str(e) for e in _chain(exc))
+    # the frames the exceptions passed through, so a model line shows even when torch's
+    # message names only the mode that made the call (halfprec's op policy)
+    text += "\n" + "".join(
+        line for e in _chain(exc) for line in traceback.format_tb(e.__traceback__)
+    )
     op = _NO_ONNX_OP.search(text)
     if op:
         return (

@@ -312,14 +312,16 @@ def audit(model: nn.Module, inputs: Any, config: ConfigLike = None) -> AuditRepo
     """Run ``model`` in half on ``inputs`` and report every dtype leak by source line.
 
     ``model``: an fp32 model (converted here by ``config``, a :class:`Recipe` or a
-    dtype, default ``"auto"``, with ``guard_boundaries=False`` and ``saturate_fills=False``
-    so that leaks are not hidden by halfprec's own guards) or one already converted by
-    :func:`convert` (audited as it is; ``config`` is then ignored). ``inputs``: one batch
-    or a list of batches.
+    dtype, default ``"auto"``, with ``guard_boundaries=False``, ``saturate_fills=False``
+    and no op policy, so that leaks are not hidden by halfprec's own guards) or one
+    already converted by :func:`convert` (audited as it is; ``config`` is then ignored).
+    ``inputs``: one batch or a list of batches.
     """
     report = conversion_report(model)
     if report is None:
-        unguarded = Recipe.of(config).replace(guard_boundaries=False, saturate_fills=False)
+        unguarded = Recipe.of(config).replace(
+            guard_boundaries=False, saturate_fills=False, fp32_ops=()
+        )
         model = convert(model, unguarded)
         report = cast(ConversionReport, conversion_report(model))
     mode = _LeakMode(report.dtype)
