@@ -15,6 +15,7 @@ from halfprec.cli.options import (
     convert_options,
     device_option,
     finish,
+    from_flags,
     inputs_option,
     json_option,
     load_for_command,
@@ -121,14 +122,15 @@ def command(
     tolerance = tolerance_override(dtypes[0] if len(dtypes) == 1 else None, min_cosine, min_sqnr)
     # The memory worker rebuilds the model from its spec; custom --inputs cannot follow it.
     spec = None if (no_memory or inputs_path is not None) else model
-    config = BenchConfig(
-        batch_sizes=sizes,
-        warmup=warmup,
-        runs=runs,
-        max_call_s=max_call_s,
-        skip_slower_than=None if no_skip else skip_slower_than,
-        limit=not no_limit,
-    )
+    with from_flags():
+        config = BenchConfig(
+            batch_sizes=sizes,
+            warmup=warmup,
+            runs=runs,
+            max_call_s=max_call_s,
+            skip_slower_than=None if no_skip else skip_slower_than,
+            limit=not no_limit,
+        )
     progress = None if as_json else _ProgressBar()
     with progress if progress is not None else contextlib.nullcontext():
         result = benchmark(

@@ -9,9 +9,10 @@ present, else cpu; every command ends through :func:`finish`. docs/cli.md lists 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -24,7 +25,7 @@ from halfprec.compare import Tolerance
 from halfprec.convert.core import ConvertConfig
 from halfprec.convert.policy import Policy
 from halfprec.dtypes import resolve_device
-from halfprec.errors import InputsError
+from halfprec.errors import HalfprecError, InputsError
 from halfprec.io.inputs import load_inputs
 from halfprec.io.specs import LoadedModel, load_model
 from halfprec.tree import map_tensors
@@ -46,6 +47,7 @@ __all__ = [
     "tolerance_override",
     "finish",
     "mkdirs_option",
+    "from_flags",
 ]
 
 DEFAULT_MODEL = "builtin:minilm"
@@ -102,6 +104,18 @@ def _islands_options(f: F) -> F:
     )(f)
 
 
+@contextlib.contextmanager
+def from_flags() -> Iterator[None]:
+    """Build configs from command-line flags inside this block: a config's ``ValueError``
+    (its ``__post_init__`` check) is then the user's input error, exit 2, not a bug."""
+    try:
+        yield
+    except HalfprecError:
+        raise
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
 def make_convert_config(
     dtype: str | None,
     policy: Path | None = None,
@@ -110,12 +124,13 @@ def make_convert_config(
 ) -> ConvertConfig:
     """The :class:`ConvertConfig` the conversion flags stand for (an explicit --dtype wins
     over the policy's dtype, as in ConvertConfig)."""
-    return ConvertConfig(
-        dtype=dtype,
-        keep_fp32=keep_fp32,
-        norm_islands=not no_norm_islands,
-        policy=Policy.load(policy) if policy is not None else None,
-    )
+    with from_flags():
+        return ConvertConfig(
+            dtype=dtype,
+            keep_fp32=keep_fp32,
+            norm_islands=not no_norm_islands,
+            policy=Policy.load(policy) if policy is not None else None,
+        )
 
 
 def convert_options(f: F) -> F:
@@ -194,11 +209,12 @@ def tolerance_override(
     if min_cosine is None and min_sqnr is None:
         return None
     base = Tolerance.for_dtype(dtype)
-    return dataclasses.replace(
-        base,
-        min_cosine=min_cosine if min_cosine is not None else base.min_cosine,
-        min_sqnr_db=min_sqnr if min_sqnr is not None else base.min_sqnr_db,
-    )
+    with from_flags():
+        return dataclasses.replace(
+            base,
+            min_cosine=min_cosine if min_cosine is not None else base.min_cosine,
+            min_sqnr_db=min_sqnr if min_sqnr is not None else base.min_sqnr_db,
+        )
 
 
 def load_for_command(
