@@ -229,4 +229,6 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     saved = state.get("accelerator")
     accelerator = torch.accelerator.current_accelerator(check_available=True)
     if saved is not None and accelerator is not None and accelerator.type == saved["type"]:
-        torch.get_device_module(accelerator).set_rng_state_all(saved["states"])
+        module = torch.get_device_module(accelerator)
+        for index, device_state in enumerate(saved["states"][: module.device_count()]):
+            module.set_rng_state(device_state, index)  # checked on a scratch generator
