@@ -35,6 +35,7 @@ __all__ = [
     "compare",
     "compare_outputs",
     "run_reference",
+    "reference_failed",
 ]
 
 
@@ -337,6 +338,17 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def reference_failed(index: int, batch: Any, exc: BaseException) -> InputsError:
+    """The error for an fp32 model that raised on batch ``index``: these inputs do not fit
+    it (any exception, an ``assert`` in ``forward`` included), named with the model's own
+    message."""
+    return InputsError(
+        f"the fp32 model failed on batch {index} ({describe(batch)}) with "
+        f"{type(exc).__name__}: {_first_line(exc)}; check the inputs' names, shapes and "
+        "dtypes against the model's forward()"
+    )
+
+
 def run_reference(model: nn.Module, batches: list[Any]) -> list[Any]:
     """Run the fp32 reference on every batch; a failure here means the inputs are wrong.
 
@@ -349,11 +361,7 @@ def run_reference(model: nn.Module, batches: list[Any]) -> list[Any]:
             try:
                 out = call(model, b)
             except Exception as exc:  # the user's forward(): any error means these inputs
-                raise InputsError(
-                    f"the fp32 model failed on batch {i} ({describe(b)}) with "
-                    f"{type(exc).__name__}: {_first_line(exc)}; check the inputs' names, "
-                    "shapes and dtypes against the model's forward()"
-                ) from exc
+                raise reference_failed(i, b, exc) from exc
             for path, t in iter_tensors(out):
                 if (t.is_floating_point() or t.is_complex()) and not bool(
                     torch.isfinite(as_real(t)).all()
