@@ -310,6 +310,9 @@ def test_a_zip_bomb_is_refused_before_it_is_inflated(good_pt2: Path, tmp_path: P
     assert bomb.stat().st_size < size // 100
     with pytest.raises(ExportError, match=r"inflate to \d+ bytes from a \d+-byte file.*zip bomb"):
         load_artifact(bomb)
+    proc = run_cli("check", f"{MODELS}:tiny", "--artifact", str(bomb))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "zip bomb" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_a_json_member_over_the_limit_is_refused(good_pt2: Path, tmp_path: Path) -> None:
@@ -352,3 +355,14 @@ def test_more_members_than_the_limit_are_refused(
         load_artifact(good_pt2)
     monkeypatch.setattr(safe_pt2, "MAX_MEMBERS", members)
     assert load_artifact(good_pt2).info.dtype == "fp16"
+
+
+@pytest.mark.parametrize("doc", ["safety.md", "cli.md"])
+def test_the_documented_archive_limits_are_the_code_s(doc: str) -> None:
+    from halfprec.export import safe_pt2
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / doc).read_text().split())
+    assert f"{safe_pt2.MAX_MEMBERS:,} members" in text
+    assert f"{safe_pt2.MAX_JSON_BYTES // 2**20} MiB" in text
+    factor = f"{safe_pt2.MAX_INFLATION} times the file's size plus "
+    assert f"{factor}{safe_pt2.INFLATION_SLACK_BYTES // 2**20} MiB" in text
