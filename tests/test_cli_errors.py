@@ -155,3 +155,12 @@ def test_documented_exit_codes_are_the_cli_codes(doc: str) -> None:
     codes = [int(line.split("|")[1]) for line in table.splitlines()[2:]]
     constants = [cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_USAGE]
     assert codes == [*constants, cli.EXIT_INTERNAL, cli.EXIT_INTERRUPTED] == [0, 1, 2, 3, 130]
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"),
+    [("bench", "--max-call-s"), ("bench", "--skip-slower-than"), ("check", "--min-cosine")],
+)
+def test_a_nan_limit_is_refused_not_turned_off(command: str, flag: str) -> None:
+    """``nan <= 0`` is False, so a plain range check lets NaN through and turns it off."""
+    _one_error(run_cli(command, USER, flag, "nan"), f"'{flag}': 'nan' is not a number")

@@ -12,6 +12,7 @@ from halfprec.bench.results import BenchConfig
 from halfprec.bench.runner import benchmark
 from halfprec.bench.variants import parse_variants
 from halfprec.cli.options import (
+    NumberRange,
     convert_options,
     device_option,
     finish,
@@ -73,14 +74,14 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
 @click.option("--warmup", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option(
     "--max-call-s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=NumberRange(min=0, min_open=True),
     default=10.0,
     show_default=True,
     help="Time a variant once when one call takes longer.",
 )
 @click.option(
     "--skip-slower-than",
-    type=click.FloatRange(min=0, min_open=True),
+    type=NumberRange(min=0, min_open=True),
     default=3.0,
     show_default=True,
     help="Skip a half dtype whose matmul probe runs this many times slower than fp32 "

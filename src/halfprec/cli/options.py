@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -48,6 +49,7 @@ __all__ = [
     "finish",
     "mkdirs_option",
     "from_flags",
+    "NumberRange",
 ]
 
 DEFAULT_MODEL = "builtin:minilm"
@@ -152,6 +154,19 @@ def convert_options(f: F) -> F:
     return dtype_option(_islands_options(wrapper))  # type: ignore[return-value]
 
 
+class NumberRange(click.FloatRange):
+    """A float flag in a range that also refuses NaN, which every comparison lets through
+    (``nan <= 0`` is False), so a NaN limit would turn its check off."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(
+                f"{value!r} is not a number; give a value {self._describe_range()}", param, ctx
+            )
+        return number
+
+
 def tolerance_options(f: F) -> F:
     """``--min-cosine`` and ``--min-sqnr``: each overrides its own threshold only."""
     f = click.option(
@@ -162,7 +177,7 @@ def tolerance_options(f: F) -> F:
     )(f)
     return click.option(
         "--min-cosine",
-        type=click.FloatRange(-1.0, 1.0),
+        type=NumberRange(-1.0, 1.0),
         default=None,
         help="Minimum cosine similarity (default: 0.999).",
     )(f)
