@@ -230,5 +230,5 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     accelerator = torch.accelerator.current_accelerator(check_available=True)
     if saved is not None and accelerator is not None and accelerator.type == saved["type"]:
         module = torch.get_device_module(accelerator)
-        for index, device_state in enumerate(saved["states"][: module.device_count()]):
-            module.set_rng_state(device_state, index)  # checked on a scratch generator
+        # checked on scratch generators first; the devices this machine has
+        module.set_rng_state_all(saved["states"][: module.device_count()])
