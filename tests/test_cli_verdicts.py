@@ -159,14 +159,17 @@ def test_check_json_keys_are_the_documented_schema() -> None:
     assert data["latency_fp32_s"] is None and data["generation"] is None
 
 
-def test_diagnose_fp32_model_asserting_on_the_inputs_is_exit_2(tmp_path: Path) -> None:
-    x = inputs_file(tmp_path, torch.randn(2, 5))
-    proc = run_cli("diagnose", f"{ODD}:asserts", "--inputs", x, "--dtype", "fp16")
-    one_line_error(proc, "the fp32 model failed on batch 0 (0: float32[2, 5]) with AssertionError")
-
-
 def test_export_of_a_half_model_raising_key_error_is_exit_2(tmp_path: Path) -> None:
     out = tmp_path / "crash.pt2"
     proc = run_cli("export", f"{ODD}:crash", "-o", str(out), "--dtype", "fp16")
     one_line_error(proc, "fails in PyTorch before export (KeyError: 'cache_position')")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["audit", "preflight", "diagnose", "tune", "check", "bench"])
+def test_every_command_reports_inputs_the_fp32_model_refuses_as_exit_2(
+    tmp_path: Path, command: str
+) -> None:
+    x = inputs_file(tmp_path, torch.randn(2, 5))
+    proc = run_cli(command, f"{ODD}:asserts", "--inputs", x, "--dtype", "fp16")
+    one_line_error(proc, "the fp32 model failed on batch 0 (0: float32[2, 5]) with AssertionError")
