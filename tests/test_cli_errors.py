@@ -164,3 +164,9 @@ def test_documented_exit_codes_are_the_cli_codes(doc: str) -> None:
 def test_a_nan_limit_is_refused_not_turned_off(command: str, flag: str) -> None:
     """``nan <= 0`` is False, so a plain range check lets NaN through and turns it off."""
     _one_error(run_cli(command, USER, flag, "nan"), f"'{flag}': 'nan' is not a number")
+
+
+def test_readme_names_every_exit_code() -> None:
+    text = " ".join((TESTS.parent / "README.md").read_text().split())
+    assert "0 within tolerance, 1 out of tolerance (or findings), 2 bad input" in text
+    assert "3 internal error" in text and "130 Ctrl-C" in text
