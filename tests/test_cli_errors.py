@@ -170,3 +170,12 @@ def test_readme_names_every_exit_code() -> None:
     text = " ".join((TESTS.parent / "README.md").read_text().split())
     assert "0 within tolerance, 1 out of tolerance (or findings), 2 bad input" in text
     assert "3 internal error" in text and "130 Ctrl-C" in text
+
+
+@pytest.mark.parametrize("command", ["diagnose", "bench"])
+def test_a_plot_into_a_missing_folder_is_exit_2_and_creates_nothing(
+    tmp_path: Path, command: str
+) -> None:
+    out = tmp_path / "new" / "chart.png"
+    _one_error(run_cli(command, USER, "--plot", str(out)), "does not exist; create it first")
+    assert not (tmp_path / "new").exists()
