@@ -60,9 +60,10 @@ class _Group(click.Group):
         except (click.exceptions.Exit, click.Abort, click.ClickException):
             raise  # click's own ways to end (ctx.exit is a RuntimeError)
         except OSError as exc:
-            if not _about_a_file(exc):
+            if _about_a_file(exc):
+                _fail(ctx, _os_error(exc), EXIT_USAGE)
+            else:
                 _fail(ctx, _internal(exc), EXIT_INTERNAL, "internal error")
-            _fail(ctx, _os_error(exc), EXIT_USAGE)
         except KeyboardInterrupt:
             message = "interrupted (Ctrl-C); a file being written was left as it was before"
             _fail(ctx, message, EXIT_INTERRUPTED, kind=None)
@@ -84,10 +85,11 @@ def _fail(ctx: click.Context, message: str, code: int, kind: str | None = "error
 def _internal(exc: BaseException) -> str:
     """A bug's one line: the exception, where it was raised, and how to see more."""
     frames = traceback.extract_tb(exc.__traceback__)
-    where = f" (raised at {frames[-1].filename}:{frames[-1].lineno}, in {frames[-1].name})"
+    last = frames[-1] if frames else None
+    where = f" (raised at {last.filename}:{last.lineno}, in {last.name})" if last else ""
     text = _one_line(exc) or type(exc).__name__
     return (
-        f"{type(exc).__name__}: {text[:300]}{where if frames else ''}; this is not an error "
+        f"{type(exc).__name__}: {text[:300]}{where}; this is not an error "
         "halfprec checks for: if that code is your model's, fix it there, else it is a bug "
         "in halfprec (please report it); add --debug before the command for the traceback"
     )
