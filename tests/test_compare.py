@@ -285,3 +285,12 @@ def test_fp32_model_raising_is_an_inputs_error_naming_the_inputs() -> None:
     text = str(info.value)
     assert "batch 0 (x: float32[2, 5])" in text
     assert "AssertionError: expected 4 features, got 5" in text
+
+
+def test_values_too_small_to_square_even_in_float64_fail_with_nan_metrics() -> None:
+    ref = torch.full((4,), 1e-200, dtype=torch.float64)
+    cmp = compare_outputs([ref], [ref * 2], dtype=torch.float16)
+    m = cmp["output"]
+    assert math.isnan(m.cosine) and math.isnan(m.sqnr_db) and m.max_abs > 0
+    assert not cmp.passed and cmp.reason.startswith("output: cosine nan < 0.999")
+    assert compare_outputs([ref], [ref.clone()]).passed  # equal is still equal
