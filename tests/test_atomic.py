@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -79,7 +80,8 @@ def test_file_and_folder_are_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyP
     target = tmp_path / "out.bin"
     write_bytes_atomic(target, b"data")
     assert len(synced) == 2
-    assert ".halfprec-" in synced[0] and synced[1] == str(tmp_path)
+    assert re.fullmatch(r"\.halfprec-\d+-[0-9a-f]{8}\.tmp", Path(synced[0]).name), synced[0]
+    assert synced[1] == str(tmp_path)
 
 
 def test_failure_keeps_the_old_file_and_leaves_nothing(tmp_path: Path) -> None:

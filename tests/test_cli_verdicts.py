@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -173,3 +174,10 @@ def test_every_command_reports_inputs_the_fp32_model_refuses_as_exit_2(
     x = inputs_file(tmp_path, torch.randn(2, 5))
     proc = run_cli(command, f"{ODD}:asserts", "--inputs", x, "--dtype", "fp16")
     one_line_error(proc, "the fp32 model failed on batch 0 (0: float32[2, 5]) with AssertionError")
+
+
+def test_json_writes_inf_minus_inf_and_nan_as_strings() -> None:
+    from halfprec.report.common import to_json_text
+
+    text = to_json_text({"a": math.inf, "b": [-math.inf, {"c": math.nan}], "d": (1.5, 2)})
+    assert _strict_json(text) == {"a": "inf", "b": ["-inf", {"c": "nan"}], "d": [1.5, 2]}
