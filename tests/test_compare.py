@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -238,6 +239,9 @@ def test_nan_tolerance_is_refused() -> None:
     for name in ("min_cosine", "min_sqnr_db", "max_rel_error", "min_argmax_agreement"):
         with pytest.raises(ValueError, match=rf"Tolerance\({name}=nan\): a NaN threshold"):
             Tolerance(**{name: math.nan})
+        with pytest.raises(ValueError, match=rf"Tolerance\({name}='0.5'\): .* a number"):
+            Tolerance(**{name: "0.5"})
+    assert Tolerance(min_cosine=np.float32(0.99)).min_cosine == np.float32(0.99)
 
 
 def test_tiny_fp32_outputs_that_underflow_in_half_fail() -> None:

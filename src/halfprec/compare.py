@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Any
 
 import torch
@@ -52,9 +53,7 @@ class Tolerance:
     def __post_init__(self) -> None:
         for name in ("min_cosine", "min_sqnr_db", "max_rel_error", "min_argmax_agreement"):
             value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, (int, float))
-            ):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, Real)):
                 raise ValueError(f"Tolerance({name}={value!r}): {name} must be a number or None")
             if value is not None and math.isnan(value):
                 raise ValueError(
