@@ -62,12 +62,18 @@ def main() -> None:
     half_act = (act + 1e-3 * torch.randn_like(act)).half()
     limits = range_of(torch.float16)
 
+    tiny, half_tiny = act * 1e-24, (act * 1e-24).half()  # underflows: float64 sums
+
     def new_stats() -> None:
         ErrorStats().add_tensor(act, half_act, limits)
+
+    def new_tiny() -> None:
+        ErrorStats().add_tensor(tiny, half_tiny, limits)
 
     cases: dict[str, list[Callable[[], Any]]] = {
         "compare_outputs, one 32x128x768 output": [lambda: compare_outputs([out], [half_out])],
         "ErrorStats, one 8x128x384 module output": [new_stats],
+        "ErrorStats, the same output at 1e-24": [new_tiny],
     }
     with tempfile.TemporaryDirectory() as tmp:
         if args.baseline:
@@ -77,9 +83,14 @@ def main() -> None:
             cases["compare_outputs, one 32x128x768 output"].append(
                 lambda: old_cmp.compare_outputs([out], [half_out])
             )
-            cases["ErrorStats, one 8x128x384 module output"].append(
-                lambda: old_es.ErrorStats()._add_tensor(act, half_act, limits)
-            )
+
+            def old_add(r: torch.Tensor, c: torch.Tensor) -> None:
+                stats = old_es.ErrorStats()
+                # add_tensor was _add_tensor at 692d26a
+                (getattr(stats, "add_tensor", None) or stats._add_tensor)(r, c, limits)
+
+            cases["ErrorStats, one 8x128x384 module output"].append(lambda: old_add(act, half_act))
+            cases["ErrorStats, the same output at 1e-24"].append(lambda: old_add(tiny, half_tiny))
         for name, fns in cases.items():
             new = _best(fns[0], args.reps)
             line = f"{name:42s} now {new * 1e3:8.2f} ms"

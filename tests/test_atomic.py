@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -79,7 +80,8 @@ def test_file_and_folder_are_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyP
     target = tmp_path / "out.bin"
     write_bytes_atomic(target, b"data")
     assert len(synced) == 2
-    assert ".halfprec-" in synced[0] and synced[1] == str(tmp_path)
+    assert re.fullmatch(r"\.halfprec-\d+-[0-9a-f]{8}\.tmp", Path(synced[0]).name), synced[0]
+    assert synced[1] == str(tmp_path)
 
 
 def test_failure_keeps_the_old_file_and_leaves_nothing(tmp_path: Path) -> None:
@@ -145,3 +147,45 @@ def test_read_only_file_system_is_an_oserror(tiny_fs: Path) -> None:
     with pytest.raises(OSError) as info:
         write_bytes_atomic(tiny_fs / "out.bin", b"x")
     assert info.value.errno == errno.EROFS
+
+
+def test_a_long_file_name_the_file_system_allows_is_written(tmp_path: Path) -> None:
+    target = tmp_path / ("m" * 228 + ".safetensors")  # 240 characters: NAME_MAX is 255
+    write_bytes_atomic(target, b"new")
+    assert target.read_bytes() == b"new"
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+def test_read_only_folder_error_names_the_users_path(tiny_fs: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(tiny_fs)], check=True)
+    target = tiny_fs / "m.safetensors"
+    with pytest.raises(OSError) as info:
+        write_bytes_atomic(target, b"x")
+    assert info.value.errno == errno.EROFS and info.value.filename == str(target)
+    assert ".tmp" not in str(info.value)
+
+
+def test_errors_about_the_temp_file_name_the_users_path(tmp_path: Path) -> None:
+    target = tmp_path / "model.onnx"
+    with pytest.raises(RuntimeError) as info, atomic_path(target) as tmp:
+        raise RuntimeError(f"cannot parse {tmp}: bad magic")
+    assert str(info.value) == f"cannot parse {target}: bad magic"
+
+
+def test_ctrl_c_mid_write_keeps_the_old_file_and_leaves_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"old")
+    with pytest.raises(KeyboardInterrupt), atomic_path(target) as tmp:
+        tmp.write_bytes(b"partial")
+        raise KeyboardInterrupt
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]
+
+
+def test_a_check_of_the_temp_file_that_fails_keeps_the_previous_file(tmp_path: Path) -> None:
+    target = tmp_path / "model.pt2"
+    target.write_bytes(b"previous artifact")
+    with pytest.raises(ValueError, match="does not verify"), atomic_path(target) as tmp:
+        tmp.write_bytes(b"new artifact")
+        raise ValueError(f"{tmp} does not verify")
+    assert target.read_bytes() == b"previous artifact"

@@ -91,7 +91,8 @@ def test_inputs_of_the_wrong_shape(tmp_path: Path) -> None:
     path = tmp_path / "in.safetensors"
     save_file({"0": torch.randn(4, 7)}, str(path))
     one_line_error(
-        run_cli("check", SPEC, "--inputs", str(path)), "fp32 model failed on the given inputs"
+        run_cli("check", SPEC, "--inputs", str(path)),
+        "failed on batch 0 (0: float32[4, 7]) with RuntimeError",
     )
 
 

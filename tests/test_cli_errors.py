@@ -7,10 +7,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import save_file
 
 import halfprec
-from conftest import run_cli
+from conftest import run_cli, run_cli_subprocess
 from export_models import example_inputs, tiny
 
 TESTS = Path(__file__).resolve().parent
@@ -114,3 +115,77 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     proc = run_cli("--debug", "convert", USER, "-o", str(tmp_path / "no" / "x.safetensors"))
     assert proc.returncode == 2
     assert "Traceback" in proc.stderr and "halfprec: error:" in proc.stderr
+
+
+FAILING = Path(__file__).parent / "fixtures" / "failing_models.py"
+
+
+def test_an_unexpected_exception_is_an_internal_error_exit_3() -> None:
+    proc = run_cli("check", f"{FAILING}:copy_bug", "--runs", "0")
+    assert proc.returncode == 3, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("halfprec: internal error: ZeroDivisionError: division by zero")
+    assert f"raised at {FAILING}:" in lines[0] and "in __deepcopy__" in lines[0]
+    assert "add --debug" in lines[0]
+    debug = run_cli("--debug", "check", f"{FAILING}:copy_bug", "--runs", "0")
+    assert debug.returncode == 3 and "Traceback" in debug.stderr
+
+
+def test_ctrl_c_exits_130_with_one_line() -> None:
+    proc = run_cli_subprocess("check", f"{FAILING}:interrupted", "--runs", "0")
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "halfprec: interrupted (Ctrl-C); a file being written was left as it was before"
+    ]
+
+
+@pytest.mark.parametrize("device", ["mps", "xpu", "hpu"])
+def test_a_device_kind_this_machine_lacks_is_one_line(device: str) -> None:
+    if device == "mps" and torch.backends.mps.is_available():
+        pytest.skip("this machine has MPS")
+    if device == "xpu" and torch.xpu.is_available():
+        pytest.skip("this machine has an XPU")
+    _one_error(run_cli("check", USER, "--device", device), f"device {device!r} is not available")
+
+
+@pytest.mark.parametrize("command", ["check", "bench", "tune"])
+def test_a_config_value_refused_by_its_config_is_exit_2(command: str) -> None:
+    """Tolerance's own ValueError (not a click range) is the user's input, not a bug."""
+    proc = run_cli(command, USER, "--min-sqnr", "nan")
+    _one_error(proc, "Tolerance(min_sqnr_db=nan): a NaN threshold", f"halfprec {command} --help")
+
+
+@pytest.mark.parametrize("doc", ["cli.md", "safety.md", "verdicts.md"])
+def test_documented_exit_codes_are_the_cli_codes(doc: str) -> None:
+    from halfprec import cli
+
+    text = (TESTS.parent / "docs" / doc).read_text()
+    table = text.split("| code | meaning", 1)[1].split("\n\n", 1)[0]
+    codes = [int(line.split("|")[1]) for line in table.splitlines()[2:]]
+    constants = [cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_USAGE]
+    assert codes == [*constants, cli.EXIT_INTERNAL, cli.EXIT_INTERRUPTED] == [0, 1, 2, 3, 130]
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"),
+    [("bench", "--max-call-s"), ("bench", "--skip-slower-than"), ("check", "--min-cosine")],
+)
+def test_a_nan_limit_is_refused_not_turned_off(command: str, flag: str) -> None:
+    """``nan <= 0`` is False, so a plain range check lets NaN through and turns it off."""
+    _one_error(run_cli(command, USER, flag, "nan"), f"'{flag}': 'nan' is not a number")
+
+
+def test_readme_names_every_exit_code() -> None:
+    text = " ".join((TESTS.parent / "README.md").read_text().split())
+    assert "0 within tolerance, 1 out of tolerance (or findings), 2 bad input" in text
+    assert "3 internal error" in text and "130 Ctrl-C" in text
+
+
+@pytest.mark.parametrize("command", ["diagnose", "bench"])
+def test_a_plot_into_a_missing_folder_is_exit_2_and_creates_nothing(
+    tmp_path: Path, command: str
+) -> None:
+    out = tmp_path / "new" / "chart.png"
+    _one_error(run_cli(command, USER, "--plot", str(out)), "does not exist; create it first")
+    assert not (tmp_path / "new").exists()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from pathlib import Path
 
 import pytest
@@ -97,3 +100,84 @@ def test_weights_whose_metadata_contradicts_their_tensors_are_refused(tmp_path: 
 
     fresh = load_model(USER).model
     assert load(good, into=fresh).lin.weight.dtype == torch.float16  # the original loads
+
+
+def _strict_json(text: str) -> dict:  # type: ignore[type-arg]
+    def refuse(name: str) -> None:
+        raise AssertionError(f"not strict JSON: {name}")
+
+    data: dict = json.loads(text, parse_constant=refuse)  # type: ignore[type-arg]
+    return data
+
+
+def test_json_is_strict_and_writes_non_finite_numbers_as_strings() -> None:
+    proc = run_cli("check", f"{ODD}:ones", "--dtype", "fp16", "--runs", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = _strict_json(proc.stdout)["comparison"]["outputs"][0]
+    assert out["sqnr_db"] == "inf" and out["max_abs"] == 0
+
+
+def test_fp32_output_that_underflows_in_fp16_fails() -> None:
+    proc = run_cli("check", f"{ODD}:tiny", "--dtype", "fp16", "--runs", "0", "--json")
+    assert proc.returncode == 1, proc.stderr
+    data = _strict_json(proc.stdout)
+    assert data["passed"] is False and "cosine 0.000000 < 0.999" in data["comparison"]["reason"]
+
+
+def test_half_model_crashing_on_batch_1_is_a_fail_naming_it() -> None:
+    proc = run_cli("check", f"{ODD}:crash", "--dtype", "fp16", "--runs", "0")
+    assert proc.returncode == 1, proc.stderr
+    assert "batch 1: the half model raised KeyError: 'cache_position'" in proc.stdout
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_fp32_model_asserting_on_the_inputs_is_exit_2_naming_them(tmp_path: Path) -> None:
+    x = inputs_file(tmp_path, torch.randn(2, 5))
+    proc = run_cli("check", f"{ODD}:asserts", "--inputs", x, "--runs", "0")
+    one_line_error(proc, "the fp32 model failed on batch 0 (0: float32[2, 5]) with AssertionError")
+    assert "forward wants 4 features, got 5" in proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--min-sqnr", "--min-cosine"])
+def test_nan_threshold_is_exit_2(flag: str) -> None:
+    proc = run_cli("check", USER, flag, "nan", "--runs", "0")
+    one_line_error(proc, "nan")
+
+
+def _doc_keys(label: str) -> list[str]:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    section = text.split("## JSON output", 1)[1].split("\n## ", 1)[0]
+    item = section.split(f"- {label}: ", 1)[1].split("\n\n", 1)[0].split(";", 1)[0]
+    return re.findall(r"`([a-z_0-9]+)`", item)
+
+
+def test_check_json_keys_are_the_documented_schema() -> None:
+    proc = run_cli("check", f"{ODD}:ones", "--dtype", "fp16", "--runs", "0", "--json")
+    data = _strict_json(proc.stdout)
+    assert list(data) == _doc_keys("top level")
+    assert list(data["comparison"]) == _doc_keys("`comparison`")
+    assert list(data["comparison"]["outputs"][0]) == _doc_keys("each of `comparison.outputs`")
+    assert data["latency_fp32_s"] is None and data["generation"] is None
+
+
+def test_export_of_a_half_model_raising_key_error_is_exit_2(tmp_path: Path) -> None:
+    out = tmp_path / "crash.pt2"
+    proc = run_cli("export", f"{ODD}:crash", "-o", str(out), "--dtype", "fp16")
+    one_line_error(proc, "fails in PyTorch before export (KeyError: 'cache_position')")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["audit", "preflight", "diagnose", "tune", "check", "bench"])
+def test_every_command_reports_inputs_the_fp32_model_refuses_as_exit_2(
+    tmp_path: Path, command: str
+) -> None:
+    x = inputs_file(tmp_path, torch.randn(2, 5))
+    proc = run_cli(command, f"{ODD}:asserts", "--inputs", x, "--dtype", "fp16")
+    one_line_error(proc, "the fp32 model failed on batch 0 (0: float32[2, 5]) with AssertionError")
+
+
+def test_json_writes_inf_minus_inf_and_nan_as_strings() -> None:
+    from halfprec.report.common import to_json_text
+
+    text = to_json_text({"a": math.inf, "b": [-math.inf, {"c": math.nan}], "d": (1.5, 2)})
+    assert _strict_json(text) == {"a": "inf", "b": ["-inf", {"c": "nan"}], "d": [1.5, 2]}

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -89,7 +90,9 @@ def test_compare_models_over_batches_and_json() -> None:
 
 def test_wrong_inputs_for_the_reference_raise_inputs_error() -> None:
     model = nn.Linear(4, 2)
-    with pytest.raises(InputsError, match="fp32 model failed on the given inputs"):
+    with pytest.raises(
+        InputsError, match=r"failed on batch 0 \(input: float32\[3, 5\]\) with RuntimeError"
+    ):
         compare(model, convert(model, "fp16"), torch.randn(3, 5))
 
 
@@ -217,3 +220,81 @@ def test_passing_reason_says_what_was_compared() -> None:
     assert cmp.passed and cmp.compared == 20
     assert cmp.reason == "1 output(s), 20 values compared over 2 batch(es), all within tolerance"
     assert cmp.to_json()["reason"] == cmp.reason
+
+
+def test_colliding_output_paths_are_each_compared() -> None:
+    """{'a.b': x, 'a': {'b': y}} and 0 / '0' once collided and dropped a tensor."""
+    good, bad = torch.ones(4), torch.tensor([1.0, -1.0, 1.0, -1.0])
+    ref = {"a.b": torch.ones(4), "a": {"b": torch.ones(4)}, 0: torch.ones(4), "0": torch.ones(4)}
+    for key in ("a.b", 0):
+        cand = {"a.b": good, "a": {"b": good}, 0: good, "0": good}
+        cand[key] = bad
+        cmp = compare_outputs([ref], [cand])
+        assert not cmp.passed, key
+        assert len(cmp.outputs) == 4 and cmp.compared == 16
+        assert [o.path for o in cmp.outputs if not o.passed] == [f"[{key!r}]"]
+
+
+def test_nan_tolerance_is_refused() -> None:
+    for name in ("min_cosine", "min_sqnr_db", "max_rel_error", "min_argmax_agreement"):
+        with pytest.raises(ValueError, match=rf"Tolerance\({name}=nan\): a NaN threshold"):
+            Tolerance(**{name: math.nan})
+        with pytest.raises(ValueError, match=rf"Tolerance\({name}='0.5'\): .* a number"):
+            Tolerance(**{name: "0.5"})
+    assert Tolerance(min_cosine=np.float32(0.99)).min_cosine == np.float32(0.99)
+
+
+def test_tiny_fp32_outputs_that_underflow_in_half_fail() -> None:
+    """fp32 outputs near 1e-24 are all zeros in fp16; that must not PASS, nor must -x."""
+    torch.manual_seed(0)
+    ref = torch.randn(8, 16) * 1e-24
+    for cand in (ref.half(), (-ref).half().float(), -ref):
+        cmp = compare_outputs([ref], [cand], dtype=torch.float16)
+        assert not cmp.passed and "cosine" in cmp.reason
+    assert compare_outputs([ref], [ref.clone()]).passed
+
+
+class _CrashOnSecondBatch(nn.Module):
+    def __init__(self, exc: Exception) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.exc = exc
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.lin.weight.dtype != torch.float32 and x.shape[0] == 3:
+            raise self.exc
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("exc", [KeyError("past"), AssertionError("shape mismatch")])
+def test_half_model_crashing_on_a_later_batch_fails_naming_the_batch(exc: Exception) -> None:
+    model = _CrashOnSecondBatch(exc)
+    batches = [torch.randn(2, 4), torch.randn(3, 4)]
+    cmp = compare(model, _half(model), batches)
+    assert not cmp.passed and cmp.outputs == []
+    name = type(exc).__name__
+    assert cmp.reason.startswith(f"batch 1: the half model raised {name}: ")
+
+
+def test_fp32_model_raising_is_an_inputs_error_naming_the_inputs() -> None:
+    model = _CrashOnSecondBatch(AssertionError("unused"))
+
+    class Strict(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            assert x.shape[-1] == 4, f"expected 4 features, got {x.shape[-1]}"
+            return model(x)
+
+    with pytest.raises(InputsError) as info:
+        compare(Strict(), Strict(), {"x": torch.randn(2, 5)})
+    text = str(info.value)
+    assert "batch 0 (x: float32[2, 5])" in text
+    assert "AssertionError: expected 4 features, got 5" in text
+
+
+def test_values_too_small_to_square_even_in_float64_fail_with_nan_metrics() -> None:
+    ref = torch.full((4,), 1e-200, dtype=torch.float64)
+    cmp = compare_outputs([ref], [ref * 2], dtype=torch.float16)
+    m = cmp["output"]
+    assert math.isnan(m.cosine) and math.isnan(m.sqnr_db) and m.max_abs > 0
+    assert not cmp.passed and cmp.reason.startswith("output: cosine nan < 0.999")
+    assert compare_outputs([ref], [ref.clone()]).passed  # equal is still equal

@@ -185,3 +185,63 @@ def test_nonfinite_values_are_matched_by_position(data: st.DataObject) -> None:
     )
     assert stats.reference_nonfinite == sum(not math.isfinite(x) for x in r)
     assert stats.elements == n
+
+
+# -- magnitudes: subnormal, tiny, huge, opposite-sign and all-zero pairs -------------------------
+
+MAGNITUDES = st.sampled_from([0.0, 1e-44, 1e-38, 1e-30, 1e-24, 1e-12, 1.0, 1e12, 1e30, 1e37])
+VARIANTS = st.sampled_from(["half", "bf16", "same", "negated", "zero", "noise", "swapped"])
+
+
+def f64_verdict(r: list[float], c: list[float]) -> tuple[float, float] | None:
+    """(cosine, SQNR) in float64 over plain floats (exact products for fp32 values), or
+    None when the pair is too close to a threshold to call."""
+    rr = math.fsum(x * x for x in r)
+    cc = math.fsum(y * y for y in c)
+    err = math.fsum((x - y) ** 2 for x, y in zip(r, c, strict=True))
+    dot = math.fsum(x * y for x, y in zip(r, c, strict=True))
+    equal = all(x == y for x, y in zip(r, c, strict=True))
+    if equal:
+        return 1.0, math.inf
+    cos = dot / math.sqrt(rr * cc) if rr * cc > 0 else 0.0
+    sqnr = -math.inf if rr == 0 else 10 * math.log10(rr / err)
+    if abs(cos - 0.999) < 1e-6 or abs(sqnr - 25.0) < 1e-3:
+        return None
+    return cos, sqnr
+
+
+@SETTINGS
+@given(st.data())
+def test_verdict_passes_only_when_the_float64_comparison_does(data: st.DataObject) -> None:
+    n = data.draw(st.integers(1, 8))
+    scale = data.draw(MAGNITUDES)
+    units = data.draw(st.lists(st.floats(-2.0, 2.0, width=32), min_size=n, max_size=n))
+    ref = (torch.tensor(units, dtype=torch.float64) * scale).float()
+    variant = data.draw(VARIANTS)
+    if variant == "half":
+        cand = ref.half()
+    elif variant == "bf16":
+        cand = ref.bfloat16()
+    elif variant == "same":
+        cand = ref.clone()
+    elif variant == "negated":
+        cand = -ref
+    elif variant == "zero":
+        cand = torch.zeros_like(ref)
+    elif variant == "noise":
+        rel = data.draw(st.sampled_from([1e-6, 1e-3, 1e-2, 0.1]))
+        cand = ref + rel * scale * torch.tensor(units[::-1], dtype=torch.float32)
+    else:
+        cand = ref.flip(0)
+    assume(bool(torch.isfinite(cand.float()).all()))
+    r, c = ref.double().tolist(), cand.double().tolist()
+    expected = f64_verdict(r, c)
+    assume(expected is not None)
+    assert expected is not None
+    cos, sqnr = expected
+    cmp = compare_outputs([ref], [cand], tolerance=TOL)
+    assert cmp.passed == (cos >= 0.999 and sqnr >= 25.0), (cmp.reason, cos, sqnr, r, c)
+    m = cmp["output"]
+    if math.isfinite(sqnr):
+        assert m.sqnr_db == pytest.approx(sqnr, abs=1e-6)
+    assert m.cosine == pytest.approx(cos, abs=1e-6)

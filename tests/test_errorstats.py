@@ -44,3 +44,33 @@ def test_nothing_compared_gives_nan_metrics() -> None:
     stats = ErrorStats()
     stats.add_tensor(torch.zeros(0), torch.zeros(0))
     assert math.isnan(stats.cosine) and math.isnan(stats.sqnr_db) and stats.elements == 0
+
+
+@pytest.mark.parametrize("scale", [1e-24, 1e-30, 1e-40])
+def test_tiny_outputs_are_not_equal_when_the_half_result_underflowed(scale: float) -> None:
+    """fp32 squares of values below ~1e-19 underflow; the sums must not read 0 == 0."""
+    torch.manual_seed(0)
+    ref = torch.randn(64) * scale
+    underflowed = ref.half()  # all (signed) zeros in fp16
+    assert not underflowed.any()
+    stats = ErrorStats()
+    stats.add_tensor(ref, underflowed)
+    assert stats.ref_sq > 0 and stats.err_sq == pytest.approx(stats.ref_sq)
+    assert stats.cosine == 0.0 and stats.sqnr_db == pytest.approx(0.0, abs=1e-9)
+    assert stats.rel_error == pytest.approx(1.0)
+
+
+def test_tiny_outputs_of_opposite_sign_are_anticorrelated() -> None:
+    torch.manual_seed(0)
+    ref = torch.randn(64) * 1e-24
+    stats = ErrorStats()
+    stats.add_tensor(ref, -ref)
+    assert stats.cosine == pytest.approx(-1.0)
+    assert stats.sqnr_db == pytest.approx(10 * math.log10(1 / 4))
+
+
+def test_tiny_equal_outputs_are_equal() -> None:
+    ref = torch.full((8,), 1e-30)
+    stats = ErrorStats()
+    stats.add_tensor(ref, ref.clone())
+    assert stats.cosine == 1.0 and stats.sqnr_db == math.inf and stats.err_sq == 0.0

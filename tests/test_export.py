@@ -155,3 +155,28 @@ def test_cli_bad_output_name_exits_2(cli, tmp_path: Path) -> None:  # type: igno
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "cannot tell the export format" in proc.stderr
     assert _files(tmp_path) == []
+
+
+def test_a_file_that_fails_its_check_does_not_replace_the_previous_one(tmp_path: Path) -> None:
+    """write_artifact checks the temp file before the rename: a failing check (here, the
+    reloaded file is refused) leaves the user's previous artifact as it was."""
+    from halfprec.export.api import fp32_info, write_artifact
+    from halfprec.export.capture import forward_params, named_inputs
+
+    out = tmp_path / "tiny.pt2"
+    result = halfprec.export(tiny(), example_inputs(), out, "fp16")
+    before = out.read_bytes()
+    model = tiny()
+    named = [named_inputs(b, forward_params(model)) for b in example_inputs()]
+    seen: list[Path] = []
+
+    def refuse(tmp: Path) -> None:
+        seen.append(tmp)
+        assert load_artifact(tmp, format="exported-program").info.dtype == "fp32"
+        raise ExportError(f"{tmp} does not fit this model's inputs")
+
+    with pytest.raises(ExportError) as info:
+        write_artifact(ExportConfig(), model, named, out, fp32_info(result.info), verify=refuse)
+    assert out.read_bytes() == before and _files(tmp_path) == ["tiny.pt2"]
+    assert seen and seen[0] != out
+    assert str(info.value) == f"{out} does not fit this model's inputs"  # the user's path

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -169,3 +170,35 @@ def test_hand_written_layer_norm_island_runs_in_onnxruntime(tmp_path: Path) -> N
     types = {i.name: i.data_type for i in proto.graph.initializer}
     assert types[norm.input[1]] == onnx.TensorProto.FLOAT  # the island's weight stays fp32
     assert not [n for n in proto.graph.node if n.op_type == "ReduceMean"]
+
+
+@pytest.fixture(scope="module")
+def tiny_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("onnx") / "tiny.onnx"
+    halfprec.export(tiny(), example_inputs(), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda meta: [], "a JSON list, not an object"),
+        (lambda meta: {**meta, "static_shapes": [1]}, "'static_shapes' must map input names"),
+        (lambda meta: {**meta, "static_shapes": {"x": [-4, 8]}}, "lists of sizes >= 0"),
+        (lambda meta: {**meta, "inputs": "x"}, "'inputs' must be a list of strings"),
+        (lambda meta: {**meta, "dtype": "fp8"}, "'dtype' must be one of fp32, fp16, bf16"),
+        (lambda meta: {**meta, "kv_cache": "no"}, "'kv_cache' must be true or false"),
+        (lambda meta: {k: v for k, v in meta.items() if k != "outputs"}, "no 'outputs' field"),
+    ],
+)
+def test_crafted_onnx_metadata_is_one_export_error(
+    tiny_onnx: Path, tmp_path: Path, edit: Any, needle: str
+) -> None:
+    path = tmp_path / "tiny.onnx"
+    proto = onnx.load(str(tiny_onnx))
+    entry = next(p for p in proto.metadata_props if p.key == "halfprec.json")
+    entry.value = json.dumps(edit(json.loads(entry.value)))
+    onnx.save(proto, str(path))
+    with pytest.raises(ExportError, match="its halfprec metadata is unreadable") as info:
+        load_artifact(path)
+    assert needle in str(info.value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -312,3 +313,52 @@ def test_every_transformers_modeling_file_lints_and_fixes_without_crash() -> Non
         assert fixed != source
         compile(fixed, result.path, "exec")
         assert not [f for f in lint_source(fixed, result.path, UNSAFE) if f.fix is not None]
+
+
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        ('unsafe-fixes = "false"', "unsafe-fixes = 'false' in [tool.halfprec.lint]: must be true"),
+        ("unsafe-fixes = 1", "unsafe-fixes = 1 in [tool.halfprec.lint]: must be true or false"),
+        ("select = 5", "select = 5 in [tool.halfprec.lint]: must be a list of strings"),
+        ("exclude = [1, 2]", "exclude = [1, 2] in [tool.halfprec.lint]: must be a list"),
+    ],
+)
+def test_pyproject_values_of_the_wrong_type_are_one_line_exit_2(
+    tmp_path: Path, line: str, needle: str
+) -> None:
+    from conftest import run_cli
+
+    (tmp_path / "pyproject.toml").write_text(f"[tool.halfprec.lint]\n{line}\n")
+    (tmp_path / "model.py").write_text(_LEAK.format(comment=""))
+    before = (tmp_path / "model.py").read_bytes()
+    with pytest.raises(LintConfigError, match=re.escape(needle)):
+        load_config(tmp_path)
+    result = run_cli("lint", str(tmp_path / "model.py"), "--fix", "--unsafe-fixes")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert needle in result.stderr and "Traceback" not in result.stderr
+    assert (tmp_path / "model.py").read_bytes() == before
+
+
+def test_lint_config_types_are_checked_in_python_too() -> None:
+    with pytest.raises(LintConfigError, match=r"LintConfig\(unsafe_fixes='false'\): must be"):
+        LintConfig(unsafe_fixes="false")  # type: ignore[arg-type]
+
+
+def test_a_long_sum_that_python_compiles_is_linted() -> None:
+    """A 990-term sum once exhausted the rules' recursion (RecursionError)."""
+    terms = " + ".join(["x"] * 990)
+    source = (
+        "import torch\nfrom torch import nn\nclass M(nn.Module):\n"
+        f"    def forward(self, x: torch.Tensor):\n        h = {terms}\n"
+        "        return h + torch.zeros(3)\n"
+    )
+    compile(source, "<sum>", "exec")
+    assert [f.code for f in lint_source(source)] == ["HP101"]
+
+
+def test_code_too_deep_for_pythons_parser_is_one_finding() -> None:
+    terms = " + ".join(["x"] * 5000)  # CPython's parser itself gives up (RecursionError)
+    source = f"import torch\ndef forward(x):\n    return {terms}\n"
+    (finding,) = lint_source(source)
+    assert finding.code == "HP000" and "nested too deeply" in finding.message

@@ -155,3 +155,48 @@ def test_new_full_on_tensor_of_unknown_dtype_is_unsafe() -> None:
     exec(compile(unsafe, "after.py", "exec"), after)
     assert before["Dequant"]()(x, codes).tolist() == [0.5, 0.5, 0.5]
     assert after["Dequant"]()(x, codes).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_fix_refuses_a_read_only_file_and_writes_nothing(tmp_path: Path) -> None:
+    data = b"\n".join(_BODY)
+    first, locked = tmp_path / "a_first.py", tmp_path / "b_locked.py"
+    first.write_bytes(data)
+    locked.write_bytes(data)
+    locked.chmod(0o444)
+    result = run_cli("lint", str(tmp_path), "--fix")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"halfprec: error: lint --fix cannot rewrite {locked} (read-only file); no file was "
+        "written: make them writable (chmod u+w) or leave them out of PATHS"
+    ]
+    assert first.read_bytes() == data and locked.read_bytes() == data
+    assert stat.S_IMODE(locked.stat().st_mode) == 0o444
+
+
+def test_fix_into_a_read_only_file_system_writes_nothing(tiny_fs: Path) -> None:
+    import subprocess
+
+    data = b"\n".join(_BODY)
+    for name in ("a.py", "b.py"):
+        (tiny_fs / name).write_bytes(data)
+    subprocess.run(["mount", "-o", "remount,ro", str(tiny_fs)], check=True)
+    result = run_cli("lint", str(tiny_fs / "a.py"), str(tiny_fs / "b.py"), "--fix")
+    assert result.returncode == 2 and "no file was written" in result.stderr, result.stderr
+    assert all((tiny_fs / n).read_bytes() == data for n in ("a.py", "b.py"))
+
+
+def test_fix_that_fails_midway_says_what_was_written(tiny_fs: Path) -> None:
+    """Disk full on the second file: the first was rewritten, and the error says so."""
+    data = b"\n".join(_BODY)
+    small, big = tiny_fs / "a_small.py", tiny_fs / "b_big.py"
+    small.write_bytes(data)
+    padding = b"\n" + b"# " + b"x" * 70 + b"\n"
+    # the 64 KiB tmpfs holds 16 pages: a_small.py takes 1, b_big.py (~29 KiB) 8; the new
+    # a_small.py fits, the new b_big.py (8 more pages beside the old one) does not
+    big.write_bytes(data + padding * 400)
+    result = run_cli("lint", str(small), str(big), "--fix")
+    assert result.returncode == 2, result.stdout + result.stderr
+    line = result.stderr.strip()
+    assert f"could not write {big} (No space left on device)" in line, line
+    assert f"rewritten: {small}; not written: {big}" in line
+    assert small.read_bytes() == _expected(data, b"\n")

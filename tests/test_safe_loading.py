@@ -274,3 +274,95 @@ def test_code_in_a_range_constraint_key_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="shape expression"):
         load_artifact(evil)
     assert not marker.exists()
+
+
+# -- zip limits: refused from the zip's directory, before anything is inflated ---------------
+
+
+def _with_members(src: Path, dst: Path, add: Callable[[zipfile.ZipFile, str], None]) -> Path:
+    """A copy of the .pt2 ``src`` with members written by ``add(zip, root_folder)``."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        root = zin.infolist()[0].filename.split("/", 1)[0]
+        for info in zin.infolist():
+            zout.writestr(info, zin.read(info))
+        add(zout, root)
+    return dst
+
+
+def _deflated_zeros(zout: zipfile.ZipFile, name: str, size: int) -> None:
+    info = zipfile.ZipInfo(name)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    with zout.open(info, "w") as f:  # streamed: no buffer of `size` here
+        chunk = bytes(2**20)
+        for _ in range(size // len(chunk)):
+            f.write(chunk)
+
+
+def test_a_zip_bomb_is_refused_before_it_is_inflated(good_pt2: Path, tmp_path: Path) -> None:
+    from halfprec.export import safe_pt2
+
+    size = safe_pt2.INFLATION_SLACK_BYTES + 16 * 2**20  # 32 MiB from a ~100 KiB file
+
+    def add(zout: zipfile.ZipFile, root: str) -> None:
+        _deflated_zeros(zout, f"{root}/data/weights/weight_99", size)
+
+    bomb = _with_members(good_pt2, tmp_path / "bomb.pt2", add)
+    assert bomb.stat().st_size < size // 100
+    with pytest.raises(ExportError, match=r"inflate to \d+ bytes from a \d+-byte file.*zip bomb"):
+        load_artifact(bomb)
+    proc = run_cli("check", f"{MODELS}:tiny", "--artifact", str(bomb))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "zip bomb" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_json_member_over_the_limit_is_refused(good_pt2: Path, tmp_path: Path) -> None:
+    from halfprec.export import safe_pt2
+
+    def add(zout: zipfile.ZipFile, root: str) -> None:
+        # 20 MiB of incompressible weights: the total limit (4x the file + 16 MiB) then
+        # allows the JSON member, and only the per-member limit refuses it
+        zout.writestr(f"{root}/data/weights/weight_98", torch.randn(5 * 2**20).numpy().tobytes())
+        _deflated_zeros(zout, f"{root}/extra/big.json", safe_pt2.MAX_JSON_BYTES + 2**20)
+
+    big = _with_members(good_pt2, tmp_path / "big.pt2", add)
+    with pytest.raises(ExportError, match=r"extra/big.json inflates to \d+ bytes, more than"):
+        load_artifact(big)
+
+
+def test_a_member_the_loader_does_not_need_is_refused_unread(
+    good_pt2: Path, tmp_path: Path
+) -> None:
+    """Its bytes are corrupt: reading it would fail its CRC, so the refusal came first."""
+
+    def add(zout: zipfile.ZipFile, root: str) -> None:
+        zout.writestr(f"{root}/payload/run_me.py", b"MARKER" * 1000)
+
+    odd = _with_members(good_pt2, tmp_path / "odd.pt2", add)
+    raw = odd.read_bytes()
+    odd.write_bytes(raw.replace(b"MARKER" * 1000, b"XXXXXX" * 1000))
+    with pytest.raises(ExportError, match="holds [a-z0-9_]+/payload/run_me.py, which halfprec"):
+        load_artifact(odd)
+
+
+def test_more_members_than_the_limit_are_refused(
+    good_pt2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from halfprec.export import safe_pt2
+
+    members = len(zipfile.ZipFile(good_pt2).infolist())
+    monkeypatch.setattr(safe_pt2, "MAX_MEMBERS", members - 1)  # the limit, not the zip, is scaled
+    with pytest.raises(ExportError, match=rf"holds {members} members, more than {members - 1}"):
+        load_artifact(good_pt2)
+    monkeypatch.setattr(safe_pt2, "MAX_MEMBERS", members)
+    assert load_artifact(good_pt2).info.dtype == "fp16"
+
+
+@pytest.mark.parametrize("doc", ["safety.md", "cli.md"])
+def test_the_documented_archive_limits_are_the_code_s(doc: str) -> None:
+    from halfprec.export import safe_pt2
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / doc).read_text().split())
+    assert f"{safe_pt2.MAX_MEMBERS:,} members" in text
+    assert f"{safe_pt2.MAX_JSON_BYTES // 2**20} MiB" in text
+    factor = f"{safe_pt2.MAX_INFLATION} times the file's size plus "
+    assert f"{factor}{safe_pt2.INFLATION_SLACK_BYTES // 2**20} MiB" in text

@@ -60,6 +60,13 @@ def _set(tree: Any, name: str, value: Any) -> None:
             pair[1] = value
 
 
+def _python_rng(meta: dict[str, Any]) -> list[int]:
+    """The 625 words of the saved Python RNG state, as stored (a list to edit in place)."""
+    python = _entry(_part(meta, "rng"), "python")
+    words: list[int] = python["__tuple__"][1]["__tuple__"]
+    return words
+
+
 FORGERIES: dict[str, tuple[Callable[[dict[str, Any], dict[str, torch.Tensor]], None], str]] = {
     "negative loss scale": (
         lambda m, t: _set(_entry(_part(m, "mixed_precision"), "scaler"), "scale", -1e30),
@@ -85,6 +92,14 @@ FORGERIES: dict[str, tuple[Callable[[dict[str, Any], dict[str, torch.Tensor]], N
     "missing tensor": (lambda m, t: t.pop("model.weight"), "state tree is malformed"),
     "tree not a dict": (lambda m, t: m.update(tree=[1, 2]), "state tree is malformed"),
     "counters not numbers": (lambda m, t: m.update(counters={"step": [1]}), "counters"),
+    "zeroed mt19937 torch RNG state": (
+        lambda m, t: t.update({"rng.torch": torch.zeros_like(t["rng.torch"])}),
+        r"the torch RNG state is refused by torch \(Invalid mt19937 state\)",
+    ),
+    "python RNG index out of range": (
+        lambda m, t: _python_rng(m).__setitem__(624, 700),
+        r"the Python RNG state is refused by random \(invalid state\)",
+    ),
     "model weight of another dtype kind": (
         lambda m, t: t.update({"model.weight": torch.zeros(3, 4, dtype=torch.int32)}),
         "do not fit this model",

@@ -79,3 +79,15 @@ def test_map_identity_preserves_paths_and_values(obj: object) -> None:
     after = flatten(map_tensors(lambda t: t.clone(), obj))
     assert list(before) == list(after)
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_flatten_paths_are_unique_for_dotted_and_non_string_keys() -> None:
+    x, y, z, w = (torch.full((1,), float(i)) for i in range(4))
+    flat = flatten({"a.b": x, "a": {"b": y}, 0: z, "0": w})
+    assert flat == {"['a.b']": x, "a.b": y, "[0]": z, "0": w}
+    assert list(flatten({"k": {1: x, "": y}})) == ["k[1]", "k['']"]
+
+
+def test_flatten_keeps_every_tensor() -> None:
+    obj = {"a.b": torch.zeros(1), "a": {"b": torch.ones(1)}, 0: torch.ones(2), "0": torch.ones(3)}
+    assert len(flatten(obj)) == 4

@@ -2,9 +2,14 @@
 
 What a user can expect of every file halfprec writes:
 
-- a crash, an exception or ``kill -9`` mid-write leaves the previous file intact (or no
-  file), never a partial one; the temporary file is named ``.NAME.halfprec-PID-XXXX.tmp``
-  and the next write into that folder removes those whose process is gone;
+- a crash, an exception, Ctrl-C or ``kill -9`` mid-write leaves the previous file intact
+  (or no file), never a partial one; the temporary file is named ``.halfprec-PID-XXXX.tmp``
+  (short, whatever the target's name, so a target name the file system allows is never
+  refused for its temp name) and the next write into that folder removes those whose
+  process is gone;
+- errors name the user's path, never the temp file's;
+- a caller may check the temp file inside the ``with atomic_path(...)`` block: when the
+  check raises, the previous file stays untouched;
 - writing to a symlink replaces the file it points to and keeps the link;
 - an existing file keeps its permission bits (an executable stays executable, 0600 stays
   0600); a new file gets the usual ``0666 & ~umask``;
@@ -34,7 +39,8 @@ __all__ = [
 ]
 
 _STALE_AFTER_S = 24 * 3600  # a temp file this old is removed even if its pid is alive again
-_TEMP = re.compile(r"^\..+\.halfprec-(\d+)-[0-9a-f]+\.tmp$")
+# .halfprec-PID-HEX.tmp, and the older .NAME.halfprec-PID-HEX.tmp
+_TEMP = re.compile(r"^\.(?:.+\.)?halfprec-(\d+)-[0-9a-f]+\.tmp$")
 
 
 def resolve_target(target: str | os.PathLike[str]) -> Path:
@@ -71,18 +77,32 @@ def atomic_path(target: str | os.PathLike[str], *, mkdirs: bool = False) -> Iter
     """
     dest = ensure_folder(target, mkdirs=mkdirs)
     remove_stale_temp_files(dest.parent)
-    tmp, fd = _create_temp(dest)
+    try:
+        tmp, fd = _create_temp(dest)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(target)) from exc  # name the user's path
     os.close(fd)
     try:
         yield tmp
         _finish(tmp, dest)
     except OSError as exc:
         if exc.errno is None or exc.filename not in (None, str(tmp)):
+            _name_for_user(exc, tmp, target)
             raise
         raise OSError(exc.errno, exc.strerror, str(target)) from exc  # name the user's path
+    except Exception as exc:
+        _name_for_user(exc, tmp, target)
+        raise
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def _name_for_user(exc: BaseException, tmp: Path, target: str | os.PathLike[str]) -> None:
+    """Replace the temp file's path in ``exc``'s message by ``target``, in place."""
+    if exc.args and isinstance(exc.args[0], str):
+        text = exc.args[0].replace(str(tmp), str(target)).replace(tmp.name, Path(target).name)
+        exc.args = (text, *exc.args[1:])
 
 
 def write_bytes_atomic(
@@ -132,7 +152,7 @@ def _alive(pid: int) -> bool:
 
 def _create_temp(dest: Path) -> tuple[Path, int]:
     while True:
-        name = f".{dest.name}.halfprec-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+        name = f".halfprec-{os.getpid()}-{secrets.token_hex(4)}.tmp"
         tmp = dest.with_name(name)
         try:
             # 0o666: the kernel applies the umask, as for any new file

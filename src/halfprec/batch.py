@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.tree import iter_tensors, map_tensors
+from halfprec.tree import ROOT, iter_tensors, map_tensors
 
-__all__ = ["Args", "Batch", "call", "as_batches", "batch_size_of", "resize_batch"]
+__all__ = ["Args", "Batch", "call", "as_batches", "batch_size_of", "resize_batch", "describe"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,18 @@ def call(model: nn.Module, batch: Batch) -> Any:
     if isinstance(batch, dict):
         return model(**batch)
     return model(batch)
+
+
+def describe(batch: Batch, limit: int = 4) -> str:
+    """One batch's tensors as ``"x: float32[2, 5], mask: int64[2, 8]"`` (at most ``limit``)."""
+    parts = (batch.args, batch.kwargs) if isinstance(batch, Args) else (batch,)
+    items = [
+        f"{'input' if path == ROOT else path}: {str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+        for part in parts
+        for path, t in iter_tensors(part)
+    ]
+    more = f", and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more if items else "no tensors"
 
 
 def as_batches(inputs: Any) -> list[Batch]:

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.batch import as_batches, call
+from halfprec.batch import as_batches, call, describe
 from halfprec.dtypes import dtype_name
 from halfprec.errors import BrokenReferenceError, InputsError
 from halfprec.errorstats import ErrorStats, as_real
@@ -36,6 +36,7 @@ __all__ = [
     "compare",
     "compare_outputs",
     "run_reference",
+    "reference_failed",
 ]
 
 
@@ -231,11 +232,12 @@ def _failures(m: OutputMetrics, tol: Tolerance) -> list[str]:
         out.append(f"{m.nonfinite} of {m.elements} values are inf/NaN where fp32 is finite")
     if not m.compared:
         return out
-    if tol.min_cosine is not None and m.cosine < tol.min_cosine:
+    # written as "not (value >= bound)" so that a NaN metric fails too
+    if tol.min_cosine is not None and not m.cosine >= tol.min_cosine:
         out.append(f"cosine {m.cosine:.6f} < {tol.min_cosine}")
-    if tol.min_sqnr_db is not None and m.sqnr_db < tol.min_sqnr_db:
+    if tol.min_sqnr_db is not None and not m.sqnr_db >= tol.min_sqnr_db:
         out.append(f"SQNR {m.sqnr_db:.1f} dB < {tol.min_sqnr_db} dB")
-    if tol.max_rel_error is not None and m.max_rel > tol.max_rel_error:
+    if tol.max_rel_error is not None and not m.max_rel <= tol.max_rel_error:
         out.append(f"max rel error {m.max_rel:.3g} > {tol.max_rel_error}")
     agree = tol.min_argmax_agreement
     if agree is not None and m.argmax_agreement is not None and m.argmax_agreement < agree:
@@ -298,21 +300,30 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def reference_failed(index: int, batch: Any, exc: BaseException) -> InputsError:
+    """The error for an fp32 model that raised on batch ``index``: these inputs do not fit
+    it (any exception, an ``assert`` in ``forward`` included), named with the model's own
+    message."""
+    return InputsError(
+        f"the fp32 model failed on batch {index} ({describe(batch)}) with "
+        f"{type(exc).__name__}: {_first_line(exc)}; check the inputs' names, shapes and "
+        "dtypes against the model's forward()"
+    )
+
+
 def run_reference(model: nn.Module, batches: list[Any]) -> list[Any]:
     """Run the fp32 reference on every batch; a failure here means the inputs are wrong.
 
-    Raises :class:`InputsError` when the model raises, :class:`BrokenReferenceError` when
-    an output holds inf/NaN."""
+    Raises :class:`InputsError` naming the batch, its tensors and the model's own message
+    when the model raises (any ``Exception``: an ``assert`` in ``forward`` included),
+    :class:`BrokenReferenceError` when an output holds inf/NaN."""
     outs = []
     with torch.inference_mode():
         for i, b in enumerate(batches):
             try:
                 out = call(model, b)
-            except (RuntimeError, TypeError, ValueError, IndexError, KeyError) as exc:
-                raise InputsError(
-                    f"the fp32 model failed on the given inputs ({_first_line(exc)}); check "
-                    "their names, shapes and dtypes against the model's forward()"
-                ) from exc
+            except Exception as exc:  # the user's forward(): any error means these inputs
+                raise reference_failed(i, b, exc) from exc
             for path, t in iter_tensors(out):
                 if (t.is_floating_point() or t.is_complex()) and not bool(
                     torch.isfinite(as_real(t)).all()
@@ -345,15 +356,19 @@ def compare(
     else:
         dtype = next((p.dtype for p in candidate.parameters() if p.is_floating_point()), None)
     ref_out = run_reference(reference, batches)
-    try:
-        with torch.inference_mode():
-            cand_out = [call(candidate, b) for b in batches]
-    except (RuntimeError, TypeError, ValueError, IndexError) as exc:
-        return Comparison(
-            outputs=[],
-            tolerance=(tolerance if tolerance is not None else Tolerance()).resolve(dtype),
-            batches=len(batches),
-            dtype=dtype,
-            problems=[f"the half model raised {type(exc).__name__}: {_first_line(exc)}"],
-        )
+    cand_out = []
+    with torch.inference_mode():
+        for i, b in enumerate(batches):
+            try:
+                cand_out.append(call(candidate, b))
+            except Exception as exc:  # whatever the half model raises is a FAIL verdict
+                return Comparison(
+                    outputs=[],
+                    tolerance=(tolerance if tolerance is not None else Tolerance()).resolve(dtype),
+                    batches=len(batches),
+                    dtype=dtype,
+                    problems=[
+                        f"batch {i}: the half model raised {type(exc).__name__}: {_first_line(exc)}"
+                    ],
+                )
     return compare_outputs(ref_out, cand_out, tolerance=tolerance, dtype=dtype)

@@ -312,4 +312,13 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
             raise DeviceError(
                 f"device {device!r} does not exist: {torch.cuda.device_count()} CUDA devices"
             )
+    elif dev.type != "cpu":  # mps, xpu, ...: a device kind torch knows; is it here?
+        try:
+            torch.empty(0, device=dev)
+        except Exception:  # RuntimeError, AssertionError or ModuleNotFoundError by backend
+            raise DeviceError(
+                f"device {device!r} is not available here (this machine or torch build has "
+                f"no {dev.type} device); use --device cpu"
+                + (" or cuda" if torch.cuda.is_available() else "")
+            ) from None
     return dev

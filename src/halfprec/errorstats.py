@@ -8,6 +8,12 @@ non-finite reference value only if both are NaN, or both are inf of the same sig
 same place; every other non-finite position is a mismatch (``nonfinite``). The error sums
 (and ``compared``) cover the positions finite on both sides. Complex tensors are compared
 as their real and imaginary parts.
+
+The sums are taken in the reference's dtype when that is exact enough, else in float64:
+fp32 squares of values below about 1e-19 underflow, and an fp16 output that flushed such
+values to zero must not read as "0 == 0, equal". Two tensors are called equal only when
+their largest difference is 0; where even float64 cannot square the values (float64
+references below about 1e-154) the metrics are NaN, which fails every threshold.
 """
 
 from __future__ import annotations
@@ -86,9 +92,9 @@ class ErrorStats:
         if self.nonfinite:
             return math.inf
         if self.err_sq == 0:
-            return 0.0
+            return 0.0 if self.max_abs == 0 else math.nan
         if self.ref_sq == 0:
-            return math.inf
+            return math.inf if self.ref_peak == 0 else math.nan
         return math.sqrt(self.err_sq / self.ref_sq)
 
     @property
@@ -97,8 +103,10 @@ class ErrorStats:
         if not self.compared:
             return math.nan
         a, b = math.sqrt(self.ref_sq), math.sqrt(self.cand_sq)
+        if self.err_sq == 0 and self.max_abs > 0:
+            return math.nan  # unequal, but too small to square even in float64
         if a * b == 0:
-            return 1.0 if a == b else 0.0  # both all zero: equal
+            return 1.0 if self.max_abs == 0 else 0.0  # equal (all zero), or one side zero
         # (a^2 + b^2 - err^2) / 2ab, arranged so the sums' rounding does not cancel
         return max(-1.0, min(1.0, 1.0 - (self.err_sq - (a - b) ** 2) / (2 * a * b)))
 
@@ -108,9 +116,9 @@ class ErrorStats:
         if not self.compared:
             return math.nan
         if self.err_sq == 0:
-            return math.inf
+            return math.inf if self.max_abs == 0 else math.nan
         if self.ref_sq == 0:
-            return -math.inf
+            return -math.inf if self.ref_peak == 0 else math.nan
         return 10 * math.log10(self.ref_sq / self.err_sq)
 
     @property
@@ -159,7 +167,9 @@ class ErrorStats:
         c = c.to(r.device, r.dtype)
         self.elements += r.numel()
         sums = _Sums.of(r, c)
-        if not sums.finite():  # inf/NaN somewhere, or an fp32 sum overflowed
+        if sums.finite() and not sums.exact_enough(r, c):
+            sums = _Sums.of(r.to(torch.float64), c.to(torch.float64))
+        if not sums.finite():  # inf/NaN somewhere, or a sum overflowed
             r, c = r.to(torch.float64), c.to(torch.float64)
             ref_ok, cand_ok = torch.isfinite(r), torch.isfinite(c)
             same = (torch.isnan(r) & torch.isnan(c)) | (r == c)  # both NaN, or equal infs
@@ -187,6 +197,9 @@ class ErrorStats:
             self.beyond_range += int((finite_ref.abs() > limits.max).sum())
 
 
+_TINY = 2.0**-100  # fp32 squares below 2**-126 underflow; see _Sums.exact_enough
+
+
 @dataclass(frozen=True)
 class _Sums:
     """One pair's sums, computed in the reference's dtype without masking (the fast path)."""
@@ -210,3 +223,16 @@ class _Sums:
 
     def finite(self) -> bool:
         return all(math.isfinite(v) for v in dataclasses.astuple(self))
+
+    def exact_enough(self, r: torch.Tensor, c: torch.Tensor) -> bool:
+        """False when a sum may have lost values to underflow: a sum of n squares of at
+        least ``n * _TINY`` lost less than 2**-26 of itself; a smaller one is trusted only
+        when its tensor is all zero."""
+        if r.dtype == torch.float64:
+            return True  # already the widest; see the module doc
+        low = r.numel() * _TINY
+        return (
+            (self.ref_sq >= low or not bool(r.any()))
+            and (self.cand_sq >= low or not bool(c.any()))
+            and (self.err_sq >= low or self.max_abs == 0)
+        )

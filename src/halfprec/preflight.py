@@ -27,6 +27,7 @@ from torch.overrides import TorchFunctionMode
 
 from halfprec import ops
 from halfprec.batch import as_batches, call
+from halfprec.compare import reference_failed
 from halfprec.convert.core import ConfigLike, Recipe, is_default_island
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.frames import user_location
@@ -174,7 +175,10 @@ def _fills(model: nn.Module, batch: Any, dtype: torch.dtype) -> list[PreflightFi
     watch = _FillWatch(range_of(dtype).max, stack)
     try:
         with torch.inference_mode(), watch:
-            call(model, batch)
+            try:
+                call(model, batch)
+            except Exception as exc:  # the user's fp32 forward() on these inputs
+                raise reference_failed(0, batch, exc) from exc
     finally:
         for h in handles:
             h.remove()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any
 
 import torch
@@ -73,12 +74,12 @@ class Tolerance:
             value = getattr(self, name)
             if value is None or is_default(value):
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"Tolerance.{name} must be a number or None, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, Real):
+                raise ValueError(f"Tolerance({name}={value!r}): {name} must be a number or None")
             if math.isnan(value):
                 raise ValueError(
-                    f"Tolerance.{name} is NaN, which would switch the check off; give a "
-                    "number, or None to switch it off explicitly"
+                    f"Tolerance({name}=nan): a NaN threshold would pass every value; give a "
+                    "number, or None to turn the check off"
                 )
             object.__setattr__(self, name, float(value))
         cos = self.min_cosine

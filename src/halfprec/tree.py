@@ -3,6 +3,12 @@ dataclasses and Hugging Face ``ModelOutput`` objects.
 
 ``map_tensors`` rebuilds the same structure with each tensor replaced; ``flatten`` lists
 ``(path, tensor)`` pairs with dotted paths such as ``last_hidden_state`` or ``hidden_states.3``.
+
+Paths are unique: a mapping key that is not a plain string (not a ``str``, empty, holding
+a ``.`` or starting with ``[``) is written as its ``repr`` in brackets, so ``{"a.b": x}``
+gives ``['a.b']`` (not ``a.b``, the path of ``{"a": {"b": y}}``) and ``{0: x}`` gives
+``[0]`` (not ``0``, the path of ``{"0": y}``). ``flatten`` raises ``ValueError`` if two
+tensors would still share a path.
 """
 
 from __future__ import annotations
@@ -71,7 +77,7 @@ def iter_tensors(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor
         return
     children: Iterator[tuple[str, Any]]
     if isinstance(obj, Mapping):
-        children = ((str(k), v) for k, v in obj.items())
+        children = ((_key(k), v) for k, v in obj.items())
     elif _is_namedtuple(obj):
         children = zip(type(obj)._fields, obj, strict=True)
     elif isinstance(obj, (list, tuple)):
@@ -81,9 +87,27 @@ def iter_tensors(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor
     else:
         return
     for key, value in children:
-        yield from iter_tensors(value, f"{prefix}.{key}" if prefix else key)
+        joined = f"{prefix}{key}" if key.startswith("[") else f"{prefix}.{key}"
+        yield from iter_tensors(value, joined if prefix else key)
+
+
+def _key(key: object) -> str:
+    """A mapping key as a path segment that no other key of any type can produce."""
+    if isinstance(key, str) and key and "." not in key and not key.startswith("["):
+        return key
+    return f"[{key!r}]"
 
 
 def flatten(obj: Any) -> dict[str, torch.Tensor]:
-    """All tensors in ``obj`` keyed by dotted path (a bare tensor is keyed ``"output"``)."""
-    return dict(iter_tensors(obj))
+    """All tensors in ``obj`` keyed by dotted path (a bare tensor is keyed ``"output"``).
+
+    Raises ``ValueError`` when two tensors share a path, so none is silently dropped."""
+    out: dict[str, torch.Tensor] = {}
+    for path, tensor in iter_tensors(obj):
+        if path in out:
+            raise ValueError(
+                f"two tensors in the outputs share the path {path!r}, so one would go "
+                "uncompared; give the mapping keys distinct names"
+            )
+        out[path] = tensor
+    return out

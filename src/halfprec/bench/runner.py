@@ -41,7 +41,7 @@ from halfprec.bench.machine import machine_info
 from halfprec.bench.results import BenchConfig, BenchResult, VariantResult
 from halfprec.bench.variants import Variant, build_variant, fp32_matmuls, parse_variants
 from halfprec.bench.worker import MemoryUse, measure_in_subprocess
-from halfprec.compare import Tolerance, compare_outputs
+from halfprec.compare import Tolerance, compare_outputs, reference_failed
 from halfprec.convert.core import ConfigLike, Recipe
 from halfprec.dtypes import dtype_name
 from halfprec.modules import evaluating, first_line, model_device, nbytes
@@ -220,6 +220,8 @@ class _Runner:
             with torch.inference_mode(), fp32_matmuls():
                 output, first, last = self._warm(module, batch, variant)
         except Exception as exc:
+            if variant == Variant("fp32"):  # the user's own model refuses these inputs
+                raise reference_failed(0, batch, exc) from exc
             result.status = "failed"
             result.note = first_line(exc)
             return result, None, None, 0

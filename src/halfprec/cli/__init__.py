@@ -1,8 +1,15 @@
 """The ``halfprec`` command line. The only place that parses strings from the command line.
 
 Each command lives in its own module under ``halfprec.cli`` and is registered in
-``_COMMANDS`` below. User errors (:class:`~halfprec.errors.HalfprecError`) print one line
-and exit 2; ``--debug`` shows the traceback instead.
+``_COMMANDS`` below. Every way a command ends is one of the exit codes below, and every
+error is one line on stderr (``--debug`` adds the traceback):
+
+- user errors (:class:`~halfprec.errors.HalfprecError`, click's usage errors, a config
+  value out of range given as a flag, and the system's file errors on a path: disk full,
+  permission denied, ...) exit 2 with ``halfprec: error: ...``;
+- any other exception is a bug (in halfprec, or in the model's own code): exit 3 with
+  ``halfprec: internal error: ...``, naming where it was raised;
+- Ctrl-C exits 130, the shell's code for SIGINT, with ``halfprec: interrupted ...``.
 """
 
 from __future__ import annotations
@@ -17,11 +24,13 @@ import click
 
 from halfprec.errors import HalfprecError
 
-__all__ = ["main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
+__all__ = ["main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_INTERRUPTED"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the check ran and did not pass (tolerance, findings)
 EXIT_USAGE = 2  # bad input: nothing was written
+EXIT_INTERNAL = 3  # an exception halfprec did not raise on purpose: a bug
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 
 # module name under halfprec.cli -> command name
 _COMMANDS: dict[str, str] = {
@@ -38,7 +47,7 @@ _COMMANDS: dict[str, str] = {
 
 
 class _Group(click.Group):
-    """Turns every user error into one stderr line and exit 2 (``--debug``: the traceback)."""
+    """Turns every error into one stderr line and its exit code (``--debug``: the traceback)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -48,21 +57,47 @@ class _Group(click.Group):
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx is not None else "halfprec"
             _fail(ctx, f"{_one_line(exc.format_message())} (see '{where} --help')", EXIT_USAGE)
+        except (click.exceptions.Exit, click.Abort, click.ClickException):
+            raise  # click's own ways to end (ctx.exit is a RuntimeError)
         except OSError as exc:
-            _fail(ctx, _os_error(exc), EXIT_USAGE)
-        except ValueError as exc:  # configs check themselves in __post_init__ (ValueError)
-            _fail(ctx, _one_line(exc), EXIT_USAGE)
+            if _about_a_file(exc):
+                _fail(ctx, _os_error(exc), EXIT_USAGE)
+            else:
+                _fail(ctx, _internal(exc), EXIT_INTERNAL, "internal error")
+        except KeyboardInterrupt:
+            message = "interrupted (Ctrl-C); a file being written was left as it was before"
+            _fail(ctx, message, EXIT_INTERRUPTED, kind=None)
+        except Exception as exc:
+            _fail(ctx, _internal(exc), EXIT_INTERNAL, "internal error")
 
 
 def _one_line(exc: BaseException | str) -> str:
     return " ".join(str(exc).split())
 
 
-def _fail(ctx: click.Context, message: str, code: int) -> None:
+def _fail(ctx: click.Context, message: str, code: int, kind: str | None = "error") -> None:
     if ctx.obj and ctx.obj.get("debug"):
         traceback.print_exc()
-    click.echo(f"halfprec: error: {message}", err=True)
+    click.echo(f"halfprec: {kind}: {message}" if kind else f"halfprec: {message}", err=True)
     ctx.exit(code)
+
+
+def _internal(exc: BaseException) -> str:
+    """A bug's one line: the exception, where it was raised, and how to see more."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    last = frames[-1] if frames else None
+    where = f" (raised at {last.filename}:{last.lineno}, in {last.name})" if last else ""
+    text = _one_line(exc) or type(exc).__name__
+    return (
+        f"{type(exc).__name__}: {text[:300]}{where}; this is not an error "
+        "halfprec checks for: if that code is your model's, fix it there, else it is a bug "
+        "in halfprec (please report it); add --debug before the command for the traceback"
+    )
+
+
+def _about_a_file(exc: OSError) -> bool:
+    """The system's error about a path (or halfprec's own OSError message): the user's."""
+    return exc.strerror is None or exc.filename is not None or exc.errno in _OS_FIXES
 
 
 _OS_FIXES = {

@@ -12,9 +12,11 @@ from halfprec.bench.results import BenchConfig
 from halfprec.bench.runner import benchmark
 from halfprec.bench.variants import parse_variants
 from halfprec.cli.options import (
+    NumberRange,
     convert_options,
     device_option,
     finish,
+    from_flags,
     inputs_option,
     json_option,
     load_for_command,
@@ -72,14 +74,14 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
 @click.option("--warmup", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option(
     "--max-call-s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=NumberRange(min=0, min_open=True),
     default=10.0,
     show_default=True,
     help="Time a variant once when one call takes longer.",
 )
 @click.option(
     "--skip-slower-than",
-    type=click.FloatRange(min=0, min_open=True),
+    type=NumberRange(min=0, min_open=True),
     default=3.0,
     show_default=True,
     help="Skip a half dtype whose matmul probe runs this many times slower than fp32 "
@@ -121,14 +123,15 @@ def command(
     tolerance = tolerance_override(dtypes[0] if len(dtypes) == 1 else None, min_cosine, min_sqnr)
     # The memory worker rebuilds the model from its spec; custom --inputs cannot follow it.
     spec = None if (no_memory or inputs_path is not None) else model
-    config = BenchConfig(
-        batch_sizes=sizes,
-        warmup=warmup,
-        runs=runs,
-        max_call_s=max_call_s,
-        skip_slower_than=None if no_skip else skip_slower_than,
-        limit=not no_limit,
-    )
+    with from_flags():
+        config = BenchConfig(
+            batch_sizes=sizes,
+            warmup=warmup,
+            runs=runs,
+            max_call_s=max_call_s,
+            skip_slower_than=None if no_skip else skip_slower_than,
+            limit=not no_limit,
+        )
     progress = None if as_json else _ProgressBar()
     with progress if progress is not None else contextlib.nullcontext():
         result = benchmark(

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from halfprec.atomic import ensure_folder
 from halfprec.cli.options import (
     convert_options,
     device_option,
@@ -67,6 +68,8 @@ def command(
 ) -> None:
     if plot is not None and plot.suffix.lower() != ".png":
         raise click.UsageError(f"--plot {plot} must end in .png")
+    if plot is not None:
+        ensure_folder(plot)  # a missing folder is an error before the long run
     with progress(f"loading {model}", quiet=as_json):
         loaded, batches, dev = load_for_command(model, inputs_path, device)
     batches = batches[:max_batches] if max_batches else batches

@@ -14,6 +14,7 @@ from halfprec.cli.options import (
     convert_options,
     device_option,
     finish,
+    from_flags,
     inputs_option,
     json_option,
     load_for_command,
@@ -94,14 +95,15 @@ def command(
     as_json: bool,
 ) -> None:
     # fail on the file name, format, dtype and folder before loading the model
-    ExportConfig.for_path(
-        output,
-        fmt,  # type: ignore[arg-type]
-        dtype=convert_config.requested,
-        dynamic=not static,
-        opset=opset,
-        kv_cache=kv_cache,
-    )
+    with from_flags():
+        ExportConfig.for_path(
+            output,
+            fmt,  # type: ignore[arg-type]
+            dtype=convert_config.requested,
+            dynamic=not static,
+            opset=opset,
+            kv_cache=kv_cache,
+        )
     ensure_folder(output, mkdirs=mkdirs)
     with progress(f"loading {model}", quiet=as_json):
         loaded, batches, _ = load_for_command(model, inputs_path, device)

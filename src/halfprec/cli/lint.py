@@ -1,17 +1,27 @@
 """``halfprec lint PATH... [--fix] [--diff]``: static dtype-leak rules for forward code.
 
-Exit codes: 0 clean, 1 findings left, 2 usage error (unknown code, missing path).
+Exit codes: 0 clean, 1 findings left, 2 usage error (unknown code, missing path, a file
+to fix that cannot be written).
+
+``--fix`` is all-or-nothing where it can be: every file to rewrite is checked first, and a
+read-only one (no write permission bit, or one this user may not write) or one in a folder
+that cannot take the new file is refused, as ruff and black refuse, before any file is
+written. If a write still fails midway (a full disk), the error says which files were
+rewritten and which were not.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
+import stat
 from pathlib import Path
 
 import click
 
-from halfprec.atomic import write_bytes_atomic
+from halfprec.atomic import resolve_target, write_bytes_atomic
 from halfprec.cli.options import finish
+from halfprec.errors import HalfprecError
 from halfprec.leaks.lint import LintReport, fixable, lint, load_config
 from halfprec.leaks.lint.rules import FIX_UNSAFE
 from halfprec.leaks.lint.source import split_lines
@@ -77,9 +87,7 @@ def command(
     )
     report = lint(paths, config, fix=fix or diff)
     if fix and not diff:
-        for r in report.files:
-            if r.new_bytes is not None:
-                write_bytes_atomic(r.path, r.new_bytes)
+        _write_fixes(report)
 
     def render() -> None:
         if diff:
@@ -97,6 +105,39 @@ def command(
 
     changed = diff and any(r.new_source is not None for r in report.files)
     finish(report.to_json(), as_json, render, not (report.findings or changed))
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``--fix`` must not rewrite ``path``, or None."""
+    target = resolve_target(path)
+    mode = target.stat().st_mode
+    if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(target, os.W_OK):
+        return "read-only file"
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        return "its folder is not writable"
+    return None
+
+
+def _write_fixes(report: LintReport) -> None:
+    todo = [r for r in report.files if r.new_bytes is not None]
+    refused = [f"{r.path} ({why})" for r in todo if (why := _unwritable(Path(r.path)))]
+    if refused:
+        raise HalfprecError(
+            f"lint --fix cannot rewrite {', '.join(refused)}; no file was written: make "
+            "them writable (chmod u+w) or leave them out of PATHS"
+        )
+    for i, r in enumerate(todo):
+        assert r.new_bytes is not None  # filtered above
+        try:
+            write_bytes_atomic(r.path, r.new_bytes)
+        except OSError as exc:
+            done = ", ".join(t.path for t in todo[:i]) or "none"
+            left = ", ".join(t.path for t in todo[i:])
+            why = exc.strerror or str(exc)
+            raise HalfprecError(
+                f"lint --fix could not write {r.path} ({why}); rewritten: {done}; not "
+                f"written: {left}; free the problem and run lint --fix again"
+            ) from exc
 
 
 def _summary(report: LintReport, config_fixable: int, wrote: bool, unsafe_left: int) -> None:

@@ -9,9 +9,11 @@ present, else cpu; every command ends through :func:`finish`. docs/cli.md lists 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -23,7 +25,7 @@ from halfprec.cli import EXIT_FAILED, EXIT_OK
 from halfprec.compare import Tolerance
 from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import resolve_device
-from halfprec.errors import InputsError
+from halfprec.errors import HalfprecError, InputsError
 from halfprec.io.inputs import load_inputs
 from halfprec.io.specs import LoadedModel, load_model
 from halfprec.tree import map_tensors
@@ -45,6 +47,8 @@ __all__ = [
     "tolerance_override",
     "finish",
     "mkdirs_option",
+    "from_flags",
+    "NumberRange",
 ]
 
 DEFAULT_MODEL = "builtin:minilm"
@@ -110,6 +114,18 @@ def _islands_options(f: F) -> F:
     )(f)
 
 
+@contextlib.contextmanager
+def from_flags() -> Iterator[None]:
+    """Build configs from command-line flags inside this block: a config's ``ValueError``
+    (its ``__post_init__`` check) is then the user's input error, exit 2, not a bug."""
+    try:
+        yield
+    except HalfprecError:
+        raise
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
 def make_convert_config(
     dtype: str | None,
     policy: Path | None = None,
@@ -127,7 +143,8 @@ def make_convert_config(
         changes["norm_islands"] = False
     if no_op_policy:
         changes["fp32_ops"] = ()
-    return base.replace(**changes)
+    with from_flags():
+        return base.replace(**changes)
 
 
 def convert_options(f: F) -> F:
@@ -152,6 +169,19 @@ def convert_options(f: F) -> F:
     return dtype_option(_islands_options(wrapper))  # type: ignore[return-value]
 
 
+class NumberRange(click.FloatRange):
+    """A float flag in a range that also refuses NaN, which every comparison lets through
+    (``nan <= 0`` is False), so a NaN limit would turn its check off."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(
+                f"{value!r} is not a number; give a value {self._describe_range()}", param, ctx
+            )
+        return number
+
+
 def tolerance_options(f: F) -> F:
     """``--min-cosine`` and ``--min-sqnr``: each overrides its own threshold only."""
     f = click.option(
@@ -162,7 +192,7 @@ def tolerance_options(f: F) -> F:
     )(f)
     return click.option(
         "--min-cosine",
-        type=click.FloatRange(-1.0, 1.0),
+        type=NumberRange(-1.0, 1.0),
         default=None,
         help="Minimum cosine similarity (default: 0.999).",
     )(f)
@@ -210,11 +240,12 @@ def tolerance_override(
     if min_cosine is None and min_sqnr is None:
         return None
     base = Tolerance.for_dtype(dtype)
-    return dataclasses.replace(
-        base,
-        min_cosine=min_cosine if min_cosine is not None else base.min_cosine,
-        min_sqnr_db=min_sqnr if min_sqnr is not None else base.min_sqnr_db,
-    )
+    with from_flags():
+        return dataclasses.replace(
+            base,
+            min_cosine=min_cosine if min_cosine is not None else base.min_cosine,
+            min_sqnr_db=min_sqnr if min_sqnr is not None else base.min_sqnr_db,
+        )
 
 
 def load_for_command(

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from halfprec.batch import as_batches
-from halfprec.compare import Tolerance, compare_outputs
+from halfprec.compare import Tolerance, compare_outputs, reference_failed
 from halfprec.convert.core import ConfigLike, Recipe, conversion_report
 from halfprec.diagnose.divergence import find_divergence, half_pass
 from halfprec.diagnose.local import Diagnoser
@@ -82,7 +82,10 @@ def diagnose(
     problems: list[str] = []
     with torch.no_grad():  # not inference_mode: snapshots read tensors' version counters
         for i, batch in enumerate(batches):
-            calls, ref_out = d.fp32_pass(batch)
+            try:
+                calls, ref_out = d.fp32_pass(batch)
+            except Exception as exc:  # the user's forward() on these inputs
+                raise reference_failed(i, batch, exc) from exc
             by_key = {(c.name, c.nth): c for c in calls}
             out, events, raised = half_pass(d, batch, by_key)
             if divergence is None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -23,7 +24,7 @@ from halfprec.convert.core import (
     convert,
 )
 from halfprec.dtypes import dtype_name, is_auto, parse_dtype
-from halfprec.export.artifact import load_artifact, verify_artifact
+from halfprec.export.artifact import Verification, load_artifact, verify_artifact
 from halfprec.export.capture import capture, dynamic_shapes, forward_params, named_inputs
 from halfprec.export.config import ExportConfig, ExportError, ExportFormat, check_onnx_dtype
 from halfprec.export.hf import CACHE_NOTE, CLAMP_NOTE, static_fp16_clamps, without_cache
@@ -40,6 +41,8 @@ from halfprec.modules import evaluating, first_line, model_device
 from halfprec.tree import flatten, map_tensors
 
 __all__ = ["ExportResult", "export", "write_artifact", "fp32_info"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -120,12 +123,15 @@ def write_artifact(
     named: list[dict[str, Any]],
     path: Path,
     info: ArtifactInfo,
-) -> None:
+    verify: Callable[[Path], T] | None = None,
+) -> T | None:
     """Export ``model`` as ``config.format`` to ``path`` atomically (no file on failure).
 
     ``named``: the example batches as keyword inputs (:func:`named_inputs`); the first one
-    is traced, all of them set the dynamic dimensions. No conversion and no check happen
-    here: :func:`export` does those. Used directly for fp32 baselines.
+    is traced, all of them set the dynamic dimensions. No conversion happens here:
+    :func:`export` does it. ``verify(temp_path)`` checks the written temp file before it
+    replaces ``path``; when it raises, a previous file at ``path`` is left as it was.
+    Returns what ``verify`` returns. Used directly for fp32 baselines.
     """
     shapes = dynamic_shapes(named) if config.dynamic else None
     with atomic_path(path) as tmp:
@@ -133,14 +139,15 @@ def write_artifact(
             from halfprec.export.torchscript import write_torchscript
 
             write_torchscript(model, named[0], tmp, info)
-            return
-        program = capture(model, named[0], shapes)
-        if config.format == "onnx":
-            write_onnx(program, tmp, info, config.opset)
         else:
-            from halfprec.export.exported_program import write_exported_program
+            program = capture(model, named[0], shapes)
+            if config.format == "onnx":
+                write_onnx(program, tmp, info, config.opset)
+            else:
+                from halfprec.export.exported_program import write_exported_program
 
-            write_exported_program(program, tmp, info)
+                write_exported_program(program, tmp, info)
+        return verify(tmp) if verify is not None else None
 
 
 def export(
@@ -227,16 +234,19 @@ def _export_seq2seq(model: nn.Module, batches: list[Any], out: Path, step: _Step
     failure neither is left behind."""
     ref = Seq2SeqReference(model, batches)
     first = encoder_path(out)
-    encoder = _export_checked(
-        ref.encoder, ref.encoder_batches, first, replace(step, name=f"{step.name} encoder"), []
-    )
-    try:
+    # the encoder stays a temp file until the decoder is written and checked too, so a
+    # failure leaves both previous files as they were
+    with atomic_path(first) as staged:
+        encoder = _export_checked(
+            ref.encoder,
+            ref.encoder_batches,
+            staged,
+            replace(step, name=f"{step.name} encoder"),
+            [],
+        )
         notes = [KV_CACHE_NOTE, SEQ2SEQ_NOTE.format(encoder=first.name)]
         result = _export_checked(ref.decoder, ref.decoder_batches, out, step, notes)
-    except BaseException:
-        first.unlink(missing_ok=True)
-        raise
-    result.companions = (encoder,)
+    result.companions = (replace(encoder, path=first),)
     return result
 
 
@@ -272,7 +282,7 @@ def _export_checked(
     try:
         with torch.no_grad():
             python_out = [call(half, n) for n in named]
-    except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
+    except Exception as exc:  # whatever the converted model raises
         raise ExportError(
             f"the {dtype_name(half_dtype)} model fails in PyTorch before export "
             f"({first_line(exc)}); keep the failing module in fp32 with "
@@ -293,9 +303,13 @@ def _export_checked(
         halfprec=__version__,
         kv_cache=step.target.kv_cache,
     )
-    write_artifact(target, half, named, out, info)
-    artifact = load_artifact(out)
-    check = verify_artifact(artifact, batches, ref_out, tolerance=step.tolerance)
+
+    def check_file(tmp: Path) -> Verification:  # before the file replaces a previous one
+        artifact = load_artifact(tmp, format=target.format)
+        return verify_artifact(artifact, batches, ref_out, tolerance=step.tolerance)
+
+    check = write_artifact(target, half, named, out, info, verify=check_file)
+    assert check is not None  # verify was given
     python_max_abs = (
         _max_abs([python_out[i] for i in check.checked_batches], check.outputs)
         if check.outputs

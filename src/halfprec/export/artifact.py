@@ -19,7 +19,7 @@ from halfprec.batch import Batch
 from halfprec.compare import Comparison, Tolerance, compare_outputs
 from halfprec.dtypes import parse_dtype
 from halfprec.export.capture import named_inputs
-from halfprec.export.config import ExportError, format_for_path
+from halfprec.export.config import ExportError, ExportFormat, format_for_path
 from halfprec.export.info import ArtifactInfo
 from halfprec.tree import flatten, map_tensors
 
@@ -61,14 +61,15 @@ class Artifact:
             return self.run_named(self.prepare(batch))
 
 
-def load_artifact(path: str | Path) -> Artifact:
-    """Open an artifact written by :func:`halfprec.export`; the format follows the suffix.
+def load_artifact(path: str | Path, *, format: ExportFormat | None = None) -> Artifact:
+    """Open an artifact written by :func:`halfprec.export`; the format follows the suffix
+    unless ``format`` is given.
 
     A ``.pt2`` runs on the device it was exported on; TorchScript and ONNX run on CPU
     (onnxruntime's CPU provider). Inputs are moved there by :meth:`Artifact.prepare`.
     """
     p = Path(path)
-    fmt = format_for_path(p)
+    fmt = format if format is not None else format_for_path(p)
     if not p.is_file():
         raise ExportError(f"artifact {p} not found; check the path or run halfprec export")
     if fmt == "exported-program":
@@ -119,7 +120,7 @@ def verify_artifact(
         return Verification(cmp, [], [], len(batches))
     try:
         outputs = [artifact(batches[i]) for i in picked]
-    except (RuntimeError, ValueError, TypeError, KeyError, IndexError, ExportError) as exc:
+    except Exception as exc:  # torch, TorchScript and onnxruntime raise their own types
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ExportError(
             f"{artifact.path} does not fit this model's inputs ({type(exc).__name__}: "

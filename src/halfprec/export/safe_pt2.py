@@ -12,6 +12,12 @@ and sample inputs removed, every node target resolving to a torch operator, ever
 expression in a small grammar, and every name made of plain name characters. Anything
 else is refused with :class:`~halfprec.export.config.ExportError`. Call the module of the
 returned program with ``check_guards=False`` so no guard code is generated from the file.
+
+Before any member is inflated, the zip's directory is checked against the limits below (a
+zip bomb is refused, not inflated): at most ``MAX_MEMBERS`` members, each one of the kinds
+the loader needs, JSON members of at most ``MAX_JSON_BYTES`` each, and all members together
+at most ``MAX_INFLATION`` times the file's size plus ``INFLATION_SLACK_BYTES`` (torch
+stores its members uncompressed, so its own files inflate 1:1).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import json
 import math
 import operator
 import re
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +35,18 @@ import torch
 
 from halfprec.export.config import ExportError
 
-__all__ = ["vetted_archive"]
+__all__ = [
+    "vetted_archive",
+    "MAX_MEMBERS",
+    "MAX_JSON_BYTES",
+    "MAX_INFLATION",
+    "INFLATION_SLACK_BYTES",
+]
+
+MAX_MEMBERS = 100_000
+MAX_JSON_BYTES = 64 * 2**20  # each program / config / extra member
+MAX_INFLATION = 4  # all members together, inflated, at most 4x the file ...
+INFLATION_SLACK_BYTES = 16 * 2**20  # ... plus 16 MiB
 
 _FORMAT = ("archive_format", "pt2")
 _VERSION = ("archive_version", "0")
@@ -122,6 +140,7 @@ def vetted_archive(path: Path) -> io.BytesIO:
     from torch.export.pt2_archive import PT2ArchiveReader, PT2ArchiveWriter
 
     data = path.read_bytes()  # one read: what is checked is what torch gets
+    _check_directory(data, path)
     try:
         reader = PT2ArchiveReader(io.BytesIO(data))
         names = reader.get_file_names()
@@ -158,6 +177,48 @@ def vetted_archive(path: Path) -> io.BytesIO:
             writer.write_bytes(name, raw)
     buffer.seek(0)
     return buffer
+
+
+def _needed(name: str) -> bool:
+    """Whether the loader reads a member of this name (inside the archive's folder)."""
+    return (
+        name in _WRITER_OWN
+        or name in (_FORMAT[0], _VERSION[0])
+        or any(p.match(name) for p in (_MODEL, _CONFIG, _WEIGHT, _CONSTANT, _EXTRA, _SAMPLE))
+    )
+
+
+def _check_directory(data: bytes, path: Path) -> None:
+    """Refuse, from the zip's directory alone, members the loader does not need and sizes
+    beyond the module's limits, before anything is inflated."""
+    try:
+        infos = zipfile.ZipFile(io.BytesIO(data)).infolist()
+    except (zipfile.BadZipFile, ValueError, OSError):
+        return  # not a zip: PT2ArchiveReader says so below
+    if len(infos) > MAX_MEMBERS:
+        raise _refuse(path, f"it holds {len(infos)} members, more than {MAX_MEMBERS}")
+    total = 0
+    for info in infos:
+        name = info.filename.partition("/")[2]  # members sit in one top-level folder
+        if info.is_dir():
+            continue
+        if not _needed(name):
+            raise _refuse(path, f"it holds {info.filename[:80]}, which halfprec does not load")
+        text = name.endswith(".json") or name.startswith("extra/")
+        if text and info.file_size > MAX_JSON_BYTES:
+            raise _refuse(
+                path,
+                f"{name} inflates to {info.file_size} bytes, more than the "
+                f"{MAX_JSON_BYTES} allowed for a JSON member",
+            )
+        total += info.file_size
+    allowed = MAX_INFLATION * len(data) + INFLATION_SLACK_BYTES
+    if total > allowed:
+        raise _refuse(
+            path,
+            f"its members inflate to {total} bytes from a {len(data)}-byte file, more than "
+            f"the {allowed} allowed (a zip bomb?)",
+        )
 
 
 def _refuse(path: Path, why: str) -> ExportError:

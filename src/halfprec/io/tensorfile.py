@@ -9,6 +9,13 @@ tensor it owns: memory is the tensor and nothing else. It also reads sharded che
 the header first (shapes and dtypes are known up front) and then each tensor's bytes in
 turn, so the output is never whole in memory either. Files it writes load with
 ``safetensors.safe_open``.
+
+Every dtype safetensors stores and torch has is read and written, complex64 (``C64``)
+included; complex128 has no safetensors code, so it is refused with the fix. Every header
+field is checked before use: each entry is an object with a known ``dtype``, a ``shape`` of
+sizes >= 0 and ``data_offsets`` ``[begin, end]`` inside the file whose length fits the shape
+and dtype; ``__metadata__`` maps strings to strings. A crafted or corrupt header is one
+:class:`~halfprec.errors.CheckpointError`.
 """
 
 from __future__ import annotations
@@ -40,24 +47,75 @@ _DTYPES: dict[str, torch.dtype] = {
     "I8": torch.int8,
     "U8": torch.uint8,
     "BOOL": torch.bool,
+    "C64": torch.complex64,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+    "F8_E4M3FNUZ": torch.float8_e4m3fnuz,
+    "F8_E5M2FNUZ": torch.float8_e5m2fnuz,
+    "U16": torch.uint16,
+    "U32": torch.uint32,
+    "U64": torch.uint64,
 }
 _NAMES = {v: k for k, v in _DTYPES.items()}
 _HEADER_LIMIT = 100 * 2**20
 
 
 def _header(path: Path) -> tuple[int, dict[str, Any]]:
-    """(byte offset of the data, parsed header) of one safetensors file."""
+    """(byte offset of the data, parsed and checked header) of one safetensors file."""
     try:
         with path.open("rb") as f:
             (size,) = struct.unpack("<Q", f.read(8))
             if size > _HEADER_LIMIT:
                 raise ValueError(f"header of {size} bytes")
             header = json.loads(f.read(size))
+            data_size = os.fstat(f.fileno()).st_size - 8 - size
+        if not isinstance(header, dict):
+            raise ValueError(f"the header is a JSON {type(header).__name__}, not an object")
+        for name, info in header.items():
+            problem = _meta_problem(info) if name == "__metadata__" else _entry_problem(info)
+            if problem:
+                raise ValueError(f"header entry {name[:80]!r} {problem}")
+            if name != "__metadata__" and info["data_offsets"][1] > data_size:
+                raise ValueError(f"tensor {name[:80]!r} ends past the end of the file")
     except (OSError, ValueError, struct.error) as exc:
         raise CheckpointError(
             f"{path} is not a valid safetensors file ({exc}); it may be truncated or corrupt"
         ) from None
     return 8 + size, header
+
+
+def _meta_problem(meta: Any) -> str | None:
+    if meta is None:
+        return None
+    if isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values()):
+        return None
+    return "must map strings to strings"
+
+
+def _is_size(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _entry_problem(info: Any) -> str | None:
+    """Why a tensor's header entry cannot be used, or None."""
+    if not isinstance(info, dict):
+        return "is not an object"
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(dtype, str) or dtype not in _DTYPES:
+        return f"has dtype {str(dtype)[:20]!r}, not one of {', '.join(_DTYPES)}"
+    if not isinstance(shape, list) or not all(_is_size(d) for d in shape):
+        return f"has shape {str(shape)[:40]}, not a list of sizes >= 0"
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(_is_size(o) for o in offsets)
+        or offsets[0] > offsets[1]
+    ):
+        return f"has data_offsets {str(offsets)[:40]}, not [begin, end] with 0 <= begin <= end"
+    want = math.prod(shape) * torch.empty((), dtype=_DTYPES[dtype]).element_size()
+    if offsets[1] - offsets[0] != want:
+        return f"has {offsets[1] - offsets[0]} bytes for shape {shape} of {dtype} ({want})"
+    return None
 
 
 class TensorFile:
@@ -100,10 +158,7 @@ class TensorFile:
         return tuple(int(d) for d in self._where[name][2]["shape"])
 
     def dtype(self, name: str) -> torch.dtype:
-        code = self._where[name][2]["dtype"]
-        if code not in _DTYPES:
-            raise CheckpointError(f"{self.path}: tensor {name!r} has unsupported dtype {code}")
-        return _DTYPES[code]
+        return _DTYPES[self._where[name][2]["dtype"]]  # checked when the header was read
 
     def nbytes(self) -> int:
         return sum(
@@ -115,9 +170,7 @@ class TensorFile:
         shard, start, info = self._where[name]
         begin, end = (int(x) for x in info["data_offsets"])
         dtype, shape = self.dtype(name), self.shape(name)
-        size = end - begin
-        if size != math.prod(shape) * torch.empty((), dtype=dtype).element_size():
-            raise CheckpointError(f"{shard}: tensor {name!r} has {size} bytes for shape {shape}")
+        size = end - begin  # fits shape and dtype: checked when the header was read
         raw = torch.empty(size, dtype=torch.uint8)
         with shard.open("rb") as f:
             f.seek(start + begin)
@@ -144,6 +197,11 @@ class TensorWriter:
         header: dict[str, Any] = {}
         offset = 0
         for name, (dtype, shape) in specs.items():
+            if dtype not in _NAMES:
+                raise CheckpointError(
+                    f"tensor {name!r} is {dtype}, which safetensors cannot store; convert it "
+                    f"first (complex128 -> complex64; one of {', '.join(map(str, _NAMES))})"
+                )
             size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
             header[name] = {
                 "dtype": _NAMES[dtype],
@@ -170,7 +228,8 @@ class TensorWriter:
                 f"header's next entry {expected!r} {dtype} {shape}"
             )
         self.pending.pop(0)
-        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        # resolve_conj: a conjugate view's memory holds the unconjugated values
+        flat = tensor.detach().cpu().resolve_conj().resolve_neg().contiguous().reshape(-1)
         if flat.numel():
             self.f.write(flat.view(torch.uint8).numpy().data)
 

@@ -36,6 +36,7 @@ from torch.overrides import TorchFunctionMode
 
 from halfprec import ops
 from halfprec.batch import as_batches, call
+from halfprec.compare import reference_failed
 from halfprec.convert.core import (
     ConfigLike,
     ConversionReport,
@@ -317,8 +318,10 @@ def audit(model: nn.Module, inputs: Any, config: ConfigLike = None) -> AuditRepo
     already converted by :func:`convert` (audited as it is; ``config`` is then ignored).
     ``inputs``: one batch or a list of batches.
     """
+    fp32: nn.Module | None = None
     report = conversion_report(model)
     if report is None:
+        fp32 = model
         unguarded = Recipe.of(config).replace(
             guard_boundaries=False, saturate_fills=False, fp32_ops=()
         )
@@ -326,7 +329,21 @@ def audit(model: nn.Module, inputs: Any, config: ConfigLike = None) -> AuditRepo
         report = cast(ConversionReport, conversion_report(model))
     mode = _LeakMode(report.dtype)
     batches = as_batches(inputs)
+    failed: tuple[int, Exception] | None = None
     with evaluating(model), torch.no_grad(), mode:
-        for batch in batches:
-            call(model, batch)
+        for i, batch in enumerate(batches):
+            try:
+                call(model, batch)
+            except Exception as exc:
+                failed = (i, exc)
+                break
+    if failed is not None:
+        index, error = failed
+        if fp32 is not None:  # inputs the fp32 model refuses too: the inputs' fault
+            with evaluating(fp32), torch.no_grad():
+                try:
+                    call(fp32, batches[index])
+                except Exception as fp32_exc:
+                    raise reference_failed(index, batches[index], fp32_exc) from fp32_exc
+        raise error
     return AuditReport(report.dtype, list(mode.leaks.values()), len(batches), mode.ops)

@@ -3,7 +3,6 @@ location, and JSON. The report itself holds only data."""
 
 from __future__ import annotations
 
-import json
 import os
 
 from rich.console import Console
@@ -11,6 +10,7 @@ from rich.table import Table
 
 from halfprec.dtypes import dtype_name
 from halfprec.leaks.audit import AuditReport
+from halfprec.report.common import to_json_text
 
 __all__ = ["render_table", "render_json", "short_path"]
 
@@ -60,4 +60,4 @@ def render_table(report: AuditReport, console: Console | None = None) -> None:
 
 
 def render_json(report: AuditReport) -> str:
-    return json.dumps(report.to_json(), indent=2)
+    return to_json_text(report.to_json())

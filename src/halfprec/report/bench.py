@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from halfprec.atomic import ensure_folder
 from halfprec.bench.results import BenchResult, VariantResult, fastest_variant
 from halfprec.dtypes import dtype_name
 from halfprec.errors import HalfprecError
@@ -152,6 +153,7 @@ def check_plot_path(path: str | os.PathLike[str]) -> Path:
     p = Path(path)
     if p.suffix.lower() != ".png":
         raise HalfprecError(f"--plot {p}: the chart is a PNG; give a path ending in .png")
+    ensure_folder(p)  # a missing folder is an error before anything is measured
     return p
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "comparison_table",
     "print_check",
     "to_json_text",
+    "strict_json",
     "human_bytes",
     "fmt_float",
     "make_console",
@@ -191,5 +192,18 @@ def _tol_text(cmp: Comparison) -> str:
     return ", ".join(parts)
 
 
+def strict_json(value: Any) -> Any:
+    """``value`` with every non-finite float written as the string ``"inf"``, ``"-inf"`` or
+    ``"nan"``, so that the text is strict JSON (``jq``, ``JSON.parse``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
 def to_json_text(data: dict[str, Any]) -> str:
-    return json.dumps(data, indent=2, default=str, allow_nan=True)
+    """``--json`` output: strict JSON (no ``Infinity``/``NaN``; see :func:`strict_json`)."""
+    return json.dumps(strict_json(data), indent=2, default=str, allow_nan=False)

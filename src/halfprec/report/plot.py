@@ -25,5 +25,5 @@ def new_figure(width: float, height: float) -> Any:
 
 def save_png(fig: Any, path: str | os.PathLike[str], dpi: int) -> None:
     """Write ``fig`` to ``path`` as a PNG atomically (no partial file on failure)."""
-    with atomic_path(path, mkdirs=True) as tmp:  # a plot may go to a new folder
+    with atomic_path(path) as tmp:  # a missing folder is an error, as for every file
         fig.savefig(tmp, dpi=dpi, format="png")

@@ -229,4 +229,6 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     saved = state.get("accelerator")
     accelerator = torch.accelerator.current_accelerator(check_available=True)
     if saved is not None and accelerator is not None and accelerator.type == saved["type"]:
-        torch.get_device_module(accelerator).set_rng_state_all(saved["states"])
+        module = torch.get_device_module(accelerator)
+        # checked on scratch generators first; the devices this machine has
+        module.set_rng_state_all(saved["states"][: module.device_count()])

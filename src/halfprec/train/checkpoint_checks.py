@@ -9,6 +9,7 @@ a half-loaded model or optimizer behind.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
@@ -138,6 +139,40 @@ def _check_rng(where: str, state: object) -> None:
         and torch_state.shape == want.shape
     ):
         raise _bad(where, "the torch RNG state is malformed")
+    _restores(where, state)
+
+
+def _restores(where: str, state: dict[str, Any]) -> None:
+    """Restore each RNG state on a scratch generator, so that a state the real generator
+    would refuse (a zeroed mt19937, an index out of range) is refused before anything is
+    loaded, not after the model and optimizer were overwritten."""
+    version, internal, gauss = state["python"]
+    try:
+        random.Random().setstate((version, tuple(internal), gauss))
+    except (ValueError, TypeError) as exc:
+        raise _bad(where, f"the Python RNG state is refused by random ({exc})") from None
+    try:
+        torch.Generator().set_state(state["torch"])
+    except RuntimeError as exc:
+        raise _bad(where, f"the torch RNG state is refused by torch ({exc})") from None
+    saved = state.get("accelerator")
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
+    if saved is None or accelerator is None:
+        return
+    states = saved.get("states") if isinstance(saved, dict) else None
+    if saved.get("type") != accelerator.type:
+        return  # saved on another kind of device: load_checkpoint leaves it alone
+    count = torch.get_device_module(accelerator).device_count()
+    if not (
+        isinstance(states, list)
+        and all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in states)
+    ):
+        raise _bad(where, f"the {accelerator.type} RNG states are malformed")
+    for index, t in enumerate(states[:count]):  # the devices this machine has
+        try:
+            torch.Generator(device=torch.device(accelerator.type, index)).set_state(t)
+        except RuntimeError as exc:
+            raise _bad(where, f"the {accelerator.type} RNG state is refused ({exc})") from None
 
 
 def _check_mixed_precision(where: str, state: object) -> None:

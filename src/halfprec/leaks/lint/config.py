@@ -42,6 +42,10 @@ class LintConfig:
     unsafe_fixes: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("select", "ignore", "exclude", "unsafe_fixes"):
+            problem = type_problem(name, getattr(self, name))
+            if problem:
+                raise LintConfigError(f"LintConfig({name}={getattr(self, name)!r}): {problem}")
         for name in ("select", "ignore", "exclude"):
             value = getattr(self, name)
             if isinstance(value, str):
@@ -60,6 +64,19 @@ class LintConfig:
         chosen = {c for p in self.select for c in codes_matching(p)}
         dropped = {c for p in self.ignore for c in codes_matching(p)}
         return frozenset(chosen - dropped)
+
+
+def type_problem(name: str, value: object) -> str | None:
+    """Why ``value`` cannot be the option ``name`` (``unsafe_fixes``, ``select``, ...), or None."""
+    if name == "unsafe_fixes":
+        if isinstance(value, bool):
+            return None
+        return "must be true or false (a TOML boolean, not a string or number)"
+    if isinstance(value, str):
+        return None
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return None
+    return 'must be a list of strings, e.g. ["HP1", "HP202"]'
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -95,6 +112,12 @@ def load_config(start: Path, **overrides: Any) -> LintConfig:
                 f"{pyproject}: unknown key(s) {', '.join(sorted(unknown))} in "
                 f"[tool.halfprec.lint]; allowed: {', '.join(sorted(_KEYS))}"
             )
+        for key, value in section.items():
+            problem = type_problem(key.replace("-", "_"), value)
+            if problem:
+                raise LintConfigError(
+                    f"{pyproject}: {key} = {value!r} in [tool.halfprec.lint]: {problem}"
+                )
         values = {k.replace("-", "_"): v for k, v in section.items()}
     values.update({k: v for k, v in overrides.items() if v is not None})
     return LintConfig(**values)

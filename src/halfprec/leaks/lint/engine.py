@@ -72,9 +72,22 @@ def _gc_paused() -> Iterator[None]:
 def lint_source(
     source: str, path: str = "<string>", config: LintConfig | None = None
 ) -> list[Finding]:
-    """Findings of one source text, sorted by position."""
-    with _gc_paused():
-        return _lint_source(source, path, config)
+    """Findings of one source text, sorted by position. Code nested too deeply for
+    Python's own parser or for the rules' walk is one HP000 finding, not an error."""
+    try:
+        with _gc_paused():
+            return _lint_source(source, path, config)
+    except RecursionError:
+        return [
+            Finding(
+                path,
+                1,
+                1,
+                PARSE_ERROR,
+                "nested too deeply to analyse (Python's recursion limit); file skipped: "
+                "split the deepest expression into several statements",
+            )
+        ]
 
 
 def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Finding]:

@@ -175,13 +175,29 @@ def _floating_params(fn: Function) -> dict[str, bool]:
     return out
 
 
+def _operands(expr: ast.AST) -> tuple[list[ast.AST], bool]:
+    """The operands of a chain of arithmetic (``a + b * -c``), found without recursion so
+    that a long sum cannot exhaust the stack; and whether a division is among the ops."""
+    leaves: list[ast.AST] = []
+    divides = False
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ast.BinOp):
+            divides = divides or isinstance(e.op, ast.Div)
+            stack += [e.right, e.left]
+        elif isinstance(e, ast.UnaryOp):
+            stack.append(e.operand)
+        else:
+            leaves.append(e)
+    return leaves, divides
+
+
 def _is_floating(expr: ast.AST, ctx: Context) -> bool:
     if isinstance(expr, ast.Name):
         return expr.id in ctx.floating
-    if isinstance(expr, ast.BinOp):
-        return _is_floating(expr.left, ctx) or _is_floating(expr.right, ctx)
-    if isinstance(expr, ast.UnaryOp):
-        return _is_floating(expr.operand, ctx)
+    if isinstance(expr, (ast.BinOp, ast.UnaryOp)):
+        return any(_is_floating(e, ctx) for e in _operands(expr)[0])
     if isinstance(expr, ast.Subscript):
         return _is_floating(expr.value, ctx)
     if not isinstance(expr, ast.Call):
@@ -204,8 +220,8 @@ def _is_floating(expr: ast.AST, ctx: Context) -> bool:
 
 
 def _float_literal(expr: ast.AST) -> bool:
-    if isinstance(expr, ast.UnaryOp):
-        return _float_literal(expr.operand)
+    while isinstance(expr, ast.UnaryOp):
+        expr = expr.operand
     return isinstance(expr, ast.Constant) and isinstance(expr.value, float)
 
 
@@ -215,14 +231,16 @@ def _dtype_known(expr: ast.AST, ctx: Context) -> bool:
     if isinstance(expr, ast.Name):
         return ctx.floating.get(expr.id, False)
     if isinstance(expr, ast.BinOp):
-        sides = (expr.left, expr.right)
+        operands, divides = _operands(expr)
         return (
-            isinstance(expr.op, ast.Div)
-            or any(_float_literal(e) for e in sides)
-            or any(_is_floating(e, ctx) and _dtype_known(e, ctx) for e in sides)
+            divides
+            or any(_float_literal(e) for e in operands)
+            or any(_is_floating(e, ctx) and _dtype_known(e, ctx) for e in operands)
         )
     if isinstance(expr, ast.UnaryOp):
-        return _dtype_known(expr.operand, ctx)
+        while isinstance(expr, ast.UnaryOp):
+            expr = expr.operand
+        return _dtype_known(expr, ctx)
     if isinstance(expr, ast.Subscript):
         return _dtype_known(expr.value, ctx)
     if not isinstance(expr, ast.Call) or not isinstance(expr.func, ast.Attribute):
