@@ -111,3 +111,16 @@ def test_markdown_has_a_row_per_hazard_and_totals_per_dtype() -> None:
     assert "- fp16: naive 1/2, autocast 2/2" in table
     assert "- bf16: naive 1/2, autocast 2/2" in table
     assert "linalg-solve, naive fp16: the half model raised NotImplementedError" in table
+
+
+@pytest.mark.slow  # two tune runs, ~5 s here
+def test_tune_is_tuned_on_batch_0_and_judged_on_every_batch() -> None:
+    # NeRF coordinates: the centred scene (fine in fp16) first, the scene near 40 second
+    model, batches = HELDOUT["fourier-features"].build()
+    centred, off_centre = batches[-1], batches[0]
+    assert score("naive", model, [centred], torch.float16).passed
+    on_first = score("tune", model, [centred], torch.float16)
+    assert on_first.passed and on_first.fp32_flops_share is not None
+    verdict = score("tune", model, [centred, off_centre], torch.float16)
+    assert not verdict.passed and not verdict.raised
+    assert "cosine" in verdict.reason

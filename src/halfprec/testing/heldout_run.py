@@ -83,7 +83,10 @@ def _tune(model: nn.Module, batches: list[Any], dtype: torch.dtype) -> Score:
     result = tune(model, batches[:1], dtype)
     share = result.report.fp32_flops_share
     if result.model is None:
-        return Score(False, f"tune found no recipe on batch 0: {result.report.reason}")
+        variant = result.report.variants[0]
+        tried = ", ".join(variant.candidates) or "none"
+        why = variant.note or result.report.reason
+        return Score(False, f"tune found no recipe on batch 0: {why} (candidates: {tried})")
     judged = _judge(model, result.model, batches, dtype)
     return Score(judged.passed, judged.reason, fp32_flops_share=share)
 
