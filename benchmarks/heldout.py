@@ -34,10 +34,15 @@ def main() -> int:
     dtypes = tuple(parse_dtype(d) for d in args.dtypes.split(","))
     variants = tuple(args.variants.split(","))
     names = args.only.split(",") if args.only else list(HELDOUT)
-    unknown = [n for n in names if n not in HELDOUT]
-    if unknown:
-        print(f"unknown hazard(s) {', '.join(unknown)}; choose from {', '.join(HELDOUT)}")
-        return 2
+    for given, known, what in ((names, HELDOUT, "hazard"), (variants, VARIANTS, "variant")):
+        unknown = [n for n in given if n not in known]
+        if unknown:
+            print(
+                f"heldout.py: error: unknown {what} {', '.join(unknown)}; "
+                f"choose from {', '.join(known)}",
+                file=sys.stderr,
+            )
+            return 2
     start = time.perf_counter()
     runs: list[HazardRun] = []
     for name in names:

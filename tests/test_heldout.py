@@ -3,6 +3,9 @@ model runs in fp32, and every hazard really breaks naive fp16 (the control does 
 
 from __future__ import annotations
 
+import runpy
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -124,3 +127,32 @@ def test_tune_is_tuned_on_batch_0_and_judged_on_every_batch() -> None:
     verdict = score("tune", model, [centred, off_centre], torch.float16)
     assert not verdict.passed and not verdict.raised
     assert "cosine" in verdict.reason
+
+
+BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "heldout.py"
+
+
+def _benchmark(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
+    monkeypatch.setattr(sys, "argv", [str(BENCHMARK), *args])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(BENCHMARK), run_name="__main__")
+    return int(exit_info.value.code or 0)
+
+
+def test_benchmark_prints_the_table_and_totals(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ("--only", f"linalg-solve,{CONTROL}", "--variants", "naive", "--dtypes", "fp16")
+    assert _benchmark(monkeypatch, *args) == 0
+    out = capsys.readouterr().out
+    assert "| hazard | naive fp16 |" in out
+    assert "| linalg-solve | FAIL (raises) |" in out
+    assert "- fp16: naive 1/2" in out
+
+
+def test_benchmark_rejects_an_unknown_variant(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _benchmark(monkeypatch, "--variants", "naive,amp") == 2
+    err = capsys.readouterr().err
+    assert "unknown variant amp; choose from naive, autocast, convert, tune" in err
