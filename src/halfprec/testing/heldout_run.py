@@ -65,12 +65,15 @@ class Autocast(nn.Module):
 
 @dataclass(frozen=True)
 class Score:
-    """One variant on one hazard in one dtype: ``passed``, and why (``reason``)."""
+    """One variant on one hazard in one dtype: ``passed``, and why (``reason``). For tune,
+    where it found a recipe: its fp32 ``islands`` (modules and ops) and their share of
+    the FLOPs (None where tune counted none)."""
 
     passed: bool
     reason: str
     raised: bool = False
     fp32_flops_share: float | None = None
+    islands: tuple[str, ...] | None = None
 
 
 def _judge(model: nn.Module, candidate: nn.Module, batches: list[Any], dtype: torch.dtype) -> Score:
@@ -81,14 +84,16 @@ def _judge(model: nn.Module, candidate: nn.Module, batches: list[Any], dtype: to
 
 def _tune(model: nn.Module, batches: list[Any], dtype: torch.dtype) -> Score:
     result = tune(model, batches[:1], dtype)
-    share = result.report.fp32_flops_share
     if result.model is None:
         variant = result.report.variants[0]
         tried = ", ".join(variant.candidates) or "none"
         why = variant.note or result.report.reason
         return Score(False, f"tune found no recipe on batch 0: {why} (candidates: {tried})")
+    report = result.report
+    share = report.fp32_flops_share
+    islands = (*(f"module {m}" for m in report.keep_fp32), *(str(o) for o in report.op_islands))
     judged = _judge(model, result.model, batches, dtype)
-    return Score(judged.passed, judged.reason, fp32_flops_share=share)
+    return Score(judged.passed, judged.reason, fp32_flops_share=share, islands=islands)
 
 
 def score(variant: str, model: nn.Module, batches: list[Any], dtype: torch.dtype) -> Score:
@@ -140,6 +145,10 @@ def _cell(s: Score | None) -> str:
     return "PASS" if s.passed else ("FAIL (raises)" if s.raised else "FAIL")
 
 
+def _share(x: float | None) -> str:
+    return "no FLOPs counted" if x is None else f"{100 * x:.1f}%"
+
+
 def markdown(runs: list[HazardRun]) -> str:
     """The table (a row per hazard, a column per variant and dtype), the totals per dtype,
     tune's fp32 share of FLOPs, and the reason for every failure."""
@@ -159,15 +168,15 @@ def markdown(runs: list[HazardRun]) -> str:
         )
         lines.append(f"- {dtype_name(dt)}: {totals}")
     if "tune" in variants:
-        lines += ["", "tune's fp32 share of FLOPs (where tune found a recipe):", ""]
+        lines += ["", "tune's fp32 islands and their share of FLOPs, where it found a recipe:", ""]
         for r in runs:
-            shares = [
-                f"{dtype_name(dt)} {100 * s.fp32_flops_share:.1f}%"
+            found = [
+                f"{dtype_name(dt)} {_share(s.fp32_flops_share)} ({'; '.join(s.islands) or 'none'})"
                 for dt in dtypes
                 for s in [r.scores[dt].get("tune")]
-                if s is not None and s.fp32_flops_share is not None
+                if s is not None and s.islands is not None
             ]
-            lines.append(f"- {r.hazard.name}: {', '.join(shares) or '-'}")
+            lines.append(f"- {r.hazard.name}: {', '.join(found) or 'no recipe'}")
     reasons = [
         f"- {r.hazard.name}, {v} {dtype_name(dt)}: {s.reason}"
         for r in runs
