@@ -56,6 +56,13 @@ def test_naive_fp16_fails_on_every_hazard_and_passes_the_control(name: str) -> N
     assert verdict.passed == (name == CONTROL), verdict.reason
 
 
+@pytest.mark.parametrize("name", [n for n, h in HELDOUT.items() if h.prevented_by_convert])
+def test_convert_defaults_pass_where_the_hazard_says_so(name: str) -> None:
+    model, batches = HELDOUT[name].build()
+    verdict = score("convert", model, batches, torch.float16)
+    assert verdict.passed, verdict.reason
+
+
 def test_a_raising_variant_fails_and_keeps_the_error() -> None:
     model, batches = HELDOUT["cdist-prototypes"].build()
     verdict = score("naive", model, batches, torch.float16)

@@ -65,6 +65,13 @@ HELDOUT: dict[str, Hazard] = {
             "head",
         ),
         Hazard(
+            "learned-input-scale",
+            "x * a learned 1e6 on readings near 1e-6",
+            sums.photodiode,
+            "scale",
+            prevented_by_convert=True,
+        ),
+        Hazard(
             "rope-positions",
             "RoPE angles in the activation dtype, positions 2k to 32k",
             ranges.rope,

@@ -217,3 +217,34 @@ class ClusterAssigner(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.encoder(x))
+
+
+class LearnedScale(nn.Module):
+    """A learned per-channel input scale, initialised from the data's spread, on readings
+    in SI units (photodiode currents near 1e-6 A): the scale, 1e6, is beyond fp16's range
+    (inf after ``.half()``). convert's defaults keep a module whose parameters do not fit
+    fp16 in fp32, so this one is prevented by convert."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((d,), 1e6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale
+
+
+class Photodiode(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = LearnedScale(8)
+        self.head = mlp(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.scale(x))
+
+
+def photodiode() -> Built:
+    def batch(seed: int, unit: float) -> Any:
+        return (unit * torch.randn(16, 8, generator=gen(seed)),)
+
+    return seeded(Photodiode, 48), [batch(630, 1e-6), batch(631, 1e-6), batch(632, 1e-5)]
