@@ -10,6 +10,8 @@ from torch import nn
 
 from halfprec.testing.heldout_base import Built, gen, mlp, seeded
 
+__all__ = ["ridge", "fno", "protonet"]
+
 
 # -- ops with no half kernel or no half meaning ------------------------------------------
 class RidgeHead(nn.Module):

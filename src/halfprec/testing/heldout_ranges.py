@@ -12,6 +12,8 @@ from torch import nn
 
 from halfprec.testing.heldout_base import Built, gen, mlp, seeded
 
+__all__ = ["rope", "nerf", "geo", "euler", "pairs", "Tokenizer"]
+
 
 # -- positions and coordinates half cannot represent --------------------------------------
 class Rotary(nn.Module):

@@ -12,6 +12,17 @@ from torch import nn
 
 from halfprec.testing.heldout_base import Built, gen, mlp, seeded
 
+__all__ = [
+    "variance",
+    "long_sum",
+    "cumsum",
+    "lse",
+    "gram",
+    "photodiode",
+    "ConfidentClassifier",
+    "ClusterAssigner",
+]
+
 
 # -- overflow and underflow in reductions and accumulations ------------------------------
 class OnePassStandardize(nn.Module):
