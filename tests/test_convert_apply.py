@@ -58,7 +58,9 @@ def test_audit_does_not_hide_a_stale_cache() -> None:
     torch.manual_seed(0)
     model = CachedProjection().eval()
     x = torch.randn(4, 8)
-    half = convert(model, Recipe("fp16", fp32_ops=()))  # the op policy would cast the leak
+    half = convert(
+        model, Recipe("fp16", fp32_ops=(), fp32_inputs=False)
+    )  # the op policy would cast the leak
     with torch.no_grad():
         half.cache["w"] = model.table.t().contiguous()  # stale fp32, as p.data casts left it
     report = audit(half, x)

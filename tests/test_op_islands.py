@@ -24,7 +24,9 @@ from halfprec.testing.root_hazards import ROOT_HAZARDS
 HAZARDS_FILE = str(Path(root_hazards.__file__).resolve())
 
 
-RAW_FP16 = Recipe("fp16", fp32_ops=())  # the hazards as .half() meets them: no op policy
+RAW_FP16 = Recipe(
+    "fp16", fp32_ops=(), fp32_inputs=False
+)  # the hazards as .half() meets them: no op policy
 
 
 def _marked_line(hazard_name: str) -> str:
@@ -69,7 +71,7 @@ def test_recipe_round_trips_op_islands_and_convert_applies_them(tmp_path: Path) 
     model, batches = ROOT_HAZARDS["root-exp-softmax"].build()
     ref = OpRef("", "exp", _marked_line("root-exp-softmax"), 0)
     path = tmp_path / "recipe.json"
-    Recipe(dtype=torch.float16, op_islands=(ref,), fp32_ops=()).save(path)
+    Recipe(dtype=torch.float16, op_islands=(ref,), fp32_ops=(), fp32_inputs=False).save(path)
     assert json.loads(path.read_text())["op_islands"] == [ref.to_json()]
     loaded = Recipe.load(path)
     assert loaded.op_islands == (ref,)
@@ -95,7 +97,7 @@ def test_bad_op_islands_are_named() -> None:
 def test_op_island_output_is_finite_and_cast_back() -> None:
     model, batches = ROOT_HAZARDS["root-exp-softmax"].build()
     ref = OpRef("", "exp", _marked_line("root-exp-softmax"), 0)
-    half = convert(model, Recipe(torch.float16, op_islands=(ref,), fp32_ops=()))
+    half = convert(model, Recipe(torch.float16, op_islands=(ref,), fp32_ops=(), fp32_inputs=False))
     with torch.no_grad():
         out = half(*batches[0])
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
@@ -104,7 +106,7 @@ def test_op_island_output_is_finite_and_cast_back() -> None:
 def test_torch_export_carries_the_op_island_as_a_visible_cast() -> None:
     model, batches = ROOT_HAZARDS["root-exp-softmax"].build()
     ref = OpRef("", "exp", _marked_line("root-exp-softmax"), 0)
-    half = convert(model, Recipe(torch.float16, op_islands=(ref,), fp32_ops=()))
+    half = convert(model, Recipe(torch.float16, op_islands=(ref,), fp32_ops=(), fp32_inputs=False))
     program = torch.export.export(half, batches[0], strict=False)
     nodes = {n.name: n for n in program.graph.nodes}
     [exp] = [n for n in nodes.values() if n.target == torch.ops.aten.exp.default]

@@ -25,7 +25,9 @@ from halfprec.io.stream import convert_file
 from halfprec.testing.hazards import HAZARDS
 from halfprec.testing.root_hazards import ROOT_HAZARDS
 
-RAW_FP16 = Recipe("fp16", fp32_ops=())  # the hazards as .half() meets them: no op policy
+RAW_FP16 = Recipe(
+    "fp16", fp32_ops=(), fp32_inputs=False
+)  # the hazards as .half() meets them: no op policy
 
 
 class Block(nn.Module):

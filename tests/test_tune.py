@@ -28,7 +28,9 @@ LOCAL = [
 ]
 
 
-RAW_FP16 = Recipe("fp16", fp32_ops=())  # the hazards as .half() meets them: no op policy
+RAW_FP16 = Recipe(
+    "fp16", fp32_ops=(), fp32_inputs=False
+)  # the hazards as .half() meets them: no op policy
 
 
 @pytest.mark.parametrize("name", list(HAZARDS))

@@ -91,8 +91,9 @@ def _islands_options(f: F) -> F:
     f = click.option(
         "--no-op-policy",
         is_flag=True,
-        help="Run autocast's fp32-list ops (exp, softmax, sum, ...) in half too (default: "
-        "they compute in fp32, as under autocast).",
+        help="Run autocast's fp32-list ops (exp, softmax, sum, ...) in half too and cast "
+        "inputs at the model's entry (default: those ops compute in fp32 and inputs stay fp32 "
+        "until a half module or GEMM takes them, as under autocast).",
     )(f)
     f = click.option(
         "--no-norm-islands",
@@ -143,6 +144,7 @@ def make_convert_config(
         changes["norm_islands"] = False
     if no_op_policy:
         changes["fp32_ops"] = ()
+        changes["fp32_inputs"] = False
     with from_flags():
         return base.replace(**changes)
 

@@ -76,6 +76,7 @@ class RootSettings:
     cast_outputs: bool
     recipe: Any  # a Recipe (typed loosely: recipe.py sits above this module)
     fp32_ops: frozenset[str] = frozenset()
+    fp32_inputs: bool = False
     reason: str = ""
     attributes_cast: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
@@ -96,10 +97,10 @@ class RootCast(Behaviour):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         s: RootSettings = getattr(self, RootCast.attr)
-        if s.cast_inputs:
+        if s.cast_inputs and not s.fp32_inputs:
             to_half = _to(s.dtype)
             args, kwargs = map_tensors(to_half, args), map_tensors(to_half, kwargs)
-        if s.cast_inputs and s.fp32_ops:
+        if s.cast_inputs and (s.fp32_ops or s.fp32_inputs):
             with Fp32OpsMode(s.dtype, s.fp32_ops):
                 out = super().forward(*args, **kwargs)  # type: ignore[misc]
         else:

@@ -487,6 +487,7 @@ class _Converter:
                     cast_outputs=cfg.cast_outputs,
                     recipe=self._resolved(islands, plans),
                     fp32_ops=frozenset(cfg.fp32_ops),
+                    fp32_inputs=cfg.fp32_inputs,
                     reason=self.choice.reason,
                     attributes_cast=tuple(self.attributes_cast),
                 )

@@ -50,7 +50,14 @@ _OLD_POLICY = "halfprec-policy/1"  # written by `halfprec tune` before the recip
 FilterFn = Callable[[nn.Module, str], bool]
 Selector = type[nn.Module] | str
 
-_FLAGS = ("norm_islands", "saturate_fills", "guard_boundaries", "cast_outputs", "mixed_kernels")
+_FLAGS = (
+    "norm_islands",
+    "saturate_fills",
+    "guard_boundaries",
+    "cast_outputs",
+    "mixed_kernels",
+    "fp32_inputs",
+)
 
 
 class RecipeError(HalfprecError, ValueError):
@@ -74,6 +81,10 @@ class Recipe:
     - ``saturate_fills``: fill constants beyond the half range become its finite limit.
     - ``guard_boundaries``: half modules cast fp32 tensors made inside ``forward``.
     - ``cast_outputs``: floating outputs come back in the model's original dtype.
+    - ``fp32_inputs``: floating inputs enter the model in fp32, and the first half module or
+      GEMM that consumes them casts them, as under autocast (so the ops before it, on
+      coordinates, positions or waveforms, see the values as given); False casts them at
+      the root.
     - ``mixed_kernels``: built-in norm islands take half input straight into their fp32
       kernels where the device supports it; ``False`` always casts (ONNX needs one dtype
       per op).
@@ -93,6 +104,7 @@ class Recipe:
     guard_boundaries: bool = True
     cast_outputs: bool = True
     mixed_kernels: bool = True
+    fp32_inputs: bool = True
     tolerance: Tolerance = field(default_factory=Tolerance)
     filter_fn: FilterFn | None = field(default=None, compare=False)
     info: Mapping[str, Any] = field(default_factory=dict, compare=False)
@@ -245,6 +257,8 @@ class Recipe:
                 flags["fp32_ops"] = tuple(data["fp32_ops"])
             elif fmt == _OLD_POLICY:
                 flags["fp32_ops"] = ()  # what an old policy was tuned without
+            if fmt == _OLD_POLICY:
+                flags.setdefault("fp32_inputs", False)
             tolerance = Tolerance.from_json(data.get("tolerance", {}))
             return cls(
                 dtype=data["dtype"],

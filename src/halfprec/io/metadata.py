@@ -75,7 +75,8 @@ def file_recipe(meta: dict[str, str], path: Path) -> Recipe:
             )
         return recipe
     # a file of the previous format: its islands, and no op policy (it had none)
-    return Recipe(dtype=meta["dtype"], keep_fp32=tuple(_legacy_keep(meta, path)), fp32_ops=())
+    keep = tuple(_legacy_keep(meta, path))
+    return Recipe(dtype=meta["dtype"], keep_fp32=keep, fp32_ops=(), fp32_inputs=False)
 
 
 def _legacy_keep(meta: dict[str, str], path: Path) -> list[str]:

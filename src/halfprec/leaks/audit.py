@@ -323,7 +323,7 @@ def audit(model: nn.Module, inputs: Any, config: ConfigLike = None) -> AuditRepo
     if report is None:
         fp32 = model
         unguarded = Recipe.of(config).replace(
-            guard_boundaries=False, saturate_fills=False, fp32_ops=()
+            guard_boundaries=False, saturate_fills=False, fp32_ops=(), fp32_inputs=False
         )
         model = convert(model, unguarded)
         report = cast(ConversionReport, conversion_report(model))
