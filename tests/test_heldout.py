@@ -120,7 +120,7 @@ def test_markdown_has_a_row_per_hazard_and_totals_per_dtype() -> None:
     assert f"| {CONTROL} | PASS | PASS | PASS | PASS |" in table
     assert "- fp16: naive 1/2, autocast 2/2" in table
     assert "- bf16: naive 1/2, autocast 2/2" in table
-    assert "linalg-solve, naive fp16: the half model raised NotImplementedError" in table
+    assert "linalg-solve, naive fp16: batch 0: the half model raised NotImplementedError" in table
 
 
 @pytest.mark.slow  # two tune runs, ~5 s here
