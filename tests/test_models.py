@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+from conftest import run_cli
 from halfprec import convert
 from halfprec.batch import call
 from halfprec.errors import ModelSpecError
@@ -89,3 +91,46 @@ def test_builtin_cnn_has_real_batchnorm_statistics() -> None:
     bn = loaded.model.stem[1]
     assert not torch.allclose(bn.running_var, torch.ones_like(bn.running_var))
     assert len(loaded.example_inputs) == 2
+
+
+def _tiny_llama() -> nn.Module:
+    import transformers as tf
+
+    torch.manual_seed(0)
+    config = tf.LlamaConfig(
+        num_hidden_layers=1,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        vocab_size=128,
+    )
+    return tf.LlamaForCausalLM(config).eval()
+
+
+def test_bf16_directory_loads_as_an_fp32_reference(tmp_path: Path) -> None:
+    stored = _tiny_llama().to(torch.bfloat16)
+    stored.save_pretrained(tmp_path)
+    loaded = load_model(str(tmp_path))
+    assert loaded.stored_dtype == "bf16"
+    assert "stores bf16 weights; they are loaded in fp32" in loaded.notes[0]
+    assert {p.dtype for p in loaded.model.parameters()} == {torch.float32}
+    batch = loaded.example_inputs[0]
+    upcast = _tiny_llama()  # the reference must be exactly the stored values, in fp32
+    upcast.load_state_dict({k: v.float() for k, v in stored.state_dict().items()})
+    torch.testing.assert_close(
+        call(loaded.model, batch).logits, call(upcast, batch).logits, rtol=0, atol=0
+    )
+
+
+def test_check_on_a_bf16_directory_reports_the_stored_dtype(tmp_path: Path) -> None:
+
+    _tiny_llama().to(torch.bfloat16).save_pretrained(tmp_path)
+    result = run_cli("check", str(tmp_path), "--dtype", "bf16", "--runs", "0", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["stored_dtype"] == "bf16"
+    # an fp32 reference holds twice the bytes of its bf16 conversion (not bf16 vs bf16)
+    assert data["bytes_fp32"] > 1.9 * data["bytes_half"]
+    assert "note: " in result.stderr and "stores bf16 weights" in result.stderr
