@@ -65,12 +65,17 @@ def _builders(tf: Any) -> dict[str, Any]:
     }
 
 
-def save(name: str, root: Path) -> Path:
-    """Build model ``name`` with fixed seeds and ``save_pretrained`` it under ``root``."""
+def build(name: str) -> Any:
+    """Model ``name`` built with fixed seeds, in eval mode."""
     import transformers as tf
 
     torch.manual_seed(0)
-    model = _builders(tf)[name]()
+    return _builders(tf)[name]().eval()
+
+
+def save(name: str, root: Path) -> Path:
+    """Build model ``name`` with fixed seeds and ``save_pretrained`` it under ``root``."""
+    model = build(name)
     path = root / name
     model.save_pretrained(str(path))
     return path
