@@ -24,13 +24,16 @@ def _data(rows: int = 4 * STEPS, length: int = 16) -> list[dict[str, torch.Tenso
 
 
 def _train(
-    tmp_path: Path, callbacks: list[Any], poison_at: set[int] = frozenset(), **kwargs: Any
+    tmp_path: Path,
+    callbacks: list[Any],
+    poison_at: set[int] = frozenset(),
+    model: nn.Module | None = None,
 ) -> tuple[nn.Module, list[dict[str, Any]]]:
     """Train a fresh tiny GPT-2 for STEPS steps with Trainer bf16; the training forwards
     numbered in ``poison_at`` (from 1) get inf out of block 0's MLP, as an overflow would."""
     from transformers import Trainer, TrainingArguments
 
-    model = build("gpt2").train()
+    model = model if model is not None else build("gpt2").train()
     calls = [0]
 
     def overflow(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor | None:
@@ -53,7 +56,6 @@ def _train(
         report_to=[],
         disable_tqdm=True,
         seed=0,
-        **kwargs,
     )
     trainer = Trainer(model=model, args=args, train_dataset=_data(), callbacks=callbacks)
     trainer.train()
@@ -83,7 +85,11 @@ def test_a_nan_step_is_skipped_and_reported_not_left_in_the_parameters(tmp_path:
     assert skipped.step == 2  # the third optimizer step, after 2 applied ones
     assert skipped.activation == "transformer.h.0.mlp (GPT2MLP)"
     assert skipped.gradients.total > 0 and "(in " in skipped.gradients.names[0]
+    assert logs[2]["loss"] == 0.0  # Trainer's logging_nan_inf_filter logs a skipped step so
     assert all(math.isfinite(log["loss"]) for log in logs[3:])
+    # the caller's model keeps no hook of ours after train(): only the test's own is left
+    assert len(model.transformer.h[0].mlp._forward_hooks) == 1
+    assert not any(p._post_accumulate_grad_hooks for p in model.parameters())
     # the schedule holds on the skipped step 3: step 4 runs at step 3's learning rate
     rates = [log["learning_rate"] for log in logs]
     assert rates[1] > rates[2] == rates[3] > rates[4]
@@ -91,8 +97,10 @@ def test_a_nan_step_is_skipped_and_reported_not_left_in_the_parameters(tmp_path:
 
 def test_the_watchdog_stops_a_run_that_keeps_skipping(tmp_path: Path) -> None:
     callback = MixedPrecisionCallback(TrainConfig(max_consecutive_skips=2))
+    model = build("gpt2").train()
     with pytest.raises(TrainingDivergedError, match="2 optimizer steps in a row") as info:
-        _train(tmp_path, [callback], poison_at={2, 3})
+        _train(tmp_path, [callback], poison_at={2, 3}, model=model)
     message = str(info.value)
     assert "in this bf16 run" in message and "train in bf16" not in message
     assert "first inf/NaN activation: transformer.h.0.mlp (GPT2MLP)" in message
+    assert not any(p._post_accumulate_grad_hooks for p in model.parameters())

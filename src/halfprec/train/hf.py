@@ -125,6 +125,7 @@ class MixedPrecisionCallback(_transformers.TrainerCallback):  # type: ignore[mis
         if limit is not None and self.consecutive_skips >= limit:
             first = self.skipped[-self.consecutive_skips]
             scale = float(scaler.get_scale()) if scaler is not None else None
+            self._watch.remove()  # train() ends here, without on_train_end
             raise diverged(
                 self.consecutive_skips, scale, first.gradients, first.activation, self._dtype
             )
