@@ -7,6 +7,16 @@ from typing import Any
 
 import torch
 
+# a one-layer Llama-style decoder (Llama, Mistral, ...) with a 64-token context
+DECODER = {
+    "num_hidden_layers": 1,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+}
+
 
 def _builders(tf: Any) -> dict[str, Any]:
     small = {"vocab_size": 128}
@@ -23,17 +33,7 @@ def _builders(tf: Any) -> dict[str, Any]:
         "gpt2": lambda: tf.GPT2LMHeadModel(
             tf.GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=64, **small)
         ),
-        "llama": lambda: tf.LlamaForCausalLM(
-            tf.LlamaConfig(
-                num_hidden_layers=1,
-                hidden_size=32,
-                intermediate_size=64,
-                num_attention_heads=2,
-                num_key_value_heads=2,
-                max_position_embeddings=64,
-                **small,
-            )
-        ),
+        "llama": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(**DECODER, **small)),
         "t5": lambda: tf.T5ForConditionalGeneration(
             tf.T5Config(
                 num_layers=1,

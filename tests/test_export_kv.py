@@ -13,7 +13,7 @@ from halfprec.export import ExportError, export, load_artifact
 from halfprec.export.kv_cache import WithPast
 from halfprec.io.specs import load_model
 from halfprec.testing.decode import DecodeCheck, decode_against_fp32, left_padded_prompts
-from hf_models import save
+from hf_models import DECODER, save
 
 transformers = pytest.importorskip("transformers")
 
@@ -117,16 +117,7 @@ def _onnx_runner(path: Path, layers: int) -> Any:
 def _mistral(root: Path, window: int) -> Path:
     """A tiny Mistral with a sliding window of ``window`` tokens and a 64-token context."""
     torch.manual_seed(0)
-    config = transformers.MistralConfig(
-        num_hidden_layers=1,
-        hidden_size=32,
-        intermediate_size=64,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        vocab_size=128,
-        sliding_window=window,
-    )
+    config = transformers.MistralConfig(**DECODER, vocab_size=128, sliding_window=window)
     path = root / f"mistral_w{window}"
     transformers.MistralForCausalLM(config).save_pretrained(str(path))
     return path
