@@ -198,3 +198,20 @@ def test_onnx_failure_of_a_kv_cache_file_does_not_offer_static() -> None:
     cached = explain_failure("torch.onnx.export", exc, can_be_static=False)
     assert cached.endswith("; export with --format exported-program")
     assert "--static" not in cached
+
+
+@pytest.mark.slow
+def test_mixtral_kv_cache_onnx_decodes_like_fp32(hf_root: Path, tmp_path: Path) -> None:
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    config = transformers.MixtralConfig(
+        **DECODER, vocab_size=128, num_local_experts=4, num_experts_per_tok=2
+    )
+    transformers.MixtralForCausalLM(config).save_pretrained(str(hf_root / "mixtral"))
+    loaded = load_model(str(hf_root / "mixtral"))
+    out = tmp_path / "mixtral.onnx"
+    result = export(loaded.model, loaded.example_inputs, out, "fp16", kv_cache=True)
+    assert result.passed, result.comparison.problems
+    assert any("1 mixture-of-experts layer(s) exported densely" in n for n in result.notes)
+    assert 0 < _decode(_onnx_runner(out, 1), loaded.model).worst < 0.05
