@@ -18,6 +18,7 @@ Only per-instance ``forward`` attributes change, as in
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import torch
 from torch import nn
@@ -53,7 +54,7 @@ def _every_expert(x: torch.Tensor, weight: torch.Tensor, transposed: bool) -> to
 
 
 def _dense_forward(
-    self: nn.Module,
+    self: Any,  # a transformers experts module (see _is_experts)
     hidden_states: torch.Tensor,
     top_k_index: torch.Tensor,
     top_k_weights: torch.Tensor,
