@@ -117,7 +117,7 @@ def _onnx_runner(path: Path, layers: int) -> Any:
 def _mistral(root: Path, window: int) -> Path:
     """A tiny Mistral with a sliding window of ``window`` tokens and a 64-token context."""
     torch.manual_seed(0)
-    config = transformers.MistralConfig(**DECODER, vocab_size=128, sliding_window=window)
+    config = transformers.MistralConfig(**DECODER, sliding_window=window)
     path = root / f"mistral_w{window}"
     transformers.MistralForCausalLM(config).save_pretrained(str(path))
     return path
@@ -204,12 +204,7 @@ def test_onnx_failure_of_a_kv_cache_file_does_not_offer_static() -> None:
 def test_mixtral_kv_cache_onnx_decodes_like_fp32(hf_root: Path, tmp_path: Path) -> None:
     pytest.importorskip("onnxscript")
     pytest.importorskip("onnxruntime")
-    torch.manual_seed(0)
-    config = transformers.MixtralConfig(
-        **DECODER, vocab_size=128, num_local_experts=4, num_experts_per_tok=2
-    )
-    transformers.MixtralForCausalLM(config).save_pretrained(str(hf_root / "mixtral"))
-    loaded = load_model(str(hf_root / "mixtral"))
+    loaded = load_model(str(save("mixtral", hf_root)))
     out = tmp_path / "mixtral.onnx"
     result = export(loaded.model, loaded.example_inputs, out, "fp16", kv_cache=True)
     assert result.passed, result.comparison.problems

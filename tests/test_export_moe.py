@@ -3,41 +3,19 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import pytest
 import torch
 
 from halfprec.export.moe import dense_experts
-from hf_models import DECODER
+from hf_models import build
 
 transformers = pytest.importorskip("transformers")
 
 
-def _mixtral(experts: int = 4) -> Any:
-    torch.manual_seed(0)
-    config = transformers.MixtralConfig(
-        **DECODER, vocab_size=128, num_local_experts=experts, num_experts_per_tok=2
-    )
-    return transformers.MixtralForCausalLM(config).eval()
-
-
-def _qwen2_moe() -> Any:
-    torch.manual_seed(0)
-    config = transformers.Qwen2MoeConfig(
-        **DECODER,
-        vocab_size=128,
-        num_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size=32,
-        shared_expert_intermediate_size=32,
-    )
-    return transformers.Qwen2MoeForCausalLM(config).eval()
-
-
-@pytest.mark.parametrize("build", [_mixtral, _qwen2_moe])
-def test_dense_experts_give_the_dispatched_output(build: Any) -> None:
-    model = build()
+@pytest.mark.parametrize("name", ["mixtral", "qwen2-moe"])
+def test_dense_experts_give_the_dispatched_output(name: str) -> None:
+    model = build(name)
     ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         want = model(input_ids=ids).logits
@@ -50,7 +28,7 @@ def test_dense_experts_give_the_dispatched_output(build: Any) -> None:
 
 
 def test_an_expert_nobody_chose_cannot_poison_the_output_with_nan() -> None:
-    model = _mixtral()
+    model = build("mixtral")
     experts = model.model.layers[0].mlp.experts
     hidden = torch.randn(5, 32, generator=torch.Generator().manual_seed(2))
     index = torch.tensor([[0, 1]] * 5)  # expert 3 gets no token

@@ -18,8 +18,9 @@ import torch
 from halfprec.batch import Batch
 from halfprec.compare import Comparison, Tolerance, compare_outputs
 from halfprec.dtypes import parse_dtype
+from halfprec.errors import clip
 from halfprec.export.capture import named_inputs
-from halfprec.export.config import ExportError, format_for_path
+from halfprec.export.config import ExportError, RuntimeFailure, format_for_path
 from halfprec.export.info import ArtifactInfo
 from halfprec.tree import flatten, map_tensors
 
@@ -119,6 +120,11 @@ def verify_artifact(
         return Verification(cmp, [], [], len(batches))
     try:
         outputs = [artifact(batches[i]) for i in picked]
+    except RuntimeFailure as exc:
+        raise ExportError(
+            f"{artifact.path} fails in its runtime ({clip(str(exc), 200)}); keep the module "
+            "with that op in fp32 (--keep-fp32), or export with --format exported-program"
+        ) from None
     except (RuntimeError, ValueError, TypeError, KeyError, IndexError, ExportError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ExportError(
