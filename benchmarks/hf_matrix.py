@@ -69,7 +69,8 @@ def _export(loaded: LoadedModel, fmt: str, folder: Path) -> str:
         (encoder,) = result.companions
         inputs = {k: v for k, v in loaded.example_inputs[0].items() if k != "decoder_input_ids"}
         steps = 2 * loaded.example_inputs[0]["decoder_input_ids"].shape[1]
-        steps = min(steps, int(getattr(model.config, "max_target_positions", steps)) - 1)
+        limit = getattr(model.config, "max_target_positions", None)  # Whisper's 32
+        steps = min(steps, int(limit) - 1) if limit else steps
         run, enc = load_artifact(result.path), load_artifact(encoder.path)
         decoded = decode_seq2seq_against_fp32(enc, run, model, inputs, steps)
     else:
