@@ -235,7 +235,11 @@ def stored_dtype(path: Path) -> str:
 
     counts: dict[str, int] = {}
     for file in sorted(path.glob("*.safetensors")):
-        with safe_open(str(file), framework="pt") as handle:
+        try:
+            handle = safe_open(str(file), framework="pt")
+        except Exception:  # noqa: BLE001 (SafetensorError: a stray file that is no weights)
+            continue
+        with handle:
             for key in handle.keys():  # noqa: SIM118 (a safe_open handle is no mapping)
                 part = handle.get_slice(key)
                 dtype = _SAFETENSORS_DTYPES.get(part.get_dtype())
