@@ -55,15 +55,17 @@ def run_cli(
 
 
 def run_cli_subprocess(
-    *args: str, cwd: Path | None = None, timeout: float = 600
+    *args: str, cwd: Path | None = None, timeout: float = 600, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m halfprec ARGS`` from this checkout in a fresh interpreter."""
+    """Run ``python -m halfprec ARGS`` from this checkout in a fresh interpreter (``stdin``:
+    text typed at its standard input)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run(
         [sys.executable, "-m", "halfprec", *args],
         capture_output=True,
         text=True,
+        input=stdin,
         cwd=cwd,
         env=env,
         timeout=timeout,

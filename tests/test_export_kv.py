@@ -13,7 +13,7 @@ from halfprec.export import ExportError, export, load_artifact
 from halfprec.export.kv_cache import WithPast
 from halfprec.io.specs import load_model
 from halfprec.testing.decode import DecodeCheck, decode_against_fp32, left_padded_prompts
-from hf_models import save
+from hf_models import DECODER, save
 
 transformers = pytest.importorskip("transformers")
 
@@ -51,7 +51,7 @@ def test_kv_cache_export_decodes_like_fp32(hf_root: Path, tmp_path: Path) -> Non
     model: Any = loaded.model
     result = export(model, loaded.example_inputs, tmp_path / "llama.pt2", "fp16", kv_cache=True)
     assert result.passed, result.comparison.problems
-    assert result.checked_batches == 3  # split prompt, one-token step, empty past
+    assert result.checked_batches == 4  # split prompt, one-token step, empty past, long past
     layers = model.config.num_hidden_layers
     assert result.info.inputs == (
         "input_ids",
@@ -74,24 +74,30 @@ def test_cli_kv_cache_onnx_decodes_like_fp32_in_onnxruntime(  # type: ignore[no-
     cli, hf_root: Path, tmp_path: Path
 ) -> None:
     pytest.importorskip("onnxscript")
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     folder, out = save("gpt2", hf_root), tmp_path / "g.onnx"
     proc = cli("export", str(folder), "-o", str(out), "--kv-cache", "--runs", "0", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["passed"] is True
-    assert data["checked_batches"] == 3
+    assert data["checked_batches"] == 4
     assert any("present_key_values" in n for n in data["notes"])
     assert load_artifact(out).info.kv_cache is True
     # check --artifact rebuilds the cache batches from the model's examples
     proc = cli("check", str(folder), "--artifact", str(out), "--json")
     assert proc.returncode == 0, proc.stderr
     verdict = json.loads(proc.stdout)
-    assert verdict["passed"] is True and verdict["batches"] == 3
-    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
+    assert verdict["passed"] is True and verdict["batches"] == 4
     model: Any = load_model(str(folder)).model.eval()
-    layers = model.config.num_hidden_layers
+    assert 0 < _decode(_onnx_runner(out, model.config.num_hidden_layers), model).worst < 0.05
+
+
+def _onnx_runner(path: Path, layers: int) -> Any:
+    """A KV-cache ONNX file in onnxruntime, as a function of one WithPast-layout batch."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
 
     def run(batch: dict[str, Any]) -> dict[str, Any]:
         feeds = {k: batch[k].numpy() for k in ("input_ids", "attention_mask", "position_ids")}
@@ -105,7 +111,39 @@ def test_cli_kv_cache_onnx_decodes_like_fp32_in_onnxruntime(  # type: ignore[no-
         )
         return {"logits": torch.from_numpy(got["logits"]), "present_key_values": present}
 
-    assert 0 < _decode(run, model).worst < 0.05
+    return run
+
+
+def _mistral(root: Path, window: int) -> Path:
+    """A tiny Mistral with a sliding window of ``window`` tokens and a 64-token context."""
+    torch.manual_seed(0)
+    config = transformers.MistralConfig(**DECODER, sliding_window=window)
+    path = root / f"mistral_w{window}"
+    transformers.MistralForCausalLM(config).save_pretrained(str(path))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("window", "suffix"), [(8, ".pt2"), (40, ".onnx")])
+def test_sliding_window_export_decodes_to_the_model_s_full_context(
+    hf_root: Path, tmp_path: Path, window: int, suffix: str
+) -> None:
+    # window 8: shorter than the 32-token examples; window 40: longer (the check's own
+    # lengths then stay inside it unless the long step goes past it)
+    if suffix == ".onnx":
+        pytest.importorskip("onnxscript")
+        pytest.importorskip("onnxruntime")
+    loaded = load_model(str(_mistral(hf_root, window)))
+    model: Any = loaded.model
+    assert loaded.example_inputs[0]["input_ids"].shape[1] == 32
+    out = tmp_path / f"mistral{suffix}"
+    result = export(model, loaded.example_inputs, out, "fp16", kv_cache=True)
+    assert result.passed and result.checked_batches == 4  # the 4th: past 63 > window, > 32
+    run = load_artifact(out) if suffix == ".pt2" else _onnx_runner(out, 1)
+    prompt, mask = left_padded_prompts(128)
+    steps = model.config.max_position_embeddings - prompt.shape[1]  # to the full context
+    check = decode_against_fp32(run, model, prompt, mask, steps)
+    assert check.passed and len(check.tokens[0]) == steps, check
 
 
 @pytest.mark.parametrize(
@@ -160,3 +198,15 @@ def test_onnx_failure_of_a_kv_cache_file_does_not_offer_static() -> None:
     cached = explain_failure("torch.onnx.export", exc, can_be_static=False)
     assert cached.endswith("; export with --format exported-program")
     assert "--static" not in cached
+
+
+@pytest.mark.slow
+def test_mixtral_kv_cache_onnx_decodes_like_fp32(hf_root: Path, tmp_path: Path) -> None:
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime")
+    loaded = load_model(str(save("mixtral", hf_root)))
+    out = tmp_path / "mixtral.onnx"
+    result = export(loaded.model, loaded.example_inputs, out, "fp16", kv_cache=True)
+    assert result.passed, result.comparison.problems
+    assert any("1 mixture-of-experts layer(s) exported densely" in n for n in result.notes)
+    assert 0 < _decode(_onnx_runner(out, 1), loaded.model).worst < 0.05

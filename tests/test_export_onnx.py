@@ -74,6 +74,30 @@ def test_unsupported_operator_is_named_and_leaves_no_file(tmp_path: Path) -> Non
     assert list(tmp_path.iterdir()) == []
 
 
+class _ScatterAdd(torch.nn.Module):
+    """A scatter-add onnxruntime's CPU kernels cannot run in fp16 (ScatterElements 'add')."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        return torch.zeros_like(y).scatter_add(1, index, y)
+
+
+def test_a_file_onnxruntime_cannot_run_is_an_error_and_not_kept(tmp_path: Path) -> None:
+    out = tmp_path / "s.onnx"
+    batch = (torch.randn(3, 4), torch.tensor([[0, 1, 2, 3]] * 3))
+    with pytest.raises(
+        ExportError,
+        match=r"s\.onnx fails in its runtime \(onnxruntime: .*"
+        r"ScatterElements.*--keep-fp32.*exported-program",
+    ):
+        halfprec.export(_ScatterAdd(), batch, out, "fp16")
+    assert not out.exists()
+
+
 def test_missing_extra_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "onnx", None)  # what an uninstalled package looks like
     with pytest.raises(MissingExtraError, match=r"'onnx'.*pip install 'halfprec\[onnx\]'"):

@@ -215,6 +215,55 @@ def test_watchdog_without_watch_points_at_optimizer_slot() -> None:
         mp.step(optimizer)
 
 
+def _overflowing_model() -> nn.Sequential:
+    """Block 0 overflows fp16 in its forward; the norm after it turns the inf into NaN, so
+    the first bad gradient in backward order is the head's (2.weight), not block 0's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.LayerNorm(16), nn.Linear(16, 3))
+    with torch.no_grad():
+        model[0].weight.fill_(2e4)  # 6 inputs of ~1 each: outputs far above fp16's 65504
+    return model
+
+
+def test_watchdog_names_the_module_whose_forward_made_the_inf() -> None:
+    model, (x, y) = _overflowing_model(), _batch()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    mp = MixedPrecision("fp16", "cpu", TrainConfig(max_consecutive_skips=2))
+    mp.watch(model)
+    with pytest.raises(TrainingDivergedError) as info:
+        for _ in range(2):
+            mp.backward(_loss(model, mp, x.abs() + 1, y))
+            mp.step(optimizer)
+    message = str(info.value)
+    assert "2.weight (in 2: Linear) first" in message  # the gradient view: next to the loss
+    assert "first inf/NaN activation: 0 (Linear)" in message  # the forward view: the cause
+    mp.unwatch()  # no hooks left: the next divergence has neither names nor activation
+    with torch.no_grad():
+        model[0].weight.fill_(0.1)
+    mp.backward(_loss(model, mp, x, y))
+    assert mp.step(optimizer).applied
+    with torch.no_grad():
+        model[0].weight.fill_(2e4)
+    with pytest.raises(TrainingDivergedError, match=r"params\[2\].*mp.watch") as info:
+        for _ in range(2):
+            mp.backward(_loss(model, mp, x.abs() + 1, y))
+            mp.step(optimizer)
+    assert "activation" not in str(info.value)
+
+
+@pytest.mark.parametrize(("dtype", "advised"), [("bf16", False), ("fp16", True)])
+def test_watchdog_advises_bf16_only_to_a_run_that_is_not_bf16(dtype: str, advised: bool) -> None:
+    model, (x, y) = _model(), _batch()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    mp = MixedPrecision(dtype, "cpu", TrainConfig(max_consecutive_skips=1))
+    _poison(model[2].bias)
+    mp.backward(_loss(model, mp, x, y))
+    with pytest.raises(TrainingDivergedError, match=f"in this {dtype} run") as info:
+        mp.step(optimizer)
+    assert ("train in bf16" in str(info.value)) == advised
+    assert ("loss scale now" in str(info.value)) == advised  # bf16 has no loss scale
+
+
 def test_state_dict_round_trip_restores_scale_tracker_and_counters() -> None:
     config = TrainConfig(init_scale=1024.0, growth_interval=3)
     model, (x, y) = _model(), _batch()

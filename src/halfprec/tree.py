@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["map_tensors", "flatten", "iter_tensors", "ROOT"]
+__all__ = ["map_tensors", "flatten", "iter_tensors", "unflatten", "ROOT"]
 
 ROOT = "output"
 
@@ -96,6 +96,20 @@ def _key(key: object) -> str:
     if isinstance(key, str) and key and "." not in key and not key.startswith("["):
         return key
     return f"[{key!r}]"
+
+
+def unflatten(named: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """Nested dicts from dotted paths (``{"a.0.b": t}`` -> ``{"a": {"0": {"b": t}}}``),
+    so that :func:`flatten` gives the same paths back: the inverse for files whose outputs
+    are named by path (ONNX). A name holding a bracketed key stays one key."""
+    out: dict[str, Any] = {}
+    for name, tensor in named.items():
+        parts = [name] if "[" in name else name.split(".")
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = tensor
+    return out
 
 
 def flatten(obj: Any) -> dict[str, torch.Tensor]:

@@ -87,4 +87,5 @@ def command(
             name=loaded.name,
             generate=generate,
         )
-    finish(result.to_json(), as_json, lambda: print_check(result), result.passed)
+    data = {**result.to_json(), "stored_dtype": loaded.stored_dtype or None, "notes": loaded.notes}
+    finish(data, as_json, lambda: print_check(result), result.passed)

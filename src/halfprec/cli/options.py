@@ -256,6 +256,8 @@ def load_for_command(
     """Resolve MODEL (plus --weights) and its batches, on the chosen device."""
     dev = resolve_device(device)
     loaded = load_model(spec)
+    for note in loaded.notes:  # on stderr: a --json report on stdout stays JSON
+        click.echo(f"note: {note}", err=True)
     if weights is not None:
         from halfprec.io.checkpoint import load
 

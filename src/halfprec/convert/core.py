@@ -487,7 +487,8 @@ class _Converter:
                     cast_outputs=cfg.cast_outputs,
                     recipe=self._resolved(islands, plans),
                     fp32_ops=frozenset(cfg.fp32_ops),
-                    fp32_inputs=cfg.fp32_inputs,
+                    # TorchScript code casts nothing: its inputs must arrive half
+                    fp32_inputs=cfg.fp32_inputs and not any(map(_scripted, modules.values())),
                     reason=self.choice.reason,
                     attributes_cast=tuple(self.attributes_cast),
                 )

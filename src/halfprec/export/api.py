@@ -30,6 +30,7 @@ from halfprec.export.config import ExportConfig, ExportError, ExportFormat, chec
 from halfprec.export.hf import CACHE_NOTE, CLAMP_NOTE, static_fp16_clamps, without_cache
 from halfprec.export.info import ArtifactInfo
 from halfprec.export.kv_cache import KV_CACHE_NOTE, cache_reference
+from halfprec.export.moe import DENSE_EXPERTS_NOTE, dense_experts
 from halfprec.export.onnx import OrtCasts, OrtLatency, inspect_casts, ort_latency, write_onnx
 from halfprec.export.seq2seq import (
     SEQ2SEQ_NOTE,
@@ -272,6 +273,9 @@ def _export_checked(
     clamps = static_fp16_clamps(half) if target.format != "torchscript" else 0
     if clamps:
         notes.append(CLAMP_NOTE.format(n=clamps))
+    dense = dense_experts(half) if target.format == "onnx" else 0
+    if dense:
+        notes.append(DENSE_EXPERTS_NOTE.format(n=dense))
     params = forward_params(half)
     io_dtype = half_dtype if half_io else torch.float32
 

@@ -18,10 +18,11 @@ import torch
 from halfprec.batch import Batch
 from halfprec.compare import Comparison, Tolerance, compare_outputs
 from halfprec.dtypes import parse_dtype
+from halfprec.errors import clip
 from halfprec.export.capture import named_inputs
-from halfprec.export.config import ExportError, ExportFormat, format_for_path
+from halfprec.export.config import ExportError, ExportFormat, RuntimeFailure, format_for_path
 from halfprec.export.info import ArtifactInfo
-from halfprec.tree import flatten, map_tensors
+from halfprec.tree import flatten, map_tensors, unflatten
 
 __all__ = ["Artifact", "Verification", "load_artifact", "verify_artifact"]
 
@@ -87,7 +88,7 @@ def load_artifact(path: str | Path, *, format: ExportFormat | None = None) -> Ar
     from halfprec.export.onnx import load_onnx
 
     session, info = load_onnx(p)
-    return Artifact(p, info, lambda named: session.run(session.feeds(flatten(named))))
+    return Artifact(p, info, lambda named: unflatten(session.run(session.feeds(flatten(named)))))
 
 
 @dataclass
@@ -120,6 +121,11 @@ def verify_artifact(
         return Verification(cmp, [], [], len(batches))
     try:
         outputs = [artifact(batches[i]) for i in picked]
+    except RuntimeFailure as exc:
+        raise ExportError(
+            f"{artifact.path} fails in its runtime ({clip(str(exc), 200)}); keep the module "
+            "with that op in fp32 (--keep-fp32), or export with --format exported-program"
+        ) from None
     except Exception as exc:  # torch, TorchScript and onnxruntime raise their own types
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ExportError(

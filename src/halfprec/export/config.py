@@ -12,6 +12,7 @@ from halfprec.dtypes import DTypeLike, is_auto, parse_dtype
 from halfprec.errors import DTypeError, HalfprecError
 
 __all__ = [
+    "RuntimeFailure",
     "ExportConfig",
     "ExportError",
     "ExportFormat",
@@ -39,6 +40,10 @@ DEFAULT_OPSET = 18
 
 class ExportError(HalfprecError, RuntimeError):
     """The model cannot be exported as asked (unsupported op, shapes, format)."""
+
+
+class RuntimeFailure(RuntimeError):
+    """The runtime that runs a written file (onnxruntime) failed inside one of its kernels."""
 
 
 def format_for_path(path: str | Path) -> ExportFormat:

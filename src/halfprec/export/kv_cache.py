@@ -38,6 +38,9 @@ __all__ = [
     "with_past_batches",
     "cache_reference",
     "position_ids",
+    "sliding_window",
+    "max_context",
+    "long_length",
     "KV_CACHE_NOTE",
     "MIN_TOKENS",
 ]
@@ -151,10 +154,11 @@ class WithPast(nn.Module):
     ) -> dict[str, Any]:
         from transformers import DynamicCache
 
-        cache = DynamicCache(
-            ddp_cache_data=[(p["key"], p["value"]) for p in past_key_values],
-            config=self.model.config,  # type: ignore[arg-type]
-        )
+        # no config: every layer keeps all its positions (a config would give sliding-window
+        # layers a cache that drops old positions, so the cache length would depend on the
+        # data: a graph exported at one length breaks past the window); the model's own
+        # sliding-window mask still hides the positions outside each layer's window
+        cache = DynamicCache(ddp_cache_data=[(p["key"], p["value"]) for p in past_key_values])
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -166,12 +170,15 @@ class WithPast(nn.Module):
 
     def prompt_cache(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Past:
         """The cache after ``input_ids``: the past for the tokens that follow."""
+        from transformers import DynamicCache
+
         with torch.no_grad():
             out = self.model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 use_cache=True,
                 **self._positions(position_ids(attention_mask)),
+                **{self.keyword: DynamicCache()},  # every position kept, as in forward
             )
         return _returned_cache(out)
 
@@ -208,11 +215,14 @@ def _split(
 
 
 def with_past_batches(wrapper: WithPast, batches: list[Batch]) -> list[Batch]:
-    """Three cache batches per example batch of ``L`` tokens (``L >= MIN_TOKENS``).
+    """Three or four cache batches per example batch of ``L`` tokens (``L >= MIN_TOKENS``).
 
     1. the first ``L // 2`` tokens as the past (from the fp32 model), the rest as new;
     2. ``L - 2`` tokens of past and one new token (a decoding step);
-    3. an empty past and all ``L`` tokens (the prompt).
+    3. an empty past and all ``L`` tokens (the prompt);
+    4. a decoding step whose past is longer than the example (and than the model's
+       sliding window, where it has one): :func:`long_length` tokens, the example's
+       tokens repeated. Left out where the model's context has no room beyond ``L``.
 
     Run ``wrapper`` in eval mode; its model must be the fp32 one being exported.
     """
@@ -221,11 +231,48 @@ def with_past_batches(wrapper: WithPast, batches: list[Batch]) -> list[Batch]:
         ids, mask = _tokens(batch, wrapper.model)
         n = ids.shape[1]
         require_tokens(n, "input_ids")
-
         out += [
             _split(wrapper, ids, mask, p, end) for p, end in ((n // 2, n), (n - 2, n - 1), (0, n))
         ]
+        long = long_length(wrapper.model.config, n)
+        if long > n:
+            reps = -(-long // n)
+            ids = torch.cat([ids, ids.repeat(1, reps)[:, : long - n]], dim=1)
+            mask = torch.cat([mask, torch.ones_like(ids[:, n:])], dim=1)
+            out.append(_split(wrapper, ids, mask, long - 1, long))
     return out
+
+
+def sliding_window(config: Any) -> int | None:
+    """The attention window of the model's sliding-window layers; None if it has none."""
+    window = getattr(config, "sliding_window", None)
+    if not isinstance(window, int) or window <= 0:
+        return None
+    if getattr(config, "use_sliding_window", True) is False:
+        return None  # Qwen2-style: a window is configured but not used
+    types = getattr(config, "layer_types", None)
+    if types and "sliding_attention" not in types:
+        return None
+    return window
+
+
+def max_context(config: Any) -> int | None:
+    """The longest sequence the model's config allows (positions), if it says."""
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def long_length(config: Any, n: int) -> int:
+    """The length of the check's long decoding step for examples of ``n`` tokens: past the
+    sliding window (when the window is within ``4 * n``, so the check stays cheap) and past
+    the examples, within the model's context; ``n`` when there is no room."""
+    window = sliding_window(config)
+    want = max(2 * n, window + 2 if window is not None and window + 2 <= 4 * n else 0)
+    limit = max_context(config)
+    return min(want, limit) if limit is not None else want
 
 
 def cache_reference(model: nn.Module, batches: list[Batch]) -> tuple[WithPast, list[Batch]]:

@@ -29,7 +29,7 @@ import torch
 
 from halfprec.errors import HalfprecError, require
 from halfprec.export.capture import explain_failure
-from halfprec.export.config import ExportError
+from halfprec.export.config import ExportError, RuntimeFailure
 from halfprec.export.info import INFO_KEY, ArtifactInfo
 from halfprec.modules import first_line
 from halfprec.timing import Timing, measure
@@ -181,7 +181,10 @@ class OnnxSession:
         return {n: tensors[n].detach().cpu().numpy() for n in self.input_names}
 
     def run(self, feeds: dict[str, Any]) -> dict[str, torch.Tensor]:
-        results = self.session.run(self.output_names, feeds)
+        try:
+            results = self.session.run(self.output_names, feeds)
+        except Exception as exc:  # onnxruntime's own types, none of them a RuntimeError
+            raise RuntimeFailure(f"onnxruntime: {first_line(exc)}") from None
         return {n: torch.from_numpy(r) for n, r in zip(self.output_names, results, strict=True)}
 
 

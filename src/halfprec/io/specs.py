@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import math
 import sys
 import zipfile
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from halfprec.errors import ModelSpecError
 from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers, sentences, token_batch
 from halfprec.modules import first_line
 
-__all__ = ["LoadedModel", "load_model", "SPEC_HELP"]
+__all__ = ["LoadedModel", "load_model", "stored_dtype", "SPEC_HELP"]
 
 SPEC_HELP = (
     "MODEL must be builtin:NAME (" + ", ".join(BUILTINS) + "), package.module:factory, "
@@ -49,6 +50,10 @@ class LoadedModel:
     example_inputs: list[Batch] = field(default_factory=list)
     name: str = ""
     source: str = ""
+    stored_dtype: str = ""
+    """Hugging Face directories: the dtype(s) of the stored weights (``"bf16"``, ...)."""
+    notes: list[str] = field(default_factory=list)
+    """What loading chose for the user (e.g. padding with eos), one sentence each."""
 
 
 def load_model(spec: str) -> LoadedModel:
@@ -149,6 +154,8 @@ def _where(module: ModuleType) -> str:
 
 
 def _hf_directory(path: Path) -> LoadedModel:
+    """A Hugging Face directory loaded in fp32 whatever dtype it was stored in (the fp32
+    reference), with no code from the directory run (``trust_remote_code=False``)."""
     config_file = path / "config.json"
     if not config_file.is_file():
         raise ModelSpecError(
@@ -157,15 +164,20 @@ def _hf_directory(path: Path) -> LoadedModel:
     tf = import_transformers()
     cls = _architecture(tf, config_file)
     try:
-        model = cls.from_pretrained(str(path))
+        model = cls.from_pretrained(str(path), dtype=torch.float32, trust_remote_code=False)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ModelSpecError(f"cannot load the Hugging Face model in {path}: {first}") from None
+        raise _load_error(path, exc) from None
+    stored = stored_dtype(path)
+    notes = []
+    if stored not in ("", "fp32"):
+        notes.append(
+            f"{path} stores {stored} weights; they are loaded in fp32 for the reference "
+            "(fp32 upcast of the stored values)"
+        )
     batches: list[Batch]
     tokenizer_files = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model")
     if any((path / f).is_file() for f in tokenizer_files):
-        tokenizer = tf.AutoTokenizer.from_pretrained(str(path))
-        enc = tokenizer(sentences()[:16], padding=True, return_tensors="pt")
+        enc = _tokenize(tf, path, notes)
         batches = [{"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}]
     else:
         vocab = int(getattr(model.config, "vocab_size", 1000))
@@ -173,7 +185,80 @@ def _hf_directory(path: Path) -> LoadedModel:
     batches = [_model_inputs(model, b) for b in batches]
     if (path / "modules.json").is_file() and getattr(model.config, "model_type", "") == "bert":
         model = SentenceEncoder(model)  # a sentence-transformers directory: mean pooling
-    return LoadedModel(model.eval(), batches, name=str(path), source="Hugging Face directory")
+    return LoadedModel(
+        model.eval(),
+        batches,
+        name=str(path),
+        source="Hugging Face directory",
+        stored_dtype=stored,
+        notes=notes,
+    )
+
+
+def _load_error(path: Path, exc: Exception) -> ModelSpecError:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if "trust_remote_code" in str(exc) or "custom code" in first:
+        return ModelSpecError(
+            f"{path} needs its own Python code (auto_map in its config), which halfprec "
+            "never runs from a model directory; load it yourself with "
+            "trust_remote_code=True in a factory and pass MODEL as path/to/file.py:factory"
+        )
+    return ModelSpecError(f"cannot load the Hugging Face model in {path}: {first}")
+
+
+def _tokenize(tf: Any, path: Path, notes: list[str]) -> Any:
+    """The example sentences tokenized and padded; a tokenizer without a pad token pads
+    with its eos token, as ``transformers.pipeline`` does (and a note says so)."""
+    try:
+        tokenizer = tf.AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise _load_error(path, exc) from None
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ModelSpecError(
+                f"the tokenizer in {path} has neither a pad token nor an eos token to pad "
+                "with; set pad_token in its tokenizer_config.json, or pass --inputs FILE"
+            )
+        tokenizer.pad_token = tokenizer.eos_token
+        notes.append(
+            f"the tokenizer in {path} has no pad token; padding with its eos token "
+            f"{tokenizer.eos_token!r} (id {tokenizer.eos_token_id}), as transformers.pipeline does"
+        )
+    return tokenizer(sentences()[:16], padding=True, return_tensors="pt")
+
+
+def stored_dtype(path: Path) -> str:
+    """The floating dtype(s) a Hugging Face directory stores its weights in, read from the
+    safetensors headers (most elements first, ``"bf16+fp32"`` when mixed), else from
+    config.json's ``dtype``/``torch_dtype``; ``""`` when neither says."""
+    from safetensors import safe_open
+
+    counts: dict[str, int] = {}
+    for file in sorted(path.glob("*.safetensors")):
+        try:
+            handle = safe_open(str(file), framework="pt")
+        except Exception:  # noqa: BLE001 (SafetensorError: a stray file that is no weights)
+            continue
+        with handle:
+            for key in handle.keys():  # noqa: SIM118 (a safe_open handle is no mapping)
+                part = handle.get_slice(key)
+                dtype = _SAFETENSORS_DTYPES.get(part.get_dtype())
+                if dtype is not None:
+                    counts[dtype] = counts.get(dtype, 0) + math.prod(part.get_shape())
+    if counts:
+        return "+".join(sorted(counts, key=lambda d: -counts[d]))
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return ""
+    named = config.get("dtype") or config.get("torch_dtype") if isinstance(config, dict) else None
+    if isinstance(named, str) and named in _CONFIG_DTYPES:
+        return _CONFIG_DTYPES[named]
+    return ""
+
+
+_SAFETENSORS_DTYPES = {"F16": "fp16", "BF16": "bf16", "F32": "fp32", "F64": "fp64"}
+_CONFIG_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}
 
 
 def _model_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

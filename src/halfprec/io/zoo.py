@@ -87,8 +87,9 @@ def minilm_path() -> str:
 def _minilm(batch_size: int = 32) -> tuple[nn.Module, list[Batch]]:
     tf = import_transformers()
     path = minilm_path()
-    tokenizer = tf.AutoTokenizer.from_pretrained(path)
-    model = SentenceEncoder(tf.AutoModel.from_pretrained(path)).eval()
+    tokenizer = tf.AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    encoder = tf.AutoModel.from_pretrained(path, dtype=torch.float32, trust_remote_code=False)
+    model = SentenceEncoder(encoder).eval()
     texts = sentences()
     batches: list[Batch] = []
     for start in range(0, len(texts), batch_size):

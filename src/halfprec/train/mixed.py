@@ -28,7 +28,7 @@ from torch import nn
 from halfprec.dtypes import DTypeLike, dtype_name, ensure_runnable, range_of, resolve_dtype
 from halfprec.errors import DTypeError, HalfprecError
 from halfprec.train.config import StepOutcome, StepStatus, TrainConfig
-from halfprec.train.watch import GradientWatch, NonFinite, TrainingDivergedError
+from halfprec.train.watch import GradientWatch, NonFinite, diverged
 
 __all__ = ["MixedPrecision", "TrainingStateError", "ensure_autocast_runs", "needs_loss_scaling"]
 
@@ -79,6 +79,7 @@ class MixedPrecision:
         self.steps_skipped = 0
         self.consecutive_skips = 0
         self._first_bad: NonFinite | None = None
+        self._first_activation: str | None = None
 
     # -- the verbs -------------------------------------------------------------------
 
@@ -138,7 +139,9 @@ class MixedPrecision:
         found_inf = not math.isfinite(grad_norm)
         if found_inf:
             bad = self._watch.find(optimizers)
-            self._first_bad = self._first_bad or bad
+            if self._first_bad is None:
+                self._first_bad = bad
+                self._first_activation = self._watch.first_activation()
         else:
             if clip_grad_norm is not None:
                 torch.nn.utils.clip_grads_with_norm_(params, clip_grad_norm, norm)
@@ -162,13 +165,20 @@ class MixedPrecision:
         self.steps_applied += 1
         self.consecutive_skips = 0
         self._first_bad = None
+        self._first_activation = None
         return self._outcome("applied", scale_before, grad_norm, False)
 
-    def watch(self, *models: nn.Module) -> None:
+    def watch(self, *models: nn.Module, activations: bool = True) -> None:
         """Record parameter names (and backward order) so the watchdog can name the
-        parameter and module whose gradient went inf/NaN first."""
+        parameter and module whose gradient went inf/NaN first; with ``activations``, also
+        the first module whose output held inf/NaN (one reduction per module output in
+        training forwards). :meth:`unwatch` takes the hooks off."""
         for model in models:
-            self._watch.add(model)
+            self._watch.add(model, activations=activations)
+
+    def unwatch(self) -> None:
+        """Remove the hooks that :meth:`watch` put on the models."""
+        self._watch.remove()
 
     # -- state -----------------------------------------------------------------------
 
@@ -253,11 +263,9 @@ class MixedPrecision:
             return
         first = self._first_bad or bad
         hint = "" if self._watch.watching else " (call mp.watch(model) to get parameter names)"
-        raise TrainingDivergedError(
-            f"{self.consecutive_skips} optimizer steps in a row were skipped for inf/NaN "
-            f"gradients (loss scale now {self.scale:g}); first inf/NaN gradient in the first "
-            f"skipped step: {first.describe()}{hint}. Fix the overflow there: keep that "
-            "module in fp32, lower the learning rate, or train in bf16"
+        scale = self.scale if self.scaling else None
+        raise diverged(
+            self.consecutive_skips, scale, first, self._first_activation, self.dtype, hint
         )
 
 

@@ -1,0 +1,146 @@
+"""What a Hugging Face user gets from halfprec, cell by cell, on tiny configs of 15 architectures.
+
+    HF_HUB_OFFLINE=1 PYTHONPATH=src python3 benchmarks/hf_matrix.py \
+        [--only llama,mixtral] [--cells check-fp16,check-bf16,generate,pt2,onnx] [--markdown out.md]
+
+Each architecture is built from a tiny config (1-2 layers, width 32, vocab 128, context
+128; sliding windows of 16 where the architecture has them, shorter than the 32-token
+examples), saved with ``save_pretrained`` and loaded back as a directory, as a user's
+checkpoint is (``halfprec.io.specs.load_model``: fp32, example batches). The cells:
+
+- ``check-fp16`` / ``check-bf16``: ``halfprec check DIR --dtype ...`` (no timing);
+- ``generate``: ``check --generate 8`` in fp16: greedy tokens agree with fp32;
+- ``pt2`` / ``onnx``: ``export --kv-cache`` in fp16, its check, then greedy decoding through
+  the file to twice the example length (64 positions; encoder-decoders: 16 decoder tokens),
+  each step against fp32 without a cache;
+- ``convert -o OUTDIR`` round trip: not in this script yet (it needs the recipe object of
+  issue 19).
+
+A cell is ``ok``, or one line with the reason. Exits 1 unless every cell run is ``ok``.
+It is a benchmark, not a test: export cells take 5-30 s each on a laptop CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from halfprec.check import check
+from halfprec.errors import HalfprecError, clip
+from halfprec.export import export, load_artifact
+from halfprec.io.specs import LoadedModel, load_model
+from halfprec.modules import first_line
+from halfprec.testing import hf_tiny
+from halfprec.testing.decode import (
+    decode_against_fp32,
+    decode_seq2seq_against_fp32,
+    left_padded_prompts,
+)
+
+CELLS = ("check-fp16", "check-bf16", "generate", "pt2", "onnx")
+CONTEXT = 128
+EXAMPLE = 32  # tokens in the example batches load_model makes without a tokenizer
+
+
+def _check(loaded: LoadedModel, dtype: str, generate: int = 0) -> str:
+    result = check(loaded.model, loaded.example_inputs, dtype, runs=0, generate=generate)
+    if not result.passed:
+        return f"FAIL: {result.comparison.reason}"
+    gen = result.generation
+    if generate and gen is not None:
+        return f"ok (token agreement {gen.agreement:.0%})"
+    return "ok"
+
+
+def _export(loaded: LoadedModel, fmt: str, folder: Path) -> str:
+    model = loaded.model
+    seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
+    result = export(model, loaded.example_inputs, folder / f"m.{fmt}", "fp16", kv_cache=True)
+    if not result.passed:
+        failed = next(r for r in (result, *result.companions) if not r.passed)
+        return f"check FAIL: {(failed.comparison.problems or [failed.comparison.reason])[0]}"
+    if seq2seq:
+        (encoder,) = result.companions
+        inputs = {k: v for k, v in loaded.example_inputs[0].items() if k != "decoder_input_ids"}
+        steps = 2 * loaded.example_inputs[0]["decoder_input_ids"].shape[1]
+        limit = getattr(model.config, "max_target_positions", None)  # Whisper's 32
+        steps = min(steps, int(limit) - 1) if limit else steps
+        run, enc = load_artifact(result.path), load_artifact(encoder.path)
+        decoded = decode_seq2seq_against_fp32(enc, run, model, inputs, steps)
+    else:
+        prompt, mask = left_padded_prompts(model.config.vocab_size)
+        steps = 2 * EXAMPLE - prompt.shape[1]
+        decoded = decode_against_fp32(load_artifact(result.path), model, prompt, mask, steps)
+    if not decoded.passed:
+        why = (
+            "non-finite logits" if decoded.nonfinite else f"argmax differs: {decoded.disagreements}"
+        )
+        why = clip(why, 120)
+        return f"decode FAIL after {len(decoded.tokens[0])} tokens: {why}"
+    return f"ok ({len(decoded.tokens[0])} tokens, logit diff <= {decoded.worst:.2g})"
+
+
+def _cell(loaded: LoadedModel, cell: str, folder: Path) -> str:
+    try:
+        if cell == "check-fp16":
+            return _check(loaded, "fp16")
+        if cell == "check-bf16":
+            return _check(loaded, "bf16")
+        if cell == "generate":
+            if getattr(loaded.model.config, "is_encoder_decoder", False):
+                return "n/a (--generate is for causal LMs)"
+            return _check(loaded, "fp16", generate=8)
+        return _export(loaded, cell, folder)
+    except HalfprecError as exc:
+        return clip(f"refused: {exc}", 200)
+    except Exception as exc:  # a benchmark lists upstream failures instead of stopping
+        return clip(f"error: {first_line(exc)}", 200)
+
+
+def main() -> int:
+    import transformers as tf
+
+    tf.logging.set_verbosity_error()
+    tf.utils.logging.disable_progress_bar()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated architecture names")
+    parser.add_argument("--cells", default=",".join(CELLS))
+    parser.add_argument("--markdown", type=Path, default=None)
+    args = parser.parse_args()
+    builders = hf_tiny.builders(tf, CONTEXT)
+    names = [n for n in args.only.split(",") if n] or list(builders)
+    cells = [c for c in args.cells.split(",") if c]
+    unknown = [n for n in names if n not in builders] + [c for c in cells if c not in CELLS]
+    if unknown:
+        parser.error(f"unknown: {', '.join(unknown)}; choose from {', '.join(builders)} / {CELLS}")
+    lines = ["| architecture | " + " | ".join(cells) + " | s |", "|---" * (len(cells) + 2) + "|"]
+    failed = 0
+    for name in names:
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.manual_seed(0)
+            builders[name]().save_pretrained(f"{tmp}/model")
+            loaded = load_model(f"{tmp}/model")
+            row = [_cell(loaded, cell, Path(tmp)) for cell in cells]
+        failed += sum(not r.startswith(("ok", "n/a")) for r in row)
+        line = f"| {name} | " + " | ".join(row) + f" | {time.perf_counter() - start:.0f} |"
+        print(line, flush=True)
+        lines.append(line)
+    total = len(names) * len(cells)
+    na = sum(line.count("| n/a") for line in lines)
+    lines += ["", f"{total - failed - na}/{total - na} cells ok ({na} n/a)."]
+    print(lines[-1])
+    if args.markdown is not None:
+        args.markdown.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Tiny Hugging Face models of 15 architectures (1-2 layers, width 32, vocab 128).
+
+Shared by the tests (``tests/hf_models.py``) and ``benchmarks/hf_matrix.py``: the
+decoder-only LMs of issue 23 (Qwen2, Mistral, Phi3, Gemma2, Gemma3, GPT-NeoX, Falcon, OPT,
+Mixtral, Qwen2-MoE, GPT-2, Llama) and the encoder-decoders T5, BART and Whisper, built from
+configs with seeded random weights. ``context`` is the decoders' position limit;
+sliding-window architectures get a window of ``WINDOW`` tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["NAMES", "WINDOW", "build", "builders", "decoder"]
+
+WINDOW = 16
+
+
+def decoder(context: int = 64) -> dict[str, Any]:
+    """A one-layer Llama-style decoder config (Llama, Mistral, Qwen2, ...)."""
+    return {
+        "num_hidden_layers": 1,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": context,
+        "vocab_size": 128,
+    }
+
+
+_ENCDEC = {
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "d_model": 32,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+    "vocab_size": 128,
+}
+
+
+def builders(tf: Any, context: int = 64) -> dict[str, Callable[[], nn.Module]]:
+    """Constructors by name, for the transformers module ``tf``."""
+    d = decoder(context)
+    two = {**d, "num_hidden_layers": 2, "head_dim": 16, "sliding_window": WINDOW}
+    small = {k: d[k] for k in ("hidden_size", "num_attention_heads", "vocab_size")}
+    small = {**small, "num_hidden_layers": 1, "max_position_embeddings": context}
+    moe = {**d, "num_experts_per_tok": 2}
+    return {
+        "qwen2": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(**d)),
+        "mistral": lambda: tf.MistralForCausalLM(tf.MistralConfig(**d, sliding_window=WINDOW)),
+        "phi3": lambda: tf.Phi3ForCausalLM(tf.Phi3Config(**d, pad_token_id=0)),
+        "gemma2": lambda: tf.Gemma2ForCausalLM(tf.Gemma2Config(**two)),
+        "gemma3": lambda: tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(**two)),
+        "gpt-neox": lambda: tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(**small, intermediate_size=64)),
+        "falcon": lambda: tf.FalconForCausalLM(tf.FalconConfig(**small)),
+        "opt": lambda: tf.OPTForCausalLM(tf.OPTConfig(**small, ffn_dim=64, word_embed_proj_dim=32)),
+        "mixtral": lambda: tf.MixtralForCausalLM(tf.MixtralConfig(**moe, num_local_experts=4)),
+        "qwen2-moe": lambda: tf.Qwen2MoeForCausalLM(
+            tf.Qwen2MoeConfig(
+                **moe, num_experts=4, moe_intermediate_size=32, shared_expert_intermediate_size=32
+            )
+        ),
+        "gpt2": lambda: tf.GPT2LMHeadModel(
+            tf.GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=context, vocab_size=128)
+        ),
+        "llama": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(**d)),
+        "t5": lambda: tf.T5ForConditionalGeneration(
+            tf.T5Config(
+                num_layers=1,
+                num_decoder_layers=1,
+                d_model=32,
+                d_ff=64,
+                d_kv=16,
+                num_heads=2,
+                decoder_start_token_id=0,
+                vocab_size=128,
+            )
+        ),
+        "bart": lambda: tf.BartForConditionalGeneration(
+            tf.BartConfig(max_position_embeddings=context, **_ENCDEC)
+        ),
+        "whisper": lambda: tf.WhisperForConditionalGeneration(
+            tf.WhisperConfig(
+                num_mel_bins=16,
+                max_source_positions=32,
+                max_target_positions=32,
+                pad_token_id=1,
+                bos_token_id=2,
+                eos_token_id=3,
+                decoder_start_token_id=2,
+                **_ENCDEC,
+            )
+        ),
+    }
+
+
+NAMES = (
+    "qwen2", "mistral", "phi3", "gemma2", "gemma3", "gpt-neox", "falcon", "opt",
+    "mixtral", "qwen2-moe", "gpt2", "llama", "t5", "bart", "whisper",
+)  # fmt: skip
+
+
+def build(name: str, context: int = 64) -> nn.Module:
+    """Model ``name`` with weights from seed 0, in eval mode."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    return builders(tf, context)[name]().eval()

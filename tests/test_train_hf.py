@@ -1,0 +1,106 @@
+"""MixedPrecisionCallback inside a real transformers.Trainer (bf16 on CPU, tiny GPT-2)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from halfprec.train import TrainConfig, TrainingDivergedError
+from halfprec.train.hf import MixedPrecisionCallback
+from hf_models import build
+
+STEPS = 6
+
+
+def _data(rows: int = 4 * STEPS, length: int = 16) -> list[dict[str, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 128, (rows, length), generator=gen)
+    return [{"input_ids": row, "labels": row} for row in ids]
+
+
+def _train(
+    tmp_path: Path,
+    callbacks: list[Any],
+    poison_at: set[int] = frozenset(),
+    model: nn.Module | None = None,
+) -> tuple[nn.Module, list[dict[str, Any]]]:
+    """Train a fresh tiny GPT-2 for STEPS steps with Trainer bf16; the training forwards
+    numbered in ``poison_at`` (from 1) get inf out of block 0's MLP, as an overflow would."""
+    from transformers import Trainer, TrainingArguments
+
+    model = model if model is not None else build("gpt2").train()
+    calls = [0]
+
+    def overflow(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor | None:
+        if not module.training:
+            return None
+        calls[0] += 1
+        return output * math.inf if calls[0] in poison_at else None
+
+    model.transformer.h[0].mlp.register_forward_hook(overflow)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        bf16=True,
+        use_cpu=True,
+        max_steps=STEPS,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        lr_scheduler_type="linear",
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        disable_tqdm=True,
+        seed=0,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=_data(), callbacks=callbacks)
+    trainer.train()
+    return model, [log for log in trainer.state.log_history if "loss" in log]
+
+
+def _finite(model: nn.Module) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+def test_loss_curve_is_plain_trainer_bf16_s_when_nothing_overflows(tmp_path: Path) -> None:
+    _, plain = _train(tmp_path / "plain", [])
+    callback = MixedPrecisionCallback()
+    _, watched = _train(tmp_path / "watched", [callback])
+    assert [log["loss"] for log in watched] == [log["loss"] for log in plain]
+    assert len(plain) == STEPS and callback.steps_applied == STEPS and not callback.skipped
+
+
+def test_a_nan_step_is_skipped_and_reported_not_left_in_the_parameters(tmp_path: Path) -> None:
+    poisoned, _ = _train(tmp_path / "plain", [], poison_at={3})
+    assert not _finite(poisoned)  # what plain Trainer bf16 does: NaN for good
+    callback = MixedPrecisionCallback()
+    model, logs = _train(tmp_path / "watched", [callback], poison_at={3})
+    assert _finite(model)
+    assert callback.steps_applied == STEPS - 1 and len(callback.skipped) == 1
+    skipped = callback.skipped[0]
+    assert skipped.step == 2  # the third optimizer step, after 2 applied ones
+    assert skipped.activation == "transformer.h.0.mlp (GPT2MLP)"
+    assert skipped.gradients.total > 0 and "(in " in skipped.gradients.names[0]
+    assert logs[2]["loss"] == 0.0  # Trainer's logging_nan_inf_filter logs a skipped step so
+    assert all(math.isfinite(log["loss"]) for log in logs[3:])
+    # the caller's model keeps no hook of ours after train(): only the test's own is left
+    assert len(model.transformer.h[0].mlp._forward_hooks) == 1
+    assert not any(p._post_accumulate_grad_hooks for p in model.parameters())
+    # the schedule holds on the skipped step 3: step 4 runs at step 3's learning rate
+    rates = [log["learning_rate"] for log in logs]
+    assert rates[1] > rates[2] == rates[3] > rates[4]
+
+
+def test_the_watchdog_stops_a_run_that_keeps_skipping(tmp_path: Path) -> None:
+    callback = MixedPrecisionCallback(TrainConfig(max_consecutive_skips=2))
+    model = build("gpt2").train()
+    with pytest.raises(TrainingDivergedError, match="2 optimizer steps in a row") as info:
+        _train(tmp_path, [callback], poison_at={2, 3}, model=model)
+    message = str(info.value)
+    assert "in this bf16 run" in message and "train in bf16" not in message
+    assert "first inf/NaN activation: transformer.h.0.mlp (GPT2MLP)" in message
+    assert not any(p._post_accumulate_grad_hooks for p in model.parameters())
