@@ -33,9 +33,10 @@ from halfprec.bench.limit import (
     Gemm,
     GemmLimit,
     GemmRecorder,
+    Timer,
     measure_limit,
+    measure_slowdown,
     probe_gemm,
-    probe_slowdown,
 )
 from halfprec.bench.machine import machine_info
 from halfprec.bench.results import BenchConfig, BenchResult, VariantResult
@@ -87,25 +88,30 @@ class _Runner:
         self.shapes: dict[Gemm, int] = {}
         self.keep_modules = False
         self.modules: dict[str, nn.Module] = {}
+        self.probe_timer: Timer | None = None
 
     @property
     def half_dtypes(self) -> list[torch.dtype]:
         return list(dict.fromkeys(v.dtype for v in self.variants if v.kind != "fp32"))
 
     def _probe(self) -> None:
-        """Probe each half dtype once at the model's costliest product; too slow: skip."""
+        """Probe each half dtype at the model's costliest product; skip it only when the
+        probe is sure it is too slow (:func:`~halfprec.bench.limit.measure_slowdown`)."""
         limit = self.config.skip_slower_than
         if limit is None:
             return
         gemm = probe_gemm(self.shapes)
         for dtype in self.half_dtypes:
             with fp32_matmuls():
-                slow = probe_slowdown(dtype, self.device, gemm, give_up_at=limit)
-            self.slowdowns[dtype] = slow
-            if slow > limit:
+                probe = measure_slowdown(
+                    dtype, self.device, gemm, give_up_at=limit, timer=self.probe_timer
+                )
+            self.slowdowns[dtype] = probe.ratio
+            if probe.slow:
                 self.skips[dtype] = (
-                    f"{dtype_name(dtype)} matmuls run {slow:.1f}x slower than fp32 on this "
-                    f"device (probe at {gemm.m}x{gemm.k}x{gemm.n}; limit {limit:g}x)"
+                    f"{dtype_name(dtype)} matmuls run {probe.ratio:.1f}x slower than fp32 on "
+                    f"this device (probe at {gemm.m}x{gemm.k}x{gemm.n}, at least "
+                    f"{probe.low:.1f}x in {probe.rounds} rounds; limit {limit:g}x)"
                 )
 
     def _limits(self) -> dict[torch.dtype, GemmLimit]:
@@ -277,6 +283,7 @@ def benchmark(
     spec: str | None = None,
     name: str = "",
     progress: Progress | None = None,
+    probe_timer: Timer | None = None,
 ) -> BenchResult:
     """Time, size and compare each variant of ``model`` on the first batch of ``inputs``.
 
@@ -288,7 +295,9 @@ def benchmark(
     included); ``compile=True`` adds a ``torch.compile`` twin of each.
     ``spec``: the MODEL spec ``model`` came from; with it, CPU peak memory is measured in a
     clean subprocess per variant (without it, CPU memory is not reported).
-    ``progress(step, total, label)`` is called before each variant.
+    ``progress(step, total, label)`` is called before each variant. ``probe_timer``: how
+    the slow-dtype probe times a call (:data:`~halfprec.bench.limit.Timer`; default the
+    wall clock, its result cached for the process).
     """
     cfg = ConvertConfig.of(config)
     options = bench or BenchConfig()
@@ -296,6 +305,7 @@ def benchmark(
     texts = [v.name if isinstance(v, Variant) else v for v in variants] if variants else None
     chosen = parse_variants(texts, compile=compile, dtypes=cfg.candidates(device))
     runner = _Runner(model, as_batches(inputs)[0], chosen, options, cfg, tolerance, spec, progress)
+    runner.probe_timer = probe_timer
     return run_benchmark(runner, name)[0]
 
 
