@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -89,6 +89,17 @@ class _Runner:
         self.keep_modules = False
         self.modules: dict[str, nn.Module] = {}
         self.probe_timer: Timer | None = None
+        self.seconds: dict[str, float] = {}  # where the run's time went, by phase
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Adds the seconds spent inside to ``self.seconds[name]``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - start
+            self.seconds[name] = self.seconds.get(name, 0.0) + spent
 
     @property
     def half_dtypes(self) -> list[torch.dtype]:
@@ -146,12 +157,15 @@ class _Runner:
                 if variant == Variant("fp32"):
                     reference = output
                     if index == 0:
-                        self._probe()
-                    limits = self._limits()
+                        with self.phase("probe"):
+                            self._probe()
+                    with self.phase("limit"):
+                        limits = self._limits()
                     result.limits[size] = limits
                 prepared.append((r, module, runs))
                 step += 1
-            self._time_interleaved(prepared, batch)
+            with self.phase("timing"):
+                self._time_interleaved(prepared, batch)
             fp32_median = prepared[0][0].median_s
             for r, module, _ in prepared:
                 if r.median_s and fp32_median:
@@ -162,9 +176,10 @@ class _Runner:
                 if self.keep_modules and index == 0 and module is not None:
                     self.modules[r.name] = module
                 if self.measure_memory and r.memory is None and r.status == "ok" and self.spec:
-                    r.memory = measure_in_subprocess(
-                        self.spec, r.variant, size, self.convert_config
-                    )
+                    with self.phase("memory"):
+                        r.memory = measure_in_subprocess(
+                            self.spec, r.variant, size, self.convert_config
+                        )
                 result.results.append(r)
                 if r.timing is not None and r.timing.spread > SPREAD_WARNING and r.status == "ok":
                     result.warnings.append(
@@ -212,7 +227,8 @@ class _Runner:
         # the fp32 original and the reference outputs stay resident; count only the variant
         before = 0 if self.allocator is None else int(self.allocator.memory_allocated(self.device))
         try:
-            module = build_variant(self.model, variant, self.convert_config)
+            with self.phase("build"):
+                module = build_variant(self.model, variant, self.convert_config)
         except Exception as exc:  # a variant that cannot be built is a finding, not a crash
             failed = VariantResult(variant, size, "failed", f"build: {first_line(exc)}")
             return failed, None, None, 0
@@ -223,7 +239,7 @@ class _Runner:
             self.allocator.reset_peak_memory_stats(self.device)
         runs = 0
         try:
-            with torch.inference_mode(), fp32_matmuls():
+            with self.phase("warm-up"), torch.inference_mode(), fp32_matmuls():
                 output, first, last = self._warm(module, batch, variant)
         except Exception as exc:
             result.status = "failed"
@@ -231,6 +247,8 @@ class _Runner:
             return result, None, None, 0
         if variant.compiled:
             result.compile_s = first
+            self.seconds["compile"] = self.seconds.get("compile", 0.0) + first
+            self.seconds["warm-up"] -= first  # counted once, as compile
         if last > cfg.max_call_s:
             result.status = "capped"
             result.timing = Timing((last,))
@@ -245,7 +263,10 @@ class _Runner:
         if reference is not None and output is not None:
             tol = self.tolerance
             dtype = None if variant.kind == "fp32" else variant.dtype
-            result.comparison = compare_outputs([reference], [output], tolerance=tol, dtype=dtype)
+            with self.phase("compare"):
+                result.comparison = compare_outputs(
+                    [reference], [output], tolerance=tol, dtype=dtype
+                )
         return result, (module if runs else None), output, runs
 
     def _warm(self, module: nn.Module, batch: Batch, variant: Variant) -> tuple[Any, float, float]:
