@@ -45,9 +45,24 @@ HALFPREC_FORMAT = "halfprec/1"
 Builder = Callable[[], nn.Module]
 
 
+# In-place ops that change a tensor's values and nothing else (not its shape, strides,
+# dtype or flags): the ways layers and ``nn.init`` initialise parameters.
+_VALUE_OPS = frozenset(
+    {
+        *("normal_", "uniform_", "zero_", "fill_", "copy_", "random_", "exponential_"),
+        *("bernoulli_", "cauchy_", "log_normal_", "geometric_", "erfinv_", "mul_", "add_"),
+        *("sub_", "div_", "clamp_", "clamp_min_", "clamp_max_", "fill_diagonal_"),
+        *("masked_fill_", "abs_", "neg_", "sqrt_", "exp_"),
+    }
+)
+
+
 class _EmptyOnMeta(TorchFunctionMode):
     """``torch.empty`` without a device makes meta tensors: layers allocate their
-    parameters that way before initialising them, so nothing real is ever allocated."""
+    parameters that way before initialising them, so nothing real is ever allocated. An
+    in-place value op (:data:`_VALUE_OPS`) on a meta tensor returns it at once: a meta
+    tensor has no values, and torch's meta kernels for random initialisation cost about a
+    millisecond each (a third of building BERT-base)."""
 
     def __torch_function__(
         self,
@@ -59,6 +74,13 @@ class _EmptyOnMeta(TorchFunctionMode):
         kwargs = dict(kwargs or {})
         if func is torch.empty and kwargs.get("device") is None:
             kwargs["device"] = "meta"
+        elif (
+            args
+            and isinstance(args[0], torch.Tensor)
+            and args[0].is_meta
+            and getattr(func, "__name__", "") in _VALUE_OPS
+        ):
+            return args[0]
         return func(*args, **kwargs)
 
 
@@ -175,9 +197,11 @@ def _read(old: torch.Tensor, names: list[str], source: TensorFile) -> torch.Tens
             f"{source.path}: {name} has shape {source.shape(name)} but the model's is "
             f"{tuple(old.shape)}; load it into the same architecture it was saved from"
         )
-    value = source.get(name)
-    if value.is_floating_point() and old.is_floating_point():
-        value = value.to(old.dtype)
+    cast = old.is_floating_point() and source.dtype(name).is_floating_point
+    if cast and source.dtype(name) != old.dtype:
+        value = source.get(name).to(old.dtype)  # read, cast, and the read copy let go
+    else:
+        value = source.mapped(name)  # kept as it is in the file: its pages, no copy
     if isinstance(old, nn.Parameter):
         return type(old)(value, requires_grad=old.requires_grad)
     return value
