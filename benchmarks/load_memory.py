@@ -111,12 +111,11 @@ def _touch(model: Any) -> None:
                 t.detach().reshape(-1).view(torch.uint8).max()
 
 
-def _load(how: str, folder: Path, config: Any) -> Any:
+def _load(how: str, folder: Path, cls: Any, config: Any) -> Any:
     import torch
 
     import halfprec
 
-    cls = _model_class(config)
     if how == "halfprec":
         return halfprec.load(folder / "model.safetensors", into=lambda: cls(config))
     return cls.from_pretrained(folder, dtype=torch.bfloat16)
@@ -125,14 +124,15 @@ def _load(how: str, folder: Path, config: Any) -> Any:
 def child(how: str, folder: str, name: str, tiny: str) -> None:
     import ctypes
 
-    config = _config(name)
-    _load(how, Path(tiny), _config("tiny"))  # lazy imports, once, outside the measurement
+    config, small = _config(name), _config("tiny")
+    cls = _model_class(config)  # transformers imports the model's module on first use
+    _load(how, Path(tiny), _model_class(small), small)  # lazy imports, outside the measurement
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     Path("/proc/self/clear_refs").write_text("5")
     before = _status("VmRSS")
     start = time.perf_counter()
-    model = _load(how, Path(folder), config)
+    model = _load(how, Path(folder), cls, config)
     loaded = time.perf_counter() - start
     _touch(model)
     touched = time.perf_counter() - start

@@ -46,13 +46,17 @@ Builder = Callable[[], nn.Module]
 
 
 # In-place ops that change a tensor's values and nothing else (not its shape, strides,
-# dtype or flags): the ways layers and ``nn.init`` initialise parameters.
+# dtype or flags): the ways layers and ``nn.init`` initialise parameters. ``nn.init``'s own
+# functions reach a torch function mode as themselves, with the tensor as ``tensor=``.
 _VALUE_OPS = frozenset(
     {
         *("normal_", "uniform_", "zero_", "fill_", "copy_", "random_", "exponential_"),
         *("bernoulli_", "cauchy_", "log_normal_", "geometric_", "erfinv_", "mul_", "add_"),
         *("sub_", "div_", "clamp_", "clamp_min_", "clamp_max_", "fill_diagonal_"),
         *("masked_fill_", "abs_", "neg_", "sqrt_", "exp_"),
+        *("trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_", "orthogonal_"),
+        *("xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_"),
+        "sparse_",
     }
 )
 
@@ -74,13 +78,10 @@ class _EmptyOnMeta(TorchFunctionMode):
         kwargs = dict(kwargs or {})
         if func is torch.empty and kwargs.get("device") is None:
             kwargs["device"] = "meta"
-        elif (
-            args
-            and isinstance(args[0], torch.Tensor)
-            and args[0].is_meta
-            and getattr(func, "__name__", "") in _VALUE_OPS
-        ):
-            return args[0]
+        elif getattr(func, "__name__", "") in _VALUE_OPS:
+            target = args[0] if args else kwargs.get("tensor")
+            if isinstance(target, torch.Tensor) and target.is_meta:
+                return target
         return func(*args, **kwargs)
 
 
