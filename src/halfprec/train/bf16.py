@@ -35,6 +35,8 @@ from torch import nn
 
 __all__ = ["StochasticAdamW", "round_stochastic", "training_bytes"]
 
+_SLICE = 1 << 16  # elements updated at a time: fp32 temporaries of a few MB, not a model's
+
 
 def round_stochastic(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """``x`` (fp32) rounded to bf16, up or down at random with the probability that makes
@@ -56,7 +58,9 @@ class StochasticAdamW(torch.optim.Optimizer):
 
     Each step reads the weight, gradient and moments into fp32, computes the AdamW update
     there, and writes weight and moments back in the parameter's dtype: bf16 ones with
-    :func:`round_stochastic`, fp32 ones exactly. Moments are kept in the parameter's dtype.
+    :func:`round_stochastic`, fp32 ones exactly. It works through each parameter in slices
+    of 65536 elements, so its fp32 temporaries stay a few MB whatever the layer's size.
+    Moments are kept in the parameter's dtype.
     ``seed`` seeds the optimizer's own random generator (one per device), so torch's global
     random state is never touched, and the same run repeats bit for bit. (The generator's
     state is not part of :meth:`state_dict`: a resumed run rounds with fresh bits.)
@@ -104,7 +108,7 @@ class StochasticAdamW(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            lr, (beta1, beta2) = group["lr"], group["betas"]
+            beta1, beta2 = group["betas"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -116,17 +120,38 @@ class StochasticAdamW(torch.optim.Optimizer):
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["step"] += 1
-                t = state["step"]
-                grad = p.grad.float()
-                weight = p.float() * (1 - lr * group["weight_decay"])
-                exp_avg = state["exp_avg"].float().lerp_(grad, 1 - beta1)
-                exp_avg_sq = state["exp_avg_sq"].float().lerp_(grad.square(), 1 - beta2)
-                denom = (exp_avg_sq / (1 - beta2**t)).sqrt_().add_(group["eps"])
-                weight.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**t))
-                self._store(state["exp_avg"], exp_avg)
-                self._store(state["exp_avg_sq"], exp_avg_sq)
-                self._store(p, weight)
+                tensors = (p, p.grad, state["exp_avg"], state["exp_avg_sq"])
+                if all(t.is_contiguous() for t in tensors):  # in slices: bounded temporaries
+                    flat = [t.view(-1) for t in tensors]
+                    for start in range(0, p.numel(), _SLICE):
+                        part = [t[start : start + _SLICE] for t in flat]
+                        self._update(*part, group, state["step"], beta1, beta2)
+                else:
+                    self._update(*tensors, group, state["step"], beta1, beta2)
         return loss
+
+    def _update(
+        self,
+        p: torch.Tensor,
+        grad_in: torch.Tensor,
+        m: torch.Tensor,
+        v: torch.Tensor,
+        group: dict[str, Any],
+        t: int,
+        beta1: float,
+        beta2: float,
+    ) -> None:
+        """AdamW on one slice in fp32, stored back in the slices' dtypes."""
+        lr = group["lr"]
+        grad = grad_in.float()
+        weight = p.float() * (1 - lr * group["weight_decay"])
+        exp_avg = m.float().lerp_(grad, 1 - beta1)
+        exp_avg_sq = v.float().lerp_(grad.square(), 1 - beta2)
+        denom = (exp_avg_sq / (1 - beta2**t)).sqrt_().add_(group["eps"])
+        weight.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**t))
+        self._store(m, exp_avg)
+        self._store(v, exp_avg_sq)
+        self._store(p, weight)
 
 
 def training_bytes(model: nn.Module, *optimizers: torch.optim.Optimizer) -> dict[str, int]:
