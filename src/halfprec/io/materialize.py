@@ -5,9 +5,13 @@ it inside :func:`parameters_on_meta`, so the model's parameters live on the meta
 (shapes and dtypes, no memory); buffers stay real, because non-persistent buffers
 (``position_ids``, rotary frequencies) are computed in ``__init__`` and never saved. The
 meta model is converted exactly as ``load`` into a built model would convert it (same
-dtype, same islands, same hooks), and then every parameter is read from the file straight
-into the dtype the conversion gave it: half for half modules, fp32 for islands. Tied
-parameters stay tied. Peak memory is the half model plus one tensor.
+dtype, same islands, same hooks), and then every parameter is filled from the file in the
+dtype the conversion gave it: half for half modules, fp32 for islands. A tensor already in
+that dtype in the file becomes a copy-on-write view of the file's pages
+(:meth:`TensorFile.mapped`, as ``from_pretrained`` loads): nothing is read or copied until
+the model uses it. A tensor that needs a cast is read, cast, and the read copy let go.
+Tied parameters stay tied. Peak memory is the half model plus one tensor. While building,
+in-place initialisation of meta parameters (``nn.init``, ``normal_``...) is skipped.
 
 For an fp32 checkpoint (``convert --weights``), the islands that :func:`halfprec.convert`
 would add because a value overflows the half dtype are decided from the file, one tensor
