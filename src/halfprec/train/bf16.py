@@ -108,7 +108,6 @@ class StochasticAdamW(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            beta1, beta2 = group["betas"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -120,29 +119,21 @@ class StochasticAdamW(torch.optim.Optimizer):
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["step"] += 1
-                tensors = (p, p.grad, state["exp_avg"], state["exp_avg_sq"])
+                tensors = [p, p.grad, state["exp_avg"], state["exp_avg_sq"]]
                 if all(t.is_contiguous() for t in tensors):  # in slices: bounded temporaries
                     flat = [t.view(-1) for t in tensors]
                     for start in range(0, p.numel(), _SLICE):
                         part = [t[start : start + _SLICE] for t in flat]
-                        self._update(*part, group, state["step"], beta1, beta2)
+                        self._update(part, group, state["step"])
                 else:
-                    self._update(*tensors, group, state["step"], beta1, beta2)
+                    self._update(tensors, group, state["step"])
         return loss
 
-    def _update(
-        self,
-        p: torch.Tensor,
-        grad_in: torch.Tensor,
-        m: torch.Tensor,
-        v: torch.Tensor,
-        group: dict[str, Any],
-        t: int,
-        beta1: float,
-        beta2: float,
-    ) -> None:
-        """AdamW on one slice in fp32, stored back in the slices' dtypes."""
-        lr = group["lr"]
+    def _update(self, tensors: list[torch.Tensor], group: dict[str, Any], t: int) -> None:
+        """AdamW on one slice (weight, gradient, moments) in fp32, stored back in the
+        slices' dtypes."""
+        p, grad_in, m, v = tensors
+        lr, (beta1, beta2) = group["lr"], group["betas"]
         grad = grad_in.float()
         weight = p.float() * (1 - lr * group["weight_decay"])
         exp_avg = m.float().lerp_(grad, 1 - beta1)
