@@ -238,3 +238,18 @@ def test_building_on_meta_skips_initialising_parameters_but_not_real_buffers() -
     assert net.lin.weight.is_meta and net.lin.weight.shape == (3, 4)
     assert net.lin.bias.is_meta and net.lin.weight.requires_grad
     assert torch.equal(net.scale, torch.full((3,), 3.0))
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads Linux /proc")
+def test_load_into_callable_maps_each_shard_of_a_sharded_checkpoint(tmp_path: Path) -> None:
+    net = _trained()
+    folder = _sharded(tmp_path, net)
+    lazy = load(folder, into=Net)
+    shards = {folder / "a.safetensors", folder / "b.safetensors"}
+    for name, t in lazy.state_dict().items():
+        if name == "offset":
+            continue
+        assert torch.equal(t, net.state_dict()[name]), name
+        assert any(_mapped_from(t, shard) for shard in shards), name
+    with torch.no_grad():
+        torch.testing.assert_close(lazy(IDS), net(IDS), rtol=0, atol=0)
