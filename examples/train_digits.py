@@ -1,4 +1,5 @@
-"""Train a classifier on scikit-learn's bundled digits data set in fp32, bf16 AMP and fp16 AMP.
+"""Train a classifier on scikit-learn's bundled digits data set in fp32, bf16 AMP, fp16 AMP
+and bf16 weights (``StochasticAdamW``).
 
     PYTHONPATH=src python examples/train_digits.py
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from halfprec.train import MixedPrecision
+from halfprec.train import MixedPrecision, StochasticAdamW
 
 UNDERFLOW_WEIGHT = 2.0**-20
 BATCH = 64
@@ -50,13 +51,21 @@ def train_digits(
     epochs: int = 25,
     seed: int = 0,
 ) -> DigitsResult:
-    """Train a 64-128-10 MLP. ``precision`` is fp32, bf16 or fp16. ``scale_loss=False``
-    runs plain ``torch.autocast`` + ``loss.backward()`` (no halfprec) as the baseline."""
+    """Train a 64-128-10 MLP. ``precision`` is fp32, bf16 or fp16 (AMP: fp32 weights), or
+    bf16-weights (bf16 weights, gradients and moments; ``StochasticAdamW`` without weight
+    decay is Adam). ``scale_loss=False`` runs plain ``torch.autocast`` +
+    ``loss.backward()`` (no halfprec) as the baseline."""
     x_train, x_test, y_train, y_test = digits_split()
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    optimizer: torch.optim.Optimizer
+    if precision == "bf16-weights":
+        model = model.to(torch.bfloat16)
+        optimizer = StochasticAdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+        precision, x_test = "bf16", x_test.to(torch.bfloat16)
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     initial = [p.detach().clone() for p in model.parameters()]
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     half = precision != "fp32"
     mp = MixedPrecision(precision, "cpu") if half and scale_loss else None
     gen = torch.Generator().manual_seed(seed)
@@ -79,8 +88,9 @@ def train_digits(
     with torch.no_grad():
         predicted = model(x_test).argmax(dim=1)
     changed = any(not torch.equal(p, q) for p, q in zip(model.parameters(), initial, strict=True))
+    weights = " weights" if x_test.dtype == torch.bfloat16 else ""
     return DigitsResult(
-        precision=precision + ("" if scale_loss or not half else " (no loss scaling)"),
+        precision=precision + weights + ("" if scale_loss or not half else " (no loss scaling)"),
         accuracy=float((predicted == y_test).float().mean()),
         skipped_steps=mp.steps_skipped if mp is not None else 0,
         weights_changed=changed,
@@ -92,7 +102,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=25)
     args = parser.parse_args()
     print(f"{'run':<44} {'test accuracy':>13} {'skipped':>8}")
-    for precision in ("fp32", "bf16", "fp16"):
+    for precision in ("fp32", "bf16", "fp16", "bf16-weights"):
         result = train_digits(precision, epochs=args.epochs)
         print(f"{result.precision:<44} {result.accuracy:>13.4f} {result.skipped_steps:>8}")
     for scale in (False, True):

@@ -267,6 +267,7 @@ def test_memory_worker_failure_is_a_note() -> None:
 @pytest.mark.slow
 def test_cli_bench_json_and_plot(cli, tiny_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     chart = tmp_path / "out" / "chart.png"
+    chart.parent.mkdir()  # a missing --plot folder is an error (tests/test_cli_errors.py)
     proc = cli(
         "bench",
         f"{tiny_file}:tiny",

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from halfprec.bench.limit import Gemm, gemm_shapes, measure_limit, probe_gemm, probe_slowdown
+from halfprec.bench.limit import (
+    Gemm,
+    clear_probe_cache,
+    gemm_shapes,
+    measure_limit,
+    measure_slowdown,
+    probe_gemm,
+    probe_slowdown,
+)
 from halfprec.bench.results import BenchConfig, fastest_variant
 from halfprec.bench.runner import benchmark
 from halfprec.bench.variants import COMPILE_RECIPES, CompileRecipe
+from halfprec.testing.clocks import ScriptedClock
 
 
 class Attention(nn.Module):
@@ -86,3 +97,74 @@ def test_config_rejects_bad_budget() -> None:
     with pytest.raises(ValueError, match="compile mode"):
         CompileRecipe(mode="fastest")
     assert COMPILE_RECIPES["cpu"].freezing and COMPILE_RECIPES["cuda"].mode == "max-autotune"
+
+
+def _noisy(seconds: float, rng: random.Random, n: int = 15) -> list[float]:
+    """``n`` calls of ``seconds`` on a busy machine: +0-40% jitter, and one call in five
+    slowed 2-5x by a burst of load."""
+    return [
+        seconds * (1 + 0.4 * rng.random()) * (rng.uniform(2, 5) if rng.random() < 0.2 else 1)
+        for _ in range(n)
+    ]
+
+
+SMALL = Gemm(1, 8, 8, 8)  # the fake clock decides; the real products only need to exist
+
+
+def test_probe_never_skips_a_fast_dtype_whatever_the_noise() -> None:
+    # the issue's reading: bf16's first two calls hit by load, "4.2x slower than fp32"
+    wild = ScriptedClock([0.010] * 15, [0.042, 0.041] + [0.005] * 13)
+    probe = measure_slowdown(torch.bfloat16, gemm=SMALL, timer=wild)
+    assert not probe.slow and probe.low < 1
+    for seed in range(200):
+        rng = random.Random(seed)
+        fp32, half = _noisy(0.010, rng), _noisy(0.010 * rng.uniform(0.3, 1.0), rng)
+        half[: rng.randint(0, 2)] = [0.042, 0.042]  # the wild outlier, sometimes
+        probe = measure_slowdown(torch.bfloat16, gemm=SMALL, timer=ScriptedClock(fp32, half))
+        assert not probe.slow, (seed, probe)
+
+
+def test_probe_still_skips_a_slow_dtype_in_three_calls_despite_noise() -> None:
+    for seed in range(50):
+        rng = random.Random(seed)
+        fp32, half = _noisy(0.010, rng), _noisy(0.010 * rng.uniform(30, 100), rng)
+        fp32[0] = 0.042  # a wild fp32 outlier does not hide it either
+        clock = ScriptedClock(fp32, half)
+        probe = measure_slowdown(torch.bfloat16, gemm=SMALL, timer=clock)
+        assert probe.slow and probe.low > 3 and probe.rounds == 3 and clock.calls["half"] == 3
+
+
+def test_probe_near_the_threshold_takes_more_rounds_and_in_doubt_says_not_slow() -> None:
+    # 3.2x slower by the medians, but one fp32 call was slow: not provably past 3x
+    clock = ScriptedClock([0.010, 0.010, 0.033], [0.032])
+    probe = measure_slowdown(torch.bfloat16, gemm=SMALL, timer=clock, max_rounds=9)
+    assert probe.ratio > 3 and not probe.slow and probe.rounds == 9
+    # steadily 4x slower: past the threshold in every call, after the planned 5 rounds
+    steady = measure_slowdown(torch.bfloat16, gemm=SMALL, timer=ScriptedClock([0.010], [0.040]))
+    assert steady.slow and steady.rounds == 5 and steady.ratio == pytest.approx(4.0)
+
+
+def test_probe_caches_the_wall_clock_per_process_never_a_given_timer() -> None:
+    clear_probe_cache()
+    first = measure_slowdown(torch.bfloat16, gemm=SMALL, rounds=2)
+    assert measure_slowdown(torch.bfloat16, gemm=SMALL, rounds=2) is first
+    clock = ScriptedClock([0.010], [0.005])
+    assert measure_slowdown(torch.bfloat16, gemm=SMALL, timer=clock).ratio == 0.5
+    clear_probe_cache()
+    assert measure_slowdown(torch.bfloat16, gemm=SMALL, rounds=2) is not first
+    with pytest.raises(ValueError, match=r"measure_slowdown\(rounds=0, max_rounds=15\)"):
+        measure_slowdown(torch.bfloat16, gemm=SMALL, rounds=0)
+
+
+def test_benchmark_times_a_fast_dtype_the_noisy_probe_misread_and_skips_a_slow_one() -> None:
+    cfg = BenchConfig(warmup=1, runs=2, memory="none", skip_slower_than=3.0, limit=False)
+    x = torch.randn(2, 5, 16)
+    wild = ScriptedClock([0.010], [0.042, 0.042, 0.042, 0.005])
+    result = benchmark(Attention(), x, variants=["halfprec-bf16"], bench=cfg, probe_timer=wild)
+    assert result.get("halfprec-bf16").status == "ok"
+    slow = ScriptedClock([0.010], [0.5])
+    result = benchmark(Attention(), x, variants=["halfprec-bf16"], bench=cfg, probe_timer=slow)
+    r = result.get("halfprec-bf16")
+    assert r.status == "skipped" and r.timing is None
+    assert "bf16 matmuls run 50.0x slower than fp32 on this device" in r.note
+    assert "at least 50.0x in 3 rounds; limit 3x" in r.note

@@ -9,6 +9,7 @@ from torch import nn
 import halfprec
 from halfprec import BenchConfig, Tolerance, compare
 from halfprec.bench.deploy import Deployed
+from halfprec.testing.clocks import ScriptedClock
 
 
 class Block(nn.Module):
@@ -96,8 +97,27 @@ def test_deploy_compiled_only_still_measures_against_eager_fp32() -> None:
     assert compiled.status == "ok" and compiled.compile_s is not None and compiled.accurate
     assert done.report.get("halfprec-bf16+compile").status == "skipped"
     assert done.variant in ("fp32", "fp32+compile")
+    assert done.seconds["compile"] == pytest.approx(compiled.compile_s)
+    assert "compile " in done.time_spent
     with torch.no_grad():
         assert torch.allclose(done.model(_x()), Block().eval()(_x()), atol=1e-5)
+
+
+def test_deploy_times_a_fast_dtype_a_noisy_probe_misread_and_says_where_time_went() -> None:
+    # the issue's reading: bf16's first calls hit by load, "4.2x slower than fp32"
+    wild = ScriptedClock([0.010], [0.042, 0.042, 0.042, 0.005])
+    bench = BenchConfig(warmup=1, runs=3, memory="none", limit_budget_s=1)
+    done = halfprec.deploy(Block(), _x(), "bf16", compile=False, bench=bench, probe_timer=wild)
+    bf16 = done.report.get("halfprec-bf16")
+    assert bf16.status == "ok" and bf16.timing is not None  # timed, not skipped
+    assert wild.calls["half"] >= 5  # in doubt the probe took more rounds
+    phases = {"probe", "limit", "build", "warm-up", "compare", "timing"}
+    assert phases <= set(done.seconds) and "compile" not in done.seconds
+    assert all(done.seconds[k] >= 0 for k in phases)
+    assert sum(done.seconds[k] for k in phases) <= done.seconds["total"]
+    assert done.time_spent.startswith(f"deploy took {done.seconds['total']:.1f} s: ")
+    assert f"timing {done.seconds['timing']:.1f} s" in done.time_spent
+    assert done.to_json()["seconds"] == done.seconds
 
 
 def test_deploy_rejects_nothing_to_try() -> None:

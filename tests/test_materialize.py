@@ -161,3 +161,95 @@ def test_cli_convert_weights_streams_a_safetensors_file(cli, tmp_path: Path) -> 
     data = json.loads(proc.stdout)
     assert data["dtype"] == "bf16" and "norm" in data["islands"]
     assert load_file(str(out))["body.weight"].dtype == torch.bfloat16
+
+
+def _mapped_from(t: torch.Tensor, path: Path) -> bool:
+    """True when ``t``'s memory lies in a mapping of the file ``path`` (/proc/self/maps)."""
+    ptr = t.data_ptr()
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)  # address perms offset dev inode [path]
+        low, high = (int(x, 16) for x in fields[0].split("-"))
+        if low <= ptr < high:
+            return len(fields) == 6 and fields[5].strip() == str(path.resolve())
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads Linux /proc")
+def test_load_into_callable_maps_the_file_instead_of_copying_it(tmp_path: Path) -> None:
+    path = save(convert(_trained(), "bf16"), tmp_path / "net.safetensors")
+    lazy = load(path, into=Net)
+    # kept as in the file: views of its pages, as from_pretrained loads (no read, no copy)
+    assert lazy.body.weight.dtype == torch.bfloat16 and _mapped_from(lazy.body.weight, path)
+    assert _mapped_from(lazy.embed.weight, path) and _mapped_from(lazy.bn.running_mean, path)
+    assert not _mapped_from(lazy.offset, path)  # computed in __init__, never saved
+    before = TensorFile(path).get("body.weight").clone()
+    with torch.no_grad():
+        lazy.body.weight.add_(1)  # copy on write: the file is not changed
+    assert torch.equal(TensorFile(path).get("body.weight"), before)
+    save(convert(Net(), "bf16"), path)  # replaced by rename: the loaded model is intact
+    assert torch.equal(lazy.body.weight.detach(), before + 1)
+    # cast on load (a plain bf16 file into the fp32 model): read and cast, not mapped
+    plain = tmp_path / "plain.safetensors"
+    state = _trained().state_dict()
+    half = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in state.items()}
+    save_file({k: v for k, v in half.items() if k != "head.weight"}, plain)
+    fp32 = load(plain, into=Net)
+    assert fp32.body.weight.dtype == torch.float32 and not _mapped_from(fp32.body.weight, plain)
+    assert torch.equal(fp32.body.weight, state["body.weight"].to(torch.bfloat16).float())
+
+
+def test_mapped_tensors_equal_read_ones_and_misaligned_ones_are_read(tmp_path: Path) -> None:
+    specs = {
+        "odd": (torch.bfloat16, (3,)),
+        "f": (torch.float32, (2, 2)),
+        "e": (torch.float32, (0,)),
+    }
+    values = {
+        "odd": torch.randn(3).to(torch.bfloat16),
+        "f": torch.randn(2, 2),
+        "e": torch.zeros(0),
+    }
+    with (tmp_path / "t.safetensors").open("wb") as f:
+        writer = TensorWriter(f, specs)
+        for name, t in values.items():
+            writer.write(name, t)
+        writer.close()
+    source = TensorFile(tmp_path / "t.safetensors")
+    for name, t in values.items():
+        got = source.mapped(name)
+        assert got.dtype == t.dtype and torch.equal(got, t), name
+    # "f" starts 6 bytes after "odd", not on a 4-byte boundary: read into aligned memory
+    assert source.mapped("f").data_ptr() % 4 == 0
+    assert not _mapped_from(source.mapped("f"), tmp_path / "t.safetensors")
+    assert _mapped_from(source.mapped("odd"), tmp_path / "t.safetensors")
+
+
+def test_building_on_meta_skips_initialising_parameters_but_not_real_buffers() -> None:
+    class Init(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 3)
+            nn.init.trunc_normal_(self.lin.weight, std=0.02)
+            nn.init.zeros_(self.lin.bias)
+            self.register_buffer("scale", torch.ones(3))
+            self.scale.mul_(2).add_(1)  # a real buffer: its in-place init must still run
+
+    net = build_on_meta(Init)
+    assert net.lin.weight.is_meta and net.lin.weight.shape == (3, 4)
+    assert net.lin.bias.is_meta and net.lin.weight.requires_grad
+    assert torch.equal(net.scale, torch.full((3,), 3.0))
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads Linux /proc")
+def test_load_into_callable_maps_each_shard_of_a_sharded_checkpoint(tmp_path: Path) -> None:
+    net = _trained()
+    folder = _sharded(tmp_path, net)
+    lazy = load(folder, into=Net)
+    shards = {folder / "a.safetensors", folder / "b.safetensors"}
+    for name, t in lazy.state_dict().items():
+        if name == "offset":
+            continue
+        assert torch.equal(t, net.state_dict()[name]), name
+        assert any(_mapped_from(t, shard) for shard in shards), name
+    with torch.no_grad():
+        torch.testing.assert_close(lazy(IDS), net(IDS), rtol=0, atol=0)

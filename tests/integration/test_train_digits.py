@@ -1,4 +1,5 @@
-"""Real training on scikit-learn's bundled digits data: AMP accuracy, and loss scaling."""
+"""Real training on scikit-learn's bundled digits data: AMP and bf16 weights accuracy, and
+loss scaling."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def fp32_accuracy() -> float:
     return train_digits("fp32").accuracy
 
 
-@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "bf16-weights"])
 def test_amp_accuracy_within_one_point_of_fp32(precision: str, fp32_accuracy: float) -> None:
     result = train_digits(precision)
     assert fp32_accuracy > 0.9  # the model really learned the task

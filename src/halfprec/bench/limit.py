@@ -8,10 +8,12 @@ and in a half dtype, interleaved round-robin, and returns the ratio of the total
 each shape weighted by how often the model calls it. A variant's *efficiency* is its
 speedup over fp32 divided by this limit.
 
-:func:`probe_slowdown` is the cheap check run first: one product in fp32 and at most a
-few in the half dtype, stopping as soon as the half dtype is clearly too slow to be worth
-timing (fp16 on a CPU without fp16 kernels runs ~100x slower), so that such a dtype costs
-seconds, never minutes.
+:func:`measure_slowdown` is the cheap check run first: one product timed in fp32 and in
+the half dtype, interleaved, stopping as soon as the half dtype is clearly too slow to be
+worth timing (fp16 on a CPU without fp16 kernels runs ~100x slower), so that such a dtype
+costs seconds, never minutes. It can call a dtype slow only when the half dtype's fastest
+call loses to fp32's slowest by the threshold; when in doubt it says *not slow*, and the
+dtype is timed instead of skipped.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ __all__ = [
     "GemmRecorder",
     "gemm_shapes",
     "measure_limit",
+    "Slowdown",
+    "Timer",
+    "clear_probe_cache",
+    "measure_slowdown",
     "probe_gemm",
     "probe_slowdown",
 ]
@@ -194,30 +200,114 @@ def measure_limit(
     return GemmLimit(dtype, ratio, "gemm", len(shapes))
 
 
+Timer = Callable[[Callable[[], object], torch.dtype], float]
+"""Times one call of a probe's product: ``timer(fn, dtype) -> seconds``. The default calls
+``fn`` and synchronises the device around a wall clock; tests pass fake timings."""
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """How many times slower one product runs in ``dtype`` than in fp32 (below 1: faster),
+    from ``rounds`` interleaved pairs of calls.
+
+    ``ratio`` is median over median. ``low`` is the least it can be: the fastest half call
+    over the slowest fp32 call, so load that slows a few calls (either dtype's) can only
+    lower it. ``slow`` is the verdict, ``low > give_up_at``: a dtype is skipped only when
+    even its best call loses to fp32's worst by that factor, which a fast dtype cannot do.
+    """
+
+    dtype: torch.dtype
+    ratio: float
+    low: float
+    high: float
+    rounds: int
+    slow: bool
+
+
+def _slowdown(
+    dtype: torch.dtype, fp32: list[float], half: list[float], give_up_at: float
+) -> Slowdown:
+    worst, best = max(fp32), min(fp32)
+    if best <= 0:  # a clock too coarse to see the call: no evidence of slowness
+        return Slowdown(dtype, 1.0, 0.0, math.inf, len(half), False)
+    ratio = statistics.median(half) / statistics.median(fp32)
+    low, high = min(half) / worst, max(half) / best
+    return Slowdown(dtype, ratio, low, high, len(half), low > give_up_at)
+
+
+_PROBES: dict[tuple[str, int, torch.dtype, Gemm, float], Slowdown] = {}
+
+
+def measure_slowdown(
+    dtype: torch.dtype,
+    device: torch.device | str = "cpu",
+    gemm: Gemm = Gemm(1, 128, 768, 3072),
+    *,
+    give_up_at: float = 3.0,
+    rounds: int = 5,
+    max_rounds: int = 15,
+    timer: Timer | None = None,
+) -> Slowdown:
+    """Time ``gemm`` in fp32 and in ``dtype``, interleaved: each round calls fp32 then
+    ``dtype`` once, after one warm-up call of each.
+
+    It stops early, after 3 rounds, once the dtype is clearly slow (``low > 2 *
+    give_up_at``: a dtype ~100x slower costs 3 timed calls, seconds); otherwise it runs
+    ``rounds`` rounds, and keeps adding rounds, up to ``max_rounds``, while the verdict is
+    in doubt (the range from ``low`` to ``high`` straddles ``give_up_at``). In doubt at
+    the end, the verdict is *not slow*: the caller times the dtype instead of skipping it.
+
+    With the default wall-clock ``timer`` the result is cached for the process, per
+    device, thread count, dtype, product and ``give_up_at``; a given ``timer`` is never
+    cached. (:func:`clear_probe_cache` forgets.)
+    """
+    if not 1 <= rounds <= max_rounds:
+        raise ValueError(
+            f"measure_slowdown(rounds={rounds}, max_rounds={max_rounds}): need "
+            "1 <= rounds <= max_rounds"
+        )
+    dev = torch.device(device)
+    key = (str(dev), torch.get_num_threads(), dtype, gemm, give_up_at)
+    if timer is None and key in _PROBES:
+        return _PROBES[key]
+    clock = timer or (lambda fn, _dtype: _timed(fn, dev))
+    fp32 = _operands(gemm, torch.float32, dev)
+    half = _operands(gemm, dtype, dev)
+    fp32_s: list[float] = []
+    half_s: list[float] = []
+    with torch.inference_mode():
+        fp32()  # warm-up: one-time costs (allocation, kernel selection) are not timed
+        half()
+        synchronize(dev)
+        for done in range(1, max_rounds + 1):
+            fp32_s.append(clock(fp32, torch.float32))
+            half_s.append(clock(half, dtype))
+            found = _slowdown(dtype, fp32_s, half_s, give_up_at)
+            if found.low > 2 * give_up_at and done >= min(3, rounds):
+                break  # clearly slow: far past the threshold in every call
+            doubt = found.low <= give_up_at < found.high
+            if done >= rounds and not doubt:
+                break
+    if timer is None:
+        _PROBES[key] = found
+    return found
+
+
+def clear_probe_cache() -> None:
+    """Forget the probes :func:`measure_slowdown` cached in this process."""
+    _PROBES.clear()
+
+
 def probe_slowdown(
     dtype: torch.dtype,
     device: torch.device | str = "cpu",
     gemm: Gemm = Gemm(1, 128, 768, 3072),
     *,
     give_up_at: float = 3.0,
+    timer: Timer | None = None,
 ) -> float:
-    """How many times slower one ``gemm`` runs in ``dtype`` than in fp32 (below 1: faster).
-
-    fp32 is timed 3 times after a warm-up (median). ``dtype`` is called once; when that
-    call is already ``give_up_at`` times slower than fp32, once more (the first may pay
-    one-time costs) and the faster of the two is returned; otherwise two more calls and
-    the median. So a slow dtype costs two calls. The default shape is a row slice of
-    BERT-base's MLP, big enough that CPU kernels which slow down only above a size show it.
-    """
-    dev = torch.device(device)
-    fp32 = _operands(gemm, torch.float32, dev)
-    half = _operands(gemm, dtype, dev)
-    with torch.inference_mode():
-        fp32()
-        base = statistics.median(_timed(fp32, dev) for _ in range(3))
-        first = _timed(half, dev)
-        if base <= 0:
-            return 1.0
-        if first / base > give_up_at:
-            return min(first, _timed(half, dev)) / base
-        return statistics.median([first, *(_timed(half, dev) for _ in range(2))]) / base
+    """How many times slower one ``gemm`` runs in ``dtype`` than in fp32 (below 1: faster):
+    the ``ratio`` of :func:`measure_slowdown` (see there for the rounds and the cache). The
+    default shape is a row slice of BERT-base's MLP, big enough that CPU kernels which slow
+    down only above a size show it."""
+    return measure_slowdown(dtype, device, gemm, give_up_at=give_up_at, timer=timer).ratio

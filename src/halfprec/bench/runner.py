@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -33,9 +33,10 @@ from halfprec.bench.limit import (
     Gemm,
     GemmLimit,
     GemmRecorder,
+    Timer,
     measure_limit,
+    measure_slowdown,
     probe_gemm,
-    probe_slowdown,
 )
 from halfprec.bench.machine import machine_info
 from halfprec.bench.results import BenchConfig, BenchResult, VariantResult
@@ -87,25 +88,41 @@ class _Runner:
         self.shapes: dict[Gemm, int] = {}
         self.keep_modules = False
         self.modules: dict[str, nn.Module] = {}
+        self.probe_timer: Timer | None = None
+        self.seconds: dict[str, float] = {}  # where the run's time went, by phase
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Adds the seconds spent inside to ``self.seconds[name]``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - start
+            self.seconds[name] = self.seconds.get(name, 0.0) + spent
 
     @property
     def half_dtypes(self) -> list[torch.dtype]:
         return list(dict.fromkeys(v.dtype for v in self.variants if v.kind != "fp32"))
 
     def _probe(self) -> None:
-        """Probe each half dtype once at the model's costliest product; too slow: skip."""
+        """Probe each half dtype at the model's costliest product; skip it only when the
+        probe is sure it is too slow (:func:`~halfprec.bench.limit.measure_slowdown`)."""
         limit = self.config.skip_slower_than
         if limit is None:
             return
         gemm = probe_gemm(self.shapes)
         for dtype in self.half_dtypes:
             with fp32_matmuls():
-                slow = probe_slowdown(dtype, self.device, gemm, give_up_at=limit)
-            self.slowdowns[dtype] = slow
-            if slow > limit:
+                probe = measure_slowdown(
+                    dtype, self.device, gemm, give_up_at=limit, timer=self.probe_timer
+                )
+            self.slowdowns[dtype] = probe.ratio
+            if probe.slow:
                 self.skips[dtype] = (
-                    f"{dtype_name(dtype)} matmuls run {slow:.1f}x slower than fp32 on this "
-                    f"device (probe at {gemm.m}x{gemm.k}x{gemm.n}; limit {limit:g}x)"
+                    f"{dtype_name(dtype)} matmuls run {probe.ratio:.1f}x slower than fp32 on "
+                    f"this device (probe at {gemm.m}x{gemm.k}x{gemm.n}, at least "
+                    f"{probe.low:.1f}x in {probe.rounds} rounds; limit {limit:g}x)"
                 )
 
     def _limits(self) -> dict[torch.dtype, GemmLimit]:
@@ -140,12 +157,15 @@ class _Runner:
                 if variant == Variant("fp32"):
                     reference = output
                     if index == 0:
-                        self._probe()
-                    limits = self._limits()
+                        with self.phase("probe"):
+                            self._probe()
+                    with self.phase("limit"):
+                        limits = self._limits()
                     result.limits[size] = limits
                 prepared.append((r, module, runs))
                 step += 1
-            self._time_interleaved(prepared, batch)
+            with self.phase("timing"):
+                self._time_interleaved(prepared, batch)
             fp32_median = prepared[0][0].median_s
             for r, module, _ in prepared:
                 if r.median_s and fp32_median:
@@ -156,9 +176,10 @@ class _Runner:
                 if self.keep_modules and index == 0 and module is not None:
                     self.modules[r.name] = module
                 if self.measure_memory and r.memory is None and r.status == "ok" and self.spec:
-                    r.memory = measure_in_subprocess(
-                        self.spec, r.variant, size, self.convert_config
-                    )
+                    with self.phase("memory"):
+                        r.memory = measure_in_subprocess(
+                            self.spec, r.variant, size, self.convert_config
+                        )
                 result.results.append(r)
                 if r.timing is not None and r.timing.spread > SPREAD_WARNING and r.status == "ok":
                     result.warnings.append(
@@ -206,7 +227,8 @@ class _Runner:
         # the fp32 original and the reference outputs stay resident; count only the variant
         before = 0 if self.allocator is None else int(self.allocator.memory_allocated(self.device))
         try:
-            module = build_variant(self.model, variant, self.convert_config)
+            with self.phase("build"):
+                module = build_variant(self.model, variant, self.convert_config)
         except Exception as exc:  # a variant that cannot be built is a finding, not a crash
             failed = VariantResult(variant, size, "failed", f"build: {first_line(exc)}")
             return failed, None, None, 0
@@ -217,7 +239,7 @@ class _Runner:
             self.allocator.reset_peak_memory_stats(self.device)
         runs = 0
         try:
-            with torch.inference_mode(), fp32_matmuls():
+            with self.phase("warm-up"), torch.inference_mode(), fp32_matmuls():
                 output, first, last = self._warm(module, batch, variant)
         except Exception as exc:
             if variant == Variant("fp32"):  # the user's own model refuses these inputs
@@ -227,6 +249,8 @@ class _Runner:
             return result, None, None, 0
         if variant.compiled:
             result.compile_s = first
+            self.seconds["compile"] = self.seconds.get("compile", 0.0) + first
+            self.seconds["warm-up"] -= first  # counted once, as compile
         if last > cfg.max_call_s:
             result.status = "capped"
             result.timing = Timing((last,))
@@ -241,7 +265,10 @@ class _Runner:
         if reference is not None and output is not None:
             tol = self.tolerance
             dtype = None if variant.kind == "fp32" else variant.dtype
-            result.comparison = compare_outputs([reference], [output], tolerance=tol, dtype=dtype)
+            with self.phase("compare"):
+                result.comparison = compare_outputs(
+                    [reference], [output], tolerance=tol, dtype=dtype
+                )
         return result, (module if runs else None), output, runs
 
     def _warm(self, module: nn.Module, batch: Batch, variant: Variant) -> tuple[Any, float, float]:
@@ -279,6 +306,7 @@ def benchmark(
     spec: str | None = None,
     name: str = "",
     progress: Progress | None = None,
+    probe_timer: Timer | None = None,
 ) -> BenchResult:
     """Time, size and compare each variant of ``model`` on the first batch of ``inputs``.
 
@@ -290,7 +318,9 @@ def benchmark(
     included); ``compile=True`` adds a ``torch.compile`` twin of each.
     ``spec``: the MODEL spec ``model`` came from; with it, CPU peak memory is measured in a
     clean subprocess per variant (without it, CPU memory is not reported).
-    ``progress(step, total, label)`` is called before each variant.
+    ``progress(step, total, label)`` is called before each variant. ``probe_timer``: how
+    the slow-dtype probe times a call (:data:`~halfprec.bench.limit.Timer`; default the
+    wall clock, its result cached for the process).
     """
     cfg = Recipe.of(config)
     options = bench or BenchConfig()
@@ -298,6 +328,7 @@ def benchmark(
     texts = [v.name if isinstance(v, Variant) else v for v in variants] if variants else None
     chosen = parse_variants(texts, compile=compile, dtypes=cfg.candidates(device))
     runner = _Runner(model, as_batches(inputs)[0], chosen, options, cfg, tolerance, spec, progress)
+    runner.probe_timer = probe_timer
     return run_benchmark(runner, name)[0]
 
 

@@ -4,7 +4,10 @@ safetensors' own ``safe_open`` maps the whole file into memory; every page a rea
 then counts in the process's resident memory until the file is closed, so reading a 2 GB
 checkpoint tensor by tensor still grows RSS by 2 GB. :class:`TensorFile` parses the header
 itself (8-byte little-endian length, JSON) and reads each tensor with ``readinto`` into a
-tensor it owns: memory is the tensor and nothing else. It also reads sharded checkpoints
+tensor it owns: memory is the tensor and nothing else. :meth:`TensorFile.mapped` is the
+other way, for a loader that keeps every tensor as it is in the file: a copy-on-write view
+of the file's pages (as ``from_pretrained`` loads), read when first used, never copied
+unless written to. It also reads sharded checkpoints
 (``model.safetensors.index.json`` with its ``weight_map``). :class:`TensorWriter` writes
 the header first (shapes and dtypes are known up front) and then each tensor's bytes in
 turn, so the output is never whole in memory either. Files it writes load with
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import os
 import struct
 from collections.abc import Iterator
@@ -133,6 +137,7 @@ class TensorFile:
         self.path = p
         self.metadata: dict[str, str] = {}
         self._where: dict[str, tuple[Path, int, dict[str, Any]]] = {}
+        self._maps: dict[Path, mmap.mmap] = {}
         if p.name.endswith(".index.json"):
             try:
                 weight_map = json.loads(p.read_text())["weight_map"]
@@ -177,6 +182,33 @@ class TensorFile:
             if size and f.readinto(raw.numpy().data) != size:
                 raise CheckpointError(f"{shard} is truncated inside tensor {name!r}")
         return raw.view(dtype).reshape(shape)
+
+    def mapped(self, name: str) -> torch.Tensor:
+        """One tensor as a private, writable view of the file's pages (``mmap``, copy on
+        write): nothing is read until the tensor is used, and then only from the page
+        cache, with no copy. The mapping lives as long as any tensor viewing it. Writes to
+        the tensor stay in this process; a file replaced by rename (as halfprec writes)
+        leaves it intact, but one truncated in place makes reading the tensor fail. A
+        tensor whose bytes are not aligned to its element size is read with :meth:`get`."""
+        shard, start, info = self._where[name]
+        begin, end = (int(x) for x in info["data_offsets"])
+        dtype, shape = self.dtype(name), self.shape(name)
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        count = math.prod(shape)
+        if end - begin != count * itemsize:
+            raise CheckpointError(
+                f"{shard}: tensor {name!r} has {end - begin} bytes for shape {shape}"
+            )
+        if count == 0 or (start + begin) % itemsize:
+            return self.get(name)
+        if shard not in self._maps:
+            with shard.open("rb") as f:
+                self._maps[shard] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        buffer = self._maps[shard]
+        if start + end > len(buffer):
+            raise CheckpointError(f"{shard} is truncated inside tensor {name!r}")
+        flat = torch.frombuffer(buffer, dtype=dtype, count=count, offset=start + begin)
+        return flat.reshape(shape)
 
     def items(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Each tensor in file order, one in memory at a time (when the caller lets go)."""

@@ -1,11 +1,13 @@
 """Mixed-precision training: autocast + loss scaling, checked steps, checkpoints, parallelism.
 
-See :class:`MixedPrecision` for the training loop, :func:`save_checkpoint` /
+See :class:`MixedPrecision` for the training loop, :class:`StochasticAdamW` for bf16
+weights (half the memory of fp32 weights, gradients and Adam state), :func:`save_checkpoint` /
 :func:`load_checkpoint` for exact resume, and :func:`autocast_forward` for DataParallel.
 """
 
 from __future__ import annotations
 
+from halfprec.train.bf16 import StochasticAdamW, round_stochastic, training_bytes
 from halfprec.train.checkpoint import Resumed, load_checkpoint, save_checkpoint
 from halfprec.train.config import StepOutcome, TrainConfig
 from halfprec.train.distributed import exit_worker, fsdp_policy
@@ -27,4 +29,7 @@ __all__ = [
     "AutocastForward",
     "TrainingDivergedError",
     "TrainingStateError",
+    "StochasticAdamW",
+    "round_stochastic",
+    "training_bytes",
 ]
