@@ -120,3 +120,35 @@ def test_config_is_validated() -> None:
         TuneConfig(max_evaluations=0)
     with pytest.raises(DTypeError, match="not a half dtype"):
         Recipe(dtype="fp32")
+
+
+class Squares(nn.Module):
+    """(1000 * x)^2 / 1e6 by plain multiplications: fine in fp16 while |x| < 0.25."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x) * 1000.0
+        return (y * y) / 1e6
+
+
+def test_a_recipe_that_fails_on_an_unseen_range_is_not_a_pass() -> None:
+    torch.manual_seed(0)
+    model = Squares().eval()
+    nn.init.eye_(model.lin.weight)
+    nn.init.zeros_(model.lin.bias)
+    g = torch.Generator().manual_seed(0)
+    small = (torch.rand(4, 8, generator=g) * 0.1,)  # products up to 1e4: fit fp16
+    large = (torch.rand(4, 8, generator=g) * 4.0,)  # products up to 1.6e7: inf in fp16
+    result = tune(model, [small, large], "fp16", max_evaluations=4)
+    report = result.report
+    assert report.batches == 1 and report.calibrated is True  # searched on `small` only
+    assert report.confirmation is not None and report.confirmed is False
+    assert not result.passed and result.recipe is None
+    assert "fails on 1 batch(es) it was not tuned on" in report.reason
+    again = tune(model, [small], "fp16", validate=[large], max_evaluations=4)
+    assert again.report.calibrated and not again.passed  # --validate batches: the same
+    seen = tune(model, [large, small], "fp16", max_evaluations=8)  # tuned on the wide range
+    assert seen.passed and seen.report.confirmed is True and seen.report.op_islands

@@ -20,7 +20,9 @@ from halfprec.cli.options import (
     tolerance_override,
 )
 from halfprec.convert.core import Recipe
+from halfprec.io.inputs import load_inputs
 from halfprec.report.tune import print_tune
+from halfprec.tree import map_tensors
 from halfprec.tune import tune
 
 __all__ = ["command"]
@@ -47,6 +49,14 @@ __all__ = ["command"]
     show_default=True,
     help="Most island sets to try per dtype.",
 )
+@click.option(
+    "--validate",
+    "validate_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Batches to confirm the recipe on (same formats as --inputs); default: the last "
+    "calibration batch is held out for that.",
+)
 def command(
     model: str,
     inputs_path: Path | None,
@@ -57,10 +67,14 @@ def command(
     min_cosine: float | None,
     min_sqnr: float | None,
     max_evaluations: int,
+    validate_path: Path | None,
 ) -> None:
     if output is not None and output.suffix != ".json":
         raise click.UsageError(f"output {output} must end in .json")
     loaded, batches, dev = load_for_command(model, inputs_path, device)
+    validate = None
+    if validate_path is not None:
+        validate = [map_tensors(lambda t: t.to(dev), b) for b in load_inputs(validate_path)]
     dtypes = convert_config.candidates(dev)
     tolerance = tolerance_override(dtypes[0] if len(dtypes) == 1 else None, min_cosine, min_sqnr)
     with Progress(
@@ -78,6 +92,7 @@ def command(
             tolerance=tolerance,
             max_evaluations=max_evaluations,
             progress=lambda text: bar.update(task, description=text),
+            validate=validate,
         )
     if result.recipe is not None and output is not None:
         result.recipe.save(output)

@@ -55,9 +55,20 @@ def print_tune(report: TuneReport, console: Console | None = None) -> None:
             f"fp32 islands{ops}, {100 * report.fp32_share:.2f}% of parameters{flops_text} in "
             f"fp32 ({report.reason})"
         )
+    elif report.calibrated:
+        con.print(f"[red]FAIL[/]: {report.reason}; no recipe written")
     else:
         notes = "; ".join(f"{dtype_name(v.dtype)}: {v.note}" for v in report.variants if v.note)
-        con.print(f"[red]FAIL[/]: no fp32 islands meet the tolerance ({notes}); no policy written")
+        con.print(f"[red]FAIL[/]: no fp32 islands meet the tolerance ({notes}); no recipe written")
+    cmp = report.confirmation
+    if cmp is not None:
+        verdict = "[green]PASS[/]" if cmp.passed else "[red]FAIL[/]"
+        con.print(
+            f"calibration: {'PASS' if report.calibrated else 'FAIL'} on {report.batches} "
+            f"batch(es); confirmation: {verdict} on {cmp.batches} batch(es) tune never saw"
+        )
+    for note in report.notes:
+        con.print(f"note: {note}")
     in_variants = sum(v.passes for v in report.variants)
     con.print(
         f"{report.passes} forward passes on {report.batches} batch(es) in "

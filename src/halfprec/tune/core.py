@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from halfprec.batch import as_batches, call
-from halfprec.compare import Tolerance, compare_outputs, run_reference
+from halfprec.compare import Comparison, Tolerance, compare_outputs, run_reference
 from halfprec.convert.core import ConfigLike, convert, recipe_of
 from halfprec.convert.op_islands import recording_ordinals, with_ordinals
 from halfprec.convert.recipe import Recipe
@@ -60,6 +60,7 @@ def tune(
     tolerance: Tolerance | None = None,
     max_evaluations: int = 40,
     progress: Progress | None = None,
+    validate: Any = None,
 ) -> TuneResult:
     """Find fp32 islands so that ``convert(model, config)`` plus those islands meets
     ``tolerance`` on every calibration batch in ``inputs`` (see :mod:`halfprec.tune`).
@@ -69,6 +70,12 @@ def tune(
     Its dtype ``"auto"`` (the default) means: search
     every candidate dtype (:func:`~halfprec.dtypes.candidate_dtypes`) and keep the fastest
     passing variant. ``progress(text)`` is called after each try.
+
+    The search sees only some of the batches: with ``validate`` (batches), all of
+    ``inputs``, else all of them but the last, when there are two or more. The recipe found
+    is then *confirmed* on the batches the search did not see; one that meets the tolerance
+    on its calibration batches but fails there is not a pass (``report.calibrated`` and
+    ``report.confirmation`` keep both verdicts).
     """
     start = time.perf_counter()
     cfg = Recipe.of(config)
@@ -77,7 +84,11 @@ def tune(
         max_evaluations=max_evaluations,
     )
     report_progress = progress or (lambda text: None)
-    cal = as_batches(inputs)
+    given = as_batches(inputs)
+    if validate is not None:
+        cal, held = given, as_batches(validate)
+    else:
+        cal, held = (given[:-1], given[-1:]) if len(given) >= 2 else (given, [])
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     dtypes = cfg.candidates(device)
     if not dtypes:
@@ -117,6 +128,13 @@ def tune(
         op_islands=chosen.op_islands,
         fp32_flops_share=chosen.fp32_flops_share,
     )
+    report.calibrated = chosen.passed
+    flops = chosen.fp32_flops_share
+    if chosen.passed and flops is not None and flops > _LITTLE_GAIN:
+        report.notes.append(
+            f"half precision buys little here: {100 * flops:.0f}% of the FLOPs stay in fp32 "
+            "to meet the tolerance, so the speed and memory of this model stay near fp32's"
+        )
     if converted is None:
         return TuneResult(None, report, cfg)
     recipe = _final_recipe(converted, cal, options, report)
@@ -125,7 +143,33 @@ def tune(
         # an op order that differs between batches: keep the islands found by location
         recipe = recipe.replace(op_islands=recipe_of(converted).op_islands)  # type: ignore[union-attr]
         final = convert(model, recipe)
+    if held:
+        report.confirmation = _confirm(model, final, held, options.tolerance_for(chosen.dtype))
+        if not report.confirmation.passed:
+            report.passed = False
+            why = "; ".join(report.confirmation.problems) or next(
+                (f for o in report.confirmation.outputs for f in o.failures), ""
+            )
+            report.reason = (
+                f"the recipe meets the tolerance on its {len(cal)} calibration batch(es) but "
+                f"fails on {len(held)} batch(es) it was not tuned on ({why}); tune on "
+                "batches that cover that range"
+            )
+            return TuneResult(None, report, cfg)
     return TuneResult(final, report, cfg, recipe)
+
+
+_LITTLE_GAIN = 0.5  # fp32 share of FLOPs above which half precision is said to buy little
+
+
+def _confirm(
+    model: nn.Module, final: nn.Module, batches: list[Any], tolerance: Tolerance
+) -> Comparison:
+    """The tuned model against fp32 on batches the search never saw."""
+    reference = run_reference(model, batches)
+    with torch.inference_mode():
+        outs = [call(final, b) for b in batches]
+    return compare_outputs(reference, outs, tolerance=tolerance)
 
 
 def _same_outputs(a: nn.Module, b: nn.Module, batches: list[Any]) -> bool:

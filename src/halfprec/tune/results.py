@@ -123,11 +123,24 @@ class TuneReport:
     fp32_latency: float | None = None
     op_islands: tuple[OpRef, ...] = ()
     fp32_flops_share: float | None = None
+    calibrated: bool | None = None  # the search's verdict on its own batches
+    confirmation: Comparison | None = None  # the recipe on batches the search never saw
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def confirmed(self) -> bool | None:
+        """The verdict on the confirmation batches (None: there were none)."""
+        return self.confirmation.passed if self.confirmation is not None else None
 
     def to_json(self) -> dict[str, Any]:
+        cmp = self.confirmation
         return {
             "dtype": dtype_name(self.dtype),
             "passed": self.passed,
+            "calibrated": self.calibrated,
+            "confirmed": self.confirmed,
+            "confirmation": cmp.to_json() if cmp is not None else None,
+            "notes": self.notes,
             "keep_fp32": list(self.keep_fp32),
             "fp32_share": self.fp32_share,
             "op_islands": [o.to_json() for o in self.op_islands],
