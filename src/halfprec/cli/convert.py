@@ -27,7 +27,9 @@ __all__ = ["command"]
 @click.command(
     help="Convert MODEL to half precision and save it as safetensors. With --weights "
     "FILE.safetensors (or a sharded checkpoint directory) the conversion streams: MODEL is "
-    "built on the meta device and tensors are converted one at a time."
+    "built on the meta device and tensors are converted one at a time. For a Hugging Face "
+    "model directory, -o OUTDIR (no .safetensors suffix) writes a directory that "
+    "transformers' from_pretrained loads, with halfprec's recipe inside."
 )
 @click.argument("model")
 @convert_options
@@ -37,7 +39,13 @@ __all__ = ["command"]
     "--output",
     type=click.Path(path_type=Path),
     required=True,
-    help="Output .safetensors file.",
+    help="Output .safetensors file, or a folder for a Hugging Face model directory.",
+)
+@click.option(
+    "--max-shard-size",
+    default="5GB",
+    show_default=True,
+    help="Folder output: the largest weights file, as save_pretrained takes it.",
 )
 @mkdirs_option
 @device_option
@@ -50,9 +58,15 @@ def command(
     mkdirs: bool,
     device: str | None,
     as_json: bool,
+    max_shard_size: str,
 ) -> None:
     if output.suffix != ".safetensors":
-        raise click.UsageError(f"output {output} must end in .safetensors")
+        if not Path(model).is_dir():
+            raise click.UsageError(
+                f"output {output} must end in .safetensors (a folder output is for a Hugging "
+                "Face model directory as MODEL)"
+            )
+        _to_directory(model, convert_config, weights, output, device, as_json, max_shard_size)
     ensure_folder(output, mkdirs=mkdirs)  # before the slow part
     dev = resolve_device(device)
     if weights is not None and (weights.suffix == ".safetensors" or weights.is_dir()):
@@ -77,6 +91,57 @@ def command(
         _print_written(output, report)
 
     finish({"output": str(output), **report.to_json()}, as_json, render)
+
+
+def _to_directory(
+    model: str,
+    recipe: Recipe,
+    weights: Path | None,
+    output: Path,
+    device: str | None,
+    as_json: bool,
+    max_shard_size: str,
+) -> None:
+    """``convert HF_DIR -o OUTDIR``: a directory that plain transformers loads, checked."""
+    from halfprec.compare import compare
+    from halfprec.convert.swap import base_class
+    from halfprec.io.hf_dir import describe, save_pretrained_dir, transformers_islands
+
+    dev = resolve_device(device)
+    loaded = load_model(model)
+    if weights is not None:
+        from halfprec.io.checkpoint import load
+
+        load(weights, into=loaded.model, upcast=True)
+    half = convert(loaded.model.to(dev), recipe)
+    written = save_pretrained_dir(half.cpu(), output, source=model, max_shard_size=max_shard_size)
+    plain = base_class(half).from_pretrained(str(output)).eval()  # type: ignore[attr-defined]
+    islands = transformers_islands(half, plain)
+    check = (
+        compare(loaded.model.cpu(), plain, loaded.example_inputs) if loaded.example_inputs else None
+    )
+    report = conversion_report(half)
+    assert report is not None  # convert() always attaches its report
+    data = {
+        "output": str(output),
+        "files": list(written.files),
+        "bytes_written": written.bytes_written,
+        "transformers_keeps_fp32": islands,
+        "transformers_check": check.to_json() if check is not None else None,
+        **report.to_json(),
+    }
+
+    def render() -> None:
+        con = make_console()
+        for line in describe(written, islands, report.dtype):
+            con.print(line)
+        if check is not None:
+            verdict = "PASS" if check.passed else "FAIL"
+            con.print(
+                f"  plain transformers from_pretrained against fp32: {verdict} ({check.reason})"
+            )
+
+    finish(data, as_json, render)
 
 
 def _print_written(output: Path, report: ConversionReport) -> None:

@@ -23,6 +23,7 @@ from halfprec.convert.core import ConfigLike, add_note, conversion_report, conve
 from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import dtype_kind, dtype_name, is_auto, parse_dtype
 from halfprec.errors import CheckpointError
+from halfprec.io.hf_dir import RECIPE_FILE
 from halfprec.io.metadata import checkpoint_metadata, file_recipe, is_half_checkpoint
 from halfprec.io.safeload import UnsafePickleError, load_weights_only
 
@@ -208,9 +209,11 @@ def load(
         where = Path(path)
         if where.suffix == ".safetensors" or where.is_dir():
             meta = read_metadata(where) if where.is_file() else {}
+            written = where / RECIPE_FILE if where.is_dir() else None
             try:
-                if is_half_checkpoint(meta):
-                    cfg = _with_file(Recipe.of(config), file_recipe(meta, where), where)
+                if is_half_checkpoint(meta) or (written is not None and written.is_file()):
+                    saved = Recipe.load(written) if written else file_recipe(meta, where)
+                    cfg = _with_file(Recipe.of(config), saved, where)
                     return load_built_on_meta(where, into, config=cfg, in_range=True, strict=strict)
                 return load_built_on_meta(where, into, config=config, strict=strict)
             except MetaBuildError as exc:

@@ -1,0 +1,137 @@
+"""A converted Hugging Face model written as a directory that transformers loads.
+
+``save_pretrained_dir(half, source, outdir)`` writes what ``model.save_pretrained`` writes
+(``config.json`` with the half dtype, safetensors weights sharded above
+``max_shard_size``, ``generation_config.json`` where the model has one), the source
+directory's tokenizer and preprocessor files, and ``halfprec_recipe.json``, the resolved
+recipe. The fp32 islands are stored in fp32 in the weights. The directory needs no code of
+its own: ``AutoModel*.from_pretrained(outdir)`` loads it with plain transformers, which
+casts every weight to the config's dtype except the modules the architecture itself keeps
+in fp32 (``_keep_in_fp32_modules``, T5's ``wo``); ``halfprec.load(outdir, into=build)``
+restores every island and the whole recipe. :func:`transformers_islands` says which
+islands plain transformers keeps.
+
+The directory is written to a temporary sibling and renamed into place, so a failure
+leaves no partial directory; an existing non-empty ``outdir`` is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from halfprec.convert.core import recipe_of
+from halfprec.dtypes import dtype_name
+from halfprec.errors import CheckpointError
+
+__all__ = ["RECIPE_FILE", "HfDirReport", "save_pretrained_dir", "transformers_islands"]
+
+RECIPE_FILE = "halfprec_recipe.json"
+_WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".ckpt", ".gguf")
+_OWN = ("config.json", "generation_config.json", RECIPE_FILE)
+
+
+@dataclass(frozen=True)
+class HfDirReport:
+    """What :func:`save_pretrained_dir` wrote."""
+
+    path: Path
+    files: tuple[str, ...]
+    bytes_written: int
+
+
+def _copy_side_files(source: Path | None, dest: Path) -> list[str]:
+    """Tokenizer, processor and other small files of the source directory (not weights,
+    not code: a ``.py`` file would make the output need ``trust_remote_code``)."""
+    if source is None or not source.is_dir():
+        return []
+    copied = []
+    for f in sorted(source.iterdir()):
+        name = f.name
+        if not f.is_file() or name in _OWN or name.endswith((*_WEIGHTS, ".py", ".index.json")):
+            continue
+        shutil.copy2(f, dest / name)
+        copied.append(name)
+    return copied
+
+
+def save_pretrained_dir(
+    half: nn.Module,
+    outdir: str | os.PathLike[str],
+    *,
+    source: str | os.PathLike[str] | None = None,
+    max_shard_size: str | int = "5GB",
+) -> HfDirReport:
+    """Write the converted Hugging Face model ``half`` to ``outdir`` (see module docs)."""
+    recipe = recipe_of(half)
+    if recipe is None or not hasattr(half, "save_pretrained"):
+        raise CheckpointError(
+            "a Hugging Face directory needs a Hugging Face model converted by halfprec; "
+            "for other models write a .safetensors file"
+        )
+    dest = Path(outdir)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise CheckpointError(f"{dest} exists and is not an empty folder; pick a new path")
+    if not dest.parent.is_dir():
+        raise CheckpointError(f"folder {dest.parent} does not exist; create it first")
+    assert not isinstance(recipe.dtype, str)  # a resolved recipe: a concrete dtype
+    tmp = Path(tempfile.mkdtemp(prefix=".halfprec-", dir=dest.parent))
+    try:
+        config: Any = half.config
+        previous = getattr(config, "dtype", None)
+        config.dtype = recipe.dtype
+        try:
+            half.save_pretrained(tmp, safe_serialization=True, max_shard_size=max_shard_size)  # type: ignore[operator]
+        finally:
+            config.dtype = previous
+        recipe.save(tmp / RECIPE_FILE)
+        _copy_side_files(Path(source) if source is not None else None, tmp)
+        if dest.exists():
+            dest.rmdir()
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    files = tuple(sorted(f.name for f in dest.iterdir()))
+    size = sum((dest / f).stat().st_size for f in files)
+    return HfDirReport(dest, files, size)
+
+
+def transformers_islands(half: nn.Module, loaded: nn.Module) -> dict[str, bool]:
+    """Per fp32 island of the converted ``half``: does ``loaded`` (plain
+    ``from_pretrained`` of the directory) hold its parameters in fp32 too?"""
+    report_islands = recipe_of(half)
+    if report_islands is None:
+        return {}
+    params = dict(loaded.named_parameters())
+    out: dict[str, bool] = {}
+    for name in report_islands.keep_fp32:
+        if not isinstance(name, str):
+            continue
+        own = [p for n, p in params.items() if n == name or n.startswith(f"{name}.")]
+        if own:
+            out[name] = all(p.dtype == torch.float32 for p in own)
+    return out
+
+
+def describe(report: HfDirReport, islands: dict[str, bool], dtype: torch.dtype) -> list[str]:
+    """Lines for the CLI: what was written and which islands only halfprec restores."""
+    kept = [n for n, ok in islands.items() if ok]
+    lost = [n for n, ok in islands.items() if not ok]
+    lines = [f"wrote {report.path}/ ({', '.join(report.files)}), {dtype_name(dtype)}"]
+    if islands:
+        lines.append(
+            f"  plain transformers keeps {len(kept)} of {len(islands)} fp32 islands"
+            + (f" ({', '.join(kept[:4])})" if kept else "")
+        )
+    if lost:
+        shown = ", ".join(lost[:4]) + (" ..." if len(lost) > 4 else "")
+        lines.append(f"  only halfprec.load restores the others in fp32: {shown}")
+    return lines
