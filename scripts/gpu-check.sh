@@ -13,7 +13,7 @@ fi
 "$PY" -c 'import torch; print("gpu-check:", torch.cuda.get_device_name(0), "x", torch.cuda.device_count(), "torch", torch.__version__)'
 # the CUDA tests: device table, converted forward, GradScaler step, DataParallel (2 GPUs),
 # compiled bench variant
-timeout 240 "$PY" -m pytest -q -rs tests/test_cuda.py
+timeout 240 "$PY" -m pytest -q -rs tests/integration/test_cuda.py
 # speed table, eager and max-autotune compiled, TF32 off
 timeout 300 "$PY" benchmarks/gpu_speed.py --models "${GPU_CHECK_MODELS:-bert-base,minilm}"
 echo "gpu-check: done; table appended to docs/benchmarks.md"

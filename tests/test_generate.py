@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_cli
 from halfprec.convert import convert
 from halfprec.errors import InputsError
 from halfprec.generate import agreement, prompts_from_batches
-from hf_models import save
+from support.cli import run_cli
+from support.hf_models import save
 
 pytest.importorskip("transformers")
 

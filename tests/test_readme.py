@@ -9,7 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+from support import ROOT
+
+README = ROOT / "README.md"
 
 
 class Encoder(nn.Module):

@@ -10,9 +10,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from conftest import run_cli, run_cli_subprocess
+from support import FIXTURES
+from support.cli import run_cli, run_cli_subprocess
 
-FIXTURE = Path(__file__).parent / "fixtures" / "user_model.py"
+FIXTURE = FIXTURES / "user_model.py"
 SPEC = f"{FIXTURE}:build"
 
 

@@ -10,12 +10,12 @@ import pytest
 from safetensors.torch import save_file
 
 import halfprec
-from conftest import run_cli
-from export_models import example_inputs, tiny
+from support import FIXTURES, SUPPORT
+from support.cli import run_cli
+from support.export_models import example_inputs, tiny
 
-TESTS = Path(__file__).resolve().parent
-USER = f"{TESTS / 'fixtures' / 'user_model.py'}:build"
-TINY = f"{TESTS / 'export_models.py'}:tiny"
+USER = f"{FIXTURES / 'user_model.py'}:build"
+TINY = f"{SUPPORT / 'export_models.py'}:tiny"
 
 
 def _one_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:

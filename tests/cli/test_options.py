@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_cli
 from halfprec import Policy
+from support import FIXTURES
+from support.cli import run_cli
 
-FIXTURE = Path(__file__).parent / "fixtures" / "user_model.py"
+FIXTURE = FIXTURES / "user_model.py"
 SPEC = f"{FIXTURE}:build"
 MISSING = "no_such_dir/model.py:build"
 

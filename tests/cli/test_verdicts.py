@@ -9,9 +9,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from conftest import run_cli
+from support import FIXTURES
+from support.cli import run_cli
 
-FIXTURES = Path(__file__).parent / "fixtures"
 USER = f"{FIXTURES / 'user_model.py'}:build"
 ODD = FIXTURES / "verdict_models.py"
 

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 import halfprec
-from export_models import DataDependent, FixedBatch, MixedOutputs, example_inputs, tiny
 from halfprec.export import ExportConfig, ExportError, format_for_path, load_artifact
+from support import SUPPORT
+from support.export_models import DataDependent, FixedBatch, MixedOutputs, example_inputs, tiny
 
-MODELS = str(Path(__file__).with_name("export_models.py"))
+MODELS = str(SUPPORT / "export_models.py")
 
 
 def _files(folder: Path) -> list[str]:

@@ -14,7 +14,7 @@ from halfprec.export.capture import explain_failure
 from halfprec.export.hf import static_fp16_clamps, without_cache
 from halfprec.io.specs import load_model
 from halfprec.modules import first_line
-from hf_models import save
+from support.hf_models import save
 
 pytest.importorskip("transformers")
 
@@ -125,7 +125,7 @@ def test_clip_and_first_line_never_cut_words() -> None:
 
 
 def test_hf_export_cli_reports_the_cache_note(hf_root: Path, tmp_path: Path) -> None:
-    from conftest import run_cli
+    from support.cli import run_cli
 
     path = save("gpt2", hf_root)
     out = tmp_path / "g.pt2"

@@ -13,7 +13,7 @@ from halfprec.export import ExportError, export, load_artifact
 from halfprec.export.kv_cache import WithPast
 from halfprec.io.specs import load_model
 from halfprec.testing.decode import DecodeCheck, decode_against_fp32, left_padded_prompts
-from hf_models import save
+from support.hf_models import save
 
 transformers = pytest.importorskip("transformers")
 
@@ -131,7 +131,7 @@ def test_cli_kv_cache_refuses_options_it_cannot_honour(  # type: ignore[no-untyp
 def test_kv_cache_refuses_models_without_a_kv_cache_and_short_prompts(
     hf_root: Path, tmp_path: Path
 ) -> None:
-    t5 = load_model(str(save("t5", hf_root))).model  # exported by tests/test_export_kv_seq2seq.py
+    t5 = load_model(str(save("t5", hf_root))).model  # exported by tests/export/test_seq2seq.py
     with pytest.raises(ExportError, match="encoder-decoder: wrap it with halfprec.export.seq2seq"):
         WithPast(t5)
     gpt2 = load_model(str(save("gpt2", hf_root))).model

@@ -12,12 +12,13 @@ import pytest
 import torch
 
 import halfprec
-from export_models import custom, example_inputs, tiny
 from halfprec import ConvertConfig
 from halfprec.errors import DTypeError, MissingExtraError
 from halfprec.export import ExportConfig, ExportError, load_artifact
+from support import SUPPORT
+from support.export_models import custom, example_inputs, tiny
 
-MODELS = str(Path(__file__).with_name("export_models.py"))
+MODELS = str(SUPPORT / "export_models.py")
 FLOAT, FLOAT16 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
 
 

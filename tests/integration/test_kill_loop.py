@@ -13,12 +13,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from conftest import run_cli
 from halfprec.train import save_checkpoint
-from kill_jobs import KILLS, big
-
-TESTS = Path(__file__).resolve().parent
-SRC = TESTS.parent / "src"
+from support import SRC, SUPPORT, TESTS
+from support.cli import run_cli
+from support.kill_jobs import KILLS, big
 
 
 def _complete(path: Path) -> dict[str, str]:
@@ -32,7 +30,7 @@ def test_kill_9_leaves_old_or_new_and_the_next_run_leaves_nothing(tmp_path: Path
     env = dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{TESTS}", OMP_NUM_THREADS="1")
     seed = random.randrange(10**6)
     proc = subprocess.run(
-        [sys.executable, str(TESTS / "kill_jobs.py"), str(tmp_path), str(seed)],
+        [sys.executable, str(SUPPORT / "kill_jobs.py"), str(tmp_path), str(seed)],
         env=env,
         capture_output=True,
         text=True,
@@ -53,7 +51,7 @@ def test_kill_9_leaves_old_or_new_and_the_next_run_leaves_nothing(tmp_path: Path
         assert "halfprec.train" in _complete(train_file)
 
     # the next runs finish and remove the temp files the killed writers left
-    spec = f"{TESTS / 'kill_jobs.py'}:big"
+    spec = f"{SUPPORT / 'kill_jobs.py'}:big"
     assert run_cli("convert", spec, "-o", str(model_file), "--dtype", "fp16").returncode == 0
     model = big()
     save_checkpoint(train_file, model, torch.optim.SGD(model.parameters(), lr=0.1))

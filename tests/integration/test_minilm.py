@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from conftest import run_cli_subprocess
 from halfprec import convert
 from halfprec.compare import compare
 from halfprec.io.specs import load_model
+from support.cli import run_cli_subprocess
 
 
 @pytest.fixture(scope="module")

@@ -17,15 +17,16 @@ import pytest
 import torch
 
 import halfprec
-from conftest import run_cli
-from export_models import example_inputs, tiny
 from halfprec.errors import CheckpointError, InputsError, ModelSpecError
 from halfprec.export import ExportError, load_artifact
 from halfprec.io.checkpoint import load
 from halfprec.io.inputs import load_inputs
 from halfprec.io.specs import load_model
+from support import SUPPORT
+from support.cli import run_cli
+from support.export_models import example_inputs, tiny
 
-MODELS = str(Path(__file__).with_name("export_models.py"))
+MODELS = str(SUPPORT / "export_models.py")
 
 
 class _Payload:

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from conftest import SRC, run_cli
-from export_models import example_inputs, tiny
 from halfprec.check import check
 from halfprec.report.common import human_time, print_check, ratio_text
+from support import FIXTURES, SRC, SUPPORT
+from support.cli import run_cli
+from support.export_models import example_inputs, tiny
 
 COSINE = re.compile(r"\b[01]\.(\d+)\b")
 
@@ -44,7 +45,7 @@ def test_check_at_80_columns_keeps_every_number_whole() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux script")
 def test_check_under_a_pseudo_terminal_of_80_columns(tmp_path: Path) -> None:
-    models = Path(__file__).parent / "export_models.py"
+    models = SUPPORT / "export_models.py"
     command = (
         f"stty cols 80 2>/dev/null; COLUMNS=80 PYTHONPATH={SRC} {sys.executable} -m halfprec "
         f"check {models}:tiny --dtype bf16 --runs 0"
@@ -75,7 +76,7 @@ def test_times_in_human_units() -> None:
 
 def test_lint_diff_counts_the_fixable_finding(tmp_path: Path) -> None:
     target = tmp_path / "helpers.py"
-    target.write_text((Path(__file__).parent / "fixtures" / "lint" / "helpers.py").read_text())
+    target.write_text((FIXTURES / "lint" / "helpers.py").read_text())
     proc = run_cli("lint", str(target), "--diff", "--unsafe-fixes")
     assert proc.returncode == 1
     summary = proc.stderr.strip().splitlines()[-1]
@@ -84,7 +85,7 @@ def test_lint_diff_counts_the_fixable_finding(tmp_path: Path) -> None:
 
 
 def test_missing_factory_names_the_file_not_an_internal_module(tmp_path: Path) -> None:
-    models = Path(__file__).parent / "export_models.py"
+    models = SUPPORT / "export_models.py"
     proc = run_cli("check", f"{models}:nope")
     assert proc.returncode == 2
     assert "_halfprec_user_" not in proc.stderr

@@ -10,8 +10,9 @@ from halfprec import convert
 from halfprec.batch import call
 from halfprec.errors import ModelSpecError
 from halfprec.io.specs import load_model
+from support import FIXTURES
 
-FIXTURE = Path(__file__).parent / "fixtures" / "user_model.py"
+FIXTURE = FIXTURES / "user_model.py"
 
 
 def test_file_factory_with_example_inputs() -> None:

@@ -16,8 +16,9 @@ from torch.overrides import _get_current_function_mode_stack
 
 from halfprec import audit, convert
 from halfprec.report.audit import render_table
+from support import FIXTURES
 
-LEAKY = Path(__file__).parent / "fixtures" / "audit" / "leaky.py"
+LEAKY = FIXTURES / "audit" / "leaky.py"
 MARK = re.compile(r"#\s*leak:\s*(\w+)")
 
 
@@ -179,7 +180,7 @@ def test_report_renders_table_and_json() -> None:
 
 # -- CLI, through the real MODEL loader -----------------------------------------------------
 def test_cli_audit_exit_codes_and_json() -> None:
-    from conftest import run_cli
+    from support.cli import run_cli
 
     found = run_cli("audit", f"{LEAKY}:upcast_model", "--json")
     assert found.returncode == 1, found.stderr

@@ -17,10 +17,8 @@ from torch import nn
 from halfprec.errors import CheckpointError
 from halfprec.train import MixedPrecision, load_checkpoint, save_checkpoint
 from halfprec.train.mixed import TrainingStateError
-from train_job import build, train
-
-TESTS = Path(__file__).resolve().parent
-SRC = TESTS.parent / "src"
+from support import SRC, SUPPORT, TESTS
+from support.train_job import build, train
 
 
 def _contents(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -35,7 +33,7 @@ def test_resume_in_fresh_process_is_bit_exact(dtype: str, tmp_path: Path) -> Non
     train(dtype, 10, straight)
     train(dtype, 5, half)
     env = dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{TESTS}", OMP_NUM_THREADS="1")
-    script = TESTS / "train_job.py"
+    script = SUPPORT / "train_job.py"
     cmd = [sys.executable, str(script), "--dtype", dtype, "--steps", "5"]
     subprocess.run(
         [*cmd, "--resume", str(half), "--out", str(resumed)], env=env, check=True, timeout=120

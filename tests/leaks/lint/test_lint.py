@@ -19,8 +19,9 @@ from halfprec.batch import call
 from halfprec.leaks.lint import LintConfig, LintConfigError, fix_source, lint_paths, lint_source
 from halfprec.leaks.lint.config import load_config
 from halfprec.tree import map_tensors
+from support import FIXTURES as TEST_FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "lint"
+FIXTURES = TEST_FIXTURES / "lint"
 NAMES = ["factories", "constants", "casts", "helpers", "clean"]
 UNSAFE = LintConfig(unsafe_fixes=True)
 
@@ -221,6 +222,7 @@ def test_large_constant_on_explicit_fp32_tensor_is_only_the_upcast() -> None:
     source = """\
 import torch
 from torch import nn
+from support import FIXTURES as TEST_FIXTURES
 class M(nn.Module):
     def forward(self, x, mask):
         a = mask.float().masked_fill(mask == 0, -1e9)

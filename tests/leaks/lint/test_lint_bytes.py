@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_cli
 from halfprec.leaks.lint import LintConfig, fix_source, lint_source
+from support.cli import run_cli
 
 # `h = x / 2` is floating whatever x holds, so fixes that inherit h's dtype are safe
 _BODY = [
