@@ -222,7 +222,6 @@ def test_large_constant_on_explicit_fp32_tensor_is_only_the_upcast() -> None:
     source = """\
 import torch
 from torch import nn
-from support import FIXTURES as TEST_FIXTURES
 class M(nn.Module):
     def forward(self, x, mask):
         a = mask.float().masked_fill(mask == 0, -1e9)
