@@ -62,12 +62,32 @@ def test_first_divergence_is_where_greedy_decoding_leaves_fp32() -> None:
     assert expected is not None and gen.agreement < 1.0
 
 
-def test_half_gpt2_agreement_in_range() -> None:
+def test_half_gpt2_agreement_matches_a_hand_computed_control() -> None:
+    # the control: transformers' own greedy decoding for fp32's tokens, then the half model
+    # scored on that sequence (teacher forcing), counted and averaged here by hand
     model = _gpt2()
     half = convert(model, "bf16")
-    gen = agreement(model, half, [torch.tensor([3, 1, 4, 1, 5])], 4)
-    assert 0.0 <= gen.agreement <= 1.0
-    assert gen.mean_logprob_diff >= 0.0
+    prompts = [torch.tensor([3, 1, 4, 1, 5]), torch.tensor([9, 2, 6])]
+    gen = agreement(model, half, prompts, 4)
+    matches, diffs, first = 0, [], []
+    with torch.no_grad():
+        for prompt in prompts:
+            ids = model.generate(
+                prompt.reshape(1, -1), max_new_tokens=4, do_sample=False, pad_token_id=0
+            )
+            start = prompt.numel()
+            fp32 = torch.log_softmax(model(input_ids=ids).logits[0, start - 1 : -1].float(), -1)
+            ours = torch.log_softmax(half(input_ids=ids).logits[0, start - 1 : -1].float(), -1)
+            chosen = ids[0, start:]
+            same = (ours.argmax(-1) == chosen).tolist()
+            matches += sum(same)
+            first.append(same.index(False) if False in same else None)
+            diffs += (fp32 - ours).gather(-1, chosen[:, None]).abs().flatten().tolist()
+    assert gen.agreement == matches / 8
+    assert gen.first_divergence == tuple(first)
+    assert gen.mean_logprob_diff == pytest.approx(sum(diffs) / len(diffs), rel=1e-5)
+    assert gen.mean_logprob_diff > 0  # bf16 changes the log-probabilities a little
+    assert gen.prompt_lengths == (5, 3)
 
 
 def test_prompts_follow_the_attention_mask() -> None:
