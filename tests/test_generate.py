@@ -117,11 +117,19 @@ def test_check_generate_json_on_a_gpt2_directory(tmp_path: Path) -> None:
     proc = run_cli(
         "check", str(path), "--generate", "4", "--dtype", "bf16", "--runs", "0", "--json"
     )
-    assert proc.returncode in (0, 1), proc.stderr
-    gen = json.loads(proc.stdout)["generation"]
+    data = json.loads(proc.stdout)
+    assert proc.returncode == (0 if data["passed"] else 1), proc.stderr
+    gen = data["generation"]
     assert gen["new_tokens"] == 4
-    assert 0.0 <= gen["agreement"] <= 1.0
     assert len(gen["first_divergence"]) == gen["prompts"] == 2
+    # agreement counts matching steps: a whole number of the 8, and below 1 exactly when
+    # some prompt diverged, at no more steps than its divergence leaves
+    steps = gen["agreement"] * 8
+    assert steps == round(steps)
+    diverged = [d for d in gen["first_divergence"] if d is not None]
+    assert (gen["agreement"] < 1.0) == bool(diverged)
+    assert steps <= 8 - len(diverged)
+    assert all(0 <= d < 4 for d in diverged)
 
 
 def test_check_generate_prompts_are_real_sentences_through_a_real_tokenizer(

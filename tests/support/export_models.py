@@ -1,4 +1,4 @@
-"""Small models for the export tests; also MODEL specs (tests/support/export_models.py:NAME) for the CLI."""
+"""Small models for the export tests; also CLI MODEL specs (tests/support/export_models.py:NAME)."""
 
 from __future__ import annotations
 
