@@ -1,8 +1,7 @@
-"""halfprec.export: torch.export (.pt2) and TorchScript artifacts, errors, and the CLI."""
+"""halfprec.export: torch.export (.pt2) and TorchScript artifacts and their errors."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -10,10 +9,7 @@ import torch
 
 import halfprec
 from halfprec.export import ExportConfig, ExportError, format_for_path, load_artifact
-from support import SUPPORT
 from support.export_models import DataDependent, FixedBatch, MixedOutputs, example_inputs, tiny
-
-MODELS = str(SUPPORT / "export_models.py")
 
 
 def _files(folder: Path) -> list[str]:
@@ -132,26 +128,3 @@ def test_bad_requests_name_the_fix(tmp_path: Path) -> None:
     (tmp_path / "junk.pt2").write_bytes(b"not a zip")
     with pytest.raises(ExportError, match="not a loadable torch.export file"):
         load_artifact(tmp_path / "junk.pt2")
-
-
-@pytest.mark.slow
-def test_cli_export_then_check_artifact(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    out = tmp_path / "tiny.pt2"
-    proc = cli("export", f"{MODELS}:tiny", "-o", str(out), "--dtype", "fp16", "--json")
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
-    assert data["format"] == "exported-program" and data["passed"] is True
-    assert data["python_max_abs"] == 0.0
-
-    # the passing `check --artifact` path is covered by test_export_onnx.py
-    strict = cli("check", f"{MODELS}:tiny", "--artifact", str(out), "--min-sqnr", "200")
-    assert strict.returncode == 1
-    assert "FAIL" in strict.stdout
-
-
-@pytest.mark.slow
-def test_cli_bad_output_name_exits_2(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    proc = cli("export", f"{MODELS}:tiny", "-o", str(tmp_path / "tiny.bin"))
-    assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1 and "cannot tell the export format" in proc.stderr
-    assert _files(tmp_path) == []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -15,10 +14,8 @@ import halfprec
 from halfprec import ConvertConfig
 from halfprec.errors import DTypeError, MissingExtraError
 from halfprec.export import ExportConfig, ExportError, load_artifact
-from support import SUPPORT
 from support.export_models import custom, example_inputs, tiny
 
-MODELS = str(SUPPORT / "export_models.py")
 FLOAT, FLOAT16 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
 
 
@@ -114,29 +111,6 @@ def test_a_tiny_epsilon_survives_the_onnx_optimizer(tmp_path: Path) -> None:
         if t.data_type == FLOAT and np.prod(t.dims) == 1
     ]
     assert scalars.count(pytest.approx(1e-12)) == 1
-
-
-@pytest.mark.slow
-def test_cli_onnx_export_and_check(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    out = tmp_path / "tiny.onnx"
-    proc = cli("export", f"{MODELS}:tiny", "-o", str(out), "--runs", "0", "--json")
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
-    assert data["format"] == "onnx" and data["dtype"] == "fp16" and data["passed"]
-    assert data["ort_casts"]["casts_in_file"] >= 4 and data["ort_latency"] is None
-
-    ok = cli("check", f"{MODELS}:tiny", "--artifact", str(out), "--json")
-    assert ok.returncode == 0, ok.stderr
-    report = json.loads(ok.stdout)
-    assert report["passed"] is True and report["info"]["format"] == "onnx"
-
-
-@pytest.mark.slow
-def test_cli_unsupported_op_exits_2(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    proc = cli("export", f"{MODELS}:custom", "-o", str(tmp_path / "c.onnx"))
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("halfprec: error: operator halfprec_tests.wobble")
-    assert list(tmp_path.iterdir()) == []
 
 
 class _HandNormNet(torch.nn.Module):

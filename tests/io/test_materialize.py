@@ -16,34 +16,7 @@ from halfprec.errors import CheckpointError
 from halfprec.io.materialize import build_on_meta, parameters_on_meta
 from halfprec.io.stream import convert_file
 from halfprec.io.tensorfile import INDEX_NAME, TensorFile, TensorWriter
-
-
-class Net(nn.Module):
-    """Tied weights, a norm island, BatchNorm stats, and a non-persistent buffer."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(10, 8)
-        self.body = nn.Linear(8, 8)
-        self.norm = nn.LayerNorm(8)
-        self.bn = nn.BatchNorm1d(8)
-        self.head = nn.Linear(8, 10, bias=False)
-        self.head.weight = self.embed.weight
-        self.register_buffer("offset", torch.arange(8.0) / 8, persistent=False)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        x = self.embed(ids) + self.offset
-        x = self.norm(torch.relu(self.body(x)))
-        return self.head(self.bn(x.transpose(1, 2)).transpose(1, 2))
-
-
-def _trained() -> Net:
-    torch.manual_seed(0)
-    net = Net()
-    net.train()
-    net(torch.randint(0, 10, (4, 5)))  # BatchNorm running statistics
-    return net.eval()
-
+from support.tied_net import Net, trained
 
 IDS = torch.randint(0, 10, (3, 5), generator=torch.Generator().manual_seed(1))
 
@@ -60,7 +33,7 @@ def test_parameters_on_meta_is_restored_and_keeps_buffers_real() -> None:
 
 
 def test_load_into_callable_equals_load_into_built_model(tmp_path: Path) -> None:
-    path = save(convert(_trained(), "bf16"), tmp_path / "net.safetensors")
+    path = save(convert(trained(), "bf16"), tmp_path / "net.safetensors")
     built = load(path, into=Net().eval())
     lazy = load(path, into=Net)
     assert not any(t.is_meta for t in lazy.state_dict().values())
@@ -74,7 +47,7 @@ def test_load_into_callable_equals_load_into_built_model(tmp_path: Path) -> None
 
 
 def test_load_into_callable_refuses_another_architecture(tmp_path: Path) -> None:
-    path = save(convert(_trained(), "bf16"), tmp_path / "net.safetensors")
+    path = save(convert(trained(), "bf16"), tmp_path / "net.safetensors")
     with pytest.raises(CheckpointError, match="does not match Sequential: unexpected "):
         load(path, into=lambda: nn.Sequential(nn.Linear(8, 8)))
     with pytest.raises(CheckpointError, match="callable returning one"):
@@ -94,7 +67,7 @@ def _sharded(tmp_path: Path, net: nn.Module) -> Path:
 
 
 def test_streaming_conversion_matches_convert_and_save(tmp_path: Path) -> None:
-    net = _trained()
+    net = trained()
     with torch.no_grad():
         net.body.weight[0, 0] = 1e6  # beyond fp16: body must stay an fp32 island
     (tmp_path / "src").mkdir()
@@ -133,31 +106,3 @@ def test_tensor_file_reads_what_it_writes_and_checks_order(tmp_path: Path) -> No
     (tmp_path / "bad.safetensors").write_bytes(b"\x01")
     with pytest.raises(CheckpointError, match="not a valid safetensors file"):
         TensorFile(tmp_path / "bad.safetensors")
-
-
-def test_cli_convert_weights_streams_a_safetensors_file(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    spec = tmp_path / "netdef.py"
-    spec.write_text(
-        Path(__file__).read_text().split("def _trained")[0] + "\ndef build():\n    return Net()\n"
-    )
-    weights = tmp_path / "fp32.safetensors"
-    save_file(
-        {k: v.contiguous() for k, v in _trained().state_dict().items() if k != "head.weight"},
-        str(weights),
-    )
-    out = tmp_path / "half.safetensors"
-    proc = cli(
-        "convert",
-        f"{spec}:build",
-        "--weights",
-        str(weights),
-        "--dtype",
-        "bf16",
-        "-o",
-        str(out),
-        "--json",
-    )
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
-    assert data["dtype"] == "bf16" and "norm" in data["islands"]
-    assert load_file(str(out))["body.weight"].dtype == torch.bfloat16
