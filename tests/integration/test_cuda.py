@@ -13,7 +13,10 @@ from halfprec.dtypes import device_support
 from halfprec.train.mixed import MixedPrecision
 from halfprec.train.parallel import autocast_forward
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
 
 
 def _mlp() -> nn.Module:
