@@ -7,6 +7,7 @@ import os
 import pickle
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import save_file
 
@@ -113,6 +114,8 @@ def test_output_must_be_safetensors(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+# a fresh interpreter: the only test of `python -m halfprec` itself
+@pytest.mark.slow
 def test_subprocess_smoke_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     """In a fresh interpreter, as a shell user runs it: one line on stderr, exit 2."""
     proc = run_cli_subprocess("convert", SPEC, "-o", str(tmp_path / "x.pt"))

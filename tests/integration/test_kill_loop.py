@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
@@ -25,6 +26,8 @@ def _complete(path: Path) -> dict[str, str]:
         return dict(f.metadata())
 
 
+# writer subprocesses killed 12 times (~10 s)
+@pytest.mark.slow
 def test_kill_9_leaves_old_or_new_and_the_next_run_leaves_nothing(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{TESTS}", OMP_NUM_THREADS="1")
     # a fixed draw, so that a failure reproduces; HALFPREC_KILL_SEED=N tries another one

@@ -39,6 +39,8 @@ def test_minilm_embeddings_still_rank_sentences_alike(minilm) -> None:  # type: 
     assert (ref_rank == half_rank).float().mean() >= 0.9
 
 
+# a fresh interpreter running the real entry point on real MiniLM (~25 s)
+@pytest.mark.slow
 def test_halfprec_check_default_main_job() -> None:
     """Smoke test in a fresh interpreter: the README's main job, end to end."""
     proc = run_cli_subprocess("check", "--json", "--runs", "1")

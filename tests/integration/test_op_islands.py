@@ -126,6 +126,8 @@ def eps_policy() -> Policy:
     return result.policy
 
 
+# torch.onnx export and onnxruntime (~5 s)
+@pytest.mark.slow
 def test_onnx_export_carries_the_op_island_as_casts(eps_policy: Policy, tmp_path: Path) -> None:
     import onnx
     from onnx.reference import ReferenceEvaluator
