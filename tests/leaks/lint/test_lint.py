@@ -256,7 +256,7 @@ def test_every_transformers_modeling_file_lints_and_fixes_without_crash() -> Non
     assert not [f for f in report.findings if f.code == "HP000"]  # every file parsed
     assert report.counts().get("HP101", 0) > 0  # real code does leak
     # every fix applies to real code and leaves no fixable finding behind; sampled to the
-    # three smallest files with fixes (libcst is the slow part; the benchmark fixes them all)
+    # three smallest files with fixes (the benchmark fixes them all)
     with_fixes = [r for r in report.files if any(f.fix for f in r.findings)]
     for result in sorted(with_fixes, key=lambda r: Path(r.path).stat().st_size)[:3]:
         source = Path(result.path).read_text()
