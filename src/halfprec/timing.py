@@ -1,15 +1,18 @@
-"""Latency measurement that is right on every device: warm-up, synchronisation, medians."""
+"""Latency measurement that is right on every device: warm-up, synchronisation, medians,
+and speed ratios with their spread over interleaved rounds."""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-__all__ = ["Timing", "measure", "synchronize"]
+__all__ = ["Ratio", "Timing", "measure", "measure_interleaved", "ratio_of", "synchronize"]
 
 
 def synchronize(device: torch.device | str) -> None:
@@ -64,3 +67,91 @@ def measure(
         synchronize(device)
         samples.append(time.perf_counter() - start)
     return Timing(tuple(samples))
+
+
+def measure_interleaved(
+    fns: Sequence[Callable[[], object]],
+    *,
+    device: torch.device | str = "cpu",
+    warmup: int = 3,
+    runs: int = 10,
+) -> list[Timing]:
+    """Time ``fns`` round-robin: each round calls every function once, so that round ``i``
+    of each :class:`Timing` saw the same state of the machine (pair them with
+    :func:`ratio_of`). Each function is warmed up ``warmup`` times first."""
+    if runs < 1 or warmup < 0:
+        raise ValueError(f"need runs >= 1 and warmup >= 0, got runs={runs}, warmup={warmup}")
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    synchronize(device)
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(runs):
+        for fn, out in zip(fns, samples, strict=True):
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            out.append(time.perf_counter() - start)
+    return [Timing(tuple(s)) for s in samples]
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """How many times faster one thing ran than a reference: the median and the quartiles of
+    the per-round ratios ``reference / other`` over ``rounds`` interleaved rounds.
+
+    ``ranked`` is the verdict: True only when the whole interquartile range lies on one side
+    of 1, so that "faster" or "slower" is what most rounds said; otherwise the two are too
+    noisy to rank.
+    """
+
+    median: float
+    q1: float
+    q3: float
+    rounds: int
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1:
+            raise ValueError(f"Ratio(rounds={self.rounds}): a ratio needs at least one round")
+        if not self.q1 <= self.median <= self.q3:
+            raise ValueError(
+                f"Ratio(median={self.median}, q1={self.q1}, q3={self.q3}): need q1 <= median <= q3"
+            )
+
+    @property
+    def iqr(self) -> float:
+        return self.q3 - self.q1
+
+    @property
+    def ranked(self) -> bool:
+        """Whether the spread supports a ranking: more than one round, and the interquartile
+        range entirely above 1 (faster) or entirely below it (slower)."""
+        return self.rounds > 1 and (self.q1 > 1.0 or self.q3 < 1.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "median": self.median,
+            "q1": self.q1,
+            "q3": self.q3,
+            "iqr": self.iqr,
+            "rounds": self.rounds,
+            "ranked": self.ranked,
+        }
+
+
+def ratio_of(reference: Timing, other: Timing) -> Ratio:
+    """The speed of ``other`` relative to ``reference`` (above 1: ``other`` is faster), from
+    the per-round ratios of two timings measured interleaved (:func:`measure_interleaved`).
+    """
+    if len(reference.samples) != len(other.samples):
+        raise ValueError(
+            f"ratio_of needs timings of the same rounds, got {len(reference.samples)} and "
+            f"{len(other.samples)} samples; measure them with measure_interleaved"
+        )
+    ratios = sorted(
+        a / b if b > 0 else math.inf for a, b in zip(reference.samples, other.samples, strict=True)
+    )
+    if len(ratios) == 1:
+        return Ratio(ratios[0], ratios[0], ratios[0], 1)
+    q1, median, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return Ratio(median, q1, q3, len(ratios))

@@ -17,6 +17,7 @@ from halfprec.check import CheckResult
 from halfprec.compare import Comparison
 from halfprec.dtypes import dtype_name
 from halfprec.generate import Generation
+from halfprec.timing import Ratio
 
 __all__ = [
     "comparison_table",
@@ -26,6 +27,7 @@ __all__ = [
     "fmt_float",
     "make_console",
     "ratio_text",
+    "spread_text",
     "human_time",
     "fit_table",
 ]
@@ -64,6 +66,21 @@ def ratio_text(ratio: float | None, more: str = "faster", less: str = "slower") 
         return f"{ratio:.2f}x {more}"
     inverse = 1 / ratio
     return f"{inverse:.3g}x {less}" if inverse < 10 else f"{inverse:.1f}x {less}"
+
+
+def spread_text(speed: Ratio, more: str = "faster", less: str = "slower") -> str:
+    """``2.10x faster (IQR 1.95-2.30x over 10 rounds)`` or ``7.34x slower (IQR 7.10-7.70x
+    over 10 rounds)`` when the interquartile range of the per-round ratios lies on one side
+    of 1, the range read the same way as the median; otherwise ``too noisy to rank`` with
+    the range of the ratio that says so: no ranking is printed that the spread does not
+    support."""
+    if speed.rounds < 2:
+        return f"too noisy to rank ({speed.median:.2f}x from 1 round: no spread)"
+    rounds = f"over {speed.rounds} rounds"
+    if not speed.ranked:
+        return f"too noisy to rank (IQR {speed.q1:.2f}-{speed.q3:.2f}x {rounds})"
+    low, high = (speed.q1, speed.q3) if speed.q1 > 1 else (1 / speed.q3, 1 / speed.q1)
+    return f"{ratio_text(speed.median, more, less)} (IQR {low:.2f}-{high:.2f}x {rounds})"
 
 
 def human_time(seconds: float | None) -> str:
@@ -150,12 +167,13 @@ def print_check(result: CheckResult, console: Console | None = None) -> None:
         human_bytes(conv.bytes_after),
         f"{conv.bytes_after / conv.bytes_before:.2f}x" if conv.bytes_before else "-",
     )
-    if result.latency_fp32 is not None and result.latency_half is not None:
+    speed = result.speed
+    if speed is not None and result.latency_fp32 is not None and result.latency_half is not None:
         size.add_row(
             "median latency",
             human_time(result.latency_fp32.median),
             human_time(result.latency_half.median),
-            ratio_text(result.speedup),
+            spread_text(speed),
         )
     con.print(fit_table(size, con))
     if result.generation is not None:
