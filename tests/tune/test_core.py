@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 from torch import nn
@@ -15,6 +17,7 @@ from halfprec.testing.hazards import (
     dropout_model,
     dropout_model_example_inputs,
 )
+from halfprec.timing import Timing
 from halfprec.tune import ToleranceUnreachableError, TuneConfig
 
 LOCAL = [
@@ -106,6 +109,46 @@ def test_auto_picks_the_fastest_passing_dtype() -> None:
     assert result.report.dtype == fastest.dtype
     assert result.report.reason.startswith("auto: fastest variant meeting the tolerance")
     assert result.report.fp32_latency is not None
+
+
+def _timed(monkeypatch: pytest.MonkeyPatch, *timings: tuple[float, ...]) -> list[int]:
+    """Inject the interleaved timings tune measures (fp32 first, then each passing dtype)."""
+    seen: list[int] = []
+
+    def fake(fns, *, device, runs):  # type: ignore[no-untyped-def]
+        seen.append(len(fns))
+        return [Timing(t) for t in timings]
+
+    # halfprec.tune is also the name of the function: reach the module itself
+    core = importlib.import_module("halfprec.tune.core")
+    monkeypatch.setattr(core, "measure_interleaved", fake)
+    return seen
+
+
+def test_auto_says_when_its_timings_are_too_noisy_to_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # both dtypes' rounds swing 4x against each other and 2x either way against fp32
+    seen = _timed(monkeypatch, (1.0, 1.0, 1.0, 1.0), (0.5, 2.0, 0.5, 2.0), (2.0, 0.5, 2.0, 0.5))
+    model, batches = HAZARDS["exp-softmax"].build()
+    reason = tune(model, batches, "auto").report.reason
+    assert seen == [3]  # fp32 and both passing dtypes, in one interleaved measurement
+    assert "median of 4 interleaved rounds" in reason
+    assert ": too noisy to rank (IQR 0.25-4.00x over 4 rounds)" in reason  # half vs half
+    assert "against fp32: too noisy to rank (IQR 0.50-2.00x over 4 rounds)" in reason
+    assert "faster" not in reason and "slower" not in reason
+
+
+def test_auto_ranks_a_steady_ratio_whatever_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    _timed(monkeypatch, (2.0, 20.0, 4.0, 40.0), (1.5, 15.0, 3.0, 30.0), (1.0, 10.0, 2.0, 20.0))
+    model, batches = HAZARDS["exp-softmax"].build()
+    result = tune(model, batches, "auto")
+    second = result.report.variants[1].dtype  # the variant timed third, steadily fastest
+    assert result.report.dtype == second
+    assert "too noisy" not in result.report.reason
+    assert result.report.reason.endswith(
+        "against fp32: 2.00x faster (IQR 2.00-2.00x over 4 rounds)"
+    )
 
 
 def test_config_is_validated() -> None:

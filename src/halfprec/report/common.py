@@ -17,7 +17,7 @@ from halfprec.check import CheckResult
 from halfprec.compare import Comparison
 from halfprec.dtypes import dtype_name
 from halfprec.generate import Generation
-from halfprec.timing import Ratio
+from halfprec.timing import ratio_text, spread_text
 
 __all__ = [
     "comparison_table",
@@ -56,31 +56,6 @@ def fmt_float(x: float | None, spec: str = ".3g") -> str:
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
     return format(x, spec)
-
-
-def ratio_text(ratio: float | None, more: str = "faster", less: str = "slower") -> str:
-    """``2.10x faster`` for ratios above 1, ``11.0x slower`` below 1 (never ``0.09x``)."""
-    if ratio is None or math.isnan(ratio) or ratio <= 0:
-        return "-"
-    if ratio >= 1:
-        return f"{ratio:.2f}x {more}"
-    inverse = 1 / ratio
-    return f"{inverse:.3g}x {less}" if inverse < 10 else f"{inverse:.1f}x {less}"
-
-
-def spread_text(speed: Ratio, more: str = "faster", less: str = "slower") -> str:
-    """``2.10x faster (IQR 1.95-2.30x over 10 rounds)`` or ``7.34x slower (IQR 7.10-7.70x
-    over 10 rounds)`` when the interquartile range of the per-round ratios lies on one side
-    of 1, the range read the same way as the median; otherwise ``too noisy to rank`` with
-    the range of the ratio that says so: no ranking is printed that the spread does not
-    support."""
-    if speed.rounds < 2:
-        return f"too noisy to rank ({speed.median:.2f}x from 1 round: no spread)"
-    rounds = f"over {speed.rounds} rounds"
-    if not speed.ranked:
-        return f"too noisy to rank (IQR {speed.q1:.2f}-{speed.q3:.2f}x {rounds})"
-    low, high = (speed.q1, speed.q3) if speed.q1 > 1 else (1 / speed.q3, 1 / speed.q1)
-    return f"{ratio_text(speed.median, more, less)} (IQR {low:.2f}-{high:.2f}x {rounds})"
 
 
 def human_time(seconds: float | None) -> str:

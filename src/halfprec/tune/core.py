@@ -4,6 +4,7 @@ between the dtypes that meet the tolerance (step 5 of :mod:`halfprec.tune`)."""
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 import torch
@@ -15,7 +16,7 @@ from halfprec.convert.core import ConfigLike, ConvertConfig
 from halfprec.dtypes import dtype_name, is_auto
 from halfprec.errors import DTypeError
 from halfprec.modules import model_device
-from halfprec.timing import measure
+from halfprec.timing import measure_interleaved, ratio_of, spread_text
 from halfprec.tune.results import (
     ToleranceUnreachableError,
     TuneConfig,
@@ -112,10 +113,6 @@ def tune(
     return TuneResult(converted, report, cfg)
 
 
-def _latency(model: nn.Module, batch: Any, device: torch.device, runs: int) -> float:
-    return measure(lambda: call(model, batch), device=device, runs=runs).median
-
-
 def _choose(
     model: nn.Module,
     batches: list[Any],
@@ -139,17 +136,35 @@ def _choose(
     first = batches[0]
     device = model_device(model)
     runs = config.timing_runs
+    halves: list[nn.Module] = []
+    for v in passing:
+        assert v.model is not None  # set by _Search.run for every passing variant
+        halves.append(v.model)
     with torch.inference_mode():
-        for v in passing:
-            assert v.model is not None  # set by _Search.run for every passing variant
-            v.latency = _latency(v.model, first, device, runs)
-        fp32 = _latency(model, first, device, runs)
-    best = min(passing, key=lambda v: v.latency or float("inf"))
+        # fp32 and every passing variant in interleaved rounds: a burst of load hits them alike
+        timed = measure_interleaved(
+            [partial(call, m, first) for m in [model, *halves]], device=device, runs=runs
+        )
+    fp32_timing, *half_timings = timed
+    for v, t in zip(passing, half_timings, strict=True):
+        v.latency = t.median
+    order = sorted(range(len(passing)), key=lambda i: half_timings[i].median)
+    best, best_t = passing[order[0]], half_timings[order[0]]
     times = ", ".join(f"{dtype_name(v.dtype)} {1e3 * (v.latency or 0):.1f} ms" for v in passing)
     why = (
-        f"auto: fastest variant meeting the tolerance (median of {runs} runs on batch 0: "
-        f"{times}; fp32 {1e3 * fp32:.1f} ms)"
+        f"auto: fastest variant meeting the tolerance (median of {len(fp32_timing.samples)} "
+        "interleaved rounds on "
+        f"batch 0: {times}; fp32 {1e3 * fp32_timing.median:.1f} ms)"
     )
-    if best.latency is not None and fp32 < best.latency:
+    runner_up = half_timings[order[1]]
+    against = ratio_of(runner_up, best_t)
+    if not against.ranked:
+        why += (
+            f"; {dtype_name(best.dtype)} against {dtype_name(passing[order[1]].dtype)}: "
+            f"{spread_text(against)}"
+        )
+    speed = ratio_of(fp32_timing, best_t)
+    why += f"; against fp32: {spread_text(speed)}"
+    if speed.ranked and speed.q3 < 1:
         why += "; fp32 is faster on this device, so half precision only saves memory here"
-    return best, why, fp32
+    return best, why, fp32_timing.median
