@@ -9,6 +9,7 @@ from torch import nn
 import halfprec
 from halfprec import BenchConfig, Tolerance, compare
 from halfprec.bench.deploy import Deployed
+from halfprec.timing import Timing
 
 
 class Block(nn.Module):
@@ -115,3 +116,20 @@ def test_deploy_compiled_only_still_measures_against_eager_fp32() -> None:
 def test_deploy_rejects_nothing_to_try() -> None:
     with pytest.raises(ValueError, match="nothing to try; set compile or eager"):
         halfprec.deploy(Block(), _x(), compile=False, eager=False)
+
+
+def test_summary_and_json_carry_the_spread_of_the_chosen_variant() -> None:
+    done = halfprec.deploy(Block(), _x(), "bf16", compile=False, bench=TIMED)
+    rows = {r.name: r for r in done.report.results}
+    rows["fp32"].timing = Timing((1.0, 0.9, 1.1, 2.0, 3.0))  # injected: rounds that disagree
+    rows["halfprec-bf16"].timing = Timing((2.0, 1.0, 1.0, 1.0, 1.0))
+    noisy = Deployed(done.model, rows["halfprec-bf16"], done.report)
+    assert noisy.summary.startswith(
+        "halfprec-bf16: too noisy to rank (IQR 0.90-2.00x over 5 rounds) than fp32"
+    )
+    assert noisy.to_json()["speedup_spread"]["ranked"] is False
+    rows["fp32"].timing = Timing((2.0, 20.0, 4.0))
+    rows["halfprec-bf16"].timing = Timing((1.0, 10.0, 2.0))
+    steady = Deployed(done.model, rows["halfprec-bf16"], done.report)
+    assert "2.00x faster (IQR 2.00-2.00x over 3 rounds) than fp32" in steady.summary
+    assert Deployed(done.model, rows["fp32"], done.report).to_json()["speedup_spread"] is None
