@@ -408,3 +408,32 @@ def test_compare_judges_with_the_given_tolerance_or_the_candidates_dtype() -> No
     raised = compare(model, _Raises(RuntimeError("no kernel")).to(torch.bfloat16), x)
     assert (raised.outputs, raised.batches, raised.dtype) == ([], 1, torch.bfloat16)
     assert raised.tolerance == Tolerance.for_dtype(torch.bfloat16) and not raised.passed
+
+
+def test_each_output_is_judged_on_its_own_including_3d_logits() -> None:
+    # [batch, sequence, vocab] logits: agreement is over the vocabulary, per position
+    ref = torch.zeros(2, 3, 5)
+    ref[..., 4] = 1.0  # every position picks token 4
+    half = ref.clone()
+    half[0, :, 0] = 2.0  # the first sequence picks token 0 at its 3 positions
+    cmp = compare_outputs(
+        [{"extra": torch.ones(1), "logits": ref, "hidden": torch.ones(2, 4)}],
+        [{"logits": half, "hidden": torch.ones(2, 4)}],
+        tolerance=Tolerance(None, None),
+    )
+    assert [o.path for o in cmp.outputs] == ["logits", "hidden"]  # the missing first is skipped
+    assert cmp["logits"].argmax_agreement == 0.5 and cmp["hidden"].argmax_agreement is None
+    assert cmp.problems == ["batch 0: output paths differ (extra)"]
+
+
+def test_exact_outputs_compare_values_and_a_tensorless_output_is_named() -> None:
+    ids, ids32 = torch.tensor([1, 2]), torch.tensor([1, 2], dtype=torch.int32)
+    cmp = compare_outputs([{"y": torch.ones(2), "ids": ids}], [{"y": torch.ones(2), "ids": ids32}])
+    assert cmp.passed and cmp.exact_values == 2
+    nothing = compare_outputs(["text"], ["text"])
+    assert nothing.problems == [
+        "batch 0: the model returned no tensors (str), so nothing was compared; return a "
+        "tensor, or a dict/tuple/list of tensors"
+    ]
+    with pytest.raises(InputsError, match=r"check their names, shapes and dtypes against the "):
+        compare(_Raises(TypeError("x")), nn.Linear(2, 2), torch.ones(1, 2))
