@@ -437,3 +437,17 @@ def test_exact_outputs_compare_values_and_a_tensorless_output_is_named() -> None
     ]
     with pytest.raises(InputsError, match=r"check their names, shapes and dtypes against the "):
         compare(_Raises(TypeError("x")), nn.Linear(2, 2), torch.ones(1, 2))
+
+
+def test_a_broken_reference_is_refused_before_the_half_model_runs() -> None:
+    class NaNs(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * math.nan
+
+    # the half model would raise; the broken fp32 reference is what the caller must hear
+    with pytest.raises(BrokenReferenceError, match="output 'output' of batch 0 holds 2 NaN"):
+        compare(NaNs(), _Raises(RuntimeError("never reached")), torch.ones(1, 2))
+
+
+def test_tensorless_batches_are_one_problem() -> None:
+    assert len(compare_outputs(["a", "b"], ["a", "b"]).problems) == 1
