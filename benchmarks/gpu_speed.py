@@ -1,5 +1,6 @@
-"""fp16/bf16 vs fp32 on CUDA, eager and compiled (max-autotune), TF32 off: a Markdown
-section appended to docs/benchmarks.md. Run by scripts/gpu-check.sh.
+"""fp16/bf16 vs fp32 on CUDA, eager and compiled (max-autotune), TF32 off: docs/gpu.md,
+rewritten as the current page (one table per model, with the GPU, the date and the command).
+Run by scripts/gpu-check.sh.
 
     PYTHONPATH=src python3 benchmarks/gpu_speed.py [--models bert-base,minilm] [--dry-run]
 """
@@ -25,7 +26,7 @@ VARIANTS = ["fp32", "naive-fp16", "naive-bf16", "halfprec-fp16", "halfprec-bf16"
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default="bert-base,minilm")
-    parser.add_argument("--dry-run", action="store_true", help="print, do not append")
+    parser.add_argument("--dry-run", action="store_true", help="print, do not write docs/gpu.md")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu_speed: no CUDA device here; run it on a machine with a GPU")
@@ -35,9 +36,12 @@ def main() -> None:
     name = torch.cuda.get_device_name(0)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
-        f"\n## GPU check: {name}, {stamp}\n",
-        f"torch {torch.__version__}, CUDA {torch.version.cuda}, TF32 off, "
-        "compiled = torch.compile(mode='max-autotune'). Command: `scripts/gpu-check.sh`.\n",
+        "# Measured on a GPU\n",
+        "Written by `scripts/gpu-check.sh` (`benchmarks/gpu_speed.py`); each run replaces this",
+        "page. CPU measurements are in [benchmarks.md](benchmarks.md).\n",
+        f"*Measured {stamp} · {name} x {torch.cuda.device_count()}, torch {torch.__version__}, "
+        f"CUDA {torch.version.cuda}, TF32 off, compiled = torch.compile(mode='max-autotune') · "
+        f"`scripts/gpu-check.sh` (models: {args.models})*\n",
     ]
     for model_name in args.models.split(","):
         loaded = load_model(f"builtin:{model_name}")
@@ -54,7 +58,7 @@ def main() -> None:
         best = fastest_variant(result)
         limits = ", ".join(f"{k} {v:.2f}x" for k, v in result.to_json()["limit"].items())
         lines += [
-            f"\n### {loaded.name}\n",
+            f"\n## {loaded.name}\n",
             f"GEMM limit: {limits}; auto: {best.name} "
             f"({best.speedup or 1:.2f}x, {best.efficiency or 1:.0%} of limit)\n",
             markdown_table(result),
@@ -63,8 +67,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.dry_run:
-        with Path("docs/benchmarks.md").open("a") as f:
-            f.write(text)
+        Path("docs/gpu.md").write_text(text.lstrip("\n"))
 
 
 if __name__ == "__main__":

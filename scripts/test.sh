@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
-# The test command: lint, check the import layering, then type-check and the whole test
-# suite side by side (mypy uses one core; two pytest workers share the rest).
+# The test command. Two tiers:
+#   bash scripts/test.sh         fast tier: ruff, import layering, mypy, and every test not
+#                                marked slow or gpu (in-process: no subprocess, no real-size
+#                                model, no torch.compile)
+#   bash scripts/test.sh --all   everything: the fast tier plus the slow tests (subprocesses,
+#                                real MiniLM, exports to every format, torchrun); gpu tests
+#                                skip themselves without CUDA
+# Other arguments go to pytest (e.g. `bash scripts/test.sh tests/convert -x`).
 # Uses the same interpreter as scripts/install.sh: $PYTHON, else .venv/bin/python if present,
 # else python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/python.sh
 export HF_HUB_OFFLINE=1
+tier=(-m "not slow and not gpu")
+if [ "${1:-}" = "--all" ]; then
+  tier=()
+  shift
+fi
 "$PY" -m ruff check src tests benchmarks examples
 "$PY" -m ruff format --check --quiet src tests benchmarks examples
 PYTHONPATH=src "$PY" -c 'from importlinter.cli import lint_imports_command; lint_imports_command()'
@@ -17,7 +28,7 @@ mypy_pid=$!
 status=0
 # two pytest workers (pytest-xdist; CI has 2 cores); a test file stays on one worker, so its
 # module fixtures are built once
-"$PY" -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@" || status=$?
+"$PY" -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadfile ${tier[@]+"${tier[@]}"} "$@" || status=$?
 wait "$mypy_pid" || status=1
 cat "$mypy_log"
 exit "$status"

@@ -298,3 +298,235 @@ def test_values_too_small_to_square_even_in_float64_fail_with_nan_metrics() -> N
     assert math.isnan(m.cosine) and math.isnan(m.sqnr_db) and m.max_abs > 0
     assert not cmp.passed and cmp.reason.startswith("output: cosine nan < 0.999")
     assert compare_outputs([ref], [ref.clone()]).passed  # equal is still equal
+# -- found by the mutation pass (docs/development.md): boundaries, defaults, JSON -----------
+
+
+@pytest.mark.parametrize(
+    "ok",
+    [
+        {"min_cosine": -1.0},
+        {"min_cosine": 1.0},
+        {"max_rel_error": 0.0},
+        {"max_rel_error": 0.5},
+        {"min_argmax_agreement": 0.0},
+        {"min_argmax_agreement": 1.0},
+    ],
+)
+def test_tolerance_accepts_the_ends_of_each_range(ok: dict[str, float]) -> None:
+    assert getattr(Tolerance(**ok), next(iter(ok))) == next(iter(ok.values()))
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"min_cosine": -1.5}, r"min_cosine must be in \[-1, 1\], got -1.5"),
+        ({"min_cosine": 1.01}, r"min_cosine must be in \[-1, 1\], got 1.01"),
+        ({"max_rel_error": -0.1}, r"max_rel_error must be >= 0, got -0.1"),
+        ({"min_argmax_agreement": 1.5}, r"min_argmax_agreement must be in \[0, 1\], got 1.5"),
+        ({"min_argmax_agreement": -0.5}, r"min_argmax_agreement must be in \[0, 1\], got -0.5"),
+    ],
+)
+def test_tolerance_refuses_values_outside_each_range(bad: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Tolerance(**bad)
+
+
+def test_default_tolerances_are_the_documented_ones() -> None:
+    # docs/verdicts.md: cosine >= 0.999 for both; SQNR >= 25 dB fp16, >= 20 dB bf16
+    assert Tolerance.for_dtype(torch.float16) == Tolerance(min_cosine=0.999, min_sqnr_db=25.0)
+    assert Tolerance.for_dtype(torch.bfloat16) == Tolerance(min_cosine=0.999, min_sqnr_db=20.0)
+    assert Tolerance.for_dtype(None) == Tolerance.for_dtype(torch.float16)
+
+
+@pytest.mark.parametrize(
+    ("path", "shape", "is_logits"),
+    [
+        ("logits", (2, 3), True),
+        ("end_scores", (2, 2), True),
+        ("logits", (2, 1), False),  # one class: no argmax to agree on
+        ("logits", (6,), False),
+        ("output", (2, 2), True),  # a plain 2-D classifier output
+        ("output", (2, 100_000), True),
+        ("output", (2, 100_001), False),  # more like features than classes
+        ("output", (2, 1), False),
+        ("output", (2, 3, 4), False),
+        ("hidden", (2, 3), False),
+    ],
+)
+def test_argmax_agreement_is_measured_on_logit_like_outputs(
+    path: str, shape: tuple[int, ...], is_logits: bool
+) -> None:
+    ref = torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape) % 7
+    half = ref.clone()
+    half[..., 0] += 100.0  # every row's argmax moves to class 0 (when it has classes)
+    outputs = ref if path == "output" else {path: ref}
+    moved = half if path == "output" else {path: half}
+    got = compare_outputs([outputs], [moved], tolerance=Tolerance(None, None))[path]
+    if is_logits:
+        assert got.argmax_agreement is not None and got.argmax_agreement < 1.0
+    else:
+        assert got.argmax_agreement is None
+
+
+def test_json_holds_every_metric_of_the_comparison() -> None:
+    ref = {"logits": torch.tensor([[1.0, 3.0], [2.0, 0.5]]), "ids": torch.tensor([1, 2])}
+    half = {"logits": torch.tensor([[1.5, 3.0], [2.0, 2.5]]), "ids": torch.tensor([1, 2])}
+    tol = Tolerance(min_cosine=0.9999, min_sqnr_db=None)
+    cmp = compare_outputs([ref, ref], [half, half], tolerance=tol, dtype=torch.float16)
+    out = cmp["logits"]
+    assert out.to_json() == {
+        "path": "logits",
+        "shape": [2, 2],
+        "elements": 8,
+        "compared": 8,
+        "max_abs": out.max_abs,
+        "mean_abs": out.mean_abs,
+        "max_rel": out.max_rel,
+        "cosine": out.cosine,
+        "sqnr_db": out.sqnr_db,
+        "argmax_agreement": 0.5,
+        "nonfinite": 0,
+        "passed": False,
+        "failures": out.failures,
+        "reason": "; ".join(out.failures),
+    }
+    assert (out.max_abs, out.mean_abs) == (2.0, 0.625) and len(out.failures) == 1
+    assert out.max_rel == pytest.approx(2.0 / 3.0)  # largest error / largest reference value
+    assert out.cosine < 0.9999
+    assert cmp.to_json() == {
+        "passed": False,
+        "reason": f"logits: {out.failures[0]}",
+        "dtype": "fp16",
+        "batches": 2,
+        "compared": 12,  # 8 logits and 4 exact ids
+        "tolerance": {
+            "min_cosine": 0.9999,
+            "min_sqnr_db": None,
+            "max_rel_error": None,
+            "min_argmax_agreement": None,
+        },
+        "problems": [],
+        "outputs": [out.to_json()],
+    }
+
+
+def test_without_a_tolerance_the_dtypes_defaults_judge() -> None:
+    ref = torch.linspace(1.0, 2.0, 1000)
+    half = ref * 1.075  # cosine 1, SQNR 22.5 dB: between bf16's 20 and fp16's 25
+    assert compare_outputs([ref], [half], dtype=torch.bfloat16).passed
+    fp16 = compare_outputs([ref], [half], dtype=torch.float16)
+    assert not fp16.passed and fp16["output"].failures == ["SQNR 22.5 dB < 25.0 dB"]
+
+
+def test_a_value_on_each_threshold_passes_and_each_failure_is_named() -> None:
+    ref = {"logits": torch.tensor([[1.0, 3.0], [2.0, 0.5]])}
+    half = {"logits": torch.tensor([[1.5, 3.0], [2.0, 2.5]])}
+    m = compare_outputs([ref], [half], tolerance=Tolerance(None, None))["logits"]
+    exact = Tolerance(m.cosine, m.sqnr_db, m.max_rel, m.argmax_agreement)
+    assert compare_outputs([ref], [half], tolerance=exact).passed  # on the line is within
+    strict = Tolerance(None, None, max_rel_error=0.1, min_argmax_agreement=0.9)
+    failed = compare_outputs([ref], [half], tolerance=strict)["logits"]
+    assert failed.failures == ["max rel error 0.667 > 0.1", "argmax agreement 0.500 < 0.9"]
+
+
+def test_structure_and_exact_value_problems_are_named() -> None:
+    ref = {"a": torch.ones(2), "b": torch.ones(2), "c": torch.ones(2), "d": torch.ones(2)}
+    other = {"w": torch.ones(2), "x": torch.ones(2), "y": torch.ones(2), "z": torch.ones(2)}
+    paths = compare_outputs([ref], [other], tolerance=Tolerance())
+    assert paths.problems == ["batch 0: output paths differ (a, b, c)"]
+    for ids, wrong in [
+        (torch.tensor([1, 2]), torch.tensor([1, 3])),
+        (torch.tensor([True, False]), torch.tensor([True, True])),
+    ]:
+        ref2 = {"y": torch.ones(2), "ids": ids}
+        cmp = compare_outputs([ref2, ref2], [ref2, {"y": torch.ones(2), "ids": wrong}])
+        assert cmp.problems == ["ids: non-floating output differs from the reference"]
+    with pytest.raises(KeyError, match=r"no output 'nope'; outputs are \['y'\]"):
+        cmp["nope"]
+
+
+def test_a_broken_reference_names_its_output_and_batch() -> None:
+    ok, bad = torch.ones(3), torch.tensor([1.0, math.nan, math.inf])
+    with pytest.raises(
+        BrokenReferenceError,
+        match=r"output 'y' of batch 1 holds 1 NaN and 1 inf in 3 values, .*fix the fp32 run "
+        r"first \(NaN/inf in the weights",
+    ):
+        compare_outputs([{"y": ok}, {"y": bad}], [{"y": ok}, {"y": ok}])
+
+
+class _Raises(nn.Module):
+    def __init__(self, exc: Exception) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.exc = exc
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise self.exc
+
+
+def test_a_failing_model_is_named_by_the_first_line_of_its_error() -> None:
+    x = torch.ones(1, 2)
+    with pytest.raises(InputsError, match=r"fp32 model failed on the given inputs \(bad shape\)"):
+        compare(_Raises(ValueError("bad shape\nmore detail")), nn.Linear(2, 2), x)
+    with pytest.raises(InputsError, match=r"fp32 model failed on the given inputs \(KeyError\)"):
+        compare(_Raises(KeyError()), nn.Linear(2, 2), x)
+    half = compare(nn.Linear(2, 2), _Raises(RuntimeError("no kernel\ntrace")), x)
+    assert half.problems == ["the half model raised RuntimeError: no kernel"]
+
+
+def test_compare_judges_with_the_given_tolerance_or_the_candidates_dtype() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8)).eval()
+    x = torch.randn(4, 8)
+    half = convert(model, "bf16")
+    auto = compare(model, half, x)
+    assert auto.dtype == torch.bfloat16 and auto.tolerance == Tolerance.for_dtype(torch.bfloat16)
+    strict = compare(model, half, x, tolerance=Tolerance(min_sqnr_db=200.0))
+    assert not strict.passed and strict.tolerance.min_sqnr_db == 200.0
+    raised = compare(model, _Raises(RuntimeError("no kernel")).to(torch.bfloat16), x)
+    assert (raised.outputs, raised.batches, raised.dtype) == ([], 1, torch.bfloat16)
+    assert raised.tolerance == Tolerance.for_dtype(torch.bfloat16) and not raised.passed
+
+
+def test_each_output_is_judged_on_its_own_including_3d_logits() -> None:
+    # [batch, sequence, vocab] logits: agreement is over the vocabulary, per position
+    ref = torch.zeros(2, 3, 5)
+    ref[..., 4] = 1.0  # every position picks token 4
+    half = ref.clone()
+    half[0, :, 0] = 2.0  # the first sequence picks token 0 at its 3 positions
+    cmp = compare_outputs(
+        [{"extra": torch.ones(1), "logits": ref, "hidden": torch.ones(2, 4)}],
+        [{"logits": half, "hidden": torch.ones(2, 4)}],
+        tolerance=Tolerance(None, None),
+    )
+    assert [o.path for o in cmp.outputs] == ["logits", "hidden"]  # the missing first is skipped
+    assert cmp["logits"].argmax_agreement == 0.5 and cmp["hidden"].argmax_agreement is None
+    assert cmp.problems == ["batch 0: output paths differ (extra)"]
+
+
+def test_exact_outputs_compare_values_and_a_tensorless_output_is_named() -> None:
+    ids, ids32 = torch.tensor([1, 2]), torch.tensor([1, 2], dtype=torch.int32)
+    cmp = compare_outputs([{"y": torch.ones(2), "ids": ids}], [{"y": torch.ones(2), "ids": ids32}])
+    assert cmp.passed and cmp.exact_values == 2
+    nothing = compare_outputs(["text"], ["text"])
+    assert nothing.problems == [
+        "batch 0: the model returned no tensors (str), so nothing was compared; return a "
+        "tensor, or a dict/tuple/list of tensors"
+    ]
+    with pytest.raises(InputsError, match=r"check their names, shapes and dtypes against the "):
+        compare(_Raises(TypeError("x")), nn.Linear(2, 2), torch.ones(1, 2))
+
+
+def test_a_broken_reference_is_refused_before_the_half_model_runs() -> None:
+    class NaNs(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * math.nan
+
+    # the half model would raise; the broken fp32 reference is what the caller must hear
+    with pytest.raises(BrokenReferenceError, match="output 'output' of batch 0 holds 2 NaN"):
+        compare(NaNs(), _Raises(RuntimeError("never reached")), torch.ones(1, 2))
+
+
+def test_tensorless_batches_are_one_problem() -> None:
+    assert len(compare_outputs(["a", "b"], ["a", "b"]).problems) == 1

@@ -1,7 +1,8 @@
-"""README's Python quick start runs as written, on a small real model."""
+"""README and docs/*.md: the Python quick start runs, and every halfprec name they use exists."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -9,7 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+from support import ROOT
+
+README = ROOT / "README.md"
 
 
 class Encoder(nn.Module):
@@ -44,3 +47,62 @@ def test_readme_python_quick_start_runs(tmp_path: Path, monkeypatch: pytest.Monk
     fresh = namespace["fresh"]
     assert next(fresh.encoder.layer[1].parameters()).dtype in (torch.float16, torch.bfloat16)
     assert model.training is False and next(model.parameters()).dtype == torch.float32
+
+
+# -- every halfprec name the pages name exists ---------------------------------------------
+
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+DOTTED = re.compile(r"(?<![\w./-])halfprec(?:\.[A-Za-z_]\w*)+")
+FROM = re.compile(r"from\s+(halfprec(?:\.\w+)*)\s+import\s+(?:\(([\w\s,]+)\)|([\w ,]+))")
+IMPORT = re.compile(r"^\s*import\s+(halfprec(?:\.\w+)*)", re.M)
+
+
+def _resolves(name: str) -> bool:
+    """``halfprec.a.b``: the longest importable module prefix, then attributes."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def _importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def _missing(text: str) -> list[str]:
+    names = set(DOTTED.findall(text))
+    for module, grouped, plain in FROM.findall(text):
+        names |= {f"{module}.{n.strip()}" for n in (grouped or plain).split(",") if n.strip()}
+    missing = {n for n in names if not _resolves(n)}
+    missing |= {f"import {m}" for m in IMPORT.findall(text) if not _importable(m)}
+    return sorted(missing)
+
+
+def test_the_name_check_catches_what_does_not_exist() -> None:
+    text = (
+        "`halfprec.convert` and `halfprec.no_such_name`\n"
+        "from halfprec.bench.results import fastest_variant, no_such_result\n"
+        "import halfprec.lint\n"  # a function in halfprec, not a module
+    )
+    assert _missing(text) == [
+        "halfprec.bench.results.no_such_result",
+        "halfprec.no_such_name",
+        "import halfprec.lint",
+    ]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_halfprec_name_in_the_docs_exists(page: Path) -> None:
+    assert _missing(page.read_text()) == [], f"{page.name} names what halfprec lacks"

@@ -1,7 +1,8 @@
 """The main job: convert a model, run fp32 and half side by side, and report.
 
 ``check(model, inputs)`` returns a :class:`CheckResult` with the accuracy comparison,
-model sizes and median latencies of fp32 and half.
+model sizes, and the latencies of fp32 and half timed in interleaved rounds, so that their
+speed ratio comes with its spread (:class:`~halfprec.timing.Ratio`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from halfprec.compare import Comparison, Tolerance, compare
 from halfprec.convert.core import ConfigLike, ConversionReport, conversion_report, convert
 from halfprec.generate import Generation, agreement, prompts_from_batches
 from halfprec.modules import evaluating, model_device
-from halfprec.timing import Timing, measure
+from halfprec.timing import Ratio, Timing, measure_interleaved, ratio_of
 
 __all__ = ["CheckResult", "check"]
 
@@ -38,10 +39,17 @@ class CheckResult:
         return self.comparison.passed
 
     @property
-    def speedup(self) -> float | None:
+    def speed(self) -> Ratio | None:
+        """fp32 time / half time over the interleaved rounds: median, quartiles, verdict."""
         if self.latency_fp32 is None or self.latency_half is None:
             return None
-        return self.latency_fp32.median / self.latency_half.median
+        return ratio_of(self.latency_fp32, self.latency_half)
+
+    @property
+    def speedup(self) -> float | None:
+        """The median of the per-round ratios (``speed.median``)."""
+        speed = self.speed
+        return None if speed is None else speed.median
 
     def to_json(self) -> dict[str, Any]:
         def lat(t: Timing | None) -> float | None:
@@ -55,6 +63,7 @@ class CheckResult:
             "latency_fp32_s": lat(self.latency_fp32),
             "latency_half_s": lat(self.latency_half),
             "speedup": self.speedup,
+            "speedup_spread": None if self.speed is None else self.speed.to_json(),
             "bytes_fp32": self.conversion.bytes_before,
             "bytes_half": self.conversion.bytes_after,
             "generation": None if self.generation is None else self.generation.to_json(),
@@ -74,7 +83,9 @@ def check(
     """Convert a copy of ``model`` (``config``: a :class:`Recipe` or a dtype, default
     ``"auto"``), compare it with ``model`` on ``inputs``, and time both.
 
-    ``runs=0`` skips timing. ``generate > 0`` (causal LMs) also greedy-decodes that many
+    ``runs``: interleaved rounds of one fp32 and one half call each (``runs=0`` skips
+    timing); the speed ratio is ranked only when its interquartile range over the rounds
+    lies on one side of 1. ``generate > 0`` (causal LMs) also greedy-decodes that many
     tokens from prompts taken from ``inputs``' ``input_ids`` and scores the half model's
     agreement (:func:`halfprec.generate.agreement`). ``model`` itself is not changed.
     """
@@ -88,8 +99,11 @@ def check(
             first = as_batches(inputs)[0]
             device = model_device(reference)
             with torch.inference_mode():
-                lat32 = measure(lambda: call(reference, first), device=device, runs=runs)
-                lat16 = measure(lambda: call(half, first), device=device, runs=runs)
+                lat32, lat16 = measure_interleaved(
+                    [lambda: call(reference, first), lambda: call(half, first)],
+                    device=device,
+                    runs=runs,
+                )
         generation = None
         if generate > 0:
             prompts = prompts_from_batches(as_batches(inputs))

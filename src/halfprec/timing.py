@@ -1,16 +1,29 @@
-"""Latency measurement that is right on every device: warm-up, synchronisation, medians."""
+"""Latency measurement that is right on every device: warm-up, synchronisation, medians,
+speed ratios with their spread over interleaved rounds, and the words for them (the one
+place that says "faster", "slower" or "too noisy to rank")."""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["Timing", "fastest_accurate", "measure", "synchronize"]
+__all__ = [
+    "Ratio",
+    "Timing",
+    "fastest_accurate",
+    "measure",
+    "measure_interleaved",
+    "ratio_of",
+    "ratio_text",
+    "spread_text",
+    "synchronize",
+]
 
 T = TypeVar("T")
 
@@ -86,3 +99,116 @@ def measure(
         synchronize(device)
         samples.append(time.perf_counter() - start)
     return Timing(tuple(samples))
+
+
+def measure_interleaved(
+    fns: Sequence[Callable[[], object]],
+    *,
+    device: torch.device | str = "cpu",
+    warmup: int = 3,
+    runs: int = 10,
+) -> list[Timing]:
+    """Time ``fns`` round-robin: each round calls every function once, so that round ``i``
+    of each :class:`Timing` saw the same state of the machine (pair them with
+    :func:`ratio_of`). Each function is warmed up ``warmup`` times first."""
+    if runs < 1 or warmup < 0:
+        raise ValueError(f"need runs >= 1 and warmup >= 0, got runs={runs}, warmup={warmup}")
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    synchronize(device)
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(runs):
+        for fn, out in zip(fns, samples, strict=True):
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            out.append(time.perf_counter() - start)
+    return [Timing(tuple(s)) for s in samples]
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """How many times faster one thing ran than a reference: the median and the quartiles of
+    the per-round ratios ``reference / other`` over ``rounds`` interleaved rounds.
+
+    ``ranked`` is the verdict: True only when the whole interquartile range lies on one side
+    of 1, so that "faster" or "slower" is what most rounds said; otherwise the two are too
+    noisy to rank.
+    """
+
+    median: float
+    q1: float
+    q3: float
+    rounds: int
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1:
+            raise ValueError(f"Ratio(rounds={self.rounds}): a ratio needs at least one round")
+        if not self.q1 <= self.median <= self.q3:
+            raise ValueError(
+                f"Ratio(median={self.median}, q1={self.q1}, q3={self.q3}): need q1 <= median <= q3"
+            )
+
+    @property
+    def iqr(self) -> float:
+        return self.q3 - self.q1
+
+    @property
+    def ranked(self) -> bool:
+        """Whether the spread supports a ranking: more than one round, and the interquartile
+        range entirely above 1 (faster) or entirely below it (slower)."""
+        return self.rounds > 1 and (self.q1 > 1.0 or self.q3 < 1.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "median": self.median,
+            "q1": self.q1,
+            "q3": self.q3,
+            "iqr": self.iqr,
+            "rounds": self.rounds,
+            "ranked": self.ranked,
+        }
+
+
+def ratio_of(reference: Timing, other: Timing) -> Ratio:
+    """The speed of ``other`` relative to ``reference`` (above 1: ``other`` is faster), from
+    the per-round ratios of two timings measured interleaved (:func:`measure_interleaved`).
+    """
+    if len(reference.samples) != len(other.samples):
+        raise ValueError(
+            f"ratio_of needs timings of the same rounds, got {len(reference.samples)} and "
+            f"{len(other.samples)} samples; measure them with measure_interleaved"
+        )
+    ratios = sorted(
+        a / b if b > 0 else math.inf for a, b in zip(reference.samples, other.samples, strict=True)
+    )
+    if len(ratios) == 1:
+        return Ratio(ratios[0], ratios[0], ratios[0], 1)
+    q1, median, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return Ratio(median, q1, q3, len(ratios))
+
+
+def ratio_text(ratio: float | None, more: str = "faster", less: str = "slower") -> str:
+    """``2.10x faster`` for ratios above 1, ``11.0x slower`` below 1 (never ``0.09x``)."""
+    if ratio is None or math.isnan(ratio) or ratio <= 0:
+        return "-"
+    if ratio >= 1:
+        return f"{ratio:.2f}x {more}"
+    inverse = 1 / ratio
+    return f"{inverse:.3g}x {less}" if inverse < 10 else f"{inverse:.1f}x {less}"
+
+
+def spread_text(speed: Ratio, more: str = "faster", less: str = "slower") -> str:
+    """``2.10x faster (IQR 1.95-2.30x over 10 rounds)`` or ``7.34x slower (IQR 7.10-7.70x
+    over 10 rounds)`` when the interquartile range of the per-round ratios lies on one side
+    of 1, the range read the same way as the median; otherwise ``too noisy to rank`` with
+    the range of the ratio that says so: no ranking is printed that the spread does not
+    support."""
+    if speed.rounds < 2:
+        return f"too noisy to rank ({speed.median:.2f}x from 1 round: no spread)"
+    rounds = f"over {speed.rounds} rounds"
+    if not speed.ranked:
+        return f"too noisy to rank (IQR {speed.q1:.2f}-{speed.q3:.2f}x {rounds})"
+    low, high = (speed.q1, speed.q3) if speed.q1 > 1 else (1 / speed.q3, 1 / speed.q1)
+    return f"{ratio_text(speed.median, more, less)} (IQR {low:.2f}-{high:.2f}x {rounds})"

@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from conftest import run_cli_subprocess
 from halfprec import convert
 from halfprec.compare import compare
 from halfprec.io.specs import load_model
+from support.cli import run_cli_subprocess
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +39,8 @@ def test_minilm_embeddings_still_rank_sentences_alike(minilm) -> None:  # type: 
     assert (ref_rank == half_rank).float().mean() >= 0.9
 
 
+# a fresh interpreter running the real entry point on real MiniLM (~25 s)
+@pytest.mark.slow
 def test_halfprec_check_default_main_job() -> None:
     """Smoke test in a fresh interpreter: the README's main job, end to end."""
     proc = run_cli_subprocess("check", "--json", "--runs", "1")

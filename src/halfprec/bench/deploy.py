@@ -22,10 +22,12 @@ from halfprec.batch import as_batches
 from halfprec.bench.limit import GemmLimit, Timer
 from halfprec.bench.results import BenchConfig, BenchResult, VariantResult, fastest_variant
 from halfprec.bench.runner import Progress, _Runner, run_benchmark
+from halfprec.bench.spread import variant_speed
 from halfprec.bench.variants import Variant, build_variant
 from halfprec.compare import Tolerance
 from halfprec.convert.core import ConfigLike, Recipe
 from halfprec.modules import model_device
+from halfprec.timing import spread_text
 
 __all__ = ["Deployed", "deploy"]
 
@@ -75,9 +77,14 @@ class Deployed:
 
     @property
     def summary(self) -> str:
-        """One line, e.g. ``halfprec-bf16+compile: 3.90x fp32 (0.91 of the bf16 limit
-        4.30x), compiled in 41.2 s, within tolerance``; skipped variants are named."""
-        speed = f"{self.speedup:.2f}x fp32"
+        """One line, e.g. ``halfprec-bf16+compile: 3.90x faster (IQR 3.80-4.00x over 5
+        rounds) than fp32 (0.91 of the limit 4.30x), compiled in 41.2 s, within tolerance``
+        (``too noisy to rank`` where the rounds' spread does not say it is faster), or
+        ``fp32: 1.00x fp32, ...``; skipped variants are named."""
+        spread = variant_speed(self.report, self.choice)
+        speed = (
+            f"{self.speedup:.2f}x fp32" if spread is None else f"{spread_text(spread)} than fp32"
+        )
         lim = self.limit
         if lim is not None and self.efficiency is not None:
             speed += f" ({self.efficiency:.2f} of the limit {lim.ratio:.2f}x)"
@@ -98,9 +105,11 @@ class Deployed:
 
     def to_json(self) -> dict[str, Any]:
         lim = self.limit
+        spread = variant_speed(self.report, self.choice)
         return {
             "variant": self.variant,
             "speedup": self.speedup,
+            "speedup_spread": None if spread is None else spread.to_json(),
             "efficiency": self.efficiency,
             "limit": None if lim is None else lim.ratio,
             "compile_s": self.compile_s,

@@ -10,6 +10,7 @@ import click
 
 from halfprec.bench.results import BenchConfig
 from halfprec.bench.runner import benchmark
+from halfprec.bench.spread import spread_json
 from halfprec.bench.variants import parse_variants
 from halfprec.cli.options import (
     NumberRange,
@@ -154,7 +155,7 @@ def command(
         if plot is not None:
             click.echo(f"chart: {plot}")
 
-    finish(result.to_json(), as_json, render)
+    finish(spread_json(result), as_json, render)
 
 
 class _ProgressBar:

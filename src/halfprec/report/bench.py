@@ -10,6 +10,7 @@ from rich.table import Table
 
 from halfprec.atomic import ensure_folder
 from halfprec.bench.results import BenchResult, VariantResult, fastest_variant
+from halfprec.bench.spread import variant_speed
 from halfprec.dtypes import dtype_name
 from halfprec.errors import HalfprecError
 from halfprec.report.common import (
@@ -19,6 +20,7 @@ from halfprec.report.common import (
     human_time,
     make_console,
     ratio_text,
+    spread_text,
 )
 from halfprec.report.plot import new_figure, require_matplotlib, save_png
 
@@ -54,17 +56,20 @@ def _accuracy(r: VariantResult) -> str:
     return f"{cmp.worst_cosine:.6f} {'ok' if cmp.passed else 'FAIL'}"
 
 
-def _speed(r: VariantResult) -> str:
-    if r.speedup is None:
-        return "-"
-    return ratio_text(r.speedup) + ("*" if r.status == "capped" else "")
+def _speed(result: BenchResult, r: VariantResult) -> str:
+    """The speedup with its spread over the rounds shared with fp32; a capped variant's one
+    call (or a capped fp32's) is never ranked."""
+    speed = variant_speed(result, r)
+    if speed is None:
+        return "-" if r.speedup is None else ratio_text(r.speedup)
+    return spread_text(speed) + ("*" if r.status == "capped" else "")
 
 
 def _efficiency(r: VariantResult) -> str:
     return "-" if r.efficiency is None else f"{r.efficiency:.0%}"
 
 
-def _row(r: VariantResult, unit: str) -> list[str]:
+def _row(result: BenchResult, r: VariantResult) -> list[str]:
     t = r.timing
     status = r.status if not r.note else f"{r.status}: {r.note}"
     if r.compile_s is not None:
@@ -74,7 +79,7 @@ def _row(r: VariantResult, unit: str) -> list[str]:
         _ms(r.median_s),
         _ms(None if t is None or r.status != "ok" else t.p90),
         fmt_float(r.throughput, ".1f"),
-        _speed(r),
+        _speed(result, r),
         _efficiency(r),
         human_bytes(r.model_bytes) if r.model_bytes else "-",
         _memory(r),
@@ -106,7 +111,7 @@ def bench_table(result: BenchResult, batch_size: int) -> Table:
             justify="left" if col in ("variant", "status") else "right",
         )
     for r in result.at(batch_size):
-        table.add_row(*_row(r, result.unit))
+        table.add_row(*_row(result, r))
     return table
 
 
@@ -115,7 +120,7 @@ def markdown_table(result: BenchResult) -> str:
     head = ["batch", *(c.format(unit=result.unit) for c in _COLUMNS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in result.results:
-        lines.append("| " + " | ".join([str(r.batch_size), *_row(r, result.unit)]) + " |")
+        lines.append("| " + " | ".join([str(r.batch_size), *_row(result, r)]) + " |")
     return "\n".join(lines)
 
 
@@ -138,14 +143,19 @@ def print_bench(result: BenchResult, console: Console | None = None) -> None:
         best = fastest_variant(result, size, kinds=("fp32", "naive", "autocast", "halfprec"))
         con.print(
             f"batch {size}: auto would choose [bold]{auto.name}[/]"
-            + (f" ({ratio_text(auto.speedup)} than fp32)" if auto.speedup else "")
+            + _against_fp32(result, auto)
             + f"; fastest within tolerance overall: {best.name}"
-            + (f" ({ratio_text(best.speedup)})" if best.speedup else "")
+            + _against_fp32(result, best)
         )
     if any(r.status == "capped" for r in result.results):
         con.print("* capped: timed once because one call exceeded the per-call cap")
     for w in result.warnings:
         con.print(f"[yellow]warning:[/] {w}")
+
+
+def _against_fp32(result: BenchResult, r: VariantResult) -> str:
+    speed = variant_speed(result, r)
+    return "" if speed is None else f" ({spread_text(speed)} against fp32)"
 
 
 def check_plot_path(path: str | os.PathLike[str]) -> Path:

@@ -17,6 +17,7 @@ from halfprec.check import CheckResult
 from halfprec.compare import Comparison
 from halfprec.dtypes import dtype_name
 from halfprec.generate import Generation
+from halfprec.timing import ratio_text, spread_text
 
 __all__ = [
     "comparison_table",
@@ -27,6 +28,7 @@ __all__ = [
     "fmt_float",
     "make_console",
     "ratio_text",
+    "spread_text",
     "human_time",
     "fit_table",
 ]
@@ -55,16 +57,6 @@ def fmt_float(x: float | None, spec: str = ".3g") -> str:
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
     return format(x, spec)
-
-
-def ratio_text(ratio: float | None, more: str = "faster", less: str = "slower") -> str:
-    """``2.10x faster`` for ratios above 1, ``11.0x slower`` below 1 (never ``0.09x``)."""
-    if ratio is None or math.isnan(ratio) or ratio <= 0:
-        return "-"
-    if ratio >= 1:
-        return f"{ratio:.2f}x {more}"
-    inverse = 1 / ratio
-    return f"{inverse:.3g}x {less}" if inverse < 10 else f"{inverse:.1f}x {less}"
 
 
 def human_time(seconds: float | None) -> str:
@@ -151,12 +143,13 @@ def print_check(result: CheckResult, console: Console | None = None) -> None:
         human_bytes(conv.bytes_after),
         f"{conv.bytes_after / conv.bytes_before:.2f}x" if conv.bytes_before else "-",
     )
-    if result.latency_fp32 is not None and result.latency_half is not None:
+    speed = result.speed
+    if speed is not None and result.latency_fp32 is not None and result.latency_half is not None:
         size.add_row(
             "median latency",
             human_time(result.latency_fp32.median),
             human_time(result.latency_half.median),
-            ratio_text(result.speedup),
+            spread_text(speed),
         )
     con.print(fit_table(size, con))
     if result.generation is not None:

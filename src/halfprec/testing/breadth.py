@@ -12,7 +12,7 @@ dtype, :func:`run_case` runs
 
 Two rules hold on every case (:meth:`Case.violations`): wherever naive runs and passes,
 convert passes; wherever the fp32 reference is finite, tune makes fp16 pass.
-Used by benchmarks/breadth.py and tests/test_breadth.py.
+Used by benchmarks/breadth.py and tests/testing/test_breadth.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each :class:`RootHazard` names the op a diagnosis must blame (``op``, in ``culprit``) and
 marks its source line with a ``# <- hazard`` comment. A module-level fp32 island would have
 to be the whole model; an op island (or a saturated fill) fixes each at almost no cost.
-Used by tests/test_op_islands.py and benchmarks/op_islands.py.
+Used by tests/integration/test_op_islands.py and benchmarks/op_islands.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ between the dtypes that meet the tolerance (step 5 of :mod:`halfprec.tune`)."""
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 import torch
@@ -17,7 +18,7 @@ from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import dtype_name, is_auto
 from halfprec.errors import DTypeError
 from halfprec.modules import model_device
-from halfprec.timing import fastest_accurate, measure
+from halfprec.timing import fastest_accurate, measure_interleaved, ratio_of, spread_text
 from halfprec.tree import flatten
 from halfprec.tune.results import (
     ToleranceUnreachableError,
@@ -198,10 +199,6 @@ def _final_recipe(
     return found.replace(op_islands=ops, tolerance=explicit, info=tuned_info(report))
 
 
-def _latency(model: nn.Module, batch: Any, device: torch.device, runs: int) -> float:
-    return measure(lambda: call(model, batch), device=device, runs=runs).median
-
-
 def _choose(
     model: nn.Module,
     batches: list[Any],
@@ -225,17 +222,38 @@ def _choose(
     first = batches[0]
     device = model_device(model)
     runs = config.timing_runs
+    halves: list[nn.Module] = []
+    for v in passing:
+        assert v.model is not None  # set by _Search.run for every passing variant
+        halves.append(v.model)
     with torch.inference_mode():
-        for v in passing:
-            assert v.model is not None  # set by _Search.run for every passing variant
-            v.latency = _latency(v.model, first, device, runs)
-        fp32 = _latency(model, first, device, runs)
+        # fp32 and every passing variant in interleaved rounds: a burst of load hits them alike
+        timed = measure_interleaved(
+            [partial(call, m, first) for m in [model, *halves]], device=device, runs=runs
+        )
+    fp32_timing, *half_timings = timed
+    for v, t in zip(passing, half_timings, strict=True):
+        v.latency = t.median
     best = fastest_accurate(passing[0], passing, lambda v: v.latency, lambda v: v.passed)
+    best_t = half_timings[passing.index(best)]
+    order = sorted(
+        range(len(passing)), key=lambda i: (passing[i] is not best, half_timings[i].median)
+    )
     times = ", ".join(f"{dtype_name(v.dtype)} {1e3 * (v.latency or 0):.1f} ms" for v in passing)
     why = (
-        f"auto: fastest variant meeting the tolerance (median of {runs} runs on batch 0: "
-        f"{times}; fp32 {1e3 * fp32:.1f} ms)"
+        f"auto: fastest variant meeting the tolerance (median of {len(fp32_timing.samples)} "
+        "interleaved rounds on "
+        f"batch 0: {times}; fp32 {1e3 * fp32_timing.median:.1f} ms)"
     )
-    if best.latency is not None and fp32 < best.latency:
+    runner_up = half_timings[order[1]]
+    against = ratio_of(runner_up, best_t)
+    if not against.ranked:
+        why += (
+            f"; {dtype_name(best.dtype)} against {dtype_name(passing[order[1]].dtype)}: "
+            f"{spread_text(against)}"
+        )
+    speed = ratio_of(fp32_timing, best_t)
+    why += f"; against fp32: {spread_text(speed)}"
+    if speed.ranked and speed.q3 < 1:
         why += "; fp32 is faster on this device, so half precision only saves memory here"
-    return best, why, fp32
+    return best, why, fp32_timing.median

@@ -1,0 +1,277 @@
+"""halfprec bench on tiny models: variants, results, memory worker, choice."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from halfprec import BenchConfig, benchmark
+from halfprec.batch import resize_batch
+from halfprec.bench.choice import choose_dtype_by_measurement, matmul_slowdown
+from halfprec.bench.machine import machine_info
+from halfprec.bench.results import BenchResult, VariantResult, fastest_variant
+from halfprec.bench.variants import (
+    DEFAULT_VARIANTS,
+    Variant,
+    VariantError,
+    build_variant,
+    parse_variants,
+)
+from halfprec.bench.worker import measure_in_subprocess
+from halfprec.compare import Tolerance
+from halfprec.convert.core import conversion_report
+from halfprec.timing import Timing
+
+
+class Tiny(nn.Module):
+    def __init__(self, scale: float = 1.0) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1 = nn.Linear(32, 64)
+        self.norm = nn.LayerNorm(64)
+        self.fc2 = nn.Linear(64, 8)
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.norm(self.fc1(x)))) * self.scale
+
+
+def _x(rows: int = 4) -> torch.Tensor:
+    return torch.randn(rows, 32, generator=torch.Generator().manual_seed(1))
+
+
+FAST = BenchConfig(warmup=1, runs=3, skip_slower_than=None)  # time every dtype
+
+
+# -- variants -------------------------------------------------------------------------------
+def test_variant_names_round_trip() -> None:
+    for v in DEFAULT_VARIANTS:
+        assert Variant.parse(v.name) == v
+    assert Variant.parse("halfprec-bf16+compile") == Variant("halfprec", torch.bfloat16, True)
+    assert Variant.parse("Naive-FP16").name == "naive-fp16"
+
+
+@pytest.mark.parametrize("bad", ["fp64", "naive", "autocast-fp32", "halfprec-int8", ""])
+def test_unknown_variant_names_the_choices(bad: str) -> None:
+    with pytest.raises(VariantError, match=r"unknown variant .*use one of: fp32, naive-fp16"):
+        Variant.parse(bad)
+
+
+def test_variant_rejects_inconsistent_dtype() -> None:
+    with pytest.raises(ValueError, match="needs fp16 or bf16"):
+        Variant("halfprec", torch.float32)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        Variant("amp", torch.float16)
+
+
+def test_parse_variants_puts_fp32_first_and_adds_compile_twins() -> None:
+    chosen = parse_variants(["halfprec-bf16", "naive-fp16"], compile=True)
+    assert [v.name for v in chosen] == [
+        "fp32",
+        "halfprec-bf16",
+        "naive-fp16",
+        "halfprec-bf16+compile",
+        "naive-fp16+compile",
+    ]
+    assert [v.name for v in parse_variants(None)] == [v.name for v in DEFAULT_VARIANTS]
+
+
+def test_build_variant_dtypes_and_original_untouched() -> None:
+    model = Tiny()
+    naive = build_variant(model, Variant("naive", torch.float16))
+    assert naive.fc1.weight.dtype == torch.float16
+    assert naive(_x()).dtype == torch.float16  # fp32 inputs cast by the naive caller
+    auto = build_variant(model, Variant("autocast", torch.bfloat16))
+    assert auto(_x()).dtype == torch.bfloat16  # autocast: fp32 weights, bf16 matmul
+    half = build_variant(model, Variant("halfprec", torch.bfloat16))
+    report = conversion_report(half)
+    assert report is not None and "norm" in report.islands
+    assert half.norm.weight.dtype == torch.float32 and half.fc1.weight.dtype == torch.bfloat16
+    assert half(_x()).dtype == torch.float32  # outputs cast back
+    assert model.fc1.weight.dtype == torch.float32
+
+
+# -- batches --------------------------------------------------------------------------------
+def test_resize_batch_repeats_cuts_and_keeps_channels_last() -> None:
+    ids = torch.arange(6).reshape(2, 3)
+    grown = resize_batch({"input_ids": ids, "scalar": torch.tensor(1.0)}, 5)
+    assert grown["input_ids"].shape == (5, 3)
+    assert grown["input_ids"][4].tolist() == ids[0].tolist()
+    assert grown["scalar"].dim() == 0
+    assert resize_batch((ids,), 1)[0].tolist() == [[0, 1, 2]]
+    img = torch.randn(2, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    out = resize_batch(img, 3)
+    assert out.shape == (3, 3, 8, 8) and out.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_resize_batch_without_tensors_says_so() -> None:
+    with pytest.raises(ValueError, match="no tensor with a batch dimension"):
+        resize_batch({"n": 3}, 2)
+
+
+# -- benchmark ------------------------------------------------------------------------------
+def test_benchmark_reports_every_variant_with_accuracy() -> None:
+    cfg = BenchConfig(batch_sizes=(1, 8), warmup=1, runs=3, skip_slower_than=None)
+    result = benchmark(Tiny(), _x(), variants=["halfprec-bf16", "naive-fp16"], bench=cfg)
+    assert result.batch_sizes == [1, 8]
+    assert [r.name for r in result.at(8)] == ["fp32", "halfprec-bf16", "naive-fp16"]
+    fp32 = result.get("fp32", 8)
+    assert fp32.speedup == pytest.approx(1.0) and fp32.comparison is None
+    half = result.get("halfprec-bf16", 8)
+    assert half.status == "ok" and half.timing is not None and len(half.timing.samples) == 3
+    assert half.throughput == pytest.approx(8 / half.timing.median)
+    assert half.model_bytes < fp32.model_bytes
+    assert half.comparison is not None and half.comparison.worst_cosine > 0.999
+    assert half.comparison.outputs[0].shape == (8, 8)
+    assert half.memory is None  # CPU memory needs a MODEL spec (subprocess)
+    data = json.loads(json.dumps(result.to_json()))
+    row = next(r for r in data["results"] if r["variant"] == "naive-fp16" and r["batch_size"] == 1)
+    assert row["dtype"] == "fp16" and row["median_s"] > 0 and 0.99 < row["cosine"] <= 1.0
+    assert data["machine"]["torch_version"] == torch.__version__
+    assert set(data["auto_choice"]) == {"1", "8"}
+
+
+def test_benchmark_progress_counts_every_step() -> None:
+    seen: list[tuple[int, int, str]] = []
+    benchmark(Tiny(), _x(), variants=["naive-bf16"], bench=FAST, progress=lambda *a: seen.append(a))
+    assert [s[0] for s in seen] == [0, 1, 2] and seen[-1][1] == 2
+    assert seen[1][2] == "naive-bf16 @ batch 4"
+
+
+def test_inaccurate_variant_fails_tolerance_and_is_never_chosen() -> None:
+    # a tolerance no bf16 result can meet (8 significant bits cannot give SQNR 200 dB)
+    strict = Tolerance(min_cosine=1.0, min_sqnr_db=200.0)
+    result = benchmark(Tiny(), _x(), variants=["halfprec-bf16"], bench=FAST, tolerance=strict)
+    half = result.get("halfprec-bf16")
+    assert half.comparison is not None and not half.comparison.passed
+    assert not half.accurate
+    assert fastest_variant(result).name == "fp32"
+
+
+def _fake(result: BenchResult, name: str, median: float, passed: bool = True) -> VariantResult:
+    from halfprec.compare import compare_outputs
+
+    ref = [torch.ones(3)]
+    cand = [torch.ones(3) if passed else torch.tensor([1.0, -1.0, 0.0])]
+    v = Variant.parse(name)
+    r = VariantResult(v, 4, "ok", timing=Timing((median,) * 3), items_per_call=4)
+    if v.kind != "fp32":
+        r.comparison = compare_outputs(ref, cand, dtype=v.dtype)
+    result.results.append(r)
+    return r
+
+
+def test_fastest_variant_picks_fastest_accurate_never_slower_than_fp32() -> None:
+    result = BenchResult("m", "cpu", machine_info("cpu"), "samples")
+    _fake(result, "fp32", 1.0)
+    _fake(result, "halfprec-fp16", 2.0)  # slower than fp32
+    assert fastest_variant(result).name == "fp32"
+    _fake(result, "halfprec-bf16", 0.5, passed=False)  # fast but out of tolerance
+    assert fastest_variant(result).name == "fp32"
+    _fake(result, "naive-bf16", 0.3)  # fast and accurate, but not a halfprec variant
+    assert fastest_variant(result).name == "fp32"
+    assert fastest_variant(result, kinds=("fp32", "naive")).name == "naive-bf16"
+    _fake(result, "halfprec-bf16+compile", 0.4)
+    assert fastest_variant(result).name == "halfprec-bf16+compile"
+
+
+def test_choose_dtype_by_measurement_keeps_fp32_when_no_half_variant_is_accurate() -> None:
+    exact = Tolerance(min_cosine=None, min_sqnr_db=None, max_rel_error=0.0)  # half never is
+    choice = choose_dtype_by_measurement(Tiny(), _x(64), tolerance=exact, bench=FAST)
+    assert (choice.dtype, choice.variant, choice.speedup) == (torch.float32, "fp32", 1.0)
+    assert choice.reason == (
+        "no half variant is faster than fp32 within tolerance here "
+        "(halfprec-fp16: out of tolerance; halfprec-bf16: out of tolerance)"
+    )
+    assert [r.name for r in choice.result.results] == ["fp32", "halfprec-fp16", "halfprec-bf16"]
+
+
+def test_capped_variant_is_timed_once_and_noted() -> None:
+    cfg = BenchConfig(warmup=2, runs=5, max_call_s=1e-9, skip_slower_than=None)
+    result = benchmark(Tiny(), _x(), variants=["naive-bf16"], bench=cfg)
+    capped = result.get("naive-bf16")
+    assert capped.status == "capped" and capped.timing is not None
+    assert len(capped.timing.samples) == 1 and "cap" in capped.note
+    assert fastest_variant(result, kinds=("fp32", "naive")).name == "fp32"
+
+
+def test_failing_variant_is_reported_not_raised() -> None:
+    class NeedsFloat64(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.fc.weight.dtype != torch.float32:
+                raise RuntimeError("this model only runs in fp32")
+            return self.fc(x)
+
+    result = benchmark(NeedsFloat64(), torch.ones(2, 4), variants=["naive-bf16"], bench=FAST)
+    failed = result.get("naive-bf16")
+    assert failed.status == "failed" and "only runs in fp32" in failed.note
+    assert failed.timing is None and failed.speedup is None
+
+
+def test_benchmark_config_validation() -> None:
+    with pytest.raises(ValueError, match="batch sizes must be >= 1"):
+        BenchConfig(batch_sizes=(0,))
+    with pytest.raises(ValueError, match="need runs >= 1"):
+        BenchConfig(runs=0)
+
+
+# -- memory worker --------------------------------------------------------------------------
+@pytest.mark.slow
+def test_memory_worker_failure_is_a_note() -> None:
+    use = measure_in_subprocess("no_such_module_xyz:f", Variant.parse("fp32"), 1)
+    assert use.method == "failed" and "worker exit" in use.note
+
+
+def test_skip_slower_than_skips_dtypes_by_a_measured_probe() -> None:
+    cfg = BenchConfig(warmup=1, runs=3, skip_slower_than=1e-6)  # every dtype is "too slow"
+    result = benchmark(Tiny(), _x(), variants=["halfprec-bf16"], bench=cfg)
+    skipped = result.get("halfprec-bf16")
+    assert skipped.status == "skipped" and skipped.timing is None
+    assert skipped.note.startswith("bf16 matmuls run")
+    assert result.get("fp32").status == "ok"
+    # never compared with fp32: neither accurate nor inaccurate
+    assert skipped.to_json()["accurate"] is None and not skipped.checked
+    assert result.get("fp32").to_json()["accurate"] is True
+
+
+def test_choose_dtype_by_measurement_says_skipped_not_out_of_tolerance() -> None:
+    slow = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=1e-6)
+    choice = choose_dtype_by_measurement(Tiny(), _x(64), "bf16", bench=slow)
+    assert choice.variant == "fp32"
+    assert "halfprec-bf16: skipped bf16 matmuls run" in choice.reason
+    assert "out of tolerance" not in choice.reason
+
+
+def test_matmul_slowdown_is_a_positive_ratio() -> None:
+    assert matmul_slowdown(torch.bfloat16, shape=(64, 64, 64)) > 0
+
+
+CALLS: list[torch.dtype] = []
+
+
+class Recording(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        CALLS.append(self.fc.weight.dtype)
+        return self.fc(x)
+
+
+def test_timed_calls_are_interleaved_across_variants() -> None:
+    CALLS.clear()
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None)
+    result = benchmark(Recording(), torch.ones(2, 4), variants=["naive-bf16"], bench=cfg)
+    assert [len(r.timing.samples) for r in result.results if r.timing] == [3, 3]
+    f32, b16 = torch.float32, torch.bfloat16
+    # one warm-up call each (in order), then timed rounds alternating between the variants
+    seen = list(CALLS)
+    assert seen == [f32, b16, f32, b16, f32, b16, f32, b16]

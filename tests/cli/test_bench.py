@@ -1,0 +1,115 @@
+"""``halfprec bench``: JSON, plot, the machine line, and bad arguments (exit 2, no output)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from halfprec.errors import HalfprecError
+
+TINY = """
+import torch
+from torch import nn
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(32, 64)
+        self.norm = nn.LayerNorm(64)
+        self.fc2 = nn.Linear(64, 8)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.norm(self.fc1(x))))
+
+
+def tiny():
+    torch.manual_seed(0)
+    return Tiny()
+
+
+def example_inputs():
+    return torch.randn(4, 32, generator=torch.Generator().manual_seed(1))
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("models") / "tiny.py"
+    path.write_text(TINY)
+    return path
+
+
+# -- CLI ------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_cli_bench_json_and_plot(cli, tiny_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    chart = tmp_path / "out" / "chart.png"
+    chart.parent.mkdir()  # a missing --plot folder is an error (tests/cli/test_errors.py)
+    proc = cli(
+        "bench",
+        f"{tiny_file}:tiny",
+        "--variants",
+        "fp32,halfprec-bf16",
+        "--batch-sizes",
+        "256",
+        "--runs",
+        "3",
+        "--no-skip",  # time bf16 even on a CPU that only emulates it
+        "--json",
+        "--plot",
+        str(chart),
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert [(r["variant"], r["batch_size"]) for r in data["results"]] == [
+        ("fp32", 256),
+        ("halfprec-bf16", 256),
+    ]
+    memory = data["results"][1]["memory"]
+    assert memory["method"] == "rss subprocess"
+    assert memory["peak_bytes"] > 50 * 2**20  # python and torch are resident
+    assert 0 <= memory["delta_bytes"] < memory["peak_bytes"]
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_cli_bench_table_names_the_machine(cli, tiny_file: Path) -> None:  # type: ignore[no-untyped-def]
+    proc = cli(
+        "bench", f"{tiny_file}:tiny", "--variants", "naive-bf16", "--runs", "3", "--no-memory"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "AVX512-BF16" in proc.stdout and "torch " in proc.stdout
+    assert "naive-bf16" in proc.stdout and "auto would choose" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--variants", "fp32,turbo"], "unknown variant 'turbo'"),
+        (["--batch-sizes", "1,x"], "--batch-sizes '1,x' is not a list of positive integers"),
+        (["--plot", "chart.svg"], "the chart is a PNG"),
+    ],
+)
+def test_cli_bench_bad_arguments_exit_2_without_output(
+    cli,
+    tiny_file: Path,
+    tmp_path: Path,
+    args: list[str],
+    message: str,  # type: ignore[no-untyped-def]
+) -> None:
+    proc = cli("bench", f"{tiny_file}:tiny", *args, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert message in proc.stderr and proc.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("text", ["0", "1,x", "-3", ","])
+def test_cli_batch_sizes_parse_errors(text: str) -> None:
+    from halfprec.cli.bench import _batch_sizes
+
+    with pytest.raises(HalfprecError, match="not a list of positive integers; write e.g. 1,8"):
+        _batch_sizes(text)
+    assert _batch_sizes("1, 8,32") == (1, 8, 32)

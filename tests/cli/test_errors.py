@@ -1,0 +1,191 @@
+"""Every bad input and environment failure: one stderr line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import halfprec
+from support import FIXTURES, SUPPORT
+from support.cli import run_cli, run_cli_subprocess
+from support.export_models import example_inputs, tiny
+
+USER = f"{FIXTURES / 'user_model.py'}:build"
+TINY = f"{SUPPORT / 'export_models.py'}:tiny"
+
+
+def _one_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("halfprec: error: ")
+    for needle in needles:
+        assert needle in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["check", "tune"])
+def test_out_of_range_min_cosine_is_exit_2(command: str) -> None:
+    extra = ["--runs", "0"] if command == "check" else []
+    _one_error(run_cli(command, USER, "--min-cosine", "2", *extra), "--min-cosine")
+
+
+def test_meta_device_is_exit_2() -> None:
+    _one_error(run_cli("check", USER, "--device", "meta", "--runs", "0"), "'meta'", "use cpu")
+
+
+def test_missing_output_folder_is_not_created(tmp_path: Path) -> None:
+    out = tmp_path / "nonexistent_dir" / "x.safetensors"
+    _one_error(run_cli("convert", USER, "-o", str(out)), "does not exist", "--mkdirs")
+    assert not out.parent.exists()
+    _one_error(run_cli("convert", USER, "-o", "/nonexistent_dir/x.safetensors"))
+    assert not Path("/nonexistent_dir").exists()
+    assert run_cli("convert", USER, "-o", str(out), "--mkdirs").returncode == 0
+    assert out.is_file()
+
+
+def test_output_under_a_regular_file_is_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("")
+    out = tmp_path / "plain" / "x.safetensors"
+    _one_error(run_cli("convert", USER, "-o", str(out)), "is not a folder")
+    _one_error(run_cli("export", TINY, "-o", str(tmp_path / "plain" / "x.pt2")), "not a folder")
+
+
+def test_disk_full_is_exit_2_and_leaves_nothing(tiny_fs: Path) -> None:
+    out = tiny_fs / "big.safetensors"
+    proc = run_cli("convert", "builtin:cnn", "-o", str(out), "--dtype", "fp16")
+    _one_error(proc, f"cannot use {out}: the disk is full")
+    assert list(tiny_fs.iterdir()) == []
+
+
+def test_read_only_file_system_is_exit_2(tiny_fs: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(tiny_fs)], check=True)
+    _one_error(run_cli("convert", USER, "-o", str(tiny_fs / "x.safetensors")), "read-only")
+
+
+def test_bad_recipe_metadata_in_a_checkpoint_is_named(tmp_path: Path) -> None:
+    good = tmp_path / "good.safetensors"
+    assert run_cli("convert", USER, "-o", str(good), "--dtype", "fp16").returncode == 0
+    from safetensors import safe_open
+
+    with safe_open(str(good), framework="pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+        meta = dict(f.metadata())
+    from fixtures.user_model import build
+
+    forged = tmp_path / "forged.safetensors"
+    for bad in ("{not json", '{"a": 1}', '{"format": "halfprec-recipe/1", "dtype": "fp8"}'):
+        save_file(tensors, str(forged), metadata={**meta, "recipe": bad})
+        with pytest.raises(halfprec.CheckpointError, match="its recipe metadata is unreadable"):
+            halfprec.load(forged, into=build)
+    legacy = {**meta, "format": "halfprec/1", "keep_fp32": "{not json"}
+    del legacy["halfprec_format"]  # a file of the previous version: islands in keep_fp32
+    save_file(tensors, str(forged), metadata=legacy)
+    with pytest.raises(halfprec.CheckpointError, match="keep_fp32 metadata is not valid JSON"):
+        halfprec.load(forged, into=build)
+    # --weights reads a half file as its fp32 upcast: no recipe is applied, so none is read
+    assert run_cli("check", USER, "--weights", str(forged), "--runs", "0").returncode == 0
+
+
+@pytest.mark.parametrize("arch", [["os"], [42], ["pipeline"], "BertModel; rm"])
+def test_odd_architectures_entry_is_exit_2(tmp_path: Path, arch: object) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": arch}))
+    _one_error(run_cli("check", str(tmp_path), "--runs", "0"), "architectures")
+
+
+def test_bad_config_json_is_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{")
+    _one_error(run_cli("check", str(tmp_path), "--runs", "0"), "not valid JSON")
+
+
+def test_artifact_of_another_model_is_exit_2(tmp_path: Path) -> None:
+    artifact = tmp_path / "tiny.pt2"
+    halfprec.export(tiny(), example_inputs(), artifact, "fp16", runs=0)
+    _one_error(
+        run_cli("check", USER, "--artifact", str(artifact), "--runs", "0"),
+        "does not fit",
+        "exported from",
+    )
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    proc = run_cli("--debug", "convert", USER, "-o", str(tmp_path / "no" / "x.safetensors"))
+    assert proc.returncode == 2
+    assert "Traceback" in proc.stderr and "halfprec: error:" in proc.stderr
+
+
+FAILING = Path(__file__).parent / "fixtures" / "failing_models.py"
+
+
+def test_an_unexpected_exception_is_an_internal_error_exit_3() -> None:
+    proc = run_cli("check", f"{FAILING}:copy_bug", "--runs", "0")
+    assert proc.returncode == 3, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("halfprec: internal error: ZeroDivisionError: division by zero")
+    assert f"raised at {FAILING}:" in lines[0] and "in __deepcopy__" in lines[0]
+    assert "add --debug" in lines[0]
+    debug = run_cli("--debug", "check", f"{FAILING}:copy_bug", "--runs", "0")
+    assert debug.returncode == 3 and "Traceback" in debug.stderr
+
+
+def test_ctrl_c_exits_130_with_one_line() -> None:
+    proc = run_cli_subprocess("check", f"{FAILING}:interrupted", "--runs", "0")
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "halfprec: interrupted (Ctrl-C); a file being written was left as it was before"
+    ]
+
+
+@pytest.mark.parametrize("device", ["mps", "xpu", "hpu"])
+def test_a_device_kind_this_machine_lacks_is_one_line(device: str) -> None:
+    if device == "mps" and torch.backends.mps.is_available():
+        pytest.skip("this machine has MPS")
+    if device == "xpu" and torch.xpu.is_available():
+        pytest.skip("this machine has an XPU")
+    _one_error(run_cli("check", USER, "--device", device), f"device {device!r} is not available")
+
+
+@pytest.mark.parametrize("command", ["check", "bench", "tune"])
+def test_a_config_value_refused_by_its_config_is_exit_2(command: str) -> None:
+    """Tolerance's own ValueError (not a click range) is the user's input, not a bug."""
+    proc = run_cli(command, USER, "--min-sqnr", "nan")
+    _one_error(proc, "Tolerance(min_sqnr_db=nan): a NaN threshold", f"halfprec {command} --help")
+
+
+@pytest.mark.parametrize("doc", ["cli.md", "safety.md", "verdicts.md"])
+def test_documented_exit_codes_are_the_cli_codes(doc: str) -> None:
+    from halfprec import cli
+
+    text = (TESTS.parent / "docs" / doc).read_text()
+    table = text.split("| code | meaning", 1)[1].split("\n\n", 1)[0]
+    codes = [int(line.split("|")[1]) for line in table.splitlines()[2:]]
+    constants = [cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_USAGE]
+    assert codes == [*constants, cli.EXIT_INTERNAL, cli.EXIT_INTERRUPTED] == [0, 1, 2, 3, 130]
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"),
+    [("bench", "--max-call-s"), ("bench", "--skip-slower-than"), ("check", "--min-cosine")],
+)
+def test_a_nan_limit_is_refused_not_turned_off(command: str, flag: str) -> None:
+    """``nan <= 0`` is False, so a plain range check lets NaN through and turns it off."""
+    _one_error(run_cli(command, USER, flag, "nan"), f"'{flag}': 'nan' is not a number")
+
+
+def test_readme_names_every_exit_code() -> None:
+    text = " ".join((TESTS.parent / "README.md").read_text().split())
+    assert "0 within tolerance, 1 out of tolerance (or findings), 2 bad input" in text
+    assert "3 internal error" in text and "130 Ctrl-C" in text
+
+
+@pytest.mark.parametrize("command", ["diagnose", "bench"])
+def test_a_plot_into_a_missing_folder_is_exit_2_and_creates_nothing(
+    tmp_path: Path, command: str
+) -> None:
+    out = tmp_path / "new" / "chart.png"
+    _one_error(run_cli(command, USER, "--plot", str(out)), "does not exist; create it first")
+    assert not (tmp_path / "new").exists()

@@ -1,0 +1,137 @@
+"""Flags shared by several commands mean one thing everywhere (docs/cli.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from halfprec import Recipe
+from support import FIXTURES
+from support.cli import run_cli
+
+FIXTURE = FIXTURES / "user_model.py"
+SPEC = f"{FIXTURE}:build"
+MISSING = "no_such_dir/model.py:build"
+
+# every command that converts a model, with the arguments it needs besides MODEL
+CONVERTING = {
+    "check": [],
+    "convert": ["-o", "x.safetensors"],
+    "tune": [],
+    "diagnose": [],
+    "audit": [],
+    "bench": [],
+    "export": ["-o", "x.pt2"],
+}
+
+
+def _one_line(proc, needle: str) -> None:  # type: ignore[no-untyped-def]
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("halfprec: error: "), proc.stderr
+    assert needle in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("command", [*CONVERTING, "preflight"])
+def test_dtype_is_a_choice_checked_before_the_model_loads(command: str) -> None:
+    extra = CONVERTING.get(command, [])
+    proc = run_cli(command, MISSING, *extra, "--dtype", "fp32")
+    _one_line(proc, "unknown dtype 'fp32'; use one of: auto, fp16, bf16")
+
+
+@pytest.mark.parametrize("command", CONVERTING)
+def test_conversion_flags_exist_in_every_converting_command(command: str) -> None:
+    out = run_cli(command, "--help").stdout
+    for flag in ("--dtype", "--policy", "--keep-fp32", "--no-norm-islands", "--device"):
+        assert flag in out, f"{command} lacks {flag}"
+    assert "--no-default-islands" not in out
+
+
+@pytest.mark.parametrize("command", [*CONVERTING, "preflight"])
+def test_device_has_one_default_everywhere(command: str) -> None:
+    out = " ".join(run_cli(command, "--help").stdout.split())
+    assert "Default: cuda if present, else cpu." in out
+
+
+def test_no_norm_islands_in_check() -> None:
+    base = ["check", SPEC, "--dtype", "fp16", "--runs", "0", "--json"]
+    kept = json.loads(run_cli(*base).stdout)
+    dropped = json.loads(run_cli(*base, "--no-norm-islands").stdout)
+    assert kept["conversion"]["islands"] == {"norm": "norm island (LayerNorm)"}
+    assert dropped["conversion"]["islands"] == {}
+
+
+def test_no_norm_islands_in_tune_and_the_old_spelling_is_gone(tmp_path: Path) -> None:
+    out = tmp_path / "p.json"
+    proc = run_cli("tune", SPEC, "--dtype", "fp16", "--no-norm-islands", "-o", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert Recipe.load(out).norm_islands is False  # every island is named in the recipe
+    _one_line(run_cli("tune", SPEC, "--no-default-islands"), "No such option")
+
+
+def _tolerances(data: dict) -> list[dict]:  # type: ignore[type-arg]
+    found = []
+    if isinstance(data, dict):
+        if "tolerance" in data and isinstance(data["tolerance"], dict):
+            found.append(data["tolerance"])
+        for k, v in data.items():
+            if k == "recipe":  # the conversion's recipe: its tolerance is the recipe default
+                continue
+            found += _tolerances(v) if isinstance(v, (dict, list)) else []
+    elif isinstance(data, list):
+        for v in data:
+            found += _tolerances(v)
+    return found
+
+
+@pytest.mark.parametrize(
+    "command, extra",
+    [
+        ("check", ["--runs", "0"]),
+        ("tune", ["--max-evaluations", "2"]),
+        (
+            "bench",
+            ["--variants", "halfprec-fp16", "--runs", "1", "--warmup", "1", "--no-memory"]
+            + ["--no-skip", "--no-limit"],  # fp16 is timed even where this CPU emulates it
+        ),
+    ],
+)
+def test_min_cosine_keeps_the_sqnr_check_and_min_sqnr_keeps_cosine(
+    command: str, extra: list[str]
+) -> None:
+    cos = run_cli(command, SPEC, "--dtype", "fp16", "--min-cosine", "0.5", "--json", *extra)
+    tols = _tolerances(json.loads(cos.stdout))
+    assert tols and all(t["min_cosine"] == 0.5 and t["min_sqnr_db"] == 25.0 for t in tols)
+    sqnr = run_cli(command, SPEC, "--dtype", "fp16", "--min-sqnr", "10", "--json", *extra)
+    tols = _tolerances(json.loads(sqnr.stdout))
+    assert tols and all(t["min_cosine"] == 0.999 and t["min_sqnr_db"] == 10.0 for t in tols)
+
+
+def test_min_cosine_is_range_checked_before_loading() -> None:
+    proc = run_cli("check", MISSING, "--min-cosine", "2")
+    _one_line(proc, "--min-cosine")
+
+
+def test_explicit_dtype_wins_over_the_policy_on_the_command_line(tmp_path: Path) -> None:
+    policy = tmp_path / "p.json"
+    Recipe(dtype=torch.float16, keep_fp32=("head",)).save(policy)
+    out = tmp_path / "m.safetensors"
+    base = ["convert", SPEC, "-o", str(out), "--policy", str(policy), "--json"]
+    from_policy = json.loads(run_cli(*base).stdout)
+    assert from_policy["dtype"] == "fp16" and "head" in from_policy["islands"]
+    explicit = json.loads(run_cli(*base, "--dtype", "bf16").stdout)
+    assert explicit["dtype"] == "bf16" and "head" in explicit["islands"]
+
+
+def test_keep_fp32_means_the_same_in_check_and_diagnose() -> None:
+    args = ["--dtype", "fp16", "--keep-fp32", "head", "--json"]
+    check = run_cli("check", SPEC, *args, "--runs", "0")
+    assert "head" in json.loads(check.stdout)["conversion"]["islands"]
+    # diagnose examines convert()'s output once any island flag is given
+    diag = run_cli("diagnose", SPEC, *args)
+    naive = run_cli("diagnose", SPEC, "--dtype", "fp16", "--json")
+    assert json.loads(diag.stdout)["half_model"] == "converted"
+    assert json.loads(naive.stdout)["half_model"] == "naive"

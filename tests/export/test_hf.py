@@ -1,0 +1,137 @@
+"""Hugging Face save_pretrained directories through `halfprec export`, checked against fp32."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from halfprec.errors import clip
+from halfprec.export import ExportError, export
+from halfprec.export.capture import explain_failure
+from halfprec.export.hf import static_fp16_clamps, without_cache
+from halfprec.io.specs import load_model
+from halfprec.modules import first_line
+from support.hf_models import save
+
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def hf_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("hf")
+
+
+def _export(root: Path, name: str, suffix: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    loaded = load_model(str(save(name, root)))
+    config = loaded.model.config
+    result = export(
+        loaded.model, loaded.example_inputs, tmp_path / f"{name}{suffix}", "fp16", runs=0
+    )
+    assert config.use_cache is True  # the caller's model keeps its config
+    return result
+
+
+@pytest.mark.slow
+# llama's .pt2 and gpt2's ONNX export are checked with --kv-cache in test_export_kv.py
+@pytest.mark.parametrize("name", ["gpt2", "t5", "bart", "whisper"])
+def test_hf_directory_exports_to_pt2_and_matches_fp32(
+    name: str, hf_root: Path, tmp_path: Path
+) -> None:
+    result = _export(hf_root, name, ".pt2", tmp_path)
+    assert result.passed, result.comparison.problems
+    assert result.info.dtype == "fp16"
+    assert any("use_cache=False" in n for n in result.notes)
+    assert "logits" in result.info.outputs
+    assert all("past_key_values" not in o for o in result.info.outputs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bart"])
+def test_hf_directory_exports_to_onnx_and_matches_fp32(
+    name: str, hf_root: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("onnxscript")
+    result = _export(hf_root, name, ".onnx", tmp_path)
+    assert result.passed, result.comparison.problems
+    assert result.to_json()["notes"]
+
+
+@pytest.mark.slow
+def test_t5_to_onnx_names_the_root_cause_in_plain_text(hf_root: Path, tmp_path: Path) -> None:
+    pytest.importorskip("onnxscript")
+    with pytest.raises(ExportError) as info:
+        _export(hf_root, "t5", ".onnx", tmp_path)
+    message = str(info.value)
+    assert message.startswith("torch.onnx.export failed: ValueError: Cannot view a tensor")
+    assert "(in modeling_t5.py:" in message
+    assert "\x1b[" not in message and "\n" not in message
+
+
+def test_bart_clamp_branch_is_rewritten_on_the_copy_only(hf_root: Path) -> None:
+    import transformers as tf
+
+    model = tf.BartForConditionalGeneration.from_pretrained(str(save("bart", hf_root))).eval()
+    copy_, changed = without_cache(model)
+    assert changed and copy_ is not model
+    assert copy_.model.encoder.layers[0].fc1.weight is model.model.encoder.layers[0].fc1.weight
+    assert model.config.use_cache is True and copy_.config.use_cache is False
+    assert static_fp16_clamps(copy_) == 1  # the one encoder layer's clamp
+    assert "forward" not in model.model.encoder.layers[0].__dict__
+    ids = torch.randint(0, 128, (2, 6), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model(input_ids=ids, decoder_input_ids=ids[:, :3]).logits
+        got = copy_.half()(input_ids=ids, decoder_input_ids=ids[:, :3]).logits
+    assert torch.allclose(got.float(), expected, atol=0.05)
+    # overflow in a layer output is clamped exactly as the original branch does
+    layer = copy_.model.encoder.layers[0]
+    big = torch.full((1, 2, 32), 60000.0, dtype=torch.float16)
+    with torch.no_grad():
+        out = layer(big, attention_mask=None)
+    assert torch.isfinite(out).all()
+
+
+def test_unknown_output_type_names_use_cache() -> None:
+    exc = RuntimeError(
+        "Found <class 'transformers.cache_utils.DynamicCache'> in output, which is not a "
+        "known type. If this type holds tensors, you need to register a pytree for it. See "
+        "https://github.com/pytorch/functorch/issues/475 for a brief explanation why. If you"
+    )
+    message = explain_failure("torch.export", exc)
+    assert "DynamicCache" in message and "config.use_cache=False" in message
+
+
+def test_exporter_failure_gives_the_root_cause_without_ansi_or_cut_words() -> None:
+    root = ValueError("Cannot view a tensor " + "with a long shape " * 30 + "\nsecond line")
+    try:
+        try:
+            raise root
+        except ValueError as inner:
+            raise RuntimeError("Failed. \x1b[96mThis is step 2/3\x1b[0m of exporting") from inner
+    except RuntimeError as outer:
+        message = explain_failure("torch.onnx.export", outer)
+    assert message.startswith("torch.onnx.export failed: ValueError: Cannot view a tensor")
+    assert "\x1b" not in message and "second line" not in message
+    assert "shape..." in message  # clipped after a whole word
+
+
+def test_clip_and_first_line_never_cut_words() -> None:
+    assert clip("alpha beta gamma", 12) == "alpha..."
+    assert clip("short", 12) == "short"
+    assert first_line(ValueError("\x1b[96mred\x1b[0m text\nmore")) == "ValueError: red text"
+    assert first_line(KeyError()) == "KeyError"
+
+
+def test_hf_export_cli_reports_the_cache_note(hf_root: Path, tmp_path: Path) -> None:
+    from support.cli import run_cli
+
+    path = save("gpt2", hf_root)
+    out = tmp_path / "g.pt2"
+    proc = run_cli("export", str(path), "-o", str(out), "--dtype", "fp16", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["notes"] == [
+        "use_cache=False on a copy of the config: the file returns no KV cache"
+    ]

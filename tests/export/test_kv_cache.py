@@ -1,0 +1,212 @@
+"""Decoder-only Hugging Face LMs exported with their KV cache as tensors (``--kv-cache``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from halfprec.export import ExportError, export, load_artifact
+from halfprec.export.kv_cache import WithPast
+from halfprec.io.specs import load_model
+from halfprec.testing.decode import DecodeCheck, decode_against_fp32, left_padded_prompts
+from support.hf_models import DECODER, save
+
+transformers = pytest.importorskip("transformers")
+
+STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def hf_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("hf_kv")
+
+
+def _decode(run: Any, model: Any) -> DecodeCheck:
+    """STEPS greedy tokens of a left-padded two-prompt batch, each step against fp32."""
+    prompt, mask = left_padded_prompts(model.config.vocab_size)
+    check = decode_against_fp32(run, model, prompt, mask, STEPS)
+    assert check.passed, check
+    return check
+
+
+def test_fp32_wrapper_generates_what_transformers_generates(hf_root: Path) -> None:
+    # GPT-2's learned absolute positions make left padding visible (RoPE is relative)
+    model: Any = load_model(str(save("gpt2", hf_root))).model.eval()
+    wrapper = WithPast(model)
+    with torch.no_grad():
+        check = _decode(lambda b: wrapper(**b), model)
+        prompt, mask = left_padded_prompts(model.config.vocab_size)
+        want = model.generate(prompt, attention_mask=mask, max_new_tokens=STEPS, do_sample=False)
+    assert check.tokens == want[:, prompt.shape[1] :].tolist()
+    assert check.worst < 1e-4
+
+
+@pytest.mark.slow
+def test_kv_cache_export_decodes_like_fp32(hf_root: Path, tmp_path: Path) -> None:
+    loaded = load_model(str(save("llama", hf_root)))
+    model: Any = loaded.model
+    result = export(model, loaded.example_inputs, tmp_path / "llama.pt2", "fp16", kv_cache=True)
+    assert result.passed, result.comparison.problems
+    assert result.checked_batches == 4  # split prompt, one-token step, empty past, long past
+    layers = model.config.num_hidden_layers
+    assert result.info.inputs == (
+        "input_ids",
+        "attention_mask",
+        "position_ids",
+        *(f"past_key_values.{i}.{kv}" for i in range(layers) for kv in ("key", "value")),
+    )
+    assert result.info.outputs[0] == "logits"
+    assert "present_key_values.0.value" in result.info.outputs
+    # the caller's model is untouched: fp32, its config keeps the cache on
+    assert model.config.use_cache is True
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    artifact = load_artifact(result.path)
+    # fp16 is not fp32, and stays close over the whole decode
+    assert 0 < _decode(artifact, model).worst < 0.05
+
+
+@pytest.mark.slow
+def test_cli_kv_cache_onnx_decodes_like_fp32_in_onnxruntime(  # type: ignore[no-untyped-def]
+    cli, hf_root: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime")
+    folder, out = save("gpt2", hf_root), tmp_path / "g.onnx"
+    proc = cli("export", str(folder), "-o", str(out), "--kv-cache", "--runs", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["passed"] is True
+    assert data["checked_batches"] == 4
+    assert any("present_key_values" in n for n in data["notes"])
+    assert load_artifact(out).info.kv_cache is True
+    # check --artifact rebuilds the cache batches from the model's examples
+    proc = cli("check", str(folder), "--artifact", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    verdict = json.loads(proc.stdout)
+    assert verdict["passed"] is True and verdict["batches"] == 4
+    model: Any = load_model(str(folder)).model.eval()
+    assert 0 < _decode(_onnx_runner(out, model.config.num_hidden_layers), model).worst < 0.05
+
+
+def _onnx_runner(path: Path, layers: int) -> Any:
+    """A KV-cache ONNX file in onnxruntime, as a function of one WithPast-layout batch."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+
+    def run(batch: dict[str, Any]) -> dict[str, Any]:
+        feeds = {k: batch[k].numpy() for k in ("input_ids", "attention_mask", "position_ids")}
+        for i, layer in enumerate(batch["past_key_values"]):
+            for kv, t in layer.items():
+                feeds[f"past_key_values.{i}.{kv}"] = t.float().numpy()
+        got = dict(zip(names, session.run(None, feeds), strict=True))
+        present = tuple(
+            {kv: torch.from_numpy(got[f"present_key_values.{i}.{kv}"]) for kv in ("key", "value")}
+            for i in range(layers)
+        )
+        return {"logits": torch.from_numpy(got["logits"]), "present_key_values": present}
+
+    return run
+
+
+def _mistral(root: Path, window: int) -> Path:
+    """A tiny Mistral with a sliding window of ``window`` tokens and a 64-token context."""
+    torch.manual_seed(0)
+    config = transformers.MistralConfig(**DECODER, sliding_window=window)
+    path = root / f"mistral_w{window}"
+    transformers.MistralForCausalLM(config).save_pretrained(str(path))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("window", "suffix"), [(8, ".pt2"), (40, ".onnx")])
+def test_sliding_window_export_decodes_to_the_model_s_full_context(
+    hf_root: Path, tmp_path: Path, window: int, suffix: str
+) -> None:
+    # window 8: shorter than the 32-token examples; window 40: longer (the check's own
+    # lengths then stay inside it unless the long step goes past it)
+    if suffix == ".onnx":
+        pytest.importorskip("onnxscript")
+        pytest.importorskip("onnxruntime")
+    loaded = load_model(str(_mistral(hf_root, window)))
+    model: Any = loaded.model
+    assert loaded.example_inputs[0]["input_ids"].shape[1] == 32
+    out = tmp_path / f"mistral{suffix}"
+    result = export(model, loaded.example_inputs, out, "fp16", kv_cache=True)
+    assert result.passed and result.checked_batches == 4  # the 4th: past 63 > window, > 32
+    run = load_artifact(out) if suffix == ".pt2" else _onnx_runner(out, 1)
+    prompt, mask = left_padded_prompts(128)
+    steps = model.config.max_position_embeddings - prompt.shape[1]  # to the full context
+    check = decode_against_fp32(run, model, prompt, mask, steps)
+    assert check.passed and len(check.tokens[0]) == steps, check
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--static"], "drop --static"),
+        (["--format", "torchscript"], "*.pt2 or *.onnx"),
+    ],
+)
+def test_cli_kv_cache_refuses_options_it_cannot_honour(  # type: ignore[no-untyped-def]
+    cli, hf_root: Path, tmp_path: Path, extra: list[str], message: str
+) -> None:
+    suffix = ".ts" if "torchscript" in extra else ".pt2"
+    out = tmp_path / f"g{suffix}"
+    proc = cli("export", str(save("gpt2", hf_root)), "-o", str(out), "--kv-cache", *extra)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_kv_cache_refuses_models_without_a_kv_cache_and_short_prompts(
+    hf_root: Path, tmp_path: Path
+) -> None:
+    t5 = load_model(str(save("t5", hf_root))).model  # exported by tests/export/test_seq2seq.py
+    with pytest.raises(ExportError, match="encoder-decoder: wrap it with halfprec.export.seq2seq"):
+        WithPast(t5)
+    gpt2 = load_model(str(save("gpt2", hf_root))).model
+    short = {"input_ids": torch.tensor([[1, 2, 3]]), "attention_mask": torch.ones(1, 3)}
+    with pytest.raises(ExportError, match="at least 4 tokens, got 3"):
+        export(gpt2, short, tmp_path / "g.pt2", kv_cache=True)
+    short = {"input_ids": torch.tensor([[1, 2, 3, 4]]), "attention_mask": torch.ones(1, 4)}
+    bert = transformers.BertModel(
+        transformers.BertConfig(
+            num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64
+        )
+    )
+    with pytest.raises(ExportError, match="returned no KV cache"):
+        export(bert, short, tmp_path / "b.pt2", kv_cache=True)
+    with pytest.raises(ExportError, match="is not one"):
+        export(torch.nn.Linear(4, 4), torch.randn(2, 4), tmp_path / "l.pt2", kv_cache=True)
+    assert not list(tmp_path.iterdir())
+
+
+def test_onnx_failure_of_a_kv_cache_file_does_not_offer_static() -> None:
+    from halfprec.export.capture import explain_failure
+
+    exc = ValueError("Cannot view a tensor")
+    usual = explain_failure("torch.onnx.export", exc)
+    assert usual.endswith("; export with --static, or with --format exported-program")
+    cached = explain_failure("torch.onnx.export", exc, can_be_static=False)
+    assert cached.endswith("; export with --format exported-program")
+    assert "--static" not in cached
+
+
+@pytest.mark.slow
+def test_mixtral_kv_cache_onnx_decodes_like_fp32(hf_root: Path, tmp_path: Path) -> None:
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime")
+    loaded = load_model(str(save("mixtral", hf_root)))
+    out = tmp_path / "mixtral.onnx"
+    result = export(loaded.model, loaded.example_inputs, out, "fp16", kv_cache=True)
+    assert result.passed, result.comparison.problems
+    assert any("1 mixture-of-experts layer(s) exported densely" in n for n in result.notes)
+    assert 0 < _decode(_onnx_runner(out, 1), loaded.model).worst < 0.05

@@ -1,0 +1,203 @@
+"""ONNX export: fp16 graph with fp32 islands and IO, checked with onnxruntime on CPU."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+import halfprec
+from halfprec import Recipe
+from halfprec.errors import DTypeError, MissingExtraError
+from halfprec.export import ExportError, load_artifact
+from halfprec.export.config import ExportConfig
+from support.export_models import custom, example_inputs, tiny
+
+FLOAT, FLOAT16 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
+
+
+def test_onnx_has_half_weights_fp32_islands_and_fp32_io(tmp_path: Path) -> None:
+    model, batches = tiny(), example_inputs()
+    path = tmp_path / "tiny.onnx"
+    result = halfprec.export(model, batches, path)  # "auto" is fp16 for ONNX
+
+    proto = onnx.load(str(path))
+    assert proto.opset_import[0].version >= 17
+    weights = {t.name: t.data_type for t in proto.graph.initializer}
+    assert weights["l1.weight"] == FLOAT16
+    assert weights["ln.weight"] == FLOAT  # the LayerNorm island
+    assert [i.name for i in proto.graph.input] == ["x"]
+    assert [o.name for o in proto.graph.output] == ["logits", "hidden"]
+    assert {i.type.tensor_type.elem_type for i in proto.graph.input} == {FLOAT}
+    assert {o.type.tensor_type.elem_type for o in proto.graph.output} == {FLOAT}
+
+    assert result.passed, result.comparison.problems
+    assert result.info.dtype == "fp16" and result.checked_batches == 2  # dynamic batch
+    assert result.comparison["logits"].cosine > 0.999
+    assert 0 < result.python_max_abs < 0.01  # onnxruntime's kernels, not PyTorch's
+    casts = result.ort_casts
+    assert casts is not None and casts.casts_in_file >= 4  # input, island in/out, outputs
+    # fp16 nodes without a CPU kernel run in fp32 behind casts onnxruntime adds
+    assert (casts.casts_inserted == 0) == (not casts.fp32_fallback_ops)
+
+    out = load_artifact(path)(batches[1])
+    assert out["logits"].dtype == torch.float32 and out["logits"].shape == (6, 4)
+
+
+def test_onnx_latency_is_measured_for_fp32_and_half(tmp_path: Path) -> None:
+    result = halfprec.export(tiny(), example_inputs(), tmp_path / "t.onnx", runs=3)
+    lat = result.ort_latency
+    assert lat is not None and len(lat.fp32.samples) == len(lat.half.samples) == 3
+    assert lat.fp32.median > 0 and lat.half.median > 0
+    assert lat.bytes_fp32 > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.onnx"]  # fp32 file was temporary
+
+
+def test_bf16_onnx_is_refused_with_the_reason(tmp_path: Path) -> None:
+    with pytest.raises(DTypeError, match="bf16 ONNX is not supported.*--dtype fp16"):
+        halfprec.export(tiny(), example_inputs(), tmp_path / "b.onnx", "bf16")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(DTypeError, match="bf16 ONNX"):  # refused before anything runs
+        ExportConfig.for_path("b.onnx", dtype="bf16")
+
+
+def test_unsupported_operator_is_named_and_leaves_no_file(tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match="halfprec_tests.wobble has no ONNX translation"):
+        halfprec.export(custom(), [torch.randn(2, 8)], tmp_path / "c.onnx")
+    assert list(tmp_path.iterdir()) == []
+
+
+class _ScatterAdd(torch.nn.Module):
+    """A scatter-add onnxruntime's CPU kernels cannot run in fp16 (ScatterElements 'add')."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        return torch.zeros_like(y).scatter_add(1, index, y)
+
+
+def test_a_file_onnxruntime_cannot_run_is_an_error_and_not_kept(tmp_path: Path) -> None:
+    out = tmp_path / "s.onnx"
+    batch = (torch.randn(3, 4), torch.tensor([[0, 1, 2, 3]] * 3))
+    with pytest.raises(
+        ExportError,
+        match=r"s\.onnx fails in its runtime \(onnxruntime: .*"
+        r"ScatterElements.*--keep-fp32.*exported-program",
+    ):
+        halfprec.export(_ScatterAdd(), batch, out, "fp16")
+    assert not out.exists()
+
+
+def test_missing_extra_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnx", None)  # what an uninstalled package looks like
+    with pytest.raises(MissingExtraError, match=r"'onnx'.*pip install 'halfprec\[onnx\]'"):
+        halfprec.export(tiny(), example_inputs(), tmp_path / "t.onnx")
+    assert list(tmp_path.iterdir()) == []
+
+
+class _Scaled(torch.nn.Module):
+    """Rows divided by their peak plus an epsilon that is 0 in fp16 (so an fp32 island)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / (x.abs().amax(-1, keepdim=True) + 1e-12)
+
+
+class _WithEps(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = torch.nn.Linear(8, 16, bias=False)
+        self.scale = _Scaled()
+        self.out = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.scale(self.inp(x)))
+
+
+def test_a_tiny_epsilon_survives_the_onnx_optimizer(tmp_path: Path) -> None:
+    # torch.onnx's optimizer took `+ 1e-12` for `+ 0` and dropped it: 0/0 = NaN on zero rows
+    torch.manual_seed(0)
+    batches = [torch.randn(4, 8), torch.randn(6, 8)]
+    for b in batches:
+        b[::2] = 0.0
+    path = tmp_path / "eps.onnx"
+    config = Recipe("fp16", keep_fp32=("scale",))
+    result = halfprec.export(_WithEps().eval(), batches, path, config)
+    assert result.passed, result.comparison.problems
+    scalars = [
+        onnx.numpy_helper.to_array(t).item()
+        for t in onnx.load(str(path)).graph.initializer
+        if t.data_type == FLOAT and np.prod(t.dims) == 1
+    ]
+    assert scalars.count(pytest.approx(1e-12)) == 1
+
+
+class _HandNormNet(torch.nn.Module):
+    """Linear -> a hand-written LayerNorm (eps 1e-12) -> Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from halfprec.testing.hazards import Standardizer
+
+        self.l1 = torch.nn.Linear(16, 32)
+        self.norm = Standardizer(32)
+        self.l2 = torch.nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(self.norm(self.l1(x)))
+
+
+def test_hand_written_layer_norm_island_runs_in_onnxruntime(tmp_path: Path) -> None:
+    # onnxruntime's LayerNormFusion used to absorb the island's input Cast and refuse the
+    # file ("LayerNormalization bound to different types"); halfprec fuses it in fp32 first
+    torch.manual_seed(0)
+    config = Recipe(dtype="fp16", keep_fp32=["norm"])
+    x = torch.randn(8, 16)
+    result = halfprec.export(_HandNormNet().eval(), x, tmp_path / "n.onnx", config, runs=0)
+    assert result.passed, result.comparison.problems
+    proto = onnx.load(str(result.path))
+    (norm,) = [n for n in proto.graph.node if n.op_type == "LayerNormalization"]
+    eps = next(a for a in norm.attribute if a.name == "epsilon")
+    assert eps.f == pytest.approx(1e-12, rel=1e-3)  # BERT's epsilon kept, not rounded to 0
+    types = {i.name: i.data_type for i in proto.graph.initializer}
+    assert types[norm.input[1]] == onnx.TensorProto.FLOAT  # the island's weight stays fp32
+    assert not [n for n in proto.graph.node if n.op_type == "ReduceMean"]
+
+
+@pytest.fixture(scope="module")
+def tiny_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("onnx") / "tiny.onnx"
+    halfprec.export(tiny(), example_inputs(), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda meta: [], "a JSON list, not an object"),
+        (lambda meta: {**meta, "static_shapes": [1]}, "'static_shapes' must map input names"),
+        (lambda meta: {**meta, "static_shapes": {"x": [-4, 8]}}, "lists of sizes >= 0"),
+        (lambda meta: {**meta, "inputs": "x"}, "'inputs' must be a list of strings"),
+        (lambda meta: {**meta, "dtype": "fp8"}, "'dtype' must be one of fp32, fp16, bf16"),
+        (lambda meta: {**meta, "kv_cache": "no"}, "'kv_cache' must be true or false"),
+        (lambda meta: {k: v for k, v in meta.items() if k != "outputs"}, "no 'outputs' field"),
+    ],
+)
+def test_crafted_onnx_metadata_is_one_export_error(
+    tiny_onnx: Path, tmp_path: Path, edit: Any, needle: str
+) -> None:
+    path = tmp_path / "tiny.onnx"
+    proto = onnx.load(str(tiny_onnx))
+    entry = next(p for p in proto.metadata_props if p.key == "halfprec.json")
+    entry.value = json.dumps(edit(json.loads(entry.value)))
+    onnx.save(proto, str(path))
+    with pytest.raises(ExportError, match="its halfprec metadata is unreadable") as info:
+        load_artifact(path)
+    assert needle in str(info.value)

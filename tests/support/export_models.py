@@ -1,0 +1,93 @@
+"""Small models for the export tests; also CLI MODEL specs (tests/support/export_models.py:NAME)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Tiny(nn.Module):
+    """Linear -> LayerNorm (an fp32 island) -> Linear, returning a dict of two outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1 = nn.Linear(8, 16)
+        self.ln = nn.LayerNorm(16)
+        self.l2 = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        h = torch.relu(self.ln(self.l1(x)))
+        return {"logits": self.l2(h), "hidden": h}
+
+
+def tiny() -> nn.Module:
+    torch.manual_seed(0)
+    return Tiny().eval()
+
+
+def example_inputs() -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    return [torch.randn(4, 8, generator=gen), torch.randn(6, 8, generator=gen)]
+
+
+@torch.library.custom_op("halfprec_tests::wobble", mutates_args=())
+def wobble(x: torch.Tensor) -> torch.Tensor:
+    return x + torch.sin(x)
+
+
+@wobble.register_fake
+def _wobble_fake(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class Custom(nn.Module):
+    """Uses a custom operator that torch.export keeps and ONNX cannot translate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return wobble(self.lin(x))
+
+
+def custom() -> nn.Module:
+    torch.manual_seed(0)
+    return Custom().eval()
+
+
+class DataDependent(nn.Module):
+    """Branches on a tensor value: torch.export cannot capture it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        if y.sum() > 0:
+            return y
+        return -y
+
+
+class FixedBatch(nn.Module):
+    """Hard-codes the batch size of 4: dynamic-batch export fails, static export works."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x).reshape(4, 2, 4).sum(1)
+
+
+class MixedOutputs(nn.Module):
+    """Returns a dict holding a tensor and a tuple: TorchScript tracing rejects it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> dict[str, object]:
+        y = self.lin(x)
+        return {"y": y, "pair": (y * 2, y + 1)}

@@ -1,0 +1,197 @@
+"""tune: finds small fp32 islands that make every hazard model meet the tolerance."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+from torch import nn
+
+from halfprec import Recipe, convert, tune
+from halfprec.compare import compare
+from halfprec.errors import DTypeError, HalfprecError
+from halfprec.testing.hazards import (
+    HAZARDS,
+    ExpSoftmax,
+    dropout_model,
+    dropout_model_example_inputs,
+)
+from halfprec.timing import Timing
+from halfprec.tune import ToleranceUnreachableError
+from halfprec.tune.results import TuneConfig
+
+LOCAL = [
+    "fill-1e9",
+    "rmsnorm-overflow",
+    "eps-1e-12",
+    "exp-softmax",
+    "int-dict-positions",
+    "shared-loop",
+]
+
+
+RAW_FP16 = Recipe(
+    "fp16", fp32_ops=(), fp32_inputs=False
+)  # the hazards as .half() meets them: no op policy
+
+
+@pytest.mark.parametrize("name", list(HAZARDS))
+def test_tune_makes_every_hazard_finite_and_within_tolerance(name: str) -> None:
+    hazard = HAZARDS[name]
+    model, batches = hazard.build()
+    result = tune(model, batches, RAW_FP16)
+    assert result.passed, result.report.variants[0].note
+    assert result.model is not None
+    check = compare(model, result.model, batches)
+    assert check.passed, check.problems
+    assert all(o.nonfinite == 0 for o in check.outputs)
+    if hazard.prevented_by_convert:
+        assert result.keep_fp32 == ()
+    else:
+        fixed = result.keep_fp32 + tuple(o.module for o in result.report.op_islands)
+        assert any(hazard.culprit == k or hazard.culprit.startswith(k + ".") for k in fixed), fixed
+    if name in LOCAL:
+        assert result.report.fp32_share < 0.05
+    assert result.report.passes >= len(result.report.variants[0].evaluations)
+
+
+def test_islands_can_be_non_contiguous() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(16, 16), ExpSoftmax(), nn.Linear(16, 64), nn.Linear(64, 16), ExpSoftmax()
+    ).eval()
+    with torch.no_grad():
+        model[0].weight.mul_(40.0)
+        model[3].weight.mul_(80.0)
+    batches = [(torch.randn(8, 16, generator=torch.Generator().manual_seed(i)),) for i in range(2)]
+    seen: list[str] = []
+    result = tune(model, batches, RAW_FP16, progress=seen.append)
+    assert result.passed
+    fixed = set(result.keep_fp32) | {o.module for o in result.report.op_islands}
+    assert fixed == {"1", "4"}
+    assert len(seen) == len(result.report.variants[0].evaluations)
+    assert seen[0].startswith("fp16: try 1, 0 islands, fail")
+    diag = result.report.variants[0].diagnosis
+    assert diag is not None and diag.culprit == "1"
+
+
+def test_recipe_file_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    model, batches = HAZARDS["rmsnorm-overflow"].build()
+    result = tune(model, batches, RAW_FP16)
+    path = tmp_path / "recipe.json"
+    result.require_recipe().save(path)
+    recipe = Recipe.load(path)
+    assert recipe == result.recipe and recipe.dtype == torch.float16
+    assert "norm" in recipe.keep_fp32 or {o.module for o in recipe.op_islands} == {"norm"}
+    assert recipe.info["passes"] == result.report.passes
+    deployed = convert(model, path)
+    assert compare(model, deployed, batches).passed
+    assert not compare(model, convert(model, RAW_FP16), batches).passed
+
+
+def test_dropout_in_train_mode_is_reported_plainly() -> None:
+    model = dropout_model()
+    with pytest.raises(ToleranceUnreachableError, match="train mode.*model.eval"):
+        tune(model, dropout_model_example_inputs(), RAW_FP16)
+
+
+def test_budget_too_small_returns_no_policy() -> None:
+    model, batches = HAZARDS["exp-softmax"].build()
+    result = tune(model, batches, RAW_FP16, max_evaluations=1)
+    assert not result.passed and result.model is None
+    assert "max_evaluations=1" in result.report.variants[0].note
+    assert result.recipe is None
+    with pytest.raises(HalfprecError, match="no recipe"):
+        result.require_recipe()
+
+
+def test_auto_picks_the_fastest_passing_dtype() -> None:
+    model, batches = HAZARDS["exp-softmax"].build()
+    result = tune(model, batches, "auto")
+    variants = {v.dtype: v for v in result.report.variants}
+    assert set(variants) == {torch.float16, torch.bfloat16}
+    assert all(v.passed and v.latency is not None for v in variants.values())
+    fastest = min(variants.values(), key=lambda v: v.latency or 0.0)
+    assert result.report.dtype == fastest.dtype
+    assert result.report.reason.startswith("auto: fastest variant meeting the tolerance")
+    assert result.report.fp32_latency is not None
+
+
+def _timed(monkeypatch: pytest.MonkeyPatch, *timings: tuple[float, ...]) -> list[int]:
+    """Inject the interleaved timings tune measures (fp32 first, then each passing dtype)."""
+    seen: list[int] = []
+
+    def fake(fns, *, device, runs):  # type: ignore[no-untyped-def]
+        seen.append(len(fns))
+        return [Timing(t) for t in timings]
+
+    # halfprec.tune is also the name of the function: reach the module itself
+    core = importlib.import_module("halfprec.tune.core")
+    monkeypatch.setattr(core, "measure_interleaved", fake)
+    return seen
+
+
+def test_auto_says_when_its_timings_are_too_noisy_to_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # both dtypes' rounds swing 4x against each other and 2x either way against fp32
+    seen = _timed(monkeypatch, (1.0, 1.0, 1.0, 1.0), (0.5, 2.0, 0.5, 2.0), (2.0, 0.5, 2.0, 0.5))
+    model, batches = HAZARDS["exp-softmax"].build()
+    reason = tune(model, batches, "auto").report.reason
+    assert seen == [3]  # fp32 and both passing dtypes, in one interleaved measurement
+    assert "median of 4 interleaved rounds" in reason
+    assert ": too noisy to rank (IQR 0.25-4.00x over 4 rounds)" in reason  # half vs half
+    assert "against fp32: too noisy to rank (IQR 0.50-2.00x over 4 rounds)" in reason
+    assert "faster" not in reason and "slower" not in reason
+
+
+def test_auto_ranks_a_steady_ratio_whatever_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    _timed(monkeypatch, (2.0, 20.0, 4.0, 40.0), (1.5, 15.0, 3.0, 30.0), (1.0, 10.0, 2.0, 20.0))
+    model, batches = HAZARDS["exp-softmax"].build()
+    result = tune(model, batches, "auto")
+    second = result.report.variants[1].dtype  # the variant timed third, steadily fastest
+    assert result.report.dtype == second
+    assert "too noisy" not in result.report.reason
+    assert result.report.reason.endswith(
+        "against fp32: 2.00x faster (IQR 2.00-2.00x over 4 rounds)"
+    )
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="max_evaluations"):
+        TuneConfig(max_evaluations=0)
+    with pytest.raises(DTypeError, match="not a half dtype"):
+        Recipe(dtype="fp32")
+
+
+class Squares(nn.Module):
+    """(1000 * x)^2 / 1e6 by plain multiplications: fine in fp16 while |x| < 0.25."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x) * 1000.0
+        return (y * y) / 1e6
+
+
+def test_a_recipe_that_fails_on_an_unseen_range_is_not_a_pass() -> None:
+    torch.manual_seed(0)
+    model = Squares().eval()
+    nn.init.eye_(model.lin.weight)
+    nn.init.zeros_(model.lin.bias)
+    g = torch.Generator().manual_seed(0)
+    small = (torch.rand(4, 8, generator=g) * 0.1,)  # products up to 1e4: fit fp16
+    large = (torch.rand(4, 8, generator=g) * 4.0,)  # products up to 1.6e7: inf in fp16
+    result = tune(model, [small, large], "fp16", max_evaluations=4)
+    report = result.report
+    assert report.batches == 1 and report.calibrated is True  # searched on `small` only
+    assert report.confirmation is not None and report.confirmed is False
+    assert not result.passed and result.recipe is None
+    assert "fails on 1 batch(es) it was not tuned on" in report.reason
+    again = tune(model, [small], "fp16", validate=[large], max_evaluations=4)
+    assert again.report.calibrated and not again.passed  # --validate batches: the same
+    seen = tune(model, [large, small], "fp16", max_evaluations=8)  # tuned on the wide range
+    assert seen.passed and seen.report.confirmed is True and seen.report.op_islands
