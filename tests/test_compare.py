@@ -298,6 +298,8 @@ def test_values_too_small_to_square_even_in_float64_fail_with_nan_metrics() -> N
     assert math.isnan(m.cosine) and math.isnan(m.sqnr_db) and m.max_abs > 0
     assert not cmp.passed and cmp.reason.startswith("output: cosine nan < 0.999")
     assert compare_outputs([ref], [ref.clone()]).passed  # equal is still equal
+
+
 # -- found by the mutation pass (docs/development.md): boundaries, defaults, JSON -----------
 
 
@@ -333,8 +335,10 @@ def test_tolerance_refuses_values_outside_each_range(bad: dict[str, float], mess
 
 def test_default_tolerances_are_the_documented_ones() -> None:
     # docs/verdicts.md: cosine >= 0.999 for both; SQNR >= 25 dB fp16, >= 20 dB bf16
-    assert Tolerance.for_dtype(torch.float16) == Tolerance(min_cosine=0.999, min_sqnr_db=25.0)
-    assert Tolerance.for_dtype(torch.bfloat16) == Tolerance(min_cosine=0.999, min_sqnr_db=20.0)
+    none = {"max_rel_error": None, "min_argmax_agreement": None}
+    assert Tolerance.for_dtype(torch.float16) == Tolerance(0.999, 25.0, **none)
+    assert Tolerance.for_dtype(torch.bfloat16) == Tolerance(0.999, 20.0, **none)
+    assert Tolerance(min_cosine=0.5).resolve(torch.bfloat16) == Tolerance(0.5, 20.0, **none)
     assert Tolerance.for_dtype(None) == Tolerance.for_dtype(torch.float16)
 
 
@@ -467,12 +471,13 @@ class _Raises(nn.Module):
 
 def test_a_failing_model_is_named_by_the_first_line_of_its_error() -> None:
     x = torch.ones(1, 2)
-    with pytest.raises(InputsError, match=r"fp32 model failed on the given inputs \(bad shape\)"):
+    batch = r"fp32 model failed on batch 0 \(input: float32\[1, 2\]\) with "
+    with pytest.raises(InputsError, match=batch + r"ValueError: bad shape;"):
         compare(_Raises(ValueError("bad shape\nmore detail")), nn.Linear(2, 2), x)
-    with pytest.raises(InputsError, match=r"fp32 model failed on the given inputs \(KeyError\)"):
+    with pytest.raises(InputsError, match=batch + r"KeyError"):
         compare(_Raises(KeyError()), nn.Linear(2, 2), x)
     half = compare(nn.Linear(2, 2), _Raises(RuntimeError("no kernel\ntrace")), x)
-    assert half.problems == ["the half model raised RuntimeError: no kernel"]
+    assert half.problems == ["batch 0: the half model raised RuntimeError: no kernel"]
 
 
 def test_compare_judges_with_the_given_tolerance_or_the_candidates_dtype() -> None:
@@ -514,7 +519,7 @@ def test_exact_outputs_compare_values_and_a_tensorless_output_is_named() -> None
         "batch 0: the model returned no tensors (str), so nothing was compared; return a "
         "tensor, or a dict/tuple/list of tensors"
     ]
-    with pytest.raises(InputsError, match=r"check their names, shapes and dtypes against the "):
+    with pytest.raises(InputsError, match=r"check the inputs' names, shapes and dtypes against "):
         compare(_Raises(TypeError("x")), nn.Linear(2, 2), torch.ones(1, 2))
 
 

@@ -15,6 +15,7 @@ from support import FIXTURES, SUPPORT
 from support.cli import run_cli, run_cli_subprocess
 from support.export_models import example_inputs, tiny
 
+TESTS = Path(__file__).resolve().parents[1]  # tests/
 USER = f"{FIXTURES / 'user_model.py'}:build"
 TINY = f"{SUPPORT / 'export_models.py'}:tiny"
 
@@ -117,7 +118,7 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     assert "Traceback" in proc.stderr and "halfprec: error:" in proc.stderr
 
 
-FAILING = Path(__file__).parent / "fixtures" / "failing_models.py"
+FAILING = FIXTURES / "failing_models.py"
 
 
 def test_an_unexpected_exception_is_an_internal_error_exit_3() -> None:

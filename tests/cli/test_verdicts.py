@@ -145,7 +145,7 @@ def test_nan_threshold_is_exit_2(flag: str) -> None:
 
 
 def _doc_keys(label: str) -> list[str]:
-    text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
     section = text.split("## JSON output", 1)[1].split("\n## ", 1)[0]
     item = section.split(f"- {label}: ", 1)[1].split("\n\n", 1)[0].split(";", 1)[0]
     return re.findall(r"`([a-z_0-9]+)`", item)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from halfprec import Recipe, convert
+from halfprec import convert
 from halfprec.convert import conversion_report
 from support.cached import CachedProjection
 

@@ -121,7 +121,7 @@ def _mapped_from(t: torch.Tensor, path: Path) -> bool:
 
 @pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads Linux /proc")
 def test_load_into_callable_maps_the_file_instead_of_copying_it(tmp_path: Path) -> None:
-    path = save(convert(_trained(), "bf16"), tmp_path / "net.safetensors")
+    path = save(convert(trained(), "bf16"), tmp_path / "net.safetensors")
     lazy = load(path, into=Net)
     # kept as in the file: views of its pages, as from_pretrained loads (no read, no copy)
     assert lazy.body.weight.dtype == torch.bfloat16 and _mapped_from(lazy.body.weight, path)
@@ -135,7 +135,7 @@ def test_load_into_callable_maps_the_file_instead_of_copying_it(tmp_path: Path) 
     assert torch.equal(lazy.body.weight.detach(), before + 1)
     # cast on load (a plain bf16 file into the fp32 model): read and cast, not mapped
     plain = tmp_path / "plain.safetensors"
-    state = _trained().state_dict()
+    state = trained().state_dict()
     half = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in state.items()}
     save_file({k: v for k, v in half.items() if k != "head.weight"}, plain)
     fp32 = load(plain, into=Net)
@@ -187,7 +187,7 @@ def test_building_on_meta_skips_initialising_parameters_but_not_real_buffers() -
 
 @pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads Linux /proc")
 def test_load_into_callable_maps_each_shard_of_a_sharded_checkpoint(tmp_path: Path) -> None:
-    net = _trained()
+    net = trained()
     folder = _sharded(tmp_path, net)
     lazy = load(folder, into=Net)
     shards = {folder / "a.safetensors", folder / "b.safetensors"}

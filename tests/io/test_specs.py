@@ -8,13 +8,13 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import run_cli, run_cli_subprocess
 from halfprec import convert
 from halfprec.batch import call
 from halfprec.errors import ModelSpecError
 from halfprec.io.specs import load_model
-from support.hf_models import build
 from support import FIXTURES
+from support.cli import run_cli, run_cli_subprocess
+from support.hf_models import build
 
 FIXTURE = FIXTURES / "user_model.py"
 

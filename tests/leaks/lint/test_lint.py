@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 import sys
 import textwrap
@@ -280,7 +279,7 @@ def test_every_transformers_modeling_file_lints_and_fixes_without_crash() -> Non
 def test_pyproject_values_of_the_wrong_type_are_one_line_exit_2(
     tmp_path: Path, line: str, needle: str
 ) -> None:
-    from conftest import run_cli
+    from support.cli import run_cli
 
     (tmp_path / "pyproject.toml").write_text(f"[tool.halfprec.lint]\n{line}\n")
     (tmp_path / "model.py").write_text(_LEAK.format(comment=""))

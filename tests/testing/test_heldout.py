@@ -136,7 +136,7 @@ def test_tune_is_tuned_on_batch_0_and_judged_on_every_batch() -> None:
     assert "cosine" in verdict.reason
 
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "heldout.py"
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "heldout.py"
 
 
 def _benchmark(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:

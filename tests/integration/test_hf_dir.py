@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import halfprec
-from conftest import run_cli
 from halfprec.io.hf_dir import RECIPE_FILE
-from hf_models import build, save
+from support.cli import run_cli
+from support.hf_models import build, save
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.slow  # two fresh interpreters (Accelerate's state is per process)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(recipe: str) -> dict:  # type: ignore[type-arg]

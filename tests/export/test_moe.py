@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from halfprec.export.moe import dense_experts
-from hf_models import build
+from support.hf_models import build
 
 transformers = pytest.importorskip("transformers")
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from halfprec.train import TrainConfig, TrainingDivergedError
 from halfprec.train.hf import MixedPrecisionCallback
-from hf_models import build
+from support.hf_models import build
 
 STEPS = 6
 
