@@ -23,7 +23,13 @@ from halfprec.errorstats import ErrorStats
 
 TOL = Tolerance(min_cosine=0.999, min_sqnr_db=25.0)
 SPECIAL = st.sampled_from([math.nan, math.inf, -math.inf])
-SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomized: the same examples every run, so a failure reproduces (and CI cannot flake)
+SETTINGS = settings(
+    max_examples=100,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 # -- the oracle: plain Python over lists of floats ----------------------------------------------
@@ -242,6 +248,6 @@ def test_verdict_passes_only_when_the_float64_comparison_does(data: st.DataObjec
     cmp = compare_outputs([ref], [cand], tolerance=TOL)
     assert cmp.passed == (cos >= 0.999 and sqnr >= 25.0), (cmp.reason, cos, sqnr, r, c)
     m = cmp["output"]
-    if math.isfinite(sqnr):
-        assert m.sqnr_db == pytest.approx(sqnr, abs=1e-6)
+    if math.isfinite(sqnr):  # fp32 sums: a relative error of ~1e-6 is ~4e-6 dB
+        assert m.sqnr_db == pytest.approx(sqnr, abs=1e-4)
     assert m.cosine == pytest.approx(cos, abs=1e-6)

@@ -154,7 +154,9 @@ def _module_source(picks: list[int], n: int) -> str:
     ).format(n=n, body=body)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(
     picks=st.lists(st.integers(0, len(_SNIPPETS) - 1), min_size=1, max_size=6),
     n=st.integers(2, 6),
