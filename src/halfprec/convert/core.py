@@ -66,7 +66,6 @@ __all__ = [
     "DEFAULT_ISLAND_TYPES",
     "ConfigLike",
     "add_note",
-    "ConvertConfig",
     "ConversionReport",
     "FilterFn",
     "Recipe",
@@ -77,9 +76,7 @@ __all__ = [
     "recipe_of",
 ]
 
-# The recipe is the one config type; these names stay for code written against them.
-ConvertConfig = Recipe
-ConfigLike = RecipeLike
+ConfigLike = RecipeLike  # what every verb's config argument accepts
 
 DEFAULT_ISLAND_TYPES: tuple[type[nn.Module], ...] = (
     nn.modules.batchnorm._BatchNorm,
