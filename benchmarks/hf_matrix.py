@@ -13,8 +13,9 @@ checkpoint is (``halfprec.io.specs.load_model``: fp32, example batches). The cel
 - ``pt2`` / ``onnx``: ``export --kv-cache`` in fp16, its check, then greedy decoding through
   the file to twice the example length (64 positions; encoder-decoders: 16 decoder tokens),
   each step against fp32 without a cache;
-- ``convert -o OUTDIR`` round trip: not in this script yet (it needs the recipe object of
-  issue 19).
+- ``outdir``: ``convert DIR -o OUTDIR`` in bf16, then plain transformers' ``from_pretrained``
+  of OUTDIR against fp32 (the same check ``convert`` runs), and ``halfprec.load(OUTDIR)``
+  giving back the converted model tensor for tensor.
 
 A cell is ``ok``, or one line with the reason. Exits 1 unless every cell run is ``ok``.
 It is a benchmark, not a test: export cells take 5-30 s each on a laptop CPU.
@@ -28,6 +29,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -43,7 +45,7 @@ from halfprec.testing.decode import (
     left_padded_prompts,
 )
 
-CELLS = ("check-fp16", "check-bf16", "generate", "pt2", "onnx")
+CELLS = ("check-fp16", "check-bf16", "generate", "pt2", "onnx", "outdir")
 CONTEXT = 128
 EXAMPLE = 32  # tokens in the example batches load_model makes without a tokenizer
 
@@ -86,7 +88,34 @@ def _export(loaded: LoadedModel, fmt: str, folder: Path) -> str:
     return f"ok ({len(decoded.tokens[0])} tokens, logit diff <= {decoded.worst:.2g})"
 
 
-def _cell(loaded: LoadedModel, cell: str, folder: Path) -> str:
+def _outdir(loaded: LoadedModel, folder: Path, build: Any) -> str:
+    from halfprec import Recipe, convert, load, recipe_of
+    from halfprec.compare import compare
+    from halfprec.io.hf_dir import (
+        RECIPE_FILE,
+        InputsInDtype,
+        save_pretrained_dir,
+        transformers_islands,
+    )
+
+    half = convert(loaded.model, "bf16")
+    out = folder / "outdir"
+    save_pretrained_dir(half, out, source=folder / "model")
+    plain = type(loaded.model).from_pretrained(str(out)).eval()
+    verdict = compare(loaded.model, InputsInDtype(plain), loaded.example_inputs)
+    back = load(out, into=build)
+    same = recipe_of(back) == Recipe.load(out / RECIPE_FILE) and all(
+        torch.equal(a, b)
+        for a, b in zip(back.state_dict().values(), half.state_dict().values(), strict=True)
+    )
+    kept = transformers_islands(half, plain)
+    if not verdict.passed or not same:
+        why = verdict.reason if not verdict.passed else "halfprec.load differs"
+        return clip(f"FAIL: {why}", 200)
+    return f"ok (transformers keeps {sum(kept.values())}/{len(kept)} islands fp32)"
+
+
+def _cell(loaded: LoadedModel, cell: str, folder: Path, build: Any = None) -> str:
     try:
         if cell == "check-fp16":
             return _check(loaded, "fp16")
@@ -96,6 +125,8 @@ def _cell(loaded: LoadedModel, cell: str, folder: Path) -> str:
             if getattr(loaded.model.config, "is_encoder_decoder", False):
                 return "n/a (--generate is for causal LMs)"
             return _check(loaded, "fp16", generate=8)
+        if cell == "outdir":
+            return _outdir(loaded, folder, build)
         return _export(loaded, cell, folder)
     except HalfprecError as exc:
         return clip(f"refused: {exc}", 200)
@@ -128,7 +159,7 @@ def main() -> int:
             torch.manual_seed(0)
             builders[name]().save_pretrained(f"{tmp}/model")
             loaded = load_model(f"{tmp}/model")
-            row = [_cell(loaded, cell, Path(tmp)) for cell in cells]
+            row = [_cell(loaded, cell, Path(tmp), builders[name]) for cell in cells]
         failed += sum(not r.startswith(("ok", "n/a")) for r in row)
         line = f"| {name} | " + " | ".join(row) + f" | {time.perf_counter() - start:.0f} |"
         print(line, flush=True)

@@ -105,7 +105,12 @@ def _to_directory(
     """``convert HF_DIR -o OUTDIR``: a directory that plain transformers loads, checked."""
     from halfprec.compare import compare
     from halfprec.convert.swap import base_class
-    from halfprec.io.hf_dir import describe, save_pretrained_dir, transformers_islands
+    from halfprec.io.hf_dir import (
+        InputsInDtype,
+        describe,
+        save_pretrained_dir,
+        transformers_islands,
+    )
 
     dev = resolve_device(device)
     loaded = load_model(model)
@@ -118,7 +123,9 @@ def _to_directory(
     plain = base_class(half).from_pretrained(str(output)).eval()  # type: ignore[attr-defined]
     islands = transformers_islands(half, plain)
     check = (
-        compare(loaded.model.cpu(), plain, loaded.example_inputs) if loaded.example_inputs else None
+        compare(loaded.model.cpu(), InputsInDtype(plain), loaded.example_inputs)
+        if loaded.example_inputs
+        else None
     )
     report = conversion_report(half)
     assert report is not None  # convert() always attaches its report

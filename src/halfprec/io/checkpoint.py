@@ -210,6 +210,14 @@ def load(
         if where.suffix == ".safetensors" or where.is_dir():
             meta = read_metadata(where) if where.is_file() else {}
             written = where / RECIPE_FILE if where.is_dir() else None
+            if written is not None and written.is_file() and (where / "config.json").is_file():
+                # a directory save_pretrained wrote: transformers knows its key layout
+                from halfprec.convert.swap import base_class
+                from halfprec.io.hf_dir import load_pretrained_dir
+                from halfprec.io.materialize import build_on_meta
+
+                saved = _with_file(Recipe.of(config), Recipe.load(written), where)
+                return load_pretrained_dir(where, base_class(build_on_meta(into)), saved)
             try:
                 if is_half_checkpoint(meta) or (written is not None and written.is_file()):
                     saved = Recipe.load(written) if written else file_recipe(meta, where)

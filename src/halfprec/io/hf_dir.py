@@ -31,7 +31,14 @@ from halfprec.convert.core import recipe_of
 from halfprec.dtypes import dtype_name
 from halfprec.errors import CheckpointError
 
-__all__ = ["RECIPE_FILE", "HfDirReport", "save_pretrained_dir", "transformers_islands"]
+__all__ = [
+    "RECIPE_FILE",
+    "HfDirReport",
+    "InputsInDtype",
+    "load_pretrained_dir",
+    "save_pretrained_dir",
+    "transformers_islands",
+]
 
 RECIPE_FILE = "halfprec_recipe.json"
 _WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".ckpt", ".gguf")
@@ -102,6 +109,36 @@ def save_pretrained_dir(
     files = tuple(sorted(f.name for f in dest.iterdir()))
     size = sum((dest / f).stat().st_size for f in files)
     return HfDirReport(dest, files, size)
+
+
+def load_pretrained_dir(path: Path, cls: Any, recipe: Any) -> nn.Module:
+    """The converted model back from a directory :func:`save_pretrained_dir` wrote:
+    transformers reads it (its own key conversions included: a checkpoint may store fused
+    MoE experts per expert) in fp32, an exact upcast of the half weights, and ``recipe``
+    converts it again, which gives back every tensor exactly."""
+    from halfprec.convert.core import convert_
+
+    model = cls.from_pretrained(str(path), dtype=torch.float32, trust_remote_code=False)
+    return convert_(model.eval(), recipe)
+
+
+class InputsInDtype(nn.Module):
+    """``model`` called with its floating inputs cast to its dtype, as a transformers user
+    calls a model loaded in bf16 (``pixel_values.to(model.dtype)``)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        from halfprec.tree import map_tensors
+
+        dtype = next(p.dtype for p in self.model.parameters() if p.is_floating_point())
+
+        def cast(t: torch.Tensor) -> torch.Tensor:
+            return t.to(dtype) if t.is_floating_point() else t
+
+        return self.model(*map_tensors(cast, args), **map_tensors(cast, kwargs))
 
 
 def transformers_islands(half: nn.Module, loaded: nn.Module) -> dict[str, bool]:
