@@ -40,7 +40,7 @@ print(f"{grown / 1024:.0f} {outcome}")
 def _bomb(folder: Path, mib: int) -> Path:
     sys.path.insert(0, str(ROOT / "tests"))
     import halfprec
-    from export_models import example_inputs, tiny
+    from support.export_models import example_inputs, tiny
 
     good = folder / "good.pt2"
     halfprec.export(tiny(), example_inputs(), good, "fp16")

@@ -1,6 +1,6 @@
 """Tiny Hugging Face models of 15 architectures (1-2 layers, width 32, vocab 128).
 
-Shared by the tests (``tests/hf_models.py``) and ``benchmarks/hf_matrix.py``: the
+Shared by the tests (``tests/support/hf_models.py``) and ``benchmarks/hf_matrix.py``: the
 decoder-only LMs of issue 23 (Qwen2, Mistral, Phi3, Gemma2, Gemma3, GPT-NeoX, Falcon, OPT,
 Mixtral, Qwen2-MoE, GPT-2, Llama) and the encoder-decoders T5, BART and Whisper, built from
 configs with seeded random weights. ``context`` is the decoders' position limit;
