@@ -161,3 +161,28 @@ def test_metadata_that_contradicts_the_tensors_is_refused(tmp_path: Path) -> Non
     safetensors.torch.save_file(forged, str(path), metadata=read_metadata(path))
     with pytest.raises(CheckpointError, match=r"metadata says fp16 but .* is bf16"):
         load(path, into=net())
+
+
+def test_a_mismatch_lists_three_names_of_each_kind_then_an_ellipsis(tmp_path: Path) -> None:
+    """Found by the mutation pass: the message's lists and their cut were never checked."""
+
+    def stack(n: int, last: int = 2) -> nn.Module:
+        return nn.Sequential(*[nn.Linear(2, 2) for _ in range(n - 1)], nn.Linear(2, last))
+
+    wide = save(stack(5), tmp_path / "wide.safetensors")  # unconverted: a plain state dict
+    with pytest.raises(CheckpointError) as err:
+        load(wide, into=stack(3, last=3))
+    assert str(err.value) == (
+        f"{wide} does not match Sequential: unexpected 3.bias, 3.weight, 4.bias ... | shape "
+        "2.weight (2, 2) vs model (3, 2); 2.bias (2,) vs model (3,); load it into the same "
+        "architecture it was saved from"
+    )
+    with pytest.raises(
+        CheckpointError,
+        match=r"missing 3\.weight, 3\.bias, 4\.weight \.\.\. ;|"
+        r"missing 3\.weight, 3\.bias, 4\.weight \.\.\.;",
+    ):
+        load(save(stack(3), tmp_path / "three.safetensors"), into=stack(5))
+    with pytest.raises(CheckpointError) as short:
+        load(save(stack(4), tmp_path / "four.safetensors"), into=stack(3))
+    assert "unexpected 3.bias, 3.weight;" in str(short.value)  # two names: no ellipsis
