@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,6 +114,16 @@ def range_of(dtype: torch.dtype) -> NumericRange:
         smallest_subnormal=float(info.smallest_normal) * float(info.eps),
         eps=float(info.eps),
     )
+
+
+def cast_floating(dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A function that casts a floating tensor to ``dtype`` and leaves any other as it is
+    (for :func:`halfprec.tree.map_tensors`)."""
+
+    def cast(t: torch.Tensor) -> torch.Tensor:
+        return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
+
+    return cast
 
 
 def fits_in(tensor: torch.Tensor, dtype: torch.dtype) -> bool:

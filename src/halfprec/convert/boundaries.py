@@ -27,7 +27,7 @@ from torch.nn import functional as F
 
 from halfprec.convert.op_policy import DEFAULT_FP32_OPS, Fp32OpsMode
 from halfprec.convert.swap import Behaviour
-from halfprec.dtypes import dtype_name, range_of
+from halfprec.dtypes import cast_floating, dtype_name, range_of
 from halfprec.tree import iter_tensors, map_tensors
 
 __all__ = [
@@ -39,13 +39,6 @@ __all__ = [
     "RootSettings",
     "mixed_kernel_ok",
 ]
-
-
-def _to(dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
-    def cast(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
-
-    return cast
 
 
 def _first_float_dtype(obj: Any) -> torch.dtype | None:
@@ -98,7 +91,7 @@ class RootCast(Behaviour):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         s: RootSettings = getattr(self, RootCast.attr)
         if s.cast_inputs and not s.fp32_inputs:
-            to_half = _to(s.dtype)
+            to_half = cast_floating(s.dtype)
             args, kwargs = map_tensors(to_half, args), map_tensors(to_half, kwargs)
         if s.cast_inputs and (s.fp32_ops or s.fp32_inputs):
             with Fp32OpsMode(s.dtype, s.fp32_ops):
@@ -161,7 +154,7 @@ class Fp32Island(Behaviour):
         if not s.cast:
             return super().forward(*args, **kwargs)  # type: ignore[misc]
         caller = _first_float_dtype((args, kwargs))
-        to_wide = _to(s.original)
+        to_wide = cast_floating(s.original)
         out = super().forward(*map_tensors(to_wide, args), **map_tensors(to_wide, kwargs))  # type: ignore[misc]
         if caller is None or caller == s.original:
             return out

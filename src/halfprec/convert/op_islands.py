@@ -40,11 +40,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from halfprec.convert.scope import NamedOpMode
 from halfprec.convert.swap import Behaviour
-from halfprec.dtypes import range_of
+from halfprec.dtypes import cast_floating, range_of
 from halfprec.frames import is_library_file, is_torch_file
 from halfprec.tree import iter_tensors, map_tensors
 
@@ -156,13 +155,6 @@ def _float_dtypes(args: Any) -> set[torch.dtype]:
     return {t.dtype for _, t in iter_tensors(args) if t.is_floating_point()}
 
 
-def _cast(dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
-    def cast(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
-
-    return cast
-
-
 class OwnOpMode(NamedOpMode):
     """Base of the modes that act on one module's own ops: subclasses implement
     :meth:`on_own_op`, called with each own op's name, location and occurrence."""
@@ -243,7 +235,7 @@ def recording_ordinals() -> Iterator[dict[tuple[str, str, str, int], int]]:
         _RECORD.reset(token)
 
 
-class OpIslandMode(TorchFunctionMode):
+class OpIslandMode(NamedOpMode):
     """One call of one module with op islands (see the module docs)."""
 
     def __init__(self, plan: OpPlan, module: nn.Module, name: str) -> None:
@@ -252,23 +244,17 @@ class OpIslandMode(TorchFunctionMode):
         self.counts = [0] * len(plan.slots)
         self.occurrences: dict[tuple[str, str], int] = {}
 
-    def __torch_function__(
-        self,
-        func: Callable[..., Any],
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
+    def on_op(
+        self, func: Callable[..., Any], op: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        kwargs = kwargs or {}
         plan = self.plan
-        op = getattr(func, "__name__", "")
         if op in plan.slots:
             slot = plan.slots[op]
             nth = self.counts[slot]
             self.counts[slot] = nth + 1
             if nth in plan.ordinals[slot] or (plan.sites and self._at_site(op, nth)):
                 with torch._C.DisableTorchFunction():
-                    wide = _cast(torch.float32)
+                    wide = cast_floating(torch.float32)
                     args, kwargs = map_tensors(wide, args), map_tensors(wide, kwargs)
                 return func(*args, **kwargs)
         with torch._C.DisableTorchFunction():
@@ -285,14 +271,14 @@ class OpIslandMode(TorchFunctionMode):
         if half not in dtypes or torch.float32 not in dtypes:
             return None
         carried = [t for _, t in iter_tensors((args, kwargs)) if t.dtype == torch.float32]
-        return _cast(half if all(fits(t, half) for t in carried) else torch.float32)
+        return cast_floating(half if all(fits(t, half) for t in carried) else torch.float32)
 
     def _at_site(self, op: str, nth: int) -> bool:
         """The location path (Python frames: eager and non-strict export, not
         ``torch.compile``): is this call an island site of this module?"""
         if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
             return False
-        location = own_op(sys._getframe(2), self.module)
+        location = own_op(sys._getframe(2), self.module)  # own_op skips halfprec frames
         if location is None:
             return False
         occurrence = self.occurrences.get((op, location), 0)

@@ -23,8 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
+from halfprec.convert.scope import NamedOpMode
+from halfprec.dtypes import cast_floating
 from halfprec.tree import iter_tensors, map_tensors
 
 __all__ = [
@@ -79,14 +80,7 @@ HALF_OPS: frozenset[str] = frozenset(
 )  # fmt: skip
 
 
-def _cast(dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
-    def cast(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
-
-    return cast
-
-
-class Fp32OpsMode(TorchFunctionMode):
+class Fp32OpsMode(NamedOpMode):
     """Computes ``fp32_ops`` in fp32 when they have a ``dtype`` operand; feeds GEMMs that
     mix an fp32 operand with a ``dtype`` one in ``dtype`` (see the module docs)."""
 
@@ -95,24 +89,18 @@ class Fp32OpsMode(TorchFunctionMode):
         self.dtype = dtype
         self.fp32_ops = fp32_ops
 
-    def __torch_function__(
-        self,
-        func: Callable[..., Any],
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
+    def on_op(
+        self, func: Callable[..., Any], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
         if name in self.fp32_ops:
             with torch._C.DisableTorchFunction():
                 if any(t.dtype == self.dtype for _, t in iter_tensors((args, kwargs))):
-                    wide = _cast(torch.float32)
+                    wide = cast_floating(torch.float32)
                     args, kwargs = map_tensors(wide, args), map_tensors(wide, kwargs)
         elif name in HALF_OPS:
             with torch._C.DisableTorchFunction():
                 dtypes = {t.dtype for _, t in iter_tensors((args, kwargs))}
                 if self.dtype in dtypes and torch.float32 in dtypes:  # fp32 meets half
-                    half = _cast(self.dtype)
+                    half = cast_floating(self.dtype)
                     args, kwargs = map_tensors(half, args), map_tensors(half, kwargs)
         return func(*args, **kwargs)
