@@ -10,7 +10,7 @@ around an onnxruntime session. Outputs may be nested or flat (an ONNX artifact r
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,11 +74,18 @@ def _empty_past(model: nn.Module, rows: int) -> tuple[dict[str, torch.Tensor], .
 
 
 def _layers(out: dict[str, Any], name: str) -> tuple[dict[str, torch.Tensor], ...]:
-    """The cache ``name`` of ``out``, nested as the past (ONNX artifacts return flat names)."""
+    """The cache ``name`` of ``out`` as a tuple of per-layer dicts: a ``.pt2`` returns that
+    tuple, an ONNX artifact dicts keyed ``"0"``, ``"1"``, ... (its outputs, named by path,
+    unflattened), and onnxruntime itself flat names (``present_key_values.0.key``)."""
     if name in out:
-        return tuple(out[name])
-    layers = sum(1 for k in out if k.startswith(f"{name}.") and k.endswith(".key"))
-    return tuple({kv: out[f"{name}.{i}.{kv}"] for kv in ("key", "value")} for i in range(layers))
+        layers = out[name]
+        return (
+            tuple(layers[str(i)] for i in range(len(layers)))
+            if isinstance(layers, Mapping)
+            else tuple(layers)
+        )
+    count = sum(1 for k in out if k.startswith(f"{name}.") and k.endswith(".key"))
+    return tuple({kv: out[f"{name}.{i}.{kv}"] for kv in ("key", "value")} for i in range(count))
 
 
 def _present(out: dict[str, Any]) -> tuple[dict[str, torch.Tensor], ...]:
