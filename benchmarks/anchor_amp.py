@@ -3,7 +3,7 @@ on halfprec's own hazard models, both judged in true fp16.
 
     HF_HUB_OFFLINE=1 PYTHONPATH=src python benchmarks/anchor_amp.py [--cases a,b] [--json]
 
-Per hazard (``halfprec.testing.hazards`` and ``halfprec.testing.root_hazards``, all of them):
+Per hazard (``testbed.hazards`` and ``testbed.root_hazards``, all of them):
 
 - **anchor**: the fp32 model exported to ONNX (torch.onnx dynamo, static shapes), then
   ``auto_convert_mixed_precision(model, feed_dict, validate_fn=..., keep_io_types=True)``
@@ -53,9 +53,9 @@ from halfprec.export.capture import forward_params, named_inputs
 from halfprec.export.config import ExportConfig
 from halfprec.export.info import ArtifactInfo
 from halfprec.export.onnx import OnnxSession
-from halfprec.testing.hazards import HAZARDS, Hazard
-from halfprec.testing.root_hazards import ROOT_HAZARDS
 from halfprec.tree import flatten
+from testbed.hazards import HAZARDS, Hazard
+from testbed.root_hazards import ROOT_HAZARDS
 
 CASES: dict[str, Hazard] = {**HAZARDS, **ROOT_HAZARDS}
 FP16 = torch.float16

@@ -3,7 +3,7 @@
     HF_HUB_OFFLINE=1 PYTHONPATH=src python3 benchmarks/breadth.py \
         [--dtypes fp16,bf16] [--only bert,gpt2] [--markdown docs/breadth_table.md] [--json out.json]
 
-Builds every architecture of :mod:`halfprec.testing.breadth_models` (transformers classes,
+Builds every architecture of :mod:`testbed.breadth_models` (transformers classes,
 tiny configs, seeded random weights) and its stressed twin, and for each dtype runs the
 fp32 reference, naive ``copy.deepcopy(m).to(dtype)``, ``halfprec.check`` with defaults and,
 for fp16, ``halfprec.tune``. Prints a markdown table with per-dtype totals (or writes it to
@@ -22,8 +22,8 @@ import warnings
 import torch
 
 from halfprec.dtypes import dtype_name, parse_dtype
-from halfprec.testing.breadth import Case, markdown, run_arch, violations
-from halfprec.testing.breadth_models import ARCHS, arch
+from testbed.breadth import Case, markdown, run_arch, violations
+from testbed.breadth_models import ARCHS, arch
 
 
 def _json(c: Case) -> dict[str, object]:

@@ -112,7 +112,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     if args.only in (None, "hazards"):
-        from halfprec.testing.hazards import HAZARDS
+        from testbed.hazards import HAZARDS
 
         for name, hazard in HAZARDS.items():
             model, batches = hazard.build()

@@ -3,10 +3,10 @@
     OMP_NUM_THREADS=1 PYTHONPATH=src python3 benchmarks/heldout.py \
         [--dtypes fp16,bf16] [--only vq-argmin,euler-ode] [--variants naive,autocast,convert,tune]
 
-For each model of :mod:`halfprec.testing.heldout` (17 hazards and a control) and each
+For each model of :mod:`testbed.heldout` (17 hazards and a control) and each
 dtype, scores naive ``.to(dtype)``, ``torch.autocast``, ``halfprec.convert`` defaults and
 ``halfprec.tune`` (tuned on batch 0, judged on all batches) with ``halfprec.compare``'s
-verdict against fp32 (see :mod:`halfprec.testing.heldout_run`). Prints one markdown table,
+verdict against fp32 (see :mod:`testbed.heldout_run`). Prints one markdown table,
 the totals per dtype, tune's fp32 share of FLOPs and the reason for every failure.
 """
 
@@ -20,8 +20,8 @@ import warnings
 import torch
 
 from halfprec.dtypes import dtype_name, parse_dtype
-from halfprec.testing.heldout import HELDOUT
-from halfprec.testing.heldout_run import VARIANTS, HazardRun, markdown, run
+from testbed.heldout import HELDOUT
+from testbed.heldout_run import VARIANTS, HazardRun, markdown, run
 
 
 def main() -> int:

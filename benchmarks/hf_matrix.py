@@ -38,8 +38,8 @@ from halfprec.errors import HalfprecError, clip
 from halfprec.export import export, load_artifact
 from halfprec.io.specs import LoadedModel, load_model
 from halfprec.modules import first_line
-from halfprec.testing import hf_tiny
-from halfprec.testing.decode import (
+from testbed import hf_tiny
+from testbed.decode import (
     decode_against_fp32,
     decode_seq2seq_against_fp32,
     left_padded_prompts,

@@ -3,7 +3,7 @@
     HF_HUB_OFFLINE=1 PYTHONPATH=src python3 benchmarks/kv_cache.py \
         [--only gpt2,llama] [--formats pt2,onnx] [--steps 8] [--markdown out.md]
 
-For each decoder-only architecture of :mod:`halfprec.testing.breadth_models` (tiny
+For each decoder-only architecture of :mod:`testbed.breadth_models` (tiny
 configs, seeded random weights): export to fp16 with ``kv_cache=True`` (checked against
 fp32 on a split prompt, a one-token step and an empty past), reload the file, greedy-decode
 ``--steps`` tokens of a left-padded two-prompt batch through it, feeding its cache back,
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from halfprec.errors import HalfprecError
 from halfprec.export import export, load_artifact
-from halfprec.testing.breadth_models import ARCHS, build, example_batch
-from halfprec.testing.decode import (
+from testbed.breadth_models import ARCHS, build, example_batch
+from testbed.decode import (
     DecodeCheck,
     decode_against_fp32,
     decode_seq2seq_against_fp32,

@@ -1,7 +1,7 @@
 """Does the recipe travel? Issue 19's acceptance run, printed as one table.
 
-For every hazard model of ``halfprec.testing`` and a 10-architecture subset of the breadth
-set (their stressed twins), in fp16 and bf16:
+For every hazard model of ``testbed`` (benchmarks/testbed) and a 10-architecture subset of
+the breadth set (their stressed twins), in fp16 and bf16:
 
 1. ``tune`` gives a recipe and a tuned model; the tuned model is saved;
 2. a *fresh process* loads each file with ``halfprec.load(path, into=builder)`` and no
@@ -43,10 +43,10 @@ from torch import nn
 import halfprec
 from halfprec.batch import call
 from halfprec.io.stream import convert_file
-from halfprec.testing import breadth_models
-from halfprec.testing.hazards import HAZARDS
-from halfprec.testing.root_hazards import ROOT_HAZARDS
 from halfprec.tree import flatten
+from testbed import breadth_models
+from testbed.hazards import HAZARDS
+from testbed.root_hazards import ROOT_HAZARDS
 
 BREADTH = ("bert", "gpt2", "llama", "t5", "vit", "distilbert", "mistral", "bart", "opt", "albert")
 

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from halfprec import preflight
-from halfprec.testing.hazards import HAZARDS
+from testbed.hazards import HAZARDS
 
 
 def test_batchnorm_running_var_beyond_fp16_is_found_and_handled_by_convert() -> None:

@@ -1,8 +1,8 @@
 """Which source file is the user's: found by package location, never by a path substring.
 
 A frame belongs to the user unless its file lies inside torch's installed package or inside
-halfprec's own package (``halfprec.testing`` excepted: its hazard models stand in for user
-code). A user's checkout that happens to sit in a folder named ``halfprec`` is user code.
+halfprec's own package. A user's checkout that happens to sit in a folder named ``halfprec``
+is user code.
 """
 
 from __future__ import annotations
@@ -15,16 +15,15 @@ import torch
 __all__ = ["is_library_file", "is_torch_file", "user_location"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_TESTING_DIR = os.path.join(_PACKAGE_DIR, "testing") + os.sep
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
 def is_library_file(filename: str) -> bool:
-    """True for a file of torch or of halfprec itself (not ``halfprec.testing``)."""
+    """True for a file of torch or of halfprec itself."""
     path = os.path.abspath(filename)
     if path.startswith(_TORCH_DIR):
         return True
-    return path.startswith(_PACKAGE_DIR) and not path.startswith(_TESTING_DIR)
+    return path.startswith(_PACKAGE_DIR)
 
 
 def is_torch_file(filename: str) -> bool:

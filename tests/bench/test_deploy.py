@@ -9,8 +9,8 @@ from torch import nn
 import halfprec
 from halfprec import BenchConfig, Tolerance, compare
 from halfprec.bench.deploy import Deployed
-from halfprec.testing.clocks import ScriptedClock
 from halfprec.timing import Timing
+from testbed.clocks import ScriptedClock
 
 
 class Block(nn.Module):

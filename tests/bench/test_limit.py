@@ -21,7 +21,7 @@ from halfprec.bench.limit import (
 from halfprec.bench.results import BenchConfig, fastest_variant
 from halfprec.bench.runner import benchmark
 from halfprec.bench.variants import COMPILE_RECIPES, CompileRecipe
-from halfprec.testing.clocks import ScriptedClock
+from testbed.clocks import ScriptedClock
 
 
 class Attention(nn.Module):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import halfprec.testing.hazards as hazards
+import testbed.hazards as hazards
 
 HAZARDS_FILE = str(Path(hazards.__file__).resolve())
 FILL = f"{HAZARDS_FILE}:fill_model"

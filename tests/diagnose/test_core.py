@@ -9,7 +9,7 @@ from torch import nn
 from halfprec import Recipe, convert, diagnose
 from halfprec.diagnose import naive_half
 from halfprec.errors import HalfprecError
-from halfprec.testing.hazards import HAZARDS
+from testbed.hazards import HAZARDS
 
 
 @pytest.mark.parametrize("name", list(HAZARDS))

@@ -145,7 +145,7 @@ class _HandNormNet(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        from halfprec.testing.hazards import Standardizer
+        from testbed.hazards import Standardizer
 
         self.l1 = torch.nn.Linear(16, 32)
         self.norm = Standardizer(32)

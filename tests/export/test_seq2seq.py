@@ -12,8 +12,8 @@ import torch
 from halfprec.export import ExportError, export, load_artifact
 from halfprec.export.seq2seq import DecoderWithPast, EncoderWithCross
 from halfprec.io.specs import load_model
-from halfprec.testing.decode import DecodeCheck, decode_seq2seq_against_fp32, left_padded_prompts
 from support.hf_models import save
+from testbed.decode import DecodeCheck, decode_seq2seq_against_fp32, left_padded_prompts
 
 transformers = pytest.importorskip("transformers")
 

@@ -18,8 +18,8 @@ from halfprec.convert import conversion_report
 from halfprec.convert.op_islands import OpRef
 from halfprec.diagnose import naive_half
 from halfprec.errors import HalfprecError
-from halfprec.testing import root_hazards
-from halfprec.testing.root_hazards import ROOT_HAZARDS
+from testbed import root_hazards
+from testbed.root_hazards import ROOT_HAZARDS
 
 HAZARDS_FILE = str(Path(root_hazards.__file__).resolve())
 

@@ -22,8 +22,8 @@ from halfprec import Recipe, Tolerance, convert, load, recipe_of, save, tune
 from halfprec.compare import compare_outputs
 from halfprec.convert import OpRef, RecipeError, conversion_report
 from halfprec.io.stream import convert_file
-from halfprec.testing.hazards import HAZARDS
-from halfprec.testing.root_hazards import ROOT_HAZARDS
+from testbed.hazards import HAZARDS
+from testbed.root_hazards import ROOT_HAZARDS
 
 RAW_FP16 = Recipe(
     "fp16", fp32_ops=(), fp32_inputs=False

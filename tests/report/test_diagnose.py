@@ -7,7 +7,7 @@ import math
 
 from halfprec import diagnose
 from halfprec.report.diagnose import diagnosis_table, plot_diagnosis
-from halfprec.testing.hazards import HAZARDS
+from testbed.hazards import HAZARDS
 
 
 def test_json_table_and_plot(tmp_path) -> None:  # type: ignore[no-untyped-def]

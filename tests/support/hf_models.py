@@ -1,6 +1,6 @@
 """Tiny Hugging Face models (1 layer a stack, width 32, vocab 128), saved with save_pretrained.
 
-The configs live in :mod:`halfprec.testing.hf_tiny` (shared with benchmarks/hf_matrix.py).
+The configs live in :mod:`testbed.hf_tiny` (shared with benchmarks/hf_matrix.py).
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from halfprec.testing.hf_tiny import build as _build
-from halfprec.testing.hf_tiny import decoder
+from testbed.hf_tiny import build as _build
+from testbed.hf_tiny import decoder
 
 # a one-layer Llama-style decoder (Llama, Mistral, ...) with a 64-token context
 DECODER = decoder(64)

@@ -11,15 +11,15 @@ from torch import nn
 from halfprec import Recipe, convert, tune
 from halfprec.compare import compare
 from halfprec.errors import DTypeError, HalfprecError
-from halfprec.testing.hazards import (
+from halfprec.timing import Timing
+from halfprec.tune import ToleranceUnreachableError
+from halfprec.tune.results import TuneConfig
+from testbed.hazards import (
     HAZARDS,
     ExpSoftmax,
     dropout_model,
     dropout_model_example_inputs,
 )
-from halfprec.timing import Timing
-from halfprec.tune import ToleranceUnreachableError
-from halfprec.tune.results import TuneConfig
 
 LOCAL = [
     "fill-1e9",

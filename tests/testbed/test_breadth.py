@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from halfprec.testing.breadth import Case, markdown, run_arch, violations
-from halfprec.testing.breadth_models import ARCHS, KINDS, arch, build, stressed
+from testbed.breadth import Case, markdown, run_arch, violations
+from testbed.breadth_models import ARCHS, KINDS, arch, build, stressed
 
 pytest.importorskip("transformers")
 

@@ -1,4 +1,4 @@
-"""The held-out hazard set (halfprec.testing.heldout) and its scoring (heldout_run): every
+"""The held-out hazard set (testbed.heldout) and its scoring (heldout_run): every
 model runs in fp32, and every hazard really breaks naive fp16 (the control does not)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from halfprec.batch import call
-from halfprec.testing.heldout import CONTROL, HELDOUT
-from halfprec.testing.heldout_run import Autocast, NaiveHalf, markdown, run, score
 from halfprec.tree import flatten
+from testbed.heldout import CONTROL, HELDOUT
+from testbed.heldout_run import Autocast, NaiveHalf, markdown, run, score
 
 HAZARDS = [n for n in HELDOUT if n != CONTROL]
 # naive .to(float16) of the FNO's complex weights warns that it drops their imaginary part

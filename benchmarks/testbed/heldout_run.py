@@ -1,4 +1,4 @@
-"""Scoring the held-out hazards (:mod:`halfprec.testing.heldout`): four ways to run a
+"""Scoring the held-out hazards (:mod:`testbed.heldout`): four ways to run a
 model in half precision, each judged by :func:`halfprec.compare` against fp32 on all of
 the hazard's batches with halfprec's default tolerance for the dtype.
 
@@ -25,10 +25,10 @@ from halfprec.compare import compare
 from halfprec.convert.core import convert
 from halfprec.dtypes import dtype_name
 from halfprec.modules import first_line, model_device
-from halfprec.testing.hazards import Hazard
 from halfprec.tolerance import Tolerance
 from halfprec.tree import map_tensors
 from halfprec.tune import tune
+from testbed.hazards import Hazard
 
 __all__ = ["VARIANTS", "NaiveHalf", "Autocast", "Score", "HazardRun", "score", "run", "markdown"]
 

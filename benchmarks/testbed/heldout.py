@@ -1,7 +1,7 @@
 """Held-out hazards (issue 21): small models, each built on one pattern from real model
 code that breaks in half precision, and none of them in halfprec's own tuning suite.
 
-Every :class:`~halfprec.testing.hazards.Hazard` here builds a seeded model in eval mode
+Every :class:`~testbed.hazards.Hazard` here builds a seeded model in eval mode
 and at least two seeded batches; where the pattern has a range, the last batch exercises
 a different one (longer sequences, larger positions, another scene). ``culprit`` names
 the module that holds the hazard ("" for the root). :data:`CONTROL` names a plain MLP
@@ -15,11 +15,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from halfprec.testing import heldout_ops as ops
-from halfprec.testing import heldout_ranges as ranges
-from halfprec.testing import heldout_sums as sums
-from halfprec.testing.hazards import Hazard
-from halfprec.testing.heldout_base import floats, mlp
+from testbed import heldout_ops as ops
+from testbed import heldout_ranges as ranges
+from testbed import heldout_sums as sums
+from testbed.hazards import Hazard
+from testbed.heldout_base import floats, mlp
 
 __all__ = ["HELDOUT", "CONTROL"]
 

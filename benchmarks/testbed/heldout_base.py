@@ -1,4 +1,4 @@
-"""Shared pieces of the held-out hazard models (:mod:`halfprec.testing.heldout`): seeded
+"""Shared pieces of the held-out hazard models (:mod:`testbed.heldout`): seeded
 generators, a small MLP and seeded builders."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.testing.hazards import Hazard
+from testbed.hazards import Hazard
 
 __all__ = ["RootHazard", "ROOT_HAZARDS"]
 

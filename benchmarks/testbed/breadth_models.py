@@ -1,5 +1,5 @@
 """Tiny transformers architectures from configs with seeded random weights, and their
-"stressed" twins, for the breadth benchmark (benchmarks/breadth.py, tests/testing/test_breadth.py).
+"stressed" twins, for the breadth benchmark (benchmarks/breadth.py, tests/testbed/test_breadth.py).
 
 Each :class:`Arch` builds one model (hidden 16-64, 1-2 layers) with transformers' own
 classes and one small example batch. :func:`stressed` gives the twin with realistic

@@ -1,6 +1,6 @@
 """Held-out hazards in values half cannot represent: RoPE positions, Fourier features and
 coordinates, an Euler solver's state, a quantiser's distances and a point near the
-boundary of the Poincare ball (see :mod:`halfprec.testing.heldout`)."""
+boundary of the Poincare ball (see :mod:`testbed.heldout`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from halfprec.testing.heldout_base import Built, gen, mlp, seeded
+from testbed.heldout_base import Built, gen, mlp, seeded
 
 __all__ = ["rope", "nerf", "geo", "euler", "pairs", "Tokenizer"]
 

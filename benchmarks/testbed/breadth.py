@@ -1,6 +1,6 @@
 """The breadth benchmark: is halfprec ever worse than ``copy.deepcopy(model).to(dtype)``?
 
-For one architecture (:mod:`halfprec.testing.breadth_models`), plain or stressed, and one
+For one architecture (:mod:`testbed.breadth_models`), plain or stressed, and one
 dtype, :func:`run_case` runs
 
 - the fp32 reference (a case whose reference holds inf/NaN is skipped: "reference not
@@ -12,7 +12,7 @@ dtype, :func:`run_case` runs
 
 Two rules hold on every case (:meth:`Case.violations`): wherever naive runs and passes,
 convert passes; wherever the fp32 reference is finite, tune makes fp16 pass.
-Used by benchmarks/breadth.py and tests/testing/test_breadth.py.
+Used by benchmarks/breadth.py and tests/testbed/test_breadth.py.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from halfprec.compare import compare_outputs, run_reference
 from halfprec.dtypes import dtype_name
 from halfprec.errors import BrokenReferenceError
 from halfprec.modules import first_line
-from halfprec.testing.breadth_models import Arch, build, example_batch
 from halfprec.tree import map_tensors
 from halfprec.tune import tune
+from testbed.breadth_models import Arch, build, example_batch
 
 __all__ = ["Verdict", "Case", "run_case", "run_arch", "markdown", "violations"]
 

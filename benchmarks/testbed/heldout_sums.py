@@ -1,6 +1,6 @@
 """Held-out hazards in reductions, accumulations and learned scales: one-pass variance,
 long sums and cumulative sums, log-sum-exp without the max, a Gram matrix, an entropy and a
-collapsed temperature (see :mod:`halfprec.testing.heldout`)."""
+collapsed temperature (see :mod:`testbed.heldout`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from halfprec.testing.heldout_base import Built, gen, mlp, seeded
+from testbed.heldout_base import Built, gen, mlp, seeded
 
 __all__ = [
     "variance",

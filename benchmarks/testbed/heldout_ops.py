@@ -1,5 +1,5 @@
 """Held-out hazards in ops with no half kernel or no half meaning: torch.linalg.solve,
-torch.fft with complex weights and torch.cdist (see :mod:`halfprec.testing.heldout`)."""
+torch.fft with complex weights and torch.cdist (see :mod:`testbed.heldout`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.testing.heldout_base import Built, gen, mlp, seeded
+from testbed.heldout_base import Built, gen, mlp, seeded
 
 __all__ = ["ridge", "fno", "protonet"]
 
