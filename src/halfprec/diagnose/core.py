@@ -14,6 +14,7 @@ from halfprec.batch import as_batches
 from halfprec.compare import Tolerance, compare_outputs, reference_failed
 from halfprec.convert.core import ConfigLike, Recipe, conversion_report
 from halfprec.diagnose.divergence import find_divergence, half_pass
+from halfprec.diagnose.inputs import input_rounding
 from halfprec.diagnose.local import Diagnoser
 from halfprec.diagnose.recording import cast_to
 from halfprec.diagnose.results import Diagnosis
@@ -78,6 +79,7 @@ def diagnose(
     d = Diagnoser(model, half_model, dt, threshold)
     divergence = None
     ref_outs: list[Any] = []
+    all_refs: list[Any] = []
     half_outs: list[Any] = []
     problems: list[str] = []
     with torch.no_grad():  # not inference_mode: snapshots read tensors' version counters
@@ -86,6 +88,7 @@ def diagnose(
                 calls, ref_out = d.fp32_pass(batch)
             except Exception as exc:  # the user's forward() on these inputs
                 raise reference_failed(i, batch, exc) from exc
+            all_refs.append(ref_out)
             by_key = {(c.name, c.nth): c for c in calls}
             out, events, raised = half_pass(d, batch, by_key)
             if divergence is None:
@@ -100,6 +103,7 @@ def diagnose(
     output.problems.extend(problems)
     output.batches = len(batches)
     modules = sorted(d.modules.values(), key=lambda m: m.index)
+    rounding = input_rounding(model, batches, all_refs, dt, tol)
     return Diagnosis(
         dtype=dt,
         threshold=threshold,
@@ -110,4 +114,5 @@ def diagnose(
         seconds=time.perf_counter() - start,
         half_model=label,
         ops=list(d.ops.values()),
+        input_rounding=rounding,
     )

@@ -127,6 +127,13 @@ class Diagnosis:
     seconds: float
     half_model: str
     ops: list[OpDiagnosis] = field(default_factory=list)
+    # the fp32 model on its inputs rounded to ``dtype``; None when rounding changes nothing
+    input_rounding: Comparison | None = None
+
+    @property
+    def inputs_break(self) -> bool:
+        """Rounding the inputs alone, with the model in fp32, fails the tolerance."""
+        return self.input_rounding is not None and not self.input_rounding.passed
 
     @property
     def passed(self) -> bool:
@@ -177,4 +184,7 @@ class Diagnosis:
             "output": self.output.to_json(),
             "modules": [m.to_json() for m in self.modules],
             "ops": [o.to_json() for o in self.ops],
+            "input_rounding": (
+                None if self.input_rounding is None else self.input_rounding.to_json()
+            ),
         }

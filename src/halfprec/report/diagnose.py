@@ -6,9 +6,11 @@ import math
 import os
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from halfprec.diagnose import Diagnosis
+from halfprec.diagnose.inputs import input_rounding_note
 from halfprec.dtypes import dtype_name
 from halfprec.preflight import Preflight
 from halfprec.report.common import comparison_table, fit_table, fmt_float, make_console
@@ -76,6 +78,9 @@ def print_diagnosis(diag: Diagnosis, top: int = 15, console: Console | None = No
         con.print(fit_table(comparison_table(diag.output, title="model outputs"), con))
     for p in diag.output.problems:
         con.print(f"[red]problem:[/] {p}")
+    note = input_rounding_note(diag.input_rounding)
+    if note is not None:
+        con.print(f"[bold red]inputs:[/] {escape(note)}")
     con.print(f"diagnosed {diag.batches} batch(es) in {diag.seconds:.2f} s")
 
 
