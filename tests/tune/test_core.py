@@ -32,8 +32,8 @@ LOCAL = [
 
 
 RAW_FP16 = Recipe(
-    "fp16", fp32_ops=(), fp32_inputs=False
-)  # the hazards as .half() meets them: no op policy
+    "fp16", fp32_ops=(), fp32_inputs=False, fp32_params_up_to=0
+)  # the hazards as .half() meets them: no op policy, every parameter half
 
 
 @pytest.mark.parametrize("name", list(HAZARDS))

@@ -86,7 +86,9 @@ class RootCast(Behaviour):
             if settings.fp32_ops == frozenset(DEFAULT_FP32_OPS)
             else f"{ops} fp32 op{'s' if ops != 1 else ''}"
         )
-        return f"halfprec {dtype_name(settings.dtype)}" + (f", {policy}" if ops else "")
+        small = getattr(settings.recipe, "fp32_params_up_to", 0)
+        params = f", fp32 params <= {small}" if small else ""
+        return f"halfprec {dtype_name(settings.dtype)}" + (f", {policy}" if ops else "") + params
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         s: RootSettings = getattr(self, RootCast.attr)
