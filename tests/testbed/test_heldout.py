@@ -194,3 +194,12 @@ def test_benchmark_rejects_an_unknown_variant(
     assert _benchmark(monkeypatch, "--variants", "naive,amp") == 2
     err = capsys.readouterr().err
     assert "unknown variant amp; choose from naive, autocast, convert, tune" in err
+
+
+@pytest.mark.parametrize("name", list(HELDOUT))
+def test_tune_passes_every_held_out_hazard_in_fp16(name: str) -> None:
+    """Issue 21: tuned on batch 0, judged on every batch; its fp32 share of FLOPs is kept."""
+    model, batches = HELDOUT[name].build()
+    verdict = score("tune", model, batches, torch.float16)
+    assert verdict.passed, verdict.reason
+    assert verdict.islands is not None
