@@ -482,7 +482,8 @@ class _Converter:
     def _small_tensors(self) -> set[int]:
         """Ids of the floating parameters and buffers that stay fp32 by
         ``Recipe.fp32_params_up_to``: no GEMM-type or scripted module owns them (a tied
-        weight that one does goes half) and they hold at most that many values."""
+        weight that one does goes half), nor a norm layer (fp32 as a norm island, or half
+        where ``norm_islands=False`` asks for it), and they hold at most that many values."""
         limit = self.config.fp32_params_up_to
         if not limit:
             return set()
@@ -494,8 +495,8 @@ class _Converter:
         }
         return {
             id(t)
-            for m in self.model.modules()
-            if not _scripted(m)
+            for name, m in self.model.named_modules()
+            if not _scripted(m) and not is_default_island(m, root=name == "")
             for t in (*m.parameters(recurse=False), *m.buffers(recurse=False))
             if t.is_floating_point() and id(t) not in gemm and t.numel() <= limit
         }
