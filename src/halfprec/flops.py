@@ -18,23 +18,41 @@ from halfprec.batch import call
 from halfprec.convert.core import conversion_report
 from halfprec.convert.op_islands import OpRef
 
-__all__ = ["fp32_flops_share"]
+__all__ = ["fp32_flops_share", "module_flops"]
 
 
-def fp32_flops_share(
-    model: nn.Module, half: nn.Module, batch: Any, op_flops: Mapping[OpRef, int]
-) -> float | None:
-    """FLOPs of ``half``'s fp32 parts over all FLOPs of ``model`` on ``batch``; None when the
-    model has no counted FLOPs."""
-    report = conversion_report(half)
-    if report is None:
-        return None
+def module_flops(model: nn.Module, batch: Any) -> dict[str, int]:
+    """FLOPs of each module of ``model`` (by qualified name, ``""`` the whole model) on one
+    forward pass of ``batch``; a module that is never called, or calls no counted op, has
+    none (absent)."""
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
         call(model, batch)
     counts = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
     root = type(model).__name__
-    total = counter.get_total_flops()
+    out = {"": counter.get_total_flops()}
+    for name, _ in model.named_modules():
+        key = f"{root}.{name}" if name else root
+        if name and key in counts:
+            out[name] = counts[key]
+    return out
+
+
+def fp32_flops_share(
+    model: nn.Module,
+    half: nn.Module,
+    batch: Any,
+    op_flops: Mapping[OpRef, int],
+    flops: Mapping[str, int] | None = None,
+) -> float | None:
+    """FLOPs of ``half``'s fp32 parts over all FLOPs of ``model`` on ``batch``; None when the
+    model has no counted FLOPs. ``flops``: :func:`module_flops` of ``model`` on ``batch``,
+    where already counted."""
+    report = conversion_report(half)
+    if report is None:
+        return None
+    counts = flops if flops is not None else module_flops(model, batch)
+    total = counts.get("", 0)
     if not total:
         return None
     fp32 = 0
@@ -42,7 +60,6 @@ def fp32_flops_share(
     for name in islands:
         if any(name.startswith(i + ".") for i in islands if i and i != name):
             continue  # counted with the enclosing island
-        key = f"{root}.{name}" if name else root
-        fp32 += counts.get(key, 0)
+        fp32 += counts.get(name, 0)
     fp32 += sum(op_flops.get(ref, 0) for ref in report.op_islands)
     return min(1.0, fp32 / total)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import io
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from halfprec import HalfprecError, Recipe, convert, convert_
+from halfprec import HalfprecError, Recipe, convert, convert_, load, recipe_of, save
 from halfprec.convert.core import conversion_report
+from halfprec.dtypes import range_of
 
 HALF = [torch.float16, torch.bfloat16]
 
@@ -323,3 +327,152 @@ def test_module_with_only_a_tied_parameter_still_guards_its_inputs() -> None:
     ids = torch.randint(0, 10, (3, 4))
     out = convert(model, "fp16")(ids)  # fp32 + half -> fp32 meets the half head
     torch.testing.assert_close(out, model(ids), atol=2e-2, rtol=2e-2)
+
+
+class LearnedScale(nn.Module):
+    """A learned per-channel scale and a buffer of frequencies, used in elementwise math
+    before a Linear: autocast keeps both fp32; so does convert, by default."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((8,), 1.0 + 2.0**-12))  # not a half value
+        self.register_buffer("freqs", torch.pi * 2.0 ** torch.arange(8.0))
+        self.big = nn.Parameter(torch.ones(300))  # more values than the limit below
+        self.proj = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(torch.sin(x * self.scale * self.get_buffer("freqs")) * self.big[:8])
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_small_parameters_outside_gemms_stay_fp32_and_the_report_counts_them(
+    dtype: torch.dtype,
+) -> None:
+    torch.manual_seed(0)
+    model = LearnedScale().eval()
+    half = convert(model, Recipe(dtype, fp32_params_up_to=256))
+    assert half.scale.dtype == half.freqs.dtype == torch.float32  # as under autocast
+    assert half.proj.weight.dtype == half.proj.bias.dtype == dtype  # a GEMM's: half
+    assert half.big.dtype == dtype  # beyond the limit: half, for its memory
+    report = conversion_report(half)
+    assert report is not None and sorted(report.small_fp32) == ["freqs", "scale"]
+    assert report.small_fp32_bytes == 16 * 4 and report.params_fp32 == 8
+    assert "fp32 params <= 256" in str(half)
+    x = 40 + torch.rand(4, 8)  # sin of x * freqs: fp32's result, the Linear in half
+    out = half(x)
+    with torch.autocast("cpu", dtype):
+        expected = model(x)
+    torch.testing.assert_close(out, expected.float(), rtol=0, atol=2 * range_of(dtype).eps)
+    old = convert(model, Recipe(dtype, fp32_params_up_to=0))  # every parameter half
+    assert old.scale.dtype == old.freqs.dtype == dtype
+    assert conversion_report(old).small_fp32 == []  # type: ignore[union-attr]
+
+
+def test_a_small_parameter_tied_to_a_gemm_goes_half_and_so_do_embedding_tables() -> None:
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.gate = nn.Parameter(torch.ones(4))
+            self.lin2 = nn.Linear(4, 4)
+            self.lin2.weight = self.lin.weight
+            self.types = nn.Embedding(2, 4)  # small, but a table: half
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lin2(self.lin(x) * self.gate)
+
+    half = convert(Tied().eval(), Recipe("fp16", fp32_params_up_to=100))
+    assert half.lin.weight is half.lin2.weight and half.lin.weight.dtype == torch.float16
+    assert half.gate.dtype == torch.float32
+    assert half.types.weight.dtype == torch.float16
+    assert half(torch.randn(2, 4)).dtype == torch.float32
+
+
+@pytest.mark.slow  # transformers' import: ~8 s here
+def test_the_default_keeps_no_parameter_of_a_bert_fp32_outside_its_norms() -> None:
+    """A BERT-style encoder (MiniLM's layout) has only Linear, Embedding and LayerNorm
+    parameters: the default keeps nothing more fp32 than the norm islands."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=128, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.BertModel(config).eval()
+    report = conversion_report(convert(model, "fp16"))
+    assert report is not None and report.small_fp32 == []
+    norms = sum(
+        p.numel() for m in model.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters()
+    )
+    assert report.params_fp32 == norms
+
+
+def test_small_fp32_parameters_save_load_deepcopy_and_pickle_exactly(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    half = convert(LearnedScale().eval(), Recipe("fp16", fp32_params_up_to=256))
+    loaded = load(save(half, tmp_path / "m.safetensors"), into=LearnedScale)
+    buffer = io.BytesIO()
+    torch.save(half, buffer)
+    buffer.seek(0)
+    pickled = torch.load(buffer, weights_only=False)
+    x = 40 + torch.rand(4, 8)
+    for other in (loaded, copy.deepcopy(half), pickled):
+        assert recipe_of(other) == recipe_of(half)
+        pairs = zip(half.state_dict().items(), other.state_dict().values(), strict=True)
+        for (name, a), b in pairs:
+            assert a.dtype == b.dtype and torch.equal(a, b), name
+        assert torch.equal(other(x), half(x))
+
+
+class Shift(nn.Module):
+    def __init__(self, c: float) -> None:
+        super().__init__()
+        self.c = c
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.c
+
+
+class IslandChain(nn.Module):
+    """x + 4096 - 4096 across two islands: fp16 steps by 4 at 4096."""
+
+    def __init__(self, bump: float = 0.0) -> None:
+        super().__init__()
+        self.inp = nn.Linear(4, 4)
+        self.up = Shift(4096.0)
+        self.down = Shift(-4096.0)
+        self.bump = bump
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.up(self.inp(x))
+        if self.bump:
+            y.add_(self.bump)  # an in-place change between the islands
+        return self.down(y)
+
+
+@pytest.mark.parametrize("inference", [False, True])
+def test_an_island_output_that_goes_straight_into_an_island_stays_fp32(inference: bool) -> None:
+    torch.manual_seed(0)
+    model = IslandChain().eval()
+    half = convert(model, Recipe("fp16", keep_fp32=("up", "down")))
+    x = torch.randn(3, 4)
+    with torch.inference_mode(inference):
+        out, ref = half(x), model(x)
+    assert half.up(torch.ones(1, 4, dtype=torch.float16)).dtype == torch.float16  # handed back
+    assert float((out - ref).abs().max()) < 0.01  # the rounding at 4096 would be up to 2
+
+
+def test_an_island_output_changed_in_place_is_not_replaced_by_its_fp32_value() -> None:
+    torch.manual_seed(0)
+    model = IslandChain(bump=8.0).eval()
+    half = convert(model, Recipe("fp16", keep_fp32=("up", "down")))
+    x = torch.randn(3, 4)
+    out, ref = half(x), model(x)
+    assert float((out - ref).abs().max()) <= 2.0  # the bump counts: rounded, not stale
+
+
+def test_norm_islands_false_still_makes_the_norms_half() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)).eval()
+    half = convert(model, Recipe("fp16", norm_islands=False))
+    assert half[1].weight.dtype == torch.float16
+    assert conversion_report(half).small_fp32 == []  # type: ignore[union-attr]

@@ -34,6 +34,8 @@ def test_op_islands_and_fp32_ops_are_deduplicated_and_sorted() -> None:
         ({"fp32_ops": "exp"}, "fp32_ops must be a sequence of torch op names"),
         ({"fp32_ops": ("exp", "")}, "fp32_ops must be a sequence of torch op names"),
         ({"cast_outputs": 1}, "Recipe.cast_outputs must be True or False, got 1"),
+        ({"fp32_params_up_to": -1}, "fp32_params_up_to must be a count of values >= 0, got -1"),
+        ({"fp32_params_up_to": True}, "fp32_params_up_to must be a count of values >= 0"),
         ({"tolerance": 0.99}, "Recipe.tolerance must be a Tolerance"),
         (
             {"filter_fn": "norm"},
@@ -76,9 +78,20 @@ def test_an_older_tune_policy_file_loads_without_the_op_policy(tmp_path: Path) -
         json.dumps({"format": "halfprec-policy/1", "dtype": "fp16", "keep_fp32": ["0"]})
     )
     old = Recipe.load(path)
-    assert old == Recipe("fp16", keep_fp32=("0",), fp32_ops=(), fp32_inputs=False)
+    assert old == Recipe(
+        "fp16", keep_fp32=("0",), fp32_ops=(), fp32_inputs=False, fp32_params_up_to=0
+    )
     new = Recipe.from_json({"format": "halfprec-recipe/1", "dtype": "fp16"})
     assert new.fp32_ops == DEFAULT_FP32_OPS and new.fp32_inputs is True
+    assert new.fp32_params_up_to == 0  # written before the field: every parameter half
+
+
+def test_fp32_params_up_to_round_trips_and_defaults_to_small_tensors() -> None:
+    assert Recipe().fp32_params_up_to == 65536
+    recipe = Recipe("bf16", fp32_params_up_to=10)
+    assert recipe.to_json()["fp32_params_up_to"] == 10
+    assert Recipe.loads(recipe.dumps()) == recipe
+    assert Recipe.loads(Recipe("bf16").dumps()).fp32_params_up_to == 65536
 
 
 def test_recipe_files_are_json_with_the_format_and_of_reads_a_path(tmp_path: Path) -> None:

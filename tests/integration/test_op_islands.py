@@ -25,8 +25,8 @@ HAZARDS_FILE = str(Path(root_hazards.__file__).resolve())
 
 
 RAW_FP16 = Recipe(
-    "fp16", fp32_ops=(), fp32_inputs=False
-)  # the hazards as .half() meets them: no op policy
+    "fp16", fp32_ops=(), fp32_inputs=False, fp32_params_up_to=0
+)  # the hazards as .half() meets them: no op policy, every parameter half
 
 
 def _marked_line(hazard_name: str) -> str:

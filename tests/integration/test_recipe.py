@@ -26,8 +26,8 @@ from testbed.hazards import HAZARDS
 from testbed.root_hazards import ROOT_HAZARDS
 
 RAW_FP16 = Recipe(
-    "fp16", fp32_ops=(), fp32_inputs=False
-)  # the hazards as .half() meets them: no op policy
+    "fp16", fp32_ops=(), fp32_inputs=False, fp32_params_up_to=0
+)  # the hazards as .half() meets them: no op policy, every parameter half
 
 
 class Block(nn.Module):
@@ -125,7 +125,9 @@ def test_one_public_config_type_and_at_most_25_names() -> None:
 def test_islands_and_behaviours_show_in_print() -> None:
     model, _ = _block()
     text = repr(convert(model, "fp16"))
-    assert text.splitlines()[0] == "Block[halfprec fp16, autocast fp32 ops, saturating fills]("
+    assert text.splitlines()[0] == (
+        "Block[halfprec fp16, autocast fp32 ops, fp32 params <= 65536, saturating fills]("
+    )
     raw = repr(convert(model, RAW_FP16)).splitlines()[0]
     assert raw == "Block[halfprec fp16, saturating fills]("
     assert "(norm): LayerNorm[fp32 island]" in text

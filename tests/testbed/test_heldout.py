@@ -123,17 +123,48 @@ def test_markdown_has_a_row_per_hazard_and_totals_per_dtype() -> None:
     assert "linalg-solve, naive fp16: batch 0: the half model raised NotImplementedError" in table
 
 
-@pytest.mark.slow  # two tune runs, ~5 s here
+class Squares(torch.nn.Module):
+    """(1000 * x)^2 / 1e6 by plain multiplications: fine in fp16 while |x| < 0.25."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        torch.nn.init.eye_(self.lin.weight)
+        torch.nn.init.zeros_(self.lin.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x) * 1000.0
+        return (y * y) / 1e6
+
+
 def test_tune_is_tuned_on_batch_0_and_judged_on_every_batch() -> None:
-    # NeRF coordinates: the centred scene (fine in fp16) first, the scene near 40 second
-    model, batches = HELDOUT["fourier-features"].build()
-    centred, off_centre = batches[-1], batches[0]
-    assert score("naive", model, [centred], torch.float16).passed
-    on_first = score("tune", model, [centred], torch.float16)
+    model = Squares().eval()
+    g = torch.Generator().manual_seed(0)
+    small = (torch.rand(4, 8, generator=g) * 0.1,)  # products up to 1e4: fit fp16
+    large = (torch.rand(4, 8, generator=g) * 4.0,)  # products up to 1.6e7: inf in fp16
+    assert score("naive", model, [small], torch.float16).passed
+    on_first = score("tune", model, [small], torch.float16)
     assert on_first.passed and on_first.islands is not None  # a recipe, judged on batch 0
-    verdict = score("tune", model, [centred, off_centre], torch.float16)
+    verdict = score("tune", model, [small, large], torch.float16)
     assert not verdict.passed and not verdict.raised
-    assert "cosine" in verdict.reason
+    assert "inf/NaN" in verdict.reason
+
+
+# autocast keeps the Poincare embeddings fp32; convert makes every embedding table half (for
+# a language model's memory), and half cannot hold |u|^2 within 1e-4 of 1: a known gap
+_TABLE = pytest.mark.xfail(strict=True, reason="embedding tables go half (docs/breadth.md)")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=_TABLE) if n == "poincare-boundary" else n for n in HELDOUT]
+)
+def test_convert_defaults_are_never_worse_than_autocast(name: str, dtype: torch.dtype) -> None:
+    """Issue 21: wherever torch.autocast passes a held-out hazard, convert's defaults do."""
+    model, batches = HELDOUT[name].build()
+    autocast = score("autocast", model, batches, dtype)
+    converted = score("convert", model, batches, dtype)
+    assert converted.passed or not autocast.passed, converted.reason
 
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "heldout.py"
@@ -163,3 +194,12 @@ def test_benchmark_rejects_an_unknown_variant(
     assert _benchmark(monkeypatch, "--variants", "naive,amp") == 2
     err = capsys.readouterr().err
     assert "unknown variant amp; choose from naive, autocast, convert, tune" in err
+
+
+@pytest.mark.parametrize("name", list(HELDOUT))
+def test_tune_passes_every_held_out_hazard_in_fp16(name: str) -> None:
+    """Issue 21: tuned on batch 0, judged on every batch; its fp32 share of FLOPs is kept."""
+    model, batches = HELDOUT[name].build()
+    verdict = score("tune", model, batches, torch.float16)
+    assert verdict.passed, verdict.reason
+    assert verdict.islands is not None

@@ -20,6 +20,7 @@ from testbed.hazards import (
     dropout_model,
     dropout_model_example_inputs,
 )
+from testbed.heldout import HELDOUT
 
 LOCAL = [
     "fill-1e9",
@@ -32,8 +33,8 @@ LOCAL = [
 
 
 RAW_FP16 = Recipe(
-    "fp16", fp32_ops=(), fp32_inputs=False
-)  # the hazards as .half() meets them: no op policy
+    "fp16", fp32_ops=(), fp32_inputs=False, fp32_params_up_to=0
+)  # the hazards as .half() meets them: no op policy, every parameter half
 
 
 @pytest.mark.parametrize("name", list(HAZARDS))
@@ -195,3 +196,74 @@ def test_a_recipe_that_fails_on_an_unseen_range_is_not_a_pass() -> None:
     assert again.report.calibrated and not again.passed  # --validate batches: the same
     seen = tune(model, [large, small], "fp16", max_evaluations=8)  # tuned on the wide range
     assert seen.passed and seen.report.confirmed is True and seen.report.op_islands
+
+
+def test_never_called_and_parameterless_modules_are_candidates() -> None:
+    """VQ: the quantiser has no parameters and an integer output (no local error), and the
+    codebook is never called (its weight is passed on): both are candidates, and the fix
+    keeps the codebook and the encoder in fp32, the cheaper of the sets that pass."""
+    model, batches = HELDOUT["vq-argmin"].build()
+    result = tune(model, batches[:1], "fp16")
+    report = result.report
+    assert result.passed, report.reason
+    assert {"codebook", "quantize"} <= set(report.variants[0].candidates)
+    assert set(report.keep_fp32) == {"codebook", "encoder"}
+    assert report.fp32_flops_share is not None and report.fp32_flops_share < 0.25
+    assert compare(model, result.model, batches).passed
+
+
+class Cancel(nn.Module):
+    """(h + c) - c: half rounds h to the step of c (0.25 at 256, 0.0625 at 120)."""
+
+    def __init__(self, c: float) -> None:
+        super().__init__()
+        self.c = c
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return (h + self.c) - self.c
+
+
+class Mix(Cancel):
+    """Parameterless, and most of the model's FLOPs: (y y^T) y / n after the cancellation."""
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        y = super().forward(h)
+        return (y @ y.transpose(-1, -2)) @ y / y.shape[-2]
+
+
+class Proj(Cancel):
+    def __init__(self, c: float) -> None:
+        super().__init__(c)
+        self.w = nn.Linear(16, 16)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.w(super().forward(h))
+
+
+class TwoPaths(nn.Module):
+    """Two rounded paths: fp16 fails with both, passes with either one in fp32. ``mix`` is
+    the broken module (its own error is beyond the threshold) and costs ~80% of the FLOPs;
+    ``inp`` or ``proj`` in fp32 costs ~10% and fixes it too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(16, 16)
+        self.mix = Mix(256.0)
+        self.proj = Proj(120.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        return 0.5 * self.mix(h) + self.proj(h)
+
+
+def test_tune_prefers_the_fix_that_keeps_fewer_flops_in_fp32() -> None:
+    torch.manual_seed(0)
+    model = TwoPaths().eval()
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(2, 64, 16, generator=g),) for _ in range(2)]
+    assert not compare(model, convert(model, "fp16"), batches).passed
+    assert compare(model, convert(model, Recipe("fp16", keep_fp32=("mix",))), batches).passed
+    result = tune(model, batches, "fp16")
+    share = result.report.fp32_flops_share
+    assert result.passed and "mix" not in result.report.keep_fp32, result.report.keep_fp32
+    assert share is not None and share < 0.2  # "mix" alone: ~0.8

@@ -19,7 +19,7 @@ from halfprec.convert.core import ConversionReport, Recipe, conversion_report, c
 from halfprec.dtypes import dtype_name, resolve_device
 from halfprec.io.checkpoint import save
 from halfprec.io.specs import load_model
-from halfprec.report.common import human_bytes, make_console
+from halfprec.report.common import fp32_text, human_bytes, make_console
 
 __all__ = ["command"]
 
@@ -158,5 +158,4 @@ def _print_written(output: Path, report: ConversionReport) -> None:
     ratio = on_disk / max(report.bytes_before, 1)
     before = human_bytes(report.bytes_before)
     con.print(f"  {before} fp32 -> {human_bytes(on_disk)} on disk ({ratio:.2f}x)")
-    share = 100 * report.fp32_share
-    con.print(f"  fp32 islands: {len(report.islands)} modules, {share:.2f}% of parameters")
+    con.print(f"  {fp32_text(report)}")

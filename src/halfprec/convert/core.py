@@ -64,6 +64,7 @@ from halfprec.modules import finite_peak, in_island, model_device, nbytes
 
 __all__ = [
     "DEFAULT_ISLAND_TYPES",
+    "GEMM_TYPES",
     "ConfigLike",
     "add_note",
     "ConversionReport",
@@ -73,6 +74,7 @@ __all__ = [
     "convert_",
     "conversion_report",
     "is_default_island",
+    "is_gemm_module",
     "recipe_of",
 ]
 
@@ -86,6 +88,33 @@ DEFAULT_ISLAND_TYPES: tuple[type[nn.Module], ...] = (
     nn.LocalResponseNorm,
     nn.RMSNorm,
 )
+
+# Modules whose weights feed a GEMM, or a lookup: these go half, as autocast casts a GEMM's
+# weights to half at every call. Embedding tables go half too, though autocast keeps them
+# fp32: they hold most of a language model's parameters, and a small fp32 table (BERT's
+# two token types) would turn the whole residual stream it is added to into fp32. Every
+# other parameter or buffer (a learned scale, frequencies, a centre, a temperature) is used
+# in elementwise math and stays fp32 when it is small (Recipe.fp32_params_up_to), as under
+# autocast. transformers' Conv1D is matched by class name. TorchScript code has no op
+# policy to run a GEMM that meets an fp32 operand, so a scripted module's tensors all go half.
+GEMM_TYPES: tuple[type[nn.Module], ...] = (
+    nn.Linear,
+    nn.Bilinear,
+    nn.modules.conv._ConvNd,
+    nn.Embedding,
+    nn.EmbeddingBag,
+    nn.MultiheadAttention,
+    nn.RNNBase,
+)
+_GEMM_NAMES = frozenset({"Conv1D"})
+
+
+def is_gemm_module(module: nn.Module) -> bool:
+    """True for a module whose own weights feed a GEMM or a lookup (:data:`GEMM_TYPES`)."""
+    if isinstance(module, GEMM_TYPES):
+        return True
+    return any(c.__name__ in _GEMM_NAMES for c in type(module).__mro__)
+
 
 # Hand-written norms in model zoos (LlamaRMSNorm, T5LayerNorm, ...) are fragile the same way.
 _NORM_NAME = re.compile(r"(RMS|Layer|Group|Batch|Instance)_?Norm(\dd)?$", re.IGNORECASE)
@@ -122,12 +151,15 @@ class ConversionReport:
     notes: list[str] = field(default_factory=list)
     params_total: int = 0
     params_fp32: int = 0
+    small_fp32: list[str] = field(default_factory=list)
+    small_fp32_bytes: int = 0
     bytes_before: int = 0
     bytes_after: int = 0
 
     @property
     def fp32_share(self) -> float:
-        """Share of parameters (by count) kept in fp32."""
+        """Share of parameters (by count) kept in fp32: in islands, or small and owned by
+        no GEMM-type module (``small_fp32``, ``Recipe.fp32_params_up_to``)."""
         return self.params_fp32 / self.params_total if self.params_total else 0.0
 
     @property
@@ -149,6 +181,8 @@ class ConversionReport:
             "params_total": self.params_total,
             "params_fp32": self.params_fp32,
             "fp32_share": self.fp32_share,
+            "small_fp32": self.small_fp32,
+            "small_fp32_bytes": self.small_fp32_bytes,
             "bytes_before": self.bytes_before,
             "bytes_after": self.bytes_after,
             "recipe": self.recipe.to_json(),
@@ -192,6 +226,7 @@ def conversion_report(model: nn.Module) -> ConversionReport | None:
         notes=list(root.notes),
     )
     seen: set[int] = set()
+    small: set[int] = set()
     before = 0
     for name, module in model.named_modules():
         island = module.__dict__.get(Fp32Island.attr)
@@ -210,8 +245,17 @@ def conversion_report(model: nn.Module) -> ConversionReport | None:
                 continue
             seen.add(id(p))
             report.params_total += p.numel()
-            if kept and p.is_floating_point():
+            if p.is_floating_point() and (kept or p.dtype != root.dtype):
                 report.params_fp32 += p.numel()
+        if not kept and root.dtype != root.original:
+            for tname, t in (
+                *module.named_parameters(recurse=False),
+                *module.named_buffers(recurse=False),
+            ):
+                if t.is_floating_point() and t.dtype == root.original and id(t) not in small:
+                    small.add(id(t))
+                    report.small_fp32.append(f"{name}.{tname}" if name else tname)
+                    report.small_fp32_bytes += t.numel() * t.element_size()
         for t in (*module.parameters(recurse=False), *module.buffers(recurse=False)):
             if id(t) in seen and not isinstance(t, nn.Parameter):
                 continue
@@ -390,29 +434,28 @@ class _Converter:
         so subclass overrides of ``_apply`` run (caches of derived tensors are dropped)."""
         half_modules: list[nn.Module] = []
         keep: set[int] = set()
-        total = fp32 = 0
         counted: set[int] = set()
+        small = self._small_tensors()
         for name, module in self.model.named_modules():
             kept = in_island(name, islands)
             owns = False
             for p in module.parameters(recurse=False):
+                stays = kept or id(p) in small
                 # a tied parameter is counted once, but every module using it runs half
-                owns = owns or (not kept and p.is_floating_point())
+                owns = owns or (not stays and p.is_floating_point())
                 if id(p) in counted:
                     continue
                 counted.add(id(p))
-                total += p.numel()
-                if not p.is_floating_point():
+                if not p.is_floating_point() or not stays:
                     continue
-                if kept:
-                    fp32 += p.numel()
-                    if not p.is_meta:  # see _own_memory
-                        p.data = _own_memory(p.data)
-                    grad = p.grad if p.is_leaf else None  # (a non-leaf's .grad warns)
-                    keep.update((id(p), id(grad)) if grad is not None else (id(p),))
+                if not p.is_meta:  # see _own_memory
+                    p.data = _own_memory(p.data)
+                grad = p.grad if p.is_leaf else None  # (a non-leaf's .grad warns)
+                keep.update((id(p), id(grad)) if grad is not None else (id(p),))
             if kept:
                 keep.update(id(b) for b in module.buffers(recurse=False))
                 continue
+            keep.update(id(b) for b in module.buffers(recurse=False) if id(b) in small)
             for attr in _plain_tensor_attrs(module):
                 module.__dict__[attr] = module.__dict__[attr].to(self.dtype)
                 self.attributes_cast.append(f"{name}.{attr}" if name else attr)
@@ -435,6 +478,28 @@ class _Converter:
 
         self.model._apply(cast)
         return half_modules
+
+    def _small_tensors(self) -> set[int]:
+        """Ids of the floating parameters and buffers that stay fp32 by
+        ``Recipe.fp32_params_up_to``: no GEMM-type or scripted module owns them (a tied
+        weight that one does goes half), nor a norm layer (fp32 as a norm island, or half
+        where ``norm_islands=False`` asks for it), and they hold at most that many values."""
+        limit = self.config.fp32_params_up_to
+        if not limit:
+            return set()
+        gemm = {
+            id(t)
+            for m in self.model.modules()
+            if is_gemm_module(m)
+            for t in (*m.parameters(recurse=False), *m.buffers(recurse=False))
+        }
+        return {
+            id(t)
+            for name, m in self.model.named_modules()
+            if not _scripted(m) and not is_default_island(m, root=name == "")
+            for t in (*m.parameters(recurse=False), *m.buffers(recurse=False))
+            if t.is_floating_point() and id(t) not in gemm and t.numel() <= limit
+        }
 
     # -- behaviours ------------------------------------------------------------------------
     def _op_plans(self, islands: dict[str, str]) -> dict[str, OpPlan]:

@@ -42,10 +42,12 @@ from halfprec.dtypes import (
 from halfprec.errors import HalfprecError
 from halfprec.tolerance import Tolerance
 
-__all__ = ["FilterFn", "Recipe", "RecipeError", "RecipeLike", "Selector"]
+__all__ = ["SMALL_PARAMS", "FilterFn", "Recipe", "RecipeError", "RecipeLike", "Selector"]
 
 FORMAT = "halfprec-recipe/1"
 _OLD_POLICY = "halfprec-policy/1"  # written by `halfprec tune` before the recipe
+
+SMALL_PARAMS = 65536  # default Recipe.fp32_params_up_to: 256 KB of fp32 per tensor at most
 
 FilterFn = Callable[[nn.Module, str], bool]
 Selector = type[nn.Module] | str
@@ -85,6 +87,13 @@ class Recipe:
       GEMM that consumes them casts them, as under autocast (so the ops before it, on
       coordinates, positions or waveforms, see the values as given); False casts them at
       the root.
+    - ``fp32_params_up_to``: parameters and buffers that no GEMM-type module owns (a
+      learned scale, frequencies, a centre, a temperature) stay fp32 when they hold at most
+      this many values, as autocast keeps every parameter fp32; the weights of Linear,
+      Conv, Embedding, MultiheadAttention, Bilinear, RNN and transformers' Conv1D modules
+      (:data:`~halfprec.convert.core.GEMM_TYPES`), scripted modules' and larger tensors go
+      half. ``0``: every floating parameter goes half (recipes saved before this field
+      load that way).
     - ``mixed_kernels``: built-in norm islands take half input straight into their fp32
       kernels where the device supports it; ``False`` always casts (ONNX needs one dtype
       per op).
@@ -105,6 +114,7 @@ class Recipe:
     cast_outputs: bool = True
     mixed_kernels: bool = True
     fp32_inputs: bool = True
+    fp32_params_up_to: int = SMALL_PARAMS
     tolerance: Tolerance = field(default_factory=Tolerance)
     filter_fn: FilterFn | None = field(default=None, compare=False)
     info: Mapping[str, Any] = field(default_factory=dict, compare=False)
@@ -138,6 +148,12 @@ class Recipe:
             value = getattr(self, flag)
             if not isinstance(value, bool):
                 raise ValueError(f"Recipe.{flag} must be True or False, got {value!r}")
+        up_to = self.fp32_params_up_to
+        if isinstance(up_to, bool) or not isinstance(up_to, int) or up_to < 0:
+            raise ValueError(
+                f"Recipe.fp32_params_up_to must be a count of values >= 0, got {up_to!r}; "
+                "0 makes every floating parameter half"
+            )
         if not isinstance(self.tolerance, Tolerance):
             raise ValueError(f"Recipe.tolerance must be a Tolerance, got {self.tolerance!r}")
         if self.filter_fn is not None and not callable(self.filter_fn):
@@ -215,6 +231,7 @@ class Recipe:
         out["op_islands"] = [o.to_json() for o in self.op_islands]
         out["fp32_ops"] = list(self.fp32_ops)
         out.update({flag: getattr(self, flag) for flag in _FLAGS})
+        out["fp32_params_up_to"] = self.fp32_params_up_to
         out["tolerance"] = self.tolerance.to_json()
         out["info"] = dict(self.info)
         return out
@@ -236,6 +253,7 @@ class Recipe:
                 "write one with `halfprec tune -o recipe.json`"
             )
         known = {"format", "dtype", "keep_fp32", "op_islands", "fp32_ops", "tolerance", "info"}
+        known.add("fp32_params_up_to")
         known |= set(_FLAGS)
         unknown = sorted(set(data) - known)
         if unknown:
@@ -259,6 +277,8 @@ class Recipe:
                 flags["fp32_ops"] = ()  # what an old policy was tuned without
             if fmt == _OLD_POLICY:
                 flags.setdefault("fp32_inputs", False)
+            # recipes written before the field made every floating parameter half
+            flags["fp32_params_up_to"] = data.get("fp32_params_up_to", 0)
             tolerance = Tolerance.from_json(data.get("tolerance", {}))
             return cls(
                 dtype=data["dtype"],

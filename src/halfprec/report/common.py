@@ -15,6 +15,7 @@ from rich.table import Table
 
 from halfprec.check import CheckResult
 from halfprec.compare import Comparison
+from halfprec.convert.core import ConversionReport
 from halfprec.dtypes import dtype_name
 from halfprec.generate import Generation
 from halfprec.timing import ratio_text, spread_text
@@ -154,11 +155,22 @@ def print_check(result: CheckResult, console: Console | None = None) -> None:
     con.print(fit_table(size, con))
     if result.generation is not None:
         print_generation(result.generation, con)
-    share = f"{100 * conv.fp32_share:.2f}%"
-    con.print(f"fp32 islands: {len(conv.islands)} modules, {share} of parameters")
+    con.print(fp32_text(conv))
     verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
     con.print(f"{verdict}: {result.comparison.reason}")
     con.print(f"tolerance: {_tol_text(result.comparison)}")
+
+
+def fp32_text(conv: ConversionReport) -> str:
+    """What stays fp32: the islands, the share of parameters, and the small tensors kept
+    by ``Recipe.fp32_params_up_to`` outside them."""
+    text = f"fp32 islands: {len(conv.islands)} modules, {100 * conv.fp32_share:.2f}% of parameters"
+    if conv.small_fp32:
+        text += (
+            f" (with {len(conv.small_fp32)} small parameters/buffers outside islands, "
+            f"{human_bytes(conv.small_fp32_bytes)}: Recipe.fp32_params_up_to)"
+        )
+    return text
 
 
 def print_generation(gen: Generation, con: Console) -> None:

@@ -1,6 +1,13 @@
 """The fp32-island search for one dtype (steps 2-4 of :mod:`halfprec.tune`): try no
 islands, diagnose, try the broken ops, rank the candidate modules, search growing prefixes
-of the ranking, then descend into and prune the set that passes."""
+of the ranking, then descend into and prune the set that passes, and try the candidates
+that cost fewer FLOPs than it alone.
+
+Every module is a candidate: the broken ones and those with a local error first, then
+every other module, parameterless and never-called ones included (a quantiser with an
+integer output has no local error; a codebook whose weight is passed on is never called),
+cheapest first. A fix costs its FLOPs in fp32 (:func:`~halfprec.flops.module_flops`), then
+its parameters: an op is tried before any module, and a small module before a big one."""
 
 from __future__ import annotations
 
@@ -17,13 +24,14 @@ from halfprec.convert.op_islands import OpRef
 from halfprec.convert.recipe import Recipe
 from halfprec.diagnose import Diagnosis, ModuleDiagnosis, diagnose
 from halfprec.dtypes import dtype_name, range_of
-from halfprec.flops import fp32_flops_share
+from halfprec.flops import fp32_flops_share, module_flops
 from halfprec.modules import in_island
 from halfprec.tune.results import Evaluation, TuneConfig, TuneVariant
 
 Progress = Callable[[str], None]
 Islands = tuple[tuple[str, ...], tuple[OpRef, ...]]  # module islands, op islands
 _OPS_PER_MODULE = 8
+_CHEAPER_SINGLES = 8  # candidates tried alone once a set passes, cheapest first
 
 
 class _BudgetSpent(Exception):
@@ -49,6 +57,8 @@ class _Search:
         self.tolerance = config.tolerance_for(dtype)
         self.variant = TuneVariant(dtype)
         self.op_flops: dict[OpRef, int] = {}
+        self.flops: dict[str, int] = {}
+        self.params = {n: sum(p.numel() for p in m.parameters()) for n, m in model.named_modules()}
         self.cache: dict[Islands, bool] = {}
         self.shares: dict[tuple[str, ...], float] = {}
         # the model without extra islands (for the diagnosis) and the latest passing one
@@ -125,7 +135,9 @@ class _Search:
             v.comparison = compare_outputs(
                 self.reference, outs, tolerance=self.tolerance, dtype=self.dtype
             )
-            v.fp32_flops_share = fp32_flops_share(self.model, half, self.batches[0], self.op_flops)
+            v.fp32_flops_share = fp32_flops_share(
+                self.model, half, self.batches[0], self.op_flops, self.flops or None
+            )
         elif not v.note:
             v.note = "no set of fp32 islands among the candidates meets the tolerance"
         self.kept.clear()
@@ -152,12 +164,41 @@ class _Search:
         ops = self.op_candidates(diag, islands)
         if ops and self.evaluate((), ops):
             return ((), self.prune_ops(ops))
+        self.flops = module_flops(self.model, self.batches[0])
         flagged, ranked = self.rank(diag, islands)
         self.variant.candidates = list(ranked)
         found: tuple[str, ...] | None = flagged
         if not (flagged and self.evaluate(flagged)):
             found = self.prefix_search(ranked, len(flagged))
-        return (self.descend(self.prune(found, diag), diag), ()) if found is not None else None
+        if found is None:
+            return None
+        best = self.descend(self.prune(found), diag)
+        return (self.cheaper_single(best, ranked), ())
+
+    def cost(self, names: tuple[str, ...]) -> tuple[int, int]:
+        """What keeping ``names`` in fp32 costs: FLOPs, then parameters (an enclosed
+        member counts with its enclosing one)."""
+        top = [n for n in names if not in_island(n, tuple(o for o in names if o != n))]
+        return (
+            sum(self.flops.get(n, 0) for n in top),
+            sum(self.params.get(n, 0) for n in top),
+        )
+
+    def cheaper_single(self, best: tuple[str, ...], ranked: tuple[str, ...]) -> tuple[str, ...]:
+        """The cheapest candidate that passes alone, where one costs fewer FLOPs than
+        ``best`` (a set that costs none is kept)."""
+        limit = self.cost(best)[0]
+        cheaper = sorted(
+            (n for n in ranked if (n,) != best and self.cost((n,))[0] < limit),
+            key=lambda n: self.cost((n,)),
+        )
+        for name in cheaper[:_CHEAPER_SINGLES]:
+            try:
+                if self.evaluate((name,)):
+                    return (name,)
+            except _BudgetSpent:
+                break
+        return best
 
     def op_candidates(self, diag: Diagnosis, islands: tuple[str, ...]) -> tuple[OpRef, ...]:
         """The broken ops of the broken modules' own code (the root included), worst first."""
@@ -221,7 +262,14 @@ class _Search:
         )
         flagged = normalize(broken)
         ranked = normalize(list(flagged) + [m.name for m in rest[:64]])
-        return flagged, ranked
+        # then every other module, cheapest first: parameterless and never-called ones too
+        extra = sorted(
+            (n for n in self.params if n and not in_island(n, (*ranked, *islands))),
+            key=lambda n: self.cost((n,)),
+        )
+        return flagged, ranked + tuple(
+            n for i, n in enumerate(extra) if not in_island(n, tuple(extra[:i]))
+        )
 
     def prefix_search(self, ranked: tuple[str, ...], known_fail: int) -> tuple[str, ...] | None:
         n = len(ranked)
@@ -248,8 +296,8 @@ class _Search:
 
     def descend(self, best: tuple[str, ...], diag: Diagnosis) -> tuple[str, ...]:
         """Replace a member by its nearest called descendants that break or run out of
-        range, when they hold fewer parameters, while the tolerance still holds (a lifted
-        ``encoder`` becomes the one stage whose values leave the dtype's range)."""
+        range, when they cost less (FLOPs, then parameters), while the tolerance still holds
+        (a lifted ``encoder`` becomes the one stage whose values leave the dtype's range)."""
         called = {m.name: m for m in diag.modules}
         broken = {m.name for m in diag.problems()}
         limit = range_of(self.dtype).max
@@ -262,11 +310,11 @@ class _Search:
             inside = [n for n in called if n.startswith(name + ".")]
             return [n for n in inside if not any(n.startswith(o + ".") for o in inside)]
 
-        queue = list(best)
+        queue = [n for n in best if n in called]
         while queue:
             name = queue.pop(0)
             parts = [n for n in below(name) if hot(n)]
-            if not parts or sum(called[n].params for n in parts) >= called[name].params:
+            if not parts or self.cost(tuple(parts)) >= self.cost((name,)):
                 continue
             trial = tuple(n for n in best if n != name) + tuple(parts)
             try:
@@ -276,9 +324,9 @@ class _Search:
                 break
         return best
 
-    def prune(self, best: tuple[str, ...], diag: Diagnosis) -> tuple[str, ...]:
-        params = {m.name: m.params for m in diag.modules}
-        for name in sorted(best, key=lambda n: -params.get(n, 0)):
+    def prune(self, best: tuple[str, ...]) -> tuple[str, ...]:
+        """Drop members one by one, the costliest first, while the tolerance still holds."""
+        for name in sorted(best, key=lambda n: self.cost((n,)), reverse=True):
             trial = tuple(n for n in best if n != name)
             try:
                 if self.evaluate(trial):
