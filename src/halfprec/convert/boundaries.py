@@ -11,11 +11,7 @@ settings, so the converted model stays an ordinary module:
   dtype. A built-in norm whose kernel takes half input with fp32 parameters (probed once
   per device and dtype) needs no casts at all. An island that is not a default norm
   island keeps an output fp32 where the caller's dtype cannot hold it (eager only: a
-  compiled or exported graph cannot branch on values, so there it is cast back). An
-  output cast back to half remembers its fp32 value, and the next island it reaches
-  takes that value instead of the rounded one, as long as the half tensor still holds
-  exactly its rounding (no in-place change since; eager only): where one island's output
-  goes straight into the next island, the value stays fp32 between them.
+  compiled or exported graph cannot branch on values, so there it is cast back).
 """
 
 from __future__ import annotations
@@ -135,37 +131,6 @@ class Guard(Behaviour):
         return super().forward(*args, **kwargs)  # type: ignore[misc]
 
 
-_FP32_VALUE = "_halfprec_fp32"  # on an island's output cast back to half: its fp32 value
-
-
-def _handed_back(t: torch.Tensor, caller: torch.dtype) -> torch.Tensor:
-    """``t`` (an island's fp32 output) in the caller's dtype, remembering ``t``."""
-    out = t.to(caller)
-    if not _tracing():
-        setattr(out, _FP32_VALUE, t)
-    return out
-
-
-def _widen(original: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Casts a floating input to ``original``, taking an island output's own fp32 value
-    where the tensor is still exactly that value's rounding."""
-
-    def wide(t: torch.Tensor) -> torch.Tensor:
-        if not t.is_floating_point() or t.dtype == original:
-            return t
-        value = None if _tracing() else getattr(t, _FP32_VALUE, None)
-        if (
-            isinstance(value, torch.Tensor)
-            and value.dtype == original
-            and value.shape == t.shape
-            and torch.equal(value.to(t.dtype), t)
-        ):
-            return value
-        return t.to(original)
-
-    return wide
-
-
 @dataclass(frozen=True)
 class IslandSettings:
     """An fp32 island: ``original`` (fp32) in, the caller's dtype out. ``cast=False``: a
@@ -191,7 +156,7 @@ class Fp32Island(Behaviour):
         if not s.cast:
             return super().forward(*args, **kwargs)  # type: ignore[misc]
         caller = _first_float_dtype((args, kwargs))
-        to_wide = _widen(s.original)
+        to_wide = cast_floating(s.original)
         out = super().forward(*map_tensors(to_wide, args), **map_tensors(to_wide, kwargs))  # type: ignore[misc]
         if caller is None or caller == s.original:
             return out
@@ -202,7 +167,7 @@ class Fp32Island(Behaviour):
         def back(t: torch.Tensor) -> torch.Tensor:
             if t.dtype != original or (narrow and _beyond(t, limit)):
                 return t
-            return _handed_back(t, caller)
+            return t.to(caller)
 
         return map_tensors(back, out)
 
