@@ -20,7 +20,7 @@ from testbed.hazards import (
     dropout_model,
     dropout_model_example_inputs,
 )
-from testbed.heldout import HELDOUT
+from testbed.heldout import CONTROL, HELDOUT
 
 LOCAL = [
     "fill-1e9",
@@ -267,3 +267,12 @@ def test_tune_prefers_the_fix_that_keeps_fewer_flops_in_fp32() -> None:
     share = result.report.fp32_flops_share
     assert result.passed and "mix" not in result.report.keep_fp32, result.report.keep_fp32
     assert share is not None and share < 0.2  # "mix" alone: ~0.8
+
+
+def test_tune_says_when_rounding_the_inputs_alone_breaks_the_tolerance() -> None:
+    model, batches = HELDOUT["geo-coordinates"].build()
+    result = tune(model, batches, "bf16")
+    assert any(n.startswith("input rounding alone breaks") for n in result.report.notes)
+    control, cbatches = HELDOUT[CONTROL].build()
+    plain = tune(control, cbatches, "bf16")
+    assert not any("input rounding" in n for n in plain.report.notes)

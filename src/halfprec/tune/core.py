@@ -15,6 +15,7 @@ from halfprec.compare import Comparison, Tolerance, compare_outputs, run_referen
 from halfprec.convert.core import ConfigLike, convert, recipe_of
 from halfprec.convert.op_islands import recording_ordinals, with_ordinals
 from halfprec.convert.recipe import Recipe
+from halfprec.diagnose.inputs import input_rounding, input_rounding_note
 from halfprec.dtypes import dtype_name, is_auto
 from halfprec.errors import DTypeError
 from halfprec.modules import model_device
@@ -130,6 +131,11 @@ def tune(
         fp32_flops_share=chosen.fp32_flops_share,
     )
     report.calibrated = chosen.passed
+    rounding = input_rounding_note(
+        input_rounding(model, cal, reference, chosen.dtype, options.tolerance_for(chosen.dtype))
+    )
+    if rounding is not None:
+        report.notes.append(rounding)
     flops = chosen.fp32_flops_share
     if chosen.passed and flops is not None and flops > _LITTLE_GAIN:
         report.notes.append(
