@@ -58,6 +58,7 @@ def build(model: nn.Module, batch: Batch, dtype: torch.dtype, threads: int) -> R
     # check against fp32 that every target passes is what says the trace is right
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", r"`torch\.jit\.trace", DeprecationWarning)
         graph = ov.convert_model(flat, example_input=tuple(io.example))
     config = {
         "INFERENCE_PRECISION_HINT": HINTS[dtype][0],

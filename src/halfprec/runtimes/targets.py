@@ -3,7 +3,7 @@ run, and how each is built."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 
 import torch
 from torch import nn
@@ -36,7 +36,7 @@ def unavailable(runtime: str, dtype: torch.dtype, device: torch.device | str) ->
     if dev.type != "cpu":
         return f"{runtime} targets run on the CPU; the model is on {dev}"
     packages, extra, _ = _TABLE[runtime]
-    missing = [p for p in packages if importlib.util.find_spec(p) is None]
+    missing = [p for p in packages if not _importable(p)]
     if missing:
         return (
             f"{runtime}-{dtype_name(dtype)} needs {', '.join(missing)}, not installed; "
@@ -47,6 +47,14 @@ def unavailable(runtime: str, dtype: torch.dtype, device: torch.device | str) ->
 
         return ov.half_support(dtype)
     return None
+
+
+def _importable(package: str) -> bool:
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        return False
+    return True
 
 
 def build_runtime(
