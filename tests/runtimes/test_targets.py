@@ -49,3 +49,7 @@ def test_openvino_half_is_offered_only_where_its_cpu_plugin_computes_it() -> Non
         assert note is None
     else:  # the hint would silently run f32: a duplicate of openvino-fp32, not timed
         assert note is not None and "has no bf16 here" in note and "would run f32" in note
+        from halfprec.runtimes import ov as ov_target
+
+        forced = ov_target.build(nn.Linear(4, 2).eval(), torch.randn(3, 4), torch.bfloat16, 1)
+        assert forced.precision == "f32"  # what the note says: OpenVINO ran f32 for the hint
