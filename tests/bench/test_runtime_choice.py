@@ -14,7 +14,7 @@ from halfprec import BenchConfig, Tolerance
 from halfprec.bench.results import BenchResult, fastest_variant
 from halfprec.bench.runner import benchmark
 from halfprec.bench.runtime_choice import runtime_variants, with_runtimes
-from halfprec.bench.variants import Variant, VariantError
+from halfprec.bench.variants import Variant, VariantError, parse_variants
 from halfprec.runtimes import RuntimeModule
 from halfprec.timing import Timing
 from support.export_models import example_inputs, tiny
@@ -130,6 +130,14 @@ def test_runtime_variants_follow_the_half_dtypes_and_refuse_unknown_names() -> N
         runtime_variants(["tensorrt"], [])
     with pytest.raises(ValueError, match=r"runtimes='openvino'\): unknown runtime; give a seq"):
         runtime_variants("openvino", [])  # a string is not a sequence of names here
+
+
+def test_compile_twins_leave_runtime_variants_alone() -> None:
+    assert parse_variants(["fp32", "openvino-fp32"], compile=True) == [
+        Variant("fp32"),
+        Variant("openvino"),
+        Variant("fp32", compiled=True),
+    ]
 
 
 @pytest.mark.parametrize(
