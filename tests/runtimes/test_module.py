@@ -135,3 +135,24 @@ def test_onnxruntime_saves_the_onnx_file(tmp_path: Path) -> None:
     got = flatten(built(**batch))
     for name, value in zip(built.output_names, outs, strict=True):
         assert torch.allclose(torch.from_numpy(value), got[name])
+
+
+@pytest.mark.slow  # transformers and an OpenVINO trace of a decoder: ~10-16 s on 2 busy cores
+def test_a_hugging_face_lm_with_its_cache_on_comes_back_as_its_model_output() -> None:
+    pytest.importorskip("openvino")
+    from testbed.hf_tiny import build
+
+    model = build("gpt2")  # use_cache on: the trace takes the cache-free copy, as export does
+    assert model.config.use_cache
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 128, (3, 11), generator=gen)
+    batch = {"input_ids": ids[:2, :8], "attention_mask": torch.ones(2, 8, dtype=torch.long)}
+    built = build_runtime(model, "openvino", torch.float32, batch)
+    longer = {"input_ids": ids, "attention_mask": torch.ones(3, 11, dtype=torch.long)}
+    out = built(**longer)
+    with torch.no_grad():
+        want = model(**longer)
+    assert type(out) is type(want) and list(out.keys()) == ["logits"]
+    assert out.logits.shape == want.logits.shape == (3, 11, 128)
+    assert compare(model, built, longer).passed
+    assert model.config.use_cache  # the caller's config is left as it was

@@ -49,6 +49,8 @@ class FlatIO:
 
     @classmethod
     def of(cls, model: nn.Module, batch: Batch) -> FlatIO:
+        """``model``'s calls on ``batch`` (a Hugging Face model with its KV cache on: the
+        cache-free copy :func:`~halfprec.export.hf.without_cache` makes, as export does)."""
         params = forward_params(model)
         named = named_inputs(batch, params)
         with torch.no_grad():

@@ -19,6 +19,7 @@ from halfprec._version import __version__
 from halfprec.batch import Batch
 from halfprec.export.api import write_artifact
 from halfprec.export.config import ExportConfig
+from halfprec.export.hf import without_cache
 from halfprec.export.info import ArtifactInfo
 from halfprec.export.onnx import PROVIDER, import_onnx, import_onnxruntime
 from halfprec.runtimes.module import FlatIO, RuntimeModule
@@ -32,6 +33,7 @@ def build(model: nn.Module, batch: Batch, threads: int) -> RuntimeModule:
     module."""
     import_onnx()
     ort = import_onnxruntime()
+    model, _ = without_cache(model)  # a cache object is no tensor a graph returns
     io = FlatIO.of(model, batch)
     info = ArtifactInfo(
         format="onnx",

@@ -18,6 +18,7 @@ from torch import nn
 
 from halfprec.batch import Batch
 from halfprec.errors import require
+from halfprec.export.hf import without_cache
 from halfprec.runtimes.module import Flat, FlatIO, RuntimeModule
 
 __all__ = ["HINTS", "build", "half_support", "import_openvino"]
@@ -52,6 +53,7 @@ def build(model: nn.Module, batch: Batch, dtype: torch.dtype, threads: int) -> R
     """Convert ``model`` (fp32, eval mode) traced on ``batch`` and compile it for CPU with
     ``dtype``'s precision hint, the LATENCY performance hint and ``threads`` threads."""
     ov = import_openvino()
+    model, _ = without_cache(model)  # a cache object is no tensor a graph returns
     io = FlatIO.of(model, batch)
     flat = Flat(model, io).eval()
     # tracing warns about every Python branch on a shape (transformers has many); the
