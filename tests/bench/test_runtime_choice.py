@@ -17,7 +17,7 @@ from halfprec.bench.runtime_choice import runtime_variants, with_runtimes
 from halfprec.bench.variants import Variant, VariantError, parse_variants
 from halfprec.runtimes import RuntimeModule
 from halfprec.timing import Timing
-from support.export_models import example_inputs, tiny
+from support.export_models import custom, example_inputs, tiny
 
 pytest.importorskip("openvino")
 
@@ -151,3 +151,18 @@ def test_compile_twins_leave_runtime_variants_alone() -> None:
 def test_bad_runtime_variant_names_say_what_is_offered(text: str, message: str) -> None:
     with pytest.raises(VariantError, match=message):
         Variant.parse(text)
+
+
+def test_a_model_a_runtime_cannot_convert_is_a_failed_row_in_one_line() -> None:
+    pytest.importorskip("onnxscript")
+    x = example_inputs()[0]
+    result = benchmark(
+        custom(), x, "bf16", bench=QUICK, variants=["fp32", "openvino-fp32", "onnxruntime-fp32"]
+    )
+    assert result.get("fp32").status == "ok"
+    for name in ("openvino-fp32", "onnxruntime-fp32"):
+        row = result.get(name)
+        assert row.status == "failed" and row.note.startswith("build: ")
+        assert "\n" not in row.note and row.timing is None
+        assert "halfprec_tests" in row.note  # the operator it could not take, named
+    assert with_runtimes(result, fastest_variant(result)).name == "fp32"

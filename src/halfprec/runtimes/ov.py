@@ -17,11 +17,11 @@ import torch
 from torch import nn
 
 from halfprec.batch import Batch
-from halfprec.errors import require
+from halfprec.errors import HalfprecError, require
 from halfprec.export.hf import without_cache
 from halfprec.runtimes.module import Flat, FlatIO, RuntimeModule
 
-__all__ = ["HINTS", "build", "half_support", "import_openvino"]
+__all__ = ["HINTS", "ConversionError", "build", "half_support", "import_openvino"]
 
 # torch dtype -> OpenVINO's INFERENCE_PRECISION_HINT, its OPTIMIZATION_CAPABILITIES name,
 # and the CPU features that give it
@@ -30,6 +30,22 @@ HINTS: dict[torch.dtype, tuple[str, str, str]] = {
     torch.bfloat16: ("bf16", "BF16", "AVX512-BF16 or AMX-BF16"),
     torch.float16: ("f16", "FP16", "AVX512-FP16 or AMX-FP16"),
 }
+
+
+class ConversionError(HalfprecError, RuntimeError):
+    """``openvino.convert_model`` could not convert the model."""
+
+
+def _reason(exc: BaseException) -> str:
+    """OpenVINO's summary line (``No conversion rule found for operations: ...``) rather
+    than its first line, which names a source file of OpenVINO's."""
+    lines = [ln.strip(" -") for ln in str(exc).splitlines() if ln.strip(" -")]
+    summary = [ln for ln in lines if "conversion" in ln.lower() and ":" in ln]
+    why = summary[-1] if summary else (lines[-1] if lines else type(exc).__name__)
+    return (
+        f"openvino.convert_model failed ({why}); run this model with torch, or replace "
+        "what OpenVINO cannot convert"
+    )
 
 
 def import_openvino() -> Any:
@@ -61,7 +77,10 @@ def build(model: nn.Module, batch: Batch, dtype: torch.dtype, threads: int) -> R
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", r"`torch\.jit\.trace", DeprecationWarning)
-        graph = ov.convert_model(flat, example_input=tuple(io.example))
+        try:
+            graph = ov.convert_model(flat, example_input=tuple(io.example))
+        except Exception as exc:  # OpenVINO's own types; the reason is on a later line
+            raise ConversionError(_reason(exc)) from None
     config = {
         "INFERENCE_PRECISION_HINT": HINTS[dtype][0],
         "PERFORMANCE_HINT": "LATENCY",
