@@ -45,6 +45,8 @@ def _batch(rows: int, seed: int = 1) -> dict[str, torch.Tensor]:
 
 
 _BUILT: dict[str, RuntimeModule] = {}
+# onnxruntime's build is an ONNX export (~8 s on 2 busy cores): the slow tier runs it
+RUNTIME_PARAMS = ["openvino", pytest.param("onnxruntime", marks=pytest.mark.slow)]
 
 
 def _built(runtime: str) -> RuntimeModule:
@@ -68,7 +70,7 @@ def _structure(obj: Any) -> Any:
     return type(obj)
 
 
-@pytest.mark.parametrize("runtime", ["openvino", "onnxruntime"])
+@pytest.mark.parametrize("runtime", RUNTIME_PARAMS)
 def test_outputs_come_back_as_the_models_structure_at_another_batch_size(runtime: str) -> None:
     built = _built(runtime)
     assert built.runtime == runtime and built.precision in ("f32", "fp32")
@@ -90,7 +92,7 @@ def test_outputs_come_back_as_the_models_structure_at_another_batch_size(runtime
     assert torch.allclose(positional["hidden"], got["hidden"])
 
 
-@pytest.mark.parametrize("runtime", ["openvino", "onnxruntime"])
+@pytest.mark.parametrize("runtime", RUNTIME_PARAMS)
 def test_other_inputs_are_refused_with_the_names(runtime: str) -> None:
     built = _built(runtime)
     with pytest.raises(InputsError, match=r"built for inputs \['x', 'bias'\], got \['x'\]"):
@@ -99,7 +101,7 @@ def test_other_inputs_are_refused_with_the_names(runtime: str) -> None:
         call(built, Args((torch.randn(2, 32),), {"x": torch.randn(2, 32)}))
 
 
-@pytest.mark.parametrize("runtime", ["openvino", "onnxruntime"])
+@pytest.mark.parametrize("runtime", RUNTIME_PARAMS)
 def test_in_process_only_copy_and_pickle_say_how_to_save(runtime: str) -> None:
     built = _built(runtime)
     msg = rf"RuntimeModule \({runtime}\) runs in this process only.*\.save\(path\)"
@@ -125,6 +127,7 @@ def test_openvino_saves_ir_that_openvino_loads_with_the_same_outputs(tmp_path: P
         built.save(tmp_path / "heads.onnx")
 
 
+@pytest.mark.slow  # an ONNX export
 def test_onnxruntime_saves_the_onnx_file(tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime")
     built = _built("onnxruntime")
