@@ -8,11 +8,16 @@ recipe (:data:`~halfprec.bench.variants.COMPILE_RECIPES`: inductor freezing on C
 the fastest variant within tolerance, already warmed up (and so already compiled for the
 example batch's shapes). fp32 wins when nothing beats it. Half dtypes whose matrix
 products a quick probe finds far slower than fp32 here are skipped, never timed.
+
+``runtimes=("openvino", "onnxruntime")`` also tries those runtimes
+(:mod:`halfprec.bench.runtime_choice`): one wins only when it passes the same check and is
+faster than the torch choice by its spread.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +27,7 @@ from halfprec.batch import as_batches
 from halfprec.bench.limit import GemmLimit, Timer
 from halfprec.bench.results import BenchConfig, BenchResult, VariantResult, fastest_variant
 from halfprec.bench.runner import Progress, _Runner, run_benchmark
+from halfprec.bench.runtime_choice import runtime_variants, with_runtimes
 from halfprec.bench.spread import variant_speed
 from halfprec.bench.variants import Variant, build_variant
 from halfprec.compare import Tolerance
@@ -53,6 +59,12 @@ class Deployed:
     def variant(self) -> str:
         """The chosen variant's name, e.g. ``"halfprec-bf16+compile"``."""
         return self.choice.name
+
+    @property
+    def runtime(self) -> str:
+        """What runs the chosen module: ``"torch"``, ``"openvino"`` or ``"onnxruntime"``."""
+        v = self.choice.variant
+        return v.kind if v.runtime else "torch"
 
     @property
     def speedup(self) -> float:
@@ -89,8 +101,11 @@ class Deployed:
         if lim is not None and self.efficiency is not None:
             speed += f" ({self.efficiency:.2f} of the limit {lim.ratio:.2f}x)"
         comp = f", compiled in {self.compile_s:.1f} s" if self.compile_s is not None else ""
-        skipped = sorted({r.name for r in self.report.results if r.status == "skipped"}, key=len)
+        rows = [r for r in self.report.results if r.status == "skipped"]
+        skipped = sorted({r.name for r in rows if not r.variant.runtime}, key=len)
         skip = f"; skipped (probed slow): {', '.join(skipped)}" if skipped else ""
+        absent = sorted({r.name for r in rows if r.variant.runtime})
+        skip += f"; not run here: {', '.join(absent)} (see report notes)" if absent else ""
         return f"{self.variant}: {speed}{comp}, within tolerance{skip}"
 
     @property
@@ -108,6 +123,7 @@ class Deployed:
         spread = variant_speed(self.report, self.choice)
         return {
             "variant": self.variant,
+            "runtime": self.runtime,
             "speedup": self.speedup,
             "speedup_spread": None if spread is None else spread.to_json(),
             "efficiency": self.efficiency,
@@ -130,6 +146,7 @@ def deploy(
     bench: BenchConfig | None = None,
     progress: Progress | None = None,
     probe_timer: Timer | None = None,
+    runtimes: Sequence[str] = (),
 ) -> Deployed:
     """The fastest way to run ``model`` on its device that meets ``tolerance`` against
     fp32 on the first batch of ``inputs`` (see the module docs).
@@ -141,7 +158,10 @@ def deploy(
     ``tolerance``: None for the per-dtype default. ``bench``: how long to measure
     (default: 5 timed runs, no memory measurement). ``probe_timer``: how the slow-dtype
     probe times a call (:data:`~halfprec.bench.limit.Timer`; default the wall clock).
-    ``Deployed.time_spent`` says where the time went.
+    ``Deployed.time_spent`` says where the time went. ``runtimes``: also try these
+    runtimes (``"openvino"``, ``"onnxruntime"``, or ``["all"]``) on the CPU, in fp32 and
+    each half dtype of ``config`` they offer; a missing package or a precision the CPU
+    lacks skips that variant with a note in the report.
 
     ``model`` is not changed: every candidate is built from a copy. The returned module
     was warmed up on that batch; compiled modules recompile for new shapes, so warm it on
@@ -159,12 +179,13 @@ def deploy(
     variants = (base if eager else []) + ([v.with_compile() for v in base] if compile else [])
     if not eager:  # speedups are measured against eager fp32, so it is always timed
         variants.insert(0, Variant("fp32"))
+    variants += runtime_variants(runtimes, cfg.candidates(model_device(model)))
     runner = _Runner(
         model, as_batches(inputs)[0], variants, bench or _quick(), cfg, tolerance, None, progress
     )
     runner.keep_modules, runner.probe_timer = True, probe_timer
     result, modules = run_benchmark(runner)
-    best = fastest_variant(result)
+    best = with_runtimes(result, fastest_variant(result))
     chosen = modules.get(best.name)
     if chosen is None:  # fp32 when it was capped (timed once, not kept): a fresh copy
         with runner.phase("build"):

@@ -46,6 +46,7 @@ from halfprec.compare import Tolerance, compare_outputs, reference_failed
 from halfprec.convert.core import ConfigLike, Recipe
 from halfprec.dtypes import dtype_name
 from halfprec.modules import evaluating, first_line, model_device, nbytes
+from halfprec.runtimes import unavailable
 from halfprec.timing import Timing, synchronize
 
 __all__ = ["benchmark", "run_benchmark", "SPREAD_WARNING"]
@@ -103,7 +104,7 @@ class _Runner:
 
     @property
     def half_dtypes(self) -> list[torch.dtype]:
-        return list(dict.fromkeys(v.dtype for v in self.variants if v.kind != "fp32"))
+        return list(dict.fromkeys(v.dtype for v in self.variants if v.dtype != torch.float32))
 
     def _probe(self) -> None:
         """Probe each half dtype at the model's costliest product; skip it only when the
@@ -175,7 +176,8 @@ class _Runner:
                     r.efficiency = r.speedup / lim.ratio
                 if self.keep_modules and index == 0 and module is not None:
                     self.modules[r.name] = module
-                if self.measure_memory and r.memory is None and r.status == "ok" and self.spec:
+                measured = self.measure_memory and not r.variant.runtime  # no worker for those
+                if measured and r.memory is None and r.status == "ok" and self.spec:
                     with self.phase("memory"):
                         r.memory = measure_in_subprocess(
                             self.spec, r.variant, size, self.convert_config
@@ -220,15 +222,20 @@ class _Runner:
         timed runs (0 when skipped, capped or failed)."""
         cfg = self.config
         items = size * cfg.items_per_sample
-        if variant.dtype in self.skips:
-            skipped = VariantResult(variant, size, "skipped", self.skips[variant.dtype])
-            return skipped, None, None, 0
+        # a runtime target's own reasons (torch's slow-dtype probe says nothing of it)
+        skip = (
+            unavailable(variant.kind, variant.dtype, self.device)
+            if variant.runtime
+            else self.skips.get(variant.dtype)
+        )
+        if skip is not None:
+            return VariantResult(variant, size, "skipped", skip), None, None, 0
         gc.collect()
         # the fp32 original and the reference outputs stay resident; count only the variant
         before = 0 if self.allocator is None else int(self.allocator.memory_allocated(self.device))
         try:
             with self.phase("build"):
-                module = build_variant(self.model, variant, self.convert_config)
+                module = build_variant(self.model, variant, self.convert_config, batch=batch)
         except Exception as exc:  # a variant that cannot be built is a finding, not a crash
             failed = VariantResult(variant, size, "failed", f"build: {first_line(exc)}")
             return failed, None, None, 0
@@ -264,7 +271,7 @@ class _Runner:
             )
         if reference is not None and output is not None:
             tol = self.tolerance
-            dtype = None if variant.kind == "fp32" else variant.dtype
+            dtype = None if variant.dtype == torch.float32 else variant.dtype
             with self.phase("compare"):
                 result.comparison = compare_outputs(
                     [reference], [output], tolerance=tol, dtype=dtype

@@ -7,6 +7,9 @@ A :class:`Variant` is one of:
 - ``autocast-fp16`` / ``autocast-bf16``: the fp32 model under ``torch.autocast``;
 - ``halfprec-fp16`` / ``halfprec-bf16``: :func:`halfprec.convert` with its fp32 islands
   (or a tuned policy's);
+- ``openvino-fp32`` / ``openvino-bf16`` / ``openvino-fp16`` and ``onnxruntime-fp32``: the
+  fp32 model compiled by another runtime (:mod:`halfprec.runtimes`; the dtype is OpenVINO's
+  inference-precision hint); built from an example batch, never ``+compile``;
 
 each optionally under ``torch.compile`` (``+compile``), compiled the way that deploys
 fastest on the device (:data:`COMPILE_RECIPES`): on CPU with inductor *freezing*, which
@@ -33,6 +36,7 @@ from halfprec.convert.core import Recipe, convert_
 from halfprec.dtypes import dtype_name, parse_dtype
 from halfprec.errors import HalfprecError
 from halfprec.modules import model_device
+from halfprec.runtimes import RUNTIMES, build_runtime, runtime_dtypes
 from halfprec.tree import map_tensors
 
 __all__ = [
@@ -48,7 +52,7 @@ __all__ = [
     "compile_for_device",
 ]
 
-KINDS: tuple[str, ...] = ("fp32", "naive", "autocast", "halfprec")
+KINDS: tuple[str, ...] = ("fp32", "naive", "autocast", "halfprec", *RUNTIMES)
 _COMPILE = "+compile"
 
 
@@ -67,6 +71,9 @@ class Variant:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"variant kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.runtime:
+            _check_runtime(self)
+            return
         half = self.dtype in (torch.float16, torch.bfloat16)
         if self.kind == "fp32" and self.dtype != torch.float32:
             raise ValueError("the fp32 variant runs in torch.float32")
@@ -77,6 +84,11 @@ class Variant:
     def name(self) -> str:
         base = "fp32" if self.kind == "fp32" else f"{self.kind}-{dtype_name(self.dtype)}"
         return base + (_COMPILE if self.compiled else "")
+
+    @property
+    def runtime(self) -> bool:
+        """Run by another runtime (OpenVINO, onnxruntime), not by torch."""
+        return self.kind in RUNTIMES
 
     def with_compile(self) -> Variant:
         return Variant(self.kind, self.dtype, compiled=True)
@@ -92,12 +104,30 @@ class Variant:
         kind, _, dt = base.partition("-")
         if kind in KINDS[1:] and dt:
             try:
-                return cls(kind, parse_dtype(dt), compiled)
+                return cls(kind, parse_dtype(dt, allow_fp32=kind in RUNTIMES), compiled)
+            except VariantError:
+                raise
             except HalfprecError:
                 pass
         known = ", ".join(v.name for v in DEFAULT_VARIANTS)
+        runtimes = ", ".join(f"{r}-{dtype_name(d)}" for r in RUNTIMES for d in runtime_dtypes(r))
         raise VariantError(
-            f"unknown variant {text!r}; use one of: {known} (append +compile for torch.compile)"
+            f"unknown variant {text!r}; use one of: {known} (append +compile for "
+            f"torch.compile), or a runtime: {runtimes}"
+        )
+
+
+def _check_runtime(v: Variant) -> None:
+    """A runtime variant: one of its runtime's precisions, compiled by that runtime."""
+    name = f"{v.kind}-{dtype_name(v.dtype)}"
+    if v.compiled:
+        raise VariantError(f"{name} is compiled by {v.kind} itself; drop +compile")
+    offered = runtime_dtypes(v.kind)
+    if v.dtype not in offered:
+        raise VariantError(
+            f"{name} is not offered: {v.kind} runs {', '.join(map(dtype_name, offered))} here "
+            f"(onnxruntime's CPU provider has no half kernels for most ops); use "
+            f"{v.kind}-{dtype_name(offered[0])}"
         )
 
 
@@ -128,7 +158,7 @@ def parse_variants(
             v for v in DEFAULT_VARIANTS if dtypes is None or v.kind == "fp32" or v.dtype in dtypes
         ]
     if compile:
-        parsed += [v.with_compile() for v in parsed if not v.compiled]
+        parsed += [v.with_compile() for v in parsed if not (v.compiled or v.runtime)]
     if Variant("fp32") not in parsed:
         parsed.insert(0, Variant("fp32"))
     unique = list(dict.fromkeys(parsed))
@@ -229,16 +259,22 @@ def build_variant(
     config: Recipe | None = None,
     *,
     in_place: bool = False,
+    batch: Any = None,
 ) -> nn.Module:
     """A module that runs ``model`` the way ``variant`` says.
 
     ``model`` is copied unless ``in_place`` (the memory worker converts in place so that
     no fp32 copy stays resident). ``config`` shapes the halfprec variants (its islands;
-    the dtype is the variant's).
+    the dtype is the variant's). ``batch``: the example batch a runtime variant is traced
+    on (needed for those only).
     """
     base = model if in_place else copy.deepcopy(model)
     base.eval()
     built: nn.Module
+    if variant.runtime:
+        if batch is None:
+            raise ValueError(f"{variant.name} is traced on an example batch; pass batch=")
+        return build_runtime(base, variant.kind, variant.dtype, batch)
     if variant.kind == "fp32":
         built = base
     elif variant.kind == "naive":

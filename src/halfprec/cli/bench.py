@@ -62,7 +62,8 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
     default=None,
     help="Comma-separated: fp32, naive-fp16, naive-bf16, "
     "autocast-fp16, autocast-bf16, halfprec-fp16, halfprec-bf16 (default: all of --dtype; "
-    "auto: all).",
+    "auto: all); runtimes on CPU: openvino-fp32, openvino-bf16, openvino-fp16, "
+    "onnxruntime-fp32.",
 )
 @click.option("--compile", "use_compile", is_flag=True, help="Add a torch.compile twin of each.")
 @click.option(

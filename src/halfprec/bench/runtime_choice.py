@@ -1,0 +1,61 @@
+"""Runtime targets in ``deploy``: which variants ``runtimes=`` adds, and the rule that lets
+one replace the torch choice.
+
+A runtime variant (:mod:`halfprec.runtimes`: OpenVINO, onnxruntime) is checked against fp32
+like every other (all elements, the same tolerance) and wins only when it is also faster
+than the torch choice by its spread: the interquartile range of the per-round ratios over
+the interleaved rounds both were timed in lies above 1. A runtime that is merely as fast,
+or too noisy to rank, leaves the ordinary torch module in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from halfprec.bench.results import BenchResult, VariantResult
+from halfprec.bench.variants import Variant
+from halfprec.runtimes import RUNTIMES, runtime_dtypes
+from halfprec.timing import Ratio, Timing, ratio_of
+
+__all__ = ["runtime_variants", "runtime_speed", "with_runtimes"]
+
+
+def runtime_variants(runtimes: Sequence[str], half: Sequence[torch.dtype]) -> list[Variant]:
+    """The variants of ``runtimes`` (names from :data:`~halfprec.runtimes.RUNTIMES`, or
+    ``"all"``) in fp32 and each of the half dtypes ``half`` that the runtime offers."""
+    names = list(RUNTIMES) if list(runtimes) == ["all"] else list(runtimes)
+    unknown = [n for n in names if n not in RUNTIMES]
+    if unknown or isinstance(runtimes, str):
+        given = runtimes if isinstance(runtimes, str) else unknown[0]
+        raise ValueError(
+            f"deploy(runtimes={given!r}): unknown runtime; give a sequence of "
+            f"{', '.join(map(repr, RUNTIMES))}, or ['all']"
+        )
+    wanted = (torch.float32, *half)
+    return [Variant(r, d) for r in dict.fromkeys(names) for d in runtime_dtypes(r) if d in wanted]
+
+
+def runtime_speed(choice: VariantResult, row: VariantResult) -> Ratio | None:
+    """How many times faster ``row`` ran than ``choice``, over the rounds both were timed
+    in (None when either was not timed)."""
+    if choice.timing is None or row.timing is None:
+        return None
+    n = min(len(choice.timing.samples), len(row.timing.samples))
+    return ratio_of(Timing(choice.timing.samples[:n]), Timing(row.timing.samples[:n]))
+
+
+def with_runtimes(result: BenchResult, choice: VariantResult) -> VariantResult:
+    """``choice`` (the fastest accurate torch variant), or the fastest accurate runtime
+    variant at its batch size that beats it by its spread."""
+    best, best_s = choice, None
+    for row in result.at(choice.batch_size):
+        if not row.variant.runtime or row.status != "ok" or not row.accurate:
+            continue
+        speed = runtime_speed(choice, row)
+        if speed is None or not (speed.ranked and speed.q1 > 1.0) or row.median_s is None:
+            continue
+        if best_s is None or row.median_s < best_s:
+            best, best_s = row, row.median_s
+    return best

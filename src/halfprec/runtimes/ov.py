@@ -1,0 +1,105 @@
+"""The OpenVINO target: ``openvino.convert_model`` on the fp32 model, compiled for CPU with
+an inference-precision hint (``f32``, ``bf16``, ``f16``).
+
+OpenVINO's CPU plugin computes in bf16 (or f16) only on CPUs with native support
+(AVX512-BF16, AMX); elsewhere it silently runs f32. :func:`half_support` reads the plugin's
+``OPTIMIZATION_CAPABILITIES`` so that such a target is skipped, not timed as a duplicate of
+fp32, and :func:`build` records the precision the compiled model reports.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from halfprec.batch import Batch
+from halfprec.errors import HalfprecError, require
+from halfprec.export.hf import without_cache
+from halfprec.runtimes.module import Flat, FlatIO, RuntimeModule
+
+__all__ = ["HINTS", "ConversionError", "build", "half_support", "import_openvino"]
+
+# torch dtype -> OpenVINO's INFERENCE_PRECISION_HINT, its OPTIMIZATION_CAPABILITIES name,
+# and the CPU features that give it
+HINTS: dict[torch.dtype, tuple[str, str, str]] = {
+    torch.float32: ("f32", "FP32", "any x86 CPU"),
+    torch.bfloat16: ("bf16", "BF16", "AVX512-BF16 or AMX-BF16"),
+    torch.float16: ("f16", "FP16", "AVX512-FP16 or AMX-FP16"),
+}
+
+
+class ConversionError(HalfprecError, RuntimeError):
+    """``openvino.convert_model`` could not convert the model."""
+
+
+def _reason(exc: BaseException) -> str:
+    """OpenVINO's summary line (``No conversion rule found for operations: ...``) rather
+    than its first line, which names a source file of OpenVINO's."""
+    lines = [ln.strip(" -") for ln in str(exc).splitlines() if ln.strip(" -")]
+    summary = [ln for ln in lines if "conversion" in ln.lower() and ":" in ln]
+    why = summary[-1] if summary else (lines[-1] if lines else type(exc).__name__)
+    return (
+        f"openvino.convert_model failed ({why}); run this model with torch, or replace "
+        "what OpenVINO cannot convert"
+    )
+
+
+def import_openvino() -> Any:
+    return require("openvino", "openvino", "the openvino deploy target")
+
+
+def half_support(dtype: torch.dtype) -> str | None:
+    """None when the CPU plugin can compute in ``dtype``; else why not, in one line."""
+    ov = import_openvino()
+    caps = list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    hint, cap, needs = HINTS[dtype]
+    if cap in caps:
+        return None
+    return (
+        f"OpenVINO's CPU plugin has no {hint} here (capabilities {', '.join(caps)}; it needs "
+        f"{needs}): the hint would run f32, as openvino-fp32 does"
+    )
+
+
+def build(model: nn.Module, batch: Batch, dtype: torch.dtype, threads: int) -> RuntimeModule:
+    """Convert ``model`` (fp32, eval mode) traced on ``batch`` and compile it for CPU with
+    ``dtype``'s precision hint, the LATENCY performance hint and ``threads`` threads."""
+    ov = import_openvino()
+    model, _ = without_cache(model)  # a cache object is no tensor a graph returns
+    io = FlatIO.of(model, batch)
+    flat = Flat(model, io).eval()
+    # tracing warns about every Python branch on a shape (transformers has many); the
+    # check against fp32 that every target passes is what says the trace is right
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", r"`torch\.jit\.trace", DeprecationWarning)
+        try:
+            graph = ov.convert_model(flat, example_input=tuple(io.example))
+        except Exception as exc:  # OpenVINO's own types; the reason is on a later line
+            raise ConversionError(_reason(exc)) from None
+    config = {
+        "INFERENCE_PRECISION_HINT": HINTS[dtype][0],
+        "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_NUM_THREADS": threads,
+    }
+    compiled = ov.Core().compile_model(graph, "CPU", config)
+    precision = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()  # "f32", "bf16"
+    request = compiled.create_infer_request()
+    ports = list(compiled.outputs)
+
+    def run(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        result = request.infer([t.detach().cpu().numpy() for t in tensors])
+        return [torch.from_numpy(result[p]) for p in ports]
+
+    def save(path: Path) -> Path:
+        if path.suffix != ".xml":
+            raise ValueError(f"OpenVINO IR is saved as NAME.xml (+ NAME.bin), got {path.name!r}")
+        ov.save_model(graph, str(path), compress_to_fp16=False)  # the weights as converted
+        return path
+
+    # convert_model shares the torch weights (share_weights=True): keep ``flat`` alive
+    return RuntimeModule("openvino", precision, run, io, save, keep=(flat, graph, compiled))
