@@ -27,7 +27,7 @@ from halfprec.bench.variants import Variant, build_variant
 from halfprec.compare import Tolerance
 from halfprec.convert.core import ConfigLike, Recipe
 from halfprec.modules import model_device
-from halfprec.timing import spread_text
+from halfprec.timing import spent_text, spread_text
 
 __all__ = ["Deployed", "deploy"]
 
@@ -97,11 +97,7 @@ class Deployed:
     def time_spent(self) -> str:
         """Where deploy's time went, e.g. ``deploy took 41.9 s: compile 30.2 s, timing
         6.1 s, probe 2.0 s, ...`` (largest first)."""
-        parts = sorted(
-            ((k, v) for k, v in self.seconds.items() if k != "total"), key=lambda kv: -kv[1]
-        )
-        spent = ", ".join(f"{k} {v:.1f} s" for k, v in parts)
-        return f"deploy took {self.seconds.get('total', 0.0):.1f} s: {spent}"
+        return spent_text("deploy", self.seconds)
 
     def to_json(self) -> dict[str, Any]:
         lim = self.limit
