@@ -7,7 +7,10 @@ recipe (:data:`~halfprec.bench.variants.COMPILE_RECIPES`: inductor freezing on C
 ``max-autotune`` with CUDA graphs on CUDA), compares every output with fp32's, and returns
 the fastest variant within tolerance, already warmed up (and so already compiled for the
 example batch's shapes). fp32 wins when nothing beats it. Half dtypes whose matrix
-products a quick probe finds far slower than fp32 here are skipped, never timed.
+products a quick probe finds far slower than fp32 here are skipped, never built or
+compiled (the probe's verdict is cached per machine: :mod:`halfprec.bench.probe_cache`),
+and the candidates are raced: each stops being timed once its rank is settled
+(:class:`~halfprec.bench.race.Race`). ``Deployed.time_spent`` says where the time went.
 """
 
 from __future__ import annotations
