@@ -2,7 +2,9 @@
 
 ``benchmark(model, inputs)`` times each :class:`~halfprec.bench.variants.Variant`: median
 and p90 latency after warm-up and throughput, with the variants' timed calls interleaved
-round-robin so that load on a shared machine hits them alike. It measures peak memory
+round-robin so that load on a shared machine hits them alike, each variant raced
+(:mod:`halfprec.bench.race`: no more rounds once its rank is settled). Each variant is
+built once and reused at every batch size. It measures peak memory
 (``max_memory_allocated`` on CUDA-like devices; on CPU the peak RSS of a clean subprocess
 per variant, when the model is given as a MODEL spec), counts model bytes, and compares
 each variant's outputs with fp32's on the same batch. The results are
@@ -235,7 +237,9 @@ class _Runner:
         is timed in every round any other variant is, and the others stop when it stops:
         a round without it cannot be paired. fp32 timed alone stops after the race's
         ``min_rounds``."""
-        modules = {i: m for i, (r, m, n) in enumerate(prepared) if m and n and r.status == "ok"}
+        modules = {
+            i: m for i, (r, m, n) in enumerate(prepared) if m is not None and n and r.status == "ok"
+        }
         samples: dict[int, list[float]] = {i: [] for i in modules}
         ref = next((i for i in modules if prepared[i][0].variant == Variant("fp32")), None)
         race = self.config.race
