@@ -13,6 +13,7 @@ from support.cli import run_cli
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ["HALFPREC_PROBE_CACHE"] = "0"  # tests never write the per-machine probe cache
 if "PYTEST_XDIST_WORKER" in os.environ:
     # scripts/test.sh runs two pytest workers on 2 cores: one intra-op thread each, so the
     # workers do not oversubscribe the cores (subprocesses get OMP_NUM_THREADS=1 too)

@@ -275,3 +275,45 @@ def test_timed_calls_are_interleaved_across_variants() -> None:
     # one warm-up call each (in order), then timed rounds alternating between the variants
     seen = list(CALLS)
     assert seen == [f32, b16, f32, b16, f32, b16, f32, b16]
+
+
+class Counting(nn.Module):
+    """Counts its copies (``copy.deepcopy`` of a module ends in ``__setstate__``)."""
+
+    copies = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(32, 8)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        type(self).copies += 1
+        super().__setstate__(state)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+def test_each_variant_is_built_once_and_reused_at_every_batch_size() -> None:
+    Counting.copies = 0
+    cfg = BenchConfig(batch_sizes=(1, 4, 8), warmup=1, runs=3, memory="none", skip_slower_than=None)
+    result = benchmark(Counting(), _x(), variants=["halfprec-bf16"], bench=cfg)
+    assert result.batch_sizes == [1, 4, 8]
+    assert all(r.status == "ok" and r.comparison is not None for r in result.results[1::2])
+    assert Counting.copies == 2  # fp32 and halfprec-bf16, not one of each per batch size
+
+
+@pytest.mark.slow
+def test_a_compiled_variant_compiles_once_for_many_batch_sizes() -> None:
+    # ~15 s: the first size compiles static shapes, the second recompiles with a dynamic
+    # batch dimension, and the third reuses that graph
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    cfg = BenchConfig(batch_sizes=(2, 4, 8), warmup=1, runs=3, memory="none", skip_slower_than=None)
+    result = benchmark(Tiny(), _x(), variants=["fp32+compile"], bench=cfg)
+    compiled = [r for r in result.results if r.variant.compiled]
+    assert [r.status for r in compiled] == ["ok"] * 3 and all(r.accurate for r in compiled)
+    assert counters["stats"]["unique_graphs"] == 2
+    assert result.seconds["compile"] == pytest.approx(sum(r.compile_s or 0 for r in compiled))

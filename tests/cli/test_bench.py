@@ -113,3 +113,37 @@ def test_cli_batch_sizes_parse_errors(text: str) -> None:
     with pytest.raises(HalfprecError, match="not a list of positive integers; write e.g. 1,8"):
         _batch_sizes(text)
     assert _batch_sizes("1, 8,32") == (1, 8, 32)
+
+
+def test_cli_bench_no_race_times_every_variant_and_says_where_time_went(  # type: ignore[no-untyped-def]
+    cli, tiny_file: Path
+) -> None:
+    args = ["bench", f"{tiny_file}:tiny", "--variants", "fp32,naive-bf16", "--runs", "4"]
+    proc = cli(*args, "--no-skip", "--no-memory", "--no-limit", "--no-race", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert [r["runs"] for r in data["results"]] == [4, 4]
+    assert {"build", "warm-up", "timing", "total"} <= set(data["seconds"])
+    table = cli(*args, "--no-skip", "--no-memory", "--no-limit")
+    assert table.returncode == 0, table.stderr
+    assert "bench took " in table.stdout and " s: " in table.stdout
+
+
+def test_cli_bench_probe_cache_and_its_switch(  # type: ignore[no-untyped-def]
+    cli, tiny_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from halfprec.bench.limit import clear_probe_cache
+
+    monkeypatch.setenv("HALFPREC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HALFPREC_PROBE_CACHE", "1")
+    args = ["bench", f"{tiny_file}:tiny", "--variants", "naive-bf16", "--runs", "3"]
+    args += ["--no-memory", "--no-limit", "--skip-slower-than", "1e-9", "--json"]
+    clear_probe_cache()
+    assert cli(*args, "--no-probe-cache").returncode == 0
+    assert not (tmp_path / "cache").exists()
+    clear_probe_cache()
+    first = json.loads(cli(*args).stdout)["results"][1]["note"]
+    assert first.startswith("bf16 matmuls run") and "cached" not in first
+    assert len(list((tmp_path / "cache").glob("probe-*.json"))) == 1
+    clear_probe_cache()
+    assert ", cached " in json.loads(cli(*args).stdout)["results"][1]["note"]

@@ -7,7 +7,10 @@ recipe (:data:`~halfprec.bench.variants.COMPILE_RECIPES`: inductor freezing on C
 ``max-autotune`` with CUDA graphs on CUDA), compares every output with fp32's, and returns
 the fastest variant within tolerance, already warmed up (and so already compiled for the
 example batch's shapes). fp32 wins when nothing beats it. Half dtypes whose matrix
-products a quick probe finds far slower than fp32 here are skipped, never timed.
+products a quick probe finds far slower than fp32 here are skipped, never built or
+compiled (the probe's verdict is cached per machine: :mod:`halfprec.bench.probe_cache`),
+and the candidates are raced: each stops being timed once its rank is settled
+(:class:`~halfprec.bench.race.Race`). ``Deployed.time_spent`` says where the time went.
 
 ``runtimes=("openvino", "onnxruntime")`` also tries those runtimes
 (:mod:`halfprec.bench.runtime_choice`): one wins only when it passes the same check and is
@@ -33,7 +36,7 @@ from halfprec.bench.variants import Variant, build_variant
 from halfprec.compare import Tolerance
 from halfprec.convert.core import ConfigLike, Recipe
 from halfprec.modules import model_device
-from halfprec.timing import spread_text
+from halfprec.timing import spent_text, spread_text
 
 __all__ = ["Deployed", "deploy"]
 
@@ -112,11 +115,7 @@ class Deployed:
     def time_spent(self) -> str:
         """Where deploy's time went, e.g. ``deploy took 41.9 s: compile 30.2 s, timing
         6.1 s, probe 2.0 s, ...`` (largest first)."""
-        parts = sorted(
-            ((k, v) for k, v in self.seconds.items() if k != "total"), key=lambda kv: -kv[1]
-        )
-        spent = ", ".join(f"{k} {v:.1f} s" for k, v in parts)
-        return f"deploy took {self.seconds.get('total', 0.0):.1f} s: {spent}"
+        return spent_text("deploy", self.seconds)
 
     def to_json(self) -> dict[str, Any]:
         lim = self.limit

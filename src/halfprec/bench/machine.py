@@ -11,7 +11,7 @@ import torch
 
 from halfprec.dtypes import device_support
 
-__all__ = ["MachineInfo", "machine_info"]
+__all__ = ["MachineInfo", "machine_info", "machine_key"]
 
 # The CPU flags that decide half-precision speed on x86.
 _FLAGS = {
@@ -66,3 +66,18 @@ def machine_info(device: str | torch.device = "cpu") -> MachineInfo:
         torch_version=torch.__version__,
         python_version=platform.python_version(),
     )
+
+
+def machine_key(device: str | torch.device = "cpu") -> dict[str, str | int]:
+    """What a measurement on ``device`` depends on, for keying caches of it: the device and
+    its name (CPU model, or GPU and compute capability), the half-precision features of
+    the one device table, the architecture, torch's version and the thread count."""
+    sup = device_support(device)
+    return {
+        "device": str(torch.device(device)),
+        "name": sup.name,
+        "features": ",".join(sorted(sup.features)),
+        "machine": platform.machine(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }

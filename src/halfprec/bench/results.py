@@ -12,13 +12,18 @@ import torch
 
 from halfprec.bench.limit import GemmLimit
 from halfprec.bench.machine import MachineInfo
+from halfprec.bench.race import Race
 from halfprec.bench.variants import Variant
 from halfprec.bench.worker import MemoryUse
 from halfprec.compare import Comparison
 from halfprec.dtypes import dtype_name
 from halfprec.timing import Timing, fastest_accurate
 
-__all__ = ["BenchConfig", "VariantResult", "BenchResult", "fastest_variant"]
+__all__ = ["BenchConfig", "CHOICE_KINDS", "VariantResult", "BenchResult", "fastest_variant"]
+
+CHOICE_KINDS: tuple[str, ...] = ("fp32", "halfprec")
+"""The variant kinds :func:`fastest_variant` chooses among by default (bench's "auto would
+choose", ``deploy``)."""
 
 
 @dataclass(frozen=True)
@@ -29,7 +34,11 @@ class BenchConfig:
     ``skip_slower_than``: skip the variants of a half dtype whose matrix products a quick
     probe finds this many times slower than fp32 on the device (None: time every dtype,
     however slow). ``limit``: measure each half dtype's GEMM limit, spending at most
-    ``limit_budget_s`` seconds per dtype and batch size."""
+    ``limit_budget_s`` seconds per dtype and batch size. ``race``: stop timing a variant
+    once its rank is settled (:class:`~halfprec.bench.race.Race`; None: every variant
+    runs ``runs`` times, or fewer when slow). ``probe_cache``: keep the probe's verdicts
+    per machine on disk (:mod:`halfprec.bench.probe_cache`), so that the next run on
+    the same machine, torch and thread count does not probe again."""
 
     batch_sizes: tuple[int, ...] = ()
     warmup: int = 2
@@ -42,6 +51,8 @@ class BenchConfig:
     skip_slower_than: float | None = 3.0
     limit: bool = True
     limit_budget_s: float = 20.0
+    race: Race | None = Race()
+    probe_cache: bool = True
 
     def __post_init__(self) -> None:
         if self.memory not in ("every", "first", "none"):
@@ -62,7 +73,9 @@ class BenchConfig:
 class VariantResult:
     """One variant at one batch size. ``status``: ok, capped (one timed call), skipped (see
     ``note``), or failed. ``efficiency``: speedup / the half dtype's GEMM limit.
-    ``compile_s``: the first call of a compiled variant (compilation plus one run)."""
+    ``compile_s``: the first call of a compiled variant at this batch size (compilation, or
+    recompilation for the new shapes, plus one run; each variant is built once and reused
+    at every batch size)."""
 
     variant: Variant
     batch_size: int
@@ -133,7 +146,9 @@ class VariantResult:
 
 @dataclass
 class BenchResult:
-    """Every variant at every batch size, the machine they ran on, and warnings."""
+    """Every variant at every batch size, the machine they ran on, and warnings.
+    ``seconds``: where the run's time went, by phase (``probe``, ``limit``, ``build``,
+    ``warm-up``, ``compile``, ``compare``, ``timing``, ``memory``) and in all (``total``)."""
 
     model: str
     device: str
@@ -142,6 +157,7 @@ class BenchResult:
     results: list[VariantResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     limits: dict[int, dict[torch.dtype, GemmLimit]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
 
     def limit(self, dtype: torch.dtype, batch_size: int | None = None) -> GemmLimit | None:
         """The GEMM limit of ``dtype`` at ``batch_size`` (default: the first), if measured."""
@@ -178,6 +194,7 @@ class BenchResult:
                 for b, by_dtype in self.limits.items()
             },
             "results": [r.to_json() for r in self.results],
+            "seconds": dict(self.seconds),
         }
 
 
@@ -185,7 +202,7 @@ def fastest_variant(
     result: BenchResult,
     batch_size: int | None = None,
     *,
-    kinds: Sequence[str] = ("fp32", "halfprec"),
+    kinds: Sequence[str] = CHOICE_KINDS,
 ) -> VariantResult:
     """The fastest measured variant of ``kinds`` that meets its tolerance; fp32 when no
     such variant beats it. (Capped and failed variants never win.)"""

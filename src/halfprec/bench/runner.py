@@ -2,7 +2,9 @@
 
 ``benchmark(model, inputs)`` times each :class:`~halfprec.bench.variants.Variant`: median
 and p90 latency after warm-up and throughput, with the variants' timed calls interleaved
-round-robin so that load on a shared machine hits them alike. It measures peak memory
+round-robin so that load on a shared machine hits them alike, each variant raced
+(:mod:`halfprec.bench.race`: no more rounds once its rank is settled). Each variant is
+built once and reused at every batch size. It measures peak memory
 (``max_memory_allocated`` on CUDA-like devices; on CPU the peak RSS of a clean subprocess
 per variant, when the model is given as a MODEL spec), counts model bytes, and compares
 each variant's outputs with fp32's on the same batch. The results are
@@ -20,6 +22,7 @@ slower than fp32 is skipped, never timed (fp16 on CPUs without fp16 kernels).
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -38,8 +41,9 @@ from halfprec.bench.limit import (
     measure_slowdown,
     probe_gemm,
 )
-from halfprec.bench.machine import machine_info
-from halfprec.bench.results import BenchConfig, BenchResult, VariantResult
+from halfprec.bench.machine import machine_info, machine_key
+from halfprec.bench.probe_cache import ProbeCache, cache_dir
+from halfprec.bench.results import CHOICE_KINDS, BenchConfig, BenchResult, VariantResult
 from halfprec.bench.variants import Variant, build_variant, fp32_matmuls, parse_variants
 from halfprec.bench.worker import MemoryUse, measure_in_subprocess
 from halfprec.compare import Tolerance, compare_outputs, reference_failed
@@ -49,11 +53,25 @@ from halfprec.modules import evaluating, first_line, model_device, nbytes
 from halfprec.runtimes import unavailable
 from halfprec.timing import Timing, synchronize
 
-__all__ = ["benchmark", "run_benchmark", "SPREAD_WARNING"]
+__all__ = ["CallTimer", "benchmark", "run_benchmark", "SPREAD_WARNING"]
 
 SPREAD_WARNING = 0.2  # (p90 - min) / median above this: too noisy to trust small ratios
 
 Progress = Callable[[int, int, str], None]
+
+CallTimer = Callable[[Callable[[], object], Variant], float]
+"""Times one timed call of a variant: ``timer(fn, variant) -> seconds``. The default calls
+``fn`` and synchronises the device around a wall clock; tests pass scripted timings."""
+
+
+def _wall_clock(device: torch.device) -> CallTimer:
+    def timed(fn: Callable[[], object], variant: Variant) -> float:
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        return time.perf_counter() - start
+
+    return timed
 
 
 def _allocator(device: torch.device) -> Any:
@@ -90,6 +108,9 @@ class _Runner:
         self.keep_modules = False
         self.modules: dict[str, nn.Module] = {}
         self.probe_timer: Timer | None = None
+        self.timer: CallTimer | None = None
+        self.notes: list[str] = []  # for the result's warnings
+        self.built: dict[Variant, nn.Module] = {}  # reused at every batch size
         self.seconds: dict[str, float] = {}  # where the run's time went, by phase
 
     @contextlib.contextmanager
@@ -108,23 +129,36 @@ class _Runner:
 
     def _probe(self) -> None:
         """Probe each half dtype at the model's costliest product; skip it only when the
-        probe is sure it is too slow (:func:`~halfprec.bench.limit.measure_slowdown`)."""
+        probe is sure it is too slow (:func:`~halfprec.bench.limit.measure_slowdown`).
+        A verdict cached for this machine (:mod:`halfprec.bench.probe_cache`) is used
+        instead of probing again."""
         limit = self.config.skip_slower_than
         if limit is None:
             return
         gemm = probe_gemm(self.shapes)
+        folder = cache_dir() if self.config.probe_cache and self.probe_timer is None else None
+        cache = None if folder is None else ProbeCache(folder, machine_key(self.device))
         for dtype in self.half_dtypes:
-            with fp32_matmuls():
-                probe = measure_slowdown(
-                    dtype, self.device, gemm, give_up_at=limit, timer=self.probe_timer
-                )
+            hit = None if cache is None else cache.get(dtype, gemm, limit)
+            if hit is None:
+                with fp32_matmuls():
+                    probe = measure_slowdown(
+                        dtype, self.device, gemm, give_up_at=limit, timer=self.probe_timer
+                    )
+                if cache is not None:
+                    cache.put(probe, gemm, limit)
+                source = ""
+            else:
+                probe, source = hit[0], f", cached {hit[1]}"
             self.slowdowns[dtype] = probe.ratio
             if probe.slow:
                 self.skips[dtype] = (
                     f"{dtype_name(dtype)} matmuls run {probe.ratio:.1f}x slower than fp32 on "
                     f"this device (probe at {gemm.m}x{gemm.k}x{gemm.n}, at least "
-                    f"{probe.low:.1f}x in {probe.rounds} rounds; limit {limit:g}x)"
+                    f"{probe.low:.1f}x in {probe.rounds} rounds{source}; limit {limit:g}x)"
                 )
+        if cache is not None:
+            self.notes.extend(cache.notes)
 
     def _limits(self) -> dict[torch.dtype, GemmLimit]:
         """Each half dtype's GEMM limit at the shapes fp32 just recorded (the probe's ratio
@@ -188,6 +222,8 @@ class _Runner:
                         f"{r.name} @ batch {size}: runs spread {r.timing.spread:.0%} "
                         "((p90-min)/median); the machine is busy, distrust small ratios"
                     )
+        result.warnings.extend(self.notes)
+        self.built.clear()
         if self.progress is not None:
             self.progress(total, total, "done")
 
@@ -195,25 +231,58 @@ class _Runner:
         self, prepared: list[tuple[VariantResult, nn.Module | None, int]], batch: Batch
     ) -> None:
         """Time the variants round-robin, one call each per round, so that a burst of load
-        on a shared machine hits every variant alike instead of one variant's median."""
-        samples: dict[int, list[float]] = {i: [] for i in range(len(prepared))}
-        rounds = max((runs for _, _, runs in prepared), default=0)
+        on a shared machine hits every variant alike instead of one variant's median.
+
+        With ``config.race`` (the default) a variant stops once its rank is settled
+        (:class:`~halfprec.bench.race.Race`: beaten by a variant the choice may pick, or
+        apart from all others). fp32, the reference every speedup is measured against,
+        is timed in every round any other variant is, and the others stop when it stops:
+        a round without it cannot be paired. fp32 timed alone stops after the race's
+        ``min_rounds``."""
+        modules = {
+            i: m for i, (r, m, n) in enumerate(prepared) if m is not None and n and r.status == "ok"
+        }
+        samples: dict[int, list[float]] = {i: [] for i in modules}
+        ref = next((i for i in modules if prepared[i][0].variant == Variant("fp32")), None)
+        race = self.config.race
+        stopped: set[int] = set()
+        timer = self.timer or _wall_clock(self.device)
+
+        def plays(i: int, round_: int) -> bool:
+            r, _, runs = prepared[i]
+            return i not in stopped and round_ < runs and r.status == "ok"
+
         with torch.inference_mode(), fp32_matmuls():
-            for round_ in range(rounds):
-                for i, (r, module, runs) in enumerate(prepared):
-                    if module is None or round_ >= runs or r.status != "ok":
-                        continue
+            for round_ in range(max((prepared[i][2] for i in modules), default=0)):
+                now = [i for i in modules if plays(i, round_)]
+                if race is not None and ref is not None:
+                    others = [i for i in now if i != ref] if ref in now else []
+                    alone = ref in now and len(samples[ref]) < race.min_rounds
+                    now = sorted(others + ([ref] if others or alone else []))
+                if not now:
+                    break
+                for i in now:
+                    r = prepared[i][0]
                     try:
-                        start = time.perf_counter()
-                        call(module, batch)
-                        synchronize(self.device)
-                        samples[i].append(time.perf_counter() - start)
+                        samples[i].append(
+                            timer(functools.partial(call, modules[i], batch), r.variant)
+                        )
                     except Exception as exc:
                         r.status = "failed"
                         r.note = first_line(exc)
-        for i, (r, _, _) in enumerate(prepared):
-            if r.status == "ok" and samples[i]:
-                r.timing = Timing(tuple(samples[i]))
+                if race is not None:
+                    rows = {i: prepared[i][0] for i in modules}
+                    eligible = {
+                        i
+                        for i, r in rows.items()
+                        if r.status == "ok" and r.accurate and r.variant.kind in CHOICE_KINDS
+                    }
+                    timed = {i: samples[i] for i in modules if samples[i]}
+                    stopped |= race.settled(timed, eligible) - {ref}
+        for i, r_samples in samples.items():
+            r = prepared[i][0]
+            if r.status == "ok" and r_samples:
+                r.timing = Timing(tuple(r_samples))
 
     def _prepare(
         self, variant: Variant, batch: Batch, size: int, reference: Any
@@ -233,12 +302,18 @@ class _Runner:
         gc.collect()
         # the fp32 original and the reference outputs stay resident; count only the variant
         before = 0 if self.allocator is None else int(self.allocator.memory_allocated(self.device))
-        try:
-            with self.phase("build"):
-                module = build_variant(self.model, variant, self.convert_config, batch=batch)
-        except Exception as exc:  # a variant that cannot be built is a finding, not a crash
-            failed = VariantResult(variant, size, "failed", f"build: {first_line(exc)}")
-            return failed, None, None, 0
+        module = self.built.get(variant)
+        reused = module is not None
+        if module is None:
+            try:
+                with self.phase("build"):
+                    module = build_variant(
+                        self.model, variant, self.convert_config, batch=batch
+                    )
+            except Exception as exc:  # a variant that cannot be built is a finding
+                failed = VariantResult(variant, size, "failed", f"build: {first_line(exc)}")
+                return failed, None, None, 0
+            self.built[variant] = module
         result = VariantResult(variant, size, "ok", items_per_call=items)
         result.model_bytes = nbytes(module)
         if self.allocator is not None:
@@ -251,6 +326,7 @@ class _Runner:
         except Exception as exc:
             if variant == Variant("fp32"):  # the user's own model refuses these inputs
                 raise reference_failed(0, batch, exc) from exc
+            self.built.pop(variant, None)
             result.status = "failed"
             result.note = first_line(exc)
             return result, None, None, 0
@@ -266,6 +342,7 @@ class _Runner:
             runs = min(cfg.runs, max(3, int(cfg.max_variant_s / max(last, 1e-9))))
         if self.measure_memory and self.allocator is not None:
             peak = int(self.allocator.max_memory_allocated(self.device)) - before
+            peak += result.model_bytes if reused else 0  # resident before, counted all the same
             result.memory = MemoryUse(
                 peak, max(0, peak - result.model_bytes), "max_memory_allocated"
             )
@@ -314,6 +391,7 @@ def benchmark(
     name: str = "",
     progress: Progress | None = None,
     probe_timer: Timer | None = None,
+    timer: CallTimer | None = None,
 ) -> BenchResult:
     """Time, size and compare each variant of ``model`` on the first batch of ``inputs``.
 
@@ -327,7 +405,9 @@ def benchmark(
     clean subprocess per variant (without it, CPU memory is not reported).
     ``progress(step, total, label)`` is called before each variant. ``probe_timer``: how
     the slow-dtype probe times a call (:data:`~halfprec.bench.limit.Timer`; default the
-    wall clock, its result cached for the process).
+    wall clock, its result cached for the process and, with ``bench.probe_cache``, on
+    disk per machine). ``timer``: how a timed call of a variant is timed
+    (:data:`CallTimer`; default the wall clock).
     """
     cfg = Recipe.of(config)
     options = bench or BenchConfig()
@@ -335,7 +415,7 @@ def benchmark(
     texts = [v.name if isinstance(v, Variant) else v for v in variants] if variants else None
     chosen = parse_variants(texts, compile=compile, dtypes=cfg.candidates(device))
     runner = _Runner(model, as_batches(inputs)[0], chosen, options, cfg, tolerance, spec, progress)
-    runner.probe_timer = probe_timer
+    runner.probe_timer, runner.timer = probe_timer, timer
     return run_benchmark(runner, name)[0]
 
 
@@ -351,6 +431,8 @@ def run_benchmark(runner: _Runner, name: str = "") -> tuple[BenchResult, dict[st
         machine=machine_info(device),
         unit=options.unit,
     )
+    start = time.perf_counter()
     with evaluating(model):
         runner.run(result)
+    result.seconds = {**runner.seconds, "total": time.perf_counter() - start}
     return result, runner.modules

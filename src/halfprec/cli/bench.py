@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from halfprec.bench.race import Race
 from halfprec.bench.results import BenchConfig
 from halfprec.bench.runner import benchmark
 from halfprec.bench.spread import spread_json
@@ -91,6 +92,18 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
 )
 @click.option("--no-skip", is_flag=True, help="Time every half dtype, however slow here.")
 @click.option("--no-limit", is_flag=True, help="Do not time the model's GEMMs for the limit.")
+@click.option(
+    "--no-race",
+    is_flag=True,
+    help="Time every variant --runs times (default: stop timing a variant once its rank "
+    "is settled by its spread).",
+)
+@click.option(
+    "--no-probe-cache",
+    is_flag=True,
+    help="Probe the half dtypes again instead of using this machine's cached verdicts "
+    "(kept in $HALFPREC_CACHE_DIR, default ~/.cache/halfprec).",
+)
 @click.option("--no-memory", is_flag=True, help="Skip the per-variant memory subprocesses.")
 @tolerance_options
 def command(
@@ -109,6 +122,8 @@ def command(
     skip_slower_than: float,
     no_skip: bool,
     no_limit: bool,
+    no_race: bool,
+    no_probe_cache: bool,
     no_memory: bool,
     min_cosine: float | None,
     min_sqnr: float | None,
@@ -133,6 +148,8 @@ def command(
             max_call_s=max_call_s,
             skip_slower_than=None if no_skip else skip_slower_than,
             limit=not no_limit,
+            race=None if no_race else Race(),
+            probe_cache=not no_probe_cache,
         )
     progress = None if as_json else _ProgressBar()
     with progress if progress is not None else contextlib.nullcontext():

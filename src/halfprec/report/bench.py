@@ -23,6 +23,7 @@ from halfprec.report.common import (
     spread_text,
 )
 from halfprec.report.plot import new_figure, require_matplotlib, save_png
+from halfprec.timing import spent_text
 
 __all__ = [
     "bench_table",
@@ -151,6 +152,8 @@ def print_bench(result: BenchResult, console: Console | None = None) -> None:
         con.print("* capped: timed once because one call exceeded the per-call cap")
     for w in result.warnings:
         con.print(f"[yellow]warning:[/] {w}")
+    if result.seconds:
+        con.print(spent_text("bench", result.seconds))
 
 
 def _against_fp32(result: BenchResult, r: VariantResult) -> str:

@@ -1,0 +1,66 @@
+"""Racing: stop timing a variant as soon as its place in the ranking is settled.
+
+The runner times variants in interleaved rounds (one call of each per round). After each
+round, :meth:`Race.settled` says which variants need no more rounds:
+
+- a variant *beaten* by a variant that could be chosen (accurate, and of a kind the choice
+  considers): even its fastest call was slower than the other's slowest by ``margin``, so
+  it cannot be the fastest choice, however many more rounds it ran;
+- a variant *apart* from every other timed variant, faster or slower than each by that
+  margin: its rank is fixed.
+
+Load on a shared machine only ever makes calls slower. Comparing one variant's fastest
+call with the other's slowest is therefore safe against it: a burst that slows one call of
+the slower variant cannot lower its fastest call, and a burst on the faster variant raises
+its slowest call, which only delays the verdict. One noisy reading can delay a drop,
+never cause one. No verdict comes before ``min_rounds`` timed rounds of both variants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+__all__ = ["Race"]
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class Race:
+    """When a timed variant may stop: after ``min_rounds`` rounds, once its fastest call is
+    slower than another's slowest by ``margin`` (0.1: 10%), or faster than its fastest by
+    as much."""
+
+    min_rounds: int = 3
+    margin: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.min_rounds < 2:
+            raise ValueError(
+                f"Race(min_rounds={self.min_rounds}): a rank needs at least 2 rounds of each"
+            )
+        if not self.margin >= 0:
+            raise ValueError(f"Race(margin={self.margin}): the margin must be >= 0")
+
+    def beaten(self, mine: Sequence[float], theirs: Sequence[float]) -> bool:
+        """Whether ``mine`` (one variant's per-call seconds) is settled slower than
+        ``theirs``: both have ``min_rounds`` samples, and the fastest of ``mine`` is slower
+        than the slowest of ``theirs`` by ``margin``."""
+        if min(len(mine), len(theirs)) < self.min_rounds:
+            return False
+        return min(mine) > (1 + self.margin) * max(theirs)
+
+    def settled(self, samples: Mapping[K, Sequence[float]], eligible: Collection[K]) -> set[K]:
+        """The keys of ``samples`` whose timing can stop: beaten by an ``eligible`` key (one
+        the choice may pick), or apart from every other key (see the module docs)."""
+        done = set()
+        for key, mine in samples.items():
+            others = [(k, s) for k, s in samples.items() if k != key]
+            if any(k in eligible and self.beaten(mine, s) for k, s in others) or (
+                len(mine) >= self.min_rounds
+                and all(self.beaten(mine, s) or self.beaten(s, mine) for _, s in others)
+            ):
+                done.add(key)
+        return done
