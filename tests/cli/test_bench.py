@@ -147,3 +147,22 @@ def test_cli_bench_probe_cache_and_its_switch(  # type: ignore[no-untyped-def]
     assert len(list((tmp_path / "cache").glob("probe-*.json"))) == 1
     clear_probe_cache()
     assert ", cached " in json.loads(cli(*args).stdout)["results"][1]["note"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag", [False, True])
+def test_compiled_variants_cpu_memory_only_when_asked(cli, tiny_file: Path, flag: bool) -> None:  # type: ignore[no-untyped-def]
+    # ~10-25 s: the compiled variant's subprocess compiles again, which is why it is opt-in
+    args = ["bench", f"{tiny_file}:tiny", "--variants", "fp32", "--compile", "--runs", "3"]
+    args += ["--no-limit", "--no-race", "--json"] + (["--compiled-memory"] if flag else [])
+    proc = cli(*args)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    by_name = {r["variant"]: r for r in data["results"]}
+    assert by_name["fp32"]["memory"]["method"] == "rss subprocess"
+    compiled = by_name["fp32+compile"]
+    noted = any("compiled variants' memory is not measured" in w for w in data["warnings"])
+    if flag:
+        assert compiled["memory"]["method"] == "rss subprocess" and not noted
+    else:
+        assert compiled["memory"] is None and noted

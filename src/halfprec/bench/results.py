@@ -38,7 +38,9 @@ class BenchConfig:
     once its rank is settled (:class:`~halfprec.bench.race.Race`; None: every variant
     runs ``runs`` times, or fewer when slow). ``probe_cache``: keep the probe's verdicts
     per machine on disk (:mod:`halfprec.bench.probe_cache`), so that the next run on
-    the same machine, torch and thread count does not probe again."""
+    the same machine, torch and thread count does not probe again. ``compiled_memory``:
+    also measure a compiled variant's CPU memory (its subprocess compiles the model again,
+    about as long as the compile itself; off by default, with a note)."""
 
     batch_sizes: tuple[int, ...] = ()
     warmup: int = 2
@@ -53,6 +55,7 @@ class BenchConfig:
     limit_budget_s: float = 20.0
     race: Race | None = Race()
     probe_cache: bool = True
+    compiled_memory: bool = False
 
     def __post_init__(self) -> None:
         if self.memory not in ("every", "first", "none"):

@@ -211,6 +211,8 @@ class _Runner:
                 if self.keep_modules and index == 0 and module is not None:
                     self.modules[r.name] = module
                 measured = self.measure_memory and not r.variant.runtime  # no worker for those
+                if measured and r.variant.compiled and self.allocator is None:
+                    measured = self.config.compiled_memory or self._note_compiled_memory()
                 if measured and r.memory is None and r.status == "ok" and self.spec:
                     with self.phase("memory"):
                         r.memory = measure_in_subprocess(
@@ -226,6 +228,17 @@ class _Runner:
         self.built.clear()
         if self.progress is not None:
             self.progress(total, total, "done")
+
+    def _note_compiled_memory(self) -> bool:
+        """False, after noting once why a compiled variant's CPU memory is not measured."""
+        note = (
+            "compiled variants' memory is not measured on CPU: the clean subprocess would "
+            "compile the model again (as long as the compile itself); --compiled-memory "
+            "measures it"
+        )
+        if note not in self.notes:
+            self.notes.append(note)
+        return False
 
     def _time_interleaved(
         self, prepared: list[tuple[VariantResult, nn.Module | None, int]], batch: Batch
@@ -307,9 +320,7 @@ class _Runner:
         if module is None:
             try:
                 with self.phase("build"):
-                    module = build_variant(
-                        self.model, variant, self.convert_config, batch=batch
-                    )
+                    module = build_variant(self.model, variant, self.convert_config, batch=batch)
             except Exception as exc:  # a variant that cannot be built is a finding
                 failed = VariantResult(variant, size, "failed", f"build: {first_line(exc)}")
                 return failed, None, None, 0

@@ -105,6 +105,11 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
     "(kept in $HALFPREC_CACHE_DIR, default ~/.cache/halfprec).",
 )
 @click.option("--no-memory", is_flag=True, help="Skip the per-variant memory subprocesses.")
+@click.option(
+    "--compiled-memory",
+    is_flag=True,
+    help="Also measure compiled variants' CPU memory (each subprocess compiles again).",
+)
 @tolerance_options
 def command(
     model: str,
@@ -125,6 +130,7 @@ def command(
     no_race: bool,
     no_probe_cache: bool,
     no_memory: bool,
+    compiled_memory: bool,
     min_cosine: float | None,
     min_sqnr: float | None,
 ) -> None:
@@ -150,6 +156,7 @@ def command(
             limit=not no_limit,
             race=None if no_race else Race(),
             probe_cache=not no_probe_cache,
+            compiled_memory=compiled_memory,
         )
     progress = None if as_json else _ProgressBar()
     with progress if progress is not None else contextlib.nullcontext():
