@@ -19,8 +19,7 @@ disabled, so other modes never see them.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -82,18 +81,21 @@ HALF_OPS: frozenset[str] = frozenset(
 )  # fmt: skip
 
 
+# Arguments that hold no tensor (``torch.Size`` is a tuple of ints).
+_PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.Size)
+
+
 def _flat_operands(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor] | None:
     """The tensor operands of a call whose tensors are all top-level arguments (``linear(x,
-    w, b)``, ``sum(x, dim=(1, 2))``), or None where a container may hold one (``einsum``'s
-    operand list): then the tree walk decides."""
+    w, b)``, ``sum(x, dim=(1, 2))``), or None where another object may hold one
+    (``einsum``'s operand list): then the tree walk decides."""
     tensors = []
     for a in (*args, *kwargs.values()) if kwargs else args:
         if isinstance(a, torch.Tensor):
             tensors.append(a)
-        elif isinstance(a, (list, tuple, Mapping)) and not isinstance(a, torch.Size):
-            if not all(isinstance(v, (int, float, bool)) for v in a):  # a dim tuple is flat
-                return None
-        elif dataclasses.is_dataclass(a):
+        elif not isinstance(a, _PLAIN) and not (
+            isinstance(a, (list, tuple)) and all(isinstance(v, _PLAIN) for v in a)
+        ):
             return None
     return tensors
 
