@@ -14,7 +14,19 @@ The list is the recipe's ``fp32_ops`` (:data:`DEFAULT_FP32_OPS` by default, ``()
 the policy off), so it is visible, saved with the recipe, and can be narrowed or extended.
 The root runs its forward under :class:`Fp32OpsMode`; inside an fp32 island every operand
 is already fp32, so nothing changes there. Internal casts run with torch functions
-disabled, so other modes never see them.
+disabled, so other modes never see them. A torch function written in Python runs its inner
+calls out of the mode's sight (a mode is set aside while it handles a call), so
+``F.multi_head_attention_forward`` counts as one GEMM.
+
+Why a Python mode and not native ``torch.autocast`` (C++, no Python cost per call): CPU
+autocast's fp32 list leaves ``exp``, ``log``, ``pow``, ``softmax``, ``sum``, ``cumsum`` and
+the norms in half; CUDA's has them but not ``var``/``std``, ``torch.fft`` or the
+``torch.linalg`` solvers; on both devices autocast also runs a GEMM whose operands are
+all fp32 (an fp32 island's) in half, and on CUDA its ``layer_norm``/``group_norm`` hand
+back fp32 where norm islands hand back the caller's dtype. So the mode stays, cheap where
+it does nothing: a call it does not intercept costs a name lookup on top of what any
+TorchFunctionMode costs (``benchmarks/op_policy_cost.py``). Under ``torch.compile`` it is
+traced away.
 """
 
 from __future__ import annotations
