@@ -160,3 +160,23 @@ def test_attention_fed_an_fp32_mask_by_the_policy_runs_in_half() -> None:
         expected, _ = attention(x, x, x, attn_mask=bias.log().to(BF16))
     assert out.dtype == BF16
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+class _TwoLayers(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x).relu())
+
+
+def test_the_guards_checks_are_no_calls_under_the_policys_mode() -> None:
+    """Every torch call under the mode costs a Python call: the half modules' guards read
+    their inputs' dtypes with torch functions off, so a mode outside sees the model's own
+    calls and the casts (the fp32 input cast by ``a``'s guard, the output cast back) only."""
+    half, x = halfprec.convert(_TwoLayers(), "bf16"), torch.randn(2, 8)
+    with torch.inference_mode(), _Record() as outer:
+        half(x)
+    assert outer.names == ["to", "linear", "relu", "linear", "__get__", "to"]
