@@ -94,12 +94,19 @@ def test_a_gemm_on_fp32_operands_only_stays_fp32(h: torch.Tensor) -> None:
 
 def test_cpu_autocast_leaves_much_of_the_list_in_half(h: torch.Tensor) -> None:
     """Why the policy is a mode of its own rather than native autocast: on CPU, autocast
-    (torch 2.13) computes exp, softmax and sum of a half tensor in half."""
+    (torch 2.13) computes these ops of a half tensor in half."""
+    ops = [
+        h.exp,
+        h.log,
+        lambda: h.pow(2),
+        lambda: h.softmax(-1),
+        h.sum,
+        lambda: h.cumsum(0),
+        h.norm,
+    ]
     with torch.autocast("cpu", dtype=BF16):
-        assert {h.exp().dtype, h.softmax(-1).dtype, h.sum().dtype} == {BF16}
-    assert {_under_policy(f).dtype for f in (h.exp, lambda: h.softmax(-1), h.sum)} == {
-        torch.float32
-    }
+        assert {f().dtype for f in ops} == {BF16}
+    assert {_under_policy(f).dtype for f in ops} == {torch.float32}
 
 
 class _Record(TorchFunctionMode):
