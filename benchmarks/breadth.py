@@ -5,7 +5,8 @@
 
 Builds every architecture of :mod:`testbed.breadth_models` (transformers classes,
 tiny configs, seeded random weights) and its stressed twin, and for each dtype runs the
-fp32 reference, naive ``copy.deepcopy(m).to(dtype)``, ``halfprec.check`` with defaults and,
+fp32 reference, naive ``copy.deepcopy(m).to(dtype)``, the fp32 model under ``torch.autocast``,
+``halfprec.check`` with defaults and,
 for fp16, ``halfprec.tune``. Prints a markdown table with per-dtype totals (or writes it to
 ``--markdown``) and exits 1 when a rule breaks: convert failing where naive passes, or tune
 failing on fp16 where the fp32 reference is finite.
@@ -33,9 +34,7 @@ def _json(c: Case) -> dict[str, object]:
         "stressed": c.stressed,
         "dtype": dtype_name(c.dtype),
         "reference_finite": c.reference_finite,
-        **{
-            k: v.__dict__ for k, v in (("naive", c.naive), ("convert", c.convert), ("tune", c.tune))
-        },
+        **{k: v.__dict__ for k, v in c.verdicts().items()},
         "tune_param_share": c.tune_param_share,
         "tune_flops_share": c.tune_flops_share,
         "seconds": c.seconds,
@@ -59,7 +58,7 @@ def main() -> int:
         mine = run_arch(a, dtypes, max_evaluations=args.max_evaluations)
         cases += mine
         for c in mine:
-            verdicts = f"naive {c.naive.status}, convert {c.convert.status}, tune {c.tune.status}"
+            verdicts = ", ".join(f"{k} {v.status}" for k, v in c.verdicts().items())
             state = verdicts if c.reference_finite else "reference not finite"
             print(f"{c.label}: {state} ({c.seconds:.1f} s)", file=sys.stderr, flush=True)
     table = markdown(cases)

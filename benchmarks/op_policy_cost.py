@@ -1,17 +1,30 @@
 """What the default op policy costs: naive half, autocast, and convert with and without
-the policy, timed in one interleaved run (issue 21's latency acceptance).
+the policy, timed in one interleaved run (issue 21's latency acceptance: convert's
+default at most 1.05x naive half).
 
-Per model and dtype, every round calls each variant once, in turn; the table gives each
-variant's median with its interquartile range, the ratio of convert (default recipe) to
-naive half with the IQR of the per-round ratios, and the cosine against fp32.
+Per case and dtype, every round calls each variant once, in an order that rotates from
+round to round; the table gives each variant's median with its interquartile range, its
+cosine against fp32, and the ratios of the per-round times with their IQR:
 
-The row ``fp32 under the policy's mode`` runs the fp32 model inside the op policy's
-TorchFunctionMode, which then casts nothing: its ratio to fp32 is the mode's own Python
-cost per forward, measurable even on a CPU whose half kernels are emulated (there the half
-variants take minutes per call: ``--no-half`` skips them).
+- half (default): naive ``.to(dtype)``, autocast, convert with the default recipe and
+  convert without the op policy (``--no-op-policy``: ``fp32_ops=()``, ``fp32_inputs=False``,
+  so no mode at all): each against naive, and the policy's own cost per forward (convert
+  default minus convert without it, per round, in us);
+- ``--no-half``: the fp32 model, the fp32 model under the policy's TorchFunctionMode
+  (which then casts nothing) and under an empty TorchFunctionMode (the floor of any
+  Python mode): each against fp32, and its cost per forward in us. On a CPU whose half
+  kernels are emulated (this one: MiniLM b32 ~6x slower than fp32) the half variants hide the
+  mode's cost, so this is the number that carries over to a fast-bf16 CPU or a GPU.
+
+``--clock thread`` times the calling thread's CPU time instead of the wall clock: on a
+shared machine, with one thread (``OMP_NUM_THREADS=1``), it leaves out the time other
+jobs held the core. ``calls`` is how many torch calls one forward makes under the
+policy's mode (each passes through its ``__torch_function__``): the cost per forward is
+about calls x the cost per call.
 
     HF_HUB_OFFLINE=1 PYTHONPATH=src python3 benchmarks/op_policy_cost.py [--rounds 15]
-        [--minilm-batch 32] [--bert-batch 8] [--bert-seq 128] [--no-half]
+        [--only minilm-b32,minilm-b1,bert-base] [--dtypes bf16,fp16] [--no-half]
+        [--clock wall|thread] [--minilm-batch 32] [--bert-batch 8] [--bert-seq 128]
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 import halfprec
 from halfprec.batch import call, resize_batch
@@ -33,8 +47,20 @@ from halfprec.convert.op_policy import Fp32OpsMode
 from halfprec.io.zoo import BUILTINS, token_batch
 from halfprec.tree import flatten, map_tensors
 
+Variant = Callable[[Any], Any]
 
-def _naive(model: nn.Module, dtype: torch.dtype) -> Callable[[Any], Any]:
+
+class _Empty(TorchFunctionMode):
+    """Passes every call straight on: what any Python mode costs at least."""
+
+    calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        return func(*args, **kwargs) if kwargs else func(*args)
+
+
+def _naive(model: nn.Module, dtype: torch.dtype) -> Variant:
     naive = copy.deepcopy(model).to(dtype)
 
     def run(batch: Any) -> Any:
@@ -44,37 +70,40 @@ def _naive(model: nn.Module, dtype: torch.dtype) -> Callable[[Any], Any]:
     return run
 
 
-def _autocast(model: nn.Module, dtype: torch.dtype) -> Callable[[Any], Any]:
+def _autocast(model: nn.Module, dtype: torch.dtype) -> Variant:
+    device = next(model.parameters()).device.type
+
     def run(batch: Any) -> Any:
-        with torch.autocast("cpu", dtype=dtype):
+        with torch.autocast(device, dtype=dtype):
             return call(model, batch)
 
     return run
 
 
-def _in_mode(model: nn.Module, dtype: torch.dtype) -> Callable[[Any], Any]:
-    ops = frozenset(halfprec.Recipe().fp32_ops)
-
+def _under(model: nn.Module, mode: Callable[[], TorchFunctionMode]) -> Variant:
     def run(batch: Any) -> Any:
-        with Fp32OpsMode(dtype, ops):
+        with mode():
             return call(model, batch)
 
     return run
 
 
-def _variants(model: nn.Module, dtype: torch.dtype, half: bool) -> dict[str, Callable[[Any], Any]]:
-    out: dict[str, Callable[[Any], Any]] = {
-        "fp32": lambda b: call(model, b),
-        "fp32 under the policy's mode": _in_mode(model, dtype),
+def _variants(model: nn.Module, dtype: torch.dtype, half: bool) -> dict[str, Variant]:
+    if not half:
+        ops = frozenset(halfprec.Recipe().fp32_ops)
+        return {
+            "fp32": lambda b: call(model, b),
+            "fp32 under the policy's mode": _under(model, lambda: Fp32OpsMode(dtype, ops)),
+            "fp32 under an empty mode": _under(model, _Empty),
+        }
+    off = halfprec.convert(model, halfprec.Recipe(dtype, fp32_ops=(), fp32_inputs=False))
+    default = halfprec.convert(model, dtype)
+    return {
+        "naive": _naive(model, dtype),
+        "autocast": _autocast(model, dtype),
+        "convert, no op policy": lambda b: call(off, b),
+        "convert (default)": lambda b: call(default, b),
     }
-    if half:
-        off = halfprec.convert(model, halfprec.Recipe(dtype, fp32_ops=()))
-        default = halfprec.convert(model, dtype)
-        out["naive"] = _naive(model, dtype)
-        out["autocast"] = _autocast(model, dtype)
-        out["convert, no op policy"] = lambda b: call(off, b)
-        out["convert (default)"] = lambda b: call(default, b)
-    return out
 
 
 def _cosine(ref: Any, out: Any) -> float:
@@ -89,54 +118,105 @@ def _quartiles(xs: list[float]) -> tuple[float, float, float]:
     return q[0], statistics.median(xs), q[2]
 
 
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "thread": time.thread_time}
+
+
+def _time(
+    variants: dict[str, Variant], batch: Any, rounds: int, clock: Callable[[], float]
+) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """Each round calls every variant once, starting one further along the list."""
+    names = list(variants)
+    times: dict[str, list[float]] = {k: [] for k in names}
+    outs: dict[str, Any] = {}
+    for fn in variants.values():
+        fn(batch)  # warm-up
+    for r in range(rounds):
+        for k in names[r % len(names) :] + names[: r % len(names)]:
+            t0 = clock()
+            outs[k] = variants[k](batch)
+            times[k].append(clock() - t0)
+    return times, outs
+
+
+def _cases(args: argparse.Namespace) -> list[tuple[str, nn.Module, Any]]:
+    wanted = args.only.split(",")
+    cases: list[tuple[str, nn.Module, Any]] = []
+    if {"minilm-b32", "minilm-b1"} & set(wanted):
+        minilm, batches = BUILTINS["minilm"].build()
+        for key, size in (("minilm-b32", args.minilm_batch), ("minilm-b1", 1)):
+            if key in wanted:
+                cases.append((f"MiniLM b{size}", minilm, resize_batch(batches[0], size)))
+    if "bert-base" in wanted:
+        bert, _ = BUILTINS["bert-base"].build()
+        size = f"b{args.bert_batch}x{args.bert_seq}"
+        batch = token_batch(30522, args.bert_batch, args.bert_seq)
+        cases.append((f"BERT-base {size}", bert, batch))
+    return cases
+
+
+def _ratio(case: str, top: str, bottom: str, times: dict[str, list[float]]) -> str:
+    """``top / bottom`` per round, and ``top - bottom`` per round in us."""
+    pairs = list(zip(times[top], times[bottom], strict=True))
+    lo, mid, hi = _quartiles([a / b for a, b in pairs])
+    dlo, dmid, dhi = _quartiles([1e6 * (a - b) for a, b in pairs])
+    return (
+        f"| {case} | {top} / {bottom} | **{mid:.3f}** | {lo:.3f}-{hi:.3f} "
+        f"| {dmid:+.0f} | {dlo:+.0f} to {dhi:+.0f} |"
+    )
+
+
+def _calls(run: Variant, batch: Any) -> int:
+    """How many torch calls ``run`` hands on from under its mode (an outer mode sees each
+    call the inner one passes on, none of the inner one's own)."""
+    with _Empty() as counter:
+        run(batch)
+    return counter.calls
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--dtypes", default="bf16,fp16")
+    parser.add_argument("--only", default="minilm-b32,minilm-b1,bert-base")
     parser.add_argument("--minilm-batch", type=int, default=32)
     parser.add_argument("--bert-batch", type=int, default=8)
     parser.add_argument("--bert-seq", type=int, default=128)
     parser.add_argument("--no-half", action="store_true", help="only the mode's own cost")
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="thread: CPU time of this thread, steadier on a shared machine (one thread only)",
+    )
     args = parser.parse_args()
-    print(machine_info().summary())
-    cases: list[tuple[str, nn.Module, Any]] = []
-    minilm, batches = BUILTINS["minilm"].build()
-    sentences = resize_batch(batches[0], args.minilm_batch)
-    cases.append((f"MiniLM b{args.minilm_batch} (real weights)", minilm, sentences))
-    bert, _ = BUILTINS["bert-base"].build()
-    size = f"b{args.bert_batch}x{args.bert_seq}"
-    cases.append((f"BERT-base {size}", bert, token_batch(30522, args.bert_batch, args.bert_seq)))
-    print("| model | dtype | variant | median ms | IQR ms | cosine vs fp32 |")
+    print(machine_info().summary(), f"clock: {args.clock}")
+    print("| case | dtype | variant | median ms | IQR ms | cosine vs fp32 |")
     print("|---|---|---|---|---|---|")
-    for label, model, batch in cases:
+    ratios: list[str] = []
+    for label, model, batch in _cases(args):
+        with torch.inference_mode():
+            reference = call(model, batch)
         for name in args.dtypes.split(","):
             dtype = halfprec.dtypes.parse_dtype(name)
             variants = _variants(model, dtype, half=not args.no_half)
-            times: dict[str, list[float]] = {k: [] for k in variants}
-            outs: dict[str, Any] = {}
+            policy = next(k for k in variants if "policy's mode" in k or "default" in k)
             with torch.inference_mode():
-                for fn in variants.values():
-                    fn(batch)  # warm-up
-                for _ in range(args.rounds):
-                    for k, fn in variants.items():
-                        t0 = time.perf_counter()
-                        outs[k] = fn(batch)
-                        times[k].append(time.perf_counter() - t0)
+                times, outs = _time(variants, batch, args.rounds, CLOCKS[args.clock])
+                calls = _calls(variants[policy], batch)
             for k, ts in times.items():
                 lo, mid, hi = _quartiles(ts)
-                cos = _cosine(outs["fp32"], outs[k])
+                cos = _cosine(reference, outs[k])
                 spread = f"{1e3 * lo:.1f}-{1e3 * hi:.1f}"
                 print(f"| {label} | {name} | {k} | {1e3 * mid:.1f} | {spread} | {cos:.6f} |")
-            for top, bottom in (
-                ("fp32 under the policy's mode", "fp32"),
-                ("convert (default)", "naive"),
-            ):
-                if top not in times:
-                    continue
-                ratios = [a / b for a, b in zip(times[top], times[bottom], strict=True)]
-                lo, mid, hi = _quartiles(ratios)
-                what = f"**{top} / {bottom}**"
-                print(f"| {label} | {name} | {what} | **{mid:.3f}** | {lo:.3f}-{hi:.3f} | |")
+            base, *others = times
+            case = f"{label} {name}, {calls} calls"
+            ratios += [_ratio(case, k, base, times) for k in others]
+            if "convert (default)" in times:  # the policy's own share
+                ratios.append(_ratio(case, "convert (default)", "convert, no op policy", times))
+    print()
+    print("| case | ratio | median | IQR | difference per forward, us | IQR, us |")
+    print("|---|---|---|---|---|---|")
+    print("\n".join(ratios))
 
 
 if __name__ == "__main__":

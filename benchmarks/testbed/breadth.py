@@ -7,11 +7,13 @@ dtype, :func:`run_case` runs
   finite");
 - *naive*: ``copy.deepcopy(model).to(dtype)`` on inputs whose floating tensors are cast to
   ``dtype``, judged with halfprec's default tolerance for that dtype;
+- *autocast*: the fp32 model under ``torch.autocast(device_type, dtype)``, judged alike;
 - *convert*: :func:`halfprec.check` with its defaults;
 - *tune* (fp16 only): :func:`halfprec.tune`, with its fp32 share by parameters and FLOPs.
 
 Two rules hold on every case (:meth:`Case.violations`): wherever naive runs and passes,
-convert passes; wherever the fp32 reference is finite, tune makes fp16 pass.
+convert passes; wherever the fp32 reference is finite, tune makes fp16 pass. Where
+autocast passes and convert does not is counted in the totals, not a rule.
 Used by benchmarks/breadth.py and tests/testbed/test_breadth.py.
 """
 
@@ -35,6 +37,7 @@ from halfprec.modules import first_line
 from halfprec.tree import map_tensors
 from halfprec.tune import tune
 from testbed.breadth_models import Arch, build, example_batch
+from testbed.heldout_run import Autocast
 
 __all__ = ["Verdict", "Case", "run_case", "run_arch", "markdown", "violations"]
 
@@ -67,12 +70,22 @@ class Case:
     dtype: torch.dtype
     reference_finite: bool = True
     naive: Verdict = NOT_RUN
+    autocast: Verdict = NOT_RUN
     convert: Verdict = NOT_RUN
     tune: Verdict = NOT_RUN
     tune_param_share: float | None = None
     tune_flops_share: float | None = None
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+
+    def verdicts(self) -> dict[str, Verdict]:
+        """Each method's verdict by name, in the table's order."""
+        return {
+            "naive": self.naive,
+            "autocast": self.autocast,
+            "convert": self.convert,
+            "tune": self.tune,
+        }
 
     @property
     def label(self) -> str:
@@ -100,15 +113,22 @@ def _cast_floats(batch: Any, dtype: torch.dtype) -> Any:
     return map_tensors(lambda t: t.to(dtype) if t.is_floating_point() else t, batch)
 
 
-def _naive(model: nn.Module, batch: Any, reference: list[Any], dtype: torch.dtype) -> Verdict:
-    half = copy.deepcopy(model).to(dtype)
+def _judge(model: nn.Module, batch: Any, reference: list[Any], dtype: torch.dtype) -> Verdict:
     try:
         with torch.inference_mode():
-            out = call(half, _cast_floats(batch, dtype))
-    except Exception as exc:  # any crash of the naive recipe is its verdict
+            out = call(model, batch)
+    except Exception as exc:  # any crash of a baseline recipe is its verdict
         return Verdict(RAISED, first_line(exc))
     cmp = compare_outputs(reference, [out], dtype=dtype)
     return Verdict(PASS if cmp.passed else FAIL, cmp.reason)
+
+
+def _naive(model: nn.Module, batch: Any, reference: list[Any], dtype: torch.dtype) -> Verdict:
+    return _judge(copy.deepcopy(model).to(dtype), _cast_floats(batch, dtype), reference, dtype)
+
+
+def _autocast(model: nn.Module, batch: Any, reference: list[Any], dtype: torch.dtype) -> Verdict:
+    return _judge(Autocast(model, dtype), batch, reference, dtype)
 
 
 def _convert(model: nn.Module, batch: Any, dtype: torch.dtype) -> Verdict:
@@ -145,7 +165,7 @@ def run_case(
     tune_fp16: bool = True,
     max_evaluations: int = 40,
 ) -> Case:
-    """Run the reference, naive, convert and (fp16, ``tune_fp16``) tune on ``model``, an
+    """Run the reference, naive, autocast, convert and (fp16, ``tune_fp16``) tune on ``model``, an
     instance of ``a`` (see the module docs). ``model`` is not changed."""
     start = time.perf_counter()
     case = Case(a.name, a.kind, stress, dtype)
@@ -157,6 +177,7 @@ def run_case(
         case.notes.append("reference not finite")
         return case
     case.naive = _naive(model, batch, reference, dtype)
+    case.autocast = _autocast(model, batch, reference, dtype)
     case.convert = _convert(model, batch, dtype)
     if tune_fp16 and dtype == torch.float16:
         _tune(case, model, batch, max_evaluations)
@@ -218,7 +239,7 @@ def markdown(cases: list[Case]) -> str:
     head = ["model", "kind"]
     for dt in dtypes:
         name = dtype_name(dt)
-        head += [f"{name} naive", f"{name} convert"]
+        head += [f"{name} naive", f"{name} autocast", f"{name} convert"]
         head += [f"{name} tune (fp32 params / FLOPs)"] if dt in tuned else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (arch, stress), by_dtype in rows.items():
@@ -226,31 +247,35 @@ def markdown(cases: list[Case]) -> str:
         cells = [arch + (" (stressed)" if stress else ""), first.kind]
         for dt in dtypes:
             c = by_dtype[dt]
-            width = 3 if dt in tuned else 2
+            width = 4 if dt in tuned else 3
             if not c.reference_finite:
                 cells += ["reference not finite"] + [""] * (width - 1)
             else:
-                cells += [_cell(c.naive), _cell(c.convert), _tune_cell(c)][:width]
+                verdicts = [_cell(c.naive), _cell(c.autocast), _cell(c.convert), _tune_cell(c)]
+                cells += verdicts[:width]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines + ["", *_totals(cases, dtypes), "", *_reasons(cases)])
 
 
 def _totals(cases: list[Case], dtypes: list[torch.dtype]) -> list[str]:
     lines = [
-        "| dtype | cases | reference not finite | naive passes | convert passes | tune passes "
-        "| convert fails where naive passes |",
-        "|---|---|---|---|---|---|---|",
+        "| dtype | cases | reference not finite | naive passes | autocast passes "
+        "| convert passes | tune passes | convert fails where naive passes "
+        "| convert fails where autocast passes |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for dt in dtypes:
         mine = [c for c in cases if c.dtype == dt]
         ok = [c for c in mine if c.reference_finite]
         tuned = [c for c in ok if c.tune.status != SKIPPED]
         worse = sum(1 for c in ok if c.naive.passed and not c.convert.passed)
+        behind = sum(1 for c in ok if c.autocast.passed and not c.convert.passed)
         tune_text = f"{sum(c.tune.passed for c in tuned)}/{len(tuned)}" if tuned else "-"
         lines.append(
             f"| {dtype_name(dt)} | {len(mine)} | {len(mine) - len(ok)} "
             f"| {sum(c.naive.passed for c in ok)}/{len(ok)} "
-            f"| {sum(c.convert.passed for c in ok)}/{len(ok)} | {tune_text} | {worse} |"
+            f"| {sum(c.autocast.passed for c in ok)}/{len(ok)} "
+            f"| {sum(c.convert.passed for c in ok)}/{len(ok)} | {tune_text} | {worse} | {behind} |"
         )
     return lines
 
@@ -258,7 +283,7 @@ def _totals(cases: list[Case], dtypes: list[torch.dtype]) -> list[str]:
 def _reasons(cases: list[Case]) -> list[str]:
     out = []
     for c in cases:
-        for what, v in (("naive", c.naive), ("convert", c.convert), ("tune", c.tune)):
+        for what, v in c.verdicts().items():
             if v.status in (FAIL, RAISED):
                 out.append(f"- {c.label}, {what} {v.status}: {v.reason}")
     return ["Why each failure failed:", "", *out] if out else []

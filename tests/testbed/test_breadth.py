@@ -35,6 +35,7 @@ def test_never_worse_than_naive_and_tune_fixes_fp16(
     assert violations(mine) == []
     finite = [c for c in mine if c.reference_finite]
     assert finite and all(c.convert.status != "-" for c in finite)
+    assert all(c.autocast.status != "-" for c in finite)
     assert all(c.tune.passed for c in finite if c.dtype == FP16)
 
 
@@ -52,8 +53,22 @@ def test_the_subset_holds_the_cases_where_naive_breaks(cases: dict[str, list[Cas
     assert regnet.tune.passed and regnet.tune_param_share is not None
     assert regnet.tune_param_share < 0.75
     table = markdown([levit, regnet])
-    assert "| levit | vision | **raises** | pass | pass (" in table
-    assert "| fp16 | 2 | 0 | 0/2 | 1/2 | 2/2 | 0 |" in table
+    assert "| levit | vision | **raises** | pass | pass | pass (" in table
+    assert "| fp16 | 2 | 0 | 0/2 | 1/2 | 1/2 | 2/2 | 0 | 0 |" in table
+
+
+def test_the_autocast_column_runs_the_fp32_model_under_autocast(
+    cases: dict[str, list[Case]],
+) -> None:
+    """Autocast keeps LeViT's cache fp32 and so runs it, but computes stressed RegNet's
+    convolutions in fp16, where they overflow (in fp32 they would pass)."""
+    levit = cases["levit"][0]
+    regnet = next(c for c in cases["regnet"] if c.stressed and c.dtype == FP16)
+    assert levit.autocast.passed
+    assert regnet.autocast.status == "fail" and "inf/NaN" in regnet.autocast.reason
+    table = markdown([levit, regnet])
+    assert "| model | kind | fp16 naive | fp16 autocast | fp16 convert | fp16 tune" in table
+    assert "- regnet (stressed) fp16, autocast fail: last_hidden_state:" in table
 
 
 def test_architecture_list_covers_text_vision_and_audio() -> None:

@@ -122,12 +122,15 @@ class Guard(Behaviour):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         dtype = getattr(self, Guard.attr).dtype
-        args = tuple(
-            a.to(dtype)
-            if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != dtype
-            else a
-            for a in args
-        )
+        # read with torch functions off: under the op policy's mode each tensor attribute
+        # would be a Python call, twice per input of every half module
+        with torch._C.DisableTorchFunction():
+            stray = [
+                isinstance(a, torch.Tensor) and a.dtype != dtype and a.is_floating_point()
+                for a in args
+            ]
+        if any(stray):
+            args = tuple(a.to(dtype) if s else a for a, s in zip(args, stray, strict=True))
         return super().forward(*args, **kwargs)  # type: ignore[misc]
 
 

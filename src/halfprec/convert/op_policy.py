@@ -14,7 +14,19 @@ The list is the recipe's ``fp32_ops`` (:data:`DEFAULT_FP32_OPS` by default, ``()
 the policy off), so it is visible, saved with the recipe, and can be narrowed or extended.
 The root runs its forward under :class:`Fp32OpsMode`; inside an fp32 island every operand
 is already fp32, so nothing changes there. Internal casts run with torch functions
-disabled, so other modes never see them.
+disabled, so other modes never see them. A torch function written in Python runs its inner
+calls out of the mode's sight (a mode is set aside while it handles a call), so
+``F.multi_head_attention_forward`` counts as one GEMM.
+
+Why a Python mode and not native ``torch.autocast`` (C++, no Python cost per call): CPU
+autocast's fp32 list leaves ``exp``, ``log``, ``pow``, ``softmax``, ``sum``, ``cumsum`` and
+the norms in half; CUDA's has them but not ``var``/``std``, ``torch.fft`` or the
+``torch.linalg`` solvers; on both devices autocast also runs a GEMM whose operands are
+all fp32 (an fp32 island's) in half, and on CUDA its ``layer_norm``/``group_norm`` hand
+back fp32 where norm islands hand back the caller's dtype. So the mode stays, cheap where
+it does nothing: a call it does not intercept costs a name lookup on top of what any
+TorchFunctionMode costs (``benchmarks/op_policy_cost.py``). Under ``torch.compile`` it is
+traced away.
 """
 
 from __future__ import annotations
@@ -23,8 +35,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
-from halfprec.convert.scope import NamedOpMode
 from halfprec.dtypes import cast_floating
 from halfprec.tree import iter_tensors, map_tensors
 
@@ -69,38 +81,88 @@ NO_HALF_OPS: frozenset[str] = frozenset(
 
 DEFAULT_FP32_OPS: tuple[str, ...] = tuple(sorted(AUTOCAST_FP32_OPS | NO_HALF_OPS))
 
-# Autocast's lower-precision list: these take half operands.
+# Autocast's lower-precision list: these take half operands. ``multi_head_attention_forward``
+# is Python, so the GEMMs inside it run out of the mode's sight: it counts as one GEMM.
 HALF_OPS: frozenset[str] = frozenset(
     {
         "__matmul__", "__rmatmul__", "matmul", "mm", "bmm", "mv", "addmm", "addbmm", "addmv",
         "addr", "baddbmm", "chain_matmul", "linear", "bilinear", "conv1d", "conv2d", "conv3d",
         "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "prelu", "einsum",
-        "scaled_dot_product_attention", *_LINALG_GEMMS,
+        "scaled_dot_product_attention", "multi_head_attention_forward", *_LINALG_GEMMS,
     }
 )  # fmt: skip
 
 
-class Fp32OpsMode(NamedOpMode):
+# Arguments that hold no tensor (``torch.Size`` is a tuple of ints).
+_PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.Size)
+
+
+def _flat_operands(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor] | None:
+    """The tensor operands of a call whose tensors are all top-level arguments (``linear(x,
+    w, b)``, ``sum(x, dim=(1, 2))``), or None where another object may hold one
+    (``einsum``'s operand list): then the tree walk decides."""
+    tensors = []
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(a, torch.Tensor):
+            tensors.append(a)
+        elif not isinstance(a, _PLAIN) and not (
+            isinstance(a, (list, tuple)) and all(isinstance(v, _PLAIN) for v in a)
+        ):
+            return None
+    return tensors
+
+
+def _cast(
+    dtype: torch.dtype, args: tuple[Any, ...], kwargs: dict[str, Any], flat: bool
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    cast = cast_floating(dtype)
+    if not flat:
+        return map_tensors(cast, args), map_tensors(cast, kwargs)
+    args = tuple(cast(a) if isinstance(a, torch.Tensor) else a for a in args)
+    kwargs = {k: cast(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    return args, kwargs
+
+
+class Fp32OpsMode(TorchFunctionMode):
     """Computes ``fp32_ops`` in fp32 when they have a ``dtype`` operand; feeds GEMMs that
-    mix an fp32 operand with a ``dtype`` one in ``dtype`` (see the module docs)."""
+    mix an fp32 operand with a ``dtype`` one in ``dtype`` (see the module docs).
+
+    Every torch call made under the mode (``.shape``, ``view`` and ``dropout`` included)
+    comes through :meth:`__torch_function__`, so the calls it leaves alone take the
+    shortest path: one name lookup in two sets, then the call itself, with no tree walk.
+    """
 
     def __init__(self, dtype: torch.dtype, fp32_ops: frozenset[str]) -> None:
         super().__init__()
         self.dtype = dtype
         self.fp32_ops = fp32_ops
 
-    def on_op(
-        self, func: Callable[..., Any], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        if name in self.fp32_ops:
+        name = getattr(func, "__name__", "")
+        wide = name in self.fp32_ops
+        if wide or name in HALF_OPS:
+            kwargs = kwargs or {}
             with torch._C.DisableTorchFunction():
-                if any(t.dtype == self.dtype for _, t in iter_tensors((args, kwargs))):
-                    wide = cast_floating(torch.float32)
-                    args, kwargs = map_tensors(wide, args), map_tensors(wide, kwargs)
-        elif name in HALF_OPS:
-            with torch._C.DisableTorchFunction():
-                dtypes = {t.dtype for _, t in iter_tensors((args, kwargs))}
-                if self.dtype in dtypes and torch.float32 in dtypes:  # fp32 meets half
-                    half = cast_floating(self.dtype)
-                    args, kwargs = map_tensors(half, args), map_tensors(half, kwargs)
-        return func(*args, **kwargs)
+                args, kwargs = self._operands(wide, args, kwargs)
+            return func(*args, **kwargs)
+        return func(*args, **kwargs) if kwargs else func(*args)
+
+    def _operands(
+        self, wide: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        flat = _flat_operands(args, kwargs)
+        tensors = flat if flat is not None else [t for _, t in iter_tensors((args, kwargs))]
+        dtypes = {t.dtype for t in tensors}
+        if self.dtype not in dtypes:
+            return args, kwargs
+        if wide:
+            return _cast(torch.float32, args, kwargs, flat is not None)
+        if torch.float32 in dtypes:  # fp32 meets half in a GEMM
+            return _cast(self.dtype, args, kwargs, flat is not None)
+        return args, kwargs
