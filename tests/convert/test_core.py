@@ -388,6 +388,20 @@ def test_a_small_parameter_tied_to_a_gemm_goes_half_and_so_do_embedding_tables()
     assert half(torch.randn(2, 4)).dtype == torch.float32
 
 
+def test_a_weight_normed_convs_parametrization_goes_half_with_its_conv() -> None:
+    # wav2vec2's positional conv: weight_norm keeps the weight's two factors in the conv's
+    # ``parametrizations``, not on the conv itself; both are the GEMM's, so both go half
+    conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(4, 4, 3, padding=1), dim=2)
+    model = nn.Sequential(nn.Linear(4, 4), conv).eval()
+    half = convert(model, Recipe("fp16", fp32_params_up_to=1000))
+    factors = dict(half[1].parametrizations.weight.named_parameters())
+    assert {n: t.dtype for n, t in factors.items()} == {
+        "original0": torch.float16,
+        "original1": torch.float16,
+    }
+    assert conversion_report(half).small_fp32 == []  # type: ignore[union-attr]
+
+
 @pytest.mark.slow  # transformers' import: ~8 s here
 def test_the_default_keeps_no_parameter_of_a_bert_fp32_outside_its_norms() -> None:
     """A BERT-style encoder (MiniLM's layout) has only Linear, Embedding and LayerNorm

@@ -487,11 +487,11 @@ class _Converter:
         limit = self.config.fp32_params_up_to
         if not limit:
             return set()
-        gemm = {
+        gemm = {  # recurse: a parametrized weight lives in the module's ``parametrizations``
             id(t)
             for m in self.model.modules()
             if is_gemm_module(m)
-            for t in (*m.parameters(recurse=False), *m.buffers(recurse=False))
+            for t in (*m.parameters(), *m.buffers())
         }
         return {
             id(t)
