@@ -323,3 +323,75 @@ def test_module_with_only_a_tied_parameter_still_guards_its_inputs() -> None:
     ids = torch.randint(0, 10, (3, 4))
     out = convert(model, "fp16")(ids)  # fp32 + half -> fp32 meets the half head
     torch.testing.assert_close(out, model(ids), atol=2e-2, rtol=2e-2)
+
+
+# -- the conversion report, read back from the converted model ------------------------------
+class Reported(nn.Module):
+    """One of each thing the report counts: a norm island, a named island, a tied parameter,
+    an integer buffer, a plain tensor attribute, a fill op (its forward names masked_fill)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 8)
+        self.norm = nn.LayerNorm(8)
+        self.proj = nn.Linear(8, 8)
+        self.keep = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 10, bias=False)
+        self.head.weight = self.emb.weight
+        self.register_buffer("steps", torch.arange(3))
+        self.scale = torch.tensor(2.0)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.keep(self.proj(self.norm(self.emb(ids)))) * self.scale
+        return self.head(h.masked_fill(ids[..., None] == 0, -1e9))
+
+
+def _numel(*modules: nn.Module) -> int:
+    return sum(p.numel() for m in modules for p in m.parameters(recurse=False))
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_the_report_counts_parameters_bytes_and_every_boundary(dtype: torch.dtype) -> None:
+    from halfprec.convert.op_islands import OpRef
+
+    model = Reported().eval()
+    ref = OpRef("proj", "relu", "m.py:1")
+    recipe = Recipe(dtype=dtype, keep_fp32=("keep",), op_islands=(ref,))
+    half = convert(model, recipe)
+    report = conversion_report(half)
+    assert report is not None
+    assert (report.dtype, report.original_dtype) == (dtype, torch.float32)
+    assert report.islands == {"norm": "norm island (LayerNorm)", "keep": "keep_fp32 name 'keep'"}
+    assert report.keep_fp32 == ["norm", "keep"]
+    assert report.attributes_cast == ["scale"]
+    # every module that owns half parameters is guarded, the root too; islands are not
+    assert report.guarded_modules == 3  # emb, proj, head
+    assert report.fill_guards == [""] and report.op_islands == [ref]
+    # the tied head weight counts once; the integer buffer is no parameter
+    total = _numel(model.emb, model.norm, model.proj, model.keep)
+    fp32 = _numel(model.norm, model.keep)
+    assert (report.params_total, report.params_fp32) == (total, fp32)
+    assert report.fp32_share == fp32 / total
+    steps = model.steps.numel() * model.steps.element_size()
+    assert report.bytes_before == 4 * total + steps
+    assert report.bytes_after == dtype.itemsize * (total - fp32) + 4 * fp32 + steps
+    assert report.to_json() == {
+        "dtype": {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype],
+        "reason": report.reason,
+        "original_dtype": "fp32",
+        "islands": report.islands,
+        "attributes_cast": ["scale"],
+        "guarded_modules": 3,
+        "op_islands": [ref.to_json()],
+        "fill_guards": [""],
+        "fp32_ops": report.fp32_ops,
+        "notes": [],
+        "params_total": total,
+        "params_fp32": fp32,
+        "fp32_share": fp32 / total,
+        "bytes_before": report.bytes_before,
+        "bytes_after": report.bytes_after,
+        "recipe": report.recipe.to_json(),
+    }
+    assert report.recipe.keep_fp32 == ("norm", "keep") and report.recipe.op_islands == (ref,)
+    assert report.fp32_ops == sorted(recipe.fp32_ops)
