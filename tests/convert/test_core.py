@@ -395,3 +395,221 @@ def test_the_report_counts_parameters_bytes_and_every_boundary(dtype: torch.dtyp
     }
     assert report.recipe.keep_fp32 == ("norm", "keep") and report.recipe.op_islands == (ref,)
     assert report.fp32_ops == sorted(recipe.fp32_ops)
+
+
+def test_norms_are_default_islands_by_type_or_class_name_the_root_only_by_type() -> None:
+    from halfprec.convert.core import is_default_island
+
+    class Scale(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.g = nn.Parameter(torch.ones(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * self.g
+
+    class T5LayerNorm(Scale):
+        pass
+
+    class BigBatchNorm(nn.Linear):
+        pass
+
+    assert is_default_island(nn.LayerNorm(4)) and is_default_island(nn.LayerNorm(4), root=True)
+    assert is_default_island(T5LayerNorm()) and not is_default_island(T5LayerNorm(), root=True)
+    assert is_default_island(BigBatchNorm(2, 2))  # a submodule is judged by its name
+    assert not is_default_island(Scale()) and not is_default_island(nn.Linear(2, 2))
+    # a scripted module's class is RecursiveScriptModule: its original name decides
+    assert is_default_island(torch.jit.script(T5LayerNorm()))
+    assert not is_default_island(torch.jit.script(Scale()))
+    # a model class whose name looks like a norm is not one whole fp32 island
+    half = convert(nn.Sequential(BigBatchNorm(2, 2)), "fp16")
+    assert half[0].weight.dtype == torch.float32
+    root = BigBatchNorm(2, 2)
+    assert convert(root, "fp16").weight.dtype == torch.float16
+
+
+def test_add_note_records_in_the_report_and_refuses_an_unconverted_model() -> None:
+    from halfprec.convert.core import add_note
+
+    half = convert(nn.Sequential(nn.Linear(2, 2)), "fp16")
+    assert add_note(add_note(half, "first"), "second") is half
+    report = conversion_report(half)
+    assert report is not None and report.notes == ["first", "second"]
+    with pytest.raises(HalfprecError, match="^add_note needs a model converted by halfprec$"):
+        add_note(nn.Linear(2, 2), "x")
+
+
+# -- which modules become islands, and why ---------------------------------------------------
+def _islands(model: nn.Module, recipe: Recipe | str) -> dict[str, str]:
+    report = conversion_report(convert(model, recipe))
+    assert report is not None
+    return report.islands
+
+
+def test_keep_fp32_names_match_globs_the_root_and_filter_fn_say_why() -> None:
+    model = nn.Sequential(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), nn.Linear(2, 2))
+    glob = _islands(model, Recipe(dtype="fp16", keep_fp32=("0.*",)))
+    assert glob == {"0.0": "keep_fp32 name '0.*'", "0.1": "keep_fp32 name '0.*'"}
+    whole = convert(model, Recipe(dtype="fp16", keep_fp32=("",)))
+    assert conversion_report(whole).islands == {"": "the whole model"}  # type: ignore[union-attr]
+    assert {p.dtype for p in whole.parameters()} == {torch.float32}
+    x = torch.randn(3, 2)
+    assert torch.equal(whole(x), model(x))  # an fp32 model takes its input uncast
+    picked = _islands(model, Recipe(dtype="fp16", filter_fn=lambda m, n: n == "1"))
+    assert picked == {"1": "filter_fn"}
+
+
+class OutOfRange(nn.Module):
+    """Tensors that are (or are not) beyond fp16: an integer buffer of large ids first, an
+    fp16 maximum, and a one-element plain attribute beyond it."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__()
+        self.register_buffer("ids", torch.tensor([100_000, 7]))
+        self.top = nn.Parameter(torch.tensor([65504.0, 1.0]))
+        self.limit = torch.tensor(limit)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.top + self.limit
+
+
+def test_a_tensor_beyond_the_half_range_makes_its_module_an_island() -> None:
+    model = nn.Sequential(OutOfRange(1e6), OutOfRange(2.0))
+    islands = _islands(model, "fp16")
+    # integer values and the dtype's own maximum are in range; the 1-element attribute is not
+    assert islands == {"0": "limit reaches 1e+06, beyond fp16 max 65504"}
+    half = convert(model, "fp16")
+    assert half[1].top.dtype == torch.float16 and half[1].ids.dtype == torch.long
+    assert half[0].top.dtype == torch.float32 and half[0].limit.dtype == torch.float32
+    assert _islands(model, "bf16") == {}
+
+
+class TiedHead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.mid = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 10)
+        self.head.weight = self.emb.weight  # head: the tied weight first, then its bias
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.mid(self.emb(ids)))
+
+
+def test_a_parameter_tied_to_an_island_keeps_every_module_using_it_in_fp32() -> None:
+    model = TiedHead().eval()
+    assert _islands(model, Recipe(dtype="fp16", keep_fp32=("emb",))) == {
+        "emb": "keep_fp32 name 'emb'",
+        "head": "shares a parameter with an fp32 island",
+    }
+    both = convert(model, Recipe(dtype="fp16", keep_fp32=("emb", "head")))
+    assert both.head.weight is both.emb.weight
+    assert both.head.bias.dtype == torch.float32  # the parameter after the tied one
+    assert both.mid.weight.dtype == torch.float16
+
+
+# -- casting ----------------------------------------------------------------------------------
+class Attributes(nn.Module):
+    """Tensors outside parameters and buffers: plain, dunder-named, and in dicts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(2, 2)
+        self.offset = torch.ones(2)
+        self.__dict__["__saved__"] = torch.ones(2)  # dunder names are Python's, not state
+        self.cache = {"w": torch.ones(2), "ids": torch.arange(2), "name": "x"}
+        self.ints = {"ids": torch.arange(2)}
+        self.words = {"a": "b"}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x) + self.offset
+
+
+def test_plain_and_dict_tensor_attributes_are_cast_floating_ones_only() -> None:
+    model = nn.Sequential(Attributes())
+    half = convert(model, "fp16")
+    report = conversion_report(half)
+    assert report is not None and report.attributes_cast == ["0.offset", "0.cache"]
+    inner = half[0]
+    assert inner.offset.dtype == torch.float16
+    assert inner.__dict__["__saved__"].dtype == torch.float32
+    assert inner.cache["w"].dtype == torch.float16 and inner.cache["ids"].dtype == torch.long
+    assert inner.cache["name"] == "x" and inner.ints["ids"].dtype == torch.long
+
+
+def test_an_island_keeps_its_gradients_in_fp32_and_its_weights_in_memory_of_their_own() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
+    shared = torch.ones(1000)  # the norm's weight views a larger storage, as a memory map
+    model[1].weight = nn.Parameter(shared[:4])
+    model(torch.randn(2, 4)).sum().backward()
+    half = convert_(model, "fp16")
+    assert half[1].weight.grad.dtype == torch.float32  # type: ignore[union-attr]
+    assert half[0].weight.grad.dtype == torch.float16  # type: ignore[union-attr]
+    assert half[1].weight.untyped_storage().nbytes() == 4 * 4
+
+
+class IntParameter(nn.Module):
+    """A module whose only parameter is an integer one (a lookup table)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.arange(4), requires_grad=False)
+        self.w = nn.Parameter(torch.ones(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.w
+
+
+def test_guards_go_on_half_modules_with_floating_parameters_only() -> None:
+    only_int = nn.Module()
+    only_int.register_parameter("table", nn.Parameter(torch.arange(4), requires_grad=False))
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), only_int, nn.LayerNorm(4), IntParameter())
+    report = conversion_report(convert(model, "fp16"))
+    assert report is not None and report.guarded_modules == 2  # the Linear, IntParameter
+    off = conversion_report(convert(model, Recipe(dtype="fp16", guard_boundaries=False)))
+    assert off is not None and off.guarded_modules == 0
+    kept = convert(model, Recipe(dtype="fp16", keep_fp32=("4",)))
+    assert kept[4].w.dtype == torch.float32  # the float parameter after the integer one
+
+
+# -- the recipe as applied, and the root ---------------------------------------------------------
+def test_the_resolved_recipe_names_every_island_and_a_concrete_dtype() -> None:
+    from halfprec.convert.core import recipe_of
+    from halfprec.convert.op_islands import OpRef
+
+    model = nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2), nn.Linear(2, 2))
+    kept, half_op = OpRef("0", "relu", "m.py:1"), OpRef("2", "relu", "m.py:1")
+    recipe = Recipe(filter_fn=lambda m, n: n == "0", op_islands=(kept, half_op))
+    resolved = recipe_of(convert(model, recipe))
+    assert resolved is not None
+    assert resolved.dtype in (torch.float16, torch.bfloat16)  # "auto", resolved
+    assert resolved.keep_fp32 == ("0", "1") and resolved.norm_islands is False
+    assert resolved.filter_fn is None
+    assert resolved.op_islands == (half_op,)  # an island computes all its ops in fp32
+    assert recipe_of(nn.Linear(2, 2)) is None
+
+
+class RootSeesInputs(nn.Module):
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.seen: list[torch.dtype] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(x.dtype)
+        return self.inner(x)
+
+
+def test_fp32_inputs_reach_the_root_in_fp32_unless_torchscript_is_inside() -> None:
+    x = torch.randn(2, 4)
+    for fp32_inputs, want in ((True, torch.float32), (False, torch.float16)):
+        half = convert(RootSeesInputs(nn.Linear(4, 4)), Recipe("fp16", fp32_inputs=fp32_inputs))
+        half(x)
+        assert half.seen == [want]
+    # TorchScript code casts nothing, so its inputs arrive half whatever the recipe says
+    model = RootSeesInputs(nn.Sequential(torch.jit.script(nn.Linear(4, 4)), nn.Linear(4, 4)))
+    half = convert(model, Recipe("fp16", fp32_inputs=True))
+    torch.testing.assert_close(half(x), model(x), atol=2e-2, rtol=2e-2)
+    assert half.seen == [torch.float16]
+    report = conversion_report(half)
+    assert report is not None and report.guarded_modules == 1  # the Python Linear after it
