@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 import torch
@@ -613,3 +614,95 @@ def test_fp32_inputs_reach_the_root_in_fp32_unless_torchscript_is_inside() -> No
     assert half.seen == [torch.float16]
     report = conversion_report(half)
     assert report is not None and report.guarded_modules == 1  # the Python Linear after it
+
+
+# -- errors, each naming the fix -----------------------------------------------------------------
+def test_convert_refuses_what_it_cannot_convert_and_says_what_to_do() -> None:
+    with pytest.raises(TypeError, match="^convert expects an nn.Module, got str$"):
+        convert_("model", "fp16")  # type: ignore[arg-type]
+    half = convert(nn.Linear(2, 2), "fp16")
+    with pytest.raises(HalfprecError) as already:
+        convert_(half, "fp16")
+    assert str(already.value) == (
+        "this model was already converted by halfprec; convert the original fp32 model"
+    )
+    with pytest.raises(HalfprecError) as scripted:
+        convert(torch.jit.script(nn.Linear(2, 2)), "fp16")
+    assert str(scripted.value) == (
+        "a TorchScript module cannot carry halfprec's boundaries; convert the Python model, "
+        "or wrap the scripted one in an nn.Module"
+    )
+
+
+def test_an_unknown_keep_name_lists_up_to_three_similar_names() -> None:
+    from collections import OrderedDict
+
+    layers = OrderedDict((n, nn.Linear(2, 2)) for n in ("x1", "x2", "y", "x3", "x4"))
+    model = nn.Sequential(layers)
+    with pytest.raises(HalfprecError) as similar:
+        convert(model, Recipe(dtype="fp16", keep_fp32=("enc.x",)))
+    assert str(similar.value) == (
+        "keep_fp32 name 'enc.x' matches no module of Sequential (similar: x1, x2, x3); "
+        "list names with model.named_modules()"
+    )
+    with pytest.raises(HalfprecError) as none:
+        convert(model, Recipe(dtype="fp16", keep_fp32=("z",)))
+    assert str(none.value) == (
+        "keep_fp32 name 'z' matches no module of Sequential; list names with model.named_modules()"
+    )
+
+
+def test_an_island_s_children_are_skipped_and_the_modules_after_it_still_picked() -> None:
+    model = nn.Sequential(nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2)), nn.LayerNorm(2))
+    assert _islands(model, Recipe(dtype="fp16", keep_fp32=("0",))) == {
+        "0": "keep_fp32 name '0'",
+        "1": "norm island (LayerNorm)",
+    }
+
+
+class ExpLast(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.exp(x)  # <- op island
+
+
+class SeesInner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = ExpLast()
+        self.proj = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inner(self.proj(x))
+        self.seen = h.dtype
+        return h
+
+
+def _exp_ref(module: str) -> Any:
+    import inspect
+    import os
+
+    from halfprec.convert.op_islands import OpRef
+
+    lines, start = inspect.getsourcelines(ExpLast)
+    n = next(i for i, line in enumerate(lines) if "# <- op island" in line)
+    return OpRef(module, "exp", f"{os.path.basename(__file__)}:{start + n}")
+
+
+def test_op_islands_hand_their_caller_half_and_name_a_module_or_fail() -> None:
+    half = convert(SeesInner().eval(), Recipe(dtype="fp16", op_islands=(_exp_ref("inner"),)))
+    report = conversion_report(half)
+    assert report is not None and report.op_islands == [_exp_ref("inner")]
+    half(torch.randn(3, 2))
+    assert half.seen == torch.float16  # computed in fp32, handed back in the caller's dtype
+    ghost = _exp_ref("nope")
+    with pytest.raises(HalfprecError) as error:
+        convert(SeesInner(), Recipe(dtype="fp16", op_islands=(ghost,)))
+    assert str(error.value) == (
+        f"op island {ghost} names no module of SeesInner; the recipe was tuned on another "
+        "model: re-run `halfprec tune`"
+    )
+    # TorchScript code cannot run an op island: the recipe as applied leaves it out
+    scripted = SeesInner()
+    scripted.inner = torch.jit.script(ExpLast())
+    applied = conversion_report(convert(scripted, Recipe("fp16", op_islands=(_exp_ref("inner"),))))
+    assert applied is not None and applied.op_islands == [] and applied.recipe.op_islands == ()
