@@ -503,6 +503,10 @@ def test_a_parameter_tied_to_an_island_keeps_every_module_using_it_in_fp32() -> 
         "emb": "keep_fp32 name 'emb'",
         "head": "shares a parameter with an fp32 island",
     }
+    report = conversion_report(convert(model, "fp16"))
+    assert report is not None  # the tied weight counts once, the bias after it too
+    assert report.params_total == _numel(model.emb, model.mid) + model.head.bias.numel()
+    assert report.bytes_before == 4 * report.params_total
     both = convert(model, Recipe(dtype="fp16", keep_fp32=("emb", "head")))
     assert both.head.weight is both.emb.weight
     assert both.head.bias.dtype == torch.float32  # the parameter after the tied one
@@ -567,6 +571,8 @@ def test_guards_go_on_half_modules_with_floating_parameters_only() -> None:
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), only_int, nn.LayerNorm(4), IntParameter())
     report = conversion_report(convert(model, "fp16"))
     assert report is not None and report.guarded_modules == 2  # the Linear, IntParameter
+    root = conversion_report(convert(nn.Linear(4, 4), "fp16"))
+    assert root is not None and root.guarded_modules == 0  # the root casts its own inputs
     off = conversion_report(convert(model, Recipe(dtype="fp16", guard_boundaries=False)))
     assert off is not None and off.guarded_modules == 0
     kept = convert(model, Recipe(dtype="fp16", keep_fp32=("4",)))
