@@ -23,6 +23,15 @@ class Affine(nn.Module):
         return x * self.w + shift
 
 
+def _fresh() -> type[Affine]:
+    """A new subclass of Affine: swap makes (and caches) its swapped class anew."""
+
+    class Fresh(Affine):
+        pass
+
+    return Fresh
+
+
 class Scaled(Behaviour):
     attr = "_test_scaled"
 
@@ -42,31 +51,33 @@ class Quiet(Behaviour):
 
 
 def test_a_swapped_module_runs_its_behaviours_outermost_first_with_keywords() -> None:
-    module = Affine()
+    fresh = _fresh()
+    module = fresh()
     swap(module, {Scaled: 10, Quiet: 1})
     x = torch.ones(2)
     # Scaled wraps Quiet wraps Affine: ((x * 3 + shift) + 1) * 10
     assert module(x, shift=2.0).tolist() == [60.0, 60.0]
-    assert isinstance(module, Affine) and base_class(module) is Affine
+    assert isinstance(module, Affine) and base_class(module) is fresh
     assert behaviours(module) == (Scaled, Quiet)
     assert list(module.state_dict()) == ["w"]
 
 
 def test_a_swapped_class_shows_its_labels_and_keeps_the_original_s_names() -> None:
-    module = Affine()
+    fresh = _fresh()
+    module = fresh()
     swap(module, {Quiet: 0})
-    assert module._get_name() == "Affine" and repr(module) == "Affine()"  # no label: nothing
+    assert module._get_name() == "Fresh" and repr(module) == "Fresh()"  # no label: nothing
     swap(module, {Scaled: 2})
-    assert repr(module) == "Affine[x2]()"
+    assert repr(module) == "Fresh[x2]()"
     cls = type(module)
     assert (cls.__name__, cls.__qualname__, cls.__module__) == (
-        "Affine",
-        Affine.__qualname__,
-        Affine.__module__,
+        "Fresh",
+        fresh.__qualname__,
+        fresh.__module__,
     )
     assert behaviours(module) == (Quiet, Scaled)  # added on top of those it had
     # generate() and Trainer read forward's signature
-    assert inspect.signature(module.forward) == inspect.signature(Affine().forward)
+    assert inspect.signature(module.forward) == inspect.signature(fresh().forward)
 
 
 def test_a_swapped_module_pickles_by_its_original_class_and_its_behaviours() -> None:
