@@ -146,3 +146,32 @@ def test_a_norm_island_always_hands_back_the_caller_s_dtype() -> None:
     half = convert(Calls(norm), Recipe(dtype="fp16", mixed_kernels=False))
     half(torch.randn(2, 4))
     assert half.got == torch.float16
+
+
+class KeywordRoot(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, *, bias: torch.Tensor) -> torch.Tensor:
+        self.seen = bias.dtype
+        return self.proj(x) + bias
+
+
+def test_the_root_casts_keyword_inputs_too_and_passes_them_on() -> None:
+    torch.manual_seed(0)
+    model = KeywordRoot().eval()
+    x, bias = torch.randn(2, 4), torch.ones(4)
+    half = convert(model, GUARDS_ONLY)
+    out = half(x, bias=bias)
+    assert half.seen == torch.float16 and out.dtype == torch.float32
+    torch.testing.assert_close(out, model(x, bias=bias), atol=2e-2, rtol=2e-2)
+
+
+def test_fp32_inputs_without_an_op_policy_still_meet_half_weights_in_half() -> None:
+    # the inputs stay fp32 at the root; the mode casts them where a half GEMM takes them
+    torch.manual_seed(0)
+    model = nn.Linear(4, 4).eval()
+    x = torch.randn(2, 4)
+    half = convert(model, Recipe(dtype="fp16", fp32_ops=(), fp32_inputs=True))
+    torch.testing.assert_close(half(x), model(x), atol=2e-2, rtol=2e-2)
