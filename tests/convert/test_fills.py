@@ -125,6 +125,7 @@ _FILLS = {
     "where other=": lambda x: torch.where(_MASK, x, other=-1e9),
     "where input= other=": lambda x: torch.where(_MASK, input=x, other=-1e9),
     "Tensor.where": lambda x: x.where(_MASK, -1e9),
+    "where self=": lambda x: torch.where(~_MASK, self=-1e9, other=x),  # a scalar first
 }
 
 
