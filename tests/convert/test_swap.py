@@ -43,6 +43,17 @@ class Scaled(Behaviour):
         return super().forward(*args, **kwargs) * getattr(self, Scaled.attr)  # type: ignore[misc]
 
 
+class Tagged(Behaviour):
+    attr = "_test_tagged"
+
+    @classmethod
+    def label(cls, settings: Any) -> str:
+        return str(settings)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return super().forward(*args, **kwargs)  # type: ignore[misc]
+
+
 class Quiet(Behaviour):
     attr = "_test_quiet"
 
@@ -69,13 +80,15 @@ def test_a_swapped_class_shows_its_labels_and_keeps_the_original_s_names() -> No
     assert module._get_name() == "Fresh" and repr(module) == "Fresh()"  # no label: nothing
     swap(module, {Scaled: 2})
     assert repr(module) == "Fresh[x2]()"
+    swap(module, {Tagged: "tag"})
+    assert repr(module) == "Fresh[x2, tag]()"  # labels in order, empty ones left out
     cls = type(module)
     assert (cls.__name__, cls.__qualname__, cls.__module__) == (
         "Fresh",
         fresh.__qualname__,
         fresh.__module__,
     )
-    assert behaviours(module) == (Quiet, Scaled)  # added on top of those it had
+    assert behaviours(module) == (Quiet, Scaled, Tagged)  # added on top of those it had
     # generate() and Trainer read forward's signature
     assert inspect.signature(module.forward) == inspect.signature(fresh().forward)
 
