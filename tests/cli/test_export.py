@@ -1,13 +1,19 @@
-"""``halfprec export``: .pt2 and ONNX exports checked from the command line, bad names exit 2."""
+"""``halfprec export``: .pt2 and ONNX exports checked from the command line, bad names exit 2;
+Hugging Face directories, with their KV cache (``--kv-cache``) or without."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from halfprec.export import load_artifact
+from halfprec.io.specs import load_model
 from support import SUPPORT
+from support.hf_models import save
+from support.kv_decode import decode, decode_seq2seq, onnx_runner, seq2seq_model
 
 MODELS = str(SUPPORT / "export_models.py")
 
@@ -60,3 +66,107 @@ def test_cli_unsupported_op_exits_2(cli, tmp_path: Path) -> None:  # type: ignor
     assert proc.returncode == 2
     assert proc.stderr.startswith("halfprec: error: operator halfprec_tests.wobble")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def hf_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("transformers")
+    return tmp_path_factory.mktemp("hf_export")
+
+
+@pytest.mark.slow
+def test_cli_kv_cache_onnx_decodes_like_fp32_in_onnxruntime(  # type: ignore[no-untyped-def]
+    cli, hf_root: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime")
+    folder, out = save("gpt2", hf_root), tmp_path / "g.onnx"
+    proc = cli("export", str(folder), "-o", str(out), "--kv-cache", "--runs", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["passed"] is True
+    assert data["checked_batches"] == 4
+    assert any("present_key_values" in n for n in data["notes"])
+    assert load_artifact(out).info.kv_cache is True
+    # check --artifact rebuilds the cache batches from the model's examples
+    proc = cli("check", str(folder), "--artifact", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    verdict = json.loads(proc.stdout)
+    assert verdict["passed"] is True and verdict["batches"] == 4
+    model: Any = load_model(str(folder)).model.eval()
+    assert 0 < decode(onnx_runner(out, model.config.num_hidden_layers), model).worst < 0.05
+    # and through halfprec's own artifact, whose outputs come back nested by path
+    assert 0 < decode(load_artifact(out), model).worst < 0.05
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--static"], "drop --static"),
+        (["--format", "torchscript"], "*.pt2 or *.onnx"),
+    ],
+)
+def test_cli_kv_cache_refuses_options_it_cannot_honour(  # type: ignore[no-untyped-def]
+    cli, hf_root: Path, tmp_path: Path, extra: list[str], message: str
+) -> None:
+    suffix = ".ts" if "torchscript" in extra else ".pt2"
+    out = tmp_path / f"g{suffix}"
+    proc = cli("export", str(save("gpt2", hf_root)), "-o", str(out), "--kv-cache", *extra)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_cli_seq2seq_kv_cache_writes_two_files_that_decode_like_fp32(  # type: ignore[no-untyped-def]
+    cli, hf_root: Path, tmp_path: Path
+) -> None:
+    folder, out = save("bart", hf_root), tmp_path / "b.pt2"
+    proc = cli("export", str(folder), "-o", str(out), "--kv-cache")
+    assert proc.returncode == 0, proc.stderr
+    said = " ".join(proc.stdout.split())  # the encoder file first, then the decoder's
+    assert said.index(f"wrote {tmp_path / 'b.encoder.pt2'}") < said.index(f"wrote {out}")
+    assert said.count("PASS") == 2
+    encoder_file = tmp_path / "b.encoder.pt2"
+    assert sorted(tmp_path.iterdir()) == [encoder_file, out]
+    for path, batches in ((out, 3), (encoder_file, 2)):  # check --artifact takes either file
+        proc = cli("check", str(folder), "--artifact", str(path), "--json")
+        assert proc.returncode == 0, proc.stderr
+        verdict = json.loads(proc.stdout)
+        assert verdict["passed"] is True and verdict["batches"] == batches
+    encode, step = load_artifact(encoder_file), load_artifact(out)
+    assert encode.info.kv_cache and step.info.kv_cache
+    assert step.info.inputs == (
+        "decoder_input_ids",
+        "encoder_hidden_states",
+        "attention_mask",
+        "past_key_values.0.key",
+        "past_key_values.0.value",
+        "cross_key_values.0.key",
+        "cross_key_values.0.value",
+    )
+    assert step.info.outputs == ("logits", "present_key_values.0.key", "present_key_values.0.value")
+    assert encode.info.outputs == (
+        "encoder_hidden_states",
+        "cross_key_values.0.key",
+        "cross_key_values.0.value",
+    )
+    # the fp16 files decode 8 tokens like fp32 without a cache (T5, Whisper and BART ONNX:
+    # benchmarks/kv_cache.py)
+    model, batch = seq2seq_model("bart", hf_root)
+    assert 0 < decode_seq2seq(encode, step, model, batch).worst < 0.05
+
+
+def test_hf_export_cli_reports_the_cache_note(  # type: ignore[no-untyped-def]
+    cli, hf_root: Path, tmp_path: Path
+) -> None:
+    path = save("gpt2", hf_root)
+    out = tmp_path / "g.pt2"
+    proc = cli("export", str(path), "-o", str(out), "--dtype", "fp16", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["notes"] == [
+        "use_cache=False on a copy of the config: the file returns no KV cache"
+    ]

@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -443,3 +444,399 @@ def test_norm_islands_false_still_makes_the_norms_half() -> None:
     half = convert(model, Recipe("fp16", norm_islands=False))
     assert half[1].weight.dtype == torch.float16
     assert conversion_report(half).small_fp32 == []  # type: ignore[union-attr]
+
+
+# -- the conversion report, read back from the converted model ------------------------------
+class Reported(nn.Module):
+    """One of each thing the report counts: a norm island, a named island, a tied parameter,
+    an integer buffer, a plain tensor attribute, a fill op (its forward names masked_fill)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 8)
+        self.norm = nn.LayerNorm(8)
+        self.proj = nn.Linear(8, 8)
+        self.keep = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 10, bias=False)
+        self.head.weight = self.emb.weight
+        self.register_buffer("steps", torch.arange(3))
+        self.scale = torch.tensor(2.0)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.keep(self.proj(self.norm(self.emb(ids)))) * self.scale
+        return self.head(h.masked_fill(ids[..., None] == 0, -1e9))
+
+
+def _numel(*modules: nn.Module) -> int:
+    return sum(p.numel() for m in modules for p in m.parameters(recurse=False))
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_the_report_counts_parameters_bytes_and_every_boundary(dtype: torch.dtype) -> None:
+    from halfprec.convert.op_islands import OpRef
+
+    model = Reported().eval()
+    ref = OpRef("proj", "relu", "m.py:1")
+    recipe = Recipe(dtype=dtype, keep_fp32=("keep",), op_islands=(ref,))
+    half = convert(model, recipe)
+    report = conversion_report(half)
+    assert report is not None
+    assert (report.dtype, report.original_dtype) == (dtype, torch.float32)
+    assert report.islands == {"norm": "norm island (LayerNorm)", "keep": "keep_fp32 name 'keep'"}
+    assert report.keep_fp32 == ["norm", "keep"]
+    assert report.attributes_cast == ["scale"]
+    # every module that owns half parameters is guarded, the root too; islands are not
+    assert report.guarded_modules == 3  # emb, proj, head
+    assert report.fill_guards == [""] and report.op_islands == [ref]
+    # the tied head weight counts once; the integer buffer is no parameter
+    total = _numel(model.emb, model.norm, model.proj, model.keep)
+    fp32 = _numel(model.norm, model.keep)
+    assert (report.params_total, report.params_fp32) == (total, fp32)
+    assert report.fp32_share == fp32 / total
+    steps = model.steps.numel() * model.steps.element_size()
+    assert report.bytes_before == 4 * total + steps
+    assert report.bytes_after == dtype.itemsize * (total - fp32) + 4 * fp32 + steps
+    assert report.to_json() == {
+        "dtype": {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype],
+        "reason": report.reason,
+        "original_dtype": "fp32",
+        "islands": report.islands,
+        "attributes_cast": ["scale"],
+        "guarded_modules": 3,
+        "op_islands": [ref.to_json()],
+        "fill_guards": [""],
+        "fp32_ops": report.fp32_ops,
+        "notes": [],
+        "params_total": total,
+        "params_fp32": fp32,
+        "fp32_share": fp32 / total,
+        "bytes_before": report.bytes_before,
+        "bytes_after": report.bytes_after,
+        "small_fp32": [],
+        "small_fp32_bytes": 0,
+        "recipe": report.recipe.to_json(),
+    }
+    assert report.recipe.keep_fp32 == ("norm", "keep") and report.recipe.op_islands == (ref,)
+    assert report.fp32_ops == sorted(recipe.fp32_ops)
+
+
+def test_norms_are_default_islands_by_type_or_class_name_the_root_only_by_type() -> None:
+    from halfprec.convert.core import is_default_island
+
+    class Scale(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.g = nn.Parameter(torch.ones(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * self.g
+
+    class T5LayerNorm(Scale):
+        pass
+
+    class BigBatchNorm(nn.Linear):
+        pass
+
+    assert is_default_island(nn.LayerNorm(4)) and is_default_island(nn.LayerNorm(4), root=True)
+    assert is_default_island(T5LayerNorm()) and not is_default_island(T5LayerNorm(), root=True)
+    assert is_default_island(BigBatchNorm(2, 2))  # a submodule is judged by its name
+    assert not is_default_island(Scale()) and not is_default_island(nn.Linear(2, 2))
+    # a scripted module's class is RecursiveScriptModule: its original name decides
+    assert is_default_island(torch.jit.script(T5LayerNorm()))
+    assert not is_default_island(torch.jit.script(Scale()))
+    # a model class whose name looks like a norm is not one whole fp32 island
+    half = convert(nn.Sequential(BigBatchNorm(2, 2)), "fp16")
+    assert half[0].weight.dtype == torch.float32
+    root = BigBatchNorm(2, 2)
+    assert convert(root, "fp16").weight.dtype == torch.float16
+
+
+def test_add_note_records_in_the_report_and_refuses_an_unconverted_model() -> None:
+    from halfprec.convert.core import add_note
+
+    half = convert(nn.Sequential(nn.Linear(2, 2)), "fp16")
+    assert add_note(add_note(half, "first"), "second") is half
+    report = conversion_report(half)
+    assert report is not None and report.notes == ["first", "second"]
+    with pytest.raises(HalfprecError, match="^add_note needs a model converted by halfprec$"):
+        add_note(nn.Linear(2, 2), "x")
+
+
+# -- which modules become islands, and why ---------------------------------------------------
+def _islands(model: nn.Module, recipe: Recipe | str) -> dict[str, str]:
+    report = conversion_report(convert(model, recipe))
+    assert report is not None
+    return report.islands
+
+
+def test_keep_fp32_names_match_globs_the_root_and_filter_fn_say_why() -> None:
+    model = nn.Sequential(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), nn.Linear(2, 2))
+    glob = _islands(model, Recipe(dtype="fp16", keep_fp32=("0.*",)))
+    assert glob == {"0.0": "keep_fp32 name '0.*'", "0.1": "keep_fp32 name '0.*'"}
+    whole = convert(model, Recipe(dtype="fp16", keep_fp32=("",)))
+    assert conversion_report(whole).islands == {"": "the whole model"}  # type: ignore[union-attr]
+    assert {p.dtype for p in whole.parameters()} == {torch.float32}
+    x = torch.randn(3, 2)
+    assert torch.equal(whole(x), model(x))  # an fp32 model takes its input uncast
+    picked = _islands(model, Recipe(dtype="fp16", filter_fn=lambda m, n: n == "1"))
+    assert picked == {"1": "filter_fn"}
+
+
+class OutOfRange(nn.Module):
+    """Tensors that are (or are not) beyond fp16: an integer buffer of large ids first, an
+    fp16 maximum, and a one-element plain attribute beyond it."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__()
+        self.register_buffer("ids", torch.tensor([100_000, 7]))
+        self.top = nn.Parameter(torch.tensor([65504.0, 1.0]))
+        self.limit = torch.tensor(limit)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.top + self.limit
+
+
+def test_a_tensor_beyond_the_half_range_makes_its_module_an_island() -> None:
+    model = nn.Sequential(OutOfRange(1e6), OutOfRange(2.0))
+    every_half = Recipe("fp16", fp32_params_up_to=0)  # small tensors too: as .half() has them
+    islands = _islands(model, every_half)
+    # integer values and the dtype's own maximum are in range; the 1-element attribute is not
+    assert islands == {"0": "limit reaches 1e+06, beyond fp16 max 65504"}
+    half = convert(model, every_half)
+    assert half[1].top.dtype == torch.float16 and half[1].ids.dtype == torch.long
+    assert half[0].top.dtype == torch.float32 and half[0].limit.dtype == torch.float32
+    assert _islands(model, every_half.replace(dtype="bf16")) == {}
+    # by default the small parameter stays fp32 without an island; the plain attribute
+    # is cast with the model all the same, so its module is still an island
+    by_default = convert(model, "fp16")
+    assert _islands(model, "fp16") == islands and by_default[1].top.dtype == torch.float32
+
+
+class TiedHead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.mid = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 10)
+        self.head.weight = self.emb.weight  # head: the tied weight first, then its bias
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.mid(self.emb(ids)))
+
+
+def test_a_parameter_tied_to_an_island_keeps_every_module_using_it_in_fp32() -> None:
+    model = TiedHead().eval()
+    assert _islands(model, Recipe(dtype="fp16", keep_fp32=("emb",))) == {
+        "emb": "keep_fp32 name 'emb'",
+        "head": "shares a parameter with an fp32 island",
+    }
+    report = conversion_report(convert(model, "fp16"))
+    assert report is not None  # the tied weight counts once, the bias after it too
+    assert report.params_total == _numel(model.emb, model.mid) + model.head.bias.numel()
+    assert report.bytes_before == 4 * report.params_total
+    both = convert(model, Recipe(dtype="fp16", keep_fp32=("emb", "head")))
+    assert both.head.weight is both.emb.weight
+    assert both.head.bias.dtype == torch.float32  # the parameter after the tied one
+    assert both.mid.weight.dtype == torch.float16
+
+
+# -- casting ----------------------------------------------------------------------------------
+class Attributes(nn.Module):
+    """Tensors outside parameters and buffers: plain, dunder-named, and in dicts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(2, 2)
+        self.offset = torch.ones(2)
+        self.__dict__["__saved__"] = torch.ones(2)  # dunder names are Python's, not state
+        self.cache = {"w": torch.ones(2), "ids": torch.arange(2), "name": "x"}
+        self.ints = {"ids": torch.arange(2)}
+        self.words = {"a": "b"}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x) + self.offset
+
+
+def test_plain_and_dict_tensor_attributes_are_cast_floating_ones_only() -> None:
+    model = nn.Sequential(Attributes())
+    half = convert(model, "fp16")
+    report = conversion_report(half)
+    assert report is not None and report.attributes_cast == ["0.offset", "0.cache"]
+    inner = half[0]
+    assert inner.offset.dtype == torch.float16
+    assert inner.__dict__["__saved__"].dtype == torch.float32
+    assert inner.cache["w"].dtype == torch.float16 and inner.cache["ids"].dtype == torch.long
+    assert inner.cache["name"] == "x" and inner.ints["ids"].dtype == torch.long
+
+
+def test_an_island_keeps_its_gradients_in_fp32_and_its_weights_in_memory_of_their_own() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
+    shared = torch.ones(1000)  # the norm's weight views a larger storage, as a memory map
+    model[1].weight = nn.Parameter(shared[:4])
+    model(torch.randn(2, 4)).sum().backward()
+    half = convert_(model, "fp16")
+    assert half[1].weight.grad.dtype == torch.float32  # type: ignore[union-attr]
+    assert half[0].weight.grad.dtype == torch.float16  # type: ignore[union-attr]
+    assert half[1].weight.untyped_storage().nbytes() == 4 * 4
+
+
+class IntParameter(nn.Module):
+    """A module whose only parameter is an integer one (a lookup table)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.arange(4), requires_grad=False)
+        self.w = nn.Parameter(torch.ones(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.w
+
+
+def test_guards_go_on_half_modules_with_floating_parameters_only() -> None:
+    only_int = nn.Module()
+    only_int.register_parameter("table", nn.Parameter(torch.arange(4), requires_grad=False))
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), only_int, nn.LayerNorm(4), IntParameter())
+    every_half = Recipe(dtype="fp16", fp32_params_up_to=0)  # IntParameter's w too
+    report = conversion_report(convert(model, every_half))
+    assert report is not None and report.guarded_modules == 2  # the Linear, IntParameter
+    root = conversion_report(convert(nn.Linear(4, 4), "fp16"))
+    assert root is not None and root.guarded_modules == 0  # the root casts its own inputs
+    off = conversion_report(convert(model, Recipe(dtype="fp16", guard_boundaries=False)))
+    assert off is not None and off.guarded_modules == 0
+    kept = convert(model, Recipe(dtype="fp16", keep_fp32=("4",)))
+    assert kept[4].w.dtype == torch.float32  # the float parameter after the integer one
+
+
+# -- the recipe as applied, and the root ---------------------------------------------------------
+def test_the_resolved_recipe_names_every_island_and_a_concrete_dtype() -> None:
+    from halfprec.convert.core import recipe_of
+    from halfprec.convert.op_islands import OpRef
+
+    model = nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2), nn.Linear(2, 2))
+    kept, half_op = OpRef("0", "relu", "m.py:1"), OpRef("2", "relu", "m.py:1")
+    recipe = Recipe(filter_fn=lambda m, n: n == "0", op_islands=(kept, half_op))
+    resolved = recipe_of(convert(model, recipe))
+    assert resolved is not None
+    assert resolved.dtype in (torch.float16, torch.bfloat16)  # "auto", resolved
+    assert resolved.keep_fp32 == ("0", "1") and resolved.norm_islands is False
+    assert resolved.filter_fn is None
+    assert resolved.op_islands == (half_op,)  # an island computes all its ops in fp32
+    assert recipe_of(nn.Linear(2, 2)) is None
+
+
+class RootSeesInputs(nn.Module):
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.seen: list[torch.dtype] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(x.dtype)
+        return self.inner(x)
+
+
+def test_fp32_inputs_reach_the_root_in_fp32_unless_torchscript_is_inside() -> None:
+    x = torch.randn(2, 4)
+    for fp32_inputs, want in ((True, torch.float32), (False, torch.float16)):
+        half = convert(RootSeesInputs(nn.Linear(4, 4)), Recipe("fp16", fp32_inputs=fp32_inputs))
+        half(x)
+        assert half.seen == [want]
+    # TorchScript code casts nothing, so its inputs arrive half whatever the recipe says
+    model = RootSeesInputs(nn.Sequential(torch.jit.script(nn.Linear(4, 4)), nn.Linear(4, 4)))
+    half = convert(model, Recipe("fp16", fp32_inputs=True))
+    torch.testing.assert_close(half(x), model(x), atol=2e-2, rtol=2e-2)
+    assert half.seen == [torch.float16]
+    report = conversion_report(half)
+    assert report is not None and report.guarded_modules == 1  # the Python Linear after it
+
+
+# -- errors, each naming the fix -----------------------------------------------------------------
+def test_convert_refuses_what_it_cannot_convert_and_says_what_to_do() -> None:
+    with pytest.raises(TypeError, match="^convert expects an nn.Module, got str$"):
+        convert_("model", "fp16")  # type: ignore[arg-type]
+    half = convert(nn.Linear(2, 2), "fp16")
+    with pytest.raises(HalfprecError) as already:
+        convert_(half, "fp16")
+    assert str(already.value) == (
+        "this model was already converted by halfprec; convert the original fp32 model"
+    )
+    with pytest.raises(HalfprecError) as scripted:
+        convert(torch.jit.script(nn.Linear(2, 2)), "fp16")
+    assert str(scripted.value) == (
+        "a TorchScript module cannot carry halfprec's boundaries; convert the Python model, "
+        "or wrap the scripted one in an nn.Module"
+    )
+
+
+def test_an_unknown_keep_name_lists_up_to_three_similar_names() -> None:
+    from collections import OrderedDict
+
+    layers = OrderedDict((n, nn.Linear(2, 2)) for n in ("x1", "x2", "y", "x3", "x4"))
+    model = nn.Sequential(layers)
+    with pytest.raises(HalfprecError) as similar:
+        convert(model, Recipe(dtype="fp16", keep_fp32=("enc.x",)))
+    assert str(similar.value) == (
+        "keep_fp32 name 'enc.x' matches no module of Sequential (similar: x1, x2, x3); "
+        "list names with model.named_modules()"
+    )
+    with pytest.raises(HalfprecError) as none:
+        convert(model, Recipe(dtype="fp16", keep_fp32=("z",)))
+    assert str(none.value) == (
+        "keep_fp32 name 'z' matches no module of Sequential; list names with model.named_modules()"
+    )
+
+
+def test_an_island_s_children_are_skipped_and_the_modules_after_it_still_picked() -> None:
+    model = nn.Sequential(nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2)), nn.LayerNorm(2))
+    assert _islands(model, Recipe(dtype="fp16", keep_fp32=("0",))) == {
+        "0": "keep_fp32 name '0'",
+        "1": "norm island (LayerNorm)",
+    }
+
+
+class ExpLast(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.exp(x)  # <- op island
+
+
+class SeesInner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = ExpLast()
+        self.proj = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inner(self.proj(x))
+        self.seen = h.dtype
+        return h
+
+
+def _exp_ref(module: str) -> Any:
+    import inspect
+    import os
+
+    from halfprec.convert.op_islands import OpRef
+
+    lines, start = inspect.getsourcelines(ExpLast)
+    n = next(i for i, line in enumerate(lines) if "# <- op island" in line)
+    return OpRef(module, "exp", f"{os.path.basename(__file__)}:{start + n}")
+
+
+def test_op_islands_hand_their_caller_half_and_name_a_module_or_fail() -> None:
+    half = convert(SeesInner().eval(), Recipe(dtype="fp16", op_islands=(_exp_ref("inner"),)))
+    report = conversion_report(half)
+    assert report is not None and report.op_islands == [_exp_ref("inner")]
+    half(torch.randn(3, 2))
+    assert half.seen == torch.float16  # computed in fp32, handed back in the caller's dtype
+    ghost = _exp_ref("nope")
+    with pytest.raises(HalfprecError) as error:
+        convert(SeesInner(), Recipe(dtype="fp16", op_islands=(ghost,)))
+    assert str(error.value) == (
+        f"op island {ghost} names no module of SeesInner; the recipe was tuned on another "
+        "model: re-run `halfprec tune`"
+    )
+    # TorchScript code cannot run an op island: the recipe as applied leaves it out
+    scripted = SeesInner()
+    scripted.inner = torch.jit.script(ExpLast())
+    applied = conversion_report(convert(scripted, Recipe("fp16", op_islands=(_exp_ref("inner"),))))
+    assert applied is not None and applied.op_islands == [] and applied.recipe.op_islands == ()

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from halfprec import convert
+from halfprec import Recipe, convert
 from halfprec.convert import conversion_report
 from halfprec.convert.fills import SaturatingFills
 
@@ -104,3 +104,70 @@ def test_bf16_keeps_constants_that_fit() -> None:
     with torch.no_grad():
         ref = model(x, mask)
         torch.testing.assert_close(half(x, mask), ref, atol=2e-2, rtol=2e-2)
+
+
+# -- every fill op, positional and by keyword (SaturatingFills itself) ----------------------------
+_MASK = torch.tensor([[True, False, True], [False, True, False]])
+_FILLS = {
+    "masked_fill": lambda x: x.masked_fill(_MASK, -1e9),
+    "masked_fill value=": lambda x: x.masked_fill(_MASK, value=-1e9),
+    "masked_fill_": lambda x: x.clone().masked_fill_(_MASK, -1e9),
+    "fill_": lambda x: x.clone().fill_(-1e9),
+    "fill_ value=": lambda x: x.clone().fill_(value=-1e9),
+    "full": lambda x: torch.full((2, 3), -1e9, dtype=x.dtype),
+    "full fill_value=": lambda x: torch.full((2, 3), fill_value=-1e9, dtype=x.dtype),
+    "full_like": lambda x: torch.full_like(x, -1e9),
+    "full_like fill_value=": lambda x: torch.full_like(x, fill_value=-1e9),
+    "new_full": lambda x: x.new_full((2, 3), -1e9),
+    "new_full fill_value=": lambda x: x.new_full((2, 3), fill_value=-1e9),
+    "where other": lambda x: torch.where(_MASK, x, -1e9),
+    "where input": lambda x: torch.where(~_MASK, -1e9, x),
+    "where other=": lambda x: torch.where(_MASK, x, other=-1e9),
+    "where input= other=": lambda x: torch.where(_MASK, input=x, other=-1e9),
+    "Tensor.where": lambda x: x.where(_MASK, -1e9),
+    "where self=": lambda x: torch.where(~_MASK, self=-1e9, other=x),  # a scalar first
+}
+
+
+@pytest.mark.parametrize("how", list(_FILLS))
+def test_each_fill_op_saturates_its_constant_wherever_it_is_passed(how: str) -> None:
+    fill = _FILLS[how]
+    x = torch.zeros(2, 3, dtype=torch.float16)
+    want = fill(torch.zeros(2, 3)).clamp(min=-65504).half()  # fp32, then saturated by hand
+    with SaturatingFills(torch.float16):
+        got = fill(x)
+    assert got.dtype == torch.float16 and torch.equal(got, want)
+    assert (got == -65504).any()
+
+
+def test_fills_of_another_dtype_or_without_floats_are_left_alone() -> None:
+    with SaturatingFills(torch.float16):
+        fp32 = torch.zeros(2, 3).masked_fill(_MASK, -1e9)  # an fp32 fill in a half model
+        ints = torch.zeros(3, dtype=torch.long).fill_(5)
+        added = torch.zeros(2, dtype=torch.float16) + 1
+    assert fp32.min() == -1e9 and ints.tolist() == [5, 5, 5] and added.tolist() == [1, 1]
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float16)
+    try:  # torch.full without a dtype fills the default dtype
+        with SaturatingFills(torch.float16):
+            full = torch.full((2,), -1e9)
+    finally:
+        torch.set_default_dtype(old)
+    assert full.dtype == torch.float16 and full.tolist() == [-65504, -65504]
+
+
+class KeywordMasking(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, *, mask: torch.Tensor) -> torch.Tensor:
+        return self.proj(x).masked_fill(mask, -1e9).softmax(-1)
+
+
+def test_a_saturating_module_takes_keyword_arguments() -> None:
+    torch.manual_seed(0)
+    model = KeywordMasking().eval()
+    x, mask = torch.randn(2, 4), torch.tensor([[True, False, False, True]] * 2)
+    half = convert(model, Recipe(dtype="fp16", fp32_ops=()))
+    torch.testing.assert_close(half(x, mask=mask), model(x, mask=mask), atol=2e-3, rtol=0)

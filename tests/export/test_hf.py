@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -122,16 +121,3 @@ def test_clip_and_first_line_never_cut_words() -> None:
     assert clip("short", 12) == "short"
     assert first_line(ValueError("\x1b[96mred\x1b[0m text\nmore")) == "ValueError: red text"
     assert first_line(KeyError()) == "KeyError"
-
-
-def test_hf_export_cli_reports_the_cache_note(hf_root: Path, tmp_path: Path) -> None:
-    from support.cli import run_cli
-
-    path = save("gpt2", hf_root)
-    out = tmp_path / "g.pt2"
-    proc = run_cli("export", str(path), "-o", str(out), "--dtype", "fp16", "--json")
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
-    assert data["notes"] == [
-        "use_cache=False on a copy of the config: the file returns no KV cache"
-    ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +12,10 @@ from halfprec.export import ExportError, export, load_artifact
 from halfprec.export.kv_cache import WithPast
 from halfprec.io.specs import load_model
 from support.hf_models import DECODER, save
-from testbed.decode import DecodeCheck, decode_against_fp32, left_padded_prompts
+from support.kv_decode import STEPS, decode, onnx_runner
+from testbed.decode import decode_against_fp32, left_padded_prompts
 
 transformers = pytest.importorskip("transformers")
-
-STEPS = 8
 
 
 @pytest.fixture(scope="module")
@@ -25,20 +23,12 @@ def hf_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("hf_kv")
 
 
-def _decode(run: Any, model: Any) -> DecodeCheck:
-    """STEPS greedy tokens of a left-padded two-prompt batch, each step against fp32."""
-    prompt, mask = left_padded_prompts(model.config.vocab_size)
-    check = decode_against_fp32(run, model, prompt, mask, STEPS)
-    assert check.passed, check
-    return check
-
-
 def test_fp32_wrapper_generates_what_transformers_generates(hf_root: Path) -> None:
     # GPT-2's learned absolute positions make left padding visible (RoPE is relative)
     model: Any = load_model(str(save("gpt2", hf_root))).model.eval()
     wrapper = WithPast(model)
     with torch.no_grad():
-        check = _decode(lambda b: wrapper(**b), model)
+        check = decode(lambda b: wrapper(**b), model)
         prompt, mask = left_padded_prompts(model.config.vocab_size)
         want = model.generate(prompt, attention_mask=mask, max_new_tokens=STEPS, do_sample=False)
     assert check.tokens == want[:, prompt.shape[1] :].tolist()
@@ -66,54 +56,7 @@ def test_kv_cache_export_decodes_like_fp32(hf_root: Path, tmp_path: Path) -> Non
     assert all(p.dtype == torch.float32 for p in model.parameters())
     artifact = load_artifact(result.path)
     # fp16 is not fp32, and stays close over the whole decode
-    assert 0 < _decode(artifact, model).worst < 0.05
-
-
-@pytest.mark.slow
-def test_cli_kv_cache_onnx_decodes_like_fp32_in_onnxruntime(  # type: ignore[no-untyped-def]
-    cli, hf_root: Path, tmp_path: Path
-) -> None:
-    pytest.importorskip("onnxscript")
-    pytest.importorskip("onnxruntime")
-    folder, out = save("gpt2", hf_root), tmp_path / "g.onnx"
-    proc = cli("export", str(folder), "-o", str(out), "--kv-cache", "--runs", "0", "--json")
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
-    assert data["passed"] is True
-    assert data["checked_batches"] == 4
-    assert any("present_key_values" in n for n in data["notes"])
-    assert load_artifact(out).info.kv_cache is True
-    # check --artifact rebuilds the cache batches from the model's examples
-    proc = cli("check", str(folder), "--artifact", str(out), "--json")
-    assert proc.returncode == 0, proc.stderr
-    verdict = json.loads(proc.stdout)
-    assert verdict["passed"] is True and verdict["batches"] == 4
-    model: Any = load_model(str(folder)).model.eval()
-    assert 0 < _decode(_onnx_runner(out, model.config.num_hidden_layers), model).worst < 0.05
-    # and through halfprec's own artifact, whose outputs come back nested by path
-    assert 0 < _decode(load_artifact(out), model).worst < 0.05
-
-
-def _onnx_runner(path: Path, layers: int) -> Any:
-    """A KV-cache ONNX file in onnxruntime, as a function of one WithPast-layout batch."""
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-
-    def run(batch: dict[str, Any]) -> dict[str, Any]:
-        feeds = {k: batch[k].numpy() for k in ("input_ids", "attention_mask", "position_ids")}
-        for i, layer in enumerate(batch["past_key_values"]):
-            for kv, t in layer.items():
-                feeds[f"past_key_values.{i}.{kv}"] = t.float().numpy()
-        got = dict(zip(names, session.run(None, feeds), strict=True))
-        present = tuple(
-            {kv: torch.from_numpy(got[f"present_key_values.{i}.{kv}"]) for kv in ("key", "value")}
-            for i in range(layers)
-        )
-        return {"logits": torch.from_numpy(got["logits"]), "present_key_values": present}
-
-    return run
+    assert 0 < decode(artifact, model).worst < 0.05
 
 
 def _mistral(root: Path, window: int) -> Path:
@@ -141,31 +84,11 @@ def test_sliding_window_export_decodes_to_the_model_s_full_context(
     out = tmp_path / f"mistral{suffix}"
     result = export(model, loaded.example_inputs, out, "fp16", kv_cache=True)
     assert result.passed and result.checked_batches == 4  # the 4th: past 63 > window, > 32
-    run = load_artifact(out) if suffix == ".pt2" else _onnx_runner(out, 1)
+    run = load_artifact(out) if suffix == ".pt2" else onnx_runner(out, 1)
     prompt, mask = left_padded_prompts(128)
     steps = model.config.max_position_embeddings - prompt.shape[1]  # to the full context
     check = decode_against_fp32(run, model, prompt, mask, steps)
     assert check.passed and len(check.tokens[0]) == steps, check
-
-
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        (["--static"], "drop --static"),
-        (["--format", "torchscript"], "*.pt2 or *.onnx"),
-    ],
-)
-def test_cli_kv_cache_refuses_options_it_cannot_honour(  # type: ignore[no-untyped-def]
-    cli, hf_root: Path, tmp_path: Path, extra: list[str], message: str
-) -> None:
-    suffix = ".ts" if "torchscript" in extra else ".pt2"
-    out = tmp_path / f"g{suffix}"
-    proc = cli("export", str(save("gpt2", hf_root)), "-o", str(out), "--kv-cache", *extra)
-    assert proc.returncode == 2
-    assert message in proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
-    assert not out.exists()
 
 
 def test_kv_cache_refuses_models_without_a_kv_cache_and_short_prompts(
@@ -211,4 +134,4 @@ def test_mixtral_kv_cache_onnx_decodes_like_fp32(hf_root: Path, tmp_path: Path) 
     result = export(loaded.model, loaded.example_inputs, out, "fp16", kv_cache=True)
     assert result.passed, result.comparison.problems
     assert any("1 mixture-of-experts layer(s) exported densely" in n for n in result.notes)
-    assert 0 < _decode(_onnx_runner(out, 1), loaded.model).worst < 0.05
+    assert 0 < decode(onnx_runner(out, 1), loaded.model).worst < 0.05

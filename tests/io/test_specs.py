@@ -1,8 +1,6 @@
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -13,8 +11,7 @@ from halfprec.batch import call
 from halfprec.errors import ModelSpecError
 from halfprec.io.specs import load_model
 from support import FIXTURES
-from support.cli import run_cli, run_cli_subprocess
-from support.hf_models import build
+from support.hf_models import build, save_tokenizer_without_pad
 
 FIXTURE = FIXTURES / "user_model.py"
 
@@ -111,97 +108,12 @@ def test_bf16_directory_loads_as_an_fp32_reference(tmp_path: Path) -> None:
     )
 
 
-def test_check_on_a_bf16_directory_reports_the_stored_dtype(tmp_path: Path) -> None:
-
-    build("llama").to(torch.bfloat16).save_pretrained(tmp_path)
-    result = run_cli("check", str(tmp_path), "--dtype", "bf16", "--runs", "0", "--json")
-    assert result.returncode == 0, result.stderr
-    data = json.loads(result.stdout)
-    assert data["stored_dtype"] == "bf16"
-    # an fp32 reference holds twice the bytes of its bf16 conversion (not bf16 vs bf16)
-    assert data["bytes_fp32"] > 1.9 * data["bytes_half"]
-    assert "note: " in result.stderr and "stores bf16 weights" in result.stderr
-
-
-def _code_that_marks(marker: Path) -> str:
-    return f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
-
-
-def _remote_model_directory(root: Path, marker: Path) -> Path:
-    """A directory whose config.json asks (auto_map) for its own Python code."""
-    root.mkdir()
-    config = {
-        "model_type": "marknet",
-        "auto_map": {"AutoConfig": "config_mark.MarkConfig", "AutoModel": "model_mark.MarkNet"},
-    }
-    (root / "config.json").write_text(json.dumps(config))
-    code = _code_that_marks(marker)
-    (root / "config_mark.py").write_text(
-        code + "from transformers import PretrainedConfig\n"
-        "class MarkConfig(PretrainedConfig):\n    model_type = 'marknet'\n"
-    )
-    (root / "model_mark.py").write_text(code)
-    return root
-
-
-def _remote_tokenizer_directory(root: Path, marker: Path) -> Path:
-    """A plain BERT directory whose tokenizer_config.json asks for its own tokenizer code."""
-    from transformers import BertConfig, BertModel
-
-    cfg = BertConfig(
-        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
-    )
-    BertModel(cfg).save_pretrained(root)
-    (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a"]))
-    tokenizer_config = {"auto_map": {"AutoTokenizer": ["tok_mark.MarkTokenizer", None]}}
-    (root / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
-    (root / "tok_mark.py").write_text(_code_that_marks(marker))
-    return root
-
-
-@pytest.mark.parametrize(
-    ("make", "refused"), [(_remote_model_directory, True), (_remote_tokenizer_directory, False)]
-)
-def test_a_directory_s_own_code_never_runs_even_if_stdin_says_yes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: Any, refused: bool
-) -> None:
-    marker = tmp_path / "RAN_CODE"
-    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
-    path = make(tmp_path / "model", marker)
-    result = run_cli_subprocess("check", str(path), "--runs", "0", stdin="y\ny\ny\n")
-    assert not marker.exists(), "the directory's Python code ran"
-    assert "Do you wish to run the custom code" not in result.stdout + result.stderr
-    if not refused:  # transformers' own tokenizer class for the files, without the code
-        assert result.returncode == 0, result.stderr
-        return
-    assert result.returncode == 2, result.stderr
-    line = "halfprec: error: " + f"{path} needs its own Python code (auto_map in its config)"
-    assert result.stderr.startswith(line) and result.stderr.count("\n") == 1
-
-
-def _save_tokenizer_without_pad(path: Path) -> None:
-    """A real fast tokenizer with an eos token and no pad token, as GPT-2's and Llama's."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    from halfprec.io.zoo import sentences
-
-    words = {w for s in sentences() for w in s.lower().replace(".", " ").split()}
-    vocab = {w: i for i, w in enumerate(["</s>", "<unk>", *sorted(words)[:100]])}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="<unk>")
-    assert fast.pad_token is None
-    fast.save_pretrained(str(path))
-
-
 def test_a_tokenizer_without_pad_token_pads_with_eos_and_says_so(tmp_path: Path) -> None:
     build("gpt2").save_pretrained(tmp_path)
-    _save_tokenizer_without_pad(tmp_path)
-    result = run_cli("check", str(tmp_path), "--dtype", "fp16", "--runs", "0", "--json")
-    assert result.returncode == 0, result.stderr
+    save_tokenizer_without_pad(tmp_path)
+    loaded = load_model(str(tmp_path))
     note = "has no pad token; padding with its eos token '</s>' (id 0), as transformers.pipeline"
-    assert note in result.stderr and note in json.loads(result.stdout)["notes"][0]
-    batch = load_model(str(tmp_path)).example_inputs[0]
+    assert note in loaded.notes[0]
+    batch = loaded.example_inputs[0]
     padded = batch["attention_mask"] == 0
     assert padded.any() and (batch["input_ids"][padded] == 0).all()

@@ -26,3 +26,19 @@ def save(name: str, root: Path) -> Path:
     path = root / name
     model.save_pretrained(str(path))
     return path
+
+
+def save_tokenizer_without_pad(path: Path) -> None:
+    """A real fast tokenizer with an eos token and no pad token, as GPT-2's and Llama's."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from halfprec.io.zoo import sentences
+
+    words = {w for s in sentences() for w in s.lower().replace(".", " ").split()}
+    vocab = {w: i for i, w in enumerate(["</s>", "<unk>", *sorted(words)[:100]])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="<unk>")
+    assert fast.pad_token is None
+    fast.save_pretrained(str(path))

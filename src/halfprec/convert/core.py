@@ -227,6 +227,7 @@ def conversion_report(model: nn.Module) -> ConversionReport | None:
     )
     seen: set[int] = set()
     small: set[int] = set()
+    sized: set[int] = set()  # a tied tensor's bytes count once, as in nbytes
     before = 0
     for name, module in model.named_modules():
         island = module.__dict__.get(Fp32Island.attr)
@@ -257,9 +258,9 @@ def conversion_report(model: nn.Module) -> ConversionReport | None:
                     report.small_fp32.append(f"{name}.{tname}" if name else tname)
                     report.small_fp32_bytes += t.numel() * t.element_size()
         for t in (*module.parameters(recurse=False), *module.buffers(recurse=False)):
-            if id(t) in seen and not isinstance(t, nn.Parameter):
+            if id(t) in sized:
                 continue
-            seen.add(id(t))
+            sized.add(id(t))
             size = root.original.itemsize if t.is_floating_point() else t.element_size()
             before += t.numel() * size
     report.bytes_before = before

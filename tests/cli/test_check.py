@@ -1,0 +1,91 @@
+"""``halfprec check`` on a Hugging Face directory: the dtype it stores, a tokenizer without a
+pad token, and the directory's own code, which never runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from support.cli import run_cli, run_cli_subprocess
+from support.hf_models import build, save_tokenizer_without_pad
+
+
+def test_check_on_a_bf16_directory_reports_the_stored_dtype(tmp_path: Path) -> None:
+    build("llama").to(torch.bfloat16).save_pretrained(tmp_path)
+    result = run_cli("check", str(tmp_path), "--dtype", "bf16", "--runs", "0", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["stored_dtype"] == "bf16"
+    # an fp32 reference holds twice the bytes of its bf16 conversion (not bf16 vs bf16)
+    assert data["bytes_fp32"] > 1.9 * data["bytes_half"]
+    assert "note: " in result.stderr and "stores bf16 weights" in result.stderr
+
+
+def _code_that_marks(marker: Path) -> str:
+    return f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+
+
+def _remote_model_directory(root: Path, marker: Path) -> Path:
+    """A directory whose config.json asks (auto_map) for its own Python code."""
+    root.mkdir()
+    config = {
+        "model_type": "marknet",
+        "auto_map": {"AutoConfig": "config_mark.MarkConfig", "AutoModel": "model_mark.MarkNet"},
+    }
+    (root / "config.json").write_text(json.dumps(config))
+    code = _code_that_marks(marker)
+    (root / "config_mark.py").write_text(
+        code + "from transformers import PretrainedConfig\n"
+        "class MarkConfig(PretrainedConfig):\n    model_type = 'marknet'\n"
+    )
+    (root / "model_mark.py").write_text(code)
+    return root
+
+
+def _remote_tokenizer_directory(root: Path, marker: Path) -> Path:
+    """A plain BERT directory whose tokenizer_config.json asks for its own tokenizer code."""
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
+    BertModel(cfg).save_pretrained(root)
+    (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a"]))
+    tokenizer_config = {"auto_map": {"AutoTokenizer": ["tok_mark.MarkTokenizer", None]}}
+    (root / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    (root / "tok_mark.py").write_text(_code_that_marks(marker))
+    return root
+
+
+@pytest.mark.parametrize(
+    ("make", "refused"), [(_remote_model_directory, True), (_remote_tokenizer_directory, False)]
+)
+def test_a_directory_s_own_code_never_runs_even_if_stdin_says_yes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: Any, refused: bool
+) -> None:
+    marker = tmp_path / "RAN_CODE"
+    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
+    path = make(tmp_path / "model", marker)
+    result = run_cli_subprocess("check", str(path), "--runs", "0", stdin="y\ny\ny\n")
+    assert not marker.exists(), "the directory's Python code ran"
+    assert "Do you wish to run the custom code" not in result.stdout + result.stderr
+    if not refused:  # transformers' own tokenizer class for the files, without the code
+        assert result.returncode == 0, result.stderr
+        return
+    assert result.returncode == 2, result.stderr
+    line = "halfprec: error: " + f"{path} needs its own Python code (auto_map in its config)"
+    assert result.stderr.startswith(line) and result.stderr.count("\n") == 1
+
+
+def test_a_tokenizer_without_pad_token_says_so_on_stderr_and_in_the_json(tmp_path: Path) -> None:
+    # the padding itself: tests/io/test_specs.py
+    build("gpt2").save_pretrained(tmp_path)
+    save_tokenizer_without_pad(tmp_path)
+    result = run_cli("check", str(tmp_path), "--dtype", "fp16", "--runs", "0", "--json")
+    assert result.returncode == 0, result.stderr
+    note = "has no pad token; padding with its eos token '</s>' (id 0), as transformers.pipeline"
+    assert note in result.stderr and note in json.loads(result.stdout)["notes"][0]

@@ -1,0 +1,177 @@
+"""convert/boundaries.py: the root's label, guards that cast stray fp32 inputs, and fp32
+islands that take any call and hand back the caller's dtype (or fp32 where it cannot hold
+the value)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from halfprec import Recipe, convert
+from halfprec.convert.op_policy import DEFAULT_FP32_OPS
+
+# no op policy and half inputs: only the guards stand between fp32 and a half Linear
+GUARDS_ONLY = Recipe(dtype="fp16", fp32_ops=(), fp32_inputs=False)
+
+
+@pytest.mark.parametrize(
+    ("fp32_ops", "label"),
+    [
+        ((), "Linear[halfprec fp16]"),
+        (("exp",), "Linear[halfprec fp16, 1 fp32 op]"),
+        (("exp", "log"), "Linear[halfprec fp16, 2 fp32 ops]"),
+        (DEFAULT_FP32_OPS, "Linear[halfprec fp16, autocast fp32 ops]"),
+    ],
+)
+def test_the_root_s_label_names_the_dtype_and_the_op_policy(
+    fp32_ops: tuple[str, ...], label: str
+) -> None:
+    half = convert(nn.Linear(2, 2), Recipe(dtype="fp16", fp32_ops=fp32_ops, fp32_params_up_to=0))
+    assert half._get_name() == label
+
+
+class StrayInput(nn.Module):
+    """Hands an fp32 tensor made in forward to a half Linear, positionally and by keyword."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(4, 4)
+        self.out = Shifted()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        stray = torch.zeros(x.shape) + self.inp(x)  # fp32 + half -> fp32
+        return self.out(stray, shift=torch.ones(4, dtype=self.inp.weight.dtype))
+
+
+class Shifted(nn.Linear):
+    def __init__(self) -> None:
+        super().__init__(4, 4)
+
+    def forward(self, x: torch.Tensor, *, shift: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) + shift
+
+
+def test_a_guard_casts_a_stray_fp32_input_and_passes_keywords_on() -> None:
+    torch.manual_seed(0)
+    model = StrayInput().eval()
+    x = torch.randn(3, 4)
+    out = convert(model, GUARDS_ONLY)(x)
+    torch.testing.assert_close(out, model(x), atol=2e-2, rtol=2e-2)
+    unguarded = convert(model, GUARDS_ONLY.replace(guard_boundaries=False))
+    with pytest.raises(RuntimeError, match="dtype"):
+        unguarded(x)  # the control: without the guard the stray fp32 meets half weights
+
+
+class KeywordIsland(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[torch.dtype] = []
+
+    def forward(self, x: torch.Tensor, *, scale: torch.Tensor) -> torch.Tensor:
+        self.seen += [x.dtype, scale.dtype]
+        return x * scale
+
+
+class Calls(nn.Module):
+    def __init__(self, island: nn.Module, keyword: bool = False) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.island = island
+        self.keyword = keyword
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.proj(x)
+        out = self.island(h, scale=torch.full_like(h, 2.0)) if self.keyword else self.island(h)
+        self.got = out.dtype
+        return out
+
+
+def test_an_island_widens_keyword_inputs_too_and_hands_back_the_caller_s_dtype() -> None:
+    half = convert(
+        Calls(KeywordIsland(), keyword=True), Recipe(dtype="fp16", keep_fp32=("island",))
+    )
+    half(torch.randn(2, 4))
+    assert half.island.seen == [torch.float32, torch.float32]
+    assert half.got == torch.float16
+
+
+def test_a_norm_island_with_a_mixed_kernel_takes_its_input_by_keyword() -> None:
+    half = convert(nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)), "fp16")
+    x = torch.randn(2, 4, dtype=torch.float16)
+    torch.testing.assert_close(half[1](input=x), half[1](x), atol=0, rtol=0)
+
+
+def test_an_island_called_without_floating_tensors_returns_its_own_output() -> None:
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 4))
+    half = convert(model, Recipe(dtype="fp16", keep_fp32=("0",)))
+    ids = torch.tensor([[1, 2]])
+    assert half[0](ids).dtype == torch.float32  # no caller dtype to hand back
+    torch.testing.assert_close(half(ids), model(ids), atol=2e-2, rtol=2e-2)
+
+
+class Emits(nn.Module):
+    """Returns a fixed fp32 value in place of its input."""
+
+    def __init__(self, value: torch.Tensor) -> None:
+        super().__init__()
+        self.value = nn.Parameter(value, requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.value + 0 * x.sum()
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype"),
+    [
+        ([1e5], torch.float32),  # one element beyond fp16: kept fp32
+        ([65504.0, 1.0], torch.float16),  # fp16's max itself fits
+        ([], torch.float16),  # nothing to check
+    ],
+)
+def test_an_island_keeps_fp32_only_what_the_caller_s_dtype_cannot_hold(
+    value: list[float], dtype: torch.dtype
+) -> None:
+    island = Emits(torch.tensor(value))
+    half = convert(Calls(island), Recipe(dtype="fp16", keep_fp32=("island",)))
+    half(torch.randn(2, 4))
+    assert half.got == dtype
+
+
+def test_a_norm_island_always_hands_back_the_caller_s_dtype() -> None:
+    # no range check on every norm: a norm's output is normalized, so it is cast back
+    norm = nn.LayerNorm(4)
+    with torch.no_grad():
+        norm.weight.fill_(1e5)
+    half = convert(Calls(norm), Recipe(dtype="fp16", mixed_kernels=False))
+    half(torch.randn(2, 4))
+    assert half.got == torch.float16
+
+
+class KeywordRoot(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, *, bias: torch.Tensor) -> torch.Tensor:
+        self.seen = bias.dtype
+        return self.proj(x) + bias
+
+
+def test_the_root_casts_keyword_inputs_too_and_passes_them_on() -> None:
+    torch.manual_seed(0)
+    model = KeywordRoot().eval()
+    x, bias = torch.randn(2, 4), torch.ones(4)
+    half = convert(model, GUARDS_ONLY)
+    out = half(x, bias=bias)
+    assert half.seen == torch.float16 and out.dtype == torch.float32
+    torch.testing.assert_close(out, model(x, bias=bias), atol=2e-2, rtol=2e-2)
+
+
+def test_fp32_inputs_without_an_op_policy_still_meet_half_weights_in_half() -> None:
+    # the inputs stay fp32 at the root; the mode casts them where a half GEMM takes them
+    torch.manual_seed(0)
+    model = nn.Linear(4, 4).eval()
+    x = torch.randn(2, 4)
+    half = convert(model, Recipe(dtype="fp16", fp32_ops=(), fp32_inputs=True))
+    torch.testing.assert_close(half(x), model(x), atol=2e-2, rtol=2e-2)
