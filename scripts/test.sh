@@ -27,8 +27,11 @@ trap 'rm -f "$mypy_log"' EXIT
 mypy_pid=$!
 status=0
 # two pytest workers (pytest-xdist; CI has 2 cores); a test file stays on one worker, so its
-# module fixtures are built once
-"$PY" -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadfile ${tier[@]+"${tier[@]}"} "$@" || status=$?
+# module fixtures are built once. --max-worker-restart=0: a worker that dies fails the run
+# naming the test it was running; replacing it under --dist loadfile can hang the whole run
+# (pytest-xdist 3.8.0, pytest-dev/pytest-xdist#784 and #1378; seen here once, 2026-12-01)
+"$PY" -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadfile --max-worker-restart=0 \
+  ${tier[@]+"${tier[@]}"} "$@" || status=$?
 wait "$mypy_pid" || status=1
 cat "$mypy_log"
 exit "$status"
