@@ -16,8 +16,8 @@ from halfprec.convert.core import ConfigLike, Recipe, conversion_report
 from halfprec.diagnose.divergence import find_divergence, half_pass
 from halfprec.diagnose.inputs import input_rounding
 from halfprec.diagnose.local import Diagnoser
-from halfprec.diagnose.recording import cast_to
 from halfprec.diagnose.results import Diagnosis
+from halfprec.dtypes import cast_floating
 from halfprec.errorstats import relative_threshold
 from halfprec.modules import model_device
 from halfprec.tree import map_tensors
@@ -28,7 +28,7 @@ __all__ = ["diagnose", "naive_half"]
 def naive_half(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     """``model.to(dtype)`` on a copy, floating inputs cast at the root: the naive conversion."""
     twin = copy.deepcopy(model).to(dtype)
-    cast = cast_to(dtype)
+    cast = cast_floating(dtype)
 
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
         return map_tensors(cast, args), map_tensors(cast, kwargs)

@@ -14,16 +14,7 @@ from torch import nn
 from halfprec.modules import finite_peak
 from halfprec.tree import iter_tensors
 
-__all__ = ["Call", "Snapshots", "hooked", "peak_of", "float_dtypes", "cast_to", "copy_to"]
-
-
-def cast_to(dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Floating tensors to ``dtype`` (no copy when already there); others as they are."""
-
-    def cast(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
-
-    return cast
+__all__ = ["Call", "Snapshots", "hooked", "peak_of", "float_dtypes", "copy_to"]
 
 
 class Snapshots:

@@ -28,8 +28,9 @@ import torch
 from torch import nn
 
 from halfprec.convert.core import recipe_of
-from halfprec.dtypes import dtype_name
+from halfprec.dtypes import cast_floating, dtype_name
 from halfprec.errors import CheckpointError
+from halfprec.tree import map_tensors
 
 __all__ = [
     "RECIPE_FILE",
@@ -131,13 +132,8 @@ class InputsInDtype(nn.Module):
         self.model = model
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        from halfprec.tree import map_tensors
-
         dtype = next(p.dtype for p in self.model.parameters() if p.is_floating_point())
-
-        def cast(t: torch.Tensor) -> torch.Tensor:
-            return t.to(dtype) if t.is_floating_point() else t
-
+        cast = cast_floating(dtype)
         return self.model(*map_tensors(cast, args), **map_tensors(cast, kwargs))
 
 
