@@ -163,7 +163,9 @@ class Fp32Island(Behaviour):
         out = super().forward(*map_tensors(to_wide, args), **map_tensors(to_wide, kwargs))  # type: ignore[misc]
         if caller is None or caller == s.original:
             return out
-        limit = range_of(caller).max
+        # the range check is for islands that widen only (not the default norm islands):
+        # the others read no dtype facts per call
+        limit = range_of(caller).max if s.widen else 0.0
         narrow = s.widen and limit < range_of(s.original).max / 2  # fp16, not bf16
         original = s.original
 
