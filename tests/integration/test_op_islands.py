@@ -209,3 +209,30 @@ def test_pt2_export_carries_the_op_island_as_to_fp32(eps_policy: Recipe, tmp_pat
     for batch in batches:
         out = load_artifact(path)(batch)
         assert torch.isfinite(out).all()
+
+
+class _ExpTimesScale(torch.nn.Module):
+    """exp's fp32 result meets a half scale (too large to stay fp32) in an elementwise op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.full((70_000,), 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.exp(x) * self.scale  # <- island
+
+
+def test_torchscript_trace_keeps_carried_fp32_whatever_the_example_batch_held() -> None:
+    # a trace records one path: a carried value that fit fp16 on the example batch must not
+    # become a cast to fp16 for every later batch (eager keeps 12's exp, 162755, fp32)
+    model = _ExpTimesScale().eval()
+    lines, start = inspect.getsourcelines(_ExpTimesScale)
+    line = start + next(i for i, text in enumerate(lines) if "# <- island" in text)
+    ref = OpRef("", "exp", f"{os.path.basename(__file__)}:{line}", 0)
+    half = convert(model, Recipe(torch.float16, op_islands=(ref,), fp32_params_up_to=0))
+    big = torch.full((70_000,), 12.0)
+    with torch.no_grad():
+        assert torch.isfinite(half(big)).all()
+        traced = torch.jit.trace(half, (torch.zeros(70_000),), check_trace=False)
+        out = traced(big)
+    torch.testing.assert_close(out, model(big).detach())

@@ -139,11 +139,12 @@ def own_op(frame: FrameType | None, module: nn.Module) -> str | None:
 def fits(t: torch.Tensor, dtype: torch.dtype) -> bool:
     """Every finite value of ``t`` lies within ``dtype``'s range (inf/NaN count as fitting).
 
-    While ``torch.compile`` or ``torch.export`` traces, values are symbolic and a graph
-    cannot branch on them, so nothing counts as fitting: carried fp32 values stay fp32 in
-    compiled and exported graphs (``.pt2``, ONNX) until a half module's boundary casts
-    them, never narrower than in eager mode."""
-    if torch.compiler.is_compiling():  # torch.compile and torch.export alike
+    While ``torch.compile``, ``torch.export`` or ``torch.jit.trace`` traces, a graph cannot
+    branch on values (a trace would keep the example batch's answer for every batch), so
+    nothing counts as fitting: carried fp32 values stay fp32 in compiled and exported
+    graphs (``.pt2``, ONNX, TorchScript) until a half module's boundary casts them, never
+    narrower than in eager mode."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():  # compile and export alike
         return False
     if t.numel() == 0:
         return True
