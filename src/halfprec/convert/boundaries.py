@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from halfprec.convert.op_policy import DEFAULT_FP32_OPS, Fp32OpsMode
-from halfprec.convert.swap import Behaviour
+from halfprec.convert.swap import Behaviour, tracing
 from halfprec.dtypes import cast_floating, dtype_name, range_of
 from halfprec.tree import iter_tensors, map_tensors
 
@@ -48,12 +48,8 @@ def _first_float_dtype(obj: Any) -> torch.dtype | None:
     return None
 
 
-def _tracing() -> bool:
-    return torch.jit.is_tracing() or torch.compiler.is_compiling()
-
-
 def _beyond(t: torch.Tensor, limit: float) -> bool:
-    return t.numel() > 0 and not _tracing() and bool(t.abs().amax() > limit)
+    return t.numel() > 0 and not tracing() and bool(t.abs().amax() > limit)
 
 
 @dataclass(frozen=True)

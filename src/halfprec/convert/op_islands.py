@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from halfprec.convert.scope import NamedOpMode
-from halfprec.convert.swap import Behaviour
+from halfprec.convert.swap import Behaviour, tracing
 from halfprec.dtypes import cast_floating, range_of
 from halfprec.frames import is_library_file, is_torch_file
 from halfprec.tree import iter_tensors, map_tensors
@@ -144,7 +144,7 @@ def fits(t: torch.Tensor, dtype: torch.dtype) -> bool:
     nothing counts as fitting: carried fp32 values stay fp32 in compiled and exported
     graphs (``.pt2``, ONNX, TorchScript) until a half module's boundary casts them, never
     narrower than in eager mode."""
-    if torch.compiler.is_compiling() or torch.jit.is_tracing():  # compile and export alike
+    if tracing():
         return False
     if t.numel() == 0:
         return True
@@ -319,15 +319,11 @@ class OpIslands(Behaviour):
         half = s.plan.dtype
 
         def narrow(t: torch.Tensor) -> torch.Tensor:
-            if t.dtype == torch.float32 and not _tracing() and fits(t, half):
+            if t.dtype == torch.float32 and fits(t, half):
                 return t.to(half)
             return t
 
         return map_tensors(narrow, out)
-
-
-def _tracing() -> bool:
-    return torch.compiler.is_compiling() or torch.compiler.is_exporting()
 
 
 def with_ordinals(

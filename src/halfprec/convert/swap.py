@@ -23,9 +23,10 @@ from __future__ import annotations
 import functools
 from typing import Any, ClassVar
 
+import torch
 from torch import nn
 
-__all__ = ["Behaviour", "base_class", "behaviours", "swap", "unswap"]
+__all__ = ["Behaviour", "base_class", "behaviours", "swap", "tracing", "unswap"]
 
 
 class Behaviour:
@@ -37,6 +38,12 @@ class Behaviour:
     @classmethod
     def label(cls, settings: Any) -> str:
         return ""
+
+
+def tracing() -> bool:
+    """True while ``torch.compile``, ``torch.export`` or ``torch.jit.trace`` records a graph:
+    a behaviour must not branch on tensor values then (the graph would keep one answer)."""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling()
 
 
 def _rebuild(base: type[nn.Module], mixins: tuple[type[Behaviour], ...]) -> nn.Module:
