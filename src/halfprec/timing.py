@@ -24,6 +24,7 @@ __all__ = [
     "spent_text",
     "spread_text",
     "synchronize",
+    "timed_call",
 ]
 
 T = TypeVar("T")
@@ -57,6 +58,15 @@ def synchronize(device: torch.device | str) -> None:
         sync = getattr(getattr(torch, dev.type), "synchronize", None)
         if callable(sync):
             sync()
+
+
+def timed_call(fn: Callable[[], object], device: torch.device | str = "cpu") -> float:
+    """Seconds one call of ``fn`` takes on ``device``, synchronised after the call: the
+    one timed call every measurement here (and the bench runner's and probe's) is made of."""
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
 
 
 @dataclass(frozen=True)
@@ -93,13 +103,7 @@ def measure(
     for _ in range(warmup):
         fn()
     synchronize(device)
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        samples.append(time.perf_counter() - start)
-    return Timing(tuple(samples))
+    return Timing(tuple(timed_call(fn, device) for _ in range(runs)))
 
 
 def measure_interleaved(
@@ -121,10 +125,7 @@ def measure_interleaved(
     samples: list[list[float]] = [[] for _ in fns]
     for _ in range(runs):
         for fn, out in zip(fns, samples, strict=True):
-            start = time.perf_counter()
-            fn()
-            synchronize(device)
-            out.append(time.perf_counter() - start)
+            out.append(timed_call(fn, device))
     return [Timing(tuple(s)) for s in samples]
 
 

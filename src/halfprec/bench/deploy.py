@@ -172,13 +172,12 @@ def deploy(
         )
     start = time.perf_counter()
     cfg = Recipe.of(config)
-    base = [Variant("fp32")] + [
-        Variant("halfprec", dt) for dt in cfg.candidates(model_device(model))
-    ]
+    half = cfg.candidates(model_device(model))
+    base = [Variant("fp32")] + [Variant("halfprec", dt) for dt in half]
     variants = (base if eager else []) + ([v.with_compile() for v in base] if compile else [])
     if not eager:  # speedups are measured against eager fp32, so it is always timed
         variants.insert(0, Variant("fp32"))
-    variants += runtime_variants(runtimes, cfg.candidates(model_device(model)))
+    variants += runtime_variants(runtimes, half)
     runner = _Runner(
         model, as_batches(inputs)[0], variants, bench or _quick(), cfg, tolerance, None, progress
     )

@@ -31,7 +31,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from halfprec.batch import Batch, call
-from halfprec.timing import synchronize
+from halfprec.timing import synchronize, timed_call
 
 __all__ = [
     "Gemm",
@@ -145,13 +145,6 @@ def _operands(gemm: Gemm, dtype: torch.dtype, device: torch.device) -> Callable[
     return lambda: op(a, b)
 
 
-def _timed(fn: Callable[[], object], device: torch.device) -> float:
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - start
-
-
 @dataclass(frozen=True)
 class GemmLimit:
     """fp32 time / half time of the model's matrix products (above 1: half is faster).
@@ -189,7 +182,7 @@ def measure_limit(
             fn()
         for _ in range(runs):
             for key, fn in calls.items():
-                samples[key].append(_timed(fn, dev))
+                samples[key].append(timed_call(fn, dev))
             if time.perf_counter() - start > budget_s:
                 break
     total = {
@@ -270,7 +263,7 @@ def measure_slowdown(
     key = (str(dev), torch.get_num_threads(), dtype, gemm, give_up_at)
     if timer is None and key in _PROBES:
         return _PROBES[key]
-    clock = timer or (lambda fn, _dtype: _timed(fn, dev))
+    clock = timer or (lambda fn, _dtype: timed_call(fn, dev))
     fp32 = _operands(gemm, torch.float32, dev)
     half = _operands(gemm, dtype, dev)
     fp32_s: list[float] = []

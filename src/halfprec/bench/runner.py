@@ -51,7 +51,7 @@ from halfprec.convert.core import ConfigLike, Recipe
 from halfprec.dtypes import dtype_name
 from halfprec.modules import evaluating, first_line, model_device, nbytes
 from halfprec.runtimes import unavailable
-from halfprec.timing import Timing, synchronize
+from halfprec.timing import Timing, synchronize, timed_call
 
 __all__ = ["CallTimer", "benchmark", "run_benchmark", "SPREAD_WARNING"]
 
@@ -62,16 +62,6 @@ Progress = Callable[[int, int, str], None]
 CallTimer = Callable[[Callable[[], object], Variant], float]
 """Times one timed call of a variant: ``timer(fn, variant) -> seconds``. The default calls
 ``fn`` and synchronises the device around a wall clock; tests pass scripted timings."""
-
-
-def _wall_clock(device: torch.device) -> CallTimer:
-    def timed(fn: Callable[[], object], variant: Variant) -> float:
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        return time.perf_counter() - start
-
-    return timed
 
 
 def _allocator(device: torch.device) -> Any:
@@ -259,7 +249,7 @@ class _Runner:
         ref = next((i for i in modules if prepared[i][0].variant == Variant("fp32")), None)
         race = self.config.race
         stopped: set[int] = set()
-        timer = self.timer or _wall_clock(self.device)
+        timer = self.timer or (lambda fn, _variant: timed_call(fn, self.device))
 
         def plays(i: int, round_: int) -> bool:
             r, _, runs = prepared[i]

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 import torch
 
 from halfprec.bench.results import BenchResult, VariantResult
+from halfprec.bench.spread import paired_speed
 from halfprec.bench.variants import Variant
 from halfprec.runtimes import RUNTIMES, runtime_dtypes
-from halfprec.timing import Ratio, Timing, ratio_of
 
-__all__ = ["runtime_variants", "runtime_speed", "with_runtimes"]
+__all__ = ["runtime_variants", "with_runtimes"]
 
 
 def runtime_variants(runtimes: Sequence[str], half: Sequence[torch.dtype]) -> list[Variant]:
@@ -37,15 +37,6 @@ def runtime_variants(runtimes: Sequence[str], half: Sequence[torch.dtype]) -> li
     return [Variant(r, d) for r in dict.fromkeys(names) for d in runtime_dtypes(r) if d in wanted]
 
 
-def runtime_speed(choice: VariantResult, row: VariantResult) -> Ratio | None:
-    """How many times faster ``row`` ran than ``choice``, over the rounds both were timed
-    in (None when either was not timed)."""
-    if choice.timing is None or row.timing is None:
-        return None
-    n = min(len(choice.timing.samples), len(row.timing.samples))
-    return ratio_of(Timing(choice.timing.samples[:n]), Timing(row.timing.samples[:n]))
-
-
 def with_runtimes(result: BenchResult, choice: VariantResult) -> VariantResult:
     """``choice`` (the fastest accurate torch variant), or the fastest accurate runtime
     variant at its batch size that beats it by its spread."""
@@ -53,7 +44,7 @@ def with_runtimes(result: BenchResult, choice: VariantResult) -> VariantResult:
     for row in result.at(choice.batch_size):
         if not row.variant.runtime or row.status != "ok" or not row.accurate:
             continue
-        speed = runtime_speed(choice, row)
+        speed = paired_speed(choice, row)
         if speed is None or not (speed.ranked and speed.q1 > 1.0) or row.median_s is None:
             continue
         if best_s is None or row.median_s < best_s:

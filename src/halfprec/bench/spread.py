@@ -9,7 +9,16 @@ from halfprec.bench.results import BenchResult, VariantResult
 from halfprec.bench.variants import Variant
 from halfprec.timing import Ratio, Timing, ratio_of
 
-__all__ = ["spread_json", "variant_speed"]
+__all__ = ["paired_speed", "spread_json", "variant_speed"]
+
+
+def paired_speed(reference: VariantResult, row: VariantResult) -> Ratio | None:
+    """How many times faster ``row`` ran than ``reference``, over the rounds both were timed
+    in (None when either was not timed)."""
+    if reference.timing is None or row.timing is None:
+        return None
+    rounds = min(len(reference.timing.samples), len(row.timing.samples))
+    return ratio_of(Timing(reference.timing.samples[:rounds]), Timing(row.timing.samples[:rounds]))
 
 
 def variant_speed(result: BenchResult, row: VariantResult) -> Ratio | None:
@@ -18,10 +27,7 @@ def variant_speed(result: BenchResult, row: VariantResult) -> Ratio | None:
     if row.timing is None or row.status not in ("ok", "capped") or row.variant == Variant("fp32"):
         return None
     fp32 = next((r for r in result.at(row.batch_size) if r.variant == Variant("fp32")), None)
-    if fp32 is None or fp32.timing is None:
-        return None
-    rounds = min(len(fp32.timing.samples), len(row.timing.samples))
-    return ratio_of(Timing(fp32.timing.samples[:rounds]), Timing(row.timing.samples[:rounds]))
+    return None if fp32 is None else paired_speed(fp32, row)
 
 
 def spread_json(result: BenchResult) -> dict[str, Any]:

@@ -159,16 +159,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--variant", required=True)
     parser.add_argument("--batch-size", type=int, required=True)
-    parser.add_argument("--policy", default=None)
-    parser.add_argument("--keep-fp32", action="append", default=[])
-    parser.add_argument("--no-norm-islands", action="store_true")
+    parser.add_argument("--policy", default=None, help="a recipe file (Recipe.save)")
     ns = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    base = Recipe.load(ns.policy) if ns.policy else Recipe()
-    config = base.replace(
-        keep_fp32=(*base.keep_fp32, *ns.keep_fp32),
-        norm_islands=base.norm_islands and not ns.no_norm_islands,
-    )
+    config = Recipe.load(ns.policy) if ns.policy else Recipe()
     data = _run(ns.model, ns.variant, ns.batch_size, config)
     print(json.dumps(data))
 
