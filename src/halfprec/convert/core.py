@@ -65,6 +65,7 @@ from halfprec.modules import finite_peak, in_island, model_device, nbytes
 __all__ = [
     "DEFAULT_ISLAND_TYPES",
     "GEMM_TYPES",
+    "LOOKUP_TYPES",
     "ConfigLike",
     "add_note",
     "ConversionReport",
@@ -92,25 +93,30 @@ DEFAULT_ISLAND_TYPES: tuple[type[nn.Module], ...] = (
 # Modules whose weights feed a GEMM, or a lookup: these go half, as autocast casts a GEMM's
 # weights to half at every call. Embedding tables go half too, though autocast keeps them
 # fp32: they hold most of a language model's parameters, and a small fp32 table (BERT's
-# two token types) would turn the whole residual stream it is added to into fp32. Every
-# other parameter or buffer (a learned scale, frequencies, a centre, a temperature) is used
-# in elementwise math and stays fp32 when it is small (Recipe.fp32_params_up_to), as under
-# autocast. transformers' Conv1D is matched by class name. TorchScript code has no op
+# two token types) would turn the whole residual stream it is added to into fp32. In a
+# model with no GEMM at all (a table of hyperbolic or metric embeddings and a distance)
+# nothing computes faster in half, so a small table is an ordinary small parameter there.
+# Every other parameter or buffer (a learned scale, frequencies, a centre, a temperature) is
+# used in elementwise math and stays fp32 when it is small (Recipe.fp32_params_up_to), as
+# under autocast. transformers' Conv1D is matched by class name. TorchScript code has no op
 # policy to run a GEMM that meets an fp32 operand, so a scripted module's tensors all go half.
+LOOKUP_TYPES: tuple[type[nn.Module], ...] = (nn.Embedding, nn.EmbeddingBag)
 GEMM_TYPES: tuple[type[nn.Module], ...] = (
     nn.Linear,
     nn.Bilinear,
     nn.modules.conv._ConvNd,
-    nn.Embedding,
-    nn.EmbeddingBag,
+    *LOOKUP_TYPES,
     nn.MultiheadAttention,
     nn.RNNBase,
 )
 _GEMM_NAMES = frozenset({"Conv1D"})
 
 
-def is_gemm_module(module: nn.Module) -> bool:
-    """True for a module whose own weights feed a GEMM or a lookup (:data:`GEMM_TYPES`)."""
+def is_gemm_module(module: nn.Module, *, lookups: bool = True) -> bool:
+    """True for a module whose own weights feed a GEMM or (unless ``lookups`` is off) a
+    lookup (:data:`GEMM_TYPES`)."""
+    if isinstance(module, LOOKUP_TYPES):
+        return lookups
     if isinstance(module, GEMM_TYPES):
         return True
     return any(c.__name__ in _GEMM_NAMES for c in type(module).__mro__)
@@ -488,10 +494,12 @@ class _Converter:
         limit = self.config.fp32_params_up_to
         if not limit:
             return set()
+        # lookups count only where a GEMM computes in half (see GEMM_TYPES)
+        lookups = any(is_gemm_module(m, lookups=False) for m in self.model.modules())
         gemm = {  # recurse: a parametrized weight lives in the module's ``parametrizations``
             id(t)
             for m in self.model.modules()
-            if is_gemm_module(m)
+            if is_gemm_module(m, lookups=lookups)
             for t in (*m.parameters(), *m.buffers())
         }
         return {
