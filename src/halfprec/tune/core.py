@@ -189,7 +189,7 @@ def _unscaled(
     if not _confirm(model, wide, cal + held, tolerance).passed:
         return recipe, final
     report.confirmation = _confirm(model, wide, held, tolerance)
-    report.op_islands = fallback.op_islands
+    report.op_islands = tuple(r.with_kind("fp32") for r in report.op_islands)
     report.fp32_flops_share = fp32_flops_share(model, wide, cal[0], chosen.op_flops)
     names = ", ".join(str(r.with_kind("fp32")) for r in scaled)
     report.notes.append(
