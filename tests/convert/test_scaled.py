@@ -211,3 +211,17 @@ def test_save_load_deepcopy_and_pickle_keep_the_scaled_island(tmp_path: Path) ->
         assert "Gram[1 scaled half op]" in repr(again)
         for batch, out in zip(batches, expected, strict=True):
             assert torch.equal(_run(again, batch), out)
+
+
+def test_torch_export_carries_the_scaling_as_visible_ops() -> None:
+    model, batches = _gram()
+    half = convert(model, Recipe("fp16", op_islands=(GRAM,)))
+    program = torch.export.export(half, batches[0], strict=False)
+    nodes = [n for n in program.graph.nodes if n.op == "call_function"]
+    targets = {n.target for n in nodes}
+    assert {torch.ops.aten.amax.default, torch.ops.aten.exp2.default} <= targets
+    [matmul] = [n for n in nodes if n.target == torch.ops.aten.matmul.default]
+    assert {a.meta["val"].dtype for a in matmul.args} == {torch.float16}
+    assert matmul.meta["val"].dtype == torch.float16
+    with torch.inference_mode():
+        assert torch.equal(program.module()(*batches[1]), half(*batches[1]))
