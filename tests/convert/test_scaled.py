@@ -18,6 +18,7 @@ from torch.overrides import TorchFunctionMode
 from halfprec import Recipe, compare, convert, load, recipe_of, save
 from halfprec.convert import OpRef, conversion_report
 from halfprec.convert.scaled import TOP, inner_size, scale_operands
+from halfprec.tree import iter_tensors
 from testbed.heldout import HELDOUT
 
 HALVES = [torch.float16, torch.bfloat16]
@@ -141,15 +142,16 @@ def test_linear_and_conv_add_their_bias_in_fp32(dtype: torch.dtype) -> None:
 
 # -- in a converted model ---------------------------------------------------------------
 class _GemmDtypes(TorchFunctionMode):
-    """The operand dtypes of every matmul that reaches this (outermost) mode."""
+    """The operand dtypes of every call of ``op`` that reaches this (outermost) mode."""
 
-    def __init__(self) -> None:
+    def __init__(self, op: str = "matmul") -> None:
         super().__init__()
+        self.op = op
         self.seen: list[set[torch.dtype]] = []
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if getattr(func, "__name__", "") == "matmul":
-            self.seen.append({a.dtype for a in args if isinstance(a, torch.Tensor)})
+        if getattr(func, "__name__", "") == self.op:
+            self.seen.append({a.dtype for _, a in iter_tensors(args)})
         return func(*args, **(kwargs or {}))
 
 
@@ -181,6 +183,32 @@ def test_scaled_island_works_in_bf16() -> None:
         _run(half, batches[0])
     assert mode.seen == [{torch.bfloat16}]
     assert compare(model, half, batches).passed
+
+
+class _Chain(nn.Module):
+    """One einsum of three operands: no two-operand GEMM to scale."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("ij,jk,kl->il", x, self.a.weight, self.b.weight)
+
+
+def test_a_scaled_einsum_of_three_operands_is_computed_in_fp32() -> None:
+    model = _Chain().eval()
+    x = torch.randn(4, 8) * 300
+    ref = OpRef("", "einsum", "test_scaled.py:1", ordinal=0, kind="scaled")
+    for kind in ("scaled", "fp32"):
+        half = convert(model, Recipe("fp16", op_islands=(ref.with_kind(kind),)))
+        with _GemmDtypes("einsum") as mode:
+            out = _run(half, (x,))
+        assert mode.seen == [{torch.float32}]
+        torch.testing.assert_close(out, _run(model, (x,)), rtol=1e-2, atol=1e-2 * 300 * 64)
+    with _GemmDtypes("einsum") as mode:
+        _run(convert(model, "fp16"), (x,))
+    assert mode.seen == [{torch.float16}]  # the control: without an island it runs half
 
 
 def _graphs(model: nn.Module, batch: Any) -> int:
