@@ -90,7 +90,7 @@ def inner_size(op: str, operands: tuple[torch.Tensor, torch.Tensor], args: tuple
 def _exponent(t: torch.Tensor) -> torch.Tensor:
     """The least integer ``e`` (fp32) with ``max|t| <= 2**e``; 0 for a zero or non-finite
     peak (inf/NaN then flow through the GEMM as they would unscaled)."""
-    peak = t.detach().abs().amax().float()
+    peak = t.detach().abs().max().float()  # max(), not amax(): torch.onnx needs amax dims
     e = torch.floor(torch.log2(peak)) + 1
     return torch.where(torch.isfinite(e), e, torch.zeros_like(e))
 
