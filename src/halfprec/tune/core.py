@@ -186,9 +186,10 @@ def _unscaled(
     scaled = [r for r in recipe.op_islands if r.scaled]
     fallback = recipe.replace(op_islands=tuple(r.with_kind("fp32") for r in recipe.op_islands))
     wide = convert(model, fallback)
-    if not _confirm(model, wide, cal + held, tolerance).passed:
+    confirmation = _confirm(model, wide, held, tolerance)
+    if not (confirmation.passed and _confirm(model, wide, cal, tolerance).passed):
         return recipe, final
-    report.confirmation = _confirm(model, wide, held, tolerance)
+    report.confirmation = confirmation
     report.op_islands = tuple(r.with_kind("fp32") for r in report.op_islands)
     report.fp32_flops_share = fp32_flops_share(model, wide, cal[0], chosen.op_flops)
     names = ", ".join(str(r.with_kind("fp32")) for r in scaled)
