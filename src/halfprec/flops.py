@@ -2,7 +2,8 @@
 
 FLOPs are counted by ``torch.utils.flop_counter`` on one fp32 forward pass (matmul, conv,
 attention; elementwise ops count nothing there). An op island counts its own FLOPs, or one
-FLOP per output element for elementwise ops, so the share is an upper bound for them.
+FLOP per output element for elementwise ops, so the share is an upper bound for them; a
+scaled op island (a GEMM computed in half on scaled operands) counts none.
 """
 
 from __future__ import annotations
@@ -61,5 +62,6 @@ def fp32_flops_share(
         if any(name.startswith(i + ".") for i in islands if i and i != name):
             continue  # counted with the enclosing island
         fp32 += counts.get(name, 0)
-    fp32 += sum(op_flops.get(ref, 0) for ref in report.op_islands)
+    by_site = {ref.site: n for ref, n in op_flops.items()}  # with or without an ordinal
+    fp32 += sum(by_site.get(ref.site, 0) for ref in report.op_islands if not ref.scaled)
     return min(1.0, fp32 / total)

@@ -123,3 +123,34 @@ def test_load_with_a_config_keeps_the_file_s_islands_and_takes_its_boundaries(
     assert kept(torch.ones(1, 4)).dtype == torch.float16  # outputs stay half, as asked
     with pytest.raises(CheckpointError, match="holds fp16 tensors but config asks for bf16"):
         load(path, into=_net, config="bf16")
+
+
+def test_op_island_kinds_round_trip_and_fp32_refs_are_written_as_before(tmp_path: Path) -> None:
+    wide = OpRef("gram", "matmul", "m.py:3", ordinal=0)
+    scaled = OpRef("gram", "bmm", "m.py:4", ordinal=1, kind="scaled")
+    assert set(wide.to_json()) == {"module", "op", "location", "occurrence", "ordinal"}
+    assert scaled.to_json()["kind"] == "scaled"
+    old = {"module": "gram", "op": "matmul", "location": "m.py:3", "ordinal": 0}
+    assert OpRef.from_json(old) == wide and wide.kind == "fp32"  # saved before kinds
+    recipe = Recipe("fp16", op_islands=(scaled, wide))
+    assert Recipe.from_json(json.loads(json.dumps(recipe.to_json()))) == recipe
+    assert Recipe.load(recipe.save(tmp_path / "r.json")).op_islands == recipe.op_islands
+    assert str(scaled) == "gram: bmm at m.py:4 #0 (scaled half)"
+
+
+def test_bad_op_island_kinds_are_named() -> None:
+    with pytest.raises(ValueError, match="OpRef.kind must be 'fp32' or 'scaled', got 'half'"):
+        OpRef("", "matmul", "m.py:1", kind="half")
+    with pytest.raises(ValueError, match="only a GEMM of two operands can be scaled .*kind='fp32'"):
+        OpRef("", "exp", "m.py:1", kind="scaled")
+    both = (OpRef("", "mm", "m.py:1"), OpRef("", "mm", "m.py:1", kind="scaled"))
+    with pytest.raises(ValueError, match="both as 'fp32' and as 'scaled'; keep one"):
+        Recipe("fp16", op_islands=both)
+    with pytest.raises(RecipeError, match="recipe is malformed: OpRef.kind must be"):
+        Recipe.from_json(
+            {
+                "format": FORMAT,
+                "dtype": "fp16",
+                "op_islands": [{"module": "", "op": "mm", "location": "m.py:1", "kind": 2}],
+            }
+        )

@@ -193,8 +193,12 @@ def test_benchmark_rejects_an_unknown_variant(
 
 @pytest.mark.parametrize("name", list(HELDOUT))
 def test_tune_passes_every_held_out_hazard_in_fp16(name: str) -> None:
-    """Issue 21: tuned on batch 0, judged on every batch; its fp32 share of FLOPs is kept."""
+    """Issue 21: tuned on batch 0, judged on every batch; its fp32 share of FLOPs is kept,
+    and is at most 1% where op islands alone fix the model (gram-overflow's matmul was an
+    fp32 island, 22.9%: it is a scaled half one now)."""
     model, batches = HELDOUT[name].build()
     verdict = score("tune", model, batches, torch.float16)
     assert verdict.passed, verdict.reason
     assert verdict.islands is not None
+    if verdict.islands and not any(i.startswith("module ") for i in verdict.islands):
+        assert verdict.fp32_flops_share is not None and verdict.fp32_flops_share <= 0.01

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import importlib
+import io
 
 import pytest
 import torch
+from rich.console import Console
 from torch import nn
 
 from halfprec import Recipe, convert, tune
 from halfprec.compare import compare
 from halfprec.errors import DTypeError, HalfprecError
+from halfprec.report.tune import print_tune
 from halfprec.timing import Timing
 from halfprec.tune import ToleranceUnreachableError
 from halfprec.tune.results import TuneConfig
@@ -276,3 +279,63 @@ def test_tune_says_when_rounding_the_inputs_alone_breaks_the_tolerance() -> None
     control, cbatches = HELDOUT[CONTROL].build()
     plain = tune(control, cbatches, "bf16")
     assert not any("input rounding" in n for n in plain.report.notes)
+
+
+# -- scaled half GEMM islands ---------------------------------------------------------------
+def test_tune_keeps_the_gram_matmul_in_half_as_a_scaled_island() -> None:
+    """The fix used to be an fp32 matmul: 22.9% of the model's FLOPs in fp32."""
+    model, batches = HELDOUT["gram-overflow"].build()
+    result = tune(model, batches[:1], "fp16")
+    report = result.report
+    assert result.passed and result.recipe is not None, report.reason
+    assert [(r.module, r.op, r.kind) for r in report.op_islands] == [("gram", "matmul", "scaled")]
+    assert [r.site for r in result.recipe.op_islands] == [r.site for r in report.op_islands]
+    assert [r.kind for r in result.recipe.op_islands] == ["scaled"]
+    assert report.fp32_flops_share == 0.0
+    tried = [e.op_islands for e in report.variants[0].evaluations if e.op_islands]
+    assert [r.kind for r in tried[0]] == ["fp32"] and [r.kind for r in tried[-1]] == ["scaled"]
+    assert compare(model, result.model, batches).passed
+    buffer = io.StringIO()
+    print_tune(report, Console(file=buffer, width=200, color_system=None))
+    text = buffer.getvalue()
+    assert "op island: gram: matmul at heldout_sums.py" in text and "(scaled half)" in text
+    assert "1 op islands (1 of them scaled half GEMMs), 0.00% of parameters, 0.00% of FLOPs" in text
+
+
+class _Rows(nn.Module):
+    """One linear layer whose output overflows fp16 on inputs near 3e4; its first row and
+    the rest are two outputs, so the rest is judged on its own scale."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = nn.Linear(256, 32, bias=False)
+        with torch.no_grad():
+            self.proj.weight.mul_(16)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.proj(x)
+        return y[:1], y[1:]
+
+
+def test_a_scaled_island_that_fails_confirmation_is_computed_in_fp32() -> None:
+    """Calibration: every row near 3e4, so one per-tensor scale suits them all. The
+    confirmation batch's other rows are near 2e-4: under the first row's scale they fall
+    among fp16's subnormals, which the fp32 island keeps."""
+    g = torch.Generator().manual_seed(1)
+    cal = (3e4 * torch.rand(4, 256, generator=g),)
+    held = 3e4 * torch.rand(4, 256, generator=g)
+    held[1:] *= 2e-4 / 3e4
+    model = _Rows().eval()
+    result = tune(model, [cal, (held,)], "fp16")
+    report = result.report
+    assert result.passed and report.confirmed is True, report.reason
+    assert [r.kind for r in report.variants[0].op_islands] == ["scaled"]  # what calibration chose
+    assert [(r.module, r.op, r.kind) for r in report.op_islands] == [("proj", "linear", "fp32")]
+    assert result.recipe is not None
+    assert [r.kind for r in result.recipe.op_islands] == ["fp32"]
+    assert report.fp32_flops_share == 1.0  # the linear is all of the model's FLOPs
+    assert any("met the tolerance on the calibration batches but not" in n for n in report.notes)
+    assert compare(model, result.model, [cal, (held,)]).passed
+    scaled = convert(model, result.recipe.replace(op_islands=report.variants[0].op_islands))
+    assert not compare(model, scaled, [(held,)]).passed  # the scaled island alone fails there

@@ -8,6 +8,11 @@ module, its children's calls included)::
 
     OpRef(module="", op="exp", location="model.py:41", occurrence=0, ordinal=3)
 
+Its ``kind`` says how the op is computed: ``"fp32"`` (the default) on fp32 copies of its
+inputs, or ``"scaled"`` (GEMM-type ops only, :data:`~halfprec.convert.scaled.SCALED_OPS`)
+in half on operands scaled by powers of two, the result fp32 with the scales undone
+(:mod:`halfprec.convert.scaled`): the range of fp32 at the cost of a half GEMM.
+
 :class:`OpIslands` runs a module's ``forward`` under an :class:`OpIslandMode` that counts
 the calls of the island op names and computes the named ones on fp32 copies of their
 inputs. A ref with an ordinal is found by counting alone, with no frame inspection, so
@@ -16,12 +21,13 @@ older halfprec) is found by its location, which walks the stack on each call of 
 name, in eager mode only; :func:`resolve_ordinals` turns location refs into ordinal refs
 with one calibration call (``halfprec.tune`` does this for every recipe it returns).
 
-The result stays fp32: ops on it alone stay fp32 by promotion, and an op that mixes it
-with half tensors casts it back to half when it fits the half range and otherwise runs in
-fp32 too, so an island extends downstream for as long as the value is out of range (in a
-compiled or exported graph, which cannot branch on values, it stays fp32 until a half
-module's boundary casts it). The module's outputs are cast back to half where they fit.
-Internal casts and range checks run with torch functions disabled, so they never count.
+The result stays fp32 (of either kind): ops on it alone stay fp32 by promotion, and an op
+that mixes it with half tensors casts it back to half when it fits the half range and
+otherwise runs in fp32 too, so an island extends downstream for as long as the value is
+out of range (in a compiled or exported graph, which cannot branch on values, it stays
+fp32 until a half module's boundary casts it). The module's outputs are cast back to half
+where they fit. Internal casts and range checks run with torch functions disabled, so
+they never count.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from halfprec.convert.scaled import SCALED_OPS, scale_operands
 from halfprec.convert.scope import NamedOpMode
 from halfprec.convert.swap import Behaviour, tracing
 from halfprec.dtypes import cast_floating, range_of
@@ -48,6 +55,7 @@ from halfprec.frames import is_library_file, is_torch_file
 from halfprec.tree import iter_tensors, map_tensors
 
 __all__ = [
+    "KINDS",
     "OpIslandMode",
     "OpIslands",
     "OpPlan",
@@ -60,18 +68,21 @@ __all__ = [
 ]
 
 _CALL_IMPL = nn.Module._call_impl.__code__
+KINDS = ("fp32", "scaled")  # how an op island computes its op
 _TORCH_WRAPPERS = ("_tensor.py", "overrides.py", "_device.py", "_jit_internal.py")
 
 
 @dataclass(frozen=True, order=True)
 class OpRef:
-    """One op in one module's own code: module name, op name, ``file:line``, occurrence."""
+    """One op in one module's own code: module name, op name, ``file:line``, occurrence;
+    ``kind``: computed in ``"fp32"`` or as a ``"scaled"`` half GEMM."""
 
     module: str
     op: str
     location: str
     occurrence: int = 0
     ordinal: int | None = None
+    kind: str = "fp32"
 
     def __post_init__(self) -> None:
         if not isinstance(self.module, str) or not isinstance(self.op, str) or not self.op:
@@ -86,23 +97,43 @@ class OpRef:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"OpRef.{name} must be an int >= 0, got {value!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"OpRef.kind must be 'fp32' or 'scaled', got {self.kind!r}")
+        if self.kind == "scaled" and self.op not in SCALED_OPS:
+            raise ValueError(
+                f"OpRef(op={self.op!r}, kind='scaled'): only a GEMM of two operands can be "
+                f"scaled ({', '.join(sorted(SCALED_OPS))}); use kind='fp32' for {self.op!r}"
+            )
 
     def __str__(self) -> str:
-        return f"{self.module or '(model)'}: {self.op} at {self.location} #{self.occurrence}"
+        where = f"{self.module or '(model)'}: {self.op} at {self.location} #{self.occurrence}"
+        return where + (" (scaled half)" if self.kind == "scaled" else "")
 
     @property
     def site(self) -> tuple[str, str, str, int]:
         """What names the op in its module's code, without the ordinal."""
         return (self.module, self.op, self.location, self.occurrence)
 
+    @property
+    def scaled(self) -> bool:
+        return self.kind == "scaled"
+
+    def with_kind(self, kind: str) -> OpRef:
+        return replace(self, kind=kind)
+
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """The ref as JSON values; ``kind`` only when it is not ``"fp32"``, so recipes of
+        fp32 op islands read as they did before kinds existed."""
+        out = dict(self.__dict__)
+        if out["kind"] == "fp32":
+            del out["kind"]
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> OpRef:
         if not isinstance(data, dict) or not {"module", "op", "location"} <= set(data):
             raise ValueError(f"an op island is an object with module, op and location: {data!r}")
-        unknown = set(data) - {"module", "op", "location", "occurrence", "ordinal"}
+        unknown = set(data) - {"module", "op", "location", "occurrence", "ordinal", "kind"}
         if unknown:
             raise ValueError(f"op island {data!r} has unknown keys {sorted(unknown)}")
         return cls(
@@ -111,6 +142,7 @@ class OpRef:
             location=data["location"],
             occurrence=data.get("occurrence", 0),
             ordinal=data.get("ordinal"),
+            kind=data.get("kind", "fp32"),
         )
 
 
@@ -195,26 +227,27 @@ class OwnOpMode(NamedOpMode):
 @dataclass(frozen=True)
 class OpPlan:
     """The op islands of one module, as its :class:`OpIslandMode` looks them up: per op
-    name, the ordinals to widen and the (location, occurrence) sites without one."""
+    name, the ordinals of its islands and the (location, occurrence) sites without one,
+    each with the island's kind."""
 
     dtype: torch.dtype
     refs: tuple[OpRef, ...]
     narrow_outputs: bool = True
     # derived in __post_init__ (plain fields: dynamo reads them as constants)
     slots: dict[str, int] = field(init=False, compare=False)
-    ordinals: tuple[frozenset[int], ...] = field(init=False, compare=False)
-    sites: frozenset[tuple[str, str, int]] = field(init=False, compare=False)
+    ordinals: tuple[dict[int, str], ...] = field(init=False, compare=False)
+    sites: dict[tuple[str, str, int], str] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         names = sorted({r.op for r in self.refs})
         slots = {n: i for i, n in enumerate(names)}
-        by: list[set[int]] = [set() for _ in names]
+        by: list[dict[int, str]] = [{} for _ in names]
         for r in self.refs:
             if r.ordinal is not None:
-                by[slots[r.op]].add(r.ordinal)
-        sites = frozenset((r.op, r.location, r.occurrence) for r in self.refs if r.ordinal is None)
+                by[slots[r.op]][r.ordinal] = r.kind
+        sites = {(r.op, r.location, r.occurrence): r.kind for r in self.refs if r.ordinal is None}
         object.__setattr__(self, "slots", slots)
-        object.__setattr__(self, "ordinals", tuple(frozenset(x) for x in by))
+        object.__setattr__(self, "ordinals", tuple(by))
         object.__setattr__(self, "sites", sites)
 
 
@@ -253,7 +286,17 @@ class OpIslandMode(NamedOpMode):
             slot = plan.slots[op]
             nth = self.counts[slot]
             self.counts[slot] = nth + 1
-            if nth in plan.ordinals[slot] or (plan.sites and self._at_site(op, nth)):
+            kind = plan.ordinals[slot].get(nth, "")
+            if not kind and plan.sites:
+                kind = self._at_site(op, nth)
+            if kind == "scaled":
+                with torch._C.DisableTorchFunction():
+                    scaled = scale_operands(op, args, kwargs, plan.dtype)
+                if scaled is not None:
+                    out = func(*scaled.args, **scaled.kwargs)  # the GEMM in half
+                    with torch._C.DisableTorchFunction():
+                        return scaled.undo(out)
+            if kind:  # fp32, or a scaled island whose call is no two-operand GEMM
                 with torch._C.DisableTorchFunction():
                     wide = cast_floating(torch.float32)
                     args, kwargs = map_tensors(wide, args), map_tensors(wide, kwargs)
@@ -274,22 +317,22 @@ class OpIslandMode(NamedOpMode):
         carried = [t for _, t in iter_tensors((args, kwargs)) if t.dtype == torch.float32]
         return cast_floating(half if all(fits(t, half) for t in carried) else torch.float32)
 
-    def _at_site(self, op: str, nth: int) -> bool:
+    def _at_site(self, op: str, nth: int) -> str:
         """The location path (Python frames: eager and non-strict export, not
-        ``torch.compile``): is this call an island site of this module?"""
+        ``torch.compile``): the kind of the island at this call's site in this module,
+        or "" where there is none."""
         if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
-            return False
+            return ""
         location = own_op(sys._getframe(2), self.module)  # own_op skips halfprec frames
         if location is None:
-            return False
+            return ""
         occurrence = self.occurrences.get((op, location), 0)
         self.occurrences[(op, location)] = occurrence + 1
-        if (op, location, occurrence) not in self.plan.sites:
-            return False
+        kind = self.plan.sites.get((op, location, occurrence), "")
         record = _RECORD.get()
-        if record is not None:
+        if kind and record is not None:
             record.setdefault((self.name, op, location, occurrence), nth)
-        return True
+        return kind
 
 
 @dataclass(frozen=True)
@@ -307,8 +350,10 @@ class OpIslands(Behaviour):
 
     @classmethod
     def label(cls, settings: OpSettings) -> str:
-        n = len(settings.plan.refs)
-        return f"{n} fp32 op{'s' if n != 1 else ''}"
+        refs = settings.plan.refs
+        scaled = sum(r.scaled for r in refs)
+        counts = ((len(refs) - scaled, "fp32"), (scaled, "scaled half"))
+        return ", ".join(f"{n} {what} op{'s' if n != 1 else ''}" for n, what in counts if n)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         s: OpSettings = getattr(self, OpIslands.attr)

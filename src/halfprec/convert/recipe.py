@@ -76,7 +76,8 @@ class Recipe:
       choice, resolved once when the recipe meets a model).
     - ``keep_fp32``: module names (``fnmatch`` globs) or module types kept in fp32, on top
       of the norm islands (``norm_islands=False`` drops those).
-    - ``op_islands``: single ops computed in fp32 (:class:`~halfprec.convert.OpRef`).
+    - ``op_islands``: single ops computed in fp32, or GEMMs computed in half on operands
+      scaled by powers of two (:class:`~halfprec.convert.OpRef`, ``kind="scaled"``).
     - ``fp32_ops``: torch ops computed in fp32 wherever the model calls them with a half
       operand (:mod:`halfprec.convert.op_policy`; default: autocast's fp32 list plus the
       ops with no half kernel; ``()`` turns it off).
@@ -139,7 +140,14 @@ class Recipe:
         ops = tuple(self.op_islands)
         if not all(isinstance(o, OpRef) for o in ops):
             raise ValueError("op_islands must be OpRef(module, op, location, occurrence) entries")
-        object.__setattr__(self, "op_islands", tuple(sorted(set(ops), key=_op_order)))
+        ops = tuple(sorted(set(ops), key=_op_order))
+        kinds: dict[tuple[str, str, str, int], str] = {}
+        for o in ops:
+            if kinds.setdefault(o.site, o.kind) != o.kind:
+                raise ValueError(
+                    f"op_islands name {o} both as 'fp32' and as 'scaled'; keep one of the two"
+                )
+        object.__setattr__(self, "op_islands", ops)
         names: Any = self.fp32_ops
         if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
             raise ValueError(f"fp32_ops must be a sequence of torch op names, got {names!r}")
@@ -324,5 +332,5 @@ class Recipe:
 RecipeLike = Recipe | DTypeLike | str | os.PathLike[str] | None
 
 
-def _op_order(ref: OpRef) -> tuple[str, str, str, int, int]:
-    return (*ref.site, -1 if ref.ordinal is None else ref.ordinal)
+def _op_order(ref: OpRef) -> tuple[str, str, str, int, int, str]:
+    return (*ref.site, -1 if ref.ordinal is None else ref.ordinal, ref.kind)

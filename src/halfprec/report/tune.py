@@ -47,7 +47,9 @@ def print_tune(report: TuneReport, console: Console | None = None) -> None:
     for ref in report.op_islands:
         con.print(f"op island: {ref}")
     if report.passed:
-        ops = f" and {len(report.op_islands)} op islands" if report.op_islands else ""
+        n_scaled = sum(r.scaled for r in report.op_islands)
+        scaled = f" ({n_scaled} of them scaled half GEMMs)" if n_scaled else ""
+        ops = f" and {len(report.op_islands)} op islands{scaled}" if report.op_islands else ""
         flops = report.fp32_flops_share
         flops_text = f", {100 * flops:.2f}% of FLOPs" if flops is not None else ""
         con.print(

@@ -18,6 +18,7 @@ from halfprec.convert.recipe import Recipe
 from halfprec.diagnose.inputs import input_rounding, input_rounding_note
 from halfprec.dtypes import dtype_name, is_auto
 from halfprec.errors import DTypeError
+from halfprec.flops import fp32_flops_share
 from halfprec.modules import model_device
 from halfprec.timing import fastest_accurate, measure_interleaved, ratio_of, spread_text
 from halfprec.tree import flatten
@@ -151,7 +152,10 @@ def tune(
         recipe = recipe.replace(op_islands=recipe_of(converted).op_islands)  # type: ignore[union-attr]
         final = convert(model, recipe)
     if held:
-        report.confirmation = _confirm(model, final, held, options.tolerance_for(chosen.dtype))
+        tol = options.tolerance_for(chosen.dtype)
+        report.confirmation = _confirm(model, final, held, tol)
+        if not report.confirmation.passed and any(r.scaled for r in recipe.op_islands):
+            recipe, final = _unscaled(model, recipe, final, cal, held, tol, chosen, report)
         if not report.confirmation.passed:
             report.passed = False
             why = "; ".join(report.confirmation.problems) or next(
@@ -164,6 +168,36 @@ def tune(
             )
             return TuneResult(None, report, cfg)
     return TuneResult(final, report, cfg, recipe)
+
+
+def _unscaled(
+    model: nn.Module,
+    recipe: Recipe,
+    final: nn.Module,
+    cal: list[Any],
+    held: list[Any],
+    tolerance: Tolerance,
+    chosen: TuneVariant,
+    report: TuneReport,
+) -> tuple[Recipe, nn.Module]:
+    """A recipe whose scaled GEMM islands fail confirmation: the same islands in fp32, when
+    they meet the tolerance on the calibration and the confirmation batches alike (the
+    report then says so); else ``recipe`` and ``final`` as they were."""
+    scaled = [r for r in recipe.op_islands if r.scaled]
+    fallback = recipe.replace(op_islands=tuple(r.with_kind("fp32") for r in recipe.op_islands))
+    wide = convert(model, fallback)
+    confirmation = _confirm(model, wide, held, tolerance)
+    if not (confirmation.passed and _confirm(model, wide, cal, tolerance).passed):
+        return recipe, final
+    report.confirmation = confirmation
+    report.op_islands = tuple(r.with_kind("fp32") for r in report.op_islands)
+    report.fp32_flops_share = fp32_flops_share(model, wide, cal[0], chosen.op_flops)
+    names = ", ".join(str(r.with_kind("fp32")) for r in scaled)
+    report.notes.append(
+        f"the scaled half GEMM island(s) {names} met the tolerance on the calibration "
+        "batches but not on the confirmation batches, so they are computed in fp32"
+    )
+    return fallback, wide
 
 
 _LITTLE_GAIN = 0.5  # fp32 share of FLOPs above which half precision is said to buy little

@@ -87,6 +87,7 @@ class TuneVariant:
     latency: float | None = None
     note: str = ""
     model: nn.Module | None = field(default=None, repr=False)
+    op_flops: dict[OpRef, int] = field(default_factory=dict, repr=False)  # the ops' FLOPs
 
     def to_json(self) -> dict[str, Any]:
         div = self.diagnosis.divergence if self.diagnosis is not None else None

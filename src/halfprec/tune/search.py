@@ -7,7 +7,10 @@ Every module is a candidate: the broken ones and those with a local error first,
 every other module, parameterless and never-called ones included (a quantiser with an
 integer output has no local error; a codebook whose weight is passed on is never called),
 cheapest first. A fix costs its FLOPs in fp32 (:func:`~halfprec.flops.module_flops`), then
-its parameters: an op is tried before any module, and a small module before a big one."""
+its parameters: an op is tried before any module, and a small module before a big one.
+Where the op islands that pass keep a GEMM-type op in fp32, that op is tried as a scaled
+half GEMM (:mod:`halfprec.convert.scaled`), which costs no fp32 FLOPs, and kept so when
+the tolerance still holds."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from halfprec.compare import compare_outputs
 from halfprec.convert.core import conversion_report, convert
 from halfprec.convert.op_islands import OpRef
 from halfprec.convert.recipe import Recipe
+from halfprec.convert.scaled import SCALED_OPS
 from halfprec.diagnose import Diagnosis, ModuleDiagnosis, diagnose
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.flops import fp32_flops_share, module_flops
@@ -138,6 +142,7 @@ class _Search:
             v.fp32_flops_share = fp32_flops_share(
                 self.model, half, self.batches[0], self.op_flops, self.flops or None
             )
+            v.op_flops = dict(self.op_flops)
         elif not v.note:
             v.note = "no set of fp32 islands among the candidates meets the tolerance"
         self.kept.clear()
@@ -163,7 +168,7 @@ class _Search:
         islands = tuple(report.islands) if report is not None else ()
         ops = self.op_candidates(diag, islands)
         if ops and self.evaluate((), ops):
-            return ((), self.prune_ops(ops))
+            return ((), self.scale_gemms(self.prune_ops(ops)))
         self.flops = module_flops(self.model, self.batches[0])
         flagged, ranked = self.rank(diag, islands)
         self.variant.candidates = list(ranked)
@@ -216,6 +221,19 @@ class _Search:
             trial = tuple(r for r in ops if r != ref)
             try:
                 if trial and self.evaluate((), trial):
+                    ops = trial
+            except _BudgetSpent:
+                break
+        return ops
+
+    def scale_gemms(self, ops: tuple[OpRef, ...]) -> tuple[OpRef, ...]:
+        """Turn fp32 GEMM islands into scaled half ones, most FLOPs first, one at a time,
+        while the tolerance still holds."""
+        gemms = [r for r in ops if r.op in SCALED_OPS and not r.scaled]
+        for ref in sorted(gemms, key=lambda r: -self.op_flops.get(r, 0)):
+            trial = tuple(r.with_kind("scaled") if r == ref else r for r in ops)
+            try:
+                if self.evaluate((), trial):
                     ops = trial
             except _BudgetSpent:
                 break
