@@ -11,7 +11,9 @@ settings, so the converted model stays an ordinary module:
   dtype. A built-in norm whose kernel takes half input with fp32 parameters (probed once
   per device and dtype) needs no casts at all. An island that is not a default norm
   island keeps an output fp32 where the caller's dtype cannot hold it (eager only: a
-  compiled or exported graph cannot branch on values, so there it is cast back).
+  compiled or exported graph cannot branch on values, so there it is cast back). An island
+  named in the recipe's ``fp32_outputs`` hands every output on in fp32 (``handoff``): the
+  next half module or GEMM that consumes it casts it.
 """
 
 from __future__ import annotations
@@ -134,13 +136,15 @@ class Guard(Behaviour):
 class IslandSettings:
     """An fp32 island: ``original`` (fp32) in, the caller's dtype out. ``cast=False``: a
     built-in norm whose kernel does this by itself. ``widen``: keep an output beyond the
-    caller's range in fp32. ``reason``: why the module is an island."""
+    caller's range in fp32. ``reason``: why the module is an island. ``handoff``: hand
+    every output on in fp32 (``Recipe.fp32_outputs``)."""
 
     original: torch.dtype
     compute: torch.dtype
     cast: bool
     widen: bool
     reason: str
+    handoff: bool = False
 
 
 class Fp32Island(Behaviour):
@@ -148,7 +152,7 @@ class Fp32Island(Behaviour):
 
     @classmethod
     def label(cls, settings: IslandSettings) -> str:
-        return "fp32 island"
+        return "fp32 island, fp32 output" if settings.handoff else "fp32 island"
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         s: IslandSettings = getattr(self, Fp32Island.attr)
@@ -157,7 +161,7 @@ class Fp32Island(Behaviour):
         caller = _first_float_dtype((args, kwargs))
         to_wide = cast_floating(s.original)
         out = super().forward(*map_tensors(to_wide, args), **map_tensors(to_wide, kwargs))  # type: ignore[misc]
-        if caller is None or caller == s.original:
+        if caller is None or caller == s.original or s.handoff:
             return out
         # the range check is for islands that widen only (not the default norm islands):
         # the others read no dtype facts per call

@@ -301,14 +301,16 @@ class OpSettings:
 class OpIslands(Behaviour):
     """Runs the module's ``forward`` under an :class:`OpIslandMode`; fp32 outputs that fit
     are cast back to half unless ``plan.narrow_outputs`` is off (the root, whose outputs
-    its :class:`~halfprec.convert.boundaries.RootCast` casts)."""
+    its :class:`~halfprec.convert.boundaries.RootCast` casts, and the modules named in
+    ``Recipe.fp32_outputs``, which hand them on in fp32)."""
 
     attr = "_halfprec_ops"
 
     @classmethod
     def label(cls, settings: OpSettings) -> str:
         n = len(settings.plan.refs)
-        return f"{n} fp32 op{'s' if n != 1 else ''}"
+        handoff = ", fp32 output" if settings.name and not settings.plan.narrow_outputs else ""
+        return f"{n} fp32 op{'s' if n != 1 else ''}{handoff}"
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         s: OpSettings = getattr(self, OpIslands.attr)
