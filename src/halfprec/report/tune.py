@@ -46,6 +46,8 @@ def print_tune(report: TuneReport, console: Console | None = None) -> None:
             )
     for ref in report.op_islands:
         con.print(f"op island: {ref}")
+    for name in report.fp32_outputs:
+        con.print(f"fp32 hand-off: {name} hands its outputs on in fp32")
     if report.passed:
         ops = f" and {len(report.op_islands)} op islands" if report.op_islands else ""
         flops = report.fp32_flops_share
