@@ -98,7 +98,7 @@ HELDOUT: dict[str, Hazard] = {
         ),
         Hazard(
             "halting-handoff",
-            "PonderNet halting probability 0.99995 handed to log(1 - p) in a sibling module",
+            "PonderNet halting probability near 0.9999 handed to log(1 - p) in a sibling module",
             handoff.ponder,
             "step.going",
         ),

@@ -15,10 +15,10 @@ __all__ = ["ponder"]
 
 
 class Halting(nn.Module):
-    """PonderNet's halting node (Banino et al. 2021; ``halt_node = nn.Sequential(
-    nn.Linear(n_embeddings, 1), nn.Sigmoid())`` in the PyTorch ports, labml's and
-    mildlyoverfitted's): lambda_n, the probability of halting at step n. A confident
-    node gives 0.99995, which fits fp16 and bf16 but rounds to 1.0 in both."""
+    """PonderNet's halting node (Banino et al. 2021; ``self.halt_node = nn.Sequential(
+    nn.Linear(n_embeddings, 1), nn.Sigmoid())`` in PyTorch ports of it): lambda_n, the
+    probability of halting at step n. A confident node gives up to 0.9999, which fits
+    fp16 and bf16 but rounds to 1.0 in both."""
 
     def __init__(self, d: int) -> None:
         super().__init__()
@@ -29,10 +29,10 @@ class Halting(nn.Module):
 
 
 class Continuing(nn.Module):
-    """log(1 - lambda_n): the step's factor of the un-halted probability, which the ports
-    accumulate as ``un_halted_prob * (1 - lambda_n)``, here summed in log space so that
-    it does not underflow over many steps. From a half lambda_n rounded to 1.0 it is
-    -inf where fp32 gives about -10."""
+    """log(1 - lambda_n): the step's factor of the un-halted probability prod_{j<n}
+    (1 - lambda_j), which PonderNet ports compute as ``torch.cumprod(1 - ps, dim)`` (an
+    exclusive cumprod), here summed in log space so that it does not underflow over many
+    steps. From a half lambda_n rounded to 1.0 it is -inf where fp32 gives about -10."""
 
     def forward(self, halt: torch.Tensor) -> torch.Tensor:
         return torch.log(1 - halt)

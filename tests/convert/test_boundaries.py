@@ -160,7 +160,7 @@ def _ponder() -> tuple[nn.Module, list[tuple[torch.Tensor, ...]]]:
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_an_island_handing_on_fp32_gives_the_next_module_the_fp32_value(dtype: str) -> None:
-    """PonderNet's halting probability 0.99995 fits the half dtype, so the island narrows
+    """PonderNet's halting probability near 0.9999 fits the half dtype, so the island narrows
     it to 1.0 and the sibling's log(1 - p) is -inf; handed on in fp32 it matches fp32."""
     model, batches = _ponder()
     x = batches[0][0]
