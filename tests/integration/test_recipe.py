@@ -195,17 +195,18 @@ def _compiles_like_fp32(
 
 
 # -- an island that hands its output on in fp32 travels too --------------------------------
-HANDOFF = Recipe("fp16", keep_fp32=("step.halt",), fp32_outputs=("step.halt",))
-
-
 def _ponder() -> tuple[nn.Module, tuple[torch.Tensor]]:
     model, batches = ponder()
     return model, batches[0]
 
 
+def _handoff() -> Recipe:
+    return Recipe("fp16", keep_fp32=("step.halt",), fp32_outputs=("step.halt",))
+
+
 def test_a_hand_off_saves_loads_copies_and_pickles_bit_exactly(tmp_path: Path) -> None:
     model, args = _ponder()
-    half = convert(model, HANDOFF)
+    half = convert(model, _handoff())
     out = _run(half, args)
     assert torch.isfinite(out).all()  # narrowed, the halting probability gives -inf
     path = save(half, tmp_path / "ponder.safetensors")
@@ -226,9 +227,9 @@ def test_a_hand_off_saves_loads_copies_and_pickles_bit_exactly(tmp_path: Path) -
 
 def test_a_hand_off_compiles_into_as_many_graphs_as_fp32_and_exports(tmp_path: Path) -> None:
     model, args = _ponder()
-    half = convert(model, HANDOFF)
+    half = convert(model, _handoff())
     _compiles_like_fp32(model, args, half, atol=0.0)
-    result = halfprec.export(model, [args], tmp_path / "ponder.pt2", HANDOFF)
+    result = halfprec.export(model, [args], tmp_path / "ponder.pt2", _handoff())
     assert result.passed
     program = torch.export.load(tmp_path / "ponder.pt2")
     assert torch.equal(program.module()(x=args[0]), _run(half, args))
