@@ -175,6 +175,46 @@ def test_an_island_handing_on_fp32_gives_the_next_module_the_fp32_value(dtype: s
     torch.testing.assert_close(handed, want, atol=0.1, rtol=0.02)
 
 
+class Gate(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.lin(x))
+
+
+class GatedHalf(nn.Module):
+    """A gate's output into a half Linear module and into a functional GEMM."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(4, 4)
+        self.gate = Gate()
+        self.out = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = self.gate(self.inp(x))
+        self.got = g.dtype
+        return self.out(g) + nn.functional.linear(g, self.out.weight)
+
+
+@pytest.mark.parametrize("policy", [Recipe("fp16"), GUARDS_ONLY], ids=["defaults", "no-policy"])
+def test_a_handed_on_fp32_output_is_cast_where_a_half_module_or_gemm_takes_it(
+    policy: Recipe,
+) -> None:
+    """With no op policy and half inputs, nothing else would cast it for the functional
+    GEMM: fp32 against half weights used to raise "expected m1 and m2 to have the same
+    dtype"."""
+    torch.manual_seed(0)
+    model, x = GatedHalf().eval(), torch.randn(2, 4)
+    half = convert(model, policy.replace(keep_fp32=("gate",), fp32_outputs=("gate",)))
+    with torch.no_grad():
+        out, want = half(x), model(x)
+    assert half.got == torch.float32
+    torch.testing.assert_close(out, want, atol=1e-2, rtol=1e-2)
+
+
 def test_a_hand_off_is_shown_in_print_and_in_the_conversion_report() -> None:
     model, _ = _ponder()
     half = convert(model, Recipe("fp16", keep_fp32=("step.halt",), fp32_outputs=("step.halt",)))

@@ -69,6 +69,8 @@ class RootSettings:
     fp32_ops: frozenset[str] = frozenset()
     fp32_inputs: bool = False
     reason: str = ""
+    # islands hand outputs on in fp32 (Recipe.fp32_outputs): GEMMs must cast what they meet
+    handoffs: bool = False
     attributes_cast: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
@@ -93,7 +95,7 @@ class RootCast(Behaviour):
         if s.cast_inputs and not s.fp32_inputs:
             to_half = cast_floating(s.dtype)
             args, kwargs = map_tensors(to_half, args), map_tensors(to_half, kwargs)
-        if s.cast_inputs and (s.fp32_ops or s.fp32_inputs):
+        if s.cast_inputs and (s.fp32_ops or s.fp32_inputs or s.handoffs):
             with Fp32OpsMode(s.dtype, s.fp32_ops):
                 out = super().forward(*args, **kwargs)  # type: ignore[misc]
         else:

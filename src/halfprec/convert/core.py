@@ -583,6 +583,7 @@ class _Converter:
                     fp32_inputs=cfg.fp32_inputs and not any(map(_scripted, modules.values())),
                     reason=self.choice.reason,
                     attributes_cast=tuple(self.attributes_cast),
+                    handoffs=bool(handoffs),
                 )
             if name in islands and name != "":
                 widen = not is_default_island(module)  # no range check on every norm
