@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 PYTHONPATH=src python3 benchmarks/heldout.py \
         [--dtypes fp16,bf16] [--only vq-argmin,euler-ode] [--variants naive,autocast,convert,tune]
 
-For each model of :mod:`testbed.heldout` (17 hazards and a control) and each
+For each model of :mod:`testbed.heldout` (18 hazards and a control) and each
 dtype, scores naive ``.to(dtype)``, ``torch.autocast``, ``halfprec.convert`` defaults and
 ``halfprec.tune`` (tuned on batch 0, judged on all batches) with ``halfprec.compare``'s
 verdict against fp32 (see :mod:`testbed.heldout_run`). Prints one markdown table,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from testbed import heldout_handoff as handoff
 from testbed import heldout_ops as ops
 from testbed import heldout_ranges as ranges
 from testbed import heldout_sums as sums
@@ -94,6 +95,12 @@ HELDOUT: dict[str, Hazard] = {
             "Poincare distance, 1 - |u|^2 near 1e-4",
             ranges.pairs,
             "distance",
+        ),
+        Hazard(
+            "halting-handoff",
+            "PonderNet halting probability near 0.9999 handed to log(1 - p) in a sibling module",
+            handoff.ponder,
+            "step.going",
         ),
         Hazard(
             CONTROL,

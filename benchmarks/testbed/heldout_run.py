@@ -91,7 +91,11 @@ def _tune(model: nn.Module, batches: list[Any], dtype: torch.dtype) -> Score:
         return Score(False, f"tune found no recipe on batch 0: {why} (candidates: {tried})")
     report = result.report
     share = report.fp32_flops_share
-    islands = (*(f"module {m}" for m in report.keep_fp32), *(str(o) for o in report.op_islands))
+    islands = (
+        *(f"module {m}" for m in report.keep_fp32),
+        *(str(o) for o in report.op_islands),
+        *(f"{m} hands on fp32" for m in report.fp32_outputs),
+    )
     judged = _judge(model, result.model, batches, dtype)
     return Score(judged.passed, judged.reason, fp32_flops_share=share, islands=islands)
 

@@ -9,7 +9,10 @@ import torch
 from torch import nn
 
 from halfprec import Recipe, convert
+from halfprec.convert import conversion_report, convert_
 from halfprec.convert.op_policy import DEFAULT_FP32_OPS
+from halfprec.errors import HalfprecError
+from halfprec.report.common import fp32_text
 
 # no op policy and half inputs: only the guards stand between fp32 and a half Linear
 GUARDS_ONLY = Recipe(dtype="fp16", fp32_ops=(), fp32_inputs=False)
@@ -146,6 +149,127 @@ def test_a_norm_island_always_hands_back_the_caller_s_dtype() -> None:
     half = convert(Calls(norm), Recipe(dtype="fp16", mixed_kernels=False))
     half(torch.randn(2, 4))
     assert half.got == torch.float16
+
+
+# -- islands that hand their outputs on in fp32 (Recipe.fp32_outputs) -----------------------
+def _ponder() -> tuple[nn.Module, list[tuple[torch.Tensor, ...]]]:
+    from testbed.heldout_handoff import ponder
+
+    return ponder()
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_an_island_handing_on_fp32_gives_the_next_module_the_fp32_value(dtype: str) -> None:
+    """PonderNet's halting probability near 0.9999 fits the half dtype, so the island narrows
+    it to 1.0 and the sibling's log(1 - p) is -inf; handed on in fp32 it matches fp32."""
+    model, batches = _ponder()
+    x = batches[0][0]
+    with torch.no_grad():
+        want = model(x)
+        narrowed = convert(model, Recipe(dtype, keep_fp32=("step.halt",)))(x)
+        handed = convert(
+            model, Recipe(dtype, keep_fp32=("step.halt",), fp32_outputs=("step.halt",))
+        )(x)
+    assert torch.isfinite(want).all() and not torch.isfinite(narrowed).all()
+    assert torch.isfinite(handed).all()
+    torch.testing.assert_close(handed, want, atol=0.1, rtol=0.02)
+
+
+class Gate(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.lin(x))
+
+
+class GatedHalf(nn.Module):
+    """A gate's output into a half Linear module and into a functional GEMM."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(4, 4)
+        self.gate = Gate()
+        self.out = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = self.gate(self.inp(x))
+        self.got = g.dtype
+        return self.out(g) + nn.functional.linear(g, self.out.weight)
+
+
+@pytest.mark.parametrize("policy", [Recipe("fp16"), GUARDS_ONLY], ids=["defaults", "no-policy"])
+def test_a_handed_on_fp32_output_is_cast_where_a_half_module_or_gemm_takes_it(
+    policy: Recipe,
+) -> None:
+    """With no op policy and half inputs, nothing else would cast it for the functional
+    GEMM: fp32 against half weights used to raise "expected m1 and m2 to have the same
+    dtype"."""
+    torch.manual_seed(0)
+    model, x = GatedHalf().eval(), torch.randn(2, 4)
+    half = convert(model, policy.replace(keep_fp32=("gate",), fp32_outputs=("gate",)))
+    with torch.no_grad():
+        out, want = half(x), model(x)
+    assert half.got == torch.float32
+    torch.testing.assert_close(out, want, atol=1e-2, rtol=1e-2)
+
+
+def test_a_hand_off_is_shown_in_print_and_in_the_conversion_report() -> None:
+    model, _ = _ponder()
+    half = convert(model, Recipe("fp16", keep_fp32=("step.halt",), fp32_outputs=("step.halt",)))
+    assert "(halt): Halting[fp32 island, fp32 output](" in str(half)
+    report = conversion_report(half)
+    assert report is not None and report.fp32_outputs == ["step.halt"]
+    assert "outputs handed on in fp32: step.halt" in fp32_text(report)
+    plain = conversion_report(convert(model, Recipe("fp16", keep_fp32=("step.halt",))))
+    assert plain is not None and plain.fp32_outputs == []
+
+
+def test_a_norm_island_handing_on_fp32_casts_instead_of_its_mixed_kernel() -> None:
+    half = convert(Calls(nn.LayerNorm(4)), Recipe("fp16", fp32_outputs=("island",)))
+    half(torch.randn(2, 4))
+    assert half.got == torch.float32
+    default = convert(Calls(nn.LayerNorm(4)), Recipe("fp16"))
+    default(torch.randn(2, 4))
+    assert default.got == torch.float16
+
+
+def test_a_module_with_op_islands_hands_its_fp32_outputs_on_too() -> None:
+    from halfprec.convert import OpRef
+
+    ref = OpRef("step.halt", "sigmoid", "heldout_handoff.py:28", ordinal=0)
+    model, batches = _ponder()
+    x = batches[0][0]
+    with torch.no_grad():
+        want = model(x)
+        narrowed = convert(model, Recipe("fp16", op_islands=(ref,)))(x)
+        half = convert(model, Recipe("fp16", op_islands=(ref,), fp32_outputs=("step.halt",)))
+        handed = half(x)
+    assert not torch.isfinite(narrowed).all()
+    torch.testing.assert_close(handed, want, atol=0.1, rtol=0.02)
+    assert "(halt): Halting[1 fp32 op, fp32 output](" in str(half)
+
+
+@pytest.mark.parametrize(
+    ("outputs", "message"),
+    [
+        (("step.hlt",), "fp32_outputs name 'step.hlt' matches no module of Ponder"),
+        (
+            ("step.going",),
+            "fp32_outputs name 'step.going' is neither an fp32 island nor a module with op "
+            "islands, so it has no fp32 output to hand on; add it to keep_fp32 too",
+        ),
+    ],
+)
+def test_a_hand_off_that_names_no_island_is_refused_before_anything_is_cast(
+    outputs: tuple[str, ...], message: str
+) -> None:
+    model, _ = _ponder()
+    weight = model.embed.weight
+    with pytest.raises(HalfprecError, match=message):
+        convert_(model, Recipe("fp16", keep_fp32=("step.halt",), fp32_outputs=outputs))
+    assert model.embed.weight is weight and weight.dtype == torch.float32  # nothing cast
 
 
 class KeywordRoot(nn.Module):

@@ -527,6 +527,7 @@ def test_the_report_counts_parameters_bytes_and_every_boundary(dtype: torch.dtyp
         "op_islands": [ref.to_json()],
         "fill_guards": [""],
         "fp32_ops": report.fp32_ops,
+        "fp32_outputs": [],
         "notes": [],
         "params_total": total,
         "params_fp32": fp32,

@@ -42,6 +42,8 @@ def test_op_islands_and_fp32_ops_are_deduplicated_and_sorted() -> None:
             r"filter_fn must be callable as filter_fn\(module, qualified_name\)",
         ),
         ({"info": ["x"]}, "Recipe.info must be a mapping, got list"),
+        ({"fp32_outputs": "gate"}, "fp32_outputs must be a sequence of module names"),
+        ({"fp32_outputs": ("gate", "")}, "fp32_outputs must be a sequence of module names"),
     ],
 )
 def test_bad_fields_are_named(kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
@@ -63,6 +65,10 @@ def test_bad_fields_are_named(kwargs: dict, message: str) -> None:  # type: igno
         (
             {"format": "halfprec-recipe/1", "dtype": "fp16", "fp32_ops": "exp"},
             "fp32_ops must be a list",
+        ),
+        (
+            {"format": "halfprec-recipe/1", "dtype": "fp16", "fp32_outputs": "gate"},
+            "fp32_outputs must be a list of module names",
         ),
     ],
 )
@@ -92,6 +98,17 @@ def test_fp32_params_up_to_round_trips_and_defaults_to_small_tensors() -> None:
     assert recipe.to_json()["fp32_params_up_to"] == 10
     assert Recipe.loads(recipe.dumps()) == recipe
     assert Recipe.loads(Recipe("bf16").dumps()).fp32_params_up_to == 65536
+
+
+def test_fp32_outputs_round_trip_and_recipes_saved_before_them_narrow_every_output() -> None:
+    recipe = Recipe("fp16", keep_fp32=("b", "a"), fp32_outputs=("b", "a", "b"))
+    assert recipe.fp32_outputs == ("a", "b")  # sorted, once each
+    assert recipe.to_json()["fp32_outputs"] == ["a", "b"]
+    assert Recipe.loads(recipe.dumps()) == recipe
+    old = recipe.to_json()
+    del old["fp32_outputs"]  # a recipe saved before the field
+    assert Recipe.from_json(old) == recipe.replace(fp32_outputs=())
+    assert Recipe().fp32_outputs == ()
 
 
 def test_recipe_files_are_json_with_the_format_and_of_reads_a_path(tmp_path: Path) -> None:

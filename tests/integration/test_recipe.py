@@ -23,6 +23,7 @@ from halfprec.compare import compare_outputs
 from halfprec.convert import OpRef, RecipeError, conversion_report
 from halfprec.io.stream import convert_file
 from testbed.hazards import HAZARDS
+from testbed.heldout_handoff import ponder
 from testbed.root_hazards import ROOT_HAZARDS
 
 RAW_FP16 = Recipe(
@@ -181,11 +182,61 @@ def _graphs(model: nn.Module, args: tuple[torch.Tensor, ...]) -> int:
 def test_compiles_into_as_many_graphs_as_fp32_and_fullgraph_works(dtype: str) -> None:
     """The toy block was 1 graph in fp32, 3 after convert bf16 and 5 after fp16."""
     model, args = _block()
-    half = convert(model, dtype)
+    _compiles_like_fp32(model, args, convert(model, dtype), atol=1e-2)
+
+
+def _compiles_like_fp32(
+    model: nn.Module, args: tuple[torch.Tensor, ...], half: nn.Module, atol: float
+) -> None:
     assert _graphs(model, args) == _graphs(half, args) == 1
     dynamo.reset()
     compiled = torch.compile(half, fullgraph=True, backend="eager")
-    torch.testing.assert_close(_run(compiled, args), _run(half, args), atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(_run(compiled, args), _run(half, args), atol=atol, rtol=atol)
+
+
+# -- an island that hands its output on in fp32 travels too --------------------------------
+def _ponder() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    model, batches = ponder()
+    return model, batches[0]
+
+
+def _handoff() -> Recipe:
+    return Recipe("fp16", keep_fp32=("step.halt",), fp32_outputs=("step.halt",))
+
+
+def test_a_hand_off_saves_loads_copies_and_pickles_bit_exactly(tmp_path: Path) -> None:
+    model, args = _ponder()
+    half = convert(model, _handoff())
+    out = _run(half, args)
+    assert torch.isfinite(out).all()  # narrowed, the halting probability gives -inf
+    path = save(half, tmp_path / "ponder.safetensors")
+    for into in (lambda: ponder()[0], ponder()[0]):  # on meta, and into a built model
+        loaded = load(path, into=into)
+        assert recipe_of(loaded) == recipe_of(half)
+        assert recipe_of(loaded).fp32_outputs == ("step.halt",)  # type: ignore[union-attr]
+        assert torch.equal(_run(loaded, args), out)
+    # a config's boundary options do not drop the file's hand-offs
+    kept = load(path, into=lambda: ponder()[0], config=Recipe(cast_outputs=False))
+    assert recipe_of(kept).fp32_outputs == ("step.halt",)  # type: ignore[union-attr]
+    assert torch.equal(_run(kept, args).float(), out)
+    buf = io.BytesIO()
+    torch.save(half, buf)
+    buf.seek(0)
+    copies = [copy.deepcopy(half), pickle.loads(pickle.dumps(half))]
+    copies.append(torch.load(buf, weights_only=False))
+    for again in copies:
+        assert torch.equal(_run(again, args), out)
+        assert conversion_report(again) == conversion_report(half)
+
+
+def test_a_hand_off_compiles_into_as_many_graphs_as_fp32_and_exports(tmp_path: Path) -> None:
+    model, args = _ponder()
+    half = convert(model, _handoff())
+    _compiles_like_fp32(model, args, half, atol=0.0)
+    result = halfprec.export(model, [args], tmp_path / "ponder.pt2", _handoff())
+    assert result.passed
+    program = torch.export.load(tmp_path / "ponder.pt2")
+    assert torch.equal(program.module()(x=args[0]), _run(half, args))
 
 
 # -- tuned recipes travel -------------------------------------------------------------------

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 import torch
 
+from halfprec import Recipe, compare, convert
 from halfprec.batch import call
+from halfprec.dtypes import parse_dtype
 from halfprec.tree import flatten
 from testbed.heldout import CONTROL, HELDOUT
 from testbed.heldout_run import Autocast, NaiveHalf, markdown, run, score
@@ -83,6 +85,25 @@ def test_scoring_leaves_the_callers_model_unchanged() -> None:
         score(variant, model, batches, torch.float16)
     after = model.state_dict()
     assert all(after[k].dtype == v.dtype and torch.equal(after[k], v) for k, v in before.items())
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_the_halting_hand_off_breaks_at_the_hand_off_and_only_there(dtype: str) -> None:
+    """Islands on the halting node, on its sibling or on both fail (the node's output is
+    narrowed to 1.0); the node handing its output on in fp32 passes, as does the whole
+    step (its MLP is 99% of the FLOPs). Autocast and convert's defaults both fail."""
+    model, batches = HELDOUT["halting-handoff"].build()
+
+    def passes(**recipe: Any) -> bool:
+        return compare(model, convert(model, Recipe(dtype, **recipe)), batches).passed
+
+    for keep in (("step.halt",), ("step.going",), ("step.halt", "step.going")):
+        assert not passes(keep_fp32=keep), keep
+    assert passes(keep_fp32=("step.halt",), fp32_outputs=("step.halt",))
+    assert passes(keep_fp32=("step",))
+    half = parse_dtype(dtype)
+    assert not score("autocast", model, batches, half).passed
+    assert not score("convert", model, batches, half).passed
 
 
 def test_naive_half_casts_floating_inputs_and_keeps_integer_ones() -> None:

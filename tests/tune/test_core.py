@@ -272,6 +272,25 @@ def test_tune_prefers_the_fix_that_keeps_fewer_flops_in_fp32() -> None:
     assert share is not None and share < 0.2  # "mix" alone: ~0.8
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_tune_hands_an_island_s_output_on_in_fp32_rather_than_keep_the_block(dtype: str) -> None:
+    """PonderNet's halting probability fits the dtype but rounds to 1.0, and log(1 - p) in
+    the sibling module is -inf: before the hand-off, tune kept the whole step (99% of the
+    FLOPs) in fp32."""
+    model, batches = HELDOUT["halting-handoff"].build()
+    result = tune(model, batches, dtype)
+    report, recipe = result.report, result.recipe
+    assert result.passed and report.confirmed and recipe is not None, report.reason
+    assert recipe.fp32_outputs == report.fp32_outputs == ("step.halt",)
+    assert "step" not in report.keep_fp32
+    share = report.fp32_flops_share
+    assert share is not None and share <= 0.01
+    assert any(e.fp32_outputs == ("step.halt",) for e in report.variants[0].evaluations)
+    buffer = io.StringIO()
+    print_tune(report, Console(file=buffer, width=120, color_system=None))
+    assert "fp32 hand-off: step.halt hands its outputs on in fp32" in buffer.getvalue()
+
+
 def test_tune_says_when_rounding_the_inputs_alone_breaks_the_tolerance() -> None:
     model, batches = HELDOUT["geo-coordinates"].build()
     result = tune(model, batches, "bf16")

@@ -11,7 +11,9 @@ settings, so the converted model stays an ordinary module:
   dtype. A built-in norm whose kernel takes half input with fp32 parameters (probed once
   per device and dtype) needs no casts at all. An island that is not a default norm
   island keeps an output fp32 where the caller's dtype cannot hold it (eager only: a
-  compiled or exported graph cannot branch on values, so there it is cast back).
+  compiled or exported graph cannot branch on values, so there it is cast back). An island
+  named in the recipe's ``fp32_outputs`` hands every output on in fp32 (``handoff``): the
+  next half module or GEMM that consumes it casts it.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class RootSettings:
     fp32_ops: frozenset[str] = frozenset()
     fp32_inputs: bool = False
     reason: str = ""
+    # islands hand outputs on in fp32 (Recipe.fp32_outputs): GEMMs must cast what they meet
+    handoffs: bool = False
     attributes_cast: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
@@ -91,7 +95,7 @@ class RootCast(Behaviour):
         if s.cast_inputs and not s.fp32_inputs:
             to_half = cast_floating(s.dtype)
             args, kwargs = map_tensors(to_half, args), map_tensors(to_half, kwargs)
-        if s.cast_inputs and (s.fp32_ops or s.fp32_inputs):
+        if s.cast_inputs and (s.fp32_ops or s.fp32_inputs or s.handoffs):
             with Fp32OpsMode(s.dtype, s.fp32_ops):
                 out = super().forward(*args, **kwargs)  # type: ignore[misc]
         else:
@@ -134,13 +138,15 @@ class Guard(Behaviour):
 class IslandSettings:
     """An fp32 island: ``original`` (fp32) in, the caller's dtype out. ``cast=False``: a
     built-in norm whose kernel does this by itself. ``widen``: keep an output beyond the
-    caller's range in fp32. ``reason``: why the module is an island."""
+    caller's range in fp32. ``reason``: why the module is an island. ``handoff``: hand
+    every output on in fp32 (``Recipe.fp32_outputs``)."""
 
     original: torch.dtype
     compute: torch.dtype
     cast: bool
     widen: bool
     reason: str
+    handoff: bool = False
 
 
 class Fp32Island(Behaviour):
@@ -148,7 +154,7 @@ class Fp32Island(Behaviour):
 
     @classmethod
     def label(cls, settings: IslandSettings) -> str:
-        return "fp32 island"
+        return "fp32 island, fp32 output" if settings.handoff else "fp32 island"
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         s: IslandSettings = getattr(self, Fp32Island.attr)
@@ -157,7 +163,7 @@ class Fp32Island(Behaviour):
         caller = _first_float_dtype((args, kwargs))
         to_wide = cast_floating(s.original)
         out = super().forward(*map_tensors(to_wide, args), **map_tensors(to_wide, kwargs))  # type: ignore[misc]
-        if caller is None or caller == s.original:
+        if caller is None or caller == s.original or s.handoff:
             return out
         # the range check is for islands that widen only (not the default norm islands):
         # the others read no dtype facts per call

@@ -154,6 +154,7 @@ class ConversionReport:
     op_islands: list[OpRef] = field(default_factory=list)
     fill_guards: list[str] = field(default_factory=list)
     fp32_ops: list[str] = field(default_factory=list)
+    fp32_outputs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     params_total: int = 0
     params_fp32: int = 0
@@ -183,6 +184,7 @@ class ConversionReport:
             "op_islands": [o.to_json() for o in self.op_islands],
             "fill_guards": self.fill_guards,
             "fp32_ops": self.fp32_ops,
+            "fp32_outputs": self.fp32_outputs,
             "notes": self.notes,
             "params_total": self.params_total,
             "params_fp32": self.params_fp32,
@@ -239,6 +241,8 @@ def conversion_report(model: nn.Module) -> ConversionReport | None:
         island = module.__dict__.get(Fp32Island.attr)
         if isinstance(island, IslandSettings) or (name == "" and not root.cast_inputs):
             report.islands[name] = island.reason if island is not None else "the whole model"
+            if island is not None and island.handoff:
+                report.fp32_outputs.append(name)
         if isinstance(module.__dict__.get(Guard.attr), GuardSettings):
             report.guarded_modules += 1
         if isinstance(module.__dict__.get(SaturateFills.attr), FillSettings):
@@ -246,6 +250,8 @@ def conversion_report(model: nn.Module) -> ConversionReport | None:
         ops = module.__dict__.get(OpIslands.attr)
         if isinstance(ops, OpSettings):
             report.op_islands.extend(ops.plan.refs)
+            if name and not ops.plan.narrow_outputs:
+                report.fp32_outputs.append(name)
         kept = in_island(name, report.islands)
         for p in module.parameters(recurse=False):
             if id(p) in seen:
@@ -367,9 +373,10 @@ class _Converter:
 
     def run(self) -> nn.Module:
         islands = self._pick_islands()
-        half_modules = self._cast(islands)
         plans = self._op_plans(islands)
-        self._swap(islands, half_modules, plans)
+        handoffs = self._handoffs(islands, plans)  # checked before any tensor is cast
+        half_modules = self._cast(islands)
+        self._swap(islands, half_modules, plans, handoffs)
         return self.model
 
     # -- islands ---------------------------------------------------------------------------
@@ -409,12 +416,7 @@ class _Converter:
                 and sel
                 and not any(n == sel or fnmatch.fnmatchcase(n, sel) for n in names if n)
             ):
-                near = [n for n in names if n and sel.split(".")[-1] in n][:3]
-                hint = f" (similar: {', '.join(near)})" if near else ""
-                raise HalfprecError(
-                    f"keep_fp32 name {sel!r} matches no module of {type(self.model).__name__}"
-                    f"{hint}; list names with model.named_modules()"
-                )
+                raise HalfprecError(self._no_module("keep_fp32", sel, names))
         for name, module in self.model.named_modules():
             if in_island(name, islands):
                 continue
@@ -423,6 +425,28 @@ class _Converter:
                 islands[name] = reason
         self._absorb_shared_parameters(islands)
         return islands
+
+    def _no_module(self, field: str, sel: str, names: list[str]) -> str:
+        near = [n for n in names if n and sel.split(".")[-1] in n][:3]
+        hint = f" (similar: {', '.join(near)})" if near else ""
+        return (
+            f"{field} name {sel!r} matches no module of {type(self.model).__name__}{hint}; "
+            "list names with model.named_modules()"
+        )
+
+    def _handoffs(self, islands: dict[str, str], plans: dict[str, OpPlan]) -> frozenset[str]:
+        """``Recipe.fp32_outputs``, checked: each names an island or a module with op
+        islands (the modules whose fp32 outputs are otherwise narrowed)."""
+        names = [n for n, _ in self.model.named_modules()]
+        for name in self.config.fp32_outputs:
+            if name not in names:
+                raise HalfprecError(self._no_module("fp32_outputs", name, names))
+            if name not in islands and name not in plans:
+                raise HalfprecError(
+                    f"fp32_outputs name {name!r} is neither an fp32 island nor a module with "
+                    "op islands, so it has no fp32 output to hand on; add it to keep_fp32 too"
+                )
+        return frozenset(self.config.fp32_outputs)
 
     def _absorb_shared_parameters(self, islands: dict[str, str]) -> None:
         """A parameter tied between an island and a half module keeps both in fp32."""
@@ -523,8 +547,9 @@ class _Converter:
                 )
             if not in_island(ref.module, islands) and not _scripted(modules[ref.module]):
                 by_module.setdefault(ref.module, []).append(ref)
+        handoff = set(self.config.fp32_outputs)
         return {
-            name: OpPlan(self.dtype, tuple(refs), narrow_outputs=name != "")
+            name: OpPlan(self.dtype, tuple(refs), narrow_outputs=name not in handoff | {""})
             for name, refs in by_module.items()
         }
 
@@ -541,7 +566,11 @@ class _Converter:
         )
 
     def _swap(
-        self, islands: dict[str, str], half_modules: list[nn.Module], plans: dict[str, OpPlan]
+        self,
+        islands: dict[str, str],
+        half_modules: list[nn.Module],
+        plans: dict[str, OpPlan],
+        handoffs: frozenset[str],
     ) -> None:
         cfg, dtype, original = self.config, self.dtype, self.original
         guarded = {id(m) for m in half_modules} if cfg.guard_boundaries else set()
@@ -562,11 +591,15 @@ class _Converter:
                     fp32_inputs=cfg.fp32_inputs and not any(map(_scripted, modules.values())),
                     reason=self.choice.reason,
                     attributes_cast=tuple(self.attributes_cast),
+                    handoffs=bool(handoffs),
                 )
             if name in islands and name != "":
                 widen = not is_default_island(module)  # no range check on every norm
-                cast = not mixed_kernel_ok(module, original, dtype, cfg.mixed_kernels)
-                chosen[Fp32Island] = IslandSettings(original, dtype, cast, widen, islands[name])
+                handoff = name in handoffs  # a mixed kernel would hand on half
+                cast = handoff or not mixed_kernel_ok(module, original, dtype, cfg.mixed_kernels)
+                chosen[Fp32Island] = IslandSettings(
+                    original, dtype, cast, widen, islands[name], handoff
+                )
             elif not in_island(name, islands):
                 if name != "" and id(module) in guarded:
                     chosen[Guard] = GuardSettings(dtype)

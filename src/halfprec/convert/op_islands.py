@@ -344,7 +344,8 @@ class OpSettings:
 class OpIslands(Behaviour):
     """Runs the module's ``forward`` under an :class:`OpIslandMode`; fp32 outputs that fit
     are cast back to half unless ``plan.narrow_outputs`` is off (the root, whose outputs
-    its :class:`~halfprec.convert.boundaries.RootCast` casts)."""
+    its :class:`~halfprec.convert.boundaries.RootCast` casts, and the modules named in
+    ``Recipe.fp32_outputs``, which hand them on in fp32)."""
 
     attr = "_halfprec_ops"
 
@@ -353,7 +354,9 @@ class OpIslands(Behaviour):
         refs = settings.plan.refs
         scaled = sum(r.scaled for r in refs)
         counts = ((len(refs) - scaled, "fp32"), (scaled, "scaled half"))
-        return ", ".join(f"{n} {what} op{'s' if n != 1 else ''}" for n, what in counts if n)
+        ops = ", ".join(f"{n} {what} op{'s' if n != 1 else ''}" for n, what in counts if n)
+        handoff = ", fp32 output" if settings.name and not settings.plan.narrow_outputs else ""
+        return ops + handoff
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         s: OpSettings = getattr(self, OpIslands.attr)

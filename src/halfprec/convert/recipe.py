@@ -78,6 +78,10 @@ class Recipe:
       of the norm islands (``norm_islands=False`` drops those).
     - ``op_islands``: single ops computed in fp32, or GEMMs computed in half on operands
       scaled by powers of two (:class:`~halfprec.convert.OpRef`, ``kind="scaled"``).
+    - ``fp32_outputs``: module islands, or modules with op islands, whose fp32 outputs are
+      handed on in fp32 instead of narrowed to the half dtype where they fit (a
+      probability of 0.99999 that the next module turns into ``log(1 - p)``); the next
+      half module or GEMM that consumes one casts it, as it casts fp32 inputs.
     - ``fp32_ops``: torch ops computed in fp32 wherever the model calls them with a half
       operand (:mod:`halfprec.convert.op_policy`; default: autocast's fp32 list plus the
       ops with no half kernel; ``()`` turns it off).
@@ -108,6 +112,7 @@ class Recipe:
     dtype: DTypeLike = "auto"
     keep_fp32: tuple[Selector, ...] = ()
     op_islands: tuple[OpRef, ...] = ()
+    fp32_outputs: tuple[str, ...] = ()
     fp32_ops: tuple[str, ...] = DEFAULT_FP32_OPS
     norm_islands: bool = True
     saturate_fills: bool = True
@@ -148,6 +153,13 @@ class Recipe:
                     f"op_islands name {o} both as 'fp32' and as 'scaled'; keep one of the two"
                 )
         object.__setattr__(self, "op_islands", ops)
+        outs: Any = self.fp32_outputs
+        if isinstance(outs, str) or not all(isinstance(n, str) and n for n in outs):
+            raise ValueError(
+                f"fp32_outputs must be a sequence of module names, got {outs!r}; name the "
+                'islands whose outputs stay fp32, e.g. fp32_outputs=("block.gate",)'
+            )
+        object.__setattr__(self, "fp32_outputs", tuple(sorted(set(outs))))
         names: Any = self.fp32_ops
         if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
             raise ValueError(f"fp32_ops must be a sequence of torch op names, got {names!r}")
@@ -237,6 +249,7 @@ class Recipe:
         out: dict[str, Any] = {"format": FORMAT, "dtype": dtype}
         out["keep_fp32"] = list(self.keep_fp32)
         out["op_islands"] = [o.to_json() for o in self.op_islands]
+        out["fp32_outputs"] = list(self.fp32_outputs)
         out["fp32_ops"] = list(self.fp32_ops)
         out.update({flag: getattr(self, flag) for flag in _FLAGS})
         out["fp32_params_up_to"] = self.fp32_params_up_to
@@ -261,7 +274,7 @@ class Recipe:
                 "write one with `halfprec tune -o recipe.json`"
             )
         known = {"format", "dtype", "keep_fp32", "op_islands", "fp32_ops", "tolerance", "info"}
-        known.add("fp32_params_up_to")
+        known |= {"fp32_params_up_to", "fp32_outputs"}
         known |= set(_FLAGS)
         unknown = sorted(set(data) - known)
         if unknown:
@@ -273,6 +286,9 @@ class Recipe:
             ops = data.get("op_islands", [])
             if not isinstance(ops, list):
                 raise ValueError("op_islands must be a list")
+            outs = data.get("fp32_outputs", [])  # recipes saved before it narrow every one
+            if not isinstance(outs, list) or not all(isinstance(k, str) for k in outs):
+                raise ValueError("fp32_outputs must be a list of module names")
             info = data.get("info", {})
             if not isinstance(info, dict):
                 raise ValueError("info must be an object")
@@ -292,6 +308,7 @@ class Recipe:
                 dtype=data["dtype"],
                 keep_fp32=tuple(keep),
                 op_islands=tuple(OpRef.from_json(o) for o in ops),
+                fp32_outputs=tuple(outs),
                 tolerance=tolerance,
                 info=info,
                 **flags,

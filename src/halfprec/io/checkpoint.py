@@ -266,6 +266,7 @@ def _with_file(config: Recipe, saved: Recipe, path: Path) -> Recipe:
         keep_fp32=(*saved.keep_fp32, *config.keep_fp32),
         norm_islands=saved.norm_islands,
         op_islands=saved.op_islands,
+        fp32_outputs=(*saved.fp32_outputs, *config.fp32_outputs),
         filter_fn=None,
         info=saved.info,
     )

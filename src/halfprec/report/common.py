@@ -170,6 +170,8 @@ def fp32_text(conv: ConversionReport) -> str:
             f" (with {len(conv.small_fp32)} small parameters/buffers outside islands, "
             f"{human_bytes(conv.small_fp32_bytes)}: Recipe.fp32_params_up_to)"
         )
+    if conv.fp32_outputs:
+        text += f"; outputs handed on in fp32: {', '.join(conv.fp32_outputs)}"
     return text
 
 

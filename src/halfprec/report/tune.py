@@ -46,6 +46,8 @@ def print_tune(report: TuneReport, console: Console | None = None) -> None:
             )
     for ref in report.op_islands:
         con.print(f"op island: {ref}")
+    for name in report.fp32_outputs:
+        con.print(f"fp32 hand-off: {name} hands its outputs on in fp32")
     if report.passed:
         n_scaled = sum(r.scaled for r in report.op_islands)
         scaled = f" ({n_scaled} of them scaled half GEMMs)" if n_scaled else ""

@@ -130,6 +130,7 @@ def tune(
         fp32_latency=fp32_latency,
         op_islands=chosen.op_islands,
         fp32_flops_share=chosen.fp32_flops_share,
+        fp32_outputs=chosen.fp32_outputs,
     )
     report.calibrated = chosen.passed
     rounding = input_rounding_note(

@@ -60,12 +60,14 @@ class Evaluation:
     passes: int
     detail: str
     op_islands: tuple[OpRef, ...] = ()
+    fp32_outputs: tuple[str, ...] = ()  # islands that handed their outputs on in fp32
 
     def to_json(self) -> dict[str, Any]:
         return {
             **self.__dict__,
             "keep_fp32": list(self.keep_fp32),
             "op_islands": [str(o) for o in self.op_islands],
+            "fp32_outputs": list(self.fp32_outputs),
         }
 
 
@@ -79,6 +81,7 @@ class TuneVariant:
     fp32_share: float = 0.0
     op_islands: tuple[OpRef, ...] = ()
     fp32_flops_share: float | None = None
+    fp32_outputs: tuple[str, ...] = ()
     passes: int = 0
     evaluations: list[Evaluation] = field(default_factory=list)
     candidates: list[str] = field(default_factory=list)
@@ -98,6 +101,7 @@ class TuneVariant:
             "fp32_share": self.fp32_share,
             "op_islands": [o.to_json() for o in self.op_islands],
             "fp32_flops_share": self.fp32_flops_share,
+            "fp32_outputs": list(self.fp32_outputs),
             "passes": self.passes,
             "latency_s": self.latency,
             "note": self.note,
@@ -124,6 +128,7 @@ class TuneReport:
     fp32_latency: float | None = None
     op_islands: tuple[OpRef, ...] = ()
     fp32_flops_share: float | None = None
+    fp32_outputs: tuple[str, ...] = ()  # islands whose outputs are handed on in fp32
     calibrated: bool | None = None  # the search's verdict on its own batches
     confirmation: Comparison | None = None  # the recipe on batches the search never saw
     notes: list[str] = field(default_factory=list)
@@ -146,6 +151,7 @@ class TuneReport:
             "fp32_share": self.fp32_share,
             "op_islands": [o.to_json() for o in self.op_islands],
             "fp32_flops_share": self.fp32_flops_share,
+            "fp32_outputs": list(self.fp32_outputs),
             "passes": self.passes,
             "seconds": self.seconds,
             "reason": self.reason,

@@ -1,7 +1,11 @@
 """The fp32-island search for one dtype (steps 2-4 of :mod:`halfprec.tune`): try no
 islands, diagnose, try the broken ops, rank the candidate modules, search growing prefixes
 of the ranking, then descend into and prune the set that passes, and try the candidates
-that cost fewer FLOPs than it alone.
+that cost fewer FLOPs than it alone, together with the hand-offs: the module called just
+before each broken one, its sibling under their common parent (what most likely computed
+the broken module's input), as an island that hands its output on in fp32
+(``Recipe.fp32_outputs``), for a value that fits the dtype but whose rounding breaks the
+next module.
 
 Every module is a candidate: the broken ones and those with a local error first, then
 every other module, parameterless and never-called ones included (a quantiser with an
@@ -10,7 +14,10 @@ cheapest first. A fix costs its FLOPs in fp32 (:func:`~halfprec.flops.module_flo
 its parameters: an op is tried before any module, and a small module before a big one.
 Where the op islands that pass keep a GEMM-type op in fp32, that op is tried as a scaled
 half GEMM (:mod:`halfprec.convert.scaled`), which costs no fp32 FLOPs, and kept so when
-the tolerance still holds."""
+the tolerance still holds.
+
+A hand-off costs no FLOPs of its own: an island handing on in fp32 costs what the island
+costs, where the fp32 block enclosing both modules may cost most of the model."""
 
 from __future__ import annotations
 
@@ -33,7 +40,9 @@ from halfprec.modules import in_island
 from halfprec.tune.results import Evaluation, TuneConfig, TuneVariant
 
 Progress = Callable[[str], None]
-Islands = tuple[tuple[str, ...], tuple[OpRef, ...]]  # module islands, op islands
+# module islands, op islands, islands whose outputs are handed on in fp32
+Islands = tuple[tuple[str, ...], tuple[OpRef, ...], tuple[str, ...]]
+_NONE: Islands = ((), (), ())
 _OPS_PER_MODULE = 8
 _CHEAPER_SINGLES = 8  # candidates tried alone once a set passes, cheapest first
 
@@ -67,16 +76,25 @@ class _Search:
         self.shares: dict[tuple[str, ...], float] = {}
         # the model without extra islands (for the diagnosis) and the latest passing one
         self.kept: dict[Islands, tuple[nn.Module, list[Any]]] = {}
+        self.handoffs: tuple[str, ...] = ()  # producers of the broken modules' inputs
 
-    def convert(self, keep: tuple[str, ...], ops: tuple[OpRef, ...] = ()) -> nn.Module:
+    def convert(
+        self, keep: tuple[str, ...], ops: tuple[OpRef, ...] = (), handoffs: tuple[str, ...] = ()
+    ) -> nn.Module:
         cfg = self.convert_config
         return convert(
             self.model,
-            cfg.replace(keep_fp32=cfg.keep_fp32 + keep, op_islands=cfg.op_islands + ops),
+            cfg.replace(
+                keep_fp32=cfg.keep_fp32 + keep,
+                op_islands=cfg.op_islands + ops,
+                fp32_outputs=cfg.fp32_outputs + handoffs,
+            ),
         )
 
-    def evaluate(self, keep: tuple[str, ...], ops: tuple[OpRef, ...] = ()) -> bool:
-        key: Islands = (tuple(sorted(keep)), tuple(sorted(set(ops))))
+    def evaluate(
+        self, keep: tuple[str, ...], ops: tuple[OpRef, ...] = (), handoffs: tuple[str, ...] = ()
+    ) -> bool:
+        key: Islands = (tuple(sorted(keep)), tuple(sorted(set(ops))), tuple(sorted(handoffs)))
         if key in self.cache:
             return self.cache[key]
         if len(self.variant.evaluations) >= self.config.max_evaluations:
@@ -102,13 +120,16 @@ class _Search:
                     passed, detail = False, f"batch {i}: " + "; ".join((cmp.problems + fails)[:2])
                     break
         self.variant.passes += passes
-        self.variant.evaluations.append(Evaluation(key[0], passed, passes, detail, key[1]))
+        self.variant.evaluations.append(
+            Evaluation(key[0], passed, passes, detail, key[1], fp32_outputs=key[2])
+        )
         self.cache[key] = passed
         if passed:
-            self.kept = {k: v for k, v in self.kept.items() if k == ((), ())}
-        if passed or key == ((), ()):
+            self.kept = {k: v for k, v in self.kept.items() if k == _NONE}
+        if passed or key == _NONE:
             self.kept[key] = (half, outs)
         ops_text = f", {len(key[1])} op islands" if key[1] else ""
+        ops_text += f", {len(key[2])} fp32 hand-offs" if key[2] else ""
         self.progress(
             f"{dtype_name(self.dtype)}: try {len(self.variant.evaluations)}, "
             f"{len(key[0])} islands{ops_text}, {'pass' if passed else 'fail'}"
@@ -121,12 +142,14 @@ class _Search:
         try:
             best = self.search()
         except _BudgetSpent:
-            passing = [(e.keep_fp32, e.op_islands) for e in v.evaluations if e.passed]
+            passing = [
+                (e.keep_fp32, e.op_islands, e.fp32_outputs) for e in v.evaluations if e.passed
+            ]
             best = min(passing, key=lambda k: (self.share(k[0]), len(k[1]))) if passing else None
             v.note = f"stopped after max_evaluations={self.config.max_evaluations}"
         if best is not None:
-            best = (tuple(sorted(best[0])), tuple(sorted(set(best[1]))))
-            v.passed, (v.keep_fp32, v.op_islands) = True, best
+            best = (tuple(sorted(best[0])), tuple(sorted(set(best[1]))), tuple(sorted(best[2])))
+            v.passed, (v.keep_fp32, v.op_islands, v.fp32_outputs) = True, best
             v.fp32_share = self.share(best[0])
             if best in self.kept:
                 half, outs = self.kept[best]
@@ -157,18 +180,19 @@ class _Search:
 
     def search(self) -> Islands | None:
         if self.evaluate(()):
-            return ((), ())
-        kept = self.kept.pop(((), ()), None)
+            return _NONE
+        kept = self.kept.pop(_NONE, None)
         base = kept[0] if kept is not None else self.convert(())
         diag = diagnose(self.model, self.batches, self.dtype, half=base, tolerance=self.tolerance)
         self.variant.diagnosis = diag
+        self.handoffs = self.producers(diag)
         self.variant.passes += 3 * len(self.batches)  # fp32 + own-code half + full half
         report = conversion_report(base)
         del kept, base
         islands = tuple(report.islands) if report is not None else ()
         ops = self.op_candidates(diag, islands)
         if ops and self.evaluate((), ops):
-            return ((), self.scale_gemms(self.prune_ops(ops)))
+            return ((), self.scale_gemms(self.prune_ops(ops)), ())
         self.flops = module_flops(self.model, self.batches[0])
         flagged, ranked = self.rank(diag, islands)
         self.variant.candidates = list(ranked)
@@ -178,7 +202,7 @@ class _Search:
         if found is None:
             return None
         best = self.descend(self.prune(found), diag)
-        return (self.cheaper_single(best, ranked), ())
+        return self.cheaper_single(best, ranked)
 
     def cost(self, names: tuple[str, ...]) -> tuple[int, int]:
         """What keeping ``names`` in fp32 costs: FLOPs, then parameters (an enclosed
@@ -189,21 +213,46 @@ class _Search:
             sum(self.params.get(n, 0) for n in top),
         )
 
-    def cheaper_single(self, best: tuple[str, ...], ranked: tuple[str, ...]) -> tuple[str, ...]:
+    def cheaper_single(self, best: tuple[str, ...], ranked: tuple[str, ...]) -> Islands:
         """The cheapest candidate that passes alone, where one costs fewer FLOPs than
-        ``best`` (a set that costs none is kept)."""
+        ``best`` (a set that costs none is kept): a ranked module as a plain island, or a
+        hand-off (:meth:`producers`) as an island that hands its output on in fp32."""
         limit = self.cost(best)[0]
         cheaper = sorted(
             (n for n in ranked if (n,) != best and self.cost((n,))[0] < limit),
             key=lambda n: self.cost((n,)),
         )
-        for name in cheaper[:_CHEAPER_SINGLES]:
+        tries: list[tuple[str, tuple[str, ...]]] = [(n, ()) for n in cheaper[:_CHEAPER_SINGLES]]
+        tries += [(n, (n,)) for n in self.handoffs if self.cost((n,))[0] < limit]
+        for name, handoff in sorted(tries, key=lambda t: (self.cost((t[0],)), len(t[1]))):
             try:
-                if self.evaluate((name,)):
-                    return (name,)
+                if self.evaluate((name,), (), handoff):
+                    return ((name,), (), handoff)
             except _BudgetSpent:
                 break
-        return best
+        return (best, (), ())
+
+    def producers(self, diag: Diagnosis) -> tuple[str, ...]:
+        """For each broken module, the module called just before it that does not enclose
+        it, lifted to its sibling under their common parent (``block.gate`` for a broken
+        ``block.loss`` after ``block.gate.proj``), where that sibling's fp32 output fits
+        the dtype (beyond it, an island keeps it fp32 anyway)."""
+        order = [m.name for m in diag.modules]
+        fits = {m.name for m in diag.modules if m.fp32_max_abs <= range_of(self.dtype).max}
+        found: list[str] = []
+        for m in diag.problems():
+            if not m.name:
+                continue
+            before = [n for n in order[: order.index(m.name)] if not in_island(m.name, (n,))]
+            if not before:
+                continue
+            prev, mine = before[-1].split("."), m.name.split(".")
+            pairs = enumerate(zip(prev, mine, strict=False))
+            common = next((i for i, (a, b) in pairs if a != b), len(prev))
+            sibling = ".".join(prev[: common + 1])
+            if sibling in fits and sibling not in found:
+                found.append(sibling)
+        return tuple(found)
 
     def op_candidates(self, diag: Diagnosis, islands: tuple[str, ...]) -> tuple[OpRef, ...]:
         """The broken ops of the broken modules' own code (the root included), worst first."""
