@@ -27,16 +27,28 @@ back fp32 where norm islands hand back the caller's dtype. So the mode stays, ch
 it does nothing: a call it does not intercept costs a name lookup on top of what any
 TorchFunctionMode costs (``benchmarks/op_policy_cost.py``). Under ``torch.compile`` it is
 traced away.
+
+A call the mode passes on unchanged still costs a Python call, ~5 us on this project's
+CPU. So a built-in leaf module whose ``forward`` makes only calls the mode passes on
+(:data:`LEAF_CALLS`: an ``Embedding``, a norm, a dropout, an activation, a ``Linear`` or
+conv whose operands share one dtype) gets the :class:`PolicyLeaf` behaviour: it runs with
+the mode off the stack, the same calls without the Python. Modes outside the policy's still
+see every call, and a leaf that a mode inside the policy's reaches (an op island's, a
+fill's) takes the usual path.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from halfprec.convert.swap import Behaviour
 from halfprec.dtypes import cast_floating
 from halfprec.tree import iter_tensors, map_tensors
 
@@ -45,7 +57,10 @@ __all__ = [
     "DEFAULT_FP32_OPS",
     "HALF_OPS",
     "NO_HALF_OPS",
+    "LEAF_CALLS",
     "Fp32OpsMode",
+    "LeafSettings",
+    "PolicyLeaf",
 ]
 
 # CUDA autocast's "ops that can autocast to float32" (torch's AMP docs), by torch function
@@ -93,6 +108,25 @@ HALF_OPS: frozenset[str] = frozenset(
 )  # fmt: skip
 
 
+# Built-in modules whose ``forward`` makes no torch calls but these (each one torch
+# function: what runs inside it is out of a mode's sight; a conv pads first unless its
+# padding mode is "zeros"). Only these exact types: a subclass may override ``forward``.
+LEAF_CALLS: dict[type[nn.Module], frozenset[str]] = {
+    nn.Linear: frozenset({"linear"}),
+    nn.Conv1d: frozenset({"conv1d", "pad"}),
+    nn.Conv2d: frozenset({"conv2d", "pad"}),
+    nn.Conv3d: frozenset({"conv3d", "pad"}),
+    nn.Embedding: frozenset({"embedding"}),
+    nn.LayerNorm: frozenset({"layer_norm"}),
+    nn.GroupNorm: frozenset({"group_norm"}),
+    nn.Dropout: frozenset({"dropout"}),
+    nn.ReLU: frozenset({"relu"}),
+    nn.GELU: frozenset({"gelu"}),
+    nn.SiLU: frozenset({"silu"}),
+    nn.Tanh: frozenset({"tanh"}),
+    nn.Sigmoid: frozenset({"sigmoid"}),
+}
+
 # Arguments that hold no tensor (``torch.Size`` is a tuple of ints).
 _PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.Size)
 
@@ -123,19 +157,32 @@ def _cast(
     return args, kwargs
 
 
+# Which torch functions the mode looks at (an fp32-list op or a GEMM), by function object,
+# per fp32 list. A cache: reading a builtin's ``__name__`` makes a new string to hash, on
+# every call the mode sees (there are a few hundred torch functions; _MEMO caps it anyway).
+_LOOKS: dict[frozenset[str], dict[Any, bool]] = {}
+_MEMO = 4096
+
+
 class Fp32OpsMode(TorchFunctionMode):
     """Computes ``fp32_ops`` in fp32 when they have a ``dtype`` operand; feeds GEMMs that
     mix an fp32 operand with a ``dtype`` one in ``dtype`` (see the module docs).
 
     Every torch call made under the mode (``.shape``, ``view`` and ``dropout`` included)
     comes through :meth:`__torch_function__`, so the calls it leaves alone take the
-    shortest path: one name lookup in two sets, then the call itself, with no tree walk.
+    shortest path: one dictionary lookup of the function, then the call itself.
     """
 
     def __init__(self, dtype: torch.dtype, fp32_ops: frozenset[str]) -> None:
         super().__init__()
         self.dtype = dtype
         self.fp32_ops = fp32_ops
+        looks = _LOOKS.get(fp32_ops)
+        if looks is None:
+            looks = {}
+            if len(_LOOKS) < _MEMO:
+                _LOOKS[fp32_ops] = looks
+        self._looks = looks
 
     def __torch_function__(
         self,
@@ -144,14 +191,35 @@ class Fp32OpsMode(TorchFunctionMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        name = getattr(func, "__name__", "")
-        wide = name in self.fp32_ops
-        if wide or name in HALF_OPS:
+        try:
+            look = self._looks.get(func)
+        except TypeError:  # an unhashable callable
+            look = None
+        if look is None:
+            look = self._look_at(func)
+        if look:
+            wide = getattr(func, "__name__", "") in self.fp32_ops
             kwargs = kwargs or {}
             with torch._C.DisableTorchFunction():
                 args, kwargs = self._operands(wide, args, kwargs)
             return func(*args, **kwargs)
         return func(*args, **kwargs) if kwargs else func(*args)
+
+    def _look_at(self, func: Callable[..., Any]) -> bool:
+        name = getattr(func, "__name__", "")
+        look = name in self.fp32_ops or name in HALF_OPS
+        # (a method bound to a tensor would keep the tensor alive in the cache)
+        if len(self._looks) < _MEMO and not isinstance(
+            getattr(func, "__self__", None), torch.Tensor
+        ):
+            with contextlib.suppress(TypeError):  # an unhashable callable
+                self._looks[func] = look
+        return look
+
+    def passes_on(self, calls: frozenset[str], one_dtype: bool) -> bool:
+        """True when the mode hands each of ``calls`` on unchanged: none is on its fp32
+        list, and where one is a GEMM, its floating operands share ``one_dtype``."""
+        return self.fp32_ops.isdisjoint(calls) and (one_dtype or HALF_OPS.isdisjoint(calls))
 
     def _operands(
         self, wide: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -166,3 +234,56 @@ class Fp32OpsMode(TorchFunctionMode):
         if torch.float32 in dtypes:  # fp32 meets half in a GEMM
             return _cast(self.dtype, args, kwargs, flat is not None)
         return args, kwargs
+
+
+def _pop_policy() -> Fp32OpsMode | None:
+    """Takes the policy's mode off the torch function mode stack when it is the innermost
+    mode (the one a call made now meets first) and returns it; else changes nothing and
+    returns None. None under ``torch.compile``, which traces the mode away."""
+    if torch.compiler.is_compiling() or not torch._C._len_torch_function_stack():
+        return None
+    mode = torch._C._pop_torch_function_stack()
+    if isinstance(mode, Fp32OpsMode):
+        return mode
+    torch._C._push_on_torch_function_stack(mode)
+    return None
+
+
+def _one_dtype(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """True when the floating tensors among ``args``, ``kwargs`` and ``module``'s own
+    parameters all have one dtype (read with torch functions off)."""
+    with torch._C.DisableTorchFunction():
+        dtypes = {
+            t.dtype
+            for t in (*args, *kwargs.values(), *module._parameters.values())
+            if isinstance(t, torch.Tensor) and t.is_floating_point()
+        }
+    return len(dtypes) <= 1
+
+
+@dataclass(frozen=True)
+class LeafSettings:
+    """``calls``: every torch call the leaf's ``forward`` makes (:data:`LEAF_CALLS`)."""
+
+    calls: frozenset[str]
+
+
+class PolicyLeaf(Behaviour):
+    """A built-in leaf whose calls the policy's mode would pass on unchanged runs with the
+    mode off the stack, and puts it back afterwards, also when ``forward`` raises (the
+    innermost behaviour: it sees the operands after a guard's or an island's casts)."""
+
+    attr = "_halfprec_leaf"
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        forward = super().forward  # type: ignore[misc]
+        policy = _pop_policy()
+        if policy is not None:
+            try:
+                calls = getattr(self, PolicyLeaf.attr).calls
+                gemm = not HALF_OPS.isdisjoint(calls)
+                if policy.passes_on(calls, gemm and _one_dtype(self, args, kwargs)):  # type: ignore[arg-type]
+                    return forward(*args, **kwargs)
+            finally:
+                torch._C._push_on_torch_function_stack(policy)
+        return forward(*args, **kwargs)
