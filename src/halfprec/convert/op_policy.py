@@ -253,12 +253,12 @@ def _one_dtype(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any])
     """True when the floating tensors among ``args``, ``kwargs`` and ``module``'s own
     parameters all have one dtype (read with torch functions off)."""
     with torch._C.DisableTorchFunction():
-        dtypes = {
+        dtypes = [
             t.dtype
             for t in (*args, *kwargs.values(), *module._parameters.values())
-            if isinstance(t, torch.Tensor) and t.is_floating_point()
-        }
-    return len(dtypes) <= 1
+            if isinstance(t, torch.Tensor) and t.dtype.is_floating_point
+        ]
+    return all(d == dtypes[0] for d in dtypes)
 
 
 @dataclass(frozen=True)
