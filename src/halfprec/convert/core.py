@@ -570,7 +570,10 @@ class _Converter:
                 if name in plans:
                     chosen[OpIslands] = OpSettings(plans[name], name)
             calls = LEAF_CALLS.get(type(module))
-            if calls is not None and policy:
-                chosen[PolicyLeaf] = LeafSettings(calls)  # innermost: after the casts
+            if calls is not None and policy:  # the op policy's mode can be set aside
+                if set(chosen) == {Guard}:
+                    chosen[Guard] = GuardSettings(dtype, calls)
+                else:
+                    chosen[PolicyLeaf] = LeafSettings(calls)  # innermost: after the casts
             if chosen:
                 swap(module, chosen)

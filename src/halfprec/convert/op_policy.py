@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -61,6 +61,7 @@ __all__ = [
     "Fp32OpsMode",
     "LeafSettings",
     "PolicyLeaf",
+    "run_leaf",
 ]
 
 # CUDA autocast's "ops that can autocast to float32" (torch's AMP docs), by torch function
@@ -252,38 +253,56 @@ def _pop_policy() -> Fp32OpsMode | None:
 def _one_dtype(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """True when the floating tensors among ``args``, ``kwargs`` and ``module``'s own
     parameters all have one dtype (read with torch functions off)."""
+    seen = None
     with torch._C.DisableTorchFunction():
-        dtypes = [
-            t.dtype
-            for t in (*args, *kwargs.values(), *module._parameters.values())
-            if isinstance(t, torch.Tensor) and t.dtype.is_floating_point
-        ]
-    return all(d == dtypes[0] for d in dtypes)
+        for t in (*args, *kwargs.values(), *module._parameters.values()):
+            if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
+                if seen is not None and t.dtype != seen:
+                    return False
+                seen = t.dtype
+    return True
 
 
 @dataclass(frozen=True)
 class LeafSettings:
-    """``calls``: every torch call the leaf's ``forward`` makes (:data:`LEAF_CALLS`)."""
+    """``calls``: every torch call the leaf's ``forward`` makes (:data:`LEAF_CALLS`);
+    ``gemm``: one of them is a GEMM (:data:`HALF_OPS`)."""
 
     calls: frozenset[str]
+    gemm: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gemm", not HALF_OPS.isdisjoint(self.calls))
+
+
+def run_leaf(
+    forward: Callable[..., Any],
+    calls: frozenset[str],
+    one_dtype: bool,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """``forward(*args, **kwargs)`` of a built-in leaf that makes only ``calls`` (its
+    floating operands of ``one_dtype`` or not): with the policy's mode off the stack when
+    it is the innermost mode and would pass each call on unchanged. The mode is back on
+    afterwards, also when ``forward`` raises."""
+    policy = _pop_policy()
+    if policy is not None:
+        try:
+            if policy.passes_on(calls, one_dtype):
+                return forward(*args, **kwargs)
+        finally:
+            torch._C._push_on_torch_function_stack(policy)
+    return forward(*args, **kwargs)
 
 
 class PolicyLeaf(Behaviour):
-    """A built-in leaf whose calls the policy's mode would pass on unchanged runs with the
-    mode off the stack, and puts it back afterwards, also when ``forward`` raises (the
-    innermost behaviour: it sees the operands after a guard's or an island's casts)."""
+    """A built-in leaf runs through :func:`run_leaf` (the innermost behaviour: it sees the
+    operands after an island's casts). A guarded half leaf's guard does this itself."""
 
     attr = "_halfprec_leaf"
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        forward = super().forward  # type: ignore[misc]
-        policy = _pop_policy()
-        if policy is not None:
-            try:
-                calls = getattr(self, PolicyLeaf.attr).calls
-                gemm = not HALF_OPS.isdisjoint(calls)
-                if policy.passes_on(calls, gemm and _one_dtype(self, args, kwargs)):  # type: ignore[arg-type]
-                    return forward(*args, **kwargs)
-            finally:
-                torch._C._push_on_torch_function_stack(policy)
-        return forward(*args, **kwargs)
+        s: LeafSettings = getattr(self, PolicyLeaf.attr)
+        one = s.gemm and _one_dtype(self, args, kwargs)  # type: ignore[arg-type]
+        return run_leaf(super().forward, s.calls, one, args, kwargs)  # type: ignore[misc]
