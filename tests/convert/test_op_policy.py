@@ -327,3 +327,13 @@ def test_each_list_decides_for_itself_which_functions_it_computes_in_fp32(
     assert dtypes == [(torch.float32, BF16), (BF16, BF16), (BF16, torch.float32)] + [
         (torch.float32, BF16)
     ]
+
+
+def test_a_mode_inside_the_policys_still_sees_a_leafs_call_and_so_does_the_policy() -> None:
+    """The mode is set aside only where it is the innermost one: a mode entered inside it
+    (an op island's, a fill's) sees the leaf's call first, then the policy does."""
+    half = halfprec.convert(_Encoder().eval(), "bf16")
+    x = torch.randn(2, 8, dtype=BF16)
+    with Fp32OpsMode(BF16, POLICY), _Record() as inner, torch.inference_mode():
+        _, handled = _handled(half.proj, x)
+    assert inner.names == ["linear"] and handled == ["linear"]
