@@ -18,9 +18,10 @@ cosine against fp32, and the ratios of the per-round times with their IQR:
 
 ``--clock thread`` times the calling thread's CPU time instead of the wall clock: on a
 shared machine, with one thread (``OMP_NUM_THREADS=1``), it leaves out the time other
-jobs held the core. ``calls`` is how many torch calls one forward makes under the
-policy's mode (each passes through its ``__torch_function__``): the cost per forward is
-about calls x the cost per call.
+jobs held the core. ``calls`` is how many torch calls one forward makes, and ``through
+the mode`` how many of them pass through the policy's ``__torch_function__`` (a built-in
+leaf module runs with the mode set aside): the cost per forward is about that many times
+the cost per call.
 
     HF_HUB_OFFLINE=1 PYTHONPATH=src python3 benchmarks/op_policy_cost.py [--rounds 15]
         [--only minilm-b32,minilm-b1,bert-base] [--dtypes bf16,fp16] [--no-half]
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -173,6 +175,24 @@ def _calls(run: Variant, batch: Any) -> int:
     return counter.calls
 
 
+def _through_the_mode(run: Variant, batch: Any) -> int:
+    """How many calls of one ``run(batch)`` the policy's ``__torch_function__`` handles
+    (its frames, counted by a profile function)."""
+    code = Fp32OpsMode.__torch_function__.__code__
+    count = 0
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        nonlocal count
+        count += event == "call" and frame.f_code is code
+
+    sys.setprofile(profile)
+    try:
+        run(batch)
+    finally:
+        sys.setprofile(None)
+    return count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=15)
@@ -203,13 +223,14 @@ def main() -> None:
             with torch.inference_mode():
                 times, outs = _time(variants, batch, args.rounds, CLOCKS[args.clock])
                 calls = _calls(variants[policy], batch)
+                through = _through_the_mode(variants[policy], batch)
             for k, ts in times.items():
                 lo, mid, hi = _quartiles(ts)
                 cos = _cosine(reference, outs[k])
                 spread = f"{1e3 * lo:.1f}-{1e3 * hi:.1f}"
                 print(f"| {label} | {name} | {k} | {1e3 * mid:.1f} | {spread} | {cos:.6f} |")
             base, *others = times
-            case = f"{label} {name}, {calls} calls"
+            case = f"{label} {name}, {calls} calls, {through} through the mode"
             ratios += [_ratio(case, k, base, times) for k in others]
             if "convert (default)" in times:  # the policy's own share
                 ratios.append(_ratio(case, "convert (default)", "convert, no op policy", times))

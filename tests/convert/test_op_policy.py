@@ -3,6 +3,7 @@ passed through untouched, and nothing left behind."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,7 @@ from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
 import halfprec
-from halfprec.convert.op_policy import DEFAULT_FP32_OPS, Fp32OpsMode
+from halfprec.convert.op_policy import DEFAULT_FP32_OPS, LEAF_CALLS, Fp32OpsMode
 
 BF16 = torch.bfloat16
 POLICY = frozenset(DEFAULT_FP32_OPS)
@@ -187,3 +188,179 @@ def test_the_guards_checks_are_no_calls_under_the_policys_mode() -> None:
     with torch.inference_mode(), _Record() as outer:
         half(x)
     assert outer.names == ["to", "linear", "relu", "linear", "__get__", "to"]
+
+
+def _leaf_and_input(kind: type[nn.Module]) -> tuple[nn.Module, torch.Tensor]:
+    x = torch.randn(2, 4, 6, 6)
+    made: dict[type[nn.Module], tuple[nn.Module, torch.Tensor]] = {
+        nn.Linear: (nn.Linear(6, 3), x),
+        nn.Conv1d: (nn.Conv1d(4, 2, 3, padding=1, padding_mode="reflect"), x[:, :, 0]),
+        nn.Conv2d: (nn.Conv2d(4, 2, 3, padding=1, padding_mode="circular"), x),
+        nn.Conv3d: (nn.Conv3d(2, 2, 1), x),
+        nn.Embedding: (nn.Embedding(10, 3), torch.tensor([[1, 2]])),
+        nn.LayerNorm: (nn.LayerNorm(6), x),
+        nn.GroupNorm: (nn.GroupNorm(2, 4), x),
+    }
+    return made[kind] if kind in made else (kind(), x)
+
+
+@pytest.mark.parametrize("kind", list(LEAF_CALLS), ids=lambda k: k.__name__)
+def test_each_leaf_makes_no_torch_calls_but_those_listed_for_it(kind: type[nn.Module]) -> None:
+    """The policy's mode is set aside for these modules on the strength of this table."""
+    leaf, x = _leaf_and_input(kind)
+    with torch.inference_mode(), _Record() as seen:
+        leaf.train()(x)
+        leaf.eval()(x)
+    assert seen.names and set(seen.names) <= LEAF_CALLS[kind]
+
+
+class _Encoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.proj = nn.Linear(8, 8)
+        self.drop = nn.Dropout(0.1)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.drop(self.proj(self.emb(ids)))).softmax(-1).sum(-1)
+
+
+def _handled(model: nn.Module, *args: Any) -> tuple[Any, list[str]]:
+    """The output of ``model(*args)`` and the names of the calls the policy's mode itself
+    handled (its ``__torch_function__`` frames, seen by a profile function)."""
+    names: list[str] = []
+    code = Fp32OpsMode.__torch_function__.__code__
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code is code:
+            names.append(getattr(frame.f_locals["func"], "__name__", "?"))
+
+    sys.setprofile(profile)
+    try:
+        out = model(*args)
+    finally:
+        sys.setprofile(None)
+    return out, names
+
+
+def test_built_in_leaves_run_with_the_policys_mode_set_aside() -> None:
+    """Each call the mode passes on costs a Python call: the embedding, linear, dropout and
+    norm modules make only such calls, so the mode handles the model's own calls alone,
+    while a mode outside it still sees every call, and the values are the policy's."""
+    torch.manual_seed(0)
+    half, ids = halfprec.convert(_Encoder().eval(), "bf16"), torch.tensor([[1, 5, 7]])
+    with torch.inference_mode(), _Record() as outer:
+        out, handled = _handled(half, ids)
+    assert handled == ["softmax", "sum"]
+    # (the root reads the fp32 output's dtype: nothing to cast back)
+    assert outer.names == [
+        "embedding",
+        "linear",
+        "dropout",
+        "layer_norm",
+        "softmax",
+        "sum",
+        "__get__",
+    ]
+    assert torch._C._len_torch_function_stack() == 0
+    with torch.inference_mode():
+        states = half.norm(half.proj(half.emb(ids)))
+    assert states.dtype == BF16
+    torch.testing.assert_close(out, states.float().softmax(-1).sum(-1), rtol=0, atol=0)
+
+
+def _output_dtype(model: nn.Module, leaf: nn.Module, *args: Any) -> torch.dtype:
+    seen: list[torch.dtype] = []
+    handle = leaf.register_forward_hook(lambda m, a, out: seen.append(out.dtype))
+    with torch.inference_mode():
+        model(*args)
+    handle.remove()
+    return seen[0]
+
+
+def test_a_leaf_whose_call_the_policy_changes_keeps_the_mode() -> None:
+    torch.manual_seed(0)
+    model, ids = _Encoder().eval(), torch.tensor([[1, 5, 7]])
+    # its op on the fp32 list: computed in fp32, as without the shortcut
+    wide = halfprec.convert(model, halfprec.Recipe("bf16", fp32_ops=(*POLICY, "linear")))
+    assert _output_dtype(wide, wide.proj, ids) == torch.float32
+    norm = halfprec.convert(model, halfprec.Recipe("bf16", fp32_ops=(*POLICY, "layer_norm")))
+    assert _output_dtype(norm, norm.norm, ids) == torch.float32
+    # a GEMM whose operands no longer share one dtype: the mode casts the fp32 weight
+    mixed = halfprec.convert(model, "bf16")
+    mixed.proj.weight.data = mixed.proj.weight.data.float()
+    assert _output_dtype(mixed, mixed.proj, ids) == BF16
+
+
+class _KeywordInput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(input=x.exp().sum(-1, keepdim=True).expand(-1, 8))
+
+
+def test_a_keyword_operand_the_guard_leaves_fp32_is_cast_by_the_mode() -> None:
+    half, x = halfprec.convert(_KeywordInput(), "bf16"), torch.randn(2, 8)
+    assert _output_dtype(half, half.proj, x) == BF16
+
+
+def test_the_mode_is_back_after_a_leaf_raises() -> None:
+    half = halfprec.convert(_Encoder().eval(), "bf16")
+    with Fp32OpsMode(BF16, POLICY) as mode, torch.inference_mode():
+        with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+            half.proj(torch.randn(2, 5, dtype=BF16))
+        assert torch._C._len_torch_function_stack() == 1
+        assert torch._C._get_function_stack_at(0) is mode
+        assert torch.ones(2, dtype=BF16).sum().dtype == torch.float32  # still applied
+
+
+def test_each_list_decides_for_itself_which_functions_it_computes_in_fp32(
+    h: torch.Tensor,
+) -> None:
+    """The mode remembers, per fp32 list, which functions it looks at: one list's answer
+    is never another's."""
+    lists = (POLICY, frozenset(), frozenset({"tanh"}), POLICY)
+    dtypes = [_under_policy(lambda: (h.exp().dtype, h.tanh().dtype), ops) for ops in lists]
+    assert dtypes == [(torch.float32, BF16), (BF16, BF16), (BF16, torch.float32)] + [
+        (torch.float32, BF16)
+    ]
+
+
+def test_a_mode_inside_the_policys_still_sees_a_leafs_call_and_so_does_the_policy() -> None:
+    """The mode is set aside only where it is the innermost one: a mode entered inside it
+    (an op island's, a fill's) sees the leaf's call first, then the policy does."""
+    half = halfprec.convert(_Encoder().eval(), "bf16")
+    x = torch.randn(2, 8, dtype=BF16)
+    with Fp32OpsMode(BF16, POLICY), _Record() as inner, torch.inference_mode():
+        _, handled = _handled(half.proj, x)
+    assert inner.names == ["linear"] and handled == ["linear"]
+
+
+def test_compiling_before_any_eager_call_keeps_one_graph() -> None:
+    """The mode's per-function cache is filled in eager mode only: compiled first, with
+    the cache empty, its writes split the graph (PonderNet's step: 12 graphs, not 1)."""
+    from torch import _dynamo as dynamo
+
+    from halfprec.convert import op_policy
+
+    class Step(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 1)
+
+        def forward(self, h: torch.Tensor, acc: torch.Tensor) -> Any:
+            p = torch.sigmoid(self.lin(h))
+            return acc + torch.log(p), acc + torch.log1p(-p)
+
+    half = halfprec.convert(Step().eval(), "fp16")
+    args = (torch.randn(4, 8), torch.zeros(4, 1))
+    op_policy._LOOKS.clear()
+    dynamo.reset()
+    try:
+        assert dynamo.explain(half)(*args).graph_count == 1
+    finally:
+        dynamo.reset()
+    assert not op_policy._LOOKS or all(not v for v in op_policy._LOOKS.values())

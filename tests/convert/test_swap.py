@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import pickle
+import sys
 from typing import Any
 
 import torch
@@ -71,6 +72,26 @@ def test_a_swapped_module_runs_its_behaviours_outermost_first_with_keywords() ->
     assert isinstance(module, Affine) and base_class(module) is fresh
     assert behaviours(module) == (Scaled, Quiet)
     assert list(module.state_dict()) == ["w"]
+
+
+def test_a_swapped_forward_runs_the_behaviours_with_no_wrapper_between() -> None:
+    """Every converted module runs its class's forward on each call: that forward is the
+    outermost behaviour's own, so a call costs no Python frame beyond the behaviours'
+    and the original's."""
+    module = _fresh()()
+    swap(module, {Scaled: 10, Quiet: 1})
+    frames: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_name == "forward":
+            frames.append(frame.f_code.co_qualname)
+
+    sys.setprofile(profile)
+    try:
+        module.forward(torch.ones(2))
+    finally:
+        sys.setprofile(None)
+    assert frames == ["Scaled.forward", "Quiet.forward", "Affine.forward"]
 
 
 def test_a_swapped_class_shows_its_labels_and_keeps_the_original_s_names() -> None:

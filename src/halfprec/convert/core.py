@@ -51,6 +51,7 @@ from halfprec.convert.boundaries import (
 )
 from halfprec.convert.fills import FillSettings, SaturateFills, has_fill_ops
 from halfprec.convert.op_islands import OpIslands, OpPlan, OpRef, OpSettings
+from halfprec.convert.op_policy import LEAF_CALLS, LeafSettings, PolicyLeaf
 from halfprec.convert.recipe import FilterFn, Recipe, RecipeLike
 from halfprec.convert.swap import Behaviour, base_class, swap
 from halfprec.dtypes import (
@@ -573,6 +574,8 @@ class _Converter:
         handoffs: frozenset[str],
     ) -> None:
         cfg, dtype, original = self.config, self.dtype, self.original
+        # the root runs its forward under the op policy's mode (see RootCast)
+        policy = "" not in islands and bool(cfg.fp32_ops or cfg.fp32_inputs)
         guarded = {id(m) for m in half_modules} if cfg.guard_boundaries else set()
         modules = dict(self.model.named_modules())
         for name, module in modules.items():
@@ -607,5 +610,11 @@ class _Converter:
                     chosen[SaturateFills] = FillSettings(dtype)
                 if name in plans:
                     chosen[OpIslands] = OpSettings(plans[name], name)
+            calls = LEAF_CALLS.get(type(module))
+            if calls is not None and policy:  # the op policy's mode can be set aside
+                if set(chosen) == {Guard}:
+                    chosen[Guard] = GuardSettings(dtype, calls)
+                else:
+                    chosen[PolicyLeaf] = LeafSettings(calls)  # innermost: after the casts
             if chosen:
                 swap(module, chosen)

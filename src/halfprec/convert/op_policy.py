@@ -27,16 +27,28 @@ back fp32 where norm islands hand back the caller's dtype. So the mode stays, ch
 it does nothing: a call it does not intercept costs a name lookup on top of what any
 TorchFunctionMode costs (``benchmarks/op_policy_cost.py``). Under ``torch.compile`` it is
 traced away.
+
+A call the mode passes on unchanged still costs a Python call, ~5 us on this project's
+CPU. So a built-in leaf module whose ``forward`` makes only calls the mode passes on
+(:data:`LEAF_CALLS`: an ``Embedding``, a norm, a dropout, an activation, a ``Linear`` or
+conv whose operands share one dtype) gets the :class:`PolicyLeaf` behaviour: it runs with
+the mode off the stack, the same calls without the Python. Modes outside the policy's still
+see every call, and a leaf that a mode inside the policy's reaches (an op island's, a
+fill's) takes the usual path.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from halfprec.convert.swap import Behaviour
 from halfprec.dtypes import cast_floating
 from halfprec.tree import iter_tensors, map_tensors
 
@@ -45,7 +57,11 @@ __all__ = [
     "DEFAULT_FP32_OPS",
     "HALF_OPS",
     "NO_HALF_OPS",
+    "LEAF_CALLS",
     "Fp32OpsMode",
+    "LeafSettings",
+    "PolicyLeaf",
+    "run_leaf",
 ]
 
 # CUDA autocast's "ops that can autocast to float32" (torch's AMP docs), by torch function
@@ -93,6 +109,25 @@ HALF_OPS: frozenset[str] = frozenset(
 )  # fmt: skip
 
 
+# Built-in modules whose ``forward`` makes no torch calls but these (each one torch
+# function: what runs inside it is out of a mode's sight; a conv pads first unless its
+# padding mode is "zeros"). Only these exact types: a subclass may override ``forward``.
+LEAF_CALLS: dict[type[nn.Module], frozenset[str]] = {
+    nn.Linear: frozenset({"linear"}),
+    nn.Conv1d: frozenset({"conv1d", "pad"}),
+    nn.Conv2d: frozenset({"conv2d", "pad"}),
+    nn.Conv3d: frozenset({"conv3d", "pad"}),
+    nn.Embedding: frozenset({"embedding"}),
+    nn.LayerNorm: frozenset({"layer_norm"}),
+    nn.GroupNorm: frozenset({"group_norm"}),
+    nn.Dropout: frozenset({"dropout"}),
+    nn.ReLU: frozenset({"relu"}),
+    nn.GELU: frozenset({"gelu"}),
+    nn.SiLU: frozenset({"silu"}),
+    nn.Tanh: frozenset({"tanh"}),
+    nn.Sigmoid: frozenset({"sigmoid"}),
+}
+
 # Arguments that hold no tensor (``torch.Size`` is a tuple of ints).
 _PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.Size)
 
@@ -123,19 +158,32 @@ def _cast(
     return args, kwargs
 
 
+# Which torch functions the mode looks at (an fp32-list op or a GEMM), by function object,
+# per fp32 list. A cache: reading a builtin's ``__name__`` makes a new string to hash, on
+# every call the mode sees (there are a few hundred torch functions; _MEMO caps it anyway).
+_LOOKS: dict[frozenset[str], dict[Any, bool]] = {}
+_MEMO = 4096
+
+
 class Fp32OpsMode(TorchFunctionMode):
     """Computes ``fp32_ops`` in fp32 when they have a ``dtype`` operand; feeds GEMMs that
     mix an fp32 operand with a ``dtype`` one in ``dtype`` (see the module docs).
 
     Every torch call made under the mode (``.shape``, ``view`` and ``dropout`` included)
     comes through :meth:`__torch_function__`, so the calls it leaves alone take the
-    shortest path: one name lookup in two sets, then the call itself, with no tree walk.
+    shortest path: one dictionary lookup of the function, then the call itself.
     """
 
     def __init__(self, dtype: torch.dtype, fp32_ops: frozenset[str]) -> None:
         super().__init__()
         self.dtype = dtype
         self.fp32_ops = fp32_ops
+        looks = _LOOKS.get(fp32_ops)
+        if looks is None:
+            looks = {}
+            if len(_LOOKS) < _MEMO:
+                _LOOKS[fp32_ops] = looks
+        self._looks = looks
 
     def __torch_function__(
         self,
@@ -144,14 +192,39 @@ class Fp32OpsMode(TorchFunctionMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        name = getattr(func, "__name__", "")
-        wide = name in self.fp32_ops
-        if wide or name in HALF_OPS:
+        if torch.compiler.is_compiling():  # traced once: no cache (its writes would break)
+            name = getattr(func, "__name__", "")
+            look = name in self.fp32_ops or name in HALF_OPS
+        else:
+            try:
+                look = self._looks.get(func)
+            except TypeError:  # an unhashable callable
+                look = None
+            if look is None:
+                look = self._look_at(func)
+        if look:
+            wide = getattr(func, "__name__", "") in self.fp32_ops
             kwargs = kwargs or {}
             with torch._C.DisableTorchFunction():
                 args, kwargs = self._operands(wide, args, kwargs)
             return func(*args, **kwargs)
         return func(*args, **kwargs) if kwargs else func(*args)
+
+    def _look_at(self, func: Callable[..., Any]) -> bool:
+        name = getattr(func, "__name__", "")
+        look = name in self.fp32_ops or name in HALF_OPS
+        # (a method bound to a tensor would keep the tensor alive in the cache)
+        if len(self._looks) < _MEMO and not isinstance(
+            getattr(func, "__self__", None), torch.Tensor
+        ):
+            with contextlib.suppress(TypeError):  # an unhashable callable
+                self._looks[func] = look
+        return look
+
+    def passes_on(self, calls: frozenset[str], one_dtype: bool) -> bool:
+        """True when the mode hands each of ``calls`` on unchanged: none is on its fp32
+        list, and where one is a GEMM, its floating operands share ``one_dtype``."""
+        return self.fp32_ops.isdisjoint(calls) and (one_dtype or HALF_OPS.isdisjoint(calls))
 
     def _operands(
         self, wide: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -166,3 +239,76 @@ class Fp32OpsMode(TorchFunctionMode):
         if torch.float32 in dtypes:  # fp32 meets half in a GEMM
             return _cast(self.dtype, args, kwargs, flat is not None)
         return args, kwargs
+
+
+def _pop_policy() -> Fp32OpsMode | None:
+    """Takes the policy's mode off the torch function mode stack when it is the innermost
+    mode (the one a call made now meets first) and returns it; else changes nothing and
+    returns None. None under ``torch.compile``, which traces the mode away."""
+    if torch.compiler.is_compiling() or not torch._C._len_torch_function_stack():
+        return None
+    mode = torch._C._pop_torch_function_stack()
+    if isinstance(mode, Fp32OpsMode):
+        return mode
+    torch._C._push_on_torch_function_stack(mode)
+    return None
+
+
+def _one_dtype(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """True when the floating tensors among ``args``, ``kwargs`` and ``module``'s own
+    parameters all have one dtype (read with torch functions off)."""
+    seen = None
+    with torch._C.DisableTorchFunction():
+        for t in (*args, *kwargs.values(), *module._parameters.values()):
+            if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
+                if seen is not None and t.dtype != seen:
+                    return False
+                seen = t.dtype
+    return True
+
+
+@dataclass(frozen=True)
+class LeafSettings:
+    """``calls``: every torch call the leaf's ``forward`` makes (:data:`LEAF_CALLS`);
+    ``gemm``: one of them is a GEMM (:data:`HALF_OPS`)."""
+
+    calls: frozenset[str]
+    gemm: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gemm", not HALF_OPS.isdisjoint(self.calls))
+
+
+def run_leaf(
+    forward: Callable[..., Any],
+    calls: frozenset[str],
+    one_dtype: bool,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """``forward(*args, **kwargs)`` of a built-in leaf that makes only ``calls`` (its
+    floating operands of ``one_dtype`` or not): with the policy's mode off the stack when
+    it is the innermost mode and would pass each call on unchanged. The mode is back on
+    afterwards, also when ``forward`` raises."""
+    policy = _pop_policy()
+    if policy is not None:
+        try:
+            if policy.passes_on(calls, one_dtype):
+                return forward(*args, **kwargs)
+        finally:
+            torch._C._push_on_torch_function_stack(policy)
+    return forward(*args, **kwargs)
+
+
+class PolicyLeaf(Behaviour):
+    """A built-in leaf runs through :func:`run_leaf` (the innermost behaviour: it sees the
+    operands after an island's casts). A guarded half leaf's guard does this itself."""
+
+    attr = "_halfprec_leaf"
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():  # the mode is traced away: nothing to set aside
+            return super().forward(*args, **kwargs)  # type: ignore[misc]
+        s: LeafSettings = getattr(self, PolicyLeaf.attr)
+        one = s.gemm and _one_dtype(self, args, kwargs)  # type: ignore[arg-type]
+        return run_leaf(super().forward, s.calls, one, args, kwargs)  # type: ignore[misc]

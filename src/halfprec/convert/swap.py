@@ -21,6 +21,7 @@ plain attribute of the module. So the module:
 from __future__ import annotations
 
 import functools
+import types
 from typing import Any, ClassVar
 
 import torch
@@ -64,11 +65,13 @@ def _swapped(base: type[nn.Module], mixins: tuple[type[Behaviour], ...]) -> type
 
 
 def _make(base: type[nn.Module], mixins: tuple[type[Behaviour], ...]) -> type[nn.Module]:
+    # the outermost behaviour's forward itself (its code and closure, so no extra frame
+    # per call), as a function of its own that carries the original's name and signature
     first = mixins[0].forward  # type: ignore[attr-defined]
-
-    def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        return first(self, *args, **kwargs)
-
+    forward = types.FunctionType(
+        first.__code__, first.__globals__, first.__name__, first.__defaults__, first.__closure__
+    )
+    forward.__kwdefaults__ = first.__kwdefaults__
     functools.update_wrapper(forward, base.forward)
 
     def _get_name(self: nn.Module) -> str:
