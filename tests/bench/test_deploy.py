@@ -133,6 +133,25 @@ def test_deploy_times_a_fast_dtype_a_noisy_probe_misread_and_says_where_time_wen
     assert done.to_json()["seconds"] == done.seconds
 
 
+class Counting(Block):
+    calls = 0  # on the class: shared by the copies deploy builds
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        type(self).calls += 1
+        return super().forward(x)
+
+
+def test_deploy_warms_an_eager_variant_once_before_timing_it() -> None:
+    # every half dtype probed slow (scripted), so only eager fp32 is called: once to warm up
+    # (recording its products, giving the reference output), then its timed rounds
+    Counting.calls = 0
+    slow = ScriptedClock([0.001], [1.0])
+    done = halfprec.deploy(Counting(), _x(), "bf16", compile=False, probe_timer=slow)
+    timing = done.report.get("fp32").timing
+    assert done.variant == "fp32" and timing is not None
+    assert Counting.calls == len(timing.samples) + 1
+
+
 def test_deploy_rejects_nothing_to_try() -> None:
     with pytest.raises(ValueError, match="nothing to try; set compile or eager"):
         halfprec.deploy(Block(), _x(), compile=False, eager=False)

@@ -42,7 +42,9 @@ __all__ = ["Deployed", "deploy"]
 
 
 def _quick() -> BenchConfig:
-    return BenchConfig(runs=5, memory="none", max_variant_s=15.0)
+    """deploy's measurement: one warm-up call (a compiled variant's compiling call and one
+    more), up to 5 timed rounds, no memory measurement."""
+    return BenchConfig(warmup=1, runs=5, memory="none", max_variant_s=15.0)
 
 
 @dataclass
@@ -155,7 +157,8 @@ def deploy(
     islands shape the halfprec variants. ``compile``: also try each under
     ``torch.compile`` (the device's deploy recipe); ``eager``: also try each uncompiled.
     ``tolerance``: None for the per-dtype default. ``bench``: how long to measure
-    (default: 5 timed runs, no memory measurement). ``probe_timer``: how the slow-dtype
+    (default: one warm-up call, two for a compiled variant, whose first call compiles; up
+    to 5 timed rounds; no memory measurement). ``probe_timer``: how the slow-dtype
     probe times a call (:data:`~halfprec.bench.limit.Timer`; default the wall clock).
     ``Deployed.time_spent`` says where the time went. ``runtimes``: also try these
     runtimes (``"openvino"``, ``"onnxruntime"``, or ``["all"]``) on the CPU, in fp32 and

@@ -358,11 +358,14 @@ class _Runner:
 
     def _warm(self, module: nn.Module, batch: Batch, variant: Variant) -> tuple[Any, float, float]:
         """Warm-up calls; returns the first output and the first and last calls' seconds.
-        Stops early when a call after the first (which may compile) exceeds the cap. The
-        first call of uncompiled fp32 records the model's matrix products."""
+        A compiled variant's first call compiles, so it gets at least one call after it
+        (its warm speed plans its runs and the cap). Stops early when a call after the
+        first (which may compile) exceeds the cap. The first call of uncompiled fp32
+        records the model's matrix products."""
         output: Any = None
         first = last = 0.0
-        for i in range(self.config.warmup):
+        calls = max(self.config.warmup, 2) if variant.compiled else self.config.warmup
+        for i in range(calls):
             record = i == 0 and variant == Variant("fp32")
             recorder = GemmRecorder() if record else contextlib.nullcontext()
             start = time.perf_counter()
