@@ -5,11 +5,12 @@ runs ``deploy(model, example_batch)`` ("auto": every half dtype the device runs,
 and compiled) once per model, each in a new Python process so that nothing of one run
 (torch.compile's in-memory caches, the probe's process cache) helps the next, and prints
 the wall time from before the model is loaded to after ``deploy`` returns, the load
-average around it, ``Deployed.summary``, ``Deployed.time_spent`` and what inductor's FX graph
-cache did (``hit``: the compiled graph was loaded, not compiled). ``--cache DIR`` points
-both ``TORCHINDUCTOR_CACHE_DIR`` and ``HALFPREC_CACHE_DIR`` (the probe's verdicts) at
-DIR, cleared first: ``--repeat 2`` then shows a first deploy on a machine (cold caches)
-and a repeat one (warm); without it the user's caches are used as they are.
+average around it, ``Deployed.summary``, ``Deployed.time_spent`` and what inductor's FX
+graph and AOTAutograd caches did (``hit``: the compiled graph was loaded, not compiled).
+``--cache DIR`` points both ``TORCHINDUCTOR_CACHE_DIR`` and ``HALFPREC_CACHE_DIR`` (the
+probe's verdicts) at DIR, cleared first: ``--repeat 2`` then shows a first deploy on a
+machine (cold caches) and a repeat one (warm); without it the user's caches are used as
+they are.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ m = load_model(sys.argv[1])
 loaded = time.perf_counter()
 d = halfprec.deploy(m.model, m.example_inputs[0])
 from torch._dynamo.utils import counters
-fx = {k.removeprefix("fxgraph_cache_"): v for k, v in counters["inductor"].items()
-      if k.startswith("fxgraph_cache")}
+fx = {f"{k.removeprefix('fxgraph_cache_')} (FX graph)": v
+      for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
+fx.update({f"{k.removeprefix('autograd_cache_')} (AOTAutograd)": v
+           for k, v in counters["aot_autograd"].items() if k.startswith("autograd_cache")})
 print(json.dumps({"load_s": loaded - start, "wall_s": time.perf_counter() - start,
                   "summary": d.summary, "time_spent": d.time_spent, "fx_cache": fx}))
 """
@@ -71,7 +74,7 @@ def main() -> None:
             print(
                 f"{spec} (run {run + 1}): process {r['process_s']:.1f} s (model load "
                 f"{r['load_s']:.1f} s), load average {r['load_before']:.1f} -> "
-                f"{r['load_after']:.1f}; FX graph cache: {fx}",
+                f"{r['load_after']:.1f}; inductor caches: {fx}",
                 flush=True,
             )
             print(f"  {r['summary']}")

@@ -1,4 +1,5 @@
-"""The ``+compile`` variants' CPU recipe: frozen, cached by inductor, the caller's state kept."""
+"""The ``+compile`` variants' CPU recipe: cached by inductor, warmed in the mode it is called
+in, the caller's inductor settings kept."""
 
 from __future__ import annotations
 
@@ -14,15 +15,16 @@ import torch._inductor.config as inductor_config
 from torch import nn
 from torch._dynamo.utils import counters
 
-from halfprec.bench.variants import COMPILE_RECIPES, CompileRecipe, Variant, build_variant
+from halfprec.bench.variants import Variant, build_variant
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 NAMES = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta")
+COMPILED = Variant("fp32", compiled=True)
 
 
 class Marked(nn.Module):
     """A Linear with non-persistent buffers registered the way transformers registers
-    BERT's ``position_ids``: ``nn.Buffer(..., persistent=False)``, which marks the tensor."""
+    BERT's ``position_ids``: ``nn.Buffer(..., persistent=False)``."""
 
     def __init__(self, seed: int) -> None:
         super().__init__()
@@ -38,52 +40,57 @@ class Marked(nn.Module):
 X = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
 
 
-def _fx_cache() -> dict[str, int]:
-    return {k: v for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
+def _caches() -> dict[str, int]:
+    fx = {k: v for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
+    aot = {k: v for k, v in counters["aot_autograd"].items() if k.startswith("autograd_cache")}
+    return {**fx, **aot}
 
 
-def test_recipe_rejects_prepack_off_without_freezing() -> None:
-    with pytest.raises(ValueError, match=r"weight_prepack=False\) applies to frozen graphs"):
-        CompileRecipe(weight_prepack=False)
-    assert COMPILE_RECIPES["cpu"].inductor_options == {
-        "freezing": True,
-        "cpp.weight_prepack": False,
-    }
-    assert COMPILE_RECIPES["cuda"].inductor_options == {}  # nothing patched on CUDA
-
-
-def test_a_compiled_variant_keeps_state_dict_and_the_callers_buffers() -> None:
-    model = Marked(0)
-    built = build_variant(model, Variant("fp32", compiled=True))  # compiles lazily: no call
-    assert set(built.compiled._orig_mod.state_dict()) == set(model.state_dict())
-    assert set(model.state_dict()) == {"fc.weight", "fc.bias"}  # buffers non-persistent
-    assert all(getattr(model, n).persistent is False for n in NAMES)  # the caller's marks
+def _grew(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
 
 
 @pytest.mark.slow
-def test_cpu_compile_is_stored_by_inductor_and_reused_for_other_weights(
+def test_cpu_compile_is_cached_by_inductor_and_reused_for_other_weights(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # one frozen compile (a second of inductor work for one Linear), then a fresh dynamo
-    # state: the FX graph cache hands back the graph, bound to the new model's weights
+    # one compile of one Linear, then a fresh dynamo state: inductor's caches hand back
+    # the graph, run on the new model's own weights
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     torch._dynamo.reset()
-    prepack, freezing = inductor_config.cpp.weight_prepack, inductor_config.freezing
-    start = _fx_cache()
-    first = build_variant(Marked(0), Variant("fp32", compiled=True))
-    first(X)
-    stored = _fx_cache()
-    assert stored.get("fxgraph_cache_bypass", 0) == start.get("fxgraph_cache_bypass", 0)
-    assert stored.get("fxgraph_cache_miss", 0) == start.get("fxgraph_cache_miss", 0) + 1
+    settings = (inductor_config.freezing, inductor_config.cpp.weight_prepack)
+    start = _caches()
+    build_variant(Marked(0), COMPILED)(X)
+    stored = _caches()
+    assert _grew(start, stored) == {
+        "fxgraph_cache_miss": 1,
+        "autograd_cache_miss": 1,
+        "autograd_cache_saved": 1,
+    }
     torch._dynamo.reset()
     other = Marked(1)
-    out = build_variant(other, Variant("fp32", compiled=True))(X)
-    assert _fx_cache().get("fxgraph_cache_hit", 0) == stored.get("fxgraph_cache_hit", 0) + 1
+    out = build_variant(other, COMPILED)(X)
+    # nothing traced by AOTAutograd or compiled by inductor again
+    assert _grew(stored, _caches()) == {"autograd_cache_hit": 1, "fxgraph_cache_hit": 1}
     with torch.no_grad():
         torch.testing.assert_close(out, other(X))  # its own weights, not the first model's
         assert not torch.allclose(out, Marked(0)(X))
-    # the caller's inductor settings are as they were
-    assert (inductor_config.cpp.weight_prepack, inductor_config.freezing) == (prepack, freezing)
+    assert (inductor_config.freezing, inductor_config.cpp.weight_prepack) == settings
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow
+def test_a_compiled_variant_warmed_like_bench_does_not_compile_again_when_called() -> None:
+    # bench and deploy warm a variant under inference_mode; the user then calls it plainly
+    torch._dynamo.reset()
+    module = build_variant(Marked(0), COMPILED)
+    with torch.inference_mode():
+        module(X)
+    graphs = counters["stats"]["unique_graphs"]
+    module(X)
+    with torch.no_grad():
+        module(X)
+    assert counters["stats"]["unique_graphs"] == graphs
     torch._dynamo.reset()
 
 
@@ -91,10 +98,10 @@ _CHILD = """
 import json, sys, torch
 from torch._dynamo.utils import counters
 sys.path.insert(0, sys.argv[1])
-from test_variants import NAMES, Marked, X
-from halfprec.bench.variants import Variant, build_variant
-build_variant(Marked(0), Variant("fp32", compiled=True))(X)
-print(json.dumps({"order": list(set(NAMES)), **counters["inductor"]}))
+from test_variants import NAMES, COMPILED, Marked, X, _caches
+from halfprec.bench.variants import build_variant
+build_variant(Marked(0), COMPILED)(X)
+print(json.dumps({"order": list(set(NAMES)), **_caches()}))
 """
 
 
@@ -111,11 +118,11 @@ def _compile_in_child(seed: str, cache: Path) -> dict[str, object]:
 
 
 @pytest.mark.slow
-def test_a_new_process_reuses_the_compile_whatever_its_string_hash_seed(tmp_path: Path) -> None:
-    # the frozen graph once held a set of the non-persistent buffers' names, which the
-    # cache key pickled in hash order: a new key, and a new compile, in every process
+def test_a_new_process_loads_the_compile_whatever_its_string_hash_seed(tmp_path: Path) -> None:
+    # a frozen graph held a set of the non-persistent buffers' names, which the FX graph
+    # cache's key pickled in hash order: a new key, and a full compile, in every process
     first = _compile_in_child("1", tmp_path)
     second = _compile_in_child("2", tmp_path)
     assert first["order"] != second["order"]  # the seeds order the names differently
-    assert first.get("fxgraph_cache_miss") == 1 and "fxgraph_cache_hit" not in first
-    assert second.get("fxgraph_cache_hit") == 1 and "fxgraph_cache_miss" not in second
+    assert first.get("autograd_cache_miss") == 1 and "autograd_cache_hit" not in first
+    assert second.get("autograd_cache_hit") == 1 and "autograd_cache_miss" not in second

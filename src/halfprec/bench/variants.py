@@ -12,12 +12,12 @@ A :class:`Variant` is one of:
   inference-precision hint); built from an example batch, never ``+compile``;
 
 each optionally under ``torch.compile`` (``+compile``), compiled the way that deploys
-fastest on the device (:data:`COMPILE_RECIPES`): on CPU with inductor *freezing*, which
-folds the weights into the graph as constants and prepacks them for oneDNN (needs
-inference: the module runs under ``torch.no_grad()``); on CUDA with
+fastest on the device (:data:`COMPILE_RECIPES`): on CPU torch.compile's default, which
+inductor caches on disk (a new process loads the compiled graph); on CUDA with
 ``mode="max-autotune"``, which autotunes the GEMMs and captures CUDA graphs where the
-shapes are static. :func:`build_variant` returns a ready-to-call module built from a copy;
-the original model is not changed.
+shapes are static. A compiled variant runs under ``torch.inference_mode()``.
+:func:`build_variant` returns a ready-to-call module built from a copy; the original model
+is not changed.
 """
 
 from __future__ import annotations
@@ -182,91 +182,56 @@ def fp32_matmuls() -> Iterator[None]:
 @dataclass(frozen=True)
 class CompileRecipe:
     """How ``+compile`` variants compile on one device type: ``torch.compile(mode=mode)``,
-    with inductor ``freezing`` (weights as constants; inference only) when set.
-
-    ``weight_prepack``: inductor's ``cpp.weight_prepack`` for a frozen CPU graph. On (torch's
-    default), the frozen weights are prepacked into oneDNN/MKL layouts held as mkldnn
-    tensors, which inductor's FX graph cache cannot store ("mkldnn tensors unpickleable"),
-    so every new process compiles from scratch. Off, the graph calls ``mm``/``addmm`` on the
-    folded weights and the cache stores it: a new process on the same machine loads the
-    compiled graph instead of compiling it (docs/benchmarks.md#bench-and-deploy-time). Frozen
-    parameters are keyed by shape and dtype only and bound from the module being compiled,
-    so a model with other weights reuses the entry with its own weights.
-    """
+    with inductor ``freezing`` (weights as constants) when set."""
 
     mode: str | None = None
     freezing: bool = False
-    weight_prepack: bool = True
 
     def __post_init__(self) -> None:
         modes = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
         if self.mode not in modes:
             raise ValueError(f"compile mode must be one of {modes}, got {self.mode!r}")
-        if not (self.weight_prepack or self.freezing):
-            raise ValueError(
-                "CompileRecipe(weight_prepack=False) applies to frozen graphs only; "
-                "set freezing=True or leave weight_prepack on"
-            )
-
-    @property
-    def inductor_options(self) -> dict[str, bool]:
-        """The inductor settings patched around each call (``torch._inductor.config``
-        names); empty when the recipe needs none."""
-        if not self.freezing:
-            return {}
-        return {"freezing": True, "cpp.weight_prepack": self.weight_prepack}
 
 
 # One table: the fastest deploy compile per device type (others get the default compile).
+# CPU: not frozen. Freezing (with torch's weight prepacking) was no faster on BERT-base
+# here, and inductor cannot cache a frozen graph (prepacked weights are mkldnn tensors it
+# cannot pickle), so every new process compiled it from scratch; unfrozen, the FX graph
+# and AOTAutograd caches hand a new process the compiled graph
+# (docs/benchmarks.md#bench-and-deploy-time).
 COMPILE_RECIPES: dict[str, CompileRecipe] = {
-    "cpu": CompileRecipe(mode=None, freezing=True, weight_prepack=False),
+    "cpu": CompileRecipe(mode=None, freezing=False),
     "cuda": CompileRecipe(mode="max-autotune", freezing=False),
 }
 
 
-class _Frozen(nn.Module):
-    """Calls a compiled module with the recipe's inductor settings (freezing, weight
-    prepacking) for that call only (``torch._inductor.config.patch`` restores the caller's
-    settings afterwards) and without autograd, which freezing requires. Compilation happens
-    on the first call."""
+class _Inference(nn.Module):
+    """Calls a compiled module under ``torch.inference_mode()``, the mode bench and deploy
+    warm it in: dynamo guards on the grad mode, so a call in another mode (plain, or
+    ``torch.no_grad()``) would compile the model again. With ``freezing``, inductor freezing
+    is switched on for that call only (``torch._inductor.config.patch`` restores the
+    caller's setting). Compilation happens on the first call."""
 
-    def __init__(self, compiled: nn.Module, options: dict[str, bool]) -> None:
+    def __init__(self, compiled: nn.Module, freezing: bool) -> None:
         super().__init__()
         self.compiled = compiled  # holds the original as ``_orig_mod``: same parameters
-        self.options = dict(options)
+        self.freezing = freezing
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         import torch._inductor.config as inductor_config
 
-        with inductor_config.patch(self.options), torch.no_grad():
+        patch = inductor_config.patch(freezing=True) if self.freezing else contextlib.nullcontext()
+        with patch, torch.inference_mode():
             return self.compiled(*args, **kwargs)
-
-
-def _unmark_buffers(module: nn.Module) -> None:
-    """Replace each tensor that carries ``torch.nn.Buffer``'s ``persistent=False`` mark
-    (transformers registers BERT's ``position_ids`` so) by a plain alias of it, in
-    ``module`` itself. Freezing registers such a tensor on the frozen graph with its mark,
-    so the graph gets a ``set`` of buffer names, which the FX graph cache's key pickles in
-    string-hash order: a different key in every process (``PYTHONHASHSEED``), and never a
-    hit. The buffers stay buffers, non-persistent as before (``state_dict`` unchanged), with
-    the same storage."""
-    for sub in module.modules():
-        for name, buf in list(sub.named_buffers(recurse=False)):
-            if getattr(buf, "persistent", True) is False:
-                setattr(sub, name, buf.detach())
 
 
 def compile_for_device(module: nn.Module, device: torch.device | str) -> nn.Module:
     """``module`` under ``torch.compile`` with :data:`COMPILE_RECIPES`'s recipe for
-    ``device`` (compiles lazily, on the first call). With freezing, ``module``'s
-    non-persistent buffers are first made cacheable (:func:`_unmark_buffers`), so pass a
-    module of your own (:func:`build_variant` passes its copy)."""
+    ``device``, called under ``torch.inference_mode()`` (compiles lazily, on the first
+    call)."""
     recipe = COMPILE_RECIPES.get(torch.device(device).type, CompileRecipe())
-    options = recipe.inductor_options
-    if options:
-        _unmark_buffers(module)
     compiled: nn.Module = torch.compile(module, mode=recipe.mode)  # type: ignore[assignment]
-    return _Frozen(compiled, options) if options else compiled
+    return _Inference(compiled, recipe.freezing)
 
 
 class _CastInputs:
