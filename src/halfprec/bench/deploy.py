@@ -3,10 +3,12 @@ against fp32, with the measurements that chose it.
 
 It benchmarks fp32 and halfprec's conversion in each candidate half dtype of ``config``
 (``"auto"``: every half dtype the device runs), eager and compiled with the device's deploy
-recipe (:data:`~halfprec.bench.variants.COMPILE_RECIPES`: inductor freezing on CPU,
+recipe (:data:`~halfprec.bench.variants.COMPILE_RECIPES`: torch.compile's default on
+CPU, which inductor caches on disk so that a repeat deploy loads the compiled graph;
 ``max-autotune`` with CUDA graphs on CUDA), compares every output with fp32's, and returns
 the fastest variant within tolerance, already warmed up (and so already compiled for the
-example batch's shapes). fp32 wins when nothing beats it. Half dtypes whose matrix
+example batch's shapes; a compiled choice runs under ``torch.inference_mode()``, the mode
+it was warmed in). fp32 wins when nothing beats it. Half dtypes whose matrix
 products a quick probe finds far slower than fp32 here are skipped, never built or
 compiled (the probe's verdict is cached per machine: :mod:`halfprec.bench.probe_cache`),
 and the candidates are raced: each stops being timed once its rank is settled
