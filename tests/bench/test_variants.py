@@ -87,10 +87,12 @@ def test_a_compiled_variant_warmed_like_bench_does_not_compile_again_when_called
     with torch.inference_mode():
         module(X)
     graphs = counters["stats"]["unique_graphs"]
-    module(X)
+    out = module(X)
     with torch.no_grad():
         module(X)
     assert counters["stats"]["unique_graphs"] == graphs
+    assert not out.is_inference() and not out.requires_grad
+    out.add_(1)  # an ordinary tensor: the caller may change it in place
     torch._dynamo.reset()
 
 

@@ -7,12 +7,13 @@ recipe (:data:`~halfprec.bench.variants.COMPILE_RECIPES`: torch.compile's defaul
 CPU, which inductor caches on disk so that a repeat deploy loads the compiled graph;
 ``max-autotune`` with CUDA graphs on CUDA), compares every output with fp32's, and returns
 the fastest variant within tolerance, already warmed up (and so already compiled for the
-example batch's shapes; a compiled choice runs under ``torch.inference_mode()``, the mode
-it was warmed in). fp32 wins when nothing beats it. Half dtypes whose matrix
-products a quick probe finds far slower than fp32 here are skipped, never built or
-compiled (the probe's verdict is cached per machine: :mod:`halfprec.bench.probe_cache`),
-and the candidates are raced: each stops being timed once its rank is settled
-(:class:`~halfprec.bench.race.Race`). ``Deployed.time_spent`` says where the time went.
+example batch's shapes; a compiled choice runs every call under ``torch.no_grad()``
+outside inference mode, as it was warmed, so no call compiles it again). fp32 wins when
+nothing beats it. Half dtypes whose matrix products a quick probe finds far slower than
+fp32 here are skipped, never built or compiled (the probe's verdict is cached per
+machine: :mod:`halfprec.bench.probe_cache`), and the candidates are raced: each stops
+being timed once its rank is settled (:class:`~halfprec.bench.race.Race`).
+``Deployed.time_spent`` says where the time went.
 
 ``runtimes=("openvino", "onnxruntime")`` also tries those runtimes
 (:mod:`halfprec.bench.runtime_choice`): one wins only when it passes the same check and is

@@ -15,7 +15,8 @@ each optionally under ``torch.compile`` (``+compile``), compiled the way that de
 fastest on the device (:data:`COMPILE_RECIPES`): on CPU torch.compile's default, which
 inductor caches on disk (a new process loads the compiled graph); on CUDA with
 ``mode="max-autotune"``, which autotunes the GEMMs and captures CUDA graphs where the
-shapes are static. A compiled variant runs under ``torch.inference_mode()``.
+shapes are static. A compiled variant runs every call under ``torch.no_grad()``, outside
+inference mode, so that no call compiles it again for another grad mode.
 :func:`build_variant` returns a ready-to-call module built from a copy; the original model
 is not changed.
 """
@@ -206,11 +207,13 @@ COMPILE_RECIPES: dict[str, CompileRecipe] = {
 
 
 class _Inference(nn.Module):
-    """Calls a compiled module under ``torch.inference_mode()``, the mode bench and deploy
-    warm it in: dynamo guards on the grad mode, so a call in another mode (plain, or
-    ``torch.no_grad()``) would compile the model again. With ``freezing``, inductor freezing
-    is switched on for that call only (``torch._inductor.config.patch`` restores the
-    caller's setting). Compilation happens on the first call."""
+    """Calls a compiled module the same way every time, without autograd: outside
+    inference mode (``torch.inference_mode(False)``, so outputs are ordinary tensors even
+    where bench and deploy warm it, inside ``inference_mode``) and under
+    ``torch.no_grad()``. dynamo guards on these modes, so a call in another mode would
+    compile the model again. With ``freezing``, inductor freezing is switched on for that
+    call only (``torch._inductor.config.patch`` restores the caller's setting).
+    Compilation happens on the first call."""
 
     def __init__(self, compiled: nn.Module, freezing: bool) -> None:
         super().__init__()
@@ -221,14 +224,14 @@ class _Inference(nn.Module):
         import torch._inductor.config as inductor_config
 
         patch = inductor_config.patch(freezing=True) if self.freezing else contextlib.nullcontext()
-        with patch, torch.inference_mode():
+        with patch, torch.inference_mode(False), torch.no_grad():
             return self.compiled(*args, **kwargs)
 
 
 def compile_for_device(module: nn.Module, device: torch.device | str) -> nn.Module:
     """``module`` under ``torch.compile`` with :data:`COMPILE_RECIPES`'s recipe for
-    ``device``, called under ``torch.inference_mode()`` (compiles lazily, on the first
-    call)."""
+    ``device``, each call without autograd and outside inference mode (:class:`_Inference`;
+    compiles lazily, on the first call)."""
     recipe = COMPILE_RECIPES.get(torch.device(device).type, CompileRecipe())
     compiled: nn.Module = torch.compile(module, mode=recipe.mode)  # type: ignore[assignment]
     return _Inference(compiled, recipe.freezing)
