@@ -5,10 +5,12 @@ runs ``deploy(model, example_batch)`` ("auto": every half dtype the device runs,
 and compiled) once per model, each in a new Python process so that nothing of one run
 (torch.compile's in-memory caches, the probe's process cache) helps the next, and prints
 the wall time from before the model is loaded to after ``deploy`` returns, the load
-average around it, ``Deployed.summary`` and ``Deployed.time_spent``. ``--cold`` gives each
-run a fresh inductor cache directory (what a first deploy on a machine pays); otherwise
-the user's inductor cache is used as it is. ``--probe-cache DIR`` points
-``HALFPREC_CACHE_DIR`` at DIR (run twice to see a probe cache hit).
+average around it, ``Deployed.summary``, ``Deployed.time_spent`` and what inductor's FX
+graph and AOTAutograd caches did (``hit``: the compiled graph was loaded, not compiled).
+``--cache DIR`` points both ``TORCHINDUCTOR_CACHE_DIR`` and ``HALFPREC_CACHE_DIR`` (the
+probe's verdicts) at DIR, cleared first: ``--repeat 2`` then shows a first deploy on a
+machine (cold caches) and a repeat one (warm); without it the user's caches are used as
+they are.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -29,13 +32,20 @@ from halfprec.io.specs import load_model
 m = load_model(sys.argv[1])
 loaded = time.perf_counter()
 d = halfprec.deploy(m.model, m.example_inputs[0])
+from torch._dynamo.utils import counters
+fx = {f"{k.removeprefix('fxgraph_cache_')} (FX graph)": v
+      for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
+fx.update({f"{k.removeprefix('autograd_cache_')} (AOTAutograd)": v
+           for k, v in counters["aot_autograd"].items() if k.startswith("autograd_cache")})
 print(json.dumps({"load_s": loaded - start, "wall_s": time.perf_counter() - start,
-                  "summary": d.summary, "time_spent": d.time_spent}))
+                  "summary": d.summary, "time_spent": d.time_spent, "fx_cache": fx}))
 """
 
 
-def _one(spec: str) -> dict[str, Any]:
+def _one(spec: str, cache: str | None) -> dict[str, Any]:
     env = dict(os.environ, HF_HUB_OFFLINE="1")
+    if cache is not None:
+        env.update(TORCHINDUCTOR_CACHE_DIR=f"{cache}/inductor", HALFPREC_CACHE_DIR=cache)
     before = os.getloadavg()[0]
     start = time.perf_counter()
     proc = subprocess.run(
@@ -52,15 +62,23 @@ def _one(spec: str) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("specs", nargs="+")
+    parser.add_argument("--cache", help="inductor and probe cache folder, cleared first")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each spec, in turn")
     ns = parser.parse_args()
-    for spec in ns.specs:
-        r = _one(spec)
-        print(
-            f"{spec}: process {r['process_s']:.1f} s (model load {r['load_s']:.1f} s), "
-            f"load average {r['load_before']:.1f} -> {r['load_after']:.1f}"
-        )
-        print(f"  {r['summary']}")
-        print(f"  {r['time_spent']}")
+    if ns.cache:
+        shutil.rmtree(ns.cache, ignore_errors=True)
+    for run in range(ns.repeat):
+        for spec in ns.specs:
+            r = _one(spec, ns.cache)
+            fx = ", ".join(f"{k} {v}" for k, v in sorted(r["fx_cache"].items())) or "none"
+            print(
+                f"{spec} (run {run + 1}): process {r['process_s']:.1f} s (model load "
+                f"{r['load_s']:.1f} s), load average {r['load_before']:.1f} -> "
+                f"{r['load_after']:.1f}; inductor caches: {fx}",
+                flush=True,
+            )
+            print(f"  {r['summary']}")
+            print(f"  {r['time_spent']}", flush=True)
 
 
 if __name__ == "__main__":

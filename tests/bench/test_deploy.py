@@ -100,8 +100,9 @@ def test_deploy_never_times_a_dtype_the_probe_found_slow() -> None:
 @pytest.mark.slow
 def test_deploy_compiled_only_still_measures_against_eager_fp32() -> None:
     # everything half probed slow: only fp32+compile compiles (one compile, ~20 s on 2 cores);
-    # two warm-up calls, so that the compiling call is not the one held against max_call_s
-    bench = BenchConfig(warmup=2, runs=3, memory="none", skip_slower_than=1e-9)
+    # one warm-up call: a compiled variant gets one more, so that its compiling call is not
+    # the one held against max_call_s
+    bench = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=1e-9)
     done = halfprec.deploy(Block(), _x(), "bf16", eager=False, bench=bench)
     names = [r.name for r in done.report.results]
     assert names == ["fp32", "fp32+compile", "halfprec-bf16+compile"]
@@ -109,7 +110,8 @@ def test_deploy_compiled_only_still_measures_against_eager_fp32() -> None:
     assert compiled.status == "ok" and compiled.compile_s is not None and compiled.accurate
     assert done.report.get("halfprec-bf16+compile").status == "skipped"
     assert done.variant == _fastest_accurate(done)  # fp32 or fp32+compile, by their medians
-    assert hasattr(done.model, "_orig_mod") == (done.variant == "fp32+compile")
+    compiled_model = any(n.endswith("_orig_mod") for n, _ in done.model.named_modules())
+    assert compiled_model == (done.variant == "fp32+compile")
     assert done.seconds["compile"] == pytest.approx(compiled.compile_s)
     assert "compile " in done.time_spent
     with torch.no_grad():
@@ -131,6 +133,25 @@ def test_deploy_times_a_fast_dtype_a_noisy_probe_misread_and_says_where_time_wen
     assert done.time_spent.startswith(f"deploy took {done.seconds['total']:.1f} s: ")
     assert f"timing {done.seconds['timing']:.1f} s" in done.time_spent
     assert done.to_json()["seconds"] == done.seconds
+
+
+class Counting(Block):
+    calls = 0  # on the class: shared by the copies deploy builds
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        type(self).calls += 1
+        return super().forward(x)
+
+
+def test_deploy_warms_an_eager_variant_once_before_timing_it() -> None:
+    # every half dtype probed slow (scripted), so only eager fp32 is called: once to warm up
+    # (recording its products, giving the reference output), then its timed rounds
+    Counting.calls = 0
+    slow = ScriptedClock([0.001], [1.0])
+    done = halfprec.deploy(Counting(), _x(), "bf16", compile=False, probe_timer=slow)
+    timing = done.report.get("fp32").timing
+    assert done.variant == "fp32" and timing is not None
+    assert Counting.calls == len(timing.samples) + 1
 
 
 def test_deploy_rejects_nothing_to_try() -> None:

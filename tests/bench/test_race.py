@@ -20,10 +20,21 @@ from halfprec.bench.variants import Variant
 
 def test_a_clearly_slower_variant_is_settled_after_min_rounds_not_before() -> None:
     race = Race(min_rounds=3)
-    fast, slow = [1.0, 1.1, 1.0], [5.0, 5.2, 5.1]
+    fast, slow = [1.0, 1.1, 1.0], [1.5, 1.6, 1.55]  # 1.5x: more than 10%, less than 2x
     assert not race.beaten(slow[:2], fast[:2])  # two rounds are not enough
     assert race.beaten(slow, fast) and not race.beaten(fast, slow)
     assert race.settled({"fast": fast, "slow": slow}, eligible={"fast"}) == {"fast", "slow"}
+
+
+def test_a_variant_far_apart_is_settled_after_early_rounds_not_before() -> None:
+    race = Race(min_rounds=3, early_rounds=2, early_margin=1.0)
+    fast, slow = [1.0, 1.1], [5.0, 5.2]  # over twice as slow in every call
+    assert not race.beaten(slow[:1], fast[:1])  # one round is never enough
+    assert race.beaten(slow, fast) and not race.beaten(fast, slow)
+    assert race.settled({"fast": fast, "slow": slow}, eligible={"fast"}) == {"fast", "slow"}
+    # one slow reading of the faster variant puts the early verdict off to min_rounds
+    assert not race.beaten(slow, [1.0, 2.7])
+    assert Race(early_rounds=3).settled({"fast": fast, "slow": slow}, {"fast"}) == set()
 
 
 def test_close_variants_stay_in_the_race() -> None:
@@ -46,12 +57,18 @@ def test_race_rejects_settings_that_cannot_rank() -> None:
         Race(min_rounds=1)
     with pytest.raises(ValueError, match=r"Race\(margin=-0.1\): the margin must be >= 0"):
         Race(margin=-0.1)
+    with pytest.raises(ValueError, match=r"Race\(early_rounds=1\): a rank needs at least 2"):
+        Race(early_rounds=1)
+    with pytest.raises(ValueError, match=r"early verdict needs at most min_rounds=3 rounds"):
+        Race(early_rounds=4)
+    with pytest.raises(ValueError, match=r"Race\(early_rounds=2, early_margin=0.05\)"):
+        Race(early_margin=0.05)
 
 
 @given(
     true_a=st.floats(0.001, 10.0),
     slower_by=st.floats(1.0, 100.0),
-    rounds=st.integers(3, 12),
+    rounds=st.integers(2, 12),
     hit_a=st.integers(0, 11),
     hit_b=st.integers(0, 11),
     burst_a=st.floats(1.0, 1000.0),
@@ -68,16 +85,18 @@ def test_one_noisy_reading_never_settles_a_variant_that_is_not_slower(
 ) -> None:
     # "a" truly runs true_a per call, "b" slower_by times longer; load slows one call of each
     # by any factor. The faster "a" is never beaten, and the two are never called apart
-    # unless "b" truly is slower by more than the margin.
+    # unless "b" truly is slower by more than the margin (after 2 rounds: the early margin,
+    # more than twice as slow).
     a = [true_a] * rounds
     b = [true_a * slower_by] * rounds
     a[hit_a % rounds] *= burst_a
     b[hit_b % rounds] *= burst_b
     race = Race()
+    margin = race.margin if rounds >= race.min_rounds else race.early_margin
     assert not race.beaten(a, b)
     if race.beaten(b, a):
-        assert slower_by > 1 + race.margin
-    assert "a" not in race.settled({"a": a, "b": b}, eligible={"b"}) or slower_by > 1.1
+        assert slower_by > 1 + margin
+    assert "a" not in race.settled({"a": a, "b": b}, eligible={"b"}) or slower_by > 1 + margin
 
 
 class Scripted:
@@ -113,12 +132,12 @@ def test_benchmark_stops_timing_a_settled_variant_and_keeps_the_close_ones() -> 
         {
             "fp32": lambda n: 1.0,
             "halfprec-bf16": lambda n: 1.02,  # close to fp32: the race goes the distance
-            "naive-bf16": lambda n: 5.0,  # clearly slower than the accurate fp32
+            "naive-bf16": lambda n: 5.0,  # far slower than the accurate fp32: 2 rounds
         }
     )
     result = benchmark(Tiny(), X, variants=["halfprec-bf16", "naive-bf16"], bench=TEN, timer=clock)
     runs = {r.name: len(r.timing.samples) for r in result.results if r.timing}
-    assert runs == {"fp32": 10, "halfprec-bf16": 10, "naive-bf16": 3}
+    assert runs == {"fp32": 10, "halfprec-bf16": 10, "naive-bf16": 2}
     assert clock.calls == runs  # every timed call went through the timer
     # without racing every variant runs --runs times
     clock = Scripted(clock.script)
@@ -138,9 +157,14 @@ def test_benchmark_stops_timing_a_settled_variant_and_keeps_the_close_ones() -> 
 
 def test_fp32_stops_when_no_other_variant_is_timed() -> None:
     # halfprec-bf16 is settled faster than fp32 after 3 rounds: nothing left to pair with
-    clock = Scripted({"fp32": lambda n: 1.0, "halfprec-bf16": lambda n: 0.4})
+    clock = Scripted({"fp32": lambda n: 1.0, "halfprec-bf16": lambda n: 0.6})
     result = benchmark(Tiny(), X, variants=["halfprec-bf16"], bench=TEN, timer=clock)
     assert clock.calls == {"fp32": 3, "halfprec-bf16": 3}
+    assert fastest_variant(result).name == "halfprec-bf16"
+    # over twice as fast: settled after 2 rounds
+    far = Scripted({"fp32": lambda n: 1.0, "halfprec-bf16": lambda n: 0.4})
+    result = benchmark(Tiny(), X, variants=["halfprec-bf16"], bench=TEN, timer=far)
+    assert far.calls == {"fp32": 2, "halfprec-bf16": 2}
     assert fastest_variant(result).name == "halfprec-bf16"
     # fp32 alone (every half dtype skipped) is timed for the race's min_rounds
     alone = Scripted({"fp32": lambda n: 1.0})

@@ -3,14 +3,18 @@ against fp32, with the measurements that chose it.
 
 It benchmarks fp32 and halfprec's conversion in each candidate half dtype of ``config``
 (``"auto"``: every half dtype the device runs), eager and compiled with the device's deploy
-recipe (:data:`~halfprec.bench.variants.COMPILE_RECIPES`: inductor freezing on CPU,
+recipe (:data:`~halfprec.bench.variants.COMPILE_RECIPES`: on CPU torch.compile's default for
+fp32, which inductor caches on disk so that a repeat deploy loads the compiled graph, and
+inductor freezing for fp16/bf16;
 ``max-autotune`` with CUDA graphs on CUDA), compares every output with fp32's, and returns
 the fastest variant within tolerance, already warmed up (and so already compiled for the
-example batch's shapes). fp32 wins when nothing beats it. Half dtypes whose matrix
-products a quick probe finds far slower than fp32 here are skipped, never built or
-compiled (the probe's verdict is cached per machine: :mod:`halfprec.bench.probe_cache`),
-and the candidates are raced: each stops being timed once its rank is settled
-(:class:`~halfprec.bench.race.Race`). ``Deployed.time_spent`` says where the time went.
+example batch's shapes; a compiled choice runs every call under ``torch.no_grad()``
+outside inference mode, as it was warmed, so no call compiles it again). fp32 wins when
+nothing beats it. Half dtypes whose matrix products a quick probe finds far slower than
+fp32 here are skipped, never built or compiled (the probe's verdict is cached per
+machine: :mod:`halfprec.bench.probe_cache`), and the candidates are raced: each stops
+being timed once its rank is settled (:class:`~halfprec.bench.race.Race`).
+``Deployed.time_spent`` says where the time went.
 
 ``runtimes=("openvino", "onnxruntime")`` also tries those runtimes
 (:mod:`halfprec.bench.runtime_choice`): one wins only when it passes the same check and is
@@ -42,7 +46,9 @@ __all__ = ["Deployed", "deploy"]
 
 
 def _quick() -> BenchConfig:
-    return BenchConfig(runs=5, memory="none", max_variant_s=15.0)
+    """deploy's measurement: one warm-up call (a compiled variant's compiling call and one
+    more), up to 5 timed rounds, no memory measurement."""
+    return BenchConfig(warmup=1, runs=5, memory="none", max_variant_s=15.0)
 
 
 @dataclass
@@ -155,7 +161,8 @@ def deploy(
     islands shape the halfprec variants. ``compile``: also try each under
     ``torch.compile`` (the device's deploy recipe); ``eager``: also try each uncompiled.
     ``tolerance``: None for the per-dtype default. ``bench``: how long to measure
-    (default: 5 timed runs, no memory measurement). ``probe_timer``: how the slow-dtype
+    (default: one warm-up call, two for a compiled variant, whose first call compiles; up
+    to 5 timed rounds; no memory measurement). ``probe_timer``: how the slow-dtype
     probe times a call (:data:`~halfprec.bench.limit.Timer`; default the wall clock).
     ``Deployed.time_spent`` says where the time went. ``runtimes``: also try these
     runtimes (``"openvino"``, ``"onnxruntime"``, or ``["all"]``) on the CPU, in fp32 and

@@ -13,7 +13,11 @@ Load on a shared machine only ever makes calls slower. Comparing one variant's f
 call with the other's slowest is therefore safe against it: a burst that slows one call of
 the slower variant cannot lower its fastest call, and a burst on the faster variant raises
 its slowest call, which only delays the verdict. One noisy reading can delay a drop,
-never cause one. No verdict comes before ``min_rounds`` timed rounds of both variants.
+never cause one. No verdict comes before ``min_rounds`` timed rounds of both variants,
+except for variants far apart: after ``early_rounds`` (2) rounds of both, a variant whose
+fastest call is slower than the other's slowest by ``early_margin`` (1.0: twice as long)
+is settled already. Where one call takes seconds (BERT-base on a CPU) that saves a round
+of each variant that is far from the rest; close variants still run every round.
 """
 
 from __future__ import annotations
@@ -31,26 +35,38 @@ K = TypeVar("K", bound=Hashable)
 class Race:
     """When a timed variant may stop: after ``min_rounds`` rounds, once its fastest call is
     slower than another's slowest by ``margin`` (0.1: 10%), or faster than its fastest by
-    as much."""
+    as much; after ``early_rounds`` rounds already when that holds by ``early_margin``."""
 
     min_rounds: int = 3
     margin: float = 0.1
+    early_rounds: int = 2
+    early_margin: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.min_rounds < 2:
-            raise ValueError(
-                f"Race(min_rounds={self.min_rounds}): a rank needs at least 2 rounds of each"
-            )
+        for name in ("min_rounds", "early_rounds"):
+            if getattr(self, name) < 2:
+                raise ValueError(
+                    f"Race({name}={getattr(self, name)}): a rank needs at least 2 rounds of each"
+                )
         if not self.margin >= 0:
             raise ValueError(f"Race(margin={self.margin}): the margin must be >= 0")
+        if self.early_rounds > self.min_rounds or not self.early_margin >= self.margin:
+            raise ValueError(
+                f"Race(early_rounds={self.early_rounds}, early_margin={self.early_margin}): "
+                f"an early verdict needs at most min_rounds={self.min_rounds} rounds and at "
+                f"least margin={self.margin}"
+            )
 
     def beaten(self, mine: Sequence[float], theirs: Sequence[float]) -> bool:
         """Whether ``mine`` (one variant's per-call seconds) is settled slower than
-        ``theirs``: both have ``min_rounds`` samples, and the fastest of ``mine`` is slower
-        than the slowest of ``theirs`` by ``margin``."""
-        if min(len(mine), len(theirs)) < self.min_rounds:
+        ``theirs``: both have ``min_rounds`` samples and the fastest of ``mine`` is slower
+        than the slowest of ``theirs`` by ``margin``, or both have ``early_rounds`` samples
+        and it is slower by ``early_margin``."""
+        rounds = min(len(mine), len(theirs))
+        if rounds < self.early_rounds:
             return False
-        return min(mine) > (1 + self.margin) * max(theirs)
+        margin = self.margin if rounds >= self.min_rounds else self.early_margin
+        return min(mine) > (1 + margin) * max(theirs)
 
     def settled(self, samples: Mapping[K, Sequence[float]], eligible: Collection[K]) -> set[K]:
         """The keys of ``samples`` whose timing can stop: beaten by an ``eligible`` key (one
@@ -59,7 +75,7 @@ class Race:
         for key, mine in samples.items():
             others = [(k, s) for k, s in samples.items() if k != key]
             if any(k in eligible and self.beaten(mine, s) for k, s in others) or (
-                len(mine) >= self.min_rounds
+                len(mine) >= self.early_rounds
                 and all(self.beaten(mine, s) or self.beaten(s, mine) for _, s in others)
             ):
                 done.add(key)

@@ -30,6 +30,8 @@ choose", ``deploy``)."""
 class BenchConfig:
     """How long to measure. ``max_call_s``: a variant whose warm call takes longer is timed
     once and reported as capped; ``max_variant_s``: fewer runs (at least 3) for slow ones.
+    ``warmup``: untimed calls of each variant before its timed ones (a compiled variant
+    gets at least 2: its first call compiles).
     ``memory``: measure peak memory at ``every`` batch size, the ``first`` only, or ``none``.
     ``skip_slower_than``: skip the variants of a half dtype whose matrix products a quick
     probe finds this many times slower than fp32 on the device (None: time every dtype,

@@ -240,8 +240,8 @@ class _Runner:
         (:class:`~halfprec.bench.race.Race`: beaten by a variant the choice may pick, or
         apart from all others). fp32, the reference every speedup is measured against,
         is timed in every round any other variant is, and the others stop when it stops:
-        a round without it cannot be paired. fp32 timed alone stops after the race's
-        ``min_rounds``."""
+        a round without it cannot be paired. fp32 timed alone (nothing else to time) stops
+        after the race's ``min_rounds``."""
         modules = {
             i: m for i, (r, m, n) in enumerate(prepared) if m is not None and n and r.status == "ok"
         }
@@ -260,7 +260,8 @@ class _Runner:
                 now = [i for i in modules if plays(i, round_)]
                 if race is not None and ref is not None:
                     others = [i for i in now if i != ref] if ref in now else []
-                    alone = ref in now and len(samples[ref]) < race.min_rounds
+                    paired = any(samples[i] for i in modules if i != ref)
+                    alone = ref in now and not paired and len(samples[ref]) < race.min_rounds
                     now = sorted(others + ([ref] if others or alone else []))
                 if not now:
                     break
@@ -358,11 +359,14 @@ class _Runner:
 
     def _warm(self, module: nn.Module, batch: Batch, variant: Variant) -> tuple[Any, float, float]:
         """Warm-up calls; returns the first output and the first and last calls' seconds.
-        Stops early when a call after the first (which may compile) exceeds the cap. The
-        first call of uncompiled fp32 records the model's matrix products."""
+        A compiled variant's first call compiles, so it gets at least one call after it
+        (its warm speed plans its runs and the cap). Stops early when a call after the
+        first (which may compile) exceeds the cap. The first call of uncompiled fp32
+        records the model's matrix products."""
         output: Any = None
         first = last = 0.0
-        for i in range(self.config.warmup):
+        calls = max(self.config.warmup, 2) if variant.compiled else self.config.warmup
+        for i in range(calls):
             record = i == 0 and variant == Variant("fp32")
             recorder = GemmRecorder() if record else contextlib.nullcontext()
             start = time.perf_counter()

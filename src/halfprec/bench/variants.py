@@ -12,12 +12,13 @@ A :class:`Variant` is one of:
   inference-precision hint); built from an example batch, never ``+compile``;
 
 each optionally under ``torch.compile`` (``+compile``), compiled the way that deploys
-fastest on the device (:data:`COMPILE_RECIPES`): on CPU with inductor *freezing*, which
-folds the weights into the graph as constants and prepacks them for oneDNN (needs
-inference: the module runs under ``torch.no_grad()``); on CUDA with
+fastest on the device (:data:`COMPILE_RECIPES`): on CPU torch.compile's default, which
+inductor caches on disk (a new process loads the compiled graph); on CUDA with
 ``mode="max-autotune"``, which autotunes the GEMMs and captures CUDA graphs where the
-shapes are static. :func:`build_variant` returns a ready-to-call module built from a copy;
-the original model is not changed.
+shapes are static. A compiled variant runs every call under ``torch.no_grad()``, outside
+inference mode, so that no call compiles it again for another grad mode.
+:func:`build_variant` returns a ready-to-call module built from a copy; the original model
+is not changed.
 """
 
 from __future__ import annotations
@@ -182,46 +183,70 @@ def fp32_matmuls() -> Iterator[None]:
 @dataclass(frozen=True)
 class CompileRecipe:
     """How ``+compile`` variants compile on one device type: ``torch.compile(mode=mode)``,
-    with inductor ``freezing`` (weights as constants; inference only) when set."""
+    with inductor ``freezing`` (weights as constants) for every variant when set, or for
+    the fp16/bf16 variants only with ``freeze_half``."""
 
     mode: str | None = None
     freezing: bool = False
+    freeze_half: bool = False
 
     def __post_init__(self) -> None:
         modes = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
         if self.mode not in modes:
             raise ValueError(f"compile mode must be one of {modes}, got {self.mode!r}")
 
+    def freezes(self, dtype: torch.dtype) -> bool:
+        """Whether a variant computing in ``dtype`` compiles frozen."""
+        return self.freezing or (self.freeze_half and dtype in (torch.float16, torch.bfloat16))
+
 
 # One table: the fastest deploy compile per device type (others get the default compile).
+# CPU fp32: not frozen. Freezing (with torch's weight prepacking) was no faster on
+# BERT-base fp32 here, and inductor cannot cache a frozen graph (prepacked weights are
+# mkldnn tensors it cannot pickle), so every new process compiled it from scratch;
+# unfrozen, the FX graph and AOTAutograd caches hand a new process the compiled graph
+# (docs/benchmarks.md#bench-and-deploy-time). CPU fp16/bf16: frozen, because oneDNN's
+# prepacked half GEMMs are what torch.compile's CPU speed in half rests on (BERT-base
+# b8x128 bf16 on an AVX512-BF16 EPYC: 1.7x fp32 eager, 2.2x compiled with freezing); that
+# the unfrozen compile keeps that speed is unmeasured (this project's CPUs so far emulate
+# bf16), so the half variants keep the recipe measured fast and pay its compile per process.
 COMPILE_RECIPES: dict[str, CompileRecipe] = {
-    "cpu": CompileRecipe(mode=None, freezing=True),
-    "cuda": CompileRecipe(mode="max-autotune", freezing=False),
+    "cpu": CompileRecipe(mode=None, freeze_half=True),
+    "cuda": CompileRecipe(mode="max-autotune"),
 }
 
 
-class _Frozen(nn.Module):
-    """Calls a compiled module with inductor freezing switched on for that call only
-    (``torch._inductor.config.patch`` restores the global setting afterwards) and without
-    autograd, which freezing requires. Compilation happens on the first call."""
+class _Inference(nn.Module):
+    """Calls a compiled module the same way every time, without autograd: outside
+    inference mode (``torch.inference_mode(False)``, so outputs are ordinary tensors even
+    where bench and deploy warm it, inside ``inference_mode``) and under
+    ``torch.no_grad()``. dynamo guards on these modes, so a call in another mode would
+    compile the model again. With ``freezing``, inductor freezing is switched on for that
+    call only (``torch._inductor.config.patch`` restores the caller's setting).
+    Compilation happens on the first call."""
 
-    def __init__(self, compiled: nn.Module) -> None:
+    def __init__(self, compiled: nn.Module, freezing: bool) -> None:
         super().__init__()
         self.compiled = compiled  # holds the original as ``_orig_mod``: same parameters
+        self.freezing = freezing
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         import torch._inductor.config as inductor_config
 
-        with inductor_config.patch(freezing=True), torch.no_grad():
+        patch = inductor_config.patch(freezing=True) if self.freezing else contextlib.nullcontext()
+        with patch, torch.inference_mode(False), torch.no_grad():
             return self.compiled(*args, **kwargs)
 
 
-def compile_for_device(module: nn.Module, device: torch.device | str) -> nn.Module:
-    """``module`` under ``torch.compile`` with :data:`COMPILE_RECIPES`'s recipe for
-    ``device`` (compiles lazily, on the first call)."""
+def compile_for_device(
+    module: nn.Module, device: torch.device | str, dtype: torch.dtype = torch.float32
+) -> nn.Module:
+    """``module`` (computing in ``dtype``) under ``torch.compile`` with
+    :data:`COMPILE_RECIPES`'s recipe for ``device``, each call without autograd and outside
+    inference mode (:class:`_Inference`; compiles lazily, on the first call)."""
     recipe = COMPILE_RECIPES.get(torch.device(device).type, CompileRecipe())
     compiled: nn.Module = torch.compile(module, mode=recipe.mode)  # type: ignore[assignment]
-    return _Frozen(compiled) if recipe.freezing else compiled
+    return _Inference(compiled, recipe.freezes(dtype))
 
 
 class _CastInputs:
@@ -285,5 +310,5 @@ def build_variant(
     else:
         built = convert_(base, (config or Recipe()).replace(dtype=variant.dtype))
     if variant.compiled:
-        built = compile_for_device(built, model_device(base))
+        built = compile_for_device(built, model_device(base), variant.dtype)
     return built

@@ -197,11 +197,10 @@ class Fp32OpsMode(TorchFunctionMode):
             look = name in self.fp32_ops or name in HALF_OPS
         else:
             try:
-                look = self._looks.get(func)
+                cached = self._looks.get(func)
             except TypeError:  # an unhashable callable
-                look = None
-            if look is None:
-                look = self._look_at(func)
+                cached = None
+            look = self._look_at(func) if cached is None else cached
         if look:
             wide = getattr(func, "__name__", "") in self.fp32_ops
             kwargs = kwargs or {}
