@@ -7,7 +7,7 @@ round-robin, each output compared with fp32 on all elements), over:
   (``halfprec.convert``);
 - ``fp32+compile`` and ``naive-bf16+compile``, ``halfprec-bf16+compile``
   (``torch.compile`` with halfprec's CPU recipe, ``COMPILE_RECIPES``: fp32 unfrozen,
-  bf16 with inductor freezing; fp32 froze too before 2026-12-01 15:30 UTC);
+  bf16 with inductor freezing; fp32 froze too before 2026-12-01 15:10 UTC);
 - ``onnxruntime-fp32`` (halfprec's fp32 ONNX export on onnxruntime's CPU provider);
 - ``openvino-fp32`` and ``openvino-bf16`` (``openvino.convert_model``, compiled with the
   ``f32`` / ``bf16`` inference-precision hint);
