@@ -162,6 +162,7 @@ def _cast(
 # per fp32 list. A cache: reading a builtin's ``__name__`` makes a new string to hash, on
 # every call the mode sees (there are a few hundred torch functions; _MEMO caps it anyway).
 _LOOKS: dict[frozenset[str], dict[Any, bool]] = {}
+_is_compiling = torch.compiler.is_compiling  # one global lookup per call, not two attributes
 _MEMO = 4096
 
 
@@ -192,7 +193,7 @@ class Fp32OpsMode(TorchFunctionMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        if torch.compiler.is_compiling():  # traced once: no cache (its writes would break)
+        if _is_compiling():  # traced: no cache (dynamo would guard on its contents)
             name = getattr(func, "__name__", "")
             look = name in self.fp32_ops or name in HALF_OPS
         else:
