@@ -19,7 +19,6 @@ Used by benchmarks/breadth.py and tests/testbed/test_breadth.py.
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,10 +30,10 @@ from torch import nn
 from halfprec.batch import call
 from halfprec.check import check
 from halfprec.compare import compare_outputs, run_reference
+from halfprec.diagnose import naive_half
 from halfprec.dtypes import dtype_name
 from halfprec.errors import BrokenReferenceError
 from halfprec.modules import first_line
-from halfprec.tree import map_tensors
 from halfprec.tune import tune
 from testbed.breadth_models import Arch, build, example_batch
 from testbed.heldout_run import Autocast
@@ -109,10 +108,6 @@ def violations(cases: Iterable[Case]) -> list[str]:
     return [v for c in cases for v in c.violations()]
 
 
-def _cast_floats(batch: Any, dtype: torch.dtype) -> Any:
-    return map_tensors(lambda t: t.to(dtype) if t.is_floating_point() else t, batch)
-
-
 def _judge(model: nn.Module, batch: Any, reference: list[Any], dtype: torch.dtype) -> Verdict:
     try:
         with torch.inference_mode():
@@ -124,7 +119,7 @@ def _judge(model: nn.Module, batch: Any, reference: list[Any], dtype: torch.dtyp
 
 
 def _naive(model: nn.Module, batch: Any, reference: list[Any], dtype: torch.dtype) -> Verdict:
-    return _judge(copy.deepcopy(model).to(dtype), _cast_floats(batch, dtype), reference, dtype)
+    return _judge(naive_half(model, dtype), batch, reference, dtype)
 
 
 def _autocast(model: nn.Module, batch: Any, reference: list[Any], dtype: torch.dtype) -> Verdict:
