@@ -1,6 +1,6 @@
-"""Small shared facts about a model: its device, its size, the finite peak of a tensor,
-fp32-island membership, how an exception is shown in one line, and eval mode that gives
-the caller's ``training`` flags back.
+"""Small shared facts about a model: its device, its size, each module's parameter count,
+the finite peak of a tensor, fp32-island membership, how an exception is shown in one
+line, and eval mode that gives the caller's ``training`` flags back.
 
 Every module of halfprec asks these questions the same way by asking here.
 """
@@ -15,7 +15,15 @@ from torch import nn
 
 from halfprec.errors import clip, strip_ansi
 
-__all__ = ["evaluating", "finite_peak", "first_line", "in_island", "model_device", "nbytes"]
+__all__ = [
+    "evaluating",
+    "finite_peak",
+    "first_line",
+    "in_island",
+    "model_device",
+    "nbytes",
+    "param_counts",
+]
 
 _LINE_LIMIT = 240
 
@@ -41,6 +49,12 @@ def nbytes(model: nn.Module) -> int:
             seen.add(id(t))
             total += t.numel() * t.element_size()
     return total
+
+
+def param_counts(model: nn.Module) -> dict[str, int]:
+    """Parameters (by count) of each module of ``model``, by qualified name (``""`` the
+    whole model); a tied parameter counts once in each."""
+    return {n: sum(p.numel() for p in m.parameters()) for n, m in model.named_modules()}
 
 
 def finite_peak(tensor: torch.Tensor) -> float:

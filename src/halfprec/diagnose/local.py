@@ -27,7 +27,7 @@ from halfprec.diagnose.results import ModuleDiagnosis
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.errors import HalfprecError
 from halfprec.errorstats import ErrorStats
-from halfprec.modules import first_line, in_island
+from halfprec.modules import first_line, in_island, param_counts
 from halfprec.tree import map_tensors
 
 __all__ = ["Diagnoser"]
@@ -60,7 +60,7 @@ class Diagnoser:
         self.modules: dict[str, ModuleDiagnosis] = {}
         self.ops: dict[OpRef, OpDiagnosis] = {}
         self.probed: set[str] = set()
-        self.params = {n: sum(p.numel() for p in m.parameters()) for n, m in model.named_modules()}
+        self.params = param_counts(model)
 
     def in_island(self, name: str) -> bool:
         return in_island(name, self.islands)

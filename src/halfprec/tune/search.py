@@ -36,7 +36,7 @@ from halfprec.convert.scaled import SCALED_OPS
 from halfprec.diagnose import Diagnosis, ModuleDiagnosis, diagnose
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.flops import fp32_flops_share, module_flops
-from halfprec.modules import in_island
+from halfprec.modules import in_island, param_counts
 from halfprec.tune.results import Evaluation, TuneConfig, TuneVariant
 
 Progress = Callable[[str], None]
@@ -71,7 +71,7 @@ class _Search:
         self.variant = TuneVariant(dtype)
         self.op_flops: dict[OpRef, int] = {}
         self.flops: dict[str, int] = {}
-        self.params = {n: sum(p.numel() for p in m.parameters()) for n, m in model.named_modules()}
+        self.params = param_counts(model)
         self.cache: dict[Islands, bool] = {}
         self.shares: dict[tuple[str, ...], float] = {}
         # the model without extra islands (for the diagnosis) and the latest passing one
