@@ -133,8 +133,12 @@ def tune(
         fp32_outputs=chosen.fp32_outputs,
     )
     report.calibrated = chosen.passed
+    tol = options.tolerance_for(chosen.dtype)
+    diag = chosen.diagnosis  # where the search ran one: on the same batches, with tol
     rounding = input_rounding_note(
-        input_rounding(model, cal, reference, chosen.dtype, options.tolerance_for(chosen.dtype))
+        diag.input_rounding
+        if diag is not None
+        else input_rounding(model, cal, reference, chosen.dtype, tol)
     )
     if rounding is not None:
         report.notes.append(rounding)
@@ -153,7 +157,6 @@ def tune(
         recipe = recipe.replace(op_islands=recipe_of(converted).op_islands)  # type: ignore[union-attr]
         final = convert(model, recipe)
     if held:
-        tol = options.tolerance_for(chosen.dtype)
         report.confirmation = _confirm(model, final, held, tol)
         if not report.confirmation.passed and any(r.scaled for r in recipe.op_islands):
             recipe, final = _unscaled(model, recipe, final, cal, held, tol, chosen, report)
