@@ -329,14 +329,16 @@ class _Search:
         )
         flagged = normalize(broken)
         ranked = normalize(list(flagged) + [m.name for m in rest[:64]])
-        # then every other module, cheapest first: parameterless and never-called ones too
-        extra = sorted(
+        # then every other module, cheapest first: parameterless and never-called ones too,
+        # each but those inside an earlier one
+        extra: list[str] = []
+        for name in sorted(
             (n for n in self.params if n and not in_island(n, (*ranked, *islands))),
             key=lambda n: self.cost((n,)),
-        )
-        return flagged, ranked + tuple(
-            n for i, n in enumerate(extra) if not in_island(n, tuple(extra[:i]))
-        )
+        ):
+            if not in_island(name, extra):
+                extra.append(name)
+        return flagged, ranked + tuple(extra)
 
     def prefix_search(self, ranked: tuple[str, ...], known_fail: int) -> tuple[str, ...] | None:
         n = len(ranked)
