@@ -31,7 +31,7 @@ import torch
 
 from halfprec.atomic import write_text_atomic
 from halfprec.bench.limit import Gemm, Slowdown
-from halfprec.dtypes import dtype_name
+from halfprec.dtypes import HALF_DTYPES, dtype_name
 
 __all__ = ["ENV_DIR", "ENV_SWITCH", "ProbeCache", "cache_dir"]
 
@@ -40,7 +40,7 @@ ENV_SWITCH = "HALFPREC_PROBE_CACHE"
 _OFF = ("0", "off", "false", "no")
 _SCHEMA = 1
 _MAX_BYTES = 1 << 20
-_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+_DTYPES = {dtype_name(d): d for d in HALF_DTYPES}  # as put() writes them: fp16, bf16
 _FIELDS = {"dtype", "gemm", "give_up_at", "ratio", "low", "high", "rounds", "slow", "measured_at"}
 
 

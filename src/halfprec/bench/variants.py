@@ -34,7 +34,7 @@ from torch import nn
 
 # the same input cast halfprec's root hook does, and its device lookup
 from halfprec.convert.core import Recipe, convert_
-from halfprec.dtypes import dtype_name, parse_dtype
+from halfprec.dtypes import HALF_DTYPES, dtype_name, parse_dtype
 from halfprec.errors import HalfprecError
 from halfprec.modules import model_device
 from halfprec.runtimes import RUNTIMES, build_runtime, runtime_dtypes
@@ -75,7 +75,7 @@ class Variant:
         if self.runtime:
             _check_runtime(self)
             return
-        half = self.dtype in (torch.float16, torch.bfloat16)
+        half = self.dtype in HALF_DTYPES
         if self.kind == "fp32" and self.dtype != torch.float32:
             raise ValueError("the fp32 variant runs in torch.float32")
         if self.kind != "fp32" and not half:
@@ -197,7 +197,7 @@ class CompileRecipe:
 
     def freezes(self, dtype: torch.dtype) -> bool:
         """Whether a variant computing in ``dtype`` compiles frozen."""
-        return self.freezing or (self.freeze_half and dtype in (torch.float16, torch.bfloat16))
+        return self.freezing or (self.freeze_half and dtype in HALF_DTYPES)
 
 
 # One table: the fastest deploy compile per device type (others get the default compile).
@@ -231,9 +231,11 @@ class _Inference(nn.Module):
         self.freezing = freezing
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        import torch._inductor.config as inductor_config
+        patch: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if self.freezing:  # the import only here: it costs each call about 1 us
+            import torch._inductor.config as inductor_config
 
-        patch = inductor_config.patch(freezing=True) if self.freezing else contextlib.nullcontext()
+            patch = inductor_config.patch(freezing=True)
         with patch, torch.inference_mode(False), torch.no_grad():
             return self.compiled(*args, **kwargs)
 

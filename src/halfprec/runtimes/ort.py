@@ -53,13 +53,11 @@ def build(model: nn.Module, batch: Batch, threads: int) -> RuntimeModule:
     options.log_severity_level = 3
     session = ort.InferenceSession(str(path), options, providers=[PROVIDER])
     names = [o.name for o in session.get_outputs()]
-    feeds_order = [i.name for i in session.get_inputs()]
-    if sorted(feeds_order) != sorted(io.inputs):  # an input the graph does not use is dropped
-        feeds_order = [n for n in io.inputs if n in feeds_order]
-    position = {n: i for i, n in enumerate(io.inputs)}
+    graph_inputs = {i.name for i in session.get_inputs()}  # the exporter drops unused inputs
+    feeds_at = [(n, i) for i, n in enumerate(io.inputs) if n in graph_inputs]
 
     def run(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        feeds = {n: tensors[position[n]].detach().cpu().numpy() for n in feeds_order}
+        feeds = {n: tensors[i].detach().cpu().numpy() for n, i in feeds_at}
         return [torch.from_numpy(r) for r in session.run(names, feeds)]
 
     def save(target: Path) -> Path:
