@@ -613,7 +613,7 @@ class _Converter:
             calls = LEAF_CALLS.get(type(module))
             if calls is not None and policy:  # the op policy's mode can be set aside
                 if set(chosen) == {Guard}:
-                    chosen[Guard] = GuardSettings(dtype, calls)
+                    chosen[Guard] = GuardSettings(dtype, LeafSettings(calls))
                 else:
                     chosen[PolicyLeaf] = LeafSettings(calls)  # innermost: after the casts
             if chosen:
