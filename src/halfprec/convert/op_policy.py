@@ -244,8 +244,10 @@ class Fp32OpsMode(TorchFunctionMode):
 def _pop_policy() -> Fp32OpsMode | None:
     """Takes the policy's mode off the torch function mode stack when it is the innermost
     mode (the one a call made now meets first) and returns it; else changes nothing and
-    returns None. None under ``torch.compile``, which traces the mode away."""
-    if torch.compiler.is_compiling() or not torch._C._len_torch_function_stack():
+    returns None. Not for ``torch.compile``, which traces the mode away: the leaves
+    (:class:`PolicyLeaf`, a guarded leaf's ``Guard``) check that before they call
+    :func:`run_leaf`, once per call."""
+    if not torch._C._len_torch_function_stack():
         return None
     mode = torch._C._pop_torch_function_stack()
     if isinstance(mode, Fp32OpsMode):
@@ -289,7 +291,7 @@ def run_leaf(
     """``forward(*args, **kwargs)`` of a built-in leaf that makes only ``calls`` (its
     floating operands of ``one_dtype`` or not): with the policy's mode off the stack when
     it is the innermost mode and would pass each call on unchanged. The mode is back on
-    afterwards, also when ``forward`` raises."""
+    afterwards, also when ``forward`` raises. Eager mode only (see :func:`_pop_policy`)."""
     policy = _pop_policy()
     if policy is not None:
         try:
