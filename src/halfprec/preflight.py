@@ -28,7 +28,8 @@ from torch.overrides import TorchFunctionMode
 from halfprec import ops
 from halfprec.batch import as_batches, call
 from halfprec.compare import reference_failed
-from halfprec.convert.core import ConfigLike, Recipe, is_default_island
+from halfprec.convert.core import ConfigLike, Recipe
+from halfprec.convert.kinds import is_default_island
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.frames import user_location
 from halfprec.modules import finite_peak, model_device

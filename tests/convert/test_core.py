@@ -543,7 +543,7 @@ def test_the_report_counts_parameters_bytes_and_every_boundary(dtype: torch.dtyp
 
 
 def test_norms_are_default_islands_by_type_or_class_name_the_root_only_by_type() -> None:
-    from halfprec.convert.core import is_default_island
+    from halfprec.convert.kinds import is_default_island
 
     class Scale(nn.Module):
         def __init__(self) -> None:

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from halfprec.convert.op_policy import DEFAULT_FP32_OPS, Fp32OpsMode, run_leaf
+from halfprec.convert.op_policy import DEFAULT_FP32_OPS, Fp32OpsMode, LeafSettings, run_leaf
 from halfprec.convert.swap import Behaviour, tracing
 from halfprec.dtypes import cast_floating, dtype_name, range_of
 from halfprec.tree import iter_tensors, map_tensors
@@ -112,12 +112,12 @@ class RootCast(Behaviour):
 
 @dataclass(frozen=True)
 class GuardSettings:
-    """``dtype``: the module's own. ``calls``: where the module is a built-in leaf with no
+    """``dtype``: the module's own. ``leaf``: where the module is a built-in leaf with no
     other behaviour, the torch calls its ``forward`` makes (:data:`~halfprec.convert.
     op_policy.LEAF_CALLS`), so it can run with the op policy's mode set aside."""
 
     dtype: torch.dtype
-    calls: frozenset[str] = frozenset()
+    leaf: LeafSettings | None = None
 
 
 class Guard(Behaviour):
@@ -127,7 +127,7 @@ class Guard(Behaviour):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         s: GuardSettings = getattr(self, Guard.attr)
-        dtype = s.dtype
+        dtype, leaf = s.dtype, s.leaf
         # read with torch functions off: under the op policy's mode each tensor attribute
         # would be a Python call, twice per input of every half module
         with torch._C.DisableTorchFunction():
@@ -135,13 +135,13 @@ class Guard(Behaviour):
                 isinstance(a, torch.Tensor) and a.dtype != dtype and a.is_floating_point()
                 for a in args
             ]
-            # a leaf called positionally: after the casts below its floating operands are
-            # its inputs and its parameters, one dtype if those have the module's
-            one = bool(s.calls) and not kwargs and _params_have(self, dtype)  # type: ignore[arg-type]
+            # a GEMM leaf called positionally: after the casts below its floating operands
+            # are its inputs and its parameters, one dtype if those have the module's
+            one = leaf is not None and leaf.gemm and not kwargs and _params_have(self, dtype)  # type: ignore[arg-type]
         if any(stray):
             args = tuple(a.to(dtype) if s else a for a, s in zip(args, stray, strict=True))
-        if s.calls and not torch.compiler.is_compiling():  # compiled: the mode is traced away
-            return run_leaf(super().forward, s.calls, one, args, kwargs)  # type: ignore[misc]
+        if leaf is not None and not torch.compiler.is_compiling():  # compiled: traced away
+            return run_leaf(super().forward, leaf.calls, one, args, kwargs)  # type: ignore[misc]
         return super().forward(*args, **kwargs)  # type: ignore[misc]
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import copy
 import fnmatch
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -50,10 +49,19 @@ from halfprec.convert.boundaries import (
     mixed_kernel_ok,
 )
 from halfprec.convert.fills import FillSettings, SaturateFills, has_fill_ops
+from halfprec.convert.kinds import (
+    DEFAULT_ISLAND_TYPES,
+    GEMM_TYPES,
+    LOOKUP_TYPES,
+    is_default_island,
+    is_gemm_module,
+    scripted,
+    small_tensors,
+)
 from halfprec.convert.op_islands import OpIslands, OpPlan, OpRef, OpSettings
 from halfprec.convert.op_policy import LEAF_CALLS, LeafSettings, PolicyLeaf
 from halfprec.convert.recipe import FilterFn, Recipe, RecipeLike
-from halfprec.convert.swap import Behaviour, base_class, swap
+from halfprec.convert.swap import Behaviour, swap
 from halfprec.dtypes import (
     DTypeChoice,
     dtype_name,
@@ -64,6 +72,7 @@ from halfprec.errors import HalfprecError
 from halfprec.modules import finite_peak, in_island, model_device, nbytes
 
 __all__ = [
+    # DEFAULT_ISLAND_TYPES, GEMM_TYPES, LOOKUP_TYPES, is_*: kinds.py, named here as before
     "DEFAULT_ISLAND_TYPES",
     "GEMM_TYPES",
     "LOOKUP_TYPES",
@@ -81,62 +90,6 @@ __all__ = [
 ]
 
 ConfigLike = RecipeLike  # what every verb's config argument accepts
-
-DEFAULT_ISLAND_TYPES: tuple[type[nn.Module], ...] = (
-    nn.modules.batchnorm._BatchNorm,
-    nn.LayerNorm,
-    nn.GroupNorm,
-    nn.modules.instancenorm._InstanceNorm,
-    nn.LocalResponseNorm,
-    nn.RMSNorm,
-)
-
-# Modules whose weights feed a GEMM, or a lookup: these go half, as autocast casts a GEMM's
-# weights to half at every call. Embedding tables go half too, though autocast keeps them
-# fp32: they hold most of a language model's parameters, and a small fp32 table (BERT's
-# two token types) would turn the whole residual stream it is added to into fp32. In a
-# model with no GEMM at all (a table of hyperbolic or metric embeddings and a distance)
-# nothing computes faster in half, so a small table is an ordinary small parameter there.
-# Every other parameter or buffer (a learned scale, frequencies, a centre, a temperature) is
-# used in elementwise math and stays fp32 when it is small (Recipe.fp32_params_up_to), as
-# under autocast. transformers' Conv1D is matched by class name. TorchScript code has no op
-# policy to run a GEMM that meets an fp32 operand, so a scripted module's tensors all go half.
-LOOKUP_TYPES: tuple[type[nn.Module], ...] = (nn.Embedding, nn.EmbeddingBag)
-GEMM_TYPES: tuple[type[nn.Module], ...] = (
-    nn.Linear,
-    nn.Bilinear,
-    nn.modules.conv._ConvNd,
-    *LOOKUP_TYPES,
-    nn.MultiheadAttention,
-    nn.RNNBase,
-)
-_GEMM_NAMES = frozenset({"Conv1D"})
-
-
-def is_gemm_module(module: nn.Module, *, lookups: bool = True) -> bool:
-    """True for a module whose own weights feed a GEMM or (unless ``lookups`` is off) a
-    lookup (:data:`GEMM_TYPES`)."""
-    if isinstance(module, LOOKUP_TYPES):
-        return lookups
-    if isinstance(module, GEMM_TYPES):
-        return True
-    return any(c.__name__ in _GEMM_NAMES for c in type(module).__mro__)
-
-
-# Hand-written norms in model zoos (LlamaRMSNorm, T5LayerNorm, ...) are fragile the same way.
-_NORM_NAME = re.compile(r"(RMS|Layer|Group|Batch|Instance)_?Norm(\dd)?$", re.IGNORECASE)
-
-
-def is_default_island(module: nn.Module, *, root: bool = False) -> bool:
-    """True for modules halfprec keeps in fp32 by default: the norm layers (by type, or by
-    a norm-like class name such as ``LlamaRMSNorm``; the root only by type, so a model
-    class named ``BigBatchNorm`` is not one whole fp32 island)."""
-    if isinstance(module, DEFAULT_ISLAND_TYPES):
-        return True
-    if root:
-        return False
-    name = getattr(module, "original_name", base_class(module).__name__)  # TorchScript
-    return bool(_NORM_NAME.search(str(name)))
 
 
 @dataclass
@@ -355,10 +308,6 @@ def _own_memory(t: torch.Tensor) -> torch.Tensor:
     return t.clone()
 
 
-def _scripted(module: nn.Module) -> bool:
-    return isinstance(module, torch.jit.ScriptModule)
-
-
 class _Converter:
     """One conversion: picks islands, casts tensors, swaps in the boundary behaviours."""
 
@@ -467,7 +416,7 @@ class _Converter:
         half_modules: list[nn.Module] = []
         keep: set[int] = set()
         counted: set[int] = set()
-        small = self._small_tensors()
+        small = small_tensors(self.model, self.config.fp32_params_up_to)
         for name, module in self.model.named_modules():
             kept = in_island(name, islands)
             owns = False
@@ -511,30 +460,6 @@ class _Converter:
         self.model._apply(cast)
         return half_modules
 
-    def _small_tensors(self) -> set[int]:
-        """Ids of the floating parameters and buffers that stay fp32 by
-        ``Recipe.fp32_params_up_to``: no GEMM-type or scripted module owns them (a tied
-        weight that one does goes half), nor a norm layer (fp32 as a norm island, or half
-        where ``norm_islands=False`` asks for it), and they hold at most that many values."""
-        limit = self.config.fp32_params_up_to
-        if not limit:
-            return set()
-        # lookups count only where a GEMM computes in half (see GEMM_TYPES)
-        lookups = any(is_gemm_module(m, lookups=False) for m in self.model.modules())
-        gemm = {  # recurse: a parametrized weight lives in the module's ``parametrizations``
-            id(t)
-            for m in self.model.modules()
-            if is_gemm_module(m, lookups=lookups)
-            for t in (*m.parameters(), *m.buffers())
-        }
-        return {
-            id(t)
-            for name, m in self.model.named_modules()
-            if not _scripted(m) and not is_default_island(m, root=name == "")
-            for t in (*m.parameters(recurse=False), *m.buffers(recurse=False))
-            if t.is_floating_point() and id(t) not in gemm and t.numel() <= limit
-        }
-
     # -- behaviours ------------------------------------------------------------------------
     def _op_plans(self, islands: dict[str, str]) -> dict[str, OpPlan]:
         """Op islands from the recipe, on half modules only (an island is all fp32)."""
@@ -546,7 +471,7 @@ class _Converter:
                     f"op island {ref} names no module of {type(self.model).__name__}; the "
                     "recipe was tuned on another model: re-run `halfprec tune`"
                 )
-            if not in_island(ref.module, islands) and not _scripted(modules[ref.module]):
+            if not in_island(ref.module, islands) and not scripted(modules[ref.module]):
                 by_module.setdefault(ref.module, []).append(ref)
         handoff = set(self.config.fp32_outputs)
         return {
@@ -579,7 +504,7 @@ class _Converter:
         guarded = {id(m) for m in half_modules} if cfg.guard_boundaries else set()
         modules = dict(self.model.named_modules())
         for name, module in modules.items():
-            if _scripted(module):
+            if scripted(module):
                 continue  # TorchScript code runs its own casts: only the root's apply
             chosen: dict[type[Behaviour], Any] = {}
             if name == "":
@@ -591,7 +516,7 @@ class _Converter:
                     recipe=self._resolved(islands, plans),
                     fp32_ops=frozenset(cfg.fp32_ops),
                     # TorchScript code casts nothing: its inputs must arrive half
-                    fp32_inputs=cfg.fp32_inputs and not any(map(_scripted, modules.values())),
+                    fp32_inputs=cfg.fp32_inputs and not any(map(scripted, modules.values())),
                     reason=self.choice.reason,
                     attributes_cast=tuple(self.attributes_cast),
                     handoffs=bool(handoffs),
@@ -613,7 +538,7 @@ class _Converter:
             calls = LEAF_CALLS.get(type(module))
             if calls is not None and policy:  # the op policy's mode can be set aside
                 if set(chosen) == {Guard}:
-                    chosen[Guard] = GuardSettings(dtype, calls)
+                    chosen[Guard] = GuardSettings(dtype, LeafSettings(calls))
                 else:
                     chosen[PolicyLeaf] = LeafSettings(calls)  # innermost: after the casts
             if chosen:

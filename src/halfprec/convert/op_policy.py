@@ -158,10 +158,12 @@ def _cast(
     return args, kwargs
 
 
-# Which torch functions the mode looks at (an fp32-list op or a GEMM), by function object,
-# per fp32 list. A cache: reading a builtin's ``__name__`` makes a new string to hash, on
-# every call the mode sees (there are a few hundred torch functions; _MEMO caps it anyway).
-_LOOKS: dict[frozenset[str], dict[Any, bool]] = {}
+# What the mode does with each torch function (by function object, per fp32 list): _PASS it
+# on, feed a _GEMM half, or compute it _WIDE (fp32). A cache: reading a builtin's
+# ``__name__`` makes a new string to hash, on every call the mode sees (there are a few
+# hundred torch functions; _MEMO caps it anyway).
+_PASS, _GEMM, _WIDE = 0, 1, 2
+_LOOKS: dict[frozenset[str], dict[Any, int]] = {}
 _is_compiling = torch.compiler.is_compiling  # one global lookup per call, not two attributes
 _MEMO = 4096
 
@@ -194,8 +196,7 @@ class Fp32OpsMode(TorchFunctionMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         if _is_compiling():  # traced: no cache (dynamo would guard on its contents)
-            name = getattr(func, "__name__", "")
-            look = name in self.fp32_ops or name in HALF_OPS
+            look = self._kind(func)
         else:
             try:
                 cached = self._looks.get(func)
@@ -203,16 +204,19 @@ class Fp32OpsMode(TorchFunctionMode):
                 cached = None
             look = self._look_at(func) if cached is None else cached
         if look:
-            wide = getattr(func, "__name__", "") in self.fp32_ops
             kwargs = kwargs or {}
             with torch._C.DisableTorchFunction():
-                args, kwargs = self._operands(wide, args, kwargs)
+                args, kwargs = self._operands(look == _WIDE, args, kwargs)
             return func(*args, **kwargs)
         return func(*args, **kwargs) if kwargs else func(*args)
 
-    def _look_at(self, func: Callable[..., Any]) -> bool:
+    def _kind(self, func: Callable[..., Any]) -> int:
+        """_WIDE for an op on the fp32 list, else _GEMM for a GEMM, else _PASS."""
         name = getattr(func, "__name__", "")
-        look = name in self.fp32_ops or name in HALF_OPS
+        return _WIDE if name in self.fp32_ops else _GEMM if name in HALF_OPS else _PASS
+
+    def _look_at(self, func: Callable[..., Any]) -> int:
+        look = self._kind(func)
         # (a method bound to a tensor would keep the tensor alive in the cache)
         if len(self._looks) < _MEMO and not isinstance(
             getattr(func, "__self__", None), torch.Tensor
@@ -244,8 +248,10 @@ class Fp32OpsMode(TorchFunctionMode):
 def _pop_policy() -> Fp32OpsMode | None:
     """Takes the policy's mode off the torch function mode stack when it is the innermost
     mode (the one a call made now meets first) and returns it; else changes nothing and
-    returns None. None under ``torch.compile``, which traces the mode away."""
-    if torch.compiler.is_compiling() or not torch._C._len_torch_function_stack():
+    returns None. Not for ``torch.compile``, which traces the mode away: the leaves
+    (:class:`PolicyLeaf`, a guarded leaf's ``Guard``) check that before they call
+    :func:`run_leaf`, once per call."""
+    if not torch._C._len_torch_function_stack():
         return None
     mode = torch._C._pop_torch_function_stack()
     if isinstance(mode, Fp32OpsMode):
@@ -289,7 +295,7 @@ def run_leaf(
     """``forward(*args, **kwargs)`` of a built-in leaf that makes only ``calls`` (its
     floating operands of ``one_dtype`` or not): with the policy's mode off the stack when
     it is the innermost mode and would pass each call on unchanged. The mode is back on
-    afterwards, also when ``forward`` raises."""
+    afterwards, also when ``forward`` raises. Eager mode only (see :func:`_pop_policy`)."""
     policy = _pop_policy()
     if policy is not None:
         try:

@@ -96,7 +96,7 @@ class Recipe:
       learned scale, frequencies, a centre, a temperature) stay fp32 when they hold at most
       this many values, as autocast keeps every parameter fp32; the weights of Linear,
       Conv, Embedding, MultiheadAttention, Bilinear, RNN and transformers' Conv1D modules
-      (:data:`~halfprec.convert.core.GEMM_TYPES`), scripted modules' and larger tensors go
+      (:data:`~halfprec.convert.kinds.GEMM_TYPES`), scripted modules' and larger tensors go
       half. ``0``: every floating parameter goes half (recipes saved before this field
       load that way).
     - ``mixed_kernels``: built-in norm islands take half input straight into their fp32
