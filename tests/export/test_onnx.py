@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,10 @@ import torch
 
 import halfprec
 from halfprec import Recipe
-from halfprec.errors import DTypeError, MissingExtraError
+from halfprec.errors import DTypeError, InputsError, MissingExtraError
 from halfprec.export import ExportError, load_artifact
 from halfprec.export.config import ExportConfig
+from halfprec.export.onnx import OnnxSession
 from support.export_models import custom, example_inputs, tiny
 
 FLOAT, FLOAT16 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
@@ -85,16 +87,20 @@ class _ScatterAdd(torch.nn.Module):
         return torch.zeros_like(y).scatter_add(1, index, y)
 
 
-def test_a_file_onnxruntime_cannot_run_is_an_error_and_not_kept(tmp_path: Path) -> None:
+def test_a_file_onnxruntime_cannot_run_is_an_error_and_not_kept(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "s.onnx"
     batch = (torch.randn(3, 4), torch.tensor([[0, 1, 2, 3]] * 3))
     with pytest.raises(
         ExportError,
-        match=r"s\.onnx fails in its runtime \(onnxruntime: .*"
+        match=r"s\.onnx fails in its runtime \(onnxruntime: RUNTIME_EXCEPTION: .*"
         r"ScatterElements.*--keep-fp32.*exported-program",
     ):
         halfprec.export(_ScatterAdd(), batch, out, "fp16")
     assert not out.exists()
+    # the one error line is all: onnxruntime does not log the failure to stderr as well
+    assert "ScatterElements" not in capfd.readouterr().err
 
 
 def test_missing_extra_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -202,3 +208,44 @@ def test_crafted_onnx_metadata_is_one_export_error(
     with pytest.raises(ExportError, match="its halfprec metadata is unreadable") as info:
         load_artifact(path)
     assert needle in str(info.value)
+
+
+def test_a_session_takes_the_threads_it_is_given(tiny_onnx: Path) -> None:
+    options = OnnxSession(tiny_onnx, threads=2).session.get_session_options()
+    assert (options.intra_op_num_threads, options.inter_op_num_threads) == (2, 1)
+    default = OnnxSession(tiny_onnx).session.get_session_options()
+    assert (default.intra_op_num_threads, default.inter_op_num_threads) == (0, 0)  # ort's own
+
+
+def test_a_file_onnxruntime_cannot_read_is_one_line_naming_the_path_once(tmp_path: Path) -> None:
+    path = tmp_path / "junk.onnx"
+    path.write_bytes(b"not an ONNX model")
+    with pytest.raises(ExportError) as caught:
+        OnnxSession(path)
+    text = str(caught.value)
+    # onnxruntime's status and reason, without its "[ONNXRuntimeError] : 7 :" frame and
+    # without its "Load model from PATH failed:" (the path is named once, first)
+    assert re.fullmatch(
+        rf"onnxruntime cannot load {re.escape(str(path))} \(INVALID_PROTOBUF: [^()\n]+\); "
+        r"re-export it with halfprec export --format onnx",
+        text,
+    ), text
+    assert text.count(str(path)) == 1
+
+
+def test_feeds_name_the_input_that_is_missing_or_does_not_fit(tiny_onnx: Path) -> None:
+    session = OnnxSession(tiny_onnx)
+    with pytest.raises(
+        InputsError,
+        match=r"^the ONNX model needs inputs \['x'\] that the batch does not have; "
+        r"give inputs named \['x'\]$",
+    ):
+        session.feeds({"y": torch.randn(3, 8)})
+    with pytest.raises(
+        InputsError,
+        match=r"^input 'x' is int64 \[3, 8\], the ONNX model takes float32 \[(\w+), 8\] "
+        r"\(\1: any size\); give 'x' in that dtype and shape$",
+    ):
+        session.feeds({"x": torch.ones(3, 8, dtype=torch.long)})
+    feeds = session.feeds({"x": torch.randn(5, 8), "unused": torch.randn(1)})
+    assert list(feeds) == ["x"] and feeds["x"].shape == (5, 8)  # any batch size, by name

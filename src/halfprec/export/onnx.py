@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from typing import Any
 
 import torch
 
-from halfprec.errors import HalfprecError, require
+from halfprec.errors import HalfprecError, InputsError, clip, require, strip_ansi
 from halfprec.export.capture import explain_failure
 from halfprec.export.config import ExportError, RuntimeFailure
 from halfprec.export.info import INFO_KEY, ArtifactInfo
@@ -46,9 +47,26 @@ __all__ = [
     "ort_latency",
 ]
 
-PROVIDER = "CPUExecutionProvider"
+PROVIDERS = ("CPUExecutionProvider",)  # every session halfprec opens (OnnxSession)
 _INSERTED_CAST = "InsertedPrecisionFreeCast"
 _FLOAT = 1  # onnx.TensorProto.FLOAT
+_ORT_STATUS = re.compile(r"\[ONNXRuntimeError\] : \d+ : (\w+) : ")
+# onnxruntime's input type names -> torch's dtypes (a name not here is left unchecked)
+_TORCH_TYPES = {
+    f"tensor({name})": dtype
+    for name, dtype in (
+        ("float", torch.float32),
+        ("double", torch.float64),
+        ("float16", torch.float16),
+        ("bfloat16", torch.bfloat16),
+        ("int64", torch.int64),
+        ("int32", torch.int32),
+        ("int16", torch.int16),
+        ("int8", torch.int8),
+        ("uint8", torch.uint8),
+        ("bool", torch.bool),
+    )
+}
 
 
 def import_onnx() -> Any:
@@ -157,35 +175,96 @@ def _exact_rewrites() -> Iterator[None]:
 
 
 class OnnxSession:
-    """An onnxruntime CPU session fed with torch tensors by ONNX input name."""
+    """An onnxruntime CPU session fed with torch tensors by ONNX input name: the one place
+    halfprec opens an ONNX file.
 
-    def __init__(self, path: Path, options: Any = None) -> None:
+    ``threads``: intra-op threads, one inter-op thread (None: onnxruntime's defaults);
+    ``optimized``: where onnxruntime writes the graph it optimized. A file onnxruntime
+    refuses is one :class:`ExportError` naming ``source`` (default: the path) and ``fix``.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        threads: int | None = None,
+        optimized: Path | None = None,
+        source: str | None = None,
+        fix: str = "re-export it with halfprec export --format onnx",
+    ) -> None:
         ort = import_onnxruntime()
+        options = ort.SessionOptions()
+        options.log_severity_level = 4  # fatal only: an error is raised, not logged too
+        if threads is not None:
+            options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        if optimized is not None:
+            options.optimized_model_filepath = str(optimized)
         try:
-            self.session = ort.InferenceSession(str(path), options, providers=[PROVIDER])
+            self.session = ort.InferenceSession(str(path), options, providers=list(PROVIDERS))
         except Exception as exc:  # onnxruntime raises its own exception types
-            raise ExportError(
-                f"onnxruntime cannot load {path} ({first_line(exc)}); re-export it with "
-                "halfprec export --format onnx"
-            ) from None
-        self.input_names = [i.name for i in self.session.get_inputs()]
+            why = _reason(exc, f"Load model from {path} failed:")
+            raise ExportError(f"onnxruntime cannot load {source or path} ({why}); {fix}") from None
+        inputs = self.session.get_inputs()
+        self.input_names = [i.name for i in inputs]
         self.output_names = [o.name for o in self.session.get_outputs()]
+        self._takes = [(i.name, _TORCH_TYPES.get(i.type), list(i.shape)) for i in inputs]
 
     def feeds(self, tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """``tensors`` by the graph's input names (others are left out), as numpy arrays; an
+        :class:`InputsError` naming the input that is missing or of another dtype or shape
+        than the graph takes (onnxruntime's own error would not say which, or how)."""
         missing = [n for n in self.input_names if n not in tensors]
         if missing:
-            raise ExportError(
+            raise InputsError(
                 f"the ONNX model needs inputs {missing} that the batch does not have; "
                 f"give inputs named {self.input_names}"
             )
+        for name, dtype, shape in self._takes:
+            _check_fits(name, tensors[name], dtype, shape)
         return {n: tensors[n].detach().cpu().numpy() for n in self.input_names}
 
     def run(self, feeds: dict[str, Any]) -> dict[str, torch.Tensor]:
         try:
             results = self.session.run(self.output_names, feeds)
         except Exception as exc:  # onnxruntime's own types, none of them a RuntimeError
-            raise RuntimeFailure(f"onnxruntime: {first_line(exc)}") from None
+            raise RuntimeFailure(f"onnxruntime: {_reason(exc)}") from None
         return {n: torch.from_numpy(r) for n, r in zip(self.output_names, results, strict=True)}
+
+
+def _reason(exc: Exception, repeated: str = "") -> str:
+    """onnxruntime's error in one line: its status and message, as in ``NOT_IMPLEMENTED:
+    Could not find an implementation for Gemm(13) ...``, without the ``[ONNXRuntimeError] :
+    N :`` frame or ``repeated`` (the file's path, which the caller names); another error
+    as :func:`~halfprec.modules.first_line` shows it."""
+    text = strip_ansi(str(exc))
+    if repeated:
+        text = text.replace(repeated, " ")
+    text = " ".join(text.split())
+    status = _ORT_STATUS.match(text)
+    if status is None:
+        return first_line(exc)
+    return f"{status[1]}: {clip(text[status.end() :], 240)}"
+
+
+def _check_fits(
+    name: str, tensor: torch.Tensor, dtype: torch.dtype | None, shape: list[int | str | None]
+) -> None:
+    """An :class:`InputsError` when ``tensor`` is not what the graph input ``name`` takes:
+    ``dtype`` (None: a type torch has no name for, left to onnxruntime) and ``shape``, whose
+    named (or unknown) sizes take any size."""
+    if (dtype is None or tensor.dtype == dtype) and len(shape) == tensor.dim():
+        pairs = zip(shape, tensor.shape, strict=True)
+        if all(not isinstance(d, int) or d == n for d, n in pairs):
+            return
+    want = str(dtype).removeprefix("torch.") if dtype is not None else "its dtype"
+    dims = ["?" if d is None else str(d) for d in shape]
+    free = [d for d in shape if not isinstance(d, int)]
+    sizes = f" ({', '.join('?' if d is None else d for d in free)}: any size)" if free else ""
+    raise InputsError(
+        f"input {name!r} is {str(tensor.dtype).removeprefix('torch.')} {list(tensor.shape)}, "
+        f"the ONNX model takes {want} [{', '.join(dims)}]{sizes}; give {name!r} in that "
+        "dtype and shape"
+    )
 
 
 def load_onnx(path: Path) -> tuple[OnnxSession, ArtifactInfo]:
@@ -212,14 +291,12 @@ class OrtCasts:
 
 def inspect_casts(path: Path) -> OrtCasts:
     """Count the Cast nodes onnxruntime adds to run fp16 nodes it has no kernel for."""
-    onnx, ort = import_onnx(), import_onnxruntime()
+    onnx = import_onnx()
     original = onnx.load(str(path), load_external_data=False)
     with tempfile.TemporaryDirectory(prefix="halfprec-ort-") as tmp:
-        options = ort.SessionOptions()
-        options.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
-        options.log_severity_level = 3
-        OnnxSession(path, options)
-        optimized = onnx.load(options.optimized_model_filepath, load_external_data=False)
+        optimized_path = Path(tmp) / "optimized.onnx"
+        OnnxSession(path, optimized=optimized_path)
+        optimized = onnx.load(str(optimized_path), load_external_data=False)
     consumers: dict[str, list[Any]] = {}
     for node in optimized.graph.node:
         for name in node.input:

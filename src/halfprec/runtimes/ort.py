@@ -21,7 +21,7 @@ from halfprec.export.api import write_artifact
 from halfprec.export.config import ExportConfig
 from halfprec.export.hf import without_cache
 from halfprec.export.info import ArtifactInfo
-from halfprec.export.onnx import PROVIDER, import_onnx, import_onnxruntime
+from halfprec.export.onnx import OnnxSession, import_onnx, import_onnxruntime
 from halfprec.runtimes.module import FlatIO, RuntimeModule
 
 __all__ = ["build"]
@@ -29,10 +29,9 @@ __all__ = ["build"]
 
 def build(model: nn.Module, batch: Batch, threads: int) -> RuntimeModule:
     """Export ``model`` (fp32, eval mode) to ONNX traced on ``batch`` and open it with
-    ``threads`` intra-op threads. The file lives in a temporary folder that goes with the
-    module."""
-    import_onnx()
-    ort = import_onnxruntime()
+    ``threads`` intra-op threads (an :class:`~halfprec.export.onnx.OnnxSession`). The file
+    lives in a temporary folder that goes with the module, or with the error."""
+    import_onnx(), import_onnxruntime()  # a missing extra is named before the export
     model, _ = without_cache(model)  # a cache object is no tensor a graph returns
     io = FlatIO.of(model, batch)
     info = ArtifactInfo(
@@ -47,18 +46,21 @@ def build(model: nn.Module, batch: Batch, threads: int) -> RuntimeModule:
     )
     folder = tempfile.TemporaryDirectory(prefix="halfprec-ort-")
     path = Path(folder.name) / "model.onnx"
-    write_artifact(ExportConfig(format="onnx"), model, [io.named], path, info)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), options, providers=[PROVIDER])
-    names = [o.name for o in session.get_outputs()]
-    graph_inputs = {i.name for i in session.get_inputs()}  # the exporter drops unused inputs
-    feeds_at = [(n, i) for i, n in enumerate(io.inputs) if n in graph_inputs]
+    try:
+        write_artifact(ExportConfig(format="onnx"), model, [io.named], path, info)
+        session = OnnxSession(
+            path,
+            threads=threads,
+            source=f"the ONNX export of {info.model}",
+            fix="run this model with torch, or replace what onnxruntime refuses",
+        )
+    except BaseException:
+        folder.cleanup()  # now, not when the traceback lets go of it
+        raise
 
     def run(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        feeds = {n: tensors[i].detach().cpu().numpy() for n, i in feeds_at}
-        return [torch.from_numpy(r) for r in session.run(names, feeds)]
+        # by name: the feeds are the graph's inputs, which may be fewer than the model's
+        return list(session.run(session.feeds(dict(zip(io.inputs, tensors, strict=True)))).values())
 
     def save(target: Path) -> Path:
         if target.suffix != ".onnx":
