@@ -102,8 +102,9 @@ def test_bad_config_json_is_exit_2(tmp_path: Path) -> None:
     _one_error(run_cli("check", str(tmp_path), "--runs", "0"), "not valid JSON")
 
 
-def test_artifact_of_another_model_is_exit_2(tmp_path: Path) -> None:
-    artifact = tmp_path / "tiny.pt2"
+@pytest.mark.parametrize("name", ["tiny.pt2", "tiny.onnx"])
+def test_artifact_of_another_model_is_exit_2(tmp_path: Path, name: str) -> None:
+    artifact = tmp_path / name
     halfprec.export(tiny(), example_inputs(), artifact, "fp16", runs=0)
     _one_error(
         run_cli("check", USER, "--artifact", str(artifact), "--runs", "0"),

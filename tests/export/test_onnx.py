@@ -233,7 +233,7 @@ def test_a_file_onnxruntime_cannot_read_is_one_line_naming_the_path_once(tmp_pat
     assert text.count(str(path)) == 1
 
 
-def test_feeds_name_the_input_that_is_missing_or_does_not_fit(tiny_onnx: Path) -> None:
+def test_a_session_names_the_input_that_is_missing_or_does_not_fit(tiny_onnx: Path) -> None:
     session = OnnxSession(tiny_onnx)
     with pytest.raises(
         InputsError,
@@ -246,6 +246,6 @@ def test_feeds_name_the_input_that_is_missing_or_does_not_fit(tiny_onnx: Path) -
         match=r"^input 'x' is int64 \[3, 8\], the ONNX model takes float32 \[(\w+), 8\] "
         r"\(\1: any size\); give 'x' in that dtype and shape$",
     ):
-        session.feeds({"x": torch.ones(3, 8, dtype=torch.long)})
+        session.run(session.feeds({"x": torch.ones(3, 8, dtype=torch.long)}))
     feeds = session.feeds({"x": torch.randn(5, 8), "unused": torch.randn(1)})
     assert list(feeds) == ["x"] and feeds["x"].shape == (5, 8)  # any batch size, by name

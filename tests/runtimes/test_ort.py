@@ -116,6 +116,7 @@ _X_TAKES = r"float32 \[(\w+), 5, 8\]"  # the batch size is the graph's one named
     [
         ("ids", torch.zeros(2, 5, dtype=torch.int32), r"int32 \[2, 5\]", r"int64 \[(\w+), 5\]"),
         ("x", torch.zeros(2, 5, 8, dtype=torch.float64), r"float64 \[2, 5, 8\]", _X_TAKES),
+        ("x", torch.zeros(2, 5, 8, dtype=torch.bfloat16), r"bfloat16 \[2, 5, 8\]", _X_TAKES),
         ("x", torch.zeros(2, 5, 9), r"float32 \[2, 5, 9\]", _X_TAKES),
         ("x", torch.zeros(2, 8), r"float32 \[2, 8\]", _X_TAKES),
     ],

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from halfprec.errors import HalfprecError, InputsError, clip, require, strip_ansi
@@ -51,22 +52,8 @@ PROVIDERS = ("CPUExecutionProvider",)  # every session halfprec opens (OnnxSessi
 _INSERTED_CAST = "InsertedPrecisionFreeCast"
 _FLOAT = 1  # onnx.TensorProto.FLOAT
 _ORT_STATUS = re.compile(r"\[ONNXRuntimeError\] : \d+ : (\w+) : ")
-# onnxruntime's input type names -> torch's dtypes (a name not here is left unchecked)
-_TORCH_TYPES = {
-    f"tensor({name})": dtype
-    for name, dtype in (
-        ("float", torch.float32),
-        ("double", torch.float64),
-        ("float16", torch.float16),
-        ("bfloat16", torch.bfloat16),
-        ("int64", torch.int64),
-        ("int32", torch.int32),
-        ("int16", torch.int16),
-        ("int8", torch.int8),
-        ("uint8", torch.uint8),
-        ("bool", torch.bool),
-    )
-}
+_ORT_TENSOR = re.compile(r"tensor\((\w+)\)")
+_NUMPY_NAMES = {"float": "float32", "double": "float64"}  # the rest numpy and torch spell alike
 
 
 def import_onnx() -> Any:
@@ -207,28 +194,80 @@ class OnnxSession:
         inputs = self.session.get_inputs()
         self.input_names = [i.name for i in inputs]
         self.output_names = [o.name for o in self.session.get_outputs()]
-        self._takes = [(i.name, _TORCH_TYPES.get(i.type), list(i.shape)) for i in inputs]
+        self._takes = [(i.name, _dtype_name(i.type), list(i.shape)) for i in inputs]
 
     def feeds(self, tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
         """``tensors`` by the graph's input names (others are left out), as numpy arrays; an
-        :class:`InputsError` naming the input that is missing or of another dtype or shape
-        than the graph takes (onnxruntime's own error would not say which, or how)."""
-        missing = [n for n in self.input_names if n not in tensors]
-        if missing:
+        :class:`InputsError` naming an input that is missing."""
+        try:
+            return {n: tensors[n].detach().cpu().numpy() for n in self.input_names}
+        except KeyError:
+            missing = [n for n in self.input_names if n not in tensors]
             raise InputsError(
                 f"the ONNX model needs inputs {missing} that the batch does not have; "
                 f"give inputs named {self.input_names}"
-            )
-        for name, dtype, shape in self._takes:
-            _check_fits(name, tensors[name], dtype, shape)
-        return {n: tensors[n].detach().cpu().numpy() for n in self.input_names}
+            ) from None
+        except TypeError:  # a dtype numpy has no name for (bfloat16)
+            given = {n: (_torch_name(tensors[n].dtype), tuple(tensors[n].shape)) for n in tensors}
+            if (misfit := self._misfit(given)) is not None:
+                raise InputsError(misfit) from None
+            raise
 
     def run(self, feeds: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The outputs by name (:meth:`run_list`'s, keyed by :attr:`output_names`)."""
+        return dict(zip(self.output_names, self.run_list(feeds), strict=True))
+
+    def run_list(self, feeds: dict[str, Any]) -> list[torch.Tensor]:
+        """The outputs in the graph's order; an :class:`InputsError` naming an input of
+        another dtype or shape than the graph takes (onnxruntime's own error says neither
+        which nor how), else a :class:`RuntimeFailure` with onnxruntime's reason."""
         try:
             results = self.session.run(self.output_names, feeds)
         except Exception as exc:  # onnxruntime's own types, none of them a RuntimeError
+            # checked only once onnxruntime refused: a call that runs pays nothing for it
+            arrays = {n: a for n, a in feeds.items() if isinstance(a, np.ndarray)}
+            if misfit := self._misfit({n: (a.dtype.name, a.shape) for n, a in arrays.items()}):
+                raise InputsError(misfit) from None
             raise RuntimeFailure(f"onnxruntime: {_reason(exc)}") from None
-        return {n: torch.from_numpy(r) for n, r in zip(self.output_names, results, strict=True)}
+        return [torch.from_numpy(r) for r in results]
+
+    def _misfit(self, given: dict[str, tuple[str, tuple[int, ...]]]) -> str | None:
+        """Why the first input in ``given`` (name: dtype name, shape) that the graph takes
+        otherwise does not fit it, in one line; None when all fit. A named (or unknown)
+        size takes any size."""
+        for name, want, shape in self._takes:
+            if name not in given:  # onnxruntime's own message names a missing feed
+                continue
+            dtype, sizes = given[name]
+            if _fits(dtype, sizes, want, shape):
+                continue
+            dims = ", ".join("?" if d is None else str(d) for d in shape)
+            free = [str(d) for d in shape if not isinstance(d, int)]
+            any_size = f" ({', '.join(free)}: any size)" if free else ""
+            return (
+                f"input {name!r} is {dtype} {list(sizes)}, the ONNX model takes "
+                f"{want or 'its dtype'} [{dims}]{any_size}; give {name!r} in that dtype and shape"
+            )
+        return None
+
+
+def _fits(
+    dtype: str, sizes: tuple[int, ...], want: str | None, shape: list[int | str | None]
+) -> bool:
+    if (want is not None and dtype != want) or len(sizes) != len(shape):
+        return False
+    return all(not isinstance(d, int) or d == n for d, n in zip(shape, sizes, strict=True))
+
+
+def _dtype_name(ort_type: str) -> str | None:
+    """``tensor(float)`` -> ``float32``: the name numpy and torch give onnxruntime's tensor
+    type (None for a type that is no tensor)."""
+    match = _ORT_TENSOR.fullmatch(ort_type)
+    return None if match is None else _NUMPY_NAMES.get(match[1], match[1])
+
+
+def _torch_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _reason(exc: Exception, repeated: str = "") -> str:
@@ -244,27 +283,6 @@ def _reason(exc: Exception, repeated: str = "") -> str:
     if status is None:
         return first_line(exc)
     return f"{status[1]}: {clip(text[status.end() :], 240)}"
-
-
-def _check_fits(
-    name: str, tensor: torch.Tensor, dtype: torch.dtype | None, shape: list[int | str | None]
-) -> None:
-    """An :class:`InputsError` when ``tensor`` is not what the graph input ``name`` takes:
-    ``dtype`` (None: a type torch has no name for, left to onnxruntime) and ``shape``, whose
-    named (or unknown) sizes take any size."""
-    if (dtype is None or tensor.dtype == dtype) and len(shape) == tensor.dim():
-        pairs = zip(shape, tensor.shape, strict=True)
-        if all(not isinstance(d, int) or d == n for d, n in pairs):
-            return
-    want = str(dtype).removeprefix("torch.") if dtype is not None else "its dtype"
-    dims = ["?" if d is None else str(d) for d in shape]
-    free = [d for d in shape if not isinstance(d, int)]
-    sizes = f" ({', '.join('?' if d is None else d for d in free)}: any size)" if free else ""
-    raise InputsError(
-        f"input {name!r} is {str(tensor.dtype).removeprefix('torch.')} {list(tensor.shape)}, "
-        f"the ONNX model takes {want} [{', '.join(dims)}]{sizes}; give {name!r} in that "
-        "dtype and shape"
-    )
 
 
 def load_onnx(path: Path) -> tuple[OnnxSession, ArtifactInfo]:

@@ -60,7 +60,7 @@ def build(model: nn.Module, batch: Batch, threads: int) -> RuntimeModule:
 
     def run(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         # by name: the feeds are the graph's inputs, which may be fewer than the model's
-        return list(session.run(session.feeds(dict(zip(io.inputs, tensors, strict=True)))).values())
+        return session.run_list(session.feeds(dict(zip(io.inputs, tensors, strict=True))))
 
     def save(target: Path) -> Path:
         if target.suffix != ".onnx":
