@@ -134,9 +134,11 @@ def test_an_input_of_another_dtype_or_shape_is_named_in_one_line(
 
 
 def test_a_graph_onnxruntime_refuses_is_one_line_and_leaves_no_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    built: RuntimeModule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the export goes
+    # after one export (``built``): torch's own lazily made temp paths are set by then and
+    # stay in the real temp folder; only the target's export goes here
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with pytest.raises(ExportError) as caught:
         ort.build(Int8Matmul().eval(), torch.randn(2, 4) * 4, threads=1)
     text = str(caught.value)
