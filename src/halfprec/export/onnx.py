@@ -242,7 +242,7 @@ class OnnxSession:
             if _fits(dtype, sizes, want, shape):
                 continue
             dims = ", ".join("?" if d is None else str(d) for d in shape)
-            free = [str(d) for d in shape if not isinstance(d, int)]
+            free = ["?" if d is None else str(d) for d in shape if not isinstance(d, int)]
             any_size = f" ({', '.join(free)}: any size)" if free else ""
             return (
                 f"input {name!r} is {dtype} {list(sizes)}, the ONNX model takes "

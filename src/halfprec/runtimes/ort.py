@@ -31,7 +31,8 @@ def build(model: nn.Module, batch: Batch, threads: int) -> RuntimeModule:
     """Export ``model`` (fp32, eval mode) to ONNX traced on ``batch`` and open it with
     ``threads`` intra-op threads (an :class:`~halfprec.export.onnx.OnnxSession`). The file
     lives in a temporary folder that goes with the module, or with the error."""
-    import_onnx(), import_onnxruntime()  # a missing extra is named before the export
+    import_onnx()  # a missing extra is named before the export, not after it
+    import_onnxruntime()
     model, _ = without_cache(model)  # a cache object is no tensor a graph returns
     io = FlatIO.of(model, batch)
     info = ArtifactInfo(
