@@ -125,6 +125,16 @@ def test_openvino_saves_ir_that_openvino_loads_with_the_same_outputs(tmp_path: P
         assert torch.allclose(torch.from_numpy(flat[port]), got[name])
     with pytest.raises(ValueError, match=r"saved as NAME\.xml"):
         built.save(tmp_path / "heads.onnx")
+    # written beside the target and moved in: no staging folder is left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heads.bin", "heads.xml"]
+
+
+def test_openvino_save_into_a_missing_folder_writes_nothing(tmp_path: Path) -> None:
+    pytest.importorskip("openvino")
+    built = _built("openvino")
+    with pytest.raises(FileNotFoundError, match=r"folder .*nowhere does not exist; create it"):
+        built.save(tmp_path / "nowhere" / "heads.xml")
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow  # an ONNX export

@@ -96,6 +96,8 @@ def test_the_saved_file_runs_in_onnxruntime_with_the_same_outputs(
         assert torch.equal(torch.from_numpy(value), got[name])
     with pytest.raises(ValueError, match=r"saved as NAME\.onnx, got 'tagger\.xml'"):
         built.save(tmp_path / "tagger.xml")
+    with pytest.raises(FileNotFoundError, match=r"folder .*nowhere does not exist; create it"):
+        built.save(tmp_path / "nowhere" / "tagger.onnx")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tagger.onnx"]
 
 

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from halfprec._version import __version__
+from halfprec.atomic import atomic_path
 from halfprec.batch import Batch
 from halfprec.export.api import write_artifact
 from halfprec.export.config import ExportConfig
@@ -66,7 +67,8 @@ def build(model: nn.Module, batch: Batch, threads: int) -> RuntimeModule:
     def save(target: Path) -> Path:
         if target.suffix != ".onnx":
             raise ValueError(f"the onnxruntime graph is saved as NAME.onnx, got {target.name!r}")
-        shutil.copyfile(path, target)
+        with atomic_path(target) as tmp:  # never a partial file at ``target``
+            shutil.copyfile(path, tmp)
         return target
 
     return RuntimeModule("onnxruntime", "fp32", run, io, save, keep=(session, folder))

@@ -9,6 +9,8 @@ fp32, and :func:`build` records the precision the compiled model reports.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from halfprec.atomic import ensure_folder
 from halfprec.batch import Batch
 from halfprec.errors import HalfprecError, require
 from halfprec.export.hf import without_cache
@@ -98,7 +101,14 @@ def build(model: nn.Module, batch: Batch, dtype: torch.dtype, threads: int) -> R
     def save(path: Path) -> Path:
         if path.suffix != ".xml":
             raise ValueError(f"OpenVINO IR is saved as NAME.xml (+ NAME.bin), got {path.name!r}")
-        ov.save_model(graph, str(path), compress_to_fp16=False)  # the weights as converted
+        # written whole in a folder beside ``path``, then moved in: the .bin first, so a
+        # complete .xml never names a partial .bin
+        dest = ensure_folder(path)
+        with tempfile.TemporaryDirectory(prefix=".halfprec-ov-", dir=dest.parent) as tmp:
+            staged = Path(tmp) / dest.name
+            ov.save_model(graph, str(staged), compress_to_fp16=False)  # the weights as converted
+            os.replace(staged.with_suffix(".bin"), dest.with_suffix(".bin"))
+            os.replace(staged, dest)
         return path
 
     # convert_model shares the torch weights (share_weights=True): keep ``flat`` alive
