@@ -5,6 +5,7 @@ and what OpRef accepts."""
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -13,7 +14,7 @@ import torch
 from torch import nn
 
 from halfprec import Recipe, convert
-from halfprec.convert.op_islands import OpRef, fits
+from halfprec.convert.op_islands import OpRef, fits, with_ordinals
 
 HALVES = [torch.float16, torch.bfloat16]
 # the op islands alone: no op policy (it computes exp in fp32 anyway), inputs cast to half
@@ -104,3 +105,42 @@ def test_a_ref_with_an_ordinal_is_found_by_counting_alone() -> None:
     ref = _exp(ordinal=1, occurrence=0, line=_site_line(_Loop))
     out = _run(_islands(_Loop(), ref), BIG)
     assert torch.isfinite(out).tolist() == [False, True, True]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"op": "_foo"}, "OpRef.op '_foo': private ops are never op islands"),
+        ({"op": ""}, "OpRef needs a module name and an op name"),
+        ({"location": "m.py"}, "OpRef needs a 'file.py:line' location, got 'm.py'"),
+        ({"occurrence": -1}, "OpRef.occurrence must be an int >= 0, got -1"),
+        ({"occurrence": True}, "OpRef.occurrence must be an int >= 0, got True"),
+        ({"ordinal": -1}, "OpRef.ordinal must be an int >= 0, got -1"),
+        ({"ordinal": 1.0}, "OpRef.ordinal must be an int >= 0, got 1.0"),
+    ],
+)
+def test_a_bad_op_ref_is_refused_by_name(fields: dict[str, Any], message: str) -> None:
+    given = {"module": "", "op": "exp", "location": "m.py:1", **fields}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        OpRef(**given)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        OpRef.from_json(given)
+
+
+def test_op_ref_json_needs_the_three_names_and_no_other_key() -> None:
+    with pytest.raises(ValueError, match="an op island is an object with module, op and location"):
+        OpRef.from_json({"module": "", "op": "exp"})
+    extra = {"module": "", "op": "exp", "location": "m.py:1", "line": 3, "Kind": "fp32"}
+    with pytest.raises(ValueError, match=re.escape("has unknown keys ['Kind', 'line']")):
+        OpRef.from_json(extra)
+
+
+def test_with_ordinals_fills_in_found_ordinals_and_keeps_the_ones_a_ref_has() -> None:
+    located, other = _exp(), _exp(line=2)
+    counted = _exp(ordinal=5, line=3)
+    found = {located.site: 2, counted.site: 7}
+    assert with_ordinals([located, other, counted], found) == (
+        replace(located, ordinal=2),
+        other,
+        counted,
+    )
