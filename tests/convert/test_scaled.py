@@ -92,6 +92,18 @@ def test_fp32_operands_just_below_a_power_of_two_fit_after_rounding_up(k: int) -
     torch.testing.assert_close(out, a @ b, rtol=2**-10, atol=0)
 
 
+def test_the_shift_is_split_between_the_operands_as_the_module_docs_say() -> None:
+    """K = 1024: the bound 2**15 leaves 2**5 per product, split as 2**2 and 2**3, so the
+    operands' peaks land near 2**2 and 2**3 (not both at 2**2, nor at 1)."""
+    g = torch.Generator().manual_seed(4)
+    a, b = torch.rand(4, 1024, generator=g) * 1e-3, torch.rand(1024, 4, generator=g) * 50
+    with torch._C.DisableTorchFunction():
+        s = scale_operands("matmul", (a, b), {}, torch.float16)
+    assert s is not None
+    peaks = [t.abs().max().item() for t in s.args]
+    assert 2.0 < peaks[0] <= 4.0 and 4.0 < peaks[1] <= 8.0
+
+
 def test_a_tensor_times_itself_takes_one_scale() -> None:
     """``x @ x`` with an odd shift (K = 4: 15 - 2): one tensor, so one scale for both."""
     x = torch.rand(4, 4, generator=torch.Generator().manual_seed(3)) + 0.5
