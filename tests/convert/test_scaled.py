@@ -196,6 +196,27 @@ def test_linear_and_conv_add_their_bias_in_fp32(dtype: torch.dtype) -> None:
     torch.testing.assert_close(out, exact, rtol=4 * torch.finfo(dtype).eps, atol=1.0)
 
 
+@pytest.mark.parametrize(
+    ("op", "image", "kernel"),
+    [
+        ("conv1d", (3, 5), (4, 3, 3)),  # unbatched: (channels, length)
+        ("conv1d", (2, 3, 4), (4, 3, 1)),
+        ("conv2d", (3, 4, 4), (4, 3, 1, 1)),  # unbatched, as many rows as out channels
+        ("conv3d", (3, 2, 2, 2), (4, 3, 1, 1, 1)),
+    ],
+)
+def test_a_convs_bias_goes_to_its_channels_batched_or_not(
+    op: str, image: tuple[int, ...], kernel: tuple[int, ...]
+) -> None:
+    """torch's convs take an unbatched input too: the bias is per channel, not per column."""
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(*image, generator=g) * 30, torch.randn(*kernel, generator=g)
+    bias = 100.0 * torch.arange(4.0)
+    exact = getattr(F, op)(x.half().float(), w.half().float(), bias)
+    out = _scaled(op, (x.half(), w.half(), bias), torch.float16)
+    torch.testing.assert_close(out, exact, rtol=2**-9, atol=0.5)
+
+
 # -- in a converted model ---------------------------------------------------------------
 class _GemmDtypes(TorchFunctionMode):
     """The operand dtypes of every call of ``op`` that reaches this (outermost) mode."""
