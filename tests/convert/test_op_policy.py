@@ -3,7 +3,9 @@ passed through untouched, and nothing left behind."""
 
 from __future__ import annotations
 
+import gc
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -73,6 +75,8 @@ def test_ops_outside_the_list_and_all_fp32_operands_are_left_alone(h: torch.Tens
         lambda x, w: torch.einsum("ij,kj->ik", x, w),
         lambda x, w: torch.einsum("ij,kj->ik", [x, w]),  # operands in a list
         lambda x, w: torch.linalg.multi_dot([x, w.T]),
+        lambda x, w: torch.bmm(x[None], w.T[None])[0],
+        lambda x, w: torch.addmm(w[:, :3], x, w.T),
     ],
 )
 def test_a_gemm_mixing_fp32_and_half_runs_in_half(
@@ -364,3 +368,16 @@ def test_compiling_before_any_eager_call_keeps_one_graph() -> None:
     finally:
         dynamo.reset()
     assert not op_policy._LOOKS or all(not v for v in op_policy._LOOKS.values())
+
+
+def test_the_mode_keeps_no_tensor_alive_through_a_method_bound_to_it() -> None:
+    """A function the mode sees may be bound to a tensor (``handle_torch_function`` takes
+    any callable): the mode's per-function cache must not hold that tensor."""
+    t = torch.ones(3, dtype=BF16)
+    alive = weakref.ref(t)
+    with Fp32OpsMode(BF16, POLICY):
+        out = torch.overrides.handle_torch_function(t.exp, (t,))
+    torch.testing.assert_close(out.float(), torch.ones(3).exp(), rtol=1e-2, atol=0)
+    del t, out
+    gc.collect()
+    assert alive() is None

@@ -80,6 +80,44 @@ def test_the_worst_case_product_fits_for_any_inner_size(k: int, peak: float) -> 
     torch.testing.assert_close(out, torch.full((2, 2), k * peak * peak), rtol=2**-10, atol=0)
 
 
+@pytest.mark.parametrize("k", [1, 64, 4095, 4096])
+def test_fp32_operands_just_below_a_power_of_two_fit_after_rounding_up(k: int) -> None:
+    """An fp32 peak just below 2**e rounds up to exactly its bound when cast to fp16, so
+    the bound itself must fit: K * 2**(ea + eb) <= 2**TOP <= 65504, where 2**16 would not,
+    and ``K`` rounds up to a power of two (4095 * 2**4 would round to inf, 4095 * 2**3 not)."""
+    peak = 1 - 2.0**-20
+    a, b = torch.full((2, k), peak), torch.full((k, 2), peak)
+    out = _scaled("matmul", (a, b), torch.float16)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, a @ b, rtol=2**-10, atol=0)
+
+
+def test_the_shift_is_split_between_the_operands_as_the_module_docs_say() -> None:
+    """K = 1024: the bound 2**15 leaves 2**5 per product, split as 2**2 and 2**3, so the
+    operands' peaks land near 2**2 and 2**3 (not both at 2**2, nor at 1)."""
+    g = torch.Generator().manual_seed(4)
+    a, b = torch.rand(4, 1024, generator=g) * 1e-3, torch.rand(1024, 4, generator=g) * 50
+    with torch._C.DisableTorchFunction():
+        s = scale_operands("matmul", (a, b), {}, torch.float16)
+    assert s is not None
+    peaks = [t.abs().max().item() for t in s.args]
+    assert 2.0 < peaks[0] <= 4.0 and 4.0 < peaks[1] <= 8.0
+
+
+def test_a_tensor_times_itself_takes_one_scale() -> None:
+    """``x @ x`` with an odd shift (K = 4: 15 - 2): one tensor, so one scale for both."""
+    x = torch.rand(4, 4, generator=torch.Generator().manual_seed(3)) + 0.5
+    torch.testing.assert_close(_scaled("matmul", (x, x), torch.float16), x @ x, rtol=2**-9, atol=0)
+
+
+def test_operands_far_below_the_normal_range_are_raised_by_at_most_2_to_the_126() -> None:
+    """A peak of 2**-140 would need a scale of 2**145, which is inf in fp32: the scale stops
+    at 2**126, and the product, 2**-138, comes out exactly."""
+    a, b = torch.full((2, 4), 2.0**-140), torch.ones(4, 2)
+    out = _scaled("matmul", (a, b), torch.float16)
+    torch.testing.assert_close(out, a @ b, rtol=0, atol=0)
+
+
 def test_scales_are_powers_of_two_and_small_operands_are_raised_not_flushed() -> None:
     g = torch.Generator().manual_seed(1)
     a = torch.rand(4, 16, generator=g) * 1e-4  # products near 1e-8: zero in plain fp16
@@ -125,6 +163,23 @@ def test_einsum_inner_size_counts_every_summed_letter(
     torch.testing.assert_close(out, torch.einsum(equation, a, b))
 
 
+def test_the_inner_size_of_a_matmul_is_its_left_operands_last_dimension() -> None:
+    x, y = torch.ones(3, 2), torch.ones(5, 3)
+    assert inner_size("matmul", (y, x), ()) == inner_size("__matmul__", (y, x), ()) == 3
+    assert inner_size("__rmatmul__", (x, y), ()) == 3  # x.__rmatmul__(y) is y @ x
+    assert inner_size("mv", (y, torch.ones(3)), ()) == 3
+    assert inner_size("matmul", (torch.tensor(2.0), torch.tensor(3.0)), ()) == 1
+
+
+def test_a_call_with_an_empty_operand_or_no_two_floating_ones_is_not_scaled() -> None:
+    """None: the caller computes it in fp32 (an empty batch has no peak to scale by)."""
+    ones = torch.ones(3, 2)
+    with torch._C.DisableTorchFunction():
+        assert scale_operands("matmul", (torch.empty(0, 3), ones), {}, torch.float16) is None
+        assert scale_operands("matmul", (ones.long().T, ones.long()), {}, torch.float16) is None
+        assert scale_operands("einsum", ("ij,jk,kl", ones, ones.T, ones), {}, torch.float16) is None
+
+
 @pytest.mark.parametrize("dtype", HALVES)
 def test_linear_and_conv_add_their_bias_in_fp32(dtype: torch.dtype) -> None:
     g = torch.Generator().manual_seed(2)
@@ -139,6 +194,27 @@ def test_linear_and_conv_add_their_bias_in_fp32(dtype: torch.dtype) -> None:
     exact = F.conv2d(img.to(dtype).float(), kernel.to(dtype).float(), bias[:4], padding=1)
     out = _scaled("conv2d", (img.to(dtype), kernel.to(dtype), bias[:4], 1, 1), dtype)
     torch.testing.assert_close(out, exact, rtol=4 * torch.finfo(dtype).eps, atol=1.0)
+
+
+@pytest.mark.parametrize(
+    ("op", "image", "kernel"),
+    [
+        ("conv1d", (3, 5), (4, 3, 3)),  # unbatched: (channels, length)
+        ("conv1d", (2, 3, 4), (4, 3, 1)),
+        ("conv2d", (3, 4, 4), (4, 3, 1, 1)),  # unbatched, as many rows as out channels
+        ("conv3d", (3, 2, 2, 2), (4, 3, 1, 1, 1)),
+    ],
+)
+def test_a_convs_bias_goes_to_its_channels_batched_or_not(
+    op: str, image: tuple[int, ...], kernel: tuple[int, ...]
+) -> None:
+    """torch's convs take an unbatched input too: the bias is per channel, not per column."""
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(*image, generator=g) * 30, torch.randn(*kernel, generator=g)
+    bias = 100.0 * torch.arange(4.0)
+    exact = getattr(F, op)(x.half().float(), w.half().float(), bias)
+    out = _scaled(op, (x.half(), w.half(), bias), torch.float16)
+    torch.testing.assert_close(out, exact, rtol=2**-9, atol=0.5)
 
 
 # -- in a converted model ---------------------------------------------------------------

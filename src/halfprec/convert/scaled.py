@@ -38,7 +38,8 @@ __all__ = ["SCALED_OPS", "TOP", "Scaled", "inner_size", "scale_operands"]
 _MATMULS = frozenset(
     {"__matmul__", "__rmatmul__", "matmul", "mm", "bmm", "mv", "linalg_matmul", "linear"}
 )
-_CONVS = frozenset({"conv1d", "conv2d", "conv3d"})
+_SPATIAL = {"conv1d": 1, "conv2d": 2, "conv3d": 3}  # a conv's spatial dimensions
+_CONVS = frozenset(_SPATIAL)
 # GEMM-type ops of two operands, linear in each (the bias of linear and conv aside)
 SCALED_OPS: frozenset[str] = _MATMULS | _CONVS | {"einsum"}
 
@@ -118,15 +119,15 @@ class Scaled:
     undo_a: torch.Tensor
     undo_b: torch.Tensor
     bias: torch.Tensor | None
-    conv: bool
+    spatial: int  # a conv's spatial dimensions (its bias is per channel), 0 for a matmul
 
     def undo(self, out: torch.Tensor) -> torch.Tensor:
         wide = out.float() * self.undo_a * self.undo_b
         if self.bias is None:
             return wide
         bias = self.bias.float()
-        if self.conv:
-            bias = bias.reshape(-1, *([1] * (wide.dim() - 2)))
+        if self.spatial:  # (channels, 1, ...): a batched or an unbatched conv's output
+            bias = bias.reshape(-1, *([1] * self.spatial))
         return wide + bias
 
 
@@ -154,4 +155,4 @@ def scale_operands(
         return (t.float() * (sa if t is a else sb)).to(dtype)
 
     args, kwargs = map_tensors(scale, (args, kwargs))
-    return Scaled(args, kwargs, torch.exp2(-ea), torch.exp2(-eb), bias, op in _CONVS)
+    return Scaled(args, kwargs, torch.exp2(-ea), torch.exp2(-eb), bias, _SPATIAL.get(op, 0))
