@@ -191,3 +191,15 @@ def test_a_plot_into_a_missing_folder_is_exit_2_and_creates_nothing(
     out = tmp_path / "new" / "chart.png"
     _one_error(run_cli(command, USER, "--plot", str(out)), "does not exist; create it first")
     assert not (tmp_path / "new").exists()
+
+
+def test_sys_exit_in_the_users_code_is_not_a_silent_success(tmp_path: Path) -> None:
+    """``SystemExit(0)`` from a factory, a model file's import or a forward used to end
+    halfprec with exit 0 and no output, as if the check had passed."""
+    _one_error(run_cli("check", f"{FAILING}:exits", "--runs", "0"), "raised SystemExit: 0")
+    script = tmp_path / "script.py"
+    script.write_text("import sys\nsys.exit(0)\n")
+    _one_error(run_cli("check", f"{script}:build", "--runs", "0"), f"importing {script}")
+    proc = run_cli("check", f"{FAILING}:exits_in_forward", "--runs", "0")
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.startswith("halfprec: internal error: SystemExit: 0 (raised at ")

@@ -64,6 +64,8 @@ class _Group(click.Group):
                 _fail(ctx, _os_error(exc), EXIT_USAGE)
             else:
                 _fail(ctx, _internal(exc), EXIT_INTERNAL, "internal error")
+        except SystemExit as exc:  # sys.exit() in the model's code: click exits by Exit
+            _fail(ctx, _internal(exc), EXIT_INTERNAL, "internal error")
         except KeyboardInterrupt:
             message = "interrupted (Ctrl-C); a file being written was left as it was before"
             _fail(ctx, message, EXIT_INTERRUPTED, kind=None)

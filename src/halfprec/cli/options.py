@@ -284,7 +284,7 @@ def finish(
         click.echo(to_json_text(data))
     else:
         render()
-    raise SystemExit(EXIT_OK if passed else EXIT_FAILED)
+    raise click.exceptions.Exit(EXIT_OK if passed else EXIT_FAILED)  # a SystemExit is the model's
 
 
 def mkdirs_option(f: F) -> F:

@@ -93,6 +93,10 @@ def _import_module(name: str) -> ModuleType:
         raise ModelSpecError(
             f"cannot import module {name!r} ({exc}); check the name and that it is on PYTHONPATH"
         ) from None
+    except SystemExit as exc:
+        raise ModelSpecError(
+            f"importing module {name!r} raised SystemExit: {exc}; fix the module"
+        ) from exc
 
 
 def _import_file(path: Path) -> ModuleType:
@@ -106,7 +110,7 @@ def _import_file(path: Path) -> ModuleType:
     sys.modules[mod_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() at import must not end halfprec
         del sys.modules[mod_name]
         raise ModelSpecError(
             f"importing {path} raised {type(exc).__name__}: {exc}; fix the file"
@@ -124,7 +128,7 @@ def _from_module(module: ModuleType, factory_name: str, spec: str) -> LoadedMode
         )
     try:
         model = factory()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise ModelSpecError(
             f"{spec!r}: the factory raised {type(exc).__name__}: {exc}; fix the factory"
         ) from exc
@@ -140,7 +144,7 @@ def _from_module(module: ModuleType, factory_name: str, spec: str) -> LoadedMode
     if callable(inputs_fn):
         try:
             batches = as_batches(inputs_fn())
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise ModelSpecError(
                 f"{spec!r}: example_inputs() raised {type(exc).__name__}: {exc}; fix it"
             ) from exc
