@@ -203,3 +203,24 @@ def test_sys_exit_in_the_users_code_is_not_a_silent_success(tmp_path: Path) -> N
     proc = run_cli("check", f"{FAILING}:exits_in_forward", "--runs", "0")
     assert proc.returncode == 3, proc.stderr
     assert proc.stderr.startswith("halfprec: internal error: SystemExit: 0 (raised at ")
+
+
+@pytest.mark.parametrize("defect", ["missing", "shape"])
+def test_convert_refuses_weights_that_do_not_cover_the_model(tmp_path: Path, defect: str) -> None:
+    """Streamed from a safetensors file, a tensor the file lacks (or holds in another
+    shape) used to be left out of (or copied wrong into) the half file, with exit 0."""
+    from fixtures.user_model import build
+
+    state = {k: v.clone() for k, v in build().state_dict().items()}
+    if defect == "missing":
+        del state["head.bias"]
+    else:
+        state["lin.weight"] = torch.zeros(32, 15)
+    weights = tmp_path / "weights.safetensors"
+    save_file(state, str(weights))
+    out = tmp_path / "out" / "half.safetensors"
+    out.parent.mkdir()
+    proc = run_cli("convert", USER, "--weights", str(weights), "-o", str(out))
+    needle = "missing head.bias" if defect == "missing" else "lin.weight has shape (32, 15)"
+    _one_error(proc, needle, "same architecture")
+    assert list(out.parent.iterdir()) == []

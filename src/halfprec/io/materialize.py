@@ -172,11 +172,44 @@ def check_names(model: nn.Module, source: TensorFile) -> None:
     known = {n for names in _names(model).values() for n in names}
     unexpected = [k for k in source.names() if k not in known]
     if unexpected:
-        raise CheckpointError(
-            f"{source.path} does not match {type(model).__name__}: unexpected "
-            f"{', '.join(unexpected[:3])}{' ...' if len(unexpected) > 3 else ''}; "
-            "load it into the same architecture it was saved from"
-        )
+        raise _mismatch(model, source, "unexpected", unexpected)
+
+
+def check_covers(model: nn.Module, source: TensorFile) -> None:
+    """Raise :class:`CheckpointError` when ``source`` lacks one of ``model``'s state-dict
+    tensors (a tied one under any of its names) or holds it in another shape."""
+    aliases = _names(model)
+    seen: set[int] = set()
+    missing: list[str] = []
+    for _, module in model.named_modules(remove_duplicate=False):
+        skip = module._non_persistent_buffers_set
+        for store in (module._parameters, module._buffers):
+            for local, t in store.items():
+                if t is None or id(t) in seen or (store is module._buffers and local in skip):
+                    continue
+                seen.add(id(t))
+                name = next((n for n in aliases[id(t)] if n in source), None)
+                if name is None:
+                    missing.append(aliases[id(t)][0])
+                elif source.shape(name) != tuple(t.shape):
+                    raise _wrong_shape(source, name, t)
+    if missing:
+        raise _mismatch(model, source, "missing", missing)
+
+
+def _mismatch(model: nn.Module, source: TensorFile, what: str, names: list[str]) -> CheckpointError:
+    return CheckpointError(
+        f"{source.path} does not match {type(model).__name__}: {what} "
+        f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''}; "
+        "load it into the same architecture it was saved from"
+    )
+
+
+def _wrong_shape(source: TensorFile, name: str, t: torch.Tensor) -> CheckpointError:
+    return CheckpointError(
+        f"{source.path}: {name} has shape {source.shape(name)} but the model's is "
+        f"{tuple(t.shape)}; load it into the same architecture it was saved from"
+    )
 
 
 def materialize_(model: nn.Module, source: TensorFile, *, strict: bool = True) -> nn.Module:
@@ -203,11 +236,7 @@ def materialize_(model: nn.Module, source: TensorFile, *, strict: bool = True) -
                     done[id(old)] = new
                 store[local] = done[id(old)]
     if missing and strict:
-        raise CheckpointError(
-            f"{source.path} does not match {type(model).__name__}: missing "
-            f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}; "
-            "load it into the same architecture it was saved from"
-        )
+        raise _mismatch(model, source, "missing", missing)
     return model
 
 
@@ -216,10 +245,7 @@ def _read(old: torch.Tensor, names: list[str], source: TensorFile) -> torch.Tens
     if name is None:
         return None
     if source.shape(name) != tuple(old.shape):
-        raise CheckpointError(
-            f"{source.path}: {name} has shape {source.shape(name)} but the model's is "
-            f"{tuple(old.shape)}; load it into the same architecture it was saved from"
-        )
+        raise _wrong_shape(source, name, old)
     cast = old.is_floating_point() and source.dtype(name).is_floating_point
     if cast and source.dtype(name) != old.dtype:
         value = source.get(name).to(old.dtype)  # read, cast, and the read copy let go

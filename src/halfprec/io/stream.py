@@ -31,6 +31,7 @@ from halfprec.io.materialize import (
     Builder,
     _existing_modules,
     build_on_meta,
+    check_covers,
     check_names,
     overflowing_modules,
 )
@@ -58,6 +59,7 @@ def convert_file(
         raise ValueError(f"output {dst} must end in .safetensors")
     model = build_on_meta(build)
     check_names(model, source)
+    check_covers(model, source)  # a file without all the model's tensors converts to a broken one
     extra = _existing_modules(model, overflowing_modules(source, half))
     convert_(model, cfg.replace(dtype=half, keep_fp32=(*cfg.keep_fp32, *extra)))
     report, recipe = conversion_report(model), recipe_of(model)
