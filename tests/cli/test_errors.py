@@ -224,3 +224,12 @@ def test_convert_refuses_weights_that_do_not_cover_the_model(tmp_path: Path, def
     needle = "missing head.bias" if defect == "missing" else "lin.weight has shape (32, 15)"
     _one_error(proc, needle, "same architecture")
     assert list(out.parent.iterdir()) == []
+
+
+def test_a_recipe_op_island_without_a_line_number_is_exit_2(tmp_path: Path) -> None:
+    recipe = tmp_path / "recipe.json"
+    island = {"module": "lin", "op": "linear", "location": "model.py:abc"}
+    recipe.write_text(
+        json.dumps({"format": "halfprec-recipe/1", "dtype": "fp16", "op_islands": [island]})
+    )
+    _one_error(run_cli("check", USER, "--recipe", str(recipe), "--runs", "0"), "'model.py:abc'")

@@ -113,6 +113,8 @@ def test_a_ref_with_an_ordinal_is_found_by_counting_alone() -> None:
         ({"op": "_foo"}, "OpRef.op '_foo': private ops are never op islands"),
         ({"op": ""}, "OpRef needs a module name and an op name"),
         ({"location": "m.py"}, "OpRef needs a 'file.py:line' location, got 'm.py'"),
+        ({"location": "m.py:abc"}, "OpRef needs a 'file.py:line' location, got 'm.py:abc'"),
+        ({"location": ":"}, "OpRef needs a 'file.py:line' location, got ':'"),
         ({"occurrence": -1}, "OpRef.occurrence must be an int >= 0, got -1"),
         ({"occurrence": True}, "OpRef.occurrence must be an int >= 0, got True"),
         ({"ordinal": -1}, "OpRef.ordinal must be an int >= 0, got -1"),

@@ -89,7 +89,8 @@ class OpRef:
             raise ValueError(f"OpRef needs a module name and an op name, got {self!r}")
         if self.op.startswith("_"):
             raise ValueError(f"OpRef.op {self.op!r}: private ops are never op islands")
-        if not isinstance(self.location, str) or ":" not in self.location:
+        where, _, line = str(self.location).rpartition(":")
+        if not isinstance(self.location, str) or not where or not line.isdigit():
             raise ValueError(f"OpRef needs a 'file.py:line' location, got {self.location!r}")
         for name in ("occurrence", "ordinal"):
             value = getattr(self, name)
