@@ -233,3 +233,16 @@ def test_a_recipe_op_island_without_a_line_number_is_exit_2(tmp_path: Path) -> N
         json.dumps({"format": "halfprec-recipe/1", "dtype": "fp16", "op_islands": [island]})
     )
     _one_error(run_cli("check", USER, "--recipe", str(recipe), "--runs", "0"), "'model.py:abc'")
+
+
+@pytest.mark.parametrize("flag", ["--recipe", "--inputs"])
+def test_a_folder_given_as_a_file_is_named_a_folder(tmp_path: Path, flag: str) -> None:
+    _one_error(run_cli("check", USER, flag, str(tmp_path), "--runs", "0"), "is a folder; give")
+
+
+@pytest.mark.parametrize(("name", "content"), [("empty.pt", b""), ("empty.safetensors", b"")])
+def test_an_empty_inputs_file_names_the_fix(tmp_path: Path, name: str, content: bytes) -> None:
+    (tmp_path / name).write_bytes(content)
+    proc = run_cli("check", USER, "--inputs", str(tmp_path / name), "--runs", "0")
+    _one_error(proc, "write it again with")
+    assert "()" not in proc.stderr

@@ -336,12 +336,18 @@ class Recipe:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Recipe:
         p = Path(path)
+        if p.is_dir():
+            raise RecipeError(
+                f"recipe file {p} is a folder; give the JSON file `halfprec tune -o` wrote"
+            )
         if not p.is_file():
             raise RecipeError(f"recipe file {p} not found; create one with `halfprec tune -o`")
         try:
             return cls.loads(p.read_text(encoding="utf-8"))
         except UnicodeDecodeError:
-            raise RecipeError(f"recipe file {p} is not UTF-8 text") from None
+            raise RecipeError(
+                f"recipe file {p} is not UTF-8 text; give the JSON file `halfprec tune -o` wrote"
+            ) from None
         except RecipeError as exc:
             raise RecipeError(f"{p}: {exc}") from None
 

@@ -19,6 +19,7 @@ import torch
 from halfprec.batch import Batch, as_batches
 from halfprec.errors import InputsError
 from halfprec.io.safeload import UnsafePickleError, load_weights_only
+from halfprec.modules import first_line
 
 __all__ = ["load_inputs", "save_inputs"]
 
@@ -28,6 +29,8 @@ _BATCH = re.compile(r"^batch(\d+)\.(.+)$")
 def load_inputs(path: str | os.PathLike[str]) -> list[Batch]:
     """Read the batches stored in ``path``."""
     p = Path(path)
+    if p.is_dir():
+        raise InputsError(f"inputs file {p} is a folder; give a .safetensors or .pt file")
     if not p.is_file():
         raise InputsError(f"inputs file {p} not found; check the path")
     if p.suffix == ".safetensors":
@@ -44,7 +47,10 @@ def _from_safetensors(p: Path) -> list[Batch]:
     try:
         tensors = load_file(str(p))
     except (SafetensorError, OSError, ValueError) as exc:
-        raise InputsError(f"inputs file {p} is not a valid safetensors file ({exc})") from None
+        raise InputsError(
+            f"inputs file {p} is not a valid safetensors file ({first_line(exc)}); it may be "
+            "truncated or corrupt: write it again with safetensors.torch.save_file"
+        ) from None
     grouped: dict[int, dict[str, torch.Tensor]] = defaultdict(dict)
     for key, t in tensors.items():
         m = _BATCH.match(key)
@@ -71,7 +77,10 @@ def _from_torch(p: Path) -> list[Batch]:
             f"refusing to unpickle {p}: {exc.detail}; save inputs as safetensors or plain tensors"
         ) from None
     except (RuntimeError, EOFError, OSError) as exc:
-        raise InputsError(f"inputs file {p} is corrupt or not a torch file ({exc})") from None
+        raise InputsError(
+            f"inputs file {p} is corrupt or not a torch file ({first_line(exc)}); write it "
+            "again with torch.save (tensors only) or safetensors.torch.save_file"
+        ) from None
     try:
         return as_batches(obj)
     except ValueError as exc:
