@@ -246,3 +246,9 @@ def test_an_empty_inputs_file_names_the_fix(tmp_path: Path, name: str, content: 
     proc = run_cli("check", USER, "--inputs", str(tmp_path / name), "--runs", "0")
     _one_error(proc, "write it again with")
     assert "()" not in proc.stderr
+
+
+@pytest.mark.parametrize("variants", ["", ","])
+def test_bench_variants_naming_none_is_exit_2(variants: str) -> None:
+    """An empty --variants used to run the default list, as if the flag were left out."""
+    _one_error(run_cli("bench", USER, "--variants", variants), "names no variant")

@@ -136,7 +136,12 @@ def command(
 ) -> None:
     # Everything that can be wrong with the arguments fails here, before any measuring.
     sizes = _batch_sizes(batch_sizes)
-    names = [v for v in variants.split(",") if v.strip()] if variants else None
+    names = [v for v in variants.split(",") if v.strip()] if variants is not None else None
+    if names == []:  # "" or ",": not the default list, which is what omitting the flag gives
+        raise HalfprecError(
+            f"--variants {variants!r} names no variant; write e.g. fp32,halfprec-bf16, or "
+            "leave the flag out for the default list"
+        )
     chosen = parse_variants(names, compile=use_compile) if names else None
     if plot is not None:
         check_plot_path(plot)
