@@ -252,3 +252,10 @@ def test_an_empty_inputs_file_names_the_fix(tmp_path: Path, name: str, content: 
 def test_bench_variants_naming_none_is_exit_2(variants: str) -> None:
     """An empty --variants used to run the default list, as if the flag were left out."""
     _one_error(run_cli("bench", USER, "--variants", variants), "names no variant")
+
+
+def test_an_unknown_hugging_face_model_type_names_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "nosuchmodel"}))
+    _one_error(
+        run_cli("check", str(tmp_path), "--runs", "0"), "`nosuchmodel`", "check its config.json"
+    )

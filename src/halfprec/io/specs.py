@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from halfprec.batch import Batch, as_batches
-from halfprec.errors import ModelSpecError
+from halfprec.errors import ModelSpecError, clip
 from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers, sentences, token_batch
 from halfprec.modules import first_line
 
@@ -207,7 +207,10 @@ def _load_error(path: Path, exc: Exception) -> ModelSpecError:
             "never runs from a model directory; load it yourself with "
             "trust_remote_code=True in a factory and pass MODEL as path/to/file.py:factory"
         )
-    return ModelSpecError(f"cannot load the Hugging Face model in {path}: {first}")
+    return ModelSpecError(
+        f"cannot load the Hugging Face model in {path}: {clip(first, 240)}; check its "
+        "config.json (model_type, architectures) and weights against the installed transformers"
+    )
 
 
 def _tokenize(tf: Any, path: Path, notes: list[str]) -> Any:
