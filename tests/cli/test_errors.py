@@ -259,3 +259,12 @@ def test_an_unknown_hugging_face_model_type_names_the_fix(tmp_path: Path) -> Non
     _one_error(
         run_cli("check", str(tmp_path), "--runs", "0"), "`nosuchmodel`", "check its config.json"
     )
+
+
+def test_an_onnx_opset_torch_cannot_write_is_exit_2_and_writes_nothing(tmp_path: Path) -> None:
+    """torch.onnx keeps opset 18 when it cannot convert to the one asked for, and says so
+    only in a log line: ``--opset 99`` used to write an opset-18 file, exit 0."""
+    out = tmp_path / "tiny.onnx"
+    proc = run_cli("export", TINY, "-o", str(out), "--opset", "99", "--runs", "0")
+    _one_error(proc, "cannot write opset 99 (it would write opset 18)", "pass a lower opset")
+    assert list(tmp_path.iterdir()) == []

@@ -31,7 +31,7 @@ import torch
 
 from halfprec.errors import HalfprecError, InputsError, clip, require, strip_ansi
 from halfprec.export.capture import explain_failure
-from halfprec.export.config import ExportError, RuntimeFailure
+from halfprec.export.config import DEFAULT_OPSET, ExportError, RuntimeFailure
 from halfprec.export.info import INFO_KEY, ArtifactInfo
 from halfprec.modules import first_line
 from halfprec.timing import Timing, measure
@@ -124,6 +124,14 @@ def write_onnx(
     finally:
         quiet.setLevel(level)
     assert onnx_program is not None  # dynamo=True always returns the program
+    written = next(
+        (o.version for o in onnx_program.model_proto.opset_import if not o.domain), opset
+    )
+    if written != opset:  # torch.onnx keeps its own opset when it cannot convert, and says so
+        raise ExportError(  # only in a log line: the file would not be what was asked for
+            f"torch.onnx.export cannot write opset {opset} (it would write opset {written}); "
+            f"pass a lower opset, or leave --opset out for opset {DEFAULT_OPSET}"
+        )
     if info.dtype != "fp32":  # an fp32 file has no island Cast to mis-fuse: left as exported
         _fuse_fp32_layer_norms(onnx_program.model)
     proto = onnx_program.model_proto
