@@ -14,6 +14,7 @@ import halfprec
 from support import FIXTURES, SUPPORT
 from support.cli import run_cli, run_cli_subprocess
 from support.export_models import example_inputs, tiny
+from support.hf_models import save as save_hf
 
 TESTS = Path(__file__).resolve().parents[1]  # tests/
 USER = f"{FIXTURES / 'user_model.py'}:build"
@@ -268,3 +269,28 @@ def test_an_onnx_opset_torch_cannot_write_is_exit_2_and_writes_nothing(tmp_path:
     proc = run_cli("export", TINY, "-o", str(out), "--opset", "99", "--runs", "0")
     _one_error(proc, "cannot write opset 99 (it would write opset 18)", "pass a lower opset")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_hugging_face_directory_with_broken_weights_is_exit_2(tmp_path: Path) -> None:
+    """transformers' SafetensorError (a truncated file) and torch.load's UnpicklingError (a
+    .bin that holds objects) used to be internal errors, exit 3."""
+    folder = save_hf("gpt2", tmp_path)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    _one_error(run_cli("check", str(folder), "--runs", "0"), "Error while deserializing header")
+    weights.unlink()
+    ran = tmp_path / "ran"
+    torch.save({"w": _RunsCode(str(ran))}, folder / "pytorch_model.bin")
+    proc = run_cli("check", str(folder), "--runs", "0")
+    _one_error(proc, "refusing to unpickle the weights in", "convert them to safetensors")
+    assert not ran.exists()
+
+
+class _RunsCode:
+    """Unpickled, it creates a file: the proof that a loader ran code from data."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (open, (self.path, "w"))

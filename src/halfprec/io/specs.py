@@ -19,6 +19,7 @@ import importlib
 import importlib.util
 import json
 import math
+import pickle
 import sys
 import zipfile
 from dataclasses import dataclass, field
@@ -167,9 +168,16 @@ def _hf_directory(path: Path) -> LoadedModel:
         )
     tf = import_transformers()
     cls = _architecture(tf, config_file)
+    from safetensors import SafetensorError
+
     try:
         model = cls.from_pretrained(str(path), dtype=torch.float32, trust_remote_code=False)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except pickle.UnpicklingError:  # torch.load(weights_only=True) refused a .bin's objects
+        raise ModelSpecError(
+            f"refusing to unpickle the weights in {path}: they hold objects or code, not just "
+            "tensors; convert them to safetensors in a trusted environment"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError, SafetensorError) as exc:
         raise _load_error(path, exc) from None
     stored = stored_dtype(path)
     notes = []
