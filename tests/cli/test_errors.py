@@ -294,3 +294,24 @@ class _RunsCode:
 
     def __reduce__(self) -> tuple[object, ...]:
         return (open, (self.path, "w"))
+
+
+@pytest.mark.parametrize("size", ["banana", "0", "-5GB", "GB"])
+def test_a_bad_max_shard_size_is_exit_2_before_converting(tmp_path: Path, size: str) -> None:
+    """It used to reach save_pretrained after the conversion: an internal error, exit 3."""
+    out = tmp_path / "out"
+    proc = run_cli(
+        "convert", str(save_hf("gpt2", tmp_path)), "-o", str(out), "--max-shard-size", size
+    )
+    _one_error(proc, f"{size!r} is not a size; write e.g. 5GB")
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["gpt2"]
+
+
+def test_a_max_shard_size_in_bytes_is_taken(tmp_path: Path) -> None:
+    """save_pretrained reads a str as NUMBER+unit: '2000000' used to fail after converting."""
+    out = tmp_path / "out"
+    proc = run_cli(
+        "convert", str(save_hf("gpt2", tmp_path)), "-o", str(out), "--max-shard-size", "2000000"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "model.safetensors").is_file()

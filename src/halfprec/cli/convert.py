@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
@@ -22,6 +23,17 @@ from halfprec.io.specs import load_model
 from halfprec.report.common import fp32_text, human_bytes, make_console
 
 __all__ = ["command"]
+
+_SIZE = re.compile(r"\d+(\.\d*)?\s*[KMGT]B|\d+", re.IGNORECASE)
+
+
+def _shard_size(ctx: click.Context, param: click.Parameter, value: str) -> str | int:
+    """A size save_pretrained takes (``5GB``, ``500MB``, bytes), above zero: checked before
+    the conversion, not by save_pretrained after it."""
+    text = value.strip()
+    if not _SIZE.fullmatch(text) or float(re.sub(r"[^\d.]", "", text)) <= 0:
+        raise click.BadParameter(f"{value!r} is not a size; write e.g. 5GB, 500MB or 2000000")
+    return int(text) if text.isdigit() else text  # save_pretrained reads a str as "NUMBERunit"
 
 
 @click.command(
@@ -44,6 +56,7 @@ __all__ = ["command"]
 @click.option(
     "--max-shard-size",
     default="5GB",
+    callback=_shard_size,
     show_default=True,
     help="Folder output: the largest weights file, as save_pretrained takes it.",
 )
@@ -58,7 +71,7 @@ def command(
     mkdirs: bool,
     device: str | None,
     as_json: bool,
-    max_shard_size: str,
+    max_shard_size: str | int,
 ) -> None:
     if output.suffix != ".safetensors":
         if not Path(model).is_dir():
@@ -100,7 +113,7 @@ def _to_directory(
     output: Path,
     device: str | None,
     as_json: bool,
-    max_shard_size: str,
+    max_shard_size: str | int,
 ) -> None:
     """``convert HF_DIR -o OUTDIR``: a directory that plain transformers loads, checked."""
     from halfprec.compare import compare
