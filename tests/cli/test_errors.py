@@ -315,3 +315,16 @@ def test_a_max_shard_size_in_bytes_is_taken(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert (out / "model.safetensors").is_file()
+
+
+def test_convert_does_not_write_over_its_own_weights_file(tmp_path: Path) -> None:
+    """``--weights w.safetensors -o w.safetensors`` used to replace the fp32 file by its
+    half copy, exit 0: the fp32 weights were gone."""
+    from fixtures.user_model import build
+
+    weights = tmp_path / "w.safetensors"
+    save_file(build().state_dict(), str(weights))
+    before = weights.read_bytes()
+    proc = run_cli("convert", USER, "--weights", str(weights), "-o", str(weights))
+    _one_error(proc, "is the --weights file", "write it to another path")
+    assert weights.read_bytes() == before and list(tmp_path.iterdir()) == [weights]

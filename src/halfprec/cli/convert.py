@@ -81,6 +81,11 @@ def command(
             )
         _to_directory(model, convert_config, weights, output, device, as_json, max_shard_size)
     ensure_folder(output, mkdirs=mkdirs)  # before the slow part
+    if weights is not None and weights.resolve() == output.resolve():
+        raise click.UsageError(
+            f"-o {output} is the --weights file, which the half copy would replace; write "
+            "it to another path"
+        )
     dev = resolve_device(device)
     if weights is not None and (weights.suffix == ".safetensors" or weights.is_dir()):
         # fp32 safetensors: stream it; MODEL is built on the meta device for its islands
