@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -328,3 +329,37 @@ def test_convert_does_not_write_over_its_own_weights_file(tmp_path: Path) -> Non
     proc = run_cli("convert", USER, "--weights", str(weights), "-o", str(weights))
     _one_error(proc, "is the --weights file", "write it to another path")
     assert weights.read_bytes() == before and list(tmp_path.iterdir()) == [weights]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 100_000 + "]" * 100_000,  # json's decoder recurses: RecursionError
+        '{"format": "halfprec-recipe/1", "fp32_params_up_to": ' + "9" * 5000 + "}",
+    ],
+    ids=["nested", "huge-int"],
+)
+def test_a_recipe_json_decoder_error_is_exit_2(tmp_path: Path, text: str) -> None:
+    """Python's JSON decoder raises RecursionError and a plain ValueError (not
+    JSONDecodeError) on these: they used to be internal errors, exit 3."""
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(text)
+    _one_error(run_cli("check", USER, "--recipe", str(recipe), "--runs", "0"), "not valid JSON")
+    (tmp_path / "config.json").write_text(text)
+    _one_error(run_cli("check", str(tmp_path), "--runs", "0"), "config.json is not valid JSON")
+
+
+def test_inputs_nested_too_deep_are_exit_2(tmp_path: Path) -> None:
+    """Every walk over the inputs recurses: 2000 nested lists used to be a RecursionError."""
+    nested: list[object] = [torch.zeros(1)]
+    for _ in range(2000):
+        nested = [nested]
+    path = tmp_path / "deep.pt"
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)  # pickling it recurses too
+    try:
+        torch.save(nested, path)
+    finally:
+        sys.setrecursionlimit(limit)
+    proc = run_cli("check", USER, "--inputs", str(path), "--runs", "0")
+    _one_error(proc, "nests lists, tuples or dicts more than 32 deep")

@@ -39,7 +39,7 @@ from halfprec.dtypes import (
     parse_dtype,
     resolve_dtype,
 )
-from halfprec.errors import HalfprecError
+from halfprec.errors import HalfprecError, clip
 from halfprec.tolerance import Tolerance
 
 __all__ = ["SMALL_PARAMS", "FilterFn", "Recipe", "RecipeError", "RecipeLike", "Selector"]
@@ -324,8 +324,8 @@ class Recipe:
     def loads(cls, text: str) -> Recipe:
         try:
             data = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise RecipeError(f"recipe is not valid JSON ({exc})") from None
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # deep or huge: too
+            raise RecipeError(f"recipe is not valid JSON ({clip(str(exc))})") from None
         return cls.from_json(data)
 
     def save(self, path: str | os.PathLike[str]) -> Path:

@@ -81,10 +81,32 @@ def _from_torch(p: Path) -> list[Batch]:
             f"inputs file {p} is corrupt or not a torch file ({first_line(exc)}); write it "
             "again with torch.save (tensors only) or safetensors.torch.save_file"
         ) from None
+    if _depth(obj) > _MAX_DEPTH:  # every later walk over the inputs would recurse that deep
+        raise InputsError(
+            f"inputs file {p} nests lists, tuples or dicts more than {_MAX_DEPTH} deep; give "
+            "tensors, or a list of batches of tensors"
+        )
     try:
         return as_batches(obj)
     except ValueError as exc:
         raise InputsError(f"inputs file {p}: {exc}") from None
+
+
+_MAX_DEPTH = 32
+
+
+def _depth(obj: Any) -> int:
+    """How deep ``obj``'s lists, tuples and dicts nest (without recursing), up to just past
+    :data:`_MAX_DEPTH`."""
+    deepest, stack = 0, [(obj, 0)]
+    while stack and deepest <= _MAX_DEPTH:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, (list, tuple)):
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+    return deepest
 
 
 def save_inputs(batches: list[Batch], path: str | os.PathLike[str]) -> None:

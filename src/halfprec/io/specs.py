@@ -264,7 +264,7 @@ def stored_dtype(path: Path) -> str:
         return "+".join(sorted(counts, key=lambda d: -counts[d]))
     try:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return ""
     named = config.get("dtype") or config.get("torch_dtype") if isinstance(config, dict) else None
     if isinstance(named, str) and named in _CONFIG_DTYPES:
@@ -304,8 +304,10 @@ def _architecture(tf: Any, config_file: Path) -> Any:
     """The model class named by ``architectures[0]`` in config.json (AutoModel if none)."""
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelSpecError(f"{config_file} is not valid JSON ({exc}); fix the file") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ModelSpecError(
+            f"{config_file} is not valid JSON ({clip(str(exc))}); fix the file"
+        ) from None
     archs = config.get("architectures") if isinstance(config, dict) else None
     if archs is None or archs == []:
         return tf.AutoModel
