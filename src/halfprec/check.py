@@ -15,7 +15,13 @@ from torch import nn
 
 from halfprec.batch import as_batches, call
 from halfprec.compare import Comparison, Tolerance, compare
-from halfprec.convert.core import ConfigLike, ConversionReport, conversion_report, convert
+from halfprec.convert.core import (
+    ConfigLike,
+    ConversionReport,
+    Recipe,
+    conversion_report,
+    convert,
+)
 from halfprec.generate import Generation, agreement, prompts_from_batches
 from halfprec.modules import evaluating, model_device
 from halfprec.timing import Ratio, Timing, measure_interleaved, ratio_of
@@ -93,6 +99,8 @@ def check(
         half = convert(reference, config)
         report = conversion_report(half)
         assert report is not None  # set by convert; not user input
+        if tolerance is None:  # the recipe's own (Recipe.tolerance: what a check demands)
+            tolerance = Recipe.of(config).tolerance
         comparison = compare(reference, half, inputs, tolerance=tolerance)
         lat32 = lat16 = None
         if runs > 0 and comparison.outputs:

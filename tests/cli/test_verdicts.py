@@ -181,3 +181,42 @@ def test_json_writes_inf_minus_inf_and_nan_as_strings() -> None:
 
     text = to_json_text({"a": math.inf, "b": [-math.inf, {"c": math.nan}], "d": (1.5, 2)})
     assert _strict_json(text) == {"a": "inf", "b": ["-inf", {"c": "nan"}], "d": [1.5, 2]}
+
+
+def _strict_recipe(tmp_path: Path) -> str:
+    """A recipe whose tolerance no half run of USER meets (SQNR >= 200 dB: fp16 gives ~65)."""
+    path = tmp_path / "strict.json"
+    strict = {"format": "halfprec-recipe/1", "dtype": "fp16", "tolerance": {"min_sqnr_db": 200}}
+    path.write_text(json.dumps(strict))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("command", "extra"),
+    [
+        ("check", ["--runs", "0"]),
+        ("check", ["--runs", "0", "--min-cosine", "0.5"]),  # a flag leaves the SQNR standing
+        ("diagnose", []),
+        ("export", ["-o", "OUT"]),
+    ],
+)
+def test_the_recipes_tolerance_is_what_the_verdict_demands(
+    tmp_path: Path, command: str, extra: list[str]
+) -> None:
+    """--recipe's tolerance (docs/conversion.md: "what a check demands") used to be ignored:
+    the check ran at the dtype's default 25 dB and PASSed a recipe asking for 200 dB."""
+    extra = [str(tmp_path / "m.pt2") if a == "OUT" else a for a in extra]
+    proc = run_cli(command, USER, "--recipe", _strict_recipe(tmp_path), "--json", *extra)
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert '"min_sqnr_db": 200' in proc.stdout
+
+
+def test_the_python_verbs_judge_by_the_recipes_tolerance() -> None:
+    import halfprec
+    from fixtures.user_model import build, example_inputs
+
+    strict = halfprec.Recipe(dtype="fp16", tolerance=halfprec.Tolerance(min_sqnr_db=200))
+    result = halfprec.check(build(), example_inputs(), strict, runs=0)
+    assert not result.passed and result.comparison.tolerance.min_sqnr_db == 200
+    diagnosis = halfprec.diagnose(build(), example_inputs(), strict)
+    assert diagnosis.output.tolerance.min_sqnr_db == 200

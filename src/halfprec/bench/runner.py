@@ -419,7 +419,8 @@ def benchmark(
     device = model_device(model)
     texts = [v.name if isinstance(v, Variant) else v for v in variants] if variants else None
     chosen = parse_variants(texts, compile=compile, dtypes=cfg.candidates(device))
-    runner = _Runner(model, as_batches(inputs)[0], chosen, options, cfg, tolerance, spec, progress)
+    tol = tolerance if tolerance is not None else cfg.tolerance  # the recipe's by default
+    runner = _Runner(model, as_batches(inputs)[0], chosen, options, cfg, tol, spec, progress)
     runner.probe_timer, runner.timer = probe_timer, timer
     return run_benchmark(runner, name)[0]
 

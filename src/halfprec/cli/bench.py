@@ -148,7 +148,8 @@ def command(
         require_matplotlib()
     loaded, batches, dev = load_for_command(model, inputs_path, device)
     dtypes = convert_config.candidates(dev)
-    tolerance = tolerance_override(dtypes[0] if len(dtypes) == 1 else None, min_cosine, min_sqnr)
+    one = dtypes[0] if len(dtypes) == 1 else None
+    tolerance = tolerance_override(one, min_cosine, min_sqnr, convert_config.tolerance)
     # The memory worker rebuilds the model from its spec; custom --inputs cannot follow it.
     spec = None if (no_memory or inputs_path is not None) else model
     with from_flags():

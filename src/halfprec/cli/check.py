@@ -76,7 +76,7 @@ def command(
             artifact, loaded, batches, min_cosine=min_cosine, min_sqnr=min_sqnr, as_json=as_json
         )
     half_dtype = convert_config.resolve(dev).dtype
-    tolerance = tolerance_override(half_dtype, min_cosine, min_sqnr)
+    tolerance = tolerance_override(half_dtype, min_cosine, min_sqnr, convert_config.tolerance)
     with progress(f"checking {loaded.name} against fp32", quiet=as_json):
         result = check(
             loaded.model,

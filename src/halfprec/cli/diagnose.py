@@ -76,7 +76,9 @@ def command(
     dt = convert_config.resolve(dev).dtype
     islands_given = convert_config != Recipe(dtype=convert_config.dtype)
     half = convert(loaded.model, convert_config) if converted or islands_given else None
-    tolerance = tolerance_override(dt, min_cosine, min_sqnr)
+    recipe_tolerance = convert_config.tolerance
+    tolerance = tolerance_override(dt, min_cosine, min_sqnr, recipe_tolerance)
+    tolerance = tolerance or recipe_tolerance.resolve(dt)  # diagnose gets the dtype alone
     with progress(f"diagnosing {loaded.name}: every module in fp32 and half", quiet=as_json):
         diag = diagnose(loaded.model, batches, dt, half=half, tolerance=tolerance)
     if plot is not None:

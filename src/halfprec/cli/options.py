@@ -233,15 +233,19 @@ def weights_option(f: F) -> F:
 
 
 def tolerance_override(
-    dtype: torch.dtype | None, min_cosine: float | None, min_sqnr: float | None
+    dtype: torch.dtype | None,
+    min_cosine: float | None,
+    min_sqnr: float | None,
+    recipe: Tolerance | None = None,
 ) -> Tolerance | None:
     """``--min-cosine``/``--min-sqnr`` on top of ``dtype``'s default tolerance; a threshold
     not given keeps its default (None: no flag given, the callee's defaults apply). Where
     several dtypes are compared (auto in tune and bench) pass None: fp16's stricter default
-    then fills the threshold not given."""
+    then fills the threshold not given. ``recipe``: the --recipe's tolerance, whose
+    thresholds stand where no flag is given."""
     if min_cosine is None and min_sqnr is None:
         return None
-    base = Tolerance.for_dtype(dtype)
+    base = (recipe if recipe is not None else Tolerance()).resolve(dtype)
     with from_flags():
         return dataclasses.replace(
             base,

@@ -76,7 +76,8 @@ def command(
     if validate_path is not None:
         validate = [map_tensors(lambda t: t.to(dev), b) for b in load_inputs(validate_path)]
     dtypes = convert_config.candidates(dev)
-    tolerance = tolerance_override(dtypes[0] if len(dtypes) == 1 else None, min_cosine, min_sqnr)
+    one = dtypes[0] if len(dtypes) == 1 else None
+    tolerance = tolerance_override(one, min_cosine, min_sqnr, convert_config.tolerance)
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),

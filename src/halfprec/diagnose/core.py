@@ -70,7 +70,7 @@ def diagnose(
     start = time.perf_counter()
     batches = as_batches(inputs)
     dt = _model_dtype_for(model, half, config)
-    tol = tolerance if tolerance is not None else Tolerance.for_dtype(dt)
+    tol = (tolerance if tolerance is not None else Recipe.of(config).tolerance).resolve(dt)
     threshold = relative_threshold(tol.min_sqnr_db)
     half_model = half if half is not None else naive_half(model, dt)
     label = "converted" if conversion_report(half_model) is not None else "naive"

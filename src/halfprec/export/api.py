@@ -202,7 +202,8 @@ def export(
     )
     out = Path(path)
     batches = as_batches(inputs)
-    step = _Step(target, cfg, half_io, tolerance, runs, name or type(model).__name__)
+    tol = tolerance if tolerance is not None else cfg.tolerance  # the recipe's by default
+    step = _Step(target, cfg, half_io, tol, runs, name or type(model).__name__)
     if kv_cache and is_encoder_decoder(model):
         return _export_seq2seq(model, batches, out, step)
     reference: nn.Module
