@@ -220,3 +220,14 @@ def test_the_python_verbs_judge_by_the_recipes_tolerance() -> None:
     assert not result.passed and result.comparison.tolerance.min_sqnr_db == 200
     diagnosis = halfprec.diagnose(build(), example_inputs(), strict)
     assert diagnosis.output.tolerance.min_sqnr_db == 200
+
+
+def test_bench_counts_a_variant_accurate_by_the_recipes_tolerance(tmp_path: Path) -> None:
+    flags = ["--runs", "1", "--warmup", "1", "--no-memory", "--no-skip", "--no-limit"]
+    proc = run_cli(
+        "bench", USER, "--recipe", _strict_recipe(tmp_path), "--variants", "fp32,halfprec-fp16",
+        "--json", *flags,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    half = next(r for r in json.loads(proc.stdout)["results"] if r["variant"] == "halfprec-fp16")
+    assert half["accurate"] is False and half["comparison"]["tolerance"]["min_sqnr_db"] == 200
