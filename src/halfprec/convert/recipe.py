@@ -324,8 +324,11 @@ class Recipe:
     def loads(cls, text: str) -> Recipe:
         try:
             data = json.loads(text)
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # deep or huge: too
-            raise RecipeError(f"recipe is not valid JSON ({clip(str(exc))})") from None
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # too deep, too big
+            raise RecipeError(
+                f"recipe is not valid JSON ({clip(str(exc))}); write it again with "
+                "`halfprec tune -o`"
+            ) from None
         return cls.from_json(data)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
