@@ -363,3 +363,18 @@ def test_inputs_nested_too_deep_are_exit_2(tmp_path: Path) -> None:
         sys.setrecursionlimit(limit)
     proc = run_cli("check", USER, "--inputs", str(path), "--runs", "0")
     _one_error(proc, "nests lists, tuples or dicts more than 32 deep")
+
+
+def test_export_does_not_write_over_its_inputs_or_model(tmp_path: Path) -> None:
+    """``export -o x.pt --inputs x.pt`` (TorchScript output) replaced the inputs file."""
+    inputs = tmp_path / "x.pt"
+    torch.save(example_inputs(), inputs)
+    before = inputs.read_bytes()
+    proc = run_cli("export", TINY, "-o", str(inputs), "--inputs", str(inputs))
+    _one_error(proc, "is the --inputs file", "write it to another path")
+    scripted = tmp_path / "model.ts"
+    torch.jit.save(torch.jit.trace(tiny(), example_inputs()[0], strict=False), str(scripted))
+    model_bytes = scripted.read_bytes()
+    _one_error(run_cli("export", str(scripted), "-o", str(scripted)), "is the MODEL file")
+    assert inputs.read_bytes() == before and scripted.read_bytes() == model_bytes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.ts", "x.pt"]

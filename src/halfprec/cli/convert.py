@@ -14,6 +14,7 @@ from halfprec.cli.options import (
     finish,
     json_option,
     mkdirs_option,
+    not_an_input,
     weights_option,
 )
 from halfprec.convert.core import ConversionReport, Recipe, conversion_report, convert
@@ -81,11 +82,7 @@ def command(
             )
         _to_directory(model, convert_config, weights, output, device, as_json, max_shard_size)
     ensure_folder(output, mkdirs=mkdirs)  # before the slow part
-    if weights is not None and weights.resolve() == output.resolve():
-        raise click.UsageError(
-            f"-o {output} is the --weights file, which the half copy would replace; write "
-            "it to another path"
-        )
+    not_an_input(output, **{"--weights": weights})
     dev = resolve_device(device)
     if weights is not None and (weights.suffix == ".safetensors" or weights.is_dir()):
         # fp32 safetensors: stream it; MODEL is built on the meta device for its islands

@@ -19,6 +19,7 @@ from halfprec.cli.options import (
     json_option,
     load_for_command,
     mkdirs_option,
+    not_an_input,
     tolerance_override,
 )
 from halfprec.cli.progress import progress
@@ -105,6 +106,7 @@ def command(
             kv_cache=kv_cache,
         )
     ensure_folder(output, mkdirs=mkdirs)
+    not_an_input(output, **{"--inputs": inputs_path, "MODEL": model})
     with progress(f"loading {model}", quiet=as_json):
         loaded, batches, _ = load_for_command(model, inputs_path, device)
     with progress(f"exporting {loaded.name} to {output} and checking it", quiet=as_json):

@@ -49,6 +49,7 @@ __all__ = [
     "mkdirs_option",
     "from_flags",
     "NumberRange",
+    "not_an_input",
 ]
 
 DEFAULT_MODEL = "builtin:minilm"
@@ -289,6 +290,17 @@ def finish(
     else:
         render()
     raise click.exceptions.Exit(EXIT_OK if passed else EXIT_FAILED)  # a SystemExit is the model's
+
+
+def not_an_input(output: Path, **inputs: Path | str | None) -> None:
+    """Refuse an output path that is one of the command's input files (``--weights``,
+    ``--inputs``, a TorchScript MODEL): the written file would replace it."""
+    for flag, given in inputs.items():
+        if given is not None and Path(given).resolve() == output.resolve():
+            raise click.UsageError(
+                f"-o {output} is the {flag} file, which the output would replace; write it "
+                "to another path"
+            )
 
 
 def mkdirs_option(f: F) -> F:
