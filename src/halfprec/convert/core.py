@@ -315,6 +315,10 @@ class _Converter:
         self.model = model
         self.config = config
         device = model_device(model)
+        if device.type == "meta":
+            # weights not filled in yet; halfprec's loaders (load, convert_file) fill them
+            # on the CPU, so the CPU's kernels decide (the meta device has none)
+            device = torch.device("cpu")
         self.choice: DTypeChoice = config.resolve(device)
         ensure_runnable(self.choice.dtype, device)
         self.dtype = self.choice.dtype
