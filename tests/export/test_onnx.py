@@ -251,6 +251,13 @@ def test_a_session_names_the_input_that_is_missing_or_does_not_fit(tiny_onnx: Pa
     assert list(feeds) == ["x"] and feeds["x"].shape == (5, 8)  # any batch size, by name
 
 
+def test_an_onnx_file_returns_its_outputs_flat_by_name(tmp_path: Path) -> None:
+    model, x = torch.nn.Linear(4, 2).eval(), torch.randn(3, 4)
+    halfprec.export(model, [(x,)], tmp_path / "lin.onnx", "fp16", runs=0)
+    out = load_artifact(tmp_path / "lin.onnx")((x,))  # docs/export.md: a bare tensor is "output"
+    assert list(out) == ["output"] and out["output"].shape == (3, 2)
+
+
 @pytest.mark.slow  # ~9 s here: T5 through torch.onnx
 def test_a_static_export_that_fails_does_not_offer_static_again(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
