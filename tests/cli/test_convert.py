@@ -34,3 +34,8 @@ def test_cli_convert_weights_streams_a_safetensors_file(cli, tmp_path: Path) -> 
     data = json.loads(proc.stdout)
     assert data["dtype"] == "bf16" and "norm" in data["islands"]
     assert load_file(str(out))["body.weight"].dtype == torch.bfloat16
+    # the reason is this device's, as without --weights (not the meta device's)
+    direct = cli("convert", f"{SUPPORT / 'tied_net.py'}:build", "--dtype", "bf16", "-o",
+                 str(tmp_path / "direct.safetensors"), "--json")  # fmt: skip
+    assert direct.returncode == 0, direct.stderr
+    assert data["reason"] == json.loads(direct.stdout)["reason"]

@@ -135,3 +135,13 @@ def test_keep_fp32_means_the_same_in_check_and_diagnose() -> None:
     naive = run_cli("diagnose", SPEC, "--dtype", "fp16", "--json")
     assert json.loads(diag.stdout)["half_model"] == "converted"
     assert json.loads(naive.stdout)["half_model"] == "naive"
+
+
+@pytest.mark.parametrize("command", [*CONVERTING, "preflight"])
+def test_dtype_default_names_the_recipe_only_where_there_is_one(command: str) -> None:
+    out = " ".join(run_cli(command, "--help").stdout.split())
+    if "--recipe, --policy PATH" in out:
+        assert "Default: the --recipe's dtype, else auto." in out
+    else:
+        assert "--recipe" not in out and "--dtype [auto|fp16|bf16]" in out
+        assert "Default: auto." in out

@@ -772,6 +772,17 @@ def test_fp32_inputs_reach_the_root_in_fp32_unless_torchscript_is_inside() -> No
     assert report is not None and report.guarded_modules == 1  # the Python Linear after it
 
 
+def test_a_norm_island_inside_torchscript_is_reported_as_an_island() -> None:
+    traced = torch.jit.trace(
+        nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8)).eval(), torch.ones(2, 4)
+    )
+    half = convert(RootSeesInputs(traced), "bf16")
+    report = conversion_report(half)
+    assert report is not None and half.state_dict()["inner.1.weight"].dtype == torch.float32
+    assert list(report.islands) == ["inner.1"] and "TorchScript" in report.islands["inner.1"]
+    assert report.small_fp32 == [] and report.params_fp32 == 16  # not Recipe.fp32_params_up_to
+
+
 # -- errors, each naming the fix -----------------------------------------------------------------
 def test_convert_refuses_what_it_cannot_convert_and_says_what_to_do() -> None:
     with pytest.raises(TypeError, match="^convert expects an nn.Module, got str$"):

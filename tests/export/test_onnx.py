@@ -249,3 +249,30 @@ def test_a_session_names_the_input_that_is_missing_or_does_not_fit(tiny_onnx: Pa
         session.run(session.feeds({"x": torch.ones(3, 8, dtype=torch.long)}))
     feeds = session.feeds({"x": torch.randn(5, 8), "unused": torch.randn(1)})
     assert list(feeds) == ["x"] and feeds["x"].shape == (5, 8)  # any batch size, by name
+
+
+def test_an_onnx_file_returns_its_outputs_flat_by_name(tmp_path: Path) -> None:
+    model, x = torch.nn.Linear(4, 2).eval(), torch.randn(3, 4)
+    halfprec.export(model, [(x,)], tmp_path / "lin.onnx", "fp16", runs=0)
+    out = load_artifact(tmp_path / "lin.onnx")((x,))  # docs/export.md: a bare tensor is "output"
+    assert list(out) == ["output"] and out["output"].shape == (3, 2)
+
+
+@pytest.mark.slow  # ~9 s here: T5 through torch.onnx
+def test_a_static_export_that_fails_does_not_offer_static_again(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("onnxscript")
+    torch.manual_seed(0)
+    config = transformers.T5Config(
+        d_model=32, d_kv=16, d_ff=64, num_layers=1, num_decoder_layers=1, num_heads=2,
+        vocab_size=64, decoder_start_token_id=0,
+    )  # fmt: skip
+    model = transformers.T5ForConditionalGeneration(config).eval()
+    ids = torch.randint(0, 64, (2, 8))
+    batch = {"input_ids": ids, "decoder_input_ids": ids[:, :4]}
+    with pytest.raises(ExportError) as info:  # T5's reshape fails inside torch.onnx
+        halfprec.export(model, [batch], tmp_path / "t5.onnx", "fp16", dynamic=False)
+    message = str(info.value)
+    assert message.startswith("torch.onnx.export failed: ValueError: Cannot view a tensor")
+    assert message.endswith("; export with --format exported-program"), message
+    assert not list(tmp_path.iterdir())

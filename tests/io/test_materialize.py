@@ -12,6 +12,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from halfprec import convert, load, save
+from halfprec.convert import conversion_report
 from halfprec.errors import CheckpointError
 from halfprec.io.materialize import build_on_meta, parameters_on_meta
 from halfprec.io.stream import convert_file
@@ -198,3 +199,18 @@ def test_load_into_callable_maps_each_shard_of_a_sharded_checkpoint(tmp_path: Pa
         assert any(_mapped_from(t, shard) for shard in shards), name
     with torch.no_grad():
         torch.testing.assert_close(lazy(IDS), net(IDS), rtol=0, atol=0)
+
+
+def test_meta_paths_give_the_reason_of_the_cpu_the_weights_land_on(tmp_path: Path) -> None:
+    net = trained()
+    on_cpu = conversion_report(convert(net, "bf16"))
+    path = save(convert(net, "bf16"), tmp_path / "net.safetensors")
+    lazy, built = conversion_report(load(path, into=Net)), conversion_report(load(path, into=Net()))
+    assert lazy is not None and built is not None and on_cpu is not None
+    assert lazy.reason == built.reason == on_cpu.reason  # not the meta device's "fast kernels"
+    (tmp_path / "src").mkdir()
+    src = _sharded(tmp_path / "src", net)
+    assert convert_file(src, tmp_path / "a.safetensors", Net, "bf16").reason == on_cpu.reason
+    auto = conversion_report(convert(net, "auto"))
+    assert auto is not None and auto.reason.startswith("auto: ")
+    assert convert_file(src, tmp_path / "b.safetensors", Net, "auto").reason == auto.reason

@@ -78,13 +78,15 @@ class DTypeParam(click.Choice):
             self.fail(f"unknown dtype {value!r}; use one of: {', '.join(DTYPES)}", param, ctx)
 
 
-def dtype_option(f: F) -> F:
+def dtype_option(f: F, *, default: str = "the --recipe's dtype, else auto") -> F:
+    """``--dtype``; ``default`` says what an absent one means (a command with no
+    ``--recipe`` passes ``"auto"``)."""
     return click.option(
         "--dtype",
         type=DTypeParam(),
         default=None,
         help="auto (bf16 where it has fast kernels, else fp16 where that is fast, else bf16), "
-        "fp16 or bf16. Default: the --recipe's dtype, else auto.",
+        f"fp16 or bf16. Default: {default}.",
     )(f)
 
 

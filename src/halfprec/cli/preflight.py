@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import click
@@ -24,7 +25,7 @@ __all__ = ["command"]
 @click.command(help="Check MODEL's weights, eps and fill constants against a half dtype.")
 @model_argument
 @inputs_option
-@dtype_option
+@functools.partial(dtype_option, default="auto")  # preflight takes no --recipe
 @device_option
 @json_option
 @click.option("--no-forward", is_flag=True, help="Static checks only (no fill constants).")

@@ -195,6 +195,9 @@ def conversion_report(model: nn.Module) -> ConversionReport | None:
         island = module.__dict__.get(Fp32Island.attr)
         if isinstance(island, IslandSettings) or (name == "" and not root.cast_inputs):
             report.islands[name] = island.reason if island is not None else "the whole model"
+        elif name and scripted(module) and name in root.recipe.keep_fp32:
+            # no behaviour can be swapped into TorchScript: only the recipe names the island
+            report.islands[name] = "fp32 island in TorchScript code (mixed-dtype kernels)"
             if island is not None and island.handoff:
                 report.fp32_outputs.append(name)
         if isinstance(module.__dict__.get(Guard.attr), GuardSettings):
@@ -315,6 +318,10 @@ class _Converter:
         self.model = model
         self.config = config
         device = model_device(model)
+        if device.type == "meta":
+            # weights not filled in yet; halfprec's loaders (load, convert_file) fill them
+            # on the CPU, so the CPU's kernels decide (the meta device has none)
+            device = torch.device("cpu")
         self.choice: DTypeChoice = config.resolve(device)
         ensure_runnable(self.choice.dtype, device)
         self.dtype = self.choice.dtype

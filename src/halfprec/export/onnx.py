@@ -118,8 +118,10 @@ def write_onnx(
     except HalfprecError:
         raise
     except Exception as exc:  # the exporter wraps many error types
-        # a KV-cache file needs dynamic lengths: --static is no way out there
-        why = explain_failure("torch.onnx.export", exc, can_be_static=not info.kv_cache)
+        # a KV-cache file needs dynamic lengths, and a static export was tried already:
+        # --static is no way out there
+        dynamic = not info.kv_cache and info.static_shapes is None
+        why = explain_failure("torch.onnx.export", exc, can_be_static=dynamic)
         raise ExportError(why) from exc
     finally:
         quiet.setLevel(level)

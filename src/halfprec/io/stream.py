@@ -13,6 +13,7 @@ ready to run.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -53,7 +54,8 @@ def convert_file(
     the conversion report of the model ``build`` makes (islands, sizes). ``config``: a
     :class:`Recipe` or a dtype (``"auto"`` resolves for ``device``)."""
     cfg = Recipe.of(config)
-    half = cfg.resolve(device).dtype
+    choice = cfg.resolve(device)
+    half = choice.dtype
     source = TensorFile(src)
     if Path(dst).suffix != ".safetensors":
         raise ValueError(f"output {dst} must end in .safetensors")
@@ -78,7 +80,7 @@ def convert_file(
         for name, (target, _) in targets.items():
             writer.write(name, source.get(name).to(target))
         writer.close()
-    return report
+    return dataclasses.replace(report, reason=choice.reason)  # "auto" resolved for ``device``
 
 
 def _dtypes_by_name(model: torch.nn.Module) -> dict[str, torch.dtype]:
