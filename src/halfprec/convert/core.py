@@ -195,11 +195,11 @@ def conversion_report(model: nn.Module) -> ConversionReport | None:
         island = module.__dict__.get(Fp32Island.attr)
         if isinstance(island, IslandSettings) or (name == "" and not root.cast_inputs):
             report.islands[name] = island.reason if island is not None else "the whole model"
+            if island is not None and island.handoff:
+                report.fp32_outputs.append(name)
         elif name and scripted(module) and name in root.recipe.keep_fp32:
             # no behaviour can be swapped into TorchScript: only the recipe names the island
             report.islands[name] = "fp32 island in TorchScript code (mixed-dtype kernels)"
-            if island is not None and island.handoff:
-                report.fp32_outputs.append(name)
         if isinstance(module.__dict__.get(Guard.attr), GuardSettings):
             report.guarded_modules += 1
         if isinstance(module.__dict__.get(SaturateFills.attr), FillSettings):
