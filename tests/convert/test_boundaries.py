@@ -10,7 +10,7 @@ from torch import nn
 
 from halfprec import Recipe, convert
 from halfprec.convert import conversion_report, convert_
-from halfprec.convert.op_policy import DEFAULT_FP32_OPS
+from halfprec.convert.op_policy import DEFAULT_FP32_OPS, LEGACY_NON_OPS
 from halfprec.errors import HalfprecError
 from halfprec.report.common import fp32_text
 
@@ -25,6 +25,12 @@ GUARDS_ONLY = Recipe(dtype="fp16", fp32_ops=(), fp32_inputs=False)
         (("exp",), "Linear[halfprec fp16, 1 fp32 op]"),
         (("exp", "log"), "Linear[halfprec fp16, 2 fp32 ops]"),
         (DEFAULT_FP32_OPS, "Linear[halfprec fp16, autocast fp32 ops]"),
+        # a recipe written when the default list also held a few names of no op
+        ((*DEFAULT_FP32_OPS, *LEGACY_NON_OPS), "Linear[halfprec fp16, autocast fp32 ops]"),
+        (
+            (*DEFAULT_FP32_OPS, "my_op"),
+            f"Linear[halfprec fp16, {len(DEFAULT_FP32_OPS) + 1} fp32 ops]",
+        ),  # noqa: E501
     ],
 )
 def test_the_root_s_label_names_the_dtype_and_the_op_policy(

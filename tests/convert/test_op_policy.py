@@ -381,3 +381,16 @@ def test_the_mode_keeps_no_tensor_alive_through_a_method_bound_to_it() -> None:
     del t, out
     gc.collect()
     assert alive() is None
+
+
+def test_the_default_list_names_only_torch_functions() -> None:
+    """Its torch.fft and torch.linalg names are those namespaces' functions, by the names a
+    mode sees them under; no class, module or docstring fragment they also hold."""
+    spaces = {"fft": torch.fft, "linalg": torch.linalg}
+    named = [n for n in DEFAULT_FP32_OPS if n.split("_", 1)[0] in spaces and "_" in n]
+    assert "fft_rfft" in named and "linalg_svd" in named and "linalg_matmul" not in named
+    for name in named:
+        space, attr = name.split("_", 1)
+        value = getattr(spaces[space], attr)
+        assert callable(value) and not isinstance(value, type), name
+    assert torch.fft.rfft.__name__ == "fft_rfft"  # the name the policy's mode matches

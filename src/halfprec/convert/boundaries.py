@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from halfprec.convert.op_policy import DEFAULT_FP32_OPS, Fp32OpsMode, LeafSettings, run_leaf
+from halfprec.convert.op_policy import Fp32OpsMode, LeafSettings, is_default_policy, run_leaf
 from halfprec.convert.swap import Behaviour, tracing
 from halfprec.dtypes import cast_floating, dtype_name, range_of
 from halfprec.tree import iter_tensors, map_tensors
@@ -83,7 +83,7 @@ class RootCast(Behaviour):
         ops = len(settings.fp32_ops)
         policy = (
             "autocast fp32 ops"
-            if settings.fp32_ops == frozenset(DEFAULT_FP32_OPS)
+            if is_default_policy(settings.fp32_ops)
             else f"{ops} fp32 op{'s' if ops != 1 else ''}"
         )
         small = getattr(settings.recipe, "fp32_params_up_to", 0)

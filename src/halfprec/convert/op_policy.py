@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -55,12 +56,14 @@ from halfprec.tree import iter_tensors, map_tensors
 __all__ = [
     "AUTOCAST_FP32_OPS",
     "DEFAULT_FP32_OPS",
+    "LEGACY_NON_OPS",
     "HALF_OPS",
     "NO_HALF_OPS",
     "LEAF_CALLS",
     "Fp32OpsMode",
     "LeafSettings",
     "PolicyLeaf",
+    "is_default_policy",
     "run_leaf",
 ]
 
@@ -83,10 +86,24 @@ AUTOCAST_FP32_OPS: frozenset[str] = frozenset(
 )  # fmt: skip
 
 _LINALG_GEMMS = {"linalg_matmul", "linalg_multi_dot", "linalg_vecdot"}
+
+
+def _functions(namespace: ModuleType, prefix: str) -> set[str]:
+    """The functions of ``namespace`` by the name a mode sees them under (``fft_rfft``,
+    ``linalg_svd``): not the classes, modules and docstring fragments it also holds."""
+    return {
+        f"{prefix}_{n}"
+        for n in dir(namespace)
+        if not n.startswith("_")
+        and callable(value := getattr(namespace, n))
+        and not isinstance(value, type)
+    }
+
+
 # Ops with no half kernel (CPU and CUDA alike) or whose half result means little.
 NO_HALF_OPS: frozenset[str] = frozenset(
-    {f"linalg_{n}" for n in dir(torch.linalg) if not n.startswith("_")} - _LINALG_GEMMS
-    | {f"fft_{n}" for n in dir(torch.fft) if not n.startswith("_")}
+    _functions(torch.linalg, "linalg") - _LINALG_GEMMS
+    | _functions(torch.fft, "fft")
     | {
         "view_as_complex", "polar", "complex", "stft", "istft", "cholesky",
         "cholesky_inverse", "cholesky_solve", "inverse", "pinverse", "det", "logdet",
@@ -96,6 +113,20 @@ NO_HALF_OPS: frozenset[str] = frozenset(
 )  # fmt: skip
 
 DEFAULT_FP32_OPS: tuple[str, ...] = tuple(sorted(AUTOCAST_FP32_OPS | NO_HALF_OPS))
+
+# Names the default list also held until 2026-12-01 (from ``dir()``: a class, the torch
+# module, docstring fragments): no call has them, so a recipe that lists them still has
+# the default policy.
+LEGACY_NON_OPS: frozenset[str] = frozenset(
+    {"fft_Tensor", "fft_torch", "fft_common_args", "fft_factory_common_args",
+     "linalg_LinAlgError", "linalg_common_notes"}
+)  # fmt: skip
+
+
+def is_default_policy(fp32_ops: frozenset[str]) -> bool:
+    """True when ``fp32_ops`` is :data:`DEFAULT_FP32_OPS` (as older recipes wrote it too)."""
+    return fp32_ops - LEGACY_NON_OPS == frozenset(DEFAULT_FP32_OPS)
+
 
 # Autocast's lower-precision list: these take half operands. ``multi_head_attention_forward``
 # is Python, so the GEMMs inside it run out of the mode's sight: it counts as one GEMM.
