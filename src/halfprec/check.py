@@ -18,9 +18,9 @@ from halfprec.compare import Comparison, Tolerance, compare
 from halfprec.convert.core import (
     ConfigLike,
     ConversionReport,
-    Recipe,
     conversion_report,
     convert,
+    recipe_of,
 )
 from halfprec.generate import Generation, agreement, prompts_from_batches
 from halfprec.modules import evaluating, model_device
@@ -99,8 +99,9 @@ def check(
         half = convert(reference, config)
         report = conversion_report(half)
         assert report is not None  # set by convert; not user input
-        if tolerance is None:  # the recipe's own (Recipe.tolerance: what a check demands)
-            tolerance = Recipe.of(config).tolerance
+        recipe = recipe_of(half)
+        if tolerance is None and recipe is not None:  # the recipe's own, as convert read it
+            tolerance = recipe.tolerance
         comparison = compare(reference, half, inputs, tolerance=tolerance)
         lat32 = lat16 = None
         if runs > 0 and comparison.outputs:
