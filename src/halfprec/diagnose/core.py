@@ -37,7 +37,7 @@ def naive_half(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     return twin
 
 
-def _model_dtype_for(model: nn.Module, half: nn.Module | None, config: ConfigLike) -> Any:
+def _model_dtype_for(model: nn.Module, half: nn.Module | None, config: Recipe | None) -> Any:
     if half is not None and config is None:
         report = conversion_report(half)
         if report is not None:
@@ -46,7 +46,7 @@ def _model_dtype_for(model: nn.Module, half: nn.Module | None, config: ConfigLik
         if found is not None:
             return found
     device = model_device(model)
-    return Recipe.of(config).resolve(device).dtype
+    return (config or Recipe()).resolve(device).dtype
 
 
 def diagnose(
@@ -59,7 +59,7 @@ def diagnose(
 ) -> Diagnosis:
     """Diagnose ``model`` in half precision on ``inputs`` (one batch, or a list of batches).
 
-    ``config``: a :class:`Recipe` or a dtype; only its dtype is used here
+    ``config``: a :class:`Recipe` or a dtype; its dtype and tolerance are used here
     (``"auto"`` by default; taken from ``half`` when ``half`` is given and ``config`` is not).
     ``half``: the half model to examine, with the same module names (e.g.
     ``convert(model, config)`` to diagnose halfprec's conversion); default: a naive
@@ -69,8 +69,10 @@ def diagnose(
     """
     start = time.perf_counter()
     batches = as_batches(inputs)
-    dt = _model_dtype_for(model, half, config)
-    tol = (tolerance if tolerance is not None else Recipe.of(config).tolerance).resolve(dt)
+    recipe = Recipe.of(config) if config is not None else None  # read once (it may be a file)
+    dt = _model_dtype_for(model, half, recipe)
+    default = recipe.tolerance if recipe is not None else Tolerance()
+    tol = (tolerance if tolerance is not None else default).resolve(dt)
     threshold = relative_threshold(tol.min_sqnr_db)
     half_model = half if half is not None else naive_half(model, dt)
     label = "converted" if conversion_report(half_model) is not None else "naive"
