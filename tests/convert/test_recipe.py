@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from halfprec import Recipe, convert, load, recipe_of, save
+from halfprec import Recipe, Tolerance, convert, load, recipe_of, save
 from halfprec.convert import OpRef, RecipeError
 from halfprec.convert.op_policy import DEFAULT_FP32_OPS
 from halfprec.errors import CheckpointError
@@ -171,3 +171,25 @@ def test_bad_op_island_kinds_are_named() -> None:
                 "op_islands": [{"module": "", "op": "mm", "location": "m.py:1", "kind": 2}],
             }
         )
+
+
+# -- settle: the one rule "an explicit tolerance, else the recipe's" -------------------------
+def test_settle_judges_by_the_recipes_tolerance_unless_one_is_given() -> None:
+    recipe = Recipe(dtype="fp16", tolerance=Tolerance(min_sqnr_db=200.0))
+    settled = recipe.settle("cpu")
+    assert settled.dtypes == (torch.float16,)
+    assert settled.judge(torch.float16).min_sqnr_db == 200.0
+    assert settled.judge(torch.float16).min_cosine == Tolerance.for_dtype(torch.float16).min_cosine
+    given = Tolerance(min_sqnr_db=10.0)
+    assert recipe.settle("cpu", tolerance=given).judge(torch.float16).min_sqnr_db == 10.0
+
+
+def test_settle_of_auto_tries_every_half_dtype_the_device_runs() -> None:
+    from halfprec.dtypes import candidate_dtypes
+
+    assert Recipe().settle("cpu").dtypes == candidate_dtypes("auto", "cpu")
+
+
+def test_settle_refuses_a_tolerance_that_is_not_one() -> None:
+    with pytest.raises(TypeError, match="halfprec.Tolerance"):
+        Recipe(dtype="bf16").settle("cpu", tolerance=0.99)  # type: ignore[arg-type]

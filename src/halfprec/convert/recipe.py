@@ -42,7 +42,15 @@ from halfprec.dtypes import (
 from halfprec.errors import HalfprecError, clip
 from halfprec.tolerance import Tolerance
 
-__all__ = ["SMALL_PARAMS", "FilterFn", "Recipe", "RecipeError", "RecipeLike", "Selector"]
+__all__ = [
+    "SMALL_PARAMS",
+    "FilterFn",
+    "Recipe",
+    "RecipeError",
+    "RecipeLike",
+    "Selector",
+    "Settled",
+]
 
 FORMAT = "halfprec-recipe/1"
 _OLD_POLICY = "halfprec-policy/1"  # written by `halfprec tune` before the recipe
@@ -64,6 +72,21 @@ _FLAGS = (
 
 class RecipeError(HalfprecError, ValueError):
     """A recipe (file or JSON) that is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a recipe means for one verb on one device (:meth:`Recipe.settle`): the dtypes
+    to try, and the tolerance every one of them is judged by. The one home of the rule "an
+    explicit tolerance, else the recipe's"."""
+
+    dtypes: tuple[torch.dtype, ...]
+    tolerance: Tolerance
+
+    def judge(self, dtype: torch.dtype | None) -> Tolerance:
+        """The tolerance for ``dtype``, its left-out thresholds set to that dtype's defaults
+        (``None``: fp16's, the stricter, where several dtypes share one verdict)."""
+        return self.tolerance.resolve(dtype)
 
 
 @dataclass(frozen=True)
@@ -217,6 +240,19 @@ class Recipe:
         """The dtypes a search tries (tune, bench): the requested one, or for ``"auto"``
         every half dtype ``device`` runs (see :func:`~halfprec.dtypes.candidate_dtypes`)."""
         return candidate_dtypes(self.dtype, device)
+
+    def settle(
+        self, device: str | torch.device = "cpu", tolerance: Tolerance | None = None
+    ) -> Settled:
+        """The dtypes to try on ``device`` (:meth:`candidates`) and the tolerance to judge
+        them by: ``tolerance`` where the caller gives one, else the recipe's own. Every verb
+        and command settles its recipe here, and nowhere else."""
+        if tolerance is not None and not isinstance(tolerance, Tolerance):
+            raise TypeError(
+                f"tolerance must be a halfprec.Tolerance or None, got {type(tolerance).__name__}"
+            )
+        chosen = tolerance if tolerance is not None else self.tolerance
+        return Settled(dtypes=self.candidates(device), tolerance=chosen)
 
     def tolerance_for(self, dtype: torch.dtype | None) -> Tolerance:
         """The tolerance with the defaults of ``dtype`` filled in."""
