@@ -16,7 +16,14 @@ What a user can expect of every file halfprec writes:
 - the file and its folder are fsynced before the call returns;
 - a hard-linked file is replaced, not rewritten: the target gets a new inode, so other
   names of the old file keep the old content (the price of never exposing a partial file);
-- a missing folder is an error (``FileNotFoundError`` naming the fix) unless ``mkdirs``.
+- a missing folder is an error (``FileNotFoundError`` naming the fix) unless ``mkdirs``;
+- a target that is a FIFO, a device or a socket (or a link to one) is refused, never
+  replaced or written into.
+
+A whole folder (a Hugging Face model directory) is written the same way:
+:func:`make_temp_dir` makes ``.halfprec-PID-XXXX.tmp/`` beside the target with the mode
+``mkdir`` gives (``0777 & ~umask``, not ``mkdtemp``'s 0700), and the stale-file cleaner
+removes such folders of dead processes as it removes the files.
 """
 
 from __future__ import annotations
@@ -25,13 +32,17 @@ import contextlib
 import os
 import re
 import secrets
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from halfprec.readfile import NotAFileError, special_kind
+
 __all__ = [
     "atomic_path",
     "ensure_folder",
+    "make_temp_dir",
     "remove_stale_temp_files",
     "resolve_target",
     "write_bytes_atomic",
@@ -41,6 +52,8 @@ __all__ = [
 _STALE_AFTER_S = 24 * 3600  # a temp file this old is removed even if its pid is alive again
 # .halfprec-PID-HEX.tmp, and the older .NAME.halfprec-PID-HEX.tmp
 _TEMP = re.compile(r"^\.(?:.+\.)?halfprec-(\d+)-[0-9a-f]+\.tmp$")
+# the folders tempfile.mkdtemp(prefix=".halfprec-") made before they carried a pid
+_OLD_TEMP_DIR = re.compile(r"^\.halfprec-[a-z0-9_]{8}$")
 
 
 def resolve_target(target: str | os.PathLike[str]) -> Path:
@@ -49,6 +62,9 @@ def resolve_target(target: str | os.PathLike[str]) -> Path:
     real = Path(os.path.realpath(dest)) if dest.is_symlink() else dest
     if real.is_dir():
         raise IsADirectoryError(f"{dest} is a directory; give a file path to write to")
+    kind = special_kind(real)
+    if kind is not None:  # a FIFO, a device: never replaced by a file
+        raise NotAFileError(dest, kind)
     return real
 
 
@@ -119,7 +135,8 @@ def write_text_atomic(target: str | os.PathLike[str], text: str, *, mkdirs: bool
 
 
 def remove_stale_temp_files(folder: Path) -> list[Path]:
-    """Remove halfprec temp files in ``folder`` whose writer is gone; return what was removed."""
+    """Remove halfprec temp files and folders in ``folder`` whose writer is gone, or that
+    are over a day old; return what was removed."""
     removed: list[Path] = []
     try:
         entries = list(os.scandir(folder))
@@ -128,14 +145,35 @@ def remove_stale_temp_files(folder: Path) -> list[Path]:
     now = time.time()
     for entry in entries:
         m = _TEMP.match(entry.name)
-        if m is None or not entry.is_file(follow_symlinks=False):
+        is_dir = entry.is_dir(follow_symlinks=False)
+        if m is None and not (is_dir and _OLD_TEMP_DIR.match(entry.name)):
             continue
+        if not (is_dir or entry.is_file(follow_symlinks=False)):
+            continue  # a link or a special file of that name is not ours
         with contextlib.suppress(OSError):
             old = now - entry.stat(follow_symlinks=False).st_mtime > _STALE_AFTER_S
-            if old or not _alive(int(m.group(1))):
-                os.unlink(entry.path)
+            if old or (m is not None and not _alive(int(m.group(1)))):
+                if is_dir:
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
                 removed.append(Path(entry.path))
     return removed
+
+
+def make_temp_dir(parent: str | os.PathLike[str]) -> Path:
+    """A new empty folder ``.halfprec-PID-XXXX.tmp`` in ``parent``, made as ``mkdir``
+    makes one (``0777 & ~umask``), after removing the stale ones of dead processes. Fill it,
+    then ``os.replace`` it onto the target; on failure, ``shutil.rmtree`` it."""
+    folder = Path(parent)
+    remove_stale_temp_files(folder)
+    while True:
+        tmp = folder / f".halfprec-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+        try:
+            os.mkdir(tmp, 0o777)  # the kernel applies the umask, as for any new folder
+        except FileExistsError:
+            continue
+        return tmp
 
 
 def _alive(pid: int) -> bool:

@@ -24,7 +24,7 @@ from torch import nn
 from halfprec.batch import Batch
 from halfprec.errors import InputsError
 
-__all__ = ["Generation", "agreement", "prompts_from_batches"]
+__all__ = ["Generation", "agreement", "check_room", "max_positions", "prompts_from_batches"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,34 @@ def _logits(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
     return logits.float()
 
 
+_POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "n_ctx")
+
+
+def max_positions(model: nn.Module) -> int | None:
+    """The longest sequence ``model`` takes, from its Hugging Face config
+    (``max_position_embeddings``, ``n_positions``, ...), or None when it does not say."""
+    config = getattr(model, "config", None)
+    for name in _POSITION_FIELDS:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def check_room(model: nn.Module, prompts: list[torch.Tensor], new_tokens: int) -> None:
+    """Refuse (:class:`InputsError`, before any decoding) prompts that ``new_tokens`` more
+    tokens would make longer than ``model`` takes (:func:`max_positions`)."""
+    limit = max_positions(model)
+    prompt = max((p.numel() for p in prompts), default=0)
+    if limit is not None and prompt + new_tokens > limit:
+        room = limit - prompt
+        fix = f"use --generate {room} or fewer" if room > 0 else "give shorter prompts"
+        raise InputsError(
+            f"--generate {new_tokens} after a prompt of {prompt} tokens needs "
+            f"{prompt + new_tokens} positions, but {type(model).__name__} takes {limit}; {fix}"
+        )
+
+
 def agreement(
     model: nn.Module, half: nn.Module, prompts: list[torch.Tensor], new_tokens: int
 ) -> Generation:
@@ -107,6 +135,7 @@ def agreement(
         raise ValueError(f"new_tokens={new_tokens}: generate at least 1 token")
     if not prompts:
         raise ValueError("agreement needs at least one prompt")
+    check_room(model, prompts, new_tokens)
     matches = 0
     diffs: list[torch.Tensor] = []
     divergence: list[int | None] = []

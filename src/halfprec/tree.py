@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["map_tensors", "flatten", "iter_tensors", "unflatten", "ROOT"]
+__all__ = ["map_tensors", "flatten", "iter_tensors", "unflatten", "nesting_depth", "ROOT"]
 
 ROOT = "output"
 
@@ -125,3 +125,19 @@ def flatten(obj: Any) -> dict[str, torch.Tensor]:
             )
         out[path] = tensor
     return out
+
+
+def nesting_depth(obj: Any, limit: int) -> int:
+    """How deep ``obj``'s lists, tuples and dicts nest (``[]`` is 1, a scalar 0), found
+    without recursing and counted up to just past ``limit``: the check to make before
+    anything walks a structure read from a file recursively."""
+    deepest, stack = 0, [(obj, 0)]
+    while stack and deepest <= limit:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple)):
+            deepest = max(deepest, depth + 1)
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, dict):
+            deepest = max(deepest, depth + 1)
+            stack.extend((v, depth + 1) for v in item.values())
+    return deepest

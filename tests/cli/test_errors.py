@@ -89,8 +89,10 @@ def test_bad_recipe_metadata_in_a_checkpoint_is_named(tmp_path: Path) -> None:
     save_file(tensors, str(forged), metadata=legacy)
     with pytest.raises(halfprec.CheckpointError, match="keep_fp32 metadata is not valid JSON"):
         halfprec.load(forged, into=build)
-    # --weights reads a half file as its fp32 upcast: no recipe is applied, so none is read
-    assert run_cli("check", USER, "--weights", str(forged), "--runs", "0").returncode == 0
+    # --weights reads a half file as its fp32 upcast, after checking its tensors against the
+    # recipe its metadata describes them by: an unreadable one is refused there too
+    proc = run_cli("check", USER, "--weights", str(forged), "--runs", "0")
+    _one_error(proc, "keep_fp32 metadata is not valid JSON")
 
 
 @pytest.mark.parametrize("arch", [["os"], [42], ["pipeline"], "BertModel; rm"])

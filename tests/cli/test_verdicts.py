@@ -94,7 +94,7 @@ def test_weights_whose_metadata_contradicts_their_tensors_are_refused(tmp_path: 
     bad = tmp_path / "bad.safetensors"
     save_file(relabelled, str(bad), metadata=meta)
     proc = run_cli("check", USER, "--weights", str(bad), "--runs", "0")
-    one_line_error(proc, "metadata says fp16 but")
+    one_line_error(proc, "is stored as bf16 but the recipe in its metadata makes it fp16")
     from halfprec.io.checkpoint import load
     from halfprec.io.specs import load_model
 

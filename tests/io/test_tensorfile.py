@@ -91,7 +91,9 @@ def _entry(**change: Any) -> dict[str, Any]:
         ({"t": "x"}, "header entry 't' is not an object"),
         (_entry(dtype=7), "has dtype '7', not one of"),
         (_entry(dtype="C128"), "has dtype 'C128'"),
-        (_entry(shape=[2, -2]), "has shape [2, -2], not a list of sizes >= 0"),
+        (_entry(shape=[2, -2]), "has shape [2, -2], not a list of sizes from 0 to 2**63 - 1"),
+        # int64 overflow: used to pass, then fail in torch's reshape with a TypeError
+        (_entry(shape=[0, 2**63], data_offsets=[0, 0]), "has shape [0, 9223372036854775808]"),
         (_entry(shape="2x2"), "has shape 2x2"),
         (_entry(shape=[True, 2]), "has shape [True, 2]"),
         (_entry(data_offsets=[16, 0]), "not [begin, end] with 0 <= begin <= end"),

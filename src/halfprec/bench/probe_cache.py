@@ -32,6 +32,7 @@ import torch
 from halfprec.atomic import write_text_atomic
 from halfprec.bench.limit import Gemm, Slowdown
 from halfprec.dtypes import HALF_DTYPES, dtype_name
+from halfprec.readfile import FileTooLargeError, NotAFileError, read_regular
 
 __all__ = ["ENV_DIR", "ENV_SWITCH", "ProbeCache", "cache_dir"]
 
@@ -126,14 +127,17 @@ class ProbeCache:
         return self._entries
 
     def _read(self) -> dict[_Key, tuple[Slowdown, str]]:
-        if self.path.stat().st_size > _MAX_BYTES:
-            raise _Malformed(f"it is over {_MAX_BYTES} bytes")
-
         def no_constants(name: str) -> Any:
             raise _Malformed(f"it holds {name}")
 
         try:
-            data = json.loads(self.path.read_text("utf-8"), parse_constant=no_constants)
+            # a regular file only (a FIFO would block, /dev/zero never end), read with a bound
+            text = read_regular(self.path, limit=_MAX_BYTES).decode("utf-8")
+            data = json.loads(text, parse_constant=no_constants)
+        except FileTooLargeError:
+            raise _Malformed(f"it is over {_MAX_BYTES} bytes") from None
+        except NotAFileError as exc:
+            raise _Malformed(f"it is {exc.kind}, not a regular file") from None
         except json.JSONDecodeError as exc:
             raise _Malformed(f"not JSON: {exc}") from None
         if not isinstance(data, dict) or set(data) != {"schema", "key", "probes"}:

@@ -44,7 +44,15 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
         raise HalfprecError(
             f"--batch-sizes {text!r} is not a list of positive integers; write e.g. 1,8,32"
         )
+    if max(sizes) > _MAX_BATCH:  # refused up front, not as a MemoryError mid-run
+        raise HalfprecError(
+            f"--batch-sizes {max(sizes)} is over the largest batch halfprec times "
+            f"({_MAX_BATCH}); write e.g. 1,8,32"
+        )
     return sizes
+
+
+_MAX_BATCH = 2**20
 
 
 @click.command(help="Time MODEL in fp32 and each half-precision variant (default: minilm).")

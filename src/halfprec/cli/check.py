@@ -21,6 +21,7 @@ from halfprec.cli.options import (
 )
 from halfprec.cli.progress import progress
 from halfprec.convert.core import Recipe
+from halfprec.generate import check_room, prompts_from_batches
 from halfprec.report.common import print_check
 
 __all__ = ["command"]
@@ -75,6 +76,8 @@ def command(
         check_artifact(
             artifact, loaded, batches, min_cosine=min_cosine, min_sqnr=min_sqnr, as_json=as_json
         )
+    if generate > 0:  # refused before the comparison runs, not after it
+        check_room(loaded.model, prompts_from_batches(batches), generate)
     half_dtype = convert_config.resolve(dev).dtype
     tolerance = tolerance_override(half_dtype, min_cosine, min_sqnr, convert_config.tolerance)
     with progress(f"checking {loaded.name} against fp32", quiet=as_json):

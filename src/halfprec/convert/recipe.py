@@ -40,9 +40,13 @@ from halfprec.dtypes import (
     resolve_dtype,
 )
 from halfprec.errors import HalfprecError, clip
+from halfprec.modules import first_line
+from halfprec.readfile import read_text_regular, refusal
 from halfprec.tolerance import Tolerance
+from halfprec.tree import nesting_depth
 
 __all__ = [
+    "INFO_DEPTH",
     "SMALL_PARAMS",
     "FilterFn",
     "Recipe",
@@ -54,6 +58,9 @@ __all__ = [
 
 FORMAT = "halfprec-recipe/1"
 _OLD_POLICY = "halfprec-policy/1"  # written by `halfprec tune` before the recipe
+
+INFO_DEPTH = 16  # Recipe.info nests at most this deep: every renderer walks it recursively
+_FILE_LIMIT = 16 * 2**20  # a recipe file is a few KB; a bigger one is refused unread
 
 SMALL_PARAMS = 65536  # default Recipe.fp32_params_up_to: 256 KB of fp32 per tensor at most
 
@@ -203,6 +210,11 @@ class Recipe:
             raise ValueError("filter_fn must be callable as filter_fn(module, qualified_name)")
         if not isinstance(self.info, Mapping):
             raise ValueError(f"Recipe.info must be a mapping, got {type(self.info).__name__}")
+        if nesting_depth(dict(self.info), INFO_DEPTH) > INFO_DEPTH:
+            raise ValueError(
+                f"Recipe.info nests lists and objects more than {INFO_DEPTH} deep; keep "
+                "provenance flat (names, versions, numbers)"
+            )
 
     # -- what the recipe stands for ---------------------------------------------------------
     @classmethod
@@ -374,19 +386,24 @@ class Recipe:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Recipe:
+        """The recipe in the JSON file ``path`` (UTF-8, a leading byte-order mark allowed;
+        a regular file of at most 16 MiB, read without blocking on a FIFO)."""
         p = Path(path)
         if p.is_dir():
             raise RecipeError(
                 f"recipe file {p} is a folder; give the JSON file `halfprec tune -o` wrote"
             )
-        if not p.is_file():
-            raise RecipeError(f"recipe file {p} not found; create one with `halfprec tune -o`")
+        problem = refusal("recipe file", p, "create one with `halfprec tune -o`")
+        if problem is not None:
+            raise RecipeError(problem)
         try:
-            return cls.loads(p.read_text(encoding="utf-8"))
+            return cls.loads(read_text_regular(p, limit=_FILE_LIMIT))
         except UnicodeDecodeError:
             raise RecipeError(
                 f"recipe file {p} is not UTF-8 text; give the JSON file `halfprec tune -o` wrote"
             ) from None
+        except OSError as exc:
+            raise RecipeError(f"recipe file {p} cannot be read ({first_line(exc)})") from None
         except RecipeError as exc:
             raise RecipeError(f"{p}: {exc}") from None
 

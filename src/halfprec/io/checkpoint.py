@@ -3,17 +3,24 @@
 ``save(model, path)`` writes the converted model's tensors (half, plus the fp32 islands)
 with its whole resolved recipe in the metadata (:mod:`halfprec.io.metadata`). The write
 is atomic. ``load(path, into=model)`` converts an fp32 ``model`` with that recipe (module
-islands, op islands, dtype, boundaries) and loads the tensors, refusing files whose names
-or shapes do not match, so the loaded model computes exactly what the saved one did.
-``.pt``/``.bin`` state dicts are read with ``torch.load(weights_only=True)`` only.
+islands, op islands, dtype, boundaries) and loads the tensors, refusing files whose names,
+shapes or dtypes do not match (:mod:`halfprec.io.truth`: the tensors are the truth), so
+the loaded model computes exactly what the saved one did. Every check reads the file's
+header only, so a refused file changes nothing in the model.
+
+:func:`checkpoint_format` tells the three formats apart, and each has its loader: a
+safetensors file or sharded checkpoint, a Hugging Face directory that
+:func:`~halfprec.io.hf_dir.save_pretrained_dir` wrote, and a ``.pt``/``.bin`` state dict
+(read with ``torch.load(weights_only=True)`` only).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -21,13 +28,21 @@ from torch import nn
 from halfprec.atomic import write_bytes_atomic
 from halfprec.convert.core import ConfigLike, add_note, conversion_report, convert_, recipe_of
 from halfprec.convert.recipe import Recipe
-from halfprec.dtypes import dtype_kind, dtype_name, is_auto, parse_dtype
+from halfprec.convert.swap import base_class
+from halfprec.dtypes import dtype_name, is_auto, parse_dtype
 from halfprec.errors import CheckpointError
-from halfprec.io.hf_dir import RECIPE_FILE
-from halfprec.io.metadata import checkpoint_metadata, file_recipe, is_half_checkpoint
+from halfprec.io.hf_dir import RECIPE_FILE, load_pretrained_dir
+from halfprec.io.materialize import MetaBuildError, build_on_meta, load_built_on_meta
+from halfprec.io.metadata import checkpoint_metadata, claimed_recipe
 from halfprec.io.safeload import UnsafePickleError, load_weights_only
+from halfprec.io.tensorfile import TensorFile
+from halfprec.io.truth import check_against_recipe, check_plain
+from halfprec.modules import first_line
+from halfprec.readfile import open_regular, refusal
 
-__all__ = ["save", "load", "read_metadata"]
+__all__ = ["save", "load", "read_metadata", "checkpoint_format"]
+
+Format = Literal["hf_dir", "safetensors", "torch"]
 
 
 def _state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -66,53 +81,62 @@ def save(
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
-    """The metadata of a halfprec safetensors checkpoint."""
-    from safetensors import SafetensorError, safe_open
+    """The metadata of a halfprec safetensors checkpoint (of every shard, for a sharded one)."""
+    return dict(TensorFile(path).metadata)
 
-    p = _existing(path)
+
+def checkpoint_format(path: Path) -> Format:
+    """Which of the three formats ``path`` holds: ``"hf_dir"`` (a folder with
+    ``config.json`` and ``halfprec_recipe.json``), ``"safetensors"`` (a file, an index, or
+    a folder holding ``model.safetensors`` or an index) or ``"torch"`` (a pickled state
+    dict, read with ``weights_only=True``)."""
+    if path.is_dir():
+        own = (path / RECIPE_FILE, path / "config.json")
+        return "hf_dir" if all(os.path.lexists(f) for f in own) else "safetensors"
+    if path.suffix == ".safetensors" or path.name.endswith(".index.json"):
+        return "safetensors"
+    return "torch"
+
+
+class _StateDict:
+    """A ``.pt``/``.bin`` state dict, read as the checks and the copy read a TensorFile."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.tensors = _read_state_dict(path)
+
+    def names(self) -> list[str]:
+        return list(self.tensors)
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self.tensors[name].dtype
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self.tensors[name].shape)
+
+    def get(self, name: str) -> torch.Tensor:
+        return self.tensors[name]
+
+
+Source = TensorFile | _StateDict
+
+
+def _read_state_dict(p: Path) -> dict[str, torch.Tensor]:
+    problem = refusal("checkpoint", p)
+    if problem is not None:
+        raise CheckpointError(problem)
     try:
-        with safe_open(str(p), framework="pt") as f:
-            return dict(f.metadata() or {})
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(
-            f"{p} is not a valid safetensors file ({_first(exc)}); it may be truncated or "
-            "corrupt: write it again with `halfprec convert`"
-        ) from None
-
-
-def _existing(path: str | os.PathLike[str]) -> Path:
-    p = Path(path)
-    if not p.is_file():
-        raise CheckpointError(f"checkpoint {p} not found; check the path")
-    return p
-
-
-def _first(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _read_tensors(p: Path) -> dict[str, torch.Tensor]:
-    if p.suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(str(p))
-        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-            raise CheckpointError(
-                f"{p} is not a valid safetensors file ({_first(exc)}); it may be truncated "
-                "or corrupt: write it again with `halfprec convert`"
-            ) from None
-    try:
-        obj: Any = load_weights_only(p)
+        with open_regular(p) as f:
+            obj: Any = load_weights_only(f)
     except UnsafePickleError as exc:
         raise CheckpointError(
             f"refusing to unpickle {p}: {exc.detail}, not just tensors; "
             "convert it to safetensors in a trusted environment"
         ) from None
     except (RuntimeError, EOFError, OSError) as exc:
-        raise CheckpointError(f"{p} is corrupt or not a torch checkpoint ({_first(exc)})") from None
+        raise CheckpointError(
+            f"{p} is corrupt or not a torch checkpoint ({first_line(exc)})"
+        ) from None
     if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
         obj = obj["state_dict"]
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
@@ -120,20 +144,16 @@ def _read_tensors(p: Path) -> dict[str, torch.Tensor]:
     return obj
 
 
-def _check_match(model: nn.Module, tensors: dict[str, torch.Tensor], p: Path) -> None:
+def _check_match(model: nn.Module, source: Source, p: Path) -> None:
+    """Names and shapes, from the header: before any value is copied."""
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    missing = [k for k in expected if k not in tensors and not _tied(model, k, tensors)]
-    unexpected = [k for k in tensors if k not in expected]
+    names = source.names()
+    missing = [k for k in expected if k not in names and not _tied(model, k, names)]
+    unexpected = [k for k in names if k not in expected]
     wrong = [
-        f"{k} {tuple(tensors[k].shape)} vs model {shape}"
+        f"{k} {source.shape(k)} vs model {shape}"
         for k, shape in expected.items()
-        if k in tensors and tuple(tensors[k].shape) != shape
-    ]
-    state = model.state_dict()
-    kinds = [
-        f"{k} is {dtype_name(tensors[k].dtype)} but the model's is {dtype_name(t.dtype)}"
-        for k, t in state.items()
-        if k in tensors and dtype_kind(tensors[k].dtype) != dtype_kind(t.dtype)
+        if k in names and source.shape(k) != shape
     ]
     problems = []
     if missing:
@@ -144,8 +164,6 @@ def _check_match(model: nn.Module, tensors: dict[str, torch.Tensor], p: Path) ->
         )
     if wrong:
         problems.append(f"shape {'; '.join(wrong[:3])}")
-    if kinds:
-        problems.append(f"dtype kind {'; '.join(kinds[:3])}")
     if problems:
         raise CheckpointError(
             f"{p} does not match {type(model).__name__}: {' | '.join(problems)}; "
@@ -153,30 +171,37 @@ def _check_match(model: nn.Module, tensors: dict[str, torch.Tensor], p: Path) ->
         )
 
 
-def _check_declared_dtype(meta: dict[str, str], tensors: dict[str, torch.Tensor], p: Path) -> None:
-    """A halfprec file's tensors are its declared half dtype or fp32 (islands), nothing else."""
-    declared = meta["dtype"]
-    odd = [
-        f"{k} is {dtype_name(t.dtype)}"
-        for k, t in tensors.items()
-        if t.is_floating_point() and t.dtype != torch.float32 and dtype_name(t.dtype) != declared
-    ]
-    if odd:
-        raise CheckpointError(
-            f"{p}: its metadata says {declared} but {', '.join(odd[:3])}"
-            f"{' ...' if len(odd) > 3 else ''}; the file was altered after it was written: "
-            "write it again with `halfprec convert`"
-        )
-
-
-def _tied(model: nn.Module, name: str, tensors: dict[str, torch.Tensor]) -> bool:
+def _tied(model: nn.Module, name: str, names: list[str]) -> bool:
     """True if ``name`` shares storage with a tensor present in the file (a tied weight)."""
     state = model.state_dict()
     ptr = state[name].untyped_storage().data_ptr()
     return any(
-        k in tensors and k != name and v.untyped_storage().data_ptr() == ptr
-        for k, v in state.items()
+        k in names and k != name and v.untyped_storage().data_ptr() == ptr for k, v in state.items()
     )
+
+
+def _on_meta(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` whose parameters are on the meta device (buffers are copied):
+    what a recipe would make of the model, found without touching it."""
+    memo: dict[int, Any] = {}
+    for p in model.parameters():
+        memo[id(p)] = type(p)(p.detach().to("meta"), requires_grad=p.requires_grad)
+    return copy.deepcopy(model, memo)
+
+
+def _file_recipe(where: Path, source: TensorFile) -> tuple[Recipe | None, str]:
+    """The recipe that describes the tensors of ``source`` (None for a plain checkpoint),
+    and the field it was read from, for messages."""
+    sidecar = where / RECIPE_FILE if where.is_dir() else None
+    if sidecar is not None and os.path.lexists(sidecar):
+        recipe = Recipe.load(sidecar)
+        if not recipe.resolved:
+            raise CheckpointError(
+                f"{sidecar}: the recipe has no concrete dtype; write the folder again with "
+                "`halfprec convert`"
+            )
+        return recipe, f"{RECIPE_FILE} (beside the weights)"
+    return claimed_recipe(source.metadata, where), "the recipe in its metadata"
 
 
 def load(
@@ -202,50 +227,79 @@ def load(
     (:mod:`halfprec.io.materialize`). A builder that computes on its weights while it
     builds (k-means initialisation) cannot run on meta: it is then built for real, and
     the conversion report says so in its notes.
+
+    Every description of the tensors (metadata, recipe, index, side-car recipe) is
+    checked against them first (:mod:`halfprec.io.truth`); a mismatch, a missing or an
+    extra tensor is :class:`CheckpointError`, and the model is left as it was.
     """
-    if not isinstance(into, nn.Module) and not upcast:
-        from halfprec.io.materialize import MetaBuildError, load_built_on_meta
+    where = Path(path)
+    kind = checkpoint_format(where)
+    if kind == "torch":
+        model = into if isinstance(into, nn.Module) else into()
+        return _load_into_model(_StateDict(where), None, "", model, config, strict, upcast)
+    source = TensorFile(where)
+    recipe, field = _file_recipe(where, source)
+    if upcast or isinstance(into, nn.Module):
+        model = into if isinstance(into, nn.Module) else into()
+        return _load_into_model(source, recipe, field, model, config, strict, upcast)
+    if kind == "hf_dir":
+        assert recipe is not None  # a hf_dir has its side-car recipe
+        saved = _with_file(Recipe.of(config), recipe, where)
+        return load_pretrained_dir(where, base_class(build_on_meta(into)), saved)
+    return _load_built(source, recipe, field, into, config, strict)
 
-        where = Path(path)
-        if where.suffix == ".safetensors" or where.is_dir():
-            meta = read_metadata(where) if where.is_file() else {}
-            written = where / RECIPE_FILE if where.is_dir() else None
-            if written is not None and written.is_file() and (where / "config.json").is_file():
-                # a directory save_pretrained wrote: transformers knows its key layout
-                from halfprec.convert.swap import base_class
-                from halfprec.io.hf_dir import load_pretrained_dir
-                from halfprec.io.materialize import build_on_meta
 
-                saved = _with_file(Recipe.of(config), Recipe.load(written), where)
-                return load_pretrained_dir(where, base_class(build_on_meta(into)), saved)
-            try:
-                if is_half_checkpoint(meta) or (written is not None and written.is_file()):
-                    saved = Recipe.load(written) if written else file_recipe(meta, where)
-                    cfg = _with_file(Recipe.of(config), saved, where)
-                    return load_built_on_meta(where, into, config=cfg, in_range=True, strict=strict)
-                return load_built_on_meta(where, into, config=config, strict=strict)
-            except MetaBuildError as exc:
-                note = f"built for real, not on the meta device: {exc.reason}"
-                loaded = load(path, into=into(), config=config, strict=strict)
-                return add_note(loaded, note)
-    if not isinstance(into, nn.Module):
-        into = into()
-    p = _existing(path)
-    tensors = _read_tensors(p)
-    meta = read_metadata(p) if p.suffix == ".safetensors" else {}
-    halfprec_file = is_half_checkpoint(meta)
-    if halfprec_file:
-        _check_declared_dtype(meta, tensors, p)
-    if halfprec_file and conversion_report(into) is None and not upcast:
-        convert_(into, _with_file(Recipe.of(config), file_recipe(meta, p), p))
+def _load_built(
+    source: TensorFile,
+    recipe: Recipe | None,
+    field: str,
+    build: Callable[[], nn.Module],
+    config: ConfigLike,
+    strict: bool,
+) -> nn.Module:
+    """A safetensors checkpoint into the model ``build`` makes on the meta device."""
+    try:
+        if recipe is None:
+            return load_built_on_meta(source, build, config=config, strict=strict)
+        cfg = _with_file(Recipe.of(config), recipe, source.path)
+        return load_built_on_meta(
+            source, build, config=cfg, in_range=True, strict=strict, described_by=field
+        )
+    except MetaBuildError as exc:
+        model = _load_into_model(source, recipe, field, build(), config, strict, upcast=False)
+        return add_note(model, f"built for real, not on the meta device: {exc.reason}")
+
+
+def _load_into_model(
+    source: Source,
+    recipe: Recipe | None,
+    field: str,
+    model: nn.Module,
+    config: ConfigLike,
+    strict: bool,
+    upcast: bool,
+) -> nn.Module:
+    """Check ``source`` against ``model`` (converted by ``recipe`` on the meta device
+    first), then convert ``model`` and copy the tensors in."""
+    p = source.path
     if strict:
-        _check_match(into, tensors, p)
-    state = into.state_dict()
+        _check_match(model, source, p)
+    if recipe is None:
+        check_plain(model, source, p, one_dtype=not upcast)
+    else:
+        assert not isinstance(recipe.dtype, str)  # a file's recipe is resolved
+        converted = conversion_report(model) is not None
+        cfg = _with_file(Recipe.of(config), recipe, p)
+        target = model if converted else convert_(_on_meta(model), cfg)
+        check_against_recipe(target, source, p, field, recipe.dtype)
+        if not converted and not upcast:
+            convert_(model, cfg)
+    state = model.state_dict()
     with torch.no_grad():
-        for name, t in tensors.items():
+        for name in source.names():
             if name in state:
-                state[name].copy_(t.to(state[name].dtype))
-    return into
+                state[name].copy_(source.get(name).to(state[name].dtype))
+    return model
 
 
 def _with_file(config: Recipe, saved: Recipe, path: Path) -> Recipe:

@@ -17,9 +17,9 @@ leaves no partial directory; an existing non-empty ``outdir`` is refused.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +27,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from halfprec.atomic import make_temp_dir
 from halfprec.convert.core import recipe_of
 from halfprec.dtypes import cast_floating, dtype_name
 from halfprec.errors import CheckpointError
+from halfprec.modules import first_line
 from halfprec.tree import map_tensors
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
 RECIPE_FILE = "halfprec_recipe.json"
 _WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".ckpt", ".gguf")
 _OWN = ("config.json", "generation_config.json", RECIPE_FILE)
+_CONFIG_LIMIT = 16 * 2**20
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ def save_pretrained_dir(
     if not dest.parent.is_dir():
         raise CheckpointError(f"folder {dest.parent} does not exist; create it first")
     assert not isinstance(recipe.dtype, str)  # a resolved recipe: a concrete dtype
-    tmp = Path(tempfile.mkdtemp(prefix=".halfprec-", dir=dest.parent))
+    tmp = make_temp_dir(dest.parent)  # pid in its name: a kill -9 leaves no lasting litter
     try:
         config: Any = half.config
         previous = getattr(config, "dtype", None)
@@ -116,11 +119,67 @@ def load_pretrained_dir(path: Path, cls: Any, recipe: Any) -> nn.Module:
     """The converted model back from a directory :func:`save_pretrained_dir` wrote:
     transformers reads it (its own key conversions included: a checkpoint may store fused
     MoE experts per expert) in fp32, an exact upcast of the half weights, and ``recipe``
-    converts it again, which gives back every tensor exactly."""
-    from halfprec.convert.core import convert_
+    converts it again, which gives back every tensor exactly.
 
-    model = cls.from_pretrained(str(path), dtype=torch.float32, trust_remote_code=False)
-    return convert_(model.eval(), recipe)
+    The tensors are the truth (:mod:`halfprec.io.truth`): ``config.json``'s dtype and
+    ``recipe`` (the side-car ``halfprec_recipe.json``) must describe the weights, and a
+    tensor the model needs but the weights lack, or one they hold that the model does not
+    know, is :class:`CheckpointError` (transformers would only print it, and initialise
+    the missing weight at random)."""
+    from halfprec.convert.core import convert_
+    from halfprec.io.tensorfile import TensorFile
+    from halfprec.io.truth import check_against_recipe
+    from halfprec.readfile import special_file_in
+
+    special = special_file_in(path)  # transformers opens what it finds without looking
+    if special is not None:
+        raise CheckpointError(special)
+    source = TensorFile(path)  # every shard a regular file, the index checked
+    _check_config_dtype(path / "config.json", recipe.dtype)
+    model, info = cls.from_pretrained(
+        str(path), dtype=torch.float32, trust_remote_code=False, output_loading_info=True
+    )
+    _check_loading_info(path, info)
+    convert_(model.eval(), recipe)
+    field = f"{RECIPE_FILE} (beside the weights)"
+    check_against_recipe(model, source, path, field, recipe.dtype)
+    return model  # type: ignore[no-any-return]
+
+
+def _check_config_dtype(config: Path, half: torch.dtype) -> None:
+    """``config.json``'s ``dtype`` (``torch_dtype`` before transformers 4.56) says the
+    recipe's dtype: it is what plain ``from_pretrained`` loads the weights in."""
+    from halfprec.readfile import read_text_regular
+
+    try:
+        data = json.loads(read_text_regular(config, limit=_CONFIG_LIMIT))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise CheckpointError(
+            f"{config} is not a readable JSON file ({first_line(exc)}); write the folder "
+            "again with `halfprec convert`"
+        ) from None
+    said = data.get("dtype", data.get("torch_dtype")) if isinstance(data, dict) else None
+    if isinstance(said, str) and said != str(half).removeprefix("torch."):
+        raise CheckpointError(
+            f"{config}: its dtype field says {said[:20]!r} but {RECIPE_FILE} says "
+            f"{dtype_name(half)}; the folder was altered after it was written: write it again "
+            "with `halfprec convert`"
+        )
+
+
+def _check_loading_info(path: Path, info: dict[str, Any]) -> None:
+    """Refuse what ``from_pretrained`` only reports: missing, unexpected or reshaped keys."""
+    kinds = ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")
+    for kind in kinds:
+        found = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info.get(kind) or ())
+        if found:
+            shown = ", ".join(f[:80] for f in found[:3]) + (" ..." if len(found) > 3 else "")
+            what = kind.replace("_keys", "").replace("_msgs", " errors").replace("_", " ")
+            raise CheckpointError(
+                f"{path}: the weights do not match the model in config.json ({what}: "
+                f"{shown}); the folder was altered after it was written: write it again "
+                "with `halfprec convert`"
+            )
 
 
 class InputsInDtype(nn.Module):

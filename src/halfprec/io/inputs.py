@@ -17,9 +17,12 @@ from typing import Any
 import torch
 
 from halfprec.batch import Batch, as_batches
-from halfprec.errors import InputsError
+from halfprec.errors import CheckpointError, InputsError
 from halfprec.io.safeload import UnsafePickleError, load_weights_only
+from halfprec.io.tensorfile import TensorFile
 from halfprec.modules import first_line
+from halfprec.readfile import open_regular, refusal
+from halfprec.tree import nesting_depth
 
 __all__ = ["load_inputs", "save_inputs"]
 
@@ -31,8 +34,9 @@ def load_inputs(path: str | os.PathLike[str]) -> list[Batch]:
     p = Path(path)
     if p.is_dir():
         raise InputsError(f"inputs file {p} is a folder; give a .safetensors or .pt file")
-    if not p.is_file():
-        raise InputsError(f"inputs file {p} not found; check the path")
+    problem = refusal("inputs file", p)
+    if problem is not None:
+        raise InputsError(problem)
     if p.suffix == ".safetensors":
         return _from_safetensors(p)
     if p.suffix in (".pt", ".pth", ".bin"):
@@ -41,15 +45,12 @@ def load_inputs(path: str | os.PathLike[str]) -> list[Batch]:
 
 
 def _from_safetensors(p: Path) -> list[Batch]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     try:
-        tensors = load_file(str(p))
-    except (SafetensorError, OSError, ValueError) as exc:
+        source = TensorFile(p)  # a regular file, every header field checked
+        tensors = dict(source.items())
+    except CheckpointError as exc:  # "{p} is not a valid safetensors file (...); ..."
         raise InputsError(
-            f"inputs file {p} is not a valid safetensors file ({first_line(exc)}); it may be "
-            "truncated or corrupt: write it again with safetensors.torch.save_file"
+            f"inputs file {exc}: write it again with safetensors.torch.save_file"
         ) from None
     grouped: dict[int, dict[str, torch.Tensor]] = defaultdict(dict)
     for key, t in tensors.items():
@@ -71,7 +72,8 @@ def _as_call(named: dict[str, torch.Tensor]) -> Batch:
 
 def _from_torch(p: Path) -> list[Batch]:
     try:
-        obj: Any = load_weights_only(p)
+        with open_regular(p) as f:
+            obj: Any = load_weights_only(f)
     except UnsafePickleError as exc:
         raise InputsError(
             f"refusing to unpickle {p}: {exc.detail}; save inputs as safetensors or plain tensors"
@@ -81,7 +83,9 @@ def _from_torch(p: Path) -> list[Batch]:
             f"inputs file {p} is corrupt or not a torch file ({first_line(exc)}); write it "
             "again with torch.save (tensors only) or safetensors.torch.save_file"
         ) from None
-    if _depth(obj) > _MAX_DEPTH:  # every later walk over the inputs would recurse that deep
+    if (
+        nesting_depth(obj, _MAX_DEPTH) > _MAX_DEPTH
+    ):  # every later walk over the inputs would recurse that deep
         raise InputsError(
             f"inputs file {p} nests lists, tuples or dicts more than {_MAX_DEPTH} deep; give "
             "tensors, or a list of batches of tensors"
@@ -93,20 +97,6 @@ def _from_torch(p: Path) -> list[Batch]:
 
 
 _MAX_DEPTH = 32
-
-
-def _depth(obj: Any) -> int:
-    """How deep ``obj``'s lists, tuples and dicts nest (without recursing), up to just past
-    :data:`_MAX_DEPTH`."""
-    deepest, stack = 0, [(obj, 0)]
-    while stack and deepest <= _MAX_DEPTH:
-        item, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if isinstance(item, (list, tuple)):
-            stack.extend((v, depth + 1) for v in item)
-        elif isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-    return deepest
 
 
 def save_inputs(batches: list[Batch], path: str | os.PathLike[str]) -> None:

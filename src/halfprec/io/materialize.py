@@ -35,7 +35,8 @@ from halfprec.dtypes import range_of
 from halfprec.errors import CheckpointError
 from halfprec.io.metadata import HALFPREC_FORMAT
 from halfprec.io.tensorfile import TensorFile
-from halfprec.modules import finite_peak
+from halfprec.io.truth import check_against_recipe, check_plain
+from halfprec.modules import finite_peak, first_line
 
 __all__ = [
     "parameters_on_meta",
@@ -130,10 +131,9 @@ def build_on_meta(build: Builder) -> nn.Module:
         with parameters_on_meta():
             model = build()
     except (RuntimeError, NotImplementedError) as exc:
-        text = str(exc)
-        if "meta" not in text.lower():
+        if "meta" not in str(exc).lower():
             raise
-        raise MetaBuildError(text.strip().splitlines()[0][:200]) from None
+        raise MetaBuildError(first_line(exc)) from None
     if not isinstance(model, nn.Module):
         raise CheckpointError(
             f"into= must be a model or a callable returning one; it returned {type(model).__name__}"
@@ -257,26 +257,37 @@ def _read(old: torch.Tensor, names: list[str], source: TensorFile) -> torch.Tens
 
 
 def load_built_on_meta(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | TensorFile,
     build: Builder,
     *,
     config: ConfigLike = None,
     in_range: bool = False,
     strict: bool = True,
+    described_by: str | None = None,
 ) -> nn.Module:
     """``build()`` on the meta device, converted by ``config`` (None: nothing converted,
     the tensors load as they are), filled from ``path``. Unless ``in_range`` (a half
     file, whose values fit by construction), modules whose values in the file overflow
-    the dtype become islands too, as :func:`halfprec.convert` would make them."""
-    source = TensorFile(path)
+    the dtype become islands too, as :func:`halfprec.convert` would make them.
+
+    ``described_by`` names where ``config`` came from when it is the file's own recipe
+    (its metadata, a side-car file): every tensor must then have exactly the dtype the
+    converted model holds it in (:func:`~halfprec.io.truth.check_against_recipe`).
+    Otherwise the file is a plain checkpoint (:func:`~halfprec.io.truth.check_plain`).
+    Everything is checked before any tensor is read."""
+    source = path if isinstance(path, TensorFile) else TensorFile(path)
     model = build_on_meta(build)
     if strict:
         check_names(model, source)
+    if described_by is None:
+        check_plain(model, source, source.path)
     if config is not None:
         cfg = Recipe.of(config)
         half = cfg.resolve().dtype
         extra = [] if in_range else _existing_modules(model, overflowing_modules(source, half))
         convert_(model, cfg.replace(dtype=half, keep_fp32=(*cfg.keep_fp32, *extra)))
+        if described_by is not None:
+            check_against_recipe(model, source, source.path, described_by, half)
     materialize_(model, source, strict=strict)
     return model
 

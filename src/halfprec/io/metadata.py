@@ -25,10 +25,17 @@ from halfprec.convert.recipe import Recipe, RecipeError
 from halfprec.dtypes import dtype_name
 from halfprec.errors import CheckpointError
 
-__all__ = ["HALFPREC_FORMAT", "checkpoint_metadata", "file_recipe", "is_half_checkpoint"]
+__all__ = [
+    "HALFPREC_FORMAT",
+    "checkpoint_metadata",
+    "claimed_recipe",
+    "file_recipe",
+    "is_half_checkpoint",
+]
 
 HALFPREC_FORMAT = "halfprec/2"
 _LEGACY_FORMAT = "halfprec/1"
+_OWN_KEYS = ("halfprec_format", "halfprec_version", "recipe")
 
 
 def checkpoint_metadata(
@@ -58,6 +65,40 @@ def is_half_checkpoint(meta: dict[str, str]) -> bool:
     return meta.get("format") == _LEGACY_FORMAT and meta.get("dtype") in ("fp16", "bf16")
 
 
+def claimed_recipe(meta: dict[str, str], path: Path) -> Recipe | None:
+    """The recipe a file's metadata claims (None for a plain checkpoint, which has no
+    halfprec field), after checking that the fields written for humans agree with it:
+    ``dtype`` is the recipe's dtype, and ``keep_fp32`` its module islands. A file with
+    some halfprec fields but not a readable recipe is :class:`CheckpointError`, never
+    read as a plain checkpoint. The tensors themselves are checked against the recipe
+    once it has converted the model (:mod:`halfprec.io.truth`)."""
+    if meta.get("format") != _LEGACY_FORMAT and not any(k in meta for k in _OWN_KEYS):
+        return None
+    fix = "the file was altered after it was written: write it again with `halfprec convert`"
+    if not is_half_checkpoint(meta):
+        found = meta.get("halfprec_format", meta.get("format"))
+        raise CheckpointError(
+            f"{path}: its metadata has halfprec fields but its format is {str(found)[:40]!r}, "
+            f"not {HALFPREC_FORMAT!r}; {fix}"
+        )
+    if "dtype" not in meta:
+        raise CheckpointError(f"{path}: its metadata has no dtype field; {fix}")
+    recipe = file_recipe(meta, path)
+    assert not isinstance(recipe.dtype, str)  # file_recipe returns a resolved recipe
+    if meta["dtype"] != dtype_name(recipe.dtype):
+        raise CheckpointError(
+            f"{path}: its metadata field dtype says {meta['dtype'][:20]!r} but its recipe "
+            f"says {dtype_name(recipe.dtype)}; {fix}"
+        )
+    islands = [k for k in recipe.keep_fp32 if isinstance(k, str)]
+    if meta.get("halfprec_format") == HALFPREC_FORMAT and _legacy_keep(meta, path) != islands:
+        raise CheckpointError(
+            f"{path}: its metadata field keep_fp32 says {meta.get('keep_fp32', '')[:80]} but "
+            f"its recipe keeps {json.dumps(islands)[:80]} in fp32; {fix}"
+        )
+    return recipe
+
+
 def file_recipe(meta: dict[str, str], path: Path) -> Recipe:
     """The resolved recipe a half checkpoint was written with (see the module docs)."""
     if meta.get("halfprec_format") == HALFPREC_FORMAT:
@@ -82,7 +123,7 @@ def file_recipe(meta: dict[str, str], path: Path) -> Recipe:
 def _legacy_keep(meta: dict[str, str], path: Path) -> list[str]:
     try:
         keep = json.loads(meta.get("keep_fp32", "[]"))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise CheckpointError(
             f"{path}: its keep_fp32 metadata is not valid JSON ({exc}); write the file again "
             "with `halfprec convert`"

@@ -6,7 +6,7 @@ import pickle
 import re
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -23,12 +23,17 @@ class UnsafePickleError(Exception):
         self.detail = detail
 
 
-def load_weights_only(path: Path) -> Any:
-    """Load ``path`` with ``weights_only=True``; refuse anything that would run code."""
+def load_weights_only(path: Path | BinaryIO) -> Any:
+    """Load ``path`` (or an open file: :func:`halfprec.readfile.open_regular`) with
+    ``weights_only=True``; refuse anything that would run code."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # protocol-version chatter from the safe unpickler
         try:
-            return torch.load(str(path), map_location="cpu", weights_only=True)
+            return torch.load(
+                path if not isinstance(path, Path) else str(path),
+                map_location="cpu",
+                weights_only=True,
+            )
         except pickle.UnpicklingError as exc:
             found = _GLOBAL.search(str(exc))
             detail = f"it asks for {found.group(1)}" if found else "it holds objects or code"

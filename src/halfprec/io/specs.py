@@ -31,9 +31,12 @@ import torch
 from torch import nn
 
 from halfprec.batch import Batch, as_batches
-from halfprec.errors import ModelSpecError, clip
+from halfprec.dtypes import dtype_name
+from halfprec.errors import CheckpointError, ModelSpecError, clip
+from halfprec.io.tensorfile import TensorFile
 from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers, sentences, token_batch
 from halfprec.modules import first_line
+from halfprec.readfile import read_text_regular, refusal, special_file_in
 
 __all__ = ["LoadedModel", "load_model", "stored_dtype", "SPEC_HELP"]
 
@@ -73,7 +76,8 @@ def load_model(spec: str) -> LoadedModel:
             return _from_module(_import_file(Path(target)), factory, spec)
         return _from_module(_import_module(target), factory, spec)
     if spec.endswith((".py", ".pt", ".pth", ".ts", ".jit")) or "/" in spec:
-        raise ModelSpecError(f"model file or directory {spec!r} not found; check the path")
+        problem = refusal("model file or directory", path)
+        raise ModelSpecError(problem or f"model file or directory {spec!r} not found")
     raise ModelSpecError(f"unknown MODEL {spec!r}; {SPEC_HELP}")
 
 
@@ -101,8 +105,9 @@ def _import_module(name: str) -> ModuleType:
 
 
 def _import_file(path: Path) -> ModuleType:
-    if not path.is_file():
-        raise ModelSpecError(f"model file {str(path)!r} not found; check the path")
+    problem = refusal("model file", path)
+    if problem is not None:
+        raise ModelSpecError(problem)
     mod_name = f"_halfprec_user_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(mod_name, path)
     if spec is None or spec.loader is None:
@@ -161,6 +166,9 @@ def _where(module: ModuleType) -> str:
 def _hf_directory(path: Path) -> LoadedModel:
     """A Hugging Face directory loaded in fp32 whatever dtype it was stored in (the fp32
     reference), with no code from the directory run (``trust_remote_code=False``)."""
+    special = special_file_in(path)
+    if special is not None:
+        raise ModelSpecError(special)
     config_file = path / "config.json"
     if not config_file.is_file():
         raise ModelSpecError(
@@ -246,24 +254,20 @@ def stored_dtype(path: Path) -> str:
     """The floating dtype(s) a Hugging Face directory stores its weights in, read from the
     safetensors headers (most elements first, ``"bf16+fp32"`` when mixed), else from
     config.json's ``dtype``/``torch_dtype``; ``""`` when neither says."""
-    from safetensors import safe_open
-
     counts: dict[str, int] = {}
     for file in sorted(path.glob("*.safetensors")):
         try:
-            handle = safe_open(str(file), framework="pt")
-        except Exception:  # noqa: BLE001 (SafetensorError: a stray file that is no weights)
+            weights = TensorFile(file)
+        except CheckpointError:  # a stray file that is no weights
             continue
-        with handle:
-            for key in handle.keys():  # noqa: SIM118 (a safe_open handle is no mapping)
-                part = handle.get_slice(key)
-                dtype = _SAFETENSORS_DTYPES.get(part.get_dtype())
-                if dtype is not None:
-                    counts[dtype] = counts.get(dtype, 0) + math.prod(part.get_shape())
+        for key in weights.names():
+            dtype = dtype_name(weights.dtype(key))
+            if dtype in _STORED:
+                counts[dtype] = counts.get(dtype, 0) + math.prod(weights.shape(key))
     if counts:
         return "+".join(sorted(counts, key=lambda d: -counts[d]))
     try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        config = json.loads(read_text_regular(path / "config.json", limit=_CONFIG_LIMIT))
     except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return ""
     named = config.get("dtype") or config.get("torch_dtype") if isinstance(config, dict) else None
@@ -272,7 +276,8 @@ def stored_dtype(path: Path) -> str:
     return ""
 
 
-_SAFETENSORS_DTYPES = {"F16": "fp16", "BF16": "bf16", "F32": "fp32", "F64": "fp64"}
+_STORED = ("fp16", "bf16", "fp32", "fp64")
+_CONFIG_LIMIT = 16 * 2**20
 _CONFIG_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}
 
 
@@ -303,8 +308,8 @@ def _model_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str,
 def _architecture(tf: Any, config_file: Path) -> Any:
     """The model class named by ``architectures[0]`` in config.json (AutoModel if none)."""
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        config = json.loads(read_text_regular(config_file, limit=_CONFIG_LIMIT))
+    except (OSError, ValueError, RecursionError) as exc:
         raise ModelSpecError(
             f"{config_file} is not valid JSON ({clip(str(exc))}); fix the file"
         ) from None

@@ -35,6 +35,7 @@ from typing import IO, Any
 import torch
 
 from halfprec.errors import CheckpointError
+from halfprec.readfile import open_regular, read_regular, refusal
 
 __all__ = ["TensorFile", "TensorWriter", "INDEX_NAME"]
 
@@ -62,12 +63,14 @@ _DTYPES: dict[str, torch.dtype] = {
 }
 _NAMES = {v: k for k, v in _DTYPES.items()}
 _HEADER_LIMIT = 100 * 2**20
+_INDEX_LIMIT = 100 * 2**20
+_INT64_MAX = 2**63 - 1
 
 
 def _header(path: Path) -> tuple[int, dict[str, Any]]:
     """(byte offset of the data, parsed and checked header) of one safetensors file."""
     try:
-        with path.open("rb") as f:
+        with open_regular(path) as f:
             (size,) = struct.unpack("<Q", f.read(8))
             if size > _HEADER_LIMIT:
                 raise ValueError(f"header of {size} bytes")
@@ -97,7 +100,8 @@ def _meta_problem(meta: Any) -> str | None:
 
 
 def _is_size(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    """An int64 size: torch cannot make a tensor with a dimension past 2**63 - 1."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _INT64_MAX
 
 
 def _entry_problem(info: Any) -> str | None:
@@ -108,7 +112,7 @@ def _entry_problem(info: Any) -> str | None:
     if not isinstance(dtype, str) or dtype not in _DTYPES:
         return f"has dtype {str(dtype)[:20]!r}, not one of {', '.join(_DTYPES)}"
     if not isinstance(shape, list) or not all(_is_size(d) for d in shape):
-        return f"has shape {str(shape)[:40]}, not a list of sizes >= 0"
+        return f"has shape {str(shape)[:40]}, not a list of sizes from 0 to 2**63 - 1"
     if (
         not isinstance(offsets, list)
         or len(offsets) != 2
@@ -122,6 +126,48 @@ def _entry_problem(info: Any) -> str | None:
     return None
 
 
+def _weight_map(index: Path) -> dict[str, str]:
+    """The ``weight_map`` of a sharded checkpoint's index: tensor name -> shard file name,
+    each shard a plain file name in the index's folder."""
+    try:
+        data = json.loads(read_regular(index, limit=_INDEX_LIMIT))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise CheckpointError(
+            f"{index} is not a safetensors index ({exc}); write the checkpoint again"
+        ) from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v not in ("", ".", "..") and Path(v).name == v
+        for k, v in weight_map.items()
+    ):
+        raise CheckpointError(
+            f"{index} is not a safetensors index: its weight_map must map tensor names to "
+            "shard file names in its folder; write the checkpoint again"
+        )
+    return weight_map
+
+
+def _check_weight_map(index: Path, weight_map: dict[str, str], found: dict[str, str]) -> None:
+    """The index names every tensor the shards hold, each in the shard that holds it."""
+    for name, shard in weight_map.items():
+        if name not in found:
+            raise CheckpointError(
+                f"{index}: its weight_map names tensor {name[:80]!r} in {shard}, which does not "
+                "hold it; the index was altered: write the checkpoint again"
+            )
+        if found[name] != shard:
+            raise CheckpointError(
+                f"{index}: its weight_map puts tensor {name[:80]!r} in {shard}, but "
+                f"{found[name]} holds it; the index was altered: write the checkpoint again"
+            )
+    extra = [n for n in found if n not in weight_map]
+    if extra:
+        raise CheckpointError(
+            f"{index}: tensor {extra[0][:80]!r} in {found[extra[0]]} is not in its weight_map; "
+            "the index was altered: write the checkpoint again"
+        )
+
+
 class TensorFile:
     """One safetensors file, or a sharded checkpoint (a directory holding
     ``model.safetensors.index.json``, or that index file itself)."""
@@ -131,27 +177,33 @@ class TensorFile:
         if p.is_dir():
             index = p / INDEX_NAME
             single = p / "model.safetensors"
-            p = index if index.is_file() else single
-        if not p.is_file():
-            raise CheckpointError(f"checkpoint {p} not found; check the path")
+            p = index if os.path.lexists(index) else single
+        problem = refusal("checkpoint", p)
+        if problem is not None:
+            raise CheckpointError(problem)
         self.path = p
         self.metadata: dict[str, str] = {}
         self._where: dict[str, tuple[Path, int, dict[str, Any]]] = {}
         self._maps: dict[Path, mmap.mmap] = {}
-        if p.name.endswith(".index.json"):
-            try:
-                weight_map = json.loads(p.read_text())["weight_map"]
-            except (OSError, ValueError, KeyError) as exc:
-                raise CheckpointError(f"{p} is not a safetensors index ({exc})") from None
-            shards = [p.parent / s for s in dict.fromkeys(weight_map.values())]
-        else:
-            shards = [p]
+        weight_map = _weight_map(p) if p.name.endswith(".index.json") else None
+        shards = (
+            [p]
+            if weight_map is None
+            else [p.parent / s for s in dict.fromkeys(weight_map.values())]
+        )
         for shard in shards:
             start, header = _header(shard)
             meta = header.pop("__metadata__", None) or {}
             self.metadata.update(meta)
             for name, info in header.items():
+                if name in self._where:
+                    raise CheckpointError(
+                        f"{p}: tensor {name[:80]!r} is in both {self._where[name][0].name} and "
+                        f"{shard.name}; write the checkpoint again"
+                    )
                 self._where[name] = (shard, start, info)
+        if weight_map is not None:
+            _check_weight_map(p, weight_map, {n: w[0].name for n, w in self._where.items()})
 
     def names(self) -> list[str]:
         return list(self._where)
@@ -177,7 +229,7 @@ class TensorFile:
         dtype, shape = self.dtype(name), self.shape(name)
         size = end - begin  # fits shape and dtype: checked when the header was read
         raw = torch.empty(size, dtype=torch.uint8)
-        with shard.open("rb") as f:
+        with open_regular(shard) as f:
             f.seek(start + begin)
             if size and f.readinto(raw.numpy().data) != size:
                 raise CheckpointError(f"{shard} is truncated inside tensor {name!r}")
@@ -202,7 +254,7 @@ class TensorFile:
         if count == 0 or (start + begin) % itemsize:
             return self.get(name)
         if shard not in self._maps:
-            with shard.open("rb") as f:
+            with open_regular(shard) as f:
                 self._maps[shard] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         buffer = self._maps[shard]
         if start + end > len(buffer):

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file
 from safetensors.torch import save as to_bytes
 from torch import nn
 
 from halfprec.atomic import write_bytes_atomic
 from halfprec.errors import CheckpointError
+from halfprec.io.tensorfile import TensorFile
 from halfprec.modules import model_device
+from halfprec.readfile import unreadable
 from halfprec.train.checkpoint_checks import check_parts
 from halfprec.train.mixed import MixedPrecision
 from halfprec.train.watch import unwrap
@@ -111,7 +111,8 @@ def load_checkpoint(
             "halfprec.train.save_checkpoint, so nothing was loaded"
         )
     _check_parts(path, parts, mp=mp is not None, scheduler=scheduler is not None)
-    check_parts(path, parts, model, optimizer, meta.get("counters"))
+    scaling = mp is not None and mp.scaling
+    check_parts(path, parts, model, optimizer, meta.get("counters"), loss_scaling=scaling)
     if mp is not None:  # checks its dtype and config before it changes anything
         mp.load_state_dict(parts["mixed_precision"])
     device = model_device(model)
@@ -125,14 +126,16 @@ def load_checkpoint(
 
 
 def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    if not path.is_file():
+    kind = unreadable(path)
+    if kind == "not found":
         raise CheckpointError(f"{path}: no such checkpoint file; check the path")
+    if kind is not None:
+        raise CheckpointError(f"{path}: it is {kind}, not a checkpoint file; check the path")
     try:
-        tensors = load_file(str(path))
-        with safe_open(str(path), framework="pt") as handle:
-            metadata = handle.metadata() or {}
-        meta = json.loads(metadata.get(_META_KEY, "null"))
-    except (SafetensorError, ValueError, OSError, RecursionError) as exc:
+        source = TensorFile(path)  # opened as a regular file; every header field checked
+        tensors = dict(source.items())
+        meta = json.loads(source.metadata.get(_META_KEY, "null"))
+    except (CheckpointError, ValueError, RecursionError) as exc:
         raise CheckpointError(
             f"{path}: not a readable safetensors file ({exc}); it may be truncated or not a "
             "checkpoint"

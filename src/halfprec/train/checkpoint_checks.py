@@ -28,14 +28,18 @@ def check_parts(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     counters: object,
+    *,
+    loss_scaling: bool = False,
 ) -> None:
-    """Raise :class:`CheckpointError` naming the first part that does not fit."""
+    """Raise :class:`CheckpointError` naming the first part that does not fit.
+    ``loss_scaling``: the run resuming scales its loss (fp16), so the saved scaler state
+    must be there."""
     where = f"{path}:"
     _check_model(where, parts.get("model"), model)
     _check_optimizer(where, parts.get("optimizer"), optimizer)
     _check_rng(where, parts.get("rng"))
     if "mixed_precision" in parts:
-        _check_mixed_precision(where, parts["mixed_precision"])
+        _check_mixed_precision(where, parts["mixed_precision"], loss_scaling)
     if "scheduler" in parts and not _str_dict(parts["scheduler"]):
         raise _bad(where, "the scheduler state is not a dict of named values")
     if not _str_dict(counters) or not all(
@@ -110,9 +114,15 @@ def _check_optimizer(where: str, state: object, optimizer: torch.optim.Optimizer
         if pid not in shapes or not _str_dict(entry):
             raise _bad(where, f"the optimizer state names parameter {pid!r}, not in any group")
         for name, value in entry.items():
-            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != shapes[pid]:
+            if not isinstance(value, torch.Tensor):
+                continue
+            # a moment is the parameter's shape, 0-dim too (it would broadcast); other
+            # entries (step, NAdam's mu_product) may be scalars
+            if (name in _MOMENTS or value.dim() > 0) and value.shape != shapes[pid]:
                 raise _bad(
-                    where, f"optimizer state {name!r} of parameter {pid} has the wrong shape"
+                    where,
+                    f"optimizer state {name!r} of parameter {pid} has shape "
+                    f"{list(value.shape)}, not the parameter's {list(shapes[pid])}",
                 )
 
 
@@ -175,10 +185,25 @@ def _restores(where: str, state: dict[str, Any]) -> None:
             raise _bad(where, f"the {accelerator.type} RNG state is refused ({exc})") from None
 
 
-def _check_mixed_precision(where: str, state: object) -> None:
+# optimizer state that torch's optimizers keep in the parameter's shape
+_MOMENTS = frozenset(
+    {
+        *("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "sum", "square_avg"),
+        *("grad_avg", "acc_delta", "ax", "prev", "step_size", "exp_inf"),
+    }
+)
+
+
+def _check_mixed_precision(where: str, state: object, loss_scaling: bool) -> None:
     if not _str_dict(state) or not _str_dict(state.get("scaler")):
         raise _bad(where, "the mixed precision state has no scaler")
+    if not isinstance(state.get("dtype"), str):
+        raise _bad(where, "the mixed precision state has no dtype")
+    if not _str_dict(state.get("config")):
+        raise _bad(where, "the mixed precision state has no config of named settings")
     scaler, counters = state["scaler"], state.get("counters")
+    if loss_scaling and not scaler:
+        raise _bad(where, "the loss scaler state is empty, but this run scales its loss (fp16)")
     if scaler:  # empty when loss scaling is off (bf16)
         checks = {
             "scale": lambda v: _finite(v) and v > 0,
