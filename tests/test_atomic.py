@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -14,10 +15,13 @@ import pytest
 import halfprec.atomic
 from halfprec.atomic import (
     atomic_path,
+    make_temp_dir,
     remove_stale_temp_files,
     write_bytes_atomic,
     write_text_atomic,
 )
+from halfprec.readfile import NotAFileError
+from support.special_files import fifo, within, zero_link
 
 
 def _umask() -> int:
@@ -189,3 +193,51 @@ def test_a_check_of_the_temp_file_that_fails_keeps_the_previous_file(tmp_path: P
         tmp.write_bytes(b"new artifact")
         raise ValueError(f"{tmp} does not verify")
     assert target.read_bytes() == b"previous artifact"
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_a_temp_folder_carries_the_pid_and_follows_the_umask(tmp_path: Path, umask: int) -> None:
+    old = os.umask(umask)
+    try:
+        folder = make_temp_dir(tmp_path)
+    finally:
+        os.umask(old)
+    assert re.fullmatch(rf"\.halfprec-{os.getpid()}-[0-9a-f]+\.tmp", folder.name)
+    assert folder.is_dir() and list(folder.iterdir()) == []
+    assert folder.stat().st_mode & 0o777 == 0o777 & ~umask  # mkdtemp's was 0700 always
+
+
+def test_stale_temp_folders_are_removed_like_stale_files(tmp_path: Path) -> None:
+    dead = tmp_path / f".halfprec-{_dead_pid()}-0badf00d.tmp"
+    dead.mkdir()
+    (dead / "model.safetensors").write_bytes(b"partial")  # what a kill -9 left behind
+    alive = tmp_path / f".halfprec-{os.getpid()}-0badf00d.tmp"
+    alive.mkdir()
+    old_style, young_style = tmp_path / ".halfprec-abc123_x", tmp_path / ".halfprec-zzzzzzzz"
+    old_style.mkdir()
+    young_style.mkdir()
+    day_ago = time.time() - 2 * 24 * 3600
+    os.utime(old_style, (day_ago, day_ago))
+    link = tmp_path / f".halfprec-{_dead_pid()}-00000000.tmp"
+    link.symlink_to(alive)  # a link of that name is not halfprec's: left alone
+    fresh = make_temp_dir(tmp_path)  # cleans the folder first, as every write does
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {alive.name, young_style.name, link.name, fresh.name}
+
+
+def test_a_fifo_or_device_target_is_refused_not_replaced(tmp_path: Path) -> None:
+    pipe = fifo(tmp_path / "out.safetensors")
+    with pytest.raises(NotAFileError, match=r"out.safetensors is a FIFO \(named pipe\)"):
+        within(5, lambda: write_bytes_atomic(pipe, b"x"), pipe)
+    assert stat.S_ISFIFO(os.lstat(pipe).st_mode)
+    zero = zero_link(tmp_path / "zero.json")
+    with pytest.raises(NotAFileError, match="is a character device"):
+        write_text_atomic(zero, "{}")
+    assert zero.is_symlink() and os.path.realpath(zero) == "/dev/zero"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".halfprec")] == []

@@ -16,6 +16,7 @@ from support import FIXTURES, SUPPORT
 from support.cli import run_cli, run_cli_subprocess
 from support.export_models import example_inputs, tiny
 from support.hf_models import save as save_hf
+from support.special_files import fifo, within
 
 TESTS = Path(__file__).resolve().parents[1]  # tests/
 USER = f"{FIXTURES / 'user_model.py'}:build"
@@ -380,3 +381,117 @@ def test_export_does_not_write_over_its_inputs_or_model(tmp_path: Path) -> None:
     _one_error(run_cli("export", str(scripted), "-o", str(scripted)), "is the MODEL file")
     assert inputs.read_bytes() == before and scripted.read_bytes() == model_bytes
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.ts", "x.pt"]
+
+
+# -- issue 32: special files, lying files and the last tracebacks ----------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "role"),
+    [("--inputs", "inputs file"), ("--recipe", "recipe file"), ("--weights", "checkpoint")],
+)
+def test_a_fifo_given_as_a_file_is_named_as_one(tmp_path: Path, option: str, role: str) -> None:
+    pipe = fifo(tmp_path / "pipe.safetensors")  # used to say "not found"
+    proc = within(30, lambda: run_cli("check", USER, option, str(pipe), "--runs", "0"), pipe)
+    _one_error(proc, f"{role} {pipe} is a FIFO (named pipe), not a regular file")
+
+
+def test_a_recipe_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.json"
+    text = halfprec.Recipe(dtype="fp16").dumps()
+    recipe.write_bytes(b"\xef\xbb\xbf" + text.encode())  # as Notepad saves UTF-8
+    out = tmp_path / "half.safetensors"
+    proc = run_cli("convert", USER, "--recipe", str(recipe), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    from halfprec.io.checkpoint import read_metadata
+
+    assert read_metadata(out)["dtype"] == "fp16"
+
+
+def test_a_recipe_with_info_nested_700_deep_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    data = halfprec.Recipe(dtype="fp16").to_json()
+    info: dict[str, object] = {}
+    data["info"] = info
+    for _ in range(700):
+        info["a"] = {}
+        info = info["a"]  # type: ignore[assignment]
+    recipe = tmp_path / "deep.json"
+    recipe.write_text(json.dumps(data))
+    out = tmp_path / "half.safetensors"
+    proc = run_cli("convert", USER, "--recipe", str(recipe), "-o", str(out), "--json")
+    _one_error(proc, "Recipe.info nests lists and objects more than 16 deep")
+    assert not out.exists()  # used to be a RecursionError after writing the output
+
+
+def test_an_inputs_shape_past_int64_is_exit_2(tmp_path: Path) -> None:
+    header = json.dumps({"x": {"dtype": "F32", "shape": [0, 2**63], "data_offsets": [0, 0]}})
+    bad = tmp_path / "inputs.safetensors"
+    bad.write_bytes(len(header).to_bytes(8, "little") + header.encode())
+    _one_error(
+        run_cli("check", USER, "--inputs", str(bad), "--runs", "0"),
+        "has shape [0, 9223372036854775808], not a list of sizes from 0 to 2**63 - 1",
+    )
+
+
+def test_checkpoint_metadata_without_its_dtype_is_exit_2(tmp_path: Path) -> None:
+    good = tmp_path / "good.safetensors"
+    assert run_cli("convert", USER, "-o", str(good), "--dtype", "fp16").returncode == 0
+    from safetensors import safe_open
+
+    with safe_open(str(good), framework="pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+        meta = {k: v for k, v in f.metadata().items() if k != "dtype"}
+    bad = tmp_path / "bad.safetensors"
+    save_file(tensors, str(bad), metadata=meta)
+    _one_error(
+        run_cli("check", USER, "--weights", str(bad), "--runs", "0"),
+        "its metadata has no dtype field",
+    )
+
+
+@pytest.mark.parametrize("index", [{"weight_map": []}, {"weight_map": 3}, {"weight_map": None}, []])
+def test_an_index_of_the_wrong_shape_is_exit_2(tmp_path: Path, index: object) -> None:
+    from fixtures.user_model import build
+
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    save_file(build().state_dict(), str(folder / "a.safetensors"))
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    out = tmp_path / "half.safetensors"
+    proc = run_cli("convert", USER, "--weights", str(folder), "-o", str(out))
+    _one_error(proc, "is not a safetensors index")  # used to be an AttributeError
+    assert not out.exists()
+
+
+def test_a_fifo_shard_is_exit_2_not_a_hang(tmp_path: Path) -> None:
+    from fixtures.user_model import build
+
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    state = build().state_dict()
+    save_file({k: v for k, v in state.items() if k != "head.bias"}, str(folder / "a.safetensors"))
+    pipe = fifo(folder / "b.safetensors")
+    weight_map = {k: "a.safetensors" for k in state}
+    weight_map["head.bias"] = "b.safetensors"
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    out = tmp_path / "half.safetensors"
+    cmd = ("convert", USER, "--weights", str(folder), "-o", str(out))
+    proc = within(30, lambda: run_cli(*cmd), pipe)
+    _one_error(proc, "b.safetensors is a FIFO (named pipe)")
+    assert not out.exists()
+
+
+def test_generate_past_the_model_s_positions_is_exit_2(tmp_path: Path) -> None:
+    from testbed.hf_tiny import build
+
+    short = tmp_path / "gpt2-40"
+    build("gpt2", context=40).save_pretrained(str(short))
+    proc = run_cli("check", str(short), "--generate", "64", "--runs", "0")
+    _one_error(proc, "positions, but GPT2LMHeadModel takes 40", "use --generate")
+
+
+def test_a_batch_size_past_the_limit_is_exit_2() -> None:
+    proc = run_cli("bench", USER, "--batch-sizes", "1,1000000000000")
+    _one_error(proc, "--batch-sizes 1000000000000 is over the largest batch")

@@ -8,7 +8,10 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import pickle
+import re
+import shutil
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +28,7 @@ from halfprec.io.specs import load_model
 from support import SUPPORT
 from support.cli import run_cli
 from support.export_models import example_inputs, tiny
+from support.special_files import fifo, within, zero_link
 
 MODELS = str(SUPPORT / "export_models.py")
 
@@ -367,3 +371,105 @@ def test_the_documented_archive_limits_are_the_code_s(doc: str) -> None:
     assert f"{safe_pt2.MAX_JSON_BYTES // 2**20} MiB" in text
     factor = f"{safe_pt2.MAX_INFLATION} times the file's size plus "
     assert f"{factor}{safe_pt2.INFLATION_SLACK_BYTES // 2**20} MiB" in text
+
+
+# -- issue 32: the tensors are the truth in a Hugging Face output directory --------------
+
+
+@pytest.fixture(scope="module")
+def hf_outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``convert``'s folder output for a tiny GPT-2, in bf16, made with umask 027."""
+    from halfprec.io.hf_dir import save_pretrained_dir
+    from support.hf_models import build
+
+    root = tmp_path_factory.mktemp("hf")
+    old = os.umask(0o027)
+    try:
+        save_pretrained_dir(halfprec.convert(build("gpt2"), "bf16"), root / "out")
+    finally:
+        os.umask(old)
+    return root / "out"
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_the_output_folder_follows_the_umask(hf_outdir: Path) -> None:
+    assert hf_outdir.stat().st_mode & 0o777 == 0o750  # mkdtemp made it 0700 whatever the umask
+
+
+def test_a_tensor_deleted_from_the_folder_is_refused_not_initialised(
+    hf_outdir: Path, tmp_path: Path
+) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from support.hf_models import build
+
+    out = _copy(hf_outdir, tmp_path / "out")
+    weights = out / "model.safetensors"
+    tensors = load_file(str(weights))
+    victim = next(k for k in tensors if k.endswith("mlp.c_fc.weight"))
+    del tensors[victim]
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=rf"\(missing: {re.escape(victim)}\)"):
+        halfprec.load(out, into=lambda: build("gpt2"))  # transformers only printed MISSING
+
+
+@pytest.mark.parametrize(
+    ("edits", "needle"),
+    [
+        (  # every description says fp16, the weights are bf16
+            {"halfprec_recipe.json": ("dtype", "fp16"), "config.json": ("dtype", "float16")},
+            "is stored as bf16 but halfprec_recipe.json (beside the weights) makes it fp16",
+        ),
+        ({"config.json": ("dtype", "float16")}, "its dtype field says 'float16'"),
+    ],
+    ids=["recipe", "config"],
+)
+def test_a_folder_whose_descriptions_disagree_with_its_weights_is_refused(
+    hf_outdir: Path, tmp_path: Path, edits: dict[str, tuple[str, str]], needle: str
+) -> None:
+    from support.hf_models import build
+
+    out = _copy(hf_outdir, tmp_path / "out")
+    for file, (key, value) in edits.items():
+        data = json.loads((out / file).read_text())
+        (out / file).write_text(json.dumps({**data, key: value}))
+    with pytest.raises(CheckpointError) as info:  # the bf16 weights used to load as fp16
+        halfprec.load(out, into=lambda: build("gpt2"))
+    assert needle in str(info.value)
+
+
+def test_a_fifo_in_the_folder_is_refused_without_blocking(hf_outdir: Path, tmp_path: Path) -> None:
+    from support.hf_models import build
+
+    out = _copy(hf_outdir, tmp_path / "out")
+    (out / "tokenizer.json").unlink(missing_ok=True)
+    pipe = fifo(out / "tokenizer.json")
+    with pytest.raises(CheckpointError, match=r"tokenizer.json is a FIFO \(named pipe\)"):
+        within(30, lambda: halfprec.load(out, into=lambda: build("gpt2")), pipe)
+
+
+# -- issue 32: the probe cache reads regular files only -----------------------------------
+
+
+@pytest.mark.parametrize("special", ["fifo", "dev-zero"])
+def test_a_probe_cache_that_is_a_fifo_or_dev_zero_is_ignored_at_once(
+    tmp_path: Path, special: str
+) -> None:
+    from halfprec.bench.limit import Gemm
+    from halfprec.bench.machine import machine_key
+    from halfprec.bench.probe_cache import ProbeCache
+
+    cache = ProbeCache(tmp_path, machine_key("cpu"))
+    made = fifo(cache.path) if special == "fifo" else zero_link(cache.path)
+    # a FIFO used to block bench forever; /dev/zero grew its memory without bound
+    found = within(10, lambda: cache.get(torch.bfloat16, Gemm(1, 8, 8, 8), 3.0), made)
+    assert found is None
+    kind = "a FIFO (named pipe)" if special == "fifo" else "a character device"
+    assert cache.notes == [
+        f"ignored the probe cache {cache.path} (it is {kind}, not a regular file); "
+        "probed again and rewrote it"
+    ]

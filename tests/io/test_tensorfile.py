@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from halfprec.errors import CheckpointError
 from halfprec.io.tensorfile import TensorFile, TensorWriter
+from support.special_files import fifo, within, zero_link
 
 DTYPES = [
     torch.complex64,
@@ -108,3 +109,73 @@ def test_a_crafted_header_is_one_checkpoint_error(tmp_path: Path, header: Any, n
     with pytest.raises(CheckpointError, match="is not a valid safetensors file") as info:
         TensorFile(path)
     assert needle in str(info.value)
+
+
+def _sharded(folder: Path, index: Any) -> Path:
+    save_file({"a": torch.zeros(2), "a2": torch.zeros(1)}, str(folder / "one.safetensors"))
+    save_file({"b": torch.ones(3)}, str(folder / "two.safetensors"))
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return folder
+
+
+@pytest.mark.parametrize("weight_map", [["a", "b"], 7, None, "one.safetensors"])
+def test_an_index_whose_weight_map_is_no_mapping_is_a_checkpoint_error(
+    tmp_path: Path, weight_map: Any
+) -> None:
+    _sharded(tmp_path, {"weight_map": weight_map})  # used to be an AttributeError
+    with pytest.raises(CheckpointError, match="its weight_map must map tensor names to shard"):
+        TensorFile(tmp_path)
+
+
+def test_an_index_that_is_a_list_is_a_checkpoint_error(tmp_path: Path) -> None:
+    _sharded(tmp_path, [])
+    with pytest.raises(CheckpointError, match="is not a safetensors index"):
+        TensorFile(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("weight_map", "needle"),
+    [
+        (
+            {"a": "one.safetensors", "b": "two.safetensors"},
+            "tensor 'a2' in one.safetensors is not in its weight_map",
+        ),
+        (
+            {"a": "two.safetensors", "a2": "one.safetensors", "b": "two.safetensors"},
+            "puts tensor 'a' in two.safetensors, but one.safetensors holds it",
+        ),
+        (
+            {
+                "a": "one.safetensors",
+                "a2": "one.safetensors",
+                "b": "two.safetensors",
+                "c": "one.safetensors",
+            },
+            "names tensor 'c' in one.safetensors, which does not hold it",
+        ),
+        ({"a": "../one.safetensors", "b": "two.safetensors"}, "shard file names in its folder"),
+    ],
+)
+def test_an_index_that_disagrees_with_its_shards_is_refused(
+    tmp_path: Path, weight_map: dict[str, str], needle: str
+) -> None:
+    _sharded(tmp_path, {"weight_map": weight_map})
+    with pytest.raises(CheckpointError, match="safetensors index|weight_map") as info:
+        TensorFile(tmp_path)
+    assert needle in str(info.value)
+
+
+def test_a_fifo_shard_is_refused_without_blocking(tmp_path: Path) -> None:
+    _sharded(tmp_path, {"weight_map": {"a": "one.safetensors", "b": "pipe.safetensors"}})
+    pipe = fifo(tmp_path / "pipe.safetensors")  # used to block forever in open()
+    with pytest.raises(CheckpointError, match=r"is a FIFO \(named pipe\), not a regular file"):
+        within(5, lambda: TensorFile(tmp_path), pipe)
+
+
+def test_a_checkpoint_that_is_a_fifo_or_dev_zero_is_named(tmp_path: Path) -> None:
+    pipe = fifo(tmp_path / "m.safetensors")
+    with pytest.raises(CheckpointError, match=r"checkpoint .*m.safetensors is a FIFO"):
+        within(5, lambda: TensorFile(pipe), pipe)
+    zero = zero_link(tmp_path / "z.safetensors")
+    with pytest.raises(CheckpointError, match="is a character device"):
+        within(5, lambda: TensorFile(zero))

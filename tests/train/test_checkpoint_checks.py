@@ -16,6 +16,7 @@ from torch import nn
 
 from halfprec.errors import CheckpointError
 from halfprec.train import MixedPrecision, load_checkpoint, save_checkpoint
+from support.special_files import fifo, within
 
 META = "halfprec.train"
 
@@ -60,6 +61,10 @@ def _set(tree: Any, name: str, value: Any) -> None:
             pair[1] = value
 
 
+def _drop(tree: Any, name: str) -> None:
+    tree["__dict__"] = [pair for pair in tree["__dict__"] if pair[0] != name]
+
+
 def _python_rng(meta: dict[str, Any]) -> list[int]:
     """The 625 words of the saved Python RNG state, as stored (a list to edit in place)."""
     python = _entry(_part(meta, "rng"), "python")
@@ -87,7 +92,29 @@ FORGERIES: dict[str, tuple[Callable[[dict[str, Any], dict[str, torch.Tensor]], N
     ),
     "moment of the wrong shape": (
         lambda m, t: t.update({k: torch.zeros(7) for k in t if k.endswith("exp_avg")}),
-        "wrong shape",
+        r"optimizer state 'exp_avg' of parameter \d has shape \[7\], not the parameter's",
+    ),
+    # a 0-dim moment used to load, overwrite the model, and crash the next step
+    "0-dim Adam moment": (
+        lambda m, t: t.update({k: torch.zeros(()) for k in t if k.endswith("exp_avg")}),
+        r"optimizer state 'exp_avg' of parameter \d has shape \[\], not the parameter's",
+    ),
+    # these used to be KeyError, AttributeError and torch's RuntimeError
+    "mixed precision without dtype": (
+        lambda m, t: _drop(_part(m, "mixed_precision"), "dtype"),
+        "the mixed precision state has no dtype",
+    ),
+    "mixed precision without config": (
+        lambda m, t: _drop(_part(m, "mixed_precision"), "config"),
+        "the mixed precision state has no config",
+    ),
+    "mixed precision config as a list": (
+        lambda m, t: _set(_part(m, "mixed_precision"), "config", [1, 2]),
+        "the mixed precision state has no config",
+    ),
+    "scaler emptied in an fp16 run": (
+        lambda m, t: _set(_part(m, "mixed_precision"), "scaler", {"__dict__": []}),
+        r"the loss scaler state is empty, but this run scales its loss \(fp16\)",
     ),
     "missing tensor": (lambda m, t: t.pop("model.weight"), "state tree is malformed"),
     "tree not a dict": (lambda m, t: m.update(tree=[1, 2]), "state tree is malformed"),
@@ -128,3 +155,10 @@ def test_the_unforged_file_loads(saved: Path) -> None:
     resumed = load_checkpoint(saved, model, optimizer, mp=MixedPrecision("fp16", device="cpu"))
     want, _ = _trained(0)
     assert torch.equal(model.weight, want.weight) and resumed.counters == {"step": 1}
+
+
+def test_a_fifo_checkpoint_is_refused_at_once(tmp_path: Path) -> None:
+    pipe = fifo(tmp_path / "c.st")
+    model, optimizer = _trained(1)
+    with pytest.raises(CheckpointError, match=r"it is a FIFO \(named pipe\), not a checkpoint"):
+        within(5, lambda: load_checkpoint(pipe, model, optimizer), pipe)

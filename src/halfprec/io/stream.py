@@ -38,6 +38,7 @@ from halfprec.io.materialize import (
 )
 from halfprec.io.metadata import checkpoint_metadata
 from halfprec.io.tensorfile import TensorFile, TensorWriter
+from halfprec.io.truth import check_plain
 
 __all__ = ["convert_file"]
 
@@ -62,6 +63,7 @@ def convert_file(
     model = build_on_meta(build)
     check_names(model, source)
     check_covers(model, source)  # a file without all the model's tensors converts to a broken one
+    check_plain(model, source, source.path)  # kinds, and one floating dtype (no lost recipe)
     extra = _existing_modules(model, overflowing_modules(source, half))
     convert_(model, cfg.replace(dtype=half, keep_fp32=(*cfg.keep_fp32, *extra)))
     report, recipe = conversion_report(model), recipe_of(model)
