@@ -473,3 +473,16 @@ def test_a_probe_cache_that_is_a_fifo_or_dev_zero_is_ignored_at_once(
         f"ignored the probe cache {cache.path} (it is {kind}, not a regular file); "
         "probed again and rewrote it"
     ]
+
+
+def test_every_test_docs_safety_names_exists() -> None:
+    """docs/safety.md names the test behind each claim; a renamed test must not leave it
+    pointing at nothing."""
+    root = SUPPORT.parents[1]
+    named = set(re.findall(r"`(test_\w+)`", (root / "docs" / "safety.md").read_text()))
+    defined = {
+        m
+        for f in (root / "tests").rglob("test_*.py")
+        for m in re.findall(r"^def (test_\w+)", f.read_text(), flags=re.MULTILINE)
+    }
+    assert len(named) >= 30 and named <= defined, sorted(named - defined)

@@ -159,7 +159,10 @@ def test_metadata_that_contradicts_the_tensors_is_refused(tmp_path: Path) -> Non
         k: v.to(torch.bfloat16) if v.dtype == torch.float16 else v for k, v in tensors.items()
     }
     safetensors.torch.save_file(forged, str(path), metadata=read_metadata(path))
-    with pytest.raises(CheckpointError, match=r"tensor .* is stored as bf16 but the recipe in its metadata makes it fp16"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"tensor .* is stored as bf16 but the recipe in its metadata makes it fp16",
+    ):
         load(path, into=net())
 
 
