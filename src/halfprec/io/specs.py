@@ -36,7 +36,7 @@ from halfprec.errors import CheckpointError, ModelSpecError, clip
 from halfprec.io.tensorfile import TensorFile
 from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers, sentences, token_batch
 from halfprec.modules import first_line
-from halfprec.readfile import read_text_regular, refusal, special_file_in
+from halfprec.readfile import open_regular, read_text_regular, refusal, special_file_in
 
 __all__ = ["LoadedModel", "load_model", "stored_dtype", "SPEC_HELP"]
 
@@ -329,14 +329,18 @@ def _architecture(tf: Any, config_file: Path) -> Any:
 def _torchscript(path: Path) -> LoadedModel:
     if path.suffix == ".py":
         raise ModelSpecError(f"{path}: name the factory too, as {path}:factory_name")
-    if not zipfile.is_zipfile(path):
-        raise ModelSpecError(
-            f"{path} is not a TorchScript archive; save one with torch.jit.save, "
-            "or use a package.module:factory spec"
-        )
     try:
-        model: Any = torch.jit.load(str(path), map_location="cpu")
-    except (RuntimeError, ValueError) as exc:
+        with open_regular(path) as f:  # the file checked is the file read
+            if not zipfile.is_zipfile(f):
+                raise ModelSpecError(
+                    f"{path} is not a TorchScript archive; save one with torch.jit.save, "
+                    "or use a package.module:factory spec"
+                )
+            f.seek(0)
+            model: Any = torch.jit.load(f, map_location="cpu")
+    except ModelSpecError:
+        raise
+    except (RuntimeError, ValueError, OSError) as exc:
         raise ModelSpecError(
             f"{path} is not a loadable TorchScript file ({first_line(exc)}); "
             "save it with torch.jit.save"

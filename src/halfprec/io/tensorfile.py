@@ -35,7 +35,7 @@ from typing import IO, Any
 import torch
 
 from halfprec.errors import CheckpointError
-from halfprec.readfile import open_regular, read_regular, refusal
+from halfprec.readfile import NotAFileError, open_regular, read_regular, refusal
 
 __all__ = ["TensorFile", "TensorWriter", "INDEX_NAME"]
 
@@ -84,6 +84,10 @@ def _header(path: Path) -> tuple[int, dict[str, Any]]:
                 raise ValueError(f"header entry {name[:80]!r} {problem}")
             if name != "__metadata__" and info["data_offsets"][1] > data_size:
                 raise ValueError(f"tensor {name[:80]!r} ends past the end of the file")
+    except NotAFileError as exc:
+        raise CheckpointError(
+            f"checkpoint {path} is {exc.kind}, not a regular file; give a file"
+        ) from None
     except (OSError, ValueError, struct.error) as exc:
         raise CheckpointError(
             f"{path} is not a valid safetensors file ({exc}); it may be truncated or corrupt"
