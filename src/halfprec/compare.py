@@ -25,7 +25,7 @@ from torch import nn
 from halfprec.batch import as_batches, call, describe
 from halfprec.dtypes import dtype_name
 from halfprec.errors import BrokenReferenceError, InputsError
-from halfprec.errorstats import ErrorStats, as_real
+from halfprec.errorstats import ErrorStats, aligned, as_real
 from halfprec.fp32 import exact_fp32, reduced_fp32
 from halfprec.tolerance import Tolerance
 from halfprec.tree import flatten, iter_tensors
@@ -216,6 +216,7 @@ class _Output:
         self.logits = False
 
     def add(self, batch: int, ref: torch.Tensor, cand: torch.Tensor) -> None:
+        ref, cand = aligned(ref, cand)
         self.stats.add_tensor(ref, cand)
         if self.stats.reference_nonfinite:
             raise _broken_reference(self.path, batch, ref)
@@ -300,7 +301,8 @@ def compare_outputs(
                 problems.append(f"{path}: a {_kind(c)} output where fp32 gives {_kind(r)}")
             elif _kind(r) in ("integer", "bool"):
                 exact += r.numel()
-                if not torch.equal(r, c.to(r.device, r.dtype)):
+                same_r, same_c = aligned(r, c)
+                if not torch.equal(same_r, same_c.to(same_r.dtype)):
                     problems.append(f"{path}: non-floating output differs from the reference")
             else:
                 out = outputs.setdefault(path, _Output(path, tuple(r.shape)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from halfprec.convert.core import (
     convert,
 )
 from halfprec.dtypes import dtype_name, is_auto, parse_dtype
+from halfprec.errorstats import ErrorStats
 from halfprec.export.artifact import Verification, load_artifact, verify_artifact
 from halfprec.export.capture import capture, dynamic_shapes, forward_params, named_inputs
 from halfprec.export.config import ExportConfig, ExportError, ExportFormat, check_onnx_dtype
@@ -103,14 +105,12 @@ def _export_dtype(config: ExportConfig, convert_config: Recipe, model: nn.Module
 
 
 def _max_abs(a: list[Any], b: list[Any]) -> float:
-    worst = 0.0
+    """The largest difference between two runs' floating outputs, compared on one device
+    (:func:`~halfprec.errorstats.aligned`); inf where their inf/NaN do not match."""
+    stats = ErrorStats()
     for x, y in zip(a, b, strict=True):
-        fx, fy = flatten(x), flatten(y)
-        for k, t in fx.items():
-            if k in fy and t.is_floating_point() and t.shape == fy[k].shape:
-                diff = (t.float() - fy[k].float()).abs()
-                worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
-    return worst
+        stats.add(x, y)
+    return math.inf if stats.nonfinite else stats.max_abs
 
 
 def fp32_info(info: ArtifactInfo) -> ArtifactInfo:
