@@ -33,7 +33,14 @@ from halfprec.export.hf import CACHE_NOTE, CLAMP_NOTE, static_fp16_clamps, witho
 from halfprec.export.info import ArtifactInfo
 from halfprec.export.kv_cache import KV_CACHE_NOTE, cache_reference
 from halfprec.export.moe import DENSE_EXPERTS_NOTE, dense_experts
-from halfprec.export.onnx import OrtCasts, OrtLatency, inspect_casts, ort_latency, write_onnx
+from halfprec.export.onnx import (
+    OrtCasts,
+    OrtLatency,
+    inspect_casts,
+    ort_latency,
+    provider_note,
+    write_onnx,
+)
 from halfprec.export.seq2seq import (
     SEQ2SEQ_NOTE,
     Seq2SeqReference,
@@ -310,7 +317,7 @@ def _export_checked(
     )
 
     def check_file(tmp: Path) -> Verification:  # before the file replaces a previous one
-        artifact = load_artifact(tmp, format=target.format)
+        artifact = load_artifact(tmp, format=target.format, device=model_device(half))
         return verify_artifact(artifact, batches, ref_out, tolerance=step.tolerance)
 
     check = write_artifact(target, half, named, out, info, verify=check_file)
@@ -332,6 +339,7 @@ def _export_checked(
         notes=tuple(notes),
     )
     if target.format == "onnx":
+        result.notes += (provider_note(check.runtime.removeprefix("onnxruntime ")),)
         result.ort_casts = inspect_casts(out)
         if step.runs > 0:
             with evaluating(reference):
