@@ -11,18 +11,16 @@ of a tensor ends in, counted here without CUDA)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import replace
-from typing import Any
 
 import pytest
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from halfprec import Recipe, convert
 from halfprec.convert import conversion_report
-from halfprec.convert.op_islands import OpRef, fits
+from halfprec.convert.op_islands import fits
 from halfprec.dtypes import fits_in
+from support.tuned import HostSyncs, tuned_toy
 
 INF, NAN = float("inf"), float("nan")
 EDGES = [
@@ -74,61 +72,24 @@ def test_every_range_check_follows_the_one_rule(value: float) -> None:
     assert ("island" in report.islands) == (not rule), report.islands
 
 
-class _Syncs(TorchDispatchMode):
-    """Counts the ops that copy one value to the host (``.item()``, ``bool()``, ...)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(
-        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
-    ) -> Any:
-        if func is torch.ops.aten._local_scalar_dense.default:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
-class _Tuned(nn.Module):
-    """An op island (``exp``) whose fp32 result meets a half value, and an fp32 island that
-    widens: the two range checks a tuned forward makes per call."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.proj = nn.Linear(4, 4)
-        self.island = nn.Linear(4, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.proj(x)
-        return self.island(torch.exp(h) + h)
-
-
-def _tuned() -> nn.Module:
-    recipe = Recipe(
-        "fp16", fp32_ops=(), fp32_inputs=False, fp32_params_up_to=0, keep_fp32=("island",)
-    )
-    ref = OpRef("", "exp", "test_range_rule.py:1", 0, ordinal=0)
-    return convert(_Tuned().eval(), replace(recipe, op_islands=(ref,)))
-
-
 def _count(model: nn.Module, x: torch.Tensor) -> tuple[int, torch.Tensor]:
     # no_grad, not inference_mode: under inference_mode a dispatch mode does not see
     # _local_scalar_dense
-    with torch.no_grad(), _Syncs() as syncs:
+    with torch.no_grad(), HostSyncs() as syncs:
         out = model(x)
     return syncs.count, out
 
 
 def test_eager_on_the_cpu_still_reads_its_range_checks() -> None:
     """The control: on the CPU a read is no device sync, and the checks run as before."""
-    syncs, _ = _count(_tuned(), torch.randn(3, 4))
+    syncs, _ = _count(tuned_toy(), torch.randn(3, 4))
     assert syncs > 0
 
 
 def test_a_tuned_forward_on_another_device_makes_no_host_sync() -> None:
     """A meta tensor stands for an asynchronous device: it has no values to read, so any
     range check that reads one raises, as a sync would stall a GPU on every forward."""
-    model = _tuned().to("meta")
+    model = tuned_toy().to("meta")
     syncs, out = _count(model, torch.randn(3, 4, device="meta"))
     assert syncs == 0
     assert out.shape == (3, 4) and out.device.type == "meta"
@@ -146,7 +107,7 @@ def capturing(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], bool]]:
 def test_a_captured_forward_makes_no_host_sync_and_keeps_values_wide() -> None:
     """Under capture the checks take a compiled graph's answer: carried fp32 stays fp32
     (never narrower than eager), an island's output goes back to the caller's dtype."""
-    model = _tuned()
+    model = tuned_toy()
     x = torch.randn(3, 4)
     syncs, out = _count(model, x)
     assert syncs == 0
