@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["ROOT", "Context", "Skip", "env_with_src", "need", "need_torch", "run_step"]
+__all__ = ["ROOT", "Context", "Skip", "env_with_src", "need", "run_step"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,14 +43,6 @@ def need(*packages: str) -> None:
     for name in packages:
         if importlib.util.find_spec(name) is None:
             raise Skip(f"needs the package {name}, which this machine does not have")
-
-
-def need_torch(version: str, what: str) -> None:
-    """Skip ``what`` on a torch older than ``version`` (e.g. "2.13")."""
-    have = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-    want = tuple(int(p) for p in version.split("."))
-    if have < want:
-        raise Skip(f"{what} needs torch {version} or newer; this is torch {torch.__version__}")
 
 
 @dataclass(frozen=True)
