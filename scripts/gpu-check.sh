@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: nine steps (scripts/gpu_steps/), each under its own `timeout`, each
 # APPENDING its result to docs/gpu.md as soon as it ends, so a step that times out or
-# crashes keeps every result before it. About 6.5 minutes at most on one GPU.
+# crashes keeps every result before it. Under 7 minutes on one GPU, whatever happens.
 # It installs nothing: it runs the machine's own python3 ($PYTHON wins) and names a missing
 # package in one line (the steps that need it report "skipped"). A failing step does not
 # stop the others; the exit status is 1 when any step failed or timed out.
@@ -42,15 +42,16 @@ fi
 
 failed=0
 header="--header"
-# step  seconds on a GPU (sum 390 s, plus ~20 s of checks above)
-for entry in "tests 70" "compile 45" "bench 65" "gemm 20" "scaler 25" "stochastic 35" \
-             "export 55" "ddp 45" "tf32 30"; do
+# step and its limit on a GPU: 380 s in all, plus at most 3 s each to die after a timeout
+# and ~10 s of checks above, so the whole check ends within 7 minutes whatever happens
+for entry in "tests 90" "compile 60" "bench 50" "gemm 15" "scaler 20" "stochastic 30" \
+             "export 50" "ddp 40" "tf32 25"; do
   set -- $entry
   step=$1
   seconds=$(limit "$2")
   err=$(mktemp)
   before=$(grep -c '^### ' "$OUT")
-  timeout --kill-after=10 "$seconds" "$PY" scripts/gpu_steps/run.py "$step" --out "$OUT" \
+  timeout --kill-after=3 "$seconds" "$PY" scripts/gpu_steps/run.py "$step" --out "$OUT" \
     $DRY $header 2> >(tee "$err" >&2)
   rc=$?
   header=""
