@@ -73,7 +73,7 @@ def stochastic_adamw_step(ctx: Context) -> list[str]:
     params = sum(p.numel() for p in fp32.parameters())
     stochastic = StochasticAdamW(bf16.parameters(), lr=1e-4)
     adamw = torch.optim.AdamW(fp32.parameters(), lr=1e-4)
-    rounds = ctx.size(5, 2)
+    rounds = ctx.size(3, 2)
     ours, theirs = [], []
     for _ in range(3):  # interleaved, so that drift hits both alike
         ours.append(_step_time(ctx, bf16, stochastic, rounds))
