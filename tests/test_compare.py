@@ -409,6 +409,8 @@ def test_json_holds_every_metric_of_the_comparison() -> None:
             "max_rel_error": None,
             "min_argmax_agreement": None,
         },
+        "reference": "IEEE fp32",
+        "reference_set_aside": list(cmp.set_aside),
         "problems": [],
         "outputs": [out.to_json()],
     }

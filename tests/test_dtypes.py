@@ -1,11 +1,16 @@
+import math
+
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from halfprec import dtypes
 from halfprec.dtypes import (
     device_support,
     ensure_runnable,
     fits_in,
+    overflow_bound,
     parse_dtype,
     range_of,
     resolve_dtype,
@@ -50,6 +55,46 @@ def test_fits_in() -> None:
     assert not fits_in(torch.tensor([1.0, 7e4]), torch.float16)
     assert fits_in(torch.tensor([7e4, float("inf")]), torch.bfloat16)
     assert fits_in(torch.tensor([float("inf")]), torch.float16)
+
+
+HALVES = [torch.float16, torch.bfloat16]
+INF, NAN = float("inf"), float("nan")
+
+
+def _above(x: float) -> float:
+    return float(torch.nextafter(torch.tensor(x), torch.tensor(INF)))
+
+
+def _below(x: float) -> float:
+    return float(torch.nextafter(torch.tensor(x), torch.tensor(0.0)))
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+def test_the_range_rule_at_its_edges(dtype: torch.dtype) -> None:
+    """The largest finite value fits, and so does every fp32 value that rounds down to it;
+    the bound itself (a tie, which rounds to even: inf) and beyond do not; inf, -inf and
+    NaN fit (a cast keeps them as they are)."""
+    top, bound = torch.finfo(dtype).max, overflow_bound(dtype)
+    for fitting in (top, -top, _above(top), _below(bound), INF, -INF, NAN, 0.0):
+        assert fits_in(torch.tensor([fitting]), dtype), fitting
+    for beyond in (bound, -bound, _above(bound), 1e38 if dtype == torch.float16 else 3.4e38):
+        assert not fits_in(torch.tensor([beyond]), dtype), beyond
+        assert not fits_in(torch.tensor([INF, NAN, beyond]), dtype), beyond
+    assert fits_in(torch.empty(0), dtype) and fits_in(torch.tensor([7]), dtype)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    x=st.floats(width=32, allow_nan=True, allow_infinity=True),
+    dtype=st.sampled_from(HALVES),
+)
+def test_a_value_fits_exactly_when_its_cast_stays_what_it_was(x: float, dtype: torch.dtype) -> None:
+    """The rule, stated by the cast itself: a finite value fits when the cast leaves it
+    finite; a non-finite one always fits."""
+    t = torch.tensor([x], dtype=torch.float32)
+    cast_is_finite = bool(torch.isfinite(t.to(dtype)).all())
+    assert fits_in(t, dtype) == (cast_is_finite or not math.isfinite(x))
+    assert fits_in(t.double(), dtype) == fits_in(t, dtype)
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,8 @@ from torch import nn
 from halfprec.batch import as_batches, call, describe
 from halfprec.dtypes import dtype_name
 from halfprec.errors import BrokenReferenceError, InputsError
-from halfprec.errorstats import ErrorStats, as_real
+from halfprec.errorstats import ErrorStats, aligned, as_real
+from halfprec.fp32 import exact_fp32, reduced_fp32
 from halfprec.tolerance import Tolerance
 from halfprec.tree import flatten, iter_tensors
 
@@ -94,7 +95,9 @@ class Comparison:
 
     ``problems``: failures that belong to no single floating output (structure, shapes,
     a half model that raised, no tensor outputs). ``exact_values``: values of integer or
-    bool outputs, compared for equality.
+    bool outputs, compared for equality. The reference is IEEE fp32: halfprec computes
+    every fp32 reference under :func:`~halfprec.fp32.exact_fp32`; ``set_aside`` names
+    what the process had set (e.g. "CUDA matmuls in tf32") that it set aside for it.
     """
 
     outputs: list[OutputMetrics]
@@ -103,6 +106,14 @@ class Comparison:
     dtype: torch.dtype | None = None
     problems: list[str] = field(default_factory=list)
     exact_values: int = 0
+    set_aside: tuple[str, ...] = field(default_factory=lambda: _set_aside())
+
+    @property
+    def reference(self) -> str:
+        """One line on the reference: IEEE fp32, and what the process had set instead."""
+        if not self.set_aside:
+            return "IEEE fp32"
+        return f"IEEE fp32 (halfprec set aside this process's {', '.join(self.set_aside)})"
 
     @property
     def compared(self) -> int:
@@ -146,9 +157,18 @@ class Comparison:
             "batches": self.batches,
             "compared": self.compared,
             "tolerance": self.tolerance.__dict__,
+            "reference": "IEEE fp32",
+            "reference_set_aside": list(self.set_aside),
             "problems": self.problems,
             "outputs": [o.to_json() for o in self.outputs],
         }
+
+
+def _set_aside() -> tuple[str, ...]:
+    """What this process computes below fp32 when asked for fp32, on the backends it has:
+    torch's default TF32 for cuDNN convolutions means nothing where CUDA is not."""
+    gpu = torch.cuda.is_available()
+    return tuple(r for r in reduced_fp32() if gpu or not r.startswith(("CUDA", "cuDNN")))
 
 
 def _looks_like_logits(path: str, t: torch.Tensor) -> bool:
@@ -196,6 +216,7 @@ class _Output:
         self.logits = False
 
     def add(self, batch: int, ref: torch.Tensor, cand: torch.Tensor) -> None:
+        ref, cand = aligned(ref, cand)
         self.stats.add_tensor(ref, cand)
         if self.stats.reference_nonfinite:
             raise _broken_reference(self.path, batch, ref)
@@ -280,7 +301,8 @@ def compare_outputs(
                 problems.append(f"{path}: a {_kind(c)} output where fp32 gives {_kind(r)}")
             elif _kind(r) in ("integer", "bool"):
                 exact += r.numel()
-                if not torch.equal(r, c.to(r.device, r.dtype)):
+                same_r, same_c = aligned(r, c)
+                if not torch.equal(same_r, same_c.to(same_r.dtype)):
                     problems.append(f"{path}: non-floating output differs from the reference")
             else:
                 out = outputs.setdefault(path, _Output(path, tuple(r.shape)))
@@ -314,11 +336,14 @@ def reference_failed(index: int, batch: Any, exc: BaseException) -> InputsError:
 def run_reference(model: nn.Module, batches: list[Any]) -> list[Any]:
     """Run the fp32 reference on every batch; a failure here means the inputs are wrong.
 
-    Raises :class:`InputsError` naming the batch, its tensors and the model's own message
-    when the model raises (any ``Exception``: an ``assert`` in ``forward`` included),
-    :class:`BrokenReferenceError` when an output holds inf/NaN."""
+    It runs in IEEE fp32 (:func:`~halfprec.fp32.exact_fp32`), whatever the process set
+    (TF32 matmuls or convolutions on CUDA, oneDNN's bf16 on CPU), and the process's
+    settings are restored afterwards. Raises :class:`InputsError` naming the batch, its
+    tensors and the model's own message when the model raises (any ``Exception``: an
+    ``assert`` in ``forward`` included), :class:`BrokenReferenceError` when an output
+    holds inf/NaN."""
     outs = []
-    with torch.inference_mode():
+    with torch.inference_mode(), exact_fp32():
         for i, b in enumerate(batches):
             try:
                 out = call(model, b)

@@ -8,6 +8,7 @@ device names itself.
 from __future__ import annotations
 
 import functools
+import math
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ __all__ = [
     "device_support",
     "ensure_runnable",
     "fits_in",
+    "overflow_bound",
     "range_of",
     "NumericRange",
     "resolve_device",
@@ -126,11 +128,33 @@ def cast_floating(dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
     return cast
 
 
+def overflow_bound(dtype: torch.dtype) -> float:
+    """The smallest magnitude a cast to ``dtype`` turns into inf: ``max`` plus half an ulp
+    (fp16: 65520; a value between 65504 and 65520 rounds down to 65504). The maximum's
+    mantissa is all ones, so a tie at the bound rounds to even: to inf."""
+    info = torch.finfo(dtype)
+    _, exponent = math.frexp(float(info.max))  # max = m * 2**exponent, 0.5 <= m < 1
+    return float(info.max) + math.ldexp(float(info.eps), exponent - 2)
+
+
 def fits_in(tensor: torch.Tensor, dtype: torch.dtype) -> bool:
-    """True when every finite value of ``tensor`` stays finite after a cast to ``dtype``."""
+    """The one range rule of halfprec: True when a cast of ``tensor`` to ``dtype`` turns no
+    finite value into inf.
+
+    - a finite value fits when its magnitude is below :func:`overflow_bound` (the largest
+      finite value, and values that round down to it, fit; the next one does not);
+    - inf and NaN always fit: the cast keeps them as they are (an fp32 tensor that already
+      holds inf/NaN loses nothing more in half), and they say nothing about the range;
+    - non-floating and empty tensors fit.
+
+    Every range check (fp32 islands that widen, op islands' carried values, out-of-range
+    parameters) asks this. It reads the tensor's values on the host: where a caller must
+    not (a traced graph, a captured CUDA graph, an asynchronous device) it decides without
+    calling it (:func:`halfprec.convert.swap.values_readable`).
+    """
     if not tensor.is_floating_point() or tensor.numel() == 0:
         return True
-    return finite_peak(tensor) <= range_of(dtype).max
+    return finite_peak(tensor) < overflow_bound(dtype)
 
 
 @dataclass(frozen=True)

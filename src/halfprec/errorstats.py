@@ -28,7 +28,7 @@ import torch
 from halfprec.dtypes import NumericRange
 from halfprec.tree import flatten
 
-__all__ = ["ErrorStats", "relative_threshold", "as_real"]
+__all__ = ["ErrorStats", "aligned", "relative_threshold", "as_real"]
 
 
 def relative_threshold(min_sqnr_db: float | None) -> float:
@@ -41,6 +41,28 @@ def as_real(t: torch.Tensor) -> torch.Tensor:
     if t.is_complex():
         return torch.view_as_real(t.to(torch.complex128).resolve_conj())
     return t
+
+
+def aligned(reference: torch.Tensor, candidate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The one place an fp32 result meets another: both tensors, detached, on one device.
+
+    Where they already share a device they stay there (a GPU compares on the GPU); where
+    they do not (a CUDA reference against an ONNX or TorchScript file run on the CPU) both
+    go to the CPU, which every runtime's outputs can reach. Dtypes are left as they are:
+    :class:`ErrorStats` widens them (float64 where fp32 sums could underflow). A tensor on
+    the meta device holds no values, so comparing one raises ``ValueError`` instead of
+    passing on nothing."""
+    for t, what in ((reference, "reference"), (candidate, "compared")):
+        if t.is_meta:
+            raise ValueError(
+                f"the {what} tensor {tuple(t.shape)} is on the meta device and holds no "
+                "values, so nothing can be compared; load the model's weights (to_empty "
+                "and load_state_dict, or from_pretrained) before comparing"
+            )
+    r, c = reference.detach(), candidate.detach()
+    if r.device != c.device:
+        r, c = r.cpu(), c.cpu()
+    return r, c
 
 
 def _norm(t: torch.Tensor) -> float:
@@ -159,12 +181,12 @@ class ErrorStats:
     ) -> None:
         """Add one pair of tensors of the same shape. ``limits``: also count the reference
         values beyond the half dtype's range."""
-        r, c = reference.detach(), candidate.detach()
+        r, c = aligned(reference, candidate)
         if r.is_complex() or c.is_complex():
             r, c = as_real(r.to(torch.complex128)), as_real(c.to(torch.complex128))
         elif r.dtype not in (torch.float32, torch.float64):
             r = r.float()
-        c = c.to(r.device, r.dtype)
+        c = c.to(r.dtype)
         self.elements += r.numel()
         sums = _Sums.of(r, c)
         if sums.finite() and not sums.exact_enough(r, c):

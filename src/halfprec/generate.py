@@ -23,6 +23,7 @@ from torch import nn
 
 from halfprec.batch import Batch
 from halfprec.errors import InputsError
+from halfprec.fp32 import exact_fp32
 
 __all__ = ["Generation", "agreement", "check_room", "max_positions", "prompts_from_batches"]
 
@@ -143,10 +144,11 @@ def agreement(
         for prompt in prompts:
             ids = prompt.reshape(1, -1)
             start = ids.shape[1]
-            for _ in range(new_tokens):
-                step = _logits(model, ids)[:, -1].argmax(-1, keepdim=True)
-                ids = torch.cat([ids, step.to(ids.dtype)], dim=1)
-            fp32_logp = torch.log_softmax(_logits(model, ids)[0, start - 1 : -1], -1)
+            with exact_fp32():  # the fp32 reference: IEEE fp32 whatever the process set
+                for _ in range(new_tokens):
+                    step = _logits(model, ids)[:, -1].argmax(-1, keepdim=True)
+                    ids = torch.cat([ids, step.to(ids.dtype)], dim=1)
+                fp32_logp = torch.log_softmax(_logits(model, ids)[0, start - 1 : -1], -1)
             half_logp = torch.log_softmax(_logits(half, ids)[0, start - 1 : -1], -1)
             chosen = ids[0, start:]
             same = half_logp.argmax(-1) == chosen

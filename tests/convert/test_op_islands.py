@@ -15,6 +15,7 @@ from torch import nn
 
 from halfprec import Recipe, convert
 from halfprec.convert.op_islands import OpRef, fits, with_ordinals
+from halfprec.dtypes import overflow_bound
 
 HALVES = [torch.float16, torch.bfloat16]
 # the op islands alone: no op policy (it computes exp in fp32 anyway), inputs cast to half
@@ -35,11 +36,13 @@ def _run(model: nn.Module, *args: Any) -> Any:
 
 
 @pytest.mark.parametrize("dtype", HALVES)
-def test_a_value_fits_up_to_the_dtypes_own_maximum(dtype: torch.dtype) -> None:
+def test_a_value_fits_while_its_cast_stays_finite(dtype: torch.dtype) -> None:
     top = torch.finfo(dtype).max
     assert fits(torch.tensor([-top, top]), dtype)
-    above = torch.nextafter(torch.tensor(top), torch.tensor(float("inf")))
-    assert not fits(above.reshape(1), dtype) and not fits(-above.reshape(1), dtype)
+    bound = torch.tensor(overflow_bound(dtype))  # max plus half an ulp: the cast gives inf
+    below = torch.nextafter(bound, torch.tensor(0.0))  # rounds down to max
+    assert fits(below.reshape(1), dtype) and fits(-below.reshape(1), dtype)
+    assert not fits(bound.reshape(1), dtype) and not fits(-bound.reshape(1), dtype)
 
 
 def test_empty_tensors_and_non_finite_values_fit() -> None:

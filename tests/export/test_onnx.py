@@ -18,7 +18,7 @@ from halfprec import Recipe
 from halfprec.errors import DTypeError, InputsError, MissingExtraError
 from halfprec.export import ExportError, load_artifact
 from halfprec.export.config import ExportConfig
-from halfprec.export.onnx import OnnxSession
+from halfprec.export.onnx import OnnxSession, check_providers
 from support.export_models import custom, example_inputs, tiny
 
 FLOAT, FLOAT16 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
@@ -50,6 +50,25 @@ def test_onnx_has_half_weights_fp32_islands_and_fp32_io(tmp_path: Path) -> None:
 
     out = load_artifact(path)(batches[1])
     assert out["logits"].dtype == torch.float32 and out["logits"].shape == (6, 4)
+    # checked on the CPU provider here (no CUDA model), and the report says what that means
+    assert any("CPUExecutionProvider, which runs most fp16 ops in fp32" in n for n in result.notes)
+    assert load_artifact(path).runtime == "onnxruntime CPUExecutionProvider"
+
+
+@pytest.mark.parametrize(
+    ("device", "available", "providers"),
+    [
+        ("cuda", ["CUDAExecutionProvider", "CPUExecutionProvider"], ("CUDA", "CPU")),
+        ("cuda:1", ["TensorrtExecutionProvider", "CUDAExecutionProvider"], ("CUDA", "CPU")),
+        ("cuda", ["CPUExecutionProvider"], ("CPU",)),  # onnxruntime without its GPU build
+        ("cpu", ["CUDAExecutionProvider", "CPUExecutionProvider"], ("CPU",)),
+    ],
+)
+def test_a_file_is_checked_on_the_provider_that_runs_it(
+    device: str, available: list[str], providers: tuple[str, ...]
+) -> None:
+    want = tuple(f"{p}ExecutionProvider" for p in providers)
+    assert check_providers(device, available) == want
 
 
 def test_onnx_latency_is_measured_for_fp32_and_half(tmp_path: Path) -> None:

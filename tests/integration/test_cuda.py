@@ -1,17 +1,23 @@
-"""CUDA paths: run by scripts/gpu-check.sh on a machine with a GPU; skipped elsewhere."""
+"""CUDA paths: run by scripts/gpu-check.sh (its step 1) on a machine with a GPU; skipped
+elsewhere. Each defect the CPU can only show through a stand-in is also checked here for
+real: the IEEE fp32 reference under TF32, a CUDA reference against files run on the CPU,
+and a tuned model with no host sync per forward, captured by hand in a CUDA graph."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-from halfprec import convert
+from halfprec import check, convert, export
 from halfprec.bench.results import BenchConfig
 from halfprec.bench.runner import benchmark
 from halfprec.dtypes import device_support
 from halfprec.train.mixed import MixedPrecision
 from halfprec.train.parallel import autocast_forward
+from support.tuned import HostSyncs, tuned_toy
 
 pytestmark = [
     pytest.mark.gpu,
@@ -71,3 +77,49 @@ def test_cuda_bench_compiled_variant_is_checked() -> None:
     compiled = result.get("halfprec-fp16+compile")
     assert compiled.status == "ok" and compiled.accurate and compiled.compile_s is not None
     assert result.limit(torch.float16) is not None
+
+
+def test_cuda_reference_is_ieee_fp32_under_the_new_tf32_api() -> None:
+    matmul = torch.backends.cuda.matmul
+    old = matmul.fp32_precision
+    matmul.fp32_precision = "tf32"
+    try:
+        seen: list[str] = []
+        model = _mlp().cuda().eval()
+        model.register_forward_pre_hook(lambda m, a: seen.append(matmul.fp32_precision))
+        result = check(model, torch.randn(16, 64, device="cuda"), "fp16", runs=0)
+        assert seen[0] == "ieee"  # the reference ran first, in IEEE fp32
+        assert "CUDA matmuls in tf32" in result.comparison.set_aside
+        assert matmul.fp32_precision == "tf32"
+    finally:
+        matmul.fp32_precision = old
+
+
+@pytest.mark.parametrize("suffix", [".ts", ".onnx"])
+def test_cuda_model_export_checks_a_cpu_run_file(tmp_path: Path, suffix: str) -> None:
+    if suffix == ".onnx":
+        pytest.importorskip("onnxruntime")
+    model = _mlp().cuda().eval()
+    batches = [torch.randn(4, 64, device="cuda"), torch.randn(6, 64, device="cuda")]
+    result = export(model, batches, tmp_path / f"m{suffix}", "fp16")
+    assert result.passed, result.comparison.reason
+    assert result.python_max_abs < 0.05
+
+
+def test_cuda_tuned_forward_makes_no_host_sync_and_captures_in_a_cuda_graph() -> None:
+    model = tuned_toy().cuda()
+    x = torch.randn(8, 4, device="cuda")
+    with torch.no_grad(), HostSyncs() as syncs:
+        eager = model(x)
+    assert syncs.count == 0
+    static = x.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.no_grad():
+        model(static)  # warm up on a side stream, as torch.cuda.graph asks
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        captured = model(static)
+    graph.replay()
+    torch.testing.assert_close(captured, eager)

@@ -10,8 +10,10 @@ settings, so the converted model stays an ordinary module:
 - :class:`Fp32Island`: an fp32 island receives fp32 and hands its caller back the caller's
   dtype. A built-in norm whose kernel takes half input with fp32 parameters (probed once
   per device and dtype) needs no casts at all. An island that is not a default norm
-  island keeps an output fp32 where the caller's dtype cannot hold it (eager only: a
-  compiled or exported graph cannot branch on values, so there it is cast back). An island
+  island keeps an output fp32 where the caller's dtype cannot hold it (eager on the CPU
+  only: a compiled, exported or CUDA-graph-captured graph cannot branch on values, and on
+  a GPU each check would be a device-to-host sync per forward, so there it is cast back;
+  name the island in ``fp32_outputs`` to keep its outputs fp32 everywhere). An island
   named in the recipe's ``fp32_outputs`` hands every output on in fp32 (``handoff``): the
   next half module or GEMM that consumes it casts it.
 """
@@ -28,8 +30,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from halfprec.convert.op_policy import Fp32OpsMode, LeafSettings, is_default_policy, run_leaf
-from halfprec.convert.swap import Behaviour, tracing
-from halfprec.dtypes import cast_floating, dtype_name, range_of
+from halfprec.convert.swap import Behaviour, values_readable
+from halfprec.dtypes import cast_floating, dtype_name, fits_in, range_of
 from halfprec.tree import iter_tensors, map_tensors
 
 __all__ = [
@@ -50,8 +52,12 @@ def _first_float_dtype(obj: Any) -> torch.dtype | None:
     return None
 
 
-def _beyond(t: torch.Tensor, limit: float) -> bool:
-    return t.numel() > 0 and not tracing() and bool(t.abs().amax() > limit)
+def _keeps_wide(t: torch.Tensor, caller: torch.dtype) -> bool:
+    """Whether an island's fp32 output stays fp32 because ``caller``'s dtype cannot hold
+    it (:func:`~halfprec.dtypes.fits_in`); where its values cannot be read
+    (:func:`~halfprec.convert.swap.values_readable`) it is cast back, as in a compiled
+    graph."""
+    return values_readable(t) and not fits_in(t, caller)
 
 
 @dataclass(frozen=True)
@@ -186,12 +192,11 @@ class Fp32Island(Behaviour):
             return out
         # the range check is for islands that widen only (not the default norm islands):
         # the others read no dtype facts per call
-        limit = range_of(caller).max if s.widen else 0.0
-        narrow = s.widen and limit < range_of(s.original).max / 2  # fp16, not bf16
+        narrow = s.widen and range_of(caller).max < range_of(s.original).max / 2  # fp16
         original = s.original
 
         def back(t: torch.Tensor) -> torch.Tensor:
-            if t.dtype != original or (narrow and _beyond(t, limit)):
+            if t.dtype != original or (narrow and _keeps_wide(t, caller)):
                 return t
             return t.to(caller)
 

@@ -66,6 +66,7 @@ from halfprec.dtypes import (
     DTypeChoice,
     dtype_name,
     ensure_runnable,
+    fits_in,
     range_of,
 )
 from halfprec.errors import HalfprecError
@@ -359,8 +360,8 @@ class _Converter:
         for pname, t in tensors:
             if t is None or not t.is_floating_point() or t.numel() == 0 or t.is_meta:
                 continue  # meta tensors have no values: the loader decides from the file
-            peak = finite_peak(t)
-            if peak > limit:
+            if not fits_in(t, self.dtype):  # the one range rule: inf/NaN fit
+                peak = finite_peak(t)
                 return f"{pname} reaches {peak:.3g}, beyond {dtype_name(self.dtype)} max {limit:g}"
         return None
 

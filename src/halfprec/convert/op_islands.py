@@ -24,8 +24,10 @@ with one calibration call (``halfprec.tune`` does this for every recipe it retur
 The result stays fp32 (of either kind): ops on it alone stay fp32 by promotion, and an op
 that mixes it with half tensors casts it back to half when it fits the half range and
 otherwise runs in fp32 too, so an island extends downstream for as long as the value is
-out of range (in a compiled or exported graph, which cannot branch on values, it stays
-fp32 until a half module's boundary casts it). The module's outputs are cast back to half
+out of range (the one range rule, :func:`halfprec.dtypes.fits_in`). Where values cannot
+be read without stalling or breaking a graph (a compiled or exported graph, a CUDA graph
+capture, any device but the CPU: :func:`~halfprec.convert.swap.values_readable`) it
+stays fp32 until a half module's boundary casts it. The module's outputs are cast back to half
 where they fit. Internal casts and range checks run with torch functions disabled, so
 they never count.
 """
@@ -49,8 +51,8 @@ from torch import nn
 
 from halfprec.convert.scaled import SCALED_OPS, scale_operands
 from halfprec.convert.scope import NamedOpMode
-from halfprec.convert.swap import Behaviour, tracing
-from halfprec.dtypes import cast_floating, range_of
+from halfprec.convert.swap import Behaviour, values_readable
+from halfprec.dtypes import cast_floating, fits_in
 from halfprec.frames import is_library_file, is_torch_file
 from halfprec.tree import iter_tensors, map_tensors
 
@@ -170,19 +172,16 @@ def own_op(frame: FrameType | None, module: nn.Module) -> str | None:
 
 
 def fits(t: torch.Tensor, dtype: torch.dtype) -> bool:
-    """Every finite value of ``t`` lies within ``dtype``'s range (inf/NaN count as fitting).
+    """Whether the carried fp32 ``t`` may be cast to ``dtype``: the one range rule,
+    :func:`~halfprec.dtypes.fits_in` (inf/NaN fit, a finite value that would become inf
+    does not).
 
-    While ``torch.compile``, ``torch.export`` or ``torch.jit.trace`` traces, a graph cannot
-    branch on values (a trace would keep the example batch's answer for every batch), so
-    nothing counts as fitting: carried fp32 values stay fp32 in compiled and exported
-    graphs (``.pt2``, ONNX, TorchScript) until a half module's boundary casts them, never
-    narrower than in eager mode."""
-    if tracing():
-        return False
-    if t.numel() == 0:
-        return True
-    peak = torch.nan_to_num(t.detach(), nan=0.0, posinf=0.0, neginf=0.0).abs().amax()
-    return bool(peak <= range_of(dtype).max)
+    Where ``t``'s values cannot be read (:func:`~halfprec.convert.swap.values_readable`:
+    while ``torch.compile``, ``torch.export`` or ``torch.jit.trace`` traces, while a CUDA
+    graph is captured, and on an asynchronous device, where each read would stall the
+    queue on every forward) nothing counts as fitting: carried fp32 values stay fp32 until
+    a half module's boundary casts them, never narrower than in eager mode on the CPU."""
+    return values_readable(t) and fits_in(t, dtype)
 
 
 def _float_dtypes(args: Any) -> set[torch.dtype]:

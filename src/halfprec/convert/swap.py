@@ -27,7 +27,16 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-__all__ = ["Behaviour", "base_class", "behaviours", "swap", "tracing", "unswap"]
+__all__ = [
+    "Behaviour",
+    "base_class",
+    "behaviours",
+    "capturing",
+    "swap",
+    "tracing",
+    "unswap",
+    "values_readable",
+]
 
 
 class Behaviour:
@@ -41,10 +50,29 @@ class Behaviour:
         return ""
 
 
+def capturing() -> bool:
+    """True while the current CUDA stream captures a CUDA graph (by hand, or
+    ``torch.compile``'s ``mode="reduce-overhead"``/``"max-autotune"``). A capture cannot
+    read a value on the host: the sync raises. Without CUDA initialised (every CPU run)
+    this is one cheap flag read and never asks the driver."""
+    return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
+
+
 def tracing() -> bool:
-    """True while ``torch.compile``, ``torch.export`` or ``torch.jit.trace`` records a graph:
-    a behaviour must not branch on tensor values then (the graph would keep one answer)."""
-    return torch.jit.is_tracing() or torch.compiler.is_compiling()
+    """True while ``torch.compile``, ``torch.export`` or ``torch.jit.trace`` records a graph,
+    or a CUDA graph is captured (:func:`capturing`): a behaviour must not branch on tensor
+    values then (the graph would keep one answer; a capture cannot sync at all)."""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling() or capturing()
+
+
+def values_readable(t: torch.Tensor) -> bool:
+    """Whether a behaviour may read ``t``'s values on the host in this call: only eager, on
+    the CPU. While a graph is recorded (:func:`tracing`) the answer would be frozen into
+    the graph; on an asynchronous device (CUDA and the like) each read is a
+    device-to-host sync that stalls the queue on every forward; a meta tensor has no
+    values. Where this is False a behaviour takes its static answer, the one a compiled
+    graph takes."""
+    return t.device.type == "cpu" and not tracing()
 
 
 def _rebuild(base: type[nn.Module], mixins: tuple[type[Behaviour], ...]) -> nn.Module:

@@ -19,6 +19,7 @@ from halfprec.diagnose.local import Diagnoser
 from halfprec.diagnose.results import Diagnosis
 from halfprec.dtypes import cast_floating
 from halfprec.errorstats import relative_threshold
+from halfprec.fp32 import exact_fp32
 from halfprec.modules import model_device
 from halfprec.tree import map_tensors
 
@@ -87,7 +88,8 @@ def diagnose(
     with torch.no_grad():  # not inference_mode: snapshots read tensors' version counters
         for i, batch in enumerate(batches):
             try:
-                calls, ref_out = d.fp32_pass(batch)
+                with exact_fp32():  # the reference is IEEE fp32 whatever the process set
+                    calls, ref_out = d.fp32_pass(batch)
             except Exception as exc:  # the user's forward() on these inputs
                 raise reference_failed(i, batch, exc) from exc
             all_refs.append(ref_out)

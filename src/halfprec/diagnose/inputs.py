@@ -18,6 +18,7 @@ from torch import nn
 from halfprec.batch import call
 from halfprec.compare import Comparison, Tolerance, compare_outputs
 from halfprec.dtypes import dtype_name
+from halfprec.fp32 import exact_fp32
 from halfprec.tree import iter_tensors, map_tensors
 
 __all__ = ["input_rounding", "input_rounding_note"]
@@ -56,7 +57,7 @@ def input_rounding(
     rounded = [map_tensors(rnd, b) for b in batches]
     if not any(_changed(b, r) for b, r in zip(batches, rounded, strict=True)):
         return None
-    with torch.no_grad():
+    with torch.no_grad(), exact_fp32():
         outs = [call(model, r) for r in rounded]
     return compare_outputs(reference_outputs, outs, tolerance=tolerance, dtype=dtype)
 

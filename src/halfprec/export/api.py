@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from halfprec.convert.core import (
     convert,
 )
 from halfprec.dtypes import dtype_name, is_auto, parse_dtype
+from halfprec.errorstats import ErrorStats
 from halfprec.export.artifact import Verification, load_artifact, verify_artifact
 from halfprec.export.capture import capture, dynamic_shapes, forward_params, named_inputs
 from halfprec.export.config import ExportConfig, ExportError, ExportFormat, check_onnx_dtype
@@ -31,7 +33,14 @@ from halfprec.export.hf import CACHE_NOTE, CLAMP_NOTE, static_fp16_clamps, witho
 from halfprec.export.info import ArtifactInfo
 from halfprec.export.kv_cache import KV_CACHE_NOTE, cache_reference
 from halfprec.export.moe import DENSE_EXPERTS_NOTE, dense_experts
-from halfprec.export.onnx import OrtCasts, OrtLatency, inspect_casts, ort_latency, write_onnx
+from halfprec.export.onnx import (
+    OrtCasts,
+    OrtLatency,
+    inspect_casts,
+    ort_latency,
+    provider_note,
+    write_onnx,
+)
 from halfprec.export.seq2seq import (
     SEQ2SEQ_NOTE,
     Seq2SeqReference,
@@ -103,14 +112,12 @@ def _export_dtype(config: ExportConfig, convert_config: Recipe, model: nn.Module
 
 
 def _max_abs(a: list[Any], b: list[Any]) -> float:
-    worst = 0.0
+    """The largest difference between two runs' floating outputs, compared on one device
+    (:func:`~halfprec.errorstats.aligned`); inf where their inf/NaN do not match."""
+    stats = ErrorStats()
     for x, y in zip(a, b, strict=True):
-        fx, fy = flatten(x), flatten(y)
-        for k, t in fx.items():
-            if k in fy and t.is_floating_point() and t.shape == fy[k].shape:
-                diff = (t.float() - fy[k].float()).abs()
-                worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
-    return worst
+        stats.add(x, y)
+    return math.inf if stats.nonfinite else stats.max_abs
 
 
 def fp32_info(info: ArtifactInfo) -> ArtifactInfo:
@@ -310,7 +317,7 @@ def _export_checked(
     )
 
     def check_file(tmp: Path) -> Verification:  # before the file replaces a previous one
-        artifact = load_artifact(tmp, format=target.format)
+        artifact = load_artifact(tmp, format=target.format, device=model_device(half))
         return verify_artifact(artifact, batches, ref_out, tolerance=step.tolerance)
 
     check = write_artifact(target, half, named, out, info, verify=check_file)
@@ -332,6 +339,7 @@ def _export_checked(
         notes=tuple(notes),
     )
     if target.format == "onnx":
+        result.notes += (provider_note(check.runtime.removeprefix("onnxruntime ")),)
         result.ort_casts = inspect_casts(out)
         if step.runs > 0:
             with evaluating(reference):

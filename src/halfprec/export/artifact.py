@@ -35,6 +35,7 @@ class Artifact:
     info: ArtifactInfo
     run_named: Callable[[dict[str, Any]], Any]
     device: torch.device = torch.device("cpu")
+    runtime: str = "torch"  # ONNX: "onnxruntime <provider>", the provider that runs it
 
     @property
     def dtype(self) -> torch.dtype:
@@ -62,12 +63,20 @@ class Artifact:
             return self.run_named(self.prepare(batch))
 
 
-def load_artifact(path: str | Path, *, format: ExportFormat | None = None) -> Artifact:
+def load_artifact(
+    path: str | Path,
+    *,
+    format: ExportFormat | None = None,
+    device: torch.device | str = "cpu",
+) -> Artifact:
     """Open an artifact written by :func:`halfprec.export`; the format follows the suffix
     unless ``format`` is given.
 
-    A ``.pt2`` runs on the device it was exported on; TorchScript and ONNX run on CPU
-    (onnxruntime's CPU provider). Inputs are moved there by :meth:`Artifact.prepare`.
+    A ``.pt2`` runs on the device it was exported on; TorchScript on CPU. ONNX runs on
+    onnxruntime's CUDA provider when ``device`` is a CUDA device and onnxruntime has that
+    provider (:func:`~halfprec.export.onnx.check_providers`), else on its CPU provider;
+    ``Artifact.runtime`` names the one that runs it. Inputs are moved where they go by
+    :meth:`Artifact.prepare`.
     """
     p = Path(path)
     fmt = format if format is not None else format_for_path(p)
@@ -78,17 +87,22 @@ def load_artifact(path: str | Path, *, format: ExportFormat | None = None) -> Ar
 
         module, info = load_exported_program(p)
         first = next(iter(module.state_dict().values()), None)
-        device = first.device if first is not None else torch.device("cpu")
-        return Artifact(p, info, lambda named: module(**named), device)
+        where = first.device if first is not None else torch.device("cpu")
+        return Artifact(p, info, lambda named: module(**named), where)
     if fmt == "torchscript":
         from halfprec.export.torchscript import load_torchscript
 
         script, info = load_torchscript(p)
         return Artifact(p, info, lambda named: script(**named))
-    from halfprec.export.onnx import load_onnx
+    from halfprec.export.onnx import check_providers, load_onnx
 
-    session, info = load_onnx(p)
-    return Artifact(p, info, lambda named: unflatten(session.run(session.feeds(flatten(named)))))
+    session, info = load_onnx(p, providers=check_providers(device))
+    return Artifact(
+        p,
+        info,
+        lambda named: unflatten(session.run(session.feeds(flatten(named)))),
+        runtime=f"onnxruntime {session.providers[0]}",
+    )
 
 
 @dataclass
@@ -99,6 +113,7 @@ class Verification:
     outputs: list[Any]
     checked_batches: list[int]
     skipped_batches: int
+    runtime: str = "torch"  # the artifact's: ONNX names the onnxruntime provider
 
 
 def verify_artifact(
@@ -118,7 +133,7 @@ def verify_artifact(
             f"the artifact has fixed input shapes {shapes} and no example batch has them; "
             "export with dynamic shapes or pass inputs of those shapes"
         )
-        return Verification(cmp, [], [], len(batches))
+        return Verification(cmp, [], [], len(batches), artifact.runtime)
     try:
         outputs = [artifact(batches[i]) for i in picked]
     except RuntimeFailure as exc:
@@ -135,7 +150,7 @@ def verify_artifact(
     refs = [reference_outputs[i] for i in picked]
     _check_same_outputs(artifact, refs[0], outputs[0])
     cmp = compare_outputs(refs, outputs, tolerance=tolerance, dtype=dtype)
-    return Verification(cmp, outputs, picked, len(batches) - len(picked))
+    return Verification(cmp, outputs, picked, len(batches) - len(picked), artifact.runtime)
 
 
 def _check_same_outputs(artifact: Artifact, reference: Any, output: Any) -> None:

@@ -40,6 +40,8 @@ __all__ = [
     "OrtCasts",
     "OrtLatency",
     "OnnxSession",
+    "check_providers",
+    "provider_note",
     "import_onnx",
     "import_onnxruntime",
     "write_onnx",
@@ -48,7 +50,9 @@ __all__ = [
     "ort_latency",
 ]
 
-PROVIDERS = ("CPUExecutionProvider",)  # every session halfprec opens (OnnxSession)
+CPU_PROVIDER = "CPUExecutionProvider"
+CUDA_PROVIDER = "CUDAExecutionProvider"
+PROVIDERS = (CPU_PROVIDER,)  # a session's default: timing and cast counting are CPU facts
 _INSERTED_CAST = "InsertedPrecisionFreeCast"
 _FLOAT = 1  # onnx.TensorProto.FLOAT
 _ORT_STATUS = re.compile(r"\[ONNXRuntimeError\] : \d+ : (\w+) : ")
@@ -188,6 +192,7 @@ class OnnxSession:
         optimized: Path | None = None,
         source: str | None = None,
         fix: str = "re-export it with halfprec export --format onnx",
+        providers: tuple[str, ...] = PROVIDERS,
     ) -> None:
         ort = import_onnxruntime()
         options = ort.SessionOptions()
@@ -197,10 +202,12 @@ class OnnxSession:
         if optimized is not None:
             options.optimized_model_filepath = str(optimized)
         try:
-            self.session = ort.InferenceSession(str(path), options, providers=list(PROVIDERS))
+            self.session = ort.InferenceSession(str(path), options, providers=list(providers))
         except Exception as exc:  # onnxruntime raises its own exception types
             why = _reason(exc, f"Load model from {path} failed:")
             raise ExportError(f"onnxruntime cannot load {source or path} ({why}); {fix}") from None
+        # what onnxruntime really opened: it falls back to the CPU when CUDA fails to load
+        self.providers: tuple[str, ...] = tuple(self.session.get_providers())
         inputs = self.session.get_inputs()
         self.input_names = [i.name for i in inputs]
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -295,9 +302,36 @@ def _reason(exc: Exception, repeated: str = "") -> str:
     return f"{status[1]}: {clip(text[status.end() :], 240)}"
 
 
-def load_onnx(path: Path) -> tuple[OnnxSession, ArtifactInfo]:
+def check_providers(
+    device: torch.device | str, available: tuple[str, ...] | list[str] | None = None
+) -> tuple[str, ...]:
+    """The onnxruntime providers a file exported from a model on ``device`` is checked on:
+    the CUDA provider (the CPU one behind it, for ops it has no kernel for) when the model
+    ran on CUDA and onnxruntime has it (``available``: default
+    ``onnxruntime.get_available_providers()``), else the CPU provider alone."""
+    if torch.device(device).type != "cuda":
+        return PROVIDERS
+    if available is None:
+        available = import_onnxruntime().get_available_providers()
+    return (CUDA_PROVIDER, CPU_PROVIDER) if CUDA_PROVIDER in available else PROVIDERS
+
+
+def provider_note(provider: str) -> str:
+    """The export note naming the provider a file was checked on, and what that means."""
+    if provider == CPU_PROVIDER:
+        return (
+            f"checked with onnxruntime's {CPU_PROVIDER}, which runs most fp16 ops in fp32 "
+            "(ort_casts counts them): on the CUDA provider the file computes in fp16, which "
+            "this check did not see; check it on a machine with onnxruntime-gpu for that"
+        )
+    return f"checked with onnxruntime's {provider}, the provider that runs it on this machine"
+
+
+def load_onnx(
+    path: Path, *, providers: tuple[str, ...] = PROVIDERS
+) -> tuple[OnnxSession, ArtifactInfo]:
     """An onnxruntime session for ``path`` and the halfprec metadata stored in it."""
-    session = OnnxSession(path)
+    session = OnnxSession(path, providers=providers)
     meta = session.session.get_modelmeta().custom_metadata_map
     if INFO_KEY not in meta:
         raise ExportError(f"{path} was not written by halfprec export; re-export it with halfprec")

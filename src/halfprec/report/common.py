@@ -159,6 +159,7 @@ def print_check(result: CheckResult, console: Console | None = None) -> None:
     verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
     con.print(f"{verdict}: {result.comparison.reason}")
     con.print(f"tolerance: {_tol_text(result.comparison)}")
+    con.print(f"reference: {result.comparison.reference}")
 
 
 def fp32_text(conv: ConversionReport) -> str:

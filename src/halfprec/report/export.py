@@ -24,6 +24,7 @@ def _verdict(con: Console, cmp: Comparison, what: str) -> None:
         con.print(f"[green]PASS[/]: {what} matches fp32 within tolerance ({cmp.reason})")
     else:
         con.print(f"[red]FAIL[/]: {what} against fp32: {cmp.reason}")
+    con.print(f"  reference: {cmp.reference}")
 
 
 def print_export(result: ExportResult) -> None:

@@ -1,0 +1,95 @@
+"""What every GPU-check step shares: where it runs, how big, and how it reports.
+
+Each step is a function ``step(ctx) -> list[str]`` (its result lines). It raises
+:class:`Skip` for a reason that is no failure (a missing package, one GPU where two are
+needed, a torch too old), any other exception for a failure. :func:`run_step` times it
+and APPENDS its section to the output file as soon as it ends, so a later step that
+times out or crashes leaves every earlier result in place.
+
+``--dry-run``: every step on the CPU at tiny sizes, so CI catches a broken step before a
+GPU sees it. A dry run makes no timing claims: :meth:`Context.time` prints no number.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = ["ROOT", "Context", "Skip", "env_with_src", "need", "run_step"]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def env_with_src() -> dict[str, str]:
+    """This environment with the checkout's ``src`` first on PYTHONPATH, for the tools
+    a step starts (pytest, the halfprec CLI, torchrun)."""
+    rest = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{rest}"}
+
+
+class Skip(Exception):
+    """A step that cannot run here, for a reason that is not a defect."""
+
+
+def need(*packages: str) -> None:
+    """Skip, naming the first of ``packages`` that is not installed (one line)."""
+    for name in packages:
+        if importlib.util.find_spec(name) is None:
+            raise Skip(f"needs the package {name}, which this machine does not have")
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where the steps run: ``cuda`` normally, ``cpu`` at tiny sizes in a dry run."""
+
+    dry_run: bool
+    out: Path
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu" if self.dry_run else "cuda")
+
+    @property
+    def half(self) -> str:
+        """The half dtype a step trains or compiles in: fp16 on a GPU, bf16 on a CPU
+        (whose fp16 kernels are emulated and slow)."""
+        return "bf16" if self.dry_run else "fp16"
+
+    def size(self, gpu: int, dry: int) -> int:
+        return dry if self.dry_run else gpu
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def time(self, seconds: float) -> str:
+        """A duration for the report; none in a dry run, which measures nothing."""
+        return "n/a (dry run)" if self.dry_run else f"{seconds * 1e3:.3f} ms"
+
+
+def run_step(ctx: Context, number: int, title: str, step: Callable[[Context], list[str]]) -> int:
+    """Run one step and append its section to ``ctx.out``: 0 ok or skipped, 1 failed."""
+    start = time.perf_counter()
+    try:
+        lines, status, code = step(ctx), "ok", 0
+    except Skip as why:
+        lines, status, code = [str(why)], "skipped", 0
+    except Exception as exc:  # a step's failure is its result: report it, go on
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        lines = [f"{type(exc).__name__}: {first} ({Path(where.filename).name}:{where.lineno})"]
+        status, code = "FAILED", 1
+    took = time.perf_counter() - start
+    text = [f"\n### {number}. {title}\n", f"- **{status}** after {took:.1f} s"]
+    text += [f"- {line}" for line in lines]
+    with ctx.out.open("a") as f:
+        f.write("\n".join(text) + "\n")
+    print("\n".join(text), flush=True)
+    return code

@@ -1,0 +1,85 @@
+"""The GPU check's steps, one per call: ``python3 scripts/gpu_steps/run.py STEP --out FILE``.
+
+``scripts/gpu-check.sh`` calls it once per step, each under its own ``timeout``; every
+step appends its section to FILE as soon as it ends. ``--dry-run``: on the CPU, at tiny
+sizes, no timing claims. ``--header`` (or the step ``header``): first append the line that
+names the machine, torch and the date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from common import Context, run_step
+from dist_steps import ddp_and_fsdp2
+from infer_steps import bench_after_tf32, bench_bert, compiled_kept_output, gemm_two_ways
+from tool_steps import cuda_tests, export_minilm
+from train_steps import scaler_with_an_inf, stochastic_adamw_step
+
+# name: (number, title, step), in the order the check runs them
+STEPS: dict[str, tuple[int, str, Callable[[Context], list[str]]]] = {
+    "tests": (1, "CUDA tests (tests/integration/test_cuda.py)", cuda_tests),
+    "compile": (
+        2,
+        "max-autotune MLP: the first output kept across a second call",
+        compiled_kept_output,
+    ),
+    "bench": (3, "bench BERT-base eager: fp32, naive, autocast, halfprec fp16/bf16", bench_bert),
+    "gemm": (4, "one GEMM: per-call sync against CUDA events", gemm_two_ways),
+    "scaler": (5, 'MixedPrecision("fp16") for 20 steps with one injected inf', scaler_with_an_inf),
+    "stochastic": (
+        6,
+        "bf16 + StochasticAdamW on 100M parameters against AdamW",
+        stochastic_adamw_step,
+    ),
+    "export": (7, "halfprec export builtin:minilm to .onnx and .pt2", export_minilm),
+    "ddp": (8, "one-process torchrun: DDP and FSDP2", ddp_and_fsdp2),
+    "tf32": (9, "bench after the new TF32 API", bench_after_tf32),
+}
+
+
+def _header(ctx: Context) -> str:
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    if ctx.dry_run:
+        where = "dry run on the CPU at tiny sizes: no measurement, only that every step runs"
+    else:
+        where = (
+            f"{torch.cuda.get_device_name(0)} x {torch.cuda.device_count()}, "
+            f"CUDA {torch.version.cuda}"
+        )
+    return (
+        f"\n## The last run\n\n*{stamp} · {where} · torch {torch.__version__}, "
+        f"Python {sys.version.split()[0]} · `scripts/gpu-check.sh"
+        f"{' --dry-run' if ctx.dry_run else ''}`*\n"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("step", choices=["header", *STEPS])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--header", action="store_true", help="write the header first")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    ctx = Context(dry_run=args.dry_run, out=args.out)
+    if not ctx.dry_run and not torch.cuda.is_available():
+        print("gpu-check: no CUDA device visible to torch; run with --dry-run", file=sys.stderr)
+        return 2
+    if args.header or args.step == "header":
+        with ctx.out.open("a") as f:
+            f.write(_header(ctx))
+        if args.step == "header":
+            return 0
+    number, title, step = STEPS[args.step]
+    return run_step(ctx, number, title, step)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
