@@ -122,3 +122,25 @@ def test_factories_that_leave_the_model_at_once_are_not_findings() -> None:
         """
     )
     assert lint_source(source) == []
+
+
+def test_tables_made_fp32_on_purpose_and_default_masks_are_not_findings() -> None:
+    """The two commonest false positives of a sample of transformers' HP101 findings
+    (benchmarks/data/lint_sample.json): a sinusoid table built from `.float()` (fp32 in a
+    half model too, cast by its caller) and a default attention mask (cast where used)."""
+    source = textwrap.dedent(
+        """\
+        import math
+        import torch
+        from torch import nn
+        def table(n):
+            emb = torch.exp(torch.arange(n, dtype=torch.int64).float() * -math.log(1e4))
+            return torch.cat([emb, torch.zeros(n)], dim=0)
+        class M(nn.Module):
+            def forward(self, x, attention_mask=None):
+                if attention_mask is None:
+                    attention_mask = torch.ones(x.shape[0], x.shape[1], device=x.device)
+                return x + table(4).to(x.dtype) + torch.zeros(x.shape[-1])
+        """
+    )
+    assert [(f.line, f.code) for f in lint_source(source)] == [(5, "HP201"), (11, "HP101")]

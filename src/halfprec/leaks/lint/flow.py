@@ -186,6 +186,8 @@ def _walk_block(body: list[ast.stmt], ctx: Context, checks: list[Check]) -> None
         if _bodies(stmt) and (_headers(stmt) or isinstance(stmt, ast.Try)):
             _walk_compound(stmt, ctx, checks)
             continue
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and _names_a_mask(stmt):
+            ctx.consumed.add(id(stmt.value))  # attention_mask = torch.ones(...): a mask
         _scan([stmt], ctx, checks)
         if isinstance(stmt, ast.Assign):
             _bind(stmt.targets, stmt.value, ctx)
@@ -197,6 +199,13 @@ def _walk_block(body: list[ast.stmt], ctx: Context, checks: list[Check]) -> None
 
 
 _INDEXED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\[\s*-?\d+\s*\]")
+
+
+def _names_a_mask(stmt: ast.Assign | ast.AnnAssign) -> bool:
+    """``attention_mask = torch.ones(...)``: a factory bound straight to a mask's name makes
+    a mask, which is cast (to bool, or to the scores' dtype) where it is used."""
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    return any(isinstance(t, ast.Name) and "mask" in t.id.lower() for t in targets)
 
 
 def _containers(fn: Function, lines: list[str]) -> frozenset[str]:

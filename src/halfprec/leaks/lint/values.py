@@ -9,10 +9,14 @@ Proved floating: the first positional input of a module's ``forward`` (the activ
 module is called with, unless its name or annotation says ids or a mask), an input
 annotated ``torch.FloatTensor``, a submodule's output (``self.embed(ids)``,
 ``self.layers[i](h)``, ``layer(h)`` over ``self.layers``), a floating parameter or buffer
-(``self.pos``), ``.float()``, ``.to(torch.float32)`` and ``.to(y.dtype)`` of a proved
-``y``, ops that always return floating (``softmax``, ``sigmoid``, ``exp``...), true
-division, arithmetic with a float literal, and anything shaped from or combined with a
-proved tensor through dtype-keeping ops (``view``, ``+``, ``torch.cat``, indexing...).
+(``self.pos``), ``.to(y.dtype)`` of a proved ``y``, ops that always return floating
+(``softmax``, ``sigmoid``, ``exp``...) applied to a floating tensor, true division,
+arithmetic with a float literal, and anything shaped from or combined with a proved tensor
+through dtype-keeping ops (``view``, ``+``, ``torch.cat``, indexing...).
+
+Not floating in the model's dtype: ``.float()``, ``.double()`` and ``.to(torch.float32)``
+(fp32 on purpose, in a half model too: HP201's finding, and a factory that meets them
+matches them), and ``torch.exp(torch.arange(n).float())``-style tables made from them.
 An element of a submodule's tuple result (``outputs[1]``) is only guessed: a router may
 return integer indices.
 """
@@ -46,7 +50,7 @@ _KEEPS_DTYPE = words(
 )
 _FLOAT_RESULT = words(
     "softmax log_softmax sigmoid tanh exp log log1p sqrt rsqrt gelu silu erf layer_norm "
-    "group_norm normalize float scaled_dot_product_attention"
+    "group_norm normalize scaled_dot_product_attention"
 )
 _TORCH_KEEPS = words(
     "matmul bmm mm einsum softmax log_softmax relu gelu silu tanh sigmoid exp sqrt rsqrt abs cat "
@@ -161,14 +165,15 @@ def _call_value(call: ast.Call, ctx: Context) -> bool | None:
     owner = dotted(func.value)
     imports = ctx.imports
     if owner in imports.torch or owner in imports.functional or owner.endswith("nn.functional"):
-        if func.attr in _FLOAT_RESULT:
-            return True
-        if func.attr in _TORCH_KEEPS:
-            return _join([value_of(a, ctx) for a in args])
-        return None
+        if func.attr not in _FLOAT_RESULT and func.attr not in _TORCH_KEEPS:
+            return None
+        joined = _join([value_of(a, ctx) for a in args])
+        # torch.exp(ids.float()) is fp32 in a half model too: floating in the model's dtype
+        # only when an operand is
+        return True if joined is not None and func.attr in _FLOAT_RESULT else joined
     receiver = value_of(func.value, ctx)
-    if func.attr == "float" and not call.args:
-        return True
+    if func.attr in ("float", "double") and not call.args:
+        return None  # fp32 on purpose (HP201), in a half model too: not the model's dtype
     if func.attr in ("to", "type"):
         return _to_value(call, receiver, ctx)
     if receiver is None:
@@ -190,7 +195,7 @@ def _to_value(call: ast.Call, receiver: bool | None, ctx: Context) -> bool | Non
             return value_of(arg.value, ctx)
         last = arg.attr if isinstance(arg, ast.Attribute) else ""
         if last in _FP32 and dotted(arg).split(".")[0] in ctx.imports.torch:
-            return True
+            return None  # fp32 on purpose, as .float()
         if last in _NOT_FLOAT or (isinstance(arg, ast.Name) and arg.id in ("int", "bool")):
             return None
         device = (isinstance(arg, ast.Attribute) and arg.attr in _DEVICE_ATTRS) or (
