@@ -40,7 +40,7 @@ import torch
 import transformers
 
 from halfprec import ops
-from halfprec.leaks.lint import LintConfig, lint_paths
+from halfprec.leaks.lint import LintConfig, lint_paths, lint_source
 from halfprec.leaks.lint.scope import forward_paths, imports_of
 from halfprec.leaks.lint.source import split_lines
 from halfprec.tree import map_tensors
@@ -299,10 +299,35 @@ def identity(fixed: dict[str, str]) -> None:
     )
 
 
+def libcst_ratio(files: list[Path], rounds: int = 3) -> None:
+    """How much slower libcst's parse plus its ScopeProvider (the analysis it would offer)
+    is than ``ast.parse`` plus the whole lint, interleaved on the same files."""
+    import libcst
+    from libcst.metadata import MetadataWrapper, ScopeProvider
+
+    sources = [p.read_text() for p in files]
+    ours, theirs = [], []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for text in sources:
+            lint_source(text)
+        ours.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        for text in sources:
+            MetadataWrapper(libcst.parse_module(text)).resolve(ScopeProvider)
+        theirs.append(time.perf_counter() - start)
+    ratio = statistics.median(theirs) / statistics.median(ours)
+    print(
+        f"libcst parse + ScopeProvider on {len(files)} files: {ratio:.1f}x the time of the "
+        f"whole ast-based lint (medians of {rounds} interleaved rounds)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--libcst", type=int, default=0, help="compare libcst on N files")
     opts = parser.parse_args()
     files = modeling_files()
     print(
@@ -310,6 +335,8 @@ def main() -> None:
         f"python {sys.version.split()[0]}, torch {torch.__version__}"
     )
     speed(files, opts.runs)
+    if opts.libcst:
+        libcst_ratio(files[:: max(len(files) // opts.libcst, 1)][: opts.libcst])
     found, plain = counts(files)
     data = sample(found, plain, opts.seed)
     precision_recall(data, len(found), len(plain - found))
