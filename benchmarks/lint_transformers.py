@@ -1,81 +1,346 @@
-"""Lint every modeling file of the installed transformers: speed (files/min, median of 3
-runs after a warm-up), counts per rule, and --fix applied to every file with fixes.
+"""Lint every modeling file of the installed transformers, and check what the lint says.
 
-    PYTHONPATH=src python benchmarks/lint_transformers.py [--sample N] [--seed S]
+    PYTHONPATH=src:benchmarks python benchmarks/lint_transformers.py [--runs 3] [--seed 0]
 
-``--sample N`` prints N random findings (seeded) for a hand check of false positives.
+1. Speed: files/min, median of ``--runs`` runs after a warm-up.
+2. Tensor creations without dtype inside forward paths: counted by the lint (HP101) and by
+   a plain AST count (every ``torch.<factory>(...)`` call without ``dtype=`` in a function
+   on a forward path), as a cross-check: every finding must be one of the plain count's.
+3. Precision and recall from a hand-checked sample: ``--seed`` draws 50 findings and 50 of
+   the plain count's calls that the lint leaves alone; benchmarks/data/lint_sample.json
+   holds them with a verdict per item (``leak`` or ``no leak``, and why). A *leak*: in a
+   half model the new tensor is fp32 where it meets the model's half tensors (an upcast,
+   a dtype error, or half values copied into an fp32 output) with no cast in between;
+   integer or bool results, 0-dim values, masks cast where used, and tables cast to the
+   model's dtype before use are not. A sample drawn
+   again from the same transformers version and seed is the same one, so the verdicts are
+   reused; otherwise the file is rewritten with empty verdicts to fill in by hand.
+4. ``lint --fix`` (safe fixes, as the README's line runs it) applied to every file: the
+   count of fixes, whether each fixed file still compiles and imports, and, for every
+   architecture of the breadth benchmark (benchmarks/testbed/breadth_models.py) whose
+   modeling file has fixes, whether the model gives identical fp32 outputs with the fixed
+   code (the model's classes swapped for the fixed file's, same weights, same batch).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
+import json
 import random
 import statistics
+import sys
 import time
+import types
 from pathlib import Path
+from typing import Any
 
+import torch
 import transformers
 
-from halfprec.leaks.lint import LintConfig, fix_source, lint_paths, lint_source
+from halfprec import ops
+from halfprec.leaks.lint import LintConfig, lint_paths, lint_source
+from halfprec.leaks.lint.scope import forward_paths, imports_of
+from halfprec.leaks.lint.source import split_lines
+from halfprec.tree import map_tensors
+from testbed.breadth_models import ARCHS, build, example_batch
+
+ROOT = Path(transformers.__file__).parent
+DATA = Path(__file__).parent / "data" / "lint_sample.json"
+SAMPLE = 50
+Site = tuple[str, int, int]  # path relative to transformers/, line, 1-based column
+
+
+def modeling_files() -> list[Path]:
+    return sorted((ROOT / "models").glob("**/modeling_*.py"))
+
+
+def speed(files: list[Path], runs: int) -> None:
+    config = LintConfig()
+    lint_paths(files[:50], config)  # warm-up: imports, regex compilation, file cache
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        lint_paths(files, config)
+        times.append(time.perf_counter() - start)
+    median = statistics.median(times)
+    print(
+        f"lint: median {median:.2f} s over {runs} runs -> {len(files) / median * 60:.0f} "
+        f"files/min (runs: {', '.join(f'{t:.2f}' for t in times)})"
+    )
+
+
+def plain_count(path: Path) -> set[Site]:
+    """Every ``torch.<factory>(...)`` without ``dtype=`` (or ``**kwargs``) in a function on
+    a forward path of ``path``: the lint's scope, none of its judgement."""
+    source = path.read_text()
+    tree = ast.parse(source)
+    torch_names = imports_of(tree).torch
+    rel = str(path.relative_to(ROOT))
+    out: set[Site] = set()
+    for fp in forward_paths(tree, split_lines(source)):
+        for node in ast.walk(fp.function):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            owner = node.func.value
+            if not (isinstance(owner, ast.Name) and owner.id in torch_names):
+                continue
+            if not ops.is_factory(node.func.attr):
+                continue
+            if any(k.arg in ("dtype", None) for k in node.keywords):
+                continue
+            out.add((rel, node.lineno, node.col_offset + 1))
+    return out
+
+
+def counts(files: list[Path]) -> tuple[set[Site], set[Site]]:
+    report = lint_paths(files, LintConfig())
+    found = {
+        (str(Path(f.path).relative_to(ROOT)), f.line, f.col)
+        for f in report.findings
+        if f.code == "HP101"
+    }
+    plain: set[Site] = set()
+    for path in files:
+        plain |= plain_count(path)
+    with_findings = sum(bool(r.findings) for r in report.files)
+    print(f"findings by rule: {report.counts()} in {with_findings} files")
+    print(
+        f"tensor creations without dtype in forward paths: {len(plain)} (plain AST count); "
+        f"HP101 findings: {len(found)}; findings outside the plain count: {len(found - plain)}"
+    )
+    return found, plain
+
+
+def _line(site: Site) -> str:
+    return (ROOT / site[0]).read_text().splitlines()[site[1] - 1].strip()
+
+
+def sample(found: set[Site], plain: set[Site], seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    picked = {
+        "finding": rng.sample(sorted(found), min(SAMPLE, len(found))),
+        "non-finding": rng.sample(sorted(plain - found), min(SAMPLE, len(plain - found))),
+    }
+    old = json.loads(DATA.read_text()) if DATA.exists() else {}
+    verdicts = {}
+    if old.get("transformers") == transformers.__version__ and old.get("seed") == seed:
+        verdicts = {(i["path"], i["line"], i["col"]): i for i in old["items"]}
+    items = []
+    for kind, sites in picked.items():
+        for site in sites:
+            was = verdicts.get(site, {})
+            items.append(
+                {
+                    "kind": kind,
+                    "path": site[0],
+                    "line": site[1],
+                    "col": site[2],
+                    "code": _line(site),
+                    "verdict": was.get("verdict"),
+                    "why": was.get("why", ""),
+                }
+            )
+    data = {"transformers": transformers.__version__, "seed": seed, "items": items}
+    if data != old:
+        DATA.parent.mkdir(parents=True, exist_ok=True)
+        DATA.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {DATA}")
+    return data
+
+
+def precision_recall(data: dict[str, Any], found: int, unflagged: int) -> None:
+    items = data["items"]
+    if any(i["verdict"] not in ("leak", "no leak") for i in items):
+        print(f"precision/recall: hand-check the verdicts in {DATA} first")
+        return
+    flagged = [i for i in items if i["kind"] == "finding"]
+    left = [i for i in items if i["kind"] == "non-finding"]
+    true_pos = sum(i["verdict"] == "leak" for i in flagged)
+    missed = sum(i["verdict"] == "leak" for i in left)
+    precision = true_pos / len(flagged)
+    est_true = precision * found
+    est_missed = missed / len(left) * unflagged
+    recall = est_true / (est_true + est_missed) if est_true + est_missed else 1.0
+    # with no miss in the sample, the rule of three bounds the miss rate at 3/n (95%)
+    worst = max(missed, 3) / len(left) * unflagged
+    print(
+        f"precision: {true_pos}/{len(flagged)} sampled findings are leaks = {precision:.0%}; "
+        f"{missed}/{len(left)} sampled non-findings are leaks -> recall ~ {recall:.0%} "
+        f"(~{est_true:.0f} leaks found, ~{est_missed:.0f} missed of {unflagged} unflagged; "
+        f"95% bound: at most ~{worst:.0f} missed, recall >= {est_true / (est_true + worst):.0%})"
+    )
+
+
+def _fixed_module(name: str, source: str) -> types.ModuleType:
+    """The module ``name`` made again from ``source`` (relative imports resolved as the
+    original's), without replacing the original in ``sys.modules``."""
+    original = importlib.import_module(name)
+    module = types.ModuleType(name)
+    module.__file__ = original.__file__
+    module.__package__ = original.__package__
+    module.__spec__ = original.__spec__
+    exec(compile(source, str(original.__file__), "exec"), module.__dict__)
+    return module
+
+
+def fix_all(files: list[Path]) -> dict[str, str]:
+    """Safe fixes on every file: count them, compile and import each fixed file."""
+    fixed: dict[str, str] = {}
+    fixes = failed = 0
+    for path in files:
+        result = lint_paths([path], LintConfig(), fix=True).files[0]
+        if result.new_source is None:
+            continue
+        fixes += result.fixed
+        name = "transformers." + ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        try:
+            compile(result.new_source, str(path), "exec")
+            _fixed_module(name, result.new_source)
+        except Exception as exc:  # noqa: BLE001 - every failure is counted and shown
+            failed += 1
+            print(f"  {name}: fixed file fails: {type(exc).__name__}: {exc}")
+            continue
+        fixed[name] = result.new_source
+    print(
+        f"lint --fix (safe): {fixes} fixes in {len(fixed) + failed} files; "
+        f"{len(fixed)} import, {failed} fail"
+    )
+    return fixed
+
+
+def _swap(model: torch.nn.Module, fixed: types.ModuleType) -> int:
+    swapped = 0
+    for m in model.modules():
+        cls = type(m)
+        if cls.__module__ == fixed.__name__ and hasattr(fixed, cls.__name__):
+            m.__class__ = getattr(fixed, cls.__name__)
+            swapped += 1
+    return swapped
+
+
+def _outputs(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    with torch.no_grad():
+        torch.manual_seed(0)
+        out = model(**batch)
+    found: list[torch.Tensor] = []
+    map_tensors(lambda t: found.append(t) or t, out.to_tuple() if hasattr(out, "to_tuple") else out)
+    return found
+
+
+_SMALL = {
+    "vocab_size": 128,
+    "hidden_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+    "max_position_embeddings": 64,
+}
+# tiny models of three modeling files with safe fixes, beyond the breadth benchmark's
+EXTRA: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "yoso": ("YosoModel", "YosoConfig", _SMALL),
+    "mra": ("MraModel", "MraConfig", _SMALL),
+    "longt5-tglobal": (
+        "LongT5Model",
+        "LongT5Config",
+        {
+            "vocab_size": 128,
+            "d_model": 32,
+            "d_kv": 16,
+            "d_ff": 64,
+            "num_layers": 1,
+            "num_heads": 2,
+            "encoder_attention_type": "transient-global",
+        },
+    ),
+}
+
+
+def _models() -> list[tuple[str, torch.nn.Module, dict[str, torch.Tensor]]]:
+    out = [(a.name, build(a), example_batch(a)) for a in ARCHS]
+    for name, (cls, cfg, kw) in EXTRA.items():
+        torch.manual_seed(0)
+        model = getattr(transformers, cls)(getattr(transformers, cfg)(**kw)).eval()
+        ids = torch.randint(3, 128, (2, 12), generator=torch.Generator().manual_seed(0))
+        batch = {"input_ids": ids}
+        if "T5" in cls:
+            batch["decoder_input_ids"] = ids[:, :6]
+        out.append((name, model, batch))
+    return out
+
+
+def identity(fixed: dict[str, str]) -> None:
+    """fp32 outputs of each tiny architecture with its modeling file as --fix leaves it."""
+    same = differ = with_fixes = 0
+    models = _models()
+    for arch, model, batch in models:
+        name = type(model).__module__
+        before = _outputs(model, batch)
+        swapped = 0
+        if name in fixed:
+            with_fixes += 1
+            swapped = _swap(model, _fixed_module(name, fixed[name]))
+        after = _outputs(model, batch)
+        equal = len(before) == len(after) and all(
+            x.dtype == y.dtype and torch.equal(x, y) for x, y in zip(before, after, strict=True)
+        )
+        same += equal
+        differ += not equal
+        if name in fixed or not equal:
+            print(
+                f"  {arch:16} {name.rsplit('.', 1)[1]:28} {swapped:3} modules swapped  "
+                f"{'identical' if equal else 'DIFFERENT'}"
+            )
+    print(
+        f"fp32 identity after --fix: {same} of {len(models)} tiny architectures identical, "
+        f"{differ} different; {with_fixes} of them had fixes in their modeling file (the "
+        "others' files need none)"
+    )
+
+
+def libcst_ratio(files: list[Path], rounds: int = 3) -> None:
+    """How much slower libcst's parse plus its ScopeProvider (the analysis it would offer)
+    is than ``ast.parse`` plus the whole lint, interleaved on the same files."""
+    import libcst
+    from libcst.metadata import MetadataWrapper, ScopeProvider
+
+    sources = [p.read_text() for p in files]
+    ours, theirs = [], []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for text in sources:
+            lint_source(text)
+        ours.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        for text in sources:
+            MetadataWrapper(libcst.parse_module(text)).resolve(ScopeProvider)
+        theirs.append(time.perf_counter() - start)
+    ratio = statistics.median(theirs) / statistics.median(ours)
+    print(
+        f"libcst parse + ScopeProvider on {len(files)} files: {ratio:.1f}x the time of the "
+        f"whole ast-based lint (medians of {rounds} interleaved rounds)"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sample", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--libcst", type=int, default=0, help="compare libcst on N files")
     opts = parser.parse_args()
-
-    root = Path(transformers.__file__).parent / "models"
-    files = sorted(root.glob("**/modeling_*.py"))
-    config = LintConfig()
-    lint_paths(files[:50], config)  # warm-up: imports, regex compilation, file cache
-    times = []
-    for _ in range(opts.runs):
-        start = time.perf_counter()
-        report = lint_paths(files, config)
-        times.append(time.perf_counter() - start)
-    median = statistics.median(times)
-    print(f"transformers {transformers.__version__}: {len(files)} modeling files")
+    files = modeling_files()
     print(
-        f"lint: median {median:.2f} s over {opts.runs} runs -> {len(files) / median * 60:.0f} "
-        f"files/min (runs: {', '.join(f'{t:.2f}' for t in times)})"
+        f"transformers {transformers.__version__}: {len(files)} modeling files; "
+        f"python {sys.version.split()[0]}, torch {torch.__version__}"
     )
-    findings = report.findings
-    with_findings = sum(1 for r in report.files if r.findings)
-    print(f"findings: {len(findings)} in {with_findings} files; by rule: {report.counts()}")
-
-    unsafe = LintConfig(unsafe_fixes=True)
-    fixed_files = fixes = failures = 0
-    start = time.perf_counter()
-    for result in report.files:
-        todo = [
-            f
-            for f in lint_source(Path(result.path).read_text(), result.path, unsafe)
-            if f.fix is not None
-        ]
-        if not todo:
-            continue
-        source = Path(result.path).read_text()
-        new = fix_source(source, unsafe)
-        try:
-            compile(new, result.path, "exec")
-        except SyntaxError:
-            failures += 1
-            continue
-        left = [f for f in lint_source(new, result.path, unsafe) if f.fix is not None]
-        fixed_files += 1
-        fixes += len(todo) - len(left)
-    print(
-        f"fix (safe + unsafe): {fixes} findings fixed in {fixed_files} files, "
-        f"{failures} fixed files failed to compile, {time.perf_counter() - start:.1f} s"
-    )
-
-    if opts.sample:
-        rng = random.Random(opts.seed)
-        for f in rng.sample(findings, min(opts.sample, len(findings))):
-            line = Path(f.path).read_text().splitlines()[f.line - 1].strip()
-            print(f"{f.render().replace(str(root) + '/', '')}\n    | {line[:110]}")
+    speed(files, opts.runs)
+    if opts.libcst:
+        libcst_ratio(files[:: max(len(files) // opts.libcst, 1)][: opts.libcst])
+    found, plain = counts(files)
+    data = sample(found, plain, opts.seed)
+    precision_recall(data, len(found), len(plain - found))
+    identity(fix_all(files))
 
 
 if __name__ == "__main__":

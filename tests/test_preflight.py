@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from halfprec import preflight
+from halfprec import Recipe, preflight
 from testbed.hazards import HAZARDS
 
 
@@ -38,10 +38,42 @@ def test_fill_constants_found_during_a_forward_with_module_and_line() -> None:
     result = preflight(model, batches, "fp16")
     fills = [f for f in result.findings if f.kind == "fill"]
     assert {f.module for f in fills} == {"layers.0.attn.core", "layers.1.attn.core"}
-    assert all(f.value == -1e9 and not f.handled for f in fills)
+    assert all(f.value == -1e9 for f in fills)
     assert all(f.location and "hazards.py" in f.location for f in fills)
     assert result.forward_checked
     assert not [f for f in preflight(model, batches, "bf16").findings if f.kind == "fill"]
+
+
+def test_fills_that_convert_saturates_are_handled_by_the_recipe() -> None:
+    """Issue 34: preflight said "convert handles it: no" (exit 1) for a fill that convert
+    saturates by default. handled and recipe_field now come from convert with the recipe."""
+    model, batches = HAZARDS["fill-1e9"].build()
+    fills = [f for f in preflight(model, batches, "fp16").findings if f.kind == "fill"]
+    assert fills and all(f.handled and f.recipe_field == "saturate_fills" for f in fills)
+    assert all("convert saturates it" in f.detail for f in fills)
+    assert not preflight(model, batches, "fp16").problems
+    off = Recipe(dtype="fp16", saturate_fills=False)
+    fills = [f for f in preflight(model, batches, off).findings if f.kind == "fill"]
+    assert fills and not any(f.handled or f.recipe_field for f in fills)
+    assert all("use torch.finfo(x.dtype).min" in f.detail for f in fills)
+    island = Recipe(dtype="fp16", saturate_fills=False, keep_fp32=("layers.0",))
+    answers = {
+        f.module: (f.handled, f.recipe_field)
+        for f in preflight(model, batches, island).findings
+        if f.kind == "fill"
+    }
+    assert answers == {
+        "layers.0.attn.core": (True, "keep_fp32"),
+        "layers.1.attn.core": (False, None),
+    }
+
+
+def test_eps_handled_only_where_the_recipe_keeps_the_norm_in_fp32() -> None:
+    layer_norm = nn.Sequential(nn.LayerNorm(4, eps=1e-12))
+    [kept] = preflight(layer_norm, config="fp16").findings
+    assert (kept.handled, kept.recipe_field) == (True, "norm_islands")
+    [half] = preflight(layer_norm, config=Recipe(dtype="fp16", norm_islands=False)).findings
+    assert (half.handled, half.recipe_field) == (False, None)
 
 
 def test_finfo_float32_min_fill_is_found() -> None:

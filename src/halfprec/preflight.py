@@ -11,15 +11,22 @@ With inputs, one fp32 forward pass also finds Python constants passed to fills
 (``masked_fill``, ``fill_``, ``full``, ``clamp``, ...: the ops of
 :data:`halfprec.ops.FILL_OPS`) that the dtype cannot hold, such as ``-1e9`` or
 ``torch.finfo(torch.float32).min``: in half these raise "value cannot be converted to type
-at::Half without overflow". Each finding says whether ``convert`` already keeps it safe by
-default (``handled``).
+at::Half without overflow".
+
+Each finding says whether ``convert``, run with the same recipe, keeps it safe
+(``handled``) and which recipe field does (``recipe_field``): a fill that convert
+saturates (``saturate_fills``, on by default), an eps or a fill inside a module kept in
+fp32 (``norm_islands``, ``keep_fp32``, ``filter_fn``). Out-of-range parameters are always
+kept in fp32 by convert (no field governs that). The answer is convert's own: preflight
+converts a copy of the model with the recipe and reads its :class:`ConversionReport`,
+only when there is an eps or fill finding to answer for.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -28,8 +35,14 @@ from torch.overrides import TorchFunctionMode
 from halfprec import ops
 from halfprec.batch import as_batches, call
 from halfprec.compare import reference_failed
-from halfprec.convert.core import ConfigLike, Recipe
-from halfprec.convert.kinds import is_default_island
+from halfprec.convert.core import (
+    ConfigLike,
+    ConversionReport,
+    Recipe,
+    conversion_report,
+    convert,
+)
+from halfprec.convert.fills import SaturatingFills
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.frames import user_location
 from halfprec.modules import finite_peak, model_device
@@ -50,6 +63,7 @@ class PreflightFinding:
     value: float
     handled: bool
     location: str | None = None
+    recipe_field: str | None = None  # the Recipe field that makes convert handle it
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,15 +126,13 @@ def _static(model: nn.Module, dtype: torch.dtype) -> list[PreflightFinding]:
             eps = getattr(module, attr, None) if attr in vars(module) else None
             if not isinstance(eps, float) or eps <= 0:
                 continue
-            island = is_default_island(module)
-            keep = "convert keeps it in fp32" if island else "keep it in fp32 or raise eps"
             if eps >= limits.smallest_subnormal:
                 continue
             detail = (
                 f"{attr}={eps:g} is 0 in {name_} (smallest subnormal "
-                f"{limits.smallest_subnormal:.3g}); {keep}"
+                f"{limits.smallest_subnormal:.3g})"
             )
-            found.append(PreflightFinding("eps", mname, mtype, detail, eps, handled=island))
+            found.append(PreflightFinding("eps", mname, mtype, detail, eps, handled=False))
     return found
 
 
@@ -130,7 +142,9 @@ class _FillWatch(TorchFunctionMode):
     def __init__(self, limit: float, stack: list[str]) -> None:
         super().__init__()
         self.limit, self.stack = limit, stack
-        self.hits: dict[tuple[str, str, float, str | None], str] = {}
+        # (module, op, value, file:line) -> the modules running, and whether the op's result
+        # takes the half dtype in a converted model (``torch.full`` without dtype does not)
+        self.hits: dict[tuple[str, str, float, str | None], tuple[tuple[str, ...], bool]] = {}
 
     def __torch_function__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
@@ -155,7 +169,9 @@ class _FillWatch(TorchFunctionMode):
         for v in values:
             if math.isfinite(v) and abs(v) > self.limit:
                 module = self.stack[-1] if self.stack else ""
-                self.hits.setdefault((module, name, float(v), user_location()), name)
+                key = (module, name, float(v), user_location())
+                half = not (name == "full" and kwargs.get("dtype") is None)
+                self.hits.setdefault(key, (tuple(self.stack), half))
 
 
 def _fills(model: nn.Module, batch: Any, dtype: torch.dtype) -> list[PreflightFinding]:
@@ -184,29 +200,96 @@ def _fills(model: nn.Module, batch: Any, dtype: torch.dtype) -> list[PreflightFi
         for h in handles:
             h.remove()
     name_ = dtype_name(dtype)
-    return [
-        PreflightFinding(
-            "fill",
-            module,
-            types.get(module, ""),
-            f"{func}(..., {value:g}) cannot be held by {name_} (max {range_of(dtype).max:g}); "
-            f"use torch.finfo(x.dtype).min, or keep {module or 'the model'} in fp32",
-            value,
-            handled=False,
-            location=loc,
+    found: list[PreflightFinding] = []
+    for (module, func, value, loc), (running, half) in watch.hits.items():
+        detail = f"{func}(..., {value:g}) cannot be held by {name_} (max {range_of(dtype).max:g})"
+        found.append(
+            _Fill(
+                "fill",
+                module,
+                types.get(module, ""),
+                detail,
+                value,
+                False,
+                loc,
+                stack=running,
+                saturable=half and func in SaturatingFills.NAMES,
+            )
         )
-        for (module, func, value, loc) in watch.hits
-    ]
+    return found
+
+
+@dataclass(frozen=True)
+class _Fill(PreflightFinding):
+    """A fill finding with the modules that were running (outermost first), and whether
+    convert's saturating fills would reach its op (one of theirs, of the half dtype)."""
+
+    stack: tuple[str, ...] = ()
+    saturable: bool = False
+
+
+_FIELDS = (("norm island", "norm_islands"), ("keep_fp32", "keep_fp32"), ("filter_fn", "filter_fn"))
+
+
+def _island_field(name: str, report: ConversionReport) -> str | None:
+    """The recipe field that keeps module ``name`` in fp32, or None when it goes half (an
+    island kept for its range is governed by no field: ``"range"``)."""
+    owners = [n for n in report.islands if n == "" or name == n or name.startswith(f"{n}.")]
+    if not owners:
+        return None
+    reason = report.islands[owners[0]]
+    return next((field for start, field in _FIELDS if reason.startswith(start)), "range")
+
+
+def _answer(finding: PreflightFinding, report: ConversionReport) -> PreflightFinding:
+    """``finding`` with ``handled`` and ``recipe_field`` as convert answers them."""
+    field = _island_field(finding.module, report)
+    where = finding.module or "the model"
+    if field is not None:
+        how = f"convert keeps {where} in fp32" + ("" if field == "range" else f" ({field})")
+    elif (
+        finding.kind == "fill"
+        and isinstance(finding, _Fill)
+        and finding.saturable
+        and any(m in report.fill_guards for m in finding.stack)
+    ):
+        field, how = "saturate_fills", "convert saturates it to the dtype's limit (saturate_fills)"
+    elif finding.kind == "fill":
+        how = f"use torch.finfo(x.dtype).min, or keep {where} in fp32"
+    else:
+        how = "keep it in fp32 or raise eps"
+    return PreflightFinding(
+        finding.kind,
+        finding.module,
+        finding.module_type,
+        f"{finding.detail}; {how}",
+        finding.value,
+        handled=field is not None,
+        location=finding.location,
+        recipe_field=None if field == "range" else field,
+    )
+
+
+def _answered(
+    model: nn.Module, recipe: Recipe, findings: list[PreflightFinding]
+) -> list[PreflightFinding]:
+    """Eps and fill findings answered by converting a copy with ``recipe``."""
+    if not any(f.kind in ("eps", "fill") for f in findings):
+        return findings
+    report = cast(ConversionReport, conversion_report(convert(model, recipe)))
+    return [f if f.kind == "range" else _answer(f, report) for f in findings]
 
 
 def preflight(model: nn.Module, inputs: Any = None, config: ConfigLike = None) -> Preflight:
-    """Check ``model`` against the dtype of ``config`` (a :class:`Recipe` or a dtype;
-    default ``"auto"``) before conversion; with ``inputs`` (one batch or a list; the first
-    is used), also run one fp32 forward pass to find fill constants."""
+    """Check ``model`` against ``config`` (a :class:`Recipe` or a dtype; default ``"auto"``)
+    before conversion; with ``inputs`` (one batch or a list; the first is used), also run
+    one fp32 forward pass to find fill constants. Whether convert handles each finding is
+    answered for that recipe (its islands and ``saturate_fills``)."""
     device = model_device(model)
-    dt = Recipe.of(config).resolve(device).dtype
-    result = Preflight(dt, _static(model, dt))
+    recipe = Recipe.of(config)
+    dt = recipe.resolve(device).dtype
+    findings = _static(model, dt)
     if inputs is not None:
-        result.findings.extend(_fills(model, as_batches(inputs)[0], dt))
-        result.forward_checked = True
-    return result
+        findings.extend(_fills(model, as_batches(inputs)[0], dt))
+    recipe = recipe.replace(dtype=dt)
+    return Preflight(dt, _answered(model, recipe, findings), forward_checked=inputs is not None)

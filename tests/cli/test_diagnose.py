@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import testbed.hazards as hazards
+from halfprec import Recipe
 
 HAZARDS_FILE = str(Path(hazards.__file__).resolve())
 FILL = f"{HAZARDS_FILE}:fill_model"
@@ -42,11 +43,17 @@ def test_tune_writes_a_policy_that_convert_and_diagnose_reuse(cli, tmp_path) -> 
     assert [o["module"] for o in json.loads(conv.stdout)["op_islands"]] == ["norm"]
 
 
-def test_preflight_exit_code_and_json(cli) -> None:  # type: ignore[no-untyped-def]
+def test_preflight_exit_code_and_json(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # convert saturates the -1e9 fills by default: found, handled, exit 0 (issue 34)
     proc = cli("preflight", FILL, "--dtype", "fp16", "--json")
-    assert proc.returncode == 1
+    assert proc.returncode == 0, proc.stdout
     data = json.loads(proc.stdout)
-    assert data["problems"] == 2 and data["forward_checked"]
+    assert data["problems"] == 0 and data["forward_checked"]
+    assert {f["recipe_field"] for f in data["findings"]} == {"saturate_fills"}
+    recipe = Recipe(dtype="fp16", saturate_fills=False).save(tmp_path / "recipe.json")
+    off = cli("preflight", FILL, "--recipe", str(recipe), "--json")
+    assert off.returncode == 1, off.stderr
+    assert json.loads(off.stdout)["problems"] == 2
 
 
 @pytest.mark.parametrize(

@@ -46,10 +46,16 @@ def test_cli_exit_codes_and_json(tmp_path: Path, cli: Any) -> None:
 def test_cli_fix_and_diff(tmp_path: Path) -> None:
     target = tmp_path / "helpers.py"
     target.write_text((FIXTURES / "helpers.py").read_text())
-    # every template in helpers.py is guessed from a name: its fixes are unsafe
+    # the template of `_mix` (a helper) and of `positions` is guessed from a name: their
+    # fixes are unsafe; forward's own are proved (x is forward's first input)
     safe = _invoke("lint", str(target), "--fix")
-    assert safe.exit_code == 1 and "4 more with --unsafe-fixes" in safe.output
-    assert target.read_text() == (FIXTURES / "helpers.py").read_text()
+    assert safe.exit_code == 1
+    assert safe.stderr == (
+        "4 findings in 1 file: 2 fixed, 2 fixable only with --unsafe-fixes (the fix may "
+        "change fp32 values).\n"
+    )
+    assert "x = y + y.new_zeros(4)" in target.read_text()
+    target.write_text((FIXTURES / "helpers.py").read_text())
     diff = _invoke("lint", str(target), "--diff", "--unsafe-fixes")
     assert diff.exit_code == 1
     assert "+            x = y + y.new_zeros(4)" in diff.output
@@ -64,7 +70,7 @@ def test_cli_fix_and_diff(tmp_path: Path) -> None:
 def test_cli_marks_only_what_fix_would_rewrite() -> None:
     plain = _invoke("lint", str(FIXTURES / "constants.py"))
     assert ": HP301 -1e+09 is beyond" in plain.output  # unsafe: not applied by --fix
-    assert ": HP302 `torch.finfo`" in plain.output  # its template is guessed: unsafe
+    assert ": HP302 [*] `torch.finfo`" in plain.output  # its template is proved: safe
     assert ": HP203 [*] `torch.get_default_dtype()`" in plain.output
     unsafe = _invoke("lint", str(FIXTURES / "constants.py"), "--unsafe-fixes")
     assert ": HP301 [*] -1e+09 is beyond" in unsafe.output
@@ -243,3 +249,36 @@ def test_fix_that_fails_midway_says_what_was_written(tiny_fs: Path) -> None:
     assert f"could not write {big} (No space left on device)" in line, line
     assert f"rewritten: {small}; not written: {big}" in line
     assert small.read_bytes() == _expected(data, b"\n")
+
+
+# -- issue 34: the README's `lint src/ --fix` on the commonest transformer pattern -----------
+def test_readme_fix_line_fixes_the_block_model_without_extra_flags(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    model = src / "model.py"
+    model.write_text((FIXTURES / "issue34.py").read_text())
+    result = run_cli("lint", "src/", "--fix", cwd=tmp_path)  # README: lint src/ --fix
+    assert result.returncode == 1  # the .float() (HP201) and -1e9 (HP301) are left
+    text = model.read_text()
+    assert "h = x.new_zeros(x.shape[0], x.shape[2])" in text
+    assert "buf = x.new_ones(x.size(0), 1, x.size(2))" in text
+    assert "z = x.new_zeros(x.shape)" in text
+    assert result.stderr == (
+        "6 findings in 1 file: 4 fixed, 1 fixable only with --unsafe-fixes (the fix may change "
+        "fp32 values), 1 to fix by hand.\n"
+    )
+
+
+def test_diff_of_a_file_without_final_newline_ends_its_lines(tmp_path: Path) -> None:
+    model = tmp_path / "model.py"
+    model.write_text(
+        "import torch\nfrom torch import nn\nclass M(nn.Module):\n"
+        "    def forward(self, x):\n        return x + torch.zeros(x.shape)"
+    )
+    result = run_cli("lint", str(model), "--diff")
+    assert result.returncode == 1
+    assert result.stdout.endswith(
+        "-        return x + torch.zeros(x.shape)\n\\ No newline at end of file\n"
+        "+        return x + x.new_zeros(x.shape)\n\\ No newline at end of file\n"
+    )
+    assert result.stderr == "1 finding in 1 file: 1 fixable (diff above).\n"

@@ -80,7 +80,7 @@ def test_lint_diff_counts_the_fixable_finding(tmp_path: Path) -> None:
     proc = run_cli("lint", str(target), "--diff", "--unsafe-fixes")
     assert proc.returncode == 1
     summary = proc.stderr.strip().splitlines()[-1]
-    found, fixable = re.match(r"(\d+) findings? .*; (\d+) fixable", summary).groups()  # type: ignore[union-attr]
+    found, fixable = re.match(r"(\d+) findings? in .*?: (\d+) fixable", summary).groups()  # type: ignore[union-attr]
     assert int(found) >= int(fixable) >= 1
 
 

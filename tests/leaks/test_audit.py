@@ -162,3 +162,39 @@ def test_audit_leaves_the_training_flag_alone() -> None:
     half = convert(CachedProjection().train(), "fp16")
     audit(half, torch.randn(4, 8))
     assert half.training and half.norm.training
+
+
+# -- issue 34: a leak that the recipe causes is labelled with its field, not blamed on code --
+class _LearnedPositions(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+        self.pos = nn.Parameter(torch.randn(3, 8))  # small: the recipe keeps it fp32
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.embed(ids) + self.pos)
+
+
+def test_an_upcast_on_a_parameter_the_recipe_keeps_fp32_names_the_recipe_field() -> None:
+    torch.manual_seed(0)
+    ids = torch.tensor([[1, 2, 3]])
+    report = audit(_LearnedPositions(), ids, "fp16")
+    [leak] = report.leaks
+    assert (leak.kind, leak.recipe_field) == ("upcast", "fp32_params_up_to")
+    assert "the small parameter `pos`" in leak.message
+    assert "Recipe(fp32_params_up_to=0)" in leak.suggestion
+    assert report.clean and report.problems == []
+    assert report.to_json()["problems"] == 0
+    # with the field off the parameter goes half: nothing to report at all
+    assert audit(_LearnedPositions(), ids, Recipe(dtype="fp16", fp32_params_up_to=0)).leaks == []
+
+
+def test_a_leak_that_the_code_causes_is_still_a_problem() -> None:
+    class Scaled(_LearnedPositions):
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.proj(self.embed(ids) * torch.ones(8))  # fp32 made by the code
+
+    report = audit(Scaled(), torch.tensor([[1, 2, 3]]), "fp16")
+    assert [leak.recipe_field for leak in report.problems] == [None]
+    assert not report.clean

@@ -22,7 +22,7 @@ import click
 from halfprec.atomic import resolve_target, write_bytes_atomic
 from halfprec.cli.options import finish
 from halfprec.errors import HalfprecError
-from halfprec.leaks.lint import LintReport, fixable, lint, load_config
+from halfprec.leaks.lint import LintConfig, LintReport, fixable, lint, load_config
 from halfprec.leaks.lint.rules import FIX_UNSAFE
 from halfprec.leaks.lint.source import split_lines
 
@@ -38,14 +38,16 @@ def _diff(report: LintReport) -> str:
     for r in report.files:
         if r.new_source is None or r.old_source is None:
             continue
-        chunks.extend(
-            difflib.unified_diff(
-                split_lines(r.old_source, keepends=True),
-                split_lines(r.new_source, keepends=True),
-                fromfile=r.path if Path(r.path).is_absolute() else f"a/{r.path}",
-                tofile=r.path if Path(r.path).is_absolute() else f"b/{r.path}",
-            )
-        )
+        for line in difflib.unified_diff(
+            split_lines(r.old_source, keepends=True),
+            split_lines(r.new_source, keepends=True),
+            fromfile=r.path if Path(r.path).is_absolute() else f"a/{r.path}",
+            tofile=r.path if Path(r.path).is_absolute() else f"b/{r.path}",
+        ):
+            # a last line without its newline is marked as diff and git mark it, so the
+            # next line (or the summary) does not run on from it
+            ended = line.endswith(("\n", "\r"))
+            chunks.append(line if ended else f"{line}\n\\ No newline at end of file\n")
     return "".join(chunks)
 
 
@@ -94,14 +96,7 @@ def command(
             click.echo(_diff(report), nl=False)
         for finding in report.findings:
             click.echo(finding.render(fixable(finding, config)))
-        _summary(
-            report,
-            config_fixable=sum(fixable(f, config) for f in report.findings),
-            wrote=fix and not diff,
-            unsafe_left=0
-            if config.unsafe_fixes
-            else sum(f.fix_safety == FIX_UNSAFE for f in report.findings),
-        )
+        click.echo(summary(report, config, wrote=fix and not diff), err=True)
 
     changed = diff and any(r.new_source is not None for r in report.files)
     finish(report.to_json(), as_json, render, not (report.findings or changed))
@@ -140,17 +135,20 @@ def _write_fixes(report: LintReport) -> None:
             ) from exc
 
 
-def _summary(report: LintReport, config_fixable: int, wrote: bool, unsafe_left: int) -> None:
-    # with --diff the fixed findings leave report.findings but are still in the code
-    found = len(report.findings) + (0 if wrote else report.fixed)
+def summary(report: LintReport, config: LintConfig, wrote: bool) -> str:
+    """One line that splits the findings into parts that add up to their number:
+    ``3 findings in 1 file: 2 fixed, 1 fixable only with --unsafe-fixes (...).``"""
+    left = report.findings  # after --fix or --diff: those the fixes leave
+    found = len(left) + report.fixed
     files = len(report.files)
+    head = f"{found} finding{'s' if found != 1 else ''} in {files} file{'s' if files != 1 else ''}"
+    fixable_now = sum(fixable(f, config) for f in left)
+    unsafe = sum(f.fix_safety == FIX_UNSAFE and not fixable(f, config) for f in left)
     parts = [
-        f"{found} finding{'s' if found != 1 else ''} in {files} file{'s' if files != 1 else ''}"
+        (report.fixed, "fixed" if wrote else "fixable (diff above)"),
+        (fixable_now, "fixable with --fix"),
+        (unsafe, "fixable only with --unsafe-fixes (the fix may change fp32 values)"),
+        (len(left) - fixable_now - unsafe, "to fix by hand"),
     ]
-    if report.fixed:
-        parts.append(f"{report.fixed} {'fixed' if wrote else 'fixable (diff above)'}")
-    if config_fixable and not report.fixed:
-        parts.append(f"{config_fixable} fixable with --fix")
-    if unsafe_left:
-        parts.append(f"{unsafe_left} more with --unsafe-fixes")
-    click.echo("; ".join(parts) + ".", err=True)
+    said = [f"{n} {what}" for n, what in parts if n]
+    return f"{head}: {', '.join(said)}." if said else f"{head}."

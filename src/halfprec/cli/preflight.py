@@ -2,42 +2,45 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import click
 
 from halfprec.cli.options import (
+    convert_options,
     device_option,
-    dtype_option,
     finish,
     inputs_option,
     json_option,
     load_for_command,
     model_argument,
 )
+from halfprec.convert.core import Recipe
 from halfprec.preflight import preflight
 from halfprec.report.diagnose import print_preflight
 
 __all__ = ["command"]
 
 
-@click.command(help="Check MODEL's weights, eps and fill constants against a half dtype.")
+@click.command(
+    help="Check MODEL's weights, eps and fill constants against a half dtype; each finding "
+    "says whether convert, with the same recipe, handles it, and by which recipe field."
+)
 @model_argument
 @inputs_option
-@functools.partial(dtype_option, default="auto")  # preflight takes no --recipe
+@convert_options
 @device_option
 @json_option
 @click.option("--no-forward", is_flag=True, help="Static checks only (no fill constants).")
 def command(
     model: str,
     inputs_path: Path | None,
-    dtype: str | None,
+    convert_config: Recipe,
     device: str | None,
     as_json: bool,
     no_forward: bool,
 ) -> None:
     loaded, batches, _ = load_for_command(model, inputs_path, device)
-    result = preflight(loaded.model, None if no_forward else batches, dtype)
+    result = preflight(loaded.model, None if no_forward else batches, convert_config)
     data = {"model": loaded.name, **result.to_json()}
     finish(data, as_json, lambda: print_preflight(result), not result.problems)

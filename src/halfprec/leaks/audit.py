@@ -12,6 +12,12 @@ Kinds of leak (``Leak.kind``):
 - ``explicit``: ``.float()``, ``.double()``, ``.to(torch.float32)``, ``dtype=torch.float32``;
 - ``range``: a Python constant beyond the dtype's range in a fill or arithmetic (``-1e9``).
 
+An upcast whose fp32 operand is a tensor the recipe itself keeps in fp32 (a small
+parameter or buffer under ``Recipe.fp32_params_up_to``, as autocast keeps parameters fp32,
+or a parameter of a module island: ``norm_islands``, ``keep_fp32``) is halfprec's choice,
+not the code's: it is reported with ``recipe_field`` naming that setting, and does not make
+the report unclean (:attr:`AuditReport.clean`).
+
 Frames inside torch and halfprec are skipped when naming the line; ops that halfprec itself
 runs (its boundary casts) are not reported. The audit *repairs as it goes* so that it reports
 each leak where it starts, not at every op downstream: factory results and upcast outputs are
@@ -48,7 +54,7 @@ from halfprec.dtypes import dtype_name, range_of
 from halfprec.frames import is_library_file, is_torch_file
 from halfprec.modules import evaluating, first_line
 
-__all__ = ["Leak", "AuditReport", "LEAK_KINDS", "audit"]
+__all__ = ["Leak", "AuditReport", "LEAK_KINDS", "RecipeKept", "audit", "kept_by_recipe"]
 
 LEAK_KINDS = ("factory", "upcast", "mixed", "explicit", "range")
 
@@ -74,6 +80,7 @@ class Leak:
     message: str
     suggestion: str
     count: int = 1
+    recipe_field: str | None = None  # set when the recipe, not the code, causes it
 
     @property
     def code(self) -> str:
@@ -94,6 +101,7 @@ class Leak:
             "message": self.message,
             "suggestion": self.suggestion,
             "code": self.code,
+            "recipe_field": self.recipe_field,
         }
 
 
@@ -108,7 +116,13 @@ class AuditReport:
 
     @property
     def clean(self) -> bool:
-        return not self.leaks
+        """No leak that the code causes (those the recipe causes are only reported)."""
+        return not self.problems
+
+    @property
+    def problems(self) -> list[Leak]:
+        """The leaks the code causes: every leak but those with a ``recipe_field``."""
+        return [leak for leak in self.leaks if leak.recipe_field is None]
 
     def by_location(self) -> dict[str, list[Leak]]:
         out: dict[str, list[Leak]] = {}
@@ -123,6 +137,7 @@ class AuditReport:
             "ops": self.ops,
             "leaks": [leak.to_json() for leak in self.leaks],
             "count": sum(leak.count for leak in self.leaks),
+            "problems": len(self.problems),
         }
 
 
@@ -171,15 +186,18 @@ def _user_line(frame: FrameType | None, direct: bool) -> tuple[str, int] | None:
 class _LeakMode(TorchFunctionMode):
     """The torch function mode that watches every op and repairs leaks as it goes."""
 
-    def __init__(self, dtype: torch.dtype) -> None:
+    def __init__(self, dtype: torch.dtype, kept: dict[int, RecipeKept] | None = None) -> None:
         super().__init__()
         self.dtype = dtype
+        self.kept = kept or {}
         self.limit = range_of(dtype).max
         self.ops = 0
         self.leaks: dict[tuple[str, int, str, str], Leak] = {}
 
     # -- recording -----------------------------------------------------------------------
-    def _record(self, kind: str, op: str, message: str, suggestion: str) -> None:
+    def _record(
+        self, kind: str, op: str, message: str, suggestion: str, field: str | None = None
+    ) -> None:
         frame: FrameType | None = sys._getframe(1)
         while frame is not None and frame.f_code.co_filename == _THIS_FILE:
             frame = frame.f_back  # the mode's own frames
@@ -190,7 +208,9 @@ class _LeakMode(TorchFunctionMode):
         if key in self.leaks:
             self.leaks[key].count += 1
         else:
-            self.leaks[key] = Leak(kind, where[0], where[1], op, message, suggestion)
+            self.leaks[key] = Leak(
+                kind, where[0], where[1], op, message, suggestion, recipe_field=field
+            )
 
     def _wide_scalars(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[float]:
         return [
@@ -262,6 +282,18 @@ class _LeakMode(TorchFunctionMode):
             )
             return out
         if any(t.dtype == half for t in inputs) and any(t.dtype in _WIDE for t in inputs):
+            by_recipe = self._kept_by_recipe([t for t in inputs if t.dtype in _WIDE])
+            if by_recipe is not None:
+                self._record(
+                    "upcast",
+                    op,
+                    f"{op} mixed {dtype_name(half)} and {wide} inputs and promoted to {wide}: "
+                    f"the {wide} one is {by_recipe.what}, which the recipe keeps in fp32 "
+                    f"(Recipe.{by_recipe.field})",
+                    f"nothing to change in the code; {by_recipe.how}",
+                    by_recipe.field,
+                )
+                return out.to(half)
             self._record(
                 "upcast",
                 op,
@@ -271,6 +303,14 @@ class _LeakMode(TorchFunctionMode):
             )
             return out.to(half)
         return out
+
+    def _kept_by_recipe(self, wide: list[torch.Tensor]) -> RecipeKept | None:
+        """The recipe's reason when every fp32 operand is (a view of) a tensor the recipe
+        keeps in fp32."""
+        reasons = [self.kept.get(t.untyped_storage().data_ptr()) for t in wide]
+        if not reasons or any(r is None for r in reasons):
+            return None
+        return reasons[0]
 
     def _retry(
         self,
@@ -309,6 +349,52 @@ class _LeakMode(TorchFunctionMode):
         return out
 
 
+@dataclass(frozen=True)
+class RecipeKept:
+    """Why the recipe keeps one tensor in fp32: the field, and how to change it."""
+
+    what: str
+    field: str
+    how: str
+
+
+_ISLAND_FIELDS = (("norm island", "norm_islands"), ("keep_fp32", "keep_fp32"))
+
+
+def kept_by_recipe(model: nn.Module, report: ConversionReport) -> dict[int, RecipeKept]:
+    """The fp32 tensors of a converted ``model`` that its recipe keeps in fp32, by storage:
+    the small parameters and buffers of ``fp32_params_up_to`` and those of module islands
+    (islands kept for their range are governed by no field and are left out)."""
+    kept: dict[int, RecipeKept] = {}
+    limit = report.recipe.fp32_params_up_to
+    for name in report.small_fp32:
+        tensor = _tensor(model, name)
+        if tensor is not None:
+            kept[tensor.untyped_storage().data_ptr()] = RecipeKept(
+                f"the small parameter `{name}` (at most fp32_params_up_to={limit} values)",
+                "fp32_params_up_to",
+                "Recipe(fp32_params_up_to=0) makes every floating parameter half",
+            )
+    for island, reason in report.islands.items():
+        field = next((f for start, f in _ISLAND_FIELDS if reason.startswith(start)), None)
+        if field is None:
+            continue
+        module = model.get_submodule(island)
+        for tname, tensor in (*module.named_parameters(), *module.named_buffers()):
+            full = f"{island}.{tname}" if island else tname
+            kept.setdefault(
+                tensor.untyped_storage().data_ptr(),
+                RecipeKept(f"`{full}` of the fp32 island `{island}`", field, f"{field} keeps it"),
+            )
+    return kept
+
+
+def _tensor(model: nn.Module, name: str) -> torch.Tensor | None:
+    owner, _, attr = name.rpartition(".")
+    value = getattr(model.get_submodule(owner), attr, None)
+    return value if isinstance(value, torch.Tensor) else None
+
+
 def audit(model: nn.Module, inputs: Any, config: ConfigLike = None) -> AuditReport:
     """Run ``model`` in half on ``inputs`` and report every dtype leak by source line.
 
@@ -327,7 +413,7 @@ def audit(model: nn.Module, inputs: Any, config: ConfigLike = None) -> AuditRepo
         )
         model = convert(model, unguarded)
         report = cast(ConversionReport, conversion_report(model))
-    mode = _LeakMode(report.dtype)
+    mode = _LeakMode(report.dtype, kept_by_recipe(model, report))
     batches = as_batches(inputs)
     failed: tuple[int, Exception] | None = None
     with evaluating(model), torch.no_grad(), mode:

@@ -1,5 +1,5 @@
 """Rendering of an :class:`~halfprec.audit.AuditReport`: a rich table grouped by source
-location, and JSON. The report itself holds only data."""
+location (its JSON is the report's own ``to_json``). The report itself holds only data."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from rich.table import Table
 
 from halfprec.dtypes import dtype_name
 from halfprec.leaks.audit import AuditReport
-from halfprec.report.common import to_json_text
 
-__all__ = ["render_table", "render_json", "short_path"]
+__all__ = ["render_table", "short_path"]
 
 
 def short_path(path: str) -> str:
@@ -30,7 +29,7 @@ def short_path(path: str) -> str:
 def render_table(report: AuditReport, console: Console | None = None) -> None:
     """Print the leaks grouped by location, then a one-line summary."""
     console = console or Console()
-    if report.clean:
+    if not report.leaks:
         console.print(
             f"no dtype leaks in {dtype_name(report.dtype)} "
             f"({report.ops} ops over {report.batches} batch(es))"
@@ -45,19 +44,20 @@ def render_table(report: AuditReport, console: Console | None = None) -> None:
         file, _, line = location.rpartition(":")
         where = f"{short_path(file)}:{line}\n[dim]{leaks[0].code}[/dim]"
         for i, leak in enumerate(leaks):
+            kind = leak.kind
+            if leak.recipe_field:
+                kind += f"\n[dim]caused by the recipe: {leak.recipe_field}[/dim]"
             table.add_row(
                 where if i == 0 else "",
-                leak.kind,
+                kind,
                 str(leak.count),
                 f"{leak.message}\n[green]fix:[/green] {leak.suggestion}",
             )
     console.print(table)
     total = sum(leak.count for leak in report.leaks)
+    by_recipe = len(report.leaks) - len(report.problems)
+    because = f" ({by_recipe} caused by the recipe, not the code)" if by_recipe else ""
     console.print(
-        f"{len(report.leaks)} leak(s) at {len(report.by_location())} location(s), "
+        f"{len(report.leaks)} leak(s){because} at {len(report.by_location())} location(s), "
         f"{total} occurrence(s) over {report.batches} batch(es)"
     )
-
-
-def render_json(report: AuditReport) -> str:
-    return to_json_text(report.to_json())

@@ -22,7 +22,7 @@ from halfprec.tree import map_tensors
 from support import FIXTURES as TEST_FIXTURES
 
 FIXTURES = TEST_FIXTURES / "lint"
-NAMES = ["factories", "constants", "casts", "helpers", "clean"]
+NAMES = ["factories", "constants", "casts", "helpers", "clean", "block"]
 UNSAFE = LintConfig(unsafe_fixes=True)
 
 
@@ -64,11 +64,11 @@ def test_unsafe_fix_needs_opt_in() -> None:
     source = (FIXTURES / "constants.py").read_text()
     safe = fix_source(source)
     assert "-1e9" in safe and "-1e10" in safe  # HP301 kept
-    # HP302's template `scores` is a matmul of guessed floating names: unsafe, kept
-    assert "torch.finfo(torch.float32)" in safe
+    # HP302's template `extra` is `mask.to(q.dtype)` of a submodule's output: proved, safe
+    assert "floor = torch.finfo(extra.dtype).min" in safe
     # HP203's template `probs` comes from softmax, which always returns floating: safe
     assert "probs.to(probs.dtype)" in safe
-    assert "torch.finfo(scores.dtype)" in fix_source(source, UNSAFE)
+    assert "torch.finfo(scores.dtype).min)" in fix_source(source, UNSAFE)
 
 
 def _to_half(batch: Any) -> Any:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import ast
 
+from halfprec.leaks.lint.context import Context, dotted
 from halfprec.leaks.lint.findings import EXPR, Fix
-from halfprec.leaks.lint.flow import Context, dotted
 
 __all__ = ["check_casts", "is_fp32_dtype", "span"]
 

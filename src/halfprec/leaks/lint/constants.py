@@ -18,8 +18,8 @@ import torch
 from halfprec import ops
 from halfprec.dtypes import range_of
 from halfprec.leaks.lint.casts import is_fp32_dtype, span
+from halfprec.leaks.lint.context import Context
 from halfprec.leaks.lint.findings import EXPR, Fix
-from halfprec.leaks.lint.flow import Context
 
 __all__ = ["check_constants", "FP16_MAX"]
 

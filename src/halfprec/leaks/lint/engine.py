@@ -16,9 +16,10 @@ from pathlib import Path
 from halfprec.leaks.lint.casts import check_casts
 from halfprec.leaks.lint.config import LintConfig
 from halfprec.leaks.lint.constants import check_constants
+from halfprec.leaks.lint.context import Check
 from halfprec.leaks.lint.factories import check_factory
 from halfprec.leaks.lint.findings import FileResult, Finding, Fix, LintReport
-from halfprec.leaks.lint.flow import Check, walk_function
+from halfprec.leaks.lint.flow import walk_function
 from halfprec.leaks.lint.rules import FIX_NONE, FIX_SAFE
 from halfprec.leaks.lint.scope import forward_paths, imports_of
 from halfprec.leaks.lint.source import SourceError, decode_source, split_lines
@@ -109,7 +110,15 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     findings: list[Finding] = []
     hot = _hot_lines(lines, imports.torch)
     for fpath in forward_paths(tree, lines):
-        ctx = walk_function(fpath.function, imports, fpath.methods, lines, _CHECKS, hot)
+        ctx = walk_function(
+            fpath.function,
+            imports,
+            lines,
+            _CHECKS,
+            facts=fpath.facts,
+            is_forward=fpath.is_forward,
+            hot_lines=hot,
+        )
         for node, code, message, fix in ctx.found:
             line = getattr(node, "lineno", 1)
             col = ctx.char_col(line, getattr(node, "col_offset", 0)) + 1

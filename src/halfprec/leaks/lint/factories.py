@@ -7,8 +7,15 @@ on x's device, and is the same call in an fp32 model when x is floating. Rewrite
 - ``torch.zeros/ones/empty/full/tensor(...)`` -> ``x.new_zeros/.../new_tensor(...)``;
 - ``torch.rand/randn/eye/linspace/arange(...)`` -> the same call plus ``dtype=x.dtype``.
 
-They are safe when x's dtype is known to be floating (:attr:`.flow.Context.template_known`)
-and unsafe (``--unsafe-fixes``) when it is only guessed from x's name or annotation.
+The template ``x`` is the floating tensor whose ``.shape``/``.size()``/``.device`` the call
+reads, else the one bound most recently (:func:`.values.template_for`). The fix is safe when
+the data flow proves x floating in the model's dtype (:mod:`.values`): then the new tensor
+has the dtype the factory gave it in fp32, and the device of the tensor it is shaped from
+(an explicit ``device=`` is kept). It is unsafe (``--unsafe-fixes``) only when x's dtype
+is guessed from its name or a ``torch.Tensor`` annotation.
+
+Also skipped: factories whose result leaves the model at once (``.tolist()``, ``.item()``,
+``.numpy()``, ``.cpu()``).
 
 Skipped: calls whose result is not floating (``torch.arange(n)`` indices, ``torch.full(size,
 0)``, ``torch.tensor(3)``), 0-dim results (``torch.rand([])``: a 0-dim tensor never promotes
@@ -21,8 +28,9 @@ import ast
 
 from halfprec import ops
 from halfprec.leaks.lint.casts import span
+from halfprec.leaks.lint.context import Context, dotted
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
-from halfprec.leaks.lint.flow import Context, dotted
+from halfprec.leaks.lint.values import template_for
 
 __all__ = ["check_factory", "is_floatish"]
 
@@ -50,6 +58,10 @@ _CASTS = frozenset(
         "type_as",
         "float",
         "double",
+        "tolist",
+        "item",
+        "numpy",
+        "cpu",
     }
 )
 
@@ -131,12 +143,13 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
     keywords = {k.arg for k in node.keywords}
     if "dtype" in keywords or None in keywords:  # dtype given, or **kwargs may hold it
         return
-    template = ctx.template
-    if template is None:
+    found = template_for(node, ctx)
+    if found is None:
         return
+    template = found.text
     call = f"{dotted(func)}(...)"
     fix: Fix | None = None
-    unsafe = not ctx.template_known
+    unsafe = not found.known
     starred = any(isinstance(a, ast.Starred) for a in node.args)
     if kind in _NEW and keywords <= _NEW_KWARGS and not (kind in ("full", "tensor") and starred):
         new = f"{template}.{_NEW[kind]}"

@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts, class_facts
+
 __all__ = ["ForwardPath", "forward_paths", "Imports", "imports_of"]
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -21,10 +23,13 @@ Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 @dataclass(frozen=True)
 class ForwardPath:
-    """One function on a forward path; ``methods`` are its class's own method names."""
+    """One function on a forward path: ``facts`` about its class (none for a plain
+    function), and whether it is a module's ``forward`` itself, whose first positional
+    input is the activation the module is called with."""
 
     function: Function
-    methods: frozenset[str]
+    facts: ClassFacts
+    is_forward: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,24 +85,27 @@ def forward_paths(tree: ast.Module, lines: list[str]) -> list[ForwardPath]:
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
     by_name = {c.name: c for c in classes}
     seen: dict[int, ForwardPath] = {}
-    queue: list[tuple[Function, dict[str, Function]]] = []
+    queue: list[tuple[Function, dict[str, Function], ClassFacts]] = []
     for cls in classes:
         methods = _methods(cls)
         if "forward" not in methods or not cls.bases:
             continue
         # methods inherited from module classes of the same file are reachable via self.
-        for base in cls.bases:
-            if isinstance(base, ast.Name) and base.id in by_name:
-                methods = {**_methods(by_name[base.id]), **methods}
-        queue.append((methods["forward"], methods))
+        bases = [by_name[b.id] for b in cls.bases if isinstance(b, ast.Name) and b.id in by_name]
+        for base in bases:
+            methods = {**_methods(base), **methods}
+        facts = class_facts(cls, bases)
+        queue.append((methods["forward"], methods, facts))
+        seen[id(methods["forward"])] = ForwardPath(methods["forward"], facts, is_forward=True)
     while queue:
-        fn, methods = queue.pop()
-        if id(fn) in seen:
+        fn, methods, facts = queue.pop()
+        if id(fn) not in seen:
+            seen[id(fn)] = ForwardPath(fn, facts)
+        elif not seen[id(fn)].is_forward:
             continue
-        seen[id(fn)] = ForwardPath(fn, frozenset(methods))
         for on_self, name in _called_names(fn, lines):
-            if on_self and name in methods:
-                queue.append((methods[name], methods))
-            elif not on_self and name in functions:
-                queue.append((functions[name], {}))
+            if on_self and name in methods and id(methods[name]) not in seen:
+                queue.append((methods[name], methods, facts))
+            elif not on_self and name in functions and id(functions[name]) not in seen:
+                queue.append((functions[name], {}, NO_FACTS))
     return sorted(seen.values(), key=lambda p: p.function.lineno)

@@ -1,0 +1,188 @@
+"""What a module class's own code says about its attributes, read from every ``self.X = ...``
+and ``self.register_buffer(...)``/``register_parameter(...)`` in the class (``__init__``
+above all) and in its same-file base classes.
+
+- ``tensors``: floating parameters and buffers (``self.w = nn.Parameter(torch.randn(4))``,
+  ``self.register_buffer("inv_freq", 1.0 / base ** ...)``): ``.to()`` and ``convert`` give
+  them the model's dtype, so they are templates whose dtype is known.
+- ``passthrough``: attributes that hold a function, not a module (``ACT2FN[...]``,
+  ``F.gelu``, ``nn.Identity()``, a lambda): ``self.act(x)`` is floating when ``x`` is.
+- ``methods``: the class's own method names; ``self.helper(...)`` is a method call, every
+  other ``self.X(...)`` a submodule call, whose output is floating.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = ["ClassFacts", "class_facts", "floating_init", "NO_FACTS"]
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+_FLOAT_FACTORIES = frozenset(
+    {"zeros", "ones", "empty", "rand", "randn", "eye", "linspace", "logspace", "randn_like"}
+)
+_NON_FLOAT_DTYPES = frozenset(
+    {"long", "int", "int64", "int32", "int16", "int8", "uint8", "bool", "short", "half"}
+    | {"float16", "bfloat16", "double", "float64"}
+)
+_PASSTHROUGH_CALLS = frozenset({"Identity", "get_activation", "partial"})
+
+
+@dataclass(frozen=True)
+class ClassFacts:
+    """See the module docstring."""
+
+    methods: frozenset[str] = frozenset()
+    tensors: frozenset[str] = frozenset()
+    passthrough: frozenset[str] = frozenset()
+
+
+NO_FACTS = ClassFacts()
+
+
+def _last_name(node: ast.AST) -> str:
+    while isinstance(node, (ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _dtype_is_float(call: ast.Call) -> bool:
+    for k in call.keywords:
+        if k.arg == "dtype":
+            return _last_name(k.value) not in _NON_FLOAT_DTYPES
+    return True
+
+
+def floating_init(expr: ast.AST | None, local: frozenset[str] = frozenset()) -> bool:
+    """Whether ``expr``, in constructor code, surely makes a floating tensor of the default
+    dtype: a float factory, ``nn.Parameter``, ``.float()``, true division, arithmetic with a
+    float literal, or a name in ``local`` (names bound to such values earlier)."""
+    if isinstance(expr, ast.Name):
+        return expr.id in local
+    if isinstance(expr, ast.BinOp):
+        leaves: list[ast.expr] = []
+        stack: list[ast.expr] = [expr]
+        while stack:  # without recursion: a long sum must not exhaust the stack
+            e = stack.pop()
+            if isinstance(e, ast.BinOp):
+                if isinstance(e.op, ast.Div):
+                    return True
+                stack += [e.left, e.right]
+            else:
+                leaves.append(e)
+        return any(
+            (isinstance(p, ast.Constant) and isinstance(p.value, float)) or floating_init(p, local)
+            for p in leaves
+        )
+    if not isinstance(expr, ast.Call):
+        return False
+    func = expr.func
+    name = _last_name(func)
+    if name == "Parameter":
+        inner = expr.args[0] if expr.args else None
+        grads = [k.value for k in expr.keywords if k.arg == "requires_grad"]
+        # requires_grad (the default) needs a floating tensor
+        off = grads and isinstance(grads[0], ast.Constant) and grads[0].value is False
+        return not off or floating_init(inner, local)
+    if name == "float" and isinstance(func, ast.Attribute) and not expr.args:
+        return True
+    if name in _FLOAT_FACTORIES:
+        return _dtype_is_float(expr)
+    if isinstance(func, ast.Attribute) and name in ("to", "type", "clone", "detach", "reshape"):
+        if any(_last_name(a) in _NON_FLOAT_DTYPES for a in expr.args):
+            return False
+        return floating_init(func.value, local)
+    return False
+
+
+def _methods(cls: ast.ClassDef) -> dict[str, Function]:
+    return {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _self_attr(node: ast.AST) -> str | None:
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    ):
+        return node.attr
+    return None
+
+
+def _is_passthrough(value: ast.AST) -> bool:
+    if isinstance(value, ast.Lambda):
+        return True
+    if isinstance(value, ast.Subscript):  # ACT2FN["gelu"]
+        return _last_name(value.value) in ("ACT2FN", "ACT2CLS")
+    if isinstance(value, ast.Attribute):  # F.gelu, torch.tanh
+        return True
+    return isinstance(value, ast.Call) and _last_name(value.func) in _PASSTHROUGH_CALLS
+
+
+def _statements(fn: Function) -> Iterator[ast.stmt]:
+    """Every statement of ``fn``, nested blocks included, in source order; expressions are
+    not walked (they hold most of a tree's nodes)."""
+    stack: list[ast.stmt] = list(reversed(fn.body))
+    while stack:
+        stmt = stack.pop()
+        yield stmt
+        inner: list[ast.stmt] = []
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(stmt, name, None)
+            if isinstance(block, list) and not isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+                inner += block
+        for handler in getattr(stmt, "handlers", ()):
+            inner += handler.body
+        stack += reversed(inner)
+
+
+def _scan_function(fn: Function, tensors: set[str], passthrough: set[str]) -> None:
+    local: set[str] = set()
+    for node in _statements(fn):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            registered = _registered(node.value, frozenset(local))
+            if registered:
+                tensors.add(registered)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+            if isinstance(target, ast.Name) and floating_init(value, frozenset(local)):
+                local.add(target.id)
+            attr = _self_attr(target)
+            if attr is None:
+                continue
+            if floating_init(value, frozenset(local)):
+                tensors.add(attr)
+            elif _is_passthrough(value):
+                passthrough.add(attr)
+
+
+def _registered(call: ast.Call, local: frozenset[str]) -> str | None:
+    """The name of a floating buffer or parameter that ``call`` registers, or None."""
+    if _last_name(call.func) not in ("register_buffer", "register_parameter"):
+        return None
+    args = call.args
+    name = args[0] if args else None
+    value = args[1] if len(args) > 1 else None
+    value = next((k.value for k in call.keywords if k.arg in ("tensor", "param")), value)
+    if isinstance(name, ast.Constant) and isinstance(name.value, str):
+        return name.value if floating_init(value, local) else None
+    return None
+
+
+def class_facts(cls: ast.ClassDef, bases: list[ast.ClassDef]) -> ClassFacts:
+    """The facts of ``cls``, with those of its same-file ``bases`` (nearest last wins)."""
+    tensors: set[str] = set()
+    passthrough: set[str] = set()
+    methods: set[str] = set()
+    for klass in (*bases, cls):
+        found = _methods(klass)
+        methods |= set(found)
+        for name, fn in found.items():
+            if name != "forward":  # parameters and buffers are made in __init__ and setup
+                _scan_function(fn, tensors, passthrough)
+    return ClassFacts(frozenset(methods), frozenset(tensors), frozenset(passthrough - tensors))

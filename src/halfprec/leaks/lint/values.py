@@ -1,0 +1,285 @@
+"""Which expressions are floating tensors: the data-flow model of the lint.
+
+:func:`value_of` answers for one expression, from what :class:`~.context.Context` knows
+about names: ``None`` (not known to be a floating tensor), ``False`` (floating, guessed
+from a name or a ``torch.Tensor`` annotation) or ``True`` (floating, *proved*: its dtype is
+the model's floating dtype, so a fix that inherits it changes no fp32 result).
+
+Proved floating: the first positional input of a module's ``forward`` (the activation the
+module is called with, unless its name or annotation says ids or a mask), an input
+annotated ``torch.FloatTensor``, a submodule's output (``self.embed(ids)``,
+``self.layers[i](h)``, ``layer(h)`` over ``self.layers``), a floating parameter or buffer
+(``self.pos``), ``.to(y.dtype)`` of a proved ``y``, ops that always return floating
+(``softmax``, ``sigmoid``, ``exp``...) applied to a floating tensor, true division,
+arithmetic with a float literal, and anything shaped from or combined with a proved tensor
+through dtype-keeping ops (``view``, ``+``, ``torch.cat``, indexing...).
+
+Not floating in the model's dtype: ``.float()``, ``.double()`` and ``.to(torch.float32)``
+(fp32 on purpose, in a half model too: HP201's finding, and a factory that meets them
+matches them), and ``torch.exp(torch.arange(n).float())``-style tables made from them.
+An element of a submodule's tuple result (``outputs[1]``) is only guessed: a router may
+return integer indices.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from halfprec.leaks.lint.context import Context, Template, dotted, words
+
+__all__ = ["value_of", "template_for", "floating_params", "INDEX_NAME"]
+
+import re
+
+INDEX_NAME = re.compile(
+    r"(^|_)(ids?|mask|masks|position|positions|index|indices|idx|labels?|lengths?|lens|count|"
+    r"cache|shape|size|dim|step|seed|num|bool|token_type)(_|$|s$)",
+    re.IGNORECASE,
+)
+_ACTIVATION_NAMES = words(
+    "x h hidden input inputs query key value q k v features feats emb embeddings logits scores "
+    "z img image images audio waveform signal tensor xs out output attn_weights attn_output "
+    "pixel_values"
+)
+_KEEPS_DTYPE = words(
+    "view reshape transpose permute contiguous flatten unsqueeze squeeze expand expand_as "
+    "repeat softmax log_softmax matmul bmm mean sum clone exp sqrt rsqrt pow tanh sigmoid relu "
+    "masked_fill narrow detach abs neg mul add sub div clamp tril triu flip roll cumsum "
+    "view_as reshape_as type_as to_dense new_zeros new_ones new_empty new_full new_tensor "
+    "repeat_interleave movedim swapaxes unflatten cpu cuda"
+)
+_FLOAT_RESULT = words(
+    "softmax log_softmax sigmoid tanh exp log log1p sqrt rsqrt gelu silu erf layer_norm "
+    "group_norm normalize scaled_dot_product_attention"
+)
+_TORCH_KEEPS = words(
+    "matmul bmm mm einsum softmax log_softmax relu gelu silu tanh sigmoid exp sqrt rsqrt abs cat "
+    "stack where add mul sub div baddbmm addmm linear layer_norm dropout transpose permute "
+    "reshape flatten clamp pow mean sum cos sin tril triu pad interpolate conv1d conv2d "
+    "normalize scaled_dot_product_attention repeat_interleave roll maximum minimum zeros_like "
+    "ones_like empty_like full_like rand_like randn_like"
+)
+_KEEPS_ATTR = frozenset({"T", "mT", "H", "mH", "data", "real"})
+_FP32 = frozenset({"float32", "float"})
+_NOT_FLOAT = words(
+    "long int int64 int32 int16 int8 uint8 bool short half float16 bfloat16 double float64"
+)
+_DEVICE_ATTRS = frozenset({"device"})
+_TENSOR_FACTS = frozenset({"shape", "size", "device", "dtype", "ndim"})
+
+
+def _join(values: list[bool | None]) -> bool | None:
+    """Floating when any operand is; proved when any floating operand is proved."""
+    floating = [v for v in values if v is not None]
+    return any(floating) if floating else None
+
+
+def _operands(expr: ast.AST) -> tuple[list[ast.AST], bool]:
+    """The operands of a chain of arithmetic (``a + b * -c``), found without recursion so
+    that a long sum cannot exhaust the stack; and whether a division is among the ops."""
+    leaves: list[ast.AST] = []
+    divides = False
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ast.BinOp):
+            divides = divides or isinstance(e.op, ast.Div)
+            stack += [e.right, e.left]
+        elif isinstance(e, ast.UnaryOp):
+            stack.append(e.operand)
+        else:
+            leaves.append(e)
+    return leaves, divides
+
+
+def _float_literal(expr: ast.AST) -> bool:
+    return isinstance(expr, ast.Constant) and isinstance(expr.value, float)
+
+
+def _unlist(expr: ast.AST) -> ast.AST:
+    if isinstance(expr, (ast.List, ast.Tuple)) and expr.elts:
+        return expr.elts[0]
+    return expr
+
+
+def _is_self(node: ast.AST) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+def value_of(expr: ast.AST, ctx: Context) -> bool | None:
+    """See the module docstring."""
+    if isinstance(expr, ast.Name):
+        return ctx.floating.get(expr.id)
+    if isinstance(expr, (ast.BinOp, ast.UnaryOp)):
+        operands, divides = _operands(expr)
+        joined = _join([value_of(e, ctx) for e in operands])
+        if joined is None:
+            return None
+        return joined or divides or any(_float_literal(e) for e in operands)
+    if isinstance(expr, ast.Subscript):
+        inner = value_of(expr.value, ctx)
+        if isinstance(expr.value, ast.Name) and expr.value.id in ctx.outputs:
+            return False if inner is not None else None
+        return inner
+    if isinstance(expr, ast.IfExp):
+        both = [value_of(expr.body, ctx), value_of(expr.orelse, ctx)]
+        return None if None in both else all(both)
+    if isinstance(expr, ast.Attribute):
+        if _is_self(expr.value):
+            return True if expr.attr in ctx.facts.tensors else None
+        if expr.attr in _KEEPS_ATTR:
+            return value_of(expr.value, ctx)
+        return None
+    if isinstance(expr, ast.Call):
+        return _call_value(expr, ctx)
+    return None
+
+
+def _submodule_value(call: ast.Call, ctx: Context) -> bool | None | str:
+    """The value of a call on a submodule, or ``"no"`` when ``call`` is not one."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        return True if func.id in ctx.modules else "no"
+    if isinstance(func, ast.Subscript):  # self.layers[i](h)
+        owner = func.value
+        is_sub = isinstance(owner, ast.Attribute) and _is_self(owner.value)
+        return True if is_sub else "no"
+    if not isinstance(func, ast.Attribute) or not _is_self(func.value):
+        return "no"
+    facts = ctx.facts
+    if func.attr in facts.methods or func.attr in facts.tensors:
+        return None  # one of the class's own helpers: it may return anything
+    if func.attr in facts.passthrough:  # self.act = ACT2FN[...]: keeps its input's dtype
+        return value_of(call.args[0], ctx) if call.args else None
+    return True
+
+
+def _call_value(call: ast.Call, ctx: Context) -> bool | None:
+    sub = _submodule_value(call, ctx)
+    if sub != "no":
+        return None if isinstance(sub, str) else sub
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return None
+    args = [_unlist(x) for x in (*call.args, *(k.value for k in call.keywords))]
+    owner = dotted(func.value)
+    imports = ctx.imports
+    if owner in imports.torch or owner in imports.functional or owner.endswith("nn.functional"):
+        if func.attr not in _FLOAT_RESULT and func.attr not in _TORCH_KEEPS:
+            return None
+        joined = _join([value_of(a, ctx) for a in args])
+        # torch.exp(ids.float()) is fp32 in a half model too: floating in the model's dtype
+        # only when an operand is
+        return True if joined is not None and func.attr in _FLOAT_RESULT else joined
+    receiver = value_of(func.value, ctx)
+    if func.attr in ("float", "double") and not call.args:
+        return None  # fp32 on purpose (HP201), in a half model too: not the model's dtype
+    if func.attr in ("to", "type"):
+        return _to_value(call, receiver, ctx)
+    if receiver is None:
+        return None
+    if func.attr in _FLOAT_RESULT:
+        return True
+    if func.attr in _KEEPS_DTYPE and not any(k.arg == "dtype" for k in call.keywords):
+        return receiver
+    return None
+
+
+def _to_value(call: ast.Call, receiver: bool | None, ctx: Context) -> bool | None:
+    """``.to(...)``/``.type(...)``: proved for ``torch.float32`` or a proved tensor's dtype;
+    not floating for an integer or another floating dtype; the receiver's for a device."""
+    wanted = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
+    result = receiver
+    for arg in wanted:
+        if isinstance(arg, ast.Attribute) and arg.attr == "dtype":
+            return value_of(arg.value, ctx)
+        last = arg.attr if isinstance(arg, ast.Attribute) else ""
+        if last in _FP32 and dotted(arg).split(".")[0] in ctx.imports.torch:
+            return None  # fp32 on purpose, as .float()
+        if last in _NOT_FLOAT or (isinstance(arg, ast.Name) and arg.id in ("int", "bool")):
+            return None
+        device = (isinstance(arg, ast.Attribute) and arg.attr in _DEVICE_ATTRS) or (
+            isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+        )
+        if not device and receiver is not None:
+            result = False  # .to(something): a dtype or a device, not known which
+    return result
+
+
+def template_for(call: ast.Call, ctx: Context) -> Template | None:
+    """The template of a factory ``call``: a floating tensor whose ``.shape``, ``.size()``,
+    ``.device`` or ``.dtype`` the call reads (so it surely is a tensor there), else the
+    floating name bound most recently."""
+    for arg in (*call.args, *(k.value for k in call.keywords)):
+        for node in ast.walk(arg):
+            if not isinstance(node, ast.Attribute) or node.attr not in _TENSOR_FACTS:
+                continue
+            text = dotted(node.value)
+            known = value_of(node.value, ctx) if text else None
+            if known is not None:
+                return Template(text, known)
+    if ctx.template is None:
+        return None
+    return Template(ctx.template, ctx.template_known)
+
+
+# -- inputs ---------------------------------------------------------------------------------
+def _annotation(ann: ast.expr | None) -> tuple[ast.expr | None, bool]:
+    """The annotation with ``Optional[...]``/``... | None`` taken off, and whether it was."""
+    if isinstance(ann, ast.Subscript) and dotted(ann.value).endswith("Optional"):
+        return ann.slice, True
+    if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
+        for this, other in ((ann.left, ann.right), (ann.right, ann.left)):
+            if isinstance(other, ast.Constant) and other.value is None:
+                return this, True
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        try:
+            return _annotation(ast.parse(ann.value, mode="eval").body)
+        except SyntaxError:
+            return None, False
+    return ann, False
+
+
+def _input_value(arg: ast.arg, first: bool) -> bool | None:
+    """An input's value from its annotation, its name, and whether it is ``forward``'s
+    first positional input (proved floating unless it says otherwise)."""
+    name = arg.arg
+    ann, _ = _annotation(arg.annotation)
+    text = dotted(ann) if ann is not None else ""
+    if text.endswith("FloatTensor"):
+        return True
+    if ann is not None and text not in ("torch.Tensor", "Tensor"):
+        return None  # LongTensor, int, bool, a tuple...
+    if INDEX_NAME.search(name):
+        return None
+    if first:
+        return True
+    if ann is not None or name in _ACTIVATION_NAMES:
+        return False
+    return False if name.endswith(("_states", "_embeds", "hidden")) else None
+
+
+def floating_params(
+    fn: ast.FunctionDef | ast.AsyncFunctionDef, is_forward: bool
+) -> tuple[dict[str, bool], dict[str, bool]]:
+    """The floating inputs of ``fn``, and those that default to None (floating once tested
+    not None)."""
+    a = fn.args
+    positional = [*a.posonlyargs, *a.args]
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(a.defaults))
+    defaults += list(a.defaults)
+    pairs = list(zip(positional, defaults, strict=True)) + list(
+        zip(a.kwonlyargs, a.kw_defaults, strict=True)
+    )
+    first = next((p for p in positional if p.arg not in ("self", "cls")), None)
+    out: dict[str, bool] = {}
+    optional: dict[str, bool] = {}
+    for arg, default in pairs:
+        if arg.arg in ("self", "cls"):
+            continue
+        value = _input_value(arg, is_forward and arg is first)
+        if value is None:
+            continue
+        none = isinstance(default, ast.Constant) and default.value is None
+        (optional if none else out)[arg.arg] = value
+    return out, optional
