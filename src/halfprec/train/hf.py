@@ -33,7 +33,7 @@ from torch import nn
 
 from halfprec.errors import require
 from halfprec.train.config import TrainConfig
-from halfprec.train.mixed import _full, _params_with_grad, _total_norm
+from halfprec.train.grads import full_tensor, params_with_grad, total_norm
 from halfprec.train.watch import GradientWatch, NonFinite, diverged
 
 _transformers: Any = require("transformers", "demo", "halfprec.train.hf (Trainer callback)")
@@ -88,9 +88,9 @@ class MixedPrecisionCallback(_transformers.TrainerCallback):  # type: ignore[mis
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         optimizer = kwargs["optimizer"]
-        params = _params_with_grad([optimizer])
+        params = params_with_grad([optimizer])
         self._pending = None
-        if not params or torch.isfinite(_full(_total_norm(params))).item():
+        if not params or torch.isfinite(full_tensor(total_norm(params))).item():
             return
         gradients = self._watch.find([optimizer])
         self._pending = SkippedStep(state.global_step, gradients, self._watch.first_activation())
