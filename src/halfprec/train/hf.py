@@ -64,11 +64,14 @@ class MixedPrecisionCallback(_transformers.TrainerCallback):  # type: ignore[mis
     ``config``: the :class:`TrainConfig` fields that apply here are ``min_scale``,
     ``max_scale`` (fp16 only) and ``max_consecutive_skips``; accumulation, clipping and the
     scaler's own settings stay Trainer's (``gradient_accumulation_steps``,
-    ``max_grad_norm``, ``fp16``/``bf16``).
+    ``max_grad_norm``, ``fp16``/``bf16``). ``activations``: also record the first module
+    whose forward output held inf/NaN (one ``aminmax`` per module output in training
+    forwards, no sync); with False, a skipped step names gradients only.
     """
 
-    def __init__(self, config: TrainConfig | None = None) -> None:
+    def __init__(self, config: TrainConfig | None = None, *, activations: bool = True) -> None:
         self.config = config if config is not None else TrainConfig()
+        self.activations = activations
         self.skipped: list[SkippedStep] = []
         self.steps_applied = 0
         self.consecutive_skips = 0
@@ -81,7 +84,7 @@ class MixedPrecisionCallback(_transformers.TrainerCallback):  # type: ignore[mis
         self._dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else torch.float32
         model = kwargs.get("model")
         if isinstance(model, nn.Module):
-            self._watch.add(model, activations=True)
+            self._watch.add(model, activations=self.activations)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._watch.remove()
