@@ -247,7 +247,7 @@ def _adamw(quads: Sequence[Quad], group: dict[str, Any], step: int, device: torc
         [q[3] for q in quads],
         [],
         # the step each tensor is at before this update; adamw counts it up by one
-        [torch.full((), float(step - 1), device=device) for _ in quads],
+        [torch.full((), float(step - 1), dtype=torch.float32, device=device) for _ in quads],
         foreach=False if not fused else None,
         fused=fused,
         amsgrad=False,
