@@ -1,13 +1,22 @@
-"""Training-step time and peak memory: fp32 vs bf16 AMP vs fp16 AMP on a BERT-small model.
+"""Training-step time and peak memory of fp32, AMP, pure bf16 and bf16 weights, BERT-small.
 
     PYTHONPATH=src python benchmarks/train_step.py [--device cpu|cuda] [--steps 3] [--warmup 1]
+        [--variants fp32,bf16,fp16,...] [--no-memory]
 
 The model is ``BertForSequenceClassification`` built from a BERT-small config (4 layers,
-hidden 512, 8 heads, random weights: nothing is downloaded). A step is forward + loss under
-autocast, backward, AdamW step (through ``halfprec.train.MixedPrecision`` for AMP). Times
-are medians over ``--steps`` steps after warm-up, the variants interleaved round by round in
-one process so they see the same machine load. Peak memory is measured in a fresh process
-per variant: peak RSS on CPU, peak allocated memory on an accelerator.
+hidden 512, 8 heads, random weights: nothing is downloaded), batch 8 x 64 tokens. A step
+is forward + loss, backward and an AdamW step. Variants:
+
+- ``fp32``: fp32 weights, ``torch.optim.AdamW`` (torch's default implementation);
+- ``bf16`` / ``fp16``: AMP through ``halfprec.train.MixedPrecision`` (autocast, checked
+  step), fp32 weights, the same AdamW;
+- ``bf16-fused``: the same as ``bf16`` with ``AdamW(fused=True)``;
+- ``pure-bf16``: ``model.to(bf16)`` and plain AdamW, no autocast, no checks;
+- ``bf16-weights``: ``model.to(bf16)``, ``StochasticAdamW``, ``MixedPrecision("bf16")``.
+
+Times are medians over ``--steps`` steps after warm-up, the variants interleaved round by
+round in one process so they see the same machine load. Peak memory is measured in a fresh
+process per variant: peak RSS on CPU, peak allocated memory on an accelerator.
 """
 
 from __future__ import annotations
@@ -25,11 +34,13 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-VARIANTS = ("fp32", "bf16", "fp16")
+VARIANTS = ("fp32", "bf16", "fp16", "bf16-fused", "pure-bf16", "bf16-weights")
 BATCH, SEQ = 8, 64
 
 
-def build(device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer, dict[str, torch.Tensor]]:
+def build(
+    device: torch.device, variant: str = "fp32"
+) -> tuple[nn.Module, torch.optim.Optimizer, dict[str, torch.Tensor]]:
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(0)
@@ -41,7 +52,15 @@ def build(device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer, dict[
         num_labels=2,
     )
     model = BertForSequenceClassification(config).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if variant in ("pure-bf16", "bf16-weights"):
+        model = model.to(torch.bfloat16)
+    optimizer: torch.optim.Optimizer
+    if variant == "bf16-weights":
+        from halfprec.train import StochasticAdamW
+
+        optimizer = StochasticAdamW(model.parameters(), lr=1e-4)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=variant == "bf16-fused")
     gen = torch.Generator().manual_seed(0)
     batch = {
         "input_ids": torch.randint(0, config.vocab_size, (BATCH, SEQ), generator=gen),
@@ -53,8 +72,8 @@ def build(device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer, dict[
 def make_step(variant: str, device: torch.device) -> Callable[[], None]:
     from halfprec.train import MixedPrecision
 
-    model, optimizer, batch = build(device)
-    if variant == "fp32":
+    model, optimizer, batch = build(device, variant)
+    if variant in ("fp32", "pure-bf16"):
 
         def step() -> None:
             model(**batch).loss.backward()
@@ -62,7 +81,7 @@ def make_step(variant: str, device: torch.device) -> Callable[[], None]:
             optimizer.zero_grad(set_to_none=True)
 
         return step
-    mp = MixedPrecision(variant, device)
+    mp = MixedPrecision(variant.split("-")[0], device)
 
     def amp_step() -> None:
         with mp.autocast():
@@ -78,9 +97,11 @@ def _sync(device: torch.device) -> None:
         torch.accelerator.synchronize(device)
 
 
-def time_variants(device: torch.device, steps: int, warmup: int) -> dict[str, float]:
-    fns = {v: make_step(v, device) for v in VARIANTS}
-    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+def time_variants(
+    device: torch.device, steps: int, warmup: int, variants: tuple[str, ...]
+) -> dict[str, float]:
+    fns = {v: make_step(v, device) for v in variants}
+    times: dict[str, list[float]] = {v: [] for v in variants}
     for round_ in range(warmup + steps):
         for variant, fn in fns.items():
             _sync(device)
@@ -155,8 +176,13 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--no-memory", action="store_true", help="time only")
     parser.add_argument("--memory-of", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    variants = tuple(args.variants.split(","))
+    if "fp32" not in variants or not set(variants) <= set(VARIANTS):
+        parser.error(f"--variants: fp32 and any of {', '.join(VARIANTS)}")
     device = torch.device(args.device)
     if args.memory_of:
         print(json.dumps({"peak_bytes": peak_memory(args.memory_of, device, args.warmup + 1)}))
@@ -164,17 +190,20 @@ def main() -> None:
     from halfprec.dtypes import device_support
 
     print(f"device: {device_support(device).name}; BERT-small, batch {BATCH} x {SEQ} tokens")
-    medians = time_variants(device, args.steps, args.warmup)
-    memory = {v: _memory_in_fresh_process(v, args.device) for v in VARIANTS}
+    medians = time_variants(device, args.steps, args.warmup, variants)
+    memory = (
+        {} if args.no_memory else {v: _memory_in_fresh_process(v, args.device) for v in variants}
+    )
     what = "peak RSS growth" if device.type == "cpu" else "peak allocated"
-    print(f"| variant | step time (median) | vs fp32 | {what} | vs fp32 |")
+    print(f"| variant | step time (median) | speed vs fp32 | {what} | vs fp32 |")
     print("|---|---|---|---|---|")
-    for v in VARIANTS:
-        print(
-            f"| {v if v == 'fp32' else v + ' AMP'} | {medians[v] * 1000:.0f} ms "
-            f"| {medians[v] / medians['fp32']:.2f}x | {memory[v] / 2**20:.0f} MiB "
-            f"| {memory[v] / memory['fp32']:.2f}x |"
+    for v in variants:
+        mem = (
+            f"{memory[v] / 2**20:.0f} MiB | {memory[v] / memory['fp32']:.2f}x"
+            if memory
+            else "- | -"
         )
+        print(f"| {v} | {medians[v] * 1000:.0f} ms | {medians['fp32'] / medians[v]:.2f}x | {mem} |")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from halfprec.train import MixedPrecision, StochasticAdamW, round_stochastic, training_bytes
 
@@ -66,6 +69,136 @@ def test_fp32_parameters_get_exactly_torch_adamw() -> None:
             opt.zero_grad()
     for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def _adamw_fp64(w: torch.Tensor, g: torch.Tensor, lr: float, wd: float) -> torch.Tensor:
+    """The first AdamW step (moments from zero), in fp64: what the rounding starts from."""
+    w, g = w.double(), g.double()
+    m, v = 0.1 * g, 0.001 * g * g
+    return w * (1 - lr * wd) - lr * (m / 0.1) / ((v / 0.001).sqrt() + 1e-8)
+
+
+def _neighbours(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The bf16 values just below and just above each fp64 value."""
+    near = x.to(torch.bfloat16)
+    down = torch.where(near.double() > x, torch.nextafter(near, near.new_tensor(-math.inf)), near)
+    up = torch.where(near.double() < x, torch.nextafter(near, near.new_tensor(math.inf)), near)
+    return down.double(), up.double()
+
+
+def test_update_is_fp64_adamw_rounded_to_a_neighbour_and_right_on_average() -> None:
+    gen = torch.Generator().manual_seed(0)
+    same = nn.Parameter(torch.ones(65536, dtype=torch.bfloat16))  # one value, many roundings
+    mixed = nn.Parameter(torch.randn(3000, generator=gen).to(torch.bfloat16))
+    same.grad = torch.full_like(same, 0.5)
+    mixed.grad = torch.randn(3000, generator=gen).to(torch.bfloat16)
+    opt = StochasticAdamW([same, mixed], lr=1e-3, weight_decay=0.01, bucket=1024)
+    before = [same.detach().clone(), mixed.detach().clone()]
+    opt.step()
+    for param, start in zip((same, mixed), before, strict=True):
+        exact = _adamw_fp64(start, param.grad, 1e-3, 0.01)
+        down, up = _neighbours(exact)
+        got = param.detach().double()
+        assert bool(((got == down) | (got == up)).all())
+    exact = float(_adamw_fp64(before[0][:1], same.grad[:1], 1e-3, 0.01))
+    down, up = (float(t) for t in _neighbours(torch.tensor([exact], dtype=torch.float64)))
+    share_up = (exact - down) / (up - down)  # 0.74 here: the rounding is far from nearest
+    sigma = (up - down) * math.sqrt(share_up * (1 - share_up) / same.numel())
+    assert abs(float(same.detach().double().mean()) - exact) < 5 * sigma
+    m = opt.state[same]["exp_avg"].double()  # 0.05 exactly: both moments are rounded too
+    assert m.dtype == torch.float64 and bool((m == 0.05).all() or (m - 0.05).abs().max() < 4e-4)
+
+
+def _run(seed: int, steps: int, state: dict[str, object] | None = None) -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to(torch.bfloat16)
+    opt = StochasticAdamW(model.parameters(), lr=1e-2, seed=seed, bucket=200)
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    done = 0
+    if state is not None:
+        model.load_state_dict(state["model"])  # type: ignore[arg-type]
+        opt.load_state_dict(state["optimizer"])  # type: ignore[arg-type]
+        done = int(state["done"])  # type: ignore[call-overload]
+    rng = torch.get_rng_state()
+    for _ in range(done, steps):
+        model(x).float().square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    assert torch.equal(torch.get_rng_state(), rng)  # its own generator only
+    model.optimizer_state = opt.state_dict()  # type: ignore[assignment]
+    return model
+
+
+def test_a_seed_repeats_bit_for_bit_and_a_resumed_run_rounds_as_the_uninterrupted_one() -> None:
+    whole = _run(seed=3, steps=4)
+    again = _run(seed=3, steps=4)
+    other = _run(seed=4, steps=4)
+    half = _run(seed=3, steps=2)
+    state = {"model": half.state_dict(), "optimizer": half.optimizer_state, "done": 2}
+    resumed = _run(seed=3, steps=4, state=state)
+    pairs = list(zip(whole.parameters(), again.parameters(), resumed.parameters(), strict=True))
+    assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in pairs)
+    others = zip(whole.parameters(), other.parameters(), strict=True)
+    assert any(not torch.equal(a, c) for a, c in others)
+
+
+def test_a_state_saved_by_the_sliced_optimizer_loads_and_trains_on() -> None:
+    """The state format of the optimizer before buckets: an int step and bf16 moments."""
+    weight = nn.Parameter(torch.ones(4, 3, dtype=torch.bfloat16))
+    old = {
+        "state": {
+            0: {
+                "step": 3,
+                "exp_avg": torch.full((4, 3), 0.01, dtype=torch.bfloat16),
+                "exp_avg_sq": torch.full((4, 3), 1e-4, dtype=torch.bfloat16),
+            }
+        },
+        "param_groups": [
+            {"lr": 1e-2, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01, "params": [0]}
+        ],
+    }
+    opt = StochasticAdamW([weight], lr=5.0)
+    assert set(opt.state_dict()["param_groups"][0]) == set(old["param_groups"][0])
+    opt.load_state_dict(old)
+    assert opt.param_groups[0]["lr"] == 1e-2
+    weight.grad = torch.full_like(weight, 0.01)
+    opt.step()
+    state = opt.state[weight]
+    assert state["step"] == 4 and state["exp_avg"].dtype == torch.bfloat16
+    exp_avg = 0.9 * 0.01 + 0.1 * 0.01  # the saved moment was used, not zeros
+    assert float(state["exp_avg"].double().mean()) == pytest.approx(exp_avg, rel=0.01)
+    assert float(weight.double().mean()) < 1.0
+
+
+class _Ops(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_step_runs_a_few_ops_per_bucket_whatever_the_parameter_size() -> None:
+    """The sliced optimizer ran ~36 ops per 64K elements (16 x 36 for 1M here)."""
+    counts = []
+    for numel in (2**14, 2**20):
+        weight = nn.Parameter(torch.zeros(numel, dtype=torch.bfloat16))
+        weight.grad = torch.ones_like(weight)
+        opt = StochasticAdamW([weight], lr=1e-3)
+        with _Ops() as ops:
+            opt.step()
+        counts.append(ops.count)
+    assert counts[0] == counts[1] <= 60, counts
+
+
+def test_nan_and_inf_stay_in_bf16_weights() -> None:
+    weight = nn.Parameter(torch.tensor([1.0, math.inf, 2.0, -3.0], dtype=torch.bfloat16))
+    weight.grad = torch.tensor([0.1, 0.1, math.nan, 0.1], dtype=torch.bfloat16)
+    StochasticAdamW([weight], lr=1e-3).step()
+    got = weight.detach().float()
+    assert got[1] == math.inf and got[2].isnan() and got[0].isfinite() and got[3].isfinite()
 
 
 def test_bf16_weights_hold_half_the_bytes_of_fp32_training() -> None:

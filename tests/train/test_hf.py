@@ -104,3 +104,25 @@ def test_the_watchdog_stops_a_run_that_keeps_skipping(tmp_path: Path) -> None:
     assert "in this bf16 run" in message and "train in bf16" not in message
     assert "first inf/NaN activation: transformer.h.0.mlp (GPT2MLP)" in message
     assert not any(p._post_accumulate_grad_hooks for p in model.parameters())
+
+
+@pytest.mark.parametrize("activations", [True, False])
+def test_activation_watch_is_an_option_of_the_callback(activations: bool) -> None:
+    from types import SimpleNamespace
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Reductions(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            Reductions.count += func is torch.ops.aten.aminmax.default
+            return func(*args, **(kwargs or {}))
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).train()
+    callback = MixedPrecisionCallback(activations=activations)
+    callback.on_train_begin(SimpleNamespace(bf16=True, fp16=False), None, None, model=model)
+    with Reductions():
+        model(torch.randn(2, 4))
+    callback.on_train_end(None, None, None)
+    assert Reductions.count == (3 if activations else 0)  # the Sequential and its 2 layers

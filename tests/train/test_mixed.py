@@ -9,6 +9,7 @@ import warnings
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from halfprec.errors import DTypeError
 from halfprec.train import (
@@ -345,3 +346,39 @@ def test_config_rejects_bad_values(kwargs: dict[str, float], message: str) -> No
 def test_unknown_dtype_is_rejected() -> None:
     with pytest.raises(DTypeError, match=r"unknown dtype 'fp8'"):
         MixedPrecision("fp8", "cpu")
+
+
+class _HostReads(TorchDispatchMode):
+    """Counts reads of a tensor's value into Python (``.item()``, ``float(t)``,
+    ``bool(t)``): each is a host-device sync when the tensor is on an accelerator."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("clip", [None, 1.0])
+def test_an_applied_step_reads_the_device_once(dtype: str, clip: float | None) -> None:
+    """One host sync per step (the norm that decides apply/skip and the next loss scale),
+    not one for the scale before, one for found-inf and one for the scale after."""
+    model, (x, y) = _model(), _batch()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)  # SGD itself reads nothing
+    mp = MixedPrecision(dtype, "cpu", TrainConfig(init_scale=1024.0, growth_interval=2))
+    scales = []
+    for _ in range(3):
+        mp.backward(_loss(model, mp, x, y))
+        with _HostReads() as reads:
+            outcome = mp.step(optimizer, clip_grad_norm=clip)
+            scales.append((outcome.scale_before, outcome.scale_after, mp.scale))
+        assert outcome.applied and reads.count == 1
+        assert outcome.grad_norm is not None and math.isfinite(outcome.grad_norm)
+    if dtype == "fp16":  # the host's scale follows GradScaler's rule: growth every 2 steps
+        assert scales == [(1024.0, 1024.0, 1024.0), (1024.0, 2048.0, 2048.0), (2048.0,) * 3]
+    else:
+        assert scales == [(1.0, 1.0, 1.0)] * 3

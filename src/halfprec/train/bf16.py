@@ -27,15 +27,23 @@ optimizer state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+import math
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
+from torch.optim.adamw import adamw
+
+from halfprec.train.grads import local_tensor
 
 __all__ = ["StochasticAdamW", "round_stochastic", "training_bytes"]
 
-_SLICE = 1 << 16  # elements updated at a time: fp32 temporaries of a few MB, not a model's
+Quad = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # weight, grad, moments
+Work = dict[tuple[int, torch.dtype, torch.device], list[Quad]]  # (step, dtype, device) -> quads
+_FUSED_DEVICES = ("cpu", "cuda", "xpu")  # where torch's fused AdamW kernel runs
+_BUCKET = 1 << 22  # elements per bucket: few kernels per step, a bounded scratch
 
 
 def round_stochastic(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -45,25 +53,62 @@ def round_stochastic(x: torch.Tensor, generator: torch.Generator | None = None) 
     global one)."""
     if x.dtype != torch.float32:
         raise ValueError(f"round_stochastic(x) needs an fp32 tensor, got {x.dtype}; pass x.float()")
-    noise = torch.randint(
-        0, 1 << 16, x.shape, dtype=torch.int32, device=x.device, generator=generator
-    )
-    bits = (x.view(torch.int32) + noise) & -65536  # the kept 16 bits, carried up or not
-    rounded = bits.view(torch.float32).to(torch.bfloat16)  # exact: the low bits are zero
-    return torch.where(torch.isfinite(x), rounded, x.to(torch.bfloat16))
+    values = x.reshape(-1).clone()
+    bits = torch.empty(values.shape, dtype=torch.int32, device=x.device)
+    words = torch.empty(_words(values.numel()), dtype=torch.int64, device=x.device)
+    return _round_in_place(values, bits, words, generator).to(torch.bfloat16).view(x.shape)
+
+
+def _words(count: int) -> int:
+    """Random 64-bit words that give ``count`` 16-bit numbers."""
+    return (count + 3) // 4
+
+
+def _round_in_place(
+    values: torch.Tensor,
+    bits: torch.Tensor,
+    words: torch.Tensor,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """``values`` (flat fp32) stochastically rounded to bf16 values, returned as fp32 in
+    ``bits``' memory (so that the cast to bf16 is exact); ``values`` is overwritten.
+
+    A value's low 16 bits plus 16 random bits carry into the kept 16 with probability
+    (low bits) / 2**16. The random bits come four to a 64-bit word, which on CPU (one
+    Mersenne Twister, one thread) takes a third of the time of drawing each alone, and
+    are widened to int32 as unsigned 16-bit numbers in one copy. inf cannot carry (its
+    low bits are zero); NaN is put back at the end."""
+    words.random_(-(2**63), None, generator=generator)  # every bit random
+    bits.copy_(words.view(torch.uint16)[: values.numel()])  # 0 .. 2**16 - 1
+    bits.add_(values.view(torch.int32)).bitwise_and_(-65536)  # carry, then truncate
+    rounded = bits.view(torch.float32)
+    if values.device.type == "cpu" and math.isfinite(values.sum()):  # no NaN: nothing to mend
+        return rounded  # (on CPU the check reads less than the mend; elsewhere it would sync)
+    torch.minimum(values, rounded, out=values)  # NaN where the input was NaN, else <= rounded
+    return torch.maximum(rounded, values, out=rounded)
 
 
 class StochasticAdamW(torch.optim.Optimizer):
     """AdamW (decoupled weight decay, bias-corrected moments) for bf16 parameters.
 
-    Each step reads the weight, gradient and moments into fp32, computes the AdamW update
-    there, and writes weight and moments back in the parameter's dtype: bf16 ones with
-    :func:`round_stochastic`, fp32 ones exactly. It works through each parameter in slices
-    of 65536 elements, so its fp32 temporaries stay a few MB whatever the layer's size.
-    Moments are kept in the parameter's dtype.
+    Each step reads the weights, gradients and moments into fp32, computes the AdamW
+    update there with torch's fused AdamW kernel, and writes weights and moments back in
+    the parameters' dtype: bf16 ones stochastically rounded (as :func:`round_stochastic`),
+    fp32 ones as torch's AdamW would (fp32 parameters are updated in place by the same
+    kernel). Moments are kept in the parameter's dtype.
+
+    It works in buckets of up to ``bucket`` elements (default 2**22): small parameters are
+    packed together and large ones cut, so a step runs about a dozen full-size kernels per
+    bucket (a copy in and out per parameter among them) instead of dozens per 64K
+    elements, and its scratch holds 34 bytes per bucket element, kept between steps (at
+    most 136 MiB per device by default; less when the parameters are fewer).
+
     ``seed`` seeds the optimizer's own random generator (one per device), so torch's global
-    random state is never touched, and the same run repeats bit for bit. (The generator's
-    state is not part of :meth:`state_dict`: a resumed run rounds with fresh bits.)
+    random state is never touched. Each bucket's random bits depend only on ``seed``, the
+    step number and the bucket's place, so the same run repeats bit for bit, and a run
+    resumed from :meth:`state_dict` rounds exactly as the uninterrupted one. The state is
+    ``step`` (an int) and ``exp_avg``/``exp_avg_sq`` per parameter, as before this
+    optimizer worked in buckets: older checkpoints load as they are.
     """
 
     def __init__(
@@ -75,6 +120,7 @@ class StochasticAdamW(torch.optim.Optimizer):
         weight_decay: float = 1e-2,
         *,
         seed: int = 0,
+        bucket: int | None = None,
     ) -> None:
         if not lr >= 0:
             raise ValueError(f"StochasticAdamW(lr={lr!r}): must be >= 0, e.g. 1e-3")
@@ -84,21 +130,14 @@ class StochasticAdamW(torch.optim.Optimizer):
             raise ValueError(f"StochasticAdamW(eps={eps!r}): must be > 0, e.g. 1e-8")
         if not weight_decay >= 0:
             raise ValueError(f"StochasticAdamW(weight_decay={weight_decay!r}): must be >= 0")
+        if bucket is not None and not bucket >= 1:
+            raise ValueError(f"StochasticAdamW(bucket={bucket!r}): must be >= 1, e.g. 2**20")
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
         super().__init__(params, defaults)
         self.seed = seed
+        self.bucket = bucket
         self._generators: dict[torch.device, torch.Generator] = {}
-
-    def _generator(self, device: torch.device) -> torch.Generator:
-        if device not in self._generators:
-            self._generators[device] = torch.Generator(device).manual_seed(self.seed)
-        return self._generators[device]
-
-    def _store(self, target: torch.Tensor, value: torch.Tensor) -> None:
-        if target.dtype == torch.bfloat16:
-            target.copy_(round_stochastic(value, self._generator(target.device)))
-        else:
-            target.copy_(value)
+        self._scratch: dict[torch.device, _Scratch] = {}
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
@@ -107,42 +146,146 @@ class StochasticAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        index = 0  # the bucket's place in this step: part of its random bits' seed
         for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
+            for (step, dtype, device), quads in self._prepare(group).items():
+                if dtype in (torch.float32, torch.float64):
+                    _adamw(quads, group, step, device)
                     continue
-                if p.grad.is_sparse:
-                    raise ValueError("StochasticAdamW does not take sparse gradients")
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["step"] += 1
-                tensors = [p, p.grad, state["exp_avg"], state["exp_avg_sq"]]
-                if all(t.is_contiguous() for t in tensors):  # in slices: bounded temporaries
-                    flat = [t.view(-1) for t in tensors]
-                    for start in range(0, p.numel(), _SLICE):
-                        part = [t[start : start + _SLICE] for t in flat]
-                        self._update(part, group, state["step"])
-                else:
-                    self._update(tensors, group, state["step"])
+                limit = self.bucket or _BUCKET
+                for bucket in _buckets(quads, limit):
+                    self._update(bucket, group, step, index)
+                    index += 1
         return loss
 
-    def _update(self, tensors: list[torch.Tensor], group: dict[str, Any], t: int) -> None:
-        """AdamW on one slice (weight, gradient, moments) in fp32, stored back in the
-        slices' dtypes."""
-        p, grad_in, m, v = tensors
-        lr, (beta1, beta2) = group["lr"], group["betas"]
-        grad = grad_in.float()
-        weight = p.float() * (1 - lr * group["weight_decay"])
-        exp_avg = m.float().lerp_(grad, 1 - beta1)
-        exp_avg_sq = v.float().lerp_(grad.square(), 1 - beta2)
-        denom = (exp_avg_sq / (1 - beta2**t)).sqrt_().add_(group["eps"])
-        weight.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**t))
-        self._store(m, exp_avg)
-        self._store(v, exp_avg_sq)
-        self._store(p, weight)
+    def _prepare(
+        self, group: dict[str, Any]
+    ) -> dict[tuple[int, torch.dtype, torch.device], list[Quad]]:
+        """The group's parameters with a gradient, with state created and the step
+        counted, grouped by step number, dtype and device (local shards of DTensors)."""
+        work: Work = {}
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise ValueError("StochasticAdamW does not take sparse gradients")
+            state = self.state[p]
+            if not state:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["step"] += 1
+            quad = (p, p.grad, state["exp_avg"], state["exp_avg_sq"])
+            weight, grad, m, v = (local_tensor(t) for t in quad)
+            key = (int(state["step"]), weight.dtype, weight.device)
+            work.setdefault(key, []).append((weight, grad, m, v))
+        return work
+
+    def _update(self, bucket: list[Quad], group: dict[str, Any], step: int, index: int) -> None:
+        """AdamW on one bucket: gathered into fp32 scratch, updated by the fused kernel,
+        rounded (stochastically for bf16) and scattered back."""
+        device, dtype = bucket[0][0].device, bucket[0][0].dtype
+        n = sum(piece[0].numel() for piece in bucket)
+        scratch = self._scratch.get(device)
+        if scratch is None or scratch.size < n:
+            scratch = self._scratch[device] = _Scratch(device, n)
+        floats = scratch.floats[: 4 * n]
+        weight, m, v, grad = floats.split(n)
+        for piece, into in _slices(bucket, (weight, grad, m, v)):
+            for target, source in zip(into, piece, strict=True):
+                target.view(source.shape).copy_(source)
+        _adamw([(weight, grad, m, v)], group, step, device)
+        values = floats[: 3 * n]  # weight, m and v, side by side
+        if dtype == torch.bfloat16:
+            words = scratch.words[: _words(3 * n)]
+            generator = self._generator(device, step, index)
+            values = _round_in_place(values, scratch.bits[: 3 * n], words, generator)
+        for piece, rounded in _slices(bucket, values.split(n)):
+            for target, source in zip((piece[0], piece[2], piece[3]), rounded, strict=True):
+                target.copy_(source.view(target.shape))
+
+    def _generator(self, device: torch.device, step: int, index: int) -> torch.Generator:
+        generator = self._generators.get(device)
+        if generator is None:
+            generator = self._generators[device] = torch.Generator(device)
+        digest = hashlib.blake2b(f"{self.seed}/{step}/{index}".encode(), digest_size=8).digest()
+        return generator.manual_seed(int.from_bytes(digest, "little") >> 1)
+
+
+class _Scratch:
+    """A device's fp32 working memory for buckets of up to ``size`` elements: weight,
+    moments and gradient (4 floats each), the rounded values (3 int32) and the random
+    bits (3 int16)."""
+
+    def __init__(self, device: torch.device, size: int) -> None:
+        self.size = size
+        self.floats = torch.empty(4 * size, dtype=torch.float32, device=device)
+        self.bits = torch.empty(3 * size, dtype=torch.int32, device=device)
+        self.words = torch.empty(_words(3 * size), dtype=torch.int64, device=device)
+
+
+def _slices(
+    bucket: list[Quad], flats: Sequence[torch.Tensor]
+) -> Iterator[tuple[Quad, tuple[torch.Tensor, ...]]]:
+    """Each piece of ``bucket`` with its slice of every one of the flat scratch tensors
+    ``flats`` (the pieces lie in them one after the other)."""
+    offset = 0
+    for piece in bucket:
+        k = piece[0].numel()
+        yield piece, tuple(flat[offset : offset + k] for flat in flats)
+        offset += k
+
+
+def _adamw(quads: Sequence[Quad], group: dict[str, Any], step: int, device: torch.device) -> None:
+    """torch's AdamW update, in place, on full-precision tensors that are at ``step``."""
+    beta1, beta2 = group["betas"]
+    fused = device.type in _FUSED_DEVICES
+    adamw(
+        [q[0] for q in quads],
+        [q[1] for q in quads],
+        [q[2] for q in quads],
+        [q[3] for q in quads],
+        [],
+        # the step each tensor is at before this update; adamw counts it up by one
+        [torch.full((), float(step - 1), dtype=torch.float32, device=device) for _ in quads],
+        foreach=False if not fused else None,
+        fused=fused,
+        amsgrad=False,
+        beta1=beta1,
+        beta2=beta2,
+        lr=group["lr"],
+        weight_decay=group["weight_decay"],
+        eps=group["eps"],
+        maximize=False,
+    )
+
+
+def _pieces(quads: Sequence[Quad], limit: int) -> Iterator[Quad]:
+    """Each parameter whole, or in flat slices of ``limit`` elements when it is larger
+    (and contiguous: a strided one stays whole)."""
+    for quad in quads:
+        n = quad[0].numel()
+        if n <= limit or not all(t.is_contiguous() for t in quad):
+            yield quad
+            continue
+        flat = [t.view(-1) for t in quad]
+        for start in range(0, n, limit):
+            yield tuple(t[start : start + limit] for t in flat)  # type: ignore[misc]
+
+
+def _buckets(quads: Sequence[Quad], limit: int) -> Iterator[list[Quad]]:
+    """The pieces packed, in order, into buckets of at most ``limit`` elements."""
+    bucket: list[Quad] = []
+    size = 0
+    for piece in _pieces(quads, limit):
+        k = piece[0].numel()
+        if bucket and size + k > limit:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append(piece)
+        size += k
+    if bucket:
+        yield bucket
 
 
 def training_bytes(model: nn.Module, *optimizers: torch.optim.Optimizer) -> dict[str, int]:

@@ -33,7 +33,7 @@ from torch import nn
 
 from halfprec.errors import require
 from halfprec.train.config import TrainConfig
-from halfprec.train.mixed import _full, _params_with_grad, _total_norm
+from halfprec.train.grads import full_tensor, params_with_grad, total_norm
 from halfprec.train.watch import GradientWatch, NonFinite, diverged
 
 _transformers: Any = require("transformers", "demo", "halfprec.train.hf (Trainer callback)")
@@ -64,11 +64,14 @@ class MixedPrecisionCallback(_transformers.TrainerCallback):  # type: ignore[mis
     ``config``: the :class:`TrainConfig` fields that apply here are ``min_scale``,
     ``max_scale`` (fp16 only) and ``max_consecutive_skips``; accumulation, clipping and the
     scaler's own settings stay Trainer's (``gradient_accumulation_steps``,
-    ``max_grad_norm``, ``fp16``/``bf16``).
+    ``max_grad_norm``, ``fp16``/``bf16``). ``activations``: also record the first module
+    whose forward output held inf/NaN (one ``aminmax`` per module output in training
+    forwards, no sync); with False, a skipped step names gradients only.
     """
 
-    def __init__(self, config: TrainConfig | None = None) -> None:
+    def __init__(self, config: TrainConfig | None = None, *, activations: bool = True) -> None:
         self.config = config if config is not None else TrainConfig()
+        self.activations = activations
         self.skipped: list[SkippedStep] = []
         self.steps_applied = 0
         self.consecutive_skips = 0
@@ -81,16 +84,16 @@ class MixedPrecisionCallback(_transformers.TrainerCallback):  # type: ignore[mis
         self._dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else torch.float32
         model = kwargs.get("model")
         if isinstance(model, nn.Module):
-            self._watch.add(model, activations=True)
+            self._watch.add(model, activations=self.activations)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._watch.remove()
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         optimizer = kwargs["optimizer"]
-        params = _params_with_grad([optimizer])
+        params = params_with_grad([optimizer])
         self._pending = None
-        if not params or torch.isfinite(_full(_total_norm(params))).item():
+        if not params or torch.isfinite(full_tensor(total_norm(params))).item():
             return
         gradients = self._watch.find([optimizer])
         self._pending = SkippedStep(state.global_step, gradients, self._watch.first_activation())

@@ -12,12 +12,19 @@ The torch.amp recipe, as a small state machine whose verbs are the steps a user 
 advance) when any gradient is inf/NaN, keeps the scale between a floor and a ceiling, and
 raises :class:`TrainingDivergedError` naming the first inf/NaN gradient after too many
 skips in a row instead of letting the scale decay to nothing.
+
+An applied step reads the device once (one host sync): the total gradient norm, whose
+being finite decides "apply or skip" for every optimizer and, in fp16, the next loss
+scale. The loss scale is kept on the host and written to the scaler, so reading it never
+syncs; ``StepOutcome.grad_norm`` is that same number. A skipped step reads which
+gradients (and, with ``watch``, which activations) went inf/NaN: one read each.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import struct
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
@@ -28,6 +35,7 @@ from torch import nn
 from halfprec.dtypes import DTypeLike, dtype_name, ensure_runnable, range_of, resolve_dtype
 from halfprec.errors import DTypeError, HalfprecError
 from halfprec.train.config import StepOutcome, StepStatus, TrainConfig
+from halfprec.train.grads import full_tensor, params_with_grad, total_norm
 from halfprec.train.watch import GradientWatch, NonFinite, diverged
 
 __all__ = ["MixedPrecision", "TrainingStateError", "ensure_autocast_runs", "needs_loss_scaling"]
@@ -73,6 +81,7 @@ class MixedPrecision:
         ensure_runnable(self.dtype, self.device)
         ensure_autocast_runs(self.dtype, self.device)
         self._scaler = _make_scaler(self.device, self.config, needs_loss_scaling(self.dtype))
+        self._scale = _LossScale(self.config)
         self._watch = GradientWatch()
         self._micro_batches = 0
         self.steps_applied = 0
@@ -133,30 +142,32 @@ class MixedPrecision:
             return self._outcome("accumulating", scale_before, None, False)
         for optimizer in optimizers:
             self._scaler.unscale_(optimizer)
-        params = _params_with_grad(optimizers)
-        norm = _total_norm(params)
-        grad_norm = float(_full(norm))
+        params = params_with_grad(optimizers)
+        if not params:
+            raise TrainingStateError(
+                "step() found no gradients on the optimizers' parameters; "
+                "did the loss depend on them, and did mp.backward(loss) run?"
+            )
+        norm = full_tensor(total_norm(params))
+        grad_norm = norm.item()  # the step's one host sync
         found_inf = not math.isfinite(grad_norm)
-        if found_inf:
-            bad = self._watch.find(optimizers)
-            if self._first_bad is None:
-                self._first_bad = bad
-                self._first_activation = self._watch.first_activation()
-        else:
-            if clip_grad_norm is not None:
+        bad = self._record_skip(optimizers) if found_inf else None
+        if not found_inf:
+            if clip_grad_norm is not None:  # with the norm tensor: no second sync
                 torch.nn.utils.clip_grads_with_norm_(params, clip_grad_norm, norm)
             for optimizer in optimizers:
-                self._scaler.step(optimizer)
+                optimizer.step()
             for scheduler in schedulers:
                 scheduler.step()
-        self._scaler.update()
-        self._clamp_scale()
+        if self.scaling:
+            self._scale.update(found_inf)
+            self._scaler.update(new_scale=self._scale.value)  # a fill on the device, no sync
         self._micro_batches = 0
         self._watch.reset()
         if self.config.zero_grad:
             for optimizer in optimizers:
                 optimizer.zero_grad(set_to_none=True)
-        if found_inf:
+        if bad is not None:
             self.steps_skipped += 1
             self.consecutive_skips += 1
             outcome = self._outcome("skipped", scale_before, grad_norm, True)
@@ -167,6 +178,14 @@ class MixedPrecision:
         self._first_bad = None
         self._first_activation = None
         return self._outcome("applied", scale_before, grad_norm, False)
+
+    def _record_skip(self, optimizers: Sequence[torch.optim.Optimizer]) -> NonFinite:
+        """Which gradients (and activations) went inf/NaN; kept from the first skip of a run."""
+        bad = self._watch.find(optimizers)
+        if self._first_bad is None:
+            self._first_bad = bad
+            self._first_activation = self._watch.first_activation()
+        return bad
 
     def watch(self, *models: nn.Module, activations: bool = True) -> None:
         """Record parameter names (and backward order) so the watchdog can name the
@@ -184,8 +203,8 @@ class MixedPrecision:
 
     @property
     def scale(self) -> float:
-        """The current loss scale (1.0 when the dtype needs no scaling)."""
-        return float(self._scaler.get_scale()) if self._scaler.is_enabled() else 1.0
+        """The current loss scale (1.0 when the dtype needs no scaling); no host sync."""
+        return self._scale.value if self.scaling else 1.0
 
     @property
     def scaling(self) -> bool:
@@ -205,7 +224,7 @@ class MixedPrecision:
             "format": STATE_FORMAT,
             "dtype": dtype_name(self.dtype),
             "config": dataclasses.asdict(self.config),
-            "scaler": self._scaler.state_dict(),
+            "scaler": self._scale.state_dict(self._scaler.state_dict()),
             "counters": {
                 "steps_applied": self.steps_applied,
                 "steps_skipped": self.steps_skipped,
@@ -237,6 +256,7 @@ class MixedPrecision:
             )
         if self.scaling:
             self._scaler.load_state_dict(state["scaler"])
+            self._scale.load_state_dict(state["scaler"])
         counters = state["counters"]
         self.steps_applied = int(counters["steps_applied"])
         self.steps_skipped = int(counters["steps_skipped"])
@@ -249,14 +269,6 @@ class MixedPrecision:
     ) -> StepOutcome:
         return StepOutcome(status, before, self.scale, norm, found_inf, self.steps_applied)
 
-    def _clamp_scale(self) -> None:
-        if not self.scaling:
-            return
-        scale = self.scale
-        bounded = min(max(scale, self.config.min_scale), self.config.max_scale)
-        if bounded != scale:
-            self._scaler.update(new_scale=bounded)
-
     def _check_watchdog(self, bad: NonFinite) -> None:
         limit = self.config.max_consecutive_skips
         if limit is None or self.consecutive_skips < limit:
@@ -267,6 +279,45 @@ class MixedPrecision:
         raise diverged(
             self.consecutive_skips, scale, first, self._first_activation, self.dtype, hint
         )
+
+
+class _LossScale:
+    """The fp16 loss scale, kept on the host so that reading it never syncs: GradScaler's
+    update rule (back off after inf/NaN; grow after ``growth_interval`` applied steps in a
+    row, if the grown scale is finite in fp32), then bounded by ``min_scale`` and
+    ``max_scale``. The scaler's own tensor is filled from :attr:`value` after each step."""
+
+    def __init__(self, config: TrainConfig) -> None:
+        self.config = config
+        self.value = _fp32(config.init_scale)
+        self.tracker = 0  # applied steps in a row since the last change
+
+    def update(self, found_inf: bool) -> None:
+        config = self.config
+        scale = self.value
+        if found_inf:
+            scale, self.tracker = _fp32(scale * config.backoff_factor), 0
+        elif self.tracker + 1 == config.growth_interval:
+            grown = _fp32(scale * config.growth_factor)
+            scale, self.tracker = (grown if math.isfinite(grown) else scale), 0
+        else:
+            self.tracker += 1
+        self.value = min(max(scale, config.min_scale), config.max_scale)
+
+    def state_dict(self, scaler_state: dict[str, Any]) -> dict[str, Any]:
+        """GradScaler's state dict, with this scale and growth tracker."""
+        return {**scaler_state, "scale": self.value, "_growth_tracker": self.tracker}
+
+    def load_state_dict(self, scaler_state: dict[str, Any]) -> None:
+        self.value = float(scaler_state["scale"])
+        self.tracker = int(scaler_state["_growth_tracker"])
+
+
+def _fp32(value: float) -> float:
+    """``value`` rounded to fp32, as the scaler's tensor holds it (inf past fp32's range)."""
+    if not abs(value) < 3.4028235677973366e38:
+        return math.copysign(math.inf, value) if not math.isnan(value) else value
+    return float(struct.unpack("f", struct.pack("f", value))[0])
 
 
 def _make_scaler(device: torch.device, config: TrainConfig, enabled: bool) -> Any:
@@ -304,28 +355,3 @@ def ensure_autocast_runs(dtype: torch.dtype, device: torch.device) -> None:
             f"(a linear layer ran in {dtype_name(got)}){said}; training would silently run "
             "in fp32. Use dtype='bf16' or 'auto', or a torch build with this autocast dtype"
         )
-
-
-def _params_with_grad(optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.Tensor]:
-    return [
-        p
-        for optimizer in optimizers
-        for group in optimizer.param_groups
-        for p in group["params"]
-        if p.grad is not None
-    ]
-
-
-def _total_norm(params: list[torch.Tensor]) -> torch.Tensor:
-    if not params:
-        raise TrainingStateError(
-            "step() found no gradients on the optimizers' parameters; "
-            "did the loss depend on them, and did mp.backward(loss) run?"
-        )
-    return torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-
-
-def _full(norm: torch.Tensor) -> torch.Tensor:
-    """A DTensor norm (FSDP2 gradients) reduced over all ranks; a plain tensor as is."""
-    full_tensor = getattr(norm, "full_tensor", None)
-    return full_tensor() if callable(full_tensor) else norm

@@ -9,10 +9,17 @@ The first bad gradient in backward order sits *after* the module that overflowed
 made in block 3's MLP reaches the loss through the final norm, whose weight gets the first
 NaN gradient. So the watch also records, with forward hooks, the first module (in the order
 forward calls finished) whose output held inf/NaN: that is where the overflow happened.
+
+Both records are thread-safe and device-correct, as ``nn.DataParallel`` needs: its
+replicas run forwards (and autograd its backward) in several threads at once, on several
+devices. Each hook only appends to a list under a lock; flags from different devices are
+moved to one device when a skipped step reads them, never combined where they were made.
+A forward hook costs one reduction (``aminmax``) per module output and no host sync.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +30,7 @@ from torch.utils.hooks import RemovableHandle
 
 from halfprec.dtypes import dtype_name
 from halfprec.errors import HalfprecError
+from halfprec.train.grads import local_tensor
 
 __all__ = ["GradientWatch", "NonFinite", "TrainingDivergedError", "diverged", "unwrap"]
 
@@ -54,7 +62,9 @@ class GradientWatch:
         self._names: dict[int, str] = {}
         self._order: dict[int, int] = {}
         self._handles: list[RemovableHandle] = []
-        self._outputs: dict[str, torch.Tensor] = {}  # module -> any inf/NaN, in finish order
+        # (module, the (min, max) of one of its outputs), in the order forwards finished
+        self._outputs: list[tuple[str, tuple[torch.Tensor, torch.Tensor]]] = []
+        self._lock = threading.Lock()  # replica threads (DataParallel) record at once
 
     def add(self, model: nn.Module, activations: bool = False) -> None:
         inner = unwrap(model)
@@ -81,49 +91,65 @@ class GradientWatch:
         self.reset()
 
     def _arrived(self, param: torch.Tensor) -> None:
-        self._order.setdefault(id(param), len(self._order))
+        with self._lock:
+            self._order.setdefault(id(param), len(self._order))
 
     def _output_hook(self, label: str) -> Any:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             if torch.is_grad_enabled() or module.training:  # training forwards only
-                bad = _any_non_finite(output)
-                if bad is not None:
-                    seen = self._outputs.get(label)
-                    self._outputs[label] = bad if seen is None else seen | bad
+                extremes = _extremes(output)
+                if extremes:
+                    with self._lock:
+                        self._outputs.extend((label, pair) for pair in extremes)
 
         return hook
 
     def first_activation(self) -> str | None:
         """The first module (in the order forwards finished) whose output held inf/NaN
-        since the last reset; None if none did or activations are not watched."""
-        for label, bad in self._outputs.items():
-            if bool(bad):
-                return label
-        return None
+        since the last reset; None if none did or activations are not watched. Reads the
+        device once."""
+        with self._lock:
+            recorded = list(self._outputs)
+        if not recorded:
+            return None
+        device = recorded[0][1][0].device
+        values = torch.stack([v.to(device, torch.float32) for _, pair in recorded for v in pair])
+        bad = (~torch.isfinite(values)).view(-1, 2).any(dim=1)
+        hits = bad.nonzero().flatten().tolist()
+        return recorded[hits[0]][0] if hits else None
 
     def reset(self) -> None:
-        self._order.clear()
-        self._outputs.clear()
+        with self._lock:
+            self._order.clear()
+            self._outputs.clear()
 
     @property
     def watching(self) -> bool:
         return bool(self._names)
 
     def find(self, optimizers: Sequence[torch.optim.Optimizer]) -> NonFinite:
-        """Parameters of ``optimizers`` with inf/NaN gradients, first in backward order first."""
-        bad: list[tuple[int, str]] = []
+        """Parameters of ``optimizers`` with inf/NaN gradients, first in backward order
+        first. Reads the device once."""
+        slots: list[tuple[torch.Tensor, str]] = []
         for opt_index, optimizer in enumerate(optimizers):
             for group_index, group in enumerate(optimizer.param_groups):
                 for index, param in enumerate(group["params"]):
-                    grad = param.grad
-                    if grad is None or bool(torch.isfinite(_local(grad)).all()):
-                        continue
-                    fallback = (
-                        f"optimizer {opt_index} param_groups[{group_index}].params[{index}] "
-                        f"(shape {tuple(param.shape)})"
-                    )
-                    name = self._names.get(id(param), fallback)
-                    bad.append((self._order.get(id(param), len(self._order) + len(bad)), name))
+                    if param.grad is not None:
+                        fallback = (
+                            f"optimizer {opt_index} param_groups[{group_index}].params[{index}] "
+                            f"(shape {tuple(param.shape)})"
+                        )
+                        slots.append((param, self._names.get(id(param), fallback)))
+        if not slots:
+            return NonFinite(names=(), total=0)
+        device = local_tensor(slots[0][0].grad).device  # type: ignore[arg-type]
+        flags = torch.stack(
+            [~torch.isfinite(local_tensor(p.grad)).all().to(device) for p, _ in slots]  # type: ignore[arg-type]
+        )
+        bad: list[tuple[int, str]] = []
+        for slot in flags.nonzero().flatten().tolist():
+            param, name = slots[slot]
+            bad.append((self._order.get(id(param), len(self._order) + len(bad)), name))
         bad.sort()
         return NonFinite(names=tuple(name for _, name in bad), total=len(bad))
 
@@ -153,17 +179,16 @@ def diverged(
     )
 
 
-def _any_non_finite(output: Any) -> torch.Tensor | None:
-    """A 0-d bool tensor: does any floating tensor in ``output`` hold inf/NaN (no sync)."""
+def _extremes(output: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(min, max) of each floating tensor in ``output``: one reduction each, no sync.
+    inf shows in one of them, and NaN in both (min and max propagate NaN)."""
     tensors = output if isinstance(output, (tuple, list)) else (output,)
-    flags = [
-        ~torch.isfinite(t).all()
-        for t in tensors
-        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()
-    ]
-    if not flags:
-        return None
-    return torch.stack(flags).any() if len(flags) > 1 else flags[0]
+    with torch.no_grad():  # no graph: the flags must not keep activations alive
+        return [
+            torch.aminmax(t)
+            for t in tensors
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()
+        ]
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -175,9 +200,3 @@ def unwrap(model: nn.Module) -> nn.Module:
     while isinstance(model, (DataParallel, DistributedDataParallel, AutocastForward)):
         model = model.module
     return model
-
-
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """The local shard of a DTensor gradient (FSDP2), or the tensor itself."""
-    to_local = getattr(tensor, "to_local", None)
-    return to_local() if callable(to_local) else tensor
