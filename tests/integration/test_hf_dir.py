@@ -59,3 +59,54 @@ def test_a_folder_output_needs_a_hf_directory_and_a_new_folder(tmp_path: Path) -
     assert proc.returncode == 2 and "not an empty folder" in proc.stderr
     assert (busy / "keep.txt").read_text() == "mine" and len(list(busy.iterdir())) == 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".halfprec-")]
+
+
+def _with_processor(name: str, path: Path) -> None:
+    """The directory's own preprocessor, as a downloaded checkpoint has one."""
+    from transformers import ViTImageProcessor, Wav2Vec2FeatureExtractor
+
+    if name == "vit":
+        ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(str(path))
+    elif name == "wav2vec2":
+        Wav2Vec2FeatureExtractor(return_attention_mask=True).save_pretrained(str(path))
+
+
+@pytest.mark.parametrize(
+    ("name", "processor", "note"),
+    [
+        ("vit", True, ""),
+        ("clip", False, "scikit-learn's two sample photos are resized to 32x32"),
+        ("wav2vec2", True, "input_values: a synthetic 1 s waveform at 16000 Hz through"),
+        ("patchtst", False, "past_values: 32 steps of 3 synthetic seasonal series"),
+    ],
+)
+def test_check_builds_inputs_for_vision_audio_multimodal_and_time_series(
+    tmp_path: Path, name: str, processor: bool, note: str
+) -> None:
+    source = save(name, tmp_path)
+    if processor:
+        _with_processor(name, source)
+    proc = run_cli("check", str(source), "--runs", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["passed"]
+    assert note in " ".join(data["notes"])
+
+
+def test_inputs_a_model_takes_but_halfprec_cannot_build_are_named(tmp_path: Path) -> None:
+    from transformers import TimeSeriesTransformerConfig, TimeSeriesTransformerForPrediction
+
+    config = TimeSeriesTransformerConfig(
+        prediction_length=4, context_length=8, d_model=16, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=16,
+        decoder_ffn_dim=16, lags_sequence=[1, 2],
+    )  # fmt: skip
+    TimeSeriesTransformerForPrediction(config).save_pretrained(str(tmp_path))
+    proc = run_cli("check", str(tmp_path), "--runs", "0")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(
+        f"halfprec: error: TimeSeriesTransformerForPrediction in {tmp_path} takes past_values, "
+        "past_time_features, past_observed_mask; halfprec cannot build past_time_features, "
+        "past_observed_mask from its config: pass --inputs FILE, a .safetensors file with one "
+        "tensor per input name"
+    )

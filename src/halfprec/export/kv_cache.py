@@ -27,6 +27,7 @@ from torch import nn
 from halfprec.batch import Batch
 from halfprec.export.capture import forward_params, named_inputs
 from halfprec.export.config import ExportError
+from halfprec.io.hf_inputs import max_positions
 from halfprec.modules import evaluating
 
 __all__ = [
@@ -258,11 +259,7 @@ def sliding_window(config: Any) -> int | None:
 
 def max_context(config: Any) -> int | None:
     """The longest sequence the model's config allows (positions), if it says."""
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+    return max_positions(config)
 
 
 def long_length(config: Any, n: int) -> int:
