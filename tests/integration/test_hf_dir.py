@@ -110,3 +110,28 @@ def test_inputs_a_model_takes_but_halfprec_cannot_build_are_named(tmp_path: Path
         "past_observed_mask from its config: pass --inputs FILE, a .safetensors file with one "
         "tensor per input name"
     )
+
+
+def test_convert_leaves_no_outdir_behind_a_check_that_refuses(tmp_path: Path) -> None:
+    from transformers import ViTImageProcessor
+
+    source = save("vit", tmp_path)  # its config takes 32x32 images; the processor makes 48x48
+    ViTImageProcessor(size={"height": 48, "width": 48}).save_pretrained(str(source))
+    out = tmp_path / "out"
+    proc = run_cli("convert", str(source), "--dtype", "bf16", "-o", str(out))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("halfprec: error: the fp32 model failed on batch 0")
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".halfprec-")]
+
+
+def test_convert_directory_is_a_library_call_that_checks_on_the_given_device(
+    tmp_path: Path,
+) -> None:
+    from halfprec.io.hf_convert import convert_directory
+
+    source = save("clip", tmp_path)
+    done = convert_directory(source, tmp_path / "out", halfprec.Recipe(dtype="bf16"), device="cpu")
+    assert done.device == "cpu" and done.check is not None and done.check.passed
+    assert done.written.path == tmp_path / "out" and "config.json" in done.written.files
+    assert done.to_json()["transformers_check"]["passed"]

@@ -11,8 +11,9 @@ in fp32 (``_keep_in_fp32_modules``, T5's ``wo``); ``halfprec.load(outdir, into=b
 restores every island and the whole recipe. :func:`transformers_islands` says which
 islands plain transformers keeps.
 
-The directory is written to a temporary sibling and renamed into place, so a failure
-leaves no partial directory; an existing non-empty ``outdir`` is refused.
+The directory is written to a temporary sibling, checked there (``verify``), and renamed
+into place, so a failure leaves no partial directory; an existing non-empty ``outdir`` is
+refused.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,8 +78,12 @@ def save_pretrained_dir(
     *,
     source: str | os.PathLike[str] | None = None,
     max_shard_size: str | int = "5GB",
+    verify: Callable[[Path], None] | None = None,
 ) -> HfDirReport:
-    """Write the converted Hugging Face model ``half`` to ``outdir`` (see module docs)."""
+    """Write the converted Hugging Face model ``half`` to ``outdir`` (see module docs).
+
+    ``verify(staged)`` checks the written directory under its temporary name before it is
+    renamed into place; when it raises, nothing is left behind."""
     recipe = recipe_of(half)
     if recipe is None or not hasattr(half, "save_pretrained"):
         raise CheckpointError(
@@ -101,6 +107,8 @@ def save_pretrained_dir(
             config.dtype = previous
         recipe.save(tmp / RECIPE_FILE)
         _copy_side_files(Path(source) if source is not None else None, tmp)
+        if verify is not None:
+            verify(tmp)
         if dest.exists():
             dest.rmdir()
         os.replace(tmp, dest)
