@@ -40,6 +40,7 @@ __all__ = [
     "cache_reference",
     "position_ids",
     "sliding_window",
+    "state_layers",
     "max_context",
     "long_length",
     "KV_CACHE_NOTE",
@@ -71,6 +72,31 @@ def _config(model: nn.Module) -> Any:
             "kv_cache=True) does)"
         )
     return config
+
+
+def state_layers(config: Any) -> list[int]:
+    """The layers whose cache holds state-space (conv and SSM) states, not keys and values
+    (Mamba, Mamba2, Jamba's Mamba layers), as transformers' ``DynamicCache(config=...)``
+    lays them out; read from the config, with no forward."""
+    from transformers import DynamicCache
+
+    try:
+        layers = DynamicCache(config=config).layers
+    except (TypeError, ValueError, AttributeError, KeyError):  # a config it cannot lay out
+        kinds = getattr(config, "layers_block_type", None) or getattr(config, "layer_types", None)
+        return [i for i, k in enumerate(kinds or ()) if "mamba" in str(k)]
+    return [i for i, layer in enumerate(layers) if hasattr(layer, "recurrent_states")]
+
+
+def _refuse_state_layers(model: nn.Module, config: Any) -> None:
+    found = state_layers(config)
+    if found:
+        shown = ", ".join(map(str, found[:8])) + (" ..." if len(found) > 8 else "")
+        raise ExportError(
+            f"--kv-cache exports key/value caches; {type(model).__name__}'s cache holds "
+            f"state-space (conv and SSM) states in layer(s) {shown}, which halfprec cannot "
+            "export as tensors yet: export it without --kv-cache"
+        )
 
 
 def cache_keyword(model: nn.Module) -> str:
@@ -141,7 +167,7 @@ class WithPast(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        _config(model)
+        _refuse_state_layers(model, _config(model))
         self.keyword = cache_keyword(model)
         self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters
         self.model = model
