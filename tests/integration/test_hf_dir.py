@@ -135,3 +135,7 @@ def test_convert_directory_is_a_library_call_that_checks_on_the_given_device(
     assert done.device == "cpu" and done.check is not None and done.check.passed
     assert done.written.path == tmp_path / "out" and "config.json" in done.written.files
     assert done.to_json()["transformers_check"]["passed"]
+    # the half dtype, although CLIP's first parameter is a small fp32 one: plain
+    # from_pretrained loads it in bf16, not all in fp32
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["dtype"] == "bfloat16"
+    assert not any(done.transformers_keeps_fp32.values())

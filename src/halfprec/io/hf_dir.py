@@ -18,6 +18,7 @@ refused.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -105,6 +106,9 @@ def save_pretrained_dir(
             half.save_pretrained(tmp, safe_serialization=True, max_shard_size=max_shard_size)  # type: ignore[operator]
         finally:
             config.dtype = previous
+        # save_pretrained writes the dtype of the first floating parameter, which may be a
+        # small fp32 one (ViT's cls_token): plain from_pretrained would load all in fp32
+        _config_dtype(tmp / "config.json", recipe.dtype)
         recipe.save(tmp / RECIPE_FILE)
         _copy_side_files(Path(source) if source is not None else None, tmp)
         if verify is not None:
@@ -118,6 +122,13 @@ def save_pretrained_dir(
     files = tuple(sorted(f.name for f in dest.iterdir()))
     size = sum((dest / f).stat().st_size for f in files)
     return HfDirReport(dest, files, size)
+
+
+def _config_dtype(path: Path, dtype: torch.dtype) -> None:
+    """Set ``dtype`` in the written config.json, in transformers' own layout."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["dtype"] = str(dtype).removeprefix("torch.")
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def load_pretrained_dir(path: Path, cls: Any, recipe: Any) -> nn.Module:
