@@ -93,7 +93,7 @@ def test_check_builds_inputs_for_vision_audio_multimodal_and_time_series(
     assert note in " ".join(data["notes"])
 
 
-def test_inputs_a_model_takes_but_halfprec_cannot_build_are_named(tmp_path: Path) -> None:
+def _time_series_transformer(path: Path) -> None:
     from transformers import TimeSeriesTransformerConfig, TimeSeriesTransformerForPrediction
 
     config = TimeSeriesTransformerConfig(
@@ -101,7 +101,11 @@ def test_inputs_a_model_takes_but_halfprec_cannot_build_are_named(tmp_path: Path
         encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=16,
         decoder_ffn_dim=16, lags_sequence=[1, 2],
     )  # fmt: skip
-    TimeSeriesTransformerForPrediction(config).save_pretrained(str(tmp_path))
+    TimeSeriesTransformerForPrediction(config).save_pretrained(str(path))
+
+
+def test_inputs_a_model_takes_but_halfprec_cannot_build_are_named(tmp_path: Path) -> None:
+    _time_series_transformer(tmp_path)
     proc = run_cli("check", str(tmp_path), "--runs", "0")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith(
@@ -139,3 +143,14 @@ def test_convert_directory_is_a_library_call_that_checks_on_the_given_device(
     # from_pretrained loads it in bf16, not all in fp32
     assert json.loads((tmp_path / "out" / "config.json").read_text())["dtype"] == "bfloat16"
     assert not any(done.transformers_keeps_fp32.values())
+
+
+def test_convert_directory_without_example_inputs_says_how_to_check_it(tmp_path: Path) -> None:
+    from halfprec.io.hf_convert import convert_directory
+
+    _time_series_transformer(tmp_path / "tst")
+    out = tmp_path / "out"
+    done = convert_directory(tmp_path / "tst", out, halfprec.Recipe(dtype="bf16"), device="cpu")
+    assert done.check is None and (out / "config.json").is_file()
+    assert "halfprec cannot build past_time_features, past_observed_mask" in done.unchecked
+    assert done.unchecked.endswith(f"; check it with halfprec check {out} --inputs FILE")

@@ -111,5 +111,7 @@ def convert_directory(
         transformers_keeps_fp32=found["islands"],
         check=found["check"],
         device=str(dev),
-        unchecked=loaded.no_inputs,
+        unchecked=f"{loaded.no_inputs}; check it with halfprec check {outdir} --inputs FILE"
+        if loaded.no_inputs
+        else "",
     )

@@ -49,7 +49,12 @@ _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model")
 
 
 class NoExampleInputs(InputsError):
-    """The model takes an input halfprec cannot build from its config."""
+    """The model takes an input halfprec cannot build from its config. ``problem`` says
+    which, without the fix (the message adds ``--inputs FILE`` and its format)."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"{problem}: pass --inputs FILE, {INPUTS_FORMAT}")
+        self.problem = problem
 
 
 @dataclass
@@ -101,7 +106,7 @@ def example_batches(model: nn.Module, path: Path, notes: list[str]) -> list[Batc
     if missing:
         raise NoExampleInputs(
             f"{type(model).__name__} in {path} takes {', '.join(names)}; halfprec cannot build "
-            f"{', '.join(missing)} from its config: pass --inputs FILE, {INPUTS_FORMAT}"
+            f"{', '.join(missing)} from its config"
         )
     batch: dict[str, torch.Tensor] = {}
     for name in names:
@@ -270,7 +275,7 @@ def _series(ctx: _Context) -> dict[str, torch.Tensor]:
     if length <= 0:
         raise NoExampleInputs(
             f"{type(ctx.model).__name__} in {ctx.path} takes past_values but its config has no "
-            f"context_length; pass --inputs FILE, {INPUTS_FORMAT}"
+            "context_length"
         )
     t = torch.arange(length, dtype=torch.float32)
     gen = torch.Generator().manual_seed(0)

@@ -56,7 +56,8 @@ class LoadedModel:
     notes: list[str] = field(default_factory=list)
     """What loading chose for the user (e.g. padding with eos), one sentence each."""
     no_inputs: str = ""
-    """Why no example batch could be built (the inputs the model needs, how to pass them)."""
+    """Why no example batch could be built: the inputs the model needs (``--inputs`` gives
+    them)."""
 
 
 def load_model(spec: str) -> LoadedModel:
@@ -195,7 +196,7 @@ def _hf_directory(path: Path) -> LoadedModel:
     try:
         batches = example_batches(model, path, notes)
     except NoExampleInputs as exc:  # an error only when no --inputs supplies them
-        no_inputs = str(exc)
+        no_inputs = exc.problem
     if (path / "modules.json").is_file() and getattr(model.config, "model_type", "") == "bert":
         model = SentenceEncoder(model)  # a sentence-transformers directory: mean pooling
     return LoadedModel(
