@@ -1,4 +1,4 @@
-"""What a Hugging Face user gets from halfprec, cell by cell, on tiny configs of 15 architectures.
+"""What a Hugging Face user gets from halfprec, cell by cell, on tiny configs of 24 architectures.
 
     HF_HUB_OFFLINE=1 PYTHONPATH=src python3 benchmarks/hf_matrix.py \
         [--only llama,mixtral] [--cells check-fp16,check-bf16,generate,pt2,onnx] [--markdown out.md]
@@ -12,12 +12,20 @@ checkpoint is (``halfprec.io.specs.load_model``: fp32, example batches). The cel
 - ``generate``: ``check --generate 8`` in fp16: greedy tokens agree with fp32;
 - ``pt2`` / ``onnx``: ``export --kv-cache`` in fp16, its check, then greedy decoding through
   the file to twice the example length (64 positions; encoder-decoders: 16 decoder tokens),
-  each step against fp32 without a cache;
-- ``outdir``: ``convert DIR -o OUTDIR`` in bf16, then plain transformers' ``from_pretrained``
-  of OUTDIR against fp32 (the same check ``convert`` runs), and ``halfprec.load(OUTDIR)``
-  giving back the converted model tensor for tensor.
+  each step against fp32 without a cache; models that do not decode (vision, audio,
+  multimodal, time series): ``export`` without a cache and its check;
+- ``outdir``: ``convert DIR -o OUTDIR`` in bf16 (``halfprec.io.hf_convert.convert_directory``:
+  plain transformers' ``from_pretrained`` of OUTDIR against fp32), and
+  ``halfprec.load(OUTDIR)`` giving back the converted model tensor for tensor;
+- ``islands``: how close plain ``from_pretrained(OUTDIR)`` (bf16) comes to halfprec's own
+  converted model (largest output difference), and the same with the norm islands' weights
+  kept fp32 by transformers' own ``_keep_in_fp32_modules_strict`` (a class attribute, set
+  for the load and restored): the route a config field would take, were there one.
 
-A cell is ``ok``, or one line with the reason. Exits 1 unless every cell run is ``ok``.
+The example inputs are the ones ``halfprec check DIR`` builds (:mod:`halfprec.io.hf_inputs`).
+A cell is ``ok``, ``refused`` (exit 2, one line naming the missing feature, and nothing
+written: a refusal that left a file is a failure), or one line with the reason. Exits 1
+unless every cell run is ``ok`` or such a refusal.
 It is a benchmark, not a test: export cells take 5-30 s each on a laptop CPU.
 """
 
@@ -45,7 +53,7 @@ from testbed.decode import (
     left_padded_prompts,
 )
 
-CELLS = ("check-fp16", "check-bf16", "generate", "pt2", "onnx", "outdir")
+CELLS = ("check-fp16", "check-bf16", "generate", "pt2", "onnx", "outdir", "islands")
 CONTEXT = 128
 EXAMPLE = 32  # tokens in the example batches load_model makes without a tokenizer
 
@@ -60,13 +68,21 @@ def _check(loaded: LoadedModel, dtype: str, generate: int = 0) -> str:
     return "ok"
 
 
+def _decodes(model: Any) -> bool:
+    """A causal LM or an encoder-decoder: exported with its cache and decoded."""
+    return bool(getattr(model.config, "is_encoder_decoder", False) or model.can_generate())
+
+
 def _export(loaded: LoadedModel, fmt: str, folder: Path) -> str:
     model = loaded.model
     seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
-    result = export(model, loaded.example_inputs, folder / f"m.{fmt}", "fp16", kv_cache=True)
+    cached = _decodes(model)
+    result = export(model, loaded.example_inputs, folder / f"m.{fmt}", "fp16", kv_cache=cached)
     if not result.passed:
         failed = next(r for r in (result, *result.companions) if not r.passed)
         return f"check FAIL: {(failed.comparison.problems or [failed.comparison.reason])[0]}"
+    if not cached:
+        return f"ok (no cache; {result.comparison.reason.split(',')[0]})"
     if seq2seq:
         (encoder,) = result.companions
         inputs = {k: v for k, v in loaded.example_inputs[0].items() if k != "decoder_input_ids"}
@@ -88,48 +104,86 @@ def _export(loaded: LoadedModel, fmt: str, folder: Path) -> str:
     return f"ok ({len(decoded.tokens[0])} tokens, logit diff <= {decoded.worst:.2g})"
 
 
-def _outdir(loaded: LoadedModel, folder: Path, build: Any) -> str:
+def _outdir(loaded: LoadedModel, source: Path, folder: Path, build: Any) -> str:
     from halfprec import Recipe, convert, load, recipe_of
-    from halfprec.compare import compare
-    from halfprec.io.hf_dir import (
-        RECIPE_FILE,
-        InputsInDtype,
-        save_pretrained_dir,
-        transformers_islands,
-    )
+    from halfprec.io.hf_convert import convert_directory
+    from halfprec.io.hf_dir import RECIPE_FILE
 
-    half = convert(loaded.model, "bf16")
     out = folder / "outdir"
-    save_pretrained_dir(half, out, source=folder / "model")
-    plain = type(loaded.model).from_pretrained(str(out)).eval()
-    verdict = compare(loaded.model, InputsInDtype(plain), loaded.example_inputs)
+    done = convert_directory(source, out, Recipe(dtype="bf16"), device="cpu")
+    half = convert(loaded.model, Recipe.load(out / RECIPE_FILE))
     back = load(out, into=build)
     same = recipe_of(back) == Recipe.load(out / RECIPE_FILE) and all(
         torch.equal(a, b)
         for a, b in zip(back.state_dict().values(), half.state_dict().values(), strict=True)
     )
-    kept = transformers_islands(half, plain)
-    if not verdict.passed or not same:
-        why = verdict.reason if not verdict.passed else "halfprec.load differs"
+    verdict, kept = done.check, done.transformers_keeps_fp32
+    if verdict is None or not verdict.passed or not same:
+        why = "halfprec.load differs" if same else (verdict.reason if verdict else done.unchecked)
         return clip(f"FAIL: {why}", 200)
     return f"ok (transformers keeps {sum(kept.values())}/{len(kept)} islands fp32)"
 
 
-def _cell(loaded: LoadedModel, cell: str, folder: Path, build: Any = None) -> str:
+def _islands(loaded: LoadedModel, source: Path, folder: Path) -> str:
+    from halfprec import Recipe, convert
+    from halfprec.io.hf_dir import RECIPE_FILE, InputsInDtype, save_pretrained_dir
+    from halfprec.tree import flatten
+
+    half = convert(loaded.model, Recipe(dtype="bf16"))
+    save_pretrained_dir(half, folder / "o", source=source)
+    batch = loaded.example_inputs[0]
+    cls: Any = type(loaded.model)
+
+    def worst(model: Any) -> str:
+        with torch.no_grad():
+            try:
+                got = flatten(InputsInDtype(model.eval())(**batch))
+            except RuntimeError as exc:
+                return f"crash ({first_line(exc)[:60]})"
+            want = flatten(half(**batch))
+        diffs = [(got[k].float() - v.float()).abs().max() for k, v in want.items() if k in got]
+        return f"{max(float(d) for d in diffs):.2g}"
+
+    plain = worst(cls.from_pretrained(str(folder / "o")))
+    keep = {n.rsplit(".", 1)[-1] for n in Recipe.load(folder / "o" / RECIPE_FILE).keep_fp32}
+    name = "_keep_in_fp32_modules_strict"
+    own = name in cls.__dict__
+    saved = cls.__dict__.get(name)
+    setattr(cls, name, keep)
+    try:
+        kept = worst(cls.from_pretrained(str(folder / "o")))
+    finally:
+        if own:
+            setattr(cls, name, saved)
+        else:
+            delattr(cls, name)
+    return f"ok (plain {plain}; norms kept fp32 {kept})"
+
+
+def _cell(loaded: LoadedModel, cell: str, root: Path, build: Any = None) -> str:
+    folder = root / cell  # each cell its own folder: a refusal must leave it empty
+    folder.mkdir()
     try:
         if cell == "check-fp16":
             return _check(loaded, "fp16")
         if cell == "check-bf16":
             return _check(loaded, "bf16")
         if cell == "generate":
-            if getattr(loaded.model.config, "is_encoder_decoder", False):
+            if getattr(loaded.model.config, "is_encoder_decoder", False) or not _decodes(
+                loaded.model
+            ):
                 return "n/a (--generate is for causal LMs)"
             return _check(loaded, "fp16", generate=8)
+        if cell == "islands":
+            return _islands(loaded, root / "model", folder)
         if cell == "outdir":
-            return _outdir(loaded, folder, build)
+            return _outdir(loaded, root / "model", folder, build)
         return _export(loaded, cell, folder)
     except HalfprecError as exc:
-        return clip(f"refused: {exc}", 200)
+        left = sorted(p.name for p in folder.iterdir())
+        if left:
+            return clip(f"refused but left {', '.join(left)}: {exc}", 200)
+        return clip(f"refused (nothing written): {exc}", 200)
     except Exception as exc:  # a benchmark lists upstream failures instead of stopping
         return clip(f"error: {first_line(exc)}", 200)
 
@@ -160,13 +214,15 @@ def main() -> int:
             builders[name]().save_pretrained(f"{tmp}/model")
             loaded = load_model(f"{tmp}/model")
             row = [_cell(loaded, cell, Path(tmp), builders[name]) for cell in cells]
-        failed += sum(not r.startswith(("ok", "n/a")) for r in row)
+        failed += sum(not r.startswith(("ok", "n/a", "refused (nothing written)")) for r in row)
         line = f"| {name} | " + " | ".join(row) + f" | {time.perf_counter() - start:.0f} |"
         print(line, flush=True)
         lines.append(line)
     total = len(names) * len(cells)
     na = sum(line.count("| n/a") for line in lines)
-    lines += ["", f"{total - failed - na}/{total - na} cells ok ({na} n/a)."]
+    refused = sum(line.count("| refused (nothing written)") for line in lines)
+    ok = total - failed - na - refused
+    lines += ["", f"{ok}/{total - na} cells ok, {refused} refused with nothing written ({na} n/a)."]
     print(lines[-1])
     if args.markdown is not None:
         args.markdown.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -170,3 +170,31 @@ def test_hf_export_cli_reports_the_cache_note(  # type: ignore[no-untyped-def]
     assert data["notes"] == [
         "use_cache=False on a copy of the config: the file returns no KV cache"
     ]
+
+
+@pytest.mark.slow
+def test_cli_grouped_gemm_moe_onnx_with_timing_passes_and_its_timing_copy_exports_too(  # type: ignore[no-untyped-def]
+    cli, tmp_path: Path
+) -> None:
+    # OLMoE's experts dispatch through grouped_mm: the fp32 timing copy needs the dense
+    # rewrite too (it used to fail after m.onnx was written, exit 2 with the file left)
+    source = save("olmoe", tmp_path)
+    out = tmp_path / "m.onnx"
+    proc = cli("export", str(source), "-o", str(out), "--kv-cache", "--runs", "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["passed"] and data["ort_latency"] is not None
+    assert any("mixture-of-experts layer(s) exported densely" in n for n in data["notes"])
+
+
+@pytest.mark.parametrize("name", ["mamba2", "jamba"])
+def test_cli_kv_cache_of_a_state_space_model_exits_2_with_nothing_written(  # type: ignore[no-untyped-def]
+    cli, tmp_path: Path, name: str
+) -> None:
+    source = save(name, tmp_path / "src")
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = cli("export", str(source), "-o", str(out / "m.onnx"), "--kv-cache")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "cache holds state-space (conv and SSM) states in layer(s) 0" in proc.stderr
+    assert _files(out) == []

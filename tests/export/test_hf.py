@@ -121,3 +121,25 @@ def test_clip_and_first_line_never_cut_words() -> None:
     assert clip("short", 12) == "short"
     assert first_line(ValueError("\x1b[96mred\x1b[0m text\nmore")) == "ValueError: red text"
     assert first_line(KeyError()) == "KeyError"
+
+
+@pytest.mark.slow  # torch.export tries LED twice (dynamic, then static): ~40 s
+def test_value_dependent_control_flow_names_the_model_s_own_file_and_line(tmp_path: Path) -> None:
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LEDConfig(
+        encoder_layers=1, decoder_layers=1, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64,
+        encoder_attention_heads=2, decoder_attention_heads=2, vocab_size=128,
+        attention_window=[8], max_encoder_position_embeddings=64,
+        max_decoder_position_embeddings=64,
+    )  # fmt: skip
+    model = transformers.LEDForConditionalGeneration(config).eval()
+    batch = {"input_ids": torch.randint(0, 128, (1, 16)), "decoder_input_ids": torch.ones(1, 4)}
+    batch["decoder_input_ids"] = batch["decoder_input_ids"].long()
+    with pytest.raises(ExportError) as caught:
+        export(model, batch, tmp_path / "led.pt2", "fp16")
+    message = str(caught.value)
+    assert "control flow that depends on tensor values at " in message
+    assert "transformers/models/led/modeling_led.py:" in message and "<string>" not in message
+    assert not list(tmp_path.iterdir())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,8 @@ import torch
 from halfprec.export import ExportError, export, load_artifact
 from halfprec.export.kv_cache import WithPast
 from halfprec.io.specs import load_model
-from support.hf_models import DECODER, save
+from halfprec.io.zoo import token_batch
+from support.hf_models import DECODER, build, save
 from support.kv_decode import STEPS, decode, onnx_runner
 from testbed.decode import decode_against_fp32, left_padded_prompts
 
@@ -135,3 +137,21 @@ def test_mixtral_kv_cache_onnx_decodes_like_fp32(hf_root: Path, tmp_path: Path) 
     assert result.passed, result.comparison.problems
     assert any("1 mixture-of-experts layer(s) exported densely" in n for n in result.notes)
     assert 0 < decode(onnx_runner(out, 1), loaded.model).worst < 0.05
+
+
+@pytest.mark.parametrize(("name", "layers"), [("mamba2", "0"), ("jamba", "0")])
+def test_state_space_caches_are_refused_before_any_forward_and_any_file(
+    tmp_path: Path, name: str, layers: str
+) -> None:
+    model = build(name)
+    calls: list[str] = []
+    model.register_forward_pre_hook(lambda *_: calls.append("forward"))
+    batch = token_batch(128, 2, 8)
+    message = (
+        f"--kv-cache exports key/value caches; {type(model).__name__}'s cache holds "
+        f"state-space (conv and SSM) states in layer(s) {layers}, which halfprec cannot export"
+    )
+    for fmt in ("pt2", "onnx"):
+        with pytest.raises(ExportError, match=re.escape(message)):
+            export(model, batch, tmp_path / f"m.{fmt}", "fp16", kv_cache=True)
+    assert calls == [] and not list(tmp_path.iterdir())

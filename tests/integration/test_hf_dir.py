@@ -59,3 +59,98 @@ def test_a_folder_output_needs_a_hf_directory_and_a_new_folder(tmp_path: Path) -
     assert proc.returncode == 2 and "not an empty folder" in proc.stderr
     assert (busy / "keep.txt").read_text() == "mine" and len(list(busy.iterdir())) == 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".halfprec-")]
+
+
+def _with_processor(name: str, path: Path) -> None:
+    """The directory's own preprocessor, as a downloaded checkpoint has one."""
+    from transformers import ViTImageProcessor, Wav2Vec2FeatureExtractor
+
+    if name == "vit":
+        ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(str(path))
+    elif name == "wav2vec2":
+        Wav2Vec2FeatureExtractor(return_attention_mask=True).save_pretrained(str(path))
+
+
+@pytest.mark.parametrize(
+    ("name", "processor", "note"),
+    [
+        ("vit", True, ""),
+        ("clip", False, "scikit-learn's two sample photos are resized to 32x32"),
+        ("wav2vec2", True, "input_values: a synthetic 1 s waveform at 16000 Hz through"),
+        ("patchtst", False, "past_values: 32 steps of 3 synthetic seasonal series"),
+    ],
+)
+def test_check_builds_inputs_for_vision_audio_multimodal_and_time_series(
+    tmp_path: Path, name: str, processor: bool, note: str
+) -> None:
+    source = save(name, tmp_path)
+    if processor:
+        _with_processor(name, source)
+    proc = run_cli("check", str(source), "--runs", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["passed"]
+    assert note in " ".join(data["notes"])
+
+
+def _time_series_transformer(path: Path) -> None:
+    from transformers import TimeSeriesTransformerConfig, TimeSeriesTransformerForPrediction
+
+    config = TimeSeriesTransformerConfig(
+        prediction_length=4, context_length=8, d_model=16, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=16,
+        decoder_ffn_dim=16, lags_sequence=[1, 2],
+    )  # fmt: skip
+    TimeSeriesTransformerForPrediction(config).save_pretrained(str(path))
+
+
+def test_inputs_a_model_takes_but_halfprec_cannot_build_are_named(tmp_path: Path) -> None:
+    _time_series_transformer(tmp_path)
+    proc = run_cli("check", str(tmp_path), "--runs", "0")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(
+        f"halfprec: error: TimeSeriesTransformerForPrediction in {tmp_path} takes past_values, "
+        "past_time_features, past_observed_mask; halfprec cannot build past_time_features, "
+        "past_observed_mask from its config: pass --inputs FILE, a .safetensors file with one "
+        "tensor per input name"
+    )
+
+
+def test_convert_leaves_no_outdir_behind_a_check_that_refuses(tmp_path: Path) -> None:
+    from transformers import ViTImageProcessor
+
+    source = save("vit", tmp_path)  # its config takes 32x32 images; the processor makes 48x48
+    ViTImageProcessor(size={"height": 48, "width": 48}).save_pretrained(str(source))
+    out = tmp_path / "out"
+    proc = run_cli("convert", str(source), "--dtype", "bf16", "-o", str(out))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("halfprec: error: the fp32 model failed on batch 0")
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".halfprec-")]
+
+
+def test_convert_directory_is_a_library_call_that_checks_on_the_given_device(
+    tmp_path: Path,
+) -> None:
+    from halfprec.io.hf_convert import convert_directory
+
+    source = save("clip", tmp_path)
+    done = convert_directory(source, tmp_path / "out", halfprec.Recipe(dtype="bf16"), device="cpu")
+    assert done.device == "cpu" and done.check is not None and done.check.passed
+    assert done.written.path == tmp_path / "out" and "config.json" in done.written.files
+    assert done.to_json()["transformers_check"]["passed"]
+    # the half dtype, although CLIP's first parameter is a small fp32 one: plain
+    # from_pretrained loads it in bf16, not all in fp32
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["dtype"] == "bfloat16"
+    assert not any(done.transformers_keeps_fp32.values())
+
+
+def test_convert_directory_without_example_inputs_says_how_to_check_it(tmp_path: Path) -> None:
+    from halfprec.io.hf_convert import convert_directory
+
+    _time_series_transformer(tmp_path / "tst")
+    out = tmp_path / "out"
+    done = convert_directory(tmp_path / "tst", out, halfprec.Recipe(dtype="bf16"), device="cpu")
+    assert done.check is None and (out / "config.json").is_file()
+    assert "halfprec cannot build past_time_features, past_observed_mask" in done.unchecked
+    assert done.unchecked.endswith(f"; check it with halfprec check {out} --inputs FILE")

@@ -11,6 +11,7 @@ from halfprec.cli.options import (
     convert_options,
     device_option,
     finish,
+    from_flags,
     inputs_option,
     json_option,
     load_for_command,
@@ -20,6 +21,7 @@ from halfprec.cli.options import (
     weights_option,
 )
 from halfprec.cli.progress import progress
+from halfprec.compare import Tolerance
 from halfprec.convert.core import Recipe
 from halfprec.generate import check_room, prompts_from_batches
 from halfprec.report.common import print_check
@@ -71,11 +73,25 @@ def command(
     with progress(f"loading {model}", quiet=as_json):
         loaded, batches, dev = load_for_command(model, inputs_path, device, weights)
     if artifact is not None:
-        from halfprec.cli.export import check_artifact
+        from halfprec.export.checking import check_artifact
+        from halfprec.report.export import print_artifact_check
 
-        check_artifact(
-            artifact, loaded, batches, min_cosine=min_cosine, min_sqnr=min_sqnr, as_json=as_json
+        given = {"min_cosine": min_cosine, "min_sqnr_db": min_sqnr}
+        given = {k: v for k, v in given.items() if v is not None}
+        with from_flags():  # a threshold not given: the recipe's, else the file's dtype's
+            flags = Tolerance(**given) if given else None
+        done = check_artifact(
+            artifact,
+            loaded.model,
+            batches,
+            convert_config,
+            tolerance=flags,
+            name=loaded.name,
         )
+        render = lambda: print_artifact_check(  # noqa: E731
+            done.artifact, done.comparison, done.skipped_batches
+        )
+        finish(done.to_json(), as_json, render, done.passed)
     if generate > 0:  # refused before the comparison runs, not after it
         check_room(loaded.model, prompts_from_batches(batches), generate)
     half_dtype = convert_config.resolve(dev).dtype

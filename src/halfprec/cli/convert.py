@@ -117,53 +117,29 @@ def _to_directory(
     as_json: bool,
     max_shard_size: str | int,
 ) -> None:
-    """``convert HF_DIR -o OUTDIR``: a directory that plain transformers loads, checked."""
-    from halfprec.compare import compare
-    from halfprec.convert.swap import base_class
-    from halfprec.io.hf_dir import (
-        InputsInDtype,
-        describe,
-        save_pretrained_dir,
-        transformers_islands,
-    )
+    """``convert HF_DIR -o OUTDIR``: :func:`~halfprec.io.hf_convert.convert_directory`."""
+    from halfprec.io.hf_convert import convert_directory
+    from halfprec.io.hf_dir import describe
 
-    dev = resolve_device(device)
-    loaded = load_model(model)
-    if weights is not None:
-        from halfprec.io.checkpoint import load
-
-        load(weights, into=loaded.model, upcast=True)
-    half = convert(loaded.model.to(dev), recipe)
-    written = save_pretrained_dir(half.cpu(), output, source=model, max_shard_size=max_shard_size)
-    plain = base_class(half).from_pretrained(str(output)).eval()  # type: ignore[attr-defined]
-    islands = transformers_islands(half, plain)
-    check = (
-        compare(loaded.model.cpu(), InputsInDtype(plain), loaded.example_inputs)
-        if loaded.example_inputs
-        else None
+    done = convert_directory(
+        model, output, recipe, weights=weights, device=device, max_shard_size=max_shard_size
     )
-    report = conversion_report(half)
-    assert report is not None  # convert() always attaches its report
-    data = {
-        "output": str(output),
-        "files": list(written.files),
-        "bytes_written": written.bytes_written,
-        "transformers_keeps_fp32": islands,
-        "transformers_check": check.to_json() if check is not None else None,
-        **report.to_json(),
-    }
 
     def render() -> None:
         con = make_console()
-        for line in describe(written, islands, report.dtype):
+        islands = done.transformers_keeps_fp32
+        for line in describe(done.written, islands, done.conversion.dtype):
             con.print(line)
-        if check is not None:
-            verdict = "PASS" if check.passed else "FAIL"
+        if done.check is not None:
+            verdict = "PASS" if done.check.passed else "FAIL"
             con.print(
-                f"  plain transformers from_pretrained against fp32: {verdict} ({check.reason})"
+                f"  plain transformers from_pretrained against fp32 on {done.device}: "
+                f"{verdict} ({done.check.reason})"
             )
+        else:
+            con.print(f"  not checked against fp32: {done.unchecked}")
 
-    finish(data, as_json, render)
+    finish(done.to_json(), as_json, render)
 
 
 def _print_written(output: Path, report: ConversionReport) -> None:

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NoReturn
 
 import click
-from torch import nn
 
 from halfprec.atomic import ensure_folder
-from halfprec.batch import Batch
 from halfprec.cli.options import (
     convert_options,
     device_option,
@@ -20,18 +17,14 @@ from halfprec.cli.options import (
     load_for_command,
     mkdirs_option,
     not_an_input,
-    tolerance_override,
 )
 from halfprec.cli.progress import progress
-from halfprec.compare import run_reference
 from halfprec.convert.core import Recipe
-from halfprec.export import FORMATS, export, load_artifact, verify_artifact
+from halfprec.export import FORMATS, export
 from halfprec.export.config import ExportConfig
-from halfprec.export.seq2seq import kv_reference
-from halfprec.io.specs import LoadedModel
-from halfprec.report.export import print_artifact_check, print_export
+from halfprec.report.export import print_export
 
-__all__ = ["command", "check_artifact"]
+__all__ = ["command"]
 
 
 @click.command(
@@ -124,35 +117,3 @@ def command(
             kv_cache=kv_cache,
         )
     finish(result.to_json(), as_json, lambda: print_export(result), result.passed)
-
-
-def check_artifact(
-    path: Path,
-    loaded: LoadedModel,
-    batches: list[Batch],
-    *,
-    min_cosine: float | None,
-    min_sqnr: float | None,
-    as_json: bool,
-) -> NoReturn:
-    """``halfprec check --artifact``: the exported file against the fp32 MODEL; exits."""
-    artifact = load_artifact(path)
-    tolerance = tolerance_override(artifact.dtype, min_cosine, min_sqnr)
-    model: nn.Module = loaded.model.eval()
-    if artifact.info.kv_cache:
-        model, batches = kv_reference(model, batches, artifact.info)
-    reference = run_reference(model, batches)
-    check = verify_artifact(artifact, batches, reference, tolerance=tolerance)
-    data = {
-        "artifact": str(path),
-        "info": artifact.info.__dict__,
-        "model": loaded.name,
-        "skipped_batches": check.skipped_batches,
-        **check.comparison.to_json(),
-    }
-    finish(
-        data,
-        as_json,
-        lambda: print_artifact_check(artifact, check.comparison, check.skipped_batches),
-        check.comparison.passed,
-    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from halfprec.export.api import ExportResult, export
 from halfprec.export.artifact import Artifact, Verification, load_artifact, verify_artifact
+from halfprec.export.checking import ArtifactCheck, check_artifact
 from halfprec.export.config import FORMATS, ExportError, ExportFormat, format_for_path
 from halfprec.export.info import ArtifactInfo
 from halfprec.export.onnx import OrtCasts, OrtLatency
@@ -24,6 +25,8 @@ __all__ = [
     "Verification",
     "load_artifact",
     "verify_artifact",
+    "ArtifactCheck",
+    "check_artifact",
     "OrtCasts",
     "OrtLatency",
 ]

@@ -29,7 +29,13 @@ from halfprec.errorstats import ErrorStats
 from halfprec.export.artifact import Verification, load_artifact, verify_artifact
 from halfprec.export.capture import capture, dynamic_shapes, forward_params, named_inputs
 from halfprec.export.config import ExportConfig, ExportError, ExportFormat, check_onnx_dtype
-from halfprec.export.hf import CACHE_NOTE, CLAMP_NOTE, static_fp16_clamps, without_cache
+from halfprec.export.hf import (
+    CACHE_NOTE,
+    CLAMP_NOTE,
+    shared_copy,
+    static_fp16_clamps,
+    without_cache,
+)
 from halfprec.export.info import ArtifactInfo
 from halfprec.export.kv_cache import KV_CACHE_NOTE, cache_reference
 from halfprec.export.moe import DENSE_EXPERTS_NOTE, dense_experts
@@ -118,6 +124,20 @@ def _max_abs(a: list[Any], b: list[Any]) -> float:
     for x, y in zip(a, b, strict=True):
         stats.add(x, y)
     return math.inf if stats.nonfinite else stats.max_abs
+
+
+def exportable(model: nn.Module, target: ExportConfig) -> list[str]:
+    """Rewrite ``model`` (a converted or shared copy, never the caller's) as every file of
+    ``target``'s format is rewritten: the one export path of the half file and its fp32
+    timing twin. Returns the notes that say what changed."""
+    notes = []
+    clamps = static_fp16_clamps(model) if target.format != "torchscript" else 0
+    if clamps:
+        notes.append(CLAMP_NOTE.format(n=clamps))
+    dense = dense_experts(model) if target.format == "onnx" else 0
+    if dense:
+        notes.append(DENSE_EXPERTS_NOTE.format(n=dense))
+    return notes
 
 
 def fp32_info(info: ArtifactInfo) -> ArtifactInfo:
@@ -278,12 +298,7 @@ def _export_checked(
         )
     report = conversion_report(half)
     assert report is not None  # convert() always attaches its report
-    clamps = static_fp16_clamps(half) if target.format != "torchscript" else 0
-    if clamps:
-        notes.append(CLAMP_NOTE.format(n=clamps))
-    dense = dense_experts(half) if target.format == "onnx" else 0
-    if dense:
-        notes.append(DENSE_EXPERTS_NOTE.format(n=dense))
+    notes += exportable(half, target)
     params = forward_params(half)
     io_dtype = half_dtype if half_io else torch.float32
 
@@ -291,15 +306,7 @@ def _export_checked(
         return t.to(io_dtype) if t.is_floating_point() else t
 
     named = [map_tensors(io_cast, named_inputs(b, params)) for b in batches]
-    try:
-        with torch.no_grad():
-            python_out = [call(half, n) for n in named]
-    except Exception as exc:  # whatever the converted model raises
-        raise ExportError(
-            f"the {dtype_name(half_dtype)} model fails in PyTorch before export "
-            f"({first_line(exc)}); keep the failing module in fp32 with "
-            "keep_fp32/--keep-fp32, or check it with halfprec check"
-        ) from exc
+    python_out = _run_half(half, named, half_dtype)
     info = ArtifactInfo(
         format=target.format,
         dtype=dtype_name(half_dtype),
@@ -309,16 +316,25 @@ def _export_checked(
         inputs=tuple(flatten(named[0])),
         outputs=tuple(flatten(python_out[0])),
         islands=dict(report.islands),
-        static_shapes=None
-        if target.dynamic or target.format == "torchscript"
-        else {k: tuple(t.shape) for k, t in flatten(named[0]).items()},
+        static_shapes=None if target.dynamic or target.format == "torchscript" else _shapes(named),
         halfprec=__version__,
         kv_cache=step.target.kv_cache,
     )
 
-    def check_file(tmp: Path) -> Verification:  # before the file replaces a previous one
+    casts: list[OrtCasts] = []
+    latency: list[OrtLatency] = []
+
+    def check_file(tmp: Path) -> Verification:
+        """Everything that reads the file, before it replaces a previous one: a failure
+        here (exit 2) leaves no file behind."""
         artifact = load_artifact(tmp, format=target.format, device=model_device(half))
-        return verify_artifact(artifact, batches, ref_out, tolerance=step.tolerance)
+        verified = verify_artifact(artifact, batches, ref_out, tolerance=step.tolerance)
+        if target.format == "onnx":
+            casts.append(inspect_casts(tmp))
+            if step.runs > 0:
+                with evaluating(reference):
+                    latency.append(_onnx_latency(target, reference, named, info, tmp, step.runs))
+        return verified
 
     check = write_artifact(target, half, named, out, info, verify=check_file)
     assert check is not None  # verify was given
@@ -327,7 +343,9 @@ def _export_checked(
         if check.outputs
         else float("nan")
     )
-    result = ExportResult(
+    if target.format == "onnx":
+        notes.append(provider_note(check.runtime.removeprefix("onnxruntime ")))
+    return ExportResult(
         path=out,
         info=info,
         conversion=report,
@@ -337,14 +355,26 @@ def _export_checked(
         checked_batches=len(check.checked_batches),
         skipped_batches=check.skipped_batches,
         notes=tuple(notes),
+        ort_casts=casts[0] if casts else None,
+        ort_latency=latency[0] if latency else None,
     )
-    if target.format == "onnx":
-        result.notes += (provider_note(check.runtime.removeprefix("onnxruntime ")),)
-        result.ort_casts = inspect_casts(out)
-        if step.runs > 0:
-            with evaluating(reference):
-                result.ort_latency = _onnx_latency(target, reference, named, info, out, step.runs)
-    return result
+
+
+def _run_half(half: nn.Module, named: list[dict[str, Any]], dtype: torch.dtype) -> list[Any]:
+    """The converted model's outputs in this process; an :class:`ExportError` when it fails."""
+    try:
+        with torch.no_grad():
+            return [call(half, n) for n in named]
+    except Exception as exc:  # whatever the converted model raises
+        raise ExportError(
+            f"the {dtype_name(dtype)} model fails in PyTorch before export "
+            f"({first_line(exc)}); keep the failing module in fp32 with "
+            "keep_fp32/--keep-fp32, or check it with halfprec check"
+        ) from exc
+
+
+def _shapes(named: list[dict[str, Any]]) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(t.shape) for k, t in flatten(named[0]).items()}
 
 
 def _onnx_latency(
@@ -355,7 +385,9 @@ def _onnx_latency(
     half_path: Path,
     runs: int,
 ) -> OrtLatency:
-    """Export the fp32 model to a temporary ONNX file and time both with onnxruntime."""
+    """Export the fp32 model to a temporary ONNX file and time both with onnxruntime. The
+    fp32 file goes through the rewrites the half one did (:func:`exportable`), on a copy
+    that shares the reference's weights."""
 
     def to_fp32(t: torch.Tensor) -> torch.Tensor:
         return t.float() if t.is_floating_point() else t
@@ -363,7 +395,9 @@ def _onnx_latency(
     fp32_named = [map_tensors(to_fp32, n) for n in named]
     with tempfile.TemporaryDirectory(prefix="halfprec-onnx-") as tmp:
         fp32_path = Path(tmp) / "fp32.onnx"
-        write_artifact(config, reference, fp32_named, fp32_path, fp32_info(info))
+        fp32_model = shared_copy(reference)
+        exportable(fp32_model, config)
+        write_artifact(config, fp32_model, fp32_named, fp32_path, fp32_info(info))
         return ort_latency(
             fp32_path,
             half_path,

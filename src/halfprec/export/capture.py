@@ -109,7 +109,12 @@ _UNKNOWN_OUTPUT = re.compile(r"Found <class '([\w.]+)'> in output, which is not 
 
 
 def _locations(text: str) -> list[tuple[str, str]]:
-    return [(m.group(1) or m.group(3), m.group(2) or m.group(4)) for m in _USER_LINE.finditer(text)]
+    """(file, line) of every frame in ``text``, without code compiled from a string
+    (``<string>``, ``<eval_with_key>``): no user can open those."""
+    found = [
+        (m.group(1) or m.group(3), m.group(2) or m.group(4)) for m in _USER_LINE.finditer(text)
+    ]
+    return [(f, n) for f, n in found if not f.startswith("<")]
 
 
 def _user_location(text: str) -> str:
@@ -125,7 +130,12 @@ def _model_location(text: str) -> str:
     if user:
         return user
     found = [(f, n) for f, n in _locations(text) if not is_library_file(f) and "/torch/" not in f]
-    return f"{Path(found[-1][0]).name}:{found[-1][1]}" if found else ""
+    if not found:
+        return ""
+    file, line = found[-1]
+    # an installed package's file from its package folder on (transformers/models/...)
+    shown = file.split("site-packages/")[-1] if "site-packages/" in file else Path(file).name
+    return f"{shown}:{line}"
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -176,7 +186,7 @@ def explain_failure(stage: str, exc: BaseException, *, can_be_static: bool = Tru
             "shape-generic"
         )
     if "data-dependent" in text.lower() or "GuardOnDataDependent" in text:
-        location = _user_location(text)
+        location = _model_location(text)
         where = f" at {location}" if location else ""
         return (
             f"{stage} cannot capture control flow that depends on tensor values{where}; "

@@ -27,7 +27,7 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["without_cache", "static_fp16_clamps", "CACHE_NOTE", "CLAMP_NOTE"]
+__all__ = ["shared_copy", "without_cache", "static_fp16_clamps", "CACHE_NOTE", "CLAMP_NOTE"]
 
 CACHE_NOTE = "use_cache=False on a copy of the config: the file returns no KV cache"
 CLAMP_NOTE = (
@@ -60,6 +60,12 @@ def _shallow(module: nn.Module, configs: dict[int, Any]) -> nn.Module:
     if config is not None and id(config) in configs:
         state["config"] = configs[id(config)]
     return new
+
+
+def shared_copy(model: nn.Module) -> nn.Module:
+    """A copy of ``model``'s module tree that shares every parameter, buffer and config:
+    per-instance ``forward`` rewrites on it leave ``model`` as it was."""
+    return _shallow(model, {})
 
 
 def without_cache(model: nn.Module) -> tuple[nn.Module, bool]:

@@ -27,6 +27,7 @@ from torch import nn
 from halfprec.batch import Batch
 from halfprec.export.capture import forward_params, named_inputs
 from halfprec.export.config import ExportError
+from halfprec.io.hf_inputs import max_positions
 from halfprec.modules import evaluating
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "cache_reference",
     "position_ids",
     "sliding_window",
+    "state_layers",
     "max_context",
     "long_length",
     "KV_CACHE_NOTE",
@@ -70,6 +72,31 @@ def _config(model: nn.Module) -> Any:
             "kv_cache=True) does)"
         )
     return config
+
+
+def state_layers(config: Any) -> list[int]:
+    """The layers whose cache holds state-space (conv and SSM) states, not keys and values
+    (Mamba, Mamba2, Jamba's Mamba layers), as transformers' ``DynamicCache(config=...)``
+    lays them out; read from the config, with no forward."""
+    from transformers import DynamicCache
+
+    try:
+        layers = DynamicCache(config=config).layers
+    except (TypeError, ValueError, AttributeError, KeyError):  # a config it cannot lay out
+        kinds = getattr(config, "layers_block_type", None) or getattr(config, "layer_types", None)
+        return [i for i, k in enumerate(kinds or ()) if "mamba" in str(k)]
+    return [i for i, layer in enumerate(layers) if hasattr(layer, "recurrent_states")]
+
+
+def _refuse_state_layers(model: nn.Module, config: Any) -> None:
+    found = state_layers(config)
+    if found:
+        shown = ", ".join(map(str, found[:8])) + (" ..." if len(found) > 8 else "")
+        raise ExportError(
+            f"--kv-cache exports key/value caches; {type(model).__name__}'s cache holds "
+            f"state-space (conv and SSM) states in layer(s) {shown}, which halfprec cannot "
+            "export as tensors yet: export it without --kv-cache"
+        )
 
 
 def cache_keyword(model: nn.Module) -> str:
@@ -140,7 +167,7 @@ class WithPast(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        _config(model)
+        _refuse_state_layers(model, _config(model))
         self.keyword = cache_keyword(model)
         self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters
         self.model = model
@@ -258,11 +285,7 @@ def sliding_window(config: Any) -> int | None:
 
 def max_context(config: Any) -> int | None:
     """The longest sequence the model's config allows (positions), if it says."""
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+    return max_positions(config)
 
 
 def long_length(config: Any, n: int) -> int:

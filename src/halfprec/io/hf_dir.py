@@ -11,8 +11,9 @@ in fp32 (``_keep_in_fp32_modules``, T5's ``wo``); ``halfprec.load(outdir, into=b
 restores every island and the whole recipe. :func:`transformers_islands` says which
 islands plain transformers keeps.
 
-The directory is written to a temporary sibling and renamed into place, so a failure
-leaves no partial directory; an existing non-empty ``outdir`` is refused.
+The directory is written to a temporary sibling, checked there (``verify``), and renamed
+into place, so a failure leaves no partial directory; an existing non-empty ``outdir`` is
+refused.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,8 +81,12 @@ def save_pretrained_dir(
     *,
     source: str | os.PathLike[str] | None = None,
     max_shard_size: str | int = "5GB",
+    verify: Callable[[Path], None] | None = None,
 ) -> HfDirReport:
-    """Write the converted Hugging Face model ``half`` to ``outdir`` (see module docs)."""
+    """Write the converted Hugging Face model ``half`` to ``outdir`` (see module docs).
+
+    ``verify(staged)`` checks the written directory under its temporary name before it is
+    renamed into place; when it raises, nothing is left behind."""
     recipe = recipe_of(half)
     if recipe is None or not hasattr(half, "save_pretrained"):
         raise CheckpointError(
@@ -102,8 +108,13 @@ def save_pretrained_dir(
             half.save_pretrained(tmp, safe_serialization=True, max_shard_size=max_shard_size)  # type: ignore[operator]
         finally:
             config.dtype = previous
+        # save_pretrained writes the dtype of the first floating parameter, which may be a
+        # small fp32 one (ViT's cls_token): plain from_pretrained would load all in fp32
+        _config_dtype(tmp / "config.json", recipe.dtype)
         recipe.save(tmp / RECIPE_FILE)
         _copy_side_files(Path(source) if source is not None else None, tmp)
+        if verify is not None:
+            verify(tmp)
         if dest.exists():
             dest.rmdir()
         os.replace(tmp, dest)
@@ -113,6 +124,13 @@ def save_pretrained_dir(
     files = tuple(sorted(f.name for f in dest.iterdir()))
     size = sum((dest / f).stat().st_size for f in files)
     return HfDirReport(dest, files, size)
+
+
+def _config_dtype(path: Path, dtype: torch.dtype) -> None:
+    """Set ``dtype`` in the written config.json, in transformers' own layout."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["dtype"] = str(dtype).removeprefix("torch.")
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def load_pretrained_dir(path: Path, cls: Any, recipe: Any) -> nn.Module:

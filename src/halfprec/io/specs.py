@@ -34,7 +34,7 @@ from halfprec.batch import Batch, as_batches
 from halfprec.dtypes import dtype_name
 from halfprec.errors import CheckpointError, ModelSpecError, clip
 from halfprec.io.tensorfile import TensorFile
-from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers, sentences, token_batch
+from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers
 from halfprec.modules import first_line
 from halfprec.readfile import open_regular, read_text_regular, refusal, special_file_in
 
@@ -58,6 +58,9 @@ class LoadedModel:
     """Hugging Face directories: the dtype(s) of the stored weights (``"bf16"``, ...)."""
     notes: list[str] = field(default_factory=list)
     """What loading chose for the user (e.g. padding with eos), one sentence each."""
+    no_inputs: str = ""
+    """Why no example batch could be built: the inputs the model needs (``--inputs`` gives
+    them)."""
 
 
 def load_model(spec: str) -> LoadedModel:
@@ -194,15 +197,14 @@ def _hf_directory(path: Path) -> LoadedModel:
             f"{path} stores {stored} weights; they are loaded in fp32 for the reference "
             "(fp32 upcast of the stored values)"
         )
-    batches: list[Batch]
-    tokenizer_files = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model")
-    if any((path / f).is_file() for f in tokenizer_files):
-        enc = _tokenize(tf, path, notes)
-        batches = [{"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}]
-    else:
-        vocab = int(getattr(model.config, "vocab_size", 1000))
-        batches = [token_batch(vocab, 2, 32)]
-    batches = [_model_inputs(model, b) for b in batches]
+    from halfprec.io.hf_inputs import NoExampleInputs, example_batches
+
+    batches: list[Batch] = []
+    no_inputs = ""
+    try:
+        batches = example_batches(model, path, notes)
+    except NoExampleInputs as exc:  # an error only when no --inputs supplies them
+        no_inputs = exc.problem
     if (path / "modules.json").is_file() and getattr(model.config, "model_type", "") == "bert":
         model = SentenceEncoder(model)  # a sentence-transformers directory: mean pooling
     return LoadedModel(
@@ -212,6 +214,7 @@ def _hf_directory(path: Path) -> LoadedModel:
         source="Hugging Face directory",
         stored_dtype=stored,
         notes=notes,
+        no_inputs=no_inputs,
     )
 
 
@@ -227,27 +230,6 @@ def _load_error(path: Path, exc: Exception) -> ModelSpecError:
         f"cannot load the Hugging Face model in {path}: {clip(first, 240)}; check its "
         "config.json (model_type, architectures) and weights against the installed transformers"
     )
-
-
-def _tokenize(tf: Any, path: Path, notes: list[str]) -> Any:
-    """The example sentences tokenized and padded; a tokenizer without a pad token pads
-    with its eos token, as ``transformers.pipeline`` does (and a note says so)."""
-    try:
-        tokenizer = tf.AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise _load_error(path, exc) from None
-    if tokenizer.pad_token is None:
-        if tokenizer.eos_token is None:
-            raise ModelSpecError(
-                f"the tokenizer in {path} has neither a pad token nor an eos token to pad "
-                "with; set pad_token in its tokenizer_config.json, or pass --inputs FILE"
-            )
-        tokenizer.pad_token = tokenizer.eos_token
-        notes.append(
-            f"the tokenizer in {path} has no pad token; padding with its eos token "
-            f"{tokenizer.eos_token!r} (id {tokenizer.eos_token_id}), as transformers.pipeline does"
-        )
-    return tokenizer(sentences()[:16], padding=True, return_tensors="pt")
 
 
 def stored_dtype(path: Path) -> str:
@@ -279,30 +261,6 @@ def stored_dtype(path: Path) -> str:
 _STORED = ("fp16", "bf16", "fp32", "fp64")
 _CONFIG_LIMIT = 16 * 2**20
 _CONFIG_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}
-
-
-def _model_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Token ``batch`` made to fit the model: features for speech encoders, decoder tokens
-    for encoder-decoders (a short start of the same tokens)."""
-    config = model.config
-    main = getattr(model, "main_input_name", "input_ids")
-    if main == "input_features":  # Whisper-style: log-mel frames, twice the positions
-        mels = int(getattr(config, "num_mel_bins", 80))
-        frames = 2 * int(getattr(config, "max_source_positions", 1500))
-        rows = batch["input_ids"].shape[0]
-        features = torch.randn(rows, mels, frames, generator=torch.Generator().manual_seed(0))
-        batch = {"input_features": features}
-    elif main != "input_ids":
-        return batch
-    if getattr(config, "is_encoder_decoder", False):
-        start = int(getattr(config, "decoder_start_token_id", None) or 0)
-        rows = next(iter(batch.values())).shape[0]
-        length = min(8, int(getattr(config, "max_target_positions", 8) or 8))
-        vocab = int(getattr(config, "vocab_size", 1000))
-        tokens = token_batch(vocab, rows, length)["input_ids"]
-        tokens[:, 0] = start
-        batch = {**batch, "decoder_input_ids": tokens}
-    return batch
 
 
 def _architecture(tf: Any, config_file: Path) -> Any:

@@ -1,0 +1,117 @@
+"""``convert HF_DIR -o OUTDIR`` as a library call: convert a Hugging Face model directory,
+write a directory plain transformers loads, reload it and check it against fp32.
+
+:func:`convert_directory` loads the source directory in fp32 with its example inputs
+(:mod:`halfprec.io.hf_inputs`), converts it on ``device``, writes OUTDIR into a temporary
+sibling (:func:`~halfprec.io.hf_dir.save_pretrained_dir`), reloads that with plain
+``from_pretrained`` on the same device and compares it with the fp32 model there. Only
+then is the directory renamed into place: a check that raises (a model that fails on its
+inputs, an input that cannot be read) leaves no OUTDIR behind.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from halfprec.compare import Comparison, compare
+from halfprec.convert.core import ConversionReport, Recipe, conversion_report, convert
+from halfprec.dtypes import resolve_device
+from halfprec.io.hf_dir import (
+    HfDirReport,
+    InputsInDtype,
+    save_pretrained_dir,
+    transformers_islands,
+)
+from halfprec.io.specs import load_model
+from halfprec.tree import map_tensors
+
+__all__ = ["DirectoryConversion", "convert_directory"]
+
+
+@dataclass(frozen=True)
+class DirectoryConversion:
+    """What :func:`convert_directory` wrote and found.
+
+    ``transformers_keeps_fp32``: per fp32 island, whether plain ``from_pretrained`` keeps
+    it in fp32; ``check``: plain ``from_pretrained`` of OUTDIR against the fp32 model on
+    ``device`` (None when no example inputs could be built: ``unchecked`` says why).
+    """
+
+    written: HfDirReport
+    conversion: ConversionReport
+    transformers_keeps_fp32: dict[str, bool]
+    check: Comparison | None
+    device: str
+    unchecked: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "output": str(self.written.path),
+            "files": list(self.written.files),
+            "bytes_written": self.written.bytes_written,
+            "transformers_keeps_fp32": self.transformers_keeps_fp32,
+            "transformers_check": self.check.to_json() if self.check is not None else None,
+            "checked_on": self.device,
+            "unchecked": self.unchecked or None,
+            **self.conversion.to_json(),
+        }
+
+
+def convert_directory(
+    source: str | os.PathLike[str],
+    outdir: str | os.PathLike[str],
+    recipe: Recipe | None = None,
+    *,
+    weights: str | os.PathLike[str] | None = None,
+    device: str | torch.device | None = None,
+    max_shard_size: str | int = "5GB",
+) -> DirectoryConversion:
+    """Convert the Hugging Face directory ``source`` with ``recipe`` into ``outdir`` (see
+    the module docs). ``weights``: fp32 or half weights loaded into the model first (a
+    half file is upcast); ``device``: where the conversion and the check run (default:
+    cuda if present, else cpu)."""
+    recipe = Recipe.of(recipe)
+    dev = resolve_device(device)
+    loaded = load_model(str(source))
+    if weights is not None:
+        from halfprec.io.checkpoint import load
+
+        load(Path(weights), into=loaded.model, upcast=True)
+    reference = loaded.model.to(dev)
+    half = convert(reference, recipe)
+    report = conversion_report(half)
+    assert report is not None  # convert() always attaches its report
+    batches = [map_tensors(lambda t: t.to(dev), b) for b in loaded.example_inputs]
+    found: dict[str, Any] = {}
+
+    def verify(staged: Path) -> None:  # before the directory is renamed into place
+        from halfprec.convert.swap import base_class
+
+        cls: Any = base_class(half)
+        plain = cls.from_pretrained(str(staged)).eval().to(dev)
+        found["islands"] = transformers_islands(half, plain)
+        tolerance = recipe.settle(dev).judge(report.dtype)
+        found["check"] = (
+            compare(reference, InputsInDtype(plain), batches, tolerance=tolerance)
+            if batches
+            else None
+        )
+
+    written = save_pretrained_dir(
+        half, outdir, source=source, max_shard_size=max_shard_size, verify=verify
+    )
+    return DirectoryConversion(
+        written=written,
+        conversion=report,
+        transformers_keeps_fp32=found["islands"],
+        check=found["check"],
+        device=str(dev),
+        unchecked=f"{loaded.no_inputs}; check it with halfprec check {outdir} --inputs FILE"
+        if loaded.no_inputs
+        else "",
+    )
