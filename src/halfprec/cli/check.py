@@ -16,8 +16,8 @@ from halfprec.cli.options import (
     load_for_command,
     model_argument,
     tolerance_options,
-    tolerance_override,
     weights_option,
+    with_tolerance_flags,
 )
 from halfprec.cli.progress import progress
 from halfprec.convert.core import Recipe
@@ -58,7 +58,7 @@ def command(
     model: str,
     inputs_path: Path | None,
     weights: Path | None,
-    convert_config: Recipe,
+    recipe: Recipe,
     device: str | None,
     as_json: bool,
     min_cosine: float | None,
@@ -68,24 +68,15 @@ def command(
     generate: int,
 ) -> None:
     with progress(f"loading {model}", quiet=as_json):
-        loaded, batches, dev = load_for_command(model, inputs_path, device, weights)
+        loaded, batches, _ = load_for_command(model, inputs_path, device, weights)
+    recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)
     if artifact is not None:
         from halfprec.cli.export import check_artifact
 
-        check_artifact(
-            artifact, loaded, batches, min_cosine=min_cosine, min_sqnr=min_sqnr, as_json=as_json
-        )
-    half_dtype = convert_config.resolve(dev).dtype
-    tolerance = tolerance_override(half_dtype, min_cosine, min_sqnr, convert_config.tolerance)
+        check_artifact(artifact, loaded, batches, recipe=recipe, as_json=as_json)
     with progress(f"checking {loaded.name} against fp32", quiet=as_json):
         result = check(
-            loaded.model,
-            batches,
-            convert_config,
-            tolerance=tolerance,
-            runs=runs,
-            name=loaded.name,
-            generate=generate,
+            loaded.model, batches, recipe, runs=runs, name=loaded.name, generate=generate
         )
     data = {**result.to_json(), "stored_dtype": loaded.stored_dtype or None, "notes": loaded.notes}
     finish(data, as_json, lambda: print_check(result), result.passed)

@@ -20,7 +20,6 @@ from halfprec.cli.options import (
     load_for_command,
     mkdirs_option,
     not_an_input,
-    tolerance_override,
 )
 from halfprec.cli.progress import progress
 from halfprec.compare import run_reference
@@ -131,13 +130,13 @@ def check_artifact(
     loaded: LoadedModel,
     batches: list[Batch],
     *,
-    min_cosine: float | None,
-    min_sqnr: float | None,
+    recipe: Recipe,
     as_json: bool,
 ) -> NoReturn:
-    """``halfprec check --artifact``: the exported file against the fp32 MODEL; exits."""
+    """``halfprec check --artifact``: the exported file against the fp32 MODEL, judged by
+    ``recipe``'s tolerance (with the command's threshold flags in it); exits."""
     artifact = load_artifact(path)
-    tolerance = tolerance_override(artifact.dtype, min_cosine, min_sqnr)
+    tolerance = recipe.settle().judge(artifact.dtype)
     model: nn.Module = loaded.model.eval()
     if artifact.info.kv_cache:
         model, batches = kv_reference(model, batches, artifact.info)
