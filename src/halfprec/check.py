@@ -14,12 +14,13 @@ import torch
 from torch import nn
 
 from halfprec.batch import as_batches, call
-from halfprec.compare import Comparison, Tolerance, compare
+from halfprec.compare import Comparison, compare
 from halfprec.convert.core import ConversionReport, conversion_report, convert, recipe_of
 from halfprec.convert.recipe import RecipeLike
 from halfprec.generate import Generation, agreement, prompts_from_batches
 from halfprec.modules import evaluating, model_device
 from halfprec.timing import Ratio, Timing, measure_interleaved, ratio_of
+from halfprec.tolerance import Tolerance
 
 __all__ = ["CheckResult", "check"]
 

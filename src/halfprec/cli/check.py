@@ -20,7 +20,7 @@ from halfprec.cli.options import (
     with_tolerance_flags,
 )
 from halfprec.cli.progress import progress
-from halfprec.convert.core import Recipe
+from halfprec.convert.recipe import Recipe
 from halfprec.report.common import print_check
 
 __all__ = ["command"]

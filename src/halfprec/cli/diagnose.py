@@ -19,7 +19,8 @@ from halfprec.cli.options import (
     with_tolerance_flags,
 )
 from halfprec.cli.progress import progress
-from halfprec.convert.core import Recipe, convert
+from halfprec.convert.core import convert
+from halfprec.convert.recipe import Recipe
 from halfprec.diagnose import diagnose
 from halfprec.report.diagnose import plot_diagnosis, print_diagnosis
 
@@ -43,7 +44,8 @@ __all__ = ["command"]
     "--converted",
     is_flag=True,
     help="Diagnose halfprec's convert() output instead of a naive model.to(dtype) copy "
-    "(implied by --policy, --keep-fp32 and --no-norm-islands).",
+    "(implied where --recipe, --keep-fp32, --no-norm-islands or --no-op-policy ask for more "
+    "than a dtype).",
 )
 @tolerance_options
 @click.option(

@@ -24,12 +24,12 @@ import torch
 
 from halfprec.batch import Batch
 from halfprec.cli import EXIT_FAILED, EXIT_OK
-from halfprec.compare import Tolerance
 from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import resolve_device
 from halfprec.errors import HalfprecError, InputsError
 from halfprec.io.inputs import load_inputs
 from halfprec.io.specs import LoadedModel, load_model
+from halfprec.tolerance import Tolerance
 from halfprec.tree import map_tensors
 
 __all__ = [

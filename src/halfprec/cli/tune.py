@@ -19,7 +19,7 @@ from halfprec.cli.options import (
     tolerance_options,
     with_tolerance_flags,
 )
-from halfprec.convert.core import Recipe
+from halfprec.convert.recipe import Recipe
 from halfprec.io.inputs import load_inputs
 from halfprec.report.tune import print_tune
 from halfprec.tree import map_tensors

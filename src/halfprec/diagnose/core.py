@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from halfprec.batch import as_batches
-from halfprec.compare import Tolerance, compare_outputs, reference_failed
+from halfprec.compare import compare_outputs, reference_failed
 from halfprec.convert.core import conversion_report, convert
 from halfprec.convert.recipe import Recipe, RecipeLike
 from halfprec.diagnose.divergence import find_divergence, half_pass
@@ -21,6 +21,7 @@ from halfprec.diagnose.results import Diagnosis
 from halfprec.dtypes import cast_floating
 from halfprec.errorstats import relative_threshold
 from halfprec.modules import model_device
+from halfprec.tolerance import Tolerance
 from halfprec.tree import map_tensors
 
 __all__ = ["diagnose", "naive_half"]

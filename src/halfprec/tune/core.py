@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from halfprec.batch import as_batches, call
-from halfprec.compare import Comparison, Tolerance, compare_outputs, run_reference
+from halfprec.compare import Comparison, compare_outputs, run_reference
 from halfprec.convert.core import convert, recipe_of
 from halfprec.convert.op_islands import recording_ordinals, with_ordinals
 from halfprec.convert.recipe import Recipe, RecipeLike, Settled
@@ -21,6 +21,7 @@ from halfprec.errors import DTypeError
 from halfprec.flops import fp32_flops_share
 from halfprec.modules import model_device
 from halfprec.timing import fastest_accurate, measure_interleaved, ratio_of, spread_text
+from halfprec.tolerance import Tolerance
 from halfprec.tree import flatten
 from halfprec.tune.results import (
     ToleranceUnreachableError,

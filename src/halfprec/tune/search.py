@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from halfprec.batch import call
-from halfprec.compare import Tolerance, compare_outputs
+from halfprec.compare import compare_outputs
 from halfprec.convert.core import conversion_report, convert
 from halfprec.convert.op_islands import OpRef
 from halfprec.convert.recipe import Recipe
@@ -38,6 +38,7 @@ from halfprec.diagnose import Diagnosis, ModuleDiagnosis, diagnose
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.flops import fp32_flops_share, module_flops
 from halfprec.modules import in_island, param_counts
+from halfprec.tolerance import Tolerance
 from halfprec.tune.results import Evaluation, TuneConfig, TuneVariant
 
 __all__ = ["Islands", "Progress", "search_islands"]
