@@ -11,6 +11,7 @@ traceback. Blocks that name a built-in model (``builtin:minilm``) or compile are
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shlex
@@ -81,21 +82,36 @@ class Block:
     line: int
     kind: str
     text: str
+    imports: str = ""  # the imports of the page's earlier Python blocks, which a reader ran
 
     @property
     def id(self) -> str:
         return f"{self.page}:{self.line}"
 
 
-def blocks() -> list[Block]:
+def blocks(pages: list[Path] = PAGES) -> list[Block]:
     """Every ```python and ```bash block of the pages, with its page and first line."""
     found = []
-    for path in PAGES:
+    for path in pages:
         source = path.read_text()
+        imports = ""
         for m in FENCE.finditer(source):
-            page = path.relative_to(ROOT).as_posix()
-            found.append(Block(page, source[: m.start()].count("\n") + 2, m[1], m[2]))
+            page = (path.relative_to(ROOT) if path.is_relative_to(ROOT) else path).as_posix()
+            line = source[: m.start()].count("\n") + 2
+            found.append(Block(page, line, m[1], m[2], imports))
+            if m[1] == "python":
+                imports += _imports(m[2])
     return found
+
+
+def _imports(code: str) -> str:
+    """The top-level import statements of ``code`` (none where it does not parse)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return ""
+    kept = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    return "".join(ast.unparse(n) + "\n" for n in kept)
 
 
 def _reason(table: dict[tuple[str, str], str], block: Block) -> str | None:
@@ -149,8 +165,9 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
 
 
 def run_python(block: Block) -> None:
-    code = compile(block.text, block.id, "exec")
-    exec(code, {"__name__": "__doc_block__", **doc_model.namespace()})  # noqa: S102
+    namespace = {"__name__": "__doc_block__", **doc_model.namespace()}
+    exec(compile(block.imports, f"{block.id} (the page's imports)", "exec"), namespace)  # noqa: S102
+    exec(compile(block.text, block.id, "exec"), namespace)  # noqa: S102
 
 
 def run_bash(block: Block) -> None:
@@ -186,7 +203,20 @@ def test_every_skip_names_a_block_that_exists() -> None:
 def test_a_failing_block_fails(workdir: Path) -> None:
     with pytest.raises(NameError):
         run_python(Block("x.md", 1, "python", "undefined_name + 1\n"))
+    # an earlier block's imports hold in a later one, nothing else of it does
+    first, second = (b for b in _page_blocks("import math\nvalue = 1\n", "math.pi + value\n"))
+    assert second.imports == "import math\n" and not first.imports
+    with pytest.raises(NameError, match="'value'"):
+        run_python(second)
     with pytest.raises(AssertionError, match="exited 2"):
         run_bash(Block("x.md", 1, "bash", "halfprec check MODEL --dtype fp8\n"))
     with pytest.raises(AssertionError, match="no halfprec command"):
         run_bash(Block("x.md", 1, "bash", "rm -rf build\n"))
+
+
+def _page_blocks(*codes: str) -> list[Block]:
+    """The blocks of a page made of ``codes``, one Python block each (in the cwd)."""
+    page = Path.cwd() / "docs" / "page.md"
+    page.parent.mkdir(exist_ok=True)
+    page.write_text("".join(f"```python\n{code}```\n\n" for code in codes))
+    return blocks([page])
