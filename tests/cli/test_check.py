@@ -1,5 +1,6 @@
 """``halfprec check`` on a Hugging Face directory: the dtype it stores, a tokenizer without a
-pad token, and the directory's own code, which never runs."""
+pad token, and the directory's own code, which never runs; and the tolerance it judges by:
+the --recipe's, with --min-cosine/--min-sqnr replacing one threshold, for --artifact too."""
 
 from __future__ import annotations
 
