@@ -1,9 +1,9 @@
 """halfprec: run PyTorch models in half precision (fp16/bf16) safely, checked against fp32.
 
 The verbs take a model, its example inputs and a :class:`Recipe` (or just a dtype),
-in that order: ``convert(model, config)``, ``check(model, inputs, config)``,
-``diagnose(model, inputs, config)``, ``tune(model, inputs, config)``,
-``deploy(model, inputs, config)``, ... Everything else
+in that order: ``convert(model, recipe)``, ``check(model, inputs, recipe)``,
+``diagnose(model, inputs, recipe)``, ``tune(model, inputs, recipe)``,
+``deploy(model, inputs, recipe)``, ... Everything else
 (result types, helpers) is importable from its module, e.g.
 ``from halfprec.tune import TuneResult``.
 """

@@ -14,17 +14,13 @@ import torch
 from torch import nn
 
 from halfprec.batch import as_batches, call
-from halfprec.compare import Comparison, Tolerance, compare
-from halfprec.convert.core import (
-    ConfigLike,
-    ConversionReport,
-    conversion_report,
-    convert,
-    recipe_of,
-)
+from halfprec.compare import Comparison, compare
+from halfprec.convert.core import ConversionReport, conversion_report, convert, recipe_of
+from halfprec.convert.recipe import RecipeLike
 from halfprec.generate import Generation, agreement, prompts_from_batches
 from halfprec.modules import evaluating, model_device
 from halfprec.timing import Ratio, Timing, measure_interleaved, ratio_of
+from halfprec.tolerance import Tolerance
 
 __all__ = ["CheckResult", "check"]
 
@@ -79,15 +75,16 @@ class CheckResult:
 def check(
     model: nn.Module,
     inputs: Any,
-    config: ConfigLike = None,
+    recipe: RecipeLike = None,
     *,
     tolerance: Tolerance | None = None,
     runs: int = 10,
     name: str = "",
     generate: int = 0,
 ) -> CheckResult:
-    """Convert a copy of ``model`` (``config``: a :class:`Recipe` or a dtype, default
-    ``"auto"``), compare it with ``model`` on ``inputs``, and time both.
+    """Convert a copy of ``model`` (``recipe``: a :class:`Recipe`, a dtype or a recipe
+    file, default ``"auto"``), compare it with ``model`` on ``inputs``, and time both.
+    ``tolerance`` judges the comparison; default: the recipe's.
 
     ``runs``: interleaved rounds of one fp32 and one half call each (``runs=0`` skips
     timing); the speed ratio is ranked only when its interquartile range over the rounds
@@ -96,13 +93,12 @@ def check(
     agreement (:func:`halfprec.generate.agreement`). ``model`` itself is not changed.
     """
     with evaluating(model) as reference:
-        half = convert(reference, config)
+        half = convert(reference, recipe)
         report = conversion_report(half)
-        assert report is not None  # set by convert; not user input
-        recipe = recipe_of(half)
-        if tolerance is None and recipe is not None:  # the recipe's own, as convert read it
-            tolerance = recipe.tolerance
-        comparison = compare(reference, half, inputs, tolerance=tolerance)
+        resolved = recipe_of(half)  # the recipe as convert read it (a file is read once)
+        assert report is not None and resolved is not None  # set by convert; not user input
+        settled = resolved.settle(model_device(reference), tolerance)
+        comparison = compare(reference, half, inputs, tolerance=settled.judge(report.dtype))
         lat32 = lat16 = None
         if runs > 0 and comparison.outputs:
             first = as_batches(inputs)[0]

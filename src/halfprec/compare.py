@@ -31,7 +31,6 @@ from halfprec.tolerance import Tolerance
 from halfprec.tree import flatten, iter_tensors
 
 __all__ = [
-    "Tolerance",
     "OutputMetrics",
     "Comparison",
     "compare",

@@ -1,5 +1,6 @@
 """``halfprec check`` on a Hugging Face directory: the dtype it stores, a tokenizer without a
-pad token, and the directory's own code, which never runs."""
+pad token, and the directory's own code, which never runs; and the tolerance it judges by:
+the --recipe's, with --min-cosine/--min-sqnr replacing one threshold, for --artifact too."""
 
 from __future__ import annotations
 
@@ -89,3 +90,44 @@ def test_a_tokenizer_without_pad_token_says_so_on_stderr_and_in_the_json(tmp_pat
     assert result.returncode == 0, result.stderr
     note = "has no pad token; padding with its eos token '</s>' (id 0), as transformers.pipeline"
     assert note in result.stderr and note in json.loads(result.stdout)["notes"][0]
+
+
+@pytest.mark.slow  # an ONNX export
+def test_check_artifact_judges_by_the_recipes_tolerance(tmp_path: Path) -> None:
+    """``check --artifact --recipe R`` applies R's tolerance (it used the defaults), and a
+    threshold flag replaces that one threshold of R's only."""
+    from halfprec import Recipe, Tolerance
+    from support import SUPPORT
+
+    model = f"{SUPPORT / 'export_models.py'}:tiny"
+    onnx = tmp_path / "tiny.onnx"
+    made = run_cli("export", model, "-o", str(onnx), "--dtype", "fp16", "--runs", "0", "--json")
+    assert made.returncode == 0, made.stderr
+    strict = Recipe(dtype="fp16", tolerance=Tolerance(min_sqnr_db=200.0)).save(
+        tmp_path / "strict.json"
+    )
+    plain = run_cli("check", model, "--artifact", str(onnx), "--json")
+    assert plain.returncode == 0, plain.stderr
+    judged = run_cli("check", model, "--artifact", str(onnx), "--recipe", str(strict), "--json")
+    assert judged.returncode == 1, judged.stderr
+    data = json.loads(judged.stdout)
+    assert data["passed"] is False and data["tolerance"]["min_sqnr_db"] == 200.0
+    loosened = run_cli(
+        "check", model, "--artifact", str(onnx), "--recipe", str(strict), "--min-sqnr", "20"
+    )
+    assert loosened.returncode == 0, loosened.stdout + loosened.stderr
+
+
+def test_check_flags_replace_one_threshold_of_the_recipes_tolerance(tmp_path: Path) -> None:
+    from halfprec import Recipe, Tolerance
+    from support import SUPPORT
+
+    model = f"{SUPPORT / 'export_models.py'}:tiny"
+    recipe = Recipe(dtype="fp16", tolerance=Tolerance(min_cosine=0.5, min_sqnr_db=200.0))
+    path = recipe.save(tmp_path / "r.json")
+    out = run_cli(
+        "check", model, "--recipe", str(path), "--min-sqnr", "10", "--runs", "0", "--json"
+    )
+    assert out.returncode == 0, out.stderr
+    tolerance = json.loads(out.stdout)["comparison"]["tolerance"]
+    assert tolerance["min_sqnr_db"] == 10.0 and tolerance["min_cosine"] == 0.5

@@ -80,3 +80,16 @@ def test_diagnose_real_minilm_fp16(cli) -> None:  # type: ignore[no-untyped-def]
     names = [m["name"] for m in data["modules"]]
     assert "encoder.encoder.layer.5.output.dense" in names
     assert all(m["local_error"] < 0.01 for m in data["modules"])
+
+
+def test_diagnose_command_takes_the_recipes_islands(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from halfprec import Recipe
+    from support import SUPPORT
+
+    model = f"{SUPPORT / 'export_models.py'}:tiny"
+    path = Recipe(dtype="fp16", keep_fp32=("l1",)).save(tmp_path / "r.json")
+    out = cli("diagnose", model, "--recipe", str(path), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["half_model"] == "converted"
+    naive = cli("diagnose", model, "--dtype", "fp16", "--json")
+    assert json.loads(naive.stdout)["half_model"] == "naive"

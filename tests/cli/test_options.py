@@ -145,3 +145,17 @@ def test_dtype_default_names_the_recipe_only_where_there_is_one(command: str) ->
     else:
         assert "--recipe" not in out and "--dtype [auto|fp16|bf16]" in out
         assert "Default: auto." in out
+
+
+def test_tolerance_flags_replace_their_threshold_and_leave_the_rest_to_the_dtype() -> None:
+    """--min-cosine replaces the recipe's cosine only: the SQNR left to the default follows
+    each dtype it is judged in (fp16 25 dB, bf16 20 dB), as without the flag."""
+    from halfprec import Tolerance
+    from halfprec.cli.options import with_tolerance_flags
+
+    recipe = Recipe(tolerance=Tolerance(max_rel_error=0.5))
+    assert with_tolerance_flags(recipe, None, None) is recipe
+    flagged = with_tolerance_flags(recipe, 0.9, None).settle("cpu")
+    assert flagged.judge(torch.float16) == Tolerance(0.9, 25.0, 0.5, None)
+    assert flagged.judge(torch.bfloat16) == Tolerance(0.9, 20.0, 0.5, None)
+    assert with_tolerance_flags(recipe, None, 30.0).settle().judge(torch.bfloat16).min_sqnr_db == 30

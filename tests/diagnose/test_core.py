@@ -104,3 +104,18 @@ def test_half_model_with_other_module_names_is_refused() -> None:
     other = naive_half(nn.Sequential(nn.Linear(2, 2)), torch.float16)
     with pytest.raises(HalfprecError, match="has no module"):
         diagnose(model, batches, half=other)
+
+
+def test_diagnose_with_a_recipe_converts_with_its_islands() -> None:
+    """A recipe's islands are part of what is diagnosed: with softmax kept fp32 (and nothing
+    else: no op policy, no norm islands), the hazard is gone; the dtype alone is the naive
+    copy, in which it breaks."""
+    model, batches = HAZARDS["exp-softmax"].build()
+    bare = Recipe(dtype="fp16", norm_islands=False, fp32_ops=(), fp32_inputs=False)
+    without = diagnose(model, batches, bare)
+    assert without.half_model == "converted" and without.culprit == "softmax"
+    kept = diagnose(model, batches, bare.replace(keep_fp32=("softmax",)))
+    assert kept.half_model == "converted"
+    assert kept.passed and kept.divergence is None
+    naive = diagnose(model, batches, Recipe(dtype="fp16"))
+    assert naive.half_model == "naive" and naive.culprit == "softmax"

@@ -13,7 +13,8 @@ import pytest
 from rich.console import Console
 
 from halfprec.check import check
-from halfprec.report.common import human_time, print_check, ratio_text
+from halfprec.report.common import human_time, print_check
+from halfprec.timing import ratio_text
 from support import FIXTURES, SRC, SUPPORT
 from support.cli import run_cli
 from support.export_models import example_inputs, tiny

@@ -15,8 +15,8 @@ from rich.console import Console
 from torch import nn
 
 from halfprec.check import CheckResult, check
-from halfprec.report.common import print_check, spread_text, to_json_text
-from halfprec.timing import Ratio, Timing
+from halfprec.report.common import print_check, to_json_text
+from halfprec.timing import Ratio, Timing, spread_text
 
 
 def test_spread_text_ranks_only_a_one_sided_spread() -> None:

@@ -28,7 +28,8 @@ from halfprec.cli.options import (
 )
 from halfprec.convert.core import Recipe
 from halfprec.errors import HalfprecError
-from halfprec.report.bench import check_plot_path, print_bench, require_matplotlib, write_chart
+from halfprec.report.bench import check_plot_path, print_bench, write_chart
+from halfprec.report.plot import require_matplotlib
 
 __all__ = ["command"]
 

@@ -11,18 +11,16 @@ from halfprec.cli.options import (
     convert_options,
     device_option,
     finish,
-    from_flags,
     inputs_option,
     json_option,
     load_for_command,
     model_argument,
     tolerance_options,
-    tolerance_override,
     weights_option,
+    with_tolerance_flags,
 )
 from halfprec.cli.progress import progress
-from halfprec.compare import Tolerance
-from halfprec.convert.core import Recipe
+from halfprec.convert.recipe import Recipe
 from halfprec.generate import check_room, prompts_from_batches
 from halfprec.report.common import print_check
 
@@ -61,7 +59,7 @@ def command(
     model: str,
     inputs_path: Path | None,
     weights: Path | None,
-    convert_config: Recipe,
+    recipe: Recipe,
     device: str | None,
     as_json: bool,
     min_cosine: float | None,
@@ -71,40 +69,22 @@ def command(
     generate: int,
 ) -> None:
     with progress(f"loading {model}", quiet=as_json):
-        loaded, batches, dev = load_for_command(model, inputs_path, device, weights)
+        loaded, batches, _ = load_for_command(model, inputs_path, device, weights)
+    recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)
     if artifact is not None:
         from halfprec.export.checking import check_artifact
         from halfprec.report.export import print_artifact_check
 
-        given = {"min_cosine": min_cosine, "min_sqnr_db": min_sqnr}
-        given = {k: v for k, v in given.items() if v is not None}
-        with from_flags():  # a threshold not given: the recipe's, else the file's dtype's
-            flags = Tolerance(**given) if given else None
-        done = check_artifact(
-            artifact,
-            loaded.model,
-            batches,
-            convert_config,
-            tolerance=flags,
-            name=loaded.name,
-        )
+        done = check_artifact(artifact, loaded.model, batches, recipe, name=loaded.name)
         render = lambda: print_artifact_check(  # noqa: E731
             done.artifact, done.comparison, done.skipped_batches
         )
         finish(done.to_json(), as_json, render, done.passed)
     if generate > 0:  # refused before the comparison runs, not after it
         check_room(loaded.model, prompts_from_batches(batches), generate)
-    half_dtype = convert_config.resolve(dev).dtype
-    tolerance = tolerance_override(half_dtype, min_cosine, min_sqnr, convert_config.tolerance)
     with progress(f"checking {loaded.name} against fp32", quiet=as_json):
         result = check(
-            loaded.model,
-            batches,
-            convert_config,
-            tolerance=tolerance,
-            runs=runs,
-            name=loaded.name,
-            generate=generate,
+            loaded.model, batches, recipe, runs=runs, name=loaded.name, generate=generate
         )
     data = {**result.to_json(), "stored_dtype": loaded.stored_dtype or None, "notes": loaded.notes}
     finish(data, as_json, lambda: print_check(result), result.passed)

@@ -16,10 +16,11 @@ from halfprec.cli.options import (
     load_for_command,
     model_argument,
     tolerance_options,
-    tolerance_override,
+    with_tolerance_flags,
 )
 from halfprec.cli.progress import progress
-from halfprec.convert.core import Recipe, convert
+from halfprec.convert.core import convert
+from halfprec.convert.recipe import Recipe
 from halfprec.diagnose import diagnose
 from halfprec.report.diagnose import plot_diagnosis, print_diagnosis
 
@@ -43,7 +44,8 @@ __all__ = ["command"]
     "--converted",
     is_flag=True,
     help="Diagnose halfprec's convert() output instead of a naive model.to(dtype) copy "
-    "(implied by --policy, --keep-fp32 and --no-norm-islands).",
+    "(implied where --recipe, --keep-fp32, --no-norm-islands or --no-op-policy ask for more "
+    "than a dtype).",
 )
 @tolerance_options
 @click.option(
@@ -56,7 +58,7 @@ __all__ = ["command"]
 def command(
     model: str,
     inputs_path: Path | None,
-    convert_config: Recipe,
+    recipe: Recipe,
     device: str | None,
     as_json: bool,
     plot: Path | None,
@@ -71,16 +73,12 @@ def command(
     if plot is not None:
         ensure_folder(plot)  # a missing folder is an error before the long run
     with progress(f"loading {model}", quiet=as_json):
-        loaded, batches, dev = load_for_command(model, inputs_path, device)
+        loaded, batches, _ = load_for_command(model, inputs_path, device)
     batches = batches[:max_batches] if max_batches else batches
-    dt = convert_config.resolve(dev).dtype
-    islands_given = convert_config != Recipe(dtype=convert_config.dtype)
-    half = convert(loaded.model, convert_config) if converted or islands_given else None
-    recipe_tolerance = convert_config.tolerance
-    tolerance = tolerance_override(dt, min_cosine, min_sqnr, recipe_tolerance)
-    tolerance = tolerance or recipe_tolerance.resolve(dt)  # diagnose gets the dtype alone
+    recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)
+    half = convert(loaded.model, recipe) if converted else None  # else diagnose's choice
     with progress(f"diagnosing {loaded.name}: every module in fp32 and half", quiet=as_json):
-        diag = diagnose(loaded.model, batches, dt, half=half, tolerance=tolerance)
+        diag = diagnose(loaded.model, batches, recipe, half=half)
     if plot is not None:
         plot_diagnosis(diag, plot, title=f"{loaded.name}: {diag.half_model} half vs fp32")
 

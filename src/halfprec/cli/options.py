@@ -2,8 +2,9 @@
 
 ``--dtype``, ``--recipe``, ``--keep-fp32`` and ``--no-norm-islands`` become one
 :class:`~halfprec.Recipe` (:func:`convert_options`); ``--min-cosine`` and
-``--min-sqnr`` override one threshold each of the dtype's default tolerance
-(:func:`tolerance_options`, :func:`tolerance_override`); ``--device`` defaults to cuda when
+``--min-sqnr`` replace one threshold each of that recipe's tolerance
+(:func:`tolerance_options`, :func:`with_tolerance_flags`), and the library settles it
+(:meth:`~halfprec.Recipe.settle`); ``--device`` defaults to cuda when
 present, else cpu; every command ends through :func:`finish`. docs/cli.md lists them.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,12 +24,12 @@ import torch
 
 from halfprec.batch import Batch
 from halfprec.cli import EXIT_FAILED, EXIT_OK
-from halfprec.compare import Tolerance
 from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import resolve_device
 from halfprec.errors import HalfprecError, InputsError
 from halfprec.io.inputs import load_inputs
 from halfprec.io.specs import LoadedModel, load_model
+from halfprec.tolerance import Tolerance
 from halfprec.tree import map_tensors
 
 __all__ = [
@@ -37,7 +39,7 @@ __all__ = [
     "DTypeParam",
     "dtype_option",
     "convert_options",
-    "make_convert_config",
+    "make_recipe",
     "tolerance_options",
     "device_option",
     "inputs_option",
@@ -45,6 +47,7 @@ __all__ = [
     "weights_option",
     "load_for_command",
     "tolerance_override",
+    "with_tolerance_flags",
     "finish",
     "mkdirs_option",
     "from_flags",
@@ -110,7 +113,7 @@ def _islands_options(f: F) -> F:
     return click.option(
         "--recipe",
         "--policy",
-        "policy",
+        "recipe_file",
         type=click.Path(path_type=Path),
         default=None,
         help="Recipe JSON written by `halfprec tune -o` (its dtype, module and op islands, "
@@ -130,16 +133,16 @@ def from_flags() -> Iterator[None]:
         raise click.UsageError(str(exc)) from exc
 
 
-def make_convert_config(
+def make_recipe(
     dtype: str | None,
-    policy: Path | None = None,
+    recipe_file: Path | None = None,
     keep_fp32: tuple[str, ...] = (),
     no_norm_islands: bool = False,
     no_op_policy: bool = False,
 ) -> Recipe:
     """The :class:`~halfprec.Recipe` the conversion flags stand for: the recipe file's,
     with an explicit --dtype winning over its dtype and --keep-fp32 added to its islands."""
-    base = Recipe.load(policy) if policy is not None else Recipe()
+    base = Recipe.load(recipe_file) if recipe_file is not None else Recipe()
     changes: dict[str, Any] = {"keep_fp32": (*base.keep_fp32, *keep_fp32)}
     if dtype is not None:
         changes["dtype"] = dtype
@@ -154,21 +157,21 @@ def make_convert_config(
 
 def convert_options(f: F) -> F:
     """``--dtype``, ``--recipe``, ``--keep-fp32`` and ``--no-norm-islands``, handed to the
-    command as one ``convert_config`` argument (parsed before the model loads)."""
+    command as one ``recipe`` argument (parsed before the model loads)."""
+    # commands not yet renamed still take it as ``convert_config``
+    name = "recipe" if "recipe" in inspect.signature(f).parameters else "convert_config"
 
     @functools.wraps(f)
     def wrapper(
         *args: Any,
         dtype: str | None,
-        policy: Path | None,
+        recipe_file: Path | None,
         keep_fp32: tuple[str, ...],
         no_norm_islands: bool,
         no_op_policy: bool,
         **kwargs: Any,
     ) -> Any:
-        kwargs["convert_config"] = make_convert_config(
-            dtype, policy, keep_fp32, no_norm_islands, no_op_policy
-        )
+        kwargs[name] = make_recipe(dtype, recipe_file, keep_fp32, no_norm_islands, no_op_policy)
         return f(*args, **kwargs)
 
     return dtype_option(_islands_options(wrapper))  # type: ignore[return-value]
@@ -235,26 +238,34 @@ def weights_option(f: F) -> F:
     )(f)
 
 
+def with_tolerance_flags(
+    recipe: Recipe, min_cosine: float | None, min_sqnr: float | None
+) -> Recipe:
+    """``recipe`` with ``--min-cosine``/``--min-sqnr`` in its tolerance: each flag given
+    replaces its one threshold; every other threshold stays as the recipe has it (one left
+    to the default still follows the dtype it is judged in). The verb then settles the
+    recipe (:meth:`~halfprec.Recipe.settle`)."""
+    given = {"min_cosine": min_cosine, "min_sqnr_db": min_sqnr}
+    changes = {name: value for name, value in given.items() if value is not None}
+    if not changes:
+        return recipe
+    with from_flags():
+        return recipe.replace(tolerance=dataclasses.replace(recipe.tolerance, **changes))
+
+
 def tolerance_override(
     dtype: torch.dtype | None,
     min_cosine: float | None,
     min_sqnr: float | None,
     recipe: Tolerance | None = None,
 ) -> Tolerance | None:
-    """``--min-cosine``/``--min-sqnr`` on top of ``dtype``'s default tolerance; a threshold
-    not given keeps its default (None: no flag given, the callee's defaults apply). Where
-    several dtypes are compared (auto in tune and bench) pass None: fp16's stricter default
-    then fills the threshold not given. ``recipe``: the --recipe's tolerance, whose
-    thresholds stand where no flag is given."""
+    """The older shape of :func:`with_tolerance_flags`, kept for the commands that still
+    call it: the flagged tolerance with ``dtype``'s defaults filled in (None: fp16's), or
+    None when no flag is given."""
     if min_cosine is None and min_sqnr is None:
         return None
-    base = (recipe if recipe is not None else Tolerance()).resolve(dtype)
-    with from_flags():
-        return dataclasses.replace(
-            base,
-            min_cosine=min_cosine if min_cosine is not None else base.min_cosine,
-            min_sqnr_db=min_sqnr if min_sqnr is not None else base.min_sqnr_db,
-        )
+    base = Recipe(tolerance=recipe if recipe is not None else Tolerance())
+    return with_tolerance_flags(base, min_cosine, min_sqnr).settle().judge(dtype)
 
 
 def load_for_command(

@@ -17,9 +17,9 @@ from halfprec.cli.options import (
     load_for_command,
     model_argument,
     tolerance_options,
-    tolerance_override,
+    with_tolerance_flags,
 )
-from halfprec.convert.core import Recipe
+from halfprec.convert.recipe import Recipe
 from halfprec.io.inputs import load_inputs
 from halfprec.report.tune import print_tune
 from halfprec.tree import map_tensors
@@ -60,7 +60,7 @@ __all__ = ["command"]
 def command(
     model: str,
     inputs_path: Path | None,
-    convert_config: Recipe,
+    recipe: Recipe,
     device: str | None,
     as_json: bool,
     output: Path | None,
@@ -75,9 +75,7 @@ def command(
     validate = None
     if validate_path is not None:
         validate = [map_tensors(lambda t: t.to(dev), b) for b in load_inputs(validate_path)]
-    dtypes = convert_config.candidates(dev)
-    one = dtypes[0] if len(dtypes) == 1 else None
-    tolerance = tolerance_override(one, min_cosine, min_sqnr, convert_config.tolerance)
+    recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -89,8 +87,7 @@ def command(
         result = tune(
             loaded.model,
             batches,
-            convert_config,
-            tolerance=tolerance,
+            recipe,
             max_evaluations=max_evaluations,
             progress=lambda text: bar.update(task, description=text),
             validate=validate,

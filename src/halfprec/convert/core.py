@@ -1,6 +1,6 @@
 """Convert a model to half precision safely.
 
-``convert(model, config)`` returns a converted copy; ``convert_`` converts in place. Compared
+``convert(model, recipe)`` returns a converted copy; ``convert_`` converts in place. Compared
 with ``model.to(torch.float16)`` the converted model:
 
 - keeps numerically fragile modules (norms, and anything the caller names) in fp32 as
@@ -50,17 +50,13 @@ from halfprec.convert.boundaries import (
 )
 from halfprec.convert.fills import FillSettings, SaturateFills, has_fill_ops
 from halfprec.convert.kinds import (
-    DEFAULT_ISLAND_TYPES,
-    GEMM_TYPES,
-    LOOKUP_TYPES,
     is_default_island,
-    is_gemm_module,
     scripted,
     small_tensors,
 )
 from halfprec.convert.op_islands import OpIslands, OpPlan, OpRef, OpSettings
 from halfprec.convert.op_policy import LEAF_CALLS, LeafSettings, PolicyLeaf
-from halfprec.convert.recipe import FilterFn, Recipe, RecipeLike
+from halfprec.convert.recipe import Recipe, RecipeLike
 from halfprec.convert.swap import Behaviour, swap
 from halfprec.dtypes import (
     DTypeChoice,
@@ -74,23 +70,16 @@ from halfprec.modules import finite_peak, in_island, model_device, nbytes
 
 __all__ = [
     # DEFAULT_ISLAND_TYPES, GEMM_TYPES, LOOKUP_TYPES, is_*: kinds.py, named here as before
-    "DEFAULT_ISLAND_TYPES",
-    "GEMM_TYPES",
-    "LOOKUP_TYPES",
-    "ConfigLike",
     "add_note",
     "ConversionReport",
-    "FilterFn",
-    "Recipe",
     "convert",
     "convert_",
     "conversion_report",
-    "is_default_island",
-    "is_gemm_module",
     "recipe_of",
 ]
 
-ConfigLike = RecipeLike  # what every verb's config argument accepts
+# the older name of RecipeLike, for the modules that still import it (use RecipeLike)
+ConfigLike = RecipeLike
 
 
 @dataclass
@@ -188,10 +177,17 @@ def conversion_report(model: nn.Module) -> ConversionReport | None:
         fp32_ops=sorted(root.fp32_ops),
         notes=list(root.notes),
     )
-    seen: set[int] = set()
-    small: set[int] = set()
-    sized: set[int] = set()  # a tied tensor's bytes count once, as in nbytes
-    before = 0
+    _boundaries(model, root, report)
+    _parameters(model, root, report)
+    _small_fp32(model, root, report)
+    report.bytes_before = _bytes_before(model, root)
+    report.bytes_after = nbytes(model)
+    return report
+
+
+def _boundaries(model: nn.Module, root: RootSettings, report: ConversionReport) -> None:
+    """The report's islands, hand-offs, guards, fill guards and op islands, read from the
+    behaviours swapped into each module."""
     for name, module in model.named_modules():
         island = module.__dict__.get(Fp32Island.attr)
         if isinstance(island, IslandSettings) or (name == "" and not root.cast_inputs):
@@ -210,6 +206,13 @@ def conversion_report(model: nn.Module) -> ConversionReport | None:
             report.op_islands.extend(ops.plan.refs)
             if name and not ops.plan.narrow_outputs:
                 report.fp32_outputs.append(name)
+
+
+def _parameters(model: nn.Module, root: RootSettings, report: ConversionReport) -> None:
+    """The count of parameters, and of those left fp32 (in an island or not cast); a tied
+    parameter counts once."""
+    seen: set[int] = set()
+    for name, module in model.named_modules():
         kept = in_island(name, report.islands)
         for p in module.parameters(recurse=False):
             if id(p) in seen:
@@ -218,37 +221,52 @@ def conversion_report(model: nn.Module) -> ConversionReport | None:
             report.params_total += p.numel()
             if p.is_floating_point() and (kept or p.dtype != root.dtype):
                 report.params_fp32 += p.numel()
-        if not kept and root.dtype != root.original:
-            for tname, t in (
-                *module.named_parameters(recurse=False),
-                *module.named_buffers(recurse=False),
-            ):
-                if t.is_floating_point() and t.dtype == root.original and id(t) not in small:
-                    small.add(id(t))
-                    report.small_fp32.append(f"{name}.{tname}" if name else tname)
-                    report.small_fp32_bytes += t.numel() * t.element_size()
+
+
+def _small_fp32(model: nn.Module, root: RootSettings, report: ConversionReport) -> None:
+    """The tensors outside islands that stayed in the original dtype, and their bytes."""
+    if root.dtype == root.original:
+        return
+    small: set[int] = set()
+    for name, module in model.named_modules():
+        if in_island(name, report.islands):
+            continue
+        for tname, t in (
+            *module.named_parameters(recurse=False),
+            *module.named_buffers(recurse=False),
+        ):
+            if t.is_floating_point() and t.dtype == root.original and id(t) not in small:
+                small.add(id(t))
+                report.small_fp32.append(f"{name}.{tname}" if name else tname)
+                report.small_fp32_bytes += t.numel() * t.element_size()
+
+
+def _bytes_before(model: nn.Module, root: RootSettings) -> int:
+    """The model's bytes in its original dtype; a tied tensor's bytes count once, as in
+    :func:`~halfprec.modules.nbytes`."""
+    sized: set[int] = set()
+    before = 0
+    for module in model.modules():
         for t in (*module.parameters(recurse=False), *module.buffers(recurse=False)):
             if id(t) in sized:
                 continue
             sized.add(id(t))
             size = root.original.itemsize if t.is_floating_point() else t.element_size()
             before += t.numel() * size
-    report.bytes_before = before
-    report.bytes_after = nbytes(model)
-    return report
+    return before
 
 
-def convert(model: nn.Module, config: ConfigLike = None) -> nn.Module:
+def convert(model: nn.Module, recipe: RecipeLike = None) -> nn.Module:
     """Return a half-precision copy of ``model``; ``model`` itself is left unchanged.
 
-    ``config``: a :class:`Recipe`, just a dtype (``"fp16"``, ``"bf16"``, ``"auto"``,
+    ``recipe``: a :class:`Recipe`, just a dtype (``"fp16"``, ``"bf16"``, ``"auto"``,
     ``torch.float16``), or the path of a recipe JSON; default ``"auto"``.
     """
-    cfg = Recipe.of(config)  # fail on bad options before the copy
-    return convert_(copy.deepcopy(model), cfg)
+    given = Recipe.of(recipe)  # fail on bad options before the copy
+    return convert_(copy.deepcopy(model), given)
 
 
-def convert_(model: nn.Module, config: ConfigLike = None) -> nn.Module:
+def convert_(model: nn.Module, recipe: RecipeLike = None) -> nn.Module:
     """Convert ``model`` in place (see :func:`convert`) and return it."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"convert expects an nn.Module, got {type(model).__name__}")
@@ -261,7 +279,7 @@ def convert_(model: nn.Module, config: ConfigLike = None) -> nn.Module:
             "a TorchScript module cannot carry halfprec's boundaries; convert the Python "
             "model, or wrap the scripted one in an nn.Module"
         )
-    return _Converter(model, Recipe.of(config)).run()
+    return _Converter(model, Recipe.of(recipe)).run()
 
 
 def _tensors(model: nn.Module) -> Iterable[torch.Tensor]:
@@ -315,15 +333,15 @@ def _own_memory(t: torch.Tensor) -> torch.Tensor:
 class _Converter:
     """One conversion: picks islands, casts tensors, swaps in the boundary behaviours."""
 
-    def __init__(self, model: nn.Module, config: Recipe) -> None:
+    def __init__(self, model: nn.Module, recipe: Recipe) -> None:
         self.model = model
-        self.config = config
+        self.recipe = recipe
         device = model_device(model)
         if device.type == "meta":
             # weights not filled in yet; halfprec's loaders (load, convert_file) fill them
             # on the CPU, so the CPU's kernels decide (the meta device has none)
             device = torch.device("cpu")
-        self.choice: DTypeChoice = config.resolve(device)
+        self.choice: DTypeChoice = recipe.resolve(device)
         ensure_runnable(self.choice.dtype, device)
         self.dtype = self.choice.dtype
         self.original = _original_dtype(model)
@@ -339,15 +357,15 @@ class _Converter:
 
     # -- islands ---------------------------------------------------------------------------
     def _selected(self, module: nn.Module, name: str) -> str | None:
-        cfg = self.config
-        if cfg.norm_islands and is_default_island(module, root=name == ""):
+        recipe = self.recipe
+        if recipe.norm_islands and is_default_island(module, root=name == ""):
             return f"norm island ({type(module).__name__})"
-        for sel in cfg.keep_fp32:
+        for sel in recipe.keep_fp32:
             if isinstance(sel, type) and isinstance(module, sel):
                 return f"keep_fp32 type {sel.__name__}"
             if isinstance(sel, str) and (name == sel or (name and fnmatch.fnmatchcase(name, sel))):
                 return f"keep_fp32 name {sel!r}" if name else "keep_fp32: the whole model"
-        if cfg.filter_fn is not None and cfg.filter_fn(module, name):
+        if recipe.filter_fn is not None and recipe.filter_fn(module, name):
             return "filter_fn"
         return None
 
@@ -368,7 +386,7 @@ class _Converter:
     def _pick_islands(self) -> dict[str, str]:
         islands: dict[str, str] = {}
         names = [n for n, _ in self.model.named_modules()]
-        for sel in self.config.keep_fp32:
+        for sel in self.recipe.keep_fp32:
             if (
                 isinstance(sel, str)
                 and sel
@@ -396,7 +414,7 @@ class _Converter:
         """``Recipe.fp32_outputs``, checked: each names an island or a module with op
         islands (the modules whose fp32 outputs are otherwise narrowed)."""
         names = [n for n, _ in self.model.named_modules()]
-        for name in self.config.fp32_outputs:
+        for name in self.recipe.fp32_outputs:
             if name not in names:
                 raise HalfprecError(self._no_module("fp32_outputs", name, names))
             if name not in islands and name not in plans:
@@ -404,7 +422,7 @@ class _Converter:
                     f"fp32_outputs name {name!r} is neither an fp32 island nor a module with "
                     "op islands, so it has no fp32 output to hand on; add it to keep_fp32 too"
                 )
-        return frozenset(self.config.fp32_outputs)
+        return frozenset(self.recipe.fp32_outputs)
 
     def _absorb_shared_parameters(self, islands: dict[str, str]) -> None:
         """A parameter tied between an island and a half module keeps both in fp32."""
@@ -424,7 +442,7 @@ class _Converter:
         half_modules: list[nn.Module] = []
         keep: set[int] = set()
         counted: set[int] = set()
-        small = small_tensors(self.model, self.config.fp32_params_up_to)
+        small = small_tensors(self.model, self.recipe.fp32_params_up_to)
         for name, module in self.model.named_modules():
             kept = in_island(name, islands)
             owns = False
@@ -473,7 +491,7 @@ class _Converter:
         """Op islands from the recipe, on half modules only (an island is all fp32)."""
         modules = dict(self.model.named_modules())
         by_module: dict[str, list[OpRef]] = {}
-        for ref in self.config.op_islands:
+        for ref in self.recipe.op_islands:
             if ref.module not in modules:
                 raise HalfprecError(
                     f"op island {ref} names no module of {type(self.model).__name__}; the "
@@ -481,7 +499,7 @@ class _Converter:
                 )
             if not in_island(ref.module, islands) and not scripted(modules[ref.module]):
                 by_module.setdefault(ref.module, []).append(ref)
-        handoff = set(self.config.fp32_outputs)
+        handoff = set(self.recipe.fp32_outputs)
         return {
             name: OpPlan(self.dtype, tuple(refs), narrow_outputs=name not in handoff | {""})
             for name, refs in by_module.items()
@@ -491,7 +509,7 @@ class _Converter:
         """The recipe as applied: every island by name, the dtype concrete, no selectors
         that need a model; loading it into a fresh model rebuilds this one exactly."""
         ops = tuple(r for plan in plans.values() for r in plan.refs)
-        return self.config.replace(
+        return self.recipe.replace(
             dtype=self.dtype,
             keep_fp32=tuple(islands),
             norm_islands=False,
@@ -506,10 +524,10 @@ class _Converter:
         plans: dict[str, OpPlan],
         handoffs: frozenset[str],
     ) -> None:
-        cfg, dtype, original = self.config, self.dtype, self.original
+        recipe, dtype, original = self.recipe, self.dtype, self.original
         # the root runs its forward under the op policy's mode (see RootCast)
-        policy = "" not in islands and bool(cfg.fp32_ops or cfg.fp32_inputs)
-        guarded = {id(m) for m in half_modules} if cfg.guard_boundaries else set()
+        op_policy = "" not in islands and bool(recipe.fp32_ops or recipe.fp32_inputs)
+        guarded = {id(m) for m in half_modules} if recipe.guard_boundaries else set()
         modules = dict(self.model.named_modules())
         for name, module in modules.items():
             if scripted(module):
@@ -520,11 +538,11 @@ class _Converter:
                     dtype=dtype,
                     original=original,
                     cast_inputs="" not in islands,
-                    cast_outputs=cfg.cast_outputs,
+                    cast_outputs=recipe.cast_outputs,
                     recipe=self._resolved(islands, plans),
-                    fp32_ops=frozenset(cfg.fp32_ops),
+                    fp32_ops=frozenset(recipe.fp32_ops),
                     # TorchScript code casts nothing: its inputs must arrive half
-                    fp32_inputs=cfg.fp32_inputs and not any(map(scripted, modules.values())),
+                    fp32_inputs=recipe.fp32_inputs and not any(map(scripted, modules.values())),
                     reason=self.choice.reason,
                     attributes_cast=tuple(self.attributes_cast),
                     handoffs=bool(handoffs),
@@ -532,19 +550,19 @@ class _Converter:
             if name in islands and name != "":
                 widen = not is_default_island(module)  # no range check on every norm
                 handoff = name in handoffs  # a mixed kernel would hand on half
-                cast = handoff or not mixed_kernel_ok(module, original, dtype, cfg.mixed_kernels)
+                cast = handoff or not mixed_kernel_ok(module, original, dtype, recipe.mixed_kernels)
                 chosen[Fp32Island] = IslandSettings(
                     original, dtype, cast, widen, islands[name], handoff
                 )
             elif not in_island(name, islands):
                 if name != "" and id(module) in guarded:
                     chosen[Guard] = GuardSettings(dtype)
-                if cfg.saturate_fills and has_fill_ops(module):
+                if recipe.saturate_fills and has_fill_ops(module):
                     chosen[SaturateFills] = FillSettings(dtype)
                 if name in plans:
                     chosen[OpIslands] = OpSettings(plans[name], name)
             calls = LEAF_CALLS.get(type(module))
-            if calls is not None and policy:  # the op policy's mode can be set aside
+            if calls is not None and op_policy:  # the op policy's mode can be set aside
                 if set(chosen) == {Guard}:
                     chosen[Guard] = GuardSettings(dtype, LeafSettings(calls))
                 else:

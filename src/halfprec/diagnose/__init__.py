@@ -1,6 +1,6 @@
 """Layerwise diagnosis: which module breaks in half precision, and why.
 
-``diagnose(model, inputs, config)`` runs the fp32 model and a half copy on the same inputs
+``diagnose(model, inputs, recipe)`` runs the fp32 model and a half copy on the same inputs
 with hooks on every module and reports, per module in execution order:
 
 - the largest fp32 activation (``fp32_max_abs``) and how many values lie beyond the

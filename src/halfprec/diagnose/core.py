@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 from halfprec.batch import as_batches
-from halfprec.compare import Tolerance, compare_outputs, reference_failed
-from halfprec.convert.core import ConfigLike, Recipe, conversion_report
+from halfprec.compare import compare_outputs, reference_failed
+from halfprec.convert.core import conversion_report, convert
+from halfprec.convert.recipe import Recipe, RecipeLike
 from halfprec.diagnose.divergence import find_divergence, half_pass
 from halfprec.diagnose.inputs import input_rounding
 from halfprec.diagnose.local import Diagnoser
@@ -21,6 +22,7 @@ from halfprec.dtypes import cast_floating
 from halfprec.errorstats import relative_threshold
 from halfprec.fp32 import exact_fp32
 from halfprec.modules import model_device
+from halfprec.tolerance import Tolerance
 from halfprec.tree import map_tensors
 
 __all__ = ["diagnose", "naive_half"]
@@ -38,8 +40,8 @@ def naive_half(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     return twin
 
 
-def _model_dtype_for(model: nn.Module, half: nn.Module | None, config: Recipe | None) -> Any:
-    if half is not None and config is None:
+def _model_dtype_for(model: nn.Module, half: nn.Module | None, recipe: Recipe | None) -> Any:
+    if half is not None and recipe is None:
         report = conversion_report(half)
         if report is not None:
             return report.dtype
@@ -47,35 +49,47 @@ def _model_dtype_for(model: nn.Module, half: nn.Module | None, config: Recipe | 
         if found is not None:
             return found
     device = model_device(model)
-    return (config or Recipe()).resolve(device).dtype
+    return (recipe or Recipe()).resolve(device).dtype
+
+
+def _half_model(model: nn.Module, recipe: Recipe | None, dtype: torch.dtype) -> nn.Module:
+    """The half model to examine when none is given: ``recipe``'s conversion where it asks
+    for more than a dtype and a tolerance (islands, op islands, flags, a ``filter_fn``),
+    else the naive ``model.to(dtype)`` copy."""
+    if recipe is None:
+        return naive_half(model, dtype)
+    bare = Recipe(dtype=recipe.dtype, tolerance=recipe.tolerance)
+    if recipe == bare and recipe.filter_fn is None:
+        return naive_half(model, dtype)
+    return convert(model, recipe.replace(dtype=dtype))
 
 
 def diagnose(
     model: nn.Module,
     inputs: Any,
-    config: ConfigLike = None,
+    recipe: RecipeLike = None,
     *,
     half: nn.Module | None = None,
     tolerance: Tolerance | None = None,
 ) -> Diagnosis:
     """Diagnose ``model`` in half precision on ``inputs`` (one batch, or a list of batches).
 
-    ``config``: a :class:`Recipe` or a dtype; its dtype and tolerance are used here
-    (``"auto"`` by default; taken from ``half`` when ``half`` is given and ``config`` is not).
-    ``half``: the half model to examine, with the same module names (e.g.
-    ``convert(model, config)`` to diagnose halfprec's conversion); default: a naive
-    ``model.to(dtype)`` copy, which is what breaks for most users. ``tolerance`` judges the outputs
-    and sets the divergence threshold (relative error ``10**(-min_sqnr_db/20)``).
+    ``recipe``: a :class:`Recipe`, a dtype or a recipe file (``"auto"`` by default; the
+    dtype is taken from ``half`` when ``half`` is given and ``recipe`` is not).
+    ``half``: the half model to examine, with the same module names; default: the recipe's
+    conversion where it names islands, op islands or boundary flags (``convert(model,
+    recipe)``), else a naive ``model.to(dtype)`` copy, which is what breaks for most users.
+    ``tolerance`` (default: the recipe's) judges the outputs and sets the divergence
+    threshold (relative error ``10**(-min_sqnr_db/20)``).
     ``model`` is not changed; its train/eval mode is used as is.
     """
     start = time.perf_counter()
     batches = as_batches(inputs)
-    recipe = Recipe.of(config) if config is not None else None  # read once (it may be a file)
-    dt = _model_dtype_for(model, half, recipe)
-    default = recipe.tolerance if recipe is not None else Tolerance()
-    tol = (tolerance if tolerance is not None else default).resolve(dt)
+    given = Recipe.of(recipe) if recipe is not None else None  # read once (it may be a file)
+    dt = _model_dtype_for(model, half, given)
+    tol = (given or Recipe()).settle(model_device(model), tolerance).judge(dt)
     threshold = relative_threshold(tol.min_sqnr_db)
-    half_model = half if half is not None else naive_half(model, dt)
+    half_model = half if half is not None else _half_model(model, given, dt)
     label = "converted" if conversion_report(half_model) is not None else "naive"
     if half is not None and label == "naive":
         label = "given"

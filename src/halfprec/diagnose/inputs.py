@@ -16,9 +16,10 @@ import torch
 from torch import nn
 
 from halfprec.batch import call
-from halfprec.compare import Comparison, Tolerance, compare_outputs
+from halfprec.compare import Comparison, compare_outputs
 from halfprec.dtypes import dtype_name
 from halfprec.fp32 import exact_fp32
+from halfprec.tolerance import Tolerance
 from halfprec.tree import iter_tensors, map_tensors
 
 __all__ = ["input_rounding", "input_rounding_note"]

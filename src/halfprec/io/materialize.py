@@ -33,7 +33,6 @@ from halfprec.convert.core import ConfigLike, convert_
 from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import range_of
 from halfprec.errors import CheckpointError
-from halfprec.io.metadata import HALFPREC_FORMAT
 from halfprec.io.tensorfile import TensorFile
 from halfprec.io.truth import check_against_recipe, check_plain
 from halfprec.modules import finite_peak, first_line
@@ -42,10 +41,10 @@ __all__ = [
     "parameters_on_meta",
     "build_on_meta",
     "overflowing_modules",
+    "existing_modules",
     "materialize_",
     "check_names",
     "load_built_on_meta",
-    "HALFPREC_FORMAT",
     "MetaBuildError",
 ]
 
@@ -284,7 +283,7 @@ def load_built_on_meta(
     if config is not None:
         cfg = Recipe.of(config)
         half = cfg.resolve().dtype
-        extra = [] if in_range else _existing_modules(model, overflowing_modules(source, half))
+        extra = [] if in_range else existing_modules(model, overflowing_modules(source, half))
         convert_(model, cfg.replace(dtype=half, keep_fp32=(*cfg.keep_fp32, *extra)))
         if described_by is not None:
             check_against_recipe(model, source, source.path, described_by, half)
@@ -292,7 +291,7 @@ def load_built_on_meta(
     return model
 
 
-def _existing_modules(model: nn.Module, keep: Sequence[Any]) -> list[Any]:
+def existing_modules(model: nn.Module, keep: Sequence[Any]) -> list[Any]:
     """``keep`` without names of no module (a root-level parameter's owner is ``""``)."""
     names = {n for n, _ in model.named_modules() if n}
     return [k for k in dict.fromkeys(keep) if not isinstance(k, str) or k in names or "*" in k]

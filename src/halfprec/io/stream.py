@@ -30,10 +30,10 @@ from halfprec.convert.core import (
 from halfprec.convert.recipe import Recipe
 from halfprec.io.materialize import (
     Builder,
-    _existing_modules,
     build_on_meta,
     check_covers,
     check_names,
+    existing_modules,
     overflowing_modules,
 )
 from halfprec.io.metadata import checkpoint_metadata
@@ -64,7 +64,7 @@ def convert_file(
     check_names(model, source)
     check_covers(model, source)  # a file without all the model's tensors converts to a broken one
     check_plain(model, source, source.path)  # kinds, and one floating dtype (no lost recipe)
-    extra = _existing_modules(model, overflowing_modules(source, half))
+    extra = existing_modules(model, overflowing_modules(source, half))
     convert_(model, cfg.replace(dtype=half, keep_fp32=(*cfg.keep_fp32, *extra)))
     report, recipe = conversion_report(model), recipe_of(model)
     assert report is not None and recipe is not None  # convert_ always attaches them

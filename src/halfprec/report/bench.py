@@ -19,17 +19,14 @@ from halfprec.report.common import (
     human_bytes,
     human_time,
     make_console,
-    ratio_text,
-    spread_text,
 )
-from halfprec.report.plot import new_figure, require_matplotlib, save_png
-from halfprec.timing import spent_text
+from halfprec.report.plot import new_figure, save_png
+from halfprec.timing import ratio_text, spent_text, spread_text
 
 __all__ = [
     "bench_table",
     "print_bench",
     "write_chart",
-    "require_matplotlib",
     "check_plot_path",
     "markdown_table",
 ]

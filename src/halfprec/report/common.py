@@ -18,7 +18,7 @@ from halfprec.compare import Comparison
 from halfprec.convert.core import ConversionReport
 from halfprec.dtypes import dtype_name
 from halfprec.generate import Generation
-from halfprec.timing import ratio_text, spread_text
+from halfprec.timing import spread_text
 
 __all__ = [
     "comparison_table",
@@ -28,8 +28,6 @@ __all__ = [
     "human_bytes",
     "fmt_float",
     "make_console",
-    "ratio_text",
-    "spread_text",
     "human_time",
     "fit_table",
 ]

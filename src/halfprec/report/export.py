@@ -13,8 +13,8 @@ from halfprec.report.common import (
     human_bytes,
     human_time,
     make_console,
-    ratio_text,
 )
+from halfprec.timing import ratio_text
 
 __all__ = ["print_export", "print_artifact_check"]
 

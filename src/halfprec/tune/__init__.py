@@ -1,9 +1,9 @@
 """Search for a small set of fp32 islands that makes a half model meet a tolerance.
 
-``tune(model, inputs, config, tolerance=...)``:
+``tune(model, inputs, recipe, tolerance=...)``:
 
 1. runs the fp32 reference on every calibration batch, and once more on the first batch:
-   when fp32 does not reproduce itself (dropout left in train mode, random ops) no policy
+   when fp32 does not reproduce itself (dropout left in train mode, random ops) no recipe
    can meet the tolerance, and tune says so (:class:`ToleranceUnreachableError`);
 2. converts with no extra islands; done if every batch meets the tolerance;
 3. otherwise diagnoses that conversion (:func:`halfprec.diagnose`) and ranks candidates:
@@ -23,7 +23,7 @@ Every forward pass of the full model is counted in ``report.passes``.
 
 Layout: :mod:`~halfprec.tune.core` (``tune``: the reference check, the search per dtype,
 the choice between dtypes), :mod:`~halfprec.tune.search` (the island search for one dtype)
-and :mod:`~halfprec.tune.results` (the config and result types).
+and :mod:`~halfprec.tune.results` (the options and result types).
 """
 
 from halfprec.tune.core import tune

@@ -11,16 +11,17 @@ import torch
 from torch import nn
 
 from halfprec.batch import as_batches, call
-from halfprec.compare import Comparison, Tolerance, compare_outputs, run_reference
-from halfprec.convert.core import ConfigLike, convert, recipe_of
+from halfprec.compare import Comparison, compare_outputs, run_reference
+from halfprec.convert.core import convert, recipe_of
 from halfprec.convert.op_islands import recording_ordinals, with_ordinals
-from halfprec.convert.recipe import Recipe
+from halfprec.convert.recipe import Recipe, RecipeLike, Settled
 from halfprec.diagnose.inputs import input_rounding, input_rounding_note
 from halfprec.dtypes import dtype_name, is_auto
 from halfprec.errors import DTypeError
 from halfprec.flops import fp32_flops_share
 from halfprec.modules import model_device
 from halfprec.timing import fastest_accurate, measure_interleaved, ratio_of, spread_text
+from halfprec.tolerance import Tolerance
 from halfprec.tree import flatten
 from halfprec.tune.results import (
     ToleranceUnreachableError,
@@ -30,7 +31,7 @@ from halfprec.tune.results import (
     TuneVariant,
     tuned_info,
 )
-from halfprec.tune.search import Progress, _Search
+from halfprec.tune.search import Progress, search_islands
 
 __all__ = ["tune"]
 
@@ -58,21 +59,21 @@ def _reference_check(
 def tune(
     model: nn.Module,
     inputs: Any,
-    config: ConfigLike = None,
+    recipe: RecipeLike = None,
     *,
     tolerance: Tolerance | None = None,
     max_evaluations: int = 40,
     progress: Progress | None = None,
     validate: Any = None,
 ) -> TuneResult:
-    """Find fp32 islands so that ``convert(model, config)`` plus those islands meets
+    """Find fp32 islands so that ``convert(model, recipe)`` plus those islands meets
     ``tolerance`` on every calibration batch in ``inputs`` (see :mod:`halfprec.tune`).
 
-    ``config``: a :class:`~halfprec.Recipe` or a dtype. Its islands (``keep_fp32``, op
-    islands, norm islands) are kept in every try; ``tolerance`` overrides its tolerance.
-    Its dtype ``"auto"`` (the default) means: search
-    every candidate dtype (:func:`~halfprec.dtypes.candidate_dtypes`) and keep the fastest
-    passing variant. ``progress(text)`` is called after each try.
+    ``recipe``: a :class:`~halfprec.Recipe`, a dtype or a recipe file. Its islands
+    (``keep_fp32``, op islands, norm islands) are kept in every try; ``tolerance``
+    (default: the recipe's) judges every try. Its dtype ``"auto"`` (the default) means:
+    search every candidate dtype (:func:`~halfprec.dtypes.candidate_dtypes`) and keep the
+    fastest passing variant. ``progress(text)`` is called after each try.
 
     The search sees only some of the batches: with ``validate`` (batches), all of
     ``inputs``, else all of them but the last, when there are two or more. The recipe found
@@ -81,51 +82,94 @@ def tune(
     ``report.confirmation`` keep both verdicts).
     """
     start = time.perf_counter()
-    cfg = Recipe.of(config)
-    options = TuneConfig(
-        tolerance=tolerance if tolerance is not None else cfg.tolerance,
-        max_evaluations=max_evaluations,
-    )
+    given = Recipe.of(recipe)
+    options = TuneConfig(max_evaluations=max_evaluations)
     report_progress = progress or (lambda text: None)
-    given = as_batches(inputs)
-    if validate is not None:
-        cal, held = given, as_batches(validate)
-    else:
-        cal, held = (given[:-1], given[-1:]) if len(given) >= 2 else (given, [])
+    cal, held = _split(as_batches(inputs), validate)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    dtypes = cfg.candidates(device)
-    if not dtypes:
+    settled = given.settle(device, tolerance)
+    if not settled.dtypes:
         raise DTypeError(f"{device} runs neither fp16 nor bf16; tune on another device")
     reference = run_reference(model, cal)
-    strictest = options.tolerance_for(dtypes[0])
-    _reference_check(model, cal, reference, strictest)
-    passes = len(cal) + 1
-    variants = []
-    for dt in dtypes:
-        search = _Search(model, cal, reference, dt, cfg, options, report_progress)
-        try:
-            variant = search.run()
-        except DTypeError as exc:
-            if len(dtypes) == 1:
-                raise
-            variant = TuneVariant(dt, note=f"cannot run here: {exc}")
-        passes += variant.passes
-        variants.append(variant)
+    _reference_check(model, cal, reference, settled.judge(settled.dtypes[0]))
+    variants = _search_each(model, cal, reference, given, settled, options, report_progress)
     chosen, reason, fp32_latency = _choose(
-        model, cal, variants, options, report_progress, auto=is_auto(cfg.requested)
+        model, cal, variants, options, report_progress, auto=is_auto(given.requested)
     )
     converted = chosen.model if chosen.passed else None
     for v in variants:
         v.model = None  # only the chosen variant's model is handed back
+    report = _report(chosen, variants, reason, fp32_latency, len(cal), start)
+    tol = settled.judge(chosen.dtype)
+    report.notes += _notes(model, cal, reference, chosen, tol)
+    if converted is None:
+        return TuneResult(None, report, given)
+    found = _final_recipe(converted, cal, settled.tolerance, report)
+    found, final = _stable_ops(model, found, converted, cal)
+    if held:
+        found, final = _confirmed(model, found, final, cal, held, tol, chosen, report)
+        if not report.passed:
+            return TuneResult(None, report, given)
+    return TuneResult(final, report, given, found)
+
+
+def _split(given: list[Any], validate: Any) -> tuple[list[Any], list[Any]]:
+    """The calibration batches and the batches the recipe is confirmed on."""
+    if validate is not None:
+        return given, as_batches(validate)
+    return (given[:-1], given[-1:]) if len(given) >= 2 else (given, [])
+
+
+def _search_each(
+    model: nn.Module,
+    cal: list[Any],
+    reference: list[Any],
+    recipe: Recipe,
+    settled: Settled,
+    options: TuneConfig,
+    progress: Progress,
+) -> list[TuneVariant]:
+    """The island search for each dtype to try; a dtype that cannot run here is a variant
+    with a note, unless it is the only one."""
+    variants = []
+    for dt in settled.dtypes:
+        try:
+            variant = search_islands(
+                model,
+                cal,
+                reference,
+                dtype=dt,
+                recipe=recipe,
+                tolerance=settled.judge(dt),
+                options=options,
+                progress=progress,
+            )
+        except DTypeError as exc:
+            if len(settled.dtypes) == 1:
+                raise
+            variant = TuneVariant(dt, note=f"cannot run here: {exc}")
+        variants.append(variant)
+    return variants
+
+
+def _report(
+    chosen: TuneVariant,
+    variants: list[TuneVariant],
+    reason: str,
+    fp32_latency: float | None,
+    batches: int,
+    start: float,
+) -> TuneReport:
+    """The report of the search, its verdict the chosen variant's on its own batches."""
     report = TuneReport(
         dtype=chosen.dtype,
         passed=chosen.passed,
         keep_fp32=chosen.keep_fp32,
         fp32_share=chosen.fp32_share,
-        passes=passes,
+        passes=batches + 1 + sum(v.passes for v in variants),  # + the reference check
         seconds=time.perf_counter() - start,
         reason=reason,
-        batches=len(cal),
+        batches=batches,
         variants=variants,
         fp32_latency=fp32_latency,
         op_islands=chosen.op_islands,
@@ -133,7 +177,14 @@ def tune(
         fp32_outputs=chosen.fp32_outputs,
     )
     report.calibrated = chosen.passed
-    tol = options.tolerance_for(chosen.dtype)
+    return report
+
+
+def _notes(
+    model: nn.Module, cal: list[Any], reference: list[Any], chosen: TuneVariant, tol: Tolerance
+) -> list[str]:
+    """What the report adds in words: the inputs' own rounding, and little to gain."""
+    notes = []
     diag = chosen.diagnosis  # where the search ran one: on the same batches, with tol
     rounding = input_rounding_note(
         diag.input_rounding
@@ -141,37 +192,57 @@ def tune(
         else input_rounding(model, cal, reference, chosen.dtype, tol)
     )
     if rounding is not None:
-        report.notes.append(rounding)
+        notes.append(rounding)
     flops = chosen.fp32_flops_share
     if chosen.passed and flops is not None and flops > _LITTLE_GAIN:
-        report.notes.append(
+        notes.append(
             f"half precision buys little here: {100 * flops:.0f}% of the FLOPs stay in fp32 "
             "to meet the tolerance, so the speed and memory of this model stay near fp32's"
         )
-    if converted is None:
-        return TuneResult(None, report, cfg)
-    recipe = _final_recipe(converted, cal, options, report)
-    final = convert(model, recipe)
-    if recipe.op_islands and not _same_outputs(final, converted, cal):
-        # an op order that differs between batches: keep the islands found by location
-        recipe = recipe.replace(op_islands=recipe_of(converted).op_islands)  # type: ignore[union-attr]
-        final = convert(model, recipe)
-    if held:
-        report.confirmation = _confirm(model, final, held, tol)
-        if not report.confirmation.passed and any(r.scaled for r in recipe.op_islands):
-            recipe, final = _unscaled(model, recipe, final, cal, held, tol, chosen, report)
-        if not report.confirmation.passed:
-            report.passed = False
-            why = "; ".join(report.confirmation.problems) or next(
-                (f for o in report.confirmation.outputs for f in o.failures), ""
-            )
-            report.reason = (
-                f"the recipe meets the tolerance on its {len(cal)} calibration batch(es) but "
-                f"fails on {len(held)} batch(es) it was not tuned on ({why}); tune on "
-                "batches that cover that range"
-            )
-            return TuneResult(None, report, cfg)
-    return TuneResult(final, report, cfg, recipe)
+    return notes
+
+
+def _stable_ops(
+    model: nn.Module, found: Recipe, converted: nn.Module, cal: list[Any]
+) -> tuple[Recipe, nn.Module]:
+    """``found`` and its model, where its op islands by ordinal give the search's outputs;
+    else (an op order that differs between batches) the islands found by location."""
+    final = convert(model, found)
+    if found.op_islands and not _same_outputs(final, converted, cal):
+        by_location = recipe_of(converted)
+        assert by_location is not None  # a converted model carries its recipe
+        found = found.replace(op_islands=by_location.op_islands)
+        final = convert(model, found)
+    return found, final
+
+
+def _confirmed(
+    model: nn.Module,
+    found: Recipe,
+    final: nn.Module,
+    cal: list[Any],
+    held: list[Any],
+    tol: Tolerance,
+    chosen: TuneVariant,
+    report: TuneReport,
+) -> tuple[Recipe, nn.Module]:
+    """The recipe confirmed on the held-out batches (its scaled GEMM islands made fp32
+    where only that passes); a recipe that fails there sets the report's verdict and
+    reason."""
+    report.confirmation = _confirm(model, final, held, tol)
+    if not report.confirmation.passed and any(r.scaled for r in found.op_islands):
+        found, final = _unscaled(model, found, final, cal, held, tol, chosen, report)
+    if not report.confirmation.passed:
+        report.passed = False
+        why = "; ".join(report.confirmation.problems) or next(
+            (f for o in report.confirmation.outputs for f in o.failures), ""
+        )
+        report.reason = (
+            f"the recipe meets the tolerance on its {len(cal)} calibration batch(es) but "
+            f"fails on {len(held)} batch(es) it was not tuned on ({why}); tune on "
+            "batches that cover that range"
+        )
+    return found, final
 
 
 def _unscaled(
@@ -228,10 +299,11 @@ def _same_outputs(a: nn.Module, b: nn.Module, batches: list[Any]) -> bool:
 
 
 def _final_recipe(
-    tuned: nn.Module, batches: list[Any], options: TuneConfig, report: TuneReport
+    tuned: nn.Module, batches: list[Any], tolerance: Tolerance, report: TuneReport
 ) -> Recipe:
     """The tuned model's resolved recipe, its op islands found by ordinal (one call on
-    the first batch records them), carrying the tolerance asked for and its provenance."""
+    the first batch records them), carrying the tolerance it was judged by and its
+    provenance."""
     found = recipe_of(tuned)
     assert found is not None  # a converted model carries its recipe
     ops = found.op_islands
@@ -239,15 +311,14 @@ def _final_recipe(
         with recording_ordinals() as seen, torch.inference_mode():
             call(tuned, batches[0])
         ops = with_ordinals(ops, seen)
-    explicit = options.tolerance if options.tolerance is not None else found.tolerance
-    return found.replace(op_islands=ops, tolerance=explicit, info=tuned_info(report))
+    return found.replace(op_islands=ops, tolerance=tolerance, info=tuned_info(report))
 
 
 def _choose(
     model: nn.Module,
     batches: list[Any],
     variants: list[TuneVariant],
-    config: TuneConfig,
+    options: TuneConfig,
     progress: Progress,
     *,
     auto: bool,
@@ -265,10 +336,10 @@ def _choose(
     progress("timing the variants that meet the tolerance")
     first = batches[0]
     device = model_device(model)
-    runs = config.timing_runs
+    runs = options.timing_runs
     halves: list[nn.Module] = []
     for v in passing:
-        assert v.model is not None  # set by _Search.run for every passing variant
+        assert v.model is not None  # set by search_islands for every passing variant
         halves.append(v.model)
     with torch.inference_mode():
         # fp32 and every passing variant in interleaved rounds: a burst of load hits them alike

@@ -1,5 +1,5 @@
 """What :func:`halfprec.tune` is told (:class:`TuneConfig`) and what it finds: each tried
-set of islands, the search per dtype, the report and the result with its policy."""
+set of islands, the search per dtype, the report and the result with its recipe."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from halfprec._version import __version__
-from halfprec.compare import Comparison, Tolerance
+from halfprec.compare import Comparison
 from halfprec.convert.op_islands import OpRef
 from halfprec.convert.recipe import Recipe
 from halfprec.diagnose import Diagnosis
@@ -34,10 +34,9 @@ class ToleranceUnreachableError(HalfprecError):
 
 @dataclass(frozen=True)
 class TuneConfig:
-    """How hard :func:`tune` searches, checked on construction. (What to convert to, and
-    the islands every try keeps, come from the :class:`~halfprec.Recipe`.)"""
+    """How hard :func:`tune` searches, checked on construction. (What to convert to, the
+    islands every try keeps and the tolerance come from the :class:`~halfprec.Recipe`.)"""
 
-    tolerance: Tolerance | None = None
     max_evaluations: int = 40
     timing_runs: int = 5
 
@@ -46,9 +45,6 @@ class TuneConfig:
             raise ValueError(f"max_evaluations must be >= 1, got {self.max_evaluations}")
         if self.timing_runs < 1:
             raise ValueError(f"timing_runs must be >= 1, got {self.timing_runs}")
-
-    def tolerance_for(self, dtype: torch.dtype) -> Tolerance:
-        return (self.tolerance if self.tolerance is not None else Tolerance()).resolve(dtype)
 
 
 @dataclass(frozen=True)
@@ -166,11 +162,12 @@ class TuneResult:
     """``recipe``: what tune found, a resolved :class:`~halfprec.Recipe` (every island by
     name, op islands by ordinal) that ``convert``, ``check``, ``save`` and ``load`` take
     as it is, and that ``recipe.save(path)`` writes as JSON; None when no set of islands
-    met the tolerance. ``model``: the model converted with it. ``report``: the search."""
+    met the tolerance. ``model``: the model converted with it. ``report``: the search.
+    ``given``: the recipe tune was given, whose islands every try kept."""
 
     model: nn.Module | None
     report: TuneReport
-    config: Recipe = field(default_factory=Recipe)
+    given: Recipe = field(default_factory=Recipe)
     recipe: Recipe | None = None
 
     @property

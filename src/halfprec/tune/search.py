@@ -22,6 +22,7 @@ costs, where the fp32 block enclosing both modules may cost most of the model.""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,18 +38,62 @@ from halfprec.diagnose import Diagnosis, ModuleDiagnosis, diagnose
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.flops import fp32_flops_share, module_flops
 from halfprec.modules import in_island, param_counts
+from halfprec.tolerance import Tolerance
 from halfprec.tune.results import Evaluation, TuneConfig, TuneVariant
 
+__all__ = ["Islands", "Progress", "search_islands"]
+
 Progress = Callable[[str], None]
-# module islands, op islands, islands whose outputs are handed on in fp32
-Islands = tuple[tuple[str, ...], tuple[OpRef, ...], tuple[str, ...]]
-_NONE: Islands = ((), (), ())
+
+
+@dataclass(frozen=True)
+class Islands:
+    """The islands one try adds to the recipe's own, by the recipe's field names: module
+    islands, op islands, and islands whose outputs are handed on in fp32. Built sorted
+    and without repeats, so that two equal sets are one key."""
+
+    keep_fp32: tuple[str, ...] = ()
+    op_islands: tuple[OpRef, ...] = ()
+    fp32_outputs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keep_fp32", tuple(sorted(self.keep_fp32)))
+        object.__setattr__(self, "op_islands", tuple(sorted(set(self.op_islands))))
+        object.__setattr__(self, "fp32_outputs", tuple(sorted(self.fp32_outputs)))
+
+    def added_to(self, recipe: Recipe) -> Recipe:
+        """``recipe`` with these islands on top of its own."""
+        return recipe.replace(
+            keep_fp32=recipe.keep_fp32 + self.keep_fp32,
+            op_islands=recipe.op_islands + self.op_islands,
+            fp32_outputs=recipe.fp32_outputs + self.fp32_outputs,
+        )
+
+
+_NONE = Islands()
 _OPS_PER_MODULE = 8
 _CHEAPER_SINGLES = 8  # candidates tried alone once a set passes, cheapest first
 
 
 class _BudgetSpent(Exception):
     pass
+
+
+def search_islands(
+    model: nn.Module,
+    batches: list[Any],
+    reference: list[Any],
+    *,
+    dtype: torch.dtype,
+    recipe: Recipe,
+    tolerance: Tolerance,
+    options: TuneConfig,
+    progress: Progress,
+) -> TuneVariant:
+    """The island search for one dtype: the fewest fp32 islands on top of ``recipe``'s
+    (converted to ``dtype``) with which ``model`` meets ``tolerance`` on every batch of
+    ``batches`` against its fp32 outputs ``reference``. ``progress(text)`` after each try."""
+    return _Search(model, batches, reference, dtype, recipe, tolerance, options, progress).run()
 
 
 class _Search:
@@ -60,14 +105,15 @@ class _Search:
         batches: list[Any],
         reference: list[Any],
         dtype: torch.dtype,
-        convert_config: Recipe,
-        config: TuneConfig,
+        recipe: Recipe,
+        tolerance: Tolerance,
+        options: TuneConfig,
         progress: Progress,
     ) -> None:
         self.model, self.batches, self.reference = model, batches, reference
-        self.dtype, self.config, self.progress = dtype, config, progress
-        self.convert_config = convert_config.replace(dtype=dtype)
-        self.tolerance = config.tolerance_for(dtype)
+        self.dtype, self.options, self.progress = dtype, options, progress
+        self.recipe = recipe.replace(dtype=dtype)
+        self.tolerance = tolerance.resolve(dtype)
         self.variant = TuneVariant(dtype)
         self.op_flops: dict[OpRef, int] = {}
         self.flops: dict[str, int] = {}
@@ -78,30 +124,20 @@ class _Search:
         self.kept: dict[Islands, tuple[nn.Module, list[Any]]] = {}
         self.handoffs: tuple[str, ...] = ()  # producers of the broken modules' inputs
 
-    def convert(
-        self, keep: tuple[str, ...], ops: tuple[OpRef, ...] = (), handoffs: tuple[str, ...] = ()
-    ) -> nn.Module:
-        cfg = self.convert_config
-        return convert(
-            self.model,
-            cfg.replace(
-                keep_fp32=cfg.keep_fp32 + keep,
-                op_islands=cfg.op_islands + ops,
-                fp32_outputs=cfg.fp32_outputs + handoffs,
-            ),
-        )
+    def convert(self, islands: Islands) -> nn.Module:
+        return convert(self.model, islands.added_to(self.recipe))
 
     def evaluate(
         self, keep: tuple[str, ...], ops: tuple[OpRef, ...] = (), handoffs: tuple[str, ...] = ()
     ) -> bool:
-        key: Islands = (tuple(sorted(keep)), tuple(sorted(set(ops))), tuple(sorted(handoffs)))
+        key = Islands(keep, ops, handoffs)
         if key in self.cache:
             return self.cache[key]
-        if len(self.variant.evaluations) >= self.config.max_evaluations:
+        if len(self.variant.evaluations) >= self.options.max_evaluations:
             raise _BudgetSpent
-        half = self.convert(*key)
+        half = self.convert(key)
         report = conversion_report(half)
-        self.shares[key[0]] = report.fp32_share if report is not None else 0.0
+        self.shares[key.keep_fp32] = report.fp32_share if report is not None else 0.0
         passed, detail, passes, outs = True, "ok", 0, []
         with torch.inference_mode():
             for i, batch in enumerate(self.batches):
@@ -121,18 +157,18 @@ class _Search:
                     break
         self.variant.passes += passes
         self.variant.evaluations.append(
-            Evaluation(key[0], passed, passes, detail, key[1], fp32_outputs=key[2])
+            Evaluation(key.keep_fp32, passed, passes, detail, key.op_islands, key.fp32_outputs)
         )
         self.cache[key] = passed
         if passed:
             self.kept = {k: v for k, v in self.kept.items() if k == _NONE}
         if passed or key == _NONE:
             self.kept[key] = (half, outs)
-        ops_text = f", {len(key[1])} op islands" if key[1] else ""
-        ops_text += f", {len(key[2])} fp32 hand-offs" if key[2] else ""
+        ops_text = f", {len(key.op_islands)} op islands" if key.op_islands else ""
+        ops_text += f", {len(key.fp32_outputs)} fp32 hand-offs" if key.fp32_outputs else ""
         self.progress(
             f"{dtype_name(self.dtype)}: try {len(self.variant.evaluations)}, "
-            f"{len(key[0])} islands{ops_text}, {'pass' if passed else 'fail'}"
+            f"{len(key.keep_fp32)} islands{ops_text}, {'pass' if passed else 'fail'}"
         )
         return passed
 
@@ -143,19 +179,26 @@ class _Search:
             best = self.search()
         except _BudgetSpent:
             passing = [
-                (e.keep_fp32, e.op_islands, e.fp32_outputs) for e in v.evaluations if e.passed
+                Islands(e.keep_fp32, e.op_islands, e.fp32_outputs)
+                for e in v.evaluations
+                if e.passed
             ]
-            best = min(passing, key=lambda k: (self.share(k[0]), len(k[1]))) if passing else None
-            v.note = f"stopped after max_evaluations={self.config.max_evaluations}"
+            best = (
+                min(passing, key=lambda k: (self.share(k.keep_fp32), len(k.op_islands)))
+                if passing
+                else None
+            )
+            v.note = f"stopped after max_evaluations={self.options.max_evaluations}"
         if best is not None:
-            best = (tuple(sorted(best[0])), tuple(sorted(set(best[1]))), tuple(sorted(best[2])))
-            v.passed, (v.keep_fp32, v.op_islands, v.fp32_outputs) = True, best
-            v.fp32_share = self.share(best[0])
+            v.passed = True
+            v.keep_fp32, v.op_islands = best.keep_fp32, best.op_islands
+            v.fp32_outputs = best.fp32_outputs
+            v.fp32_share = self.share(best.keep_fp32)
             if best in self.kept:
                 half, outs = self.kept[best]
             else:
                 with torch.inference_mode():
-                    half = self.convert(*best)
+                    half = self.convert(best)
                     outs = [call(half, b) for b in self.batches]
                 v.passes += len(self.batches)
             v.model = half
@@ -174,7 +217,7 @@ class _Search:
     def share(self, keep: tuple[str, ...]) -> float:
         key = tuple(sorted(keep))
         if key not in self.shares:
-            report = conversion_report(self.convert(key))
+            report = conversion_report(self.convert(Islands(key)))
             self.shares[key] = report.fp32_share if report is not None else 0.0
         return self.shares[key]
 
@@ -182,7 +225,7 @@ class _Search:
         if self.evaluate(()):
             return _NONE
         kept = self.kept.pop(_NONE, None)
-        base = kept[0] if kept is not None else self.convert(())
+        base = kept[0] if kept is not None else self.convert(_NONE)
         diag = diagnose(self.model, self.batches, self.dtype, half=base, tolerance=self.tolerance)
         self.variant.diagnosis = diag
         self.handoffs = self.producers(diag)
@@ -192,7 +235,7 @@ class _Search:
         islands = tuple(report.islands) if report is not None else ()
         ops = self.op_candidates(diag, islands)
         if ops and self.evaluate((), ops):
-            return ((), self.scale_gemms(self.prune_ops(ops)), ())
+            return Islands(op_islands=self.scale_gemms(self.prune_ops(ops)))
         self.flops = module_flops(self.model, self.batches[0])
         flagged, ranked = self.rank(diag, islands)
         self.variant.candidates = list(ranked)
@@ -227,10 +270,10 @@ class _Search:
         for name, handoff in sorted(tries, key=lambda t: (self.cost((t[0],)), len(t[1]))):
             try:
                 if self.evaluate((name,), (), handoff):
-                    return ((name,), (), handoff)
+                    return Islands((name,), (), handoff)
             except _BudgetSpent:
                 break
-        return (best, (), ())
+        return Islands(best)
 
     def producers(self, diag: Diagnosis) -> tuple[str, ...]:
         """For each broken module, the module called just before it that does not enclose
