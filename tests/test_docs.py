@@ -47,6 +47,10 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/benchmarks.md", "benchmarks/hf_matrix.py"): "a benchmark run: real HF models",
     ("docs/benchmarks.md", "benchmarks/watch_overhead.py"): "a benchmark run: timing",
     ("docs/breadth.md", "benchmarks/hf_matrix.py"): "a benchmark run: real HF models",
+    ("docs/export.md", "benchmarks/hf_matrix.py"): "a benchmark run: 24 HF architectures",
+    ("docs/leaks.md", "benchmarks/lint_transformers.py"): "lints all of transformers: minutes",
+    ("docs/gpu.md", "bash scripts/gpu-check.sh"): "needs CUDA; its --dry-run is run by "
+    "tests/integration/test_gpu_check.py (slow tier)",
     ("docs/bench.md", "benchmarks/suite.py"): "the benchmark suite: 5+ minutes",
     ("docs/training.md", "benchmarks/stress_ddp.py"): "30 torchrun jobs",
     # fragments of a user's code, not programs
