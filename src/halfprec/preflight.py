@@ -36,7 +36,7 @@ from halfprec import ops
 from halfprec.batch import as_batches, call
 from halfprec.compare import reference_failed
 from halfprec.convert.core import (
-    ConfigLike,
+    RecipeLike,
     ConversionReport,
     Recipe,
     conversion_report,
@@ -280,7 +280,7 @@ def _answered(
     return [f if f.kind == "range" else _answer(f, report) for f in findings]
 
 
-def preflight(model: nn.Module, inputs: Any = None, config: ConfigLike = None) -> Preflight:
+def preflight(model: nn.Module, inputs: Any = None, config: RecipeLike = None) -> Preflight:
     """Check ``model`` against ``config`` (a :class:`Recipe` or a dtype; default ``"auto"``)
     before conversion; with ``inputs`` (one batch or a list; the first is used), also run
     one fp32 forward pass to find fill constants. Whether convert handles each finding is

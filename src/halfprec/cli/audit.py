@@ -32,7 +32,7 @@ __all__ = ["command"]
 @json_option
 def command(
     model: str,
-    convert_config: Recipe,
+    recipe: Recipe,
     inputs_path: Path | None,
     device: str | None,
     as_json: bool,
@@ -43,5 +43,5 @@ def command(
     constants beyond the dtype's range. Exit 1 when any is found.
     """
     loaded, batches, _ = load_for_command(model, inputs_path, device)
-    report = audit(loaded.model, batches, convert_config)
+    report = audit(loaded.model, batches, recipe)
     finish(report.to_json(), as_json, lambda: render_table(report), report.clean)

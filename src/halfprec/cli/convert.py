@@ -66,7 +66,7 @@ def _shard_size(ctx: click.Context, param: click.Parameter, value: str) -> str |
 @json_option
 def command(
     model: str,
-    convert_config: Recipe,
+    recipe: Recipe,
     weights: Path | None,
     output: Path,
     mkdirs: bool,
@@ -80,7 +80,7 @@ def command(
                 f"output {output} must end in .safetensors (a folder output is for a Hugging "
                 "Face model directory as MODEL)"
             )
-        _to_directory(model, convert_config, weights, output, device, as_json, max_shard_size)
+        _to_directory(model, recipe, weights, output, device, as_json, max_shard_size)
     ensure_folder(output, mkdirs=mkdirs)  # before the slow part
     not_an_input(output, **{"--weights": weights})
     dev = resolve_device(device)
@@ -89,14 +89,14 @@ def command(
         from halfprec.io.stream import convert_file
 
         build = lambda: load_model(model).model  # noqa: E731
-        report = convert_file(weights, output, build, convert_config, device=dev)
+        report = convert_file(weights, output, build, recipe, device=dev)
     else:
         loaded = load_model(model)
         if weights is not None:
             from halfprec.io.checkpoint import load
 
             load(weights, into=loaded.model)
-        half = convert(loaded.model.to(dev), convert_config)
+        half = convert(loaded.model.to(dev), recipe)
         save(half.cpu(), output)
         found = conversion_report(half)
         assert found is not None  # convert() always attaches its report

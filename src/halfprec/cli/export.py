@@ -77,7 +77,7 @@ def command(
     model: str,
     output: Path,
     fmt: str | None,
-    convert_config: Recipe,
+    recipe: Recipe,
     static: bool,
     half_io: bool,
     kv_cache: bool,
@@ -93,7 +93,7 @@ def command(
         ExportConfig.for_path(
             output,
             fmt,  # type: ignore[arg-type]
-            dtype=convert_config.requested,
+            dtype=recipe.requested,
             dynamic=not static,
             opset=opset,
             kv_cache=kv_cache,
@@ -107,7 +107,7 @@ def command(
             loaded.model,
             batches,
             output,
-            convert_config,
+            recipe,
             format=fmt,  # type: ignore[arg-type]
             dynamic=not static,
             half_io=half_io,

@@ -35,12 +35,12 @@ __all__ = ["command"]
 def command(
     model: str,
     inputs_path: Path | None,
-    convert_config: Recipe,
+    recipe: Recipe,
     device: str | None,
     as_json: bool,
     no_forward: bool,
 ) -> None:
     loaded, batches, _ = load_for_command(model, inputs_path, device)
-    result = preflight(loaded.model, None if no_forward else batches, convert_config)
+    result = preflight(loaded.model, None if no_forward else batches, recipe)
     data = {"model": loaded.name, **result.to_json()}
     finish(data, as_json, lambda: print_preflight(result), not result.problems)

@@ -18,7 +18,7 @@ from halfprec.atomic import atomic_path
 from halfprec.batch import as_batches, call
 from halfprec.compare import Comparison, Tolerance, run_reference
 from halfprec.convert.core import (
-    ConfigLike,
+    RecipeLike,
     ConversionReport,
     Recipe,
     conversion_report,
@@ -182,7 +182,7 @@ def export(
     model: nn.Module,
     inputs: Any,
     path: str | os.PathLike[str],
-    config: ConfigLike = None,
+    config: RecipeLike = None,
     *,
     format: ExportFormat | None = None,
     dynamic: bool = True,

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from halfprec.atomic import write_bytes_atomic
-from halfprec.convert.core import ConfigLike, add_note, conversion_report, convert_, recipe_of
+from halfprec.convert.core import RecipeLike, add_note, conversion_report, convert_, recipe_of
 from halfprec.convert.recipe import Recipe
 from halfprec.convert.swap import base_class
 from halfprec.dtypes import dtype_name, is_auto, parse_dtype
@@ -208,7 +208,7 @@ def load(
     path: str | os.PathLike[str],
     *,
     into: nn.Module | Callable[[], nn.Module],
-    config: ConfigLike = None,
+    config: RecipeLike = None,
     strict: bool = True,
     upcast: bool = False,
 ) -> nn.Module:
@@ -254,7 +254,7 @@ def _load_built(
     recipe: Recipe | None,
     field: str,
     build: Callable[[], nn.Module],
-    config: ConfigLike,
+    config: RecipeLike,
     strict: bool,
 ) -> nn.Module:
     """A safetensors checkpoint into the model ``build`` makes on the meta device."""
@@ -275,7 +275,7 @@ def _load_into_model(
     recipe: Recipe | None,
     field: str,
     model: nn.Module,
-    config: ConfigLike,
+    config: RecipeLike,
     strict: bool,
     upcast: bool,
 ) -> nn.Module:

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from halfprec.convert.core import ConfigLike, convert_
+from halfprec.convert.core import RecipeLike, convert_
 from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import range_of
 from halfprec.errors import CheckpointError
@@ -259,7 +259,7 @@ def load_built_on_meta(
     path: str | os.PathLike[str] | TensorFile,
     build: Builder,
     *,
-    config: ConfigLike = None,
+    config: RecipeLike = None,
     in_range: bool = False,
     strict: bool = True,
     described_by: str | None = None,

@@ -21,7 +21,7 @@ import torch
 
 from halfprec.atomic import atomic_path
 from halfprec.convert.core import (
-    ConfigLike,
+    RecipeLike,
     ConversionReport,
     conversion_report,
     convert_,
@@ -47,7 +47,7 @@ def convert_file(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
     build: Builder,
-    config: ConfigLike = "bf16",
+    config: RecipeLike = "bf16",
     *,
     device: str | torch.device = "cpu",
 ) -> ConversionReport:

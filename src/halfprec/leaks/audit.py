@@ -44,7 +44,7 @@ from halfprec import ops
 from halfprec.batch import as_batches, call
 from halfprec.compare import reference_failed
 from halfprec.convert.core import (
-    ConfigLike,
+    RecipeLike,
     ConversionReport,
     Recipe,
     conversion_report,
@@ -395,7 +395,7 @@ def _tensor(model: nn.Module, name: str) -> torch.Tensor | None:
     return value if isinstance(value, torch.Tensor) else None
 
 
-def audit(model: nn.Module, inputs: Any, config: ConfigLike = None) -> AuditReport:
+def audit(model: nn.Module, inputs: Any, config: RecipeLike = None) -> AuditReport:
     """Run ``model`` in half on ``inputs`` and report every dtype leak by source line.
 
     ``model``: an fp32 model (converted here by ``config``, a :class:`Recipe` or a
