@@ -176,7 +176,7 @@ def run_python(block: Block) -> None:
 
 def run_bash(block: Block) -> None:
     for words in commands(block):
-        if words[0] != "halfprec":
+        if words[0] not in ("halfprec", "scripts/halfprec"):
             raise AssertionError(
                 f"{block.id}: {shlex.join(words)!r} is no halfprec command; run it here, or "
                 "add the block to SKIP with the reason"
