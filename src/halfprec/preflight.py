@@ -36,9 +36,9 @@ from halfprec import ops
 from halfprec.batch import as_batches, call
 from halfprec.compare import reference_failed
 from halfprec.convert.core import (
-    RecipeLike,
     ConversionReport,
     Recipe,
+    RecipeLike,
     conversion_report,
     convert,
 )

@@ -18,9 +18,9 @@ from halfprec.atomic import atomic_path
 from halfprec.batch import as_batches, call
 from halfprec.compare import Comparison, Tolerance, run_reference
 from halfprec.convert.core import (
-    RecipeLike,
     ConversionReport,
     Recipe,
+    RecipeLike,
     conversion_report,
     convert,
 )

@@ -21,8 +21,8 @@ import torch
 
 from halfprec.atomic import atomic_path
 from halfprec.convert.core import (
-    RecipeLike,
     ConversionReport,
+    RecipeLike,
     conversion_report,
     convert_,
     recipe_of,
