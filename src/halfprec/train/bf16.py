@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -44,6 +45,7 @@ Quad = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # weight, 
 Work = dict[tuple[int, torch.dtype, torch.device], list[Quad]]  # (step, dtype, device) -> quads
 _FUSED_DEVICES = ("cpu", "cuda", "xpu")  # where torch's fused AdamW kernel runs
 _BUCKET = 1 << 22  # elements per bucket: few kernels per step, a bounded scratch
+_UPPER = 1 if sys.byteorder == "little" else 0  # where an fp32's upper 16 bits lie
 
 
 def round_stochastic(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -82,10 +84,43 @@ def _round_in_place(
     bits.copy_(words.view(torch.uint16)[: values.numel()])  # 0 .. 2**16 - 1
     bits.add_(values.view(torch.int32)).bitwise_and_(-65536)  # carry, then truncate
     rounded = bits.view(torch.float32)
-    if values.device.type == "cpu" and math.isfinite(values.sum()):  # no NaN: nothing to mend
-        return rounded  # (on CPU the check reads less than the mend; elsewhere it would sync)
+    if _finite_on_cpu(values):  # no NaN: nothing to mend
+        return rounded
     torch.minimum(values, rounded, out=values)  # NaN where the input was NaN, else <= rounded
     return torch.maximum(rounded, values, out=rounded)
+
+
+def _finite_on_cpu(values: torch.Tensor) -> bool:
+    """Whether ``values`` is on the CPU and holds no inf or NaN (there the check reads less
+    than mending NaN after rounding; on an accelerator it would cost a sync)."""
+    return values.device.type == "cpu" and math.isfinite(values.sum())
+
+
+def _carry(
+    values: torch.Tensor, bits: torch.Tensor, words: torch.Tensor, generator: torch.Generator
+) -> None:
+    """16 random bits added to each of ``values`` (flat fp32) as integers, in place: the
+    upper 16 bits are then the stochastically rounded bf16 (as in :func:`_round_in_place`,
+    whose truncation :func:`_store` does while it writes).
+
+    inf and NaN need no mending when the values come from bf16 tensors through CPU float
+    arithmetic: inf has zero low bits, and a NaN there either carries an input's payload
+    (a bf16's: zero low bits) or is the CPU's default NaN (zero low bits too), so no carry
+    reaches it. (A GPU's default NaN has every bit set: there :func:`_round_in_place`.)"""
+    words.random_(-(2**63), None, generator=generator)
+    bits.copy_(words.view(torch.uint16)[: values.numel()])  # 0 .. 2**16 - 1
+    values.view(torch.int32).add_(bits)
+
+
+def _store(target: torch.Tensor, source: torch.Tensor, truncated: bool) -> None:
+    """``source`` (flat fp32) written into ``target``: when ``truncated`` and ``target``
+    is bf16, as ``source``'s upper 16 bits (the carry of :func:`_carry` done: one strided
+    copy of the fp32 values' upper halves, which drops the low bits on the way)."""
+    if truncated and target.dtype == torch.bfloat16:
+        upper = source.view(torch.int16)[_UPPER::2]  # every fp32's upper half, in place
+        target.view(torch.int16).copy_(upper.view(target.shape))
+    else:
+        target.copy_(source.view(target.shape))
 
 
 class StochasticAdamW(torch.optim.Optimizer):
@@ -196,13 +231,18 @@ class StochasticAdamW(torch.optim.Optimizer):
                 target.view(source.shape).copy_(source)
         _adamw([(weight, grad, m, v)], group, step, device)
         values = floats[: 3 * n]  # weight, m and v, side by side
+        truncated = False
         if dtype == torch.bfloat16:
             words = scratch.words[: _words(3 * n)]
             generator = self._generator(device, step, index)
-            values = _round_in_place(values, scratch.bits[: 3 * n], words, generator)
+            truncated = device.type == "cpu"  # NaN stays NaN there (see _carry)
+            if truncated:
+                _carry(values, scratch.bits[: 3 * n], words, generator)
+            else:
+                values = _round_in_place(values, scratch.bits[: 3 * n], words, generator)
         for piece, rounded in _slices(bucket, values.split(n)):
             for target, source in zip((piece[0], piece[2], piece[3]), rounded, strict=True):
-                target.copy_(source.view(target.shape))
+                _store(target, source, truncated)
 
     def _generator(self, device: torch.device, step: int, index: int) -> torch.Generator:
         generator = self._generators.get(device)
