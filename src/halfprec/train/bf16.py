@@ -96,31 +96,32 @@ def _finite_on_cpu(values: torch.Tensor) -> bool:
     return values.device.type == "cpu" and math.isfinite(values.sum())
 
 
-def _carry(
-    values: torch.Tensor, bits: torch.Tensor, words: torch.Tensor, generator: torch.Generator
-) -> None:
+def _carry(values: torch.Tensor, words: torch.Tensor, generator: torch.Generator) -> None:
     """16 random bits added to each of ``values`` (flat fp32) as integers, in place: the
     upper 16 bits are then the stochastically rounded bf16 (as in :func:`_round_in_place`,
-    whose truncation :func:`_store` does while it writes).
+    whose truncation :func:`_store` does while it writes). The random 16-bit numbers are
+    read as signed (-2**15 .. 2**15 - 1) and 2**15 added: uniform on 0 .. 2**16 - 1,
+    with no widened copy of them.
 
     inf and NaN need no mending when the values come from bf16 tensors through CPU float
     arithmetic: inf has zero low bits, and a NaN there either carries an input's payload
     (a bf16's: zero low bits) or is the CPU's default NaN (zero low bits too), so no carry
     reaches it. (A GPU's default NaN has every bit set: there :func:`_round_in_place`.)"""
     words.random_(-(2**63), None, generator=generator)
-    bits.copy_(words.view(torch.uint16)[: values.numel()])  # 0 .. 2**16 - 1
-    values.view(torch.int32).add_(bits)
+    signed = words.view(torch.int16)[: values.numel()]
+    values.view(torch.int32).add_(signed).add_(1 << 15)
 
 
 def _store(target: torch.Tensor, source: torch.Tensor, truncated: bool) -> None:
-    """``source`` (flat fp32) written into ``target``: when ``truncated`` and ``target``
-    is bf16, as ``source``'s upper 16 bits (the carry of :func:`_carry` done: one strided
+    """``source`` (fp32, ``target``'s shape, last dim contiguous) written into ``target``:
+    when ``truncated`` and ``target`` is bf16, as ``source``'s upper 16 bits (the carry of
+    :func:`_carry` done: one strided
     copy of the fp32 values' upper halves, which drops the low bits on the way)."""
     if truncated and target.dtype == torch.bfloat16:
-        upper = source.view(torch.int16)[_UPPER::2]  # every fp32's upper half, in place
-        target.view(torch.int16).copy_(upper.view(target.shape))
+        upper = source.view(torch.int16)[..., _UPPER::2]  # every fp32's upper half, in place
+        target.view(torch.int16).copy_(upper)
     else:
-        target.copy_(source.view(target.shape))
+        target.copy_(source)
 
 
 class StochasticAdamW(torch.optim.Optimizer):
@@ -207,8 +208,7 @@ class StochasticAdamW(torch.optim.Optimizer):
             state = self.state[p]
             if not state:
                 state["step"] = 0
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg"], state["exp_avg_sq"] = _moments(p)
             state["step"] += 1
             quad = (p, p.grad, state["exp_avg"], state["exp_avg_sq"])
             weight, grad, m, v = (local_tensor(t) for t in quad)
@@ -224,24 +224,25 @@ class StochasticAdamW(torch.optim.Optimizer):
         scratch = self._scratch.get(device)
         if scratch is None or scratch.size < n:
             scratch = self._scratch[device] = _Scratch(device, n)
-        floats = scratch.floats[: 4 * n]
-        weight, m, v, grad = floats.split(n)
-        for piece, into in _slices(bucket, (weight, grad, m, v)):
-            for target, source in zip(into, piece, strict=True):
-                target.view(source.shape).copy_(source)
+        rows = scratch.floats[: 4 * n].view(4, n)  # weight, m, v, grad
+        for piece, offset in _offsets(bucket):
+            for tensor, into in _links(piece, rows, offset):
+                into.copy_(tensor)
+        weight, m, v, grad = rows
         _adamw([(weight, grad, m, v)], group, step, device)
-        values = floats[: 3 * n]  # weight, m and v, side by side
-        truncated = False
+        values, truncated = rows[:3], False  # weight, m and v
         if dtype == torch.bfloat16:
             words = scratch.words[: _words(3 * n)]
             generator = self._generator(device, step, index)
             truncated = device.type == "cpu"  # NaN stays NaN there (see _carry)
             if truncated:
-                _carry(values, scratch.bits[: 3 * n], words, generator)
+                _carry(values.view(-1), words, generator)
             else:
-                values = _round_in_place(values, scratch.bits[: 3 * n], words, generator)
-        for piece, rounded in _slices(bucket, values.split(n)):
-            for target, source in zip((piece[0], piece[2], piece[3]), rounded, strict=True):
+                bits = scratch.bits()[: 3 * n]
+                flat = _round_in_place(values.view(-1), bits, words, generator)
+                values = flat.view(3, n)
+        for piece, offset in _offsets(bucket):
+            for target, source in _links(piece, values, offset):
                 _store(target, source, truncated)
 
     def _generator(self, device: torch.device, step: int, index: int) -> torch.Generator:
@@ -254,26 +255,66 @@ class StochasticAdamW(torch.optim.Optimizer):
 
 class _Scratch:
     """A device's fp32 working memory for buckets of up to ``size`` elements: weight,
-    moments and gradient (4 floats each), the rounded values (3 int32) and the random
-    bits (3 int16)."""
+    moments and gradient (4 floats each) and the random bits (3 int16), 22 bytes per
+    element; off the CPU also the rounded values (3 int32, made on first use)."""
 
     def __init__(self, device: torch.device, size: int) -> None:
         self.size = size
         self.floats = torch.empty(4 * size, dtype=torch.float32, device=device)
-        self.bits = torch.empty(3 * size, dtype=torch.int32, device=device)
         self.words = torch.empty(_words(3 * size), dtype=torch.int64, device=device)
+        self._bits: torch.Tensor | None = None
+
+    def bits(self) -> torch.Tensor:
+        if self._bits is None:
+            self._bits = torch.empty(3 * self.size, dtype=torch.int32, device=self.floats.device)
+        return self._bits
 
 
-def _slices(
-    bucket: list[Quad], flats: Sequence[torch.Tensor]
-) -> Iterator[tuple[Quad, tuple[torch.Tensor, ...]]]:
-    """Each piece of ``bucket`` with its slice of every one of the flat scratch tensors
-    ``flats`` (the pieces lie in them one after the other)."""
+def _moments(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero first and second moments for ``p``: for a contiguous plain tensor, the two rows
+    of one tensor, so that a step copies both in one kernel (see :func:`_links`)."""
+    if local_tensor(p) is not p or not p.is_contiguous():  # a DTensor, or strided
+        m = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return m, torch.zeros_like(m)
+    pair = torch.zeros((2, *p.shape), dtype=p.dtype, device=p.device)
+    return pair[0], pair[1]
+
+
+def _pair(m: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
+    """``m`` and ``v`` as the rows of one (2, numel) view when they lie so in one storage
+    (as :func:`_moments` makes them, and slices of those), else None."""
+    k = m.numel()
+    if not (m.is_contiguous() and v.is_contiguous()) or m.shape != v.shape:
+        return None
+    if m.untyped_storage().data_ptr() != v.untyped_storage().data_ptr():
+        return None
+    delta = v.storage_offset() - m.storage_offset()
+    return m.as_strided((2, k), (delta, 1)) if delta >= k else None
+
+
+def _offsets(bucket: list[Quad]) -> Iterator[tuple[Quad, int]]:
+    """Each piece of ``bucket`` with its offset in the bucket (they lie one after the other)."""
     offset = 0
     for piece in bucket:
-        k = piece[0].numel()
-        yield piece, tuple(flat[offset : offset + k] for flat in flats)
-        offset += k
+        yield piece, offset
+        offset += piece[0].numel()
+
+
+def _links(piece: Quad, rows: torch.Tensor, offset: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(a tensor of ``piece``, its place in ``rows``) for the weight, the moments (one pair
+    when they are the rows of one tensor: one copy for both) and, when ``rows`` has a
+    fourth row, the gradient. ``rows``: (weight, m, v[, grad]) by bucket element."""
+    weight, grad, m, v = piece
+    cols = rows[:, offset : offset + weight.numel()]
+    links = [(weight, cols[0].view(weight.shape))]
+    pair = _pair(m, v)
+    if pair is None:
+        links += [(m, cols[1].view(m.shape)), (v, cols[2].view(v.shape))]
+    else:
+        links.append((pair, cols[1:3]))
+    if rows.shape[0] == 4:
+        links.append((grad, cols[3].view(grad.shape)))
+    return links
 
 
 def _adamw(quads: Sequence[Quad], group: dict[str, Any], step: int, device: torch.device) -> None:
