@@ -134,17 +134,21 @@ class StochasticAdamW(torch.optim.Optimizer):
     kernel). Moments are kept in the parameter's dtype.
 
     It works in buckets of up to ``bucket`` elements (default 2**22): small parameters are
-    packed together and large ones cut, so a step runs about a dozen full-size kernels per
-    bucket (a copy in and out per parameter among them) instead of dozens per 64K
-    elements, and its scratch holds 34 bytes per bucket element, kept between steps (at
-    most 136 MiB per device by default; less when the parameters are fewer).
+    packed together and large ones cut. On CPU a bf16 bucket takes nine passes over
+    memory: weight, gradient and both moments copied in (three copies: the moments of a
+    contiguous parameter are the two rows of one tensor), the fused kernel, the random
+    bits, the carry (two integer adds), and weight and moments written back (two copies
+    that keep each fp32's upper half). Its scratch holds 22 bytes per bucket element,
+    kept between steps (at most 88 MiB per device by default; less when the parameters
+    are fewer; off the CPU 12 more, for the NaN-preserving rounding).
 
     ``seed`` seeds the optimizer's own random generator (one per device), so torch's global
     random state is never touched. Each bucket's random bits depend only on ``seed``, the
     step number and the bucket's place, so the same run repeats bit for bit, and a run
     resumed from :meth:`state_dict` rounds exactly as the uninterrupted one. The state is
-    ``step`` (an int) and ``exp_avg``/``exp_avg_sq`` per parameter, as before this
-    optimizer worked in buckets: older checkpoints load as they are.
+    ``step`` (an int) and ``exp_avg``/``exp_avg_sq`` per parameter (each of the
+    parameter's shape and dtype), as before this optimizer worked in buckets: older
+    checkpoints load as they are.
     """
 
     def __init__(
