@@ -211,9 +211,9 @@ class _FullSize(TorchDispatchMode):
 
 def test_a_bf16_step_makes_nine_passes_over_a_bucket() -> None:
     """Weight, gradient and both moments in (three copies: the moments are one tensor's
-    rows), the fused AdamW kernel, the random bits, the carry (two integer adds), weight
-    and moments out (two copies). The version before made 13 (a copy per moment each way,
-    a widening copy of the random bits, a mask and a NaN check)."""
+    rows), the fused AdamW kernel, the random bits, the carry (a widening copy and an add),
+    weight and moments out (two copies). The version before made 13 (a copy per moment
+    each way, a mask and a NaN check)."""
     weight = nn.Parameter(torch.zeros(2**20, dtype=torch.bfloat16))
     weight.grad = torch.ones_like(weight)
     opt = StochasticAdamW([weight], lr=1e-3)
@@ -224,7 +224,7 @@ def test_a_bf16_step_makes_nine_passes_over_a_bucket() -> None:
 
 
 def test_zeros_and_signs_stay_exact_when_the_update_is_zero() -> None:
-    """A zero update keeps every weight bit for bit: +0 and -0 (whose carry must not cross
+    """A zero update keeps every weight bit for bit: +0 and -0 (the carry must not cross
     the sign), inf, and bf16's largest finite value."""
     values = [0.0, -0.0, 1.0, -2.5, math.inf, -math.inf, 3.3895e38, -3.3895e38]
     weight = nn.Parameter(torch.tensor(values, dtype=torch.bfloat16))
