@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import math
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -45,6 +46,7 @@ Quad = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # weight, 
 Work = dict[tuple[int, torch.dtype, torch.device], list[Quad]]  # (step, dtype, device) -> quads
 _FUSED_DEVICES = ("cpu", "cuda", "xpu")  # where torch's fused AdamW kernel runs
 _BUCKET = 1 << 22  # elements per bucket: few kernels per step, a bounded scratch
+_LOW = -(2**63)  # random_(_LOW, None) on int64: every bit random
 _UPPER = 1 if sys.byteorder == "little" else 0  # where an fp32's upper 16 bits lie
 
 
@@ -97,17 +99,31 @@ def _finite_on_cpu(values: torch.Tensor) -> bool:
 
 
 def _carry(
-    values: torch.Tensor, bits: torch.Tensor, words: torch.Tensor, generator: torch.Generator
+    values: torch.Tensor, bits: torch.Tensor, words: torch.Tensor, halves: list[torch.Generator]
 ) -> None:
     """16 random bits added to each of ``values`` (flat fp32) as integers, in place: the
-    upper 16 bits are then the stochastically rounded bf16 (as in :func:`_round_in_place`,
-    with the same random numbers; :func:`_store` truncates while it writes).
+    upper 16 bits are then the stochastically rounded bf16 (as in :func:`_round_in_place`;
+    :func:`_store` truncates while it writes). The random words are drawn in two halves,
+    one per generator of ``halves``, on two threads when torch uses more than one (torch's
+    CPU generator runs on one thread, and releases the GIL while it draws): the same bits
+    whatever the thread count.
 
     inf and NaN need no mending when the values come from bf16 tensors through CPU float
     arithmetic: inf has zero low bits, and a NaN there either carries an input's payload
     (a bf16's: zero low bits) or is the CPU's default NaN (zero low bits too), so no carry
     reaches it. (A GPU's default NaN has every bit set: there :func:`_round_in_place`.)"""
-    words.random_(-(2**63), None, generator=generator)
+    first, second = words.tensor_split(2)
+    drawn: list[torch.Tensor] = []
+    draw = threading.Thread(
+        target=lambda: drawn.append(first.random_(_LOW, None, generator=halves[0]))
+    )
+    threaded = torch.get_num_threads() > 1
+    draw.start() if threaded else draw.run()
+    second.random_(_LOW, None, generator=halves[1])
+    if threaded:
+        draw.join()
+    if not drawn:
+        raise RuntimeError("StochasticAdamW: drawing random bits failed (see the thread's error)")
     bits.copy_(words.view(torch.uint16)[: values.numel()])  # 0 .. 2**16 - 1
     values.view(torch.int32).add_(bits)  # (adding int16 directly is 6x slower on CPU)
 
@@ -176,7 +192,7 @@ class StochasticAdamW(torch.optim.Optimizer):
         super().__init__(params, defaults)
         self.seed = seed
         self.bucket = bucket
-        self._generators: dict[torch.device, torch.Generator] = {}
+        self._generators: dict[tuple[torch.device, int | None], torch.Generator] = {}
         self._scratch: dict[torch.device, _Scratch] = {}
 
     @torch.no_grad()
@@ -237,22 +253,28 @@ class StochasticAdamW(torch.optim.Optimizer):
         values, truncated = rows[:3], False  # weight, m and v
         if dtype == torch.bfloat16:
             words = scratch.words[: _words(3 * n)]
-            generator = self._generator(device, step, index)
             truncated = device.type == "cpu"  # NaN stays NaN there (see _carry)
             if truncated:
-                _carry(values.view(-1), scratch.bits[: 3 * n], words, generator)
+                halves = [self._generator(device, step, index, part) for part in (0, 1)]
+                _carry(values.view(-1), scratch.bits[: 3 * n], words, halves)
             else:
+                generator = self._generator(device, step, index)
                 flat = _round_in_place(values.view(-1), scratch.bits[: 3 * n], words, generator)
                 values = flat.view(3, n)
         for piece, offset in _offsets(bucket):
             for target, source in _links(piece, values, offset):
                 _store(target, source, truncated)
 
-    def _generator(self, device: torch.device, step: int, index: int) -> torch.Generator:
-        generator = self._generators.get(device)
+    def _generator(
+        self, device: torch.device, step: int, index: int, part: int | None = None
+    ) -> torch.Generator:
+        """A generator for ``device`` seeded from ``seed``, the step, the bucket's place and
+        (on CPU, where a bucket's bits are drawn in two parts) the part."""
+        generator = self._generators.get((device, part))
         if generator is None:
-            generator = self._generators[device] = torch.Generator(device)
-        digest = hashlib.blake2b(f"{self.seed}/{step}/{index}".encode(), digest_size=8).digest()
+            generator = self._generators[device, part] = torch.Generator(device)
+        key = f"{self.seed}/{step}/{index}" + ("" if part is None else f"/{part}")
+        digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
         return generator.manual_seed(int.from_bytes(digest, "little") >> 1)
 
 
