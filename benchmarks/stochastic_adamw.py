@@ -1,6 +1,7 @@
 """StochasticAdamW's optimizer step against torch.optim.AdamW on fp32 weights, and its loss.
 
     PYTHONPATH=src python benchmarks/stochastic_adamw.py [--rounds 6] [--no-sliced]
+        [--bucket-log2 24 ...] [--no-loss]
 
 Speed: one MLP of 21M parameters (512-4096-4096-512), with fixed random gradients, and
 one optimizer step per variant per round, the variants interleaved round by round in one
@@ -10,6 +11,8 @@ process so that they see the same machine load (the first round warms up):
   implementation on this device (a for-loop over parameters on CPU);
 - ``torch AdamW fp32 fused``: the same with ``fused=True``;
 - ``StochasticAdamW bf16``: halfprec's, on bf16 weights (buckets of 2**22 elements);
+- ``StochasticAdamW bf16, bucket=2**N``: the same with other bucket sizes
+  (``--bucket-log2 N``, repeatable), each on its own copy of the weights;
 - ``sliced (before)``: the implementation before buckets (64K-element slices, ~36 kernels
   each), kept here as the reference.
 
