@@ -1,6 +1,7 @@
 """StochasticAdamW's optimizer step against torch.optim.AdamW on fp32 weights, and its loss.
 
     PYTHONPATH=src python benchmarks/stochastic_adamw.py [--rounds 6] [--no-sliced]
+        [--bucket-log2 24 ...] [--no-loss]
 
 Speed: one MLP of 21M parameters (512-4096-4096-512), with fixed random gradients, and
 one optimizer step per variant per round, the variants interleaved round by round in one
@@ -10,6 +11,8 @@ process so that they see the same machine load (the first round warms up):
   implementation on this device (a for-loop over parameters on CPU);
 - ``torch AdamW fp32 fused``: the same with ``fused=True``;
 - ``StochasticAdamW bf16``: halfprec's, on bf16 weights (buckets of 2**22 elements);
+- ``StochasticAdamW bf16, bucket=2**N``: the same with other bucket sizes
+  (``--bucket-log2 N``, repeatable), each on its own copy of the weights;
 - ``sliced (before)``: the implementation before buckets (64K-element slices, ~36 kernels
   each), kept here as the reference.
 
@@ -88,7 +91,7 @@ def _mlp(widths: tuple[int, ...], seed: int, dtype: torch.dtype) -> nn.Sequentia
     return nn.Sequential(*layers[:-1]).to(dtype)
 
 
-def _optimizer_steps(sliced: bool) -> dict[str, Callable[[], object]]:
+def _optimizer_steps(sliced: bool, buckets: list[int]) -> dict[str, Callable[[], object]]:
     widths = (512, 4096, 4096, 512)
     models = {"fp32": _mlp(widths, 0, torch.float32), "bf16": _mlp(widths, 0, torch.bfloat16)}
     gen = torch.Generator().manual_seed(1)
@@ -101,14 +104,20 @@ def _optimizer_steps(sliced: bool) -> dict[str, Callable[[], object]]:
         "torch AdamW fp32 fused": torch.optim.AdamW(fp32(), lr=1e-4, fused=True).step,
         "StochasticAdamW bf16": StochasticAdamW(bf16(), lr=1e-4).step,
     }
+    for bucket in buckets:  # each on its own copy of the bf16 weights
+        model = _mlp(widths, 0, torch.bfloat16)
+        for p, q in zip(model.parameters(), bf16(), strict=True):
+            p.grad = q.grad
+        name = f"StochasticAdamW bf16, bucket=2**{bucket.bit_length() - 1}"
+        steps[name] = StochasticAdamW(model.parameters(), lr=1e-4, bucket=bucket).step
     if sliced:
         steps["sliced (before) bf16"] = SlicedStochasticAdamW(bf16(), lr=1e-4).step
     print(f"optimizer step, {sum(p.numel() for p in fp32()) / 1e6:.1f}M parameters")
     return steps
 
 
-def time_steps(rounds: int, sliced: bool) -> None:
-    steps = _optimizer_steps(sliced)
+def time_steps(rounds: int, sliced: bool, buckets: list[int]) -> None:
+    steps = _optimizer_steps(sliced, buckets)
     times: dict[str, list[float]] = {name: [] for name in steps}
     for round_ in range(rounds + 1):
         for name, step in steps.items():
@@ -168,10 +177,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--no-sliced", action="store_true", help="leave out the slow reference")
+    parser.add_argument(
+        "--bucket-log2",
+        type=int,
+        action="append",
+        default=[],
+        help="also time StochasticAdamW(bucket=2**N) (repeatable)",
+    )
+    parser.add_argument("--no-loss", action="store_true", help="time the step only")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {os.getloadavg()}")
-    time_steps(args.rounds, not args.no_sliced)
-    loss_parity()
+    time_steps(args.rounds, not args.no_sliced, [1 << n for n in args.bucket_log2])
+    if not args.no_loss:
+        loss_parity()
 
 
 if __name__ == "__main__":

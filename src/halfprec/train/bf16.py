@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -44,6 +46,8 @@ Quad = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # weight, 
 Work = dict[tuple[int, torch.dtype, torch.device], list[Quad]]  # (step, dtype, device) -> quads
 _FUSED_DEVICES = ("cpu", "cuda", "xpu")  # where torch's fused AdamW kernel runs
 _BUCKET = 1 << 22  # elements per bucket: few kernels per step, a bounded scratch
+_LOW = -(2**63)  # random_(_LOW, None) on int64: every bit random
+_UPPER = 1 if sys.byteorder == "little" else 0  # where an fp32's upper 16 bits lie
 
 
 def round_stochastic(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -82,10 +86,58 @@ def _round_in_place(
     bits.copy_(words.view(torch.uint16)[: values.numel()])  # 0 .. 2**16 - 1
     bits.add_(values.view(torch.int32)).bitwise_and_(-65536)  # carry, then truncate
     rounded = bits.view(torch.float32)
-    if values.device.type == "cpu" and math.isfinite(values.sum()):  # no NaN: nothing to mend
-        return rounded  # (on CPU the check reads less than the mend; elsewhere it would sync)
+    if _finite_on_cpu(values):  # no NaN: nothing to mend
+        return rounded
     torch.minimum(values, rounded, out=values)  # NaN where the input was NaN, else <= rounded
     return torch.maximum(rounded, values, out=rounded)
+
+
+def _finite_on_cpu(values: torch.Tensor) -> bool:
+    """Whether ``values`` is on the CPU and holds no inf or NaN (there the check reads less
+    than mending NaN after rounding; on an accelerator it would cost a sync)."""
+    return values.device.type == "cpu" and math.isfinite(values.sum())
+
+
+def _carry(
+    values: torch.Tensor, bits: torch.Tensor, words: torch.Tensor, halves: list[torch.Generator]
+) -> None:
+    """16 random bits added to each of ``values`` (flat fp32) as integers, in place: the
+    upper 16 bits are then the stochastically rounded bf16 (as in :func:`_round_in_place`;
+    :func:`_store` truncates while it writes). The random words are drawn in two halves,
+    one per generator of ``halves``, on two threads when torch uses more than one (torch's
+    CPU generator runs on one thread, and releases the GIL while it draws): the same bits
+    whatever the thread count.
+
+    inf and NaN need no mending when the values come from bf16 tensors through CPU float
+    arithmetic: inf has zero low bits, and a NaN there either carries an input's payload
+    (a bf16's: zero low bits) or is the CPU's default NaN (zero low bits too), so no carry
+    reaches it. (A GPU's default NaN has every bit set: there :func:`_round_in_place`.)"""
+    first, second = words.tensor_split(2)
+    drawn: list[torch.Tensor] = []
+    draw = threading.Thread(
+        target=lambda: drawn.append(first.random_(_LOW, None, generator=halves[0]))
+    )
+    threaded = torch.get_num_threads() > 1
+    draw.start() if threaded else draw.run()
+    second.random_(_LOW, None, generator=halves[1])
+    if threaded:
+        draw.join()
+    if not drawn:
+        raise RuntimeError("StochasticAdamW: drawing random bits failed (see the thread's error)")
+    bits.copy_(words.view(torch.uint16)[: values.numel()])  # 0 .. 2**16 - 1
+    values.view(torch.int32).add_(bits)  # (adding int16 directly is 6x slower on CPU)
+
+
+def _store(target: torch.Tensor, source: torch.Tensor, truncated: bool) -> None:
+    """``source`` (fp32, ``target``'s shape, last dim contiguous) written into ``target``:
+    when ``truncated`` and ``target`` is bf16, as ``source``'s upper 16 bits (the carry of
+    :func:`_carry` done: one strided
+    copy of the fp32 values' upper halves, which drops the low bits on the way)."""
+    if truncated and target.dtype == torch.bfloat16:
+        upper = source.view(torch.int16)[..., _UPPER::2]  # every fp32's upper half, in place
+        target.view(torch.int16).copy_(upper)
+    else:
+        target.copy_(source)
 
 
 class StochasticAdamW(torch.optim.Optimizer):
@@ -98,17 +150,21 @@ class StochasticAdamW(torch.optim.Optimizer):
     kernel). Moments are kept in the parameter's dtype.
 
     It works in buckets of up to ``bucket`` elements (default 2**22): small parameters are
-    packed together and large ones cut, so a step runs about a dozen full-size kernels per
-    bucket (a copy in and out per parameter among them) instead of dozens per 64K
-    elements, and its scratch holds 34 bytes per bucket element, kept between steps (at
-    most 136 MiB per device by default; less when the parameters are fewer).
+    packed together and large ones cut. On CPU a bf16 bucket takes nine passes over
+    memory: weight, gradient and both moments copied in (three copies: the moments of a
+    contiguous parameter are the two rows of one tensor), the fused kernel, the random
+    bits, the carry (a widening copy and an integer add), and weight and moments written
+    back (two copies that keep each fp32's upper half). Its scratch holds 34 bytes per
+    bucket element, kept between steps (at most 136 MiB per device by default; less when
+    the parameters are fewer).
 
     ``seed`` seeds the optimizer's own random generator (one per device), so torch's global
     random state is never touched. Each bucket's random bits depend only on ``seed``, the
     step number and the bucket's place, so the same run repeats bit for bit, and a run
     resumed from :meth:`state_dict` rounds exactly as the uninterrupted one. The state is
-    ``step`` (an int) and ``exp_avg``/``exp_avg_sq`` per parameter, as before this
-    optimizer worked in buckets: older checkpoints load as they are.
+    ``step`` (an int) and ``exp_avg``/``exp_avg_sq`` per parameter (each of the
+    parameter's shape and dtype), as before this optimizer worked in buckets: older
+    checkpoints load as they are.
     """
 
     def __init__(
@@ -136,7 +192,7 @@ class StochasticAdamW(torch.optim.Optimizer):
         super().__init__(params, defaults)
         self.seed = seed
         self.bucket = bucket
-        self._generators: dict[torch.device, torch.Generator] = {}
+        self._generators: dict[tuple[torch.device, int | None], torch.Generator] = {}
         self._scratch: dict[torch.device, _Scratch] = {}
 
     @torch.no_grad()
@@ -172,8 +228,7 @@ class StochasticAdamW(torch.optim.Optimizer):
             state = self.state[p]
             if not state:
                 state["step"] = 0
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg"], state["exp_avg_sq"] = _moments(p)
             state["step"] += 1
             quad = (p, p.grad, state["exp_avg"], state["exp_avg_sq"])
             weight, grad, m, v = (local_tensor(t) for t in quad)
@@ -189,33 +244,44 @@ class StochasticAdamW(torch.optim.Optimizer):
         scratch = self._scratch.get(device)
         if scratch is None or scratch.size < n:
             scratch = self._scratch[device] = _Scratch(device, n)
-        floats = scratch.floats[: 4 * n]
-        weight, m, v, grad = floats.split(n)
-        for piece, into in _slices(bucket, (weight, grad, m, v)):
-            for target, source in zip(into, piece, strict=True):
-                target.view(source.shape).copy_(source)
+        rows = scratch.floats[: 4 * n].view(4, n)  # weight, m, v, grad
+        for piece, offset in _offsets(bucket):
+            for tensor, into in _links(piece, rows, offset):
+                into.copy_(tensor)
+        weight, m, v, grad = rows
         _adamw([(weight, grad, m, v)], group, step, device)
-        values = floats[: 3 * n]  # weight, m and v, side by side
+        values, truncated = rows[:3], False  # weight, m and v
         if dtype == torch.bfloat16:
             words = scratch.words[: _words(3 * n)]
-            generator = self._generator(device, step, index)
-            values = _round_in_place(values, scratch.bits[: 3 * n], words, generator)
-        for piece, rounded in _slices(bucket, values.split(n)):
-            for target, source in zip((piece[0], piece[2], piece[3]), rounded, strict=True):
-                target.copy_(source.view(target.shape))
+            truncated = device.type == "cpu"  # NaN stays NaN there (see _carry)
+            if truncated:
+                halves = [self._generator(device, step, index, part) for part in (0, 1)]
+                _carry(values.view(-1), scratch.bits[: 3 * n], words, halves)
+            else:
+                generator = self._generator(device, step, index)
+                flat = _round_in_place(values.view(-1), scratch.bits[: 3 * n], words, generator)
+                values = flat.view(3, n)
+        for piece, offset in _offsets(bucket):
+            for target, source in _links(piece, values, offset):
+                _store(target, source, truncated)
 
-    def _generator(self, device: torch.device, step: int, index: int) -> torch.Generator:
-        generator = self._generators.get(device)
+    def _generator(
+        self, device: torch.device, step: int, index: int, part: int | None = None
+    ) -> torch.Generator:
+        """A generator for ``device`` seeded from ``seed``, the step, the bucket's place and
+        (on CPU, where a bucket's bits are drawn in two parts) the part."""
+        generator = self._generators.get((device, part))
         if generator is None:
-            generator = self._generators[device] = torch.Generator(device)
-        digest = hashlib.blake2b(f"{self.seed}/{step}/{index}".encode(), digest_size=8).digest()
+            generator = self._generators[device, part] = torch.Generator(device)
+        key = f"{self.seed}/{step}/{index}" + ("" if part is None else f"/{part}")
+        digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
         return generator.manual_seed(int.from_bytes(digest, "little") >> 1)
 
 
 class _Scratch:
     """A device's fp32 working memory for buckets of up to ``size`` elements: weight,
-    moments and gradient (4 floats each), the rounded values (3 int32) and the random
-    bits (3 int16)."""
+    moments and gradient (4 floats each), the random bits widened (3 int32) and as drawn
+    (3 int16): 34 bytes per element."""
 
     def __init__(self, device: torch.device, size: int) -> None:
         self.size = size
@@ -224,16 +290,51 @@ class _Scratch:
         self.words = torch.empty(_words(3 * size), dtype=torch.int64, device=device)
 
 
-def _slices(
-    bucket: list[Quad], flats: Sequence[torch.Tensor]
-) -> Iterator[tuple[Quad, tuple[torch.Tensor, ...]]]:
-    """Each piece of ``bucket`` with its slice of every one of the flat scratch tensors
-    ``flats`` (the pieces lie in them one after the other)."""
+def _moments(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero first and second moments for ``p``: for a contiguous plain tensor, the two rows
+    of one tensor, so that a step copies both in one kernel (see :func:`_links`)."""
+    if local_tensor(p) is not p or not p.is_contiguous():  # a DTensor, or strided
+        m = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return m, torch.zeros_like(m)
+    pair = torch.zeros((2, *p.shape), dtype=p.dtype, device=p.device)
+    return pair[0], pair[1]
+
+
+def _pair(m: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
+    """``m`` and ``v`` as the rows of one (2, numel) view when they lie so in one storage
+    (as :func:`_moments` makes them, and slices of those), else None."""
+    k = m.numel()
+    if not (m.is_contiguous() and v.is_contiguous()) or m.shape != v.shape:
+        return None
+    if m.untyped_storage().data_ptr() != v.untyped_storage().data_ptr():
+        return None
+    delta = v.storage_offset() - m.storage_offset()
+    return m.as_strided((2, k), (delta, 1)) if delta >= k else None
+
+
+def _offsets(bucket: list[Quad]) -> Iterator[tuple[Quad, int]]:
+    """Each piece of ``bucket`` with its offset in the bucket (they lie one after the other)."""
     offset = 0
     for piece in bucket:
-        k = piece[0].numel()
-        yield piece, tuple(flat[offset : offset + k] for flat in flats)
-        offset += k
+        yield piece, offset
+        offset += piece[0].numel()
+
+
+def _links(piece: Quad, rows: torch.Tensor, offset: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(a tensor of ``piece``, its place in ``rows``) for the weight, the moments (one pair
+    when they are the rows of one tensor: one copy for both) and, when ``rows`` has a
+    fourth row, the gradient. ``rows``: (weight, m, v[, grad]) by bucket element."""
+    weight, grad, m, v = piece
+    cols = rows[:, offset : offset + weight.numel()]
+    links = [(weight, cols[0].view(weight.shape))]
+    pair = _pair(m, v)
+    if pair is None:
+        links += [(m, cols[1].view(m.shape)), (v, cols[2].view(v.shape))]
+    else:
+        links.append((pair, cols[1:3]))
+    if rows.shape[0] == 4:
+        links.append((grad, cols[3].view(grad.shape)))
+    return links
 
 
 def _adamw(quads: Sequence[Quad], group: dict[str, Any], step: int, device: torch.device) -> None:
