@@ -14,9 +14,10 @@ from torch import nn
 from halfprec.bench.limit import Gemm, probe_slowdown
 from halfprec.bench.results import BenchConfig, BenchResult, fastest_variant
 from halfprec.bench.runner import benchmark
-from halfprec.bench.variants import Variant, fp32_matmuls
+from halfprec.bench.variants import Variant
 from halfprec.compare import Tolerance
 from halfprec.convert.core import ConfigLike, Recipe
+from halfprec.fp32 import exact_fp32
 from halfprec.modules import model_device
 
 __all__ = ["MeasuredChoice", "choose_dtype_by_measurement", "matmul_slowdown"]
@@ -32,7 +33,7 @@ def matmul_slowdown(
     probe (:func:`halfprec.bench.limit.probe_slowdown`). (Small shapes can hide the cost:
     some CPU kernels only slow down above a size.)"""
     rows, width, out = shape
-    with fp32_matmuls():
+    with exact_fp32():
         return probe_slowdown(dtype, device, Gemm(1, rows, width, out), give_up_at=float("inf"))
 
 

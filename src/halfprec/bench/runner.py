@@ -44,11 +44,12 @@ from halfprec.bench.limit import (
 from halfprec.bench.machine import machine_info, machine_key
 from halfprec.bench.probe_cache import ProbeCache, cache_dir
 from halfprec.bench.results import CHOICE_KINDS, BenchConfig, BenchResult, VariantResult
-from halfprec.bench.variants import Variant, build_variant, fp32_matmuls, parse_variants
+from halfprec.bench.variants import Variant, build_variant, parse_variants
 from halfprec.bench.worker import MemoryUse, measure_in_subprocess
 from halfprec.compare import Tolerance, compare_outputs, reference_failed
 from halfprec.convert.core import ConfigLike, Recipe
 from halfprec.dtypes import dtype_name
+from halfprec.fp32 import exact_fp32
 from halfprec.modules import evaluating, first_line, model_device, nbytes
 from halfprec.runtimes import unavailable
 from halfprec.timing import Timing, synchronize, timed_call
@@ -131,7 +132,7 @@ class _Runner:
         for dtype in self.half_dtypes:
             hit = None if cache is None else cache.get(dtype, gemm, limit)
             if hit is None:
-                with fp32_matmuls():
+                with exact_fp32():
                     probe = measure_slowdown(
                         dtype, self.device, gemm, give_up_at=limit, timer=self.probe_timer
                     )
@@ -158,7 +159,7 @@ class _Runner:
             if dtype in self.skips:
                 limits[dtype] = GemmLimit(dtype, 1 / self.slowdowns[dtype], "probe", 1)
             elif self.config.limit:
-                with fp32_matmuls():
+                with exact_fp32():
                     limits[dtype] = measure_limit(
                         self.shapes, dtype, self.device, budget_s=self.config.limit_budget_s
                     )
@@ -255,7 +256,7 @@ class _Runner:
             r, _, runs = prepared[i]
             return i not in stopped and round_ < runs and r.status == "ok"
 
-        with torch.inference_mode(), fp32_matmuls():
+        with torch.inference_mode(), exact_fp32():
             for round_ in range(max((prepared[i][2] for i in modules), default=0)):
                 now = [i for i in modules if plays(i, round_)]
                 if race is not None and ref is not None:
@@ -323,7 +324,7 @@ class _Runner:
             self.allocator.reset_peak_memory_stats(self.device)
         runs = 0
         try:
-            with self.phase("warm-up"), torch.inference_mode(), fp32_matmuls():
+            with self.phase("warm-up"), torch.inference_mode(), exact_fp32():
                 output, first, last = self._warm(module, batch, variant)
         except Exception as exc:
             if variant == Variant("fp32"):  # the user's own model refuses these inputs

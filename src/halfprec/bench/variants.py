@@ -2,7 +2,8 @@
 
 A :class:`Variant` is one of:
 
-- ``fp32``: the model as it is (TF32 matmuls switched off while it runs);
+- ``fp32``: the model as it is (every backend's fp32 precision IEEE while it runs:
+  :func:`halfprec.fp32.exact_fp32`);
 - ``naive-fp16`` / ``naive-bf16``: ``model.to(dtype)``, floating inputs cast by the caller;
 - ``autocast-fp16`` / ``autocast-bf16``: the fp32 model under ``torch.autocast``;
 - ``halfprec-fp16`` / ``halfprec-bf16``: :func:`halfprec.convert` with its fp32 islands
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +48,6 @@ __all__ = [
     "VariantError",
     "parse_variants",
     "build_variant",
-    "fp32_matmuls",
     "CompileRecipe",
     "COMPILE_RECIPES",
     "compile_for_device",
@@ -165,19 +165,6 @@ def parse_variants(
     unique = list(dict.fromkeys(parsed))
     unique.sort(key=lambda v: (v.compiled, v != Variant("fp32")))
     return unique
-
-
-@contextlib.contextmanager
-def fp32_matmuls() -> Iterator[None]:
-    """Full-precision fp32 matmuls (TF32 off on CUDA), restored afterwards."""
-    matmul = torch.backends.cuda.matmul
-    old = (matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 @dataclass(frozen=True)
