@@ -343,3 +343,42 @@ def test_bench_and_deploy_run_after_the_new_tf32_api_was_set(tf32_by_the_new_api
     done = halfprec.deploy(Tiny(), _x(), "bf16", compile=False, bench=FAST)
     assert done.choice.status == "ok"
     assert tf32_by_the_new_api.fp32_precision == "tf32"  # the caller's setting is kept
+
+
+# -- verdicts that never overclaim (issue 31) -----------------------------------------------
+class RoundClock:
+    """A scripted CallTimer: the n-th timed call of a variant takes its n-th time."""
+
+    def __init__(self, times: dict[str, list[float]]) -> None:
+        self.times, self.calls = times, dict.fromkeys(times, 0)
+
+    def __call__(self, fn: object, variant: Variant) -> float:
+        n = self.calls[variant.name]
+        self.calls[variant.name] = n + 1
+        return self.times[variant.name][n % len(self.times[variant.name])]
+
+
+NO_RACE = BenchConfig(warmup=1, runs=5, memory="none", skip_slower_than=None, race=None)
+
+
+def test_bench_never_chooses_a_variant_whose_spread_straddles_fp32() -> None:
+    noisy = RoundClock({"fp32": [1.0] * 5, "halfprec-bf16": [0.5, 1.6, 0.6, 1.5, 0.7]})
+    result = benchmark(Tiny(), _x(), "bf16", variants=["halfprec-bf16"], bench=NO_RACE, timer=noisy)
+    half = result.get("halfprec-bf16")
+    assert half.accurate and half.median_s == 0.7  # faster by the median
+    assert fastest_variant(result).name == "fp32"  # but not beyond the spread
+    steady = RoundClock({"fp32": [1.0] * 5, "halfprec-bf16": [0.5, 0.6, 0.55, 0.52, 0.7]})
+    result = benchmark(
+        Tiny(), _x(), "bf16", variants=["halfprec-bf16"], bench=NO_RACE, timer=steady
+    )
+    assert fastest_variant(result).name == "halfprec-bf16"
+
+
+def test_bench_warns_when_a_speedup_exceeds_the_eager_gemm_ratio() -> None:
+    clock = RoundClock({"fp32": [1.0, 1.1, 0.9], "halfprec-bf16": [1e-4, 1.1e-4, 0.9e-4]})
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None, race=None)
+    result = benchmark(Tiny(), _x(), "bf16", variants=["halfprec-bf16"], bench=cfg, timer=clock)
+    half = result.get("halfprec-bf16")
+    assert half.efficiency is not None and half.efficiency > 1.0
+    above = [w for w in result.warnings if "eager GEMM ratio" in w]
+    assert len(above) == 1 and above[0].startswith("halfprec-bf16 @ batch 4: 10000.00x fp32")
