@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import torch
@@ -382,3 +383,96 @@ def test_bench_warns_when_a_speedup_exceeds_the_eager_gemm_ratio() -> None:
     assert half.efficiency is not None and half.efficiency > 1.0
     above = [w for w in result.warnings if "eager GEMM ratio" in w]
     assert len(above) == 1 and above[0].startswith("halfprec-bf16 @ batch 4: 10000.00x fp32")
+
+
+# -- the CUDA paths, with CPU proxies (issue 30) --------------------------------------------
+class PoolReuse(nn.Module):
+    """Returns its output in one of two buffers and uses the other as scratch, as a CUDA
+    graph's memory pool does: call k+1 overwrites (here with NaN) the output of call k."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(32, 8)
+        self.register_buffer("pool", torch.zeros(2, 4, 8), persistent=False)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, scratch = self.pool[self.calls % 2], self.pool[(self.calls + 1) % 2]
+        scratch.fill_(float("nan"))  # the previous call's output
+        out.copy_(self.fc(x))
+        self.calls += 1
+        return out
+
+
+def test_outputs_that_the_next_call_overwrites_are_compared_as_they_were() -> None:
+    # two warm-up calls: the second overwrites the first's output, which is the one compared
+    cfg = BenchConfig(warmup=2, runs=3, memory="none", skip_slower_than=None)
+    result = benchmark(PoolReuse(), _x(), "bf16", variants=["naive-bf16"], bench=cfg)
+    naive = result.get("naive-bf16")
+    assert naive.status == "ok" and naive.comparison is not None
+    assert naive.accurate and naive.comparison.worst_cosine > 0.99
+
+
+def _device_without_bf16_compile() -> Any:
+    from halfprec.dtypes import DeviceSupport
+
+    return DeviceSupport(
+        device="cuda:0",
+        name="Tesla T4 (compute capability 7.5)",
+        fp16_fast=True,
+        bf16_fast=False,
+        fp16_runs=True,
+        bf16_runs=True,
+        features=("sm_75",),
+        bf16_compiles=False,
+    )
+
+
+def test_compiled_rows_are_skipped_where_the_device_does_not_compile_the_dtype() -> None:
+    from halfprec.bench.runner import Benchmark
+
+    support = _device_without_bf16_compile()
+    assert not support.compiles(torch.bfloat16) and support.compiles(torch.float16)
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None, limit=False)
+    variants = [Variant("fp32"), Variant("halfprec", torch.bfloat16, compiled=True)]
+    run = Benchmark(Tiny(), _x(), variants=variants, options=cfg, support=support).run()
+    row = run.result.get("halfprec-bf16+compile")
+    assert row.status == "skipped" and row.compile_s is None and row.timing is None
+    assert row.note.startswith("torch.compile does not compile bf16 on Tesla T4")
+
+
+# -- max-autotune where it can pay (issue 31) -----------------------------------------------
+@pytest.mark.parametrize(
+    ("machine", "ratio", "tried"),
+    [
+        ("AMX: bf16 GEMMs ~4x fp32's", 4.2, True),
+        ("AVX512-BF16 only: ~1.7x", 1.7, True),
+        ("AVX2 only: bf16 emulated, ~50x slower", 0.02, False),
+        ("noisy or barely faster", 1.05, False),
+        ("not measured", None, False),
+    ],
+)
+def test_autotune_is_tried_where_half_gemms_are_native(
+    machine: str, ratio: float | None, tried: bool
+) -> None:
+    from halfprec.bench.variants import autotune_pays
+
+    why = autotune_pays(torch.bfloat16, "cpu", ratio)
+    assert (why is None) == tried, machine
+    assert autotune_pays(torch.bfloat16, "cuda", 4.2) is not None  # +compile autotunes there
+
+
+def test_an_autotune_row_is_skipped_where_the_probe_finds_half_emulated() -> None:
+    from testbed.clocks import ScriptedClock
+
+    emulated = ScriptedClock([0.001], [0.05])  # bf16 GEMMs 50x slower: probed slow
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", probe_cache=False)
+    result = benchmark(
+        Tiny(), _x(), "bf16", variants=["halfprec-bf16+autotune"], bench=cfg, probe_timer=emulated
+    )
+    row = result.get("halfprec-bf16+autotune")
+    assert row.status == "skipped" and "slower than fp32" in row.note and row.compile_s is None
+    assert Variant.parse("halfprec-bf16+autotune") == Variant(
+        "halfprec", torch.bfloat16, compiled=True, autotune=True
+    )

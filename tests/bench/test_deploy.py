@@ -127,7 +127,8 @@ def test_deploy_compiled_only_still_measures_against_eager_fp32() -> None:
     bench = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=1e-9)
     done = halfprec.deploy(Block(), _x(), "bf16", eager=False, bench=bench, runtimes=())
     names = [r.name for r in done.report.results]
-    assert names == ["fp32", "fp32+compile", "halfprec-bf16+compile"]
+    assert names == ["fp32", "fp32+compile", "halfprec-bf16+compile", "halfprec-bf16+autotune"]
+    assert done.report.get("halfprec-bf16+autotune").status == "skipped"  # probed slow
     compiled = done.report.get("fp32+compile")
     assert compiled.status == "ok" and compiled.compile_s is not None and compiled.accurate
     assert done.report.get("halfprec-bf16+compile").status == "skipped"

@@ -52,7 +52,7 @@ from halfprec.bench.results import (
 from halfprec.bench.runner import Benchmark, Progress
 from halfprec.bench.runtime_choice import default_runtimes, runtime_variants, with_runtimes
 from halfprec.bench.spread import variant_speed
-from halfprec.bench.variants import Variant, build_variant
+from halfprec.bench.variants import AUTOTUNE_RECIPES, Variant, build_variant
 from halfprec.compare import Tolerance
 from halfprec.convert.recipe import Recipe, RecipeLike
 from halfprec.modules import model_device
@@ -129,9 +129,10 @@ class Deployed:
             speed += f" (above the eager GEMM ratio {lim.ratio:.2f}x: no limit, see warnings)"
         comp = f", compiled in {self.compile_s:.1f} s" if self.compile_s is not None else ""
         rows = [r for r in self.report.results if r.status == "skipped"]
-        skipped = sorted({r.name for r in rows if not r.variant.runtime}, key=len)
+        slow = "slower than fp32 on this device"
+        skipped = sorted({r.name for r in rows if slow in r.note}, key=len)
         skip = f"; skipped (probed slow): {', '.join(skipped)}" if skipped else ""
-        absent = sorted({r.name for r in rows if r.variant.runtime})
+        absent = sorted({r.name for r in rows if slow not in r.note})
         skip += f"; not run here: {', '.join(absent)} (see report notes)" if absent else ""
         return f"{self.variant}: {speed}{comp}, within tolerance{skip}{self._noisy()}"
 
@@ -181,6 +182,8 @@ def _variants(
     """fp32 and halfprec in each half dtype, eager and/or compiled, then the runtimes."""
     base = [Variant("fp32")] + [Variant("halfprec", dt) for dt in half]
     variants = (base if eager else []) + ([v.with_compile() for v in base] if compile else [])
+    if compile and device.type in AUTOTUNE_RECIPES:  # skipped where it cannot pay
+        variants += [Variant("halfprec", dt).with_compile(autotune=True) for dt in half]
     if not eager:  # speedups are measured against eager fp32, so it is always timed
         variants.insert(0, Variant("fp32"))
     if runtimes is None:

@@ -45,7 +45,13 @@ from halfprec.bench.limit import (
 from halfprec.bench.machine import machine_info, machine_key
 from halfprec.bench.probe_cache import ProbeCache, cache_dir
 from halfprec.bench.results import BenchConfig, BenchResult, VariantResult
-from halfprec.bench.variants import Variant, build_variant, parse_variants
+from halfprec.bench.variants import (
+    AUTOTUNE_RECIPES,
+    Variant,
+    autotune_pays,
+    build_variant,
+    parse_variants,
+)
 from halfprec.bench.worker import MemoryUse, measure_in_subprocess
 from halfprec.compare import Tolerance, compare_outputs, reference_failed
 from halfprec.convert.recipe import Recipe, RecipeLike
@@ -131,6 +137,7 @@ class Benchmark:
         self.allocator = _allocator(self.device)
         self.skips: dict[torch.dtype, str] = {}
         self.slowdowns: dict[torch.dtype, float] = {}
+        self.gemm_ratios: dict[torch.dtype, float] = {}  # eager half/fp32, first batch size
         self.measure_memory = self.config.memory != "none"
         self.shapes: dict[Gemm, int] = {}
         self.modules: dict[str, nn.Module] = {}
@@ -201,6 +208,8 @@ class Benchmark:
                 with self.phase("limit"):
                     limits = self._limits()
                 result.limits[size] = limits
+                for dt, lim in limits.items():
+                    self.gemm_ratios.setdefault(dt, lim.ratio)
             prepared.append(ready)
         with self.phase("timing"):
             time_interleaved(prepared, batch, self.config.race, self.timer)
@@ -318,6 +327,11 @@ class Benchmark:
                 f"{self.support.name}: the +compile row would run eager; the eager row "
                 "stands for it"
             )
+        if variant.autotune:
+            ratio = self.gemm_ratios.get(variant.dtype)
+            if ratio is None and variant.dtype in self.slowdowns:
+                ratio = 1 / self.slowdowns[variant.dtype]
+            return autotune_pays(variant.dtype, self.device, ratio)
         return None
 
     def _build(self, variant: Variant, batch: Batch) -> nn.Module:
@@ -471,7 +485,9 @@ def benchmark(
     them), an explicit dtype only that one. ``tolerance``: None for the recipe's
     (:meth:`Recipe.settle`). ``bench``: how long to measure. ``variants``: names such as
     ``"naive-bf16"`` or :class:`Variant` objects (fp32 always included);
-    ``compile=True`` adds a ``torch.compile`` twin of each. ``spec``: the MODEL spec
+    ``compile=True`` adds a ``torch.compile`` twin of each, and on CPU, with the default
+    variants, a ``+autotune`` twin of each halfprec variant, skipped unless its dtype's
+    GEMMs are native here (:func:`~halfprec.bench.variants.autotune_pays`). ``spec``: the MODEL spec
     ``model`` came from; with it, CPU peak memory is measured in a clean subprocess per
     variant (without it, CPU memory is not reported). ``progress(step, total, label)`` is
     called before each variant. ``probe_timer``: how the slow-dtype probe times a call
@@ -484,6 +500,8 @@ def benchmark(
     settled = chosen_recipe.settle(device, tolerance)
     texts = [v.name if isinstance(v, Variant) else v for v in variants] if variants else None
     chosen = parse_variants(texts, compile=compile, dtypes=settled.dtypes)
+    if compile and texts is None and device.type in AUTOTUNE_RECIPES:  # tried where it pays
+        chosen += [v.with_compile(autotune=True) for v in chosen if v.kind == "halfprec"]
     engine = Benchmark(
         model,
         as_batches(inputs)[0],

@@ -10,7 +10,7 @@ or too noisy to rank, leaves the ordinary torch module in place.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -37,18 +37,21 @@ def runtime_variants(runtimes: Sequence[str], half: Sequence[torch.dtype]) -> li
 
 
 def default_runtimes(
-    half: Sequence[torch.dtype], device: torch.device | str = "cpu"
+    half: Sequence[torch.dtype],
+    device: torch.device | str = "cpu",
+    why_not: Callable[[str, torch.dtype, torch.device | str], str | None] = unavailable,
 ) -> list[Variant]:
     """deploy's default runtime variants: each runtime target that is installed and computes
     one of the half dtypes ``half`` on this CPU (OpenVINO's bf16 hint where the CPU has
     AVX512-BF16 or AMX), in that dtype. A runtime that cannot run here adds no row; its fp32
     targets are left to an explicit ``runtimes=`` (one more conversion each, to win only
-    where torch's fp32 is slower)."""
+    where torch's fp32 is slower). ``why_not``: why a runtime cannot run a dtype here
+    (:func:`~halfprec.runtimes.unavailable`; tests pass another machine's answers)."""
     return [
         Variant(r, d)
         for r in RUNTIMES
         for d in runtime_dtypes(r)
-        if d in half and unavailable(r, d, device) is None
+        if d in half and why_not(r, d, device) is None
     ]
 
 
