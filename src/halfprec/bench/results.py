@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from halfprec.bench.limit import GemmLimit
 from halfprec.bench.machine import MachineInfo
@@ -25,6 +26,7 @@ __all__ = [
     "CHOICE_KINDS",
     "VariantResult",
     "BenchResult",
+    "BenchRun",
     "fastest_variant",
     "faster_beyond_spread",
     "paired_speed",
@@ -211,6 +213,16 @@ class BenchResult:
             "results": [r.to_json() for r in self.results],
             "seconds": dict(self.seconds),
         }
+
+
+@dataclass
+class BenchRun:
+    """What :meth:`~halfprec.bench.runner.Benchmark.run` gives back: the measurements, and (with ``keep_modules``)
+    the warmed modules of the first batch size by variant name, so that a caller can keep
+    the winner without building or compiling it again."""
+
+    result: BenchResult
+    modules: dict[str, nn.Module] = field(default_factory=dict)
 
 
 def paired_speed(reference: VariantResult, row: VariantResult) -> Ratio | None:

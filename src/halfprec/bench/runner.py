@@ -1,22 +1,14 @@
 """Speed, memory and accuracy of every way to run a model in half precision, side by side.
 
-``benchmark(model, inputs)`` times each :class:`~halfprec.bench.variants.Variant`: median
-and p90 latency after warm-up and throughput, with the variants' timed calls interleaved
-round-robin so that load on a shared machine hits them alike, each variant raced
-(:mod:`halfprec.bench.race`: no more rounds once its rank is settled). Each variant is
-built once and reused at every batch size. It measures peak memory
-(``max_memory_allocated`` on CUDA-like devices; on CPU the peak RSS of a clean subprocess
-per variant, when the model is given as a MODEL spec), counts model bytes, and compares
-each variant's outputs with fp32's on the same batch. The results are
-:mod:`halfprec.bench.results`; ``fastest_variant`` there and
-:func:`~halfprec.bench.choice.choose_dtype_by_measurement` turn the numbers into a choice:
-the fastest variant that meets the tolerance, never one slower than fp32.
-
-In the same run it measures the *limit* of each half dtype: the half/fp32 speed ratio of
-the model's own matrix products, recorded during fp32's first warm-up call (see
-:mod:`halfprec.bench.limit`); each variant's ``efficiency`` is its speedup over that
-limit. A half dtype whose matrix products a quick probe finds ``skip_slower_than`` times
-slower than fp32 is skipped, never timed (fp16 on CPUs without fp16 kernels).
+:class:`Benchmark` (and the verb ``benchmark(model, inputs)``) times each
+:class:`~halfprec.bench.variants.Variant` after warm-up, the timed calls interleaved
+(:mod:`halfprec.bench.interleave`) and raced; builds each variant once for every batch
+size; measures peak memory (``max_memory_allocated`` on CUDA-like devices, the peak RSS of
+a clean subprocess per variant on CPU given a MODEL spec) and compares each variant's
+outputs with fp32's by the settled tolerance. In the same run it measures each half
+dtype's eager GEMM ratio (:mod:`halfprec.bench.limit`; ``efficiency`` is a speedup over
+it) and skips a dtype whose products a quick probe finds ``skip_slower_than`` times slower
+than fp32. :func:`~halfprec.bench.results.fastest_variant` turns the numbers into a choice.
 """
 
 from __future__ import annotations
@@ -25,7 +17,7 @@ import contextlib
 import gc
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -44,7 +36,7 @@ from halfprec.bench.limit import (
 )
 from halfprec.bench.machine import machine_info, machine_key
 from halfprec.bench.probe_cache import ProbeCache, cache_dir
-from halfprec.bench.results import BenchConfig, BenchResult, VariantResult
+from halfprec.bench.results import BenchConfig, BenchResult, BenchRun, VariantResult
 from halfprec.bench.variants import (
     AUTOTUNE_RECIPES,
     Variant,
@@ -62,7 +54,7 @@ from halfprec.runtimes import unavailable
 from halfprec.timing import Timing, synchronize, timed_call
 from halfprec.tree import map_tensors
 
-__all__ = ["Benchmark", "BenchRun", "CallTimer", "benchmark", "SPREAD_WARNING"]
+__all__ = ["Benchmark", "benchmark", "SPREAD_WARNING"]
 
 SPREAD_WARNING = 0.2  # (p90 - min) / median above this: too noisy to trust small ratios
 
@@ -83,16 +75,6 @@ def _kept(output: Any) -> Any:
     its graph's memory pool, which the next call overwrites ("accessing tensor output of
     CUDAGraphs that has been overwritten")."""
     return map_tensors(lambda t: t.detach().clone(), output)
-
-
-@dataclass
-class BenchRun:
-    """What :meth:`Benchmark.run` gives back: the measurements, and (with ``keep_modules``)
-    the warmed modules of the first batch size by variant name, so that a caller can keep
-    the winner without building or compiling it again."""
-
-    result: BenchResult
-    modules: dict[str, nn.Module] = field(default_factory=dict)
 
 
 class Benchmark:
