@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
@@ -275,3 +277,32 @@ def test_a_speedup_above_the_eager_gemm_ratio_is_a_warning_not_an_efficiency() -
     (warning,) = [w for w in done.report.warnings if "eager GEMM ratio" in w]
     assert warning.startswith("halfprec-bf16 @ batch 8: 10000.00x fp32 is above its bf16 eager")
     assert "no efficiency is claimed" in warning
+
+
+def test_a_repeat_deploy_builds_checks_and_times_only_the_winner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HALFPREC_PROBE_CACHE", "1")
+    monkeypatch.setenv("HALFPREC_CACHE_DIR", str(tmp_path))
+    steady = {"fp32": [1.0] * 5, "halfprec-fp16": [0.8] * 5, "halfprec-bf16": [0.5] * 5}
+
+    def again() -> Deployed:
+        return halfprec.deploy(
+            Block(), _x(), compile=False, bench=NO_RACE, timer=RoundClock(steady), runtimes=()
+        )
+
+    first = again()
+    assert first.variant == "halfprec-bf16"
+    assert [r.name for r in first.report.results] == ["fp32", "halfprec-fp16", "halfprec-bf16"]
+    (saved,) = tmp_path.glob("race-*.json")
+    second = again()
+    assert second.variant == "halfprec-bf16"
+    assert [r.name for r in second.report.results] == ["fp32", "halfprec-bf16"]
+    (note,) = [w for w in second.report.warnings if "raced these 3 candidates" in w]
+    assert "only halfprec-bf16 was built, checked and timed again" in note
+    monkeypatch.setenv("HALFPREC_RACE_CACHE", "0")
+    assert len(again().report.results) == 3  # switched off: every candidate again
+    monkeypatch.delenv("HALFPREC_RACE_CACHE")
+    saved.unlink()
+    os.mkfifo(saved)  # never read (it would block): ignored, and every candidate races
+    assert len(again().report.results) == 3

@@ -42,6 +42,7 @@ from torch import nn
 from halfprec.batch import as_batches
 from halfprec.bench.interleave import CallTimer
 from halfprec.bench.limit import GemmLimit, Timer
+from halfprec.bench.race_cache import RaceCache, race_key
 from halfprec.bench.results import (
     BenchConfig,
     BenchResult,
@@ -235,26 +236,76 @@ def deploy(
     recipe = Recipe.of(config)
     device = model_device(model)
     settled = recipe.settle(device, tolerance)
-    engine = Benchmark(
-        model,
-        as_batches(inputs)[0],
-        variants=_variants(settled.dtypes, device, compile=compile, eager=eager, runtimes=runtimes),
-        recipe=recipe,
-        tolerance=tolerance,
-        options=bench or _quick(),
-        progress=progress,
-        probe_timer=probe_timer,
-        timer=timer,
-        keep_modules=True,
+    batch = as_batches(inputs)[0]
+    candidates = _variants(settled.dtypes, device, compile=compile, eager=eager, runtimes=runtimes)
+    options = bench or _quick()
+    race = _Race(model, batch, recipe, tolerance, options, progress, probe_timer, timer)
+    cache = RaceCache(race_key(model, batch, candidates)) if options.probe_cache else None
+    done = None if cache is None else _rerun_winner(race, cache, len(candidates))
+    if done is None:
+        done = race.run(candidates)
+        # fp32 is not kept: on a noisy machine it wins by default, and a quieter run may
+        # find a half variant faster
+        keep = cache is not None and done.variant != "fp32"
+        note = cache.put(done.variant) if cache is not None and keep else None
+        done.report.warnings.extend([] if note is None else [note])
+    done.seconds["total"] = time.perf_counter() - start
+    return done
+
+
+def _rerun_winner(race: _Race, cache: RaceCache, candidates: int) -> Deployed | None:
+    """The winner of an earlier race on this machine (:mod:`halfprec.bench.race_cache`),
+    built, checked and timed against eager fp32 again; None when there is none, or when it
+    no longer wins (the caller then races every candidate)."""
+    hit = cache.get()
+    if hit is None:
+        return None
+    winner = Variant.parse(hit[0])
+    done = race.run(list(dict.fromkeys([Variant("fp32"), winner])))
+    if done.variant != winner.name:
+        return None
+    done.report.warnings.append(
+        f"deploy raced these {candidates} candidates on this machine before ({hit[1]}): "
+        f"only {winner.name} was built, checked and timed again ({cache.path}; "
+        "HALFPREC_RACE_CACHE=0 races them all)"
     )
-    run = engine.run()
-    result = run.result
-    best = with_runtimes(result, fastest_variant(result))
-    seconds = dict(result.seconds)
-    chosen = run.modules.get(best.name)
-    if chosen is None:  # fp32 when it was capped (timed once, not kept): a fresh copy
-        built = time.perf_counter()
-        chosen = build_variant(model, best.variant, recipe)
-        seconds["build"] = seconds.get("build", 0.0) + time.perf_counter() - built
-    seconds["total"] = time.perf_counter() - start
-    return Deployed(chosen, best, result, seconds)
+    return done
+
+
+@dataclass(frozen=True)
+class _Race:
+    """One deploy race over some candidates: the engine run and the choice."""
+
+    model: nn.Module
+    batch: Any
+    recipe: Recipe
+    tolerance: Tolerance | None
+    options: BenchConfig
+    progress: Progress | None = None
+    probe_timer: Timer | None = None
+    timer: CallTimer | None = None
+
+    def run(self, variants: list[Variant]) -> Deployed:
+        """Benchmark ``variants`` and keep the fastest accurate one (see :func:`deploy`)."""
+        engine = Benchmark(
+            self.model,
+            self.batch,
+            variants=variants,
+            recipe=self.recipe,
+            tolerance=self.tolerance,
+            options=self.options,
+            progress=self.progress,
+            probe_timer=self.probe_timer,
+            timer=self.timer,
+            keep_modules=True,
+        )
+        run = engine.run()
+        result = run.result
+        best = with_runtimes(result, fastest_variant(result))
+        seconds = dict(result.seconds)
+        chosen = run.modules.get(best.name)
+        if chosen is None:  # fp32 when it was capped (timed once, not kept): a fresh copy
+            built = time.perf_counter()
+            chosen = build_variant(self.model, best.variant, self.recipe)
+            seconds["build"] = seconds.get("build", 0.0) + time.perf_counter() - built
+        return Deployed(chosen, best, result, seconds)

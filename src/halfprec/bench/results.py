@@ -217,9 +217,9 @@ class BenchResult:
 
 @dataclass
 class BenchRun:
-    """What :meth:`~halfprec.bench.runner.Benchmark.run` gives back: the measurements, and (with ``keep_modules``)
-    the warmed modules of the first batch size by variant name, so that a caller can keep
-    the winner without building or compiling it again."""
+    """What :meth:`~halfprec.bench.runner.Benchmark.run` gives back: the measurements, and
+    (with ``keep_modules``) the warmed modules of the first batch size by variant name, so
+    that a caller can keep the winner without building or compiling it again."""
 
     result: BenchResult
     modules: dict[str, nn.Module] = field(default_factory=dict)
