@@ -443,24 +443,29 @@ def test_compiled_rows_are_skipped_where_the_device_does_not_compile_the_dtype()
 
 
 # -- max-autotune where it can pay (issue 31) -----------------------------------------------
+AMX = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f")
+
+
 @pytest.mark.parametrize(
-    ("machine", "ratio", "tried"),
+    ("machine", "features", "ratio", "tried"),
     [
-        ("AMX: bf16 GEMMs ~4x fp32's", 4.2, True),
-        ("AVX512-BF16 only: ~1.7x", 1.7, True),
-        ("AVX2 only: bf16 emulated, ~50x slower", 0.02, False),
-        ("noisy or barely faster", 1.05, False),
-        ("not measured", None, False),
+        ("AMX: bf16 GEMMs ~4x fp32's", AMX, 4.2, True),
+        ("AVX512-BF16 only: no bf16 template", ("avx512_bf16", "avx512f"), 4.4, False),
+        ("AVX2 only: bf16 emulated, ~50x slower", (), 0.02, False),
+        ("AMX, but noisy or barely faster", AMX, 1.05, False),
+        ("AMX, not measured", AMX, None, False),
     ],
 )
-def test_autotune_is_tried_where_half_gemms_are_native(
-    machine: str, ratio: float | None, tried: bool
+def test_autotune_is_tried_where_the_machine_gives_it_a_half_template(
+    machine: str, features: tuple[str, ...], ratio: float | None, tried: bool
 ) -> None:
     from halfprec.bench.variants import autotune_pays
 
-    why = autotune_pays(torch.bfloat16, "cpu", ratio)
+    why = autotune_pays(torch.bfloat16, "cpu", ratio, features)
     assert (why is None) == tried, machine
-    assert autotune_pays(torch.bfloat16, "cuda", 4.2) is not None  # +compile autotunes there
+    if machine.startswith("AVX512-BF16"):
+        assert why is not None and why.startswith("max-autotune has no bf16 GEMM template")
+    assert autotune_pays(torch.bfloat16, "cuda", 4.2, AMX) is not None  # +compile autotunes
 
 
 def test_an_autotune_row_is_skipped_where_the_probe_finds_half_emulated() -> None:

@@ -313,7 +313,7 @@ class Benchmark:
             ratio = self.gemm_ratios.get(variant.dtype)
             if ratio is None and variant.dtype in self.slowdowns:
                 ratio = 1 / self.slowdowns[variant.dtype]
-            return autotune_pays(variant.dtype, self.device, ratio)
+            return autotune_pays(variant.dtype, self.device, ratio, self.support.features)
         return None
 
     def _build(self, variant: Variant, batch: Batch) -> nn.Module:

@@ -19,7 +19,8 @@ inductor caches on disk (a new process loads the compiled graph); on CUDA with
 shapes are static. On CPU a half variant can also be ``+autotune``: ``max-autotune`` with
 inductor freezing (:data:`AUTOTUNE_RECIPES`), whose GEMM templates (AMX or AVX512
 micro-kernels) can beat oneDNN's where half GEMMs are native; bench and deploy try it only
-where the measured half GEMM speed says it can pay (:func:`autotune_pays`). A compiled
+where the machine's features and the measured half GEMM speed say it can pay
+(:func:`autotune_pays`). A compiled
 variant runs every call under ``torch.no_grad()``, outside inference mode, so that no call
 compiles it again for another grad mode.
 :func:`build_variant` returns a ready-to-call module built from a copy; the original model
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,7 @@ __all__ = [
     "CompileRecipe",
     "COMPILE_RECIPES",
     "AUTOTUNE_RECIPES",
+    "AUTOTUNE_FEATURES",
     "autotune_pays",
     "compile_for_device",
 ]
@@ -225,27 +227,44 @@ AUTOTUNE_RECIPES: dict[str, CompileRecipe] = {
 
 AUTOTUNE_MIN_GEMM_RATIO = 1.2
 """The eager half/fp32 GEMM ratio from which ``+autotune`` is tried: half GEMMs clearly
-faster than fp32's (AMX: ~4x, AVX512-BF16: ~1.7x; emulated bf16: 0.01-0.1x)."""
+faster than fp32's (AMX: ~4x; emulated bf16: 0.01-0.1x)."""
+
+# The CPU feature that gives inductor's max-autotune a half micro-GEMM template of its own,
+# per dtype. Without it the only template is fp32-vectorised (``CppMicroGemmFP32Vec``), and
+# oneDNN's linear wins every GEMM: BERT-base bf16 b8x128 on a Zen 5 EPYC with AVX512-BF16
+# and no AMX, 2026-12-02: oneDNN 24-63 ms against the template's 48-469 ms per GEMM, so
+# max-autotune compiled the kernels +compile uses, after 14-34 s of autotuning per shape.
+AUTOTUNE_FEATURES: dict[torch.dtype, str] = {torch.bfloat16: "amx_bf16", torch.float16: "amx_fp16"}
 
 
 def autotune_pays(
-    dtype: torch.dtype, device: torch.device | str, gemm_ratio: float | None
+    dtype: torch.dtype,
+    device: torch.device | str,
+    gemm_ratio: float | None,
+    features: Collection[str] = (),
 ) -> str | None:
     """None when ``+autotune`` is worth its compile for ``dtype`` on ``device``; else why
-    not, in one line. Decided by the measured eager half/fp32 GEMM ratio (the probe's or the
-    limit's), not by the CPU's name: where half GEMMs are emulated or barely faster, the
-    autotuned templates have nothing to win that is worth a second compile."""
+    not, in one line. Decided by machine facts, not by the CPU's name: the device's features
+    (``features``, from the one device table: the AMX tiles that give max-autotune a half
+    micro-GEMM template) and the measured eager half/fp32 GEMM ratio (the probe's or the
+    limit's: native half GEMMs, not emulated or barely faster ones)."""
     dev = torch.device(device)
     if dev.type not in AUTOTUNE_RECIPES:
         return f"+autotune is a CPU recipe; on {dev.type} +compile already autotunes"
-    if dtype not in HALF_DTYPES:
+    if dtype not in AUTOTUNE_FEATURES:
         return "+autotune is tried for half dtypes, whose GEMM templates it can pick"
+    name, needed = dtype_name(dtype), AUTOTUNE_FEATURES[dtype]
+    if needed not in features:
+        return (
+            f"max-autotune has no {name} GEMM template without {needed} (its template here "
+            "is fp32-vectorised and oneDNN's kernels win): it would compile +compile's kernels"
+        )
     if gemm_ratio is None:
-        return f"{dtype_name(dtype)} GEMMs were not measured here (the probe and limit were off)"
+        return f"{name} GEMMs were not measured here (the probe and limit were off)"
     if gemm_ratio < AUTOTUNE_MIN_GEMM_RATIO:
         return (
-            f"{dtype_name(dtype)} GEMMs ran {gemm_ratio:.2f}x fp32's here (eager); "
-            f"max-autotune is tried from {AUTOTUNE_MIN_GEMM_RATIO:g}x, where half GEMMs are native"
+            f"{name} GEMMs ran {gemm_ratio:.2f}x fp32's here (eager); max-autotune is "
+            f"tried from {AUTOTUNE_MIN_GEMM_RATIO:g}x, where half GEMMs are native"
         )
     return None
 
