@@ -481,3 +481,24 @@ def test_an_autotune_row_is_skipped_where_the_probe_finds_half_emulated() -> Non
     assert Variant.parse("halfprec-bf16+autotune") == Variant(
         "halfprec", torch.bfloat16, compiled=True, autotune=True
     )
+
+
+def test_compile_adds_one_autotune_twin_per_halfprec_variant() -> None:
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=1e-9)  # all probed slow
+    result = benchmark(Tiny(), _x(), "bf16", bench=cfg, compile=True)
+    names = [r.name for r in result.results]
+    assert names.count("halfprec-bf16+autotune") == 1 and len(names) == len(set(names))
+
+
+def test_a_cpu_run_names_only_the_cpus_reduced_fp32_backends() -> None:
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None, limit=False)
+    node = torch.backends.mkldnn.matmul
+    old = node.fp32_precision
+    node.fp32_precision = "bf16"
+    try:
+        result = benchmark(Tiny(), _x(), "bf16", variants=["halfprec-bf16"], bench=cfg)
+    finally:
+        node.fp32_precision = old
+    (note,) = [w for w in result.warnings if "IEEE fp32 all the same" in w]
+    assert note.startswith("this process computes oneDNN matmuls in bf16;")
+    assert "cuDNN" not in note

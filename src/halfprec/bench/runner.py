@@ -150,7 +150,8 @@ class Benchmark:
             machine=machine_info(self.device),
             unit=self.config.unit,
         )
-        reduced = reduced_fp32()
+        ours = ("oneDNN",) if self.device.type == "cpu" else ("CUDA", "cuDNN")
+        reduced = [r for r in reduced_fp32() if r.startswith(ours)]  # this device's backends
         if reduced:
             self.notes.append(
                 f"this process computes {', '.join(reduced)}; every fp32 row and reference "
@@ -483,7 +484,8 @@ def benchmark(
     texts = [v.name if isinstance(v, Variant) else v for v in variants] if variants else None
     chosen = parse_variants(texts, compile=compile, dtypes=settled.dtypes)
     if compile and texts is None and device.type in AUTOTUNE_RECIPES:  # tried where it pays
-        chosen += [v.with_compile(autotune=True) for v in chosen if v.kind == "halfprec"]
+        twins = [v.with_compile(autotune=True) for v in chosen if v.kind == "halfprec"]
+        chosen = list(dict.fromkeys(chosen + twins))
     engine = Benchmark(
         model,
         as_batches(inputs)[0],
