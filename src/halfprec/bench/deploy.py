@@ -143,8 +143,13 @@ class Deployed:
         if not rows:
             return ""
         named = ", ".join(
-            f"{r.name} {s.median:.2f}x by the median (IQR {s.q1:.2f}-{s.q3:.2f}x over "
-            f"{s.rounds} rounds)"
+            f"{r.name} {s.median:.2f}x by the median ("
+            + (
+                "from 1 round: no spread"
+                if s.rounds < 2
+                else f"IQR {s.q1:.2f}-{s.q3:.2f}x over {s.rounds} rounds"
+            )
+            + ")"
             for r, s in rows
         )
         return f"; the machine was too noisy to rank {named}: {self.variant} kept"
