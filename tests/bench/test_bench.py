@@ -197,6 +197,10 @@ def test_capped_variant_is_timed_once_and_noted() -> None:
     assert capped.status == "capped" and capped.timing is not None
     assert len(capped.timing.samples) == 1 and "cap" in capped.note
     assert fastest_variant(result, kinds=("fp32", "naive")).name == "fp32"
+    # the reference is never capped: one round of fp32 would rank nothing
+    fp32 = result.get("fp32")
+    assert fp32.status == "ok" and fp32.timing is not None and len(fp32.timing.samples) >= 3
+    assert any(w.startswith("fp32 @ batch 4: one call took") for w in result.warnings)
 
 
 def test_failing_variant_is_reported_not_raised() -> None:

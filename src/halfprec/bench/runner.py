@@ -366,12 +366,21 @@ class Benchmark:
         return Prepared(result, module if runs else None, runs), warm.output
 
     def _plan(self, result: VariantResult, warm: _Warm) -> int:
-        """The compile time and the number of timed runs (0: capped, timed once)."""
+        """The compile time and the number of timed runs (0: capped, timed once). Eager
+        fp32 is never capped: every ratio is paired with its rounds, and one round ranks
+        nothing; it runs at least 3 rounds, with a note."""
         cfg = self.config
         if result.variant.compiled:
             result.compile_s = warm.first
             self.seconds["compile"] = self.seconds.get("compile", 0.0) + warm.first
             self.seconds["warm-up"] -= warm.first  # counted once, as compile
+        if warm.last > cfg.max_call_s and result.variant == Variant("fp32"):
+            self.notes.append(
+                f"fp32 @ batch {result.batch_size}: one call took {warm.last:.1f} s > cap "
+                f"{cfg.max_call_s:g} s; timed 3 rounds all the same, since every speedup is "
+                "paired with its rounds"
+            )
+            return 3
         if warm.last > cfg.max_call_s:
             result.status = "capped"
             result.timing = Timing((warm.last,))
