@@ -8,6 +8,9 @@ round-robin, each output compared with fp32 on all elements), over:
 - ``fp32+compile`` and ``naive-bf16+compile``, ``halfprec-bf16+compile``
   (``torch.compile`` with halfprec's CPU recipe, ``COMPILE_RECIPES``: fp32 unfrozen,
   bf16 with inductor freezing; fp32 froze too before 2026-12-01 15:10 UTC);
+- ``naive-bf16+autotune`` and ``halfprec-bf16+autotune`` (``mode="max-autotune"`` with
+  inductor freezing, ``AUTOTUNE_RECIPES``; skipped where bf16 GEMMs are not native,
+  ``autotune_pays``);
 - ``onnxruntime-fp32`` (halfprec's fp32 ONNX export on onnxruntime's CPU provider);
 - ``openvino-fp32`` and ``openvino-bf16`` (``openvino.convert_model``, compiled with the
   ``f32`` / ``bf16`` inference-precision hint);
@@ -31,6 +34,7 @@ batch 8 x 128).
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -40,7 +44,7 @@ import torch
 
 import halfprec
 from halfprec.batch import resize_batch
-from halfprec.bench.results import BenchConfig, BenchResult, fastest_variant
+from halfprec.bench.results import BenchConfig, BenchResult, fastest_variant, paired_speed
 from halfprec.bench.runtime_choice import with_runtimes
 from halfprec.bench.spread import variant_speed
 from halfprec.errors import HalfprecError
@@ -50,7 +54,13 @@ from halfprec.timing import spread_text
 MODELS = {"minilm-b1": ("builtin:minilm", 1), "minilm-b32": ("builtin:minilm", 32)}
 MODELS["bert-b8"] = ("builtin:bert-base", 8)
 EAGER = ["fp32", "naive-bf16", "halfprec-bf16"]
-COMPILED = ["fp32+compile", "naive-bf16+compile", "halfprec-bf16+compile"]
+COMPILED = [
+    "fp32+compile",
+    "naive-bf16+compile",
+    "naive-bf16+autotune",
+    "halfprec-bf16+compile",
+    "halfprec-bf16+autotune",
+]
 RUNTIMES = ["onnxruntime-fp32", "openvino-fp32", "openvino-bf16"]
 
 
@@ -106,6 +116,23 @@ def _row(result: BenchResult, name: str, chosen: str) -> str:
     return f"  {name:24s} {text}; {cosine}{acc}; median {r.median_s * 1e3:.1f} ms{comp}{mark}"
 
 
+def _against_best(result: BenchResult, chosen: str) -> str:
+    """The choice against the fastest accurate other variant, with the spread of the
+    per-round ratio over the rounds both were timed in."""
+    rows = [
+        r
+        for r in result.results
+        if r.status == "ok" and r.accurate and r.name != chosen and r.median_s is not None
+    ]
+    if not rows:
+        return ""
+    best = min(rows, key=lambda r: r.median_s or float("inf"))
+    speed = paired_speed(best, result.get(chosen))
+    if speed is None:
+        return ""
+    return f" ({spread_text(speed)} than the fastest other, {best.name})"
+
+
 def run_one(label: str, variants: list[str], bench: BenchConfig) -> None:
     spec, size = MODELS[label]
     loaded = load_model(spec)
@@ -116,10 +143,14 @@ def run_one(label: str, variants: list[str], bench: BenchConfig) -> None:
     chosen = with_runtimes(result, fastest_variant(result)).name
     lim = result.limit(torch.bfloat16)
     limit = "not measured" if lim is None else f"{lim.ratio:.3g}x ({lim.method})"
-    print(f"\n{label} ({spec}, batch {size}): bf16 GEMM limit {limit}; run took {spent:.0f} s")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"\n{label} ({spec}, batch {size}): bf16 eager GEMM ratio {limit}; run took "
+        f"{spent:.0f} s; load average after {load}"
+    )
     for name in variants:
         print(_row(result, name, chosen))
-    print(f"  deploy's choice on these measurements: {chosen}")
+    print(f"  deploy's choice on these measurements: {chosen}{_against_best(result, chosen)}")
     for w in result.warnings:
         print(f"  note: {w}")
 

@@ -168,9 +168,15 @@ class DeviceSupport:
     fp16_runs: bool
     bf16_runs: bool
     features: tuple[str, ...]
+    bf16_compiles: bool = True  # inductor compiles bf16 here (on CUDA: sm80 and later)
 
     def fast(self, dtype: torch.dtype) -> bool:
         return self.fp16_fast if dtype == torch.float16 else self.bf16_fast
+
+    def compiles(self, dtype: torch.dtype) -> bool:
+        """Whether ``torch.compile`` compiles ``dtype`` here; inductor does not compile
+        bf16 below CUDA compute capability 8.0 (T4, V100), where such a model runs eager."""
+        return self.bf16_compiles if dtype == torch.bfloat16 else True
 
     def runs(self, dtype: torch.dtype) -> bool:
         return self.fp16_runs if dtype == torch.float16 else self.bf16_runs
@@ -232,6 +238,7 @@ def _cuda_support(device: torch.device) -> DeviceSupport:
         fp16_runs=True,
         bf16_runs=bf16 or torch.cuda.is_bf16_supported(including_emulation=True),
         features=(f"sm_{major}{minor}",),
+        bf16_compiles=bf16,
     )
 
 

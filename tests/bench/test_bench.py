@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import torch
@@ -196,6 +197,10 @@ def test_capped_variant_is_timed_once_and_noted() -> None:
     assert capped.status == "capped" and capped.timing is not None
     assert len(capped.timing.samples) == 1 and "cap" in capped.note
     assert fastest_variant(result, kinds=("fp32", "naive")).name == "fp32"
+    # the reference is never capped: one round of fp32 would rank nothing
+    fp32 = result.get("fp32")
+    assert fp32.status == "ok" and fp32.timing is not None and len(fp32.timing.samples) >= 3
+    assert any(w.startswith("fp32 @ batch 4: one call took") for w in result.warnings)
 
 
 def test_failing_variant_is_reported_not_raised() -> None:
@@ -268,7 +273,9 @@ class Recording(nn.Module):
 
 def test_timed_calls_are_interleaved_across_variants() -> None:
     CALLS.clear()
-    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None)
+    # no race: under load bf16 can be settled slower after 2 rounds, and this test is
+    # about the order of the calls, not their number
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None, race=None)
     result = benchmark(Recording(), torch.ones(2, 4), variants=["naive-bf16"], bench=cfg)
     assert [len(r.timing.samples) for r in result.results if r.timing] == [3, 3]
     f32, b16 = torch.float32, torch.bfloat16
@@ -317,3 +324,185 @@ def test_a_compiled_variant_compiles_once_for_many_batch_sizes() -> None:
     assert [r.status for r in compiled] == ["ok"] * 3 and all(r.accurate for r in compiled)
     assert counters["stats"]["unique_graphs"] == 2
     assert result.seconds["compile"] == pytest.approx(sum(r.compile_s or 0 for r in compiled))
+
+
+# -- true fp32 whatever the process set (issue 30) ------------------------------------------
+@pytest.fixture
+def tf32_by_the_new_api():
+    """The process asked for TF32 matmuls through torch's new precision API; reading the
+    legacy ``allow_tf32`` flags after that raises "mix of the legacy and new APIs"."""
+    node = torch.backends.cuda.matmul
+    old = node.fp32_precision
+    node.fp32_precision = "tf32"
+    try:
+        yield node
+    finally:
+        node.fp32_precision = old
+
+
+def test_bench_and_deploy_run_after_the_new_tf32_api_was_set(tf32_by_the_new_api) -> None:
+    import halfprec
+
+    result = benchmark(Tiny(), _x(), "bf16", bench=FAST, variants=["fp32", "halfprec-bf16"])
+    assert [r.status for r in result.results] == ["ok", "ok"]
+    done = halfprec.deploy(Tiny(), _x(), "bf16", compile=False, bench=FAST)
+    assert done.choice.status == "ok"
+    assert tf32_by_the_new_api.fp32_precision == "tf32"  # the caller's setting is kept
+
+
+# -- verdicts that never overclaim (issue 31) -----------------------------------------------
+class RoundClock:
+    """A scripted CallTimer: the n-th timed call of a variant takes its n-th time."""
+
+    def __init__(self, times: dict[str, list[float]]) -> None:
+        self.times, self.calls = times, dict.fromkeys(times, 0)
+
+    def __call__(self, fn: object, variant: Variant) -> float:
+        n = self.calls[variant.name]
+        self.calls[variant.name] = n + 1
+        return self.times[variant.name][n % len(self.times[variant.name])]
+
+
+NO_RACE = BenchConfig(warmup=1, runs=5, memory="none", skip_slower_than=None, race=None)
+
+
+def test_bench_never_chooses_a_variant_whose_spread_straddles_fp32() -> None:
+    noisy = RoundClock({"fp32": [1.0] * 5, "halfprec-bf16": [0.5, 1.6, 0.6, 1.5, 0.7]})
+    result = benchmark(Tiny(), _x(), "bf16", variants=["halfprec-bf16"], bench=NO_RACE, timer=noisy)
+    half = result.get("halfprec-bf16")
+    assert half.accurate and half.median_s == 0.7  # faster by the median
+    assert fastest_variant(result).name == "fp32"  # but not beyond the spread
+    steady = RoundClock({"fp32": [1.0] * 5, "halfprec-bf16": [0.5, 0.6, 0.55, 0.52, 0.7]})
+    result = benchmark(
+        Tiny(), _x(), "bf16", variants=["halfprec-bf16"], bench=NO_RACE, timer=steady
+    )
+    assert fastest_variant(result).name == "halfprec-bf16"
+
+
+def test_bench_warns_when_a_speedup_exceeds_the_eager_gemm_ratio() -> None:
+    clock = RoundClock({"fp32": [1.0, 1.1, 0.9], "halfprec-bf16": [1e-4, 1.1e-4, 0.9e-4]})
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None, race=None)
+    result = benchmark(Tiny(), _x(), "bf16", variants=["halfprec-bf16"], bench=cfg, timer=clock)
+    half = result.get("halfprec-bf16")
+    assert half.efficiency is not None and half.efficiency > 1.0
+    above = [w for w in result.warnings if "eager GEMM ratio" in w]
+    assert len(above) == 1 and above[0].startswith("halfprec-bf16 @ batch 4: 10000.00x fp32")
+
+
+# -- the CUDA paths, with CPU proxies (issue 30) --------------------------------------------
+class PoolReuse(nn.Module):
+    """Returns its output in one of two buffers and uses the other as scratch, as a CUDA
+    graph's memory pool does: call k+1 overwrites (here with NaN) the output of call k."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(32, 8)
+        self.register_buffer("pool", torch.zeros(2, 4, 8), persistent=False)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, scratch = self.pool[self.calls % 2], self.pool[(self.calls + 1) % 2]
+        scratch.fill_(float("nan"))  # the previous call's output
+        out.copy_(self.fc(x))
+        self.calls += 1
+        return out
+
+
+def test_outputs_that_the_next_call_overwrites_are_compared_as_they_were() -> None:
+    # two warm-up calls: the second overwrites the first's output, which is the one compared
+    cfg = BenchConfig(warmup=2, runs=3, memory="none", skip_slower_than=None)
+    result = benchmark(PoolReuse(), _x(), "bf16", variants=["naive-bf16"], bench=cfg)
+    naive = result.get("naive-bf16")
+    assert naive.status == "ok" and naive.comparison is not None
+    assert naive.accurate and naive.comparison.worst_cosine > 0.99
+
+
+def _device_without_bf16_compile() -> Any:
+    from halfprec.dtypes import DeviceSupport
+
+    return DeviceSupport(
+        device="cuda:0",
+        name="Tesla T4 (compute capability 7.5)",
+        fp16_fast=True,
+        bf16_fast=False,
+        fp16_runs=True,
+        bf16_runs=True,
+        features=("sm_75",),
+        bf16_compiles=False,
+    )
+
+
+def test_compiled_rows_are_skipped_where_the_device_does_not_compile_the_dtype() -> None:
+    from halfprec.bench.runner import Benchmark
+
+    support = _device_without_bf16_compile()
+    assert not support.compiles(torch.bfloat16) and support.compiles(torch.float16)
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None, limit=False)
+    variants = [Variant("fp32"), Variant("halfprec", torch.bfloat16, compiled=True)]
+    run = Benchmark(Tiny(), _x(), variants=variants, options=cfg, support=support).run()
+    row = run.result.get("halfprec-bf16+compile")
+    assert row.status == "skipped" and row.compile_s is None and row.timing is None
+    assert row.note.startswith("torch.compile does not compile bf16 on Tesla T4")
+
+
+# -- max-autotune where it can pay (issue 31) -----------------------------------------------
+AMX = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f")
+
+
+@pytest.mark.parametrize(
+    ("machine", "features", "ratio", "tried"),
+    [
+        ("AMX: bf16 GEMMs ~4x fp32's", AMX, 4.2, True),
+        ("AVX512-BF16 only: no bf16 template", ("avx512_bf16", "avx512f"), 4.4, False),
+        ("AVX2 only: bf16 emulated, ~50x slower", (), 0.02, False),
+        ("AMX, but noisy or barely faster", AMX, 1.05, False),
+        ("AMX, not measured", AMX, None, False),
+    ],
+)
+def test_autotune_is_tried_where_the_machine_gives_it_a_half_template(
+    machine: str, features: tuple[str, ...], ratio: float | None, tried: bool
+) -> None:
+    from halfprec.bench.variants import autotune_pays
+
+    why = autotune_pays(torch.bfloat16, "cpu", ratio, features)
+    assert (why is None) == tried, machine
+    if machine.startswith("AVX512-BF16"):
+        assert why is not None and why.startswith("max-autotune has no bf16 GEMM template")
+    assert autotune_pays(torch.bfloat16, "cuda", 4.2, AMX) is not None  # +compile autotunes
+
+
+def test_an_autotune_row_is_skipped_where_the_probe_finds_half_emulated() -> None:
+    from testbed.clocks import ScriptedClock
+
+    emulated = ScriptedClock([0.001], [0.05])  # bf16 GEMMs 50x slower: probed slow
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", probe_cache=False)
+    result = benchmark(
+        Tiny(), _x(), "bf16", variants=["halfprec-bf16+autotune"], bench=cfg, probe_timer=emulated
+    )
+    row = result.get("halfprec-bf16+autotune")
+    assert row.status == "skipped" and "slower than fp32" in row.note and row.compile_s is None
+    assert Variant.parse("halfprec-bf16+autotune") == Variant(
+        "halfprec", torch.bfloat16, compiled=True, autotune=True
+    )
+
+
+def test_compile_adds_one_autotune_twin_per_halfprec_variant() -> None:
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=1e-9)  # all probed slow
+    result = benchmark(Tiny(), _x(), "bf16", bench=cfg, compile=True)
+    names = [r.name for r in result.results]
+    assert names.count("halfprec-bf16+autotune") == 1 and len(names) == len(set(names))
+
+
+def test_a_cpu_run_names_only_the_cpus_reduced_fp32_backends() -> None:
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None, limit=False)
+    node = torch.backends.mkldnn.matmul
+    old = node.fp32_precision
+    node.fp32_precision = "bf16"
+    try:
+        result = benchmark(Tiny(), _x(), "bf16", variants=["halfprec-bf16"], bench=cfg)
+    finally:
+        node.fp32_precision = old
+    (note,) = [w for w in result.warnings if "IEEE fp32 all the same" in w]
+    assert note.startswith("this process computes oneDNN matmuls in bf16;")
+    assert "cuDNN" not in note

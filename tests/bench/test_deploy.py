@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import statistics
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -30,10 +34,26 @@ def _x() -> torch.Tensor:
     return torch.randn(8, 32, generator=torch.Generator().manual_seed(1))
 
 
+def _beyond_spread(fp32: Timing, row: Timing) -> bool:
+    """By hand: the lower quartile of the per-round ratios fp32 / row is above 1."""
+    n = min(len(fp32.samples), len(row.samples))
+    ratios = [a / b for a, b in zip(fp32.samples[:n], row.samples[:n], strict=True)]
+    return n > 1 and statistics.quantiles(ratios, n=4, method="inclusive")[0] > 1.0
+
+
 def _fastest_accurate(done: Deployed) -> str:
-    """The control: the variant with the smallest median among those timed and accurate,
-    fp32 on a tie (fp32 is listed first)."""
-    rows = [r for r in done.report.results if r.status == "ok" and r.accurate]
+    """The control: the variant with the smallest median among those timed, accurate and
+    faster than fp32 beyond the spread, fp32 on a tie (fp32 is listed first)."""
+    fp32 = done.report.get("fp32")
+    assert fp32.timing is not None
+    rows = [
+        r
+        for r in done.report.results
+        if r.status == "ok"
+        and r.accurate
+        and r.timing is not None
+        and (r is fp32 or _beyond_spread(fp32.timing, r.timing))
+    ]
     return min(rows, key=lambda r: r.median_s if r.median_s is not None else float("inf")).name
 
 
@@ -44,7 +64,7 @@ ALL_SLOW = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=1e-9)
 def test_deploy_returns_a_checked_module_and_leaves_the_model_alone() -> None:
     model = Block().train()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    done = halfprec.deploy(model, _x(), "bf16", compile=False, bench=TIMED)
+    done = halfprec.deploy(model, _x(), "bf16", compile=False, bench=TIMED, runtimes=())
     assert isinstance(done, Deployed) and done.model is not model
     assert done.variant == _fastest_accurate(done) and done.choice.accurate
     # the module returned is the variant named: its weights are in that variant's dtype
@@ -70,7 +90,7 @@ def test_deploy_returns_a_checked_module_and_leaves_the_model_alone() -> None:
 
 
 def test_deploy_never_picks_a_variant_slower_than_fp32() -> None:
-    done = halfprec.deploy(Block(), _x(), compile=False, bench=TIMED)  # "auto": every dtype
+    done = halfprec.deploy(Block(), _x(), compile=False, bench=TIMED, runtimes=())  # every dtype
     fp32 = done.report.get("fp32")
     assert fp32.median_s is not None and done.choice.median_s is not None
     assert done.choice.median_s <= fp32.median_s
@@ -82,12 +102,16 @@ def test_deploy_never_picks_a_variant_slower_than_fp32() -> None:
         and r.median_s is not None
         and r.median_s < done.choice.median_s
     ]
-    assert faster == []  # nothing accurate beat the choice either
+    from halfprec.bench.results import too_noisy
+
+    # whatever beat the choice by the median was too noisy to rank against fp32, and said so
+    assert [r.name for r in faster] == [r.name for r, _ in too_noisy(done.report)]
+    assert all(r.name in done.summary for r in faster)
     assert done.variant == "fp32" or done.speedup > 1.0
 
 
 def test_deploy_never_times_a_dtype_the_probe_found_slow() -> None:
-    done = halfprec.deploy(Block(), _x(), "auto", compile=False, bench=ALL_SLOW)
+    done = halfprec.deploy(Block(), _x(), "auto", compile=False, bench=ALL_SLOW, runtimes=())
     half = [r for r in done.report.results if r.variant.kind != "fp32"]
     assert half and all(r.status == "skipped" and r.timing is None for r in half)
     assert all("slower than fp32 on this device" in r.note for r in half)
@@ -103,9 +127,10 @@ def test_deploy_compiled_only_still_measures_against_eager_fp32() -> None:
     # one warm-up call: a compiled variant gets one more, so that its compiling call is not
     # the one held against max_call_s
     bench = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=1e-9)
-    done = halfprec.deploy(Block(), _x(), "bf16", eager=False, bench=bench)
+    done = halfprec.deploy(Block(), _x(), "bf16", eager=False, bench=bench, runtimes=())
     names = [r.name for r in done.report.results]
-    assert names == ["fp32", "fp32+compile", "halfprec-bf16+compile"]
+    assert names == ["fp32", "fp32+compile", "halfprec-bf16+compile", "halfprec-bf16+autotune"]
+    assert done.report.get("halfprec-bf16+autotune").status == "skipped"  # probed slow
     compiled = done.report.get("fp32+compile")
     assert compiled.status == "ok" and compiled.compile_s is not None and compiled.accurate
     assert done.report.get("halfprec-bf16+compile").status == "skipped"
@@ -122,7 +147,9 @@ def test_deploy_times_a_fast_dtype_a_noisy_probe_misread_and_says_where_time_wen
     # the issue's reading: bf16's first calls hit by load, "4.2x slower than fp32"
     wild = ScriptedClock([0.010], [0.042, 0.042, 0.042, 0.005])
     bench = BenchConfig(warmup=1, runs=3, memory="none", limit_budget_s=1)
-    done = halfprec.deploy(Block(), _x(), "bf16", compile=False, bench=bench, probe_timer=wild)
+    done = halfprec.deploy(
+        Block(), _x(), "bf16", compile=False, bench=bench, probe_timer=wild, runtimes=()
+    )
     bf16 = done.report.get("halfprec-bf16")
     assert bf16.status == "ok" and bf16.timing is not None  # timed, not skipped
     assert wild.calls["half"] >= 5  # in doubt the probe took more rounds
@@ -148,7 +175,7 @@ def test_deploy_warms_an_eager_variant_once_before_timing_it() -> None:
     # (recording its products, giving the reference output), then its timed rounds
     Counting.calls = 0
     slow = ScriptedClock([0.001], [1.0])
-    done = halfprec.deploy(Counting(), _x(), "bf16", compile=False, probe_timer=slow)
+    done = halfprec.deploy(Counting(), _x(), "bf16", compile=False, probe_timer=slow, runtimes=())
     timing = done.report.get("fp32").timing
     assert done.variant == "fp32" and timing is not None
     assert Counting.calls == len(timing.samples) + 1
@@ -160,7 +187,7 @@ def test_deploy_rejects_nothing_to_try() -> None:
 
 
 def test_summary_and_json_carry_the_spread_of_the_chosen_variant() -> None:
-    done = halfprec.deploy(Block(), _x(), "bf16", compile=False, bench=TIMED)
+    done = halfprec.deploy(Block(), _x(), "bf16", compile=False, bench=TIMED, runtimes=())
     rows = {r.name: r for r in done.report.results}
     rows["fp32"].timing = Timing((1.0, 0.9, 1.1, 2.0, 3.0))  # injected: rounds that disagree
     rows["halfprec-bf16"].timing = Timing((2.0, 1.0, 1.0, 1.0, 1.0))
@@ -174,3 +201,108 @@ def test_summary_and_json_carry_the_spread_of_the_chosen_variant() -> None:
     steady = Deployed(done.model, rows["halfprec-bf16"], done.report)
     assert "2.00x faster (IQR 2.00-2.00x over 3 rounds) than fp32" in steady.summary
     assert Deployed(done.model, rows["fp32"], done.report).to_json()["speedup_spread"] is None
+
+
+# -- the recipe's tolerance and verdicts that never overclaim (issues 31, 35) ---------------
+def test_deploy_judges_by_the_recipes_tolerance() -> None:
+    strict = halfprec.Recipe(dtype="bf16", tolerance=Tolerance(min_sqnr_db=200))
+    done = halfprec.deploy(Block(), _x(), strict, compile=False, bench=TIMED, runtimes=())
+    half = done.report.get("halfprec-bf16")
+    assert half.comparison is not None and not half.comparison.passed
+    assert half.comparison.tolerance.min_sqnr_db == 200
+    assert done.variant == "fp32"
+    # an explicit tolerance replaces the recipe's
+    lenient = Tolerance(min_sqnr_db=10, min_cosine=0.9)
+    again = halfprec.deploy(
+        Block(), _x(), strict, compile=False, bench=TIMED, runtimes=(), tolerance=lenient
+    )
+    assert again.report.get("halfprec-bf16").accurate
+
+
+class RoundClock:
+    """A scripted CallTimer: the n-th timed call of a variant takes its n-th time."""
+
+    def __init__(self, times: dict[str, list[float]]) -> None:
+        self.times = times
+        self.calls: dict[str, int] = {}
+
+    def __call__(self, fn: object, variant: halfprec.bench.variants.Variant) -> float:
+        n = self.calls.get(variant.name, 0)
+        self.calls[variant.name] = n + 1
+        seq = self.times[variant.name]
+        return seq[n % len(seq)]
+
+
+NOISY = {
+    "fp32": [1.0, 1.0, 1.0, 1.0, 1.0],
+    "halfprec-bf16": [0.5, 1.6, 0.6, 1.5, 0.7],  # the median 0.7 s, rounds on both sides of 1
+}
+NO_RACE = BenchConfig(warmup=1, runs=5, memory="none", skip_slower_than=None, race=None)
+
+
+def test_a_noisy_machine_yields_fp32_with_a_note_in_deploy_and_bench_alike() -> None:
+    from halfprec.bench.choice import choose_dtype_by_measurement
+    from halfprec.bench.results import fastest_variant
+
+    clock = RoundClock(NOISY)
+    done = halfprec.deploy(
+        Block(), _x(), "bf16", compile=False, bench=NO_RACE, timer=clock, runtimes=()
+    )
+    half = done.report.get("halfprec-bf16")
+    assert half.median_s == 0.7 and half.speedup is not None and half.speedup > 1.0
+    assert done.variant == "fp32"  # faster by the median only: not chosen
+    assert "the machine was too noisy to rank halfprec-bf16 1.43x by the median" in done.summary
+    assert fastest_variant(done.report).name == "fp32"  # bench's verdict, same data
+    choice = choose_dtype_by_measurement(
+        Block(), _x(), "bf16", bench=NO_RACE, timer=RoundClock(NOISY)
+    )
+    assert choice.dtype == torch.float32
+    assert choice.reason == (
+        "no half variant is faster than fp32 within tolerance here "
+        "(halfprec-bf16: too noisy to rank (IQR 0.67-1.67x over 5 rounds))"
+    )
+
+
+def test_a_speedup_above_the_eager_gemm_ratio_is_a_warning_not_an_efficiency() -> None:
+    clock = RoundClock({"fp32": [1.0, 1.1, 0.9], "halfprec-bf16": [1e-4, 1.1e-4, 0.9e-4]})
+    bench = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None, race=None)
+    done = halfprec.deploy(
+        Block(), _x(), "bf16", compile=False, bench=bench, timer=clock, runtimes=()
+    )
+    assert done.variant == "halfprec-bf16" and done.speedup == pytest.approx(1e4)
+    lim = done.limit
+    assert lim is not None and lim.ratio < 1e4  # an eager GEMM ratio, measured
+    assert "of the limit" not in done.summary and "of the eager GEMM ratio" not in done.summary
+    assert "above the eager GEMM ratio" in done.summary
+    (warning,) = [w for w in done.report.warnings if "eager GEMM ratio" in w]
+    assert warning.startswith("halfprec-bf16 @ batch 8: 10000.00x fp32 is above its bf16 eager")
+    assert "no efficiency is claimed" in warning
+
+
+def test_a_repeat_deploy_builds_checks_and_times_only_the_winner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HALFPREC_PROBE_CACHE", "1")
+    monkeypatch.setenv("HALFPREC_CACHE_DIR", str(tmp_path))
+    steady = {"fp32": [1.0] * 5, "halfprec-fp16": [0.8] * 5, "halfprec-bf16": [0.5] * 5}
+
+    def again() -> Deployed:
+        return halfprec.deploy(
+            Block(), _x(), compile=False, bench=NO_RACE, timer=RoundClock(steady), runtimes=()
+        )
+
+    first = again()
+    assert first.variant == "halfprec-bf16"
+    assert [r.name for r in first.report.results] == ["fp32", "halfprec-fp16", "halfprec-bf16"]
+    (saved,) = tmp_path.glob("race-*.json")
+    second = again()
+    assert second.variant == "halfprec-bf16"
+    assert [r.name for r in second.report.results] == ["fp32", "halfprec-bf16"]
+    (note,) = [w for w in second.report.warnings if "raced these 3 candidates" in w]
+    assert "only halfprec-bf16 was built, checked and timed again" in note
+    monkeypatch.setenv("HALFPREC_RACE_CACHE", "0")
+    assert len(again().report.results) == 3  # switched off: every candidate again
+    monkeypatch.delenv("HALFPREC_RACE_CACHE")
+    saved.unlink()
+    os.mkfifo(saved)  # never read (it would block): ignored, and every candidate races
+    assert len(again().report.results) == 3

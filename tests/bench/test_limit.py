@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -173,3 +174,26 @@ def test_benchmark_times_a_fast_dtype_the_noisy_probe_misread_and_skips_a_slow_o
     assert r.status == "skipped" and r.timing is None
     assert "bf16 matmuls run 50.0x slower than fp32 on this device" in r.note
     assert "at least 50.0x in 3 rounds; limit 3x" in r.note
+
+
+def test_the_limit_times_back_to_back_calls_not_one_call_and_a_sync() -> None:
+    # a scripted device: a product takes 2 us in fp32 and 1 us in bf16, and reading the
+    # time back (a sync, or one call's launch) costs 50 us per sample, as on a GPU at BERT
+    # shapes; one call per sample would squeeze the limit towards 1
+    seen: list[int] = []
+
+    def device(fn: Callable[[], object], calls: int) -> float:
+        out = fn()
+        assert isinstance(out, torch.Tensor)
+        seen.append(calls)
+        each = 2e-6 if out.dtype == torch.float32 else 1e-6
+        return calls * each + 50e-6
+
+    lim = measure_limit({Gemm(1, 16, 16, 16): 3}, torch.bfloat16, runs=3, timer=device)
+    assert seen and all(calls > 1 for calls in seen)
+    fp32_calls, bf16_calls = set(seen[0::2]), set(seen[1::2])  # fp32 then bf16, each round
+    assert len(fp32_calls) == len(bf16_calls) == 1  # each keeps its count of calls
+    (nf,), (nb,) = fp32_calls, bf16_calls
+    per_call = ((nf * 2e-6 + 50e-6) / nf) / ((nb * 1e-6 + 50e-6) / nb)  # by hand
+    assert lim.ratio == pytest.approx(per_call)  # the samples divided by their calls
+    assert lim.ratio != pytest.approx(52 / 51)  # what one call and a sync would read

@@ -166,3 +166,46 @@ def test_a_model_a_runtime_cannot_convert_is_a_failed_row_in_one_line(runtime: s
     assert "\n" not in row.note and row.timing is None
     assert "halfprec_tests" in row.note  # the operator it could not take, named
     assert with_runtimes(result, fastest_variant(result)).name == "fp32"
+
+
+# -- deploy's default race: the runtimes that compute a half dtype on this CPU (issue 31) ---
+def _openvino_on(caps: tuple[str, ...]):  # noqa: ANN202 (a fake of runtimes.unavailable)
+    """``unavailable`` as on a CPU whose OpenVINO plugin lists ``caps``."""
+    names = {torch.bfloat16: "BF16", torch.float16: "FP16", torch.float32: "FP32"}
+
+    def why_not(runtime: str, dtype: torch.dtype, device: object) -> str | None:
+        if runtime != "openvino":
+            return None
+        return None if names[dtype] in caps else f"no {names[dtype]} here"
+
+    return why_not
+
+
+@pytest.mark.parametrize(
+    ("machine", "caps", "tried"),
+    [
+        ("AMX", ("FP32", "BF16", "FP16"), ["openvino-fp16", "openvino-bf16"]),
+        ("AVX512-BF16 only", ("FP32", "BF16"), ["openvino-bf16"]),
+        ("AVX2 only", ("FP32",), []),
+    ],
+)
+def test_deploy_tries_openvino_by_default_where_it_computes_half(
+    machine: str, caps: tuple[str, ...], tried: list[str]
+) -> None:
+    from halfprec.bench.runtime_choice import default_runtimes
+
+    found = default_runtimes((torch.float16, torch.bfloat16), "cpu", _openvino_on(caps))
+    assert sorted(v.name for v in found) == sorted(tried), machine
+    assert default_runtimes((torch.bfloat16,), "cuda") == []  # runtimes run on the CPU
+
+
+def test_deploy_default_race_includes_openvino_where_this_cpu_has_half() -> None:
+    pytest.importorskip("openvino")
+    from halfprec.runtimes import unavailable
+
+    bench = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None, limit=False)
+    done = halfprec.deploy(Block(), _x(), "bf16", compile=False, bench=bench)
+    names = [r.name for r in done.report.results]
+    here = unavailable("openvino", torch.bfloat16, "cpu") is None
+    assert ("openvino-bf16" in names) == here
+    assert "openvino-fp32" not in names and "onnxruntime-fp32" not in names

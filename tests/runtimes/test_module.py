@@ -111,13 +111,30 @@ def test_in_process_only_copy_and_pickle_say_how_to_save(runtime: str) -> None:
         pickle.dumps(built)
 
 
-def test_openvino_saves_ir_that_openvino_loads_with_the_same_outputs(tmp_path: Path) -> None:
+@pytest.fixture
+def bf16_default_core() -> Any:
+    """An ``openvino.Core`` whose CPU default inference precision is bf16, as on a CPU with
+    AVX512-BF16 or AMX, on any CPU (the property, set on this core only)."""
     ov = pytest.importorskip("openvino")
+    core = ov.Core()
+    core.set_property("CPU", {"INFERENCE_PRECISION_HINT": "bf16"})
+    return core
+
+
+def test_openvino_saves_ir_that_openvino_loads_with_the_same_outputs(
+    tmp_path: Path, bf16_default_core: Any
+) -> None:
+    from halfprec.runtimes.ov import PRECISION_KEY, compile_ir
+
     built = _built("openvino")
     written = built.save(tmp_path / "heads.xml")
     assert written.is_file() and (tmp_path / "heads.bin").is_file()
+    # the IR carries the precision halfprec checked, f32, whatever this CPU defaults to
+    ir = bf16_default_core.read_model(str(written))
+    assert ir.get_rt_info(list(PRECISION_KEY)).astype(str) == built.precision == "f32"
     batch = _batch(3, seed=4)
-    compiled = ov.Core().compile_model(ov.Core().read_model(str(written)), "CPU")
+    compiled = compile_ir(written, bf16_default_core)
+    assert compiled.get_property("INFERENCE_PRECISION_HINT").to_string() == "f32"
     flat = compiled([batch[n].numpy() for n in built.input_names])
     got = flatten(built(**batch))
     assert len(built.output_names) == len(compiled.outputs) == 3

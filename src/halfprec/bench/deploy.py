@@ -16,9 +16,17 @@ machine: :mod:`halfprec.bench.probe_cache`), and the candidates are raced: each 
 being timed once its rank is settled (:class:`~halfprec.bench.race.Race`).
 ``Deployed.time_spent`` says where the time went.
 
-``runtimes=("openvino", "onnxruntime")`` also tries those runtimes
+By default it also tries every runtime target that is installed and computes a half dtype
+of ``config`` on this CPU (OpenVINO with its bf16 hint on a CPU with AVX512-BF16 or AMX);
+``runtimes=("openvino", "onnxruntime")`` tries those in fp32 too, ``runtimes=()`` none
 (:mod:`halfprec.bench.runtime_choice`): one wins only when it passes the same check and is
 faster than the torch choice by its spread.
+
+Every candidate is judged by the recipe's tolerance, or ``tolerance`` where given
+(:meth:`~halfprec.Recipe.settle`), and a half variant is chosen only when it is faster than
+eager fp32 beyond the spread of the interleaved rounds
+(:func:`~halfprec.bench.results.fastest_variant`, bench's own verdict): on a machine too
+noisy to rank, deploy returns fp32 and its summary says so.
 """
 
 from __future__ import annotations
@@ -28,17 +36,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
 from halfprec.batch import as_batches
+from halfprec.bench.interleave import CallTimer
 from halfprec.bench.limit import GemmLimit, Timer
-from halfprec.bench.results import BenchConfig, BenchResult, VariantResult, fastest_variant
-from halfprec.bench.runner import Progress, _Runner, run_benchmark
-from halfprec.bench.runtime_choice import runtime_variants, with_runtimes
+from halfprec.bench.race_cache import RaceCache, race_key
+from halfprec.bench.results import (
+    BenchConfig,
+    BenchResult,
+    VariantResult,
+    fastest_variant,
+    too_noisy,
+)
+from halfprec.bench.runner import Benchmark, Progress
+from halfprec.bench.runtime_choice import default_runtimes, runtime_variants, with_runtimes
 from halfprec.bench.spread import variant_speed
-from halfprec.bench.variants import Variant, build_variant
+from halfprec.bench.variants import AUTOTUNE_RECIPES, Variant, build_variant
 from halfprec.compare import Tolerance
-from halfprec.convert.core import ConfigLike, Recipe
+from halfprec.convert.recipe import Recipe, RecipeLike
 from halfprec.modules import model_device
 from halfprec.timing import spent_text, spread_text
 
@@ -106,16 +123,36 @@ class Deployed:
         speed = (
             f"{self.speedup:.2f}x fp32" if spread is None else f"{spread_text(spread)} than fp32"
         )
-        lim = self.limit
-        if lim is not None and self.efficiency is not None:
-            speed += f" ({self.efficiency:.2f} of the limit {lim.ratio:.2f}x)"
+        lim, eff = self.limit, self.efficiency
+        if lim is not None and eff is not None and eff <= 1.0:
+            speed += f" ({eff:.2f} of the eager GEMM ratio {lim.ratio:.2f}x)"
+        elif lim is not None and eff is not None:
+            speed += f" (above the eager GEMM ratio {lim.ratio:.2f}x: no limit, see warnings)"
         comp = f", compiled in {self.compile_s:.1f} s" if self.compile_s is not None else ""
         rows = [r for r in self.report.results if r.status == "skipped"]
-        skipped = sorted({r.name for r in rows if not r.variant.runtime}, key=len)
+        slow = "slower than fp32 on this device"
+        skipped = sorted({r.name for r in rows if slow in r.note}, key=len)
         skip = f"; skipped (probed slow): {', '.join(skipped)}" if skipped else ""
-        absent = sorted({r.name for r in rows if r.variant.runtime})
+        absent = sorted({r.name for r in rows if slow not in r.note})
         skip += f"; not run here: {', '.join(absent)} (see report notes)" if absent else ""
-        return f"{self.variant}: {speed}{comp}, within tolerance{skip}"
+        return f"{self.variant}: {speed}{comp}, within tolerance{skip}{self._noisy()}"
+
+    def _noisy(self) -> str:
+        """Why a variant faster by the median was not chosen: its spread against fp32."""
+        rows = too_noisy(self.report, self.choice.batch_size)
+        if not rows:
+            return ""
+        named = ", ".join(
+            f"{r.name} {s.median:.2f}x by the median ("
+            + (
+                "from 1 round: no spread"
+                if s.rounds < 2
+                else f"IQR {s.q1:.2f}-{s.q3:.2f}x over {s.rounds} rounds"
+            )
+            + ")"
+            for r, s in rows
+        )
+        return f"; the machine was too noisy to rank {named}: {self.variant} kept"
 
     @property
     def time_spent(self) -> str:
@@ -140,10 +177,30 @@ class Deployed:
         }
 
 
+def _variants(
+    half: Sequence[torch.dtype],
+    device: torch.device,
+    *,
+    compile: bool,
+    eager: bool,
+    runtimes: Sequence[str] | None,
+) -> list[Variant]:
+    """fp32 and halfprec in each half dtype, eager and/or compiled, then the runtimes."""
+    base = [Variant("fp32")] + [Variant("halfprec", dt) for dt in half]
+    variants = (base if eager else []) + ([v.with_compile() for v in base] if compile else [])
+    if compile and device.type in AUTOTUNE_RECIPES:  # skipped where it cannot pay
+        variants += [Variant("halfprec", dt).with_compile(autotune=True) for dt in half]
+    if not eager:  # speedups are measured against eager fp32, so it is always timed
+        variants.insert(0, Variant("fp32"))
+    if runtimes is None:
+        return variants + default_runtimes(half, device)
+    return variants + runtime_variants(runtimes, half)
+
+
 def deploy(
     model: nn.Module,
     inputs: Any,
-    config: ConfigLike = "auto",
+    config: RecipeLike = "auto",
     *,
     compile: bool = True,
     eager: bool = True,
@@ -151,49 +208,109 @@ def deploy(
     bench: BenchConfig | None = None,
     progress: Progress | None = None,
     probe_timer: Timer | None = None,
-    runtimes: Sequence[str] = (),
+    timer: CallTimer | None = None,
+    runtimes: Sequence[str] | None = None,
 ) -> Deployed:
-    """The fastest way to run ``model`` on its device that meets ``tolerance`` against
+    """The fastest way to run ``model`` on its device that meets the tolerance against
     fp32 on the first batch of ``inputs`` (see the module docs).
 
     ``config``: a :class:`~halfprec.Recipe` or a dtype. Its dtype picks the half
-    dtypes tried (``"auto"``: every one the device runs; ``"bf16"``: only bf16) and its
-    islands shape the halfprec variants. ``compile``: also try each under
-    ``torch.compile`` (the device's deploy recipe); ``eager``: also try each uncompiled.
-    ``tolerance``: None for the per-dtype default. ``bench``: how long to measure
-    (default: one warm-up call, two for a compiled variant, whose first call compiles; up
-    to 5 timed rounds; no memory measurement). ``probe_timer``: how the slow-dtype
-    probe times a call (:data:`~halfprec.bench.limit.Timer`; default the wall clock).
-    ``Deployed.time_spent`` says where the time went. ``runtimes``: also try these
-    runtimes (``"openvino"``, ``"onnxruntime"``, or ``["all"]``) on the CPU, in fp32 and
-    each half dtype of ``config`` they offer; a missing package or a precision the CPU
-    lacks skips that variant with a note in the report.
+    dtypes tried (``"auto"``: every one the device runs; ``"bf16"``: only bf16), its
+    islands shape the halfprec variants, and its tolerance judges every candidate.
+    ``compile``: also try each under ``torch.compile`` (the device's deploy recipe);
+    ``eager``: also try each uncompiled. ``tolerance``: replaces the recipe's. ``bench``:
+    how long to measure (default: one warm-up call, two for a compiled variant, whose
+    first call compiles; up to 5 timed rounds; no memory measurement). ``probe_timer``
+    and ``timer``: how the slow-dtype probe and the timed calls are timed (default the
+    wall clock; tests pass scripted timings). ``Deployed.time_spent`` says where the time
+    went. ``runtimes``: None (default) tries the runtimes installed here in the half
+    dtypes this CPU computes; a list (``"openvino"``, ``"onnxruntime"``, or ``["all"]``)
+    tries those in fp32 and each half dtype they offer, a missing package or a precision
+    the CPU lacks skipping that variant with a note; ``()`` tries none.
 
     ``model`` is not changed: every candidate is built from a copy. The returned module
     was warmed up on that batch; compiled modules recompile for new shapes, so warm it on
-    each serving shape before taking traffic (docs/bench.md).
+    each serving shape before taking traffic (docs/bench.md). On CUDA a compiled choice
+    replays CUDA graphs: clone an output you keep past the next call.
     """
     if not (compile or eager):
         raise ValueError(
             "deploy(compile=False, eager=False) has nothing to try; set compile or eager"
         )
     start = time.perf_counter()
-    cfg = Recipe.of(config)
-    half = cfg.candidates(model_device(model))
-    base = [Variant("fp32")] + [Variant("halfprec", dt) for dt in half]
-    variants = (base if eager else []) + ([v.with_compile() for v in base] if compile else [])
-    if not eager:  # speedups are measured against eager fp32, so it is always timed
-        variants.insert(0, Variant("fp32"))
-    variants += runtime_variants(runtimes, half)
-    runner = _Runner(
-        model, as_batches(inputs)[0], variants, bench or _quick(), cfg, tolerance, None, progress
+    recipe = Recipe.of(config)
+    device = model_device(model)
+    settled = recipe.settle(device, tolerance)
+    batch = as_batches(inputs)[0]
+    candidates = _variants(settled.dtypes, device, compile=compile, eager=eager, runtimes=runtimes)
+    options = bench or _quick()
+    race = _Race(model, batch, recipe, tolerance, options, progress, probe_timer, timer)
+    cache = RaceCache(race_key(model, batch, candidates)) if options.probe_cache else None
+    done = None if cache is None else _rerun_winner(race, cache, len(candidates))
+    if done is None:
+        done = race.run(candidates)
+        # fp32 is not kept: on a noisy machine it wins by default, and a quieter run may
+        # find a half variant faster
+        keep = cache is not None and done.variant != "fp32"
+        note = cache.put(done.variant) if cache is not None and keep else None
+        done.report.warnings.extend([] if note is None else [note])
+    done.seconds["total"] = time.perf_counter() - start
+    return done
+
+
+def _rerun_winner(race: _Race, cache: RaceCache, candidates: int) -> Deployed | None:
+    """The winner of an earlier race on this machine (:mod:`halfprec.bench.race_cache`),
+    built, checked and timed against eager fp32 again; None when there is none, or when it
+    no longer wins (the caller then races every candidate)."""
+    hit = cache.get()
+    if hit is None:
+        return None
+    winner = Variant.parse(hit[0])
+    done = race.run(list(dict.fromkeys([Variant("fp32"), winner])))
+    if done.variant != winner.name:
+        return None
+    done.report.warnings.append(
+        f"deploy raced these {candidates} candidates on this machine before ({hit[1]}): "
+        f"only {winner.name} was built, checked and timed again ({cache.path}; "
+        "HALFPREC_RACE_CACHE=0 races them all)"
     )
-    runner.keep_modules, runner.probe_timer = True, probe_timer
-    result, modules = run_benchmark(runner)
-    best = with_runtimes(result, fastest_variant(result))
-    chosen = modules.get(best.name)
-    if chosen is None:  # fp32 when it was capped (timed once, not kept): a fresh copy
-        with runner.phase("build"):
-            chosen = build_variant(model, best.variant, cfg)
-    seconds = {**runner.seconds, "total": time.perf_counter() - start}
-    return Deployed(chosen, best, result, seconds)
+    return done
+
+
+@dataclass(frozen=True)
+class _Race:
+    """One deploy race over some candidates: the engine run and the choice."""
+
+    model: nn.Module
+    batch: Any
+    recipe: Recipe
+    tolerance: Tolerance | None
+    options: BenchConfig
+    progress: Progress | None = None
+    probe_timer: Timer | None = None
+    timer: CallTimer | None = None
+
+    def run(self, variants: list[Variant]) -> Deployed:
+        """Benchmark ``variants`` and keep the fastest accurate one (see :func:`deploy`)."""
+        engine = Benchmark(
+            self.model,
+            self.batch,
+            variants=variants,
+            recipe=self.recipe,
+            tolerance=self.tolerance,
+            options=self.options,
+            progress=self.progress,
+            probe_timer=self.probe_timer,
+            timer=self.timer,
+            keep_modules=True,
+        )
+        run = engine.run()
+        result = run.result
+        best = with_runtimes(result, fastest_variant(result))
+        seconds = dict(result.seconds)
+        chosen = run.modules.get(best.name)
+        if chosen is None:  # fp32 when it was capped (timed once, not kept): a fresh copy
+            built = time.perf_counter()
+            chosen = build_variant(self.model, best.variant, self.recipe)
+            seconds["build"] = seconds.get("build", 0.0) + time.perf_counter() - built
+        return Deployed(chosen, best, result, seconds)

@@ -34,6 +34,8 @@ from halfprec.batch import Batch, call
 from halfprec.timing import synchronize, timed_call
 
 __all__ = [
+    "BatchTimer",
+    "back_to_back",
     "Gemm",
     "GemmLimit",
     "GemmRecorder",
@@ -160,6 +162,36 @@ class GemmLimit:
         return {"ratio": self.ratio, "method": self.method, "shapes": self.shapes}
 
 
+BatchTimer = Callable[[Callable[[], object], int], float]
+"""Times ``calls`` back-to-back calls of a product: ``timer(fn, calls) -> seconds`` for
+all of them. The default is :func:`back_to_back`; tests pass scripted timings."""
+
+
+def back_to_back(fn: Callable[[], object], calls: int, device: torch.device | str = "cpu") -> float:
+    """Seconds ``calls`` back-to-back calls of ``fn`` take on ``device``: one synchronisation
+    after the last call, not one per call. On an accelerator the time is read from device
+    events recorded around the calls (``torch.Event``), so that the host's launch and sync
+    cost, as long as a fast kernel on CUDA, is not counted; on the CPU from the wall clock."""
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return time.perf_counter() - start
+    begin, end = (torch.Event(device=dev, enable_timing=True) for _ in range(2))
+    begin.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / 1000.0  # milliseconds
+
+
+def _calls_for(seconds: float, target_s: float = 2e-3, most: int = 64) -> int:
+    """How many back-to-back calls make one sample of about ``target_s`` seconds."""
+    return max(1, min(most, int(target_s / max(seconds, 1e-9))))
+
+
 def measure_limit(
     shapes: dict[Gemm, int],
     dtype: torch.dtype,
@@ -167,22 +199,26 @@ def measure_limit(
     *,
     runs: int = 5,
     budget_s: float = 20.0,
+    timer: BatchTimer | None = None,
 ) -> GemmLimit:
-    """fp32 time / ``dtype`` time of ``shapes`` (each weighted by its count), timed
-    interleaved: every round calls each shape in fp32 then in ``dtype``. Stops adding rounds
-    once ``budget_s`` is spent (at least one timed round after the warm-up)."""
+    """fp32 time / ``dtype`` time of ``shapes`` (each weighted by its count), in eager
+    kernels, timed interleaved: every round times each shape in fp32 then in ``dtype``.
+    Each sample is a run of back-to-back calls (:func:`back_to_back`, as many as take about
+    2 ms after one warm-up call: a product of a few microseconds is timed, not its launch
+    and sync), divided by their number. Stops adding rounds once ``budget_s`` is spent (at
+    least one timed round after the warm-up)."""
     dev = torch.device(device)
     if not shapes:
         return GemmLimit(dtype, 1.0, "gemm", 0)
+    clock = timer or (lambda fn, calls: back_to_back(fn, calls, dev))
     calls = {(g, dt): _operands(g, dt, dev) for g in shapes for dt in (torch.float32, dtype)}
     samples: dict[tuple[Gemm, torch.dtype], list[float]] = {key: [] for key in calls}
     start = time.perf_counter()
     with torch.inference_mode():
-        for fn in calls.values():  # warm-up
-            fn()
+        repeats = {key: _calls_for(timed_call(fn, dev)) for key, fn in calls.items()}  # warm-up
         for _ in range(runs):
             for key, fn in calls.items():
-                samples[key].append(timed_call(fn, dev))
+                samples[key].append(clock(fn, repeats[key]) / repeats[key])
             if time.perf_counter() - start > budget_s:
                 break
     total = {

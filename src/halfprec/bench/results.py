@@ -1,6 +1,7 @@
 """What :func:`~halfprec.bench.runner.benchmark` is told (:class:`BenchConfig`) and what
 it measures: one :class:`VariantResult` per variant and batch size, gathered in a
-:class:`BenchResult`, and :func:`fastest_variant`, the fastest accurate one among them."""
+:class:`BenchResult`, and :func:`fastest_variant`, the fastest accurate one among them
+that is faster than fp32 beyond the spread (the one verdict bench and deploy share)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from halfprec.bench.limit import GemmLimit
 from halfprec.bench.machine import MachineInfo
@@ -17,9 +19,19 @@ from halfprec.bench.variants import Variant
 from halfprec.bench.worker import MemoryUse
 from halfprec.compare import Comparison
 from halfprec.dtypes import dtype_name
-from halfprec.timing import Timing, fastest_accurate
+from halfprec.timing import Ratio, Timing, fastest_accurate, ratio_of
 
-__all__ = ["BenchConfig", "CHOICE_KINDS", "VariantResult", "BenchResult", "fastest_variant"]
+__all__ = [
+    "BenchConfig",
+    "CHOICE_KINDS",
+    "VariantResult",
+    "BenchResult",
+    "BenchRun",
+    "fastest_variant",
+    "faster_beyond_spread",
+    "paired_speed",
+    "too_noisy",
+]
 
 CHOICE_KINDS: tuple[str, ...] = ("fp32", "halfprec")
 """The variant kinds :func:`fastest_variant` chooses among by default (bench's "auto would
@@ -203,19 +215,80 @@ class BenchResult:
         }
 
 
+@dataclass
+class BenchRun:
+    """What :meth:`~halfprec.bench.runner.Benchmark.run` gives back: the measurements, and
+    (with ``keep_modules``) the warmed modules of the first batch size by variant name, so
+    that a caller can keep the winner without building or compiling it again."""
+
+    result: BenchResult
+    modules: dict[str, nn.Module] = field(default_factory=dict)
+
+
+def paired_speed(reference: VariantResult, row: VariantResult) -> Ratio | None:
+    """How many times faster ``row`` ran than ``reference``, over the rounds both were timed
+    in (None when either was not timed)."""
+    if reference.timing is None or row.timing is None:
+        return None
+    rounds = min(len(reference.timing.samples), len(row.timing.samples))
+    return ratio_of(Timing(reference.timing.samples[:rounds]), Timing(row.timing.samples[:rounds]))
+
+
+def faster_beyond_spread(reference: VariantResult, row: VariantResult) -> bool:
+    """Whether ``row`` ran faster than ``reference`` beyond the spread: over at least two
+    shared rounds, the interquartile range of the per-round ratios lies above 1."""
+    speed = paired_speed(reference, row)
+    return speed is not None and speed.ranked and speed.q1 > 1.0
+
+
+def _fp32(rows: list[VariantResult]) -> VariantResult:
+    return next(r for r in rows if r.variant == Variant("fp32"))
+
+
+def _usable(r: VariantResult) -> bool:
+    return r.status == "ok" and bool(r.accurate)
+
+
 def fastest_variant(
     result: BenchResult,
     batch_size: int | None = None,
     *,
     kinds: Sequence[str] = CHOICE_KINDS,
 ) -> VariantResult:
-    """The fastest measured variant of ``kinds`` that meets its tolerance; fp32 when no
-    such variant beats it. (Capped and failed variants never win.)"""
+    """The fastest measured variant of ``kinds`` that meets its tolerance and is faster
+    than eager fp32 beyond the spread (:func:`faster_beyond_spread`); fp32 when no such
+    variant exists, also when one is faster by the median only (:func:`too_noisy` names
+    those). Capped and failed variants never win."""
     rows = result.at(result.batch_sizes[0] if batch_size is None else batch_size)
-    fp32 = next(r for r in rows if r.variant == Variant("fp32"))
+    fp32 = _fp32(rows)
     return fastest_accurate(
         fp32,
-        (r for r in rows if r.variant.kind in kinds),
+        (r for r in rows if r.variant.kind in kinds and faster_beyond_spread(fp32, r)),
         latency=lambda r: r.median_s,
-        accurate=lambda r: r.status == "ok" and bool(r.accurate),
+        accurate=_usable,
     )
+
+
+def too_noisy(
+    result: BenchResult,
+    batch_size: int | None = None,
+    *,
+    kinds: Sequence[str] = CHOICE_KINDS,
+) -> list[tuple[VariantResult, Ratio]]:
+    """The accurate variants of ``kinds`` that ran faster than the choice of
+    :func:`fastest_variant` by the median but were not chosen because their spread
+    against fp32 did not say they are faster, with that spread: what "too noisy to rank"
+    kept out."""
+    size = result.batch_sizes[0] if batch_size is None else batch_size
+    rows = result.at(size)
+    fp32, chosen = _fp32(rows), fastest_variant(result, size, kinds=kinds)
+    best = chosen.median_s
+    found = []
+    for r in rows:
+        speed = paired_speed(fp32, r)
+        if r is fp32 or r.variant.kind not in kinds or not _usable(r) or speed is None:
+            continue
+        faster = best is not None and r.median_s is not None and r.median_s < best
+        if faster and not faster_beyond_spread(fp32, r):
+            found.append((r, speed))
+    return found

@@ -10,16 +10,15 @@ or too noisy to rank, leaves the ordinary torch module in place.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
-from halfprec.bench.results import BenchResult, VariantResult
-from halfprec.bench.spread import paired_speed
+from halfprec.bench.results import BenchResult, VariantResult, paired_speed
 from halfprec.bench.variants import Variant
-from halfprec.runtimes import RUNTIMES, runtime_dtypes
+from halfprec.runtimes import RUNTIMES, runtime_dtypes, unavailable
 
-__all__ = ["runtime_variants", "with_runtimes"]
+__all__ = ["default_runtimes", "runtime_variants", "with_runtimes"]
 
 
 def runtime_variants(runtimes: Sequence[str], half: Sequence[torch.dtype]) -> list[Variant]:
@@ -35,6 +34,25 @@ def runtime_variants(runtimes: Sequence[str], half: Sequence[torch.dtype]) -> li
         )
     wanted = (torch.float32, *half)
     return [Variant(r, d) for r in dict.fromkeys(names) for d in runtime_dtypes(r) if d in wanted]
+
+
+def default_runtimes(
+    half: Sequence[torch.dtype],
+    device: torch.device | str = "cpu",
+    why_not: Callable[[str, torch.dtype, torch.device | str], str | None] = unavailable,
+) -> list[Variant]:
+    """deploy's default runtime variants: each runtime target that is installed and computes
+    one of the half dtypes ``half`` on this CPU (OpenVINO's bf16 hint where the CPU has
+    AVX512-BF16 or AMX), in that dtype. A runtime that cannot run here adds no row; its fp32
+    targets are left to an explicit ``runtimes=`` (one more conversion each, to win only
+    where torch's fp32 is slower). ``why_not``: why a runtime cannot run a dtype here
+    (:func:`~halfprec.runtimes.unavailable`; tests pass another machine's answers)."""
+    return [
+        Variant(r, d)
+        for r in RUNTIMES
+        for d in runtime_dtypes(r)
+        if d in half and why_not(r, d, device) is None
+    ]
 
 
 def with_runtimes(result: BenchResult, choice: VariantResult) -> VariantResult:

@@ -5,20 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from halfprec.bench.results import BenchResult, VariantResult
+from halfprec.bench.results import BenchResult, VariantResult, paired_speed
 from halfprec.bench.variants import Variant
-from halfprec.timing import Ratio, Timing, ratio_of
+from halfprec.timing import Ratio
 
-__all__ = ["paired_speed", "spread_json", "variant_speed"]
-
-
-def paired_speed(reference: VariantResult, row: VariantResult) -> Ratio | None:
-    """How many times faster ``row`` ran than ``reference``, over the rounds both were timed
-    in (None when either was not timed)."""
-    if reference.timing is None or row.timing is None:
-        return None
-    rounds = min(len(reference.timing.samples), len(row.timing.samples))
-    return ratio_of(Timing(reference.timing.samples[:rounds]), Timing(row.timing.samples[:rounds]))
+__all__ = ["spread_json", "variant_speed"]
 
 
 def variant_speed(result: BenchResult, row: VariantResult) -> Ratio | None:

@@ -2,7 +2,8 @@
 
 A :class:`Variant` is one of:
 
-- ``fp32``: the model as it is (TF32 matmuls switched off while it runs);
+- ``fp32``: the model as it is (every backend's fp32 precision IEEE while it runs:
+  :func:`halfprec.fp32.exact_fp32`);
 - ``naive-fp16`` / ``naive-bf16``: ``model.to(dtype)``, floating inputs cast by the caller;
 - ``autocast-fp16`` / ``autocast-bf16``: the fp32 model under ``torch.autocast``;
 - ``halfprec-fp16`` / ``halfprec-bf16``: :func:`halfprec.convert` with its fp32 islands
@@ -15,8 +16,13 @@ each optionally under ``torch.compile`` (``+compile``), compiled the way that de
 fastest on the device (:data:`COMPILE_RECIPES`): on CPU torch.compile's default, which
 inductor caches on disk (a new process loads the compiled graph); on CUDA with
 ``mode="max-autotune"``, which autotunes the GEMMs and captures CUDA graphs where the
-shapes are static. A compiled variant runs every call under ``torch.no_grad()``, outside
-inference mode, so that no call compiles it again for another grad mode.
+shapes are static. On CPU a half variant can also be ``+autotune``: ``max-autotune`` with
+inductor freezing (:data:`AUTOTUNE_RECIPES`), whose GEMM templates (AMX or AVX512
+micro-kernels) can beat oneDNN's where half GEMMs are native; bench and deploy try it only
+where the machine's features and the measured half GEMM speed say it can pay
+(:func:`autotune_pays`). A compiled
+variant runs every call under ``torch.no_grad()``, outside inference mode, so that no call
+compiles it again for another grad mode.
 :func:`build_variant` returns a ready-to-call module built from a copy; the original model
 is not changed.
 """
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,14 +53,17 @@ __all__ = [
     "VariantError",
     "parse_variants",
     "build_variant",
-    "fp32_matmuls",
     "CompileRecipe",
     "COMPILE_RECIPES",
+    "AUTOTUNE_RECIPES",
+    "AUTOTUNE_FEATURES",
+    "autotune_pays",
     "compile_for_device",
 ]
 
 KINDS: tuple[str, ...] = ("fp32", "naive", "autocast", "halfprec", *RUNTIMES)
 _COMPILE = "+compile"
+_AUTOTUNE = "+autotune"
 
 
 class VariantError(HalfprecError, ValueError):
@@ -68,10 +77,13 @@ class Variant:
     kind: str
     dtype: torch.dtype = torch.float32
     compiled: bool = False
+    autotune: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"variant kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.autotune and not self.compiled:
+            raise ValueError("an autotune variant is compiled: pass compiled=True")
         if self.runtime:
             _check_runtime(self)
             return
@@ -84,6 +96,8 @@ class Variant:
     @property
     def name(self) -> str:
         base = "fp32" if self.kind == "fp32" else f"{self.kind}-{dtype_name(self.dtype)}"
+        if self.autotune:
+            return base + _AUTOTUNE
         return base + (_COMPILE if self.compiled else "")
 
     @property
@@ -91,21 +105,22 @@ class Variant:
         """Run by another runtime (OpenVINO, onnxruntime), not by torch."""
         return self.kind in RUNTIMES
 
-    def with_compile(self) -> Variant:
-        return Variant(self.kind, self.dtype, compiled=True)
+    def with_compile(self, autotune: bool = False) -> Variant:
+        return Variant(self.kind, self.dtype, compiled=True, autotune=autotune)
 
     @classmethod
     def parse(cls, text: str) -> Variant:
         """``fp32``, ``naive-bf16``, ``autocast-fp16``, ``halfprec-bf16``, ... ``+compile``."""
         raw = text.strip().lower()
-        compiled = raw.endswith(_COMPILE)
-        base = raw.removesuffix(_COMPILE)
+        autotune = raw.endswith(_AUTOTUNE)
+        compiled = autotune or raw.endswith(_COMPILE)
+        base = raw.removesuffix(_COMPILE).removesuffix(_AUTOTUNE)
         if base == "fp32":
-            return cls("fp32", torch.float32, compiled)
+            return cls("fp32", torch.float32, compiled, autotune)
         kind, _, dt = base.partition("-")
         if kind in KINDS[1:] and dt:
             try:
-                return cls(kind, parse_dtype(dt, allow_fp32=kind in RUNTIMES), compiled)
+                return cls(kind, parse_dtype(dt, allow_fp32=kind in RUNTIMES), compiled, autotune)
             except VariantError:
                 raise
             except HalfprecError:
@@ -114,7 +129,7 @@ class Variant:
         runtimes = ", ".join(f"{r}-{dtype_name(d)}" for r in RUNTIMES for d in runtime_dtypes(r))
         raise VariantError(
             f"unknown variant {text!r}; use one of: {known} (append +compile for "
-            f"torch.compile), or a runtime: {runtimes}"
+            f"torch.compile, +autotune for max-autotune on CPU), or a runtime: {runtimes}"
         )
 
 
@@ -167,19 +182,6 @@ def parse_variants(
     return unique
 
 
-@contextlib.contextmanager
-def fp32_matmuls() -> Iterator[None]:
-    """Full-precision fp32 matmuls (TF32 off on CUDA), restored afterwards."""
-    matmul = torch.backends.cuda.matmul
-    old = (matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
-
-
 @dataclass(frozen=True)
 class CompileRecipe:
     """How ``+compile`` variants compile on one device type: ``torch.compile(mode=mode)``,
@@ -215,6 +217,57 @@ COMPILE_RECIPES: dict[str, CompileRecipe] = {
     "cuda": CompileRecipe(mode="max-autotune"),
 }
 
+# ``+autotune``: max-autotune with freezing, where it differs from the default recipe. On an
+# AMX Xeon it picked inductor's AMX micro-GEMM template for BERT-base bf16, at half the time
+# of oneDNN's linear (4.99x fp32 eager against 3.52x for the default recipe, compiled in
+# 33 s); it pays only where half GEMMs are native (:func:`autotune_pays`).
+AUTOTUNE_RECIPES: dict[str, CompileRecipe] = {
+    "cpu": CompileRecipe(mode="max-autotune", freezing=True),
+}
+
+AUTOTUNE_MIN_GEMM_RATIO = 1.2
+"""The eager half/fp32 GEMM ratio from which ``+autotune`` is tried: half GEMMs clearly
+faster than fp32's (AMX: ~4x; emulated bf16: 0.01-0.1x)."""
+
+# The CPU feature that gives inductor's max-autotune a half micro-GEMM template of its own,
+# per dtype. Without it the only template is fp32-vectorised (``CppMicroGemmFP32Vec``), and
+# oneDNN's linear wins every GEMM: BERT-base bf16 b8x128 on a Zen 5 EPYC with AVX512-BF16
+# and no AMX, 2026-12-02: oneDNN 24-63 ms against the template's 48-469 ms per GEMM, so
+# max-autotune compiled the kernels +compile uses, after 14-34 s of autotuning per shape.
+AUTOTUNE_FEATURES: dict[torch.dtype, str] = {torch.bfloat16: "amx_bf16", torch.float16: "amx_fp16"}
+
+
+def autotune_pays(
+    dtype: torch.dtype,
+    device: torch.device | str,
+    gemm_ratio: float | None,
+    features: Collection[str] = (),
+) -> str | None:
+    """None when ``+autotune`` is worth its compile for ``dtype`` on ``device``; else why
+    not, in one line. Decided by machine facts, not by the CPU's name: the device's features
+    (``features``, from the one device table: the AMX tiles that give max-autotune a half
+    micro-GEMM template) and the measured eager half/fp32 GEMM ratio (the probe's or the
+    limit's: native half GEMMs, not emulated or barely faster ones)."""
+    dev = torch.device(device)
+    if dev.type not in AUTOTUNE_RECIPES:
+        return f"+autotune is a CPU recipe; on {dev.type} +compile already autotunes"
+    if dtype not in AUTOTUNE_FEATURES:
+        return "+autotune is tried for half dtypes, whose GEMM templates it can pick"
+    name, needed = dtype_name(dtype), AUTOTUNE_FEATURES[dtype]
+    if needed not in features:
+        return (
+            f"max-autotune has no {name} GEMM template without {needed} (its template here "
+            "is fp32-vectorised and oneDNN's kernels win): it would compile +compile's kernels"
+        )
+    if gemm_ratio is None:
+        return f"{name} GEMMs were not measured here (the probe and limit were off)"
+    if gemm_ratio < AUTOTUNE_MIN_GEMM_RATIO:
+        return (
+            f"{name} GEMMs ran {gemm_ratio:.2f}x fp32's here (eager); max-autotune is "
+            f"tried from {AUTOTUNE_MIN_GEMM_RATIO:g}x, where half GEMMs are native"
+        )
+    return None
+
 
 class _Inference(nn.Module):
     """Calls a compiled module the same way every time, without autograd: outside
@@ -241,12 +294,20 @@ class _Inference(nn.Module):
 
 
 def compile_for_device(
-    module: nn.Module, device: torch.device | str, dtype: torch.dtype = torch.float32
+    module: nn.Module,
+    device: torch.device | str,
+    dtype: torch.dtype = torch.float32,
+    *,
+    autotune: bool = False,
 ) -> nn.Module:
     """``module`` (computing in ``dtype``) under ``torch.compile`` with
-    :data:`COMPILE_RECIPES`'s recipe for ``device``, each call without autograd and outside
-    inference mode (:class:`_Inference`; compiles lazily, on the first call)."""
-    recipe = COMPILE_RECIPES.get(torch.device(device).type, CompileRecipe())
+    :data:`COMPILE_RECIPES`'s recipe for ``device`` (``autotune``: :data:`AUTOTUNE_RECIPES`'s
+    where there is one), each call without autograd and outside inference mode
+    (:class:`_Inference`; compiles lazily, on the first call)."""
+    kind = torch.device(device).type
+    recipe = COMPILE_RECIPES.get(kind, CompileRecipe())
+    if autotune:
+        recipe = AUTOTUNE_RECIPES.get(kind, recipe)
     compiled: nn.Module = torch.compile(module, mode=recipe.mode)  # type: ignore[assignment]
     return _Inference(compiled, recipe.freezes(dtype))
 
@@ -312,5 +373,7 @@ def build_variant(
     else:
         built = convert_(base, (config or Recipe()).replace(dtype=variant.dtype))
     if variant.compiled:
-        built = compile_for_device(built, model_device(base), variant.dtype)
+        built = compile_for_device(
+            built, model_device(base), variant.dtype, autotune=variant.autotune
+        )
     return built

@@ -81,7 +81,8 @@ def _run(spec: str, variant_name: str, batch_size: int, config: Recipe) -> dict[
     import torch
 
     from halfprec.batch import call, resize_batch
-    from halfprec.bench.variants import build_variant, fp32_matmuls
+    from halfprec.bench.variants import build_variant
+    from halfprec.fp32 import exact_fp32
     from halfprec.io.specs import load_model
 
     loaded = load_model(spec)
@@ -89,7 +90,7 @@ def _run(spec: str, variant_name: str, batch_size: int, config: Recipe) -> dict[
         raise SystemExit(f"{spec} has no example inputs")
     batch = resize_batch(loaded.example_inputs[0], batch_size)
     module = build_variant(loaded.model, Variant.parse(variant_name), config, in_place=True)
-    with torch.inference_mode(), fp32_matmuls():
+    with torch.inference_mode(), exact_fp32():
         call(module, batch)
         _trim()
         reset = _reset_peak()

@@ -156,7 +156,7 @@ def command(
         check_plot_path(plot)
         require_matplotlib()
     loaded, batches, dev = load_for_command(model, inputs_path, device)
-    dtypes = convert_config.candidates(dev)
+    dtypes = convert_config.settle(dev).dtypes
     one = dtypes[0] if len(dtypes) == 1 else None
     tolerance = tolerance_override(one, min_cosine, min_sqnr, convert_config.tolerance)
     # The memory worker rebuilds the model from its spec; custom --inputs cannot follow it.

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from halfprec.atomic import ensure_folder
-from halfprec.bench.results import BenchResult, VariantResult, fastest_variant
+from halfprec.bench.results import BenchResult, VariantResult, fastest_variant, too_noisy
 from halfprec.bench.spread import variant_speed
 from halfprec.dtypes import dtype_name
 from halfprec.errors import HalfprecError
@@ -64,7 +64,11 @@ def _speed(result: BenchResult, r: VariantResult) -> str:
 
 
 def _efficiency(r: VariantResult) -> str:
-    return "-" if r.efficiency is None else f"{r.efficiency:.0%}"
+    """The share of the eager GEMM ratio reached; above it no share is claimed (a warning
+    says why)."""
+    if r.efficiency is None:
+        return "-"
+    return "above (see warnings)" if r.efficiency > 1.0 else f"{r.efficiency:.0%}"
 
 
 def _row(result: BenchResult, r: VariantResult) -> list[str]:
@@ -92,7 +96,7 @@ _COLUMNS = (
     "p90",
     "{unit}/s",
     "speedup",
-    "of limit",
+    "of eager GEMM ratio",
     "model",
     "peak memory (+run)",
     "cosine vs fp32",
@@ -130,7 +134,8 @@ def print_bench(result: BenchResult, console: Console | None = None) -> None:
         limits = result.limits.get(size, {})
         if limits:
             con.print(
-                f"batch {size}: limit (half/fp32 speed of the model's own matrix products): "
+                f"batch {size}: eager GEMM ratio (half/fp32 speed of the model's own matrix "
+                "products in eager kernels; compiled variants can exceed it): "
                 + ", ".join(
                     f"{dtype_name(dt)} {ratio_text(lim.ratio)}"
                     + (" (probe)" if lim.method == "probe" else "")
@@ -145,6 +150,11 @@ def print_bench(result: BenchResult, console: Console | None = None) -> None:
             + f"; fastest within tolerance overall: {best.name}"
             + _against_fp32(result, best)
         )
+        for r, speed in too_noisy(result, size, kinds=("fp32", "naive", "autocast", "halfprec")):
+            con.print(
+                f"batch {size}: not chosen: {r.name}, faster by the median ({speed.median:.2f}x) "
+                f"but {spread_text(speed)} against fp32"
+            )
     if any(r.status == "capped" for r in result.results):
         con.print("* capped: timed once because one call exceeded the per-call cap")
     for w in result.warnings:

@@ -5,6 +5,13 @@ OpenVINO's CPU plugin computes in bf16 (or f16) only on CPUs with native support
 (AVX512-BF16, AMX); elsewhere it silently runs f32. :func:`half_support` reads the plugin's
 ``OPTIMIZATION_CAPABILITIES`` so that such a target is skipped, not timed as a duplicate of
 fp32, and :func:`build` records the precision the compiled model reports.
+
+A saved IR carries the precision halfprec checked in its runtime info
+(``runtime_options/INFERENCE_PRECISION_HINT``, the key OpenVINO reads run-time options
+from). OpenVINO 2026.4's CPU plugin applies only some keys of ``runtime_options`` (the KV
+cache's precision, dynamic quantization) and not this one: a ``Core()`` with default
+properties compiles an fp32 IR in bf16 on a CPU with AVX512-BF16 or AMX. :func:`compile_ir`
+compiles a saved IR with the hint it carries, which is the way to load one.
 """
 
 from __future__ import annotations
@@ -24,7 +31,15 @@ from halfprec.errors import HalfprecError, require
 from halfprec.export.hf import without_cache
 from halfprec.runtimes.module import Flat, FlatIO, RuntimeModule
 
-__all__ = ["HINTS", "ConversionError", "build", "half_support", "import_openvino"]
+__all__ = [
+    "HINTS",
+    "PRECISION_KEY",
+    "ConversionError",
+    "build",
+    "compile_ir",
+    "half_support",
+    "import_openvino",
+]
 
 # torch dtype -> OpenVINO's INFERENCE_PRECISION_HINT, its OPTIMIZATION_CAPABILITIES name,
 # and the CPU features that give it
@@ -33,6 +48,10 @@ HINTS: dict[torch.dtype, tuple[str, str, str]] = {
     torch.bfloat16: ("bf16", "BF16", "AVX512-BF16 or AMX-BF16"),
     torch.float16: ("f16", "FP16", "AVX512-FP16 or AMX-FP16"),
 }
+
+
+PRECISION_KEY = ("runtime_options", "INFERENCE_PRECISION_HINT")
+"""Where a saved IR's runtime info holds the inference precision halfprec checked."""
 
 
 class ConversionError(HalfprecError, RuntimeError):
@@ -104,6 +123,7 @@ def build(model: nn.Module, batch: Batch, dtype: torch.dtype, threads: int) -> R
         # written whole in a folder beside ``path``, then moved in: the .bin first, so a
         # complete .xml never names a partial .bin
         dest = ensure_folder(path)
+        graph.set_rt_info(precision, list(PRECISION_KEY))  # what was checked, not asked
         with tempfile.TemporaryDirectory(prefix=".halfprec-ov-", dir=dest.parent) as tmp:
             staged = Path(tmp) / dest.name
             ov.save_model(graph, str(staged), compress_to_fp16=False)  # the weights as converted
@@ -113,3 +133,17 @@ def build(model: nn.Module, batch: Batch, dtype: torch.dtype, threads: int) -> R
 
     # convert_model shares the torch weights (share_weights=True): keep ``flat`` alive
     return RuntimeModule("openvino", precision, run, io, save, keep=(flat, graph, compiled))
+
+
+def compile_ir(path: str | os.PathLike[str], core: Any = None, device: str = "CPU") -> Any:
+    """An IR saved by :meth:`RuntimeModule.save <halfprec.runtimes.RuntimeModule.save>`,
+    compiled by ``core`` (default a new ``openvino.Core()``) at the precision halfprec
+    checked it in, the hint its runtime info carries, whatever the device's default is.
+    An IR without that entry compiles with the core's defaults."""
+    ov = import_openvino()
+    core = core if core is not None else ov.Core()
+    model = core.read_model(str(path))
+    config = {}
+    if model.has_rt_info(list(PRECISION_KEY)):
+        config["INFERENCE_PRECISION_HINT"] = model.get_rt_info(list(PRECISION_KEY)).astype(str)
+    return core.compile_model(model, device, config)
