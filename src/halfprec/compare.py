@@ -276,7 +276,7 @@ def compare_outputs(
 
     Raises :class:`BrokenReferenceError` when a reference output holds inf/NaN.
     """
-    tol = (tolerance if tolerance is not None else Tolerance()).resolve(dtype)
+    tol = (tolerance or Tolerance()).resolve(dtype)  # no recipe here: the dtype's defaults
     outputs: dict[str, _Output] = {}
     problems: list[str] = []
     exact = 0
@@ -388,7 +388,7 @@ def compare(
             except Exception as exc:  # whatever the half model raises is a FAIL verdict
                 return Comparison(
                     outputs=[],
-                    tolerance=(tolerance if tolerance is not None else Tolerance()).resolve(dtype),
+                    tolerance=(tolerance or Tolerance()).resolve(dtype),
                     batches=len(batches),
                     dtype=dtype,
                     problems=[

@@ -24,7 +24,7 @@ from halfprec.cli.options import (
     load_for_command,
     model_argument,
     tolerance_options,
-    tolerance_override,
+    with_tolerance_flags,
 )
 from halfprec.convert.core import Recipe
 from halfprec.errors import HalfprecError
@@ -123,7 +123,7 @@ _MAX_BATCH = 2**20
 def command(
     model: str,
     inputs_path: Path | None,
-    convert_config: Recipe,
+    recipe: Recipe,
     device: str | None,
     as_json: bool,
     batch_sizes: str | None,
@@ -156,9 +156,7 @@ def command(
         check_plot_path(plot)
         require_matplotlib()
     loaded, batches, dev = load_for_command(model, inputs_path, device)
-    dtypes = convert_config.settle(dev).dtypes
-    one = dtypes[0] if len(dtypes) == 1 else None
-    tolerance = tolerance_override(one, min_cosine, min_sqnr, convert_config.tolerance)
+    recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)
     # The memory worker rebuilds the model from its spec; custom --inputs cannot follow it.
     spec = None if (no_memory or inputs_path is not None) else model
     with from_flags():
@@ -178,11 +176,10 @@ def command(
         result = benchmark(
             loaded.model,
             batches,
-            convert_config,
+            recipe,
             bench=config,
             variants=chosen,
             compile=use_compile,
-            tolerance=tolerance,
             spec=spec,
             name=loaded.name,
             progress=progress.update if progress else None,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import inspect
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,7 +28,6 @@ from halfprec.dtypes import resolve_device
 from halfprec.errors import HalfprecError, InputsError
 from halfprec.io.inputs import load_inputs
 from halfprec.io.specs import LoadedModel, load_model
-from halfprec.tolerance import Tolerance
 from halfprec.tree import map_tensors
 
 __all__ = [
@@ -46,7 +44,6 @@ __all__ = [
     "json_option",
     "weights_option",
     "load_for_command",
-    "tolerance_override",
     "with_tolerance_flags",
     "finish",
     "mkdirs_option",
@@ -158,8 +155,6 @@ def make_recipe(
 def convert_options(f: F) -> F:
     """``--dtype``, ``--recipe``, ``--keep-fp32`` and ``--no-norm-islands``, handed to the
     command as one ``recipe`` argument (parsed before the model loads)."""
-    # commands not yet renamed still take it as ``convert_config``
-    name = "recipe" if "recipe" in inspect.signature(f).parameters else "convert_config"
 
     @functools.wraps(f)
     def wrapper(
@@ -171,7 +166,7 @@ def convert_options(f: F) -> F:
         no_op_policy: bool,
         **kwargs: Any,
     ) -> Any:
-        kwargs[name] = make_recipe(dtype, recipe_file, keep_fp32, no_norm_islands, no_op_policy)
+        kwargs["recipe"] = make_recipe(dtype, recipe_file, keep_fp32, no_norm_islands, no_op_policy)
         return f(*args, **kwargs)
 
     return dtype_option(_islands_options(wrapper))  # type: ignore[return-value]
@@ -251,21 +246,6 @@ def with_tolerance_flags(
         return recipe
     with from_flags():
         return recipe.replace(tolerance=dataclasses.replace(recipe.tolerance, **changes))
-
-
-def tolerance_override(
-    dtype: torch.dtype | None,
-    min_cosine: float | None,
-    min_sqnr: float | None,
-    recipe: Tolerance | None = None,
-) -> Tolerance | None:
-    """The older shape of :func:`with_tolerance_flags`, kept for the commands that still
-    call it: the flagged tolerance with ``dtype``'s defaults filled in (None: fp16's), or
-    None when no flag is given."""
-    if min_cosine is None and min_sqnr is None:
-        return None
-    base = Recipe(tolerance=recipe if recipe is not None else Tolerance())
-    return with_tolerance_flags(base, min_cosine, min_sqnr).settle().judge(dtype)
 
 
 def load_for_command(

@@ -78,9 +78,6 @@ __all__ = [
     "recipe_of",
 ]
 
-# the older name of RecipeLike, for the modules that still import it (use RecipeLike)
-ConfigLike = RecipeLike
-
 
 @dataclass
 class ConversionReport:

@@ -109,12 +109,12 @@ class ExportResult:
         }
 
 
-def _export_dtype(config: ExportConfig, convert_config: Recipe, model: nn.Module) -> torch.dtype:
+def _export_dtype(config: ExportConfig, recipe: Recipe, model: nn.Module) -> torch.dtype:
     if config.format == "onnx":
         dtype = torch.float16 if is_auto(config.dtype) else parse_dtype(config.dtype)
         check_onnx_dtype(dtype)
         return dtype
-    return convert_config.resolve(model_device(model)).dtype
+    return recipe.resolve(model_device(model)).dtype
 
 
 def _max_abs(a: list[Any], b: list[Any]) -> float:
@@ -229,7 +229,7 @@ def export(
     )
     out = Path(path)
     batches = as_batches(inputs)
-    tol = tolerance if tolerance is not None else cfg.tolerance  # the recipe's by default
+    tol = cfg.settle(model_device(model), tolerance).tolerance  # the recipe's by default
     step = _Step(target, cfg, half_io, tol, runs, name or type(model).__name__)
     if kv_cache and is_encoder_decoder(model):
         return _export_seq2seq(model, batches, out, step)
