@@ -158,15 +158,15 @@ class Benchmark:
                 "was computed in IEEE fp32 all the same (halfprec.fp32.exact_fp32)"
             )
         start = time.perf_counter()
-        with evaluating(self.model):
+        with evaluating(self.model):  # "done" too is reported before the flags come back
             sizes = self.config.batch_sizes or (batch_size_of(self.batch),)
             for index, size in enumerate(sizes):
                 self._run_size(result, index, size, len(sizes))
+            if self.progress is not None:
+                total = len(sizes) * len(self.variants)
+                self.progress(total, total, "done")
         result.warnings.extend(self.notes)
         self.built.clear()
-        if self.progress is not None:
-            total = len(sizes) * len(self.variants)
-            self.progress(total, total, "done")
         result.seconds = {**self.seconds, "total": time.perf_counter() - start}
         return BenchRun(result, self.modules)
 

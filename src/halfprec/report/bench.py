@@ -152,8 +152,8 @@ def print_bench(result: BenchResult, console: Console | None = None) -> None:
         )
         for r, speed in too_noisy(result, size, kinds=("fp32", "naive", "autocast", "halfprec")):
             con.print(
-                f"batch {size}: not chosen: {r.name}, faster by the median ({speed.median:.2f}x) "
-                f"but {spread_text(speed)} against fp32"
+                f"batch {size}: not chosen: {r.name}, median {speed.median:.2f}x but "
+                f"{spread_text(speed)} against fp32"
             )
     if any(r.status == "capped" for r in result.results):
         con.print("* capped: timed once because one call exceeded the per-call cap")
