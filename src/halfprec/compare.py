@@ -27,6 +27,7 @@ from halfprec.dtypes import dtype_name
 from halfprec.errors import BrokenReferenceError, InputsError
 from halfprec.errorstats import ErrorStats, aligned, as_real
 from halfprec.fp32 import exact_fp32, reduced_fp32
+from halfprec.modules import first_line
 from halfprec.tolerance import Tolerance
 from halfprec.tree import flatten, iter_tensors
 
@@ -316,18 +317,13 @@ def compare_outputs(
     )
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def reference_failed(index: int, batch: Any, exc: BaseException) -> InputsError:
     """The error for an fp32 model that raised on batch ``index``: these inputs do not fit
     it (any exception, an ``assert`` in ``forward`` included), named with the model's own
     message."""
     return InputsError(
         f"the fp32 model failed on batch {index} ({describe(batch)}) with "
-        f"{type(exc).__name__}: {_first_line(exc)}; check the inputs' names, shapes and "
+        f"{first_line(exc)}; check the inputs' names, shapes and "
         "dtypes against the model's forward()"
     )
 
@@ -391,8 +387,6 @@ def compare(
                     tolerance=(tolerance or Tolerance()).resolve(dtype),
                     batches=len(batches),
                     dtype=dtype,
-                    problems=[
-                        f"batch {i}: the half model raised {type(exc).__name__}: {_first_line(exc)}"
-                    ],
+                    problems=[f"batch {i}: the half model raised {first_line(exc)}"],
                 )
     return compare_outputs(ref_out, cand_out, tolerance=tolerance, dtype=dtype)

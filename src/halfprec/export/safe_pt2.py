@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from halfprec.export.config import ExportError
+from halfprec.modules import first_line
 
 __all__ = [
     "vetted_archive",
@@ -147,7 +148,7 @@ def vetted_archive(path: Path) -> io.BytesIO:
         records = {n: reader.read_bytes(n) for n in names}
     except Exception as exc:  # not a zip, not a PT2 archive, a missing record
         raise ExportError(
-            f"{path} is not a loadable torch.export file ({_first(exc)[:120]}); write it "
+            f"{path} is not a loadable torch.export file ({first_line(exc)}); write it "
             "with torch.export.save or halfprec export"
         ) from None
     for key, value in (_FORMAT, _VERSION):
@@ -228,15 +229,11 @@ def _refuse(path: Path, why: str) -> ExportError:
     )
 
 
-def _first(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-
-
 def _json(path: Path, name: str, raw: bytes) -> Any:
     try:
         return json.loads(raw)
     except ValueError as exc:
-        raise _refuse(path, f"{name} is not valid JSON ({_first(exc)})") from None
+        raise _refuse(path, f"{name} is not valid JSON ({first_line(exc)})") from None
 
 
 def _check_payload_config(config: Any, path: Path, name: str) -> None:
