@@ -11,30 +11,30 @@ from testbed.hazards import HAZARDS
 
 def test_batchnorm_running_var_beyond_fp16_is_found_and_handled_by_convert() -> None:
     model, _ = HAZARDS["batchnorm-var"].build()
-    result = preflight(model, config="fp16")
+    result = preflight(model, recipe="fp16")
     found = [f for f in result.findings if f.kind == "range"]
     assert {f.module for f in found} == {"bn"}
     assert any("running_var" in f.detail for f in found)
     assert all(f.handled for f in found)
     assert not result.forward_checked
-    assert preflight(model, config="bf16").findings == []
+    assert preflight(model, recipe="bf16").findings == []
 
 
 def test_eps_that_rounds_to_zero_in_fp16() -> None:
     model, _ = HAZARDS["eps-1e-12"].build()
-    result = preflight(model, config="fp16")
+    result = preflight(model, recipe="fp16")
     [eps] = [f for f in result.findings if f.kind == "eps"]
     assert eps.module == "norm" and eps.value == 1e-12
     assert not eps.handled and eps in result.problems
     assert "is 0 in fp16" in eps.detail
-    layer_norm = preflight(nn.Sequential(nn.LayerNorm(4, eps=1e-12)), config="fp16")
+    layer_norm = preflight(nn.Sequential(nn.LayerNorm(4, eps=1e-12)), recipe="fp16")
     assert [f.handled for f in layer_norm.findings] == [True]  # a default fp32 island
-    assert preflight(model, config="bf16").findings == []
+    assert preflight(model, recipe="bf16").findings == []
 
 
 def test_fill_constants_found_during_a_forward_with_module_and_line() -> None:
     model, batches = HAZARDS["fill-1e9"].build()
-    assert not [f for f in preflight(model, config="fp16").findings if f.kind == "fill"]
+    assert not [f for f in preflight(model, recipe="fp16").findings if f.kind == "fill"]
     result = preflight(model, batches, "fp16")
     fills = [f for f in result.findings if f.kind == "fill"]
     assert {f.module for f in fills} == {"layers.0.attn.core", "layers.1.attn.core"}
@@ -70,9 +70,9 @@ def test_fills_that_convert_saturates_are_handled_by_the_recipe() -> None:
 
 def test_eps_handled_only_where_the_recipe_keeps_the_norm_in_fp32() -> None:
     layer_norm = nn.Sequential(nn.LayerNorm(4, eps=1e-12))
-    [kept] = preflight(layer_norm, config="fp16").findings
+    [kept] = preflight(layer_norm, recipe="fp16").findings
     assert (kept.handled, kept.recipe_field) == (True, "norm_islands")
-    [half] = preflight(layer_norm, config=Recipe(dtype="fp16", norm_islands=False)).findings
+    [half] = preflight(layer_norm, recipe=Recipe(dtype="fp16", norm_islands=False)).findings
     assert (half.handled, half.recipe_field) == (False, None)
 
 
@@ -94,5 +94,5 @@ def test_fills_of_integer_tensors_and_plain_attributes() -> None:
     assert result.findings == []
     m = nn.Linear(2, 2)
     m.offset = torch.tensor([1e6, 0.0])  # plain attribute, not a buffer
-    [f] = preflight(m, config="fp16").findings
+    [f] = preflight(m, recipe="fp16").findings
     assert f.kind == "range" and "attribute offset" in f.detail

@@ -280,13 +280,13 @@ def _answered(
     return [f if f.kind == "range" else _answer(f, report) for f in findings]
 
 
-def preflight(model: nn.Module, inputs: Any = None, config: RecipeLike = None) -> Preflight:
-    """Check ``model`` against ``config`` (a :class:`Recipe` or a dtype; default ``"auto"``)
+def preflight(model: nn.Module, inputs: Any = None, recipe: RecipeLike = None) -> Preflight:
+    """Check ``model`` against ``recipe`` (a :class:`Recipe` or a dtype; default ``"auto"``)
     before conversion; with ``inputs`` (one batch or a list; the first is used), also run
     one fp32 forward pass to find fill constants. Whether convert handles each finding is
     answered for that recipe (its islands and ``saturate_fills``)."""
     device = model_device(model)
-    recipe = Recipe.of(config)
+    recipe = Recipe.of(recipe)
     dt = recipe.resolve(device).dtype
     findings = _static(model, dt)
     if inputs is not None:

@@ -200,7 +200,7 @@ def _variants(
 def deploy(
     model: nn.Module,
     inputs: Any,
-    config: RecipeLike = "auto",
+    recipe: RecipeLike = "auto",
     *,
     compile: bool = True,
     eager: bool = True,
@@ -214,7 +214,7 @@ def deploy(
     """The fastest way to run ``model`` on its device that meets the tolerance against
     fp32 on the first batch of ``inputs`` (see the module docs).
 
-    ``config``: a :class:`~halfprec.Recipe` or a dtype. Its dtype picks the half
+    ``recipe``: a :class:`~halfprec.Recipe` or a dtype. Its dtype picks the half
     dtypes tried (``"auto"``: every one the device runs; ``"bf16"``: only bf16), its
     islands shape the halfprec variants, and its tolerance judges every candidate.
     ``compile``: also try each under ``torch.compile`` (the device's deploy recipe);
@@ -238,7 +238,7 @@ def deploy(
             "deploy(compile=False, eager=False) has nothing to try; set compile or eager"
         )
     start = time.perf_counter()
-    recipe = Recipe.of(config)
+    recipe = Recipe.of(recipe)
     device = model_device(model)
     settled = recipe.settle(device, tolerance)
     batch = as_batches(inputs)[0]

@@ -182,7 +182,7 @@ def export(
     model: nn.Module,
     inputs: Any,
     path: str | os.PathLike[str],
-    config: RecipeLike = None,
+    recipe: RecipeLike = None,
     *,
     format: ExportFormat | None = None,
     dynamic: bool = True,
@@ -202,7 +202,7 @@ def export(
     example batch (``result.comparison``) and with the in-Python half model
     (``result.python_max_abs``). For ONNX, ``result.ort_casts`` says where onnxruntime's
     CPU provider falls back to fp32, and ``runs > 0`` also times the fp32 and half ONNX
-    exports with onnxruntime (``result.ort_latency``). ``config``: a :class:`Recipe`
+    exports with onnxruntime (``result.ort_latency``). ``recipe``: a :class:`Recipe`
     or a dtype, as in :func:`halfprec.convert` (ONNX: ``"auto"`` means fp16; ``half_io``
     decides ``cast_outputs``, and ONNX always casts at norm islands).
     ``kv_cache=True``: a decoder-only Hugging Face LM is exported with its KV cache as
@@ -212,7 +212,7 @@ def export(
     ``<stem>.encoder<suffix>`` and ``path`` (:mod:`halfprec.export.seq2seq`); the result
     describes the decoder file and holds the encoder's in ``companions``.
     """
-    cfg = Recipe.of(config)
+    cfg = Recipe.of(recipe)
     if conversion_report(model) is not None:
         raise ExportError(
             "export converts the model itself and checks it against fp32; pass the original "

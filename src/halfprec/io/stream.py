@@ -47,14 +47,14 @@ def convert_file(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
     build: Builder,
-    config: RecipeLike = "bf16",
+    recipe: RecipeLike = "bf16",
     *,
     device: str | torch.device = "cpu",
 ) -> ConversionReport:
     """Write a half copy of checkpoint ``src`` to ``dst`` (see module docs) and return
-    the conversion report of the model ``build`` makes (islands, sizes). ``config``: a
+    the conversion report of the model ``build`` makes (islands, sizes). ``recipe``: a
     :class:`Recipe` or a dtype (``"auto"`` resolves for ``device``)."""
-    cfg = Recipe.of(config)
+    cfg = Recipe.of(recipe)
     choice = cfg.resolve(device)
     half = choice.dtype
     source = TensorFile(src)

@@ -395,20 +395,20 @@ def _tensor(model: nn.Module, name: str) -> torch.Tensor | None:
     return value if isinstance(value, torch.Tensor) else None
 
 
-def audit(model: nn.Module, inputs: Any, config: RecipeLike = None) -> AuditReport:
+def audit(model: nn.Module, inputs: Any, recipe: RecipeLike = None) -> AuditReport:
     """Run ``model`` in half on ``inputs`` and report every dtype leak by source line.
 
-    ``model``: an fp32 model (converted here by ``config``, a :class:`Recipe` or a
+    ``model``: an fp32 model (converted here by ``recipe``, a :class:`Recipe` or a
     dtype, default ``"auto"``, with ``guard_boundaries=False``, ``saturate_fills=False``
     and no op policy, so that leaks are not hidden by halfprec's own guards) or one
-    already converted by :func:`convert` (audited as it is; ``config`` is then ignored).
+    already converted by :func:`convert` (audited as it is; ``recipe`` is then ignored).
     ``inputs``: one batch or a list of batches.
     """
     fp32: nn.Module | None = None
     report = conversion_report(model)
     if report is None:
         fp32 = model
-        unguarded = Recipe.of(config).replace(
+        unguarded = Recipe.of(recipe).replace(
             guard_boundaries=False, saturate_fills=False, fp32_ops=(), fp32_inputs=False
         )
         model = convert(model, unguarded)
