@@ -115,3 +115,21 @@ def test_load_errors_name_the_problem(tmp_path: Path) -> None:
         load_checkpoint(tmp_path / "mp.st", model, optimizer)
     with pytest.raises(TrainingStateError, match=r"from a fp16 run"):
         load_checkpoint(tmp_path / "mp.st", model, optimizer, mp=MixedPrecision("bf16"))
+
+
+def test_a_bf16_run_saves_an_empty_scaler_and_resumes_in_process(tmp_path: Path) -> None:
+    # bf16 scales no loss: its scaler state is empty, as GradScaler's own, and the checks on
+    # load accept that (a scale without growth_factor and backoff_factor was refused)
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    mp = MixedPrecision("bf16", device="cpu")
+    with mp.autocast():
+        loss = model(torch.randn(3, 4)).float().square().mean()
+    mp.backward(loss)
+    mp.step(optimizer)
+    assert mp.state_dict()["scaler"] == {}
+    save_checkpoint(tmp_path / "c.st", model, optimizer, mp=mp)
+    fresh_mp = MixedPrecision("bf16", device="cpu")
+    load_checkpoint(tmp_path / "c.st", model, optimizer, mp=fresh_mp)
+    assert fresh_mp.steps_applied == 1

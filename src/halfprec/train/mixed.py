@@ -224,7 +224,8 @@ class MixedPrecision:
             "format": STATE_FORMAT,
             "dtype": dtype_name(self.dtype),
             "config": dataclasses.asdict(self.config),
-            "scaler": self._scale.state_dict(self._scaler.state_dict()),
+            # empty where the loss is not scaled (bf16), as GradScaler's own state is
+            "scaler": self._scale.state_dict(self._scaler.state_dict()) if self.scaling else {},
             "counters": {
                 "steps_applied": self.steps_applied,
                 "steps_skipped": self.steps_skipped,
