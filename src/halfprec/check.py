@@ -17,7 +17,7 @@ from halfprec.batch import as_batches, call
 from halfprec.compare import Comparison, compare
 from halfprec.convert.core import ConversionReport, conversion_report, convert, recipe_of
 from halfprec.convert.recipe import RecipeLike
-from halfprec.generate import Generation, agreement, prompts_from_batches
+from halfprec.generate import Generation, agreement, check_room, prompts_from_batches
 from halfprec.modules import evaluating, model_device
 from halfprec.timing import Ratio, Timing, measure_interleaved, ratio_of
 from halfprec.tolerance import Tolerance
@@ -90,8 +90,13 @@ def check(
     timing); the speed ratio is ranked only when its interquartile range over the rounds
     lies on one side of 1. ``generate > 0`` (causal LMs) also greedy-decodes that many
     tokens from prompts taken from ``inputs``' ``input_ids`` and scores the half model's
-    agreement (:func:`halfprec.generate.agreement`). ``model`` itself is not changed.
+    agreement (:func:`halfprec.generate.agreement`); prompts that many tokens would make
+    longer than the model takes are refused before anything runs. ``model`` itself is not
+    changed.
     """
+    prompts = prompts_from_batches(as_batches(inputs)) if generate > 0 else []
+    if generate > 0:
+        check_room(model, prompts, generate)
     with evaluating(model) as reference:
         half = convert(reference, recipe)
         report = conversion_report(half)
@@ -111,6 +116,5 @@ def check(
                 )
         generation = None
         if generate > 0:
-            prompts = prompts_from_batches(as_batches(inputs))
             generation = agreement(reference, half, prompts, generate)
     return CheckResult(name or type(model).__name__, comparison, report, lat32, lat16, generation)

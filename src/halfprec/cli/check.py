@@ -21,7 +21,6 @@ from halfprec.cli.options import (
 )
 from halfprec.cli.progress import progress
 from halfprec.convert.recipe import Recipe
-from halfprec.generate import check_room, prompts_from_batches
 from halfprec.report.common import print_check
 
 __all__ = ["command"]
@@ -80,8 +79,6 @@ def command(
             done.artifact, done.comparison, done.skipped_batches
         )
         finish(done.to_json(), as_json, render, done.passed)
-    if generate > 0:  # refused before the comparison runs, not after it
-        check_room(loaded.model, prompts_from_batches(batches), generate)
     with progress(f"checking {loaded.name} against fp32", quiet=as_json):
         result = check(
             loaded.model, batches, recipe, runs=runs, name=loaded.name, generate=generate
