@@ -10,7 +10,10 @@ process so that they see the same machine load (the first round warms up):
 - ``torch AdamW fp32``: ``torch.optim.AdamW`` on fp32 weights, torch's default
   implementation on this device (a for-loop over parameters on CPU);
 - ``torch AdamW fp32 fused``: the same with ``fused=True``;
-- ``StochasticAdamW bf16``: halfprec's, on bf16 weights (buckets of 2**22 elements);
+- ``StochasticAdamW bf16``: halfprec's, on bf16 weights (buckets of 2**22 elements, its
+  kernel compiled: the warm-up round compiles it);
+- ``StochasticAdamW bf16, compile=False``: the same kernel run eagerly in chunks (where
+  no C++ compiler is installed);
 - ``StochasticAdamW bf16, bucket=2**N``: the same with other bucket sizes
   (``--bucket-log2 N``, repeatable), each on its own copy of the weights;
 - ``sliced (before)``: the implementation before buckets (64K-element slices, ~36 kernels
@@ -104,6 +107,12 @@ def _optimizer_steps(sliced: bool, buckets: list[int]) -> dict[str, Callable[[],
         "torch AdamW fp32 fused": torch.optim.AdamW(fp32(), lr=1e-4, fused=True).step,
         "StochasticAdamW bf16": StochasticAdamW(bf16(), lr=1e-4).step,
     }
+    eager = _mlp(widths, 0, torch.bfloat16)  # its own copy of the bf16 weights
+    for p, q in zip(eager.parameters(), bf16(), strict=True):
+        p.grad = q.grad
+    steps["StochasticAdamW bf16, compile=False"] = StochasticAdamW(
+        eager.parameters(), lr=1e-4, compile=False
+    ).step
     for bucket in buckets:  # each on its own copy of the bf16 weights
         model = _mlp(widths, 0, torch.bfloat16)
         for p, q in zip(model.parameters(), bf16(), strict=True):

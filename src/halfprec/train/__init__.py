@@ -7,12 +7,13 @@ weights (half the memory of fp32 weights, gradients and Adam state), :func:`save
 
 from __future__ import annotations
 
-from halfprec.train.bf16 import StochasticAdamW, round_stochastic, training_bytes
+from halfprec.train.bf16 import StochasticAdamW, training_bytes
 from halfprec.train.checkpoint import Resumed, load_checkpoint, save_checkpoint
 from halfprec.train.config import StepOutcome, TrainConfig
 from halfprec.train.distributed import exit_worker, fsdp_policy
 from halfprec.train.mixed import MixedPrecision, TrainingStateError, needs_loss_scaling
 from halfprec.train.parallel import AutocastForward, autocast_forward
+from halfprec.train.rounding import round_stochastic
 from halfprec.train.watch import TrainingDivergedError
 
 __all__ = [

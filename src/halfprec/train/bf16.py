@@ -28,9 +28,6 @@ optimizer state.
 from __future__ import annotations
 
 import hashlib
-import math
-import sys
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -38,133 +35,44 @@ import torch
 from torch import nn
 from torch.optim.adamw import adamw
 
+from halfprec.train.adamw_kernel import BucketKernel, hyperparameters
 from halfprec.train.grads import local_tensor
+from halfprec.train.rounding import KEY_LIMIT
 
-__all__ = ["StochasticAdamW", "round_stochastic", "training_bytes"]
+__all__ = ["StochasticAdamW", "training_bytes"]
 
 Quad = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # weight, grad, moments
 Work = dict[tuple[int, torch.dtype, torch.device], list[Quad]]  # (step, dtype, device) -> quads
+Job = tuple[list[Quad], dict[str, Any], int]  # a bucket, its group, its step
 _FUSED_DEVICES = ("cpu", "cuda", "xpu")  # where torch's fused AdamW kernel runs
-_BUCKET = 1 << 22  # elements per bucket: few kernels per step, a bounded scratch
-_LOW = -(2**63)  # random_(_LOW, None) on int64: every bit random
-_UPPER = 1 if sys.byteorder == "little" else 0  # where an fp32's upper 16 bits lie
-
-
-def round_stochastic(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """``x`` (fp32) rounded to bf16, up or down at random with the probability that makes
-    the result right on average: the 16 bits bf16 drops are compared with 16 random bits.
-    inf and NaN stay as they are. ``generator``: the random bits' source (default torch's
-    global one)."""
-    if x.dtype != torch.float32:
-        raise ValueError(f"round_stochastic(x) needs an fp32 tensor, got {x.dtype}; pass x.float()")
-    values = x.reshape(-1).clone()
-    bits = torch.empty(values.shape, dtype=torch.int32, device=x.device)
-    words = torch.empty(_words(values.numel()), dtype=torch.int64, device=x.device)
-    return _round_in_place(values, bits, words, generator).to(torch.bfloat16).view(x.shape)
-
-
-def _words(count: int) -> int:
-    """Random 64-bit words that give ``count`` 16-bit numbers."""
-    return (count + 3) // 4
-
-
-def _round_in_place(
-    values: torch.Tensor,
-    bits: torch.Tensor,
-    words: torch.Tensor,
-    generator: torch.Generator | None,
-) -> torch.Tensor:
-    """``values`` (flat fp32) stochastically rounded to bf16 values, returned as fp32 in
-    ``bits``' memory (so that the cast to bf16 is exact); ``values`` is overwritten.
-
-    A value's low 16 bits plus 16 random bits carry into the kept 16 with probability
-    (low bits) / 2**16. The random bits come four to a 64-bit word, which on CPU (one
-    Mersenne Twister, one thread) takes a third of the time of drawing each alone, and
-    are widened to int32 as unsigned 16-bit numbers in one copy. inf cannot carry (its
-    low bits are zero); NaN is put back at the end."""
-    words.random_(-(2**63), None, generator=generator)  # every bit random
-    bits.copy_(words.view(torch.uint16)[: values.numel()])  # 0 .. 2**16 - 1
-    bits.add_(values.view(torch.int32)).bitwise_and_(-65536)  # carry, then truncate
-    rounded = bits.view(torch.float32)
-    if _finite_on_cpu(values):  # no NaN: nothing to mend
-        return rounded
-    torch.minimum(values, rounded, out=values)  # NaN where the input was NaN, else <= rounded
-    return torch.maximum(rounded, values, out=rounded)
-
-
-def _finite_on_cpu(values: torch.Tensor) -> bool:
-    """Whether ``values`` is on the CPU and holds no inf or NaN (there the check reads less
-    than mending NaN after rounding; on an accelerator it would cost a sync)."""
-    return values.device.type == "cpu" and math.isfinite(values.sum())
-
-
-def _carry(
-    values: torch.Tensor, bits: torch.Tensor, words: torch.Tensor, halves: list[torch.Generator]
-) -> None:
-    """16 random bits added to each of ``values`` (flat fp32) as integers, in place: the
-    upper 16 bits are then the stochastically rounded bf16 (as in :func:`_round_in_place`;
-    :func:`_store` truncates while it writes). The random words are drawn in two halves,
-    one per generator of ``halves``, on two threads when torch uses more than one (torch's
-    CPU generator runs on one thread, and releases the GIL while it draws): the same bits
-    whatever the thread count.
-
-    inf and NaN need no mending when the values come from bf16 tensors through CPU float
-    arithmetic: inf has zero low bits, and a NaN there either carries an input's payload
-    (a bf16's: zero low bits) or is the CPU's default NaN (zero low bits too), so no carry
-    reaches it. (A GPU's default NaN has every bit set: there :func:`_round_in_place`.)"""
-    first, second = words.tensor_split(2)
-    drawn: list[torch.Tensor] = []
-    draw = threading.Thread(
-        target=lambda: drawn.append(first.random_(_LOW, None, generator=halves[0]))
-    )
-    threaded = torch.get_num_threads() > 1
-    draw.start() if threaded else draw.run()
-    second.random_(_LOW, None, generator=halves[1])
-    if threaded:
-        draw.join()
-    if not drawn:
-        raise RuntimeError("StochasticAdamW: drawing random bits failed (see the thread's error)")
-    bits.copy_(words.view(torch.uint16)[: values.numel()])  # 0 .. 2**16 - 1
-    values.view(torch.int32).add_(bits)  # (adding int16 directly is 6x slower on CPU)
-
-
-def _store(target: torch.Tensor, source: torch.Tensor, truncated: bool) -> None:
-    """``source`` (fp32, ``target``'s shape, last dim contiguous) written into ``target``:
-    when ``truncated`` and ``target`` is bf16, as ``source``'s upper 16 bits (the carry of
-    :func:`_carry` done: one strided
-    copy of the fp32 values' upper halves, which drops the low bits on the way)."""
-    if truncated and target.dtype == torch.bfloat16:
-        upper = source.view(torch.int16)[..., _UPPER::2]  # every fp32's upper half, in place
-        target.view(torch.int16).copy_(upper)
-    else:
-        target.copy_(source)
+_BUCKET = 1 << 22  # elements per bucket: few kernel calls per step, a bounded scratch
+_MAX_BUCKET = 1 << 29  # the random bits' counters (2 per element) stay within int32
 
 
 class StochasticAdamW(torch.optim.Optimizer):
     """AdamW (decoupled weight decay, bias-corrected moments) for bf16 parameters.
 
     Each step reads the weights, gradients and moments into fp32, computes the AdamW
-    update there with torch's fused AdamW kernel, and writes weights and moments back in
-    the parameters' dtype: bf16 ones stochastically rounded (as :func:`round_stochastic`),
-    fp32 ones as torch's AdamW would (fp32 parameters are updated in place by the same
-    kernel). Moments are kept in the parameter's dtype.
+    update there, and writes weights and moments back in the parameters' dtype: bf16 ones
+    stochastically rounded (:mod:`halfprec.train.rounding`), fp16 ones rounded to nearest.
+    fp32 parameters get torch's own AdamW (its fused kernel), with fp32 moments. Moments
+    are kept in the parameter's dtype.
 
-    It works in buckets of up to ``bucket`` elements (default 2**22): small parameters are
-    packed together and large ones cut. On CPU a bf16 bucket takes nine passes over
-    memory: weight, gradient and both moments copied in (three copies: the moments of a
-    contiguous parameter are the two rows of one tensor), the fused kernel, the random
-    bits, the carry (a widening copy and an integer add), and weight and moments written
-    back (two copies that keep each fp32's upper half). Its scratch holds 34 bytes per
-    bucket element, kept between steps (at most 136 MiB per device by default; less when
-    the parameters are fewer).
+    It works in buckets of up to ``bucket`` elements (default 2**22): a large parameter is
+    cut into buckets and updated where it lies; small ones are packed into one bucket
+    through a scratch copy. Each bucket is one call of one kernel
+    (:mod:`halfprec.train.adamw_kernel`): with ``compile`` (default), buckets of 2**20
+    elements and more run it under ``torch.compile``, one fused loop that reads each
+    weight, gradient and moment once and writes each once; the rest run it eagerly in
+    chunks. The first compiled step compiles it (seconds, once per process); where
+    compiling fails it warns once and runs eagerly.
 
-    ``seed`` seeds the optimizer's own random generator (one per device), so torch's global
-    random state is never touched. Each bucket's random bits depend only on ``seed``, the
-    step number and the bucket's place, so the same run repeats bit for bit, and a run
-    resumed from :meth:`state_dict` rounds exactly as the uninterrupted one. The state is
-    ``step`` (an int) and ``exp_avg``/``exp_avg_sq`` per parameter (each of the
-    parameter's shape and dtype), as before this optimizer worked in buckets: older
-    checkpoints load as they are.
+    ``seed`` keys the random bits, so torch's global random state is never touched. A
+    bucket's bits depend only on ``seed``, the step number and the bucket's place, so the
+    same run repeats bit for bit (compiled or not), and a run resumed from
+    :meth:`state_dict` rounds exactly as the uninterrupted one. The state is ``step`` (an
+    int) and ``exp_avg``/``exp_avg_sq`` per parameter (each of the parameter's shape and
+    dtype): older checkpoints load as they are.
     """
 
     def __init__(
@@ -177,6 +85,7 @@ class StochasticAdamW(torch.optim.Optimizer):
         *,
         seed: int = 0,
         bucket: int | None = None,
+        compile: bool = True,
     ) -> None:
         if not lr >= 0:
             raise ValueError(f"StochasticAdamW(lr={lr!r}): must be >= 0, e.g. 1e-3")
@@ -186,14 +95,18 @@ class StochasticAdamW(torch.optim.Optimizer):
             raise ValueError(f"StochasticAdamW(eps={eps!r}): must be > 0, e.g. 1e-8")
         if not weight_decay >= 0:
             raise ValueError(f"StochasticAdamW(weight_decay={weight_decay!r}): must be >= 0")
-        if bucket is not None and not bucket >= 1:
-            raise ValueError(f"StochasticAdamW(bucket={bucket!r}): must be >= 1, e.g. 2**20")
+        if bucket is not None and not 1 <= bucket <= _MAX_BUCKET:
+            raise ValueError(
+                f"StochasticAdamW(bucket={bucket!r}): must be in [1, 2**29], e.g. 2**22"
+            )
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
         super().__init__(params, defaults)
         self.seed = seed
         self.bucket = bucket
-        self._generators: dict[tuple[torch.device, int | None], torch.Generator] = {}
-        self._scratch: dict[torch.device, _Scratch] = {}
+        self.kernel = BucketKernel(compile=compile)
+        self._scratch: dict[
+            tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]
+        ] = {}
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
@@ -202,17 +115,37 @@ class StochasticAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        index = 0  # the bucket's place in this step: part of its random bits' seed
+        jobs: list[Job] = []
         for group in self.param_groups:
             for (step, dtype, device), quads in self._prepare(group).items():
                 if dtype in (torch.float32, torch.float64):
                     _adamw(quads, group, step, device)
                     continue
-                limit = self.bucket or _BUCKET
-                for bucket in _buckets(quads, limit):
-                    self._update(bucket, group, step, index)
-                    index += 1
+                jobs += [
+                    (bucket, group, step) for bucket in _buckets(quads, self.bucket or _BUCKET)
+                ]
+        keys = self._keys(jobs)
+        hypers: dict[tuple[int, int, torch.device], torch.Tensor] = {}
+        for index, (bucket, group, step) in enumerate(jobs):
+            device = bucket[0][0].device
+            hyper = hypers.get((id(group), step, device))
+            if hyper is None:
+                hyper = hypers[id(group), step, device] = hyperparameters(group, step, device)
+            self._update(bucket, hyper, keys[device][index])
         return loss
+
+    def _keys(self, jobs: list[Job]) -> dict[torch.device, torch.Tensor]:
+        """Each job's random-bit keys (first key, second key, offset 0), from ``seed``, its
+        step and its place in this step, as one int32 (jobs, 3) table per device (one copy
+        to an accelerator per step, not one per bucket)."""
+        rows = []
+        for index, (_, _, step) in enumerate(jobs):
+            digest = hashlib.blake2b(f"{self.seed}/{step}/{index}".encode(), digest_size=8)
+            word = int.from_bytes(digest.digest(), "little")
+            rows.append((word % KEY_LIMIT, (word >> 32) % KEY_LIMIT, 0))
+        table = torch.tensor(rows, dtype=torch.int32).view(-1, 3)
+        devices = {bucket[0][0].device for bucket, _, _ in jobs}
+        return {device: table.to(device) for device in devices}
 
     def _prepare(
         self, group: dict[str, Any]
@@ -228,7 +161,8 @@ class StochasticAdamW(torch.optim.Optimizer):
             state = self.state[p]
             if not state:
                 state["step"] = 0
-                state["exp_avg"], state["exp_avg_sq"] = _moments(p)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             state["step"] += 1
             quad = (p, p.grad, state["exp_avg"], state["exp_avg_sq"])
             weight, grad, m, v = (local_tensor(t) for t in quad)
@@ -236,80 +170,50 @@ class StochasticAdamW(torch.optim.Optimizer):
             work.setdefault(key, []).append((weight, grad, m, v))
         return work
 
-    def _update(self, bucket: list[Quad], group: dict[str, Any], step: int, index: int) -> None:
-        """AdamW on one bucket: gathered into fp32 scratch, updated by the fused kernel,
-        rounded (stochastically for bf16) and scattered back."""
-        device, dtype = bucket[0][0].device, bucket[0][0].dtype
+    def _update(self, bucket: list[Quad], hyper: torch.Tensor, keys: torch.Tensor) -> None:
+        """The kernel on one bucket: on the tensors themselves when the bucket is one
+        contiguous piece, else on a scratch copy (weight, moments, gradient) that is
+        written back after."""
+        weight = bucket[0][0]
+        stochastic = weight.dtype == torch.bfloat16
+        if len(bucket) == 1 and all(t.is_contiguous() for t in bucket[0]):
+            weight, grad, m, v = (t.view(-1) for t in bucket[0])
+            self.kernel((weight, grad, m, v), hyper, keys, stochastic)
+            return
         n = sum(piece[0].numel() for piece in bucket)
-        scratch = self._scratch.get(device)
-        if scratch is None or scratch.size < n:
-            scratch = self._scratch[device] = _Scratch(device, n)
-        rows = scratch.floats[: 4 * n].view(4, n)  # weight, m, v, grad
+        rows, grads = self._rows(weight.device, weight.dtype, n)
         for piece, offset in _offsets(bucket):
-            for tensor, into in _links(piece, rows, offset):
+            for tensor, into in zip(piece, _places(rows, grads, offset, piece[0]), strict=True):
                 into.copy_(tensor)
-        weight, m, v, grad = rows
-        _adamw([(weight, grad, m, v)], group, step, device)
-        values, truncated = rows[:3], False  # weight, m and v
-        if dtype == torch.bfloat16:
-            words = scratch.words[: _words(3 * n)]
-            truncated = device.type == "cpu"  # NaN stays NaN there (see _carry)
-            if truncated:
-                halves = [self._generator(device, step, index, part) for part in (0, 1)]
-                _carry(values.view(-1), scratch.bits[: 3 * n], words, halves)
-            else:
-                generator = self._generator(device, step, index)
-                flat = _round_in_place(values.view(-1), scratch.bits[: 3 * n], words, generator)
-                values = flat.view(3, n)
+        self.kernel((rows[0], grads, rows[1], rows[2]), hyper, keys, stochastic)
         for piece, offset in _offsets(bucket):
-            for target, source in _links(piece, values, offset):
-                _store(target, source, truncated)
+            places = _places(rows, grads, offset, piece[0])
+            for index in (0, 2, 3):  # weight and moments (the gradient is only read)
+                piece[index].copy_(places[index])
 
-    def _generator(
-        self, device: torch.device, step: int, index: int, part: int | None = None
-    ) -> torch.Generator:
-        """A generator for ``device`` seeded from ``seed``, the step, the bucket's place and
-        (on CPU, where a bucket's bits are drawn in two parts) the part."""
-        generator = self._generators.get((device, part))
-        if generator is None:
-            generator = self._generators[device, part] = torch.Generator(device)
-        key = f"{self.seed}/{step}/{index}" + ("" if part is None else f"/{part}")
-        digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
-        return generator.manual_seed(int.from_bytes(digest, "little") >> 1)
-
-
-class _Scratch:
-    """A device's fp32 working memory for buckets of up to ``size`` elements: weight,
-    moments and gradient (4 floats each), the random bits widened (3 int32) and as drawn
-    (3 int16): 34 bytes per element."""
-
-    def __init__(self, device: torch.device, size: int) -> None:
-        self.size = size
-        self.floats = torch.empty(4 * size, dtype=torch.float32, device=device)
-        self.bits = torch.empty(3 * size, dtype=torch.int32, device=device)
-        self.words = torch.empty(_words(3 * size), dtype=torch.int64, device=device)
+    def _rows(
+        self, device: torch.device, dtype: torch.dtype, n: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Scratch for a packed bucket of ``n`` elements, kept between steps: weight and
+        moments as the three rows of one tensor in ``dtype``, and the gradient in fp32."""
+        kept = self._scratch.get((device, dtype))
+        if kept is None or kept[1].numel() < n:
+            rows = torch.empty(3 * n, dtype=dtype, device=device)
+            kept = self._scratch[device, dtype] = (rows, torch.empty(n, device=device))
+        return kept[0][: 3 * n].view(3, n), kept[1][:n]
 
 
-def _moments(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Zero first and second moments for ``p``: for a contiguous plain tensor, the two rows
-    of one tensor, so that a step copies both in one kernel (see :func:`_links`)."""
-    if local_tensor(p) is not p or not p.is_contiguous():  # a DTensor, or strided
-        m = torch.zeros_like(p, memory_format=torch.preserve_format)
-        return m, torch.zeros_like(m)
-    pair = torch.zeros((2, *p.shape), dtype=p.dtype, device=p.device)
-    return pair[0], pair[1]
-
-
-def _pair(m: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
-    """``m`` and ``v`` as the rows of one (2, numel) view when they lie so in one storage
-    (as :func:`_moments` makes them, and slices of those), else None."""
-    k = m.numel()
-    if not (m.is_contiguous() and v.is_contiguous()) or m.shape != v.shape:
-        return None
-    if m.untyped_storage().data_ptr() != v.untyped_storage().data_ptr():
-        return None
-    delta = v.storage_offset() - m.storage_offset()
-    return m.as_strided((2, k), (delta, 1)) if delta >= k else None
+def _places(
+    rows: torch.Tensor, grads: torch.Tensor, offset: int, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Where a piece's weight, gradient and moments lie in a packed bucket's scratch."""
+    span, shape = slice(offset, offset + weight.numel()), weight.shape
+    return (
+        rows[0, span].view(shape),
+        grads[span].view(shape),
+        rows[1, span].view(shape),
+        rows[2, span].view(shape),
+    )
 
 
 def _offsets(bucket: list[Quad]) -> Iterator[tuple[Quad, int]]:
@@ -318,23 +222,6 @@ def _offsets(bucket: list[Quad]) -> Iterator[tuple[Quad, int]]:
     for piece in bucket:
         yield piece, offset
         offset += piece[0].numel()
-
-
-def _links(piece: Quad, rows: torch.Tensor, offset: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(a tensor of ``piece``, its place in ``rows``) for the weight, the moments (one pair
-    when they are the rows of one tensor: one copy for both) and, when ``rows`` has a
-    fourth row, the gradient. ``rows``: (weight, m, v[, grad]) by bucket element."""
-    weight, grad, m, v = piece
-    cols = rows[:, offset : offset + weight.numel()]
-    links = [(weight, cols[0].view(weight.shape))]
-    pair = _pair(m, v)
-    if pair is None:
-        links += [(m, cols[1].view(m.shape)), (v, cols[2].view(v.shape))]
-    else:
-        links.append((pair, cols[1:3]))
-    if rows.shape[0] == 4:
-        links.append((grad, cols[3].view(grad.shape)))
-    return links
 
 
 def _adamw(quads: Sequence[Quad], group: dict[str, Any], step: int, device: torch.device) -> None:
