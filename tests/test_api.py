@@ -176,11 +176,11 @@ def test_export(config: Recipe | str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("config", FORMS, ids=["str", "config"])
 def test_load_converts_into_the_files_dtype(config: Recipe | str, tmp_path: Path) -> None:
     path = save(convert(Small(), "bf16"), tmp_path / "m.safetensors")
-    fresh = load(path, into=Small(), config=config)
+    fresh = load(path, into=Small(), recipe=config)
     report = conversion_report(fresh)
     assert report is not None and report.dtype == torch.bfloat16
-    with pytest.raises(CheckpointError, match="holds bf16 tensors but config asks for fp16"):
-        load(path, into=Small(), config="fp16")
+    with pytest.raises(CheckpointError, match="holds bf16 tensors but the recipe asks for fp16"):
+        load(path, into=Small(), recipe="fp16")
 
 
 def test_lint_is_one_verb_over_paths_and_sources(tmp_path: Path) -> None:

@@ -133,13 +133,13 @@ def test_load_with_a_config_keeps_the_file_s_islands_and_takes_its_boundaries(
     path = save(half, tmp_path / "m.safetensors")
     plain = load(path, into=_net)
     assert recipe_of(plain) == recipe_of(half)  # no config: exactly the saved recipe
-    kept = load(path, into=_net, config=Recipe(cast_outputs=False))
+    kept = load(path, into=_net, recipe=Recipe(cast_outputs=False))
     got = recipe_of(kept)
     assert got is not None and got.cast_outputs is False and "2" in got.keep_fp32
     assert got.dtype == torch.float16 and got.op_islands == recipe_of(half).op_islands  # type: ignore[union-attr]
     assert kept(torch.ones(1, 4)).dtype == torch.float16  # outputs stay half, as asked
-    with pytest.raises(CheckpointError, match="holds fp16 tensors but config asks for bf16"):
-        load(path, into=_net, config="bf16")
+    with pytest.raises(CheckpointError, match="holds fp16 tensors but the recipe asks for bf16"):
+        load(path, into=_net, recipe="bf16")
 
 
 def test_op_island_kinds_round_trip_and_fp32_refs_are_written_as_before(tmp_path: Path) -> None:

@@ -216,7 +216,7 @@ def test_a_hand_off_saves_loads_copies_and_pickles_bit_exactly(tmp_path: Path) -
         assert recipe_of(loaded).fp32_outputs == ("step.halt",)  # type: ignore[union-attr]
         assert torch.equal(_run(loaded, args), out)
     # a config's boundary options do not drop the file's hand-offs
-    kept = load(path, into=lambda: ponder()[0], config=Recipe(cast_outputs=False))
+    kept = load(path, into=lambda: ponder()[0], recipe=Recipe(cast_outputs=False))
     assert recipe_of(kept).fp32_outputs == ("step.halt",)  # type: ignore[union-attr]
     assert torch.equal(_run(kept, args).float(), out)
     buf = io.BytesIO()

@@ -208,7 +208,7 @@ def load(
     path: str | os.PathLike[str],
     *,
     into: nn.Module | Callable[[], nn.Module],
-    config: RecipeLike = None,
+    recipe: RecipeLike = None,
     strict: bool = True,
     upcast: bool = False,
 ) -> nn.Module:
@@ -219,9 +219,9 @@ def load(
 
     For a halfprec safetensors file, an unconverted ``into`` is first converted in place
     with the recipe the file carries, so the result computes exactly what the saved model
-    did. ``config`` (a :class:`~halfprec.Recipe`), when given, sets the boundary options
+    did. ``recipe`` (a :class:`~halfprec.Recipe` or a dtype), when given, sets the boundary options
     and the tolerance; the file decides the dtype, the module islands and the op islands,
-    and a dtype in ``config`` must match the file's. ``into`` may also be a callable that
+    and a dtype in ``recipe`` must match the file's. ``into`` may also be a callable that
     builds the fp32 model: it is then built on the meta device and filled straight from a
     safetensors file, so the fp32 model never exists in memory
     (:mod:`halfprec.io.materialize`). A builder that computes on its weights while it
@@ -236,17 +236,17 @@ def load(
     kind = checkpoint_format(where)
     if kind == "torch":
         model = into if isinstance(into, nn.Module) else into()
-        return _load_into_model(_StateDict(where), None, "", model, config, strict, upcast)
+        return _load_into_model(_StateDict(where), None, "", model, recipe, strict, upcast)
     source = TensorFile(where)
-    recipe, field = _file_recipe(where, source)
+    carried, field = _file_recipe(where, source)
     if upcast or isinstance(into, nn.Module):
         model = into if isinstance(into, nn.Module) else into()
-        return _load_into_model(source, recipe, field, model, config, strict, upcast)
+        return _load_into_model(source, carried, field, model, recipe, strict, upcast)
     if kind == "hf_dir":
-        assert recipe is not None  # a hf_dir has its side-car recipe
-        saved = _with_file(Recipe.of(config), recipe, where)
+        assert carried is not None  # a hf_dir has its side-car recipe
+        saved = _with_file(Recipe.of(recipe), carried, where)
         return load_pretrained_dir(where, base_class(build_on_meta(into)), saved)
-    return _load_built(source, recipe, field, into, config, strict)
+    return _load_built(source, carried, field, into, recipe, strict)
 
 
 def _load_built(
@@ -309,7 +309,7 @@ def _with_file(config: Recipe, saved: Recipe, path: Path) -> Recipe:
     asked = config.dtype
     if not is_auto(asked) and parse_dtype(asked) != saved.dtype:
         raise CheckpointError(
-            f"{path} holds {dtype_name(parse_dtype(saved.dtype))} tensors but config asks for "
+            f"{path} holds {dtype_name(parse_dtype(saved.dtype))} tensors but the recipe asks for "
             f"{dtype_name(parse_dtype(asked))}; load it without a dtype, or convert the fp32 "
             "model again"
         )
