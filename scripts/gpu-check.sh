@@ -44,7 +44,7 @@ failed=0
 header="--header"
 # step and its limit on a GPU: 380 s in all, plus at most 3 s each to die after a timeout
 # and ~10 s of checks above, so the whole check ends within 7 minutes whatever happens
-for entry in "tests 90" "compile 60" "bench 50" "gemm 15" "scaler 20" "stochastic 30" \
+for entry in "tests 80" "compile 60" "bench 50" "gemm 15" "scaler 20" "stochastic 40" \
              "export 50" "ddp 40" "tf32 25"; do
   set -- $entry
   step=$1

@@ -6,8 +6,10 @@ bucket, read and written in the parameters' half dtype, computed in fp32.
 buckets large enough to pay for it, so that inductor fuses it into one loop that reads
 each weight, gradient and moment once and writes them once, with the random bits made in
 registers. Smaller buckets, or every bucket where compiling is off or fails, run the same
-function eagerly in chunks of :data:`CHUNK` elements. Integer bits and float operations
-are the same either way (tested), so whether a bucket was compiled does not change a bit.
+function eagerly: on a CPU in chunks of :data:`CHUNK` elements (their temporaries stay in
+cache), elsewhere whole (each of its ~80 operations is a kernel launch). Integer bits and
+float operations are the same either way (tested), so whether a bucket was compiled does
+not change a bit.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from halfprec.train.rounding import random_bits, round_with
 
 __all__ = ["BucketKernel", "adamw_bucket", "hyperparameters", "CHUNK", "COMPILE_FROM"]
 
-CHUNK = 1 << 16  # eager: elements per chunk (its temporaries stay in cache)
+CHUNK = 1 << 16  # eager on a CPU: elements per chunk (its temporaries stay in cache)
 COMPILE_FROM = 1 << 20  # buckets at least this large run compiled (a compile costs seconds)
 _LOW16 = 0xFFFF
 
@@ -135,7 +137,8 @@ class BucketKernel:
                     stacklevel=4,
                 )
         first, second, offset = keys.unbind()
-        for start in range(0, n, CHUNK):
-            weight, grad, m, v = (t[start : start + CHUNK] for t in tensors)
+        size = CHUNK if tensors[0].device.type == "cpu" else max(n, 1)  # elsewhere: launches
+        for start in range(0, n, size):
+            weight, grad, m, v = (t[start : start + size] for t in tensors)
             chunk_keys = torch.stack((first, second, offset + start))
             adamw_bucket(weight, grad, m, v, hyper, chunk_keys, stochastic)
