@@ -569,3 +569,19 @@ def test_bench_holds_one_candidate_beside_the_callers_model_at_a_time() -> None:
     assert len(timed) == len(result.results) >= 2 * 3  # fp32 and every candidate, both sizes
     assert max(live.seen) == 1  # one candidate, while it is timed; fp32 is the model itself
     assert len(Tracked.live) == 1  # and nothing is left after the run
+
+
+@pytest.mark.slow
+def test_a_compiled_candidate_is_let_go_before_the_next_is_built() -> None:
+    # ~12 s: two compiles. dynamo keeps its compiled code on the forward's code object;
+    # the candidate itself must still be freed when bench releases it
+    gc.collect()
+    model = Tracked()
+    live = LiveCount()
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None, limit=False)
+    variants = ["halfprec-bf16+compile", "naive-bf16+compile", "fp32+compile"]
+    result = benchmark(model, _x(8), "bf16", variants=variants, bench=cfg, timer=live)
+    assert [r.status for r in result.results] == ["ok"] * 4
+    assert max(live.seen) == 1  # fp32+compile wraps the caller's model: no copy at all
+    gc.collect()
+    assert len(Tracked.live) == 1

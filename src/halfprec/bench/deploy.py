@@ -27,7 +27,7 @@ faster than the torch choice by its spread.
 
 Every candidate is judged by the recipe's tolerance, or ``tolerance`` where given
 (:meth:`~halfprec.Recipe.settle`), and a half variant is chosen only when it is faster than
-eager fp32 beyond the spread of the interleaved rounds
+eager fp32 beyond the spread of the rounds of its pair
 (:func:`~halfprec.bench.results.fastest_variant`, bench's own verdict): on a machine too
 noisy to rank, deploy returns fp32 and its summary says so.
 """

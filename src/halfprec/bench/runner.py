@@ -145,13 +145,18 @@ class Benchmark:
         self.timer: CallTimer = timer or (lambda fn, _variant: timed_call(fn, self.device))
         self.support = support or device_support(self.device)
         self.warm_up = WarmUp(
-            self.device,
-            self.config.warmup,
-            self.config.max_call_s,
-            device_counters(self.device) if counters is None else counters,
+            device=self.device,
+            calls=self.config.warmup,
+            max_call_s=self.config.max_call_s,
+            counters=device_counters(self.device) if counters is None else counters,
         )
         half = [v.dtype for v in self.variants if v.dtype != torch.float32]
-        self.half = HalfSpeed(self.device, list(dict.fromkeys(half)), self.config, probe_timer)
+        self.half = HalfSpeed(
+            device=self.device,
+            dtypes=list(dict.fromkeys(half)),
+            config=self.config,
+            probe_timer=probe_timer,
+        )
         self.shapes: dict[Gemm, int] = {}
         self.modules: dict[str, nn.Module] = {}
         self.notes: list[str] = []  # for the result's warnings
@@ -227,7 +232,7 @@ class Benchmark:
             limits = self.half.limits(self.shapes)
         result.limits[size] = limits
         self.rows[index, 0] = ready.result
-        return _Size(index, Pairs(ready, batch), output, limits)
+        return _Size(index, Pairs(fp32=ready, batch=batch), output, limits)
 
     def _candidate(self, result: BenchResult, at: list[_Size], j: int, variant: Variant) -> None:
         """Build ``variant`` once; at each batch size warm it, compare it with that size's
