@@ -585,3 +585,10 @@ def test_a_compiled_candidate_is_let_go_before_the_next_is_built() -> None:
     assert max(live.seen) == 1  # fp32+compile wraps the caller's model: no copy at all
     gc.collect()
     assert len(Tracked.live) == 1
+
+
+def test_a_benchmark_without_fp32_is_refused() -> None:
+    from halfprec.bench.runner import Benchmark
+
+    with pytest.raises(ValueError, match=r"needs Variant\('fp32'\): every speedup is measured"):
+        Benchmark(Tiny(), _x(), variants=[Variant("naive", torch.bfloat16)])

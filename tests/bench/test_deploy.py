@@ -371,3 +371,17 @@ def test_deploy_holds_the_best_so_far_and_one_candidate_at_most() -> None:
     gc.collect()
     assert set(Tracked.live) == {model, done.model}  # fp16 was let go when it lost
     assert model.training and not done.model.training
+
+
+def test_an_fp32_choice_is_a_fresh_copy_never_the_callers_model() -> None:
+    # bench times the caller's model itself as fp32; deploy hands back a copy of it
+    model = Tracked().train()
+    Tracked.made = 0
+    clock = RoundClock({"fp32": [1.0], "halfprec-bf16": [1.5]})
+    done = halfprec.deploy(
+        model, _x(), "bf16", compile=False, bench=NO_RACE, timer=clock, runtimes=()
+    )
+    assert done.variant == "fp32" and done.model is not model
+    assert Tracked.made == 2  # halfprec-bf16, then the copy returned
+    assert model.training and not done.model.training
+    assert torch.equal(done.model(_x()), model.eval()(_x()))
