@@ -44,7 +44,13 @@ import torch
 
 import halfprec
 from halfprec.batch import resize_batch
-from halfprec.bench.results import BenchConfig, BenchResult, fastest_variant, paired_speed
+from halfprec.bench.results import (
+    BenchConfig,
+    BenchResult,
+    fastest_variant,
+    paired_speed,
+    relative_time,
+)
 from halfprec.bench.runtime_choice import with_runtimes
 from halfprec.bench.spread import variant_speed
 from halfprec.errors import HalfprecError
@@ -118,7 +124,7 @@ def _row(result: BenchResult, name: str, chosen: str) -> str:
 
 def _against_best(result: BenchResult, chosen: str) -> str:
     """The choice against the fastest accurate other variant, with the spread of the
-    per-round ratio over the rounds both were timed in."""
+    per-round ratio through eager fp32 (each variant was timed in its own pair with it)."""
     rows = [
         r
         for r in result.results
@@ -126,7 +132,8 @@ def _against_best(result: BenchResult, chosen: str) -> str:
     ]
     if not rows:
         return ""
-    best = min(rows, key=lambda r: r.median_s or float("inf"))
+    fp32 = result.get("fp32")  # each variant timed in its own pair: rank relative to fp32
+    best = min(rows, key=lambda r: relative_time(fp32, r) or float("inf"))
     speed = paired_speed(best, result.get(chosen))
     if speed is None:
         return ""

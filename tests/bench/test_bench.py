@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from typing import Any
 
 import pytest
@@ -309,7 +311,8 @@ def test_each_variant_is_built_once_and_reused_at_every_batch_size() -> None:
     result = benchmark(Counting(), _x(), variants=["halfprec-bf16"], bench=cfg)
     assert result.batch_sizes == [1, 4, 8]
     assert all(r.status == "ok" and r.comparison is not None for r in result.results[1::2])
-    assert Counting.copies == 2  # fp32 and halfprec-bf16, not one of each per batch size
+    # halfprec-bf16 once, not once per batch size; fp32 is the caller's model, never copied
+    assert Counting.copies == 1
 
 
 @pytest.mark.slow
@@ -508,3 +511,84 @@ def test_a_cpu_run_names_only_the_cpus_reduced_fp32_backends() -> None:
     (note,) = [w for w in result.warnings if "IEEE fp32 all the same" in w]
     assert note.startswith("this process computes oneDNN matmuls in bf16;")
     assert "cuDNN" not in note
+
+
+# -- at most the reference and one candidate in memory (issue 30) ---------------------------
+class Tracked(nn.Module):
+    """Keeps a weak reference to each of its instances, copies included (``copy.deepcopy``
+    of a module makes one without ``__init__`` and ends in ``__setstate__``)."""
+
+    live: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1 = nn.Linear(32, 64)
+        self.norm = nn.LayerNorm(64)
+        self.fc2 = nn.Linear(64, 8)
+        type(self).live.add(self)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        super().__setstate__(state)
+        type(self).live.add(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.norm(self.fc1(x))))
+
+
+class LiveCount:
+    """Counts the live :class:`Tracked` models beside the caller's at every progress step
+    and every timed call (``timer``: it calls the timed function, and times it as 1 ms)."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def count(self) -> None:
+        self.seen.append(len(Tracked.live) - 1)
+
+    def progress(self, step: int, total: int, label: str) -> None:
+        self.count()
+
+    def __call__(self, fn: Any, variant: Variant) -> float:
+        fn()
+        self.count()
+        return 0.001
+
+
+def test_bench_holds_one_candidate_beside_the_callers_model_at_a_time() -> None:
+    # every default variant (all 6 half ones where both dtypes run) at two batch sizes: the
+    # old runner held a copy of each, fp32 too, until the run ended (6-7 beside the model)
+    gc.collect()
+    model = Tracked()
+    live = LiveCount()
+    cfg = BenchConfig(
+        batch_sizes=(2, 4), warmup=1, runs=3, memory="none", skip_slower_than=None, limit=False
+    )
+    result = benchmark(model, _x(), bench=cfg, progress=live.progress, timer=live)
+    timed = [r for r in result.results if r.timing is not None]
+    assert len(timed) == len(result.results) >= 2 * 3  # fp32 and every candidate, both sizes
+    assert max(live.seen) == 1  # one candidate, while it is timed; fp32 is the model itself
+    assert len(Tracked.live) == 1  # and nothing is left after the run
+
+
+@pytest.mark.slow
+def test_a_compiled_candidate_is_let_go_before_the_next_is_built() -> None:
+    # ~12 s: two compiles. dynamo keeps its compiled code on the forward's code object;
+    # the candidate itself must still be freed when bench releases it
+    gc.collect()
+    model = Tracked()
+    live = LiveCount()
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None, limit=False)
+    variants = ["halfprec-bf16+compile", "naive-bf16+compile", "fp32+compile"]
+    result = benchmark(model, _x(8), "bf16", variants=variants, bench=cfg, timer=live)
+    assert [r.status for r in result.results] == ["ok"] * 4
+    assert max(live.seen) == 1  # fp32+compile wraps the caller's model: no copy at all
+    gc.collect()
+    assert len(Tracked.live) == 1
+
+
+def test_a_benchmark_without_fp32_is_refused() -> None:
+    from halfprec.bench.runner import Benchmark
+
+    with pytest.raises(ValueError, match=r"needs Variant\('fp32'\): every speedup is measured"):
+        Benchmark(Tiny(), _x(), variants=[Variant("naive", torch.bfloat16)])

@@ -22,9 +22,11 @@ def result() -> BenchResult:
 
 
 def inject(result: BenchResult, fp32: tuple[float, ...], half: tuple[float, ...]) -> None:
+    """One pair: fp32's calls in it are its row's and the variant's reference."""
     rows = {r.name: r for r in result.results}
     rows["fp32"].timing = Timing(fp32)
     rows["naive-bf16"].timing = Timing(half)
+    rows["naive-bf16"].reference_timing = Timing(fp32)
 
 
 def test_the_ratio_pairs_the_rounds_fp32_and_the_variant_shared(result: BenchResult) -> None:
@@ -37,6 +39,7 @@ def test_the_ratio_pairs_the_rounds_fp32_and_the_variant_shared(result: BenchRes
 
 def test_a_capped_variant_has_one_shared_round_and_no_ranking(result: BenchResult) -> None:
     inject(result, (2.0, 2.0, 2.0), (1.0,))
+    result.results[1].reference_timing = None  # timed once, in no pair
     speed = variant_speed(result, result.results[1])
     assert speed is not None and speed.rounds == 1 and not speed.ranked
 

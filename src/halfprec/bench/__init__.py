@@ -1,1 +1,1 @@
-"""halfprec bench: speed, memory and accuracy of each variant, measured in one interleaved run."""
+"""halfprec bench: speed, memory and accuracy of each variant against fp32 in one run."""

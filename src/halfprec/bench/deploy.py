@@ -13,7 +13,10 @@ outside inference mode, as it was warmed, so no call compiles it again). fp32 wi
 nothing beats it. Half dtypes whose matrix products a quick probe finds far slower than
 fp32 here are skipped, never built or compiled (the probe's verdict is cached per
 machine: :mod:`halfprec.bench.probe_cache`), and the candidates are raced: each stops
-being timed once its rank is settled (:class:`~halfprec.bench.race.Race`).
+being timed once its rank is settled (:class:`~halfprec.bench.race.Race`). The candidates
+are built and timed one at a time, each in a pair with eager fp32 (the caller's model
+itself: :mod:`halfprec.bench.runner`), and only the best so far is kept beside the one
+being timed: at most two models beside the caller's, whatever the number of candidates.
 ``Deployed.time_spent`` says where the time went.
 
 By default it also tries every runtime target that is installed and computes a half dtype
@@ -24,7 +27,7 @@ faster than the torch choice by its spread.
 
 Every candidate is judged by the recipe's tolerance, or ``tolerance`` where given
 (:meth:`~halfprec.Recipe.settle`), and a half variant is chosen only when it is faster than
-eager fp32 beyond the spread of the interleaved rounds
+eager fp32 beyond the spread of the rounds of its pair
 (:func:`~halfprec.bench.results.fastest_variant`, bench's own verdict): on a machine too
 noisy to rank, deploy returns fp32 and its summary says so.
 """
@@ -39,7 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.batch import as_batches
+from halfprec.batch import as_batches, call
 from halfprec.bench.interleave import CallTimer
 from halfprec.bench.limit import GemmLimit, Timer
 from halfprec.bench.race_cache import RaceCache, race_key
@@ -56,6 +59,7 @@ from halfprec.bench.spread import variant_speed
 from halfprec.bench.variants import AUTOTUNE_RECIPES, Variant, build_variant
 from halfprec.compare import Tolerance
 from halfprec.convert.recipe import Recipe, RecipeLike
+from halfprec.fp32 import exact_fp32
 from halfprec.modules import model_device
 from halfprec.timing import spent_text, spread_text
 
@@ -228,7 +232,9 @@ def deploy(
     tries those in fp32 and each half dtype they offer, a missing package or a precision
     the CPU lacks skipping that variant with a note; ``()`` tries none.
 
-    ``model`` is not changed: every candidate is built from a copy. The returned module
+    ``model`` is not changed: it is the fp32 reference, and every candidate is built
+    from a copy, one at a time (at most the candidate being timed and the best so far
+    beside ``model``). The returned module
     was warmed up on that batch; compiled modules recompile for new shapes, so warm it on
     each serving shape before taking traffic (docs/bench.md). On CUDA a compiled choice
     replays CUDA graphs: clone an output you keep past the next call.
@@ -309,8 +315,19 @@ class _Race:
         best = with_runtimes(result, fastest_variant(result))
         seconds = dict(result.seconds)
         chosen = run.modules.get(best.name)
-        if chosen is None:  # fp32 when it was capped (timed once, not kept): a fresh copy
-            built = time.perf_counter()
-            chosen = build_variant(self.model, best.variant, self.recipe)
-            seconds["build"] = seconds.get("build", 0.0) + time.perf_counter() - built
+        if chosen is None:  # eager fp32 (the caller's model: never handed out), or a choice
+            chosen = self._rebuild(best.variant, seconds)  # dropped as it lost for a while
         return Deployed(chosen, best, result, seconds)
+
+    def _rebuild(self, variant: Variant, seconds: dict[str, float]) -> nn.Module:
+        """``variant`` built afresh from a copy of the model, a compiled one warmed (so
+        compiled) on the batch; its seconds join ``build`` (``compile`` for the call)."""
+        start = time.perf_counter()
+        module = build_variant(self.model, variant, self.recipe, batch=self.batch)
+        seconds["build"] = seconds.get("build", 0.0) + time.perf_counter() - start
+        if variant.compiled:
+            start = time.perf_counter()
+            with torch.inference_mode(), exact_fp32():  # as bench warmed it
+                call(module, self.batch)
+            seconds["compile"] = seconds.get("compile", 0.0) + time.perf_counter() - start
+        return module

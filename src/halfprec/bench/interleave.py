@@ -1,12 +1,22 @@
-"""The timed rounds of a benchmark: every variant's timed calls round-robin, so that a burst
-of load on a shared machine hits them alike, each variant raced
-(:class:`~halfprec.bench.race.Race`: no more rounds once its rank is settled)."""
+"""The timed rounds of a benchmark: a candidate's timed calls alternate with eager fp32's,
+round by round (a pair), so that a burst of load on a shared machine hits both alike, and
+each candidate is raced (:class:`~halfprec.bench.race.Race`: no more rounds once its rank
+is settled).
+
+The runner holds one candidate at a time (the reference and one candidate on the device,
+never every variant), so candidates are timed in separate pairs. The race compares them
+through the common reference: each candidate's time relative to fp32's in the same round
+of its pair (:class:`Standings` keeps those of the candidates timed before at the same
+batch size), so that a candidate clearly slower than fp32, or than an accurate candidate
+timed in an earlier pair, still stops after a few rounds.
+"""
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -19,7 +29,7 @@ from halfprec.fp32 import exact_fp32
 from halfprec.modules import first_line
 from halfprec.timing import Timing
 
-__all__ = ["CallTimer", "Prepared", "time_interleaved"]
+__all__ = ["CallTimer", "Pairs", "Prepared", "Standings", "time_interleaved"]
 
 CallTimer = Callable[[Callable[[], object], Variant], float]
 """Times one timed call of a variant: ``timer(fn, variant) -> seconds``. The default calls
@@ -40,12 +50,47 @@ class Prepared:
         return self.module is not None and self.runs > 0 and self.result.status == "ok"
 
 
+@dataclass
+class Standings:
+    """The candidates timed so far at one batch size: each one's per-round time relative
+    to eager fp32's in the same round of its pair (``relative``), and those the choice may
+    pick (``eligible``). :func:`time_interleaved` races a new candidate against them and
+    adds it."""
+
+    relative: dict[Variant, list[float]] = field(default_factory=dict)
+    eligible: set[Variant] = field(default_factory=set)
+
+
 def _eligible(rows: dict[int, VariantResult]) -> set[int]:
     return {
         i
         for i, r in rows.items()
         if r.status == "ok" and r.accurate and r.variant.kind in CHOICE_KINDS
     }
+
+
+def _relative(mine: Sequence[float], fp32: Sequence[float]) -> list[float]:
+    return [a / b if b > 0 else math.inf for a, b in zip(mine, fp32, strict=False)]
+
+
+def _race_samples(
+    prepared: Sequence[Prepared],
+    samples: dict[int, list[float]],
+    ref: int | None,
+    standings: Standings,
+) -> dict[Variant, list[float]]:
+    """What the race ranks, by variant: with a reference, every time relative to the
+    reference's in the same round (the reference itself 1.0), beside the standings of
+    earlier pairs; without one, the seconds themselves."""
+    if ref is None:
+        return {prepared[i].result.variant: s for i, s in samples.items() if s}
+    fp32 = samples[ref]
+    ranked = {v: list(s) for v, s in standings.relative.items()}
+    ranked[prepared[ref].result.variant] = [1.0] * len(fp32)
+    for i, s in samples.items():
+        if i != ref and s:
+            ranked[prepared[i].result.variant] = _relative(s, fp32)
+    return ranked
 
 
 def _playing(
@@ -72,16 +117,38 @@ def _playing(
     return now
 
 
-def time_interleaved(
-    prepared: Sequence[Prepared], batch: Batch, race: Race | None, timer: CallTimer
-) -> None:
-    """Time the variants round-robin, one call each per round, and set each row's timing.
+def _stopped(
+    prepared: Sequence[Prepared],
+    samples: dict[int, list[float]],
+    ref: int | None,
+    race: Race,
+    standings: Standings,
+) -> set[int]:
+    """The variants of this run whose rank the race says is settled (never the reference)."""
+    rows = {i: prepared[i].result for i in samples}
+    eligible = {rows[i].variant for i in _eligible(rows)} | standings.eligible
+    done = race.settled(_race_samples(prepared, samples, ref, standings), eligible)
+    return {i for i in samples if i != ref and rows[i].variant in done}
 
-    With ``race`` a variant stops once its rank is settled (beaten by a variant the choice
-    may pick, or apart from all others). fp32, the reference every speedup is measured
-    against, is timed in every round any other variant is, and the others stop when it
-    stops: a round without it cannot be paired. fp32 timed alone (nothing else to time)
-    stops after the race's ``min_rounds``."""
+
+def time_interleaved(
+    prepared: Sequence[Prepared],
+    batch: Batch,
+    race: Race | None,
+    timer: CallTimer,
+    standings: Standings | None = None,
+) -> dict[int, list[float]]:
+    """Time the variants round-robin, one call each per round, set each row's timing, and
+    return each timed variant's seconds by its index in ``prepared``.
+
+    The runner passes two: eager fp32 (the reference) and one candidate. With ``race`` a
+    variant stops once its rank is settled (beaten by a variant the choice may pick, or
+    apart from all others), ranked by its time relative to the reference's in the same
+    round, beside the ``standings`` of the candidates timed before at this batch size (to
+    which it is added). fp32 is timed in every round any other variant is, and the others
+    stop when it stops: a round without it cannot be paired. fp32 timed alone (nothing
+    else to time) stops after the race's ``min_rounds``."""
+    standings = Standings() if standings is None else standings
     modules = {i: p.module for i, p in enumerate(prepared) if p.timed and p.module is not None}
     samples: dict[int, list[float]] = {i: [] for i in modules}
     ref = next((i for i in modules if prepared[i].result.variant == Variant("fp32")), None)
@@ -98,10 +165,55 @@ def time_interleaved(
                 except Exception as exc:
                     r.status, r.note = "failed", first_line(exc)
             if race is not None:
-                rows = {i: prepared[i].result for i in modules}
-                timed = {i: samples[i] for i in modules if samples[i]}
-                stopped |= race.settled(timed, _eligible(rows)) - {ref}
+                stopped |= _stopped(prepared, samples, ref, race, standings)
+    _record(prepared, samples, ref, standings)
+    return samples
+
+
+def _record(
+    prepared: Sequence[Prepared],
+    samples: dict[int, list[float]],
+    ref: int | None,
+    standings: Standings,
+) -> None:
+    """Each timed row's timing; each candidate's relative times into ``standings``."""
     for i, r_samples in samples.items():
         r = prepared[i].result
-        if r.status == "ok" and r_samples:
-            r.timing = Timing(tuple(r_samples))
+        if r.status != "ok" or not r_samples:
+            continue
+        r.timing = Timing(tuple(r_samples))
+        if ref is not None and i != ref:
+            standings.relative[r.variant] = _relative(r_samples, samples[ref])
+            if i in _eligible({i: r}):
+                standings.eligible.add(r.variant)
+
+
+@dataclass
+class Pairs:
+    """Eager fp32 at one batch size (``fp32``: its row, the module and its planned rounds)
+    and the pairs every candidate there is timed in with it: fp32's calls pooled over the
+    pairs (``rounds``), how many pairs ran, and the candidates' :class:`Standings`."""
+
+    fp32: Prepared
+    batch: Batch
+    rounds: list[float] = field(default_factory=list)
+    pairs: int = 0
+    standings: Standings = field(default_factory=Standings)
+
+    def time(self, candidate: Prepared, race: Race | None, timer: CallTimer) -> None:
+        """Time ``candidate`` interleaved with fp32 (:func:`time_interleaved`); fp32's calls
+        in the pair become the candidate's ``reference_timing`` and join ``rounds``."""
+        samples = time_interleaved([self.fp32, candidate], self.batch, race, timer, self.standings)
+        fp32 = samples.get(0, [])
+        self.rounds.extend(fp32)
+        self.pairs += 1
+        if fp32 and candidate.result.timing is not None:
+            candidate.result.reference_timing = Timing(tuple(fp32))
+
+    def pool(self, race: Race | None, timer: CallTimer) -> None:
+        """Set fp32's row timing to its calls pooled from every pair, after timing it alone
+        where no candidate was paired with it."""
+        if not self.rounds and self.fp32.timed:
+            self.rounds = time_interleaved([self.fp32], self.batch, race, timer).get(0, [])
+        if self.rounds and self.fp32.result.status == "ok":
+            self.fp32.result.timing = Timing(tuple(self.rounds))

@@ -1,7 +1,9 @@
 """Racing: stop timing a variant as soon as its place in the ranking is settled.
 
-The runner times variants in interleaved rounds (one call of each per round). After each
-round, :meth:`Race.settled` says which variants need no more rounds:
+The runner times each candidate in rounds alternating with eager fp32 (a pair:
+:mod:`halfprec.bench.interleave`), and ranks candidates of different pairs by their
+per-round times relative to fp32's. After each round, :meth:`Race.settled` says which
+variants need no more rounds:
 
 - a variant *beaten* by a variant that could be chosen (accurate, and of a kind the choice
   considers): even its fastest call was slower than the other's slowest by ``margin``, so

@@ -5,6 +5,7 @@ that is faster than fp32 beyond the spread (the one verdict bench and deploy sha
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ __all__ = [
     "fastest_variant",
     "faster_beyond_spread",
     "paired_speed",
+    "relative_time",
     "too_noisy",
 ]
 
@@ -92,7 +94,9 @@ class VariantResult:
     ``note``), or failed. ``efficiency``: speedup / the half dtype's GEMM limit.
     ``compile_s``: the first call of a compiled variant at this batch size (compilation, or
     recompilation for the new shapes, plus one run; each variant is built once and reused
-    at every batch size)."""
+    at every batch size). ``reference_timing``: eager fp32's timed calls in the rounds this
+    row was timed in (its pair with fp32, round for round with ``timing``; None for fp32
+    itself and for rows timed in no pair): ``speedup`` and its spread come from these."""
 
     variant: Variant
     batch_size: int
@@ -106,6 +110,7 @@ class VariantResult:
     speedup: float | None = None
     efficiency: float | None = None
     compile_s: float | None = None
+    reference_timing: Timing | None = None
 
     @property
     def name(self) -> str:
@@ -218,20 +223,44 @@ class BenchResult:
 @dataclass
 class BenchRun:
     """What :meth:`~halfprec.bench.runner.Benchmark.run` gives back: the measurements, and
-    (with ``keep_modules``) the warmed modules of the first batch size by variant name, so
-    that a caller can keep the winner without building or compiling it again."""
+    (with ``keep_modules``) at most one warmed module by variant name: the choice at the
+    first batch size (:func:`fastest_variant`, then
+    :func:`~halfprec.bench.runtime_choice.with_runtimes`) as it stood when the last
+    candidate finished, so that a caller can keep the winner without building or
+    compiling it again. Every other candidate was released as soon as it lost. Eager fp32
+    is never among them (it is the caller's own model); a caller that wants it, or a
+    choice that is not there (the choice rules are not transitive), builds it afresh."""
 
     result: BenchResult
     modules: dict[str, nn.Module] = field(default_factory=dict)
 
 
+def _relative(timing: Timing, fp32: Timing) -> tuple[float, ...]:
+    """Per-round times over eager fp32's time in the same round of their pair."""
+    pairs = zip(timing.samples, fp32.samples, strict=False)
+    return tuple(a / b if b > 0 else math.inf for a, b in pairs)
+
+
+def _same_rounds(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[Timing, Timing]:
+    rounds = min(len(a), len(b))
+    return Timing(a[:rounds]), Timing(b[:rounds])
+
+
 def paired_speed(reference: VariantResult, row: VariantResult) -> Ratio | None:
-    """How many times faster ``row`` ran than ``reference``, over the rounds both were timed
-    in (None when either was not timed)."""
+    """How many times faster ``row`` ran than ``reference`` (None when either was not
+    timed). Against eager fp32: over the rounds of ``row``'s own pair with fp32
+    (``row.reference_timing``). Between two rows timed in different pairs: through the
+    common reference, round by round, their times relative to fp32's in the same round
+    (``reference``'s relative time over ``row``'s). Rows without a pair: over the first
+    rounds both were timed in."""
     if reference.timing is None or row.timing is None:
         return None
-    rounds = min(len(reference.timing.samples), len(row.timing.samples))
-    return ratio_of(Timing(reference.timing.samples[:rounds]), Timing(row.timing.samples[:rounds]))
+    if row.reference_timing is not None and reference.variant == Variant("fp32"):
+        return ratio_of(*_same_rounds(row.reference_timing.samples, row.timing.samples))
+    if row.reference_timing is not None and reference.reference_timing is not None:
+        mine = _relative(reference.timing, reference.reference_timing)
+        return ratio_of(*_same_rounds(mine, _relative(row.timing, row.reference_timing)))
+    return ratio_of(*_same_rounds(reference.timing.samples, row.timing.samples))
 
 
 def faster_beyond_spread(reference: VariantResult, row: VariantResult) -> bool:
@@ -245,6 +274,19 @@ def _fp32(rows: list[VariantResult]) -> VariantResult:
     return next(r for r in rows if r.variant == Variant("fp32"))
 
 
+def relative_time(fp32: VariantResult, row: VariantResult) -> float | None:
+    """``row``'s time relative to eager fp32's (``fp32``; 1.0 for it): one over the median
+    of its per-round speed ratios (:func:`paired_speed`), so that rows timed in different
+    pairs with fp32 rank through the common reference, not by seconds measured under
+    different load. None when not timed."""
+    if row is fp32:
+        return 1.0
+    speed = paired_speed(fp32, row)
+    if speed is None:
+        return None
+    return 1 / speed.median if speed.median > 0 else math.inf
+
+
 def _usable(r: VariantResult) -> bool:
     return r.status == "ok" and bool(r.accurate)
 
@@ -255,16 +297,17 @@ def fastest_variant(
     *,
     kinds: Sequence[str] = CHOICE_KINDS,
 ) -> VariantResult:
-    """The fastest measured variant of ``kinds`` that meets its tolerance and is faster
-    than eager fp32 beyond the spread (:func:`faster_beyond_spread`); fp32 when no such
-    variant exists, also when one is faster by the median only (:func:`too_noisy` names
-    those). Capped and failed variants never win."""
+    """The fastest measured variant of ``kinds`` (by :func:`relative_time`) that meets its
+    tolerance and is faster than eager fp32 beyond the spread
+    (:func:`faster_beyond_spread`); fp32 when no such variant exists, also when one is
+    faster by the median only (:func:`too_noisy` names those). Capped and failed
+    variants never win."""
     rows = result.at(result.batch_sizes[0] if batch_size is None else batch_size)
     fp32 = _fp32(rows)
     return fastest_accurate(
         fp32,
         (r for r in rows if r.variant.kind in kinds and faster_beyond_spread(fp32, r)),
-        latency=lambda r: r.median_s,
+        latency=lambda r: relative_time(fp32, r),
         accurate=_usable,
     )
 
@@ -282,13 +325,14 @@ def too_noisy(
     size = result.batch_sizes[0] if batch_size is None else batch_size
     rows = result.at(size)
     fp32, chosen = _fp32(rows), fastest_variant(result, size, kinds=kinds)
-    best = chosen.median_s
+    best = relative_time(fp32, chosen)
     found = []
     for r in rows:
         speed = paired_speed(fp32, r)
         if r is fp32 or r.variant.kind not in kinds or not _usable(r) or speed is None:
             continue
-        faster = best is not None and r.median_s is not None and r.median_s < best
+        mine = relative_time(fp32, r)
+        faster = best is not None and mine is not None and mine < best
         if faster and not faster_beyond_spread(fp32, r):
             found.append((r, speed))
     return found

@@ -1,14 +1,24 @@
 """Speed, memory and accuracy of every way to run a model in half precision, side by side.
 
 :class:`Benchmark` (and the verb ``benchmark(model, inputs)``) times each
-:class:`~halfprec.bench.variants.Variant` after warm-up, the timed calls interleaved
-(:mod:`halfprec.bench.interleave`) and raced; builds each variant once for every batch
-size; measures peak memory (``max_memory_allocated`` on CUDA-like devices, the peak RSS of
-a clean subprocess per variant on CPU given a MODEL spec) and compares each variant's
-outputs with fp32's by the settled tolerance. In the same run it measures each half
-dtype's eager GEMM ratio (:mod:`halfprec.bench.limit`; ``efficiency`` is a speedup over
-it) and skips a dtype whose products a quick probe finds ``skip_slower_than`` times slower
-than fp32. :func:`~halfprec.bench.results.fastest_variant` turns the numbers into a choice.
+:class:`~halfprec.bench.variants.Variant` after warm-up against eager fp32, measures peak
+memory (``max_memory_allocated`` on CUDA-like devices, the peak RSS of a clean subprocess
+per variant on CPU given a MODEL spec) and compares each variant's outputs with fp32's by
+the settled tolerance. In the same run it measures each half dtype's eager GEMM ratio
+(:mod:`halfprec.bench.limit`; ``efficiency`` is a speedup over it) and skips a dtype whose
+products a quick probe finds ``skip_slower_than`` times slower than fp32.
+:func:`~halfprec.bench.results.fastest_variant` turns the numbers into a choice.
+
+It holds at most the caller's model and one candidate (deploy: and the best so far), never
+every variant: eager fp32 is the caller's model itself, not a copy. First, at each batch
+size, fp32 is warmed up (its first call records the model's matrix products for the probe
+and the limit) and its outputs are kept as the reference. Then each candidate in turn is
+built once, and at each batch size warmed, compared with that size's reference and timed
+in a pair with fp32 (their calls alternating round by round,
+:func:`~halfprec.bench.interleave.time_interleaved`), then released before the next is
+built. A candidate's speedup is fp32's median over the rounds of its own pair / its
+median; the race ranks candidates of different pairs by their times relative to fp32's in
+the same round. fp32's row pools its calls from every pair.
 """
 
 from __future__ import annotations
@@ -17,26 +27,25 @@ import contextlib
 import gc
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import nn
 
-from halfprec.batch import Batch, as_batches, batch_size_of, call, resize_batch
-from halfprec.bench.interleave import CallTimer, Prepared, time_interleaved
-from halfprec.bench.limit import (
-    Gemm,
-    GemmLimit,
-    GemmRecorder,
-    Timer,
-    measure_limit,
-    measure_slowdown,
-    probe_gemm,
+from halfprec.batch import Batch, as_batches, batch_size_of, resize_batch
+from halfprec.bench.half_speed import HalfSpeed
+from halfprec.bench.interleave import CallTimer, Pairs, Prepared
+from halfprec.bench.limit import Gemm, GemmLimit, Timer
+from halfprec.bench.machine import machine_info
+from halfprec.bench.results import (
+    BenchConfig,
+    BenchResult,
+    BenchRun,
+    VariantResult,
+    fastest_variant,
 )
-from halfprec.bench.machine import machine_info, machine_key
-from halfprec.bench.probe_cache import ProbeCache, cache_dir
-from halfprec.bench.results import BenchConfig, BenchResult, BenchRun, VariantResult
+from halfprec.bench.runtime_choice import with_runtimes
 from halfprec.bench.variants import (
     AUTOTUNE_RECIPES,
     Variant,
@@ -44,15 +53,15 @@ from halfprec.bench.variants import (
     build_variant,
     parse_variants,
 )
-from halfprec.bench.worker import MemoryUse, measure_in_subprocess
+from halfprec.bench.warmup import PeakCounters, Warmed, WarmUp, device_counters
+from halfprec.bench.worker import measure_in_subprocess
 from halfprec.compare import Tolerance, compare_outputs, reference_failed
 from halfprec.convert.recipe import Recipe, RecipeLike
 from halfprec.dtypes import DeviceSupport, device_support, dtype_name
 from halfprec.fp32 import exact_fp32, reduced_fp32
 from halfprec.modules import evaluating, first_line, model_device, nbytes
 from halfprec.runtimes import unavailable
-from halfprec.timing import Timing, synchronize, timed_call
-from halfprec.tree import map_tensors
+from halfprec.timing import Timing, timed_call
 
 __all__ = ["Benchmark", "benchmark", "SPREAD_WARNING"]
 
@@ -60,36 +69,49 @@ SPREAD_WARNING = 0.2  # (p90 - min) / median above this: too noisy to trust smal
 
 Progress = Callable[[int, int, str], None]
 
-
-def _allocator(device: torch.device) -> Any:
-    """The device module with peak-allocation counters (torch.cuda, torch.xpu...), or None."""
-    mod = getattr(torch, device.type, None)
-    if mod is not None and hasattr(mod, "max_memory_allocated"):
-        return mod
-    return None
+_FP32 = Variant("fp32")
 
 
-def _kept(output: Any) -> Any:
-    """``output`` detached and cloned, to be read after the module's next call: a module
-    under CUDA graphs (``torch.compile(mode="max-autotune")`` on CUDA) returns tensors in
-    its graph's memory pool, which the next call overwrites ("accessing tensor output of
-    CUDAGraphs that has been overwritten")."""
-    return map_tensors(lambda t: t.detach().clone(), output)
+@dataclass
+class _Size:
+    """One batch size: eager fp32 (the caller's model) warmed there and its pairs with the
+    candidates (``pairs``), its first output (``output``: what every candidate is compared
+    with) and the half dtypes' GEMM limits."""
+
+    index: int
+    pairs: Pairs
+    output: Any
+    limits: dict[torch.dtype, GemmLimit]
+
+    @property
+    def size(self) -> int:
+        return self.pairs.fp32.result.batch_size
+
+    @property
+    def batch(self) -> Batch:
+        return self.pairs.batch
 
 
 class Benchmark:
-    """One benchmark of ``model`` on ``batch``: fp32 first at each batch size, then each of
-    ``variants``, their timed calls interleaved (see the module docs).
+    """One benchmark of ``model`` on ``batch``: eager fp32 (``model`` itself) at each batch
+    size, then each other of ``variants`` in turn, timed in pairs with fp32 and released
+    before the next is built (see the module docs). ``variants`` must hold
+    ``Variant("fp32")``, the reference.
 
     ``recipe`` shapes the halfprec variants and, with ``tolerance`` (None: the recipe's),
     settles the tolerance each variant is judged by (:meth:`Recipe.settle`). ``options``:
     how long to measure. ``spec``: the MODEL spec ``model`` came from (CPU memory is then
     measured in a clean subprocess per variant). ``progress(step, total, label)`` is called
-    before each variant. ``probe_timer`` and ``timer`` replace the wall clock of the
-    slow-dtype probe and of the timed calls (tests pass scripted timings).
-    ``keep_modules``: keep the warmed modules of the first batch size (deploy does).
+    before each variant at each batch size. ``probe_timer`` and ``timer`` replace the wall
+    clock of the slow-dtype probe and of the timed calls (tests pass scripted timings).
+    ``keep_modules``: keep the warmed module of the choice at the first batch size, and
+    only that one (deploy does; :class:`~halfprec.bench.results.BenchRun`); its fp32
+    variants are then built from a copy, since the module outlives the run.
     ``support``: the device's row of the device table (default
-    :func:`~halfprec.dtypes.device_support`; tests pass another device's)."""
+    :func:`~halfprec.dtypes.device_support`; tests pass another device's). ``counters``:
+    the device's allocation counters peak memory is read from (default the device module,
+    e.g. ``torch.cuda``, where it has them: :func:`~halfprec.bench.warmup.device_counters`;
+    tests pass a stand-in)."""
 
     def __init__(
         self,
@@ -106,26 +128,41 @@ class Benchmark:
         timer: CallTimer | None = None,
         keep_modules: bool = False,
         support: DeviceSupport | None = None,
+        counters: PeakCounters | None = None,
     ) -> None:
-        self.model, self.batch, self.variants = model, batch, list(variants)
+        if _FP32 not in variants:
+            raise ValueError(
+                "Benchmark(variants=...) needs Variant('fp32'): every speedup is measured "
+                "against it"
+            )
+        self.model, self.batch = model, batch
+        self.variants = [_FP32] + [v for v in dict.fromkeys(variants) if v != _FP32]
         self.recipe = recipe or Recipe()
         self.config = options or BenchConfig()
         self.device = model_device(model)
         self.settled = self.recipe.settle(self.device, tolerance)
         self.spec, self.progress, self.keep_modules = spec, progress, keep_modules
-        self.probe_timer = probe_timer
         self.timer: CallTimer = timer or (lambda fn, _variant: timed_call(fn, self.device))
         self.support = support or device_support(self.device)
-        self.allocator = _allocator(self.device)
-        self.skips: dict[torch.dtype, str] = {}
-        self.slowdowns: dict[torch.dtype, float] = {}
-        self.gemm_ratios: dict[torch.dtype, float] = {}  # eager half/fp32, first batch size
-        self.measure_memory = self.config.memory != "none"
+        self.warm_up = WarmUp(
+            device=self.device,
+            calls=self.config.warmup,
+            max_call_s=self.config.max_call_s,
+            counters=device_counters(self.device) if counters is None else counters,
+        )
+        half = [v.dtype for v in self.variants if v.dtype != torch.float32]
+        self.half = HalfSpeed(
+            device=self.device,
+            dtypes=list(dict.fromkeys(half)),
+            config=self.config,
+            probe_timer=probe_timer,
+        )
         self.shapes: dict[Gemm, int] = {}
         self.modules: dict[str, nn.Module] = {}
         self.notes: list[str] = []  # for the result's warnings
-        self.built: dict[Variant, nn.Module] = {}  # reused at every batch size
+        self.rows: dict[tuple[int, int], VariantResult] = {}  # by (size index, variant index)
         self.seconds: dict[str, float] = {}  # where the run's time went, by phase
+        self.step = 0
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -137,9 +174,15 @@ class Benchmark:
             spent = time.perf_counter() - start
             self.seconds[name] = self.seconds.get(name, 0.0) + spent
 
-    @property
-    def half_dtypes(self) -> list[torch.dtype]:
-        return list(dict.fromkeys(v.dtype for v in self.variants if v.dtype != torch.float32))
+    def _measures_memory(self, index: int) -> bool:
+        mode = self.config.memory
+        return mode == "every" or (mode == "first" and index == 0)
+
+    def _report(self, label: str, sizes: int) -> None:
+        """The progress callback, one step further."""
+        if self.progress is not None:
+            self.progress(self.step, sizes * len(self.variants), label)
+        self.step += 1
 
     def run(self, name: str = "") -> BenchRun:
         """Measure every variant at every batch size; the caller's model is evaluated in
@@ -150,6 +193,24 @@ class Benchmark:
             machine=machine_info(self.device),
             unit=self.config.unit,
         )
+        self._note_reduced_fp32()
+        start = time.perf_counter()
+        with evaluating(self.model):  # "done" too is reported before the flags come back
+            sizes = self.config.batch_sizes or (batch_size_of(self.batch),)
+            at = [
+                self._reference(result, index, size, len(sizes)) for index, size in enumerate(sizes)
+            ]
+            for j, variant in enumerate(self.variants[1:], start=1):
+                self._candidate(result, at, j, variant)
+            self._finish(result, at)
+            if self.progress is not None:
+                total = len(sizes) * len(self.variants)
+                self.progress(total, total, "done")
+        result.warnings.extend(self.notes)
+        result.seconds = {**self.seconds, "total": time.perf_counter() - start}
+        return BenchRun(result, self.modules)
+
+    def _note_reduced_fp32(self) -> None:
         ours = ("oneDNN",) if self.device.type == "cpu" else ("CUDA", "cuDNN")
         reduced = [r for r in reduced_fp32() if r.startswith(ours)]  # this device's backends
         if reduced:
@@ -157,80 +218,122 @@ class Benchmark:
                 f"this process computes {', '.join(reduced)}; every fp32 row and reference "
                 "was computed in IEEE fp32 all the same (halfprec.fp32.exact_fp32)"
             )
-        start = time.perf_counter()
-        with evaluating(self.model):  # "done" too is reported before the flags come back
-            sizes = self.config.batch_sizes or (batch_size_of(self.batch),)
-            for index, size in enumerate(sizes):
-                self._run_size(result, index, size, len(sizes))
-            if self.progress is not None:
-                total = len(sizes) * len(self.variants)
-                self.progress(total, total, "done")
-        result.warnings.extend(self.notes)
-        self.built.clear()
-        result.seconds = {**self.seconds, "total": time.perf_counter() - start}
-        return BenchRun(result, self.modules)
 
-    def _run_size(self, result: BenchResult, index: int, size: int, sizes: int) -> None:
-        """Prepare, time and record every variant at one batch size."""
-        mode = self.config.memory
-        self.measure_memory = mode == "every" or (mode == "first" and index == 0)
+    def _reference(self, result: BenchResult, index: int, size: int, sizes: int) -> _Size:
+        """Eager fp32 at one batch size: warmed (its first call at the first size records
+        the products the probe and the limits time), its output kept as the reference."""
         batch = resize_batch(self.batch, size)
-        reference: Any = None
-        prepared: list[Prepared] = []
-        limits: dict[torch.dtype, GemmLimit] = {}
-        for step, variant in enumerate(self.variants):
-            if self.progress is not None:
-                label = f"{variant.name} @ batch {size}"
-                self.progress(index * len(self.variants) + step, sizes * len(self.variants), label)
-            ready, output = self._prepare(variant, batch, size, reference)
-            if variant == Variant("fp32"):
-                reference = output
-                if index == 0:
-                    with self.phase("probe"):
-                        self._probe()
-                with self.phase("limit"):
-                    limits = self._limits()
-                result.limits[size] = limits
-                for dt, lim in limits.items():
-                    self.gemm_ratios.setdefault(dt, lim.ratio)
-            prepared.append(ready)
-        with self.phase("timing"):
-            time_interleaved(prepared, batch, self.config.race, self.timer)
-        fp32_median = prepared[0].result.median_s  # fp32 always comes first
-        for ready in prepared:
-            self._record(result, ready, fp32_median, limits, index)
+        self._report(f"{_FP32.name} @ batch {size}", sizes)
+        ready, output = self._prepare(_FP32, batch, size, index, self.model, None)
+        if index == 0:
+            with self.phase("probe"):
+                self.notes.extend(self.half.probe(self.shapes))
+        with self.phase("limit"):
+            limits = self.half.limits(self.shapes)
+        result.limits[size] = limits
+        self.rows[index, 0] = ready.result
+        return _Size(index, Pairs(fp32=ready, batch=batch), output, limits)
 
-    def _record(
-        self,
-        result: BenchResult,
-        ready: Prepared,
-        fp32_median: float | None,
-        limits: dict[torch.dtype, GemmLimit],
-        index: int,
-    ) -> None:
-        """Speedup, efficiency, memory and warnings of one timed variant."""
-        r = ready.result
-        if r.median_s and fp32_median:
-            r.speedup = fp32_median / r.median_s
-        lim = limits.get(r.variant.dtype)
+    def _candidate(self, result: BenchResult, at: list[_Size], j: int, variant: Variant) -> None:
+        """Build ``variant`` once; at each batch size warm it, compare it with that size's
+        reference and time it in a pair with fp32; then keep it (deploy's best so far) or
+        release it."""
+        built: nn.Module | VariantResult | None = None
+        for size in at:
+            self._report(f"{variant.name} @ batch {size.size}", len(at))
+            skip = self._skip_reason(variant)
+            if skip is not None:
+                self.rows[size.index, j] = VariantResult(variant, size.size, "skipped", skip)
+                continue
+            if built is None:
+                built = self._build(variant, size.batch)
+            if isinstance(built, VariantResult):  # the build failed: the same at every size
+                self.rows[size.index, j] = replace(built, batch_size=size.size)
+                continue
+            ready, _ = self._prepare(variant, size.batch, size.size, size.index, built, size.output)
+            self.rows[size.index, j] = ready.result
+            if ready.timed:
+                with self.phase("timing"):
+                    size.pairs.time(ready, self.config.race, self.timer)
+            elif ready.result.status == "failed":  # a failed warm-up: built afresh next size
+                built = None
+            del ready
+        self._keep(result, variant, built if isinstance(built, nn.Module) else None)
+        del built
+        self._release()
+
+    def _build(self, variant: Variant, batch: Batch) -> nn.Module | VariantResult:
+        """The variant's module, built (copied, converted, compiled) once for every batch
+        size (an fp32 variant shares the caller's model unless kept past the run), or the
+        row of a build that failed."""
+        gc.collect()
+        try:
+            with self.phase("build"):
+                share = not self.keep_modules
+                return build_variant(self.model, variant, self.recipe, batch=batch, share=share)
+        except Exception as exc:  # a variant that cannot be built is a finding
+            return VariantResult(variant, 0, "failed", f"build: {first_line(exc)}")
+
+    def _keep(self, result: BenchResult, variant: Variant, module: nn.Module | None) -> None:
+        """With ``keep_modules``: keep ``module`` if ``variant`` is now the choice at the
+        first batch size, and drop a kept one that no longer is."""
+        if not self.keep_modules:
+            return
+        self._sync(result)
+        best = with_runtimes(result, fastest_variant(result)).variant
+        if best == variant and module is not None:
+            self.modules = {variant.name: module}
+        elif best.name not in self.modules:
+            self.modules = {}
+
+    def _release(self) -> None:
+        """Free what a released candidate held: collect it, and return the device
+        allocator's cached blocks (``torch.cuda.empty_cache()`` and its kin)."""
+        gc.collect()
+        if self.device.type != "cpu":
+            empty = getattr(getattr(torch, self.device.type, None), "empty_cache", None)
+            if callable(empty):
+                empty()
+
+    def _sync(self, result: BenchResult) -> None:
+        """The result's rows so far, in the report's order: by batch size, then variant."""
+        result.results = [self.rows[k] for k in sorted(self.rows)]
+
+    def _finish(self, result: BenchResult, at: list[_Size]) -> None:
+        """fp32 alone where nothing was paired with it; fp32's timing pooled from its
+        pairs; then every row's speedup, efficiency and memory, in the report's order."""
+        for size in at:
+            with self.phase("timing"):
+                size.pairs.pool(self.config.race, self.timer)
+        if any(size.pairs.pairs > 1 for size in at):
+            self.notes.append(_POOLED)
+        self._sync(result)
+        by_size = {size.size: size for size in at}
+        for r in result.results:
+            self._record(result, r, by_size[r.batch_size])
+
+    def _record(self, result: BenchResult, r: VariantResult, size: _Size) -> None:
+        """Speedup, efficiency, memory and warnings of one row. The speedup is over fp32's
+        calls in the row's own pair (fp32's pooled calls for a row timed in no pair)."""
+        fp32 = r.reference_timing or size.pairs.fp32.result.timing
+        if r.median_s and fp32 is not None and fp32.median:
+            r.speedup = fp32.median / r.median_s
+        lim = size.limits.get(r.variant.dtype)
         if r.speedup is not None and lim is not None and lim.ratio > 0:
             r.efficiency = r.speedup / lim.ratio
             if r.efficiency > 1.0 and r.status == "ok":
                 result.warnings.append(_above_limit(r, lim))
-        if self.keep_modules and index == 0 and ready.module is not None:
-            self.modules[r.name] = ready.module
-        self._memory_worker(r)
-        result.results.append(r)
+        self._memory_worker(r, size.index)
         if r.timing is not None and r.timing.spread > SPREAD_WARNING and r.status == "ok":
             result.warnings.append(
                 f"{r.name} @ batch {r.batch_size}: runs spread {r.timing.spread:.0%} "
                 "((p90-min)/median); the machine is busy, distrust small ratios"
             )
 
-    def _memory_worker(self, r: VariantResult) -> None:
+    def _memory_worker(self, r: VariantResult, index: int) -> None:
         """CPU peak memory of ``r``'s variant in a clean subprocess, where asked for."""
-        measured = self.measure_memory and not r.variant.runtime  # no worker for those
-        if measured and r.variant.compiled and self.allocator is None:
+        measured = self._measures_memory(index) and not r.variant.runtime  # no worker for those
+        if measured and r.variant.compiled and self.warm_up.counters is None:
             measured = self.config.compiled_memory or self._note_compiled_memory()
         if measured and r.memory is None and r.status == "ok" and self.spec:
             with self.phase("memory"):
@@ -247,63 +350,15 @@ class Benchmark:
             self.notes.append(note)
         return False
 
-    # -- the probe and the limit -------------------------------------------------------------
-    def _probe(self) -> None:
-        """Probe each half dtype at the model's costliest product; skip it only when the
-        probe is sure it is too slow (:func:`~halfprec.bench.limit.measure_slowdown`).
-        A verdict cached for this machine (:mod:`halfprec.bench.probe_cache`) is used
-        instead of probing again."""
-        limit = self.config.skip_slower_than
-        if limit is None:
-            return
-        gemm = probe_gemm(self.shapes)
-        folder = cache_dir() if self.config.probe_cache and self.probe_timer is None else None
-        cache = None if folder is None else ProbeCache(folder, machine_key(self.device))
-        for dtype in self.half_dtypes:
-            hit = None if cache is None else cache.get(dtype, gemm, limit)
-            if hit is None:
-                with exact_fp32():
-                    probe = measure_slowdown(
-                        dtype, self.device, gemm, give_up_at=limit, timer=self.probe_timer
-                    )
-                if cache is not None:
-                    cache.put(probe, gemm, limit)
-                source = ""
-            else:
-                probe, source = hit[0], f", cached {hit[1]}"
-            self.slowdowns[dtype] = probe.ratio
-            if probe.slow:
-                self.skips[dtype] = (
-                    f"{dtype_name(dtype)} matmuls run {probe.ratio:.1f}x slower than fp32 on "
-                    f"this device (probe at {gemm.m}x{gemm.k}x{gemm.n}, at least "
-                    f"{probe.low:.1f}x in {probe.rounds} rounds{source}; limit {limit:g}x)"
-                )
-        if cache is not None:
-            self.notes.extend(cache.notes)
-
-    def _limits(self) -> dict[torch.dtype, GemmLimit]:
-        """Each half dtype's eager GEMM ratio at the shapes fp32 just recorded (the probe's
-        ratio for a skipped dtype: timing it would take minutes)."""
-        limits = {}
-        for dtype in self.half_dtypes:
-            if dtype in self.skips:
-                limits[dtype] = GemmLimit(dtype, 1 / self.slowdowns[dtype], "probe", 1)
-            elif self.config.limit:
-                with exact_fp32():
-                    limits[dtype] = measure_limit(
-                        self.shapes, dtype, self.device, budget_s=self.config.limit_budget_s
-                    )
-        return limits
-
-    # -- one variant: build, warm up, check ---------------------------------------------------
+    # -- one variant: warm up, check, plan ---------------------------------------------------
     def _skip_reason(self, variant: Variant) -> str | None:
         """Why ``variant`` is not run here: a runtime target's own reasons (torch's probe
         says nothing of it), a dtype the probe found slow, or a dtype the device's
         compiler does not compile (the row would run eager under a +compile label)."""
         if variant.runtime:
             return unavailable(variant.kind, variant.dtype, self.device)
-        if variant.dtype in self.skips:
-            return self.skips[variant.dtype]
+        if variant.dtype in self.half.skips:
+            return self.half.skips[variant.dtype]
         if variant.compiled and not self.support.compiles(variant.dtype):
             return (
                 f"torch.compile does not compile {dtype_name(variant.dtype)} on "
@@ -311,50 +366,38 @@ class Benchmark:
                 "stands for it"
             )
         if variant.autotune:
-            ratio = self.gemm_ratios.get(variant.dtype)
-            if ratio is None and variant.dtype in self.slowdowns:
-                ratio = 1 / self.slowdowns[variant.dtype]
+            ratio = self.half.ratio(variant.dtype)
             return autotune_pays(variant.dtype, self.device, ratio, self.support.features)
         return None
 
-    def _build(self, variant: Variant, batch: Batch) -> nn.Module:
-        """The variant's module: built (copied, converted, compiled) once, then reused."""
-        module = self.built.get(variant)
-        if module is None:
-            with self.phase("build"):
-                module = build_variant(self.model, variant, self.recipe, batch=batch)
-            self.built[variant] = module
-        return module
-
     def _prepare(
-        self, variant: Variant, batch: Batch, size: int, reference: Any
+        self,
+        variant: Variant,
+        batch: Batch,
+        size: int,
+        index: int,
+        module: nn.Module,
+        reference: Any,
     ) -> tuple[Prepared, Any]:
-        """Build and warm one variant, compare its first output with fp32's, and plan its
-        timed runs (0 when skipped, capped or failed). Returns the first output too."""
-        skip = self._skip_reason(variant)
-        if skip is not None:
-            return Prepared(VariantResult(variant, size, "skipped", skip), None, 0), None
-        gc.collect()
-        reused = variant in self.built
-        try:
-            module = self._build(variant, batch)
-        except Exception as exc:  # a variant that cannot be built is a finding
-            failed = VariantResult(variant, size, "failed", f"build: {first_line(exc)}")
-            return Prepared(failed, None, 0), None
+        """Warm one built variant, compare its first output with fp32's (``reference``;
+        None for fp32 itself) and plan its timed runs (0 when capped or failed). Returns the
+        first output too."""
         items = size * self.config.items_per_sample
         result = VariantResult(variant, size, "ok", items_per_call=items)
         result.model_bytes = nbytes(module)
         try:
             with self.phase("warm-up"), torch.inference_mode(), exact_fp32():
-                warm = self._warm(module, batch, variant)
+                warm = self.warm_up.run(module, batch, variant)
         except Exception as exc:
-            if variant == Variant("fp32"):  # the user's own model refuses these inputs
+            if variant == _FP32:  # the user's own model refuses these inputs
                 raise reference_failed(0, batch, exc) from exc
-            self.built.pop(variant, None)
             result.status, result.note = "failed", first_line(exc)
             return Prepared(result, None, 0), None
+        if warm.shapes:
+            self.shapes = warm.shapes
         runs = self._plan(result, warm)
-        self._device_memory(result, warm, reused)
+        if self._measures_memory(index):
+            result.memory = self.warm_up.peak(warm, result.model_bytes)
         if reference is not None and warm.output is not None:
             with self.phase("compare"):
                 judge = self.settled.judge(
@@ -365,7 +408,7 @@ class Benchmark:
                 )
         return Prepared(result, module if runs else None, runs), warm.output
 
-    def _plan(self, result: VariantResult, warm: _Warm) -> int:
+    def _plan(self, result: VariantResult, warm: Warmed) -> int:
         """The compile time and the number of timed runs (0: capped, timed once). Eager
         fp32 is never capped: every ratio is paired with its rounds, and one round ranks
         nothing; it runs at least 3 rounds, with a note."""
@@ -374,7 +417,7 @@ class Benchmark:
             result.compile_s = warm.first
             self.seconds["compile"] = self.seconds.get("compile", 0.0) + warm.first
             self.seconds["warm-up"] -= warm.first  # counted once, as compile
-        if warm.last > cfg.max_call_s and result.variant == Variant("fp32"):
+        if warm.last > cfg.max_call_s and result.variant == _FP32:
             self.notes.append(
                 f"fp32 @ batch {result.batch_size}: one call took {warm.last:.1f} s > cap "
                 f"{cfg.max_call_s:g} s; timed 3 rounds all the same, since every speedup is "
@@ -388,61 +431,13 @@ class Benchmark:
             return 0
         return min(cfg.runs, max(3, int(cfg.max_variant_s / max(warm.last, 1e-9))))
 
-    def _device_memory(self, result: VariantResult, warm: _Warm, reused: bool) -> None:
-        """Peak device memory of the warm calls after the first (the compiling call's
-        autotuning buffers are not the variant's), less what was allocated before."""
-        if not (self.measure_memory and self.allocator is not None):
-            return
-        peak = int(self.allocator.max_memory_allocated(self.device)) - warm.before
-        peak += result.model_bytes if reused else 0  # resident before, counted all the same
-        result.memory = MemoryUse(peak, max(0, peak - result.model_bytes), "max_memory_allocated")
 
-    def _reset_peak(self) -> int:
-        """Reset the device's peak counter; the bytes allocated now (0 without counters)."""
-        if self.allocator is None:
-            return 0
-        synchronize(self.device)
-        self.allocator.reset_peak_memory_stats(self.device)
-        return int(self.allocator.memory_allocated(self.device))
-
-    def _warm(self, module: nn.Module, batch: Batch, variant: Variant) -> _Warm:
-        """Warm-up calls; keeps a clone of the first output (:func:`_kept`) and the first
-        and last calls' seconds. A compiled variant's first call compiles, so it gets at
-        least one call after it (its warm speed plans its runs and the cap), and the peak
-        memory counter is reset after it. Stops early when a call after the first (which
-        may compile) exceeds the cap. The first call of uncompiled fp32 records the
-        model's matrix products."""
-        warm = _Warm(before=self._reset_peak())
-        calls = max(self.config.warmup, 2) if variant.compiled else self.config.warmup
-        for i in range(calls):
-            record = i == 0 and variant == Variant("fp32")
-            recorder = GemmRecorder() if record else contextlib.nullcontext()
-            start = time.perf_counter()
-            with recorder:
-                out = call(module, batch)
-            synchronize(self.device)
-            warm.last = time.perf_counter() - start
-            if isinstance(recorder, GemmRecorder):
-                self.shapes = dict(recorder.seen)
-            if i == 0:
-                warm.output, warm.first = _kept(out), warm.last
-                if variant.compiled:
-                    warm.before = self._reset_peak()
-            del out
-            if warm.last > self.config.max_call_s and (i > 0 or not variant.compiled):
-                break
-        return warm
-
-
-@dataclass
-class _Warm:
-    """What the warm-up calls of one variant left: the first output (cloned), the first
-    and last calls' seconds, and the bytes allocated when the peak counter was reset."""
-
-    before: int = 0
-    output: Any = None
-    first: float = 0.0
-    last: float = 0.0
+_POOLED = (
+    "each variant was timed in a pair with eager fp32, their calls alternating round by "
+    "round, one variant at a time (so that only one candidate sits beside the model); a "
+    "speedup is over fp32's calls in that variant's own pair, and the fp32 row pools "
+    "fp32's calls from every pair"
+)
 
 
 def _above_limit(r: VariantResult, lim: GemmLimit) -> str:

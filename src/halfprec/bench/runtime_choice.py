@@ -3,9 +3,11 @@ one replace the torch choice.
 
 A runtime variant (:mod:`halfprec.runtimes`: OpenVINO, onnxruntime) is checked against fp32
 like every other (all elements, the same tolerance) and wins only when it is also faster
-than the torch choice by its spread: the interquartile range of the per-round ratios over
-the interleaved rounds both were timed in lies above 1. A runtime that is merely as fast,
-or too noisy to rank, leaves the ordinary torch module in place.
+than the torch choice by its spread: the interquartile range of the per-round ratios lies
+above 1 (each was timed in its own pair with eager fp32, so the ratios are of their times
+relative to fp32's in the same round: :func:`~halfprec.bench.results.paired_speed`). A
+runtime that is merely as fast, or too noisy to rank, leaves the ordinary torch module in
+place.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from halfprec.bench.results import BenchResult, VariantResult, paired_speed
+from halfprec.bench.results import BenchResult, VariantResult, paired_speed, relative_time
 from halfprec.bench.variants import Variant
 from halfprec.runtimes import RUNTIMES, runtime_dtypes, unavailable
 
@@ -57,14 +59,18 @@ def default_runtimes(
 
 def with_runtimes(result: BenchResult, choice: VariantResult) -> VariantResult:
     """``choice`` (the fastest accurate torch variant), or the fastest accurate runtime
-    variant at its batch size that beats it by its spread."""
+    variant at its batch size that beats it by its spread (each timed in its own pair with
+    eager fp32: compared through their times relative to fp32's, round by round)."""
+    rows = result.at(choice.batch_size)
+    fp32 = next(r for r in rows if r.variant == Variant("fp32"))
     best, best_s = choice, None
-    for row in result.at(choice.batch_size):
+    for row in rows:
         if not row.variant.runtime or row.status != "ok" or not row.accurate:
             continue
         speed = paired_speed(choice, row)
-        if speed is None or not (speed.ranked and speed.q1 > 1.0) or row.median_s is None:
+        mine = relative_time(fp32, row)
+        if speed is None or not (speed.ranked and speed.q1 > 1.0) or mine is None:
             continue
-        if best_s is None or row.median_s < best_s:
-            best, best_s = row, row.median_s
+        if best_s is None or mine < best_s:
+            best, best_s = row, mine
     return best

@@ -1,5 +1,5 @@
 """A variant's speed against eager fp32 with its spread: the per-round ratios over the rounds
-both were timed in (the runner interleaves the variants' timed calls round by round)."""
+of its pair with fp32 (the runner alternates their timed calls round by round)."""
 
 from __future__ import annotations
 

@@ -23,8 +23,8 @@ where the machine's features and the measured half GEMM speed say it can pay
 (:func:`autotune_pays`). A compiled
 variant runs every call under ``torch.no_grad()``, outside inference mode, so that no call
 compiles it again for another grad mode.
-:func:`build_variant` returns a ready-to-call module built from a copy; the original model
-is not changed.
+:func:`build_variant` returns a ready-to-call module built from a copy (an fp32 variant
+with ``share=True``: the model itself, compiled or not); the original model is not changed.
 """
 
 from __future__ import annotations
@@ -348,14 +348,22 @@ def build_variant(
     *,
     in_place: bool = False,
     batch: Any = None,
+    share: bool = False,
 ) -> nn.Module:
     """A module that runs ``model`` the way ``variant`` says.
 
     ``model`` is copied unless ``in_place`` (the memory worker converts in place so that
-    no fp32 copy stays resident). ``config`` shapes the halfprec variants (its islands;
-    the dtype is the variant's). ``batch``: the example batch a runtime variant is traced
-    on (needed for those only).
+    no fp32 copy stays resident). ``share``: an fp32 variant runs ``model`` itself, a
+    ``+compile`` one wrapped by ``torch.compile``: no copy, and ``model`` is neither
+    changed nor put in eval mode (the caller does that: bench's reference is the caller's
+    model, under :func:`~halfprec.modules.evaluating`); other kinds are built as without
+    it. ``config`` shapes the halfprec variants (its islands; the dtype is the variant's).
+    ``batch``: the example batch a runtime variant is traced on (needed for those only).
     """
+    if share and variant.kind == "fp32":
+        if not variant.compiled:
+            return model
+        return compile_for_device(model, model_device(model), autotune=variant.autotune)
     base = model if in_place else copy.deepcopy(model)
     base.eval()
     built: nn.Module

@@ -1,0 +1,94 @@
+"""What a benchmark learns of each half dtype's matrix-product speed on its device
+(:class:`HalfSpeed`): the quick probe's slowdown at the model's costliest product, with the
+verdict that skips a dtype far slower than fp32, and the eager GEMM ratio at each batch
+size's recorded products (:mod:`halfprec.bench.limit`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from halfprec.bench.limit import Gemm, GemmLimit, Timer, measure_limit, measure_slowdown, probe_gemm
+from halfprec.bench.machine import machine_key
+from halfprec.bench.probe_cache import ProbeCache, cache_dir
+from halfprec.bench.results import BenchConfig
+from halfprec.dtypes import dtype_name
+from halfprec.fp32 import exact_fp32
+
+__all__ = ["HalfSpeed"]
+
+
+@dataclass
+class HalfSpeed:
+    """The probe and the limits of ``dtypes`` on ``device``, as ``config`` asks for them
+    (``probe_timer``: the probe's clock; tests pass scripted timings, and the disk cache
+    is then left alone). ``skips``: why a dtype is not timed; ``slowdowns``: each probed
+    dtype's half/fp32 time; ``gemm_ratios``: each dtype's eager GEMM ratio at the first
+    batch size."""
+
+    device: torch.device
+    dtypes: Sequence[torch.dtype]
+    config: BenchConfig
+    probe_timer: Timer | None = None
+    skips: dict[torch.dtype, str] = field(default_factory=dict)
+    slowdowns: dict[torch.dtype, float] = field(default_factory=dict)
+    gemm_ratios: dict[torch.dtype, float] = field(default_factory=dict)
+
+    def probe(self, shapes: dict[Gemm, int]) -> list[str]:
+        """Probe each half dtype at the model's costliest product (of ``shapes``); skip it
+        only when the probe is sure it is too slow
+        (:func:`~halfprec.bench.limit.measure_slowdown`). A verdict cached for this machine
+        (:mod:`halfprec.bench.probe_cache`) is used instead of probing again. Returns the
+        cache's warnings."""
+        limit = self.config.skip_slower_than
+        if limit is None:
+            return []
+        gemm = probe_gemm(shapes)
+        folder = cache_dir() if self.config.probe_cache and self.probe_timer is None else None
+        cache = None if folder is None else ProbeCache(folder, machine_key(self.device))
+        for dtype in self.dtypes:
+            hit = None if cache is None else cache.get(dtype, gemm, limit)
+            if hit is None:
+                with exact_fp32():
+                    probe = measure_slowdown(
+                        dtype, self.device, gemm, give_up_at=limit, timer=self.probe_timer
+                    )
+                if cache is not None:
+                    cache.put(probe, gemm, limit)
+                source = ""
+            else:
+                probe, source = hit[0], f", cached {hit[1]}"
+            self.slowdowns[dtype] = probe.ratio
+            if probe.slow:
+                self.skips[dtype] = (
+                    f"{dtype_name(dtype)} matmuls run {probe.ratio:.1f}x slower than fp32 on "
+                    f"this device (probe at {gemm.m}x{gemm.k}x{gemm.n}, at least "
+                    f"{probe.low:.1f}x in {probe.rounds} rounds{source}; limit {limit:g}x)"
+                )
+        return [] if cache is None else list(cache.notes)
+
+    def limits(self, shapes: dict[Gemm, int]) -> dict[torch.dtype, GemmLimit]:
+        """Each half dtype's eager GEMM ratio at ``shapes`` (the products fp32 just
+        recorded; the probe's ratio for a skipped dtype: timing it would take minutes). The
+        first batch size's ratios are kept in ``gemm_ratios``."""
+        limits = {}
+        for dtype in self.dtypes:
+            if dtype in self.skips:
+                limits[dtype] = GemmLimit(dtype, 1 / self.slowdowns[dtype], "probe", 1)
+            elif self.config.limit:
+                with exact_fp32():
+                    limits[dtype] = measure_limit(
+                        shapes, dtype, self.device, budget_s=self.config.limit_budget_s
+                    )
+        for dt, lim in limits.items():
+            self.gemm_ratios.setdefault(dt, lim.ratio)
+        return limits
+
+    def ratio(self, dtype: torch.dtype) -> float | None:
+        """``dtype``'s eager half/fp32 GEMM ratio: the limit's, else the probe's."""
+        ratio = self.gemm_ratios.get(dtype)
+        if ratio is None and dtype in self.slowdowns:
+            ratio = 1 / self.slowdowns[dtype]
+        return ratio
