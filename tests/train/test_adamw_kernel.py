@@ -3,6 +3,7 @@ same bits either way (halfprec.train.adamw_kernel)."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -106,3 +107,22 @@ def test_where_compiling_fails_it_warns_once_and_runs_eagerly() -> None:
     assert "torch.compile failed here" in messages[0] and "compile=False" in messages[0]
     assert kernel.failed is not None and "compiler" in kernel.failed.lower()
     assert _same_bits(got, _run(BucketKernel(compile=False), tensors))
+
+
+@pytest.mark.slow
+def test_a_compiled_bucket_keeps_zeros_signs_infs_and_nans() -> None:
+    """The compiled kernel (inductor builds it with -fno-signed-zeros among its flags) keeps
+    +0, -0, inf, -inf and bf16's largest values bit for bit under a zero update, and NaN as
+    NaN, as the eager one does (tests/train/test_bf16.py)."""
+    specials = [0.0, -0.0, 1.0, -2.5, math.inf, -math.inf, 3.3895e38, -3.3895e38, math.nan]
+    values = torch.tensor(specials, dtype=torch.bfloat16)
+    weight = values.repeat(COMPILE_FROM // len(specials) + 1)[:COMPILE_FROM].clone()
+    before = weight.clone()
+    grad, m, v = (torch.zeros_like(weight) for _ in range(3))
+    group = {**_GROUP, "weight_decay": 0.0}
+    hyper = hyperparameters(group, 1, torch.device("cpu"))
+    keys = torch.tensor([3, 4, 0], dtype=torch.int32)
+    BucketKernel(compile=True)((weight, grad, m, v), hyper, keys, True)
+    nan = before.isnan()
+    assert torch.equal(weight[~nan].view(torch.int16), before[~nan].view(torch.int16))
+    assert bool(weight[nan].isnan().all())
