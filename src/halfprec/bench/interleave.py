@@ -14,7 +14,6 @@ timed in an earlier pair, still stops after a few rounds.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -23,7 +22,7 @@ from torch import nn
 
 from halfprec.batch import Batch, call
 from halfprec.bench.race import Race
-from halfprec.bench.results import CHOICE_KINDS, VariantResult
+from halfprec.bench.results import CHOICE_KINDS, VariantResult, relative_rounds
 from halfprec.bench.variants import Variant
 from halfprec.fp32 import exact_fp32
 from halfprec.modules import first_line
@@ -69,10 +68,6 @@ def _eligible(rows: dict[int, VariantResult]) -> set[int]:
     }
 
 
-def _relative(mine: Sequence[float], fp32: Sequence[float]) -> list[float]:
-    return [a / b if b > 0 else math.inf for a, b in zip(mine, fp32, strict=False)]
-
-
 def _race_samples(
     prepared: Sequence[Prepared],
     samples: dict[int, list[float]],
@@ -89,7 +84,7 @@ def _race_samples(
     ranked[prepared[ref].result.variant] = [1.0] * len(fp32)
     for i, s in samples.items():
         if i != ref and s:
-            ranked[prepared[i].result.variant] = _relative(s, fp32)
+            ranked[prepared[i].result.variant] = relative_rounds(s, fp32)
     return ranked
 
 
@@ -183,7 +178,7 @@ def _record(
             continue
         r.timing = Timing(tuple(r_samples))
         if ref is not None and i != ref:
-            standings.relative[r.variant] = _relative(r_samples, samples[ref])
+            standings.relative[r.variant] = relative_rounds(r_samples, samples[ref])
             if i in _eligible({i: r}):
                 standings.eligible.add(r.variant)
 

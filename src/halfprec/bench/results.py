@@ -31,6 +31,7 @@ __all__ = [
     "fastest_variant",
     "faster_beyond_spread",
     "paired_speed",
+    "relative_rounds",
     "relative_time",
     "too_noisy",
 ]
@@ -235,10 +236,10 @@ class BenchRun:
     modules: dict[str, nn.Module] = field(default_factory=dict)
 
 
-def _relative(timing: Timing, fp32: Timing) -> tuple[float, ...]:
-    """Per-round times over eager fp32's time in the same round of their pair."""
-    pairs = zip(timing.samples, fp32.samples, strict=False)
-    return tuple(a / b if b > 0 else math.inf for a, b in pairs)
+def relative_rounds(mine: Sequence[float], fp32: Sequence[float]) -> list[float]:
+    """Per-round times over eager fp32's time in the same round of their pair (as many as
+    both have)."""
+    return [a / b if b > 0 else math.inf for a, b in zip(mine, fp32, strict=False)]
 
 
 def _same_rounds(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[Timing, Timing]:
@@ -258,8 +259,9 @@ def paired_speed(reference: VariantResult, row: VariantResult) -> Ratio | None:
     if row.reference_timing is not None and reference.variant == Variant("fp32"):
         return ratio_of(*_same_rounds(row.reference_timing.samples, row.timing.samples))
     if row.reference_timing is not None and reference.reference_timing is not None:
-        mine = _relative(reference.timing, reference.reference_timing)
-        return ratio_of(*_same_rounds(mine, _relative(row.timing, row.reference_timing)))
+        mine = relative_rounds(reference.timing.samples, reference.reference_timing.samples)
+        theirs = relative_rounds(row.timing.samples, row.reference_timing.samples)
+        return ratio_of(*_same_rounds(tuple(mine), tuple(theirs)))
     return ratio_of(*_same_rounds(reference.timing.samples, row.timing.samples))
 
 
