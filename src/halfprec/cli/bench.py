@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from halfprec.bench.race import Race
-from halfprec.bench.results import BenchConfig
-from halfprec.bench.runner import benchmark
-from halfprec.bench.spread import spread_json
-from halfprec.bench.variants import parse_variants
 from halfprec.cli.options import (
     NumberRange,
     convert_options,
@@ -26,10 +22,10 @@ from halfprec.cli.options import (
     tolerance_options,
     with_tolerance_flags,
 )
-from halfprec.convert.core import Recipe
 from halfprec.errors import HalfprecError
-from halfprec.report.bench import check_plot_path, print_bench, write_chart
-from halfprec.report.plot import require_matplotlib
+
+if TYPE_CHECKING:
+    from halfprec.convert.recipe import Recipe
 
 __all__ = ["command"]
 
@@ -143,6 +139,14 @@ def command(
     min_cosine: float | None,
     min_sqnr: float | None,
 ) -> None:
+    from halfprec.bench.race import Race
+    from halfprec.bench.results import BenchConfig
+    from halfprec.bench.runner import benchmark
+    from halfprec.bench.spread import spread_json
+    from halfprec.bench.variants import parse_variants
+    from halfprec.report.bench import check_plot_path, print_bench, write_chart
+    from halfprec.report.plot import require_matplotlib
+
     # Everything that can be wrong with the arguments fails here, before any measuring.
     sizes = _batch_sizes(batch_sizes)
     names = [v for v in variants.split(",") if v.strip()] if variants is not None else None
