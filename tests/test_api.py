@@ -210,10 +210,3 @@ def test_the_lazy_package_binds_verbs_not_their_submodules() -> None:
         assert callable(getattr(halfprec, name)), name
     assert all(hasattr(halfprec, name) for name in halfprec.__all__)
     assert set(halfprec.__all__) <= set(dir(halfprec))
-
-
-def test_the_cli_spells_exports_formats_as_the_library_does() -> None:
-    from halfprec.cli.export import FORMATS as CLI_FORMATS
-    from halfprec.export import FORMATS
-
-    assert CLI_FORMATS == FORMATS

@@ -164,3 +164,10 @@ def test_a_fresh_interpreter_starts_without_torch(
     line = next(x for x in proc.stdout.splitlines() if x.startswith("PROBE "))
     probe = json.loads(line.removeprefix("PROBE "))
     assert probe == {"code": code, "heavy": []}, proc.stdout + proc.stderr
+
+
+def test_the_cli_spells_exports_formats_as_the_library_does() -> None:
+    from halfprec.cli.export import FORMATS as CLI_FORMATS
+    from halfprec.export import FORMATS
+
+    assert CLI_FORMATS == FORMATS

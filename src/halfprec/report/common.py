@@ -16,14 +16,11 @@ from halfprec.compare import Comparison
 from halfprec.convert.core import ConversionReport
 from halfprec.dtypes import dtype_name
 from halfprec.generate import Generation
-from halfprec.report.json_text import strict_json, to_json_text
 from halfprec.timing import spread_text
 
 __all__ = [
     "comparison_table",
     "print_check",
-    "to_json_text",
-    "strict_json",
     "human_bytes",
     "fmt_float",
     "make_console",
