@@ -37,13 +37,13 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 def test_convert_into_the_model_folder_is_refused(cli, hf_dir: Path) -> None:  # type: ignore[no-untyped-def]
     before = _snapshot(hf_dir)
     proc = cli("convert", str(hf_dir), "-o", str(hf_dir / "model.safetensors"))
-    _refused(proc, "is inside the MODEL input", "write it to another path")
+    _refused(proc, "is inside the MODEL folder", "write it to another path")
     assert _snapshot(hf_dir) == before
 
 
 def test_a_folder_output_that_holds_the_model_is_refused(cli, hf_dir: Path) -> None:  # type: ignore[no-untyped-def]
     before = _snapshot(hf_dir)
-    _refused(cli("convert", str(hf_dir), "-o", str(hf_dir.parent)), "holds the MODEL input")
+    _refused(cli("convert", str(hf_dir), "-o", str(hf_dir.parent)), "holds the MODEL folder")
     assert _snapshot(hf_dir) == before
 
 
@@ -53,7 +53,7 @@ def test_convert_onto_a_shard_of_the_weights_folder_is_refused(cli, tmp_path: Pa
     (shards / "shard-1.safetensors").write_bytes(b"the user's shard")
     out = shards / "shard-1.safetensors"
     proc = cli("convert", TINY, "--weights", str(shards), "-o", str(out))
-    _refused(proc, "is inside the --weights input")
+    _refused(proc, "is inside the --weights folder")
     assert out.read_bytes() == b"the user's shard"
 
 
@@ -61,7 +61,7 @@ def test_a_link_to_the_input_folder_is_resolved(cli, hf_dir: Path, tmp_path: Pat
     link = tmp_path / "alias"
     link.symlink_to(hf_dir)
     proc = cli("export", str(hf_dir), "-o", str(link / "m.pt2"))
-    _refused(proc, "is inside the MODEL input")
+    _refused(proc, "is inside the MODEL folder")
     assert not (hf_dir / "m.pt2").exists()
 
 
@@ -70,13 +70,13 @@ def test_the_recipe_and_the_model_file_are_inputs_too(cli, tmp_path: Path) -> No
     Recipe(dtype="fp16").save(recipe)
     text = recipe.read_text()
     proc = cli("tune", TINY, "--recipe", str(recipe), "-o", str(recipe))
-    _refused(proc, "is the --recipe input")
+    _refused(proc, "is the --recipe file")
     assert recipe.read_text() == text
     model = tmp_path / "m.py"
     model.write_text((SUPPORT / "export_models.py").read_text())
     link = tmp_path / "m.ts"
     link.symlink_to(model)
-    _refused(cli("export", f"{model}:tiny", "-o", str(link)), "is the MODEL input")
+    _refused(cli("export", f"{model}:tiny", "-o", str(link)), "is the MODEL file")
 
 
 def test_an_output_that_is_a_link_loop_is_exit_2(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

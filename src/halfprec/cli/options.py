@@ -342,12 +342,18 @@ def not_an_input(
         if path is None:
             continue
         real = _real(Path(path), name)
-        if out == real or real in out.parents or out in real.parents:
-            where = "is" if out == real else "is inside" if real in out.parents else "holds"
-            raise click.UsageError(
-                f"{flag} {output} {where} the {name} input {path}, which the output would "
-                "replace; write it to another path"
-            )
+        kind = "folder" if real.is_dir() else "file"
+        if out == real:
+            where = f"is the {name} {kind}"
+        elif real in out.parents:
+            where = f"is inside the {name} {kind} {path}"
+        elif out in real.parents:
+            where = f"holds the {name} {kind} {path}"
+        else:
+            continue
+        raise click.UsageError(
+            f"{flag} {output} {where}, which the output would replace; write it to another path"
+        )
 
 
 def _real(path: Path, flag: str) -> Path:
