@@ -13,6 +13,7 @@ from halfprec.bench.results import BenchConfig
 from halfprec.bench.runner import benchmark
 from halfprec.bench.spread import spread_json
 from halfprec.bench.variants import parse_variants
+from halfprec.bench.ways import WAYS
 from halfprec.cli.options import (
     NumberRange,
     convert_options,
@@ -30,6 +31,7 @@ from halfprec.convert.core import Recipe
 from halfprec.errors import HalfprecError
 from halfprec.report.bench import check_plot_path, print_bench, write_chart
 from halfprec.report.plot import require_matplotlib
+from halfprec.report.ways import ways_text
 
 __all__ = ["command"]
 
@@ -56,6 +58,13 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
 _MAX_BATCH = 2**20
 
 
+def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--list-variants``: print every way of running a model, and exit."""
+    if value and not ctx.resilient_parsing:
+        click.echo(ways_text(WAYS.values()))
+        ctx.exit(0)
+
+
 @click.command(help="Time MODEL in fp32 and each half-precision variant (default: minilm).")
 @model_argument
 @inputs_option
@@ -74,6 +83,14 @@ _MAX_BATCH = 2**20
     "autocast-fp16, autocast-bf16, halfprec-fp16, halfprec-bf16 (default: all of --dtype; "
     "auto: all); runtimes on CPU: openvino-fp32, openvino-bf16, openvino-fp16, "
     "onnxruntime-fp32.",
+)
+@click.option(
+    "--list-variants",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_list_variants,
+    help="List every way of running a model (what --variants takes), and exit.",
 )
 @click.option("--compile", "use_compile", is_flag=True, help="Add a torch.compile twin of each.")
 @click.option(
