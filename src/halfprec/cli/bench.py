@@ -54,6 +54,16 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
 _MAX_BATCH = 2**20
 
 
+def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--list-variants``: print every way of running a model, and exit."""
+    if value and not ctx.resilient_parsing:
+        from halfprec.bench.ways import WAYS
+        from halfprec.report.ways import ways_text
+
+        click.echo(ways_text(WAYS.values()))
+        ctx.exit(0)
+
+
 @click.command(help="Time MODEL in fp32 and each half-precision variant (default: minilm).")
 @model_argument
 @inputs_option
@@ -72,6 +82,14 @@ _MAX_BATCH = 2**20
     "autocast-fp16, autocast-bf16, halfprec-fp16, halfprec-bf16 (default: all of --dtype; "
     "auto: all); runtimes on CPU: openvino-fp32, openvino-bf16, openvino-fp16, "
     "onnxruntime-fp32.",
+)
+@click.option(
+    "--list-variants",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_list_variants,
+    help="List every way of running a model (what --variants takes), and exit.",
 )
 @click.option("--compile", "use_compile", is_flag=True, help="Add a torch.compile twin of each.")
 @click.option(
