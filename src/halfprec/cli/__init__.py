@@ -193,6 +193,7 @@ _OS_FIXES = {
     errno.EPERM: "operation not permitted; check the file and folder permissions",
     errno.ENOENT: "no such file or folder; check the path",
     errno.EDQUOT: "the disk quota is exceeded; free some space or write elsewhere",
+    errno.EFBIG: "the file would pass the file-size limit (ulimit -f); raise it or write elsewhere",
 }
 
 
