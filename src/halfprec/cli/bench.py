@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from halfprec.bench.race import Race
-from halfprec.bench.results import BenchConfig
-from halfprec.bench.runner import benchmark
-from halfprec.bench.spread import spread_json
-from halfprec.bench.variants import parse_variants
 from halfprec.cli.options import (
     NumberRange,
     convert_options,
@@ -26,10 +22,11 @@ from halfprec.cli.options import (
     tolerance_options,
     with_tolerance_flags,
 )
-from halfprec.convert.core import Recipe
 from halfprec.errors import HalfprecError
-from halfprec.report.bench import check_plot_path, print_bench, write_chart
-from halfprec.report.plot import require_matplotlib
+
+if TYPE_CHECKING:
+    from halfprec.bench.results import BenchConfig
+    from halfprec.convert.recipe import Recipe
 
 __all__ = ["command"]
 
@@ -143,6 +140,12 @@ def command(
     min_cosine: float | None,
     min_sqnr: float | None,
 ) -> None:
+    from halfprec.bench.runner import benchmark
+    from halfprec.bench.spread import spread_json
+    from halfprec.bench.variants import parse_variants
+    from halfprec.report.bench import check_plot_path, print_bench, write_chart
+    from halfprec.report.plot import require_matplotlib
+
     # Everything that can be wrong with the arguments fails here, before any measuring.
     sizes = _batch_sizes(batch_sizes)
     names = [v for v in variants.split(",") if v.strip()] if variants is not None else None
@@ -160,14 +163,14 @@ def command(
     # The memory worker rebuilds the model from its spec; custom --inputs cannot follow it.
     spec = None if (no_memory or inputs_path is not None) else model
     with from_flags():
-        config = BenchConfig(
+        config = _config(
             batch_sizes=sizes,
             warmup=warmup,
             runs=runs,
             max_call_s=max_call_s,
             skip_slower_than=None if no_skip else skip_slower_than,
             limit=not no_limit,
-            race=None if no_race else Race(),
+            race=not no_race,
             probe_cache=not no_probe_cache,
             compiled_memory=compiled_memory,
         )
@@ -193,6 +196,14 @@ def command(
             click.echo(f"chart: {plot}")
 
     finish(spread_json(result), as_json, render)
+
+
+def _config(*, race: bool, **fields: Any) -> BenchConfig:
+    """The :class:`~halfprec.BenchConfig` of the flags (its checks are the flags' checks)."""
+    from halfprec.bench.race import Race
+    from halfprec.bench.results import BenchConfig
+
+    return BenchConfig(race=Race() if race else None, **fields)
 
 
 class _ProgressBar:

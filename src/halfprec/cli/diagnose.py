@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,10 +20,9 @@ from halfprec.cli.options import (
     with_tolerance_flags,
 )
 from halfprec.cli.progress import progress
-from halfprec.convert.core import convert
-from halfprec.convert.recipe import Recipe
-from halfprec.diagnose import diagnose
-from halfprec.report.diagnose import plot_diagnosis, print_diagnosis
+
+if TYPE_CHECKING:
+    from halfprec.convert.recipe import Recipe
 
 __all__ = ["command"]
 
@@ -68,6 +68,10 @@ def command(
     min_sqnr: float | None,
     max_batches: int | None,
 ) -> None:
+    from halfprec.convert.core import convert
+    from halfprec.diagnose import diagnose
+    from halfprec.report.diagnose import plot_diagnosis, print_diagnosis
+
     if plot is not None and plot.suffix.lower() != ".png":
         raise click.UsageError(f"--plot {plot} must end in .png")
     if plot is not None:

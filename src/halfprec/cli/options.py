@@ -16,19 +16,19 @@ import functools
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
-import torch
 
-from halfprec.batch import Batch
 from halfprec.cli import EXIT_FAILED, EXIT_OK
-from halfprec.convert.recipe import Recipe
-from halfprec.dtypes import resolve_device
 from halfprec.errors import HalfprecError, InputsError
-from halfprec.io.inputs import load_inputs
-from halfprec.io.specs import LoadedModel, load_model
-from halfprec.tree import map_tensors
+
+if TYPE_CHECKING:  # the commands import torch and the library when they run, not to parse
+    import torch
+
+    from halfprec.batch import Batch
+    from halfprec.convert.recipe import Recipe
+    from halfprec.io.specs import LoadedModel
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -56,8 +56,22 @@ DEFAULT_MODEL = "builtin:minilm"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _known_model(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """MODEL refused at once when its text alone shows it names nothing (an unknown
+    built-in, a missing file), before torch and the model load."""
+    from halfprec.io.spec_names import spec_problem
+
+    problem = spec_problem(value)
+    if problem is not None:
+        raise click.BadParameter(problem, ctx, param)
+    return value
+
+
 def model_argument(f: F) -> F:
-    return click.argument("model", required=False, default=DEFAULT_MODEL, metavar="[MODEL]")(f)
+    """``[MODEL]``, the same optional argument in every command (default: builtin:minilm)."""
+    return click.argument(
+        "model", required=False, default=DEFAULT_MODEL, metavar="[MODEL]", callback=_known_model
+    )(f)
 
 
 DTYPES: tuple[str, ...] = ("auto", "fp16", "bf16")
@@ -139,6 +153,8 @@ def make_recipe(
 ) -> Recipe:
     """The :class:`~halfprec.Recipe` the conversion flags stand for: the recipe file's,
     with an explicit --dtype winning over its dtype and --keep-fp32 added to its islands."""
+    from halfprec.convert.recipe import Recipe
+
     base = Recipe.load(recipe_file) if recipe_file is not None else Recipe()
     changes: dict[str, Any] = {"keep_fp32": (*base.keep_fp32, *keep_fp32)}
     if dtype is not None:
@@ -252,6 +268,11 @@ def load_for_command(
     spec: str, inputs_path: Path | None, device: str | None, weights: Path | None = None
 ) -> tuple[LoadedModel, list[Batch], torch.device]:
     """Resolve MODEL (plus --weights) and its batches, on the chosen device."""
+    from halfprec.dtypes import resolve_device
+    from halfprec.io.inputs import load_inputs
+    from halfprec.io.specs import load_model
+    from halfprec.tree import map_tensors
+
     dev = resolve_device(device)
     loaded = load_model(spec)
     for note in loaded.notes:  # on stderr: a --json report on stdout stays JSON
@@ -281,7 +302,7 @@ def finish(
     """The one way a command ends: print ``data`` as JSON or call ``render`` for tables,
     then exit 0 if ``passed`` else 1. (Bad input raises HalfprecError instead: exit 2.)"""
     if as_json:
-        from halfprec.report.common import to_json_text
+        from halfprec.report.json_text import to_json_text
 
         click.echo(to_json_text(data))
     else:

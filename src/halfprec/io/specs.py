@@ -33,17 +33,13 @@ from torch import nn
 from halfprec.batch import Batch, as_batches
 from halfprec.dtypes import dtype_name
 from halfprec.errors import CheckpointError, ModelSpecError, clip
+from halfprec.io.spec_names import SPEC_HELP
 from halfprec.io.tensorfile import TensorFile
 from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers
 from halfprec.modules import first_line
 from halfprec.readfile import open_regular, read_text_regular, refusal, special_file_in
 
-__all__ = ["LoadedModel", "load_model", "stored_dtype", "SPEC_HELP"]
-
-SPEC_HELP = (
-    "MODEL must be builtin:NAME (" + ", ".join(BUILTINS) + "), package.module:factory, "
-    "path/to/file.py:factory, a Hugging Face model directory, or a TorchScript file"
-)
+__all__ = ["LoadedModel", "load_model", "stored_dtype"]
 
 
 @dataclass

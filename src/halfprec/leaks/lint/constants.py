@@ -20,7 +20,8 @@ from halfprec.leaks.lint.findings import EXPR, Fix
 
 __all__ = ["check_constants", "FP16_MAX"]
 
-FP16_MAX = 65504.0  # torch.finfo(torch.float16).max; written out so lint needs no torch
+FP16_MAX = 65504.0
+"""``torch.finfo(torch.float16).max``, written out: lint reads source and never imports torch."""
 
 
 def _literal(node: ast.AST) -> float | None:
