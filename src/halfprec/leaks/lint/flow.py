@@ -241,8 +241,9 @@ def walk_function(
 
 
 def _settle(ctx: Context) -> None:
-    """Keep the pending findings whose fp32 tensor leaks (:mod:`.fate`); drop the fix of one whose tensor is also an index, sort key,
-    counter or ``grid_sample`` grid: in half it would hold other integers or crash."""
+    """Keep the pending findings whose fp32 tensor leaks (:mod:`.fate`); drop the fix of
+    one whose tensor is also an index, sort key, counter or ``grid_sample`` grid: in half
+    it would hold other integers or crash."""
     for node, code, message, fix, made in ctx.pending:
         fate = fate_of(made, ctx, upcast=code.startswith("HP2"))
         if not fate.reported:
