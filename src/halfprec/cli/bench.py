@@ -19,6 +19,7 @@ from halfprec.cli.options import (
     json_option,
     load_for_command,
     model_argument,
+    not_an_input,
     tolerance_options,
     with_tolerance_flags,
 )
@@ -175,6 +176,7 @@ def command(
     chosen = parse_variants(names, compile=use_compile) if names else None
     if plot is not None:
         check_plot_path(plot)
+        not_an_input(plot, model, {"--inputs": inputs_path}, flag="--plot")
         require_matplotlib()
     loaded, batches, dev = load_for_command(model, inputs_path, device)
     recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)
