@@ -36,7 +36,7 @@ from typing import Any
 
 import click
 
-from halfprec.errors import HalfprecError
+from halfprec.errors import HalfprecError, ReferenceFailedError
 from halfprec.io.spec_names import BUILTIN_MODELS
 
 __all__ = [
@@ -105,7 +105,11 @@ class _Group(click.Group):
             with _signals():
                 return super().invoke(ctx)
         except HalfprecError as exc:
-            _fail(ctx, _one_line(exc), exc.exit_code)
+            built = (ctx.obj or {}).get("inputs_built")
+            message = str(exc)
+            if built and isinstance(exc, ReferenceFailedError):
+                message = exc.built_by_halfprec(built)
+            _fail(ctx, _one_line(message), exc.exit_code)
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx is not None else "halfprec"
             _fail(ctx, f"{_one_line(exc.format_message())} (see '{where} --help')", EXIT_USAGE)
