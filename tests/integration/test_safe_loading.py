@@ -469,3 +469,91 @@ def test_a_read_only_folder_names_the_output_not_the_temp_folder(tmp_path: Path)
             subprocess.run(["umount", str(folder)], check=False)
         folder.chmod(0o755)
     assert caught.value.filename == str(folder / "out") and ".halfprec-" not in str(caught.value)
+
+
+def test_a_tensor_deleted_from_the_folder_is_refused_not_initialised(
+    hf_outdir: Path, tmp_path: Path
+) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from support.hf_models import build
+
+    out = _copy(hf_outdir, tmp_path / "out")
+    weights = out / "model.safetensors"
+    tensors = load_file(str(weights))
+    victim = next(k for k in tensors if k.endswith("mlp.c_fc.weight"))
+    del tensors[victim]
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=rf"\(missing: {re.escape(victim)}\)"):
+        halfprec.load(out, into=lambda: build("gpt2"))  # transformers only printed MISSING
+
+
+@pytest.mark.parametrize(
+    ("edits", "needle"),
+    [
+        (  # every description says fp16, the weights are bf16
+            {"halfprec_recipe.json": ("dtype", "fp16"), "config.json": ("dtype", "float16")},
+            "is stored as bf16 but halfprec_recipe.json (beside the weights) makes it fp16",
+        ),
+        ({"config.json": ("dtype", "float16")}, "its dtype field says 'float16'"),
+    ],
+    ids=["recipe", "config"],
+)
+def test_a_folder_whose_descriptions_disagree_with_its_weights_is_refused(
+    hf_outdir: Path, tmp_path: Path, edits: dict[str, tuple[str, str]], needle: str
+) -> None:
+    from support.hf_models import build
+
+    out = _copy(hf_outdir, tmp_path / "out")
+    for file, (key, value) in edits.items():
+        data = json.loads((out / file).read_text())
+        (out / file).write_text(json.dumps({**data, key: value}))
+    with pytest.raises(CheckpointError) as info:  # the bf16 weights used to load as fp16
+        halfprec.load(out, into=lambda: build("gpt2"))
+    assert needle in str(info.value)
+
+
+def test_a_fifo_in_the_folder_is_refused_without_blocking(hf_outdir: Path, tmp_path: Path) -> None:
+    from support.hf_models import build
+
+    out = _copy(hf_outdir, tmp_path / "out")
+    (out / "tokenizer.json").unlink(missing_ok=True)
+    pipe = fifo(out / "tokenizer.json")
+    with pytest.raises(CheckpointError, match=r"tokenizer.json is a FIFO \(named pipe\)"):
+        within(30, lambda: halfprec.load(out, into=lambda: build("gpt2")), pipe)
+
+
+# -- issue 32: the probe cache reads regular files only -----------------------------------
+
+
+@pytest.mark.parametrize("special", ["fifo", "dev-zero"])
+def test_a_probe_cache_that_is_a_fifo_or_dev_zero_is_ignored_at_once(
+    tmp_path: Path, special: str
+) -> None:
+    from halfprec.bench.limit import Gemm
+    from halfprec.bench.machine import machine_key
+    from halfprec.bench.probe_cache import ProbeCache
+
+    cache = ProbeCache(tmp_path, machine_key("cpu"))
+    made = fifo(cache.path) if special == "fifo" else zero_link(cache.path)
+    # a FIFO used to block bench forever; /dev/zero grew its memory without bound
+    found = within(10, lambda: cache.get(torch.bfloat16, Gemm(1, 8, 8, 8), 3.0), made)
+    assert found is None
+    kind = "a FIFO (named pipe)" if special == "fifo" else "a character device"
+    assert cache.notes == [
+        f"ignored the probe cache {cache.path} (it is {kind}, not a regular file); "
+        "probed again and rewrote it"
+    ]
+
+
+def test_every_test_docs_safety_names_exists() -> None:
+    """docs/safety.md names the test behind each claim; a renamed test must not leave it
+    pointing at nothing."""
+    root = SUPPORT.parents[1]
+    named = set(re.findall(r"`(test_\w+)`", (root / "docs" / "safety.md").read_text()))
+    defined = {
+        m
+        for f in (root / "tests").rglob("test_*.py")
+        for m in re.findall(r"^def (test_\w+)", f.read_text(), flags=re.MULTILINE)
+    }
+    assert len(named) >= 30 and named <= defined, sorted(named - defined)
