@@ -246,6 +246,20 @@ def test_the_source_states_what_is_not_its_history(tmp_path: Path) -> None:
     assert history_in_source(tmp_path / "pkg") == ["pkg/m.py:1", "pkg/m.py:2", "pkg/m.py:3"]
 
 
+FIRST_LINE_COPY = re.compile(r"str\((exc|err|error|e)\)\.strip\(\)\.splitlines\(\)")
+
+
+def test_an_exception_is_shown_in_one_line_by_modules_first_line() -> None:
+    copies = [
+        f"{path.relative_to(SRC_PACKAGE.parent).as_posix()}:{number}"
+        for path in sorted(SRC_PACKAGE.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if FIRST_LINE_COPY.search(line)
+    ]
+    assert not copies, f"use halfprec.modules.first_line(exc) instead of a copy: {copies}"
+    assert FIRST_LINE_COPY.search("first = (str(exc).strip().splitlines() or [t])[0]")
+
+
 # -- benchmarks/ is a suite of scripts, not a library the tests lean on --------------------
 BENCHMARKS = ROOT / "benchmarks"
 
