@@ -2,8 +2,8 @@
 
 A :class:`Variant` is one of:
 
-- ``fp32``: the model as it is (every backend's fp32 precision IEEE while it runs:
-  :func:`halfprec.fp32.exact_fp32`);
+- ``fp32``: the model as it is, timed under the caller's fp32 settings (its reference
+  outputs in IEEE fp32: :func:`halfprec.fp32.exact_fp32`);
 - ``naive-fp16`` / ``naive-bf16``: ``model.to(dtype)``, floating inputs cast by the caller;
 - ``autocast-fp16`` / ``autocast-bf16``: the fp32 model under ``torch.autocast``;
 - ``halfprec-fp16`` / ``halfprec-bf16``: :func:`halfprec.convert` with its fp32 islands
