@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from halfprec.timing import now, synchronize
 
 __all__ = ["ROOT", "Context", "Skip", "env_with_src", "need", "run_step"]
 
@@ -66,8 +67,7 @@ class Context:
         return dry if self.dry_run else gpu
 
     def sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(self.device)
 
     def time(self, seconds: float) -> str:
         """A duration for the report; none in a dry run, which measures nothing."""
@@ -88,7 +88,7 @@ def _call(step: Callable[[Context], list[str]], ctx: Context) -> list[str]:
 
 def run_step(ctx: Context, number: int, title: str, step: Callable[[Context], list[str]]) -> int:
     """Run one step and append its section to ``ctx.out``: 0 ok or skipped, 1 failed."""
-    start = time.perf_counter()
+    start = now(ctx.device)
     try:
         lines, status, code = _call(step, ctx), "ok", 0
     except Skip as why:
@@ -98,7 +98,7 @@ def run_step(ctx: Context, number: int, title: str, step: Callable[[Context], li
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         lines = [f"{type(exc).__name__}: {first} ({Path(where.filename).name}:{where.lineno})"]
         status, code = "FAILED", 1
-    took = time.perf_counter() - start
+    took = now(ctx.device) - start
     text = [f"\n### {number}. {title}\n", f"- **{status}** after {took:.1f} s"]
     text += [f"- {line}" for line in lines]
     with ctx.out.open("a") as f:
