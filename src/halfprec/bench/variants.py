@@ -2,11 +2,12 @@
 compiled or not.
 
 A :class:`Variant` names a way of :mod:`halfprec.bench.ways` (its registry holds each one's
-build, dtypes and rules) and a dtype: ``fp32`` (the model as it is, every backend's fp32
-precision IEEE while it runs: :func:`halfprec.fp32.exact_fp32`), ``naive-bf16``
-(``model.to(dtype)``), ``autocast-fp16`` (``torch.autocast``), ``halfprec-bf16``
-(:func:`halfprec.convert`), ``openvino-bf16`` and ``onnxruntime-fp32`` (another runtime,
-built from an example batch, never ``+compile``), and any way registered since.
+build, dtypes and rules) and a dtype: ``fp32`` (the model as it is, timed under the
+caller's fp32 settings; its reference outputs in IEEE fp32:
+:func:`halfprec.fp32.exact_fp32`), ``naive-bf16`` (``model.to(dtype)``), ``autocast-fp16``
+(``torch.autocast``), ``halfprec-bf16`` (:func:`halfprec.convert`), ``openvino-bf16`` and
+``onnxruntime-fp32`` (another runtime, built from an example batch, never ``+compile``),
+and any way registered since.
 
 A way that runs in torch may be under ``torch.compile`` (``+compile``), compiled the way
 that deploys fastest on the device (:data:`COMPILE_RECIPES`): on CPU torch.compile's

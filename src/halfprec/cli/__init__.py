@@ -25,7 +25,7 @@ from typing import Any
 
 import click
 
-from halfprec.errors import HalfprecError
+from halfprec.errors import HalfprecError, ReferenceFailedError
 from halfprec.io.spec_names import BUILTIN_MODELS
 
 __all__ = ["main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_INTERRUPTED"]
@@ -83,7 +83,11 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except HalfprecError as exc:
-            _fail(ctx, _one_line(exc), exc.exit_code)
+            built = (ctx.obj or {}).get("inputs_built")
+            message = str(exc)
+            if built and isinstance(exc, ReferenceFailedError):
+                message = exc.built_by_halfprec(built)
+            _fail(ctx, _one_line(message), exc.exit_code)
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx is not None else "halfprec"
             _fail(ctx, f"{_one_line(exc.format_message())} (see '{where} --help')", EXIT_USAGE)
