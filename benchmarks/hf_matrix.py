@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from halfprec.errors import HalfprecError, clip
 from halfprec.export import export, load_artifact
 from halfprec.io.specs import LoadedModel, load_model
 from halfprec.modules import first_line
+from halfprec.timing import now
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
 from testbed import hf_tiny  # noqa: E402
@@ -209,7 +209,7 @@ def main() -> int:
     lines = ["| architecture | " + " | ".join(cells) + " | s |", "|---" * (len(cells) + 2) + "|"]
     failed = 0
     for name in names:
-        start = time.perf_counter()
+        start = now()
         with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.manual_seed(0)
@@ -217,7 +217,7 @@ def main() -> int:
             loaded = load_model(f"{tmp}/model")
             row = [_cell(loaded, cell, Path(tmp), builders[name]) for cell in cells]
         failed += sum(not r.startswith(("ok", "n/a", "refused (nothing written)")) for r in row)
-        line = f"| {name} | " + " | ".join(row) + f" | {time.perf_counter() - start:.0f} |"
+        line = f"| {name} | " + " | ".join(row) + f" | {now() - start:.0f} |"
         print(line, flush=True)
         lines.append(line)
     total = len(names) * len(cells)

@@ -18,6 +18,7 @@ Hugging Face directory). ``--batch N`` resizes the example batch to N rows.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ import halfprec
 from halfprec.batch import Batch, batch_size_of, call, resize_batch
 from halfprec.bench.spread import variant_speed
 from halfprec.io.specs import load_model
+from halfprec.timing import Stopwatch
 
 
 def _model(spec: str) -> tuple[torch.nn.Module, Batch]:
@@ -47,11 +49,13 @@ def _block(fn: Callable[[], Any], block_s: float, pause_s: float) -> float:
     time.sleep(pause_s)  # every thread of the process goes idle (and the other's spinning ends)
     for _ in range(3):
         fn()
-    calls, start = 0, time.perf_counter()
-    while calls < 3 or time.perf_counter() - start < block_s:
+    with Stopwatch() as one:
         fn()
-        calls += 1
-    return (time.perf_counter() - start) / calls
+    calls = max(3, math.ceil(block_s / max(one.seconds or 0.0, 1e-9)))
+    with Stopwatch() as block:
+        for _ in range(calls):
+            fn()
+    return (block.seconds or 0.0) / calls
 
 
 def _quartiles(values: list[float]) -> tuple[float, float, float]:

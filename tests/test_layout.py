@@ -267,6 +267,35 @@ def test_no_test_imports_from_benchmarks() -> None:
     )
 
 
+RAW_CLOCKS = {"perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns"}
+
+
+def raw_clock_reads(folder: Path = BENCHMARKS) -> list[str]:
+    """Each read of a bare ``time`` clock in the code of ``folder``'s scripts (a program text
+    in a string, run in a child before torch is imported, is not their code), as
+    ``path:line``. Scripts time through :mod:`halfprec.timing` (``Stopwatch``, ``now``),
+    which waits for the device."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in RAW_CLOCKS
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "time"
+            ):
+                found.append(f"{path.relative_to(folder).as_posix()}:{node.lineno}")
+    return found
+
+
+def test_benchmarks_time_through_the_device_aware_clock() -> None:
+    found = raw_clock_reads()
+    assert not found, (
+        f"time these with halfprec.timing (Stopwatch(device) or now(device)), which "
+        f"synchronises the device: {found}"
+    )
+
+
 def test_the_benchmark_checks_see_what_they_look_for(tmp_path: Path) -> None:
     bench, tests = tmp_path / "benchmarks", tmp_path / "tests"
     (bench / "archive").mkdir(parents=True)
@@ -278,3 +307,8 @@ def test_the_benchmark_checks_see_what_they_look_for(tmp_path: Path) -> None:
     (tests / "test_x.py").write_text("import os\nfrom a import f\nfrom testbed.b import g\n")
     (tests / "test_y.py").write_text("import c.sub\nfrom . import a\n")
     assert imports_of_benchmarks(tests, bench) == ["test_x.py: a", "test_y.py: c"]
+    (bench / "a.py").write_text(
+        "import time\nt = time.perf_counter()\nCHILD = 'time.perf_counter()'\n"
+        "u = time.time()\nv = clock.time()\n"
+    )
+    assert raw_clock_reads(bench) == ["a.py:2", "a.py:4"]

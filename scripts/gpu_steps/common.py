@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from halfprec.timing import now, synchronize
 
 __all__ = ["ROOT", "Context", "Skip", "env_with_src", "need", "run_step"]
 
@@ -66,19 +67,30 @@ class Context:
         return dry if self.dry_run else gpu
 
     def sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(self.device)
 
     def time(self, seconds: float) -> str:
         """A duration for the report; none in a dry run, which measures nothing."""
         return "n/a (dry run)" if self.dry_run else f"{seconds * 1e3:.3f} ms"
 
 
+def _call(step: Callable[[Context], list[str]], ctx: Context) -> list[str]:
+    """``step(ctx)``, with an import of a package this machine lacks (rich, safetensors,
+    ...: where the step or halfprec imports it) turned into :class:`Skip`."""
+    try:
+        return step(ctx)
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").partition(".")[0]
+        if not top or importlib.util.find_spec(top) is not None:
+            raise  # a module of an installed package is missing: a defect, not a skip
+        raise Skip(f"needs the package {top}, which this machine does not have") from None
+
+
 def run_step(ctx: Context, number: int, title: str, step: Callable[[Context], list[str]]) -> int:
     """Run one step and append its section to ``ctx.out``: 0 ok or skipped, 1 failed."""
-    start = time.perf_counter()
+    start = now(ctx.device)
     try:
-        lines, status, code = step(ctx), "ok", 0
+        lines, status, code = _call(step, ctx), "ok", 0
     except Skip as why:
         lines, status, code = [str(why)], "skipped", 0
     except Exception as exc:  # a step's failure is its result: report it, go on
@@ -86,7 +98,7 @@ def run_step(ctx: Context, number: int, title: str, step: Callable[[Context], li
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         lines = [f"{type(exc).__name__}: {first} ({Path(where.filename).name}:{where.lineno})"]
         status, code = "FAILED", 1
-    took = time.perf_counter() - start
+    took = now(ctx.device) - start
     text = [f"\n### {number}. {title}\n", f"- **{status}** after {took:.1f} s"]
     text += [f"- {line}" for line in lines]
     with ctx.out.open("a") as f:

@@ -4,7 +4,6 @@ timed two ways, and bench after the new TF32 API."""
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -18,6 +17,7 @@ from halfprec.dtypes import parse_dtype
 from halfprec.fp32 import exact_fp32
 from halfprec.io.specs import load_model
 from halfprec.report.bench import markdown_table
+from halfprec.timing import Stopwatch
 
 __all__ = ["bench_bert", "compiled_kept_output", "gemm_two_ways", "bench_after_tf32"]
 
@@ -111,26 +111,20 @@ def bench_bert(ctx: Context) -> list[str]:
 
 
 def _time(ctx: Context, fn: Callable[[], Any], calls: int) -> tuple[float, float]:
-    """Per call: one call then a sync, each; and back-to-back calls between two CUDA
-    events (the CPU's clock around them in a dry run)."""
+    """Per call: one call then a sync, each (the wall clock); and back-to-back calls in one
+    :class:`~halfprec.timing.Stopwatch`, read from the device's events (the CPU's clock in
+    a dry run)."""
     synced = []
     for _ in range(calls):
-        start = time.perf_counter()
+        one = Stopwatch(ctx.device).start()
         fn()
-        ctx.sync()
-        synced.append(time.perf_counter() - start)
-    if ctx.device.type == "cuda":
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        return statistics.median(synced), begin.elapsed_time(end) / 1e3 / calls
-    start = time.perf_counter()
+        synced.append(one.stop())
+    run = Stopwatch(ctx.device).start()
     for _ in range(calls):
         fn()
-    return statistics.median(synced), (time.perf_counter() - start) / calls
+    wall = run.stop()
+    device = run.device_seconds
+    return statistics.median(synced), (wall if device is None else device) / calls
 
 
 def gemm_two_ways(ctx: Context) -> list[str]:

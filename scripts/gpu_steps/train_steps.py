@@ -3,12 +3,11 @@ StochasticAdamW against torch.optim.AdamW on fp32 weights."""
 
 from __future__ import annotations
 
-import time
-
 import torch
 from common import Context
 from torch import nn
 
+from halfprec.timing import Stopwatch
 from halfprec.train import MixedPrecision, StochasticAdamW
 
 __all__ = ["scaler_with_an_inf", "stochastic_adamw_step"]
@@ -56,11 +55,9 @@ def _step_time(ctx: Context, model: nn.Module, opt: torch.optim.Optimizer, round
         p.grad = torch.randn_like(p) * 1e-3
     times = []
     for _ in range(rounds):
-        ctx.sync()
-        start = time.perf_counter()
+        watch = Stopwatch(ctx.device).start()
         opt.step()
-        ctx.sync()
-        times.append(time.perf_counter() - start)
+        times.append(watch.stop())
     return sorted(times)[len(times) // 2]
 
 

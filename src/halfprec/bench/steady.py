@@ -15,12 +15,13 @@ variant's. Other processes' load is not waited for: pairing the rounds handles t
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
 import torch
 
-from halfprec.timing import synchronize, timed_call
+from halfprec.timing import Stopwatch
 
 __all__ = ["settle", "steady_call_time", "BLOCK_S", "QUIET", "SETTLE_MAX_S"]
 
@@ -59,18 +60,17 @@ def steady_call_time(
     fn: Callable[[], object], device: torch.device | str = "cpu", block_s: float = BLOCK_S
 ) -> float:
     """Seconds per call of ``fn`` in a steady phase: :func:`settle`, one call (its time is
-    the sample when it takes ``block_s`` or more), else calls back to back for at least
-    ``block_s`` after that first one, which is left out (it runs right after the switch
-    from another variant)."""
+    the sample when it takes ``block_s`` or more), else as many calls back to back as that
+    first call says fill ``block_s``; the first call is left out (it runs right after the
+    switch from another variant)."""
     settle()
-    first = timed_call(fn, device)
+    watch = Stopwatch(device).start()
+    fn()
+    first = watch.stop()
     if first >= block_s:
         return first
-    calls, start = 0, time.perf_counter()
-    while True:
+    calls = min(_MAX_CALLS, max(2, math.ceil(block_s / max(first, 1e-9))))
+    watch.start()
+    for _ in range(calls):
         fn()
-        calls += 1
-        if calls >= _MAX_CALLS or time.perf_counter() - start >= block_s:
-            break
-    synchronize(device)
-    return (time.perf_counter() - start) / calls
+    return watch.stop() / calls

@@ -19,6 +19,7 @@ from halfprec.cli.options import (
     json_option,
     load_for_command,
     model_argument,
+    not_an_input,
     tolerance_options,
     with_tolerance_flags,
 )
@@ -53,6 +54,16 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
 _MAX_BATCH = 2**20
 
 
+def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--list-variants``: print every way of running a model, and exit."""
+    if value and not ctx.resilient_parsing:
+        from halfprec.bench.ways import WAYS
+        from halfprec.report.ways import ways_text
+
+        click.echo(ways_text(WAYS.values()))
+        ctx.exit(0)
+
+
 @click.command(help="Time MODEL in fp32 and each half-precision variant (default: minilm).")
 @model_argument
 @inputs_option
@@ -71,6 +82,14 @@ _MAX_BATCH = 2**20
     "autocast-fp16, autocast-bf16, halfprec-fp16, halfprec-bf16 (default: all of --dtype; "
     "auto: all); runtimes on CPU: openvino-fp32, openvino-bf16, openvino-fp16, "
     "onnxruntime-fp32.",
+)
+@click.option(
+    "--list-variants",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_list_variants,
+    help="List every way of running a model (what --variants takes), and exit.",
 )
 @click.option("--compile", "use_compile", is_flag=True, help="Add a torch.compile twin of each.")
 @click.option(
@@ -157,6 +176,7 @@ def command(
     chosen = parse_variants(names, compile=use_compile) if names else None
     if plot is not None:
         check_plot_path(plot)
+        not_an_input(plot, model, {"--inputs": inputs_path}, flag="--plot")
         require_matplotlib()
     loaded, batches, dev = load_for_command(model, inputs_path, device)
     recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)

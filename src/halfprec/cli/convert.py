@@ -80,6 +80,7 @@ def command(
     from halfprec.io.checkpoint import save
     from halfprec.io.specs import load_model
 
+    not_an_input(output, model, {"--weights": weights})  # before any work
     if output.suffix != ".safetensors":
         if not Path(model).is_dir():
             raise click.UsageError(
@@ -88,7 +89,6 @@ def command(
             )
         _to_directory(model, recipe, weights, output, device, as_json, max_shard_size)
     ensure_folder(output, mkdirs=mkdirs)  # before the slow part
-    not_an_input(output, **{"--weights": weights})
     dev = resolve_device(device)
     if weights is not None and (weights.suffix == ".safetensors" or weights.is_dir()):
         # fp32 safetensors: stream it; MODEL is built on the meta device for its islands

@@ -16,6 +16,7 @@ from halfprec.cli.options import (
     json_option,
     load_for_command,
     model_argument,
+    not_an_input,
     tolerance_options,
     with_tolerance_flags,
 )
@@ -76,6 +77,7 @@ def command(
         raise click.UsageError(f"--plot {plot} must end in .png")
     if plot is not None:
         ensure_folder(plot)  # a missing folder is an error before the long run
+        not_an_input(plot, model, {"--inputs": inputs_path}, flag="--plot")
     with progress(f"loading {model}", quiet=as_json):
         loaded, batches, _ = load_for_command(model, inputs_path, device)
     batches = batches[:max_batches] if max_batches else batches

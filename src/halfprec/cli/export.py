@@ -106,8 +106,8 @@ def command(
             opset=opset,
             kv_cache=kv_cache,
         )
+    not_an_input(output, model, {"--inputs": inputs_path})
     ensure_folder(output, mkdirs=mkdirs)
-    not_an_input(output, **{"--inputs": inputs_path, "MODEL": model})
     with progress(f"loading {model}", quiet=as_json):
         loaded, batches, _ = load_for_command(model, inputs_path, device)
     with progress(f"exporting {loaded.name} to {output} and checking it", quiet=as_json):

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import math
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -168,6 +170,9 @@ def make_recipe(
         return base.replace(**changes)
 
 
+_RECIPE_FILE = "halfprec.recipe_file"
+
+
 def convert_options(f: F) -> F:
     """``--dtype``, ``--recipe``, ``--keep-fp32`` and ``--no-norm-islands``, handed to the
     command as one ``recipe`` argument (parsed before the model loads)."""
@@ -183,6 +188,9 @@ def convert_options(f: F) -> F:
         **kwargs: Any,
     ) -> Any:
         kwargs["recipe"] = make_recipe(dtype, recipe_file, keep_fp32, no_norm_islands, no_op_policy)
+        ctx = click.get_current_context(silent=True)
+        if ctx is not None:  # for not_an_input: the recipe file is an input
+            ctx.meta[_RECIPE_FILE] = recipe_file
         return f(*args, **kwargs)
 
     return dtype_option(_islands_options(wrapper))  # type: ignore[return-value]
@@ -310,15 +318,54 @@ def finish(
     raise click.exceptions.Exit(EXIT_OK if passed else EXIT_FAILED)  # a SystemExit is the model's
 
 
-def not_an_input(output: Path, **inputs: Path | str | None) -> None:
-    """Refuse an output path that is one of the command's input files (``--weights``,
-    ``--inputs``, a TorchScript MODEL): the written file would replace it."""
-    for flag, given in inputs.items():
-        if given is not None and Path(given).resolve() == output.resolve():
+def not_an_input(
+    output: Path,
+    model: str | None = None,
+    inputs: dict[str, Path | None] | None = None,
+    *,
+    flag: str = "-o",
+) -> None:
+    """Refuse, before any work, an output path that is or lies inside one of the command's
+    inputs (MODEL's file or folder, ``--weights``, ``--inputs``, ``--recipe`` and any other
+    given as ``inputs``), or a folder output that holds one, links resolved: writing it
+    would replace the input."""
+    given: dict[str, Path | None] = dict(inputs or {})
+    if model is not None:
+        from halfprec.io.specs import model_path
+
+        given["MODEL"] = model_path(model)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.meta.get(_RECIPE_FILE) is not None:
+        given["--recipe"] = ctx.meta[_RECIPE_FILE]
+    out = _real(output, flag)
+    for name, path in given.items():
+        if path is None:
+            continue
+        real = _real(Path(path), name)
+        kind = "folder" if real.is_dir() else "file"
+        if out == real:
+            where = f"is the {name} {kind}"
+        elif real in out.parents:
+            where = f"is inside the {name} {kind} {path}"
+        elif out in real.parents:
+            where = f"holds the {name} {kind} {path}"
+        else:
+            continue
+        raise click.UsageError(
+            f"{flag} {output} {where}, which the output would replace; write it to another path"
+        )
+
+
+def _real(path: Path, flag: str) -> Path:
+    """``path`` with every link resolved; a link loop is the user's error (exit 2)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
             raise click.UsageError(
-                f"-o {output} is the {flag} file, which the output would replace; write it "
-                "to another path"
-            )
+                f"{flag} {path} is a symbolic link loop; give a real path"
+            ) from None
+    return Path(os.path.realpath(path))
 
 
 def mkdirs_option(f: F) -> F:

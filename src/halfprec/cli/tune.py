@@ -15,6 +15,7 @@ from halfprec.cli.options import (
     json_option,
     load_for_command,
     model_argument,
+    not_an_input,
     tolerance_options,
     with_tolerance_flags,
 )
@@ -76,6 +77,8 @@ def command(
 
     if output is not None and output.suffix != ".json":
         raise click.UsageError(f"output {output} must end in .json")
+    if output is not None:
+        not_an_input(output, model, {"--inputs": inputs_path, "--validate": validate_path})
     loaded, batches, dev = load_for_command(model, inputs_path, device)
     validate = None
     if validate_path is not None:

@@ -39,7 +39,7 @@ from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers
 from halfprec.modules import first_line
 from halfprec.readfile import open_regular, read_text_regular, refusal, special_file_in
 
-__all__ = ["LoadedModel", "load_model", "stored_dtype"]
+__all__ = ["LoadedModel", "load_model", "model_path", "stored_dtype"]
 
 
 @dataclass
@@ -78,6 +78,18 @@ def load_model(spec: str) -> LoadedModel:
         problem = refusal("model file or directory", path)
         raise ModelSpecError(problem or f"model file or directory {spec!r} not found")
     raise ModelSpecError(f"unknown MODEL {spec!r}; {SPEC_HELP}")
+
+
+def model_path(spec: str) -> Path | None:
+    """The file or folder that MODEL ``spec`` reads (``None`` for a builtin or an importable
+    module, whose files are the installation's)."""
+    spec = spec.strip()
+    if spec.startswith("builtin:"):
+        return None
+    if Path(spec).exists() or Path(spec).is_symlink():
+        return Path(spec)
+    target = spec.rpartition(":")[0]
+    return Path(target) if target.endswith(".py") else None
 
 
 def _builtin(name: str) -> LoadedModel:
