@@ -23,6 +23,7 @@ from halfprec.convert.op_islands import OpRef, OwnOpMode
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.errorstats import ErrorStats
 from halfprec.fp32 import exact_fp32
+from halfprec.modules import first_line
 from halfprec.tree import iter_tensors, map_tensors
 
 __all__ = ["OpDiagnosis", "OpProbe"]
@@ -113,8 +114,7 @@ class OpProbe(OwnOpMode):
         try:
             out = func(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - a failing op is the finding
-            text = str(exc).strip().splitlines()
-            rec.exception = rec.exception or f"{type(exc).__name__}: {text[0] if text else ''}"
+            rec.exception = rec.exception or first_line(exc)
             return map_tensors(self._saturate, wide)
         zeroed = rec.stats.zeroed
         rec.stats.add(wide, out, self.limits)  # one read per output tensor

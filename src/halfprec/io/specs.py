@@ -232,7 +232,7 @@ def _hf_directory(path: Path) -> LoadedModel:
 
 
 def _load_error(path: Path, exc: Exception) -> ModelSpecError:
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    first = first_line(exc)
     if "trust_remote_code" in str(exc) or "custom code" in first:
         return ModelSpecError(
             f"{path} needs its own Python code (auto_map in its config), which halfprec "
@@ -240,7 +240,7 @@ def _load_error(path: Path, exc: Exception) -> ModelSpecError:
             "trust_remote_code=True in a factory and pass MODEL as path/to/file.py:factory"
         )
     return ModelSpecError(
-        f"cannot load the Hugging Face model in {path}: {clip(first, 240)}; check its "
+        f"cannot load the Hugging Face model in {path}: {first}; check its "
         "config.json (model_type, architectures) and weights against the installed transformers"
     )
 
