@@ -10,6 +10,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from support import ROOT, TESTS
 
 SRC_PACKAGE = ROOT / "src" / "halfprec"
@@ -355,3 +357,32 @@ def test_the_benchmark_checks_see_what_they_look_for(tmp_path: Path) -> None:
         "u = time.time()\nv = clock.time()\n"
     )
     assert raw_clock_reads(bench) == ["a.py:2", "a.py:4"]
+
+
+# -- a run that skipped everything checked nothing ------------------------------------------
+@pytest.mark.slow  # three pytest subprocesses (no torch: about a second each)
+def test_a_run_whose_every_test_was_skipped_fails(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "test_skips.py").write_text(
+        "import pytest\n\ndef test_one():\n    pytest.skip('needs a GPU')\n"
+    )
+    (tmp_path / "test_mixed.py").write_text(
+        "import pytest\n\ndef test_skipped():\n    pytest.skip('no')\n\ndef test_ran():\n    pass\n"
+    )
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PYTHONPATH": str(TESTS)}
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        command += ["-p", "support.skip_guard", "-p", "no:xdist", *args]
+        return subprocess.run(
+            command, cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+        )
+
+    skipped = run("test_skips.py")
+    assert skipped.returncode == 1, skipped.stdout
+    assert "all 1 selected tests were skipped, so nothing was checked" in skipped.stdout
+    assert run("test_skips.py", "--allow-all-skipped").returncode == 0
+    assert run("test_mixed.py").returncode == 0  # one test ran: the run checked something
