@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["NAMES", "save", "word_tokenizer", "bert_tokenizer"]
+__all__ = ["NAMES", "WINDOW", "save", "word_tokenizer", "bert_tokenizer"]
 
 _SPECIALS = ["<pad>", "</s>", "<s>", "<unk>"]
 _TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
@@ -146,6 +146,104 @@ def _forecaster(cls: str, config_cls: str) -> Callable[[Any, Path], None]:
     return save
 
 
+def _ast(tf: Any, path: Path) -> None:
+    """Audio Spectrogram Transformer: ASTFeatureExtractor pads to its fixed 64 frames."""
+    config = tf.ASTConfig(**_TINY, num_mel_bins=16, max_length=64, patch_size=8, num_labels=3)
+    config.frequency_stride, config.time_stride = 8, 8
+    tf.ASTForAudioClassification(config).save_pretrained(path)
+    tf.ASTFeatureExtractor(num_mel_bins=16, max_length=64).save_pretrained(path)
+
+
+def _wav2vec2_cls(tf: Any, path: Path) -> None:
+    """Wav2Vec2 audio classification (a weight-normalised positional conv)."""
+    config = tf.Wav2Vec2Config(
+        **_TINY,
+        conv_dim=(16, 16),
+        conv_stride=(5, 2),
+        conv_kernel=(10, 3),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=2,
+        num_labels=3,
+        classifier_proj_size=16,
+    )
+    tf.Wav2Vec2ForSequenceClassification(config).save_pretrained(path)
+    tf.Wav2Vec2FeatureExtractor(return_attention_mask=True).save_pretrained(path)
+
+
+def _convnext(tf: Any, path: Path) -> None:
+    config = tf.ConvNextConfig(
+        hidden_sizes=[16, 32], depths=[1, 1], num_stages=2, image_size=32, num_labels=3
+    )
+    tf.ConvNextForImageClassification(config).save_pretrained(path)
+    tf.ConvNextImageProcessor(size={"shortest_edge": 32}, crop_pct=1.0).save_pretrained(path)
+
+
+def _detr(tf: Any, path: Path) -> None:
+    """DETR object detection on a ResNet backbone built from its config (no timm)."""
+    backbone = tf.ResNetConfig(
+        embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], out_features=["stage2"]
+    )
+    config = tf.DetrConfig(
+        use_timm_backbone=False,
+        use_pretrained_backbone=False,
+        backbone_config=backbone,
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        num_queries=8,
+        num_labels=3,
+    )
+    tf.DetrForObjectDetection(config).save_pretrained(path)
+    size = {"shortest_edge": 32, "longest_edge": 64}
+    tf.DetrImageProcessor(size=size).save_pretrained(path)
+
+
+def _segformer(tf: Any, path: Path) -> None:
+    config = tf.SegformerConfig(
+        num_encoder_blocks=2,
+        depths=[1, 1],
+        sr_ratios=[2, 1],
+        hidden_sizes=[16, 32],
+        num_attention_heads=[1, 2],
+        patch_sizes=[7, 3],
+        strides=[4, 2],
+        decoder_hidden_size=32,
+        num_labels=3,
+    )
+    tf.SegformerForSemanticSegmentation(config).save_pretrained(path)
+    tf.SegformerImageProcessor(size={"height": 32, "width": 32}).save_pretrained(path)
+
+
+def _blip_itm(tf: Any, path: Path) -> None:
+    """BLIP image-text retrieval (matching head): BlipProcessor."""
+    text = {**_TINY, "vocab_size": 128, "max_position_embeddings": 64, "pad_token_id": 0}
+    vision = {**_TINY, "image_size": 32, "patch_size": 8}
+    config = tf.BlipConfig(text_config=text, vision_config=vision, projection_dim=16)
+    tf.BlipForImageTextRetrieval(config).save_pretrained(path)
+    image = tf.BlipImageProcessor(size={"height": 32, "width": 32})
+    tf.BlipProcessor(image_processor=image, tokenizer=bert_tokenizer(path)).save_pretrained(path)
+
+
+def _decoder(cls: str, config_cls: str, **extra: Any) -> Callable[[Any, Path], None]:
+    """A causal LM saved with a fast tokenizer (a decoder's processor)."""
+
+    def save(tf: Any, path: Path) -> None:
+        config = getattr(tf, config_cls)(**{**_TEXT, "num_hidden_layers": 2, **extra})
+        getattr(tf, cls)(config).save_pretrained(path)
+        word_tokenizer().save_pretrained(path)
+
+    save.__doc__ = f"{cls} with a fast tokenizer."
+    return save
+
+
+WINDOW = 8  # shorter than the example sentences' padded length
+_LOCAL = {"sliding_window": WINDOW, "head_dim": 16}
+
+
 _SAVERS: dict[str, Callable[[Any, Path], None]] = {
     "whisper-30s": _whisper,
     "blip-captioning": _blip,
@@ -155,6 +253,33 @@ _SAVERS: dict[str, Callable[[Any, Path], None]] = {
     ),
     "informer": _forecaster("InformerForPrediction", "InformerConfig"),
     "autoformer": _forecaster("AutoformerForPrediction", "AutoformerConfig"),
+    "ast": _ast,
+    "wav2vec2-audio-cls": _wav2vec2_cls,
+    "convnext": _convnext,
+    "detr": _detr,
+    "segformer": _segformer,
+    "blip-itm": _blip_itm,
+    "gemma3-local": _decoder("Gemma3ForCausalLM", "Gemma3TextConfig", **_LOCAL),
+    "cohere2-local": _decoder(
+        "Cohere2ForCausalLM",
+        "Cohere2Config",
+        **_LOCAL,
+        layer_types=["sliding_attention", "full_attention"],
+    ),
+    "qwen2-local": _decoder(
+        "Qwen2ForCausalLM", "Qwen2Config", **_LOCAL, use_sliding_window=True, max_window_layers=1
+    ),
+    "bamba": _decoder(
+        "BambaForCausalLM",
+        "BambaConfig",
+        attn_layer_indices=[1],
+        mamba_n_heads=4,
+        mamba_d_head=16,
+        mamba_n_groups=1,
+        mamba_d_state=8,
+        mamba_chunk_size=16,
+        mamba_expand=2,
+    ),
 }
 NAMES = tuple(_SAVERS)
 
