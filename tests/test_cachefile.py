@@ -96,5 +96,5 @@ def test_a_missing_folder_is_made_private(tmp_path: Path) -> None:
 
 def test_a_cache_file_that_is_a_fifo_is_not_read(cache: Path) -> None:
     os.mkfifo(cache / "probe-x.json")
-    with pytest.raises(OSError, match="a special file"):
+    with pytest.raises(OSError, match=r"a FIFO \(named pipe\), not a regular file"):
         read_cache(cache / "probe-x.json", limit=10)

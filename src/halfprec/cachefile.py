@@ -18,12 +18,13 @@ your file with cache JSON. So, as ssh treats ``~/.ssh``:
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import stat
 from pathlib import Path
 
-from halfprec.readfile import FileTooLargeError, NotAFileError
+from halfprec.readfile import FileTooLargeError, NotAFileError, kind_of
 
 __all__ = ["UnsafeCacheFolderError", "check_folder", "read_cache", "write_cache"]
 
@@ -60,11 +61,16 @@ def read_cache(path: Path, *, limit: int) -> bytes:
     """The bytes of the cache file ``path``: a regular file, not a link, at most ``limit``
     bytes (``OSError`` for a link, :class:`NotAFileError` for a special file,
     :class:`FileTooLargeError` past the limit)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW's answer for a link
+            raise NotAFileError(path, "a link (a cache file is never read through one)") from None
+        raise
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise NotAFileError(path, "a special file")
+            raise NotAFileError(path, kind_of(info.st_mode))
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(fd, min(1 << 16, limit + 1 - size))

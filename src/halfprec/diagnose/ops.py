@@ -116,21 +116,12 @@ class OpProbe(OwnOpMode):
         except Exception as exc:  # noqa: BLE001 - a failing op is the finding
             rec.exception = rec.exception or first_line(exc)
             return map_tensors(self._saturate, wide)
-        rec.stats.add(wide, out, self.limits)
-        for _, (r, c) in _pairs(wide, out):
-            rec.flushed += int(((r != 0) & (c == 0) & torch.isfinite(r)).sum())
+        zeroed = rec.stats.zeroed
+        rec.stats.add(wide, out, self.limits)  # one read per output tensor
+        rec.flushed += rec.stats.zeroed - zeroed
         return out
 
     def _saturate(self, t: torch.Tensor) -> torch.Tensor:
         if not t.is_floating_point():
             return t
         return t.clamp(-self.limits.max, self.limits.max).to(self.dtype)
-
-
-def _pairs(ref: Any, out: Any) -> list[tuple[str, tuple[torch.Tensor, torch.Tensor]]]:
-    outs = dict(iter_tensors(out))
-    return [
-        (path, (r, outs[path]))
-        for path, r in iter_tensors(ref)
-        if r.is_floating_point() and path in outs and outs[path].shape == r.shape
-    ]

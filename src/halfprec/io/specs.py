@@ -39,8 +39,6 @@ from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers
 from halfprec.modules import first_line
 from halfprec.readfile import open_regular, read_text_regular, refusal, special_file_in
 
-__all__ = ["LoadedModel", "load_model", "model_path", "stored_dtype"]
-
 
 @dataclass
 class LoadedModel:
