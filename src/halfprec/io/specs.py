@@ -45,8 +45,6 @@ from halfprec.readfile import (
     special_file_in,
 )
 
-__all__ = ["LoadedModel", "load_model", "model_path", "stored_dtype"]
-
 
 @dataclass
 class LoadedModel:
