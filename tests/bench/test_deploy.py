@@ -6,6 +6,7 @@ import gc
 import os
 import statistics
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -176,10 +177,18 @@ class Counting(Block):
 
 def test_deploy_warms_an_eager_variant_once_before_timing_it() -> None:
     # every half dtype probed slow (scripted), so only eager fp32 is called: once to warm up
-    # (recording its products, giving the reference output), then its timed rounds
+    # (recording its products, giving the reference output), then its timed rounds (one
+    # call each here: the real timer's samples are blocks of calls, bench.steady)
     Counting.calls = 0
     slow = ScriptedClock([0.001], [1.0])
-    done = halfprec.deploy(Counting(), _x(), "bf16", compile=False, probe_timer=slow, runtimes=())
+
+    def one_call(fn: Callable[[], object], _variant: object) -> float:
+        fn()
+        return 0.001
+
+    done = halfprec.deploy(
+        Counting(), _x(), "bf16", compile=False, probe_timer=slow, timer=one_call, runtimes=()
+    )
     timing = done.report.get("fp32").timing
     assert done.variant == "fp32" and timing is not None
     assert Counting.calls == len(timing.samples) + 1

@@ -50,6 +50,7 @@ from halfprec.bench.results import (
     fastest_variant,
 )
 from halfprec.bench.runtime_choice import with_runtimes
+from halfprec.bench.steady import steady_call_time
 from halfprec.bench.variants import (
     AUTOTUNE_RECIPES,
     Variant,
@@ -64,7 +65,7 @@ from halfprec.convert.recipe import Recipe, RecipeLike
 from halfprec.dtypes import DeviceSupport, device_support, dtype_name
 from halfprec.fp32 import exact_fp32, fp32_settings, reduced_fp32
 from halfprec.modules import evaluating, first_line, model_device, nbytes
-from halfprec.timing import Timing, timed_call
+from halfprec.timing import Timing
 
 __all__ = ["Benchmark", "benchmark", "SPREAD_WARNING"]
 
@@ -145,7 +146,7 @@ class Benchmark:
         self.device = model_device(model)
         self.settled = self.recipe.settle(self.device, tolerance)
         self.spec, self.progress, self.keep_modules = spec, progress, keep_modules
-        self.timer: CallTimer = timer or (lambda fn, _variant: timed_call(fn, self.device))
+        self.timer: CallTimer = timer or (lambda fn, _variant: steady_call_time(fn, self.device))
         self.support = support or device_support(self.device)
         self.warm_up = WarmUp(
             device=self.device,
