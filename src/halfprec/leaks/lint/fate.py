@@ -56,7 +56,7 @@ _KEEPS = words(
     "requires_grad_ pin_memory share_memory_ float_power fmod remainder expm1 diff diag "
     "diagonal diag_embed tile chunk split unbind select index_fill index_fill_ sigmoid_ "
     "tanh_ relu_ clone_ rot90 fliplr flipud sinc atan2 hypot logsumexp logaddexp cosh sinh "
-    "acos asin atan maximum minimum einsum"
+    "acos asin atan maximum minimum einsum ge_ gt_ le_ lt_ eq_ ne_ masked_scatter lerp_ addcmul"
 )
 _REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp")
 _TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equal allclose")
@@ -315,7 +315,8 @@ def _is_submodule(f: _Follow, func: ast.AST) -> bool:
     if func.value.id != "self":
         return False
     facts = f.ctx.facts
-    return func.attr not in facts.methods and func.attr not in facts.tensors
+    known = func.attr in facts.attributes  # assigned in this file's class: a submodule
+    return known and func.attr not in facts.methods and func.attr not in facts.tensors
 
 
 def _statement(f: _Follow, node: ast.AST, stmt: ast.AST) -> str:
