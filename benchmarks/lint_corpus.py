@@ -151,6 +151,8 @@ def measure(data: dict[str, Any]) -> None:
         if every
         else (f"95%: {recall(m_hi * data['non_findings'])}-{recall(m_lo * data['non_findings'])}")
     )
+    if not found_leaks and not every:
+        span = f"95%: at most {m_hi * data['non_findings']:.0f} leaks missed"
     print(
         f"HP101 recall: {missed}/{len(left)} sampled non-findings are leaks -> ~{est:.0f} of "
         f"{data['non_findings']} missed; recall {recall(est)} ({span})"
