@@ -42,6 +42,7 @@ class ClassFacts:
     tensors: frozenset[str] = frozenset()
     passthrough: frozenset[str] = frozenset()
     attributes: frozenset[str] = frozenset()
+    module_classes: tuple[tuple[str, str], ...] = ()  # self.X = Name(...): (X, Name)
 
 
 NO_FACTS = ClassFacts()
@@ -146,7 +147,11 @@ def _statements(fn: Function) -> Iterator[ast.stmt]:
 
 
 def _scan_function(
-    fn: Function, tensors: set[str], passthrough: set[str], attributes: set[str]
+    fn: Function,
+    tensors: set[str],
+    passthrough: set[str],
+    attributes: set[str],
+    classes: dict[str, str],
 ) -> None:
     local: set[str] = set()
     for node in _statements(fn):
@@ -162,6 +167,8 @@ def _scan_function(
             if attr is None:
                 continue
             attributes.add(attr)
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+                classes[attr] = value.func.id
             if floating_init(value, frozenset(local)):
                 tensors.add(attr)
             elif _is_passthrough(value):
@@ -187,15 +194,17 @@ def class_facts(cls: ast.ClassDef, bases: list[ast.ClassDef]) -> ClassFacts:
     passthrough: set[str] = set()
     methods: set[str] = set()
     attributes: set[str] = set()
+    classes: dict[str, str] = {}
     for klass in (*bases, cls):
         found = _methods(klass)
         methods |= set(found)
         for name, fn in found.items():
             if name != "forward":  # parameters and buffers are made in __init__ and setup
-                _scan_function(fn, tensors, passthrough, attributes)
+                _scan_function(fn, tensors, passthrough, attributes, classes)
     return ClassFacts(
         frozenset(methods),
         frozenset(tensors),
         frozenset(passthrough - tensors),
         frozenset(attributes),
+        tuple(sorted(classes.items())),
     )
