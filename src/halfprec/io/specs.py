@@ -16,8 +16,8 @@ batches in the convention of :mod:`halfprec.batch`.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
+import linecache
 import math
 import pickle
 import sys
@@ -37,9 +37,13 @@ from halfprec.io.spec_names import SPEC_HELP
 from halfprec.io.tensorfile import TensorFile
 from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers
 from halfprec.modules import first_line
-from halfprec.readfile import open_regular, read_text_regular, refusal, special_file_in
-
-__all__ = ["LoadedModel", "load_model", "model_path", "stored_dtype"]
+from halfprec.readfile import (
+    open_regular,
+    read_regular,
+    read_text_regular,
+    refusal,
+    special_file_in,
+)
 
 
 @dataclass
@@ -57,6 +61,9 @@ class LoadedModel:
     no_inputs: str = ""
     """Why no example batch could be built: the inputs the model needs (``--inputs`` gives
     them)."""
+    inputs_built: list[str] = field(default_factory=list)
+    """Hugging Face directories: what halfprec built each example input from, one phrase
+    each (the example batches are halfprec's, not the user's)."""
 
 
 def load_model(spec: str) -> LoadedModel:
@@ -115,18 +122,34 @@ def _import_module(name: str) -> ModuleType:
         ) from exc
 
 
+_SOURCE_LIMIT = 64 * 2**20  # a model file's source, read through the regular-file rule
+
+
 def _import_file(path: Path) -> ModuleType:
+    """Run the model file ``path`` as a module: its source read once as a regular file and
+    compiled from those bytes, so no bytecode cache (``__pycache__/*.pyc``, which may be a
+    FIFO or a link to ``/dev/zero``) is ever read or written for it."""
     problem = refusal("model file", path)
     if problem is not None:
         raise ModelSpecError(problem)
-    mod_name = f"_halfprec_user_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    if spec is None or spec.loader is None:
-        raise ModelSpecError(f"cannot load {path} as a Python module; give a .py file")
-    module = importlib.util.module_from_spec(spec)
+    try:
+        source = read_regular(path, limit=_SOURCE_LIMIT)
+    except OSError as exc:
+        raise ModelSpecError(f"cannot read model file {path} ({exc}); give a .py file") from None
+    filename = str(path.resolve())
+    try:
+        code = compile(source, filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        raise ModelSpecError(f"{path} is not valid Python ({exc}); fix the file") from None
+    text = source.decode("utf-8", errors="replace")
+    # tracebacks and inspect read source lines from linecache: serve them from these bytes
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    mod_name = f"_halfprec_user_{abs(hash(filename))}"
+    module = ModuleType(mod_name)
+    module.__file__ = filename
     sys.modules[mod_name] = module
     try:
-        spec.loader.exec_module(module)
+        exec(code, module.__dict__)  # noqa: S102 (the user's model file: code by design)
     except (Exception, SystemExit) as exc:  # sys.exit() at import must not end halfprec
         del sys.modules[mod_name]
         raise ModelSpecError(
@@ -209,8 +232,9 @@ def _hf_directory(path: Path) -> LoadedModel:
 
     batches: list[Batch] = []
     no_inputs = ""
+    built: list[str] = []
     try:
-        batches = example_batches(model, path, notes)
+        batches = example_batches(model, path, notes, built)
     except NoExampleInputs as exc:  # an error only when no --inputs supplies them
         no_inputs = exc.problem
     if (path / "modules.json").is_file() and getattr(model.config, "model_type", "") == "bert":
@@ -223,11 +247,12 @@ def _hf_directory(path: Path) -> LoadedModel:
         stored_dtype=stored,
         notes=notes,
         no_inputs=no_inputs,
+        inputs_built=built,
     )
 
 
 def _load_error(path: Path, exc: Exception) -> ModelSpecError:
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    first = first_line(exc)
     if "trust_remote_code" in str(exc) or "custom code" in first:
         return ModelSpecError(
             f"{path} needs its own Python code (auto_map in its config), which halfprec "
@@ -235,7 +260,7 @@ def _load_error(path: Path, exc: Exception) -> ModelSpecError:
             "trust_remote_code=True in a factory and pass MODEL as path/to/file.py:factory"
         )
     return ModelSpecError(
-        f"cannot load the Hugging Face model in {path}: {clip(first, 240)}; check its "
+        f"cannot load the Hugging Face model in {path}: {first}; check its "
         "config.json (model_type, architectures) and weights against the installed transformers"
     )
 
