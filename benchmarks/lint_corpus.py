@@ -29,7 +29,6 @@ import ast
 import json
 import math
 import random
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from halfprec import ops
 from halfprec.leaks.lint import LintConfig, fix_source, lint_paths
 from halfprec.leaks.lint.scope import forward_paths, imports_of
 from halfprec.leaks.lint.source import split_lines
+from halfprec.timing import now
 
 DATA = Path(__file__).parent / "data" / "lint_corpus"
 MAX_FINDINGS = 50
@@ -185,9 +185,9 @@ def main() -> None:
     parser.add_argument("--fix", action="store_true")
     args = parser.parse_args()
     root: Path = args.root
-    start = time.perf_counter()
+    start = now()
     report = lint_paths([root], LintConfig())
-    took = time.perf_counter() - start
+    took = now() - start
     print(f"{args.lib}: {len(report.files)} files linted in {took:.2f} s; {report.counts()}")
     found = {
         (str(Path(f.path).relative_to(root)), f.line, f.col)
