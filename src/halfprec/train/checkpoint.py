@@ -68,7 +68,7 @@ def save_checkpoint(
     each. DataParallel/DDP wrappers are unwrapped, so keys match the plain model.
     """
     parts: dict[str, Any] = {
-        "model": unwrap(model).state_dict(),
+        "model": mp.model_state_dict(model) if mp is not None else unwrap(model).state_dict(),
         "optimizer": optimizer.state_dict(),
         "rng": _rng_state(),
     }
@@ -115,8 +115,11 @@ def load_checkpoint(
     check_parts(path, parts, model, optimizer, meta.get("counters"), loss_scaling=scaling)
     if mp is not None:  # checks its dtype and config before it changes anything
         mp.load_state_dict(parts["mixed_precision"])
-    device = model_device(model)
-    unwrap(model).load_state_dict(_to(parts["model"], device))
+    weights = _to(parts["model"], model_device(model))
+    if mp is not None:  # in master-weight mode, into the fp32 masters too
+        mp.load_model_state_dict(model, weights)
+    else:
+        unwrap(model).load_state_dict(weights)
     optimizer.load_state_dict(parts["optimizer"])
     if scheduler is not None:
         scheduler.load_state_dict(parts["scheduler"])
