@@ -33,6 +33,7 @@ import contextlib
 import copy
 import io
 import json
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -54,8 +55,10 @@ from halfprec.export.config import ExportConfig
 from halfprec.export.info import ArtifactInfo
 from halfprec.export.onnx import OnnxSession
 from halfprec.tree import flatten
-from testbed.hazards import HAZARDS, Hazard
-from testbed.root_hazards import ROOT_HAZARDS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
+from testbed.hazards import HAZARDS, Hazard  # noqa: E402
+from testbed.root_hazards import ROOT_HAZARDS  # noqa: E402
 
 CASES: dict[str, Hazard] = {**HAZARDS, **ROOT_HAZARDS}
 FP16 = torch.float16

@@ -19,12 +19,15 @@ import json
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import torch
 
 from halfprec.dtypes import dtype_name, parse_dtype
-from testbed.breadth import Case, markdown, run_arch, violations
-from testbed.breadth_models import ARCHS, arch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
+from testbed.breadth import Case, markdown, run_arch, violations  # noqa: E402
+from testbed.breadth_models import ARCHS, arch  # noqa: E402
 
 
 def _json(c: Case) -> dict[str, object]:

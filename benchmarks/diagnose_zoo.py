@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402

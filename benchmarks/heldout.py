@@ -16,12 +16,15 @@ import argparse
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import torch
 
 from halfprec.dtypes import dtype_name, parse_dtype
-from testbed.heldout import HELDOUT
-from testbed.heldout_run import VARIANTS, HazardRun, markdown, run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
+from testbed.heldout import HELDOUT  # noqa: E402
+from testbed.heldout_run import VARIANTS, HazardRun, markdown, run  # noqa: E402
 
 
 def main() -> int:

@@ -46,8 +46,10 @@ from halfprec.errors import HalfprecError, clip
 from halfprec.export import export, load_artifact
 from halfprec.io.specs import LoadedModel, load_model
 from halfprec.modules import first_line
-from testbed import hf_tiny
-from testbed.decode import (
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
+from testbed import hf_tiny  # noqa: E402
+from testbed.decode import (  # noqa: E402
     decode_against_fp32,
     decode_seq2seq_against_fp32,
     left_padded_prompts,

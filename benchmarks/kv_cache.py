@@ -26,8 +26,10 @@ from pathlib import Path
 
 from halfprec.errors import HalfprecError
 from halfprec.export import export, load_artifact
-from testbed.breadth_models import ARCHS, build, example_batch
-from testbed.decode import (
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
+from testbed.breadth_models import ARCHS, build, example_batch  # noqa: E402
+from testbed.decode import (  # noqa: E402
     DecodeCheck,
     decode_against_fp32,
     decode_seq2seq_against_fp32,

@@ -1,6 +1,6 @@
 """Lint every modeling file of the installed transformers, and check what the lint says.
 
-    PYTHONPATH=src:benchmarks python benchmarks/lint_transformers.py [--runs 3] [--seed 0]
+    PYTHONPATH=src python benchmarks/lint_transformers.py [--runs 3] [--seed 0]
 
 1. Speed: files/min, median of ``--runs`` runs after a warm-up.
 2. Tensor creations without dtype inside forward paths: counted by the lint (HP101) and by
@@ -17,7 +17,7 @@
    reused; otherwise the file is rewritten with empty verdicts to fill in by hand.
 4. ``lint --fix`` (safe fixes, as the README's line runs it) applied to every file: the
    count of fixes, whether each fixed file still compiles and imports, and, for every
-   architecture of the breadth benchmark (benchmarks/testbed/breadth_models.py) whose
+   architecture of the breadth benchmark (tests/testbed/breadth_models.py) whose
    modeling file has fixes, whether the model gives identical fp32 outputs with the fixed
    code (the model's classes swapped for the fixed file's, same weights, same batch).
 """
@@ -44,7 +44,9 @@ from halfprec.leaks.lint import LintConfig, lint_paths, lint_source
 from halfprec.leaks.lint.scope import forward_paths, imports_of
 from halfprec.leaks.lint.source import split_lines
 from halfprec.tree import map_tensors
-from testbed.breadth_models import ARCHS, build, example_batch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
+from testbed.breadth_models import ARCHS, build, example_batch  # noqa: E402
 
 ROOT = Path(transformers.__file__).parent
 DATA = Path(__file__).parent / "data" / "lint_sample.json"

@@ -1,6 +1,6 @@
 """Does the recipe travel? Issue 19's acceptance run, printed as one table.
 
-For every hazard model of ``testbed`` (benchmarks/testbed) and a 10-architecture subset of
+For every hazard model of ``testbed`` (tests/testbed) and a 10-architecture subset of
 the breadth set (their stressed twins), in fp16 and bf16:
 
 1. ``tune`` gives a recipe and a tuned model; the tuned model is saved;
@@ -44,9 +44,11 @@ import halfprec
 from halfprec.batch import call
 from halfprec.io.stream import convert_file
 from halfprec.tree import flatten
-from testbed import breadth_models
-from testbed.hazards import HAZARDS
-from testbed.root_hazards import ROOT_HAZARDS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
+from testbed import breadth_models  # noqa: E402
+from testbed.hazards import HAZARDS  # noqa: E402
+from testbed.root_hazards import ROOT_HAZARDS  # noqa: E402
 
 BREADTH = ("bert", "gpt2", "llama", "t5", "vit", "distilbert", "mistral", "bart", "opt", "albert")
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 from functools import partial
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -29,7 +30,9 @@ from halfprec.bench.machine import machine_info
 from halfprec.dtypes import dtype_name, parse_dtype
 from halfprec.flops import fp32_flops_share
 from halfprec.timing import measure_interleaved, ratio_of, spread_text
-from testbed.heldout_sums import Gram
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
+from testbed.heldout_sums import Gram  # noqa: E402
 
 
 class Style(nn.Module):

@@ -197,3 +197,16 @@ def test_lint_is_one_verb_over_paths_and_sources(tmp_path: Path) -> None:
     assert len(both.files) == 2
     with pytest.raises(ValueError, match="lint needs paths or source"):
         lint()
+
+
+def test_the_lazy_package_binds_verbs_not_their_submodules() -> None:
+    """``halfprec.check`` is the verb even after ``import halfprec.check`` (the module)."""
+    import importlib
+
+    import halfprec
+
+    for name in ("check", "tune", "export", "diagnose", "preflight", "compare"):
+        importlib.import_module(f"halfprec.{name}")
+        assert callable(getattr(halfprec, name)), name
+    assert all(hasattr(halfprec, name) for name in halfprec.__all__)
+    assert set(halfprec.__all__) <= set(dir(halfprec))

@@ -41,18 +41,17 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/development.md", "mutmut run"): "a mutation run: hours (docs/development.md)",
     ("docs/benchmarks.md", "env -i HOME=/tmp/sys/home"): "a fresh-clone install (CI runs it)",
     # benchmark scripts: minutes to hours; their numbers carry their command and date
-    ("docs/benchmarks.md", "benchmarks/compare_cost.py"): "a benchmark run against a commit",
-    ("docs/benchmarks.md", "benchmarks/zip_bomb.py"): "a benchmark run against a commit",
+    ("docs/benchmarks.md", "benchmarks/archive/compare_cost.py"): "a run against a commit",
     ("docs/benchmarks.md", "benchmarks/kv_cache.py"): "a benchmark run: real HF models",
     ("docs/benchmarks.md", "benchmarks/hf_matrix.py"): "a benchmark run: real HF models",
-    ("docs/benchmarks.md", "benchmarks/watch_overhead.py"): "a benchmark run: timing",
+    ("docs/benchmarks.md", "benchmarks/archive/watch_overhead.py"): "a benchmark run: timing",
     ("docs/breadth.md", "benchmarks/hf_matrix.py"): "a benchmark run: real HF models",
     ("docs/export.md", "benchmarks/hf_matrix.py"): "a benchmark run: 24 HF architectures",
     ("docs/leaks.md", "benchmarks/lint_transformers.py"): "lints all of transformers: minutes",
     ("docs/gpu.md", "bash scripts/gpu-check.sh"): "needs CUDA; its --dry-run is run by "
     "tests/integration/test_gpu_check.py (slow tier)",
     ("docs/bench.md", "benchmarks/suite.py"): "the benchmark suite: 5+ minutes",
-    ("docs/training.md", "benchmarks/stress_ddp.py"): "30 torchrun jobs",
+    ("docs/training.md", "tests/integration/stress_ddp.py"): "30 torchrun jobs",
     # fragments of a user's code, not programs
     ("docs/conversion.md", "scores = scores.masked_fill("): "a line of a forward method",
     ("docs/training.md", 'if __name__ == "__main__":'): "the end of a torchrun script",

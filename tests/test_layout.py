@@ -17,12 +17,12 @@ CLI_FOLDERS = ("cli", "integration")
 # test files outside them that may, and why
 CLI_FILES = {"test_docs.py": "runs the docs' own halfprec command lines"}
 # folders of tests that mirror no package: helpers, data files, end-to-end tests, and the
-# testbed of benchmarks/testbed
+# testbed package of models shared with the benchmark scripts
 NOT_MIRRORED = {
     "support": "helpers shared by the tests",
     "fixtures": "data files the tests read",
     "integration": "tests across subpackages",
-    "testbed": "benchmarks/testbed, outside the package",
+    "testbed": "hazard and breadth models shared with benchmarks/, and their tests",
 }
 # what it takes to drive the CLI from a test
 CLI_MODULES = ("support.cli", "halfprec.cli", "click.testing")
@@ -215,3 +215,66 @@ def test_the_shape_checks_see_what_they_look_for(tmp_path: Path) -> None:
     body = "\n".join(f"    x = {i}" for i in range(MAX_FUNCTION_LINES))
     (pkg / "long.py").write_text(f"def short():\n    pass\n\n\ndef long():\n{body}\n")
     assert long_functions(pkg) == [f"pkg/long.py:5 long ({MAX_FUNCTION_LINES + 1} lines)"]
+
+
+# -- benchmarks/ is a suite of scripts, not a library the tests lean on --------------------
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def unlisted_benchmarks(folder: Path = BENCHMARKS) -> list[str]:
+    """The scripts under ``folder`` that its README.md does not name by their path."""
+    readme = (folder / "README.md").read_text() if (folder / "README.md").is_file() else ""
+    scripts = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.py"))
+    return [s for s in scripts if f"`{s}`" not in readme]
+
+
+def imports_of_benchmarks(tests: Path = TESTS, folder: Path = BENCHMARKS) -> list[str]:
+    """Each test-tree module that imports a module of ``folder`` by name, as ``path: name``."""
+    names = {p.stem for p in folder.rglob("*.py")} | {
+        p.name for p in folder.rglob("*") if p.is_dir() and (p / "__init__.py").is_file()
+    }
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                tops = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                tops = [node.module.split(".")[0]]
+            else:
+                continue
+            rel = path.relative_to(tests).as_posix()
+            found += [f"{rel}: {top}" for top in tops if top in names]
+    return sorted(set(found))
+
+
+def test_benchmarks_readme_lists_every_script() -> None:
+    missing = unlisted_benchmarks()
+    assert not missing, (
+        f"add a line for each of {missing} to benchmarks/README.md: what it measures and "
+        "the command that runs it (a one-off investigation goes to benchmarks/archive/)"
+    )
+
+
+def test_no_test_imports_from_benchmarks() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
+    assert not any("benchmarks" in p for p in config["ini_options"]["pythonpath"])
+    found = imports_of_benchmarks()
+    assert not found, (
+        "tests import these benchmark modules; move what they share to tests/testbed/ or "
+        f"tests/support/: {found}"
+    )
+
+
+def test_the_benchmark_checks_see_what_they_look_for(tmp_path: Path) -> None:
+    bench, tests = tmp_path / "benchmarks", tmp_path / "tests"
+    (bench / "archive").mkdir(parents=True)
+    tests.mkdir()
+    for name in ("a.py", "b.py", "archive/c.py"):
+        (bench / name).write_text("")
+    (bench / "README.md").write_text("| `a.py` | ... |\n| `archive/c.py` | ... |\nb.py\n")
+    assert unlisted_benchmarks(bench) == ["b.py"]
+    (tests / "test_x.py").write_text("import os\nfrom a import f\nfrom testbed.b import g\n")
+    (tests / "test_y.py").write_text("import c.sub\nfrom . import a\n")
+    assert imports_of_benchmarks(tests, bench) == ["test_x.py: a", "test_y.py: c"]

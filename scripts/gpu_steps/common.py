@@ -74,11 +74,23 @@ class Context:
         return "n/a (dry run)" if self.dry_run else f"{seconds * 1e3:.3f} ms"
 
 
+def _call(step: Callable[[Context], list[str]], ctx: Context) -> list[str]:
+    """``step(ctx)``, with an import of a package this machine lacks (rich, safetensors,
+    ...: where the step or halfprec imports it) turned into :class:`Skip`."""
+    try:
+        return step(ctx)
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").partition(".")[0]
+        if not top or importlib.util.find_spec(top) is not None:
+            raise  # a module of an installed package is missing: a defect, not a skip
+        raise Skip(f"needs the package {top}, which this machine does not have") from None
+
+
 def run_step(ctx: Context, number: int, title: str, step: Callable[[Context], list[str]]) -> int:
     """Run one step and append its section to ``ctx.out``: 0 ok or skipped, 1 failed."""
     start = time.perf_counter()
     try:
-        lines, status, code = step(ctx), "ok", 0
+        lines, status, code = _call(step, ctx), "ok", 0
     except Skip as why:
         lines, status, code = [str(why)], "skipped", 0
     except Exception as exc:  # a step's failure is its result: report it, go on

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -17,30 +18,55 @@ from pathlib import Path
 
 import torch
 from common import Context, run_step
-from dist_steps import ddp_and_fsdp2
-from infer_steps import bench_after_tf32, bench_bert, compiled_kept_output, gemm_two_ways
-from tool_steps import cuda_tests, export_minilm
-from train_steps import scaler_with_an_inf, stochastic_adamw_step
+
+
+def _lazy(module: str, name: str) -> Callable[[Context], list[str]]:
+    """The step ``module.name``, imported when it runs: a step module imports halfprec and
+    what the step needs (rich, safetensors, ...), and a missing package must make that
+    step "skipped" (see ``common.run_step``), not every step a crash."""
+
+    def step(ctx: Context) -> list[str]:
+        found: Callable[[Context], list[str]] = getattr(importlib.import_module(module), name)
+        return found(ctx)
+
+    return step
+
 
 # name: (number, title, step), in the order the check runs them
 STEPS: dict[str, tuple[int, str, Callable[[Context], list[str]]]] = {
-    "tests": (1, "CUDA tests (tests/integration/test_cuda.py)", cuda_tests),
+    "tests": (1, "CUDA tests (tests/integration/test_cuda.py)", _lazy("tool_steps", "cuda_tests")),
     "compile": (
         2,
         "max-autotune MLP: the first output kept across a second call",
-        compiled_kept_output,
+        _lazy("infer_steps", "compiled_kept_output"),
     ),
-    "bench": (3, "bench BERT-base eager: fp32, naive, autocast, halfprec fp16/bf16", bench_bert),
-    "gemm": (4, "one GEMM: per-call sync against CUDA events", gemm_two_ways),
-    "scaler": (5, 'MixedPrecision("fp16") for 20 steps with one injected inf', scaler_with_an_inf),
+    "bench": (
+        3,
+        "bench BERT-base eager: fp32, naive, autocast, halfprec fp16/bf16",
+        _lazy("infer_steps", "bench_bert"),
+    ),
+    "gemm": (
+        4,
+        "one GEMM: per-call sync against CUDA events",
+        _lazy("infer_steps", "gemm_two_ways"),
+    ),
+    "scaler": (
+        5,
+        'MixedPrecision("fp16") for 20 steps with one injected inf',
+        _lazy("train_steps", "scaler_with_an_inf"),
+    ),
     "stochastic": (
         6,
         "bf16 + StochasticAdamW on 100M parameters against AdamW",
-        stochastic_adamw_step,
+        _lazy("train_steps", "stochastic_adamw_step"),
     ),
-    "export": (7, "halfprec export builtin:minilm to .onnx and .pt2", export_minilm),
-    "ddp": (8, "one-process torchrun: DDP and FSDP2", ddp_and_fsdp2),
-    "tf32": (9, "bench after the new TF32 API", bench_after_tf32),
+    "export": (
+        7,
+        "halfprec export builtin:minilm to .onnx and .pt2",
+        _lazy("tool_steps", "export_minilm"),
+    ),
+    "ddp": (8, "one-process torchrun: DDP and FSDP2", _lazy("dist_steps", "ddp_and_fsdp2")),
+    "tf32": (9, "bench after the new TF32 API", _lazy("infer_steps", "bench_after_tf32")),
 }
 
 

@@ -1,7 +1,9 @@
 """The share of a converted model's FLOPs that runs in fp32: module islands and op islands.
 
 FLOPs are counted by ``torch.utils.flop_counter`` on one fp32 forward pass (matmul, conv,
-attention; elementwise ops count nothing there). An op island counts its own FLOPs, or one
+attention; elementwise ops count nothing there). The share is an informational figure: where
+the counter fails on a model (a kernel it cannot trace), :class:`FlopsUnavailable` says why
+and the caller reports "n/a (reason)" instead of stopping. An op island counts its own FLOPs, or one
 FLOP per output element for elementwise ops, so the share is an upper bound for them; a
 scaled op island (a GEMM computed in half on scaled operands) counts none.
 """
@@ -18,17 +20,27 @@ from torch.utils.flop_counter import FlopCounterMode
 from halfprec.batch import call
 from halfprec.convert.core import conversion_report
 from halfprec.convert.op_islands import OpRef
+from halfprec.modules import first_line
 
-__all__ = ["fp32_flops_share", "module_flops"]
+__all__ = ["FlopsUnavailable", "fp32_flops_share", "module_flops"]
+
+
+class FlopsUnavailable(Exception):
+    """torch's FLOP counter failed on a model that runs without it; ``str()`` says why."""
 
 
 def module_flops(model: nn.Module, batch: Any) -> dict[str, int]:
     """FLOPs of each module of ``model`` (by qualified name, ``""`` the whole model) on one
     forward pass of ``batch``; a module that is never called, or calls no counted op, has
-    none (absent)."""
+    none (absent). Raises :class:`FlopsUnavailable` when the counter fails on the model."""
     counter = FlopCounterMode(display=False)
-    with torch.no_grad(), counter:
-        call(model, batch)
+    try:
+        with torch.no_grad(), counter:
+            call(model, batch)
+    except Exception as exc:  # any failure under the counter: the figure is informational
+        raise FlopsUnavailable(
+            f"torch's FLOP counter failed on {type(model).__name__}: {first_line(exc)}"
+        ) from exc
     counts = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
     root = type(model).__name__
     out = {"": counter.get_total_flops()}
@@ -48,7 +60,7 @@ def fp32_flops_share(
 ) -> float | None:
     """FLOPs of ``half``'s fp32 parts over all FLOPs of ``model`` on ``batch``; None when the
     model has no counted FLOPs. ``flops``: :func:`module_flops` of ``model`` on ``batch``,
-    where already counted."""
+    where already counted. Raises :class:`FlopsUnavailable` when they cannot be counted."""
     report = conversion_report(half)
     if report is None:
         return None

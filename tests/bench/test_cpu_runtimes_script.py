@@ -3,9 +3,14 @@ loads (the run itself is a benchmark, not a test)."""
 
 from __future__ import annotations
 
+import runpy
+import sys
+
 import pytest
 
-import cpu_runtimes
+from support import ROOT
+
+SCRIPT = ROOT / "benchmarks" / "cpu_runtimes.py"
 
 
 @pytest.mark.parametrize(
@@ -17,10 +22,14 @@ import cpu_runtimes
     ],
 )
 def test_bad_option_is_one_line_exit_2(
-    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+    argv: list[str],
+    needle: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *argv])
     with pytest.raises(SystemExit) as exit_info:
-        cpu_runtimes.main(argv)
+        runpy.run_path(str(SCRIPT), run_name="__main__")
     assert exit_info.value.code == 2
     err = capsys.readouterr()
     assert err.out == "" and err.err.count("\n") == 1

@@ -187,6 +187,22 @@ def test_cli_grouped_gemm_moe_onnx_with_timing_passes_and_its_timing_copy_export
     assert any("mixture-of-experts layer(s) exported densely" in n for n in data["notes"])
 
 
+@pytest.mark.slow
+def test_cli_onnx_of_a_weight_normalised_speech_encoder_times_with_the_default_runs(  # type: ignore[no-untyped-def]
+    cli, tmp_path: Path
+) -> None:
+    # Wav2Vec2's positional conv is weight-normalised (a torch parametrization): the fp32
+    # timing copy cannot come from copy.copy, which torch refuses for such modules
+    source = save("wav2vec2", tmp_path / "src")
+    model = load_model(str(source)).model
+    assert any(hasattr(m, "parametrizations") for m in model.modules())
+    out = tmp_path / "m.onnx"
+    proc = cli("export", str(source), "-o", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["passed"] and data["ort_latency"] is not None
+
+
 @pytest.mark.parametrize("name", ["mamba2", "jamba"])
 def test_cli_kv_cache_of_a_state_space_model_exits_2_with_nothing_written(  # type: ignore[no-untyped-def]
     cli, tmp_path: Path, name: str

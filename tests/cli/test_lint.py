@@ -68,11 +68,11 @@ def test_cli_fix_and_diff(tmp_path: Path) -> None:
 
 
 def test_cli_marks_only_what_fix_would_rewrite() -> None:
-    plain = _invoke("lint", str(FIXTURES / "constants.py"))
+    plain = _invoke("lint", str(FIXTURES / "constants.py"), "--select", "HP")
     assert ": HP301 -1e+09 is beyond" in plain.output  # unsafe: not applied by --fix
     assert ": HP302 [*] `torch.finfo`" in plain.output  # its template is proved: safe
     assert ": HP203 [*] `torch.get_default_dtype()`" in plain.output
-    unsafe = _invoke("lint", str(FIXTURES / "constants.py"), "--unsafe-fixes")
+    unsafe = _invoke("lint", str(FIXTURES / "constants.py"), "--unsafe-fixes", "--select", "HP")
     assert ": HP301 [*] -1e+09 is beyond" in unsafe.output
 
 

@@ -177,7 +177,7 @@ def test_every_command_reports_inputs_the_fp32_model_refuses_as_exit_2(
 
 
 def test_json_writes_inf_minus_inf_and_nan_as_strings() -> None:
-    from halfprec.report.common import to_json_text
+    from halfprec.report.json_text import to_json_text
 
     text = to_json_text({"a": math.inf, "b": [-math.inf, {"c": math.nan}], "d": (1.5, 2)})
     assert _strict_json(text) == {"a": "inf", "b": ["-inf", {"c": "nan"}], "d": [1.5, 2]}

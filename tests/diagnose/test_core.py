@@ -9,6 +9,7 @@ from torch import nn
 from halfprec import Recipe, convert, diagnose
 from halfprec.diagnose import naive_half
 from halfprec.errors import HalfprecError
+from support.precision import SEEN, callers_fp32, spy
 from testbed.hazards import HAZARDS
 
 
@@ -119,3 +120,25 @@ def test_diagnose_with_a_recipe_converts_with_its_islands() -> None:
     assert kept.passed and kept.divergence is None
     naive = diagnose(model, batches, Recipe(dtype="fp16"))
     assert naive.half_model == "naive" and naive.culprit == "softmax"
+
+
+class _SpyNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(spy(x))
+
+
+def test_every_fp32_reference_is_ieee_under_the_callers_reduced_precision() -> None:
+    """The whole-model pass AND each op's fp32 recomputation run in IEEE fp32 when the
+    caller set oneDNN's matmuls to bf16 (the CPU's TF32), which is restored afterwards."""
+    SEEN.clear()
+    with callers_fp32(mkldnn_matmul="bf16", cuda_matmul="tf32"):
+        diagnose(_SpyNet(), [torch.randn(4, 8)], "bf16")
+        assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
+    fp32_calls = [seen for seen in SEEN if seen[0] == torch.float32]
+    per_op = [seen for seen in SEEN if seen[0] == torch.bfloat16]
+    assert len(fp32_calls) >= 2 and per_op, SEEN  # the model's pass and the op's reference
+    assert all(seen[1:] == ("ieee", "ieee") for seen in fp32_calls), SEEN

@@ -143,3 +143,31 @@ def test_value_dependent_control_flow_names_the_model_s_own_file_and_line(tmp_pa
     assert "control flow that depends on tensor values at " in message
     assert "transformers/models/led/modeling_led.py:" in message and "<string>" not in message
     assert not list(tmp_path.iterdir())
+
+
+def test_shared_copy_of_parametrized_modules_shares_weights_and_leaves_the_original() -> None:
+    from torch import nn
+    from torch.nn.utils import parametrizations, parametrize
+
+    from halfprec.export.hf import shared_copy
+
+    class Doubled(nn.Module):
+        def forward(self, w: torch.Tensor) -> torch.Tensor:
+            return 2 * w
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        parametrizations.weight_norm(nn.Conv1d(4, 4, 3, padding=1), dim=2),
+        parametrizations.spectral_norm(nn.Linear(8, 8)),
+        nn.Linear(8, 8),
+    ).eval()
+    parametrize.register_parametrization(model[2], "weight", Doubled())
+    x = torch.randn(2, 4, 8)
+    with torch.no_grad():
+        want = model(x)
+        copied = shared_copy(model)
+        assert torch.equal(copied(x), want)
+    assert all(a is b for a, b in zip(copied.parameters(), model.parameters(), strict=True))
+    copied[2].forward = lambda t: t  # type: ignore[method-assign]  # a rewrite on the copy
+    with torch.no_grad():
+        assert torch.equal(model(x), want)

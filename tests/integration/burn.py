@@ -1,7 +1,7 @@
 """CPU burners for stress runs: ``with burning(2): ...`` keeps two processes spinning on
 the CPU for the duration of the block and stops them after (SIGKILL, then reaped).
 
-Used by benchmarks/stress_ddp.py to load the machine the way a busy CI runner does; the
+Used by tests/integration/stress_ddp.py to load the machine the way a busy CI runner does; the
 normal test suite never starts a burner.
 """
 

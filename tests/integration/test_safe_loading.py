@@ -320,6 +320,48 @@ def test_a_zip_bomb_is_refused_before_it_is_inflated(good_pt2: Path, tmp_path: P
     assert "zip bomb" in proc.stderr and "Traceback" not in proc.stderr
 
 
+# the peak RSS growth of a fresh interpreter while it loads a file: imports done first, so
+# only what load_artifact itself holds counts
+_PEAK_WHILE_LOADING = """
+import resource, sys
+from halfprec.export import load_artifact
+from halfprec.export import exported_program, safe_pt2
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    load_artifact(sys.argv[1])
+    outcome = "loaded"
+except Exception as exc:
+    outcome = type(exc).__name__
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024, outcome)
+"""
+
+
+@pytest.mark.slow
+def test_a_zip_bomb_costs_no_memory_to_refuse(good_pt2: Path, tmp_path: Path) -> None:
+    """256 MiB of deflated zeros in a ~300 KiB file: refused with a peak under 32 MiB (a
+    loader that inflates the member first grows by the whole 256 MiB and more)."""
+    import subprocess
+    import sys
+
+    size = 256 * 2**20
+
+    def add(zout: zipfile.ZipFile, root: str) -> None:
+        _deflated_zeros(zout, f"{root}/data/weights/weight_99", size)
+
+    bomb = _with_members(good_pt2, tmp_path / "bomb.pt2", add)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _PEAK_WHILE_LOADING, str(bomb)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    grown_mib, outcome = proc.stdout.split()
+    assert outcome == "ExportError", proc.stdout
+    assert int(grown_mib) < 32, f"peak RSS grew by {grown_mib} MiB while refusing the bomb"
+
+
 def test_a_json_member_over_the_limit_is_refused(good_pt2: Path, tmp_path: Path) -> None:
     from halfprec.export import safe_pt2
 

@@ -15,7 +15,8 @@ from rich.console import Console
 from torch import nn
 
 from halfprec.check import CheckResult, check
-from halfprec.report.common import print_check, to_json_text
+from halfprec.report.common import print_check
+from halfprec.report.json_text import to_json_text
 from halfprec.timing import Ratio, Timing, spread_text
 
 

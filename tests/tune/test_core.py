@@ -9,6 +9,7 @@ import pytest
 import torch
 from rich.console import Console
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from halfprec import Recipe, convert, tune
 from halfprec.compare import compare
@@ -358,3 +359,34 @@ def test_a_scaled_island_that_fails_confirmation_is_computed_in_fp32() -> None:
     assert compare(model, result.model, [cal, (held,)]).passed
     scaled = convert(model, result.recipe.replace(op_islands=report.variants[0].op_islands))
     assert not compare(model, scaled, [(held,)]).passed  # the scaled island alone fails there
+
+
+class _FailingCounter(FlopCounterMode):
+    """torch's FLOP counter as it fails on a hybrid attention/SSM decoder's causal-conv
+    kernel: the model runs, the counting does not."""
+
+    def _count_flops(self, *args: object) -> None:
+        raise RuntimeError("Expected gradient function to be set")
+
+
+@pytest.mark.parametrize("model_name", ["needs-islands", "passes-as-is"])
+def test_a_failing_flop_counter_leaves_the_verdict_and_says_n_a(
+    model_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    if model_name == "needs-islands":
+        model: nn.Module = TwoPaths().eval()
+        batches = [(torch.randn(2, 64, 16, generator=g),) for _ in range(2)]
+    else:
+        model = nn.Sequential(nn.Linear(16, 16), nn.GELU(), nn.Linear(16, 4)).eval()
+        batches = [(torch.randn(4, 16, generator=g),) for _ in range(2)]
+    monkeypatch.setattr("halfprec.flops.FlopCounterMode", _FailingCounter)
+    result = tune(model, batches, "fp16")
+    assert result.passed
+    assert result.report.fp32_flops_share is None
+    assert "Expected gradient function to be set" in result.report.flops_unavailable
+    out = io.StringIO()
+    print_tune(result.report, Console(file=out, width=300))
+    assert "FLOPs n/a (torch's FLOP counter failed on" in out.getvalue()
+    assert result.report.to_json()["flops_unavailable"] == result.report.flops_unavailable

@@ -57,6 +57,7 @@ from halfprec.bench.runner import Benchmark, Progress
 from halfprec.bench.runtime_choice import default_runtimes, runtime_variants, with_runtimes
 from halfprec.bench.spread import variant_speed
 from halfprec.bench.variants import AUTOTUNE_RECIPES, Variant, build_variant
+from halfprec.bench.ways import WAYS
 from halfprec.compare import Tolerance
 from halfprec.convert.recipe import Recipe, RecipeLike
 from halfprec.fp32 import exact_fp32
@@ -93,8 +94,7 @@ class Deployed:
     @property
     def runtime(self) -> str:
         """What runs the chosen module: ``"torch"``, ``"openvino"`` or ``"onnxruntime"``."""
-        v = self.choice.variant
-        return v.kind if v.runtime else "torch"
+        return self.choice.variant.way.runs_in
 
     @property
     def speedup(self) -> float:
@@ -189,11 +189,19 @@ def _variants(
     eager: bool,
     runtimes: Sequence[str] | None,
 ) -> list[Variant]:
-    """fp32 and halfprec in each half dtype, eager and/or compiled, then the runtimes."""
-    base = [Variant("fp32")] + [Variant("halfprec", dt) for dt in half]
-    variants = (base if eager else []) + ([v.with_compile() for v in base] if compile else [])
+    """Each way deploy may choose (fp32, halfprec) in fp32 and each half dtype it runs in,
+    eager and/or compiled, then the runtimes."""
+    base = [
+        Variant(w.name, dt)
+        for w in WAYS.values()
+        if w.choosable and not w.runtime
+        for dt in (torch.float32, *half)
+        if dt in w.dtypes
+    ]
+    compiled = [v.with_compile() for v in base if v.way.compilable]
+    variants = (base if eager else []) + (compiled if compile else [])
     if compile and device.type in AUTOTUNE_RECIPES:  # skipped where it cannot pay
-        variants += [Variant("halfprec", dt).with_compile(autotune=True) for dt in half]
+        variants += [v.with_compile(autotune=True) for v in compiled if v.dtype in half]
     if not eager:  # speedups are measured against eager fp32, so it is always timed
         variants.insert(0, Variant("fp32"))
     if runtimes is None:

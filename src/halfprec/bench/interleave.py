@@ -22,7 +22,7 @@ from torch import nn
 
 from halfprec.batch import Batch, call
 from halfprec.bench.race import Race
-from halfprec.bench.results import CHOICE_KINDS, VariantResult, relative_rounds
+from halfprec.bench.results import VariantResult, relative_rounds
 from halfprec.bench.variants import Variant
 from halfprec.fp32 import exact_fp32
 from halfprec.modules import first_line
@@ -62,9 +62,7 @@ class Standings:
 
 def _eligible(rows: dict[int, VariantResult]) -> set[int]:
     return {
-        i
-        for i, r in rows.items()
-        if r.status == "ok" and r.accurate and r.variant.kind in CHOICE_KINDS
+        i for i, r in rows.items() if r.status == "ok" and r.accurate and r.variant.way.choosable
     }
 
 

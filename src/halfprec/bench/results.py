@@ -17,6 +17,7 @@ from halfprec.bench.limit import GemmLimit
 from halfprec.bench.machine import MachineInfo
 from halfprec.bench.race import Race
 from halfprec.bench.variants import Variant
+from halfprec.bench.ways import choice_kinds
 from halfprec.bench.worker import MemoryUse
 from halfprec.compare import Comparison
 from halfprec.dtypes import dtype_name
@@ -24,7 +25,6 @@ from halfprec.timing import Ratio, Timing, fastest_accurate, ratio_of
 
 __all__ = [
     "BenchConfig",
-    "CHOICE_KINDS",
     "VariantResult",
     "BenchResult",
     "BenchRun",
@@ -35,10 +35,6 @@ __all__ = [
     "relative_time",
     "too_noisy",
 ]
-
-CHOICE_KINDS: tuple[str, ...] = ("fp32", "halfprec")
-"""The variant kinds :func:`fastest_variant` chooses among by default (bench's "auto would
-choose", ``deploy``)."""
 
 
 @dataclass(frozen=True)
@@ -297,15 +293,17 @@ def fastest_variant(
     result: BenchResult,
     batch_size: int | None = None,
     *,
-    kinds: Sequence[str] = CHOICE_KINDS,
+    kinds: Sequence[str] | None = None,
 ) -> VariantResult:
-    """The fastest measured variant of ``kinds`` (by :func:`relative_time`) that meets its
+    """The fastest measured variant of ``kinds`` (default: the ways deploy may choose,
+    :func:`~halfprec.bench.ways.choice_kinds`; by :func:`relative_time`) that meets its
     tolerance and is faster than eager fp32 beyond the spread
     (:func:`faster_beyond_spread`); fp32 when no such variant exists, also when one is
     faster by the median only (:func:`too_noisy` names those). Capped and failed
     variants never win."""
     rows = result.at(result.batch_sizes[0] if batch_size is None else batch_size)
     fp32 = _fp32(rows)
+    kinds = choice_kinds() if kinds is None else kinds
     return fastest_accurate(
         fp32,
         (r for r in rows if r.variant.kind in kinds and faster_beyond_spread(fp32, r)),
@@ -318,7 +316,7 @@ def too_noisy(
     result: BenchResult,
     batch_size: int | None = None,
     *,
-    kinds: Sequence[str] = CHOICE_KINDS,
+    kinds: Sequence[str] | None = None,
 ) -> list[tuple[VariantResult, Ratio]]:
     """The accurate variants of ``kinds`` that ran faster than the choice of
     :func:`fastest_variant` by the median but were not chosen because their spread
@@ -326,6 +324,7 @@ def too_noisy(
     kept out."""
     size = result.batch_sizes[0] if batch_size is None else batch_size
     rows = result.at(size)
+    kinds = choice_kinds() if kinds is None else kinds
     fp32, chosen = _fp32(rows), fastest_variant(result, size, kinds=kinds)
     best = relative_time(fp32, chosen)
     found = []

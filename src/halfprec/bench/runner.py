@@ -60,7 +60,6 @@ from halfprec.convert.recipe import Recipe, RecipeLike
 from halfprec.dtypes import DeviceSupport, device_support, dtype_name
 from halfprec.fp32 import exact_fp32, reduced_fp32
 from halfprec.modules import evaluating, first_line, model_device, nbytes
-from halfprec.runtimes import unavailable
 from halfprec.timing import Timing, timed_call
 
 __all__ = ["Benchmark", "benchmark", "SPREAD_WARNING"]
@@ -355,8 +354,9 @@ class Benchmark:
         """Why ``variant`` is not run here: a runtime target's own reasons (torch's probe
         says nothing of it), a dtype the probe found slow, or a dtype the device's
         compiler does not compile (the row would run eager under a +compile label)."""
-        if variant.runtime:
-            return unavailable(variant.kind, variant.dtype, self.device)
+        why = variant.way.unavailable(variant.dtype, self.device)
+        if variant.runtime or why is not None:
+            return why
         if variant.dtype in self.half.skips:
             return self.half.skips[variant.dtype]
         if variant.compiled and not self.support.compiles(variant.dtype):
@@ -449,6 +449,13 @@ def _above_limit(r: VariantResult, lim: GemmLimit) -> str:
     )
 
 
+def _autotunes(v: Variant) -> bool:
+    """Whether ``v`` gets a ``+autotune`` twin: a half variant of a way deploy may choose
+    that torch compiles (halfprec's conversion, of the built-in ways)."""
+    way = v.way
+    return way.choosable and way.compilable and v.dtype != torch.float32
+
+
 def benchmark(
     model: nn.Module,
     inputs: Any,
@@ -488,7 +495,7 @@ def benchmark(
     texts = [v.name if isinstance(v, Variant) else v for v in variants] if variants else None
     chosen = parse_variants(texts, compile=compile, dtypes=settled.dtypes)
     if compile and texts is None and device.type in AUTOTUNE_RECIPES:  # tried where it pays
-        twins = [v.with_compile(autotune=True) for v in chosen if v.kind == "halfprec"]
+        twins = [v.with_compile(autotune=True) for v in chosen if _autotunes(v)]
         chosen = list(dict.fromkeys(chosen + twins))
     engine = Benchmark(
         model,

@@ -18,41 +18,53 @@ import torch
 
 from halfprec.bench.results import BenchResult, VariantResult, paired_speed, relative_time
 from halfprec.bench.variants import Variant
-from halfprec.runtimes import RUNTIMES, runtime_dtypes, unavailable
+from halfprec.bench.ways import WAYS
 
 __all__ = ["default_runtimes", "runtime_variants", "with_runtimes"]
 
 
 def runtime_variants(runtimes: Sequence[str], half: Sequence[torch.dtype]) -> list[Variant]:
-    """The variants of ``runtimes`` (names from :data:`~halfprec.runtimes.RUNTIMES`, or
-    ``"all"``) in fp32 and each of the half dtypes ``half`` that the runtime offers."""
-    names = list(RUNTIMES) if list(runtimes) == ["all"] else list(runtimes)
-    unknown = [n for n in names if n not in RUNTIMES]
+    """The variants of ``runtimes`` (the ways run by another runtime:
+    :func:`runtime_ways`, or ``"all"``) in fp32 and each of the half dtypes ``half`` that
+    the runtime offers."""
+    known = runtime_ways()
+    names = list(known) if list(runtimes) == ["all"] else list(runtimes)
+    unknown = [n for n in names if n not in known]
     if unknown or isinstance(runtimes, str):
         given = runtimes if isinstance(runtimes, str) else unknown[0]
         raise ValueError(
             f"deploy(runtimes={given!r}): unknown runtime; give a sequence of "
-            f"{', '.join(map(repr, RUNTIMES))}, or ['all']"
+            f"{', '.join(map(repr, known))}, or ['all']"
         )
     wanted = (torch.float32, *half)
-    return [Variant(r, d) for r in dict.fromkeys(names) for d in runtime_dtypes(r) if d in wanted]
+    return [Variant(r, d) for r in dict.fromkeys(names) for d in WAYS[r].dtypes if d in wanted]
+
+
+def runtime_ways() -> tuple[str, ...]:
+    """The registered ways that another runtime than torch runs (OpenVINO, onnxruntime)."""
+    return tuple(n for n, w in WAYS.items() if w.runtime)
+
+
+def _unavailable(name: str, dtype: torch.dtype, device: torch.device | str) -> str | None:
+    return WAYS[name].unavailable(dtype, device)
 
 
 def default_runtimes(
     half: Sequence[torch.dtype],
     device: torch.device | str = "cpu",
-    why_not: Callable[[str, torch.dtype, torch.device | str], str | None] = unavailable,
+    why_not: Callable[[str, torch.dtype, torch.device | str], str | None] = _unavailable,
 ) -> list[Variant]:
     """deploy's default runtime variants: each runtime target that is installed and computes
     one of the half dtypes ``half`` on this CPU (OpenVINO's bf16 hint where the CPU has
     AVX512-BF16 or AMX), in that dtype. A runtime that cannot run here adds no row; its fp32
     targets are left to an explicit ``runtimes=`` (one more conversion each, to win only
     where torch's fp32 is slower). ``why_not``: why a runtime cannot run a dtype here
-    (:func:`~halfprec.runtimes.unavailable`; tests pass another machine's answers)."""
+    (each way's :meth:`~halfprec.bench.ways.base.Way.unavailable`; tests pass another
+    machine's answers)."""
     return [
         Variant(r, d)
-        for r in RUNTIMES
-        for d in runtime_dtypes(r)
+        for r in runtime_ways()
+        for d in WAYS[r].dtypes
         if d in half and why_not(r, d, device) is None
     ]
 

@@ -1,28 +1,23 @@
-"""The ways of running a model that ``halfprec bench`` puts side by side.
+"""The variants ``halfprec bench`` puts side by side: a way of running the model in a dtype,
+compiled or not.
 
-A :class:`Variant` is one of:
+A :class:`Variant` names a way of :mod:`halfprec.bench.ways` (its registry holds each one's
+build, dtypes and rules) and a dtype: ``fp32`` (the model as it is, every backend's fp32
+precision IEEE while it runs: :func:`halfprec.fp32.exact_fp32`), ``naive-bf16``
+(``model.to(dtype)``), ``autocast-fp16`` (``torch.autocast``), ``halfprec-bf16``
+(:func:`halfprec.convert`), ``openvino-bf16`` and ``onnxruntime-fp32`` (another runtime,
+built from an example batch, never ``+compile``), and any way registered since.
 
-- ``fp32``: the model as it is (every backend's fp32 precision IEEE while it runs:
-  :func:`halfprec.fp32.exact_fp32`);
-- ``naive-fp16`` / ``naive-bf16``: ``model.to(dtype)``, floating inputs cast by the caller;
-- ``autocast-fp16`` / ``autocast-bf16``: the fp32 model under ``torch.autocast``;
-- ``halfprec-fp16`` / ``halfprec-bf16``: :func:`halfprec.convert` with its fp32 islands
-  (or a tuned policy's);
-- ``openvino-fp32`` / ``openvino-bf16`` / ``openvino-fp16`` and ``onnxruntime-fp32``: the
-  fp32 model compiled by another runtime (:mod:`halfprec.runtimes`; the dtype is OpenVINO's
-  inference-precision hint); built from an example batch, never ``+compile``;
-
-each optionally under ``torch.compile`` (``+compile``), compiled the way that deploys
-fastest on the device (:data:`COMPILE_RECIPES`): on CPU torch.compile's default, which
-inductor caches on disk (a new process loads the compiled graph); on CUDA with
-``mode="max-autotune"``, which autotunes the GEMMs and captures CUDA graphs where the
+A way that runs in torch may be under ``torch.compile`` (``+compile``), compiled the way
+that deploys fastest on the device (:data:`COMPILE_RECIPES`): on CPU torch.compile's
+default, which inductor caches on disk (a new process loads the compiled graph); on CUDA
+with ``mode="max-autotune"``, which autotunes the GEMMs and captures CUDA graphs where the
 shapes are static. On CPU a half variant can also be ``+autotune``: ``max-autotune`` with
 inductor freezing (:data:`AUTOTUNE_RECIPES`), whose GEMM templates (AMX or AVX512
 micro-kernels) can beat oneDNN's where half GEMMs are native; bench and deploy try it only
 where the machine's features and the measured half GEMM speed say it can pay
-(:func:`autotune_pays`). A compiled
-variant runs every call under ``torch.no_grad()``, outside inference mode, so that no call
-compiles it again for another grad mode.
+(:func:`autotune_pays`). A compiled variant runs every call under ``torch.no_grad()``,
+outside inference mode, so that no call compiles it again for another grad mode.
 :func:`build_variant` returns a ready-to-call module built from a copy (an fp32 variant
 with ``share=True``: the model itself, compiled or not); the original model is not changed.
 """
@@ -38,16 +33,13 @@ from typing import Any
 import torch
 from torch import nn
 
-# the same input cast halfprec's root hook does, and its device lookup
-from halfprec.convert.core import Recipe, convert_
+from halfprec.bench.ways import WAYS, Way
+from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import HALF_DTYPES, dtype_name, parse_dtype
 from halfprec.errors import HalfprecError
 from halfprec.modules import model_device
-from halfprec.runtimes import RUNTIMES, build_runtime, runtime_dtypes
-from halfprec.tree import map_tensors
 
 __all__ = [
-    "KINDS",
     "DEFAULT_VARIANTS",
     "Variant",
     "VariantError",
@@ -61,7 +53,6 @@ __all__ = [
     "compile_for_device",
 ]
 
-KINDS: tuple[str, ...] = ("fp32", "naive", "autocast", "halfprec", *RUNTIMES)
 _COMPILE = "+compile"
 _AUTOTUNE = "+autotune"
 
@@ -72,7 +63,8 @@ class VariantError(HalfprecError, ValueError):
 
 @dataclass(frozen=True)
 class Variant:
-    """One way to run the model: ``kind`` in :data:`KINDS`, a dtype, compiled or not."""
+    """One way to run the model: ``kind``, the name of a way in
+    :data:`~halfprec.bench.ways.WAYS`, a dtype it runs in, compiled or not."""
 
     kind: str
     dtype: torch.dtype = torch.float32
@@ -80,18 +72,17 @@ class Variant:
     autotune: bool = False
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"variant kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.kind not in WAYS:
+            raise ValueError(f"variant kind must be one of {', '.join(WAYS)}, got {self.kind!r}")
         if self.autotune and not self.compiled:
             raise ValueError("an autotune variant is compiled: pass compiled=True")
-        if self.runtime:
-            _check_runtime(self)
-            return
-        half = self.dtype in HALF_DTYPES
-        if self.kind == "fp32" and self.dtype != torch.float32:
-            raise ValueError("the fp32 variant runs in torch.float32")
-        if self.kind != "fp32" and not half:
-            raise ValueError(f"variant {self.kind} needs fp16 or bf16, got {self.dtype}")
+        way = self.way
+        if self.compiled and not way.compilable:
+            name = f"{self.kind}-{dtype_name(self.dtype)}"
+            how = f"is compiled by {way.runs_in} itself" if way.runtime else "is not compiled"
+            raise VariantError(f"{name} {how}; drop +compile")
+        if self.dtype not in way.dtypes:
+            raise VariantError(way.refuse_dtype(self.dtype))
 
     @property
     def name(self) -> str:
@@ -101,9 +92,14 @@ class Variant:
         return base + (_COMPILE if self.compiled else "")
 
     @property
+    def way(self) -> Way:
+        """The way this variant runs the model (:data:`~halfprec.bench.ways.WAYS`)."""
+        return WAYS[self.kind]
+
+    @property
     def runtime(self) -> bool:
         """Run by another runtime (OpenVINO, onnxruntime), not by torch."""
-        return self.kind in RUNTIMES
+        return self.way.runtime
 
     def with_compile(self, autotune: bool = False) -> Variant:
         return Variant(self.kind, self.dtype, compiled=True, autotune=autotune)
@@ -118,44 +114,37 @@ class Variant:
         if base == "fp32":
             return cls("fp32", torch.float32, compiled, autotune)
         kind, _, dt = base.partition("-")
-        if kind in KINDS[1:] and dt:
+        if kind in WAYS and kind != "fp32" and dt:
+            allow_fp32 = torch.float32 in WAYS[kind].dtypes
             try:
-                return cls(kind, parse_dtype(dt, allow_fp32=kind in RUNTIMES), compiled, autotune)
+                return cls(kind, parse_dtype(dt, allow_fp32=allow_fp32), compiled, autotune)
             except VariantError:
                 raise
             except HalfprecError:
                 pass
-        known = ", ".join(v.name for v in DEFAULT_VARIANTS)
-        runtimes = ", ".join(f"{r}-{dtype_name(d)}" for r in RUNTIMES for d in runtime_dtypes(r))
+        torch_ways = [w for w in WAYS.values() if not w.runtime]
+        known = ", ".join(["fp32", *(_names(w) for w in torch_ways if w.name != "fp32")])
+        runtimes = ", ".join(_names(w) for w in WAYS.values() if w.runtime)
         raise VariantError(
             f"unknown variant {text!r}; use one of: {known} (append +compile for "
             f"torch.compile, +autotune for max-autotune on CPU), or a runtime: {runtimes}"
         )
 
 
-def _check_runtime(v: Variant) -> None:
-    """A runtime variant: one of its runtime's precisions, compiled by that runtime."""
-    name = f"{v.kind}-{dtype_name(v.dtype)}"
-    if v.compiled:
-        raise VariantError(f"{name} is compiled by {v.kind} itself; drop +compile")
-    offered = runtime_dtypes(v.kind)
-    if v.dtype not in offered:
-        raise VariantError(
-            f"{name} is not offered: {v.kind} runs {', '.join(map(dtype_name, offered))} here "
-            f"(onnxruntime's CPU provider has no half kernels for most ops); use "
-            f"{v.kind}-{dtype_name(offered[0])}"
-        )
+def _names(way: Way) -> str:
+    """``way``'s variant names, one per dtype it runs in."""
+    return ", ".join(f"{way.name}-{dtype_name(d)}" for d in way.dtypes)
 
 
-DEFAULT_VARIANTS: tuple[Variant, ...] = (
-    Variant("fp32"),
-    Variant("naive", torch.float16),
-    Variant("naive", torch.bfloat16),
-    Variant("autocast", torch.float16),
-    Variant("autocast", torch.bfloat16),
-    Variant("halfprec", torch.float16),
-    Variant("halfprec", torch.bfloat16),
-)
+def default_variants() -> tuple[Variant, ...]:
+    """What ``halfprec bench`` runs without ``--variants``: each ``bench_default`` way in
+    each of its dtypes, in the registry's order."""
+    return tuple(Variant(w.name, d) for w in WAYS.values() if w.bench_default for d in w.dtypes)
+
+
+DEFAULT_VARIANTS: tuple[Variant, ...] = default_variants()
+"""The built-in ways' default variants (a way registered later joins
+:func:`default_variants`)."""
 
 
 def parse_variants(
@@ -171,7 +160,7 @@ def parse_variants(
         parsed = [Variant.parse(t) for t in texts]
     else:
         parsed = [
-            v for v in DEFAULT_VARIANTS if dtypes is None or v.kind == "fp32" or v.dtype in dtypes
+            v for v in default_variants() if dtypes is None or v.kind == "fp32" or v.dtype in dtypes
         ]
     if compile:
         parsed += [v.with_compile() for v in parsed if not (v.compiled or v.runtime)]
@@ -312,35 +301,6 @@ def compile_for_device(
     return _Inference(compiled, recipe.freezes(dtype))
 
 
-class _CastInputs:
-    """The naive recipe's caller: a pre-hook casting floating inputs to ``dtype``."""
-
-    def __init__(self, dtype: torch.dtype) -> None:
-        self.dtype = dtype
-
-    def _cast(self, t: torch.Tensor) -> torch.Tensor:
-        return t.to(self.dtype) if t.is_floating_point() else t
-
-    def __call__(
-        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Any, Any]:
-        return map_tensors(self._cast, args), map_tensors(self._cast, kwargs)
-
-
-class _Autocast(nn.Module):
-    """Runs the wrapped fp32 model under ``torch.autocast(device_type, dtype)``."""
-
-    def __init__(self, model: nn.Module, device_type: str, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.model = model
-        self.device_type = device_type
-        self.dtype = dtype
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        with torch.autocast(self.device_type, dtype=self.dtype):
-            return self.model(*args, **kwargs)
-
-
 def build_variant(
     model: nn.Module,
     variant: Variant,
@@ -359,27 +319,18 @@ def build_variant(
     model, under :func:`~halfprec.modules.evaluating`); other kinds are built as without
     it. ``config`` shapes the halfprec variants (its islands; the dtype is the variant's).
     ``batch``: the example batch a runtime variant is traced on (needed for those only).
+    The way itself builds the module (:meth:`~halfprec.bench.ways.base.Way.build`).
     """
     if share and variant.kind == "fp32":
         if not variant.compiled:
             return model
         return compile_for_device(model, model_device(model), autotune=variant.autotune)
+    way = variant.way
+    if way.needs_batch and batch is None:
+        raise ValueError(f"{variant.name} is traced on an example batch; pass batch=")
     base = model if in_place else copy.deepcopy(model)
     base.eval()
-    built: nn.Module
-    if variant.runtime:
-        if batch is None:
-            raise ValueError(f"{variant.name} is traced on an example batch; pass batch=")
-        return build_runtime(base, variant.kind, variant.dtype, batch)
-    if variant.kind == "fp32":
-        built = base
-    elif variant.kind == "naive":
-        built = base.to(variant.dtype)
-        built.register_forward_pre_hook(_CastInputs(variant.dtype), with_kwargs=True)
-    elif variant.kind == "autocast":
-        built = _Autocast(base, model_device(base).type, variant.dtype)
-    else:
-        built = convert_(base, (config or Recipe()).replace(dtype=variant.dtype))
+    built = way.build(base, variant.dtype, config or Recipe(), batch if way.needs_batch else None)
     if variant.compiled:
         built = compile_for_device(
             built, model_device(base), variant.dtype, autotune=variant.autotune

@@ -1,7 +1,10 @@
 """The ``halfprec`` command line. The only place that parses strings from the command line.
 
 Each command lives in its own module under ``halfprec.cli`` and is registered in
-``_COMMANDS`` below. Every way a command ends is one of the exit codes below, and every
+``_COMMANDS`` below; a command's module is imported only when that command runs or shows
+its help, and those modules import torch and the library inside the command, so
+``--version``, ``--help``, usage errors and ``lint`` start without torch. Every way a
+command ends is one of the exit codes below, and every
 error is one line on stderr (``--debug`` adds the traceback):
 
 - user errors (:class:`~halfprec.errors.HalfprecError`, click's usage errors, a config
@@ -23,6 +26,7 @@ from typing import Any
 import click
 
 from halfprec.errors import HalfprecError
+from halfprec.io.spec_names import BUILTIN_MODELS
 
 __all__ = ["main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_INTERRUPTED"]
 
@@ -32,22 +36,48 @@ EXIT_USAGE = 2  # bad input: nothing was written
 EXIT_INTERNAL = 3  # an exception halfprec did not raise on purpose: a bug
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 
-# module name under halfprec.cli -> command name
+# command name (and its module under halfprec.cli) -> its line in ``halfprec --help``
 _COMMANDS: dict[str, str] = {
-    "check": "check",
-    "convert": "convert",
-    "lint": "lint",
-    "audit": "audit",
-    "export": "export",
-    "diagnose": "diagnose",
-    "preflight": "preflight",
-    "tune": "tune",
-    "bench": "bench",
+    "check": "Compare MODEL in half precision against fp32; exit 1 when out of tolerance.",
+    "convert": "Convert MODEL to half precision and save it (safetensors or a folder).",
+    "export": "Export MODEL in half precision (.pt2, TorchScript or ONNX), checked.",
+    "diagnose": "Find the module where MODEL diverges in half precision, and why.",
+    "preflight": "Check MODEL's weights and constants against a half dtype.",
+    "tune": "Find fp32 islands so MODEL meets the tolerance in half; write a recipe.",
+    "bench": "Time MODEL in fp32 and each half-precision variant.",
+    "audit": "Run MODEL in half and report every dtype leak by source line.",
+    "lint": "Find dtype leaks in the forward code of nn.Modules under PATHS.",
 }
 
 
 class _Group(click.Group):
-    """Turns every error into one stderr line and its exit code (``--debug``: the traceback)."""
+    """Turns every error into one stderr line and its exit code (``--debug``: the traceback).
+
+    Commands load on first use (click's lazy group): listing them needs only their names
+    and the one-line help in ``_COMMANDS``."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in _COMMANDS:
+            return None
+        if cmd_name not in self.commands:
+            module = importlib.import_module(f"{__name__}.{cmd_name}")
+            command: click.Command = module.command
+            command.short_help = _COMMANDS[cmd_name]
+            if any(p.name == "model" for p in command.params):
+                command.epilog = MODEL_SAFETY  # say plainly where code runs
+            self.add_command(command, cmd_name)
+        return self.commands[cmd_name]
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl(list(_COMMANDS.items()))
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Built-in models (MODEL builtin:NAME; the default is minilm)"):
+            formatter.write_dl([(name, what) for name, what in BUILTIN_MODELS.items()])
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -142,17 +172,6 @@ MODEL_SAFETY = (
     "(docs/safety.md)."
 )
 
-
-def _register() -> None:
-    for module_name, command_name in _COMMANDS.items():
-        module = importlib.import_module(f"{__name__}.{module_name}")
-        command: click.Command = module.command
-        if any(p.name == "model" for p in command.params):
-            command.epilog = MODEL_SAFETY  # say plainly where code runs
-        main.add_command(command, command_name)
-
-
-_register()
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

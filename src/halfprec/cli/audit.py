@@ -6,6 +6,7 @@ Exit codes: 0 no leaks, 1 leaks found (gates CI), 2 usage error.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,16 +17,17 @@ from halfprec.cli.options import (
     inputs_option,
     json_option,
     load_for_command,
+    model_argument,
 )
-from halfprec.convert.core import Recipe
-from halfprec.leaks.audit import audit
-from halfprec.report.audit import render_table
+
+if TYPE_CHECKING:
+    from halfprec.convert.recipe import Recipe
 
 __all__ = ["command"]
 
 
 @click.command()
-@click.argument("model")
+@model_argument
 @convert_options
 @inputs_option
 @device_option
@@ -42,6 +44,9 @@ def command(
     Leaks: fp32 tensors made in forward, silent fp32 upcasts, explicit .float(), and
     constants beyond the dtype's range. Exit 1 when any is found.
     """
+    from halfprec.leaks.audit import audit
+    from halfprec.report.audit import render_table
+
     loaded, batches, _ = load_for_command(model, inputs_path, device)
     report = audit(loaded.model, batches, recipe)
     finish(report.to_json(), as_json, lambda: render_table(report), report.clean)

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from halfprec.bench.race import Race
-from halfprec.bench.results import BenchConfig
-from halfprec.bench.runner import benchmark
-from halfprec.bench.spread import spread_json
-from halfprec.bench.variants import parse_variants
 from halfprec.cli.options import (
     NumberRange,
     convert_options,
@@ -23,13 +19,15 @@ from halfprec.cli.options import (
     json_option,
     load_for_command,
     model_argument,
+    not_an_input,
     tolerance_options,
     with_tolerance_flags,
 )
-from halfprec.convert.core import Recipe
 from halfprec.errors import HalfprecError
-from halfprec.report.bench import check_plot_path, print_bench, write_chart
-from halfprec.report.plot import require_matplotlib
+
+if TYPE_CHECKING:
+    from halfprec.bench.results import BenchConfig
+    from halfprec.convert.recipe import Recipe
 
 __all__ = ["command"]
 
@@ -56,6 +54,16 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
 _MAX_BATCH = 2**20
 
 
+def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--list-variants``: print every way of running a model, and exit."""
+    if value and not ctx.resilient_parsing:
+        from halfprec.bench.ways import WAYS
+        from halfprec.report.ways import ways_text
+
+        click.echo(ways_text(WAYS.values()))
+        ctx.exit(0)
+
+
 @click.command(help="Time MODEL in fp32 and each half-precision variant (default: minilm).")
 @model_argument
 @inputs_option
@@ -74,6 +82,14 @@ _MAX_BATCH = 2**20
     "autocast-fp16, autocast-bf16, halfprec-fp16, halfprec-bf16 (default: all of --dtype; "
     "auto: all); runtimes on CPU: openvino-fp32, openvino-bf16, openvino-fp16, "
     "onnxruntime-fp32.",
+)
+@click.option(
+    "--list-variants",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_list_variants,
+    help="List every way of running a model (what --variants takes), and exit.",
 )
 @click.option("--compile", "use_compile", is_flag=True, help="Add a torch.compile twin of each.")
 @click.option(
@@ -143,6 +159,12 @@ def command(
     min_cosine: float | None,
     min_sqnr: float | None,
 ) -> None:
+    from halfprec.bench.runner import benchmark
+    from halfprec.bench.spread import spread_json
+    from halfprec.bench.variants import parse_variants
+    from halfprec.report.bench import check_plot_path, print_bench, write_chart
+    from halfprec.report.plot import require_matplotlib
+
     # Everything that can be wrong with the arguments fails here, before any measuring.
     sizes = _batch_sizes(batch_sizes)
     names = [v for v in variants.split(",") if v.strip()] if variants is not None else None
@@ -154,20 +176,21 @@ def command(
     chosen = parse_variants(names, compile=use_compile) if names else None
     if plot is not None:
         check_plot_path(plot)
+        not_an_input(plot, model, {"--inputs": inputs_path}, flag="--plot")
         require_matplotlib()
     loaded, batches, dev = load_for_command(model, inputs_path, device)
     recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)
     # The memory worker rebuilds the model from its spec; custom --inputs cannot follow it.
     spec = None if (no_memory or inputs_path is not None) else model
     with from_flags():
-        config = BenchConfig(
+        config = _config(
             batch_sizes=sizes,
             warmup=warmup,
             runs=runs,
             max_call_s=max_call_s,
             skip_slower_than=None if no_skip else skip_slower_than,
             limit=not no_limit,
-            race=None if no_race else Race(),
+            race=not no_race,
             probe_cache=not no_probe_cache,
             compiled_memory=compiled_memory,
         )
@@ -193,6 +216,14 @@ def command(
             click.echo(f"chart: {plot}")
 
     finish(spread_json(result), as_json, render)
+
+
+def _config(*, race: bool, **fields: Any) -> BenchConfig:
+    """The :class:`~halfprec.BenchConfig` of the flags (its checks are the flags' checks)."""
+    from halfprec.bench.race import Race
+    from halfprec.bench.results import BenchConfig
+
+    return BenchConfig(race=Race() if race else None, **fields)
 
 
 class _ProgressBar:

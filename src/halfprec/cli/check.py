@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from halfprec.check import check
 from halfprec.cli.options import (
     convert_options,
     device_option,
@@ -20,8 +20,9 @@ from halfprec.cli.options import (
     with_tolerance_flags,
 )
 from halfprec.cli.progress import progress
-from halfprec.convert.recipe import Recipe
-from halfprec.report.common import print_check
+
+if TYPE_CHECKING:
+    from halfprec.convert.recipe import Recipe
 
 __all__ = ["command"]
 
@@ -67,6 +68,9 @@ def command(
     runs: int,
     generate: int,
 ) -> None:
+    from halfprec.check import check
+    from halfprec.report.common import print_check
+
     with progress(f"loading {model}", quiet=as_json):
         loaded, batches, _ = load_for_command(model, inputs_path, device, weights)
     recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)

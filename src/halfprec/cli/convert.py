@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,14 +15,14 @@ from halfprec.cli.options import (
     finish,
     json_option,
     mkdirs_option,
+    model_argument,
     not_an_input,
     weights_option,
 )
-from halfprec.convert.core import ConversionReport, Recipe, conversion_report, convert
-from halfprec.dtypes import dtype_name, resolve_device
-from halfprec.io.checkpoint import save
-from halfprec.io.specs import load_model
-from halfprec.report.common import fp32_text, human_bytes, make_console
+
+if TYPE_CHECKING:
+    from halfprec.convert.core import ConversionReport
+    from halfprec.convert.recipe import Recipe
 
 __all__ = ["command"]
 
@@ -44,7 +45,7 @@ def _shard_size(ctx: click.Context, param: click.Parameter, value: str) -> str |
     "model directory, -o OUTDIR (no .safetensors suffix) writes a directory that "
     "transformers' from_pretrained loads, with halfprec's recipe inside."
 )
-@click.argument("model")
+@model_argument
 @convert_options
 @weights_option
 @click.option(
@@ -74,6 +75,12 @@ def command(
     as_json: bool,
     max_shard_size: str | int,
 ) -> None:
+    from halfprec.convert.core import conversion_report, convert
+    from halfprec.dtypes import resolve_device
+    from halfprec.io.checkpoint import save
+    from halfprec.io.specs import load_model
+
+    not_an_input(output, model, {"--weights": weights})  # before any work
     if output.suffix != ".safetensors":
         if not Path(model).is_dir():
             raise click.UsageError(
@@ -82,7 +89,6 @@ def command(
             )
         _to_directory(model, recipe, weights, output, device, as_json, max_shard_size)
     ensure_folder(output, mkdirs=mkdirs)  # before the slow part
-    not_an_input(output, **{"--weights": weights})
     dev = resolve_device(device)
     if weights is not None and (weights.suffix == ".safetensors" or weights.is_dir()):
         # fp32 safetensors: stream it; MODEL is built on the meta device for its islands
@@ -120,6 +126,7 @@ def _to_directory(
     """``convert HF_DIR -o OUTDIR``: :func:`~halfprec.io.hf_convert.convert_directory`."""
     from halfprec.io.hf_convert import convert_directory
     from halfprec.io.hf_dir import describe
+    from halfprec.report.common import make_console
 
     done = convert_directory(
         model, output, recipe, weights=weights, device=device, max_shard_size=max_shard_size
@@ -143,6 +150,9 @@ def _to_directory(
 
 
 def _print_written(output: Path, report: ConversionReport) -> None:
+    from halfprec.dtypes import dtype_name
+    from halfprec.report.common import fp32_text, human_bytes, make_console
+
     con = make_console()
     con.print(f"wrote {output}: {dtype_name(report.dtype)} ({report.reason})")
     on_disk = output.stat().st_size

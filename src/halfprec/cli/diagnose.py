@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,14 +16,14 @@ from halfprec.cli.options import (
     json_option,
     load_for_command,
     model_argument,
+    not_an_input,
     tolerance_options,
     with_tolerance_flags,
 )
 from halfprec.cli.progress import progress
-from halfprec.convert.core import convert
-from halfprec.convert.recipe import Recipe
-from halfprec.diagnose import diagnose
-from halfprec.report.diagnose import plot_diagnosis, print_diagnosis
+
+if TYPE_CHECKING:
+    from halfprec.convert.recipe import Recipe
 
 __all__ = ["command"]
 
@@ -68,10 +69,15 @@ def command(
     min_sqnr: float | None,
     max_batches: int | None,
 ) -> None:
+    from halfprec.convert.core import convert
+    from halfprec.diagnose import diagnose
+    from halfprec.report.diagnose import plot_diagnosis, print_diagnosis
+
     if plot is not None and plot.suffix.lower() != ".png":
         raise click.UsageError(f"--plot {plot} must end in .png")
     if plot is not None:
         ensure_folder(plot)  # a missing folder is an error before the long run
+        not_an_input(plot, model, {"--inputs": inputs_path}, flag="--plot")
     with progress(f"loading {model}", quiet=as_json):
         loaded, batches, _ = load_for_command(model, inputs_path, device)
     batches = batches[:max_batches] if max_batches else batches

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,13 +17,16 @@ from halfprec.cli.options import (
     json_option,
     load_for_command,
     mkdirs_option,
+    model_argument,
     not_an_input,
 )
 from halfprec.cli.progress import progress
-from halfprec.convert.core import Recipe
-from halfprec.export import FORMATS, export
-from halfprec.export.config import ExportConfig
-from halfprec.report.export import print_export
+
+if TYPE_CHECKING:
+    from halfprec.convert.recipe import Recipe
+
+FORMATS = ("exported-program", "torchscript", "onnx")
+"""halfprec.export.FORMATS, spelled here so that parsing the flags needs no torch."""
 
 __all__ = ["command"]
 
@@ -31,7 +35,7 @@ __all__ = ["command"]
     help="Export MODEL in half precision (.pt2, TorchScript or ONNX) and check the file "
     "against fp32."
 )
-@click.argument("model")
+@model_argument
 @click.option(
     "-o",
     "--output",
@@ -88,6 +92,10 @@ def command(
     device: str | None,
     as_json: bool,
 ) -> None:
+    from halfprec.export import export
+    from halfprec.export.config import ExportConfig
+    from halfprec.report.export import print_export
+
     # fail on the file name, format, dtype and folder before loading the model
     with from_flags():
         ExportConfig.for_path(
@@ -98,8 +106,8 @@ def command(
             opset=opset,
             kv_cache=kv_cache,
         )
+    not_an_input(output, model, {"--inputs": inputs_path})
     ensure_folder(output, mkdirs=mkdirs)
-    not_an_input(output, **{"--inputs": inputs_path, "MODEL": model})
     with progress(f"loading {model}", quiet=as_json):
         loaded, batches, _ = load_for_command(model, inputs_path, device)
     with progress(f"exporting {loaded.name} to {output} and checking it", quiet=as_json):

@@ -67,7 +67,11 @@ def _diff(report: LintReport) -> str:
     "torch.finfo(x.dtype).min; x.new_zeros(...) where x's dtype is only guessed).",
 )
 @click.option("--diff", is_flag=True, help="Print the fixes as a unified diff; write nothing.")
-@click.option("--select", help="Comma-separated rule codes or prefixes to run (default: HP).")
+@click.option(
+    "--select",
+    help="Comma-separated rule codes or prefixes to run (default: HP1,HP3; the "
+    "upcast rules HP2 run only when selected).",
+)
 @click.option("--ignore", help="Comma-separated rule codes or prefixes to skip.")
 @click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
 def command(

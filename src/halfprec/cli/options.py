@@ -12,23 +12,25 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import math
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
-import torch
 
-from halfprec.batch import Batch
 from halfprec.cli import EXIT_FAILED, EXIT_OK
-from halfprec.convert.recipe import Recipe
-from halfprec.dtypes import resolve_device
 from halfprec.errors import HalfprecError, InputsError
-from halfprec.io.inputs import load_inputs
-from halfprec.io.specs import LoadedModel, load_model
-from halfprec.tree import map_tensors
+
+if TYPE_CHECKING:  # the commands import torch and the library when they run, not to parse
+    import torch
+
+    from halfprec.batch import Batch
+    from halfprec.convert.recipe import Recipe
+    from halfprec.io.specs import LoadedModel
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -56,8 +58,22 @@ DEFAULT_MODEL = "builtin:minilm"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _known_model(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """MODEL refused at once when its text alone shows it names nothing (an unknown
+    built-in, a missing file), before torch and the model load."""
+    from halfprec.io.spec_names import spec_problem
+
+    problem = spec_problem(value)
+    if problem is not None:
+        raise click.BadParameter(problem, ctx, param)
+    return value
+
+
 def model_argument(f: F) -> F:
-    return click.argument("model", required=False, default=DEFAULT_MODEL, metavar="[MODEL]")(f)
+    """``[MODEL]``, the same optional argument in every command (default: builtin:minilm)."""
+    return click.argument(
+        "model", required=False, default=DEFAULT_MODEL, metavar="[MODEL]", callback=_known_model
+    )(f)
 
 
 DTYPES: tuple[str, ...] = ("auto", "fp16", "bf16")
@@ -139,6 +155,8 @@ def make_recipe(
 ) -> Recipe:
     """The :class:`~halfprec.Recipe` the conversion flags stand for: the recipe file's,
     with an explicit --dtype winning over its dtype and --keep-fp32 added to its islands."""
+    from halfprec.convert.recipe import Recipe
+
     base = Recipe.load(recipe_file) if recipe_file is not None else Recipe()
     changes: dict[str, Any] = {"keep_fp32": (*base.keep_fp32, *keep_fp32)}
     if dtype is not None:
@@ -150,6 +168,9 @@ def make_recipe(
         changes["fp32_inputs"] = False
     with from_flags():
         return base.replace(**changes)
+
+
+_RECIPE_FILE = "halfprec.recipe_file"
 
 
 def convert_options(f: F) -> F:
@@ -167,6 +188,9 @@ def convert_options(f: F) -> F:
         **kwargs: Any,
     ) -> Any:
         kwargs["recipe"] = make_recipe(dtype, recipe_file, keep_fp32, no_norm_islands, no_op_policy)
+        ctx = click.get_current_context(silent=True)
+        if ctx is not None:  # for not_an_input: the recipe file is an input
+            ctx.meta[_RECIPE_FILE] = recipe_file
         return f(*args, **kwargs)
 
     return dtype_option(_islands_options(wrapper))  # type: ignore[return-value]
@@ -252,6 +276,11 @@ def load_for_command(
     spec: str, inputs_path: Path | None, device: str | None, weights: Path | None = None
 ) -> tuple[LoadedModel, list[Batch], torch.device]:
     """Resolve MODEL (plus --weights) and its batches, on the chosen device."""
+    from halfprec.dtypes import resolve_device
+    from halfprec.io.inputs import load_inputs
+    from halfprec.io.specs import load_model
+    from halfprec.tree import map_tensors
+
     dev = resolve_device(device)
     loaded = load_model(spec)
     for note in loaded.notes:  # on stderr: a --json report on stdout stays JSON
@@ -281,7 +310,7 @@ def finish(
     """The one way a command ends: print ``data`` as JSON or call ``render`` for tables,
     then exit 0 if ``passed`` else 1. (Bad input raises HalfprecError instead: exit 2.)"""
     if as_json:
-        from halfprec.report.common import to_json_text
+        from halfprec.report.json_text import to_json_text
 
         click.echo(to_json_text(data))
     else:
@@ -289,15 +318,54 @@ def finish(
     raise click.exceptions.Exit(EXIT_OK if passed else EXIT_FAILED)  # a SystemExit is the model's
 
 
-def not_an_input(output: Path, **inputs: Path | str | None) -> None:
-    """Refuse an output path that is one of the command's input files (``--weights``,
-    ``--inputs``, a TorchScript MODEL): the written file would replace it."""
-    for flag, given in inputs.items():
-        if given is not None and Path(given).resolve() == output.resolve():
+def not_an_input(
+    output: Path,
+    model: str | None = None,
+    inputs: dict[str, Path | None] | None = None,
+    *,
+    flag: str = "-o",
+) -> None:
+    """Refuse, before any work, an output path that is or lies inside one of the command's
+    inputs (MODEL's file or folder, ``--weights``, ``--inputs``, ``--recipe`` and any other
+    given as ``inputs``), or a folder output that holds one, links resolved: writing it
+    would replace the input."""
+    given: dict[str, Path | None] = dict(inputs or {})
+    if model is not None:
+        from halfprec.io.specs import model_path
+
+        given["MODEL"] = model_path(model)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.meta.get(_RECIPE_FILE) is not None:
+        given["--recipe"] = ctx.meta[_RECIPE_FILE]
+    out = _real(output, flag)
+    for name, path in given.items():
+        if path is None:
+            continue
+        real = _real(Path(path), name)
+        kind = "folder" if real.is_dir() else "file"
+        if out == real:
+            where = f"is the {name} {kind}"
+        elif real in out.parents:
+            where = f"is inside the {name} {kind} {path}"
+        elif out in real.parents:
+            where = f"holds the {name} {kind} {path}"
+        else:
+            continue
+        raise click.UsageError(
+            f"{flag} {output} {where}, which the output would replace; write it to another path"
+        )
+
+
+def _real(path: Path, flag: str) -> Path:
+    """``path`` with every link resolved; a link loop is the user's error (exit 2)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
             raise click.UsageError(
-                f"-o {output} is the {flag} file, which the output would replace; write it "
-                "to another path"
-            )
+                f"{flag} {path} is a symbolic link loop; give a real path"
+            ) from None
+    return Path(os.path.realpath(path))
 
 
 def mkdirs_option(f: F) -> F:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,9 +16,9 @@ from halfprec.cli.options import (
     load_for_command,
     model_argument,
 )
-from halfprec.convert.core import Recipe
-from halfprec.preflight import preflight
-from halfprec.report.diagnose import print_preflight
+
+if TYPE_CHECKING:
+    from halfprec.convert.recipe import Recipe
 
 __all__ = ["command"]
 
@@ -40,6 +41,9 @@ def command(
     as_json: bool,
     no_forward: bool,
 ) -> None:
+    from halfprec.preflight import preflight
+    from halfprec.report.diagnose import print_preflight
+
     loaded, batches, _ = load_for_command(model, inputs_path, device)
     result = preflight(loaded.model, None if no_forward else batches, recipe)
     data = {"model": loaded.name, **result.to_json()}

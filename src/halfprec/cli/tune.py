@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from halfprec.cli.options import (
     convert_options,
@@ -16,14 +15,13 @@ from halfprec.cli.options import (
     json_option,
     load_for_command,
     model_argument,
+    not_an_input,
     tolerance_options,
     with_tolerance_flags,
 )
-from halfprec.convert.recipe import Recipe
-from halfprec.io.inputs import load_inputs
-from halfprec.report.tune import print_tune
-from halfprec.tree import map_tensors
-from halfprec.tune import tune
+
+if TYPE_CHECKING:
+    from halfprec.convert.recipe import Recipe
 
 __all__ = ["command"]
 
@@ -69,8 +67,18 @@ def command(
     max_evaluations: int,
     validate_path: Path | None,
 ) -> None:
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from halfprec.io.inputs import load_inputs
+    from halfprec.report.tune import print_tune
+    from halfprec.tree import map_tensors
+    from halfprec.tune import tune
+
     if output is not None and output.suffix != ".json":
         raise click.UsageError(f"output {output} must end in .json")
+    if output is not None:
+        not_an_input(output, model, {"--inputs": inputs_path, "--validate": validate_path})
     loaded, batches, dev = load_for_command(model, inputs_path, device)
     validate = None
     if validate_path is not None:

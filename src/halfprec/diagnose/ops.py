@@ -22,6 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from halfprec.convert.op_islands import OpRef, OwnOpMode
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.errorstats import ErrorStats
+from halfprec.fp32 import exact_fp32
 from halfprec.tree import iter_tensors, map_tensors
 
 __all__ = ["OpDiagnosis", "OpProbe"]
@@ -98,7 +99,8 @@ class OpProbe(OwnOpMode):
             return func(*args, **kwargs)
         ref_key = OpRef(self.name, ref.op, ref.location, ref.occurrence)
         try:
-            with FlopCounterMode(display=False) as counter:
+            # the op's reference is IEEE fp32 wherever the probe runs, whatever the caller set
+            with FlopCounterMode(display=False) as counter, exact_fp32():
                 wide = func(*map_tensors(_wide_copy, args), **map_tensors(_wide_copy, kwargs))
         except Exception:  # noqa: BLE001 - ops fp32 cannot run are not ours to measure
             return func(*args, **kwargs)

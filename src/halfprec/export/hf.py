@@ -46,9 +46,15 @@ def _cached_configs(model: nn.Module) -> dict[int, Any]:
 
 
 def _shallow(module: nn.Module, configs: dict[int, Any]) -> nn.Module:
-    """A copy of the module tree sharing parameters and buffers (not their containers)."""
-    new = copy.copy(module)
+    """A copy of the module tree sharing parameters and buffers (not their containers).
+
+    The copy is made from the instance's ``__dict__``, not ``copy.copy``: torch refuses to
+    copy a parametrized module (weight_norm, spectral_norm, ``register_parametrization``)
+    through its pickling protocol, and its parametrizations are plain submodules here."""
+    cls = type(module)
+    new = cls.__new__(cls)
     state = new.__dict__
+    state.update(module.__dict__)
     for key in ("_parameters", "_buffers", "_forward_hooks", "_forward_pre_hooks"):
         if key in state:
             state[key] = copy.copy(state[key])

@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from halfprec.errors import HalfprecError, InputsError, clip, require, strip_ansi
@@ -241,7 +240,10 @@ class OnnxSession:
         try:
             results = self.session.run(self.output_names, feeds)
         except Exception as exc:  # onnxruntime's own types, none of them a RuntimeError
-            # checked only once onnxruntime refused: a call that runs pays nothing for it
+            # checked only once onnxruntime refused: a call that runs pays nothing for it;
+            # numpy is there, onnxruntime needs it, but importing halfprec must not
+            import numpy as np
+
             arrays = {n: a for n, a in feeds.items() if isinstance(a, np.ndarray)}
             if misfit := self._misfit({n: (a.dtype.name, a.shape) for n, a in arrays.items()}):
                 raise InputsError(misfit) from None

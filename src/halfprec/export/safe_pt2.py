@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from halfprec.export.config import ExportError
+from halfprec.export.pt2_ops import refusal
 from halfprec.modules import first_line
 
 __all__ = [
@@ -279,7 +280,10 @@ def _check_strings(obj: Any, path: Path, key: str) -> None:
             elif not isinstance(k, str) or not _NAME.match(k):
                 raise _refuse(path, f"key {str(k)[:60]!r} holds characters other than a name")
             if k in ("target", "as_operator") and isinstance(v, str):
-                _check_target(v, path)
+                op = _check_target(v, path)
+                why = refusal(op, obj) if k == "target" and op is not None else None
+                if why is not None:
+                    raise _refuse(path, f"node {str(v)[:80]!r} {why}")
             else:
                 _check_strings(v, path, k)
     elif isinstance(obj, list):
@@ -339,8 +343,9 @@ def _check_spec_node(node: Any, path: Path) -> None:
         raise _refuse(path, "a pytree spec holds an unexpected value")
 
 
-def _check_target(target: str, path: Path) -> None:
-    """A node target must resolve to a torch operator or one of torch's symbolic-int ops."""
+def _check_target(target: str, path: Path) -> Any:
+    """A node target must resolve to a torch operator or one of torch's symbolic-int ops;
+    the operator, or ``None`` for a symbolic-int op."""
     from torch._export.serde.serialize import _SYM_OPS
 
     roots: dict[str, Any] = {"torch": torch, "_operator": operator, "math": math}
@@ -357,5 +362,11 @@ def _check_target(target: str, path: Path) -> None:
             raise _refuse(path, f"node target {target[:80]!r} is not a torch operator")
         resolved = getattr(resolved, part)
     ops = (torch._ops.OpOverload, torch._ops.HigherOrderOperator)
-    if not isinstance(resolved, ops) and resolved not in _SYM_OPS:
+    if isinstance(resolved, ops):
+        why = refusal(resolved, {})  # the operator alone: as a target and as an argument
+        if why is not None:
+            raise _refuse(path, f"node target {target[:80]!r} {why}")
+        return resolved
+    if resolved not in _SYM_OPS:
         raise _refuse(path, f"node target {target[:80]!r} is not a torch operator")
+    return None

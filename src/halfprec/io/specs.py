@@ -33,17 +33,13 @@ from torch import nn
 from halfprec.batch import Batch, as_batches
 from halfprec.dtypes import dtype_name
 from halfprec.errors import CheckpointError, ModelSpecError, clip
+from halfprec.io.spec_names import SPEC_HELP
 from halfprec.io.tensorfile import TensorFile
 from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers
 from halfprec.modules import first_line
 from halfprec.readfile import open_regular, read_text_regular, refusal, special_file_in
 
-__all__ = ["LoadedModel", "load_model", "stored_dtype", "SPEC_HELP"]
-
-SPEC_HELP = (
-    "MODEL must be builtin:NAME (" + ", ".join(BUILTINS) + "), package.module:factory, "
-    "path/to/file.py:factory, a Hugging Face model directory, or a TorchScript file"
-)
+__all__ = ["LoadedModel", "load_model", "model_path", "stored_dtype"]
 
 
 @dataclass
@@ -82,6 +78,18 @@ def load_model(spec: str) -> LoadedModel:
         problem = refusal("model file or directory", path)
         raise ModelSpecError(problem or f"model file or directory {spec!r} not found")
     raise ModelSpecError(f"unknown MODEL {spec!r}; {SPEC_HELP}")
+
+
+def model_path(spec: str) -> Path | None:
+    """The file or folder that MODEL ``spec`` reads (``None`` for a builtin or an importable
+    module, whose files are the installation's)."""
+    spec = spec.strip()
+    if spec.startswith("builtin:"):
+        return None
+    if Path(spec).exists() or Path(spec).is_symlink():
+        return Path(spec)
+    target = spec.rpartition(":")[0]
+    return Path(target) if target.endswith(".py") else None
 
 
 def _builtin(name: str) -> LoadedModel:

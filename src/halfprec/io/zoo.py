@@ -21,6 +21,7 @@ from torch import nn
 
 from halfprec.batch import Batch
 from halfprec.errors import ModelSpecError, require
+from halfprec.io.spec_names import BUILTIN_MODELS
 
 __all__ = [
     "BUILTINS",
@@ -189,9 +190,9 @@ def _cnn() -> tuple[nn.Module, list[Batch]]:
 BUILTINS: dict[str, Builtin] = {
     b.name: b
     for b in (
-        Builtin("minilm", "all-MiniLM-L6-v2, real weights, real sentences", _minilm),
-        Builtin("bert-base", "BERT-base from config, random weights, batch 8 x 128", _bert_base),
-        Builtin("gpt2", "GPT-2 small from config, random weights, logits", _gpt2),
-        Builtin("cnn", "ResNet-style CNN with BatchNorm, sklearn photos", _cnn),
+        Builtin("minilm", BUILTIN_MODELS["minilm"], _minilm),
+        Builtin("bert-base", BUILTIN_MODELS["bert-base"], _bert_base),
+        Builtin("gpt2", BUILTIN_MODELS["gpt2"], _gpt2),
+        Builtin("cnn", BUILTIN_MODELS["cnn"], _cnn),
     )
 }

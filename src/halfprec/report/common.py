@@ -5,9 +5,7 @@ Results are plain dataclasses elsewhere; this module only turns them into text.
 
 from __future__ import annotations
 
-import json
 import math
-from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.measure import Measurement
@@ -23,8 +21,6 @@ from halfprec.timing import spread_text
 __all__ = [
     "comparison_table",
     "print_check",
-    "to_json_text",
-    "strict_json",
     "human_bytes",
     "fmt_float",
     "make_console",
@@ -196,27 +192,3 @@ def _tol_text(cmp: Comparison) -> str:
         parts.append(f"max rel <= {t.max_rel_error}")
     parts.append("no inf/NaN where fp32 is finite")
     return ", ".join(parts)
-
-
-_JSON_DEPTH = 64  # deeper values are cut: json.dumps(indent=...) recurses once a level
-
-
-def strict_json(value: Any, _depth: int = 0) -> Any:
-    """``value`` with every non-finite float written as the string ``"inf"``, ``"-inf"`` or
-    ``"nan"``, so that the text is strict JSON (``jq``, ``JSON.parse``). A list or object
-    nested deeper than 64 levels is written as the string ``"..."``, so rendering never
-    runs out of stack (recipes refuse such ``info`` when they are read)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, (dict, list, tuple)) and _depth >= _JSON_DEPTH:
-        return "..."
-    if isinstance(value, dict):
-        return {k: strict_json(v, _depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict_json(v, _depth + 1) for v in value]
-    return value
-
-
-def to_json_text(data: dict[str, Any]) -> str:
-    """``--json`` output: strict JSON (no ``Infinity``/``NaN``; see :func:`strict_json`)."""
-    return json.dumps(strict_json(data), indent=2, default=str, allow_nan=False)

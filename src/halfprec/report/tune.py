@@ -54,6 +54,8 @@ def print_tune(report: TuneReport, console: Console | None = None) -> None:
         ops = f" and {len(report.op_islands)} op islands{scaled}" if report.op_islands else ""
         flops = report.fp32_flops_share
         flops_text = f", {100 * flops:.2f}% of FLOPs" if flops is not None else ""
+        if report.flops_unavailable:
+            flops_text = f", FLOPs n/a ({report.flops_unavailable})"
         con.print(
             f"[green]PASS[/]: {dtype_name(report.dtype)} with {len(report.keep_fp32)} extra "
             f"fp32 islands{ops}, {100 * report.fp32_share:.2f}% of parameters{flops_text} in "

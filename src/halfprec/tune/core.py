@@ -18,7 +18,7 @@ from halfprec.convert.recipe import Recipe, RecipeLike, Settled
 from halfprec.diagnose.inputs import input_rounding, input_rounding_note
 from halfprec.dtypes import dtype_name, is_auto
 from halfprec.errors import DTypeError
-from halfprec.flops import fp32_flops_share
+from halfprec.flops import FlopsUnavailable, fp32_flops_share
 from halfprec.modules import model_device
 from halfprec.timing import fastest_accurate, measure_interleaved, ratio_of, spread_text
 from halfprec.tolerance import Tolerance
@@ -174,6 +174,7 @@ def _report(
         fp32_latency=fp32_latency,
         op_islands=chosen.op_islands,
         fp32_flops_share=chosen.fp32_flops_share,
+        flops_unavailable=chosen.flops_unavailable,
         fp32_outputs=chosen.fp32_outputs,
     )
     report.calibrated = chosen.passed
@@ -266,7 +267,10 @@ def _unscaled(
         return recipe, final
     report.confirmation = confirmation
     report.op_islands = tuple(r.with_kind("fp32") for r in report.op_islands)
-    report.fp32_flops_share = fp32_flops_share(model, wide, cal[0], chosen.op_flops)
+    try:
+        report.fp32_flops_share = fp32_flops_share(model, wide, cal[0], chosen.op_flops)
+    except FlopsUnavailable as exc:
+        report.fp32_flops_share, report.flops_unavailable = None, str(exc)
     names = ", ".join(str(r.with_kind("fp32")) for r in scaled)
     report.notes.append(
         f"the scaled half GEMM island(s) {names} met the tolerance on the calibration "

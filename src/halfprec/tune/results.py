@@ -77,6 +77,7 @@ class TuneVariant:
     fp32_share: float = 0.0
     op_islands: tuple[OpRef, ...] = ()
     fp32_flops_share: float | None = None
+    flops_unavailable: str = ""  # why the FLOP share could not be counted
     fp32_outputs: tuple[str, ...] = ()
     passes: int = 0
     evaluations: list[Evaluation] = field(default_factory=list)
@@ -97,6 +98,7 @@ class TuneVariant:
             "fp32_share": self.fp32_share,
             "op_islands": [o.to_json() for o in self.op_islands],
             "fp32_flops_share": self.fp32_flops_share,
+            "flops_unavailable": self.flops_unavailable or None,
             "fp32_outputs": list(self.fp32_outputs),
             "passes": self.passes,
             "latency_s": self.latency,
@@ -124,6 +126,7 @@ class TuneReport:
     fp32_latency: float | None = None
     op_islands: tuple[OpRef, ...] = ()
     fp32_flops_share: float | None = None
+    flops_unavailable: str = ""  # why the FLOP share could not be counted
     fp32_outputs: tuple[str, ...] = ()  # islands whose outputs are handed on in fp32
     calibrated: bool | None = None  # the search's verdict on its own batches
     confirmation: Comparison | None = None  # the recipe on batches the search never saw
@@ -147,6 +150,7 @@ class TuneReport:
             "fp32_share": self.fp32_share,
             "op_islands": [o.to_json() for o in self.op_islands],
             "fp32_flops_share": self.fp32_flops_share,
+            "flops_unavailable": self.flops_unavailable or None,
             "fp32_outputs": list(self.fp32_outputs),
             "passes": self.passes,
             "seconds": self.seconds,

@@ -36,7 +36,7 @@ from halfprec.convert.recipe import Recipe
 from halfprec.convert.scaled import SCALED_OPS
 from halfprec.diagnose import Diagnosis, ModuleDiagnosis, diagnose
 from halfprec.dtypes import dtype_name, range_of
-from halfprec.flops import fp32_flops_share, module_flops
+from halfprec.flops import FlopsUnavailable, fp32_flops_share, module_flops
 from halfprec.modules import in_island, param_counts
 from halfprec.tolerance import Tolerance
 from halfprec.tune.results import Evaluation, TuneConfig, TuneVariant
@@ -205,9 +205,13 @@ class _Search:
             v.comparison = compare_outputs(
                 self.reference, outs, tolerance=self.tolerance, dtype=self.dtype
             )
-            v.fp32_flops_share = fp32_flops_share(
-                self.model, half, self.batches[0], self.op_flops, self.flops or None
-            )
+            if not v.flops_unavailable:
+                try:
+                    v.fp32_flops_share = fp32_flops_share(
+                        self.model, half, self.batches[0], self.op_flops, self.flops or None
+                    )
+                except FlopsUnavailable as exc:
+                    v.flops_unavailable = str(exc)
             v.op_flops = dict(self.op_flops)
         elif not v.note:
             v.note = "no set of fp32 islands among the candidates meets the tolerance"
@@ -236,7 +240,10 @@ class _Search:
         ops = self.op_candidates(diag, islands)
         if ops and self.evaluate((), ops):
             return Islands(op_islands=self.scale_gemms(self.prune_ops(ops)))
-        self.flops = module_flops(self.model, self.batches[0])
+        try:  # FLOPs order the candidates by cost; without them, parameters do
+            self.flops = module_flops(self.model, self.batches[0])
+        except FlopsUnavailable as exc:
+            self.variant.flops_unavailable = str(exc)
         flagged, ranked = self.rank(diag, islands)
         self.variant.candidates = list(ranked)
         found: tuple[str, ...] | None = flagged

@@ -31,7 +31,7 @@ def test_forward_first_input_is_a_proved_template() -> None:
     assert "z = x.new_zeros(x.shape)" in fixed
     assert "m = x.new_full((x.shape[0], 16), -1e9)" in fixed  # HP301's fix stays opt-in
     left = [(f.line, f.code, f.fix_safety) for f in lint_source(fixed)]
-    assert left == [(12, "HP201", "none"), (19, "HP301", "unsafe")]
+    assert left == [(12, "HP101", "none"), (19, "HP301", "unsafe")]
 
 
 @pytest.mark.parametrize(
@@ -143,4 +143,4 @@ def test_tables_made_fp32_on_purpose_and_default_masks_are_not_findings() -> Non
                 return x + table(4).to(x.dtype) + torch.zeros(x.shape[-1])
         """
     )
-    assert [(f.line, f.code) for f in lint_source(source)] == [(5, "HP201"), (11, "HP101")]
+    assert [(f.line, f.code) for f in lint_source(source)] == [(11, "HP101")]

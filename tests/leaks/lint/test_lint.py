@@ -23,7 +23,8 @@ from support import FIXTURES as TEST_FIXTURES
 
 FIXTURES = TEST_FIXTURES / "lint"
 NAMES = ["factories", "constants", "casts", "helpers", "clean", "block"]
-UNSAFE = LintConfig(unsafe_fixes=True)
+UNSAFE = LintConfig(select=("HP",), unsafe_fixes=True)
+EVERY = LintConfig(select=("HP",))  # the upcast rules HP2 too
 
 
 def _load(path: Path, source: str | None = None) -> ModuleType:
@@ -44,7 +45,7 @@ def _expected(name: str) -> list[str]:
 @pytest.mark.parametrize("name", NAMES)
 def test_fixture_findings_match_expected(name: str) -> None:
     path = FIXTURES / f"{name}.py"
-    found = [f"{f.line}:{f.col} {f.code}" for f in lint_source(path.read_text(), str(path))]
+    found = [f"{f.line}:{f.col} {f.code}" for f in lint_source(path.read_text(), str(path), EVERY)]
     assert found == _expected(name)
 
 
@@ -62,7 +63,7 @@ def test_fixture_fixes_match_expected(name: str) -> None:
 
 def test_unsafe_fix_needs_opt_in() -> None:
     source = (FIXTURES / "constants.py").read_text()
-    safe = fix_source(source)
+    safe = fix_source(source, EVERY)
     assert "-1e9" in safe and "-1e10" in safe  # HP301 kept
     # HP302's template `extra` is `mask.to(q.dtype)` of a submodule's output: proved, safe
     assert "floor = torch.finfo(extra.dtype).min" in safe
@@ -206,7 +207,7 @@ from torch import nn
 class M(nn.Module):
     def forward(self, x):
         a = torch.zeros(3){comment}
-        return x.float() + a
+        return x.float() * (x + a)
 """
 
 
@@ -220,14 +221,16 @@ class M(nn.Module):
     ],
 )
 def test_suppression_comments_per_line_and_rule(comment: str, codes: list[str]) -> None:
-    found = lint_source(_LEAK.format(comment=comment))
+    found = lint_source(_LEAK.format(comment=comment), config=EVERY)
     assert [f.code for f in found] == codes
 
 
 def test_select_and_ignore_take_prefixes() -> None:
     source = _LEAK.format(comment="")
     assert [f.code for f in lint_source(source, config=LintConfig(select=("HP2",)))] == ["HP201"]
-    assert [f.code for f in lint_source(source, config=LintConfig(ignore=("HP1",)))] == ["HP201"]
+    ignored = LintConfig(select=("HP",), ignore=("HP1",))
+    assert [f.code for f in lint_source(source, config=ignored)] == ["HP201"]
+    assert [f.code for f in lint_source(source)] == ["HP101"]  # HP2 runs only when selected
     with pytest.raises(LintConfigError, match="unknown rule code 'XY1'; use one of HP101"):
         LintConfig(select=("XY1",))
 
@@ -258,7 +261,7 @@ class M(nn.Module):
         c = x.masked_fill(mask == 0, -1e9)
         return a + b + c
 """
-    found = [(f.line, f.code) for f in lint_source(source)]
+    found = [(f.line, f.code) for f in lint_source(source, config=EVERY)]
     assert found == [(5, "HP201"), (6, "HP202"), (7, "HP301")]
 
 

@@ -53,16 +53,29 @@ def _upcast_method(call: ast.Call, ctx: Context) -> str | None:
     return None
 
 
+def _of_a_factory(call: ast.Call, ctx: Context) -> bool:
+    func = call.func
+    inner = func.value if isinstance(func, ast.Attribute) else None
+    return (
+        isinstance(inner, ast.Call)
+        and ctx.is_torch_attr(inner.func, "arange") is not None
+        and not any(k.arg == "dtype" for k in inner.keywords)
+    )
+
+
 def check_casts(node: ast.AST, ctx: Context) -> None:
     if not isinstance(node, ast.Call):
         return
     upcast = _upcast_method(node, ctx)
+    if upcast is not None and _of_a_factory(node, ctx):
+        return  # torch.arange(n).float(): HP101's finding (an integer factory made fp32)
     if upcast is not None:
         ctx.report(
             node,
             "HP201",
             f"`{upcast}` upcasts to fp32 in forward; use `.to(x.dtype)` unless fp32 is needed "
             "for accuracy (then suppress with `# halfprec: ignore[HP201]`)",
+            made=node,
         )
         return
     for kw in node.keywords:
@@ -73,6 +86,7 @@ def check_casts(node: ast.AST, ctx: Context) -> None:
                 "HP202",
                 f"`{callee}(..., dtype={dotted(kw.value)})` hard-codes fp32 in forward; "
                 "use `dtype=x.dtype` of a tensor in scope",
+                made=node,
             )
     if ctx.is_torch_attr(node.func, "get_default_dtype") is not None:
         template = ctx.template

@@ -26,6 +26,9 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 __all__ = ["LintConfig", "LintConfigError", "load_config", "find_pyproject"]
 
 _KEYS = {"select", "ignore", "exclude", "unsafe-fixes"}
+# HP2 (explicit upcasts) runs only when selected: an upcast that is cast back before it
+# meets half is the right pattern, and one that escapes is reported with --select HP2
+DEFAULT_SELECT = ("HP1", "HP3")
 
 
 class LintConfigError(HalfprecError, ValueError):
@@ -36,7 +39,7 @@ class LintConfigError(HalfprecError, ValueError):
 class LintConfig:
     """Which rules run, which paths are skipped, and whether unsafe fixes apply."""
 
-    select: tuple[str, ...] = ("HP",)
+    select: tuple[str, ...] = DEFAULT_SELECT
     ignore: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     unsafe_fixes: bool = False

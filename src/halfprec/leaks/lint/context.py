@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.scope import Imports
@@ -59,9 +59,15 @@ class Context:
     modules: set[str] = field(default_factory=set)
     outputs: set[str] = field(default_factory=set)
     containers: frozenset[str] = frozenset()
-    consumed: set[int] = field(default_factory=set)
     found: list[tuple[ast.AST, str, str, object]] = field(default_factory=list)
     hot_lines: frozenset[int] | None = None  # lines a rule could fire on; None: all
+    function: ast.AST | None = None
+    is_forward: bool = False  # the function is a module's forward: its return is the output
+    states: dict[int, dict[str, bool]] = field(default_factory=dict)  # id(stmt) -> floating
+    pending: list[tuple[ast.AST, str, str, object, ast.AST]] = field(default_factory=list)
+    _parents: dict[int, ast.AST] | None = None
+    _names: dict[str, list[ast.Name]] | None = None
+    _at: dict[int, Context] = field(default_factory=dict)
 
     @property
     def methods(self) -> frozenset[str]:
@@ -103,8 +109,109 @@ class Context:
             return byte_col
         return len(text.encode("utf-8")[:byte_col].decode("utf-8", errors="replace"))
 
-    def report(self, node: ast.AST, code: str, message: str, fix: object = None) -> None:
-        self.found.append((node, code, message, fix))
+    def report(
+        self,
+        node: ast.AST,
+        code: str,
+        message: str,
+        fix: object = None,
+        made: ast.AST | None = None,
+    ) -> None:
+        """Report at ``node``; with ``made``, only if the fp32 tensor made there leaks
+        (decided by :mod:`.fate` once the whole function is walked)."""
+        if made is None:
+            self.found.append((node, code, message, fix))
+        else:
+            self.pending.append((node, code, message, fix, made))
+
+    @property
+    def parents(self) -> dict[int, ast.AST]:
+        """``id(node) -> parent`` over the walked function, built on first use."""
+        if self._parents is None:
+            self._parents = {}
+            if self.function is not None:
+                for node in ast.walk(self.function):
+                    for child in ast.iter_child_nodes(node):
+                        self._parents[id(child)] = node
+        return self._parents
+
+    def statement_of(self, node: ast.AST) -> ast.AST:
+        """The statement that holds ``node``."""
+        parents = self.parents
+        while not isinstance(node, ast.stmt) and id(node) in parents:
+            node = parents[id(node)]
+        return node
+
+    def at(self, node: ast.AST) -> Context:
+        """This context with the floating names as they were at ``node``'s statement."""
+        stmt = id(self.statement_of(node))
+        if stmt not in self.states:
+            return self
+        if stmt not in self._at:
+            self._at[stmt] = replace(self, floating=self.states[stmt], _at={})
+        return self._at[stmt]
+
+    def is_upcast(self, node: ast.AST) -> bool:
+        """``g.float()``, ``g.to(torch.float32)``, or a name last bound to one: fp32 on
+        purpose, in a half model too."""
+        if isinstance(node, ast.Name):
+            bound = self.binding_before(node)
+            return bound is not None and self.is_upcast(bound)
+        for sub in ast.walk(node):
+            if not isinstance(sub, ast.Call) or not isinstance(sub.func, ast.Attribute):
+                continue
+            if sub.func.attr in ("float", "double") and not sub.args:
+                return True
+            for arg in (*sub.args, *(k.value for k in sub.keywords)):
+                text = dotted(arg)
+                if text.split(".")[0] in self.imports.torch and text.endswith(
+                    (".float32", ".float", ".float64", ".double")
+                ):
+                    return True
+        return False
+
+    def binding_before(self, use: ast.Name) -> ast.AST | None:
+        """The value last assigned to ``use``'s name before ``use`` (by position)."""
+        where = (use.lineno, use.col_offset)
+        value: ast.AST | None = None
+        for node in self._index().get(use.id, ()):
+            if (node.lineno, node.col_offset) >= where:
+                break
+            owner = self.statement_of(node)
+            if isinstance(node.ctx, ast.Store) and isinstance(owner, (ast.Assign, ast.AnnAssign)):
+                value = owner.value if owner.value is not None else value
+        return value
+
+    def _index(self) -> dict[str, list[ast.Name]]:
+        """Every ``Name`` node of the walked function by name, in source order."""
+        if self._names is None:
+            self._names = {}
+            for node in ast.walk(self.function) if self.function is not None else ():
+                if isinstance(node, ast.Name):
+                    self._names.setdefault(node.id, []).append(node)
+            for nodes in self._names.values():
+                nodes.sort(key=lambda n: (n.lineno, n.col_offset))
+        return self._names
+
+    def uses_after(self, name: str, stmt: ast.AST) -> list[ast.Name]:
+        """The uses of ``name`` after the statement ``stmt``, up to and including the
+        statement that binds it again (``h = h * 2`` still reads the old ``h``)."""
+        start = (getattr(stmt, "end_lineno", 0) or 0, getattr(stmt, "end_col_offset", 0) or 0)
+        stop: tuple[int, int] | None = None
+        out: list[ast.Name] = []
+        for use in self._index().get(name, ()):
+            where = (use.lineno, use.col_offset)
+            if where <= start or (stop is not None and where > stop):
+                continue
+            owner = self.statement_of(use)
+            if isinstance(use.ctx, ast.Load) or isinstance(owner, ast.AugAssign):
+                out.append(use)
+            elif stop is None:
+                stop = (
+                    getattr(owner, "end_lineno", 0) or 0,
+                    getattr(owner, "end_col_offset", 0) or 0,
+                )
+        return out
 
 
 Check = Callable[[ast.AST, Context], None]

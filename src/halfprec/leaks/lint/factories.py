@@ -27,8 +27,8 @@ from __future__ import annotations
 import ast
 
 from halfprec import ops
-from halfprec.leaks.lint.casts import span
-from halfprec.leaks.lint.context import Context, dotted
+from halfprec.leaks.lint.casts import is_fp32_dtype, span
+from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
 from halfprec.leaks.lint.values import template_for
 
@@ -44,26 +44,6 @@ _NEW = {
 _ADD_DTYPE = ops.FACTORY_OPS - _NEW.keys()
 _NEW_KWARGS = frozenset({"device", "requires_grad", "layout", "pin_memory"})
 _ADD_KWARGS = _NEW_KWARGS | {"generator", "end", "start", "step", "steps", "base"}
-_CASTS = frozenset(
-    {
-        "bool",
-        "long",
-        "int",
-        "byte",
-        "to",
-        "type",
-        "half",
-        "bfloat16",
-        "short",
-        "type_as",
-        "float",
-        "double",
-        "tolist",
-        "item",
-        "numpy",
-        "cpu",
-    }
-)
 
 
 def is_floatish(node: ast.AST) -> bool:
@@ -125,44 +105,98 @@ def _keyword(call: ast.Call, name: str) -> ast.expr | None:
     return next((k.value for k in call.keywords if k.arg == name), None)
 
 
+def _fp32_from_integer(call: ast.Call, ctx: Context) -> ast.AST | None:
+    """``torch.arange(n) / k``, ``torch.arange(n) * 0.5``, ``torch.arange(n).float()``: an
+    integer factory whose value becomes fp32 right away (true division, a float operand,
+    an upcast). Returns the expression that is fp32, or None."""
+    node: ast.AST = call
+    parents = ctx.parents
+    while True:
+        parent = parents.get(id(node))
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            outer = parents.get(id(parent))
+            if not (isinstance(outer, ast.Call) and outer.func is parent):
+                return None
+            if parent.attr in ("float", "double") and not outer.args:
+                return outer
+            if parent.attr in ("to", "type") and any(
+                is_fp32_dtype(a, ctx) for a in (*outer.args, *(k.value for k in outer.keywords))
+            ):
+                return outer
+            if parent.attr not in _INT_KEEPS:
+                return None
+            node = outer
+            continue
+        if isinstance(parent, ast.BinOp):
+            other = parent.right if parent.left is node else parent.left
+            if isinstance(parent.op, ast.Div) or is_floatish(other):
+                return parent
+        return None
+
+
+_INT_KEEPS = words(
+    "view reshape unsqueeze squeeze expand expand_as repeat flatten transpose permute contiguous to"
+)
+
+
+def _keeps_host(call: ast.Call) -> bool:
+    """``pin_memory=True`` or ``device="cpu"``: a host tensor on purpose; a fix that
+    inherits an activation's device would move it."""
+    for k in call.keywords:
+        if k.arg == "pin_memory":
+            return True
+        if k.arg == "device" and "cpu" in ast.dump(k.value):
+            return True
+    return False
+
+
 def check_factory(node: ast.AST, ctx: Context) -> None:
     if not isinstance(node, ast.Call):
         return
-    func = node.func
-    if isinstance(func, ast.Attribute) and func.attr in _CASTS:
-        # torch.ones(n, n).tril().bool(): every call down the chain ends in a cast
-        inner = func.value
-        while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
-            ctx.consumed.add(id(inner))
-            inner = inner.func.value
-    kind = ctx.is_torch_attr(func, *ops.FACTORY_OPS)
-    if kind is None or id(node) in ctx.consumed or not _makes_float(kind, node):
-        return
-    if _zero_dim(kind, node):
+    kind = ctx.is_torch_attr(node.func, *ops.FACTORY_OPS)
+    if kind is None or _zero_dim(kind, node):
         return
     keywords = {k.arg for k in node.keywords}
     if "dtype" in keywords or None in keywords:  # dtype given, or **kwargs may hold it
         return
+    call = f"{dotted(node.func)}(...)"
+    if not _makes_float(kind, node):
+        made = _fp32_from_integer(node, ctx)
+        if made is not None:
+            message = (
+                f"`{call}` is an integer tensor made fp32 here (true division, a float "
+                "operand or an upcast), in a half model too; cast it with `.to(x.dtype)`"
+            )
+            ctx.report(node, "HP101", message, None, made=made)
+        return
     found = template_for(node, ctx)
     if found is None:
+        message = f"`{call}` without dtype makes fp32 in a half model; pass the dtype of a "
+        ctx.report(node, "HP101", message + "floating tensor in scope", None, made=node)
         return
-    template = found.text
-    call = f"{dotted(func)}(...)"
-    fix: Fix | None = None
-    unsafe = not found.known
+    fix, hint = _factory_fix(node, kind, keywords, found.text, not found.known, ctx)
+    if _keeps_host(node):
+        fix = None
+    message = f"`{call}` without dtype makes fp32 in a half model; {hint}"
+    ctx.report(node, "HP101", message, fix, made=node)
+
+
+def _factory_fix(
+    node: ast.Call, kind: str, keywords: set[str | None], template: str, unsafe: bool, ctx: Context
+) -> tuple[Fix | None, str]:
+    """The rewrite of a factory call to inherit ``template``'s dtype, and its hint."""
+    func = node.func
     starred = any(isinstance(a, ast.Starred) for a in node.args)
     if kind in _NEW and keywords <= _NEW_KWARGS and not (kind in ("full", "tensor") and starred):
         new = f"{template}.{_NEW[kind]}"
-        fix = Fix(METHOD, *span(func, ctx), new, unsafe=unsafe)
-        hint = f"use `{new}(...)`"
-    elif kind in _ADD_DTYPE and keywords <= _ADD_KWARGS and not _lone_generator(node):
+        return Fix(METHOD, *span(func, ctx), new, unsafe=unsafe), f"use `{new}(...)`"
+    hint = f"pass `dtype={template}.dtype`"
+    if kind in _ADD_DTYPE and keywords <= _ADD_KWARGS and not _lone_generator(node):
         arguments: list[ast.expr | ast.keyword] = [*node.args, *node.keywords]
         last = max(arguments, key=_end, default=None)
         after = span(last, ctx)[1] if last is not None else None
         fix = Fix(
             KWARG, *span(node, ctx), f"{template}.dtype", name="dtype", after=after, unsafe=unsafe
         )
-        hint = f"pass `dtype={template}.dtype`"
-    else:
-        hint = f"pass `dtype={template}.dtype`"
-    ctx.report(node, "HP101", f"`{call}` without dtype makes fp32 in a half model; {hint}", fix)
+        return fix, hint
+    return None, hint

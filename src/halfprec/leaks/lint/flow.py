@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.context import Check, Context
+from halfprec.leaks.lint.fate import fate_of
 from halfprec.leaks.lint.scope import Function, Imports
 from halfprec.leaks.lint.values import INDEX_NAME, floating_params, value_of
 
@@ -183,11 +184,10 @@ def _walk_block(body: list[ast.stmt], ctx: Context, checks: list[Check]) -> None
             continue
         if isinstance(stmt, ast.ClassDef):
             continue
+        ctx.states[id(stmt)] = dict(ctx.floating)
         if _bodies(stmt) and (_headers(stmt) or isinstance(stmt, ast.Try)):
             _walk_compound(stmt, ctx, checks)
             continue
-        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and _names_a_mask(stmt):
-            ctx.consumed.add(id(stmt.value))  # attention_mask = torch.ones(...): a mask
         _scan([stmt], ctx, checks)
         if isinstance(stmt, ast.Assign):
             _bind(stmt.targets, stmt.value, ctx)
@@ -199,13 +199,6 @@ def _walk_block(body: list[ast.stmt], ctx: Context, checks: list[Check]) -> None
 
 
 _INDEXED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\[\s*-?\d+\s*\]")
-
-
-def _names_a_mask(stmt: ast.Assign | ast.AnnAssign) -> bool:
-    """``attention_mask = torch.ones(...)``: a factory bound straight to a mask's name makes
-    a mask, which is cast (to bool, or to the scores' dtype) where it is used."""
-    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-    return any(isinstance(t, ast.Name) and "mask" in t.id.lower() for t in targets)
 
 
 def _containers(fn: Function, lines: list[str]) -> frozenset[str]:
@@ -231,9 +224,31 @@ def walk_function(
     module's ``forward``. Statements that touch none of ``hot_lines`` are not walked (they
     still bind names).
     """
-    ctx = Context(imports=imports, lines=lines, facts=facts, hot_lines=hot_lines)
+    ctx = Context(
+        imports=imports,
+        lines=lines,
+        facts=facts,
+        hot_lines=hot_lines,
+        function=fn,
+        is_forward=is_forward,
+    )
     ctx.floating, ctx.optional = floating_params(fn, is_forward)
     ctx.containers = _containers(fn, lines)
     _scan([*fn.args.defaults, *(d for d in fn.args.kw_defaults if d is not None)], ctx, checks)
     _walk_block(fn.body, ctx, checks)
+    _settle(ctx)
     return ctx
+
+
+def _settle(ctx: Context) -> None:
+    """Keep the pending findings whose fp32 tensor leaks (:mod:`.fate`); drop the fix of
+    one whose tensor is also an index, sort key, counter or ``grid_sample`` grid: in half
+    it would hold other integers or crash."""
+    for node, code, message, fix, made in ctx.pending:
+        fate = fate_of(made, ctx, upcast=code.startswith("HP2"))
+        if not fate.reported:
+            continue
+        if fate.integer or fate.grid:
+            fix = None
+        ctx.found.append((node, code, message, fix))
+    ctx.pending.clear()

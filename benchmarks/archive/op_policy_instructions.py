@@ -13,7 +13,7 @@ prefix::
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONPATH=src valgrind --tool=callgrind \\
         --instr-atstart=no --callgrind-out-file=/tmp/opcg.%p \\
-        python3 benchmarks/op_policy_instructions.py --out /tmp/opcg [--forwards 5]
+        python3 benchmarks/archive/op_policy_instructions.py --out /tmp/opcg [--forwards 5]
 
 (``python3`` must be the interpreter itself, not a shell shim such as pyenv's.)
 """

@@ -1,7 +1,7 @@
 """Cost of the comparison itself: ``compare_outputs`` on one large output, and one
 ``ErrorStats.add_tensor`` call of the size diagnose makes for every module call.
 
-    PYTHONPATH=src python benchmarks/compare_cost.py [--baseline 692d26a] [--reps 5]
+    PYTHONPATH=src python benchmarks/archive/compare_cost.py [--baseline 692d26a] [--reps 5]
 
 ``--baseline REV`` also times compare.py and errorstats.py as they were at git revision REV
 (read with ``git show``), interleaved with the current ones, and prints old / new. One

@@ -11,7 +11,7 @@ wrapper is slower) with its interquartile range, and the median difference per c
 intra-op thread onnxruntime runs in the calling thread), leaving out the time other jobs
 held the core on a shared machine.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python3 benchmarks/ort_session_cost.py [--rounds 15]
+    OMP_NUM_THREADS=1 PYTHONPATH=src python3 benchmarks/archive/ort_session_cost.py [--rounds 15]
         [--calls 200] [--threads 1] [--batches 1,32] [--clock wall|thread]
 """
 

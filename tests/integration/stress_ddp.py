@@ -1,7 +1,7 @@
 """Run the distributed jobs again and again beside two CPU burners; count the failures.
 
-    python benchmarks/stress_ddp.py --runs 30                 # tests/integration/test_ddp.py
-    python benchmarks/stress_ddp.py --runs 30 --what jobs     # its two torchrun jobs only
+    python tests/integration/stress_ddp.py --runs 30                 # tests/integration/test_ddp.py
+    python tests/integration/stress_ddp.py --runs 30 --what jobs     # its two torchrun jobs only
 
 ``--what tests`` runs ``pytest tests/integration/test_ddp.py`` (both torchrun jobs and the
 single-process reference); ``--what jobs`` runs the two torchrun jobs directly (faster).
@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
-from burn import burning  # noqa: E402
+from burn import burning
+
+ROOT = Path(__file__).resolve().parents[2]
 
 _TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 

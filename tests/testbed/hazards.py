@@ -440,7 +440,7 @@ HAZARDS: dict[str, Hazard] = {
 }
 
 
-# -- factories for the command line (MODEL = benchmarks/testbed/hazards.py:fill_model) ----
+# -- factories for the command line (MODEL = tests/testbed/hazards.py:fill_model) ----
 def fill_model() -> nn.Module:
     return HAZARDS["fill-1e9"].build()[0]
 

@@ -7,7 +7,7 @@ a different one (longer sequences, larger positions, another scene). ``culprit``
 the module that holds the hazard ("" for the root). :data:`CONTROL` names a plain MLP
 that is fine in half.
 No module name contains "norm", so convert's name rule does not hide a hazard.
-Used by benchmarks/heldout.py and tests/test_heldout.py.
+Used by benchmarks/heldout.py and tests/testbed/test_heldout.py.
 """
 
 from __future__ import annotations

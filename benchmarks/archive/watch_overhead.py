@@ -1,6 +1,6 @@
 """What ``mp.watch(model)`` costs a bf16 training step: no watch, names only, and activations.
 
-    PYTHONPATH=src python benchmarks/watch_overhead.py [--steps 20] [--device cpu|cuda]
+    PYTHONPATH=src python benchmarks/archive/watch_overhead.py [--steps 20] [--device cpu|cuda]
 
 One small GPT-2 (2 layers, width 128, 64 tokens x 8 rows), three copies with the same
 weights, trained with ``MixedPrecision("bf16")`` (AdamW). The copies differ only in the

@@ -2,7 +2,7 @@
 GPT-2 architectures (transformers configs, random weights: dtype leaks do not depend on the
 weights), plus the leaks the audit reports in fp16.
 
-    PYTHONPATH=src python benchmarks/audit_overhead.py [--dtype bf16] [--seq 128] [--reps 5]
+    PYTHONPATH=src python benchmarks/archive/audit_overhead.py [--dtype bf16] [--seq 128] [--reps 5]
 
 Prints the median time of each after one warm-up call, runs interleaved so that load from
 other processes hits both alike, and the ratio audit / plain.

@@ -8,7 +8,7 @@ the hazard's batches with halfprec's default tolerance for the dtype.
 - *tune*: ``halfprec.tune(model, [batch 0], dtype)``, judged on every batch.
 
 A variant that raises fails, and its :class:`Score` keeps the first line of the error.
-Used by benchmarks/heldout.py and tests/test_heldout.py.
+Used by benchmarks/heldout.py and tests/testbed/test_heldout.py.
 """
 
 from __future__ import annotations

@@ -1,0 +1,370 @@
+"""Where a tensor made fp32 in forward goes: the one question every dtype finding answers.
+
+A tensor that a factory makes fp32 (``torch.zeros(n)``) or that an upcast makes fp32
+(``x.float()``) is a leak only if, in a model converted to half, it carries fp32 into a
+floating op with a half tensor, or into the module's output. :func:`fate_of` follows it
+forward through the expression around it, and through every later use of a name it is
+bound to, until each path ends:
+
+- *cast*: ``.to(x.dtype)``, ``.to(dtype=...)``, ``.type_as(x)``, ``.half()``, ``.long()``,
+  ``.bool()``, stored into a slice of another tensor (``h[:, 0] = t`` casts to h's dtype);
+- *integer use*: an index (``a[t]``), a sort key (``argsort``/``topk``...), a counter
+  (``t += 1``, ``t.index_add_(...)``), a comparison, a shape or an element read
+  (``.item()``, ``.tolist()``, ``t.shape``);
+- *meets half*: arithmetic, ``torch.cat``/``matmul``... or an in-place op with a floating
+  tensor of the model's dtype, the first input of a submodule, the grid of
+  ``grid_sample`` on a half input, or ``return`` from ``forward``: the leak;
+- *unknown*: passed to a function the lint cannot see into: not reported.
+
+Values met are judged as :mod:`.values` judges them at the statement of the use. An
+explicit upcast (``g.float()``) is fp32 on purpose, so meeting one is not meeting half:
+``(x.float() + g.float() * y.float()).to(dtype=x.dtype)`` stays fp32 until it is cast back.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.values import value_of
+
+__all__ = ["Fate", "fate_of"]
+
+_MAX_HOPS = 8  # names followed from one tensor (a = t; b = a * 2; ...)
+_FACTS = words("shape size device dtype ndim numel dim is_cuda nelement is_floating_point")
+_ELEMENT = words("item tolist numpy __len__ all any")
+_CASTS = words("half bfloat16 type_as")
+_INTEGER_CASTS = words("long int bool byte short char")
+_UPCASTS = words("float double")
+_SORTS = words(
+    "argsort sort topk argmax argmin multinomial bincount searchsorted bucketize nonzero "
+    "unique unique_consecutive kthvalue msort argwhere"
+)
+_INT_ARGS = words("gather index_select take take_along_dim masked_select")
+_COUNTERS = words("index_add_ scatter_add_ scatter_reduce_ index_put_ put_ scatter_")
+_KEEPS = words(
+    "view reshape transpose permute contiguous flatten unsqueeze squeeze expand expand_as "
+    "repeat softmax log_softmax matmul bmm mm mean sum prod clone exp sqrt rsqrt pow tanh "
+    "sigmoid relu masked_fill masked_fill_ narrow detach abs neg mul add sub div clamp "
+    "clamp_ clamp_min clamp_max tril triu tril_ triu_ flip roll cumsum cumprod view_as "
+    "reshape_as to_dense repeat_interleave movedim swapaxes unflatten cpu cuda fill_ zero_ "
+    "add_ sub_ mul_ div_ pow_ exp_ log_ sqrt_ neg_ abs_ uniform_ normal_ bernoulli_ "
+    "exponential_ cos sin log log1p log2 reciprocal floor ceil round trunc frac sign max min "
+    "amax amin norm std var square erf erfinv lerp where outer ger cross t mT permute_ "
+    "requires_grad_ pin_memory share_memory_ float_power fmod remainder expm1 diff diag "
+    "diagonal diag_embed tile chunk split unbind select index_fill index_fill_ sigmoid_ "
+    "tanh_ relu_ clone_ rot90 fliplr flipud sinc atan2 hypot logsumexp logaddexp cosh sinh "
+    "acos asin atan maximum minimum einsum"
+)
+_REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp")
+_TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equal allclose")
+_BUILTIN_SAFE = words("len int float bool print isinstance range list tuple str repr hash")
+
+
+@dataclass
+class Fate:
+    """Where one fp32 tensor ends up. ``leaks``: it meets half or reaches the output;
+    ``integer``: it is used as an index, sort key or counter (a fix to half would change
+    the integers it holds); ``grid``: a ``grid_sample`` grid; ``unknown``: it goes where
+    the lint cannot follow."""
+
+    leaks: bool = False
+    integer: bool = False
+    grid: bool = False
+    unknown: bool = False
+
+    @property
+    def reported(self) -> bool:
+        """Whether this is a finding: a leak seen. A tensor that only goes where the lint
+        cannot follow (a function of another file, an attribute) is not reported: a lint
+        that guesses there cries wolf (transformers hands its default masks to mask
+        builders that cast them)."""
+        return self.leaks
+
+
+class _Follow:
+    """One walk forward from a created tensor; the names followed are remembered so that a
+    loop (``t = t * 2``) ends."""
+
+    def __init__(self, ctx: Context, upcast: bool, one_dim: bool) -> None:
+        self.ctx = ctx
+        self.upcast = upcast
+        self.one_dim = one_dim
+        self.scalar = False  # 0-dim here: a 0-dim tensor never promotes a half operand
+        self.fate = Fate()
+        self.seen: set[tuple[str, int]] = set()
+        self.hops = 0
+
+    def floating(self, node: ast.AST) -> bool:
+        """Whether ``node`` is a floating tensor of the model's dtype where it is used."""
+        return value_of(node, self.ctx.at(node)) is not None
+
+    def meets(self, others: Sequence[ast.AST]) -> str:
+        """The step when the tensor meets ``others`` in one floating op: a leak if one is
+        half; ``"safe"`` for a factory's tensor meeting an explicit upcast (the result is
+        fp32 because of the upcast, which is HP201's to judge); else it goes on."""
+        if self.scalar:
+            return "safe"
+        if any(self.floating(o) for o in others):
+            return "leak"
+        if not self.upcast and any(self.ctx.is_upcast(o) for o in others):
+            return "safe"
+        return "up"
+
+    def climb(self, node: ast.AST) -> None:
+        """Follow the value of ``node`` up through the expressions that contain it."""
+        parents = self.ctx.parents
+        while not self.fate.leaks:
+            parent = parents.get(id(node))
+            step = _step(self, node, parent) if parent is not None else "unknown"
+            if step == "up":
+                assert parent is not None
+                node = parent
+                if isinstance(parent, ast.Attribute) and _called(self, parent):
+                    node = parents[id(parent)]  # t.view(...): the call's value goes on
+                    self.one_dim = self.one_dim and parent.attr.endswith("_")
+                    self.scalar = self.scalar and parent.attr in _REDUCTIONS
+                continue
+            if step == "unknown":
+                self.fate.unknown = True
+            elif step == "leak":
+                self.fate.leaks = True
+            elif step == "integer":
+                self.fate.integer = True
+            return
+
+    def follow_name(self, name: str, bound_at: ast.AST) -> None:
+        """Follow every later use of ``name``, bound by the statement ``bound_at``."""
+        key = (name, id(bound_at))
+        if key in self.seen or self.hops >= _MAX_HOPS:
+            self.fate.unknown = self.fate.unknown or key not in self.seen
+            return
+        self.seen.add(key)
+        self.hops += 1
+        for use in self.ctx.uses_after(name, bound_at):
+            self.climb(use)
+            if self.fate.leaks:
+                return
+
+
+def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:
+    """Where the fp32 tensor made at ``node`` goes (see the module docstring); ``upcast``:
+    it was made by an explicit upcast (HP2), not a factory (HP101)."""
+    follow = _Follow(ctx, upcast, _vector(node))
+    follow.climb(node)
+    return follow.fate
+
+
+def _vector(node: ast.AST) -> bool:
+    """``torch.ones(3)``: a factory of one dimension (``w[0]`` of it is 0-dim)."""
+    if not isinstance(node, ast.Call) or len(node.args) != 1:
+        return False
+    size = node.args[0]
+    if isinstance(size, (ast.Tuple, ast.List)):
+        if len(size.elts) != 1:
+            return False
+        size = size.elts[0]
+    # x.shape or x.size() may have any number of dimensions; x.shape[-1] or n is one
+    return isinstance(size, (ast.Constant, ast.Name, ast.BinOp, ast.Subscript)) or (
+        isinstance(size, ast.Call) and bool(size.args)
+    )
+
+
+def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
+    """One step up from ``node`` into ``parent``: ``"up"`` (the value goes on as fp32),
+    ``"safe"``, ``"integer"``, ``"leak"``, ``"unknown"``, or ``"done"`` (names followed)."""
+    if isinstance(parent, ast.Attribute):
+        return _attribute(f, node, parent)
+    if isinstance(parent, ast.BinOp):
+        return f.meets([parent.right if parent.left is node else parent.left])
+    if isinstance(parent, (ast.UnaryOp, ast.Starred, ast.Await)):
+        return "up"
+    if isinstance(parent, ast.IfExp):
+        return "safe" if parent.test is node else "up"
+    if isinstance(parent, (ast.Compare, ast.BoolOp, ast.JoinedStr, ast.FormattedValue)):
+        return "safe"
+    if isinstance(parent, ast.Subscript):
+        if parent.value is not node:
+            return "integer"
+        element = isinstance(parent.slice, ast.Constant) and isinstance(parent.slice.value, int)
+        f.scalar = f.scalar or (element and f.one_dim)  # w[0] of a vector: 0-dim
+        return "up"
+    if isinstance(parent, (ast.Index, ast.Slice)):  # pragma: no cover - Python < 3.9 shapes
+        return "integer"
+    if isinstance(parent, (ast.List, ast.Tuple)):
+        if _joins(f, parent):
+            return f.meets([e for e in parent.elts if e is not node])
+        return "up"
+    if isinstance(parent, ast.keyword):
+        call = f.ctx.parents.get(id(parent))
+        return _argument(f, node, call) if isinstance(call, ast.Call) else "unknown"
+    if isinstance(parent, ast.Call):
+        return _argument(f, node, parent)
+    return _statement(f, node, parent)
+
+
+def _joins(f: _Follow, seq: ast.List | ast.Tuple) -> bool:
+    """``torch.cat([t, h])``: the pieces of the list meet (in ``return t, h`` they do not)."""
+    outer = f.ctx.parents.get(id(seq))
+    return isinstance(outer, ast.Call) and dotted(outer.func).rsplit(".", 1)[-1] in _JOINS
+
+
+_JOINS = words("cat stack concat concatenate hstack vstack dstack column_stack")
+
+
+def _attribute(f: _Follow, node: ast.AST, attr: ast.Attribute) -> str:
+    """``t.<attr>`` or ``t.<method>(...)``."""
+    name = attr.attr
+    if name in _FACTS or name in _ELEMENT and not _called(f, attr):
+        return "safe"
+    if not _called(f, attr):
+        return "up" if name in ("T", "mT", "H", "mH", "data", "real", "imag") else "unknown"
+    call = f.ctx.parents[id(attr)]
+    assert isinstance(call, ast.Call)
+    if name in _ELEMENT:
+        return "safe"
+    if name in ("to", "type"):
+        return _to(f, call)
+    if name in _CASTS:
+        return "safe"
+    if name in _INTEGER_CASTS or name in _SORTS:
+        return "integer"
+    if name in _COUNTERS:
+        return "integer"
+    if name in _UPCASTS:
+        return "up"
+    if name.endswith("_") and isinstance(node, ast.Name):
+        return "safe"  # buf.copy_(y), t.add_(h): the name's later uses say where it goes
+    if name in _REDUCTIONS and not call.args and not call.keywords:
+        f.scalar = True  # t.sum(): 0-dim
+        return "up"
+    if name in _KEEPS or name.startswith("new_"):
+        return f.meets([*call.args, *(k.value for k in call.keywords)])
+    return "unknown"
+
+
+def _called(f: _Follow, attr: ast.Attribute) -> bool:
+    call = f.ctx.parents.get(id(attr))
+    return isinstance(call, ast.Call) and call.func is attr
+
+
+def _to(f: _Follow, call: ast.Call) -> str:
+    """``t.to(...)``: a cast unless it names fp32 or only a device."""
+    wanted = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
+    if not wanted:
+        return "up"  # .to(device=...) only
+    torch_names = f.ctx.imports.torch
+    for arg in wanted:
+        text = dotted(arg)
+        last = text.rsplit(".", 1)[-1]
+        if text.split(".")[0] in torch_names and last in ("float32", "float", "float64", "double"):
+            continue
+        if last in _INTEGER_CASTS or last.startswith(("int", "uint", "long")):
+            return "integer"
+        if last == "device" or (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+            continue
+        if "device" in last.lower():
+            continue
+        return "safe"
+    return "up"
+
+
+def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
+    """``t`` passed to ``call``."""
+    func = call.func
+    name = dotted(func)
+    last = name.rsplit(".", 1)[-1] if name else ""
+    owner = name.rsplit(".", 1)[0] if "." in name else ""
+    others = [a for a in (*call.args, *(k.value for k in call.keywords)) if a is not node]
+    if isinstance(func, ast.Name) and func.id in _BUILTIN_SAFE:
+        return "safe"
+    if last in _SORTS or last in _TORCH_SAFE:
+        return "integer" if last in _SORTS else "safe"
+    if last == "grid_sample":
+        f.fate.grid = f.fate.grid or (len(call.args) > 1 and call.args[1] is node)
+        return f.meets(call.args[:1])
+    if last in _INT_ARGS or last in _COUNTERS:
+        # an index argument, or a counter's source: integer-ness matters; a half receiver
+        # meeting an fp32 source is a dtype mismatch
+        receiver = func.value if isinstance(func, ast.Attribute) else None
+        if receiver is not None and f.floating(receiver) and last in _COUNTERS:
+            return "leak"
+        return "integer"
+    if _is_submodule(f, func):
+        # the first input of a submodule meets its half weights; another input (a mask,
+        # positions) is the submodule's own business
+        return "leak" if call.args and call.args[0] is node else "unknown"
+    torch_call = owner in f.ctx.imports.torch or owner in f.ctx.imports.functional
+    torch_call = torch_call or owner.endswith(("nn.functional", "torch.linalg", "torch.fft"))
+    if torch_call or isinstance(func, ast.Attribute) and last in _KEEPS:
+        receiver = func.value if isinstance(func, ast.Attribute) and not torch_call else None
+        return f.meets(others if receiver is None else [*others, receiver])
+    return "unknown"
+
+
+def _is_submodule(f: _Follow, func: ast.AST) -> bool:
+    """``self.proj(t)``, ``self.layers[i](t)``, ``layer(t)`` over ``self.layers``."""
+    if isinstance(func, ast.Name):
+        return func.id in f.ctx.modules
+    if isinstance(func, ast.Subscript):
+        func = func.value
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+        return False
+    if func.value.id != "self":
+        return False
+    facts = f.ctx.facts
+    return func.attr not in facts.methods and func.attr not in facts.tensors
+
+
+def _statement(f: _Follow, node: ast.AST, stmt: ast.AST) -> str:
+    """``t`` reaches a statement: bound to names (followed), stored, returned."""
+    if isinstance(stmt, (ast.Return, ast.Yield, ast.YieldFrom)):
+        return "leak" if f.ctx.is_forward else "unknown"  # a helper's caller decides
+    if isinstance(stmt, ast.Expr):
+        return "safe"
+    if isinstance(stmt, ast.NamedExpr):
+        f.follow_name(stmt.target.id, _enclosing(f, stmt))
+        return "up"
+    if isinstance(stmt, ast.AugAssign):
+        if stmt.target is node:
+            return "integer" if _counts(stmt) else "safe"
+        return "leak" if f.floating(stmt.target) else _bind(f, [stmt.target], stmt)
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        return _bind(f, targets, stmt)
+    if isinstance(stmt, (ast.For, ast.AsyncFor)) and stmt.iter is node:
+        return "unknown"
+    return "unknown"
+
+
+def _counts(stmt: ast.AugAssign) -> bool:
+    """``t += 1``: an integer step on a counter."""
+    v = stmt.value
+    return isinstance(v, ast.Constant) and isinstance(v.value, int)
+
+
+def _bind(f: _Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
+    for target in targets:
+        if isinstance(target, ast.Subscript):
+            # h[:, 0] = t writes t into h in h's own dtype; into an fp32 tensor it goes on
+            if f.floating(target.value):
+                continue
+            if isinstance(target.value, ast.Name):
+                f.follow_name(target.value.id, stmt)
+            continue
+        if isinstance(target, ast.Attribute):
+            f.fate.unknown = True  # self.cache = t: kept between calls
+            continue
+        for sub in ast.walk(target):
+            if isinstance(sub, ast.Name):
+                f.follow_name(sub.id, stmt)
+    return "done"
+
+
+def _enclosing(f: _Follow, node: ast.AST) -> ast.AST:
+    parents = f.ctx.parents
+    while not isinstance(node, ast.stmt) and id(node) in parents:
+        node = parents[id(node)]
+    return node

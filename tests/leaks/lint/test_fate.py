@@ -1,0 +1,178 @@
+"""One question decides a finding: does the fp32 tensor meet a half tensor, or reach the
+module's output, uncast? Each model here is small and written for this test."""
+
+from __future__ import annotations
+
+import textwrap
+
+import torch
+
+from halfprec.leaks.lint import LintConfig, fix_source, lint_source
+
+EVERY = LintConfig(select=("HP",))
+UNSAFE = LintConfig(select=("HP",), unsafe_fixes=True)
+HEAD = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n\n"
+
+
+def _found(body: str, config: LintConfig | None = None) -> list[tuple[int, str, bool]]:
+    source = HEAD + textwrap.dedent(body)
+    return [(f.line - 5, f.code, f.fix is not None) for f in lint_source(source, config=config)]
+
+
+def test_an_upcast_cast_back_before_it_meets_half_is_not_reported() -> None:
+    body = """\
+        class GatedMix(nn.Module):
+            def forward(self, x):
+                g, y = self.gate(x), self.proj(x)
+                out = (x.float() + g.float() * y.float()).to(dtype=x.dtype)
+                p = F.softmax(self.score(x).float(), dim=-1).type_as(x)
+                return out * p
+        """
+    assert _found(body, EVERY) == []
+
+
+def test_an_upcast_that_escapes_is_reported_only_when_hp2_is_selected() -> None:
+    body = """\
+        class Escape(nn.Module):
+            def forward(self, x):
+                h = self.norm(x)
+                w = self.weight.float()
+                return h * w, x.float()
+        """
+    assert _found(body) == []  # HP2 is off by default
+    assert _found(body, EVERY) == [(4, "HP201", False), (5, "HP201", False)]
+
+
+def test_a_minus_inf_mask_is_reported_whatever_its_name() -> None:
+    for name in ("mask", "attention_mask", "causal", "bias"):
+        body = f"""\
+            class Causal(nn.Module):
+                def forward(self, x):
+                    t = x.shape[1]
+                    {name} = torch.full((t, t), float("-inf"))
+                    {name} = torch.triu({name}, 1)
+                    scores = self.q(x) @ x.transpose(1, 2)
+                    return (scores + {name}).softmax(-1)
+            """
+        assert _found(body) == [(4, "HP101", True)], name
+
+
+def test_a_mask_that_is_cast_where_it_is_used_is_not_reported() -> None:
+    body = """\
+        class Pad(nn.Module):
+            def forward(self, x):
+                mask = torch.ones(x.shape[0], x.shape[1])
+                keep = mask.bool()
+                scale = torch.ones(x.shape[-1]).to(x.dtype)
+                return x.masked_fill(~keep[..., None], 0.0) * scale
+        """
+    assert _found(body) == []
+
+
+def test_a_factory_with_no_template_is_still_reported_without_a_fix() -> None:
+    body = """\
+        class Bias(nn.Module):
+            def forward(self, input_ids):
+                n = input_ids.shape[1]
+                bias = torch.zeros(n, 1)
+                return self.emb(input_ids) + bias
+        """
+    assert _found(body) == [(4, "HP101", False)]
+
+
+def test_every_leaking_factory_is_reported_whatever_the_statement_shape() -> None:
+    body = """\
+        class PadCat(nn.Module):
+            def forward(self, h):
+                b, t, d = h.shape
+                pad = torch.zeros(b, 1, d)
+                fill = torch.empty(b, 1, d).fill_(0.0)
+                scale = torch.ones(d)
+                h = self.lin(h) * scale
+                return torch.cat([pad, h, fill], dim=1)
+        """
+    assert _found(body) == [(4, "HP101", True), (5, "HP101", True), (6, "HP101", True)]
+
+
+def test_an_integer_arange_divided_is_fp32_and_reported() -> None:
+    body = """\
+        class Ramp(nn.Module):
+            def forward(self, x):
+                n = x.shape[-1]
+                ramp = torch.arange(n) / n
+                half = torch.arange(n) * 0.5
+                idx = torch.arange(n) // 2
+                return self.lin(x) * ramp + half + x[..., idx]
+        """
+    assert _found(body) == [(4, "HP101", False), (5, "HP101", False)]
+
+
+def test_indices_sort_keys_and_element_reads_are_not_reported() -> None:
+    body = """\
+        class Shuffle(nn.Module):
+            def forward(self, x):
+                b, t, d = x.shape
+                noise = torch.rand(b, t, device=x.device)
+                keep = torch.argsort(noise, dim=1)[:, : t // 2]
+                w = torch.ones(3)
+                y = self.lin(x)
+                total = torch.zeros(2).sum()
+                picked = torch.gather(y, 1, keep[..., None].expand(-1, -1, d))
+                return y[:, 0] * w[0] + picked.sum(1) * w[1] + total
+        """
+    assert _found(body) == []
+
+
+def test_a_counter_is_reported_but_never_rewritten_to_half() -> None:
+    body = """\
+        class ExpertCount(nn.Module):
+            def forward(self, x):
+                logits = self.router(x)
+                choice = logits.argmax(-1)
+                counts = torch.zeros(8)
+                counts.index_add_(0, choice.flatten(), torch.ones(choice.numel()))
+                tally = torch.zeros(8)
+                for e in choice.flatten().tolist():
+                    tally[e] += 1
+                return logits, counts, tally
+        """
+    found = _found(body, UNSAFE)
+    assert found == [(5, "HP101", False), (7, "HP101", False)]
+    assert "torch.zeros(8)" in fix_source(HEAD + textwrap.dedent(body), UNSAFE)
+
+
+def test_counting_in_bf16_would_miscount() -> None:
+    """Why a counter keeps fp32: bf16 holds integers exactly only up to 256."""
+    ones = torch.ones(8192)
+    counted = torch.zeros(1, dtype=torch.bfloat16)
+    counted.index_add_(0, torch.zeros(8192, dtype=torch.long), ones.bfloat16())
+    assert counted.item() != 8192
+
+
+def test_a_grid_sample_table_is_never_rewritten() -> None:
+    upcast_input = """\
+        class Warp(nn.Module):
+            def forward(self, x):
+                n, c, hh, ww = x.shape
+                ys = torch.linspace(-1, 1, hh)
+                xs = torch.linspace(-1, 1, ww)
+                gy, gx = torch.meshgrid(ys, xs, indexing="ij")
+                grid = torch.stack([gx, gy], -1).unsqueeze(0).expand(n, hh, ww, 2)
+                return F.grid_sample(self.conv(x).float(), grid, align_corners=True)
+        """
+    assert _found(upcast_input) == []  # the grid meets an fp32 input: no leak
+    half_input = upcast_input.replace("self.conv(x).float()", "self.conv(x)")
+    assert _found(half_input, UNSAFE) == [(4, "HP101", False), (5, "HP101", False)]
+
+
+def test_a_pinned_host_buffer_is_never_moved_to_the_activation_device() -> None:
+    body = """\
+        class Stage(nn.Module):
+            def forward(self, x):
+                y = self.lin(x)
+                host = torch.zeros(y.shape, pin_memory=True)
+                cpu = torch.ones(y.shape[-1], device="cpu")
+                host.copy_(y)
+                return y * cpu, host
+        """
+    assert _found(body, UNSAFE) == [(4, "HP101", False), (5, "HP101", False)]
