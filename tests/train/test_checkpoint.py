@@ -16,7 +16,7 @@ from torch import nn
 
 from halfprec.errors import CheckpointError
 from halfprec.train import MixedPrecision, load_checkpoint, save_checkpoint
-from halfprec.train.mixed import TrainingStateError
+from halfprec.train.config import TrainingStateError
 from support import SRC, SUPPORT, TESTS
 from support.train_job import build, train
 

@@ -39,7 +39,7 @@ from halfprec.train.grads import full_tensor, params_with_grad, total_norm
 from halfprec.train.masters import MasterWeights, is_sharded
 from halfprec.train.watch import GradientWatch, NonFinite, diverged, unwrap
 
-__all__ = ["MixedPrecision", "TrainingStateError", "ensure_autocast_runs", "needs_loss_scaling"]
+__all__ = ["MixedPrecision", "ensure_autocast_runs", "needs_loss_scaling"]
 
 STATE_FORMAT = "halfprec.train.MixedPrecision/1"
 
