@@ -55,7 +55,8 @@ class MasterWeights:
         for optimizer in optimizers:
             for group in optimizer.param_groups:
                 group["params"] = [swap.get(id(p), p) for p in group["params"]]
-        self.alias: dict[int, torch.Tensor] = {id(m): p for p, m in zip(params, self.masters, strict=True)}
+        pairs = zip(self.params, self.masters, strict=True)
+        self.alias: dict[int, torch.Tensor] = {id(m): p for p, m in pairs}
 
     def gather_grads(self) -> None:
         """Add the parameters' half gradients into the masters' fp32 gradients (set where
