@@ -35,7 +35,6 @@ import io
 import json
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,6 +53,7 @@ from halfprec.export.capture import forward_params, named_inputs
 from halfprec.export.config import ExportConfig
 from halfprec.export.info import ArtifactInfo
 from halfprec.export.onnx import OnnxSession
+from halfprec.timing import now
 from halfprec.tree import flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
@@ -241,7 +241,7 @@ def run_anchor(
         return compare_outputs(ref, [_as_output(names, res1)], tolerance=tol).passed
 
     search = "true fp16" if true_fp16_search else "onnxruntime"
-    start = time.perf_counter()
+    start = now()
     log = io.StringIO()
     scope = _search_in_true_fp16() if true_fp16_search else contextlib.nullcontext()
     try:
@@ -250,10 +250,10 @@ def run_anchor(
                 copy.deepcopy(fp32), feeds[0], validate_fn=validate, keep_io_types=True
             )
     except Exception as exc:  # the anchor raises ValueError when no node set validates
-        seconds = time.perf_counter() - start
+        seconds = now() - start
         detail = f"search failed: {type(exc).__name__}: {str(exc).splitlines()[0][:400]}"
         return AnchorRun(search, False, None, None, None, 0, seconds, detail)
-    seconds = time.perf_counter() - start
+    seconds = now() - start
     done = [ln for ln in log.getvalue().splitlines() if ln.startswith("Done:")]
     blocked = len(ast.literal_eval(done[-1][len("Done:") :])) if done else 0
     passed, detail = _judge(names, refs, [_true_fp16(half, f) for f in feeds], tol)
@@ -266,9 +266,9 @@ def run_anchor(
 
 
 def run_halfprec(model: torch.nn.Module, batches: list[Any]) -> HalfprecRun:
-    start = time.perf_counter()
+    start = now()
     result = halfprec.tune(model, batches, "fp16")
-    seconds = time.perf_counter() - start
+    seconds = now() - start
     report = result.report
     if result.model is None:
         note = report.variants[0].note if report.variants else report.reason

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -24,6 +23,7 @@ from torch import nn
 
 import halfprec
 from halfprec.compare import compare_outputs
+from halfprec.timing import now
 
 
 class Block(nn.Module):
@@ -47,16 +47,16 @@ def main() -> None:
     half = halfprec.convert(model, "bf16")
     dynamic = None if args.static else {"x": {0: torch.export.Dim("batch", min=1, max=1024)}}
     with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
+        start = now()
         with torch.no_grad():
             ep = torch.export.export(half, (x,), dynamic_shapes=dynamic)
-        exported = time.perf_counter()
+        exported = now()
         path = torch._inductor.aoti_compile_and_package(
             ep, package_path=str(Path(tmp) / "block.pt2"), inductor_configs={"freezing": True}
         )
-        compiled = time.perf_counter()
+        compiled = now()
         served = torch._inductor.aoti_load_package(path)
-        loaded = time.perf_counter()
+        loaded = now()
         print(
             f"export {exported - start:.1f} s, compile {compiled - exported:.1f} s, "
             f"load {loaded - compiled:.2f} s"

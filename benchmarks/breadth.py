@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 import warnings
 from pathlib import Path
 
 import torch
 
 from halfprec.dtypes import dtype_name, parse_dtype
+from halfprec.timing import now
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
 from testbed.breadth import Case, markdown, run_arch, violations  # noqa: E402
@@ -55,7 +55,7 @@ def main() -> int:
     warnings.filterwarnings("ignore")
     dtypes = [parse_dtype(d) for d in args.dtypes.split(",")]
     chosen = [arch(n) for n in args.only.split(",")] if args.only else list(ARCHS)
-    start = time.perf_counter()
+    start = now()
     cases: list[Case] = []
     for a in chosen:
         mine = run_arch(a, dtypes, max_evaluations=args.max_evaluations)
@@ -65,7 +65,7 @@ def main() -> int:
             state = verdicts if c.reference_finite else "reference not finite"
             print(f"{c.label}: {state} ({c.seconds:.1f} s)", file=sys.stderr, flush=True)
     table = markdown(cases)
-    elapsed = time.perf_counter() - start
+    elapsed = now() - start
     footer = (
         f"\n\n{len(chosen)} architectures x 2 twins, {len(cases)} cases, "
         f"{elapsed:.0f} s on {torch.get_num_threads()} threads."

@@ -37,7 +37,6 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 from typing import NoReturn
 
 import torch
@@ -55,7 +54,7 @@ from halfprec.bench.runtime_choice import with_runtimes
 from halfprec.bench.spread import variant_speed
 from halfprec.errors import HalfprecError
 from halfprec.io.specs import load_model
-from halfprec.timing import spread_text
+from halfprec.timing import now, spread_text
 
 MODELS = {"minilm-b1": ("builtin:minilm", 1), "minilm-b32": ("builtin:minilm", 32)}
 MODELS["bert-b8"] = ("builtin:bert-base", 8)
@@ -144,9 +143,9 @@ def run_one(label: str, variants: list[str], bench: BenchConfig) -> None:
     spec, size = MODELS[label]
     loaded = load_model(spec)
     batch = resize_batch(loaded.example_inputs[0], size)
-    start = time.perf_counter()
+    start = now()
     result = halfprec.benchmark(loaded.model, batch, "bf16", bench=bench, variants=variants)
-    spent = time.perf_counter() - start
+    spent = now() - start
     chosen = with_runtimes(result, fastest_variant(result)).name
     lim = result.limit(torch.bfloat16)
     limit = "not measured" if lim is None else f"{lim.ratio:.3g}x ({lim.method})"

@@ -21,7 +21,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from typing import Any
 
 _CHILD = """
@@ -29,6 +28,7 @@ import json, sys, time
 start = time.perf_counter()
 import halfprec
 from halfprec.io.specs import load_model
+from halfprec.timing import now
 m = load_model(sys.argv[1])
 loaded = time.perf_counter()
 d = halfprec.deploy(m.model, m.example_inputs[0])
@@ -43,15 +43,17 @@ print(json.dumps({"load_s": loaded - start, "wall_s": time.perf_counter() - star
 
 
 def _one(spec: str, cache: str | None) -> dict[str, Any]:
+    from halfprec.timing import now
+
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     if cache is not None:
         env.update(TORCHINDUCTOR_CACHE_DIR=f"{cache}/inductor", HALFPREC_CACHE_DIR=cache)
     before = os.getloadavg()[0]
-    start = time.perf_counter()
+    start = now()
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, spec], env=env, capture_output=True, text=True
     )
-    wall = time.perf_counter() - start
+    wall = now() - start
     if proc.returncode != 0:
         raise SystemExit(f"{spec}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])

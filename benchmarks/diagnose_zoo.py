@@ -20,7 +20,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from halfprec.batch import call  # noqa: E402
 from halfprec.diagnose import diagnose  # noqa: E402
 from halfprec.io.specs import load_model  # noqa: E402
 from halfprec.io.zoo import token_batch  # noqa: E402
-from halfprec.timing import measure  # noqa: E402
+from halfprec.timing import measure, now  # noqa: E402
 from halfprec.tune import tune  # noqa: E402
 
 
@@ -52,9 +51,9 @@ def _timings(
             t32.append(measure(lambda: call(model, batch), warmup=0, runs=1).median)
             if half is not None:
                 t16.append(measure(lambda: call(half, batch), warmup=0, runs=1).median)
-            start = time.perf_counter()
+            start = now()
             diag = diagnose(model, [batch], "fp16")
-            tdiag.append(time.perf_counter() - start)
+            tdiag.append(now() - start)
     med = statistics.median
     return med(t32), med(t16) if t16 else float("nan"), med(tdiag), diag
 
@@ -63,9 +62,9 @@ def row(
     name: str, model: nn.Module, batches: list[Any], runs: int, plots: Path | None
 ) -> dict[str, Any]:
     first = batches[0]
-    start = time.perf_counter()
+    start = now()
     result = tune(model, batches, "fp16")
-    t_tune = time.perf_counter() - start
+    t_tune = now() - start
     t32, t16, t_diag, diag = _timings(model, result.model, first, runs)
     if plots is not None:
         from halfprec.report.diagnose import plot_diagnosis

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
@@ -22,6 +21,7 @@ from halfprec.batch import call
 from halfprec.compare import compare_outputs
 from halfprec.dtypes import device_support, dtype_name, resolve_dtype
 from halfprec.io.specs import load_model
+from halfprec.timing import now
 from halfprec.tree import map_tensors
 
 
@@ -58,9 +58,9 @@ def bench(spec: str, dtype: torch.dtype, runs: int, batch_size: int | None) -> N
             fn(batch)
         for _ in range(runs):
             for name, fn in variants.items():
-                start = time.perf_counter()
+                start = now()
                 fn(batch)
-                times[name].append(time.perf_counter() - start)
+                times[name].append(now() - start)
     base = statistics.median(times["fp32"])
     shape = (
         "x".join(str(v) for v in next(iter(batch.values())).shape)

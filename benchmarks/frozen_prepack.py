@@ -34,7 +34,6 @@ import argparse
 import copy
 import os
 import tempfile
-import time
 from typing import Any
 
 import torch
@@ -43,7 +42,7 @@ from torch._dynamo.utils import counters
 
 from halfprec.batch import call
 from halfprec.io.specs import load_model
-from halfprec.timing import measure_interleaved, ratio_of, spread_text
+from halfprec.timing import measure_interleaved, now, ratio_of, spread_text
 
 RECIPES: dict[str, dict[str, bool]] = {
     "prepacked": {"freezing": True, "cpp.weight_prepack": True},
@@ -68,9 +67,9 @@ def _compiled(
         with inductor_config.patch(options), torch.no_grad():
             return call(module, batch)
 
-    start = time.perf_counter()
+    start = now()
     run()
-    first = time.perf_counter() - start
+    first = now() - start
     cache = {
         k.removeprefix("fxgraph_cache_"): v - before.get(k, 0)
         for k, v in counters["inductor"].items()

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 import warnings
 from pathlib import Path
 
 import torch
 
 from halfprec.dtypes import dtype_name, parse_dtype
+from halfprec.timing import now
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
 from testbed.heldout import HELDOUT  # noqa: E402
@@ -46,7 +46,7 @@ def main() -> int:
                 file=sys.stderr,
             )
             return 2
-    start = time.perf_counter()
+    start = now()
     runs: list[HazardRun] = []
     for name in names:
         r = run(HELDOUT[name], dtypes, variants)
@@ -57,7 +57,7 @@ def main() -> int:
             for v, s in by.items()
         )
         print(f"{name}: {cells} ({r.seconds:.1f} s)", file=sys.stderr, flush=True)
-    elapsed = time.perf_counter() - start
+    elapsed = now() - start
     print(markdown(runs))
     print(f"\n{len(runs)} models, {elapsed:.0f} s on {torch.get_num_threads()} thread(s).")
     return 0

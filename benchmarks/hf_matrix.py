@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -46,9 +45,10 @@ from halfprec.errors import HalfprecError, clip
 from halfprec.export import export, load_artifact
 from halfprec.io.specs import LoadedModel, load_model
 from halfprec.modules import first_line
+from halfprec.timing import now
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
-from testbed import hf_tiny  # noqa: E402
+from testbed import hf_processors, hf_tiny  # noqa: E402
 from testbed.decode import (  # noqa: E402
     decode_against_fp32,
     decode_seq2seq_against_fp32,
@@ -190,6 +190,12 @@ def _cell(loaded: LoadedModel, cell: str, root: Path, build: Any = None) -> str:
         return clip(f"error: {first_line(exc)}", 200)
 
 
+def _same_class(loaded: LoadedModel) -> Any:
+    """A constructor of an empty model of the loaded one's class and config."""
+    model = loaded.model
+    return lambda: type(model)(model.config)
+
+
 def main() -> int:
     import transformers as tf
 
@@ -201,23 +207,28 @@ def main() -> int:
     parser.add_argument("--markdown", type=Path, default=None)
     args = parser.parse_args()
     builders = hf_tiny.builders(tf, CONTEXT)
-    names = [n for n in args.only.split(",") if n] or list(builders)
+    names = [n for n in args.only.split(",") if n] or [*builders, *hf_processors.NAMES]
     cells = [c for c in args.cells.split(",") if c]
-    unknown = [n for n in names if n not in builders] + [c for c in cells if c not in CELLS]
+    known = (*builders, *hf_processors.NAMES)
+    unknown = [n for n in names if n not in known] + [c for c in cells if c not in CELLS]
     if unknown:
-        parser.error(f"unknown: {', '.join(unknown)}; choose from {', '.join(builders)} / {CELLS}")
+        parser.error(f"unknown: {', '.join(unknown)}; choose from {', '.join(known)} / {CELLS}")
     lines = ["| architecture | " + " | ".join(cells) + " | s |", "|---" * (len(cells) + 2) + "|"]
     failed = 0
     for name in names:
-        start = time.perf_counter()
+        start = now()
         with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.manual_seed(0)
-            builders[name]().save_pretrained(f"{tmp}/model")
+            if name in hf_processors.NAMES:  # saved with its processor
+                hf_processors.save(name, Path(tmp) / "model")
+            else:
+                builders[name]().save_pretrained(f"{tmp}/model")
             loaded = load_model(f"{tmp}/model")
-            row = [_cell(loaded, cell, Path(tmp), builders[name]) for cell in cells]
+            build = builders.get(name) or _same_class(loaded)
+            row = [_cell(loaded, cell, Path(tmp), build) for cell in cells]
         failed += sum(not r.startswith(("ok", "n/a", "refused (nothing written)")) for r in row)
-        line = f"| {name} | " + " | ".join(row) + f" | {time.perf_counter() - start:.0f} |"
+        line = f"| {name} | " + " | ".join(row) + f" | {now() - start:.0f} |"
         print(line, flush=True)
         lines.append(line)
     total = len(names) * len(cells)

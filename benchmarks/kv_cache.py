@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from halfprec.errors import HalfprecError
 from halfprec.export import export, load_artifact
+from halfprec.timing import now
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
 from testbed.breadth_models import ARCHS, build, example_batch  # noqa: E402
@@ -55,15 +55,15 @@ def _one(name: str, fmt: str, steps: int, folder: Path) -> Row:
     batch = example_batch(arch)
     if not seq2seq:
         batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")}
-    start = time.perf_counter()
+    start = now()
     try:
         result = export(model, batch, folder / f"{name}.{fmt}", "fp16", kv_cache=True)
     except HalfprecError as exc:
-        return Row(name, fmt, f"export failed: {exc}", None, time.perf_counter() - start)
+        return Row(name, fmt, f"export failed: {exc}", None, now() - start)
     if not result.passed:
         failed = next(r for r in (result, *result.companions) if not r.passed)
         problem = (failed.comparison.problems or [failed.comparison.reason])[0]
-        return Row(name, fmt, f"check failed: {problem}", None, time.perf_counter() - start)
+        return Row(name, fmt, f"check failed: {problem}", None, now() - start)
     check: DecodeCheck
     if seq2seq:
         (encoder,) = result.companions
@@ -73,7 +73,7 @@ def _one(name: str, fmt: str, steps: int, folder: Path) -> Row:
     else:
         prompt, mask = left_padded_prompts(model.config.vocab_size)
         check = decode_against_fp32(load_artifact(result.path), model, prompt, mask, steps)
-    seconds = time.perf_counter() - start
+    seconds = now() - start
     if not check.passed:
         why = "non-finite logits" if check.nonfinite else f"argmax differs at {check.disagreements}"
         return Row(name, fmt, f"decode wrong: {why}", check.worst, seconds)

@@ -31,7 +31,6 @@ import json
 import random
 import statistics
 import sys
-import time
 import types
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from halfprec import ops
 from halfprec.leaks.lint import LintConfig, lint_paths, lint_source
 from halfprec.leaks.lint.scope import forward_paths, imports_of
 from halfprec.leaks.lint.source import split_lines
+from halfprec.timing import now
 from halfprec.tree import map_tensors
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
@@ -63,9 +63,9 @@ def speed(files: list[Path], runs: int) -> None:
     lint_paths(files[:50], config)  # warm-up: imports, regex compilation, file cache
     times = []
     for _ in range(runs):
-        start = time.perf_counter()
+        start = now()
         lint_paths(files, config)
-        times.append(time.perf_counter() - start)
+        times.append(now() - start)
     median = statistics.median(times)
     print(
         f"lint: median {median:.2f} s over {runs} runs -> {len(files) / median * 60:.0f} "
@@ -310,14 +310,14 @@ def libcst_ratio(files: list[Path], rounds: int = 3) -> None:
     sources = [p.read_text() for p in files]
     ours, theirs = [], []
     for _ in range(rounds):
-        start = time.perf_counter()
+        start = now()
         for text in sources:
             lint_source(text)
-        ours.append(time.perf_counter() - start)
-        start = time.perf_counter()
+        ours.append(now() - start)
+        start = now()
         for text in sources:
             MetadataWrapper(libcst.parse_module(text)).resolve(ScopeProvider)
-        theirs.append(time.perf_counter() - start)
+        theirs.append(now() - start)
     ratio = statistics.median(theirs) / statistics.median(ours)
     print(
         f"libcst parse + ScopeProvider on {len(files)} files: {ratio:.1f}x the time of the "

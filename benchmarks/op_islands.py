@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from typing import Any
 
 import torch
@@ -24,6 +23,7 @@ from transformers import BertConfig, BertModel
 from halfprec import Recipe, convert
 from halfprec.convert import conversion_report, recipe_of
 from halfprec.convert.op_islands import OpRef, own_op, recording_ordinals, with_ordinals
+from halfprec.timing import now
 
 TARGET = "encoder.layer.0.attention.self"
 _COMPUTE = ("scaled_dot_product_attention", "matmul", "softmax")
@@ -95,9 +95,9 @@ def main() -> None:
             m(**batch)
         for _ in range(args.reps):
             for key, m in (("without", plain), ("with", island)):
-                start = time.perf_counter()
+                start = now()
                 m(**batch)
-                times[key].append(time.perf_counter() - start)
+                times[key].append(now() - start)
     a, b = statistics.median(times["without"]), statistics.median(times["with"])
     print(
         f"MiniLM-L6 {args.dtype} batch 8 x {args.seq}: without {1e3 * a:.1f} ms, "

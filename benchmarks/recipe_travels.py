@@ -30,7 +30,6 @@ import pickle
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from torch import nn
 import halfprec
 from halfprec.batch import call
 from halfprec.io.stream import convert_file
+from halfprec.timing import now
 from halfprec.tree import flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
@@ -142,7 +142,7 @@ def main() -> None:
         _child(args.child)
         return
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    start = time.perf_counter()
+    start = now()
     rows: list[dict[str, Any]] = []
     plan: dict[str, Any] = {"quick": args.quick, "items": {}}
     with tempfile.TemporaryDirectory() as d:
@@ -208,7 +208,7 @@ def main() -> None:
     print(
         f"\n{len(rows)} runs: load bit-identical {ok('load')}, stream identical {ok('stream')}, "
         f"copies identical {ok('copies')}, equal graph counts {same_graphs}, fullgraph "
-        f"{ok('fullgraph')}; {time.perf_counter() - start:.0f} s"
+        f"{ok('fullgraph')}; {now() - start:.0f} s"
     )
     if not args.quick:
         _zoo_graphs()

@@ -29,13 +29,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import nn
 
+from halfprec.timing import now
 from halfprec.train import MixedPrecision, StochasticAdamW, round_stochastic
 
 
@@ -130,10 +130,10 @@ def time_steps(rounds: int, sliced: bool, buckets: list[int]) -> None:
     times: dict[str, list[float]] = {name: [] for name in steps}
     for round_ in range(rounds + 1):
         for name, step in steps.items():
-            start = time.perf_counter()
+            start = now()
             step()
             if round_:
-                times[name].append(time.perf_counter() - start)
+                times[name].append(now() - start)
     base = statistics.median(times["torch AdamW fp32"])
     print("| optimizer | step (median) | min | vs torch AdamW fp32 |")
     print("|---|---|---|---|")

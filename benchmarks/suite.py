@@ -38,7 +38,7 @@ from halfprec.convert.core import Recipe, convert  # noqa: E402
 from halfprec.dtypes import resolve_device  # noqa: E402
 from halfprec.io.specs import load_model  # noqa: E402
 from halfprec.report.bench import markdown_table, print_bench, write_chart  # noqa: E402
-from halfprec.timing import synchronize  # noqa: E402
+from halfprec.timing import now, synchronize  # noqa: E402
 from halfprec.tree import map_tensors  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -101,10 +101,10 @@ def boundary_overhead(runs: int) -> dict[str, Any]:
                 call(m, batch)
         for _ in range(runs):
             for name, m in models.items():
-                start = time.perf_counter()
+                start = now()
                 call(m, batch)
                 synchronize("cpu")
-                samples[name].append(time.perf_counter() - start)
+                samples[name].append(now() - start)
     med = {k: statistics.median(v) for k, v in samples.items()}
     return {
         "median_ms": {k: v * 1e3 for k, v in med.items()},
@@ -233,7 +233,7 @@ def main() -> None:
         if unknown:
             parser.error(f"unknown models {sorted(unknown)}; choose from {[e.key for e in chosen]}")
         chosen = [e for e in chosen if e.key in keys]
-    started = time.time()
+    started = now()
     results: dict[str, BenchResult] = {}
     skipped: list[str] = []
     for entry in chosen:
@@ -249,7 +249,7 @@ def main() -> None:
     if any(e.key == "minilm" for e in chosen) and resolve_device(args.device).type == "cpu":
         overhead = boundary_overhead(args.overhead_runs)
     targets = target_lines(results, overhead)
-    elapsed = time.time() - started
+    elapsed = now() - started
     print("\n".join(["", "targets:", *("  " + t for t in targets), *skipped]))
     print(f"suite took {elapsed:.0f} s")
     machine = next(iter(results.values())).machine.summary() if results else ""

@@ -36,7 +36,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +100,7 @@ def child(mode: str, rows: int, length: int, steps: int) -> None:
     import ctypes
     import gc
 
+    from halfprec.timing import now
     from halfprec.train import training_bytes
 
     batches = [_batch(rows, length, i) for i in range(steps)]
@@ -114,9 +114,9 @@ def child(mode: str, rows: int, length: int, steps: int) -> None:
     Path("/proc/self/clear_refs").write_text("5")  # the peak counter starts from here
     times = []
     for batch in batches:
-        start = time.perf_counter()
+        start = now()
         _step(run, optimizer, mp, batch)
-        times.append(time.perf_counter() - start)
+        times.append(now() - start)
     peak = _kib("VmHWM") - before
     held = training_bytes(model, optimizer)["total"]  # gradients were cleared: count them
     held += sum(p.numel() * p.element_size() for p in model.parameters())

@@ -30,7 +30,6 @@ import statistics
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 
 import torch
@@ -114,16 +113,18 @@ def _sync(device: torch.device) -> None:
 def time_variants(
     device: torch.device, steps: int, warmup: int, variants: tuple[str, ...]
 ) -> dict[str, float]:
+    from halfprec.timing import now
+
     fns = {v: make_step(v, device) for v in variants}
     times: dict[str, list[float]] = {v: [] for v in variants}
     for round_ in range(warmup + steps):
         for variant, fn in fns.items():
             _sync(device)
-            start = time.perf_counter()
+            start = now(device)
             fn()
             _sync(device)
             if round_ >= warmup:
-                times[variant].append(time.perf_counter() - start)
+                times[variant].append(now(device) - start)
     return {v: statistics.median(t) for v, t in times.items()}
 
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check: nine steps (scripts/gpu_steps/), each under its own `timeout`, each
 # APPENDING its result to docs/gpu.md as soon as it ends, so a step that times out or
-# crashes keeps every result before it. Under 7 minutes on one GPU, whatever happens.
+# crashes keeps every result before it. At most 300 s on one GPU, whatever happens: the
+# step limits, the time a killed step may take to die and the checks before the first step
+# add up to BUDGET_S (tests/integration/test_gpu_check.py parses this file to hold it so).
+# Inside its limit a step stops the tools it starts earlier and reports what they printed.
 # It installs nothing: it runs the machine's own python3 ($PYTHON wins) and names a missing
 # package in one line (the steps that need it report "skipped"). A failing step does not
 # stop the others; the exit status is 1 when any step failed or timed out.
@@ -28,6 +31,18 @@ if [ -z "$DRY" ] && ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_a
   echo "gpu-check: no CUDA device visible to torch; run it on a GPU, or with --dry-run" >&2
   exit 2
 fi
+# inductor (Triton on a GPU, C++ on the CPU) builds with a C compiler and Python's headers:
+# without them the compiling steps skip, naming what is missing
+cc="${CC:-$(command -v gcc || command -v cc || command -v clang || true)}"
+headers=$("$PY" -c 'import os, sysconfig; print(os.path.join(sysconfig.get_paths()["include"], "Python.h"))')
+if [ -z "$cc" ] || ! command -v "$cc" >/dev/null; then
+  export GPU_CHECK_NO_COMPILE="this machine has no C compiler (gcc, cc or clang; \$CC)"
+elif [ ! -f "$headers" ]; then
+  export GPU_CHECK_NO_COMPILE="Python's headers are missing ($headers; e.g. apt-get install python3-dev)"
+fi
+if [ -n "${GPU_CHECK_NO_COMPILE:-}" ]; then
+  echo "gpu-check: $GPU_CHECK_NO_COMPILE: the steps that compile report skipped"
+fi
 
 if [ -n "$DRY" ]; then
   OUT="${GPU_CHECK_OUT:-$(mktemp "${TMPDIR:-/tmp}/gpu-check-dry.XXXXXX")}"
@@ -42,18 +57,29 @@ fi
 
 failed=0
 header="--header"
-# step and its limit on a GPU: 380 s in all, plus at most 3 s each to die after a timeout
-# and ~10 s of checks above, so the whole check ends within 7 minutes whatever happens
-for entry in "tests 80" "compile 60" "bench 50" "gemm 15" "scaler 20" "stochastic 40" \
-             "export 50" "ddp 40" "tf32 25"; do
-  set -- $entry
-  step=$1
-  seconds=$(limit "$2")
+# Each step and its limit (s) on a GPU. BUDGET_S = the limits + KILL_AFTER_S for each step
+# (a timed-out step's time to die) + CHECKS_S (the interpreter starts above): 300 s.
+BUDGET_S=300
+KILL_AFTER_S=3
+CHECKS_S=13
+STEPS="tests:55 compile:40 bench:30 gemm:10 scaler:15 stochastic:35 export:35 ddp:25 tf32:15"
+total=$CHECKS_S
+for entry in $STEPS; do total=$((total + ${entry##*:} + KILL_AFTER_S)); done
+if [ "$total" -gt "$BUDGET_S" ]; then
+  echo "gpu-check: the step limits come to $total s, over the budget of $BUDGET_S s" >&2
+  exit 2
+fi
+for entry in $STEPS; do
+  step=${entry%%:*}
+  seconds=$(limit "${entry##*:}")
   err=$(mktemp)
   before=$(grep -c '^### ' "$OUT")
-  timeout --kill-after=3 "$seconds" "$PY" scripts/gpu_steps/run.py "$step" --out "$OUT" \
-    $DRY $header 2> >(tee "$err" >&2)
+  # stderr into a file, copied out once the step has ended: no process substitution, whose
+  # writer may still be running when the crash text is read below
+  timeout --kill-after="$KILL_AFTER_S" "$seconds" "$PY" scripts/gpu_steps/run.py "$step" \
+    --out "$OUT" --limit "$seconds" $DRY $header 2>"$err"
   rc=$?
+  cat "$err" >&2
   header=""
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     printf '\n### step %s\n\n- **timed out** after %s s (its own limit)\n' "$step" "$seconds" >> "$OUT"

@@ -10,6 +10,7 @@ from torch import nn
 from halfprec import convert
 from halfprec.compare import Tolerance, compare, compare_outputs
 from halfprec.errors import BrokenReferenceError, InputsError
+from support.tuned import HostSyncs
 
 
 def test_identical_outputs_pass_with_infinite_sqnr() -> None:
@@ -537,3 +538,26 @@ def test_a_broken_reference_is_refused_before_the_half_model_runs() -> None:
 
 def test_tensorless_batches_are_one_problem() -> None:
     assert len(compare_outputs(["a", "b"], ["a", "b"]).problems) == 1
+
+
+class _ThreeOutputs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b, self.norm = nn.Linear(16, 16), nn.Linear(16, 16), nn.LayerNorm(16)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"x": self.a(x), "y": self.norm(self.b(x)), "z": self.a(x) * 2}
+
+
+def test_check_reads_the_device_once_per_output_and_batch() -> None:
+    """The sync budget of a comparison (what check runs): one read per output per batch
+    (was 8, one per statistic)."""
+    model = _ThreeOutputs().eval()
+    half = convert(model, "bf16")
+    gen = torch.Generator().manual_seed(1)
+    batches = [torch.randn(4, 16, generator=gen) for _ in range(2)]
+    with HostSyncs() as syncs:
+        result = compare(model, half, batches)
+    assert len(result.outputs) == 3 and result.passed
+    assert syncs.count == 3 * 2

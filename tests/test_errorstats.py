@@ -7,6 +7,7 @@ import torch
 
 from halfprec.dtypes import range_of
 from halfprec.errorstats import ErrorStats
+from support.tuned import HostSyncs
 
 
 def test_overflow_in_half_counts_beyond_range_and_nonfinite() -> None:
@@ -74,3 +75,21 @@ def test_tiny_equal_outputs_are_equal() -> None:
     stats = ErrorStats()
     stats.add_tensor(ref, ref.clone())
     assert stats.cosine == 1.0 and stats.sqnr_db == math.inf and stats.err_sq == 0.0
+
+
+def test_a_pair_is_read_from_the_device_once_and_twice_only_where_inf_or_nan_is() -> None:
+    """Every reduction of a pair is computed where the tensors are and read in one
+    transfer (the common case); a pair with inf/NaN takes one more, its masked float64
+    pass. Counted with the dispatch-mode counter (copies to the host and scalar reads)."""
+    r = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    stats = ErrorStats()
+    with HostSyncs() as syncs:
+        stats.add_tensor(r, r.bfloat16().float(), range_of(torch.bfloat16))
+    assert syncs.count == 1
+    assert 0 < stats.rel_error < 0.01 and stats.compared == r.numel()
+    bad_r, bad_c = r.clone(), r.clone()
+    bad_r[0, 0], bad_c[1, 1] = float("inf"), float("nan")
+    with HostSyncs() as syncs:
+        stats.add_tensor(bad_r, bad_c)
+    assert syncs.count == 2
+    assert stats.nonfinite == 2 and stats.reference_nonfinite == 1

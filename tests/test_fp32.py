@@ -7,14 +7,21 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from halfprec.fp32 import exact_fp32, reduced_fp32
+from halfprec.fp32 import exact_fp32, fp32_settings, reduced_fp32
 
 
 @pytest.fixture
 def restore_precision() -> Iterator[None]:
     """Leave the process's precision settings as the test found them."""
     b = torch.backends
-    leaves = [b.cuda.matmul, b.cudnn.conv, b.cudnn.rnn, b.mkldnn.matmul, b.mkldnn.conv]
+    leaves = [
+        b.cuda.matmul,
+        b.cudnn.conv,
+        b.cudnn.rnn,
+        b.mkldnn.matmul,
+        b.mkldnn.conv,
+        b.mkldnn.rnn,
+    ]
     old = [leaf.fp32_precision for leaf in leaves]
     yield
     for leaf, value in zip(leaves, old, strict=True):
@@ -66,3 +73,24 @@ def test_matmuls_inside_are_ieee_even_where_the_process_asked_for_bf16() -> None
     with exact_fp32():
         inside = a @ b
     assert (inside - exact).abs().max().item() < 1e-3
+
+
+@pytest.mark.usefixtures("restore_precision")
+def test_fp32_settings_name_each_leaf_of_the_device_with_none_resolved_by_its_parents() -> None:
+    """What the report says fp32 was timed with: each leaf as torch computes it, "none"
+    read from its parent (torch.backends.mkldnn here), "ieee" where no level sets it."""
+    b = torch.backends
+    for leaf in (b.mkldnn.matmul, b.mkldnn.conv, b.mkldnn.rnn, b.cuda.matmul):
+        leaf.fp32_precision = "none"
+    old_parent = b.mkldnn.fp32_precision
+    try:
+        assert fp32_settings("cpu") == "matmul ieee, onednn conv ieee, onednn rnn ieee"
+        b.mkldnn.fp32_precision = "bf16"
+        b.mkldnn.conv.fp32_precision = "ieee"
+        assert fp32_settings("cpu") == "matmul bf16, onednn conv ieee, onednn rnn bf16"
+        b.cuda.matmul.fp32_precision = "tf32"
+        b.cudnn.conv.fp32_precision = "tf32"
+        assert fp32_settings("cuda:0").startswith("matmul tf32, cudnn conv tf32, cudnn rnn ")
+        assert fp32_settings("meta") == ""
+    finally:
+        b.mkldnn.fp32_precision = old_parent

@@ -7,7 +7,10 @@ command line lives in ``tests/cli/``, and each folder of tests mirrors a package
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+import pytest
 
 from support import ROOT, TESTS
 
@@ -217,6 +220,48 @@ def test_the_shape_checks_see_what_they_look_for(tmp_path: Path) -> None:
     assert long_functions(pkg) == [f"pkg/long.py:5 long ({MAX_FUNCTION_LINES + 1} lines)"]
 
 
+HISTORY = re.compile(r"\b20\d\d-\d\d-\d\d\b|\b[Ww]as \d|\(was\b")
+
+
+def history_in_source(package: Path = SRC_PACKAGE) -> list[str]:
+    """Lines of ``package`` that date a measurement or tell what a value was (``was 7``,
+    ``(was 1.58x)``), as ``path:line``: the code states what is; history and dated
+    numbers go to docs/benchmarks.md and CHANGELOG.md."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if HISTORY.search(line):
+                found.append(f"{path.relative_to(package.parent).as_posix()}:{number}")
+    return found
+
+
+def test_the_source_states_what_is_not_its_history(tmp_path: Path) -> None:
+    found = history_in_source()
+    assert not found, (
+        "say what is and why in a sentence; move dates and former values to "
+        f"docs/benchmarks.md or CHANGELOG.md: {found}"
+    )
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text(
+        "# measured 2026-12-02\nx = 1  # was 7 before\ny = 2  # (was slower)\nwas_set = 3\n"
+    )
+    assert history_in_source(tmp_path / "pkg") == ["pkg/m.py:1", "pkg/m.py:2", "pkg/m.py:3"]
+
+
+FIRST_LINE_COPY = re.compile(r"str\((exc|err|error|e)\)\.strip\(\)\.splitlines\(\)")
+
+
+def test_an_exception_is_shown_in_one_line_by_modules_first_line() -> None:
+    copies = [
+        f"{path.relative_to(SRC_PACKAGE.parent).as_posix()}:{number}"
+        for path in sorted(SRC_PACKAGE.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if FIRST_LINE_COPY.search(line)
+    ]
+    assert not copies, f"use halfprec.modules.first_line(exc) instead of a copy: {copies}"
+    assert FIRST_LINE_COPY.search("first = (str(exc).strip().splitlines() or [t])[0]")
+
+
 # -- benchmarks/ is a suite of scripts, not a library the tests lean on --------------------
 BENCHMARKS = ROOT / "benchmarks"
 
@@ -267,6 +312,35 @@ def test_no_test_imports_from_benchmarks() -> None:
     )
 
 
+RAW_CLOCKS = {"perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns"}
+
+
+def raw_clock_reads(folder: Path = BENCHMARKS) -> list[str]:
+    """Each read of a bare ``time`` clock in the code of ``folder``'s scripts (a program text
+    in a string, run in a child before torch is imported, is not their code), as
+    ``path:line``. Scripts time through :mod:`halfprec.timing` (``Stopwatch``, ``now``),
+    which waits for the device."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in RAW_CLOCKS
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "time"
+            ):
+                found.append(f"{path.relative_to(folder).as_posix()}:{node.lineno}")
+    return found
+
+
+def test_benchmarks_time_through_the_device_aware_clock() -> None:
+    found = raw_clock_reads()
+    assert not found, (
+        f"time these with halfprec.timing (Stopwatch(device) or now(device)), which "
+        f"synchronises the device: {found}"
+    )
+
+
 def test_the_benchmark_checks_see_what_they_look_for(tmp_path: Path) -> None:
     bench, tests = tmp_path / "benchmarks", tmp_path / "tests"
     (bench / "archive").mkdir(parents=True)
@@ -278,3 +352,37 @@ def test_the_benchmark_checks_see_what_they_look_for(tmp_path: Path) -> None:
     (tests / "test_x.py").write_text("import os\nfrom a import f\nfrom testbed.b import g\n")
     (tests / "test_y.py").write_text("import c.sub\nfrom . import a\n")
     assert imports_of_benchmarks(tests, bench) == ["test_x.py: a", "test_y.py: c"]
+    (bench / "a.py").write_text(
+        "import time\nt = time.perf_counter()\nCHILD = 'time.perf_counter()'\n"
+        "u = time.time()\nv = clock.time()\n"
+    )
+    assert raw_clock_reads(bench) == ["a.py:2", "a.py:4"]
+
+
+# -- a run that skipped everything checked nothing ------------------------------------------
+@pytest.mark.slow  # three pytest subprocesses (no torch: about a second each)
+def test_a_run_whose_every_test_was_skipped_fails(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "test_skips.py").write_text(
+        "import pytest\n\ndef test_one():\n    pytest.skip('needs a GPU')\n"
+    )
+    (tmp_path / "test_mixed.py").write_text(
+        "import pytest\n\ndef test_skipped():\n    pytest.skip('no')\n\ndef test_ran():\n    pass\n"
+    )
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PYTHONPATH": str(TESTS)}
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        command += ["-p", "support.skip_guard", "-p", "no:xdist", *args]
+        return subprocess.run(
+            command, cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+        )
+
+    skipped = run("test_skips.py")
+    assert skipped.returncode == 1, skipped.stdout
+    assert "all 1 selected tests were skipped, so nothing was checked" in skipped.stdout
+    assert run("test_skips.py", "--allow-all-skipped").returncode == 0
+    assert run("test_mixed.py").returncode == 0  # one test ran: the run checked something

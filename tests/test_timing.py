@@ -81,3 +81,47 @@ def test_ranked_means_most_rounds_agree(rounds: list[tuple[float, float]]) -> No
         side = [r > 1 for r in ratios] if speed.q1 > 1 else [r < 1 for r in ratios]
         assert sum(side) >= len(ratios) / 2
     assert speed.q1 <= speed.median <= speed.q3
+
+
+class _Ticks:
+    """A scripted wall clock: each reading is the next of ``times``."""
+
+    def __init__(self, *times: float) -> None:
+        self.times = list(times)
+
+    def __call__(self) -> float:
+        return self.times.pop(0)
+
+
+def test_the_stopwatch_reads_its_clock_at_start_and_stop() -> None:
+    from halfprec.timing import Stopwatch
+
+    with Stopwatch("cpu", clock=_Ticks(10.0, 10.25)) as watch:
+        pass
+    assert watch.seconds == 0.25 and watch.device_seconds is None  # a CPU has no events
+    again = Stopwatch(clock=_Ticks(1.0, 4.0, 5.0, 5.5))
+    assert again.start().stop() == 3.0
+    assert again.start().stop() == 0.5 and again.seconds == 0.5
+
+
+def test_the_stopwatch_refuses_a_stop_without_a_start() -> None:
+    from halfprec.timing import Stopwatch
+
+    with pytest.raises(RuntimeError, match=r"stop\(\) before start\(\)"):
+        Stopwatch().stop()
+
+
+@pytest.mark.gpu
+def test_the_stopwatch_waits_for_cuda_kernels_and_reads_its_events() -> None:
+    import torch
+
+    from halfprec.timing import Stopwatch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    x = torch.randn(4096, 4096, device="cuda")
+    with Stopwatch("cuda") as watch:
+        for _ in range(20):
+            x = x @ x / 4096
+    assert watch.device_seconds is not None and watch.device_seconds > 0
+    assert watch.seconds is not None and watch.seconds >= 0.9 * watch.device_seconds

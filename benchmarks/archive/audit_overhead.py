@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
 
 from halfprec import Recipe, audit, convert
 from halfprec.batch import call
+from halfprec.timing import now
 
 MODELS: dict[str, Callable[[], torch.nn.Module]] = {
     "bert-base": lambda: BertModel(BertConfig()),
@@ -61,13 +61,13 @@ def main() -> None:
         audit(half, batch)
         plain, audited = [], []
         for _ in range(opts.reps):
-            start = time.perf_counter()
+            start = now()
             with torch.no_grad():
                 call(half, batch)
-            plain.append(time.perf_counter() - start)
-            start = time.perf_counter()
+            plain.append(now() - start)
+            start = now()
             report = audit(half, batch)
-            audited.append(time.perf_counter() - start)
+            audited.append(now() - start)
         p, a = statistics.median(plain), statistics.median(audited)
         leaks16 = audit(model, _batch(32), "fp16")
         print(

@@ -15,7 +15,6 @@ import importlib.util
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -26,6 +25,7 @@ import torch
 from halfprec.compare import compare_outputs
 from halfprec.dtypes import range_of
 from halfprec.errorstats import ErrorStats
+from halfprec.timing import now
 
 
 def _old_module(rev: str, path: str, name: str, folder: Path) -> ModuleType:
@@ -43,9 +43,9 @@ def _old_module(rev: str, path: str, name: str, folder: Path) -> ModuleType:
 def _best(fn: Callable[[], Any], reps: int) -> float:
     times = []
     for _ in range(reps):
-        start = time.perf_counter()
+        start = now()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(now() - start)
     return min(times)
 
 

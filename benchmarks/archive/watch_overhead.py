@@ -15,12 +15,11 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import time
 
 import torch
 from torch import nn
 
-from halfprec.timing import synchronize
+from halfprec.timing import now, synchronize
 from halfprec.train import MixedPrecision
 
 
@@ -51,14 +50,14 @@ def main() -> None:
     for step in range(args.steps + 2):  # the first 2 rounds warm up
         for model, optimizer, mp, times in runs.values():
             synchronize(device)
-            start = time.perf_counter()
+            start = now(device)
             with mp.autocast():
                 loss = model(input_ids=ids, labels=ids).loss
             mp.backward(loss)
             mp.step(optimizer)
             synchronize(device)
             if step >= 2:
-                times.append(time.perf_counter() - start)
+                times.append(now(device) - start)
     baseline = statistics.median(runs["no watch"][3])
     for name, (*_, times) in runs.items():
         median = statistics.median(times)

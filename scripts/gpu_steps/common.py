@@ -12,17 +12,21 @@ GPU sees it. A dry run makes no timing claims: :meth:`Context.time` prints no nu
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import signal
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-__all__ = ["ROOT", "Context", "Skip", "env_with_src", "need", "run_step"]
+from halfprec.timing import now, synchronize
+
+__all__ = ["MARGIN_S", "ROOT", "Context", "Skip", "StepTimeout", "env_with_src", "need", "run_step"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,12 +49,29 @@ def need(*packages: str) -> None:
             raise Skip(f"needs the package {name}, which this machine does not have")
 
 
+# Seconds a step keeps for itself inside its limit: to write its section and exit before
+# gpu-check.sh's ``timeout`` kills it.
+MARGIN_S = 4.0
+
+
 @dataclass(frozen=True)
 class Context:
-    """Where the steps run: ``cuda`` normally, ``cpu`` at tiny sizes in a dry run."""
+    """Where the steps run: ``cuda`` normally, ``cpu`` at tiny sizes in a dry run.
+    ``deadline``: the ``time.monotonic()`` by which the step must have written its section
+    (its limit from gpu-check.sh, less :data:`MARGIN_S`, counted from the process start);
+    None: no limit."""
 
     dry_run: bool
     out: Path
+    deadline: float | None = None
+
+    def inner_timeout(self) -> float:
+        """The seconds a tool the step starts (pytest, torchrun) may run: what is left
+        before the deadline, so that it ends, and the step reports what it printed, before
+        the step's own limit kills everything."""
+        if self.deadline is None:
+            return 600.0
+        return max(1.0, self.deadline - time.monotonic() - 1.0)
 
     @property
     def device(self) -> torch.device:
@@ -66,12 +87,36 @@ class Context:
         return dry if self.dry_run else gpu
 
     def sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(self.device)
 
     def time(self, seconds: float) -> str:
         """A duration for the report; none in a dry run, which measures nothing."""
         return "n/a (dry run)" if self.dry_run else f"{seconds * 1e3:.3f} ms"
+
+
+class StepTimeout(Exception):
+    """The step reached its deadline (raised by SIGALRM between two Python lines)."""
+
+
+@contextlib.contextmanager
+def _alarm(ctx: Context) -> Iterator[None]:
+    """Raise :class:`StepTimeout` in the step at ``ctx.deadline``, so that its section is
+    written, naming the line it was on, before gpu-check.sh's ``timeout`` kills it (a step
+    stuck inside one C call is killed there instead)."""
+    if ctx.deadline is None or not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def fire(signum: int, frame: object) -> None:
+        raise StepTimeout("reached its deadline, its limit less the margin to report")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, max(0.1, ctx.deadline - time.monotonic()))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def _call(step: Callable[[Context], list[str]], ctx: Context) -> list[str]:
@@ -88,9 +133,10 @@ def _call(step: Callable[[Context], list[str]], ctx: Context) -> list[str]:
 
 def run_step(ctx: Context, number: int, title: str, step: Callable[[Context], list[str]]) -> int:
     """Run one step and append its section to ``ctx.out``: 0 ok or skipped, 1 failed."""
-    start = time.perf_counter()
+    start = now(ctx.device)
     try:
-        lines, status, code = _call(step, ctx), "ok", 0
+        with _alarm(ctx):
+            lines, status, code = _call(step, ctx), "ok", 0
     except Skip as why:
         lines, status, code = [str(why)], "skipped", 0
     except Exception as exc:  # a step's failure is its result: report it, go on
@@ -98,7 +144,7 @@ def run_step(ctx: Context, number: int, title: str, step: Callable[[Context], li
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         lines = [f"{type(exc).__name__}: {first} ({Path(where.filename).name}:{where.lineno})"]
         status, code = "FAILED", 1
-    took = time.perf_counter() - start
+    took = now(ctx.device) - start
     text = [f"\n### {number}. {title}\n", f"- **{status}** after {took:.1f} s"]
     text += [f"- {line}" for line in lines]
     with ctx.out.open("a") as f:

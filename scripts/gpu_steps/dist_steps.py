@@ -94,30 +94,39 @@ def _worker(backend: str, result: Path) -> None:
         dist.destroy_process_group()
 
 
+def _torchrun(result: Path, backend: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=1",
+            str(HERE),
+            "--backend",
+            backend,
+            "--result",
+            str(result),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env_with_src(),
+    )
+
+
 def ddp_and_fsdp2(ctx: Context) -> list[str]:
     """Step 8: start the worker under ``torchrun --standalone --nproc_per_node=1``."""
     backend = "gloo" if ctx.dry_run else "nccl"
     with tempfile.TemporaryDirectory(prefix="halfprec-gpu-check-") as tmp:
         result = Path(tmp) / "result.json"
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                "--nproc_per_node=1",
-                str(HERE),
-                "--backend",
-                backend,
-                "--result",
-                str(result),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=100,
-            check=False,
-            env=env_with_src(),
-        )
+        try:
+            done = _torchrun(result, backend, ctx.inner_timeout())
+        except subprocess.TimeoutExpired as exc:
+            said = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
+            tail = " | ".join(said.strip().splitlines()[-3:])[:300]
+            raise RuntimeError(f"torchrun stopped after {exc.timeout:.0f} s: {tail}") from None
         if done.returncode != 0 or not result.exists():
             tail = [s for s in done.stderr.strip().splitlines() if "Error" in s][-2:]
             raise RuntimeError(f"torchrun exited {done.returncode}: {' | '.join(tail)[:300]}")

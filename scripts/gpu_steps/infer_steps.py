@@ -4,7 +4,6 @@ timed two ways, and bench after the new TF32 API."""
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -18,6 +17,7 @@ from halfprec.dtypes import parse_dtype
 from halfprec.fp32 import exact_fp32
 from halfprec.io.specs import load_model
 from halfprec.report.bench import markdown_table
+from halfprec.timing import Stopwatch
 
 __all__ = ["bench_bert", "compiled_kept_output", "gemm_two_ways", "bench_after_tf32"]
 
@@ -38,10 +38,10 @@ def compiled_kept_output(ctx: Context) -> list[str]:
     first output is kept, the model called again, and the kept output read back."""
     width = ctx.size(256, 16)
     half = halfprec.convert(_mlp(width).to(ctx.device), ctx.half)
-    # a dry run traces with dynamo but skips inductor's code generation (tens of seconds
-    # on a CPU, and no CUDA graphs to capture there anyway)
+    # a dry run compiles with inductor too (C++ on the CPU), in its default mode: no CUDA
+    # graphs to capture there, and max-autotune's GEMM search would take minutes
     mode = "default" if ctx.dry_run else "max-autotune"
-    backend = "aot_eager" if ctx.dry_run else "inductor"
+    backend = "inductor"
     compiled = torch.compile(half, mode=mode, backend=backend)
     x1, x2 = (torch.randn(32, width, device=ctx.device) for _ in range(2))
     with torch.no_grad():
@@ -104,33 +104,29 @@ def bench_bert(ctx: Context) -> list[str]:
         ),
         name=what,
     )
-    if ctx.dry_run:  # what ran, no timings
+    table = markdown_table(result).splitlines()  # rendered in a dry run too: the same code
+    if ctx.dry_run:  # what ran and the table's shape, no timings
         ran = [f"{v.variant.name} {v.status}" for v in result.results]
-        return [what, "variants: " + ", ".join(ran)]
-    return [what, *markdown_table(result).splitlines()]
+        rows = len(table) - 2  # less the header and its rule
+        return [what, "variants: " + ", ".join(ran), f"table: {rows} rows under {table[0]}"]
+    return [what, *table]
 
 
 def _time(ctx: Context, fn: Callable[[], Any], calls: int) -> tuple[float, float]:
-    """Per call: one call then a sync, each; and back-to-back calls between two CUDA
-    events (the CPU's clock around them in a dry run)."""
+    """Per call: one call then a sync, each (the wall clock); and back-to-back calls in one
+    :class:`~halfprec.timing.Stopwatch`, read from the device's events (the CPU's clock in
+    a dry run)."""
     synced = []
     for _ in range(calls):
-        start = time.perf_counter()
+        one = Stopwatch(ctx.device).start()
         fn()
-        ctx.sync()
-        synced.append(time.perf_counter() - start)
-    if ctx.device.type == "cuda":
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        return statistics.median(synced), begin.elapsed_time(end) / 1e3 / calls
-    start = time.perf_counter()
+        synced.append(one.stop())
+    run = Stopwatch(ctx.device).start()
     for _ in range(calls):
         fn()
-    return statistics.median(synced), (time.perf_counter() - start) / calls
+    wall = run.stop()
+    device = run.device_seconds
+    return statistics.median(synced), (wall if device is None else device) / calls
 
 
 def gemm_two_ways(ctx: Context) -> list[str]:
@@ -156,36 +152,46 @@ def gemm_two_ways(ctx: Context) -> list[str]:
 
 
 def bench_after_tf32(ctx: Context) -> list[str]:
-    """Step 9: bench and check after the user set TF32 through torch's new API; the
-    setting must read back the same after, and the reference must say it was set aside."""
-    matmul = torch.backends.cuda.matmul
+    """Step 9: bench and check after the user set TF32 through torch's new API (a dry run:
+    the CPU's equivalent, oneDNN matmuls in bf16); the setting must read back the same
+    after both, and the check's reference must say it set the setting aside."""
+    leaf, value, said = (
+        ("mkldnn", "bf16", "oneDNN matmuls in bf16")
+        if ctx.dry_run
+        else ("cuda", "tf32", "CUDA matmuls in tf32")
+    )
+    matmul = getattr(torch.backends, leaf).matmul
     if not hasattr(matmul, "fp32_precision"):
         raise Skip(f"torch {torch.__version__} has no fp32_precision API to set")
     old = matmul.fp32_precision
-    matmul.fp32_precision = "tf32"
+    matmul.fp32_precision = value
     try:
-        model = _mlp(ctx.size(256, 16)).to(ctx.device)
-        x = torch.randn(64, ctx.size(256, 16), device=ctx.device)
-        lines = []
-        try:
-            result = halfprec.benchmark(
-                model,
-                x,
-                variants=[f"halfprec-{ctx.half}"],
-                bench=halfprec.BenchConfig(runs=3, memory="none", limit=False, race=None),
-            )
-            ran = [f"{v.variant.name} {v.status}" for v in result.results]
-            lines.append(f"bench ran: {', '.join(ran)}")
-        except Exception as exc:  # the defect this step looks for: "mix of the legacy and new APIs"
-            lines.append(f"bench FAILED: {type(exc).__name__}: {str(exc)[:200]}")
-        checked = halfprec.check(model, x, ctx.half, runs=0)
-        lines.append(
-            f"check: {'PASS' if checked.passed else 'FAIL'}; reference: "
-            f"{getattr(checked.comparison, 'reference', 'not reported')}"
-        )
-        lines.append(f"TF32 setting after both: {matmul.fp32_precision!r} (set: 'tf32')")
-        if any("FAILED" in line for line in lines) or matmul.fp32_precision != "tf32":
-            raise RuntimeError("; ".join(lines))
-        return lines
+        return _bench_and_check_under(ctx, matmul, value, said)
     finally:
         matmul.fp32_precision = old
+
+
+def _bench_and_check_under(ctx: Context, matmul: Any, value: str, said: str) -> list[str]:
+    model = _mlp(ctx.size(256, 16)).to(ctx.device)
+    x = torch.randn(64, ctx.size(256, 16), device=ctx.device)
+    lines = []
+    try:
+        result = halfprec.benchmark(
+            model,
+            x,
+            variants=[f"halfprec-{ctx.half}"],
+            bench=halfprec.BenchConfig(runs=3, memory="none", limit=False, race=None),
+        )
+        ran = [f"{v.variant.name} {v.status}" for v in result.results]
+        lines.append(f"bench ran: {', '.join(ran)}; {result.machine.summary().split('; ')[-1]}")
+    except Exception as exc:  # the defect this step looks for: "mix of the legacy and new APIs"
+        lines.append(f"bench FAILED: {type(exc).__name__}: {str(exc)[:200]}")
+    checked = halfprec.check(model, x, ctx.half, runs=0)
+    set_aside = tuple(checked.comparison.set_aside)
+    lines.append(f"check: {'PASS' if checked.passed else 'FAIL'}; set aside: {set_aside}")
+    lines.append(f"setting after both: {matmul.fp32_precision!r} (set: {value!r})")
+    if said not in set_aside:
+        lines.append(f"FAILED: the reference does not say it set aside {said!r}")
+    if any("FAILED" in line for line in lines) or matmul.fp32_precision != value:
+        raise RuntimeError("; ".join(lines))
+    return lines

@@ -8,24 +8,32 @@ names the machine, torch and the date.
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import importlib
-import os
-import sys
-from collections.abc import Callable
-from pathlib import Path
+import time
 
-import torch
-from common import Context, run_step
+STARTED = time.monotonic()  # the step's limit counts from the process start, imports included
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import importlib  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+from common import MARGIN_S, Context, Skip, run_step  # noqa: E402
 
 
-def _lazy(module: str, name: str) -> Callable[[Context], list[str]]:
+def _lazy(module: str, name: str, compiles: bool = False) -> Callable[[Context], list[str]]:
     """The step ``module.name``, imported when it runs: a step module imports halfprec and
     what the step needs (rich, safetensors, ...), and a missing package must make that
-    step "skipped" (see ``common.run_step``), not every step a crash."""
+    step "skipped" (see ``common.run_step``), not every step a crash. A step that
+    ``compiles`` (inductor's C++ or Triton code) is skipped with the reason where
+    gpu-check.sh found no C compiler or no Python headers (``GPU_CHECK_NO_COMPILE``)."""
 
     def step(ctx: Context) -> list[str]:
+        if compiles and os.environ.get("GPU_CHECK_NO_COMPILE"):
+            raise Skip(f"compiles code, and {os.environ['GPU_CHECK_NO_COMPILE']}")
         found: Callable[[Context], list[str]] = getattr(importlib.import_module(module), name)
         return found(ctx)
 
@@ -38,7 +46,7 @@ STEPS: dict[str, tuple[int, str, Callable[[Context], list[str]]]] = {
     "compile": (
         2,
         "max-autotune MLP: the first output kept across a second call",
-        _lazy("infer_steps", "compiled_kept_output"),
+        _lazy("infer_steps", "compiled_kept_output", compiles=True),
     ),
     "bench": (
         3,
@@ -58,7 +66,7 @@ STEPS: dict[str, tuple[int, str, Callable[[Context], list[str]]]] = {
     "stochastic": (
         6,
         "bf16 + StochasticAdamW on 100M parameters against AdamW",
-        _lazy("train_steps", "stochastic_adamw_step"),
+        _lazy("train_steps", "stochastic_adamw_step", compiles=True),
     ),
     "export": (
         7,
@@ -92,9 +100,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--header", action="store_true", help="write the header first")
+    parser.add_argument("--limit", type=float, help="the step's limit in gpu-check.sh (s)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    ctx = Context(dry_run=args.dry_run, out=args.out)
+    deadline = None if args.limit is None else STARTED + args.limit - MARGIN_S
+    ctx = Context(dry_run=args.dry_run, out=args.out, deadline=deadline)
     if not ctx.dry_run and not torch.cuda.is_available():
         print("gpu-check: no CUDA device visible to torch; run with --dry-run", file=sys.stderr)
         return 2

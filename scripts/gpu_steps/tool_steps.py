@@ -11,19 +11,45 @@ from pathlib import Path
 
 from common import ROOT, Context, Skip, env_with_src, need
 
-__all__ = ["cuda_tests", "export_minilm"]
+__all__ = ["cuda_tests", "export_minilm", "pytest_verdict"]
 
 
 def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        args,
-        cwd=ROOT,
-        env=env_with_src(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    """``args`` run from the checkout; past ``timeout`` (shorter than the step's limit) a
+    RuntimeError with the last lines it printed, so the step reports how far it got."""
+    try:
+        return subprocess.run(
+            args,
+            cwd=ROOT,
+            env=env_with_src(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        said = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        tail = " | ".join(line for line in said.strip().splitlines()[-4:])
+        raise RuntimeError(f"stopped after {timeout:.0f} s (inner limit); so far: {tail}") from None
+
+
+def pytest_verdict(returncode: int, out: list[str], err: str, dry_run: bool) -> list[str]:
+    """Step 1's result from pytest's exit code and ``-v -rfEs`` output: ok only when at
+    least one test passed and none failed. Nothing run (every test skipped, as without
+    CUDA, or none collected) is "skipped" in a dry run and a failure on a GPU: a check whose
+    tests all skipped checked nothing."""
+    summary = out[-1].strip("= ") if out else err.strip()[-300:]
+    failed = [line for line in out if line.startswith(("FAILED", "ERROR"))][:8]
+    if returncode not in (0, 5) or failed:  # 5: nothing collected
+        raise RuntimeError(f"{summary}; " + "; ".join(failed))
+    passed = re.search(r"(\d+) passed", summary)
+    if passed is None or int(passed.group(1)) == 0:
+        why = [line for line in out if line.startswith("SKIPPED")][:1]
+        text = f"no CUDA test ran ({summary}{'; ' + why[0] if why else ''})"
+        if dry_run:
+            raise Skip(text)
+        raise RuntimeError(text)
+    return [summary, *[line for line in out if line.startswith("SKIPPED")][:3]]
 
 
 def cuda_tests(ctx: Context) -> list[str]:
@@ -34,20 +60,20 @@ def cuda_tests(ctx: Context) -> list[str]:
             sys.executable,
             "-m",
             "pytest",
-            "-q",
+            "-v",
             "-rfEs",
             "-p",
             "no:cacheprovider",
             "tests/integration/test_cuda.py",
+            # on a CPU every test skips, which is the dry run's expected result; on the GPU
+            # a run that skipped them all (no CUDA after all) fails
+            *(["--allow-all-skipped"] if ctx.dry_run else []),
         ],
-        timeout=ctx.size(100, 60),
+        timeout=ctx.inner_timeout(),
     )
-    out = done.stdout.strip().splitlines()
-    summary = out[-1] if out else done.stderr.strip()[-300:]
-    failed = [line for line in out if line.startswith(("FAILED", "ERROR"))][:8]
-    if done.returncode not in (0, 5) or failed:  # 5: nothing collected
-        raise RuntimeError(f"{summary}; " + "; ".join(failed))
-    return [summary, *[line for line in out if line.startswith("SKIPPED")][:3]]
+    return pytest_verdict(
+        done.returncode, done.stdout.strip().splitlines(), done.stderr, ctx.dry_run
+    )
 
 
 def _cli(*args: str) -> tuple[int, list[str]]:
@@ -69,7 +95,7 @@ def _cli(*args: str) -> tuple[int, list[str]]:
 def export_minilm(ctx: Context) -> list[str]:
     """Step 7: ``halfprec export builtin:minilm`` to .onnx and .pt2, default device (cuda
     when present), each file checked against fp32 by export itself."""
-    need("transformers")
+    need("transformers", "click", "rich", "safetensors")  # the model, and the CLI it runs
     if ctx.dry_run:
         spec = "scripts/gpu_steps/tiny_model.py:tiny_bert"
     else:

@@ -29,6 +29,7 @@ removes such folders of dead processes as it removes the files.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
@@ -40,9 +41,11 @@ from pathlib import Path
 from halfprec.readfile import NotAFileError, special_kind
 
 __all__ = [
+    "as_write_error",
     "atomic_path",
     "ensure_folder",
     "make_temp_dir",
+    "new_file_mode",
     "remove_stale_temp_files",
     "resolve_target",
     "write_bytes_atomic",
@@ -107,6 +110,9 @@ def atomic_path(target: str | os.PathLike[str], *, mkdirs: bool = False) -> Iter
             raise
         raise OSError(exc.errno, exc.strerror, str(target)) from exc  # name the user's path
     except Exception as exc:
+        mapped = as_write_error(exc, target)  # a library's own text for a full disk
+        if mapped is not None:
+            raise mapped from exc
         _name_for_user(exc, tmp, target)
         raise
     finally:
@@ -174,6 +180,37 @@ def make_temp_dir(parent: str | os.PathLike[str]) -> Path:
         except FileExistsError:
             continue
         return tmp
+
+
+# the errors of a write that ran out of room or may not write: the user's to fix (exit 2)
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES)
+# how Rust's std::io (safetensors) and C++ writers put an errno in their messages
+_ERRNO_IN_TEXT = re.compile(r"(?:os error|code:?)\s*(\d+)", re.IGNORECASE)
+
+
+def as_write_error(exc: BaseException, target: str | os.PathLike[str]) -> OSError | None:
+    """``exc``, raised while writing ``target`` (into a temp file or folder), as the
+    ``OSError`` naming ``target`` that it stands for: a full disk, a file-size limit, a
+    quota, a read-only file system or a permission, also where a library reports it in
+    its own exception's text (safetensors' ``SafetensorError``); ``None`` for any other."""
+    code = exc.errno if isinstance(exc, OSError) else None
+    if code is None:
+        m = _ERRNO_IN_TEXT.search(str(exc))
+        code = int(m.group(1)) if m else None
+    if code not in _WRITE_ERRNOS:
+        return None
+    return OSError(code, os.strerror(code), str(target))
+
+
+def new_file_mode() -> int:
+    """The mode a new file gets here: ``0o666 & ~umask`` (read without changing it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            umask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        umask = os.umask(0o022)  # no /proc: read it by setting it, and put it back at once
+        os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _alive(pid: int) -> bool:

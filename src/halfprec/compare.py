@@ -24,7 +24,7 @@ from torch import nn
 
 from halfprec.batch import as_batches, call, describe
 from halfprec.dtypes import dtype_name
-from halfprec.errors import BrokenReferenceError, InputsError
+from halfprec.errors import BrokenReferenceError, InputsError, ReferenceFailedError
 from halfprec.errorstats import ErrorStats, aligned, as_real
 from halfprec.fp32 import exact_fp32, reduced_fp32
 from halfprec.modules import first_line
@@ -321,11 +321,7 @@ def reference_failed(index: int, batch: Any, exc: BaseException) -> InputsError:
     """The error for an fp32 model that raised on batch ``index``: these inputs do not fit
     it (any exception, an ``assert`` in ``forward`` included), named with the model's own
     message."""
-    return InputsError(
-        f"the fp32 model failed on batch {index} ({describe(batch)}) with "
-        f"{first_line(exc)}; check the inputs' names, shapes and "
-        "dtypes against the model's forward()"
-    )
+    return ReferenceFailedError(index, describe(batch), first_line(exc))
 
 
 def run_reference(model: nn.Module, batches: list[Any]) -> list[Any]:

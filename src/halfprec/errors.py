@@ -17,6 +17,7 @@ __all__ = [
     "DeviceError",
     "ModelSpecError",
     "InputsError",
+    "ReferenceFailedError",
     "BrokenReferenceError",
     "CheckpointError",
     "MissingExtraError",
@@ -47,6 +48,27 @@ class ModelSpecError(HalfprecError, ValueError):
 
 class InputsError(HalfprecError, ValueError):
     """Example inputs that are missing, unreadable or do not fit the model."""
+
+
+class ReferenceFailedError(InputsError):
+    """The fp32 model raised on example batch ``index`` (described by ``batch``) with the
+    model's own message ``why``. Its message advises the user on inputs they passed;
+    :meth:`built_by_halfprec` words it for inputs halfprec built itself."""
+
+    def __init__(self, index: int, batch: str, why: str) -> None:
+        super().__init__(
+            f"the fp32 model failed on batch {index} ({batch}) with {why}; check the inputs' "
+            "names, shapes and dtypes against the model's forward()"
+        )
+        self.index, self.batch, self.why = index, batch, why
+
+    def built_by_halfprec(self, built: str) -> str:
+        """The one line for example inputs halfprec built (``built``: from what)."""
+        return (
+            f"the fp32 model refuses the example inputs halfprec built for it ({built}; "
+            f"batch {self.index}: {self.batch}): {self.why} These inputs are halfprec's, not "
+            "yours: pass inputs of your own with --inputs FILE (.safetensors or .pt)"
+        )
 
 
 class BrokenReferenceError(HalfprecError, ValueError):

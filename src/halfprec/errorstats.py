@@ -18,7 +18,6 @@ references below about 1e-154) the metrics are NaN, which fails every threshold.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -65,18 +64,6 @@ def aligned(reference: torch.Tensor, candidate: torch.Tensor) -> tuple[torch.Ten
     return r, c
 
 
-def _norm(t: torch.Tensor) -> float:
-    return float(torch.linalg.vector_norm(t)) if t.numel() else 0.0
-
-
-def _peak(t: torch.Tensor) -> float:
-    """Largest magnitude (aminmax is several times faster than an inf-norm on CPU)."""
-    if not t.numel():
-        return 0.0
-    low, high = torch.aminmax(t)
-    return max(-float(low), float(high))
-
-
 _SUMMED = (
     "elements",
     "compared",
@@ -88,6 +75,7 @@ _SUMMED = (
     "err_sq",
     "beyond_range",
     "flushed",
+    "zeroed",
 )
 
 
@@ -106,7 +94,8 @@ class ErrorStats:
     err_sq: float = 0.0
     ref_peak: float = 0.0
     beyond_range: int = 0
-    flushed: int = 0
+    flushed: int = 0  # zeroed positions, counted where the error shows
+    zeroed: int = 0  # positions finite on both sides that are 0 in the candidate only
 
     @property
     def rel_error(self) -> float:
@@ -180,7 +169,10 @@ class ErrorStats:
         self, reference: torch.Tensor, candidate: torch.Tensor, limits: NumericRange | None = None
     ) -> None:
         """Add one pair of tensors of the same shape. ``limits``: also count the reference
-        values beyond the half dtype's range."""
+        values beyond the half dtype's range. Every reduction is computed where the tensors
+        are and read back in one transfer (:func:`_read`); a second pass, in float64 with
+        the non-finite positions masked, runs only where the first found inf/NaN or sums
+        that may have underflowed."""
         r, c = aligned(reference, candidate)
         if r.is_complex() or c.is_complex():
             r, c = as_real(r.to(torch.complex128)), as_real(c.to(torch.complex128))
@@ -188,65 +180,130 @@ class ErrorStats:
             r = r.float()
         c = c.to(r.dtype)
         self.elements += r.numel()
-        sums = _Sums.of(r, c)
-        if sums.finite() and not sums.exact_enough(r, c):
-            sums = _Sums.of(r.to(torch.float64), c.to(torch.float64))
-        if not sums.finite():  # inf/NaN somewhere, or a sum overflowed
-            r, c = r.to(torch.float64), c.to(torch.float64)
-            ref_ok, cand_ok = torch.isfinite(r), torch.isfinite(c)
-            same = (torch.isnan(r) & torch.isnan(c)) | (r == c)  # both NaN, or equal infs
-            self.nonfinite += int(((ref_ok & ~cand_ok) | (~ref_ok & ~same)).sum())
-            self.reference_nonfinite += int((~ref_ok).sum())
-            both = ref_ok & cand_ok
-            self._add_range(r[ref_ok], limits)
-            r, c = r[both], c[both]
-            sums = _Sums.of(r, c)
-        else:
-            self._add_range(r, limits)
-        self.compared += r.numel()
-        self.ref_sq += sums.ref_sq
-        self.cand_sq += sums.cand_sq
-        self.err_sq += sums.err_sq
-        self.sum_abs += sums.sum_abs
-        self.max_abs = max(self.max_abs, sums.max_abs)
-        if sums.err_sq > 1e-4 * sums.ref_sq:  # only look for flushed values where error shows
-            self.flushed += int(((c == 0) & (r != 0)).sum())
+        got = _Pass.of(r, c, limits, masked=False) if r.numel() else _Pass.empty()
+        if not (got.finite() and got.exact_enough(r)):  # see the module doc
+            got = _Pass.of(r.to(torch.float64), c.to(torch.float64), limits, masked=True)
+        self.compared += got.compared
+        self.nonfinite += got.nonfinite
+        self.reference_nonfinite += got.reference_nonfinite
+        self.ref_sq += got.ref_sq
+        self.cand_sq += got.cand_sq
+        self.err_sq += got.err_sq
+        self.sum_abs += got.sum_abs
+        self.max_abs = max(self.max_abs, got.max_abs)
+        self.ref_peak = max(self.ref_peak, got.ref_peak)
+        if limits is not None and got.ref_peak > limits.max:
+            self.beyond_range += got.beyond_range
+        self.zeroed += got.flushed
+        if got.err_sq > 1e-4 * got.ref_sq:  # only count flushed values where error shows
+            self.flushed += got.flushed
 
-    def _add_range(self, finite_ref: torch.Tensor, limits: NumericRange | None) -> None:
-        peak = _peak(finite_ref)
-        self.ref_peak = max(self.ref_peak, peak)
-        if limits is not None and peak > limits.max:
-            self.beyond_range += int((finite_ref.abs() > limits.max).sum())
+
+def _read(values: list[torch.Tensor]) -> list[float]:
+    """Scalars computed on the device, read to the host in one transfer (one copy, the
+    only sync; on the CPU too, so that the syncs counted in tests are the ones a GPU
+    makes)."""
+    stacked = torch.stack([v.to(torch.float64) for v in values])
+    return stacked.to("cpu", copy=True).tolist()  # type: ignore[no-any-return]
+
+
+def _square(norm: torch.Tensor) -> torch.Tensor:
+    """A norm squared in float64, where an fp32 norm's square does not overflow."""
+    return norm.to(torch.float64) ** 2
+
+
+def _peak_of(t: torch.Tensor) -> torch.Tensor:
+    """Largest magnitude, on the device (aminmax is several times faster than an
+    inf-norm on CPU)."""
+    low, high = torch.aminmax(t)
+    return torch.maximum(-low, high)
 
 
 _TINY = 2.0**-100  # fp32 squares below 2**-126 underflow; see _Sums.exact_enough
 
 
 @dataclass(frozen=True)
-class _Sums:
-    """One pair's sums, computed in the reference's dtype without masking (the fast path)."""
+class _Pass:
+    """One pair's sums and counts, from one read. ``masked=False``: the fast pass, in the
+    reference's dtype over every position (its sums are not finite where any value is
+    not); ``masked=True``: non-finite positions matched and left out of the sums."""
 
     ref_sq: float
     cand_sq: float
     err_sq: float
     sum_abs: float
     max_abs: float
+    ref_peak: float
+    compared: int
+    nonfinite: int = 0
+    reference_nonfinite: int = 0
+    beyond_range: int = 0
+    flushed: int = 0
+    ref_any: bool = True
+    cand_any: bool = True
 
     @classmethod
-    def of(cls, r: torch.Tensor, c: torch.Tensor) -> _Sums:
+    def empty(cls) -> _Pass:
+        return cls(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, ref_any=False, cand_any=False)
+
+    @classmethod
+    def of(
+        cls, r: torch.Tensor, c: torch.Tensor, limits: NumericRange | None, *, masked: bool
+    ) -> _Pass:
+        zero = torch.zeros((), dtype=r.dtype, device=r.device)
+        counts: list[torch.Tensor] = []
+        ref_ok = torch.isfinite(r)
+        if masked:
+            cand_ok = torch.isfinite(c)
+            same = (torch.isnan(r) & torch.isnan(c)) | (r == c)  # both NaN, or equal infs
+            both = ref_ok & cand_ok
+            counts = [both.sum(), ((ref_ok & ~cand_ok) | (~ref_ok & ~same)).sum(), (~ref_ok).sum()]
+            finite_ref = torch.where(ref_ok, r, zero)
+            r, c = torch.where(both, r, zero), torch.where(both, c, zero)
+        else:
+            finite_ref = r
         diff = r - c
+        beyond = finite_ref.abs() > limits.max if limits is not None else zero.bool()
+        values = _read(
+            [
+                _square(torch.linalg.vector_norm(r)),
+                _square(torch.linalg.vector_norm(c)),
+                _square(torch.linalg.vector_norm(diff)),
+                diff.abs().sum(),
+                _peak_of(diff),
+                _peak_of(finite_ref) if r.numel() else zero,
+                beyond.sum(),
+                ((c == 0) & (r != 0)).sum(),
+                r.any(),
+                c.any(),
+                *counts,
+            ]
+        )
+        ref_sq, cand_sq, err_sq, sum_abs, max_abs, peak, over, flushed, r_any, c_any = values[:10]
+        compared, nonfinite, ref_nonfinite = (
+            (int(v) for v in values[10:]) if masked else (r.numel(), 0, 0)
+        )
         return cls(
-            ref_sq=_norm(r) ** 2,
-            cand_sq=_norm(c) ** 2,
-            err_sq=_norm(diff) ** 2,
-            sum_abs=float(diff.abs().sum()) if diff.numel() else 0.0,
-            max_abs=_peak(diff),
+            ref_sq,
+            cand_sq,
+            err_sq,
+            sum_abs,
+            max_abs,
+            peak,
+            compared,
+            nonfinite,
+            ref_nonfinite,
+            int(over),
+            int(flushed),
+            bool(r_any),
+            bool(c_any),
         )
 
     def finite(self) -> bool:
-        return all(math.isfinite(v) for v in dataclasses.astuple(self))
+        sums = (self.ref_sq, self.cand_sq, self.err_sq, self.sum_abs, self.max_abs, self.ref_peak)
+        return all(math.isfinite(v) for v in sums)
 
-    def exact_enough(self, r: torch.Tensor, c: torch.Tensor) -> bool:
+    def exact_enough(self, r: torch.Tensor) -> bool:
         """False when a sum may have lost values to underflow: a sum of n squares of at
         least ``n * _TINY`` lost less than 2**-26 of itself; a smaller one is trusted only
         when its tensor is all zero."""
@@ -254,7 +311,7 @@ class _Sums:
             return True  # already the widest; see the module doc
         low = r.numel() * _TINY
         return (
-            (self.ref_sq >= low or not bool(r.any()))
-            and (self.cand_sq >= low or not bool(c.any()))
+            (self.ref_sq >= low or not self.ref_any)
+            and (self.cand_sq >= low or not self.cand_any)
             and (self.err_sq >= low or self.max_abs == 0)
         )

@@ -12,6 +12,11 @@ compared with it is judged against a half-like model.
 reading the legacy ``allow_tf32`` flags after a user set the new API raises "mix of the
 legacy and new APIs" (torch 2.9 and later), so halfprec never reads them.
 :func:`reduced_fp32` names what the process had set, for the report.
+
+Two jobs, two contexts: :func:`exact_fp32` is for the *reference*, the outputs a half model
+is judged against. Everything *measured* (warm-ups, timings, the probes) runs under the
+caller's own settings, as the user's fp32 model runs; :func:`fp32_settings` says what they
+were ("matmul ieee, cudnn conv tf32, cudnn rnn tf32"), for the report.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["exact_fp32", "reduced_fp32"]
+__all__ = ["exact_fp32", "fp32_settings", "reduced_fp32"]
 
 # The leaves of torch's fp32 precision tree: (dotted path under torch.backends, operation).
 _LEAVES = (
@@ -53,6 +58,42 @@ def _precisions() -> dict[str, str]:
         if node is not None:
             found[path] = str(node.fp32_precision)
     return found
+
+
+# A device type's leaves, by the name the report gives them.
+_DEVICE_LEAVES = {
+    "cuda": (("cuda.matmul", "matmul"), ("cudnn.conv", "cudnn conv"), ("cudnn.rnn", "cudnn rnn")),
+    "cpu": (
+        ("mkldnn.matmul", "matmul"),
+        ("mkldnn.conv", "onednn conv"),
+        ("mkldnn.rnn", "onednn rnn"),
+    ),
+}
+
+
+def _effective(path: str) -> str:
+    """A leaf's precision with "none" resolved through its parents (``cudnn.conv`` ->
+    ``cudnn`` -> ``torch.backends``); "ieee" where every level says "none", torch's default
+    (the legacy ``allow_tf32`` flags, when set, write the leaves too)."""
+    parts = path.split(".")
+    for depth in range(len(parts), -1, -1):
+        node: Any = torch.backends
+        for part in parts[:depth]:
+            node = getattr(node, part, None)
+        value = str(getattr(node, "fp32_precision", "none"))
+        if value != "none":
+            return value
+    return "ieee"
+
+
+def fp32_settings(device: torch.device | str) -> str:
+    """How this process computes fp32 on ``device``'s type as set now, e.g. ``"matmul
+    ieee, cudnn conv tf32, cudnn rnn tf32"`` (CUDA's defaults in torch 2.13): the settings
+    fp32 is timed under. ``""`` for a device type without such settings."""
+    leaves = _DEVICE_LEAVES.get(torch.device(device).type, ())
+    return ", ".join(
+        f"{name} {_effective(path)}" for path, name in leaves if _backend(path) is not None
+    )
 
 
 def reduced_fp32() -> tuple[str, ...]:

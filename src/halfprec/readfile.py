@@ -24,6 +24,7 @@ __all__ = [
     "open_regular",
     "read_regular",
     "read_text_regular",
+    "kind_of",
     "refusal",
     "special_file_in",
     "special_kind",
@@ -39,7 +40,8 @@ _KINDS = (
 )
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words ("a FIFO (named pipe)", ...)."""
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
@@ -72,7 +74,7 @@ def unreadable(path: str | os.PathLike[str]) -> str | None:
         return "not found"
     except OSError as exc:
         return exc.strerror or type(exc).__name__
-    return None if stat.S_ISREG(mode) else _kind(mode)
+    return None if stat.S_ISREG(mode) else kind_of(mode)
 
 
 def special_kind(path: str | os.PathLike[str]) -> str | None:
@@ -82,7 +84,7 @@ def special_kind(path: str | os.PathLike[str]) -> str | None:
         mode = os.stat(path).st_mode
     except OSError:
         return None
-    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else _kind(mode)
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else kind_of(mode)
 
 
 def refusal(what: str, path: str | os.PathLike[str], fix: str = "check the path") -> str | None:
@@ -122,7 +124,7 @@ def open_regular(path: str | os.PathLike[str]) -> io.BufferedReader:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise NotAFileError(path, _kind(mode))
+            raise NotAFileError(path, kind_of(mode))
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)  # a regular file never blocks; reads behave as usual
         return os.fdopen(fd, "rb")

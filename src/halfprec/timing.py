@@ -1,6 +1,10 @@
-"""Latency measurement that is right on every device: warm-up, synchronisation, medians,
-speed ratios with their spread over interleaved rounds, and the words for them (the one
-place that says "faster", "slower" or "too noisy to rank")."""
+"""Latency measurement that is right on every device: the one clock (:class:`Stopwatch`:
+the wall clock with the device synchronised, and the device's own events on an
+accelerator), warm-up, medians, speed ratios with their spread over interleaved rounds, and
+the words for them (the one place that says "faster", "slower" or "too noisy to rank").
+
+Benchmark scripts and the GPU steps time through this module too, never with a bare
+``time.perf_counter()``: a CUDA call returns before its kernels finish."""
 
 from __future__ import annotations
 
@@ -15,10 +19,12 @@ import torch
 
 __all__ = [
     "Ratio",
+    "Stopwatch",
     "Timing",
     "fastest_accurate",
     "measure",
     "measure_interleaved",
+    "now",
     "ratio_of",
     "ratio_text",
     "spent_text",
@@ -60,6 +66,74 @@ def synchronize(device: torch.device | str) -> None:
             sync()
 
 
+def _device_event(dev: torch.device) -> Any:
+    """A timing event of ``dev``'s backend (CUDA, XPU, ...), None on CPU or where the
+    backend has none."""
+    if dev.type == "cpu":
+        return None
+    backend = getattr(torch, dev.type, None)
+    event_type = getattr(backend, "Event", None)
+    return None if event_type is None else event_type(enable_timing=True)
+
+
+class Stopwatch:
+    """The one clock: seconds of work on ``device`` between :meth:`start` and :meth:`stop`
+    (or a ``with`` block), the device synchronised at both ends, so that queued kernels
+    count where they run and not where they were launched.
+
+    ``seconds`` is what a caller waits (the wall clock); on an accelerator with timing
+    events (CUDA, XPU) ``device_seconds`` is the device's own time between an event
+    recorded at the start and one at the stop (launch gaps included, host work before
+    the first kernel not), else None. ``clock``: the wall clock (tests pass a scripted
+    one)::
+
+        with Stopwatch(device) as watch:
+            model(x)
+        print(watch.seconds)
+    """
+
+    def __init__(
+        self, device: torch.device | str = "cpu", *, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.device = torch.device(device)
+        self.clock = clock
+        self._began: float | None = None
+        self._events: tuple[Any, Any] | None = None
+        self.seconds: float | None = None
+        self.device_seconds: float | None = None
+
+    def start(self) -> Stopwatch:
+        """Wait for the work queued so far, then start timing."""
+        synchronize(self.device)
+        first = _device_event(self.device)
+        if first is not None:
+            first.record()
+            self._events = (first, _device_event(self.device))
+        self.seconds = self.device_seconds = None
+        self._began = self.clock()
+        return self
+
+    def stop(self) -> float:
+        """Wait for the work queued since :meth:`start`; returns (and keeps) ``seconds``."""
+        if self._began is None:
+            raise RuntimeError("Stopwatch.stop() before start(); call start() first")
+        if self._events is not None:
+            first, last = self._events
+            last.record()
+            last.synchronize()
+            self.device_seconds = first.elapsed_time(last) / 1e3  # events count milliseconds
+        synchronize(self.device)
+        self.seconds = self.clock() - self._began
+        self._began, self._events = None, None
+        return self.seconds
+
+    def __enter__(self) -> Stopwatch:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 def timed_call(fn: Callable[[], object], device: torch.device | str = "cpu") -> float:
     """Seconds one call of ``fn`` takes on ``device``, synchronised after the call: the
     one timed call every measurement here (and the bench runner's and probe's) is made of."""
@@ -67,6 +141,13 @@ def timed_call(fn: Callable[[], object], device: torch.device | str = "cpu") -> 
     fn()
     synchronize(device)
     return time.perf_counter() - start
+
+
+def now(device: torch.device | str = "cpu") -> float:
+    """The wall clock once ``device`` has finished its queued work: the start or end of a
+    phase (a compile, a load, a whole run) that a :class:`Stopwatch` block does not fit."""
+    synchronize(device)
+    return time.perf_counter()
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import weakref
 from typing import Any
@@ -27,6 +28,7 @@ from halfprec.bench.worker import measure_in_subprocess
 from halfprec.compare import Tolerance
 from halfprec.convert.core import conversion_report
 from halfprec.timing import Timing
+from support.precision import SEEN, callers_fp32, spy
 
 
 class Tiny(nn.Module):
@@ -283,9 +285,10 @@ def test_timed_calls_are_interleaved_across_variants() -> None:
     result = benchmark(Recording(), torch.ones(2, 4), variants=["naive-bf16"], bench=cfg)
     assert [len(r.timing.samples) for r in result.results if r.timing] == [3, 3]
     f32, b16 = torch.float32, torch.bfloat16
-    # one warm-up call each (in order), then timed rounds alternating between the variants
-    seen = list(CALLS)
-    assert seen == [f32, b16, f32, b16, f32, b16, f32, b16]
+    # one warm-up call each (in order), then timed rounds alternating between the variants:
+    # each round's sample a block of back-to-back calls of one variant (bench.steady)
+    blocks = [dtype for dtype, _ in itertools.groupby(CALLS)]
+    assert blocks == [f32, b16, f32, b16, f32, b16, f32, b16]
 
 
 class Counting(nn.Module):
@@ -508,9 +511,56 @@ def test_a_cpu_run_names_only_the_cpus_reduced_fp32_backends() -> None:
         result = benchmark(Tiny(), _x(), "bf16", variants=["halfprec-bf16"], bench=cfg)
     finally:
         node.fp32_precision = old
-    (note,) = [w for w in result.warnings if "IEEE fp32 all the same" in w]
-    assert note.startswith("this process computes oneDNN matmuls in bf16;")
-    assert "cuDNN" not in note
+    (note,) = [w for w in result.warnings if "every reference was computed in IEEE" in w]
+    assert note.startswith("fp32 was timed as this process runs it (matmul bf16, onednn conv")
+    assert "cudnn" not in note.lower()
+    assert result.machine.fp32.startswith("matmul bf16, onednn conv ")
+
+
+class _Spying(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(spy(x))
+
+
+def test_fp32_is_warmed_and_timed_under_the_callers_settings_and_judged_against_ieee() -> None:
+    """The caller computes fp32 matmuls in reduced precision (oneDNN's bf16, CUDA's TF32):
+    fp32's warm-up and every timed call run under those settings, as the user's model
+    runs, and the reference the candidates are judged against is computed in IEEE fp32.
+    The report names the settings; the caller's settings hold again afterwards."""
+    seen_by_timer: list[tuple[str, str, str]] = []
+
+    def timer(fn: Any, variant: Variant) -> float:
+        b = torch.backends
+        seen_by_timer.append(
+            (variant.name, b.mkldnn.matmul.fp32_precision, b.cuda.matmul.fp32_precision)
+        )
+        fn()
+        return 0.002 if variant.name == "fp32" else 0.001
+
+    cfg = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None, limit=False)
+    SEEN.clear()
+    with callers_fp32(mkldnn_matmul="bf16", cuda_matmul="tf32"):
+        result = benchmark(
+            _Spying(), _x16(), "bf16", variants=["halfprec-bf16"], bench=cfg, timer=timer
+        )
+        assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
+    fp32_timed = [s[1:] for s in seen_by_timer if s[0] == "fp32"]
+    assert fp32_timed and set(fp32_timed) == {("bf16", "tf32")}, seen_by_timer
+    fp32_calls = [s[1:] for s in SEEN if s[0] == torch.float32]
+    assert ("ieee", "ieee") in fp32_calls  # the reference
+    assert fp32_calls.count(("bf16", "tf32")) >= 1 + len(fp32_timed)  # warm-up and timing
+    assert result.machine.fp32.startswith("matmul bf16")
+    assert "fp32 timed with matmul bf16" in result.machine.summary()
+    assert result.get("halfprec-bf16").comparison is not None
+
+
+def _x16() -> torch.Tensor:
+    return torch.randn(4, 16, generator=torch.Generator().manual_seed(2))
 
 
 # -- at most the reference and one candidate in memory (issue 30) ---------------------------

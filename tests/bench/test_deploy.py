@@ -6,7 +6,9 @@ import gc
 import os
 import statistics
 import weakref
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ import halfprec
 from halfprec import BenchConfig, Tolerance, compare
 from halfprec.bench.deploy import Deployed
 from halfprec.timing import Timing
+from support.precision import callers_fp32
 from testbed.clocks import ScriptedClock
 
 
@@ -174,10 +177,18 @@ class Counting(Block):
 
 def test_deploy_warms_an_eager_variant_once_before_timing_it() -> None:
     # every half dtype probed slow (scripted), so only eager fp32 is called: once to warm up
-    # (recording its products, giving the reference output), then its timed rounds
+    # (recording its products, giving the reference output), then its timed rounds (one
+    # call each here: the real timer's samples are blocks of calls, bench.steady)
     Counting.calls = 0
     slow = ScriptedClock([0.001], [1.0])
-    done = halfprec.deploy(Counting(), _x(), "bf16", compile=False, probe_timer=slow, runtimes=())
+
+    def one_call(fn: Callable[[], object], _variant: object) -> float:
+        fn()
+        return 0.001
+
+    done = halfprec.deploy(
+        Counting(), _x(), "bf16", compile=False, probe_timer=slow, timer=one_call, runtimes=()
+    )
     timing = done.report.get("fp32").timing
     assert done.variant == "fp32" and timing is not None
     assert Counting.calls == len(timing.samples) + 1
@@ -385,3 +396,28 @@ def test_an_fp32_choice_is_a_fresh_copy_never_the_callers_model() -> None:
     assert Tracked.made == 2  # halfprec-bf16, then the copy returned
     assert model.training and not done.model.training
     assert torch.equal(done.model(_x()), model.eval()(_x()))
+
+
+@pytest.mark.slow  # one inductor compile of fp32+compile (~20 s on 2 cores)
+def test_the_deployed_compiled_choice_does_not_recompile_on_the_callers_first_call() -> None:
+    """A compiled candidate is warmed under the settings it will be called with: the
+    caller's. Dynamo guards the global fp32 matmul precision (``allowTF32CuBLAS``, set by
+    ``torch.backends.cuda.matmul.fp32_precision``, which a CPU-only torch takes too), so a
+    choice warmed in IEEE fp32 would compile again on the caller's first call under TF32."""
+    from torch._dynamo.utils import counters
+
+    def compiled_wins(fn: Any, variant: Any) -> float:
+        fn()
+        return 0.001 if variant.compiled else 0.004
+
+    bench = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=1e-9)  # half: slow
+    with callers_fp32(cuda_matmul="tf32"):
+        done = halfprec.deploy(
+            Block(), _x(), "bf16", eager=False, bench=bench, runtimes=(), timer=compiled_wins
+        )
+        assert done.variant == "fp32+compile"
+        graphs = counters["stats"]["unique_graphs"]
+        out = done.model(_x())
+        assert counters["stats"]["unique_graphs"] == graphs  # no compile on the first call
+    with torch.no_grad():
+        assert torch.allclose(out, Block().eval()(_x()), atol=1e-4)

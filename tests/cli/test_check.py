@@ -131,3 +131,30 @@ def test_check_flags_replace_one_threshold_of_the_recipes_tolerance(tmp_path: Pa
     assert out.returncode == 0, out.stderr
     tolerance = json.loads(out.stdout)["comparison"]["tolerance"]
     assert tolerance["min_sqnr_db"] == 10.0 and tolerance["min_cosine"] == 0.5
+
+
+def test_a_failure_on_inputs_halfprec_built_says_so_and_on_the_user_s_advises_them(
+    cli: Any, tmp_path: Path
+) -> None:
+    pytest.importorskip("transformers")
+    import transformers as tf
+    from safetensors.torch import save_file
+
+    from testbed.hf_processors import save
+
+    source = save("whisper-30s", tmp_path / "whisper")
+    # a feature extractor of a 1 s window: 100 frames, where the encoder takes 3000
+    tf.WhisperFeatureExtractor(feature_size=80, chunk_length=1).save_pretrained(source)
+    proc = cli("check", str(source), "--runs", "0")
+    assert proc.returncode == 2, proc.stderr
+    notes, line = proc.stderr.splitlines()[:-1], proc.stderr.splitlines()[-1]
+    assert all(n.startswith("note: ") for n in notes), proc.stderr
+    assert line.startswith("halfprec: error: the fp32 model refuses the example inputs halfprec")
+    assert "WhisperFeatureExtractor" in line and "not yours" in line
+    assert "check the inputs' names" not in line
+    mine = tmp_path / "mine.safetensors"
+    save_file({"input_features": torch.zeros(1, 80, 100)}, str(mine))
+    proc = cli("check", str(source), "--runs", "0", "--inputs", str(mine))
+    assert proc.returncode == 2, proc.stderr
+    assert "check the inputs' names, shapes and dtypes" in proc.stderr
+    assert "halfprec built" not in proc.stderr

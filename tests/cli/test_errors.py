@@ -171,7 +171,8 @@ def test_documented_exit_codes_are_the_cli_codes(doc: str) -> None:
     table = text.split("| code | meaning", 1)[1].split("\n\n", 1)[0]
     codes = [int(line.split("|")[1]) for line in table.splitlines()[2:]]
     constants = [cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_USAGE]
-    assert codes == [*constants, cli.EXIT_INTERNAL, cli.EXIT_INTERRUPTED] == [0, 1, 2, 3, 130]
+    ends = [cli.EXIT_INTERNAL, cli.EXIT_INTERRUPTED, cli.EXIT_TERMINATED]
+    assert codes == [*constants, *ends] == [0, 1, 2, 3, 130, 143]
 
 
 @pytest.mark.parametrize(

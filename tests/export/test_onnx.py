@@ -292,6 +292,11 @@ def test_a_static_export_that_fails_does_not_offer_static_again(tmp_path: Path) 
     with pytest.raises(ExportError) as info:  # T5's reshape fails inside torch.onnx
         halfprec.export(model, [batch], tmp_path / "t5.onnx", "fp16", dynamic=False)
     message = str(info.value)
-    assert message.startswith("torch.onnx.export failed: ValueError: Cannot view a tensor")
-    assert message.endswith("; export with --format exported-program"), message
+    # halfprec's frame around torch.onnx's reason (whose wording is upstream's to change):
+    # the stage, the reason as one "Type: line", and the one fix left, without --static
+    assert re.fullmatch(
+        r"torch\.onnx\.export failed: \w+: [^\n]+; export with --format exported-program",
+        message,
+    ), message
+    assert "--static" not in message
     assert not list(tmp_path.iterdir())

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STEPS = 9
 
 
-@pytest.mark.slow  # nine interpreters, a compile, two exports, torchrun: ~1 min of CPU
+@pytest.mark.slow  # nine interpreters, two inductor compiles, two exports, torchrun: ~2-3 min
 def test_the_dry_run_reports_every_step_in_order(tmp_path: Path) -> None:
     out = tmp_path / "gpu.md"
     page = ROOT / "docs" / "gpu.md"
@@ -37,6 +37,14 @@ def test_the_dry_run_reports_every_step_in_order(tmp_path: Path) -> None:
     sections = re.findall(r"^### (\d+)\. .*\n\n- \*\*(ok|skipped|FAILED)\*\* after", text, re.M)
     assert [int(n) for n, _ in sections] == list(range(1, STEPS + 1)), text
     assert "timed out" not in text and "crashed" not in text, text
+    status = dict(sections)
+    # the code GPU users run, run on the CPU: nothing the dry run only pretends to do
+    assert status["1"] == "skipped" and "no CUDA test ran" in text  # all skipped is no pass
+    if not os.environ.get("GPU_CHECK_NO_COMPILE"):
+        assert "backend='inductor'" in text  # step 2: a real inductor compile
+        assert "the compiled bucket kernel ran (1,050,625 elements >= 2**20" in text  # step 6
+    assert re.search(r"^- table: [1-9]\d* rows under \|", text, re.M)  # step 3's table
+    assert "set aside: ('oneDNN matmuls in bf16'" in text  # step 9's assertion held
     # a dry run makes no timing claims
     assert not re.search(r"\d ms\b", text), text
     assert page.read_text() == before  # a dry run leaves the page alone
@@ -82,3 +90,102 @@ def test_a_step_whose_package_is_missing_reports_skipped(tmp_path: Path) -> None
     for _, status, why in sections:
         assert status == "skipped", text
         assert re.fullmatch(r"needs the package (rich|safetensors), which this machine .*", why)
+
+
+def _script_settings() -> tuple[dict[str, int], dict[str, int]]:
+    """gpu-check.sh's constants (NAME=number) and its steps' limits, as bash reads them."""
+    text = (ROOT / "scripts" / "gpu-check.sh").read_text()
+    constants = {k: int(v) for k, v in re.findall(r"^([A-Z_]+_S)=(\d+)$", text, re.M)}
+    (steps,) = re.findall(r'^STEPS="([^"]*)"$', text, re.M)
+    limits = {name: int(s) for name, s in (e.split(":") for e in steps.split())}
+    return constants, limits
+
+
+def test_the_gpu_check_fits_300_s_by_construction_with_every_inner_limit_inside_its_step() -> None:
+    """The script's step limits, plus the time a killed step may take to die and the checks
+    before the first step, add up to at most 300 s; every step of run.py has a limit; each
+    step gets its limit (--limit), so that the tools it starts stop first (inner timeouts
+    derived from it, no fixed number of seconds in any step) and it reports what they
+    printed; stderr is not read through a process substitution."""
+    import sys
+
+    constants, limits = _script_settings()
+    assert constants["BUDGET_S"] == 300
+    total = sum(limits.values()) + len(limits) * constants["KILL_AFTER_S"] + constants["CHECKS_S"]
+    assert total <= constants["BUDGET_S"], (total, limits)
+    sys.path.insert(0, str(ROOT / "scripts" / "gpu_steps"))
+    try:
+        from run import STEPS  # noqa: PLC0415 - the steps' own table
+    finally:
+        sys.path.remove(str(ROOT / "scripts" / "gpu_steps"))
+    assert list(limits) == list(STEPS)
+    text = (ROOT / "scripts" / "gpu-check.sh").read_text()
+    call = re.search(r'timeout --kill-after="\$KILL_AFTER_S" "\$seconds" .*?\n.*', text)
+    assert call is not None and '--limit "$seconds"' in call.group(0)
+    assert ">(" not in text  # no asynchronous process substitution
+    for source in (ROOT / "scripts" / "gpu_steps").glob("*.py"):
+        for timeout in re.findall(r"timeout=([\w.]+(?:\(\))?)", source.read_text()):
+            assert timeout in ("ctx.inner_timeout()", "timeout"), (source.name, timeout)
+
+
+def test_a_tool_a_step_starts_stops_before_the_step_limit_and_the_step_says_how_far() -> None:
+    """Context.inner_timeout is what is left before the deadline (limit less the margin
+    to report), never more; a step that reaches its deadline is FAILED with the line it was
+    on, its section written, before the outer timeout would kill it."""
+    import sys
+    import time
+
+    sys.path.insert(0, str(ROOT / "scripts" / "gpu_steps"))
+    try:
+        from common import Context, run_step  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(ROOT / "scripts" / "gpu_steps"))
+    out = Path(os.devnull)
+    ctx = Context(dry_run=True, out=out, deadline=time.monotonic() + 30)
+    assert 27 < ctx.inner_timeout() < 30
+    assert Context(dry_run=True, out=out, deadline=time.monotonic() - 5).inner_timeout() == 1.0
+
+    def stuck(ctx: Context) -> list[str]:
+        while True:
+            time.sleep(0.01)
+
+    started = time.monotonic()
+    soon = Context(dry_run=True, out=out, deadline=time.monotonic() + 0.3)
+    assert run_step(soon, 1, "stuck", stuck) == 1
+    assert time.monotonic() - started < 5
+
+
+def test_step_1_fails_on_a_gpu_when_no_cuda_test_ran_and_says_skipped_in_a_dry_run() -> None:
+    """pytest's summary "9 skipped" (exit 0) checked nothing: a failure on a GPU, skipped
+    (not ok) in a dry run; "none collected" (exit 5) likewise; ok needs a test that passed."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts" / "gpu_steps"))
+    try:
+        from common import Skip  # noqa: PLC0415
+        from tool_steps import pytest_verdict  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(ROOT / "scripts" / "gpu_steps"))
+    all_skipped = ["SKIPPED [9] tests/integration/test_cuda.py: needs CUDA", "9 skipped in 0.5s"]
+    with pytest.raises(RuntimeError, match=r"^no CUDA test ran \(9 skipped in 0.5s; SKIPPED"):
+        pytest_verdict(0, all_skipped, "", dry_run=False)
+    with pytest.raises(Skip, match="no CUDA test ran"):
+        pytest_verdict(0, all_skipped, "", dry_run=True)
+    with pytest.raises(RuntimeError, match="no CUDA test ran"):
+        pytest_verdict(5, ["no tests ran in 0.1s"], "", dry_run=False)
+    ran = ["SKIPPED [1] tests/integration/test_cuda.py:62: needs 2 GPUs", "8 passed, 1 skipped"]
+    assert pytest_verdict(0, ran, "", dry_run=False)[0] == "8 passed, 1 skipped"
+    with pytest.raises(RuntimeError, match="1 failed"):
+        pytest_verdict(1, ["FAILED tests/x.py::t - boom", "1 failed, 8 passed"], "", False)
+
+
+def test_step_1_reads_the_summary_line_pytest_prints_under_v() -> None:
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts" / "gpu_steps"))
+    try:
+        from tool_steps import pytest_verdict  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(ROOT / "scripts" / "gpu_steps"))
+    banner = "=================== 7 passed, 1 skipped in 20.01s ===================="
+    assert pytest_verdict(0, [banner], "", dry_run=False) == ["7 passed, 1 skipped in 20.01s"]

@@ -104,16 +104,28 @@ def _time_series_transformer(path: Path) -> None:
     TimeSeriesTransformerForPrediction(config).save_pretrained(str(path))
 
 
-def test_inputs_a_model_takes_but_halfprec_cannot_build_are_named(tmp_path: Path) -> None:
+def test_a_forecasting_model_with_time_features_checks_from_its_config(tmp_path: Path) -> None:
     _time_series_transformer(tmp_path)
-    proc = run_cli("check", str(tmp_path), "--runs", "0")
+    proc = run_cli("check", str(tmp_path), "--runs", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["passed"]
+    assert "10 steps (context_length 8 + max(lags_sequence) 2)" in " ".join(data["notes"])
+
+
+def test_inputs_a_model_takes_but_halfprec_cannot_build_are_named(tmp_path: Path) -> None:
+    from testbed.hf_processors import save as save_with_processor
+
+    source = save_with_processor("llava", tmp_path / "llava")
+    (source / "processor_config.json").unlink()  # the tokenizer stays, the processor goes
+    proc = run_cli("check", str(source), "--runs", "0")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith(
-        f"halfprec: error: TimeSeriesTransformerForPrediction in {tmp_path} takes past_values, "
-        "past_time_features, past_observed_mask; halfprec cannot build past_time_features, "
-        "past_observed_mask from its config: pass --inputs FILE, a .safetensors file with one "
-        "tensor per input name"
+        f"halfprec: error: LlavaForConditionalGeneration in {source} places images at image "
+        "token 4 in its text, which only its processor lays out, and the directory has no "
+        "text-and-image processor"
     )
+    assert "pass --inputs FILE, a .safetensors file with one tensor per input name" in proc.stderr
 
 
 def test_convert_leaves_no_outdir_behind_a_check_that_refuses(tmp_path: Path) -> None:
@@ -147,10 +159,12 @@ def test_convert_directory_is_a_library_call_that_checks_on_the_given_device(
 
 def test_convert_directory_without_example_inputs_says_how_to_check_it(tmp_path: Path) -> None:
     from halfprec.io.hf_convert import convert_directory
+    from testbed.hf_processors import save as save_with_processor
 
-    _time_series_transformer(tmp_path / "tst")
+    source = save_with_processor("llava", tmp_path / "llava")
+    (source / "processor_config.json").unlink()  # a VLM without its processor
     out = tmp_path / "out"
-    done = convert_directory(tmp_path / "tst", out, halfprec.Recipe(dtype="bf16"), device="cpu")
+    done = convert_directory(source, out, halfprec.Recipe(dtype="bf16"), device="cpu")
     assert done.check is None and (out / "config.json").is_file()
-    assert "halfprec cannot build past_time_features, past_observed_mask" in done.unchecked
+    assert "places images at image token 4 in its text" in done.unchecked
     assert done.unchecked.endswith(f"; check it with halfprec check {out} --inputs FILE")

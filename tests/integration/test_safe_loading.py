@@ -12,6 +12,7 @@ import os
 import pickle
 import re
 import shutil
+import subprocess
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -442,6 +443,34 @@ def test_the_output_folder_follows_the_umask(hf_outdir: Path) -> None:
     assert hf_outdir.stat().st_mode & 0o777 == 0o750  # mkdtemp made it 0700 whatever the umask
 
 
+def test_every_file_in_the_output_folder_follows_the_umask(hf_outdir: Path) -> None:
+    modes = {f.name: f.stat().st_mode & 0o777 for f in hf_outdir.iterdir()}
+    assert "model.safetensors" in modes  # safetensors made it 0600 whatever the umask
+    assert set(modes.values()) == {0o640}, modes
+
+
+def test_a_read_only_folder_names_the_output_not_the_temp_folder(tmp_path: Path) -> None:
+    from halfprec.io.hf_dir import save_pretrained_dir
+    from support.hf_models import build
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() == 0:  # root writes into a 0555 folder: mount a read-only one instead
+        mount = ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)]
+        if subprocess.run(mount, capture_output=True, check=False).returncode != 0:
+            pytest.skip("cannot mount a read-only tmpfs here")
+    else:
+        folder.chmod(0o555)
+    try:
+        with pytest.raises(OSError) as caught:
+            save_pretrained_dir(halfprec.convert(build("gpt2"), "bf16"), folder / "out")
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", str(folder)], check=False)
+        folder.chmod(0o755)
+    assert caught.value.filename == str(folder / "out") and ".halfprec-" not in str(caught.value)
+
+
 def test_a_tensor_deleted_from_the_folder_is_refused_not_initialised(
     hf_outdir: Path, tmp_path: Path
 ) -> None:
@@ -510,7 +539,12 @@ def test_a_probe_cache_that_is_a_fifo_or_dev_zero_is_ignored_at_once(
     # a FIFO used to block bench forever; /dev/zero grew its memory without bound
     found = within(10, lambda: cache.get(torch.bfloat16, Gemm(1, 8, 8, 8), 3.0), made)
     assert found is None
-    kind = "a FIFO (named pipe)" if special == "fifo" else "a character device"
+    # a link (to /dev/zero) is not followed at all: cache files are opened O_NOFOLLOW
+    kind = (
+        "a FIFO (named pipe)"
+        if special == "fifo"
+        else "a link (a cache file is never read through one)"
+    )
     assert cache.notes == [
         f"ignored the probe cache {cache.path} (it is {kind}, not a regular file); "
         "probed again and rewrote it"

@@ -5,13 +5,14 @@ against them, on every load path (``load(into=model)``, ``load(into=builder)``, 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
@@ -266,40 +267,66 @@ _PROPERTY = settings(
 )
 
 
-@_PROPERTY
-@given(edit=_edits(), sharded=st.booleans(), builder=st.booleans())
+# an edit that changes nothing the tensors say (the recipe's dtype as saved): it must load,
+# so a loader that refuses everything fails the properties below
+_UNCHANGED: Edit = ("recipe", "dtype", "fp16")
+
+
 def test_an_edited_half_checkpoint_is_the_same_model_or_refused(
-    tmp_path_factory: pytest.TempPathFactory, edit: Edit, sharded: bool, builder: bool
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    tmp = tmp_path_factory.mktemp("edit")
-    tensors, meta = _saved(tmp)
-    want = load(_write_checkpoint(tmp / "valid", tensors, meta, sharded, None), into=net)
-    tensors, meta, index_edit = _apply(edit, tensors, meta)
-    path = _write_checkpoint(tmp / "edited", tensors, meta, sharded, index_edit)
-    try:
-        got = load(path, into=net if builder else net())
-    except (CheckpointError, RecipeError):
-        return
-    _same_model(got, want)
+    outcomes: Counter[str] = Counter()
+
+    @_PROPERTY
+    @example(edit=_UNCHANGED, sharded=False, builder=True)
+    @given(edit=_edits(), sharded=st.booleans(), builder=st.booleans())
+    def same_or_refused(edit: Edit, sharded: bool, builder: bool) -> None:
+        tmp = tmp_path_factory.mktemp("edit")
+        tensors, meta = _saved(tmp)
+        want = load(_write_checkpoint(tmp / "valid", tensors, meta, sharded, None), into=net)
+        tensors, meta, index_edit = _apply(edit, tensors, meta)
+        path = _write_checkpoint(tmp / "edited", tensors, meta, sharded, index_edit)
+        try:
+            got = load(path, into=net if builder else net())
+        except (CheckpointError, RecipeError):
+            assert edit != _UNCHANGED, "an unchanged checkpoint was refused"
+            outcomes["refused"] += 1
+            return
+        _same_model(got, want)
+        outcomes["loaded"] += 1
+
+    same_or_refused()
+    assert outcomes["loaded"] and outcomes["refused"], outcomes  # both sides were seen
 
 
-@_PROPERTY
-@given(edit=_edits(), sharded=st.booleans())
 def test_an_edited_fp32_checkpoint_converts_to_the_same_file_or_is_refused(
-    tmp_path_factory: pytest.TempPathFactory, edit: Edit, sharded: bool
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    tmp = tmp_path_factory.mktemp("stream")
-    tensors = {k: v.clone() for k, v in net().state_dict().items()}
-    meta = {"format": "pt", "recipe": Recipe(dtype="fp16").dumps()}  # a recipe field to edit
-    valid = _write_checkpoint(tmp / "valid", tensors, meta, sharded, None)
-    convert_file(valid, tmp / "want.safetensors", net, "fp16")
-    tensors, meta, index_edit = _apply(edit, tensors, meta)
-    path = _write_checkpoint(tmp / "edited", tensors, meta, sharded, index_edit)
-    try:
-        convert_file(path, tmp / "got.safetensors", net, "fp16")
-    except (CheckpointError, RecipeError):
-        return
-    got, want = load_file(str(tmp / "got.safetensors")), load_file(str(tmp / "want.safetensors"))
-    assert list(got) == list(want)
-    for k in want:
-        assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k]), k
+    outcomes: Counter[str] = Counter()
+
+    @_PROPERTY
+    @example(edit=_UNCHANGED, sharded=False)
+    @given(edit=_edits(), sharded=st.booleans())
+    def same_or_refused(edit: Edit, sharded: bool) -> None:
+        tmp = tmp_path_factory.mktemp("stream")
+        tensors = {k: v.clone() for k, v in net().state_dict().items()}
+        meta = {"format": "pt", "recipe": Recipe(dtype="fp16").dumps()}  # a field to edit
+        valid = _write_checkpoint(tmp / "valid", tensors, meta, sharded, None)
+        convert_file(valid, tmp / "want.safetensors", net, "fp16")
+        tensors, meta, index_edit = _apply(edit, tensors, meta)
+        path = _write_checkpoint(tmp / "edited", tensors, meta, sharded, index_edit)
+        try:
+            convert_file(path, tmp / "got.safetensors", net, "fp16")
+        except (CheckpointError, RecipeError):
+            assert edit != _UNCHANGED, "an unchanged checkpoint was refused"
+            outcomes["refused"] += 1
+            return
+        got = load_file(str(tmp / "got.safetensors"))
+        want = load_file(str(tmp / "want.safetensors"))
+        assert list(got) == list(want)
+        for k in want:
+            assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k]), k
+        outcomes["loaded"] += 1
+
+    same_or_refused()
+    assert outcomes["loaded"] and outcomes["refused"], outcomes  # both sides were seen

@@ -21,7 +21,10 @@ __all__ = ["HostSyncs", "tuned_toy"]
 
 
 class HostSyncs(TorchDispatchMode):
-    """Counts the ops that copy one value to the host, inside the ``with`` block."""
+    """Counts the reads of device values by the host inside the ``with`` block: each op
+    that copies one value out (``.item()``, ``float(t)``, ``bool(t)``) and each copy of a
+    tensor to the CPU (``.cpu()``, ``.to("cpu", copy=True)``; on the CPU too, where a GPU
+    would wait for it). ``tolist()`` of a CPU tensor reads memory the host has."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -30,9 +33,18 @@ class HostSyncs(TorchDispatchMode):
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
     ) -> Any:
-        if func is torch.ops.aten._local_scalar_dense.default:
+        kwargs = kwargs or {}
+        if (
+            func is torch.ops.aten._local_scalar_dense.default
+            or func is torch.ops.aten._to_copy.default
+            and _to_cpu(kwargs.get("device"))
+        ):
             self.count += 1
-        return func(*args, **(kwargs or {}))
+        return func(*args, **kwargs)
+
+
+def _to_cpu(device: Any) -> bool:
+    return device is not None and torch.device(device).type == "cpu"
 
 
 class Toy(nn.Module):

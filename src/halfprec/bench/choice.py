@@ -19,7 +19,6 @@ from halfprec.bench.spread import variant_speed
 from halfprec.bench.variants import Variant
 from halfprec.compare import Tolerance
 from halfprec.convert.recipe import Recipe, RecipeLike
-from halfprec.fp32 import exact_fp32
 from halfprec.modules import model_device
 from halfprec.timing import spread_text
 
@@ -36,8 +35,8 @@ def matmul_slowdown(
     probe (:func:`halfprec.bench.limit.probe_slowdown`). (Small shapes can hide the cost:
     some CPU kernels only slow down above a size.)"""
     rows, width, out = shape
-    with exact_fp32():
-        return probe_slowdown(dtype, device, Gemm(1, rows, width, out), give_up_at=float("inf"))
+    # fp32 under the caller's settings: the speed the caller's fp32 model runs at
+    return probe_slowdown(dtype, device, Gemm(1, rows, width, out), give_up_at=float("inf"))
 
 
 @dataclass(frozen=True)

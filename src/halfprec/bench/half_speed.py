@@ -15,7 +15,6 @@ from halfprec.bench.machine import machine_key
 from halfprec.bench.probe_cache import ProbeCache, cache_dir
 from halfprec.bench.results import BenchConfig
 from halfprec.dtypes import dtype_name
-from halfprec.fp32 import exact_fp32
 
 __all__ = ["HalfSpeed"]
 
@@ -51,10 +50,10 @@ class HalfSpeed:
         for dtype in self.dtypes:
             hit = None if cache is None else cache.get(dtype, gemm, limit)
             if hit is None:
-                with exact_fp32():
-                    probe = measure_slowdown(
-                        dtype, self.device, gemm, give_up_at=limit, timer=self.probe_timer
-                    )
+                # fp32's side under the caller's settings, as the model's fp32 runs
+                probe = measure_slowdown(
+                    dtype, self.device, gemm, give_up_at=limit, timer=self.probe_timer
+                )
                 if cache is not None:
                     cache.put(probe, gemm, limit)
                 source = ""
@@ -78,10 +77,9 @@ class HalfSpeed:
             if dtype in self.skips:
                 limits[dtype] = GemmLimit(dtype, 1 / self.slowdowns[dtype], "probe", 1)
             elif self.config.limit:
-                with exact_fp32():
-                    limits[dtype] = measure_limit(
-                        shapes, dtype, self.device, budget_s=self.config.limit_budget_s
-                    )
+                limits[dtype] = measure_limit(
+                    shapes, dtype, self.device, budget_s=self.config.limit_budget_s
+                )
         for dt, lim in limits.items():
             self.gemm_ratios.setdefault(dt, lim.ratio)
         return limits

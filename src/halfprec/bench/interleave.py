@@ -24,7 +24,6 @@ from halfprec.batch import Batch, call
 from halfprec.bench.race import Race
 from halfprec.bench.results import VariantResult, relative_rounds
 from halfprec.bench.variants import Variant
-from halfprec.fp32 import exact_fp32
 from halfprec.modules import first_line
 from halfprec.timing import Timing
 
@@ -146,7 +145,7 @@ def time_interleaved(
     samples: dict[int, list[float]] = {i: [] for i in modules}
     ref = next((i for i in modules if prepared[i].result.variant == Variant("fp32")), None)
     stopped: set[int] = set()
-    with torch.inference_mode(), exact_fp32():
+    with torch.inference_mode():  # the caller's fp32 settings: fp32 as the user runs it
         for round_ in range(max((prepared[i].runs for i in modules), default=0)):
             now = _playing(prepared, modules, ref, samples, stopped, round_, race)
             if not now:

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from halfprec.dtypes import device_support
+from halfprec.fp32 import fp32_settings
 
 __all__ = ["MachineInfo", "machine_info", "machine_key"]
 
@@ -35,13 +36,15 @@ class MachineInfo:
     cpu_count: int
     torch_version: str
     python_version: str
+    # the caller's fp32 settings, which fp32 is timed under (halfprec.fp32.fp32_settings)
+    fp32: str = ""
 
     def summary(self) -> str:
         flags = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in self.features.items())
-        tf32 = "" if self.device.startswith("cpu") else "; fp32 timed with TF32 off"
+        fp32 = f"; fp32 timed with {self.fp32}" if self.fp32 else ""
         return (
             f"{self.device}: {self.name}; {flags}; torch {self.torch_version}, "
-            f"{self.threads} threads of {self.cpu_count} CPUs{tf32}"
+            f"{self.threads} threads of {self.cpu_count} CPUs{fp32}"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -65,13 +68,15 @@ def machine_info(device: str | torch.device = "cpu") -> MachineInfo:
         cpu_count=os.cpu_count() or 1,
         torch_version=torch.__version__,
         python_version=platform.python_version(),
+        fp32=fp32_settings(device),
     )
 
 
 def machine_key(device: str | torch.device = "cpu") -> dict[str, str | int]:
     """What a measurement on ``device`` depends on, for keying caches of it: the device and
     its name (CPU model, or GPU and compute capability), the half-precision features of
-    the one device table, the architecture, torch's version and the thread count."""
+    the one device table, the architecture, torch's version, the thread count and the fp32
+    settings."""
     sup = device_support(device)
     return {
         "device": str(torch.device(device)),
@@ -80,4 +85,5 @@ def machine_key(device: str | torch.device = "cpu") -> dict[str, str | int]:
         "machine": platform.machine(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "fp32": fp32_settings(device),  # fp32's side of a probed ratio runs under them
     }

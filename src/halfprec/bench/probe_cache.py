@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 
-from halfprec.atomic import write_text_atomic
 from halfprec.bench.limit import Gemm, Slowdown
+from halfprec.cachefile import read_cache, write_cache
 from halfprec.dtypes import HALF_DTYPES, dtype_name
-from halfprec.readfile import FileTooLargeError, NotAFileError, read_regular
+from halfprec.readfile import FileTooLargeError, NotAFileError
 
 __all__ = ["ENV_DIR", "ENV_SWITCH", "ProbeCache", "cache_dir"]
 
@@ -132,7 +132,7 @@ class ProbeCache:
 
         try:
             # a regular file only (a FIFO would block, /dev/zero never end), read with a bound
-            text = read_regular(self.path, limit=_MAX_BYTES).decode("utf-8")
+            text = read_cache(self.path, limit=_MAX_BYTES).decode("utf-8")
             data = json.loads(text, parse_constant=no_constants)
         except FileTooLargeError:
             raise _Malformed(f"it is over {_MAX_BYTES} bytes") from None
@@ -181,6 +181,6 @@ class ProbeCache:
         ]
         text = json.dumps({"schema": _SCHEMA, "key": self.key, "probes": probes}, indent=1)
         try:
-            write_text_atomic(self.path, text + "\n", mkdirs=True)
+            write_cache(self.path, text + "\n")  # never through a link, in a folder only you write
         except OSError as exc:
             self.notes.append(f"could not write the probe cache {self.path}: {exc}")

@@ -20,7 +20,6 @@ import datetime
 import hashlib
 import json
 import os
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,11 +27,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.atomic import write_text_atomic
 from halfprec.batch import Batch
 from halfprec.bench.machine import machine_key
 from halfprec.bench.probe_cache import cache_dir
 from halfprec.bench.variants import Variant
+from halfprec.cachefile import read_cache, write_cache
 from halfprec.tree import flatten
 
 __all__ = ["ENV_SWITCH", "RaceCache", "race_key"]
@@ -60,26 +59,11 @@ def race_key(model: nn.Module, batch: Batch, variants: Sequence[Variant]) -> dic
 
 
 def _read_small(path: Path) -> str | None:
-    """The file's text when it is a regular file of at most 64 KiB, else None. Opened
-    without blocking and checked on the open descriptor: a FIFO or device is never read."""
+    """The file's text when it is a regular file (not a link) of at most 64 KiB, else None
+    (:func:`~halfprec.cachefile.read_cache`: a FIFO or device is never read)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_BYTES:
-            return None
-        data = os.read(fd, _MAX_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if len(data) > _MAX_BYTES:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
+        return read_cache(path, limit=_MAX_BYTES).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
         return None
 
 
@@ -116,7 +100,7 @@ class RaceCache:
         when = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         text = json.dumps({"key": self.key, "winner": winner, "measured_at": when}, indent=1)
         try:
-            write_text_atomic(self.path, text + "\n", mkdirs=True)
+            write_cache(self.path, text + "\n")  # never through a link, in a folder only you write
         except OSError as exc:
             return f"could not write deploy's race cache {self.path}: {exc}"
         return None

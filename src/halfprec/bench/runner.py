@@ -12,7 +12,11 @@ products a quick probe finds ``skip_slower_than`` times slower than fp32.
 It holds at most the caller's model and one candidate (deploy: and the best so far), never
 every variant: eager fp32 is the caller's model itself, not a copy. First, at each batch
 size, fp32 is warmed up (its first call records the model's matrix products for the probe
-and the limit) and its outputs are kept as the reference. Then each candidate in turn is
+and the limit) and its outputs are kept as the reference (computed in IEEE fp32,
+:func:`~halfprec.fp32.exact_fp32`, when the caller's settings compute fp32 in less). Every
+warm-up and timing runs under the caller's own settings, as the user's model runs (recorded
+in :attr:`MachineInfo.fp32`); a compiled candidate is thus warmed, and compiled, under the
+settings it will be called with. Then each candidate in turn is
 built once, and at each batch size warmed, compared with that size's reference and timed
 in a pair with fp32 (their calls alternating round by round,
 :func:`~halfprec.bench.interleave.time_interleaved`), then released before the next is
@@ -33,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.batch import Batch, as_batches, batch_size_of, resize_batch
+from halfprec.batch import Batch, as_batches, batch_size_of, call, resize_batch
 from halfprec.bench.half_speed import HalfSpeed
 from halfprec.bench.interleave import CallTimer, Pairs, Prepared
 from halfprec.bench.limit import Gemm, GemmLimit, Timer
@@ -46,6 +50,7 @@ from halfprec.bench.results import (
     fastest_variant,
 )
 from halfprec.bench.runtime_choice import with_runtimes
+from halfprec.bench.steady import steady_call_time
 from halfprec.bench.variants import (
     AUTOTUNE_RECIPES,
     Variant,
@@ -53,14 +58,14 @@ from halfprec.bench.variants import (
     build_variant,
     parse_variants,
 )
-from halfprec.bench.warmup import PeakCounters, Warmed, WarmUp, device_counters
+from halfprec.bench.warmup import PeakCounters, Warmed, WarmUp, device_counters, kept
 from halfprec.bench.worker import measure_in_subprocess
 from halfprec.compare import Tolerance, compare_outputs, reference_failed
 from halfprec.convert.recipe import Recipe, RecipeLike
 from halfprec.dtypes import DeviceSupport, device_support, dtype_name
-from halfprec.fp32 import exact_fp32, reduced_fp32
+from halfprec.fp32 import exact_fp32, fp32_settings, reduced_fp32
 from halfprec.modules import evaluating, first_line, model_device, nbytes
-from halfprec.timing import Timing, timed_call
+from halfprec.timing import Timing
 
 __all__ = ["Benchmark", "benchmark", "SPREAD_WARNING"]
 
@@ -141,7 +146,7 @@ class Benchmark:
         self.device = model_device(model)
         self.settled = self.recipe.settle(self.device, tolerance)
         self.spec, self.progress, self.keep_modules = spec, progress, keep_modules
-        self.timer: CallTimer = timer or (lambda fn, _variant: timed_call(fn, self.device))
+        self.timer: CallTimer = timer or (lambda fn, _variant: steady_call_time(fn, self.device))
         self.support = support or device_support(self.device)
         self.warm_up = WarmUp(
             device=self.device,
@@ -210,13 +215,16 @@ class Benchmark:
         return BenchRun(result, self.modules)
 
     def _note_reduced_fp32(self) -> None:
-        ours = ("oneDNN",) if self.device.type == "cpu" else ("CUDA", "cuDNN")
-        reduced = [r for r in reduced_fp32() if r.startswith(ours)]  # this device's backends
-        if reduced:
+        if self._reduced():
             self.notes.append(
-                f"this process computes {', '.join(reduced)}; every fp32 row and reference "
-                "was computed in IEEE fp32 all the same (halfprec.fp32.exact_fp32)"
+                f"fp32 was timed as this process runs it ({fp32_settings(self.device)}); "
+                "every reference was computed in IEEE fp32 (halfprec.fp32.exact_fp32)"
             )
+
+    def _reduced(self) -> list[str]:
+        """The caller's settings that compute fp32 in less than IEEE on this device."""
+        ours = ("oneDNN",) if self.device.type == "cpu" else ("CUDA", "cuDNN")
+        return [r for r in reduced_fp32() if r.startswith(ours)]
 
     def _reference(self, result: BenchResult, index: int, size: int, sizes: int) -> _Size:
         """Eager fp32 at one batch size: warmed (its first call at the first size records
@@ -224,6 +232,9 @@ class Benchmark:
         batch = resize_batch(self.batch, size)
         self._report(f"{_FP32.name} @ batch {size}", sizes)
         ready, output = self._prepare(_FP32, batch, size, index, self.model, None)
+        if self._reduced():  # warmed as the caller runs it; the reference is IEEE fp32
+            with self.phase("warm-up"), torch.inference_mode(), exact_fp32():
+                output = kept(call(self.model, batch))
         if index == 0:
             with self.phase("probe"):
                 self.notes.extend(self.half.probe(self.shapes))
@@ -386,7 +397,7 @@ class Benchmark:
         result = VariantResult(variant, size, "ok", items_per_call=items)
         result.model_bytes = nbytes(module)
         try:
-            with self.phase("warm-up"), torch.inference_mode(), exact_fp32():
+            with self.phase("warm-up"), torch.inference_mode():  # the caller's settings
                 warm = self.warm_up.run(module, batch, variant)
         except Exception as exc:
             if variant == _FP32:  # the user's own model refuses these inputs

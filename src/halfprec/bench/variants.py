@@ -2,11 +2,12 @@
 compiled or not.
 
 A :class:`Variant` names a way of :mod:`halfprec.bench.ways` (its registry holds each one's
-build, dtypes and rules) and a dtype: ``fp32`` (the model as it is, every backend's fp32
-precision IEEE while it runs: :func:`halfprec.fp32.exact_fp32`), ``naive-bf16``
-(``model.to(dtype)``), ``autocast-fp16`` (``torch.autocast``), ``halfprec-bf16``
-(:func:`halfprec.convert`), ``openvino-bf16`` and ``onnxruntime-fp32`` (another runtime,
-built from an example batch, never ``+compile``), and any way registered since.
+build, dtypes and rules) and a dtype: ``fp32`` (the model as it is, timed under the
+caller's fp32 settings; its reference outputs in IEEE fp32:
+:func:`halfprec.fp32.exact_fp32`), ``naive-bf16`` (``model.to(dtype)``), ``autocast-fp16``
+(``torch.autocast``), ``halfprec-bf16`` (:func:`halfprec.convert`), ``openvino-bf16`` and
+``onnxruntime-fp32`` (another runtime, built from an example batch, never ``+compile``),
+and any way registered since.
 
 A way that runs in torch may be under ``torch.compile`` (``+compile``), compiled the way
 that deploys fastest on the device (:data:`COMPILE_RECIPES`): on CPU torch.compile's
@@ -192,24 +193,20 @@ class CompileRecipe:
 
 
 # One table: the fastest deploy compile per device type (others get the default compile).
-# CPU fp32: not frozen. Freezing (with torch's weight prepacking) was no faster on
-# BERT-base fp32 here, and inductor cannot cache a frozen graph (prepacked weights are
-# mkldnn tensors it cannot pickle), so every new process compiled it from scratch;
-# unfrozen, the FX graph and AOTAutograd caches hand a new process the compiled graph
-# (docs/benchmarks.md#bench-and-deploy-time). CPU fp16/bf16: frozen, because oneDNN's
-# prepacked half GEMMs are what torch.compile's CPU speed in half rests on (BERT-base
-# b8x128 bf16 on an AVX512-BF16 EPYC: 1.7x fp32 eager, 2.2x compiled with freezing); that
-# the unfrozen compile keeps that speed is unmeasured (this project's CPUs so far emulate
-# bf16), so the half variants keep the recipe measured fast and pay its compile per process.
+# CPU fp32 compiles unfrozen: freezing is no faster there, and a frozen graph holds
+# prepacked mkldnn weights that inductor's caches cannot store, so every new process would
+# compile it again, where an unfrozen one is loaded from the FX graph and AOTAutograd
+# caches. CPU fp16/bf16 compile frozen: oneDNN's prepacked half GEMMs are what
+# torch.compile's half speed on CPU rests on. The measurements behind both are in
+# docs/benchmarks.md ("Where the compile recipes come from").
 COMPILE_RECIPES: dict[str, CompileRecipe] = {
     "cpu": CompileRecipe(mode=None, freeze_half=True),
     "cuda": CompileRecipe(mode="max-autotune"),
 }
 
-# ``+autotune``: max-autotune with freezing, where it differs from the default recipe. On an
-# AMX Xeon it picked inductor's AMX micro-GEMM template for BERT-base bf16, at half the time
-# of oneDNN's linear (4.99x fp32 eager against 3.52x for the default recipe, compiled in
-# 33 s); it pays only where half GEMMs are native (:func:`autotune_pays`).
+# ``+autotune``: max-autotune with freezing, where it differs from the default recipe. Where
+# half GEMMs are native (AMX), inductor's micro-GEMM template can beat oneDNN's linear; it
+# is tried only there (:func:`autotune_pays`).
 AUTOTUNE_RECIPES: dict[str, CompileRecipe] = {
     "cpu": CompileRecipe(mode="max-autotune", freezing=True),
 }
@@ -219,10 +216,8 @@ AUTOTUNE_MIN_GEMM_RATIO = 1.2
 faster than fp32's (AMX: ~4x; emulated bf16: 0.01-0.1x)."""
 
 # The CPU feature that gives inductor's max-autotune a half micro-GEMM template of its own,
-# per dtype. Without it the only template is fp32-vectorised (``CppMicroGemmFP32Vec``), and
-# oneDNN's linear wins every GEMM: BERT-base bf16 b8x128 on a Zen 5 EPYC with AVX512-BF16
-# and no AMX, 2026-12-02: oneDNN 24-63 ms against the template's 48-469 ms per GEMM, so
-# max-autotune compiled the kernels +compile uses, after 14-34 s of autotuning per shape.
+# per dtype. Without it the only template is fp32-vectorised (``CppMicroGemmFP32Vec``),
+# oneDNN's linear wins every GEMM, and max-autotune's autotuning ends in +compile's kernels.
 AUTOTUNE_FEATURES: dict[torch.dtype, str] = {torch.bfloat16: "amx_bf16", torch.float16: "amx_fp16"}
 
 

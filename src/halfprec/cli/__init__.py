@@ -12,29 +12,50 @@ error is one line on stderr (``--debug`` adds the traceback):
   permission denied, ...) exit 2 with ``halfprec: error: ...``;
 - any other exception is a bug (in halfprec, or in the model's own code): exit 3 with
   ``halfprec: internal error: ...``, naming where it was raised;
-- Ctrl-C exits 130, the shell's code for SIGINT, with ``halfprec: interrupted ...``.
+- Ctrl-C exits 130, the shell's code for SIGINT, with ``halfprec: interrupted ...``;
+- SIGTERM (what ``timeout``, systemd, Docker and Kubernetes send) runs the same clean-up
+  and exits 143 (128 + SIGTERM) with ``halfprec: terminated ...``.
+
+While a command runs, SIGXFSZ is ignored, so a write past the file-size limit
+(``ulimit -f``) fails with EFBIG and is reported as any full disk is, instead of killing
+the process mid-write.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
+import signal
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 import click
 
-from halfprec.errors import HalfprecError
+from halfprec.errors import HalfprecError, ReferenceFailedError
 from halfprec.io.spec_names import BUILTIN_MODELS
 
-__all__ = ["main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_INTERRUPTED"]
+__all__ = [
+    "main",
+    "EXIT_OK",
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_TERMINATED",
+    "Terminated",
+]
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the check ran and did not pass (tolerance, findings)
 EXIT_USAGE = 2  # bad input: nothing was written
 EXIT_INTERNAL = 3  # an exception halfprec did not raise on purpose: a bug
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM)
 
 # command name (and its module under halfprec.cli) -> its line in ``halfprec --help``
 _COMMANDS: dict[str, str] = {
@@ -81,9 +102,14 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with _signals():
+                return super().invoke(ctx)
         except HalfprecError as exc:
-            _fail(ctx, _one_line(exc), exc.exit_code)
+            built = (ctx.obj or {}).get("inputs_built")
+            message = str(exc)
+            if built and isinstance(exc, ReferenceFailedError):
+                message = exc.built_by_halfprec(built)
+            _fail(ctx, _one_line(message), exc.exit_code)
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx is not None else "halfprec"
             _fail(ctx, f"{_one_line(exc.format_message())} (see '{where} --help')", EXIT_USAGE)
@@ -96,11 +122,41 @@ class _Group(click.Group):
                 _fail(ctx, _internal(exc), EXIT_INTERNAL, "internal error")
         except SystemExit as exc:  # sys.exit() in the model's code: click exits by Exit
             _fail(ctx, _internal(exc), EXIT_INTERNAL, "internal error")
+        except Terminated:
+            message = "terminated (SIGTERM); a file being written was left as it was before"
+            _fail(ctx, message, EXIT_TERMINATED, kind=None)
         except KeyboardInterrupt:
             message = "interrupted (Ctrl-C); a file being written was left as it was before"
             _fail(ctx, message, EXIT_INTERRUPTED, kind=None)
         except Exception as exc:
             _fail(ctx, _internal(exc), EXIT_INTERNAL, "internal error")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program was, so every clean-up that Ctrl-C runs runs."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _signals() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` and SIGXFSZ is ignored while a command runs; the
+    caller's handlers are restored after (only the main thread can set them)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    wanted: dict[signal.Signals, Any] = {signal.SIGTERM: _terminate}
+    if hasattr(signal, "SIGXFSZ"):
+        wanted[signal.SIGXFSZ] = signal.SIG_IGN
+    old = {sig: signal.signal(sig, handler) for sig, handler in wanted.items()}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def _one_line(exc: BaseException | str) -> str:
@@ -141,6 +197,7 @@ _OS_FIXES = {
     errno.EPERM: "operation not permitted; check the file and folder permissions",
     errno.ENOENT: "no such file or folder; check the path",
     errno.EDQUOT: "the disk quota is exceeded; free some space or write elsewhere",
+    errno.EFBIG: "the file would pass the file-size limit (ulimit -f); raise it or write elsewhere",
 }
 
 

@@ -22,7 +22,7 @@ import click
 from halfprec.atomic import resolve_target, write_bytes_atomic
 from halfprec.cli.options import finish
 from halfprec.errors import HalfprecError
-from halfprec.leaks.lint import LintConfig, LintReport, fixable, lint, load_config
+from halfprec.leaks.lint import Finding, LintConfig, LintReport, fixable, lint, load_config
 from halfprec.leaks.lint.rules import FIX_UNSAFE
 from halfprec.leaks.lint.source import split_lines
 
@@ -74,6 +74,13 @@ def _diff(report: LintReport) -> str:
 )
 @click.option("--ignore", help="Comma-separated rule codes or prefixes to skip.")
 @click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
+@click.option(
+    "--output-format",
+    type=click.Choice(["text", "json", "github"]),
+    default="text",
+    help="text (path:line:col: CODE message), json (as --json), or github (workflow "
+    "commands: each finding an annotation on the pull request's diff).",
+)
 def command(
     paths: tuple[Path, ...],
     fix: bool,
@@ -82,11 +89,13 @@ def command(
     select: str | None,
     ignore: str | None,
     as_json: bool,
+    output_format: str,
 ) -> None:
     """Find dtype leaks in the forward code of nn.Modules under PATHS.
 
-    Suppress one line with `# halfprec: ignore[HP101]` (or a bare `# halfprec: ignore`);
-    configure defaults in `[tool.halfprec.lint]` of pyproject.toml.
+    Suppress one line with `# halfprec: ignore[HP101]` or `# noqa: HP101` (a bare
+    `# halfprec: ignore` or `# noqa`: every rule); configure defaults and per-file-ignores
+    in `[tool.halfprec.lint]` of pyproject.toml.
     """
     config = load_config(
         paths[0], select=_codes(select), ignore=_codes(ignore), unsafe_fixes=unsafe_fixes
@@ -99,11 +108,36 @@ def command(
         if diff:
             click.echo(_diff(report), nl=False)
         for finding in report.findings:
-            click.echo(finding.render(fixable(finding, config)))
+            if output_format == "github":
+                click.echo(github_annotation(finding))
+            else:
+                click.echo(finding.render(fixable(finding, config)))
         click.echo(summary(report, config, wrote=fix and not diff), err=True)
 
     changed = diff and any(r.new_source is not None for r in report.files)
+    as_json = as_json or output_format == "json"
     finish(report.to_json(), as_json, render, not (report.findings or changed))
+
+
+def _escape(text: str, prop: bool = False) -> str:
+    """GitHub's escaping of a workflow command's message (and, with ``prop``, of a
+    property value, where ``:`` and ``,`` separate)."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def github_annotation(finding: Finding) -> str:
+    """``::error file=...,line=...,col=...,title=HP101::message``: an annotation GitHub
+    Actions shows on the line of the pull request's diff."""
+    where = ",".join(
+        [
+            f"file={_escape(finding.path, prop=True)}",
+            f"line={finding.line}",
+            f"col={finding.col}",
+            f"title={_escape(finding.code, prop=True)}",
+        ]
+    )
+    return f"::error {where}::{_escape(f'{finding.code} {finding.message}')}"
 
 
 def _unwritable(path: Path) -> str | None:

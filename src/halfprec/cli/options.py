@@ -299,9 +299,20 @@ def load_for_command(
             f"{spec} has no example inputs; pass --inputs FILE (.safetensors or .pt), or "
             "define example_inputs() next to the factory"
         )
+    if inputs_path is None and loaded.inputs_built:
+        _note_built_inputs(loaded)
     loaded.model.to(dev)
     moved = [map_tensors(lambda t: t.to(dev), b) for b in batches]
     return loaded, moved, dev
+
+
+def _note_built_inputs(loaded: LoadedModel) -> None:
+    """Tell the command's error handler that halfprec built these inputs (from what), so
+    that an fp32 failure on them reads as halfprec's, not as advice on the user's inputs."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        obj = ctx.find_root().ensure_object(dict)
+        obj["inputs_built"] = "; ".join(loaded.inputs_built)
 
 
 def finish(

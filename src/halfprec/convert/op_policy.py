@@ -114,9 +114,9 @@ NO_HALF_OPS: frozenset[str] = frozenset(
 
 DEFAULT_FP32_OPS: tuple[str, ...] = tuple(sorted(AUTOCAST_FP32_OPS | NO_HALF_OPS))
 
-# Names the default list also held until 2026-12-01 (from ``dir()``: a class, the torch
-# module, docstring fragments): no call has them, so a recipe that lists them still has
-# the default policy.
+# Names that recipes written by older versions list in their default policy (taken from
+# ``dir()``: a class, the torch module, docstring fragments): no call has them, so a recipe
+# that lists them still has the default policy.
 LEGACY_NON_OPS: frozenset[str] = frozenset(
     {"fft_Tensor", "fft_torch", "fft_common_args", "fft_factory_common_args",
      "linalg_LinAlgError", "linalg_common_notes"}

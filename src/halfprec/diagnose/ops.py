@@ -23,6 +23,7 @@ from halfprec.convert.op_islands import OpRef, OwnOpMode
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.errorstats import ErrorStats
 from halfprec.fp32 import exact_fp32
+from halfprec.modules import first_line
 from halfprec.tree import iter_tensors, map_tensors
 
 __all__ = ["OpDiagnosis", "OpProbe"]
@@ -113,24 +114,14 @@ class OpProbe(OwnOpMode):
         try:
             out = func(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - a failing op is the finding
-            text = str(exc).strip().splitlines()
-            rec.exception = rec.exception or f"{type(exc).__name__}: {text[0] if text else ''}"
+            rec.exception = rec.exception or first_line(exc)
             return map_tensors(self._saturate, wide)
-        rec.stats.add(wide, out, self.limits)
-        for _, (r, c) in _pairs(wide, out):
-            rec.flushed += int(((r != 0) & (c == 0) & torch.isfinite(r)).sum())
+        zeroed = rec.stats.zeroed
+        rec.stats.add(wide, out, self.limits)  # one read per output tensor
+        rec.flushed += rec.stats.zeroed - zeroed
         return out
 
     def _saturate(self, t: torch.Tensor) -> torch.Tensor:
         if not t.is_floating_point():
             return t
         return t.clamp(-self.limits.max, self.limits.max).to(self.dtype)
-
-
-def _pairs(ref: Any, out: Any) -> list[tuple[str, tuple[torch.Tensor, torch.Tensor]]]:
-    outs = dict(iter_tensors(out))
-    return [
-        (path, (r, outs[path]))
-        for path, r in iter_tensors(ref)
-        if r.is_floating_point() and path in outs and outs[path].shape == r.shape
-    ]

@@ -168,7 +168,7 @@ def write_artifact(
 
             write_torchscript(model, named[0], tmp, info)
         else:
-            program = capture(model, named[0], shapes)
+            program = capture(model, named[0], shapes, onnx=config.format == "onnx")
             if config.format == "onnx":
                 write_onnx(program, tmp, info, config.opset)
             else:

@@ -22,6 +22,7 @@ from halfprec.errors import clip
 from halfprec.export.capture import named_inputs
 from halfprec.export.config import ExportError, ExportFormat, RuntimeFailure, format_for_path
 from halfprec.export.info import ArtifactInfo
+from halfprec.modules import first_line
 from halfprec.tree import flatten, map_tensors, unflatten
 
 __all__ = ["Artifact", "Verification", "load_artifact", "verify_artifact"]
@@ -142,10 +143,9 @@ def verify_artifact(
             "with that op in fp32 (--keep-fp32), or export with --format exported-program"
         ) from None
     except Exception as exc:  # torch, TorchScript and onnxruntime raise their own types
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ExportError(
-            f"{artifact.path} does not fit this model's inputs ({type(exc).__name__}: "
-            f"{first[:160]}); check it against the model it was exported from"
+            f"{artifact.path} does not fit this model's inputs ({first_line(exc)}); check it "
+            "against the model it was exported from"
         ) from None
     refs = [reference_outputs[i] for i in picked]
     _check_same_outputs(artifact, refs[0], outputs[0])

@@ -8,6 +8,7 @@ holds the input casts, the fp32 islands with their casts, and the output casts.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 import traceback
@@ -208,15 +209,19 @@ def explain_failure(stage: str, exc: BaseException, *, can_be_static: bool = Tru
 
 
 def capture(
-    model: nn.Module, named: dict[str, Any], shapes: dict[str, Any] | None
+    model: nn.Module, named: dict[str, Any], shapes: dict[str, Any] | None, onnx: bool = False
 ) -> torch.export.ExportedProgram:
-    """``torch.export`` the model (non-strict, so halfprec's hooks are traced)."""
+    """``torch.export`` the model (non-strict, so halfprec's hooks are traced); ``onnx``:
+    for an ONNX file, whose attention must zero fully masked rows as aten does
+    (:mod:`halfprec.export.attention`)."""
+    from halfprec.export.attention import aten_masked_rows
+
     # torch.export marks the example tensors it sees as dynamic; give it copies so a
     # second export of the same batch (say, a static one after a failure) starts clean.
     fresh = map_tensors(lambda t: t.detach().clone(), named)
     model = plain_outputs(model, list(fresh))
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), aten_masked_rows() if onnx else contextlib.nullcontext():
             warnings.simplefilter("ignore")
             return torch.export.export(model, (), kwargs=fresh, dynamic_shapes=shapes, strict=False)
     except HalfprecError:

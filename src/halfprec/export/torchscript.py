@@ -11,6 +11,7 @@ A trace records one path through the model: shapes that reach Python
 
 from __future__ import annotations
 
+import io
 import warnings
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,9 @@ def write_torchscript(
         raise ExportError(explain_failure("torch.jit.trace", exc)) from exc
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates torch.jit
-        torch.jit.save(traced, str(path), _extra_files={INFO_KEY: info.to_json_text()})
+        buffer = io.BytesIO()  # torch's own file writer aborts the process on a write error
+        torch.jit.save(traced, buffer, _extra_files={INFO_KEY: info.to_json_text()})
+    path.write_bytes(buffer.getvalue())  # a full disk or file-size limit is an OSError here
 
 
 def load_torchscript(path: Path) -> tuple[nn.Module, ArtifactInfo]:

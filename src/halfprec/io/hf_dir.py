@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.atomic import make_temp_dir
+from halfprec.atomic import as_write_error, make_temp_dir, new_file_mode
 from halfprec.convert.core import recipe_of
 from halfprec.dtypes import cast_floating, dtype_name
 from halfprec.errors import CheckpointError
@@ -99,7 +99,10 @@ def save_pretrained_dir(
     if not dest.parent.is_dir():
         raise CheckpointError(f"folder {dest.parent} does not exist; create it first")
     assert not isinstance(recipe.dtype, str)  # a resolved recipe: a concrete dtype
-    tmp = make_temp_dir(dest.parent)  # pid in its name: a kill -9 leaves no lasting litter
+    try:
+        tmp = make_temp_dir(dest.parent)  # pid in its name: a kill -9 leaves no lasting litter
+    except OSError as exc:  # a read-only folder: name the folder asked for, not the temp one
+        raise OSError(exc.errno, exc.strerror, str(dest)) from exc
     try:
         config: Any = half.config
         previous = getattr(config, "dtype", None)
@@ -113,13 +116,19 @@ def save_pretrained_dir(
         _config_dtype(tmp / "config.json", recipe.dtype)
         recipe.save(tmp / RECIPE_FILE)
         _copy_side_files(Path(source) if source is not None else None, tmp)
+        for written in tmp.iterdir():  # safetensors makes its files 0600: give the usual mode
+            if written.is_file() and not written.is_symlink():
+                written.chmod(new_file_mode())
         if verify is not None:
             verify(tmp)
         if dest.exists():
             dest.rmdir()
         os.replace(tmp, dest)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        mapped = as_write_error(exc, dest)  # name the folder asked for, not the temp one
+        if mapped is not None:
+            raise mapped from exc
         raise
     files = tuple(sorted(f.name for f in dest.iterdir()))
     size = sum((dest / f).stat().st_size for f in files)

@@ -1,24 +1,33 @@
-"""Example batches for a Hugging Face model directory, built from the model itself.
+"""Example batches for a Hugging Face model directory, built as its model card builds them.
 
-The inputs come from the model, not from an assumption that every model reads tokens, as
-Optimum's dummy input generators (``optimum/utils/input_generators.py``, one per modality,
-sized from the config) build them:
+The inputs come from the model and its directory, not from an assumption that every model
+reads tokens:
 
 - the names: the model's ``main_input_name`` and every parameter its ``forward`` requires;
   a text-and-vision model (a config with ``text_config`` and ``vision_config``, as CLIP's)
   gets both ``input_ids`` and ``pixel_values``; an encoder-decoder gets
   ``decoder_input_ids`` too;
-- the sizes: from the config (``image_size``, ``num_channels``, ``num_mel_bins``,
-  ``context_length``, ``num_input_channels``, ``vocab_size``, position limits);
-- the values: the directory's own processor on real example data where the directory has
-  one (``AutoTokenizer`` on halfprec's built-in sentences, ``AutoImageProcessor`` on
-  scikit-learn's two bundled photographs, ``AutoFeatureExtractor`` on a waveform); the
-  photographs resized and scaled to [-1, 1] for a vision model without a processor;
-  synthetic data only where no real sample can ship (a waveform of tones, a multichannel
-  series of seasonal curves, random token ids without a tokenizer).
+- the values: the directory's own processor where it has one, called as a model card calls
+  it, with the processor's own defaults (a Whisper feature extractor pads to its fixed
+  window; an image processor resizes to its own size) and every output its
+  ``model_input_names`` lists that ``forward`` takes: ``AutoTokenizer`` on halfprec's
+  built-in sentences, ``AutoImageProcessor`` on scikit-learn's two bundled photographs,
+  ``AutoFeatureExtractor`` on a waveform, and a text-and-image processor (``AutoProcessor``)
+  on both at once, with its chat template or image token for a vision-language model;
+  the decoder start of an encoder-decoder from its tokenizer's text shifted right by the
+  model's own ``prepare_decoder_input_ids_from_labels``;
+- the sizes, where no processor says: from the config (``image_size``, ``num_channels``,
+  ``num_mel_bins``, ``context_length``, ``lags_sequence``, ``num_time_features``,
+  ``num_input_channels``, ``vocab_size``, position limits); synthetic data only where no
+  real sample can ship (a waveform of tones, seasonal series with their time features and
+  an all-ones observed mask, random token ids without a tokenizer).
 
-When some required input has no builder, :class:`NoExampleInputs` names the inputs the
-model needs and the ``--inputs`` file format that supplies them.
+One call builds one batch size across every modality: 16 sentences for a text-only model,
+else two rows of each (the two photographs, two waveforms, two series, two sentences).
+:func:`example_batches` says what it built from what (``built``), so that an error on
+these inputs is halfprec's to explain, not the user's. When some required input has no
+builder, :class:`NoExampleInputs` names the inputs the model needs, the missing config field
+where that is what stops it, and the ``--inputs`` file format that supplies them.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from torch import nn
 
 from halfprec.batch import Batch
 from halfprec.errors import InputsError, ModelSpecError, require
+from halfprec.io.hf_series import forecast_inputs, takes_time_features
 from halfprec.io.zoo import sentences, token_batch
 from halfprec.modules import first_line
 
@@ -43,9 +53,11 @@ INPUTS_FORMAT = (
     "a .safetensors file with one tensor per input name (batch0.NAME, batch1.NAME for "
     "several batches) or a .pt file of a dict of tensors"
 )
-_ROWS = 2  # rows of the non-text inputs: both photos, two waveforms, two series
+_ROWS = 2  # rows of every input of a model that reads more than text: both photos
+_TEXT_ROWS = 16  # sentences for a text-only model
 _PROCESSOR_FILE = "preprocessor_config.json"
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model")
+_NON_TEXT = ("pixel_values", "input_values", "input_features", "past_values")
 
 
 class NoExampleInputs(InputsError):
@@ -59,13 +71,16 @@ class NoExampleInputs(InputsError):
 
 @dataclass
 class _Context:
-    """What every builder reads: the model, its directory and config, and notes to add."""
+    """What every builder reads: the model, its directory and config, the one batch size of
+    the call, notes to add and what was built from what."""
 
     model: nn.Module
     path: Path
     tf: Any
     params: dict[str, inspect.Parameter]
     notes: list[str] = field(default_factory=list)
+    rows: int = _ROWS
+    built: list[str] = field(default_factory=list)
 
     @property
     def config(self) -> Any:
@@ -74,6 +89,17 @@ class _Context:
     def sub(self, name: str) -> Any:
         """The ``vision_config``/``text_config`` of a composite model, else the config."""
         return getattr(self.config, name, None) or self.config
+
+    def has_tokenizer(self) -> bool:
+        return any((self.path / f).is_file() for f in _TOKENIZER_FILES)
+
+    def taken(self, encoded: Any, names: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """The tensors of a processor's output that ``forward`` takes (of ``names``)."""
+        return {
+            k: v
+            for k, v in dict(encoded).items()
+            if k in self.params and isinstance(v, torch.Tensor) and (names is None or k in names)
+        }
 
 
 def _forward_params(model: nn.Module) -> dict[str, inspect.Parameter]:
@@ -94,14 +120,19 @@ def _wanted(ctx: _Context) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def example_batches(model: nn.Module, path: Path, notes: list[str]) -> list[Batch]:
+def example_batches(
+    model: nn.Module, path: Path, notes: list[str], built: list[str] | None = None
+) -> list[Batch]:
     """One example batch for the Hugging Face ``model`` loaded from ``path`` (module docs);
-    ``notes`` gets one sentence per choice made for the user. Raises
-    :class:`NoExampleInputs` naming what the model needs when some input has no builder."""
+    ``notes`` gets one sentence per choice made for the user, ``built`` one phrase per input
+    saying what it was built from. Raises :class:`NoExampleInputs` naming what the model
+    needs when some input has no builder."""
     from halfprec.io.zoo import import_transformers
 
     ctx = _Context(model, path, import_transformers(), _forward_params(model), notes)
     names = _wanted(ctx)
+    if ctx.has_tokenizer() and not any(n in names for n in _NON_TEXT):
+        ctx.rows = _TEXT_ROWS  # a text-only model: 16 sentences (2 rows of random ids)
     missing = [n for n in names if n not in _BUILDERS]
     if missing:
         raise NoExampleInputs(
@@ -109,26 +140,47 @@ def example_batches(model: nn.Module, path: Path, notes: list[str]) -> list[Batc
             f"{', '.join(missing)} from its config"
         )
     batch: dict[str, torch.Tensor] = {}
+    if "input_ids" in names and "pixel_values" in names:
+        batch.update(_text_and_images(ctx))
     for name in names:
         if name not in batch:
             batch.update(_BUILDERS[name](ctx))
-    if getattr(ctx.config, "is_encoder_decoder", False) and "decoder_input_ids" in ctx.params:
-        batch["decoder_input_ids"] = _decoder_tokens(ctx.config, next(iter(batch.values())))
+    decodes = getattr(ctx.config, "is_encoder_decoder", False) or _is_vision_encoder_decoder(ctx)
+    if decodes and "decoder_input_ids" in ctx.params and "decoder_input_ids" not in batch:
+        batch["decoder_input_ids"] = _decoder_tokens(ctx)
+    if built is not None:
+        built += ctx.built
     return [{k: v for k, v in batch.items() if k in ctx.params}]
+
+
+def _is_vision_encoder_decoder(ctx: _Context) -> bool:
+    """A composite encoder-decoder (VisionEncoderDecoder, SpeechEncoderDecoder): a config
+    with ``encoder`` and ``decoder`` configs."""
+    return hasattr(ctx.config, "encoder") and hasattr(ctx.config, "decoder")
 
 
 # -- text ------------------------------------------------------------------------------------
 
 
 def _text(ctx: _Context) -> dict[str, torch.Tensor]:
-    """The built-in sentences through the directory's tokenizer, else random token ids."""
+    """The built-in sentences through the directory's tokenizer (every output its
+    ``model_input_names`` lists that ``forward`` takes), else random token ids."""
     config = ctx.sub("text_config")
     limit = max_positions(config)
-    if any((ctx.path / f).is_file() for f in _TOKENIZER_FILES):
-        enc = _tokenize(ctx, limit)
-        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+    if ctx.has_tokenizer():
+        tokenizer = _tokenizer(ctx)
+        cut = {"truncation": True, "max_length": limit} if limit else {}
+        enc = tokenizer(sentences()[: ctx.rows], padding=True, return_tensors="pt", **cut)
+        out = ctx.taken(enc, tuple(tokenizer.model_input_names))
+        ctx.built.append(
+            f"{', '.join(out)} from {ctx.rows} built-in sentences through the "
+            f"{type(tokenizer).__name__} in {ctx.path}"
+        )
+        return out
     vocab = int(getattr(config, "vocab_size", None) or 1000)
-    return token_batch(vocab, _ROWS, min(32, limit) if limit else 32)
+    length = min(32, limit) if limit else 32
+    ctx.built.append(f"input_ids: {ctx.rows}x{length} random token ids below vocab_size {vocab}")
+    return token_batch(vocab, ctx.rows, length)
 
 
 def max_positions(config: Any) -> int | None:
@@ -140,10 +192,9 @@ def max_positions(config: Any) -> int | None:
     return None
 
 
-def _tokenize(ctx: _Context, limit: int | None) -> Any:
-    """The example sentences tokenized and padded (truncated to the model's positions); a
-    tokenizer without a pad token pads with its eos token, as ``transformers.pipeline``
-    does (and a note says so)."""
+def _tokenizer(ctx: _Context) -> Any:
+    """The directory's tokenizer; one without a pad token pads with its eos token, as
+    ``transformers.pipeline`` does (and a note says so)."""
     try:
         tokenizer = ctx.tf.AutoTokenizer.from_pretrained(str(ctx.path), trust_remote_code=False)
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -151,28 +202,52 @@ def _tokenize(ctx: _Context, limit: int | None) -> Any:
             f"cannot load the tokenizer in {ctx.path} ({first_line(exc)}); check its tokenizer "
             "files against the installed transformers, or pass --inputs FILE"
         ) from None
-    if tokenizer.pad_token is None:
-        if tokenizer.eos_token is None:
-            raise ModelSpecError(
-                f"the tokenizer in {ctx.path} has neither a pad token nor an eos token to pad "
-                "with; set pad_token in its tokenizer_config.json, or pass --inputs FILE"
-            )
-        tokenizer.pad_token = tokenizer.eos_token
-        ctx.notes.append(
-            f"the tokenizer in {ctx.path} has no pad token; padding with its eos token "
-            f"{tokenizer.eos_token!r} (id {tokenizer.eos_token_id}), as transformers.pipeline does"
+    _pad_with_eos(ctx, tokenizer)
+    return tokenizer
+
+
+def _pad_with_eos(ctx: _Context, tokenizer: Any) -> None:
+    if tokenizer.pad_token is not None:
+        return
+    if tokenizer.eos_token is None:
+        raise ModelSpecError(
+            f"the tokenizer in {ctx.path} has neither a pad token nor an eos token to pad "
+            "with; set pad_token in its tokenizer_config.json, or pass --inputs FILE"
         )
-    cut = {"truncation": True, "max_length": limit} if limit else {}
-    return tokenizer(sentences()[:16], padding=True, return_tensors="pt", **cut)
+    tokenizer.pad_token = tokenizer.eos_token
+    ctx.notes.append(
+        f"the tokenizer in {ctx.path} has no pad token; padding with its eos token "
+        f"{tokenizer.eos_token!r} (id {tokenizer.eos_token_id}), as transformers.pipeline does"
+    )
 
 
-def _decoder_tokens(config: Any, first: torch.Tensor) -> torch.Tensor:
-    """A short start of decoder tokens for an encoder-decoder, from its start token."""
-    start = int(getattr(config, "decoder_start_token_id", None) or 0)
-    length = min(8, int(getattr(config, "max_target_positions", 8) or 8))
-    vocab = int(getattr(config, "vocab_size", 1000))
-    tokens = token_batch(vocab, first.shape[0], length)["input_ids"]
+def _decoder_tokens(ctx: _Context) -> torch.Tensor:
+    """An encoder-decoder's decoder input: the sentences through its tokenizer as labels,
+    shifted right by the model's own ``prepare_decoder_input_ids_from_labels`` (its decoder
+    start token first); without a tokenizer, random tokens after the config's
+    ``decoder_start_token_id``."""
+    config = ctx.sub("decoder")
+    limit = int(getattr(config, "max_target_positions", 0) or 0) or max_positions(config)
+    shift = getattr(ctx.model, "prepare_decoder_input_ids_from_labels", None)
+    if ctx.has_tokenizer() and callable(shift):
+        tokenizer = _tokenizer(ctx)
+        cut = {"truncation": True, "max_length": min(16, limit)} if limit else {}
+        labels = tokenizer(text_target=sentences()[: ctx.rows], padding=True, **cut)
+        ids = torch.as_tensor(labels["input_ids"])
+        ctx.built.append(
+            f"decoder_input_ids: {ctx.rows} built-in sentences through the "
+            f"{type(tokenizer).__name__} in {ctx.path}, shifted right by "
+            f"{type(ctx.model).__name__}.prepare_decoder_input_ids_from_labels"
+        )
+        return torch.as_tensor(shift(labels=ids))
+    start = int(getattr(ctx.config, "decoder_start_token_id", None) or 0)
+    length = min(8, limit or 8)
+    vocab = int(getattr(config, "vocab_size", None) or getattr(ctx.config, "vocab_size", 0) or 1000)
+    tokens = token_batch(vocab, ctx.rows, length)["input_ids"]
     tokens[:, 0] = start
+    ctx.built.append(
+        f"decoder_input_ids: decoder_start_token_id {start} and {length - 1} random tokens"
+    )
     return tokens
 
 
@@ -193,12 +268,18 @@ def _size(value: Any, default: int = 224) -> tuple[int, int]:
 
 
 def _pixels(ctx: _Context) -> dict[str, torch.Tensor]:
-    """scikit-learn's two photos through the directory's image processor, else resized to
-    the config's ``image_size`` and scaled to [-1, 1] (ViT's own normalisation)."""
-    photos = _photos()
+    """scikit-learn's two photos through the directory's image processor (its own size and
+    normalisation), else resized to the config's ``image_size`` and scaled to [-1, 1]
+    (ViT's own normalisation)."""
+    photos = _photos()[: ctx.rows]
     if (ctx.path / _PROCESSOR_FILE).is_file():
         processor = ctx.tf.AutoImageProcessor.from_pretrained(str(ctx.path))
-        return {"pixel_values": processor(images=photos, return_tensors="pt")["pixel_values"]}
+        out = ctx.taken(processor(images=photos, return_tensors="pt"))
+        ctx.built.append(
+            f"{', '.join(out)} from scikit-learn's two sample photos through the "
+            f"{type(processor).__name__} in {ctx.path}"
+        )
+        return out
     config = ctx.sub("vision_config")
     height, width = _size(getattr(config, "image_size", None))
     channels = int(getattr(config, "num_channels", 3) or 3)
@@ -210,7 +291,76 @@ def _pixels(ctx: _Context) -> dict[str, torch.Tensor]:
         f"{ctx.path} has no image processor; scikit-learn's two sample photos are resized to "
         f"{height}x{width} and scaled to [-1, 1]"
     )
+    ctx.built.append(f"pixel_values: two photos resized to the config's {height}x{width}")
     return {"pixel_values": (images * 2 - 1).contiguous()}
+
+
+def _image_token_id(config: Any) -> int | None:
+    for name in ("image_token_id", "image_token_index"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _text_and_images(ctx: _Context) -> dict[str, torch.Tensor]:
+    """Sentences and photos of one batch size through the directory's own processor: for
+    a vision-language model (a config with an image token), each sentence in its chat
+    template with one image, else after the processor's image token. Without a joint
+    processor, a model with image tokens is refused; others take each modality's own."""
+    image_token = _image_token_id(ctx.config)
+    processor = _joint_processor(ctx)
+    if processor is None:
+        if image_token is not None:
+            raise NoExampleInputs(
+                f"{type(ctx.model).__name__} in {ctx.path} places images at image token "
+                f"{image_token} in its text, which only its processor lays out, and the "
+                "directory has no text-and-image processor (processor_config.json or "
+                "preprocessor_config.json with a tokenizer)"
+            )
+        return {}
+    _pad_with_eos(ctx, processor.tokenizer)
+    texts = sentences()[: ctx.rows]
+    photos: list[Any] = _photos()[: ctx.rows]
+    how = "as plain text"
+    if image_token is not None:
+        texts, how = _with_image_tokens(processor, texts)
+        photos = [[p] for p in photos]  # one image per prompt
+    out = processor(images=photos, text=texts, return_tensors="pt", text_kwargs={"padding": True})
+    taken = ctx.taken(out)
+    ctx.built.append(
+        f"{', '.join(taken)} from {ctx.rows} built-in sentences ({how}) and scikit-learn's "
+        f"two sample photos through the {type(processor).__name__} in {ctx.path}"
+    )
+    return taken
+
+
+def _with_image_tokens(processor: Any, texts: list[str]) -> tuple[list[str], str]:
+    """Each text with one image: in the processor's chat template, else after its image
+    token."""
+    if getattr(processor, "chat_template", None):
+        prompts = [
+            processor.apply_chat_template(
+                [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": t}]}],
+                add_generation_prompt=True,
+                tokenize=False,
+            )
+            for t in texts
+        ]
+        return prompts, "in the processor's chat template, one image each"
+    token = getattr(processor, "image_token", None) or "<image>"
+    return [f"{token}{t}" for t in texts], f"after its image token {token!r}"
+
+
+def _joint_processor(ctx: _Context) -> Any:
+    """The directory's processor that takes both text and images, or None."""
+    try:
+        processor = ctx.tf.AutoProcessor.from_pretrained(str(ctx.path), trust_remote_code=False)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if hasattr(processor, "tokenizer") and hasattr(processor, "image_processor"):
+        return processor
+    return None
 
 
 # -- audio -----------------------------------------------------------------------------------
@@ -229,14 +379,20 @@ def _waveform(rate: int, seconds: float = 1.0) -> list[Any]:
 
 
 def _extracted(ctx: _Context, name: str) -> dict[str, torch.Tensor] | None:
-    """The directory's feature extractor on the waveform, if it has one."""
+    """The directory's feature extractor on the waveform, with its own defaults (padding
+    and length: Whisper's pads every clip to its fixed window), if it has one."""
     if not (ctx.path / _PROCESSOR_FILE).is_file():
         return None
     extractor = ctx.tf.AutoFeatureExtractor.from_pretrained(str(ctx.path))
     rate = int(getattr(extractor, "sampling_rate", 16000))
-    out = extractor(_waveform(rate), sampling_rate=rate, return_tensors="pt", padding=True)
+    out = ctx.taken(extractor(_waveform(rate), sampling_rate=rate, return_tensors="pt"))
     ctx.notes.append(f"{name}: a synthetic 1 s waveform at {rate} Hz through the feature extractor")
-    return {k: v for k, v in out.items() if k in ctx.params}
+    shapes = ", ".join(f"{k} {tuple(v.shape)}" for k, v in out.items())
+    ctx.built.append(
+        f"{shapes} from two synthetic 1 s waveforms at {rate} Hz through the "
+        f"{type(extractor).__name__} in {ctx.path}"
+    )
+    return out
 
 
 def _values(ctx: _Context) -> dict[str, torch.Tensor]:
@@ -248,6 +404,7 @@ def _values(ctx: _Context) -> dict[str, torch.Tensor]:
     wave = torch.stack([torch.from_numpy(row) for row in _waveform(rate)])
     wave = (wave - wave.mean(-1, keepdim=True)) / wave.std(-1, keepdim=True)
     ctx.notes.append(f"input_values: a synthetic 1 s waveform at {rate} Hz, normalised")
+    ctx.built.append(f"input_values: two synthetic 1 s waveforms at {rate} Hz, normalised")
     return {"input_values": wave}
 
 
@@ -260,34 +417,35 @@ def _features(ctx: _Context) -> dict[str, torch.Tensor]:
     mels = int(getattr(ctx.config, "num_mel_bins", 80))
     frames = 2 * int(getattr(ctx.config, "max_source_positions", 1500))
     gen = torch.Generator().manual_seed(0)
-    return {"input_features": torch.randn(_ROWS, mels, frames, generator=gen)}
+    ctx.built.append(
+        f"input_features: random {mels}x{frames} frames (num_mel_bins by twice "
+        "max_source_positions; no feature extractor in the directory)"
+    )
+    return {"input_features": torch.randn(ctx.rows, mels, frames, generator=gen)}
 
 
 # -- time series -----------------------------------------------------------------------------
 
 
 def _series(ctx: _Context) -> dict[str, torch.Tensor]:
-    """``past_values`` (PatchTST, PatchTSMixer): ``context_length`` steps of
-    ``num_input_channels`` seasonal curves (a daily and a weekly period, a trend, noise)."""
-    config = ctx.config
-    length = int(getattr(config, "context_length", 0) or 0)
-    channels = int(getattr(config, "num_input_channels", 1) or 1)
-    if length <= 0:
+    """``past_values`` and what goes with it (:mod:`halfprec.io.hf_series`)."""
+    try:
+        out, built = forecast_inputs(ctx.config, set(ctx.params), ctx.rows)
+    except ValueError as exc:
+        raise NoExampleInputs(f"{type(ctx.model).__name__} in {ctx.path} {exc}") from None
+    ctx.notes.append(built)
+    ctx.built.append(built)
+    return out
+
+
+def _no_series(ctx: _Context) -> dict[str, torch.Tensor]:
+    """Time features and the observed mask come with ``past_values`` (built with it)."""
+    if not takes_time_features(ctx.config):
         raise NoExampleInputs(
-            f"{type(ctx.model).__name__} in {ctx.path} takes past_values but its config has no "
-            "context_length"
+            f"{type(ctx.model).__name__} in {ctx.path} takes time features, but its config has "
+            "no lags_sequence and num_time_features to size them"
         )
-    t = torch.arange(length, dtype=torch.float32)
-    gen = torch.Generator().manual_seed(0)
-    phase = torch.rand(_ROWS, 1, channels, generator=gen) * 2 * math.pi
-    day = torch.sin(2 * math.pi * t[None, :, None] / 24 + phase)
-    week = 0.5 * torch.sin(2 * math.pi * t[None, :, None] / 168 + phase)
-    trend = 0.01 * t[None, :, None]
-    noise = 0.1 * torch.randn(_ROWS, length, channels, generator=gen)
-    ctx.notes.append(
-        f"past_values: {length} steps of {channels} synthetic seasonal series (no real one ships)"
-    )
-    return {"past_values": day + week + trend + noise}
+    return _series(ctx)
 
 
 _BUILDERS = {
@@ -296,4 +454,6 @@ _BUILDERS = {
     "input_values": _values,
     "input_features": _features,
     "past_values": _series,
+    "past_time_features": _no_series,
+    "past_observed_mask": _no_series,
 }

@@ -57,6 +57,9 @@ class LoadedModel:
     no_inputs: str = ""
     """Why no example batch could be built: the inputs the model needs (``--inputs`` gives
     them)."""
+    inputs_built: list[str] = field(default_factory=list)
+    """Hugging Face directories: what halfprec built each example input from, one phrase
+    each (the example batches are halfprec's, not the user's)."""
 
 
 def load_model(spec: str) -> LoadedModel:
@@ -209,8 +212,9 @@ def _hf_directory(path: Path) -> LoadedModel:
 
     batches: list[Batch] = []
     no_inputs = ""
+    built: list[str] = []
     try:
-        batches = example_batches(model, path, notes)
+        batches = example_batches(model, path, notes, built)
     except NoExampleInputs as exc:  # an error only when no --inputs supplies them
         no_inputs = exc.problem
     if (path / "modules.json").is_file() and getattr(model.config, "model_type", "") == "bert":
@@ -223,11 +227,12 @@ def _hf_directory(path: Path) -> LoadedModel:
         stored_dtype=stored,
         notes=notes,
         no_inputs=no_inputs,
+        inputs_built=built,
     )
 
 
 def _load_error(path: Path, exc: Exception) -> ModelSpecError:
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    first = first_line(exc)
     if "trust_remote_code" in str(exc) or "custom code" in first:
         return ModelSpecError(
             f"{path} needs its own Python code (auto_map in its config), which halfprec "
@@ -235,7 +240,7 @@ def _load_error(path: Path, exc: Exception) -> ModelSpecError:
             "trust_remote_code=True in a factory and pass MODEL as path/to/file.py:factory"
         )
     return ModelSpecError(
-        f"cannot load the Hugging Face model in {path}: {clip(first, 240)}; check its "
+        f"cannot load the Hugging Face model in {path}: {first}; check its "
         "config.json (model_type, architectures) and weights against the installed transformers"
     )
 

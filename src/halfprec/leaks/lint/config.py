@@ -7,12 +7,16 @@
     ignore = ["HP202"]
     exclude = ["tests/*"]    # fnmatch globs on paths
     unsafe-fixes = false
+
+    [tool.halfprec.lint.per-file-ignores]
+    "tests/*" = ["HP101"]     # a glob -> codes or prefixes not reported in matching files
 """
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from halfprec.errors import HalfprecError
@@ -25,7 +29,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 __all__ = ["LintConfig", "LintConfigError", "load_config", "find_pyproject"]
 
-_KEYS = {"select", "ignore", "exclude", "unsafe-fixes"}
+_KEYS = {"select", "ignore", "exclude", "unsafe-fixes", "per-file-ignores"}
 # HP2 (explicit upcasts) runs only when selected: an upcast that is cast back before it
 # meets half is the right pattern, and one that escapes is reported with --select HP2
 DEFAULT_SELECT = ("HP1", "HP3")
@@ -43,9 +47,10 @@ class LintConfig:
     ignore: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     unsafe_fixes: bool = False
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("select", "ignore", "exclude", "unsafe_fixes"):
+        for name in ("select", "ignore", "exclude", "unsafe_fixes", "per_file_ignores"):
             problem = type_problem(name, getattr(self, name))
             if problem:
                 raise LintConfigError(f"LintConfig({name}={getattr(self, name)!r}): {problem}")
@@ -54,7 +59,13 @@ class LintConfig:
             if isinstance(value, str):
                 value = (value,)
             object.__setattr__(self, name, tuple(value))
-        for code in (*self.select, *self.ignore):
+        pairs = self.per_file_ignores
+        items = pairs.items() if isinstance(pairs, dict) else pairs
+        pairs = tuple(
+            (glob, (codes,) if isinstance(codes, str) else tuple(codes)) for glob, codes in items
+        )
+        object.__setattr__(self, "per_file_ignores", pairs)
+        for code in (*self.select, *self.ignore, *(c for _, cs in pairs for c in cs)):
             if not codes_matching(code):
                 raise LintConfigError(
                     f"unknown rule code {code!r}; use one of {', '.join(RULES)} or a prefix "
@@ -68,6 +79,24 @@ class LintConfig:
         dropped = {c for p in self.ignore for c in codes_matching(p)}
         return frozenset(chosen - dropped)
 
+    def enabled_for(self, path: str) -> frozenset[str]:
+        """The rule codes that run on ``path``: :attr:`enabled` less its per-file ignores.
+        A glob matches the path as given or any tail of it (``tests/*`` matches
+        ``/repo/tests/test_a.py``), so it works from any folder lint runs in."""
+        enabled = self.enabled
+        if not self.per_file_ignores:
+            return enabled
+        parts = PurePath(path).parts
+        tails = [path, *("/".join(parts[i:]) for i in range(len(parts)))]
+        dropped = {
+            c
+            for glob, prefixes in self.per_file_ignores
+            if any(fnmatch.fnmatch(t, glob) for t in tails)
+            for p in prefixes
+            for c in codes_matching(p)
+        }
+        return enabled - dropped
+
 
 def type_problem(name: str, value: object) -> str | None:
     """Why ``value`` cannot be the option ``name`` (``unsafe_fixes``, ``select``, ...), or None."""
@@ -75,6 +104,21 @@ def type_problem(name: str, value: object) -> str | None:
         if isinstance(value, bool):
             return None
         return "must be true or false (a TOML boolean, not a string or number)"
+    if name == "per_file_ignores":
+        items: list[object] = []
+        if isinstance(value, dict):
+            items = list(value.items())
+        elif isinstance(value, (tuple, list)):
+            items = list(value)
+        if isinstance(value, (dict, tuple, list)) and all(
+            isinstance(pair, tuple)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and type_problem("select", pair[1]) is None
+            for pair in items
+        ):
+            return None
+        return 'must be a table of globs to lists of codes, e.g. {"tests/*" = ["HP101"]}'
     if isinstance(value, str):
         return None
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):

@@ -104,7 +104,7 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     if not imports.torch and not imports.functional:
         return []
     lines = split_lines(source)
-    enabled = config.enabled
+    enabled = config.enabled_for(path)
     silenced = suppressions(source)
     seen: set[tuple[int, int, str, int, int]] = set()
     findings: list[Finding] = []

@@ -1,0 +1,76 @@
+"""One timed sample of a variant in a steady phase of its own: wait until no thread of this
+process is still busy, then time a block of back-to-back calls.
+
+Why: a runtime's worker threads (OpenVINO's, onnxruntime's, OpenMP's) keep spinning for a
+while after a call returns. Timed one call each, alternating, the call timed next shares
+the cores with those spinning threads: a runtime that leaves threads spinning slows the fp32
+call timed after it, so fp32 looks slow and the runtime's ratio inflates, on a model small
+enough that the spinning outlasts fp32's call. Here each
+sample starts only once this process's threads have been idle for a few milliseconds (its
+CPU time, all threads together, barely grows: :func:`settle`), and it is the mean of a
+block of calls of one variant (:func:`steady_call_time`), so a variant's after-effects land
+on its own next calls, as they do when a user calls it in a loop, and never on another
+variant's. Other processes' load is not waited for: pairing the rounds handles that.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import torch
+
+from halfprec.timing import Stopwatch
+
+__all__ = ["settle", "steady_call_time", "BLOCK_S", "QUIET", "SETTLE_MAX_S"]
+
+BLOCK_S = 0.002
+"""The shortest block of back-to-back calls timed as one sample (a slower call is one)."""
+QUIET = 0.1
+"""A process is quiet while its threads use under this share of one core's time."""
+SETTLE_MAX_S = 0.25
+"""The longest wait for quiet; a process busy for longer is timed as it is."""
+_WINDOW_S = 0.001
+_QUIET_WINDOWS = 3  # in a row: a loaded machine may run a spinning thread a window late
+_MAX_CALLS = 10_000
+
+
+def settle(
+    *,
+    max_s: float = SETTLE_MAX_S,
+    cpu: Callable[[], float] = time.process_time,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+) -> float:
+    """Sleep in 1 ms windows until this process's threads (all of them: a runtime's, the
+    interpreter's) used under :data:`QUIET` of a core in each of the last three windows,
+    or ``max_s`` passed; returns the seconds waited. ``cpu``/``clock``/``sleep`` are
+    injectable."""
+    start, quiet = clock(), 0
+    while quiet < _QUIET_WINDOWS and clock() - start < max_s:
+        wall0, cpu0 = clock(), cpu()
+        sleep(_WINDOW_S)
+        wall, used = clock() - wall0, cpu() - cpu0
+        quiet = quiet + 1 if used < QUIET * wall else 0
+    return clock() - start
+
+
+def steady_call_time(
+    fn: Callable[[], object], device: torch.device | str = "cpu", block_s: float = BLOCK_S
+) -> float:
+    """Seconds per call of ``fn`` in a steady phase: :func:`settle`, one call (its time is
+    the sample when it takes ``block_s`` or more), else as many calls back to back as that
+    first call says fill ``block_s``; the first call is left out (it runs right after the
+    switch from another variant)."""
+    settle()
+    watch = Stopwatch(device).start()
+    fn()
+    first = watch.stop()
+    if first >= block_s:
+        return first
+    calls = min(_MAX_CALLS, max(2, math.ceil(block_s / max(first, 1e-9))))
+    watch.start()
+    for _ in range(calls):
+        fn()
+    return watch.stop() / calls
