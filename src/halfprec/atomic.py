@@ -40,18 +40,6 @@ from pathlib import Path
 
 from halfprec.readfile import NotAFileError, special_kind
 
-__all__ = [
-    "as_write_error",
-    "atomic_path",
-    "ensure_folder",
-    "make_temp_dir",
-    "new_file_mode",
-    "remove_stale_temp_files",
-    "resolve_target",
-    "write_bytes_atomic",
-    "write_text_atomic",
-]
-
 _STALE_AFTER_S = 24 * 3600  # a temp file this old is removed even if its pid is alive again
 # .halfprec-PID-HEX.tmp, and the older .NAME.halfprec-PID-HEX.tmp
 _TEMP = re.compile(r"^\.(?:.+\.)?halfprec-(\d+)-[0-9a-f]+\.tmp$")

@@ -22,8 +22,6 @@ from torch import nn
 
 from halfprec.tree import ROOT, iter_tensors, map_tensors
 
-__all__ = ["Args", "Batch", "call", "as_batches", "batch_size_of", "resize_batch", "describe"]
-
 
 @dataclass(frozen=True)
 class Args:

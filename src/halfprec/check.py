@@ -22,8 +22,6 @@ from halfprec.modules import evaluating, model_device
 from halfprec.timing import Ratio, Timing, measure_interleaved, ratio_of
 from halfprec.tolerance import Tolerance
 
-__all__ = ["CheckResult", "check"]
-
 
 @dataclass
 class CheckResult:

@@ -31,15 +31,6 @@ from halfprec.modules import first_line
 from halfprec.tolerance import Tolerance
 from halfprec.tree import flatten, iter_tensors
 
-__all__ = [
-    "OutputMetrics",
-    "Comparison",
-    "compare",
-    "compare_outputs",
-    "run_reference",
-    "reference_failed",
-]
-
 
 @dataclass
 class OutputMetrics:

@@ -9,21 +9,6 @@ import importlib
 import re
 from types import ModuleType
 
-__all__ = [
-    "clip",
-    "strip_ansi",
-    "HalfprecError",
-    "DTypeError",
-    "DeviceError",
-    "ModelSpecError",
-    "InputsError",
-    "ReferenceFailedError",
-    "BrokenReferenceError",
-    "CheckpointError",
-    "MissingExtraError",
-    "require",
-]
-
 # import name -> the name pip installs it by, where the two differ
 _PACKAGES = {"sklearn": "scikit-learn"}
 

@@ -22,8 +22,6 @@ from halfprec.convert.core import conversion_report
 from halfprec.convert.op_islands import OpRef
 from halfprec.modules import first_line
 
-__all__ = ["FlopsUnavailable", "fp32_flops_share", "module_flops"]
-
 
 class FlopsUnavailable(Exception):
     """torch's FLOP counter failed on a model that runs without it; ``str()`` says why."""

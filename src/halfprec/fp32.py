@@ -27,8 +27,6 @@ from typing import Any
 
 import torch
 
-__all__ = ["exact_fp32", "fp32_settings", "reduced_fp32"]
-
 # The leaves of torch's fp32 precision tree: (dotted path under torch.backends, operation).
 _LEAVES = (
     ("cuda.matmul", "CUDA matmuls"),

@@ -12,8 +12,6 @@ import traceback
 
 import torch
 
-__all__ = ["is_library_file", "is_torch_file", "user_location"]
-
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 

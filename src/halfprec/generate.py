@@ -25,8 +25,6 @@ from halfprec.batch import Batch
 from halfprec.errors import InputsError
 from halfprec.fp32 import exact_fp32
 
-__all__ = ["Generation", "agreement", "check_room", "max_positions", "prompts_from_batches"]
-
 
 @dataclass(frozen=True)
 class Generation:

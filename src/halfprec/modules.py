@@ -15,16 +15,6 @@ from torch import nn
 
 from halfprec.errors import clip, strip_ansi
 
-__all__ = [
-    "evaluating",
-    "finite_peak",
-    "first_line",
-    "in_island",
-    "model_device",
-    "nbytes",
-    "param_counts",
-]
-
 _LINE_LIMIT = 240
 
 

@@ -9,8 +9,6 @@ a factory is. Names are bare (``"masked_fill"``), whether called as ``torch.x`` 
 
 from __future__ import annotations
 
-__all__ = ["FACTORY_OPS", "FILL_OPS", "SCALAR_OPS", "bare", "is_factory", "is_fill"]
-
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())

@@ -47,8 +47,6 @@ from halfprec.dtypes import dtype_name, range_of
 from halfprec.frames import user_location
 from halfprec.modules import finite_peak, model_device
 
-__all__ = ["PreflightFinding", "Preflight", "preflight", "EPS_NAMES"]
-
 EPS_NAMES = ("eps", "epsilon", "variance_epsilon", "layer_norm_eps", "norm_eps", "rms_norm_eps")
 
 

@@ -3,6 +3,7 @@ Hugging Face directories, with their KV cache (``--kv-cache``) or without."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -214,3 +215,24 @@ def test_cli_kv_cache_of_a_state_space_model_exits_2_with_nothing_written(  # ty
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "cache holds state-space (conv and SSM) states in layer(s) 0" in proc.stderr
     assert _files(out) == []
+
+
+def test_onnx_timing_and_cast_counts_that_fail_read_n_a_and_the_file_is_written(  # type: ignore[no-untyped-def]
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("onnxscript")
+
+    def fails(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("injected failure")
+
+    api = importlib.import_module("halfprec.export.api")  # halfprec.export is a function too
+    monkeypatch.setattr(api, "inspect_casts", fails)
+    monkeypatch.setattr(api, "ort_latency", fails)
+    out = tmp_path / "tiny.onnx"
+    proc = cli("export", f"{MODELS}:tiny", "-o", str(out), "--runs", "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["passed"] and data["ort_casts"] is None and data["ort_latency"] is None
+    assert "onnxruntime Cast count: n/a (RuntimeError: injected failure)" in data["notes"]
+    assert "onnxruntime latency: n/a (RuntimeError: injected failure)" in data["notes"]
+    assert out.is_file()

@@ -129,3 +129,31 @@ def test_cuda_tuned_forward_makes_no_host_sync_and_captures_in_a_cuda_graph() ->
         captured = model(static)
     graph.replay()
     torch.testing.assert_close(captured, eager)
+
+
+def test_cuda_stochastic_adamw_step_copies_its_scalars_pinned_and_non_blocking() -> None:
+    """One StochasticAdamW step sends its hyperparameters and keys to the GPU from pinned
+    memory without blocking (a pageable copy synchronises the stream), and reads nothing
+    back."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from halfprec.train import StochasticAdamW
+
+    copies: list[tuple[bool, bool]] = []
+
+    class HostToDevice(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = kwargs or {}
+            if func is torch.ops.aten._to_copy.default and args[0].device.type == "cpu":
+                device = kwargs.get("device")
+                if device is not None and torch.device(device).type == "cuda":
+                    copies.append((args[0].is_pinned(), bool(kwargs.get("non_blocking"))))
+            return func(*args, **kwargs)
+
+    model = _mlp().cuda().to(torch.bfloat16)
+    model(torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)).float().sum().backward()
+    opt = StochasticAdamW(model.parameters(), lr=1e-3, compile=False)
+    with HostSyncs() as syncs, HostToDevice():
+        opt.step()
+    assert syncs.count == 0
+    assert copies and all(pinned and non_blocking for pinned, non_blocking in copies), copies

@@ -289,3 +289,20 @@ def test_compiled_autocast_model_trains_under_mixed_precision_like_eager() -> No
     eager, compiled = run(False), run(True)
     assert compiled[-1] < compiled[0]
     assert compiled == pytest.approx(eager, abs=0.02), (eager, compiled)
+
+
+def test_one_optimizer_step_reads_nothing_back_from_the_device() -> None:
+    """The sync budget of one StochasticAdamW step: no read of a device value by the host
+    (its hyperparameters and random-bit keys go the other way, pinned and non-blocking on
+    CUDA: tests/integration/test_cuda.py), eager and packed buckets alike."""
+    from support.tuned import HostSyncs
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 4)).to(torch.bfloat16)
+    model(torch.randn(8, 32, dtype=torch.bfloat16)).float().sum().backward()
+    opt = StochasticAdamW(model.parameters(), lr=1e-3, compile=False)
+    before = [p.detach().clone() for p in model.parameters()]
+    with HostSyncs() as syncs:
+        opt.step()
+    assert syncs.count == 0
+    assert all(not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))

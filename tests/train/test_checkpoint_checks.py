@@ -162,3 +162,29 @@ def test_a_fifo_checkpoint_is_refused_at_once(tmp_path: Path) -> None:
     model, optimizer = _trained(1)
     with pytest.raises(CheckpointError, match=r"it is a FIFO \(named pipe\), not a checkpoint"):
         within(5, lambda: load_checkpoint(pipe, model, optimizer), pipe)
+
+
+def test_an_fp16_run_resumed_as_bf16_is_a_checkpoint_error(saved: Path) -> None:
+    model, optimizer = _trained(1)
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(CheckpointError, match="from a fp16 run, but this MixedPrecision is bf16"):
+        load_checkpoint(saved, model, optimizer, mp=MixedPrecision("bf16", device="cpu"))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_bf16_weights_past_fp16_s_range_are_refused_not_loaded_as_inf(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    source = nn.Linear(4, 3).to(torch.bfloat16)
+    with torch.no_grad():
+        source.weight[0, 0] = 1e5  # fits bf16, past fp16's 65504
+    path = save_checkpoint(tmp_path / "bf16.st", source, torch.optim.SGD(source.parameters()))
+    target = nn.Linear(4, 3).to(torch.float16)
+    before = copy.deepcopy(target.state_dict())
+    with pytest.raises(CheckpointError, match=r"out of range weight \(bf16 values past fp16"):
+        load_checkpoint(path, target, torch.optim.SGD(target.parameters()))
+    assert all(torch.equal(before[k], v) for k, v in target.state_dict().items())
+    with torch.no_grad():
+        source.weight[0, 0] = 4096.0  # in range: loads
+    fits = save_checkpoint(tmp_path / "ok.st", source, torch.optim.SGD(source.parameters()))
+    load_checkpoint(fits, target, torch.optim.SGD(target.parameters()))
+    assert target.weight[0, 0].item() == 4096.0

@@ -126,3 +126,39 @@ def test_activation_watch_is_an_option_of_the_callback(activations: bool) -> Non
         model(torch.randn(2, 4))
     callback.on_train_end(None, None, None)
     assert Reductions.count == (3 if activations else 0)  # the Sequential and its 2 layers
+
+
+def _hooks_of_one_step(callback: MixedPrecisionCallback, optimizer: Any) -> None:
+    """The callback's hooks in the order Trainer calls them around one optimizer step."""
+    from types import SimpleNamespace
+
+    state = SimpleNamespace(global_step=1)
+    callback.on_pre_optimizer_step(None, state, None, optimizer=optimizer)
+    callback.on_optimizer_step(None, state, None, optimizer=optimizer)
+    callback.on_step_end(None, state, None, optimizer=optimizer)
+
+
+@pytest.mark.parametrize(("dtype", "reads"), [("fp16", 0), ("bf16", 1)])
+def test_one_trainer_step_reads_the_device_at_most_once(dtype: str, reads: int) -> None:
+    """The callback's sync budget per optimizer step: fp16 none (the GradScaler decides the
+    skip; the scale is clamped where it lies), bf16 one (whether to drop the gradients).
+    Was two with fp16: the norm's ``.item()`` and ``get_scale()``."""
+    from types import SimpleNamespace
+
+    from support.tuned import HostSyncs
+
+    model = nn.Linear(4, 4)
+    model(torch.randn(2, 4)).sum().backward()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20) if dtype == "fp16" else None
+    if scaler is not None:
+        scaler.scale(torch.ones(()))  # makes the scale tensor, as the first step does
+    optimizer = SimpleNamespace(param_groups=opt.param_groups, scaler=scaler)
+    callback = MixedPrecisionCallback(TrainConfig(max_scale=2.0**16))
+    callback.on_train_begin(SimpleNamespace(bf16=dtype == "bf16", fp16=dtype == "fp16"), None, None)
+    with HostSyncs() as syncs:
+        _hooks_of_one_step(callback, optimizer)
+    assert syncs.count == reads
+    assert callback.steps_applied == 1 and not callback.skipped
+    if scaler is not None:
+        assert scaler.get_scale() == 2.0**16  # clamped to max_scale on its device

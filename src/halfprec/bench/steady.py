@@ -23,8 +23,6 @@ import torch
 
 from halfprec.timing import Stopwatch
 
-__all__ = ["settle", "steady_call_time", "BLOCK_S", "QUIET", "SETTLE_MAX_S"]
-
 BLOCK_S = 0.002
 """The shortest block of back-to-back calls timed as one sample (a slower call is one)."""
 QUIET = 0.1

@@ -34,16 +34,6 @@ from halfprec.convert.swap import Behaviour, values_readable
 from halfprec.dtypes import cast_floating, dtype_name, fits_in, range_of
 from halfprec.tree import iter_tensors, map_tensors
 
-__all__ = [
-    "Fp32Island",
-    "Guard",
-    "GuardSettings",
-    "IslandSettings",
-    "RootCast",
-    "RootSettings",
-    "mixed_kernel_ok",
-]
-
 
 def _first_float_dtype(obj: Any) -> torch.dtype | None:
     for _, t in iter_tensors(obj):

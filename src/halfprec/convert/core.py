@@ -68,16 +68,6 @@ from halfprec.dtypes import (
 from halfprec.errors import HalfprecError
 from halfprec.modules import finite_peak, in_island, model_device, nbytes
 
-__all__ = [
-    # DEFAULT_ISLAND_TYPES, GEMM_TYPES, LOOKUP_TYPES, is_*: kinds.py, named here as before
-    "add_note",
-    "ConversionReport",
-    "convert",
-    "convert_",
-    "conversion_report",
-    "recipe_of",
-]
-
 
 @dataclass
 class ConversionReport:

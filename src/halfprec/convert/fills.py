@@ -29,8 +29,6 @@ from halfprec.convert.scope import NamedOpMode
 from halfprec.convert.swap import Behaviour
 from halfprec.dtypes import range_of
 
-__all__ = ["FillSettings", "SaturateFills", "SaturatingFills", "has_fill_ops"]
-
 _FILL_CALL = re.compile(r"\b(masked_fill_?|fill_|full|full_like|new_full|where)\s*\(")
 
 

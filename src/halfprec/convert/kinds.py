@@ -15,16 +15,6 @@ from torch import nn
 
 from halfprec.convert.swap import base_class
 
-__all__ = [
-    "DEFAULT_ISLAND_TYPES",
-    "GEMM_TYPES",
-    "LOOKUP_TYPES",
-    "is_default_island",
-    "is_gemm_module",
-    "scripted",
-    "small_tensors",
-]
-
 DEFAULT_ISLAND_TYPES: tuple[type[nn.Module], ...] = (
     nn.modules.batchnorm._BatchNorm,
     nn.LayerNorm,

@@ -53,20 +53,6 @@ from halfprec.convert.swap import Behaviour
 from halfprec.dtypes import cast_floating
 from halfprec.tree import iter_tensors, map_tensors
 
-__all__ = [
-    "AUTOCAST_FP32_OPS",
-    "DEFAULT_FP32_OPS",
-    "LEGACY_NON_OPS",
-    "HALF_OPS",
-    "NO_HALF_OPS",
-    "LEAF_CALLS",
-    "Fp32OpsMode",
-    "LeafSettings",
-    "PolicyLeaf",
-    "is_default_policy",
-    "run_leaf",
-]
-
 # CUDA autocast's "ops that can autocast to float32" (torch's AMP docs), by torch function
 # name (``Tensor.__rpow__`` and friends keep their dunder names), plus variance and standard
 # deviation. The norm layers are left out: halfprec's norm islands compute them in fp32

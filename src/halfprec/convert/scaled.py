@@ -33,8 +33,6 @@ import torch
 
 from halfprec.tree import iter_tensors, map_tensors
 
-__all__ = ["SCALED_OPS", "TOP", "Scaled", "inner_size", "scale_operands"]
-
 _MATMULS = frozenset(
     {"__matmul__", "__rmatmul__", "matmul", "mm", "bmm", "mv", "linalg_matmul", "linear"}
 )

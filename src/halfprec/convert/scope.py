@@ -7,8 +7,6 @@ from typing import Any
 
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["NamedOpMode"]
-
 
 class NamedOpMode(TorchFunctionMode):
     """A mode that hands each torch call to :meth:`on_op` with the op's plain name

@@ -27,17 +27,6 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-__all__ = [
-    "Behaviour",
-    "base_class",
-    "behaviours",
-    "capturing",
-    "swap",
-    "tracing",
-    "unswap",
-    "values_readable",
-]
-
 
 class Behaviour:
     """A mixin for :func:`swap`. ``attr`` names the module attribute holding its settings;

@@ -25,8 +25,6 @@ from halfprec.modules import model_device
 from halfprec.tolerance import Tolerance
 from halfprec.tree import map_tensors
 
-__all__ = ["diagnose", "naive_half"]
-
 
 def naive_half(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     """``model.to(dtype)`` on a copy, floating inputs cast at the root: the naive conversion."""

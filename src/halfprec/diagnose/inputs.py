@@ -22,8 +22,6 @@ from halfprec.fp32 import exact_fp32
 from halfprec.tolerance import Tolerance
 from halfprec.tree import iter_tensors, map_tensors
 
-__all__ = ["input_rounding", "input_rounding_note"]
-
 
 def _rounded(dtype: torch.dtype) -> Any:
     def rnd(t: torch.Tensor) -> torch.Tensor:

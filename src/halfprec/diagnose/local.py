@@ -30,8 +30,6 @@ from halfprec.errorstats import ErrorStats
 from halfprec.modules import first_line, in_island, param_counts
 from halfprec.tree import map_tensors
 
-__all__ = ["Diagnoser"]
-
 
 class Diagnoser:
     """One diagnosis in progress: the fp32 model, its half twin (same module names), the

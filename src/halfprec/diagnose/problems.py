@@ -9,8 +9,6 @@ import torch
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.errorstats import ErrorStats
 
-__all__ = ["local_problem", "handed_problem", "accumulated_problem"]
-
 
 def local_problem(
     stats: ErrorStats, exc: str | None, leak: str | None, threshold: float, dtype: torch.dtype

@@ -14,8 +14,6 @@ from torch import nn
 from halfprec.modules import finite_peak
 from halfprec.tree import iter_tensors
 
-__all__ = ["Call", "Snapshots", "hooked", "peak_of", "float_dtypes", "copy_to"]
-
 
 class Snapshots:
     """Copies of the tensors seen in one fp32 pass, one copy per tensor and version: a

@@ -15,8 +15,6 @@ from halfprec.diagnose.problems import handed_problem, local_problem
 from halfprec.dtypes import dtype_name
 from halfprec.errorstats import ErrorStats
 
-__all__ = ["ModuleDiagnosis", "Divergence", "Diagnosis"]
-
 
 @dataclass
 class ModuleDiagnosis:

@@ -22,8 +22,6 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["aten_masked_rows"]
-
 _SDPA = torch.nn.functional.scaled_dot_product_attention
 
 

@@ -25,14 +25,6 @@ from halfprec.convert.recipe import Recipe, RecipeError
 from halfprec.dtypes import dtype_name
 from halfprec.errors import CheckpointError
 
-__all__ = [
-    "HALFPREC_FORMAT",
-    "checkpoint_metadata",
-    "claimed_recipe",
-    "file_recipe",
-    "is_half_checkpoint",
-]
-
 HALFPREC_FORMAT = "halfprec/2"
 _LEGACY_FORMAT = "halfprec/1"
 _OWN_KEYS = ("halfprec_format", "halfprec_version", "recipe")

@@ -10,8 +10,6 @@ from typing import Any, BinaryIO
 
 import torch
 
-__all__ = ["UnsafePickleError", "load_weights_only"]
-
 _GLOBAL = re.compile(r"(?:Unsupported global: GLOBAL|global) ([\w.]+)")
 
 

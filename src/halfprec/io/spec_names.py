@@ -7,8 +7,6 @@ from pathlib import Path
 
 from halfprec.readfile import refusal
 
-__all__ = ["BUILTIN_MODELS", "SPEC_HELP", "spec_problem"]
-
 BUILTIN_MODELS: dict[str, str] = {
     "minilm": "all-MiniLM-L6-v2, real weights, real sentences",
     "bert-base": "BERT-base from config, random weights, batch 8 x 128",

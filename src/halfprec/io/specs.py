@@ -16,8 +16,8 @@ batches in the convention of :mod:`halfprec.batch`.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
+import linecache
 import math
 import pickle
 import sys
@@ -37,9 +37,13 @@ from halfprec.io.spec_names import SPEC_HELP
 from halfprec.io.tensorfile import TensorFile
 from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers
 from halfprec.modules import first_line
-from halfprec.readfile import open_regular, read_text_regular, refusal, special_file_in
-
-__all__ = ["LoadedModel", "load_model", "model_path", "stored_dtype"]
+from halfprec.readfile import (
+    open_regular,
+    read_regular,
+    read_text_regular,
+    refusal,
+    special_file_in,
+)
 
 
 @dataclass
@@ -118,18 +122,34 @@ def _import_module(name: str) -> ModuleType:
         ) from exc
 
 
+_SOURCE_LIMIT = 64 * 2**20  # a model file's source, read through the regular-file rule
+
+
 def _import_file(path: Path) -> ModuleType:
+    """Run the model file ``path`` as a module: its source read once as a regular file and
+    compiled from those bytes, so no bytecode cache (``__pycache__/*.pyc``, which may be a
+    FIFO or a link to ``/dev/zero``) is ever read or written for it."""
     problem = refusal("model file", path)
     if problem is not None:
         raise ModelSpecError(problem)
-    mod_name = f"_halfprec_user_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    if spec is None or spec.loader is None:
-        raise ModelSpecError(f"cannot load {path} as a Python module; give a .py file")
-    module = importlib.util.module_from_spec(spec)
+    try:
+        source = read_regular(path, limit=_SOURCE_LIMIT)
+    except OSError as exc:
+        raise ModelSpecError(f"cannot read model file {path} ({exc}); give a .py file") from None
+    filename = str(path.resolve())
+    try:
+        code = compile(source, filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        raise ModelSpecError(f"{path} is not valid Python ({exc}); fix the file") from None
+    text = source.decode("utf-8", errors="replace")
+    # tracebacks and inspect read source lines from linecache: serve them from these bytes
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    mod_name = f"_halfprec_user_{abs(hash(filename))}"
+    module = ModuleType(mod_name)
+    module.__file__ = filename
     sys.modules[mod_name] = module
     try:
-        spec.loader.exec_module(module)
+        exec(code, module.__dict__)  # noqa: S102 (the user's model file: code by design)
     except (Exception, SystemExit) as exc:  # sys.exit() at import must not end halfprec
         del sys.modules[mod_name]
         raise ModelSpecError(

@@ -40,8 +40,6 @@ from halfprec.io.metadata import checkpoint_metadata
 from halfprec.io.tensorfile import TensorFile, TensorWriter
 from halfprec.io.truth import check_plain
 
-__all__ = ["convert_file"]
-
 
 def convert_file(
     src: str | os.PathLike[str],

@@ -37,8 +37,6 @@ import torch
 from halfprec.errors import CheckpointError
 from halfprec.readfile import NotAFileError, open_regular, read_regular, refusal
 
-__all__ = ["TensorFile", "TensorWriter", "INDEX_NAME"]
-
 INDEX_NAME = "model.safetensors.index.json"
 
 _DTYPES: dict[str, torch.dtype] = {

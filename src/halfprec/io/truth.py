@@ -25,8 +25,6 @@ from torch import nn
 from halfprec.dtypes import dtype_kind, dtype_name
 from halfprec.errors import CheckpointError
 
-__all__ = ["TensorSource", "check_against_recipe", "check_plain", "held_dtypes"]
-
 _FIX = "the file was altered after it was written: write it again with `halfprec convert`"
 
 

@@ -54,8 +54,6 @@ from halfprec.dtypes import dtype_name, range_of
 from halfprec.frames import is_library_file, is_torch_file
 from halfprec.modules import evaluating, first_line
 
-__all__ = ["Leak", "AuditReport", "LEAK_KINDS", "RecipeKept", "audit", "kept_by_recipe"]
-
 LEAK_KINDS = ("factory", "upcast", "mixed", "explicit", "range")
 
 _THIS_FILE = __file__

@@ -11,8 +11,6 @@ from rich.table import Table
 from halfprec.dtypes import dtype_name
 from halfprec.leaks.audit import AuditReport
 
-__all__ = ["render_table", "short_path"]
-
 
 def short_path(path: str) -> str:
     """``path`` relative to the working directory or to site-packages, when shorter."""

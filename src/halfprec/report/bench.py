@@ -23,14 +23,6 @@ from halfprec.report.common import (
 from halfprec.report.plot import new_figure, save_png
 from halfprec.timing import ratio_text, spent_text, spread_text
 
-__all__ = [
-    "bench_table",
-    "print_bench",
-    "write_chart",
-    "check_plot_path",
-    "markdown_table",
-]
-
 
 def _ms(x: float | None) -> str:
     return human_time(x)

@@ -16,8 +16,6 @@ from halfprec.preflight import Preflight
 from halfprec.report.common import comparison_table, fit_table, fmt_float, make_console
 from halfprec.report.plot import new_figure, save_png
 
-__all__ = ["diagnosis_table", "print_diagnosis", "plot_diagnosis", "print_preflight"]
-
 
 def _err(x: float | None) -> str:
     if x is None:

@@ -16,8 +16,6 @@ from halfprec.report.common import (
 )
 from halfprec.timing import ratio_text
 
-__all__ = ["print_export", "print_artifact_check"]
-
 
 def _verdict(con: Console, cmp: Comparison, what: str) -> None:
     if cmp.passed:

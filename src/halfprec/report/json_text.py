@@ -7,8 +7,6 @@ import json
 import math
 from typing import Any
 
-__all__ = ["strict_json", "to_json_text"]
-
 _JSON_DEPTH = 64  # deeper values are cut: json.dumps(indent=...) recurses once a level
 
 

@@ -10,8 +10,6 @@ from typing import Any
 from halfprec.atomic import atomic_path
 from halfprec.errors import require
 
-__all__ = ["new_figure", "require_matplotlib", "save_png"]
-
 
 def require_matplotlib() -> Any:
     """The ``matplotlib.figure`` module, or the error naming ``pip install 'halfprec[plot]'``."""

@@ -9,8 +9,6 @@ from halfprec.dtypes import dtype_name
 from halfprec.report.common import fit_table, human_time, make_console
 from halfprec.tune import TuneReport
 
-__all__ = ["print_tune"]
-
 
 def print_tune(report: TuneReport, console: Console | None = None) -> None:
     con = console or make_console()

@@ -25,8 +25,6 @@ from halfprec.export.info import ArtifactInfo
 from halfprec.export.onnx import OnnxSession, import_onnx, import_onnxruntime
 from halfprec.runtimes.module import FlatIO, RuntimeModule
 
-__all__ = ["build"]
-
 
 def build(model: nn.Module, batch: Batch, threads: int) -> RuntimeModule:
     """Export ``model`` (fp32, eval mode) to ONNX traced on ``batch`` and open it with

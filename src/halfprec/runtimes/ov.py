@@ -31,16 +31,6 @@ from halfprec.errors import HalfprecError, require
 from halfprec.export.hf import without_cache
 from halfprec.runtimes.module import Flat, FlatIO, RuntimeModule
 
-__all__ = [
-    "HINTS",
-    "PRECISION_KEY",
-    "ConversionError",
-    "build",
-    "compile_ir",
-    "half_support",
-    "import_openvino",
-]
-
 # torch dtype -> OpenVINO's INFERENCE_PRECISION_HINT, its OPTIMIZATION_CAPABILITIES name,
 # and the CPU features that give it
 HINTS: dict[torch.dtype, tuple[str, str, str]] = {

@@ -12,8 +12,6 @@ from halfprec.batch import Batch
 from halfprec.dtypes import dtype_name
 from halfprec.runtimes.module import RuntimeModule
 
-__all__ = ["RUNTIMES", "build_runtime", "runtime_dtypes", "unavailable"]
-
 # runtime -> (the packages it imports, the halfprec extra, the precisions offered)
 _TABLE: dict[str, tuple[tuple[str, ...], str, tuple[torch.dtype, ...]]] = {
     "openvino": (("openvino",), "openvino", (torch.float32, torch.bfloat16, torch.float16)),

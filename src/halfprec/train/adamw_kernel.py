@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from halfprec.modules import first_line
 from halfprec.train.rounding import random_bits, round_with
 
-__all__ = ["BucketKernel", "adamw_bucket", "hyperparameters", "CHUNK", "COMPILE_FROM"]
+__all__ = ["BucketKernel", "adamw_bucket", "hyperparameters", "to_device", "CHUNK", "COMPILE_FROM"]
 
 CHUNK = 1 << 16  # eager on a CPU: elements per chunk (its temporaries stay in cache)
 COMPILE_FROM = 1 << 20  # buckets at least this large run compiled (a compile costs seconds)
@@ -50,7 +50,18 @@ def hyperparameters(group: dict[str, Any], step: int, device: torch.device) -> t
         math.sqrt(1 - beta2**step),
         group["eps"],
     )
-    return torch.tensor(values, dtype=torch.float32).to(device)
+    return to_device(torch.tensor(values, dtype=torch.float32), device)
+
+
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A new host tensor on ``device`` without waiting for it: to CUDA pinned and copied
+    non-blocking (a copy from pageable memory synchronises the stream first; the pinned
+    block is not reused before the copy has run); on the CPU itself."""
+    if device.type == "cpu":
+        return host
+    if device.type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
 
 
 def adamw_bucket(

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from torch.optim.adamw import adamw
 
-from halfprec.train.adamw_kernel import BucketKernel, hyperparameters
+from halfprec.train.adamw_kernel import BucketKernel, hyperparameters, to_device
 from halfprec.train.grads import local_tensor
 from halfprec.train.rounding import KEY_LIMIT
 
@@ -145,7 +145,7 @@ class StochasticAdamW(torch.optim.Optimizer):
             rows.append((word % KEY_LIMIT, (word >> 32) % KEY_LIMIT, 0))
         table = torch.tensor(rows, dtype=torch.int32).view(-1, 3)
         devices = {bucket[0][0].device for bucket, _, _ in jobs}
-        return {device: table.to(device) for device in devices}
+        return {device: to_device(table, device) for device in devices}
 
     def _prepare(
         self, group: dict[str, Any]

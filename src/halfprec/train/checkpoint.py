@@ -26,6 +26,7 @@ from halfprec.io.tensorfile import TensorFile
 from halfprec.modules import model_device
 from halfprec.readfile import unreadable
 from halfprec.train.checkpoint_checks import check_parts
+from halfprec.train.config import TrainingStateError
 from halfprec.train.mixed import MixedPrecision
 from halfprec.train.watch import unwrap
 
@@ -114,7 +115,10 @@ def load_checkpoint(
     scaling = mp is not None and mp.scaling
     check_parts(path, parts, model, optimizer, meta.get("counters"), loss_scaling=scaling)
     if mp is not None:  # checks its dtype and config before it changes anything
-        mp.load_state_dict(parts["mixed_precision"])
+        try:
+            mp.load_state_dict(parts["mixed_precision"])
+        except TrainingStateError as exc:  # another run's dtype or config: this file's fault
+            raise CheckpointError(f"{path}: {exc}") from None
     weights = _to(parts["model"], model_device(model))
     if mp is not None:  # in master-weight mode, into the fp32 masters too
         mp.load_model_state_dict(model, weights)

@@ -16,7 +16,7 @@ from typing import Any, TypeGuard
 import torch
 from torch import nn
 
-from halfprec.dtypes import dtype_kind
+from halfprec.dtypes import dtype_kind, dtype_name, fits_in
 from halfprec.errors import CheckpointError
 
 __all__ = ["check_parts"]
@@ -73,9 +73,21 @@ def _check_model(where: str, state: object, model: nn.Module) -> None:
         if k in state
         and (state[k].shape != t.shape or dtype_kind(state[k].dtype) != dtype_kind(t.dtype))
     ]
+    # a weight saved in another floating dtype is cast on load: it must fit (fits_in)
+    overflow = [
+        f"{k} ({dtype_name(state[k].dtype)} values past {dtype_name(t.dtype)}'s range)"
+        for k, t in expected.items()
+        if k in state
+        and state[k].shape == t.shape
+        and state[k].dtype != t.dtype
+        and t.is_floating_point()
+        and state[k].is_floating_point()
+        and not fits_in(state[k], t.dtype)
+    ]
+    labelled = (("missing", missing), ("unexpected", unexpected), ("shape", wrong))
     problems = [
         f"{label} {', '.join(names[:3])}" + (" ..." if len(names) > 3 else "")
-        for label, names in (("missing", missing), ("unexpected", unexpected), ("shape", wrong))
+        for label, names in (*labelled, ("out of range", overflow))
         if names
     ]
     if problems:

@@ -91,8 +91,11 @@ class MixedPrecisionCallback(_transformers.TrainerCallback):  # type: ignore[mis
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         optimizer = kwargs["optimizer"]
-        params = params_with_grad([optimizer])
         self._pending = None
+        if _scaling(optimizer):  # fp16: the GradScaler skips the step; no read here
+            return
+        params = params_with_grad([optimizer])
+        # bf16/fp32: whether to drop the gradients is a host decision, the step's one read
         if not params or torch.isfinite(full_tensor(total_norm(params))).item():
             return
         gradients = self._watch.find([optimizer])
@@ -117,8 +120,8 @@ class MixedPrecisionCallback(_transformers.TrainerCallback):  # type: ignore[mis
             self.consecutive_skips = 0
             self._watch.reset()
             return
-        record = self._pending or SkippedStep(
-            state.global_step, NonFinite((), 0), self._watch.first_activation()
+        record = self._pending or SkippedStep(  # fp16: the scaler skipped it; find why now
+            state.global_step, self._watch.find([optimizer]), self._watch.first_activation()
         )
         self.skipped.append(record)
         self.consecutive_skips += 1
@@ -142,7 +145,15 @@ class MixedPrecisionCallback(_transformers.TrainerCallback):  # type: ignore[mis
         self._pending = None
 
     def _clamp_scale(self, scaler: Any) -> None:
-        scale = float(scaler.get_scale())
-        bounded = min(max(scale, self.config.min_scale), self.config.max_scale)
-        if bounded != scale:
+        """The loss scale kept within the config's bounds where it lies (no read: the
+        scaler's scale tensor is clamped on its device)."""
+        scale = scaler._get_scale_async()  # get_scale() would read it to the host
+        if scale is not None:
+            bounded = scale.clamp(self.config.min_scale, self.config.max_scale)
             scaler.update(new_scale=bounded)
+
+
+def _scaling(optimizer: Any) -> bool:
+    """Whether an enabled GradScaler steps ``optimizer`` (Trainer's fp16)."""
+    scaler = getattr(optimizer, "scaler", None)
+    return scaler is not None and bool(scaler.is_enabled())

@@ -22,8 +22,6 @@ from torch import nn
 
 from halfprec.train.config import TrainingStateError
 
-__all__ = ["MasterWeights", "is_sharded"]
-
 
 def is_sharded(model: nn.Module) -> bool:
     """True when ``model``'s parameters are DTensors (FSDP2's ``fully_shard``): FSDP2 keeps

@@ -33,8 +33,6 @@ from halfprec.tune.results import (
 )
 from halfprec.tune.search import Progress, search_islands
 
-__all__ = ["tune"]
-
 
 def _reference_check(
     model: nn.Module, batches: list[Any], reference: list[Any], tolerance: Tolerance

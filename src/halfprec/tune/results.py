@@ -17,16 +17,6 @@ from halfprec.diagnose import Diagnosis
 from halfprec.dtypes import dtype_name
 from halfprec.errors import HalfprecError
 
-__all__ = [
-    "TuneConfig",
-    "Evaluation",
-    "TuneVariant",
-    "TuneReport",
-    "TuneResult",
-    "ToleranceUnreachableError",
-    "tuned_info",
-]
-
 
 class ToleranceUnreachableError(HalfprecError):
     """Even fp32 against itself misses the tolerance: no set of islands can meet it."""

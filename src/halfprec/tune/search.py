@@ -41,8 +41,6 @@ from halfprec.modules import in_island, param_counts
 from halfprec.tolerance import Tolerance
 from halfprec.tune.results import Evaluation, TuneConfig, TuneVariant
 
-__all__ = ["Islands", "Progress", "search_islands"]
-
 Progress = Callable[[str], None]
 
 
