@@ -71,8 +71,10 @@ def _check(loaded: LoadedModel, dtype: str, generate: int = 0) -> str:
 
 
 def _decodes(model: Any) -> bool:
-    """A causal LM or an encoder-decoder: exported with its cache and decoded."""
-    return bool(getattr(model.config, "is_encoder_decoder", False) or model.can_generate())
+    """A text model that generates (a causal LM or a seq2seq model): exported with its cache
+    and decoded; an encoder-decoder that does not generate (DETR) and an image-to-text
+    model (BLIP, LLaVA: ``--kv-cache`` covers text decoders) are exported without one."""
+    return bool(model.can_generate()) and not hasattr(model.config, "vision_config")
 
 
 def _export(loaded: LoadedModel, fmt: str, folder: Path) -> str:

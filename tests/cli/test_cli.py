@@ -122,3 +122,19 @@ def test_subprocess_smoke_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> No
     proc = run_cli_subprocess("convert", SPEC, "-o", str(tmp_path / "x.pt"))
     one_line_error(proc, "must end in .safetensors")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["notes.txt", "weights.pt", "model.bin", "batch.pth"])
+def test_a_text_file_given_as_any_data_file_is_one_line_naming_it(
+    tmp_path: Path, name: str
+) -> None:
+    text = tmp_path / name
+    text.write_text("hello world\nthese are notes, not tensors\n", encoding="utf-8")
+    for args in (
+        ["check", SPEC, "--weights", str(text), "--runs", "0"],
+        ["check", SPEC, "--inputs", str(text), "--runs", "0"],
+        ["convert", SPEC, "--weights", str(text), "-o", str(tmp_path / "o.safetensors")],
+        ["tune", SPEC, "--validate", str(text)],
+    ):
+        proc = run_cli(*args)
+        one_line_error(proc, text.name)

@@ -32,13 +32,15 @@ def test_tune_writes_a_policy_that_convert_and_diagnose_reuse(cli, tmp_path) -> 
     assert "PASS: fp16 with 0 extra fp32 islands and 1 op islands" in tuned.stdout
     assert "op island: norm: pow at hazards.py:" in tuned.stdout
     assert "forward passes" in tuned.stdout and f"wrote {policy}" in tuned.stdout
+    # the hint is a command that runs: convert's required -o included
+    assert f"halfprec convert {RMS} --recipe {policy} -o OUT.safetensors" in tuned.stdout
     saved = json.loads(policy.read_text())
     assert saved["keep_fp32"] == [] and [o["module"] for o in saved["op_islands"]] == ["norm"]
-    diag = cli("diagnose", RMS, "--policy", str(policy), "--json")
+    diag = cli("diagnose", RMS, "--recipe", str(policy), "--json")
     assert diag.returncode == 0, diag.stdout[-2000:]
     assert json.loads(diag.stdout)["divergence"] is None
     out = tmp_path / "model.safetensors"
-    conv = cli("convert", RMS, "--policy", str(policy), "-o", str(out), "--json")
+    conv = cli("convert", RMS, "--recipe", str(policy), "-o", str(out), "--json")
     assert conv.returncode == 0, conv.stderr
     assert [o["module"] for o in json.loads(conv.stdout)["op_islands"]] == ["norm"]
 

@@ -282,3 +282,25 @@ def test_diff_of_a_file_without_final_newline_ends_its_lines(tmp_path: Path) -> 
         "+        return x + x.new_zeros(x.shape)\n\\ No newline at end of file\n"
     )
     assert result.stderr == "1 finding in 1 file: 1 fixable (diff above).\n"
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["# caf\xe9\n".encode("latin-1"), b"tool = 1\n", b'[tool]\nhalfprec = "x"\n'],
+    ids=["latin-1", "tool-int", "halfprec-str"],
+)
+def test_a_pyproject_it_cannot_use_is_one_line_exit_2_not_3(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "pyproject.toml").write_bytes(content)
+    model = tmp_path / "model.py"
+    model.write_text("import torch\n")
+    result = run_cli("lint", str(model))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_a_fifo_named_on_the_command_line_is_one_line_exit_2(tmp_path: Path) -> None:
+    from support.special_files import fifo, within
+
+    made = fifo(tmp_path / "x.py")
+    result = within(20, lambda: run_cli("lint", str(made)), made)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "FIFO (named pipe)" in result.stderr  # was "0 findings in 0 files", exit 0

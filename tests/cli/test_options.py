@@ -45,7 +45,7 @@ def test_dtype_is_a_choice_checked_before_the_model_loads(command: str) -> None:
 @pytest.mark.parametrize("command", CONVERTING)
 def test_conversion_flags_exist_in_every_converting_command(command: str) -> None:
     out = run_cli(command, "--help").stdout
-    for flag in ("--dtype", "--policy", "--keep-fp32", "--no-norm-islands", "--device"):
+    for flag in ("--dtype", "--recipe", "--keep-fp32", "--no-norm-islands", "--device"):
         assert flag in out, f"{command} lacks {flag}"
     assert "--no-default-islands" not in out
 
@@ -119,7 +119,7 @@ def test_explicit_dtype_wins_over_the_policy_on_the_command_line(tmp_path: Path)
     policy = tmp_path / "p.json"
     Recipe(dtype=torch.float16, keep_fp32=("head",)).save(policy)
     out = tmp_path / "m.safetensors"
-    base = ["convert", SPEC, "-o", str(out), "--policy", str(policy), "--json"]
+    base = ["convert", SPEC, "-o", str(out), "--recipe", str(policy), "--json"]
     from_policy = json.loads(run_cli(*base).stdout)
     assert from_policy["dtype"] == "fp16" and "head" in from_policy["islands"]
     explicit = json.loads(run_cli(*base, "--dtype", "bf16").stdout)
@@ -140,7 +140,7 @@ def test_keep_fp32_means_the_same_in_check_and_diagnose() -> None:
 @pytest.mark.parametrize("command", [*CONVERTING, "preflight"])
 def test_dtype_default_names_the_recipe_only_where_there_is_one(command: str) -> None:
     out = " ".join(run_cli(command, "--help").stdout.split())
-    if "--recipe, --policy PATH" in out:
+    if "--recipe PATH" in out:
         assert "Default: the --recipe's dtype, else auto." in out
     else:
         assert "--recipe" not in out and "--dtype [auto|fp16|bf16]" in out
@@ -159,3 +159,20 @@ def test_tolerance_flags_replace_their_threshold_and_leave_the_rest_to_the_dtype
     assert flagged.judge(torch.float16) == Tolerance(0.9, 25.0, 0.5, None)
     assert flagged.judge(torch.bfloat16) == Tolerance(0.9, 20.0, 0.5, None)
     assert with_tolerance_flags(recipe, None, 30.0).settle().judge(torch.bfloat16).min_sqnr_db == 30
+
+
+@pytest.mark.parametrize(
+    "name, stored",
+    [("float16", "fp16"), ("half", "fp16"), ("bfloat16", "bf16"), ("torch.bfloat16", "bf16")],
+)
+def test_torchs_dtype_names_are_accepted(tmp_path: Path, name: str, stored: str) -> None:
+    out = tmp_path / "m.safetensors"
+    proc = run_cli("convert", SPEC, "--dtype", name, "-o", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["dtype"] == stored
+
+
+def test_no_pre_release_aliases() -> None:
+    assert "--policy" not in run_cli("check", "--help").stdout
+    proc = run_cli("check", SPEC, "--policy", "p.json")
+    _one_line(proc, "No such option '--policy'")

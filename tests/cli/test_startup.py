@@ -171,3 +171,22 @@ def test_the_cli_spells_exports_formats_as_the_library_does() -> None:
     from halfprec.export import FORMATS
 
     assert CLI_FORMATS == FORMATS
+
+
+def test_every_option_of_every_command_has_help_and_one_spelling_of_the_default() -> None:
+    import click
+
+    from halfprec.cli import _COMMANDS, main
+
+    ctx = click.Context(main)
+    for name in _COMMANDS:
+        command = main.get_command(ctx, name)
+        assert command is not None
+        missing = [
+            p.opts[0]
+            for p in command.params
+            if isinstance(p, click.Option) and not p.hidden and not p.help
+        ]
+        assert missing == [], f"{name}: {missing} have no help"
+        text = " ".join(run_cli(name, "--help").stdout.split())
+        assert "(default: minilm)" not in text, name

@@ -189,3 +189,10 @@ def test_a_mismatch_lists_three_names_of_each_kind_then_an_ellipsis(tmp_path: Pa
     with pytest.raises(CheckpointError) as short:
         load(save(stack(4), tmp_path / "four.safetensors"), into=stack(3))
     assert "unexpected 3.bias, 3.weight;" in str(short.value)  # two names: no ellipsis
+
+
+def test_save_refuses_a_module_without_tensors(tmp_path: Path) -> None:
+    out = tmp_path / "empty.safetensors"
+    with pytest.raises(CheckpointError, match="GELU holds no tensors"):
+        save(nn.GELU(), out)
+    assert not out.exists()

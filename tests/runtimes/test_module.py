@@ -14,7 +14,7 @@ from torch import nn
 
 from halfprec import compare
 from halfprec.batch import Args, call
-from halfprec.errors import HalfprecError, InputsError
+from halfprec.errors import CheckpointError, HalfprecError, InputsError
 from halfprec.runtimes import RuntimeModule, build_runtime
 from halfprec.tree import flatten
 
@@ -186,3 +186,16 @@ def test_a_hugging_face_lm_with_its_cache_on_comes_back_as_its_model_output() ->
     assert out.logits.shape == want.logits.shape == (3, 11, 128)
     assert compare(model, built, longer).passed
     assert model.config.use_cache  # the caller's config is left as it was
+
+
+@pytest.mark.parametrize("runtime", RUNTIME_PARAMS)
+def test_halfprec_save_refuses_it_naming_the_runtimes_own_save(
+    runtime: str, tmp_path: Path
+) -> None:
+    import halfprec
+
+    built = _built(runtime)
+    out = tmp_path / "deployed.safetensors"
+    with pytest.raises(CheckpointError, match=rf"\({runtime}\) holds no tensors.*model\.save"):
+        halfprec.save(built, out)
+    assert not out.exists() and list(tmp_path.iterdir()) == []

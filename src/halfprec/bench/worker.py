@@ -136,7 +136,7 @@ def measure_in_subprocess(
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         path = f.name
     portable.save(path)
-    args += ["--policy", path]
+    args += ["--recipe", path]
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
@@ -160,10 +160,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--variant", required=True)
     parser.add_argument("--batch-size", type=int, required=True)
-    parser.add_argument("--policy", default=None, help="a recipe file (Recipe.save)")
+    parser.add_argument("--recipe", default=None, help="a recipe file (Recipe.save)")
     ns = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    config = Recipe.load(ns.policy) if ns.policy else Recipe()
+    config = Recipe.load(ns.recipe) if ns.recipe else Recipe()
     data = _run(ns.model, ns.variant, ns.batch_size, config)
     print(json.dumps(data))
 

@@ -64,7 +64,7 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
         ctx.exit(0)
 
 
-@click.command(help="Time MODEL in fp32 and each half-precision variant (default: minilm).")
+@click.command(help="Time MODEL (default: builtin:minilm) in fp32 and each half-precision variant.")
 @model_argument
 @inputs_option
 @convert_options
@@ -98,8 +98,20 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     default=None,
     help="Write a PNG chart of speedup and memory per variant.",
 )
-@click.option("--runs", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--warmup", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option(
+    "--runs",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Most timed rounds per variant (the race stops a settled one sooner).",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Untimed calls of each variant before its timed ones.",
+)
 @click.option(
     "--max-call-s",
     type=NumberRange(min=0, min_open=True),

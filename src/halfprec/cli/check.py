@@ -27,7 +27,10 @@ if TYPE_CHECKING:
 __all__ = ["command"]
 
 
-@click.command(help="Compare MODEL in half precision against fp32 (default: builtin:minilm).")
+@click.command(
+    help="Compare MODEL (default: builtin:minilm) in half precision against fp32; exit 1 "
+    "when out of tolerance."
+)
 @model_argument
 @inputs_option
 @weights_option

@@ -40,7 +40,13 @@ __all__ = ["command"]
     default=None,
     help="Write a PNG of error by module in execution order.",
 )
-@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True)
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=15,
+    show_default=True,
+    help="Modules to list, largest error first.",
+)
 @click.option(
     "--converted",
     is_flag=True,

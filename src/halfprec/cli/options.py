@@ -77,10 +77,13 @@ def model_argument(f: F) -> F:
 
 
 DTYPES: tuple[str, ...] = ("auto", "fp16", "bf16")
+_TORCH_NAMES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+"""torch's own names of the half dtypes (``torch.float16``, ``torch.half``, ...)."""
 
 
 class DTypeParam(click.Choice):
-    """``--dtype``: auto, fp16 or bf16, checked before any model loads."""
+    """``--dtype``: auto, fp16 or bf16 (or torch's names, float16, half, bfloat16, with or
+    without ``torch.``), checked before any model loads."""
 
     name = "dtype"
 
@@ -88,10 +91,12 @@ class DTypeParam(click.Choice):
         super().__init__(DTYPES, case_sensitive=False)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = str(value).strip().lower().removeprefix("torch.")
         try:
-            return super().convert(value, param, ctx)
+            return super().convert(_TORCH_NAMES.get(text, text), param, ctx)
         except click.BadParameter:
-            self.fail(f"unknown dtype {value!r}; use one of: {', '.join(DTYPES)}", param, ctx)
+            known = ", ".join([*DTYPES, *_TORCH_NAMES])
+            self.fail(f"unknown dtype {value!r}; use one of: {known}", param, ctx)
 
 
 def dtype_option(f: F, *, default: str = "the --recipe's dtype, else auto") -> F:
@@ -102,7 +107,7 @@ def dtype_option(f: F, *, default: str = "the --recipe's dtype, else auto") -> F
         type=DTypeParam(),
         default=None,
         help="auto (bf16 where it has fast kernels, else fp16 where that is fast, else bf16), "
-        f"fp16 or bf16. Default: {default}.",
+        f"fp16 (float16, half) or bf16 (bfloat16). Default: {default}.",
     )(f)
 
 
@@ -125,12 +130,11 @@ def _islands_options(f: F) -> F:
     )(f)
     return click.option(
         "--recipe",
-        "--policy",
         "recipe_file",
         type=click.Path(path_type=Path),
         default=None,
         help="Recipe JSON written by `halfprec tune -o` (its dtype, module and op islands, "
-        "tolerance). --policy is the older name.",
+        "tolerance).",
     )(f)
 
 

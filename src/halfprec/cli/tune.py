@@ -104,11 +104,13 @@ def command(
         result.recipe.save(output)
     data = {"model": loaded.name, **result.report.to_json()}
     data["recipe"] = str(output) if result.recipe is not None and output is not None else None
-    data["policy"] = data["recipe"]  # the older name of the same file
 
     def render() -> None:
         print_tune(result.report)
         if result.passed and output is not None:
-            click.echo(f"wrote {output}; use it with: halfprec convert MODEL --recipe {output}")
+            click.echo(
+                f"wrote {output}; use it with: halfprec convert {model} --recipe {output} "
+                "-o OUT.safetensors"
+            )
 
     finish(data, as_json, render, result.passed)

@@ -64,10 +64,15 @@ def save(
     """Write ``model``'s tensors to ``path`` (safetensors, atomic) and return the path.
 
     The write follows :mod:`halfprec.atomic`: symlinks and file modes are kept, the file is
-    fsynced, and a missing folder is an error.
+    fsynced, and a missing folder is an error. A module that holds no tensors (a deployed
+    runtime's :class:`~halfprec.runtimes.RuntimeModule`, whose weights live in the runtime)
+    is refused: its checkpoint would be empty and load as nothing.
     """
     from safetensors.torch import save as to_bytes
 
+    state = _state(model)
+    if not state:
+        raise CheckpointError(_nothing_to_save(model))
     recipe, report = recipe_of(model), conversion_report(model)
     if recipe is None or report is None:
         meta = {"format": "pt", "dtype": "unconverted", **(metadata or {})}
@@ -76,8 +81,20 @@ def save(
     dest = Path(path)
     # serialized to bytes, then into halfprec's own temp file: safetensors' save_file
     # would leave a temp file of its own making behind on kill -9
-    write_bytes_atomic(dest, to_bytes(_state(model), metadata=meta))
+    write_bytes_atomic(dest, to_bytes(state, metadata=meta))
     return dest
+
+
+def _nothing_to_save(model: nn.Module) -> str:
+    runtime = getattr(model, "runtime", None)
+    what = f"{type(model).__name__}" + (f" ({runtime})" if isinstance(runtime, str) else "")
+    fix = (
+        f"its weights live in {runtime}: write {runtime}'s own file with model.save(path) "
+        "(OpenVINO IR .xml, or .onnx for onnxruntime), or save the torch model it came from"
+        if isinstance(runtime, str)
+        else "save the module that holds the weights"
+    )
+    return f"halfprec.save: {what} holds no tensors, so its checkpoint would be empty; {fix}"
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:

@@ -138,6 +138,25 @@ def find_pyproject(start: Path) -> Path | None:
     return None
 
 
+def _lint_section(pyproject: Path) -> dict[str, Any]:
+    """``[tool.halfprec.lint]`` of ``pyproject`` (a regular file, UTF-8 TOML), ``{}`` when
+    absent; each level must be a table."""
+    from halfprec.readfile import read_regular
+
+    try:
+        data: Any = tomllib.loads(read_regular(pyproject, limit=16 * 2**20).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise LintConfigError(
+            f"{pyproject} is not readable UTF-8 TOML ({exc}); fix the file"
+        ) from None
+    for depth, key in enumerate(("tool", "halfprec", "lint")):
+        data = data.get(key, {})
+        if not isinstance(data, dict):
+            table = ".".join(("tool", "halfprec", "lint")[: depth + 1])
+            raise LintConfigError(f"{pyproject}: {table} must be a table, not {data!r:.40}")
+    return data
+
+
 def load_config(start: Path, **overrides: Any) -> LintConfig:
     """Read ``[tool.halfprec.lint]`` from the pyproject.toml above ``start``; apply overrides.
 
@@ -146,13 +165,7 @@ def load_config(start: Path, **overrides: Any) -> LintConfig:
     values: dict[str, Any] = {}
     pyproject = find_pyproject(start)
     if pyproject is not None:
-        try:
-            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise LintConfigError(f"{pyproject} is not valid TOML ({exc}); fix the file") from None
-        section = data.get("tool", {}).get("halfprec", {}).get("lint", {})
-        if not isinstance(section, dict):
-            raise LintConfigError(f"{pyproject}: [tool.halfprec.lint] must be a table")
+        section = _lint_section(pyproject)
         unknown = set(section) - _KEYS
         if unknown:
             raise LintConfigError(

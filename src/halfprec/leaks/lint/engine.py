@@ -9,6 +9,7 @@ import ast
 import fnmatch
 import gc
 import re
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,11 +20,12 @@ from halfprec.leaks.lint.constants import check_constants
 from halfprec.leaks.lint.context import Check
 from halfprec.leaks.lint.factories import check_factory
 from halfprec.leaks.lint.findings import FileResult, Finding, Fix, LintReport
-from halfprec.leaks.lint.flow import walk_function
+from halfprec.leaks.lint.flow import calls_of, walk_function
 from halfprec.leaks.lint.rules import FIX_NONE, FIX_SAFE
-from halfprec.leaks.lint.scope import forward_paths, imports_of
+from halfprec.leaks.lint.scope import forward_paths, imports_of, program_of
 from halfprec.leaks.lint.source import SourceError, decode_source, split_lines
 from halfprec.leaks.lint.suppress import is_suppressed, suppressions
+from halfprec.readfile import NotAFileError, kind_of, read_regular
 
 __all__ = [
     "lint",
@@ -36,6 +38,7 @@ __all__ = [
 ]
 
 PARSE_ERROR = "HP000"
+MAX_SOURCE_BYTES = 64 * 2**20  # a larger .py file is one HP000 finding, never read whole
 _MAX_ROUNDS = 4
 _CHECKS: list[Check] = [check_factory, check_casts, check_constants]
 _SKIP_DIRS = frozenset(
@@ -109,6 +112,7 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     seen: set[tuple[int, int, str, int, int]] = set()
     findings: list[Finding] = []
     hot = _hot_lines(lines, imports.torch)
+    calls = calls_of(program_of(tree), imports, lines)
     for fpath in forward_paths(tree, lines):
         ctx = walk_function(
             fpath.function,
@@ -118,6 +122,7 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
             facts=fpath.facts,
             is_forward=fpath.is_forward,
             hot_lines=hot,
+            calls=calls,
         )
         for node, code, message, fix in ctx.found:
             line = getattr(node, "lineno", 1)
@@ -183,8 +188,11 @@ def lint_file(path: Path, config: LintConfig, fix: bool = False) -> FileResult:
     reported as one HP000 finding and skipped.
     """
     name = str(path)
-    try:
-        decoded = decode_source(path.read_bytes())
+    try:  # a regular file only: a FIFO would block, a link to /dev/zero never end
+        decoded = decode_source(read_regular(path, limit=MAX_SOURCE_BYTES))
+    except OSError as exc:  # a FIFO, a dangling or looping link, too large, unreadable
+        why = exc if exc.strerror is None else f"cannot read it ({exc.strerror})"
+        return FileResult(name, [Finding(name, 1, 1, PARSE_ERROR, f"{why}; file skipped")])
     except SourceError as exc:
         return FileResult(name, [Finding(name, 1, 1, PARSE_ERROR, f"{exc}; file skipped")])
     return _lint_text(decoded.text, name, config, fix, decoded.encode)
@@ -213,9 +221,15 @@ def _lint_text(
 def iter_python_files(paths: Iterable[Path], exclude: tuple[str, ...] = ()) -> Iterator[Path]:
     """``.py`` files under ``paths`` (files given directly are always included)."""
     for root in paths:
-        if not root.exists():
-            raise FileNotFoundError(f"no such file or directory: {root}")
-        if root.is_file():
+        try:
+            mode = root.stat().st_mode
+        except OSError as exc:  # missing, a dangling link, a link loop
+            raise FileNotFoundError(
+                f"cannot lint {root}: {(exc.strerror or str(exc)).lower()}"
+            ) from None
+        if not stat.S_ISDIR(mode):
+            if not stat.S_ISREG(mode):  # a FIFO or a device given by name: never read
+                raise NotAFileError(root, kind_of(mode))
             yield root
             continue
         for path in sorted(root.rglob("*.py")):
