@@ -12,7 +12,9 @@ is forward + loss, backward and an AdamW step. Variants:
   step), fp32 weights, the same AdamW;
 - ``bf16-fused``: the same as ``bf16`` with ``AdamW(fused=True)``;
 - ``pure-bf16``: ``model.to(bf16)`` and plain AdamW, no autocast, no checks;
-- ``bf16-weights``: ``model.to(bf16)``, ``StochasticAdamW``, ``MixedPrecision("bf16")``.
+- ``bf16-weights``: ``model.to(bf16)``, ``StochasticAdamW``, ``MixedPrecision("bf16")``;
+- ``bf16-masters`` / ``fp16-masters``: master-weight mode, ``MixedPrecision(...)`` with
+  ``use_master_weights``: half parameters, fp32 masters updated by ``AdamW(fused=True)``.
 
 Times are medians over ``--steps`` steps after warm-up, the variants interleaved round by
 round in one process so they see the same machine load. Peak memory is measured in a fresh
@@ -33,7 +35,16 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-VARIANTS = ("fp32", "bf16", "fp16", "bf16-fused", "pure-bf16", "bf16-weights")
+VARIANTS = (
+    "fp32",
+    "bf16",
+    "fp16",
+    "bf16-fused",
+    "pure-bf16",
+    "bf16-weights",
+    "bf16-masters",
+    "fp16-masters",
+)
 BATCH, SEQ = 8, 64
 
 
@@ -59,7 +70,8 @@ def build(
 
         optimizer = StochasticAdamW(model.parameters(), lr=1e-4)
     else:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=variant == "bf16-fused")
+        fused = variant == "bf16-fused" or variant.endswith("-masters")
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
     gen = torch.Generator().manual_seed(0)
     batch = {
         "input_ids": torch.randint(0, config.vocab_size, (BATCH, SEQ), generator=gen),
@@ -81,6 +93,8 @@ def make_step(variant: str, device: torch.device) -> Callable[[], None]:
 
         return step
     mp = MixedPrecision(variant.split("-")[0], device)
+    if variant.endswith("-masters"):
+        mp.use_master_weights(model, optimizer)
 
     def amp_step() -> None:
         with mp.autocast():

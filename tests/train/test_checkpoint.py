@@ -26,14 +26,16 @@ def _contents(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("masters", [False, True], ids=["amp", "master-weights"])
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-def test_resume_in_fresh_process_is_bit_exact(dtype: str, tmp_path: Path) -> None:
+def test_resume_in_fresh_process_is_bit_exact(dtype: str, masters: bool, tmp_path: Path) -> None:
     straight, half, resumed = tmp_path / "ten.st", tmp_path / "five.st", tmp_path / "resumed.st"
-    train(dtype, 10, straight)
-    train(dtype, 5, half)
+    train(dtype, 10, straight, masters=masters)
+    train(dtype, 5, half, masters=masters)
     env = dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{TESTS}", OMP_NUM_THREADS="1")
     script = SUPPORT / "train_job.py"
     cmd = [sys.executable, str(script), "--dtype", dtype, "--steps", "5"]
+    cmd += ["--masters"] if masters else []
     subprocess.run(
         [*cmd, "--resume", str(half), "--out", str(resumed)], env=env, check=True, timeout=120
     )
@@ -48,6 +50,8 @@ def test_resume_in_fresh_process_is_bit_exact(dtype: str, tmp_path: Path) -> Non
     assert json.loads(want_meta["halfprec.train"]) == json.loads(got_meta["halfprec.train"])
     counters = json.loads(got_meta["halfprec.train"])["counters"]
     assert counters == {"step": 10}
+    # master-weight mode saves the fp32 masters as the model's weights, as AMP does
+    assert {want[k].dtype for k in want if k.startswith("model.")} == {torch.float32}
 
 
 def test_resume_continues_skip_counters_and_scale(tmp_path: Path) -> None:

@@ -52,6 +52,25 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
 
 
 _MAX_BATCH = 2**20
+QUICK_RUNS = 3
+
+
+def _quick_settings(runs: int, warmup: int) -> tuple[int, int]:
+    """--quick's rounds: fewer runs and one warm-up, where the flags were not given."""
+    ctx = click.get_current_context()
+    given = {
+        name
+        for name in ("runs", "warmup")
+        if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
+    }
+    return (runs if "runs" in given else QUICK_RUNS), (warmup if "warmup" in given else 1)
+
+
+def _quick_note(runs: int, warmup: int) -> str:
+    return (
+        f"quick run (--quick): {runs} timed runs, {warmup} warm-up, no memory and no GEMM "
+        "limit measured; speedups are rougher than a full bench (leave out --quick)"
+    )
 
 
 def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -113,6 +132,12 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     help="Untimed calls of each variant before its timed ones.",
 )
 @click.option(
+    "--quick",
+    is_flag=True,
+    help=f"A rough answer fast: {QUICK_RUNS} runs and 1 warm-up (unless --runs/--warmup "
+    "are given), no memory subprocesses, no GEMM limit; the output says so.",
+)
+@click.option(
     "--max-call-s",
     type=NumberRange(min=0, min_open=True),
     default=10.0,
@@ -160,6 +185,7 @@ def command(
     plot: Path | None,
     runs: int,
     warmup: int,
+    quick: bool,
     max_call_s: float,
     skip_slower_than: float,
     no_skip: bool,
@@ -179,6 +205,9 @@ def command(
 
     # Everything that can be wrong with the arguments fails here, before any measuring.
     sizes = _batch_sizes(batch_sizes)
+    if quick:
+        runs, warmup = _quick_settings(runs, warmup)
+        no_memory = no_limit = True
     names = [v for v in variants.split(",") if v.strip()] if variants is not None else None
     if names == []:  # "" or ",": not the default list, which is what omitting the flag gives
         raise HalfprecError(
@@ -224,10 +253,15 @@ def command(
 
     def render() -> None:
         print_bench(result)
+        if quick:
+            click.echo(_quick_note(runs, warmup))
         if plot is not None:
             click.echo(f"chart: {plot}")
 
-    finish(spread_json(result), as_json, render)
+    data = spread_json(result)
+    if quick:
+        data["quick"] = _quick_note(runs, warmup)
+    finish(data, as_json, render)
 
 
 def _config(*, race: bool, **fields: Any) -> BenchConfig:

@@ -329,19 +329,12 @@ def _export_checked(
         here (exit 2) leaves no file behind."""
         artifact = load_artifact(tmp, format=target.format, device=model_device(half))
         verified = verify_artifact(artifact, batches, ref_out, tolerance=step.tolerance)
-        if target.format == "onnx":  # informational figures: n/a where they fail
-            try:
-                casts.append(inspect_casts(tmp))
-            except Exception as exc:  # onnxruntime's optimizer, a file it cannot write
-                notes.append(f"onnxruntime Cast count: n/a ({first_line(exc)})")
-            if step.runs > 0:
-                try:
-                    with evaluating(reference):
-                        latency.append(
-                            _onnx_latency(target, reference, named, info, tmp, step.runs)
-                        )
-                except Exception as exc:  # the fp32 timing copy's export or session
-                    notes.append(f"onnxruntime latency: n/a ({first_line(exc)})")
+        if target.format == "onnx":
+            casts.extend(_informational(notes, "onnxruntime Cast count", inspect_casts, tmp))
+        if target.format == "onnx" and step.runs > 0:
+            with evaluating(reference):
+                args = (target, reference, named, info, tmp, step.runs)
+                latency.extend(_informational(notes, "onnxruntime latency", _onnx_latency, *args))
         return verified
 
     check = write_artifact(target, half, named, out, info, verify=check_file)
@@ -366,6 +359,16 @@ def _export_checked(
         ort_casts=casts[0] if casts else None,
         ort_latency=latency[0] if latency else None,
     )
+
+
+def _informational(notes: list[str], what: str, figure: Callable[..., T], *args: Any) -> list[T]:
+    """``[figure(*args)]``, or ``[]`` and a note "WHAT: n/a (reason)" where it fails: an
+    informational figure never stops the command."""
+    try:
+        return [figure(*args)]
+    except Exception as exc:  # onnxruntime's optimizer, the fp32 timing copy's export, ...
+        notes.append(f"{what}: n/a ({first_line(exc)})")
+        return []
 
 
 def _run_half(half: nn.Module, named: list[dict[str, Any]], dtype: torch.dtype) -> list[Any]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from halfprec.train.bf16 import StochasticAdamW, training_bytes
 from halfprec.train.checkpoint import Resumed, load_checkpoint, save_checkpoint
-from halfprec.train.config import StepOutcome, TrainConfig
-from halfprec.train.distributed import exit_worker, fsdp_policy
-from halfprec.train.mixed import MixedPrecision, TrainingStateError, needs_loss_scaling
+from halfprec.train.config import StepOutcome, TrainConfig, TrainingStateError
+from halfprec.train.distributed import exit_worker, fp32_reduce_hook, fsdp_policy
+from halfprec.train.mixed import MixedPrecision, needs_loss_scaling
 from halfprec.train.parallel import AutocastForward, autocast_forward
 from halfprec.train.rounding import round_stochastic
 from halfprec.train.watch import TrainingDivergedError
@@ -26,6 +26,7 @@ __all__ = [
     "Resumed",
     "exit_worker",
     "fsdp_policy",
+    "fp32_reduce_hook",
     "autocast_forward",
     "AutocastForward",
     "TrainingDivergedError",

@@ -26,7 +26,8 @@ from halfprec.io.tensorfile import TensorFile
 from halfprec.modules import model_device
 from halfprec.readfile import unreadable
 from halfprec.train.checkpoint_checks import check_parts
-from halfprec.train.mixed import MixedPrecision, TrainingStateError
+from halfprec.train.config import TrainingStateError
+from halfprec.train.mixed import MixedPrecision
 from halfprec.train.watch import unwrap
 
 __all__ = ["save_checkpoint", "load_checkpoint", "Resumed", "CHECKPOINT_FORMAT"]
@@ -68,7 +69,7 @@ def save_checkpoint(
     each. DataParallel/DDP wrappers are unwrapped, so keys match the plain model.
     """
     parts: dict[str, Any] = {
-        "model": unwrap(model).state_dict(),
+        "model": mp.model_state_dict(model) if mp is not None else unwrap(model).state_dict(),
         "optimizer": optimizer.state_dict(),
         "rng": _rng_state(),
     }
@@ -118,8 +119,11 @@ def load_checkpoint(
             mp.load_state_dict(parts["mixed_precision"])
         except TrainingStateError as exc:  # another run's dtype or config: this file's fault
             raise CheckpointError(f"{path}: {exc}") from None
-    device = model_device(model)
-    unwrap(model).load_state_dict(_to(parts["model"], device))
+    weights = _to(parts["model"], model_device(model))
+    if mp is not None:  # in master-weight mode, into the fp32 masters too
+        mp.load_model_state_dict(model, weights)
+    else:
+        unwrap(model).load_state_dict(weights)
     optimizer.load_state_dict(parts["optimizer"])
     if scheduler is not None:
         scheduler.load_state_dict(parts["scheduler"])

@@ -6,7 +6,14 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["TrainConfig", "StepOutcome", "StepStatus"]
+from halfprec.errors import HalfprecError
+
+__all__ = ["TrainConfig", "StepOutcome", "StepStatus", "TrainingStateError"]
+
+
+class TrainingStateError(HalfprecError, RuntimeError):
+    """A training verb called out of order, or state that does not fit this run."""
+
 
 StepStatus = Literal["applied", "skipped", "accumulating"]
 

@@ -1,7 +1,9 @@
 """Settings for torch.distributed's own engines (DDP, FSDP2) that match a MixedPrecision run.
 
 DDP needs nothing special: autocast around the forward, ``mp.backward``, ``mp.step``;
-gradients are all-reduced before ``step`` sees them, so every rank skips together. FSDP2
+gradients are all-reduced before ``step`` sees them, so every rank skips together. In
+master-weight mode (bf16/fp16 parameters, so bf16/fp16 gradients) register
+:func:`fp32_reduce_hook` so that the sum over ranks is taken in fp32. FSDP2
 (``fully_shard``) casts parameters itself through a ``MixedPrecisionPolicy``; with fp16 the
 ``MixedPrecision`` of each rank uses a sharded GradScaler that all-reduces found-inf, so
 an overflow in one rank's shard skips the step everywhere.
@@ -30,7 +32,7 @@ import torch
 
 from halfprec.train.mixed import MixedPrecision
 
-__all__ = ["fsdp_policy", "exit_worker"]
+__all__ = ["fsdp_policy", "exit_worker", "fp32_reduce_hook"]
 
 
 def fsdp_policy(mp: MixedPrecision) -> torch.distributed.fsdp.MixedPrecisionPolicy:
@@ -40,6 +42,39 @@ def fsdp_policy(mp: MixedPrecision) -> torch.distributed.fsdp.MixedPrecisionPoli
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     return MixedPrecisionPolicy(param_dtype=mp.dtype, reduce_dtype=torch.float32)
+
+
+def fp32_reduce_hook(
+    process_group: torch.distributed.ProcessGroup | None,
+    bucket: torch.distributed.GradBucket,
+) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: all-reduce a bucket of bf16/fp16 gradients in fp32.
+
+    ``ddp.register_comm_hook(None, fp32_reduce_hook)``. The bucket is widened to fp32,
+    divided by the world size, summed over ranks, and rounded back into the bucket once: a
+    half-precision all-reduce would round after every partial sum (and fp16 sums of
+    loss-scaled gradients can overflow). fp32 buckets are reduced as they are.
+    """
+    import torch.distributed as dist
+
+    group = process_group if process_group is not None else dist.group.WORLD
+    buffer = bucket.buffer()
+    wide = buffer.to(torch.float32).div_(dist.get_world_size(group))
+    future = dist.all_reduce(wide, group=group, async_op=True).get_future()
+
+    def narrow(done: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+        buffer.copy_(done.value()[0])
+        return buffer
+
+    return future.then(narrow)
+
+
+if torch.distributed.is_available():
+    # DDP checks the hook's annotations as objects; this module's are strings (PEP 563).
+    fp32_reduce_hook.__annotations__ |= {
+        "bucket": torch.distributed.GradBucket,
+        "return": torch.futures.Future[torch.Tensor],
+    }
 
 
 def exit_worker(code: int = 0) -> NoReturn:

@@ -33,18 +33,15 @@ import torch
 from torch import nn
 
 from halfprec.dtypes import DTypeLike, dtype_name, ensure_runnable, range_of, resolve_dtype
-from halfprec.errors import DTypeError, HalfprecError
-from halfprec.train.config import StepOutcome, StepStatus, TrainConfig
+from halfprec.errors import DTypeError
+from halfprec.train.config import StepOutcome, StepStatus, TrainConfig, TrainingStateError
 from halfprec.train.grads import full_tensor, params_with_grad, total_norm
-from halfprec.train.watch import GradientWatch, NonFinite, diverged
+from halfprec.train.masters import MasterWeights, is_sharded
+from halfprec.train.watch import GradientWatch, NonFinite, diverged, unwrap
 
-__all__ = ["MixedPrecision", "TrainingStateError", "ensure_autocast_runs", "needs_loss_scaling"]
+__all__ = ["MixedPrecision", "ensure_autocast_runs", "needs_loss_scaling"]
 
 STATE_FORMAT = "halfprec.train.MixedPrecision/1"
-
-
-class TrainingStateError(HalfprecError, RuntimeError):
-    """A training verb called out of order, or state that does not fit this run."""
 
 
 class _Scheduler(Protocol):
@@ -84,6 +81,7 @@ class MixedPrecision:
         self._scale = _LossScale(self.config)
         self._watch = GradientWatch()
         self._micro_batches = 0
+        self._masters: MasterWeights | None = None
         self.steps_applied = 0
         self.steps_skipped = 0
         self.consecutive_skips = 0
@@ -114,6 +112,8 @@ class MixedPrecision:
         if steps > 1:
             loss = loss / steps
         self._scaler.scale(loss).backward()
+        if self._masters is not None:
+            self._masters.gather_grads()
         self._micro_batches += 1
 
     def step(
@@ -157,6 +157,8 @@ class MixedPrecision:
                 torch.nn.utils.clip_grads_with_norm_(params, clip_grad_norm, norm)
             for optimizer in optimizers:
                 optimizer.step()
+            if self._masters is not None:
+                self._masters.copy_back()
             for scheduler in schedulers:
                 scheduler.step()
         if self.scaling:
@@ -186,6 +188,66 @@ class MixedPrecision:
             self._first_bad = bad
             self._first_activation = self._watch.first_activation()
         return bad
+
+    def use_master_weights(self, model: nn.Module, *optimizers: torch.optim.Optimizer) -> None:
+        """Master-weight mode: cast ``model``'s parameters to ``self.dtype`` in place, once,
+        and rebind ``optimizers`` to fp32 master copies of them.
+
+        Forward and backward then run on half-precision weights with no per-forward casts
+        (keep ``mp.autocast()`` around forward and loss: ops that autocast runs in fp32
+        still do); ``backward`` adds the half gradients into fp32 gradients on the masters
+        (micro-batches accumulate in fp32), the optimizers update the masters and their
+        fp32 state, and an applied step rounds the masters back into the parameters. A
+        skipped step changes neither. Call it on the plain fp32 model right after building
+        the optimizers and before wrapping the model in DDP; under torch.distributed every
+        rank calls it and rank 0's weights are broadcast, as DDP does. A model sharded by
+        FSDP2 (``fully_shard`` with :func:`fsdp_policy`) has fp32 masters already: nothing
+        changes.
+        """
+        from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+        if not optimizers:
+            raise TypeError("use_master_weights() needs the optimizers: (model, optimizer)")
+        if isinstance(model, (DataParallel, DistributedDataParallel)):
+            raise TrainingStateError(
+                f"use_master_weights() got a {type(model).__name__}; call it on the plain "
+                "model before wrapping it, then wrap the model it cast"
+            )
+        if self._masters is not None:
+            raise TrainingStateError("use_master_weights() was already called on this run")
+        if self._micro_batches or self.steps_applied or self.steps_skipped:
+            raise TrainingStateError(
+                "use_master_weights() was called after training began; call it before the "
+                "first backward (and load a checkpoint after it)"
+            )
+        if is_sharded(model):
+            return
+        masters = MasterWeights(model, optimizers, self.dtype)
+        if _distributed():
+            for master in masters.masters:
+                torch.distributed.broadcast(master.data, src=0)
+            masters.copy_back()
+        self._masters = masters
+        self._watch.alias(masters.alias)
+
+    @property
+    def master_weights(self) -> bool:
+        """Whether :meth:`use_master_weights` put fp32 masters behind the parameters."""
+        return self._masters is not None
+
+    def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The model's weights as a checkpoint stores them: in master-weight mode the fp32
+        masters (the weights an AMP run saves), otherwise ``state_dict()``."""
+        inner = unwrap(model)
+        return self._masters.state_dict(inner) if self._masters else inner.state_dict()
+
+    def load_model_state_dict(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        """Load :meth:`model_state_dict` output (or an AMP run's weights) into ``model``;
+        in master-weight mode into the masters too, rounded into the parameters."""
+        inner = unwrap(model)
+        inner.load_state_dict(state)
+        if self._masters is not None:
+            self._masters.load(inner, state)
 
     def watch(self, *models: nn.Module, activations: bool = True) -> None:
         """Record parameter names (and backward order) so the watchdog can name the

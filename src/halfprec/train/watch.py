@@ -62,6 +62,7 @@ class GradientWatch:
         self._names: dict[int, str] = {}
         self._order: dict[int, int] = {}
         self._handles: list[RemovableHandle] = []
+        self._alias: dict[int, int] = {}  # fp32 master -> the model parameter it stands for
         # (module, the (min, max) of one of its outputs), in the order forwards finished
         self._outputs: list[tuple[str, tuple[torch.Tensor, torch.Tensor]]] = []
         self._lock = threading.Lock()  # replica threads (DataParallel) record at once
@@ -81,6 +82,11 @@ class GradientWatch:
             for name, module in inner.named_modules():
                 label = f"{name or 'the model'} ({type(module).__name__})"
                 self._handles.append(module.register_forward_hook(self._output_hook(label)))
+
+    def alias(self, masters: dict[int, torch.Tensor]) -> None:
+        """Name and order the optimizer's fp32 masters (keys: ``id(master)``) as the model
+        parameters they stand for."""
+        self._alias.update({key: id(param) for key, param in masters.items()})
 
     def remove(self) -> None:
         """Take every hook this watch put on the models off again, and forget the names."""
@@ -139,7 +145,8 @@ class GradientWatch:
                             f"optimizer {opt_index} param_groups[{group_index}].params[{index}] "
                             f"(shape {tuple(param.shape)})"
                         )
-                        slots.append((param, self._names.get(id(param), fallback)))
+                        key = self._alias.get(id(param), id(param))
+                        slots.append((param, self._names.get(key, fallback)))
         if not slots:
             return NonFinite(names=(), total=0)
         device = local_tensor(slots[0][0].grad).device  # type: ignore[arg-type]
@@ -149,7 +156,8 @@ class GradientWatch:
         bad: list[tuple[int, str]] = []
         for slot in flags.nonzero().flatten().tolist():
             param, name = slots[slot]
-            bad.append((self._order.get(id(param), len(self._order) + len(bad)), name))
+            key = self._alias.get(id(param), id(param))
+            bad.append((self._order.get(key, len(self._order) + len(bad)), name))
         bad.sort()
         return NonFinite(names=tuple(name for _, name in bad), total=len(bad))
 
