@@ -200,8 +200,7 @@ def command(
 ) -> None:
     from halfprec.bench.runner import benchmark
     from halfprec.bench.spread import spread_json
-    from halfprec.report.bench import check_plot_path, print_bench, write_chart
-    from halfprec.report.plot import require_matplotlib
+    from halfprec.report.bench import print_bench, write_chart
 
     # Everything that can be wrong with the arguments fails here, before any measuring.
     sizes = _batch_sizes(batch_sizes)
@@ -210,9 +209,7 @@ def command(
         no_memory = no_limit = True
     chosen = _chosen_variants(variants, use_compile)
     if plot is not None:
-        check_plot_path(plot)
-        not_an_input(plot, model, {"--inputs": inputs_path}, flag="--plot")
-        require_matplotlib()
+        _check_plot(plot, model, inputs_path)
     loaded, batches, dev = load_for_command(model, inputs_path, device)
     recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)
     # The memory worker rebuilds the model from its spec; custom --inputs cannot follow it.
@@ -256,6 +253,16 @@ def command(
     if quick:
         data["quick"] = _quick_note(runs, warmup)
     finish(data, as_json, render)
+
+
+def _check_plot(plot: Path, model: str, inputs_path: Path | None) -> None:
+    """``--plot``: a .png path that is no input, with matplotlib installed, before any work."""
+    from halfprec.report.bench import check_plot_path
+    from halfprec.report.plot import require_matplotlib
+
+    check_plot_path(plot)
+    not_an_input(plot, model, {"--inputs": inputs_path}, flag="--plot")
+    require_matplotlib()
 
 
 def _chosen_variants(variants: str | None, use_compile: bool) -> list[Variant] | None:
