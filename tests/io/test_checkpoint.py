@@ -198,6 +198,7 @@ def test_save_refuses_a_module_without_tensors(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_load_into_a_builder_that_calls_from_pretrained(tmp_path: Path) -> None:
     """A builder that calls transformers' from_pretrained (README's form) cannot run on the
     meta device: load builds it for real instead, and says so."""
