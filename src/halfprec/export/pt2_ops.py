@@ -50,7 +50,7 @@ addbmm addmm addmv addr baddbmm bmm dot einsum inner linear matmul mm mv outer t
 vdot bilinear cdist _cdist_forward _pdist_forward
 """
 _NN = """
-_adaptive_avg_pool2d _adaptive_avg_pool3d _convolution _embedding_bag _log_softmax
+_weight_norm _weight_norm_interface norm_except_dim _adaptive_avg_pool2d _adaptive_avg_pool3d _convolution _embedding_bag _log_softmax
 _native_batch_norm_legit _native_batch_norm_legit_functional
 _native_batch_norm_legit_no_training _softmax _scaled_dot_product_efficient_attention
 _scaled_dot_product_flash_attention_for_cpu _scaled_dot_product_attention_math
