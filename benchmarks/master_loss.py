@@ -136,8 +136,8 @@ def verdict(finals: dict[str, list[float]]) -> str:
     return (
         f"masters mean {mean:.5f} {'inside' if inside else 'OUTSIDE'} the fp32/autocast "
         f"band [{low:.5f}, {high:.5f}]; largest per-seed distance from fp32: masters "
-        f"{off('masters'):.5f}, autocast {off('autocast'):.5f}, pure-bf16 "
-        f"{off('pure-bf16'):.5f} ({'within' if closer else 'OUTSIDE'} autocast's)"
+        f"{off('masters'):.5f} ({'within' if closer else 'OVER'} autocast's "
+        f"{off('autocast'):.5f}), pure-bf16 {off('pure-bf16'):.5f}"
     )
 
 

@@ -48,6 +48,7 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/breadth.md", "benchmarks/hf_matrix.py"): "a benchmark run: real HF models",
     ("docs/export.md", "benchmarks/hf_matrix.py"): "a benchmark run: 24 HF architectures",
     ("docs/leaks.md", "benchmarks/lint_transformers.py"): "lints all of transformers: minutes",
+    ("docs/leaks.md", "benchmarks/lint_corpus.py"): "downloads a wheel, lints a library",
     ("docs/gpu.md", "bash scripts/gpu-check.sh"): "needs CUDA; its --dry-run is run by "
     "tests/integration/test_gpu_check.py (slow tier)",
     ("docs/bench.md", "benchmarks/suite.py"): "the benchmark suite: 5+ minutes",

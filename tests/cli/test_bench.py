@@ -166,3 +166,20 @@ def test_compiled_variants_cpu_memory_only_when_asked(cli, tiny_file: Path, flag
         assert compiled["memory"]["method"] == "rss subprocess" and not noted
     else:
         assert compiled["memory"] is None and noted
+
+
+def test_cli_bench_quick_times_fewer_rounds_measures_no_memory_and_says_so(  # type: ignore[no-untyped-def]
+    cli, tiny_file: Path
+) -> None:
+    args = ["bench", f"{tiny_file}:tiny", "--variants", "fp32,naive-bf16", "--no-skip"]
+    data = json.loads(cli(*args, "--quick", "--no-race", "--json").stdout)
+    assert [r["runs"] for r in data["results"]] == [3, 3]
+    assert not any(data["limits"].values())
+    assert all(r["memory"] is None for r in data["results"])
+    assert data["quick"].startswith("quick run (--quick): 3 timed runs, 1 warm-up")
+    given = json.loads(cli(*args, "--quick", "--runs", "5", "--no-race", "--json").stdout)
+    assert [r["runs"] for r in given["results"]] == [5, 5] and "5 timed runs" in given["quick"]
+    table = cli(*args, "--quick")
+    assert table.returncode == 0, table.stderr
+    assert "quick run (--quick)" in table.stdout and "leave out --quick" in table.stdout
+    assert "quick" not in json.loads(cli(*args, "--runs", "3", "--no-memory", "--json").stdout)

@@ -218,3 +218,28 @@ def test_a_parametrized_model_saves_and_loads_bit_exactly(tmp_path: Path) -> Non
     x = torch.randn(2, 4, 8)
     with torch.no_grad():
         assert torch.equal(back(x), half(x))
+
+
+def test_load_into_a_builder_that_calls_from_pretrained(tmp_path: Path) -> None:
+    """A builder that calls transformers' from_pretrained (README's form) cannot run on the
+    meta device: load builds it for real instead, and says so."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
+    torch.manual_seed(0)
+    transformers.BertModel(config).eval().save_pretrained(tmp_path / "fp32")
+
+    def build() -> nn.Module:
+        return transformers.AutoModel.from_pretrained(tmp_path / "fp32").eval()
+
+    half = convert(build(), "bf16")
+    save(half, tmp_path / "half.safetensors")
+    fresh = load(tmp_path / "half.safetensors", into=build)
+    want = half.state_dict()
+    assert all(torch.equal(t, want[k]) for k, t in fresh.state_dict().items())

@@ -27,6 +27,7 @@ from halfprec.errors import HalfprecError
 
 if TYPE_CHECKING:
     from halfprec.bench.results import BenchConfig
+    from halfprec.bench.variants import Variant
     from halfprec.convert.recipe import Recipe
 
 __all__ = ["command"]
@@ -52,6 +53,25 @@ def _batch_sizes(text: str | None) -> tuple[int, ...]:
 
 
 _MAX_BATCH = 2**20
+QUICK_RUNS = 3
+
+
+def _quick_settings(runs: int, warmup: int) -> tuple[int, int]:
+    """--quick's rounds: fewer runs and one warm-up, where the flags were not given."""
+    ctx = click.get_current_context()
+    given = {
+        name
+        for name in ("runs", "warmup")
+        if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
+    }
+    return (runs if "runs" in given else QUICK_RUNS), (warmup if "warmup" in given else 1)
+
+
+def _quick_note(runs: int, warmup: int) -> str:
+    return (
+        f"quick run (--quick): {runs} timed runs, {warmup} warm-up, no memory and no GEMM "
+        "limit measured; speedups are rougher than a full bench (leave out --quick)"
+    )
 
 
 def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -113,6 +133,12 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     help="Untimed calls of each variant before its timed ones.",
 )
 @click.option(
+    "--quick",
+    is_flag=True,
+    help=f"A rough answer fast: {QUICK_RUNS} runs and 1 warm-up (unless --runs/--warmup "
+    "are given), no memory subprocesses, no GEMM limit; the output says so.",
+)
+@click.option(
     "--max-call-s",
     type=NumberRange(min=0, min_open=True),
     default=10.0,
@@ -160,6 +186,7 @@ def command(
     plot: Path | None,
     runs: int,
     warmup: int,
+    quick: bool,
     max_call_s: float,
     skip_slower_than: float,
     no_skip: bool,
@@ -173,23 +200,16 @@ def command(
 ) -> None:
     from halfprec.bench.runner import benchmark
     from halfprec.bench.spread import spread_json
-    from halfprec.bench.variants import parse_variants
-    from halfprec.report.bench import check_plot_path, print_bench, write_chart
-    from halfprec.report.plot import require_matplotlib
+    from halfprec.report.bench import print_bench, write_chart
 
     # Everything that can be wrong with the arguments fails here, before any measuring.
     sizes = _batch_sizes(batch_sizes)
-    names = [v for v in variants.split(",") if v.strip()] if variants is not None else None
-    if names == []:  # "" or ",": not the default list, which is what omitting the flag gives
-        raise HalfprecError(
-            f"--variants {variants!r} names no variant; write e.g. fp32,halfprec-bf16, or "
-            "leave the flag out for the default list"
-        )
-    chosen = parse_variants(names, compile=use_compile) if names else None
+    if quick:
+        runs, warmup = _quick_settings(runs, warmup)
+        no_memory = no_limit = True
+    chosen = _chosen_variants(variants, use_compile)
     if plot is not None:
-        check_plot_path(plot)
-        not_an_input(plot, model, {"--inputs": inputs_path}, flag="--plot")
-        require_matplotlib()
+        _check_plot(plot, model, inputs_path)
     loaded, batches, dev = load_for_command(model, inputs_path, device)
     recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)
     # The memory worker rebuilds the model from its spec; custom --inputs cannot follow it.
@@ -224,10 +244,38 @@ def command(
 
     def render() -> None:
         print_bench(result)
+        if quick:
+            click.echo(_quick_note(runs, warmup))
         if plot is not None:
             click.echo(f"chart: {plot}")
 
-    finish(spread_json(result), as_json, render)
+    data = spread_json(result)
+    if quick:
+        data["quick"] = _quick_note(runs, warmup)
+    finish(data, as_json, render)
+
+
+def _check_plot(plot: Path, model: str, inputs_path: Path | None) -> None:
+    """``--plot``: a .png path that is no input, with matplotlib installed, before any work."""
+    from halfprec.report.bench import check_plot_path
+    from halfprec.report.plot import require_matplotlib
+
+    check_plot_path(plot)
+    not_an_input(plot, model, {"--inputs": inputs_path}, flag="--plot")
+    require_matplotlib()
+
+
+def _chosen_variants(variants: str | None, use_compile: bool) -> list[Variant] | None:
+    """``--variants`` parsed (None: the default list, which omitting the flag gives)."""
+    from halfprec.bench.variants import parse_variants
+
+    names = [v for v in variants.split(",") if v.strip()] if variants is not None else None
+    if names == []:  # "" or ",": not the default list, which is what omitting the flag gives
+        raise HalfprecError(
+            f"--variants {variants!r} names no variant; write e.g. fp32,halfprec-bf16, or "
+            "leave the flag out for the default list"
+        )
+    return parse_variants(names, compile=use_compile) if names else None
 
 
 def _config(*, race: bool, **fields: Any) -> BenchConfig:

@@ -176,3 +176,31 @@ def test_a_pinned_host_buffer_is_never_moved_to_the_activation_device() -> None:
                 return y * cpu, host
         """
     assert _found(body, UNSAFE) == [(4, "HP101", False), (5, "HP101", False)]
+
+
+def test_a_tensor_is_followed_into_calls_of_the_same_file_and_back() -> None:
+    body = """\
+        def sample(values, coords):
+            return F.grid_sample(values, 2.0 * coords - 1.0)
+
+
+        class Positions(nn.Module):
+            def forward(self, mask):
+                return mask.long().cumsum(-1)
+
+
+        class Head(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.positions = Positions()
+
+            def forward(self, logits):
+                mask = torch.ones(logits.shape[0], logits.shape[1])
+                pos = self.positions(mask)
+                points = torch.rand(logits.shape[0], 8, 1, 2)
+                return sample(logits, points), pos
+        """
+    found = _found(body)
+    # the mask becomes integer positions inside Positions.forward: not a finding; the
+    # points are grid_sample's grid on half logits inside `sample`: a finding, with no fix
+    assert found == [(18, "HP101", False)]

@@ -9,6 +9,9 @@ above all) and in its same-file base classes.
   ``F.gelu``, ``nn.Identity()``, a lambda): ``self.act(x)`` is floating when ``x`` is.
 - ``methods``: the class's own method names; ``self.helper(...)`` is a method call, every
   other ``self.X(...)`` a submodule call, whose output is floating.
+- ``attributes``: every ``self.X = ...`` outside ``forward``: ``self.X(...)`` of a name
+  not among them is inherited from another file (``self.invert_attention_mask(m)``), which
+  the lint cannot see into.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class ClassFacts:
     methods: frozenset[str] = frozenset()
     tensors: frozenset[str] = frozenset()
     passthrough: frozenset[str] = frozenset()
+    attributes: frozenset[str] = frozenset()
+    module_classes: tuple[tuple[str, str], ...] = ()  # self.X = Name(...): (X, Name)
 
 
 NO_FACTS = ClassFacts()
@@ -141,7 +146,13 @@ def _statements(fn: Function) -> Iterator[ast.stmt]:
         stack += reversed(inner)
 
 
-def _scan_function(fn: Function, tensors: set[str], passthrough: set[str]) -> None:
+def _scan_function(
+    fn: Function,
+    tensors: set[str],
+    passthrough: set[str],
+    attributes: set[str],
+    classes: dict[str, str],
+) -> None:
     local: set[str] = set()
     for node in _statements(fn):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
@@ -155,6 +166,9 @@ def _scan_function(fn: Function, tensors: set[str], passthrough: set[str]) -> No
             attr = _self_attr(target)
             if attr is None:
                 continue
+            attributes.add(attr)
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+                classes[attr] = value.func.id
             if floating_init(value, frozenset(local)):
                 tensors.add(attr)
             elif _is_passthrough(value):
@@ -179,10 +193,18 @@ def class_facts(cls: ast.ClassDef, bases: list[ast.ClassDef]) -> ClassFacts:
     tensors: set[str] = set()
     passthrough: set[str] = set()
     methods: set[str] = set()
+    attributes: set[str] = set()
+    classes: dict[str, str] = {}
     for klass in (*bases, cls):
         found = _methods(klass)
         methods |= set(found)
         for name, fn in found.items():
             if name != "forward":  # parameters and buffers are made in __init__ and setup
-                _scan_function(fn, tensors, passthrough)
-    return ClassFacts(frozenset(methods), frozenset(tensors), frozenset(passthrough - tensors))
+                _scan_function(fn, tensors, passthrough, attributes, classes)
+    return ClassFacts(
+        frozenset(methods),
+        frozenset(tensors),
+        frozenset(passthrough - tensors),
+        frozenset(attributes),
+        tuple(sorted(classes.items())),
+    )

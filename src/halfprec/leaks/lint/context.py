@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
-from halfprec.leaks.lint.scope import Imports
+from halfprec.leaks.lint.scope import Function, Imports, Program
 
-__all__ = ["Context", "Check", "Template", "dotted", "words"]
+__all__ = ["Context", "Calls", "Check", "Template", "dotted", "words"]
 
 
 def words(text: str) -> frozenset[str]:
@@ -68,6 +68,7 @@ class Context:
     _parents: dict[int, ast.AST] | None = None
     _names: dict[str, list[ast.Name]] | None = None
     _at: dict[int, Context] = field(default_factory=dict)
+    calls: Calls | None = None  # how to follow a tensor into a call of the same file
 
     @property
     def methods(self) -> frozenset[str]:
@@ -215,3 +216,18 @@ class Context:
 
 
 Check = Callable[[ast.AST, Context], None]
+
+
+@dataclass
+class Calls:
+    """Following a tensor into a function, method or submodule of the same file: the file's
+    :class:`~.scope.Program`, and the walked context of each callee (walked once)."""
+
+    program: Program
+    walk: Callable[[Function, ClassFacts, bool], Context]
+    cache: dict[int, Context] = field(default_factory=dict)
+
+    def context(self, fn: Function, facts: ClassFacts, is_forward: bool) -> Context:
+        if id(fn) not in self.cache:
+            self.cache[id(fn)] = self.walk(fn, facts, is_forward)
+        return self.cache[id(fn)]

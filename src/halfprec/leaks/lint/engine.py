@@ -20,9 +20,9 @@ from halfprec.leaks.lint.constants import check_constants
 from halfprec.leaks.lint.context import Check
 from halfprec.leaks.lint.factories import check_factory
 from halfprec.leaks.lint.findings import FileResult, Finding, Fix, LintReport
-from halfprec.leaks.lint.flow import walk_function
+from halfprec.leaks.lint.flow import calls_of, walk_function
 from halfprec.leaks.lint.rules import FIX_NONE, FIX_SAFE
-from halfprec.leaks.lint.scope import forward_paths, imports_of
+from halfprec.leaks.lint.scope import forward_paths, imports_of, program_of
 from halfprec.leaks.lint.source import SourceError, decode_source, split_lines
 from halfprec.leaks.lint.suppress import is_suppressed, suppressions
 from halfprec.readfile import NotAFileError, kind_of, read_regular
@@ -112,6 +112,7 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     seen: set[tuple[int, int, str, int, int]] = set()
     findings: list[Finding] = []
     hot = _hot_lines(lines, imports.torch)
+    calls = calls_of(program_of(tree), imports, lines)
     for fpath in forward_paths(tree, lines):
         ctx = walk_function(
             fpath.function,
@@ -121,6 +122,7 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
             facts=fpath.facts,
             is_forward=fpath.is_forward,
             hot_lines=hot,
+            calls=calls,
         )
         for node, code, message, fix in ctx.found:
             line = getattr(node, "lineno", 1)

@@ -73,8 +73,8 @@ def _zero_dim(kind: str, call: ast.Call) -> bool:
     if not call.args:
         return False
     first = call.args[0]
-    if kind == "tensor":
-        return isinstance(first, (ast.Constant, ast.UnaryOp)) or (
+    if kind == "tensor":  # a scalar, not a list: torch.tensor(torch.finfo(x.dtype).min)
+        return isinstance(first, (ast.Constant, ast.UnaryOp, ast.Attribute)) or (
             isinstance(first, ast.Call) and isinstance(first.func, ast.Name)
         )
     return isinstance(first, (ast.List, ast.Tuple)) and not first.elts and len(call.args) <= 2

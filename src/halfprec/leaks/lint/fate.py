@@ -14,6 +14,9 @@ bound to, until each path ends:
 - *meets half*: arithmetic, ``torch.cat``/``matmul``... or an in-place op with a floating
   tensor of the model's dtype, the first input of a submodule, the grid of
   ``grid_sample`` on a half input, or ``return`` from ``forward``: the leak;
+- *into a call of this file* (a function, a method, the ``forward`` of a submodule whose
+  class is defined here): followed through the parameter that receives it, and back out
+  through ``return`` into the caller;
 - *unknown*: passed to a function the lint cannot see into: not reported.
 
 Values met are judged as :mod:`.values` judges them at the statement of the use. An
@@ -27,7 +30,9 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.scope import Function
 from halfprec.leaks.lint.values import value_of
 
 __all__ = ["Fate", "fate_of"]
@@ -56,7 +61,7 @@ _KEEPS = words(
     "requires_grad_ pin_memory share_memory_ float_power fmod remainder expm1 diff diag "
     "diagonal diag_embed tile chunk split unbind select index_fill index_fill_ sigmoid_ "
     "tanh_ relu_ clone_ rot90 fliplr flipud sinc atan2 hypot logsumexp logaddexp cosh sinh "
-    "acos asin atan maximum minimum einsum"
+    "acos asin atan maximum minimum einsum ge_ gt_ le_ lt_ eq_ ne_ masked_scatter lerp_ addcmul"
 )
 _REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp")
 _TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equal allclose")
@@ -92,6 +97,9 @@ class _Follow:
         self.ctx = ctx
         self.upcast = upcast
         self.one_dim = one_dim
+        self.caller: tuple[_Follow, ast.Call] | None = None  # where a callee returns to
+        self.depth = 0
+        self.element: int | None = None  # returned as this element of a tuple
         self.scalar = False  # 0-dim here: a 0-dim tensor never promotes a half operand
         self.fate = Fate()
         self.seen: set[tuple[str, int]] = set()
@@ -196,6 +204,8 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
     if isinstance(parent, (ast.List, ast.Tuple)):
         if _joins(f, parent):
             return f.meets([e for e in parent.elts if e is not node])
+        if isinstance(f.ctx.parents.get(id(parent)), ast.Return) and node in parent.elts:
+            f.element = parent.elts.index(node)  # return a, t: the caller's second name
         return "up"
     if isinstance(parent, ast.keyword):
         call = f.ctx.parents.get(id(parent))
@@ -280,6 +290,8 @@ def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
     others = [a for a in (*call.args, *(k.value for k in call.keywords)) if a is not node]
     if isinstance(func, ast.Name) and func.id in _BUILTIN_SAFE:
         return "safe"
+    if last.endswith("_like") and any(k.arg == "dtype" for k in call.keywords):
+        return "safe"  # torch.zeros_like(t, dtype=torch.long): t gives only the shape
     if last in _SORTS or last in _TORCH_SAFE:
         return "integer" if last in _SORTS else "safe"
     if last == "grid_sample":
@@ -292,6 +304,9 @@ def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
         if receiver is not None and f.floating(receiver) and last in _COUNTERS:
             return "leak"
         return "integer"
+    entered = _enter(f, node, call)
+    if entered is not None:
+        return entered
     if _is_submodule(f, func):
         # the first input of a submodule meets its half weights; another input (a mask,
         # positions) is the submodule's own business
@@ -302,6 +317,70 @@ def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
         receiver = func.value if isinstance(func, ast.Attribute) and not torch_call else None
         return f.meets(others if receiver is None else [*others, receiver])
     return "unknown"
+
+
+_MAX_DEPTH = 2  # calls followed into, one inside another
+
+
+def _callee(f: _Follow, call: ast.Call) -> tuple[Function, ClassFacts, bool, bool] | None:
+    """The function ``call`` runs, when this file defines it: a function, a method of this
+    class, or the ``forward`` of a submodule whose class is defined here. With its class's
+    facts, whether it is a ``forward``, and whether its first parameter is ``self``."""
+    calls = f.ctx.calls
+    if calls is None or f.depth >= _MAX_DEPTH:
+        return None
+    program, func = calls.program, call.func
+    if isinstance(func, ast.Name) and func.id in program.functions:
+        return program.functions[func.id], NO_FACTS, False, False
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+        return None
+    if func.value.id != "self":
+        return None
+    function = f.ctx.function
+    owner = program.owner_of(function) if isinstance(function, Function) else None
+    info = program.methods_of(owner) if owner else None
+    if info is not None and func.attr in info[0]:
+        return info[0][func.attr], info[1], False, True
+    cls = dict(f.ctx.facts.module_classes).get(func.attr)
+    sub = program.methods_of(cls) if cls else None
+    if sub is not None and "forward" in sub[0]:
+        return sub[0]["forward"], sub[1], True, True
+    return None
+
+
+def _parameter(fn: Function, call: ast.Call, node: ast.AST, skip_self: bool) -> ast.arg | None:
+    """The parameter of ``fn`` that receives ``node`` in ``call`` (None: through ``*args``)."""
+    a = fn.args
+    positional = [*a.posonlyargs, *a.args][1 if skip_self else 0 :]
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            return None
+        if arg is node:
+            return positional[i] if i < len(positional) else None
+    for k in call.keywords:
+        if k.value is node:
+            return next((p for p in (*positional, *a.kwonlyargs) if p.arg == k.arg), None)
+    return None
+
+
+def _enter(f: _Follow, node: ast.AST, call: ast.Call) -> str | None:
+    """Follow ``node`` into the function ``call`` runs, where this file defines it; None
+    when it does not."""
+    target = _callee(f, call)
+    if target is None:
+        return None
+    fn, facts, is_forward, skip_self = target
+    param = _parameter(fn, call, node, skip_self)
+    if param is None:
+        return "unknown"
+    calls = f.ctx.calls
+    assert calls is not None  # _callee found one
+    inner = _Follow(calls.context(fn, facts, is_forward), f.upcast, False)
+    inner.fate, inner.seen, inner.hops = f.fate, f.seen, f.hops
+    inner.caller, inner.depth = (f, call), f.depth + 1
+    inner.follow_name(param.arg, param)
+    f.hops = inner.hops
+    return "done"
 
 
 def _is_submodule(f: _Follow, func: ast.AST) -> bool:
@@ -315,12 +394,18 @@ def _is_submodule(f: _Follow, func: ast.AST) -> bool:
     if func.value.id != "self":
         return False
     facts = f.ctx.facts
-    return func.attr not in facts.methods and func.attr not in facts.tensors
+    known = func.attr in facts.attributes  # assigned in this file's class: a submodule
+    return known and func.attr not in facts.methods and func.attr not in facts.tensors
 
 
 def _statement(f: _Follow, node: ast.AST, stmt: ast.AST) -> str:
     """``t`` reaches a statement: bound to names (followed), stored, returned."""
     if isinstance(stmt, (ast.Return, ast.Yield, ast.YieldFrom)):
+        if f.caller is not None:  # followed into a call: its value goes on in the caller
+            caller, call = f.caller
+            caller.element = f.element
+            caller.climb(call)
+            return "done"
         return "leak" if f.ctx.is_forward else "unknown"  # a helper's caller decides
     if isinstance(stmt, ast.Expr):
         return "safe"
@@ -346,6 +431,10 @@ def _counts(stmt: ast.AugAssign) -> bool:
 
 
 def _bind(f: _Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
+    element, f.element = f.element, None
+    if element is not None and len(targets) == 1 and isinstance(targets[0], ast.Tuple):
+        elts = targets[0].elts
+        targets = [elts[element]] if element < len(elts) else []  # a, t = f(): only t
     for target in targets:
         if isinstance(target, ast.Subscript):
             # h[:, 0] = t writes t into h in h's own dtype; into an fp32 tensor it goes on

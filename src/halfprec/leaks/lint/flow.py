@@ -16,12 +16,12 @@ import re
 from collections.abc import Iterable
 
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
-from halfprec.leaks.lint.context import Check, Context
+from halfprec.leaks.lint.context import Calls, Check, Context
 from halfprec.leaks.lint.fate import fate_of
-from halfprec.leaks.lint.scope import Function, Imports
+from halfprec.leaks.lint.scope import Function, Imports, Program
 from halfprec.leaks.lint.values import INDEX_NAME, floating_params, value_of
 
-__all__ = ["walk_function"]
+__all__ = ["walk_function", "calls_of"]
 
 _CHECKED = (ast.Call, ast.BinOp)
 _SPLITS = frozenset({"chunk", "split", "unbind", "tensor_split"})
@@ -217,6 +217,7 @@ def walk_function(
     facts: ClassFacts = NO_FACTS,
     is_forward: bool = False,
     hot_lines: frozenset[int] | None = None,
+    calls: Calls | None = None,
 ) -> Context:
     """Run ``checks`` over every expression of ``fn``; returns the context with its reports.
 
@@ -231,6 +232,7 @@ def walk_function(
         hot_lines=hot_lines,
         function=fn,
         is_forward=is_forward,
+        calls=calls,
     )
     ctx.floating, ctx.optional = floating_params(fn, is_forward)
     ctx.containers = _containers(fn, lines)
@@ -252,3 +254,16 @@ def _settle(ctx: Context) -> None:
             fix = None
         ctx.found.append((node, code, message, fix))
     ctx.pending.clear()
+
+
+def calls_of(program: Program, imports: Imports, lines: list[str]) -> Calls:
+    """The :class:`~.context.Calls` of one file: each callee is walked once, with no checks,
+    so that :mod:`.fate` can follow a tensor through its parameter."""
+
+    def walk(fn: Function, facts: ClassFacts, is_forward: bool) -> Context:
+        return walk_function(
+            fn, imports, lines, [], facts=facts, is_forward=is_forward, calls=calls
+        )
+
+    calls = Calls(program, walk)
+    return calls

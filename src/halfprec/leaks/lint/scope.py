@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts, class_facts
 
-__all__ = ["ForwardPath", "forward_paths", "Imports", "imports_of"]
+__all__ = ["ForwardPath", "forward_paths", "Imports", "imports_of", "Program", "program_of"]
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -109,3 +109,42 @@ def forward_paths(tree: ast.Module, lines: list[str]) -> list[ForwardPath]:
             elif not on_self and name in functions and id(functions[name]) not in seen:
                 queue.append((functions[name], {}, NO_FACTS))
     return sorted(seen.values(), key=lambda p: p.function.lineno)
+
+
+@dataclass(frozen=True)
+class Program:
+    """What one file defines, for following a tensor into a call: its functions, and each
+    module class's methods (with those of its same-file bases) and facts."""
+
+    functions: dict[str, Function]
+    classes: dict[str, ast.ClassDef]
+
+    def methods_of(self, name: str) -> tuple[dict[str, Function], ClassFacts] | None:
+        cls = self.classes.get(name)
+        if cls is None:
+            return None
+        bases = [
+            self.classes[b.id]
+            for b in cls.bases
+            if isinstance(b, ast.Name) and b.id in self.classes
+        ]
+        bases = [b for b in bases if b is not cls]
+        methods: dict[str, Function] = {}
+        for klass in (*bases, cls):
+            methods.update(_methods(klass))
+        return methods, class_facts(cls, bases)
+
+    def owner_of(self, fn: Function) -> str | None:
+        """The name of the class whose method ``fn`` is."""
+        for name, cls in self.classes.items():
+            if any(m is fn for m in _methods(cls).values()):
+                return name
+        return None
+
+
+def program_of(tree: ast.Module) -> Program:
+    functions = {
+        n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    return Program(functions, classes)
