@@ -91,3 +91,17 @@ def test_the_name_check_catches_what_does_not_exist() -> None:
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_every_halfprec_name_in_the_docs_exists(page: Path) -> None:
     assert _missing(page.read_text()) == [], f"{page.name} names what halfprec lacks"
+
+
+SUITE_COUNT = re.compile(r"\b\d+ (?:passed|failed|deselected|tests)\b")
+
+
+def test_the_docs_state_no_test_suite_counts() -> None:
+    """A count of the test suite goes stale with every merge; the test command prints its
+    own, so no page states one."""
+    found = [
+        f"{page.name}: {m.group(0)}"
+        for page in PAGES
+        for m in SUITE_COUNT.finditer(page.read_text(encoding="utf-8"))
+    ]
+    assert found == []
