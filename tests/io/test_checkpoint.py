@@ -220,6 +220,7 @@ def test_a_parametrized_model_saves_and_loads_bit_exactly(tmp_path: Path) -> Non
         assert torch.equal(back(x), half(x))
 
 
+@pytest.mark.slow
 def test_load_into_a_builder_that_calls_from_pretrained(tmp_path: Path) -> None:
     """A builder that calls transformers' from_pretrained (README's form) cannot run on the
     meta device: load builds it for real instead, and says so."""
