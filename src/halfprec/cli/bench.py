@@ -255,8 +255,18 @@ def command(
     finish(data, as_json, render)
 
 
+def _check_plot(plot: Path, model: str, inputs_path: Path | None) -> None:
+    """``--plot``: a .png path that is no input, with matplotlib installed, before any work."""
+    from halfprec.report.bench import check_plot_path
+    from halfprec.report.plot import require_matplotlib
+
+    check_plot_path(plot)
+    not_an_input(plot, model, {"--inputs": inputs_path}, flag="--plot")
+    require_matplotlib()
+
+
 def _chosen_variants(variants: str | None, use_compile: bool) -> list[Variant] | None:
-    """The variants ``--variants`` names (None: the default list)."""
+    """``--variants`` parsed (None: the default list, which omitting the flag gives)."""
     from halfprec.bench.variants import parse_variants
 
     names = [v for v in variants.split(",") if v.strip()] if variants is not None else None
@@ -266,16 +276,6 @@ def _chosen_variants(variants: str | None, use_compile: bool) -> list[Variant] |
             "leave the flag out for the default list"
         )
     return parse_variants(names, compile=use_compile) if names else None
-
-
-def _check_plot(plot: Path, model: str, inputs_path: Path | None) -> None:
-    """A ``--plot`` path that can be written, is no input, and matplotlib to draw it."""
-    from halfprec.report.bench import check_plot_path
-    from halfprec.report.plot import require_matplotlib
-
-    check_plot_path(plot)
-    not_an_input(plot, model, {"--inputs": inputs_path}, flag="--plot")
-    require_matplotlib()
 
 
 def _config(*, race: bool, **fields: Any) -> BenchConfig:
