@@ -282,3 +282,8 @@ def test_einops_rearrange_hands_its_first_argument_on() -> None:
                 return x * rearrange(t, "n -> 1 n")
         """
     assert [line for line, _, _ in _found(body)] == [6]
+    both = body.replace(
+        'return x * rearrange(t, "n -> 1 n")',
+        'return (rearrange(x, "b n -> b n") * rearrange(t, "n -> 1 n")).to(x.dtype)',
+    )
+    assert [line for line, _, _ in _found(both)] == [6]  # a rearranged half tensor is half
