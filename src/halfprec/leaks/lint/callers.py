@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.scope import Function, Program
 
-__all__ = ["CallSite", "call_sites"]
-
 
 @dataclass(frozen=True)
 class CallSite:
