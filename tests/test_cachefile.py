@@ -98,3 +98,24 @@ def test_a_cache_file_that_is_a_fifo_is_not_read(cache: Path) -> None:
     os.mkfifo(cache / "probe-x.json")
     with pytest.raises(OSError, match=r"a FIFO \(named pipe\), not a regular file"):
         read_cache(cache / "probe-x.json", limit=10)
+
+
+def test_a_cache_write_past_the_file_size_limit_is_a_note_and_leaves_no_temp(
+    cache: Path,
+) -> None:
+    import resource
+    import signal
+
+    probes = ProbeCache(cache, machine_key("cpu"))
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, not a kill
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16, old_limit[1]))
+    try:
+        probes.put(PROBE, GEMM, 3.0)
+        note = RaceCache({"variants": ["a"]}, cache).put("a")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert any("could not write the probe cache" in n for n in probes.notes)
+    assert note is not None and "could not write" in note
+    assert list(cache.iterdir()) == []  # no cache file, no temp file

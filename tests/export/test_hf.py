@@ -171,3 +171,20 @@ def test_shared_copy_of_parametrized_modules_shares_weights_and_leaves_the_origi
     copied[2].forward = lambda t: t  # type: ignore[method-assign]  # a rewrite on the copy
     with torch.no_grad():
         assert torch.equal(model(x), want)
+
+
+@pytest.mark.slow
+def test_a_weight_normalised_conv_exports_to_pt2_and_loads(tmp_path: Path) -> None:
+    # torch.export keeps weight_norm as aten._weight_norm: a pure tensor op, allow-listed
+    from torch import nn
+    from torch.nn.utils import parametrizations
+
+    from halfprec.export import load_artifact
+
+    torch.manual_seed(0)
+    conv = parametrizations.weight_norm(nn.Conv1d(4, 4, 3, padding=1), dim=2)
+    model = nn.Sequential(conv, nn.GELU()).eval()
+    batch = (torch.randn(2, 4, 16),)
+    result = export(model, [batch], tmp_path / "w.pt2", "fp16", runs=0)
+    assert result.passed, result.comparison.problems
+    assert load_artifact(tmp_path / "w.pt2") is not None

@@ -196,3 +196,51 @@ def test_save_refuses_a_module_without_tensors(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="GELU holds no tensors"):
         save(nn.GELU(), out)
     assert not out.exists()
+
+
+def test_a_parametrized_model_saves_and_loads_bit_exactly(tmp_path: Path) -> None:
+    # weight_norm keeps original0/original1 in the state dict; the half model's file
+    # loads back into a fresh parametrized model tensor for tensor
+    from torch.nn.utils import parametrizations
+
+    import halfprec
+
+    def build() -> nn.Module:
+        torch.manual_seed(0)
+        conv = parametrizations.weight_norm(nn.Conv1d(4, 4, 3, padding=1), dim=2)
+        return nn.Sequential(conv, nn.GELU(), nn.Conv1d(4, 4, 1)).eval()
+
+    half = halfprec.convert(build(), "fp16")
+    halfprec.save(half, tmp_path / "m.safetensors")
+    back = halfprec.load(tmp_path / "m.safetensors", into=build)
+    for (name, a), b in zip(half.state_dict().items(), back.state_dict().values(), strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+    x = torch.randn(2, 4, 8)
+    with torch.no_grad():
+        assert torch.equal(back(x), half(x))
+
+
+@pytest.mark.slow
+def test_load_into_a_builder_that_calls_from_pretrained(tmp_path: Path) -> None:
+    """A builder that calls transformers' from_pretrained (README's form) cannot run on the
+    meta device: load builds it for real instead, and says so."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
+    torch.manual_seed(0)
+    transformers.BertModel(config).eval().save_pretrained(tmp_path / "fp32")
+
+    def build() -> nn.Module:
+        return transformers.AutoModel.from_pretrained(tmp_path / "fp32").eval()
+
+    half = convert(build(), "bf16")
+    save(half, tmp_path / "half.safetensors")
+    fresh = load(tmp_path / "half.safetensors", into=build)
+    want = half.state_dict()
+    assert all(torch.equal(t, want[k]) for k, t in fresh.state_dict().items())

@@ -42,3 +42,11 @@ def test_a_steady_ratio_is_ranked_with_its_spread() -> None:
     result = _result((2.0, 20.0, 4.0), (1.0, 10.0, 2.0))
     assert any("2.00x faster (IQR 2.00-2.00x over 3 rounds)" in x for x in _printed(result))
     assert "2.00x faster (IQR 2.00-2.00x over 3 rounds)" in markdown_table(result)
+
+
+def test_nothing_is_called_fastest_from_two_rounds() -> None:
+    two = _printed(_result((12.0, 12.0), (1.0, 1.0)))
+    assert two and not any("fastest" in line for line in two)
+    assert any("ahead within tolerance after only 2 rounds" in line for line in two)
+    three = _printed(_result((12.0, 12.0, 12.0), (1.0, 1.0, 1.0)))
+    assert any("fastest within tolerance overall: naive-bf16" in line for line in three)

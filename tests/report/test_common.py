@@ -80,3 +80,16 @@ def test_no_ranking_is_printed_that_the_spread_does_not_support(
     ranked_in_text = "x faster" in text or "x slower" in text
     assert ranked_in_text == speed.ranked
     assert speed.ranked == (len(pairs) > 1 and (speed.q1 > 1 or speed.q3 < 1))
+
+
+def test_check_says_its_speed_is_per_round_not_the_ratio_of_the_medians(
+    measured: CheckResult,
+) -> None:
+    # medians 1.0 s and 1.5 s, but half ran faster in most paired rounds: no single line
+    # may put "1.0 s, 1.5 s" beside "faster" as if one came from the other
+    text = _printed(_with(measured, (1.0, 1.0, 0.5, 3.0, 3.0), (0.9, 0.9, 1.5, 2.0, 2.5)))
+    latency = next(line for line in text.splitlines() if "median latency" in line)
+    assert "faster" not in latency and "slower" not in latency
+    speed = next(line for line in text.splitlines() if "speed per paired round" in line)
+    assert "faster" in speed
+    assert "median of the per-round ratios fp32/half" in text

@@ -82,12 +82,16 @@ def _whisper(tf: Any, path: Path) -> None:
     tf.WhisperFeatureExtractor(feature_size=80).save_pretrained(path)
 
 
+# BlipVisionConfig's default initializer_range is 1e-10: a model built from it has
+# embeddings near 1e-10 and outputs near 1e-6, which no trained checkpoint has
+_BLIP_VISION = {**_TINY, "image_size": 32, "patch_size": 8, "initializer_range": 0.02}
+
+
 def _blip(tf: Any, path: Path) -> None:
     """BLIP image captioning: BlipProcessor (BlipImageProcessor + BERT's tokenizer)."""
     text = {**_TINY, "vocab_size": 128, "max_position_embeddings": 64}
     text = {**text, "bos_token_id": 2, "sep_token_id": 3, "pad_token_id": 0}
-    vision = {**_TINY, "image_size": 32, "patch_size": 8}
-    config = tf.BlipConfig(text_config=text, vision_config=vision, projection_dim=16)
+    config = tf.BlipConfig(text_config=text, vision_config=_BLIP_VISION, projection_dim=16)
     tf.BlipForConditionalGeneration(config).save_pretrained(path)
     image = tf.BlipImageProcessor(size={"height": 32, "width": 32})
     tf.BlipProcessor(image_processor=image, tokenizer=bert_tokenizer(path)).save_pretrained(path)
@@ -221,8 +225,7 @@ def _segformer(tf: Any, path: Path) -> None:
 def _blip_itm(tf: Any, path: Path) -> None:
     """BLIP image-text retrieval (matching head): BlipProcessor."""
     text = {**_TINY, "vocab_size": 128, "max_position_embeddings": 64, "pad_token_id": 0}
-    vision = {**_TINY, "image_size": 32, "patch_size": 8}
-    config = tf.BlipConfig(text_config=text, vision_config=vision, projection_dim=16)
+    config = tf.BlipConfig(text_config=text, vision_config=_BLIP_VISION, projection_dim=16)
     tf.BlipForImageTextRetrieval(config).save_pretrained(path)
     image = tf.BlipImageProcessor(size={"height": 32, "width": 32})
     tf.BlipProcessor(image_processor=image, tokenizer=bert_tokenizer(path)).save_pretrained(path)

@@ -197,3 +197,24 @@ def test_misuse_is_refused_with_the_fix() -> None:
     with pytest.raises(TrainingStateError, match="needs fp32 parameters"):
         fresh.use_master_weights(half, torch.optim.AdamW(half.parameters()))
     assert not fresh.master_weights
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_batch_norm_keeps_fp32_parameters_and_trains(dtype: str) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    norm = model[1]
+    mp = MixedPrecision(dtype, "cpu")
+    mp.use_master_weights(model, optimizer)
+    assert model[0].weight.dtype == mp.dtype
+    assert norm.weight.dtype == torch.float32 and norm.running_mean.dtype == torch.float32
+    assert any(p is norm.weight for p in optimizer.param_groups[0]["params"])  # no master
+    x = torch.randn(4, 3, 8, 8)
+    before = norm.weight.detach().clone()
+    for _ in range(2):
+        with mp.autocast():
+            loss = model(x).float().square().mean()
+        mp.backward(loss)
+        assert mp.step(optimizer).applied
+    assert not torch.equal(norm.weight, before) and torch.isfinite(norm.weight).all()

@@ -27,6 +27,7 @@ from halfprec.errors import HalfprecError
 
 if TYPE_CHECKING:
     from halfprec.bench.results import BenchConfig
+    from halfprec.bench.variants import Variant
     from halfprec.convert.recipe import Recipe
 
 __all__ = ["command"]
@@ -199,26 +200,16 @@ def command(
 ) -> None:
     from halfprec.bench.runner import benchmark
     from halfprec.bench.spread import spread_json
-    from halfprec.bench.variants import parse_variants
-    from halfprec.report.bench import check_plot_path, print_bench, write_chart
-    from halfprec.report.plot import require_matplotlib
+    from halfprec.report.bench import print_bench, write_chart
 
     # Everything that can be wrong with the arguments fails here, before any measuring.
     sizes = _batch_sizes(batch_sizes)
     if quick:
         runs, warmup = _quick_settings(runs, warmup)
         no_memory = no_limit = True
-    names = [v for v in variants.split(",") if v.strip()] if variants is not None else None
-    if names == []:  # "" or ",": not the default list, which is what omitting the flag gives
-        raise HalfprecError(
-            f"--variants {variants!r} names no variant; write e.g. fp32,halfprec-bf16, or "
-            "leave the flag out for the default list"
-        )
-    chosen = parse_variants(names, compile=use_compile) if names else None
+    chosen = _chosen_variants(variants, use_compile)
     if plot is not None:
-        check_plot_path(plot)
-        not_an_input(plot, model, {"--inputs": inputs_path}, flag="--plot")
-        require_matplotlib()
+        _check_plot(plot, model, inputs_path)
     loaded, batches, dev = load_for_command(model, inputs_path, device)
     recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)
     # The memory worker rebuilds the model from its spec; custom --inputs cannot follow it.
@@ -262,6 +253,29 @@ def command(
     if quick:
         data["quick"] = _quick_note(runs, warmup)
     finish(data, as_json, render)
+
+
+def _check_plot(plot: Path, model: str, inputs_path: Path | None) -> None:
+    """``--plot``: a .png path that is no input, with matplotlib installed, before any work."""
+    from halfprec.report.bench import check_plot_path
+    from halfprec.report.plot import require_matplotlib
+
+    check_plot_path(plot)
+    not_an_input(plot, model, {"--inputs": inputs_path}, flag="--plot")
+    require_matplotlib()
+
+
+def _chosen_variants(variants: str | None, use_compile: bool) -> list[Variant] | None:
+    """``--variants`` parsed (None: the default list, which omitting the flag gives)."""
+    from halfprec.bench.variants import parse_variants
+
+    names = [v for v in variants.split(",") if v.strip()] if variants is not None else None
+    if names == []:  # "" or ",": not the default list, which is what omitting the flag gives
+        raise HalfprecError(
+            f"--variants {variants!r} names no variant; write e.g. fp32,halfprec-bf16, or "
+            "leave the flag out for the default list"
+        )
+    return parse_variants(names, compile=use_compile) if names else None
 
 
 def _config(*, race: bool, **fields: Any) -> BenchConfig:

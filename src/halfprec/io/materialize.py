@@ -129,7 +129,9 @@ def build_on_meta(build: Builder) -> nn.Module:
     try:
         with parameters_on_meta():
             model = build()
-    except (RuntimeError, NotImplementedError) as exc:
+    except (RuntimeError, NotImplementedError, ValueError) as exc:
+        # transformers' from_pretrained refuses the meta device with a ValueError
+        # ("Unsupported device type 'meta'"); torch's own ops raise the other two
         if "meta" not in str(exc).lower():
             raise
         raise MetaBuildError(first_line(exc)) from None

@@ -118,6 +118,22 @@ def markdown_table(result: BenchResult) -> str:
     return "\n".join(lines)
 
 
+FASTEST_ROUNDS = 3
+"""The fewest timed rounds behind the word "fastest" (the race's own ``min_rounds``)."""
+
+
+def _best_words(best: VariantResult) -> str:
+    """ "fastest within tolerance overall", or, over fewer than :data:`FASTEST_ROUNDS`
+    rounds (a race settled early), what was measured and no more."""
+    rounds = len(best.timing.samples) if best.timing is not None else 0
+    if best.variant.kind == "fp32" or rounds >= FASTEST_ROUNDS:
+        return "fastest within tolerance overall"
+    return (
+        f"ahead within tolerance after only {rounds} round{'s' if rounds != 1 else ''} "
+        "(too few to rank it first; --no-race times every variant --runs times)"
+    )
+
+
 def print_bench(result: BenchResult, console: Console | None = None) -> None:
     con = console or make_console()
     con.print(f"[bold]machine[/]: {result.machine.summary()}")
@@ -139,7 +155,7 @@ def print_bench(result: BenchResult, console: Console | None = None) -> None:
         con.print(
             f"batch {size}: auto would choose [bold]{auto.name}[/]"
             + _against_fp32(result, auto)
-            + f"; fastest within tolerance overall: {best.name}"
+            + f"; {_best_words(best)}: {best.name}"
             + _against_fp32(result, best)
         )
         for r, speed in too_noisy(result, size, kinds=("fp32", "naive", "autocast", "halfprec")):

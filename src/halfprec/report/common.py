@@ -140,13 +140,15 @@ def print_check(result: CheckResult, console: Console | None = None) -> None:
     )
     speed = result.speed
     if speed is not None and result.latency_fp32 is not None and result.latency_half is not None:
-        size.add_row(
-            "median latency",
-            human_time(result.latency_fp32.median),
-            human_time(result.latency_half.median),
-            spread_text(speed),
-        )
+        lat32, lat_half = result.latency_fp32.median, result.latency_half.median
+        size.add_row("median latency", human_time(lat32), human_time(lat_half), "")
+        size.add_row("speed per paired round", "", "", spread_text(speed))
     con.print(fit_table(size, con))
+    if speed is not None:
+        con.print(
+            "speed: the median of the per-round ratios fp32/half (each round times both, back "
+            "to back), which load hits alike; not the ratio of the two median latencies"
+        )
     if result.generation is not None:
         print_generation(result.generation, con)
     con.print(fp32_text(conv))

@@ -22,6 +22,11 @@ from torch import nn
 
 from halfprec.train.config import TrainingStateError
 
+# Batch norm's affine parameters stay fp32 (as apex's keep_batchnorm_fp32): its kernels
+# take half inputs with fp32 weights and running statistics, not half weights with fp32
+# statistics. An fp32 parameter needs no master: the optimizer updates it as it is.
+_KEEP_FP32 = (nn.modules.batchnorm._BatchNorm,)
+
 
 def is_sharded(model: nn.Module) -> bool:
     """True when ``model``'s parameters are DTensors (FSDP2's ``fully_shard``): FSDP2 keeps
@@ -39,7 +44,8 @@ class MasterWeights:
         dtype: torch.dtype,
     ) -> None:
         held = {id(p) for opt in optimizers for g in opt.param_groups for p in g["params"]}
-        params = [p for p in model.parameters() if id(p) in held]
+        kept = {id(p) for m in model.modules() if isinstance(m, _KEEP_FP32) for p in m.parameters()}
+        params = [p for p in model.parameters() if id(p) in held and id(p) not in kept]
         _check_castable(params, optimizers)
         with torch.no_grad():
             self.masters: list[torch.Tensor] = [
