@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from halfprec.batch import Batch, as_batches, batch_size_of, call, resize_batch
+from halfprec.bench.compile_gate import CompileGate, Twin
 from halfprec.bench.half_speed import HalfSpeed
 from halfprec.bench.interleave import CallTimer, Pairs, Prepared
 from halfprec.bench.limit import Gemm, GemmLimit, Timer
@@ -140,7 +141,10 @@ class Benchmark:
                 "against it"
             )
         self.model, self.batch = model, batch
-        self.variants = [_FP32] + [v for v in dict.fromkeys(variants) if v != _FP32]
+        others = [v for v in dict.fromkeys(variants) if v != _FP32]
+        # every uncompiled candidate before any compiled one: the compile gate judges a
+        # compiled twin by its eager twin's measurement (halfprec.bench.compile_gate)
+        self.variants = [_FP32] + sorted(others, key=lambda v: v.compiled)
         self.recipe = recipe or Recipe()
         self.config = options or BenchConfig()
         self.device = model_device(model)
@@ -148,6 +152,7 @@ class Benchmark:
         self.spec, self.progress, self.keep_modules = spec, progress, keep_modules
         self.timer: CallTimer = timer or (lambda fn, _variant: steady_call_time(fn, self.device))
         self.support = support or device_support(self.device)
+        self.gate = CompileGate(self.device, self.config.race)
         self.warm_up = WarmUp(
             device=self.device,
             calls=self.config.warmup,
@@ -251,7 +256,7 @@ class Benchmark:
         built: nn.Module | VariantResult | None = None
         for size in at:
             self._report(f"{variant.name} @ batch {size.size}", len(at))
-            skip = self._skip_reason(variant)
+            skip = self._skip_reason(variant, at)
             if skip is not None:
                 self.rows[size.index, j] = VariantResult(variant, size.size, "skipped", skip)
                 continue
@@ -361,10 +366,11 @@ class Benchmark:
         return False
 
     # -- one variant: warm up, check, plan ---------------------------------------------------
-    def _skip_reason(self, variant: Variant) -> str | None:
+    def _skip_reason(self, variant: Variant, at: list[_Size]) -> str | None:
         """Why ``variant`` is not run here: a runtime target's own reasons (torch's probe
-        says nothing of it), a dtype the probe found slow, or a dtype the device's
-        compiler does not compile (the row would run eager under a +compile label)."""
+        says nothing of it), a dtype the probe found slow, a dtype the device's compiler
+        does not compile (the row would run eager under a +compile label), or a compiled
+        twin that cannot win by its eager twin's measurement (:class:`CompileGate`)."""
         why = variant.way.unavailable(variant.dtype, self.device)
         if variant.runtime or why is not None:
             return why
@@ -378,8 +384,18 @@ class Benchmark:
             )
         if variant.autotune:
             ratio = self.half.ratio(variant.dtype)
-            return autotune_pays(variant.dtype, self.device, ratio, self.support.features)
-        return None
+            why = autotune_pays(variant.dtype, self.device, ratio, self.support.features)
+            if why is not None:
+                return why
+        return self.gate.skip(variant, self._twins(variant, at))
+
+    def _twins(self, variant: Variant, at: list[_Size]) -> list[Twin]:
+        """The eager twin of compiled ``variant`` at each batch size (none without one)."""
+        eager = Variant(variant.kind, variant.dtype)
+        if not variant.compiled or eager not in self.variants:
+            return []
+        j = self.variants.index(eager)
+        return [Twin(self.rows.get((size.index, j)), size.pairs.standings) for size in at]
 
     def _prepare(
         self,

@@ -1,0 +1,116 @@
+"""Which compiled candidates are worth compiling: a ``+compile`` (or ``+autotune``) twin is
+compiled only while it can still win, judged from its eager twin, measured before it.
+
+``torch.compile`` runs the operations of the eager module it wraps, fused, so a compiled
+twin is at most as accurate as the eager one, and at most a bounded factor faster
+(:data:`COMPILE_GAINS`, from the measurements in docs/benchmarks.md). The runner times
+every uncompiled candidate before any compiled one; a compiled twin is then skipped,
+never compiled, when at every batch size its eager twin
+
+- failed the tolerance, or
+- is beaten even at that bound: its per-round times relative to eager fp32, divided by the
+  gain, still lose to a candidate the choice may pick by the race's comparison
+  (:class:`~halfprec.bench.race.Race`): after at least the race's ``early_rounds`` of both,
+  its fastest round is slower than the other's slowest by the race's ``margin``. The gain
+  bound is itself the wide margin an early verdict needs. Load only slows calls down, so a
+  noisy reading can keep a compile, never skip one.
+
+Without a race (``BenchConfig(race=None)``, ``--no-race``) every candidate is compiled,
+as every candidate is then timed to the end. Where no bound is known (GPUs, whose CUDA
+graphs can gain several times at small batches) only the accuracy rule applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from halfprec.bench.interleave import Standings
+from halfprec.bench.race import Race
+from halfprec.bench.results import VariantResult
+from halfprec.bench.variants import Variant
+
+# The most ``torch.compile`` is taken to gain over the eager module, per device type:
+# (+compile, +autotune). Measured on CPUs: fp32 1.01-1.15x, bf16 frozen 1.29x (1.7x ->
+# 2.2x fp32 on BERT-base), +autotune on AMX 1.42x over +compile (docs/benchmarks.md).
+COMPILE_GAINS: dict[str, tuple[float, float]] = {"cpu": (1.5, 2.0)}
+
+_FP32 = Variant("fp32")
+
+
+@dataclass(frozen=True)
+class Twin:
+    """A compiled candidate's eager twin at one batch size: its row (None: not run) and
+    the standings of the candidates timed there (:class:`Standings`)."""
+
+    row: VariantResult | None
+    standings: Standings
+
+
+@dataclass(frozen=True)
+class CompileGate:
+    """The rule of the module docs for one device type and race (None: compile all)."""
+
+    device: torch.device
+    race: Race | None
+
+    def gain(self, variant: Variant) -> float | None:
+        """The bound on what compiling ``variant`` gains here (None: unknown)."""
+        gains = COMPILE_GAINS.get(self.device.type)
+        if gains is None:
+            return None
+        return gains[1] if variant.autotune else gains[0]
+
+    def skip(self, variant: Variant, twins: Sequence[Twin]) -> str | None:
+        """Why compiled ``variant`` need not be compiled, given its eager twin at each batch
+        size; None to compile it."""
+        if not variant.compiled or self.race is None or not twins:
+            return None
+        reasons = [self._reason(variant, twin) for twin in twins]
+        if any(r is None for r in reasons):
+            return None
+        return reasons[0]
+
+    def _reason(self, variant: Variant, twin: Twin) -> str | None:
+        eager = Variant(variant.kind, variant.dtype)
+        row = twin.row
+        if row is None or row.status != "ok":
+            return None
+        if row.comparison is not None and not row.comparison.passed:
+            return (
+                f"not compiled: {eager.name} is out of tolerance eager, and compiling runs "
+                "the same operations"
+            )
+        gain = self.gain(variant)
+        if gain is None:
+            return None
+        winner = self._beaten_by(eager, gain, twin.standings)
+        if winner is None:
+            return None
+        return (
+            f"not compiled: {eager.name} is slower than {winner.name} by more than "
+            f"torch.compile gains on {self.device.type} (at most {gain:g}x, docs/bench.md)"
+        )
+
+    def _beaten_by(self, eager: Variant, gain: float, standings: Standings) -> Variant | None:
+        """An eligible candidate that beats ``eager``'s rounds sped up by ``gain``."""
+        assert self.race is not None
+        race = self.race
+        ones = [1.0] * race.early_rounds  # fp32 relative to itself, exactly
+        relative = ones if eager == _FP32 else standings.relative.get(eager)
+        if not relative:
+            return None
+        best = [t / gain for t in relative]
+        eligible = {v: standings.relative.get(v, []) for v in standings.eligible}
+        eligible[_FP32] = ones
+        for v, theirs in eligible.items():
+            rounds = min(len(best), len(theirs))
+            if (
+                v != eager
+                and rounds >= race.early_rounds
+                and min(best) > (1 + race.margin) * max(theirs)
+            ):
+                return v
+        return None

@@ -1,0 +1,148 @@
+"""The compile gate: a compiled twin is compiled only while its eager twin's measurement
+says it can still win (scripted timings, real comparisons; nothing here compiles)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from halfprec import BenchConfig
+from halfprec.bench.compile_gate import COMPILE_GAINS, CompileGate, Twin
+from halfprec.bench.interleave import Standings
+from halfprec.bench.race import Race
+from halfprec.bench.results import VariantResult
+from halfprec.bench.runner import Benchmark
+from halfprec.bench.variants import Variant
+from halfprec.compare import compare_outputs
+from halfprec.tolerance import Tolerance
+
+CPU = torch.device("cpu")
+X = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
+TEN = BenchConfig(warmup=1, runs=10, memory="none", skip_slower_than=None, limit=False)
+OV = Variant.parse("openvino-bf16")
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Linear(16, 16)
+
+
+class _Clock:
+    """Each variant's timed call takes a fixed scripted time (the call itself runs)."""
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self.seconds, self.timed = seconds, set[str]()
+
+    def __call__(self, fn: Callable[[], object], variant: Variant) -> float:
+        fn()
+        self.timed.add(variant.name)
+        return self.seconds[variant.name]
+
+
+HP = Variant.parse("halfprec-bf16")
+NAIVE = Variant.parse("naive-bf16")
+FP32 = Variant("fp32")
+
+
+def _row(variant: Variant, passed: bool = True) -> VariantResult:
+    ref = torch.linspace(-1, 1, 64)
+    out = ref + (0.0 if passed else 0.5) * torch.sin(ref * 40)
+    row = VariantResult(variant, 4, "ok")
+    row.comparison = compare_outputs([ref], [out], tolerance=Tolerance(min_cosine=0.999))
+    assert row.comparison.passed is passed
+    return row
+
+
+def _standings(relative: dict[Variant, list[float]], eligible: set[Variant]) -> Standings:
+    return Standings(relative={v: list(s) for v, s in relative.items()}, eligible=eligible)
+
+
+def test_a_twin_slower_than_the_best_by_more_than_compile_gains_is_not_compiled() -> None:
+    gate = CompileGate(CPU, Race())
+    gain = COMPILE_GAINS["cpu"][0]
+    best = [0.4, 0.42, 0.41]  # halfprec-bf16 eager, relative to fp32 round by round
+    s = _standings({HP: best, NAIVE: [0.9, 0.95, 0.92]}, {HP})
+    # fp32 (1.0) / 1.5 = 0.67 > 1.1 x 0.42: even compiled it cannot reach halfprec-bf16
+    why = gate.skip(FP32.with_compile(), [Twin(_row(FP32), s)])
+    assert why is not None and "halfprec-bf16" in why and f"{gain:g}x" in why
+    assert gate.skip(NAIVE.with_compile(), [Twin(_row(NAIVE), s)]) is not None
+    # the best eager candidate's own twin is compiled: compiling may make it faster still
+    assert gate.skip(HP.with_compile(), [Twin(_row(HP), s)]) is None
+    # a twin within what compiling can gain is compiled: 0.55 / 1.5 < 1.1 x 0.42
+    close = _standings({HP: best, NAIVE: [0.55, 0.56, 0.55]}, {HP})
+    assert gate.skip(NAIVE.with_compile(), [Twin(_row(NAIVE), close)]) is None
+    # +autotune may gain more (2x): 0.9 / 2 = 0.45 < 1.1 x 0.42, so it is tried
+    auto = HP.with_compile(autotune=True)
+    s2 = _standings(
+        {HP: [0.9, 0.92, 0.91], OV: best},
+        {OV},
+    )
+    assert gate.skip(auto, [Twin(_row(HP), s2)]) is None
+    assert gate.skip(HP.with_compile(), [Twin(_row(HP), s2)]) is not None
+
+
+def test_only_a_loser_by_every_round_is_gated_a_burst_keeps_the_compile() -> None:
+    gate = CompileGate(CPU, Race())
+    # one round of halfprec-bf16 hit by load (1.2): its slowest round is what fp32 must
+    # lose to, so fp32+compile is compiled after all
+    s = _standings({HP: [0.4, 1.2, 0.41]}, {HP})
+    assert gate.skip(FP32.with_compile(), [Twin(_row(FP32), s)]) is None
+    # an inaccurate winner is not eligible: nothing to lose to but fp32
+    s = _standings({NAIVE: [0.3, 0.3, 0.3]}, set())
+    assert gate.skip(FP32.with_compile(), [Twin(_row(FP32), s)]) is None
+
+
+def test_an_out_of_tolerance_eager_twin_is_not_compiled_at_any_speed() -> None:
+    gate = CompileGate(torch.device("cuda"), Race())  # no gain bound there: accuracy only
+    s = _standings({NAIVE: [0.1, 0.1, 0.1]}, set())
+    why = gate.skip(NAIVE.with_compile(), [Twin(_row(NAIVE, passed=False), s)])
+    assert why is not None and "out of tolerance" in why
+    assert (
+        gate.skip(FP32.with_compile(), [Twin(_row(FP32), _standings({HP: [0.1] * 3}, {HP}))])
+        is None
+    )
+
+
+def test_no_race_no_twin_or_a_twin_that_wins_at_one_size_compiles() -> None:
+    s = _standings({HP: [0.4] * 3}, {HP})
+    assert CompileGate(CPU, None).skip(FP32.with_compile(), [Twin(_row(FP32), s)]) is None
+    gate = CompileGate(CPU, Race())
+    assert gate.skip(FP32.with_compile(), []) is None
+    assert gate.skip(NAIVE.with_compile(), [Twin(None, s)]) is None  # eager twin not run
+    close = _standings({HP: [0.9] * 3}, {HP})  # at the second size fp32 is close
+    assert gate.skip(FP32.with_compile(), [Twin(_row(FP32), s), Twin(_row(FP32), close)]) is None
+
+
+class _NoCompile(Benchmark):
+    """The runner as it is, failing the test if it builds a compiled variant."""
+
+    def _build(self, variant: Variant, batch: object) -> nn.Module | VariantResult:  # type: ignore[override]
+        assert not variant.compiled, f"{variant.name} was built: the gate should skip it"
+        return super()._build(variant, batch)  # type: ignore[arg-type]
+
+
+def test_the_runner_times_eager_first_and_never_builds_a_twin_that_cannot_win() -> None:
+    clock = _Clock({"fp32": 1.0, "halfprec-bf16": 0.4, "naive-bf16": 0.95})
+    # compiled twins listed first: the runner still measures their eager twins before them
+    variants = [FP32, FP32.with_compile(), NAIVE.with_compile(), HP, NAIVE]
+    run = _NoCompile(_model(), X, variants=variants, options=TEN, timer=clock).run()
+    rows = {r.name: r for r in run.result.results}
+    assert [r.name for r in run.result.results] == [
+        "fp32",
+        "halfprec-bf16",
+        "naive-bf16",
+        "fp32+compile",
+        "naive-bf16+compile",
+    ]
+    for name in ("fp32+compile", "naive-bf16+compile"):
+        assert rows[name].status == "skipped" and rows[name].compile_s is None
+        assert "not compiled" in rows[name].note and "halfprec-bf16" in rows[name].note
+    assert "compile" not in run.result.seconds
+    assert clock.timed == {"fp32", "halfprec-bf16", "naive-bf16"}
+
+
+def test_benchconfig_without_race_keeps_every_twin() -> None:
+    gate = Benchmark(_model(), X, variants=[FP32], options=BenchConfig(race=None)).gate
+    assert gate.race is None
