@@ -10,6 +10,8 @@
    ``--sample`` of the *non-findings*: calls ``torch.<factory>(...)`` without ``dtype=`` in a
    function on a forward path that the lint leaves alone (the plain count of
    benchmarks/lint_transformers.py).
+   A later run keeps the earlier sample's non-findings that are still non-findings and
+   tops it up with seeded draws, so a rule change asks only for the new sites' verdicts.
 3. Reads the verdicts from benchmarks/data/lint_corpus/LIB.json (``leak`` or ``no leak`` and
    a one-line reason per item, filled in by hand; a new sample is written with empty verdicts)
    and prints precision and recall with 95% Wilson intervals. A *leak*: in the model
@@ -86,13 +88,24 @@ def _line(root: Path, site: Site) -> str:
 def sample(
     lib: str, root: Path, found: set[Site], plain: set[Site], seed: int, size: int
 ) -> dict[str, Any]:
-    rng = random.Random(seed)
-    picked = {
-        "finding": rng.sample(sorted(found), min(MAX_FINDINGS, len(found))),
-        "non-finding": rng.sample(sorted(plain - found), min(size, len(plain - found))),
-    }
     path = DATA / f"{lib}.json"
     old = json.loads(path.read_text()) if path.exists() else {}
+    rng = random.Random(seed)
+    left = plain - found
+    # a sample kept across rule changes: the earlier sample's sites that are still
+    # non-findings stay, topped up by seeded draws from the rest (a uniform sample of
+    # the new non-findings still), so only the sites new to it need a verdict
+    kept = [
+        (i["path"], i["line"], i["col"])
+        for i in old.get("items", [])
+        if old.get("seed") == seed and i["kind"] == "non-finding"
+    ]
+    kept = [site for site in kept if site in left][:size]
+    rest = sorted(left - set(kept))
+    picked = {
+        "finding": rng.sample(sorted(found), min(MAX_FINDINGS, len(found))),
+        "non-finding": kept + rng.sample(rest, min(size - len(kept), len(rest))),
+    }
     verdicts = {(i["path"], i["line"], i["col"]): i for i in old.get("items", [])}
     items = []
     for kind, sites in picked.items():

@@ -31,7 +31,9 @@ def test_audit_finds_every_marked_leak_with_file_and_line() -> None:
 def test_lint_finds_the_same_lines_statically_except_runtime_only_kinds() -> None:
     from halfprec.leaks.lint import lint_source
 
-    static = {line for line, kind in marked_leaks() if kind not in ("upcast", "mixed")}
+    # the audit counts every explicit upcast; the lint reports none that is cast back
+    # before it meets half values (ExplicitLeak casts each back), see docs/leaks.md
+    static = {line for line, kind in marked_leaks() if kind not in ("upcast", "mixed", "explicit")}
     found = {f.line for f in lint_source(LEAKY.read_text(), str(LEAKY))}
     assert found == static
 

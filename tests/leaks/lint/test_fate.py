@@ -204,3 +204,86 @@ def test_a_tensor_is_followed_into_calls_of_the_same_file_and_back() -> None:
     # the mask becomes integer positions inside Positions.forward: not a finding; the
     # points are grid_sample's grid on half logits inside `sample`: a finding, with no fix
     assert found == [(18, "HP101", False)]
+
+
+def test_a_tensor_a_helper_returns_is_followed_into_its_callers() -> None:
+    body = """\
+        def noise(b):
+            return torch.randn(b, 4)
+
+
+        def steps(b):
+            return torch.linspace(0, 1, b)
+
+
+        class Sampler(nn.Module):
+            def points(self, b):
+                return b, torch.rand(b, 2)
+
+            def forward(self, x):
+                b, p = self.points(x.shape[0])
+                h = self.proj(x) + noise(b)
+                return h[:, :2] * p, steps(b).to(x.dtype)
+        """
+    assert _found(body) == [(2, "HP101", False), (11, "HP101", False)]
+
+
+def test_a_module_output_its_holder_casts_is_not_reported() -> None:
+    body = """\
+        class Sinusoid(nn.Module):
+            def forward(self):
+                freqs = torch.exp(torch.arange(8).float() * -0.5)
+                e = freqs[None].repeat(4, 1)
+                return torch.cat([e.sin(), e.cos()], dim=-1)
+
+
+        class TimeEmbed(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.sinusoid = Sinusoid()
+                self.mlp = nn.Linear(16, 16)
+
+            def forward(self, x):
+                return x + self.mlp(self.sinusoid().to(x.dtype))
+        """
+    assert _found(body) == []
+    uncast = body.replace(".to(x.dtype))", ")")
+    assert _found(uncast) == [(3, "HP101", False)]  # into nn.Linear's half weights
+
+
+def test_a_tensor_through_a_callee_the_lint_cannot_see_is_reported_only_if_it_leaks() -> None:
+    body = """\
+        class Masked(nn.Module):
+            def __init__(self, schedule):
+                super().__init__()
+                self.drop = nn.Dropout(0.1)
+                self.schedule = schedule
+                self.block = Block()
+                self.proj = nn.Linear(4, 4)
+
+            def forward(self, x):
+                keep = ~self.drop(torch.ones(x.shape[0])).bool()
+                p = self.schedule(torch.rand(x.shape[0]))
+                n = (p * x.shape[1]).long()
+                h = self.block(torch.zeros(x.shape[0], 4)) * x
+                return x[keep], n, h, self.proj(torch.randn(x.shape[0], 4))
+        """
+    assert [line for line, _, _ in _found(body)] == [14]
+
+
+def test_einops_rearrange_hands_its_first_argument_on() -> None:
+    body = """\
+        from einops import rearrange
+
+
+        class Knots(nn.Module):
+            def forward(self, x):
+                t = torch.linspace(0, 1, x.shape[-1])
+                return x * rearrange(t, "n -> 1 n")
+        """
+    assert [line for line, _, _ in _found(body)] == [6]
+    both = body.replace(
+        'return x * rearrange(t, "n -> 1 n")',
+        'return (rearrange(x, "b n -> b n") * rearrange(t, "n -> 1 n")).to(x.dtype)',
+    )
+    assert [line for line, _, _ in _found(both)] == [6]  # a rearranged half tensor is half

@@ -43,6 +43,7 @@ class ClassFacts:
     passthrough: frozenset[str] = frozenset()
     attributes: frozenset[str] = frozenset()
     module_classes: tuple[tuple[str, str], ...] = ()  # self.X = Name(...): (X, Name)
+    layers: tuple[tuple[str, str], ...] = ()  # self.X = nn.Name(...) or Name(...): (X, Name)
 
 
 NO_FACTS = ClassFacts()
@@ -152,6 +153,7 @@ def _scan_function(
     passthrough: set[str],
     attributes: set[str],
     classes: dict[str, str],
+    layers: dict[str, str],
 ) -> None:
     local: set[str] = set()
     for node in _statements(fn):
@@ -169,6 +171,8 @@ def _scan_function(
             attributes.add(attr)
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
                 classes[attr] = value.func.id
+            if isinstance(value, ast.Call):
+                layers[attr] = _last_name(value.func)
             if floating_init(value, frozenset(local)):
                 tensors.add(attr)
             elif _is_passthrough(value):
@@ -195,16 +199,18 @@ def class_facts(cls: ast.ClassDef, bases: list[ast.ClassDef]) -> ClassFacts:
     methods: set[str] = set()
     attributes: set[str] = set()
     classes: dict[str, str] = {}
+    layers: dict[str, str] = {}
     for klass in (*bases, cls):
         found = _methods(klass)
         methods |= set(found)
         for name, fn in found.items():
             if name != "forward":  # parameters and buffers are made in __init__ and setup
-                _scan_function(fn, tensors, passthrough, attributes, classes)
+                _scan_function(fn, tensors, passthrough, attributes, classes, layers)
     return ClassFacts(
         frozenset(methods),
         frozenset(tensors),
         frozenset(passthrough - tensors),
         frozenset(attributes),
         tuple(sorted(classes.items())),
+        tuple(sorted(layers.items())),
     )

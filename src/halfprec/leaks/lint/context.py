@@ -8,6 +8,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from halfprec.leaks.lint.callers import CallSite, call_sites
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.scope import Function, Imports, Program
 
@@ -226,6 +227,13 @@ class Calls:
     program: Program
     walk: Callable[[Function, ClassFacts, bool], Context]
     cache: dict[int, Context] = field(default_factory=dict)
+    sites: dict[int, list[CallSite]] = field(default_factory=dict)
+
+    def callers(self, fn: Function) -> list[CallSite]:
+        """The calls of ``fn`` in the file (found once)."""
+        if id(fn) not in self.sites:
+            self.sites[id(fn)] = call_sites(self.program, fn)
+        return self.sites[id(fn)]
 
     def context(self, fn: Function, facts: ClassFacts, is_forward: bool) -> Context:
         if id(fn) not in self.cache:

@@ -101,6 +101,7 @@ class _Follow:
         self.depth = 0
         self.element: int | None = None  # returned as this element of a tuple
         self.scalar = False  # 0-dim here: a 0-dim tensor never promotes a half operand
+        self.opaque = False  # the result of a callee the lint cannot see: only a cast ends it
         self.fate = Fate()
         self.seen: set[tuple[str, int]] = set()
         self.hops = 0
@@ -123,7 +124,13 @@ class _Follow:
 
     def climb(self, node: ast.AST) -> None:
         """Follow the value of ``node`` up through the expressions that contain it."""
-        parents = self.ctx.parents
+        parents, opaque = self.ctx.parents, self.opaque
+        try:
+            self._climb(node, parents)
+        finally:
+            self.opaque = opaque  # an unseen callee on this path does not hide the others
+
+    def _climb(self, node: ast.AST, parents: dict[int, ast.AST]) -> None:
         while not self.fate.leaks:
             parent = parents.get(id(node))
             step = _step(self, node, parent) if parent is not None else "unknown"
@@ -135,7 +142,7 @@ class _Follow:
                     self.one_dim = self.one_dim and parent.attr.endswith("_")
                     self.scalar = self.scalar and parent.attr in _REDUCTIONS
                 continue
-            if step == "unknown":
+            if step == "unknown" or step == "leak" and self.opaque:
                 self.fate.unknown = True
             elif step == "leak":
                 self.fate.leaks = True
@@ -307,16 +314,48 @@ def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
     entered = _enter(f, node, call)
     if entered is not None:
         return entered
+    first = bool(call.args) and call.args[0] is node
+    if last in _PASSES and first and (isinstance(func, ast.Name) or owner == "einops"):
+        return "up"  # einops.rearrange(t, "b n -> n b"): the same values, rearranged
     if _is_submodule(f, func):
-        # the first input of a submodule meets its half weights; another input (a mask,
-        # positions) is the submodule's own business
-        return "leak" if call.args and call.args[0] is node else "unknown"
+        return _submodule(f, func) if first else "unknown"
     torch_call = owner in f.ctx.imports.torch or owner in f.ctx.imports.functional
     torch_call = torch_call or owner.endswith(("nn.functional", "torch.linalg", "torch.fft"))
     if torch_call or isinstance(func, ast.Attribute) and last in _KEEPS:
         receiver = func.value if isinstance(func, ast.Attribute) and not torch_call else None
         return f.meets(others if receiver is None else [*others, receiver])
     return "unknown"
+
+
+_PASSES = words("rearrange repeat")
+_WEIGHTED = words(
+    "Linear LazyLinear Bilinear Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d "
+    "ConvTranspose3d Embedding EmbeddingBag LayerNorm GroupNorm RMSNorm BatchNorm1d "
+    "BatchNorm2d BatchNorm3d MultiheadAttention LSTM GRU RNN PReLU Sequential"
+)
+_WEIGHTLESS = words(
+    "Dropout Dropout1d Dropout2d Dropout3d AlphaDropout Identity Flatten Unflatten ReLU ReLU6 "
+    "GELU SiLU Tanh Sigmoid Softmax LogSoftmax LeakyReLU ELU SELU CELU Mish Hardswish "
+    "Hardsigmoid Hardtanh Softplus GLU Upsample PixelShuffle PixelUnshuffle AvgPool1d "
+    "AvgPool2d AvgPool3d MaxPool1d MaxPool2d MaxPool3d AdaptiveAvgPool1d AdaptiveAvgPool2d "
+    "AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d AdaptiveMaxPool3d"
+)
+
+
+def _submodule(f: _Follow, func: ast.AST) -> str:
+    """``t`` as the first input of a submodule whose class this file does not define. A
+    layer with weights (``nn.Linear``) meets it with half weights; a layer without
+    (``nn.Dropout``) or a function attribute hands it on; for any other the lint cannot see
+    what it does, so its result is followed and only a cast ends that path."""
+    attr = func.value if isinstance(func, ast.Subscript) else func
+    name = attr.attr if isinstance(attr, ast.Attribute) else ""
+    layer = dict(f.ctx.facts.layers).get(name, "")
+    if layer in _WEIGHTED:
+        return "leak"
+    if layer in _WEIGHTLESS or name in f.ctx.facts.passthrough:
+        return "up"
+    f.opaque = True
+    return "up"
 
 
 _MAX_DEPTH = 2  # calls followed into, one inside another
@@ -376,11 +415,34 @@ def _enter(f: _Follow, node: ast.AST, call: ast.Call) -> str | None:
     calls = f.ctx.calls
     assert calls is not None  # _callee found one
     inner = _Follow(calls.context(fn, facts, is_forward), f.upcast, False)
-    inner.fate, inner.seen, inner.hops = f.fate, f.seen, f.hops
+    inner.fate, inner.seen, inner.hops, inner.opaque = f.fate, f.seen, f.hops, f.opaque
     inner.caller, inner.depth = (f, call), f.depth + 1
     inner.follow_name(param.arg, param)
     f.hops = inner.hops
     return "done"
+
+
+def _to_callers(f: _Follow) -> bool:
+    """Follow a returned value on at each call of its function in this file: a helper's
+    result in its callers, a ``forward``'s in the modules that hold its class. False when
+    the file has no such call (or the calls are too deep to follow)."""
+    calls, fn = f.ctx.calls, f.ctx.function
+    if calls is None or f.depth >= _MAX_DEPTH:
+        return False
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    sites = calls.callers(fn)
+    for site in sites:
+        key = ("<call>", id(site.call))
+        if key in f.seen or f.fate.leaks:
+            continue
+        f.seen.add(key)
+        outer = _Follow(calls.context(site.caller, site.facts, site.is_forward), f.upcast, False)
+        outer.fate, outer.seen, outer.hops, outer.depth = f.fate, f.seen, f.hops, f.depth + 1
+        outer.element, outer.scalar, outer.opaque = f.element, f.scalar, f.opaque
+        outer.climb(site.call)
+        f.hops = outer.hops
+    return bool(sites)
 
 
 def _is_submodule(f: _Follow, func: ast.AST) -> bool:
@@ -406,7 +468,10 @@ def _statement(f: _Follow, node: ast.AST, stmt: ast.AST) -> str:
             caller.element = f.element
             caller.climb(call)
             return "done"
-        return "leak" if f.ctx.is_forward else "unknown"  # a helper's caller decides
+        if _to_callers(f):
+            return "done"
+        # a module's output, or a helper whose callers are in another file
+        return "leak" if f.ctx.is_forward else "unknown"
     if isinstance(stmt, ast.Expr):
         return "safe"
     if isinstance(stmt, ast.NamedExpr):

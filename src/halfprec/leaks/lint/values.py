@@ -59,6 +59,7 @@ _TORCH_KEEPS = words(
     "normalize scaled_dot_product_attention repeat_interleave roll maximum minimum zeros_like "
     "ones_like empty_like full_like rand_like randn_like"
 )
+_REARRANGES = words("rearrange repeat einops.rearrange einops.repeat")
 _KEEPS_ATTR = frozenset({"T", "mT", "H", "mH", "data", "real"})
 _FP32 = frozenset({"float32", "float"})
 _NOT_FLOAT = words(
@@ -159,6 +160,8 @@ def _call_value(call: ast.Call, ctx: Context) -> bool | None:
     if sub != "no":
         return None if isinstance(sub, str) else sub
     func = call.func
+    if dotted(func) in _REARRANGES and call.args:
+        return value_of(call.args[0], ctx)  # einops: the same values, rearranged
     if not isinstance(func, ast.Attribute):
         return None
     args = [_unlist(x) for x in (*call.args, *(k.value for k in call.keywords))]
