@@ -24,8 +24,6 @@ from halfprec.bench.deploy import Deployed, deploy
 from halfprec.bench.ways.base import TORCH
 from halfprec.errors import HalfprecError
 
-__all__ = ["FORMS", "deploy_to", "output_problem", "save_deployed"]
-
 FORMS: dict[str, str] = {
     ".safetensors": "a half checkpoint (a choice run by torch)",
     "": "a folder plain from_pretrained loads (a choice run by torch, from a Hugging Face "

@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from halfprec.bench.deploy import Deployed
     from halfprec.convert.recipe import Recipe
 
-__all__ = ["command"]
-
 
 def _runtimes(text: str | None) -> tuple[str, ...] | None:
     """``--runtimes``: None (the installed ones that compute a half dtype here), ``()``
