@@ -26,8 +26,6 @@ from pathlib import Path
 
 from halfprec.readfile import FileTooLargeError, NotAFileError, kind_of
 
-__all__ = ["UnsafeCacheFolderError", "check_folder", "read_cache", "write_cache"]
-
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 

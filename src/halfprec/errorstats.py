@@ -27,8 +27,6 @@ import torch
 from halfprec.dtypes import NumericRange
 from halfprec.tree import flatten
 
-__all__ = ["ErrorStats", "aligned", "relative_threshold", "as_real"]
-
 
 def relative_threshold(min_sqnr_db: float | None) -> float:
     """The relative RMS error that corresponds to an SQNR bound (25 dB -> 0.056)."""

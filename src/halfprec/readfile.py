@@ -18,19 +18,6 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = [
-    "FileTooLargeError",
-    "NotAFileError",
-    "open_regular",
-    "read_regular",
-    "read_text_regular",
-    "kind_of",
-    "refusal",
-    "special_file_in",
-    "special_kind",
-    "unreadable",
-]
-
 _KINDS = (
     (stat.S_ISDIR, "a folder"),
     (stat.S_ISFIFO, "a FIFO (named pipe)"),

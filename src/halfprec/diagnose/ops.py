@@ -26,8 +26,6 @@ from halfprec.fp32 import exact_fp32
 from halfprec.modules import first_line
 from halfprec.tree import iter_tensors, map_tensors
 
-__all__ = ["OpDiagnosis", "OpProbe"]
-
 
 @dataclass
 class OpDiagnosis:

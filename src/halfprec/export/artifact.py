@@ -25,8 +25,6 @@ from halfprec.export.info import ArtifactInfo
 from halfprec.modules import first_line
 from halfprec.tree import flatten, map_tensors, unflatten
 
-__all__ = ["Artifact", "Verification", "load_artifact", "verify_artifact"]
-
 
 @dataclass
 class Artifact:

@@ -28,15 +28,6 @@ from halfprec.frames import is_library_file
 from halfprec.modules import first_line
 from halfprec.tree import map_tensors
 
-__all__ = [
-    "forward_params",
-    "named_inputs",
-    "dynamic_shapes",
-    "capture",
-    "explain_failure",
-    "root_cause",
-]
-
 
 def forward_params(model: nn.Module) -> tuple[str, ...]:
     """Names that positional inputs bind to, in order; rejects ``forward(*args)``."""

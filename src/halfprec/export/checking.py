@@ -21,8 +21,6 @@ from halfprec.export.artifact import Artifact, load_artifact, verify_artifact
 from halfprec.export.seq2seq import kv_reference
 from halfprec.modules import evaluating
 
-__all__ = ["ArtifactCheck", "check_artifact"]
-
 
 @dataclass(frozen=True)
 class ArtifactCheck:

@@ -11,18 +11,6 @@ import torch
 from halfprec.dtypes import DTypeLike, is_auto, parse_dtype
 from halfprec.errors import DTypeError, HalfprecError
 
-__all__ = [
-    "RuntimeFailure",
-    "ExportConfig",
-    "ExportError",
-    "ExportFormat",
-    "FORMATS",
-    "SUFFIXES",
-    "format_for_path",
-    "DEFAULT_OPSET",
-    "check_onnx_dtype",
-]
-
 ExportFormat = Literal["exported-program", "torchscript", "onnx"]
 
 FORMATS: tuple[ExportFormat, ...] = ("exported-program", "torchscript", "onnx")

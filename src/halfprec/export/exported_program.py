@@ -20,8 +20,6 @@ from halfprec.export.info import INFO_KEY, ArtifactInfo
 from halfprec.export.safe_pt2 import vetted_archive
 from halfprec.modules import first_line
 
-__all__ = ["write_exported_program", "load_exported_program"]
-
 
 def write_exported_program(
     program: torch.export.ExportedProgram, path: Path, info: ArtifactInfo

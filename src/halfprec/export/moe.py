@@ -23,8 +23,6 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["dense_experts", "DENSE_EXPERTS_NOTE"]
-
 DENSE_EXPERTS_NOTE = (
     "{n} mixture-of-experts layer(s) exported densely (every expert on every token, "
     "weighted by the router's top-k): ONNX has no translation of transformers' expert dispatch"

@@ -23,8 +23,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ALLOWED_ATEN", "ALLOWED_HIGHER_ORDER", "ALLOWED_OTHER", "refusal"]
-
 # aten operator packets (names without the overload), by what they compute
 _ELEMENTWISE = """
 abs acos acosh add addcdiv addcmul angle asin asinh atan atan2 atanh bitwise_and

@@ -37,14 +37,6 @@ from halfprec.export.config import ExportError
 from halfprec.export.pt2_ops import refusal
 from halfprec.modules import first_line
 
-__all__ = [
-    "vetted_archive",
-    "MAX_MEMBERS",
-    "MAX_JSON_BYTES",
-    "MAX_INFLATION",
-    "INFLATION_SLACK_BYTES",
-]
-
 MAX_MEMBERS = 100_000
 MAX_JSON_BYTES = 64 * 2**20  # each program / config / extra member
 MAX_INFLATION = 4  # all members together, inflated, at most 4x the file ...

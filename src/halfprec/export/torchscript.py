@@ -25,8 +25,6 @@ from halfprec.export.config import ExportError
 from halfprec.export.info import INFO_KEY, ArtifactInfo
 from halfprec.modules import first_line
 
-__all__ = ["write_torchscript", "load_torchscript"]
-
 
 def write_torchscript(
     model: nn.Module, named: dict[str, Any], path: Path, info: ArtifactInfo

@@ -30,8 +30,6 @@ from halfprec.io.hf_dir import (
 from halfprec.io.specs import load_model
 from halfprec.tree import map_tensors
 
-__all__ = ["DirectoryConversion", "convert_directory"]
-
 
 @dataclass(frozen=True)
 class DirectoryConversion:

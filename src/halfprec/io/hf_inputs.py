@@ -47,8 +47,6 @@ from halfprec.io.hf_series import forecast_inputs, takes_time_features
 from halfprec.io.zoo import sentences, token_batch
 from halfprec.modules import first_line
 
-__all__ = ["NoExampleInputs", "example_batches", "max_positions", "INPUTS_FORMAT"]
-
 INPUTS_FORMAT = (
     "a .safetensors file with one tensor per input name (batch0.NAME, batch1.NAME for "
     "several batches) or a .pt file of a dict of tensors"

@@ -21,8 +21,6 @@ from typing import Any
 
 import torch
 
-__all__ = ["forecast_inputs", "takes_time_features"]
-
 
 def takes_time_features(config: Any) -> bool:
     """True for a config of the lagged, time-featured kind (TimeSeriesTransformer, Informer,

@@ -26,8 +26,6 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from halfprec.modules import first_line
 from halfprec.train.rounding import random_bits, round_with
 
-__all__ = ["BucketKernel", "adamw_bucket", "hyperparameters", "to_device", "CHUNK", "COMPILE_FROM"]
-
 CHUNK = 1 << 16  # eager on a CPU: elements per chunk (its temporaries stay in cache)
 COMPILE_FROM = 1 << 20  # buckets at least this large run compiled (a compile costs seconds)
 _LOW16 = 0xFFFF

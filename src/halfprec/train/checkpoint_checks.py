@@ -19,8 +19,6 @@ from torch import nn
 from halfprec.dtypes import dtype_kind, dtype_name, fits_in
 from halfprec.errors import CheckpointError
 
-__all__ = ["check_parts"]
-
 
 def check_parts(
     path: object,

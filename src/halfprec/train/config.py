@@ -8,8 +8,6 @@ from typing import Literal
 
 from halfprec.errors import HalfprecError
 
-__all__ = ["TrainConfig", "StepOutcome", "StepStatus", "TrainingStateError"]
-
 
 class TrainingStateError(HalfprecError, RuntimeError):
     """A training verb called out of order, or state that does not fit this run."""

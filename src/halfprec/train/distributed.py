@@ -32,8 +32,6 @@ import torch
 
 from halfprec.train.mixed import MixedPrecision
 
-__all__ = ["fsdp_policy", "exit_worker", "fp32_reduce_hook"]
-
 
 def fsdp_policy(mp: MixedPrecision) -> torch.distributed.fsdp.MixedPrecisionPolicy:
     """``MixedPrecisionPolicy`` for ``fully_shard``: compute in ``mp.dtype``, keep fp32

@@ -11,8 +11,6 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["full_tensor", "local_tensor", "params_with_grad", "total_norm"]
-
 
 def params_with_grad(optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.Tensor]:
     """The parameters of ``optimizers`` that have a gradient now, in group order."""

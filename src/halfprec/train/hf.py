@@ -38,8 +38,6 @@ from halfprec.train.watch import GradientWatch, NonFinite, diverged
 
 _transformers: Any = require("transformers", "demo", "halfprec.train.hf (Trainer callback)")
 
-__all__ = ["MixedPrecisionCallback", "SkippedStep"]
-
 _LOG = logging.getLogger("halfprec.train.hf")
 
 

@@ -18,8 +18,6 @@ from torch import nn
 from halfprec.dtypes import DTypeLike, dtype_name, parse_dtype
 from halfprec.tree import iter_tensors
 
-__all__ = ["AutocastForward", "autocast_forward"]
-
 
 class AutocastForward(nn.Module):
     """Runs ``module.forward`` under ``torch.autocast(device_type, dtype)``.

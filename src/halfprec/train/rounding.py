@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["KEY_LIMIT", "random_bits", "round_with", "round_stochastic"]
-
 KEY_LIMIT = 1 << 31  # keys are in [0, KEY_LIMIT): int32 and non-negative
 _LOW16 = 0xFFFF
 _MIX = 0x45D9F3B  # the multiplier of a well-tested 32-bit integer hash (two rounds)

@@ -32,8 +32,6 @@ from halfprec.dtypes import dtype_name
 from halfprec.errors import HalfprecError
 from halfprec.train.grads import local_tensor
 
-__all__ = ["GradientWatch", "NonFinite", "TrainingDivergedError", "diverged", "unwrap"]
-
 
 class TrainingDivergedError(HalfprecError, RuntimeError):
     """Too many optimizer steps in a row were skipped for inf/NaN gradients."""
