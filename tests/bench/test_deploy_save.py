@@ -84,3 +84,12 @@ def test_a_compiled_choice_is_saved_as_the_module_it_compiled() -> None:
     model = _model()
     assert _uncompiled(compile_for_device(model, "cpu")) is model  # compiling is lazy: no cost
     assert _uncompiled(model) is model
+
+
+def test_an_fp32_choice_is_refused_as_a_half_folder(tmp_path: Path) -> None:
+    opts: dict[str, Any] = {"compile": False, "bench": CONFIG, "timer": _favour("fp32")}
+    done = deploy_to(tmp_path / "m.safetensors", _model(), _x(), recipe="bf16", runtimes=(), **opts)
+    assert done.variant == "fp32"
+    with pytest.raises(HalfprecError, match="deploy chose fp32 .* give -o NAME.safetensors"):
+        save_deployed(done, tmp_path / "folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors"]

@@ -78,6 +78,12 @@ def save_deployed(
         from halfprec.io.checkpoint import save
 
         return save(module, dest)
+    if dest.suffix == "" and done.variant == "fp32":
+        raise HalfprecError(
+            f"deploy chose fp32 (no half variant was faster here within tolerance), and a "
+            f"folder holds a half model; give -o NAME.safetensors, or serve the fp32 model "
+            f"you have ({done.summary})"
+        )
     if dest.suffix == "":
         from halfprec.io.hf_dir import save_pretrained_dir
 
@@ -108,6 +114,10 @@ def deploy_to(
     deploy takes them) and write its choice to ``path`` (:func:`save_deployed`). A path of
     no form the choice could take is refused before deploy runs."""
     problem = output_problem(path, runtimes)
+    if problem is None and source is not None and Path(path).suffix == "":
+        from halfprec.io.sentence_layout import layout_problem
+
+        problem = layout_problem(Path(source))  # a folder that cannot be written faithfully
     if problem is not None:
         raise HalfprecError(problem)
     done = deploy(model, inputs, runtimes=runtimes, **options)

@@ -531,8 +531,9 @@ def benchmark(
     them), an explicit dtype only that one. ``tolerance``: None for the recipe's
     (:meth:`Recipe.settle`). ``bench``: how long to measure. ``variants``: names such as
     ``"naive-bf16"`` or :class:`Variant` objects (fp32 always included);
-    ``compile=True`` adds a ``torch.compile`` twin of each, and on CPU, with the default
-    variants, a ``+autotune`` twin of each halfprec variant, skipped unless its dtype's
+    ``compile=True`` adds a ``torch.compile`` twin of each (of the default variants, only
+    of the ways deploy may choose), and on CPU, with the default variants, a ``+autotune``
+    twin of each halfprec variant, skipped unless its dtype's
     GEMMs are native here (:func:`~halfprec.bench.variants.autotune_pays`). ``spec``: the MODEL spec
     ``model`` came from; with it, CPU peak memory is measured in a clean subprocess per
     variant (without it, CPU memory is not reported). ``progress(step, total, label)`` is

@@ -27,7 +27,7 @@ from halfprec.cli.options import (
 from halfprec.errors import HalfprecError
 
 if TYPE_CHECKING:
-    from halfprec.bench.results import BenchConfig, VariantResult
+    from halfprec.bench.results import BenchConfig, BenchResult, VariantResult
     from halfprec.bench.variants import Variant
     from halfprec.convert.recipe import Recipe
 
@@ -112,7 +112,12 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     callback=_list_variants,
     help="List every way of running a model (what --variants takes), and exit.",
 )
-@click.option("--compile", "use_compile", is_flag=True, help="Add a torch.compile twin of each.")
+@click.option(
+    "--compile",
+    "use_compile",
+    is_flag=True,
+    help="Add a torch.compile twin of each (by default, of those deploy may choose).",
+)
 @click.option(
     "--plot",
     type=click.Path(path_type=Path),
@@ -244,17 +249,36 @@ def command(
     if plot is not None:
         write_chart([result], plot)
 
+    notes = _footer(result, quick, runs, warmup, compile_default=use_compile and not variants)
+
     def render() -> None:
         print_bench(result)
-        if quick:
-            click.echo(_quick_note(runs, warmup))
+        for line in notes.values():
+            click.echo(line)
         if plot is not None:
             click.echo(f"chart: {plot}")
 
-    data = spread_json(result)
-    if quick:
-        data["quick"] = _quick_note(runs, warmup)
-    finish(data, as_json, render)
+    finish({**spread_json(result), **notes}, as_json, render)
+
+
+def _footer(
+    result: BenchResult, quick: bool, runs: int, warmup: int, *, compile_default: bool
+) -> dict[str, str]:
+    """The lines under the table by their JSON key: what a --quick run or a default
+    --compile run left out."""
+    notes = {"quick": _quick_note(runs, warmup)} if quick else {}
+    left_out = _compile_note(result) if compile_default else None
+    if left_out:
+        notes["not_compiled"] = left_out
+    return notes
+
+
+def _compile_note(result: BenchResult) -> str | None:
+    """Which ``+compile`` twins a default ``--compile`` run left out, of variants that ran."""
+    from halfprec.bench.variants import compile_note
+
+    ran = dict.fromkeys(r.variant for r in result.results if r.status != "skipped")
+    return compile_note(list(ran))
 
 
 def _check_plot(plot: Path, model: str, inputs_path: Path | None) -> None:
