@@ -27,8 +27,6 @@ import ast
 
 from halfprec.leaks.lint.context import Context, Template, dotted, words
 
-__all__ = ["value_of", "template_for", "floating_params", "INDEX_NAME"]
-
 import re
 
 INDEX_NAME = re.compile(
