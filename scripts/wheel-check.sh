@@ -9,11 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/python.sh
-root=$PWD
-work=$(mktemp -d "${TMPDIR:-/tmp}/halfprec-wheel.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-unset PYTHONPATH  # the installed wheel, not this checkout's src/, must be what runs
-pip_quiet=(--quiet --disable-pip-version-check)
+ci_step=wheel-check
+source scripts/ci-lib.sh
 "$PY" -m pip wheel "${pip_quiet[@]}" --no-deps --no-build-isolation --wheel-dir "$work/dist" "$root"
 "$PY" -m venv "$work/venv"
 venv_py="$work/venv/bin/python"
@@ -36,10 +33,6 @@ cd "$work"
 g = torch.Generator().manual_seed(0)
 save_file({"batch0.0": torch.randn(4, 16, generator=g)}, "inputs.safetensors")'
 
-fail() {
-  echo "wheel-check: $1" >&2
-  exit 1
-}
 "$venv_py" -c 'import halfprec' || fail "import halfprec failed in a venv with no extras"
 "$work/venv/bin/halfprec" --help >/dev/null || fail "halfprec --help failed"
 rc=0

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -105,3 +107,58 @@ def test_the_docs_state_no_test_suite_counts() -> None:
         for m in SUITE_COUNT.finditer(page.read_text(encoding="utf-8"))
     ]
     assert found == []
+
+
+# -- README's set-up runs its quick start (scripts/readme-check.sh, a CI step) ---------------
+
+
+def _readme_blocks() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "readme_blocks", ROOT / "scripts/readme_blocks.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ci_step_runs_readme_quick_start_lines_as_readme_has_them() -> None:
+    text = README.read_text()
+    after = text.split("\n## Quick start\n", 1)[1]
+    block = after.split("```bash\n", 1)[1].split("```", 1)[0]
+    expected = [line for line in block.splitlines() if line.strip()]
+    assert len(expected) >= 5 and all(line.startswith("scripts/halfprec ") for line in expected)
+    blocks = _readme_blocks()
+    assert blocks.bash_lines(text, "Quick start") == expected
+    assert blocks.bash_lines(text, "Set-up") == [
+        "bash scripts/install.sh && scripts/halfprec check"
+    ]
+    step = (ROOT / "scripts/readme-check.sh").read_text()
+    assert "readme_blocks.py setup" in step and "readme_blocks.py quickstart" in step
+    assert "python3 -m venv .venv" in step and "git clone" in step
+    assert "bash scripts/readme-check.sh" in (ROOT / ".ci/run").read_text()
+    if any("my_model.py" in line for line in expected):
+        assert "my_model.py" in step
+
+
+def _default_install_packages() -> set[str]:
+    """The distributions a plain ``bash scripts/install.sh`` installs from pyproject's extras."""
+    import tomllib
+
+    found = re.search(r'^extras="([\w,]+)"$', (ROOT / "scripts/install.sh").read_text(), re.M)
+    assert found, "install.sh sets no default extras"
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    return {re.split(r"[<>=\[ ]", r)[0] for e in found.group(1).split(",") for r in extras[e]}
+
+
+def test_plain_install_has_what_each_quick_start_line_uses() -> None:
+    quick = "\n".join(_readme_blocks().bash_lines(README.read_text(), "Quick start"))
+    packages = _default_install_packages()
+    needs = {"--plot": {"matplotlib"}, ".onnx": {"onnx", "onnxruntime", "onnxscript"}}
+    for word, wanted in needs.items():
+        if word in quick:
+            assert wanted <= packages, (
+                f"the quick start uses {word}; install.sh lacks {wanted - packages}"
+            )

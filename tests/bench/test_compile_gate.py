@@ -14,8 +14,11 @@ from halfprec.bench.interleave import Standings
 from halfprec.bench.race import Race
 from halfprec.bench.results import VariantResult
 from halfprec.bench.runner import Benchmark
-from halfprec.bench.variants import Variant
+from halfprec.bench.variants import Variant, compile_note, parse_variants
+from halfprec.bench.ways import register, unregister
+from halfprec.bench.ways.base import Way
 from halfprec.compare import compare_outputs
+from halfprec.convert.recipe import Recipe
 from halfprec.tolerance import Tolerance
 
 CPU = torch.device("cpu")
@@ -147,3 +150,64 @@ def test_the_runner_times_eager_first_and_never_builds_a_twin_that_cannot_win() 
 def test_benchconfig_without_race_keeps_every_twin() -> None:
     gate = Benchmark(_model(), X, variants=[FP32], options=BenchConfig(race=None)).gate
     assert gate.race is None
+
+
+class _Choosable(Way):
+    """A bench-default way that deploy may choose, registered only inside one test."""
+
+    name = "mine"
+    summary = "a test way"
+    dtypes = (torch.bfloat16,)
+    choosable = True
+    bench_default = True
+    saving = "not saved"
+
+    def build(
+        self, model: nn.Module, dtype: torch.dtype, recipe: Recipe, batch: object
+    ) -> nn.Module:
+        return model
+
+
+def test_default_compile_set_compiles_only_the_ways_deploy_may_choose() -> None:
+    chosen = [v.name for v in parse_variants(None, compile=True, dtypes=(torch.bfloat16,))]
+    assert {"fp32+compile", "halfprec-bf16+compile"} <= set(chosen)
+    assert {"naive-bf16", "autocast-bf16"} <= set(chosen)  # their eager rows still run
+    assert not [n for n in chosen if n.startswith(("naive", "autocast")) and "+" in n]
+    note = compile_note(parse_variants(None, compile=True, dtypes=(torch.bfloat16,)))
+    assert note == (
+        "compiled only the ways deploy may choose; name naive-bf16+compile or "
+        "autocast-bf16+compile in --variants to time them"
+    )
+    register(_Choosable())  # the rule reads the way's ``choosable``, not a list of names
+    try:
+        assert "mine-bf16+compile" in [v.name for v in parse_variants(None, compile=True)]
+        _Choosable.choosable = False
+        assert "mine-bf16+compile" not in [v.name for v in parse_variants(None, compile=True)]
+    finally:
+        _Choosable.choosable = True
+        unregister("mine")
+
+
+class _Recorded(Benchmark):
+    """The runner as it is, recording the compiled variants it builds (and compiling none:
+    such a build is reported as failed)."""
+
+    built: set[str] = set()
+
+    def _build(self, variant: Variant, batch: object) -> nn.Module | VariantResult:  # type: ignore[override]
+        if variant.compiled:
+            self.built.add(variant.name)
+            return VariantResult(variant, 0, "failed", "build: not compiled in this test")
+        return super()._build(variant, batch)  # type: ignore[arg-type]
+
+
+def test_a_naive_twin_named_in_variants_is_still_built() -> None:
+    variants = parse_variants(["fp32", "naive-bf16+compile"], compile=True)
+    assert variants == [FP32, NAIVE.with_compile(), FP32.with_compile()]
+    named = parse_variants(["fp32", "naive-bf16"], compile=True)  # a named way gets its twin
+    assert named == [FP32, NAIVE, FP32.with_compile(), NAIVE.with_compile()]
+    run = _Recorded(_model(), X, variants=variants, options=TEN, timer=_Clock({"fp32": 1.0}))
+    result = run.run().result
+    assert "naive-bf16+compile" in run.built
+    assert result.get("naive-bf16+compile").note == "build: not compiled in this test"
+    assert compile_note(variants) is None and compile_note(named) is None

@@ -183,3 +183,16 @@ def test_cli_bench_quick_times_fewer_rounds_measures_no_memory_and_says_so(  # t
     assert table.returncode == 0, table.stderr
     assert "quick run (--quick)" in table.stdout and "leave out --quick" in table.stdout
     assert "quick" not in json.loads(cli(*args, "--runs", "3", "--no-memory", "--json").stdout)
+
+
+def test_cli_bench_prints_a_progress_line_per_variant_then_one_table(  # type: ignore[no-untyped-def]
+    cli, tiny_file: Path
+) -> None:
+    args = ["--variants", "naive-bf16", "--quick", "--runs", "2", "--no-skip", "--no-probe-cache"]
+    proc = cli("bench", f"{tiny_file}:tiny", *args)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("bench [1/2] fp32, batch 4: ok ("), proc.stderr
+    assert lines[1].startswith("bench [2/2] naive-bf16, batch 4: ok, cosine 0.99"), proc.stderr
+    assert len(lines) == 2, proc.stderr  # no warnings: the progress lines are all of stderr
+    assert sum(line.startswith("┃ variant") for line in proc.stdout.splitlines()) == 1

@@ -25,6 +25,7 @@ CONVERTING = {
     "audit": [],
     "bench": [],
     "export": ["-o", "x.pt2"],
+    "deploy": ["-o", "x.safetensors"],
 }
 
 

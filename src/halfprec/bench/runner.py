@@ -73,6 +73,8 @@ __all__ = ["Benchmark", "benchmark", "SPREAD_WARNING"]
 SPREAD_WARNING = 0.2  # (p90 - min) / median above this: too noisy to trust small ratios
 
 Progress = Callable[[int, int, str], None]
+RowDone = Callable[[VariantResult], None]
+"""Called with each variant's row at a batch size once it is built, compared and timed."""
 
 _FP32 = Variant("fp32")
 
@@ -129,6 +131,7 @@ class Benchmark:
         options: BenchConfig | None = None,
         spec: str | None = None,
         progress: Progress | None = None,
+        row_done: RowDone | None = None,
         probe_timer: Timer | None = None,
         timer: CallTimer | None = None,
         keep_modules: bool = False,
@@ -150,6 +153,7 @@ class Benchmark:
         self.device = model_device(model)
         self.settled = self.recipe.settle(self.device, tolerance)
         self.spec, self.progress, self.keep_modules = spec, progress, keep_modules
+        self.row_done = row_done
         self.timer: CallTimer = timer or (lambda fn, _variant: steady_call_time(fn, self.device))
         self.support = support or device_support(self.device)
         self.gate = CompileGate(self.device, self.config.race)
@@ -186,6 +190,12 @@ class Benchmark:
     def _measures_memory(self, index: int) -> bool:
         mode = self.config.memory
         return mode == "every" or (mode == "first" and index == 0)
+
+    def _set_row(self, index: int, j: int, row: VariantResult) -> None:
+        """Variant ``j``'s row at batch size ``index``, handed to ``row_done``."""
+        self.rows[index, j] = row
+        if self.row_done is not None:
+            self.row_done(row)
 
     def _report(self, label: str, sizes: int) -> None:
         """The progress callback, one step further."""
@@ -246,7 +256,7 @@ class Benchmark:
         with self.phase("limit"):
             limits = self.half.limits(self.shapes)
         result.limits[size] = limits
-        self.rows[index, 0] = ready.result
+        self._set_row(index, 0, ready.result)
         return _Size(index, Pairs(fp32=ready, batch=batch), output, limits)
 
     def _candidate(self, result: BenchResult, at: list[_Size], j: int, variant: Variant) -> None:
@@ -258,20 +268,20 @@ class Benchmark:
             self._report(f"{variant.name} @ batch {size.size}", len(at))
             skip = self._skip_reason(variant, at)
             if skip is not None:
-                self.rows[size.index, j] = VariantResult(variant, size.size, "skipped", skip)
+                self._set_row(size.index, j, VariantResult(variant, size.size, "skipped", skip))
                 continue
             if built is None:
                 built = self._build(variant, size.batch)
             if isinstance(built, VariantResult):  # the build failed: the same at every size
-                self.rows[size.index, j] = replace(built, batch_size=size.size)
+                self._set_row(size.index, j, replace(built, batch_size=size.size))
                 continue
             ready, _ = self._prepare(variant, size.batch, size.size, size.index, built, size.output)
-            self.rows[size.index, j] = ready.result
             if ready.timed:
                 with self.phase("timing"):
                     size.pairs.time(ready, self.config.race, self.timer)
             elif ready.result.status == "failed":  # a failed warm-up: built afresh next size
                 built = None
+            self._set_row(size.index, j, ready.result)
             del ready
         self._keep(result, variant, built if isinstance(built, nn.Module) else None)
         del built
@@ -326,6 +336,9 @@ class Benchmark:
         by_size = {size.size: size for size in at}
         for r in result.results:
             self._record(result, r, by_size[r.batch_size])
+        busy = _spread_warning(result.results)
+        if busy is not None:
+            result.warnings.append(busy)
 
     def _record(self, result: BenchResult, r: VariantResult, size: _Size) -> None:
         """Speedup, efficiency, memory and warnings of one row. The speedup is over fp32's
@@ -339,11 +352,6 @@ class Benchmark:
             if r.efficiency > 1.0 and r.status == "ok":
                 result.warnings.append(_above_limit(r, lim))
         self._memory_worker(r, size.index)
-        if r.timing is not None and r.timing.spread > SPREAD_WARNING and r.status == "ok":
-            result.warnings.append(
-                f"{r.name} @ batch {r.batch_size}: runs spread {r.timing.spread:.0%} "
-                "((p90-min)/median); the machine is busy, distrust small ratios"
-            )
 
     def _memory_worker(self, r: VariantResult, index: int) -> None:
         """CPU peak memory of ``r``'s variant in a clean subprocess, where asked for."""
@@ -467,6 +475,22 @@ _POOLED = (
 )
 
 
+def _spread_warning(rows: list[VariantResult]) -> str | None:
+    """One line naming every timed row spread over :data:`SPREAD_WARNING`: a busy machine
+    spreads every variant alike, so one warning, not one per row."""
+    spreads = [
+        f"{r.name} @ batch {r.batch_size} {r.timing.spread:.0%}"
+        for r in rows
+        if r.status == "ok" and r.timing is not None and r.timing.spread > SPREAD_WARNING
+    ]
+    if not spreads:
+        return None
+    return (
+        f"runs spread over {SPREAD_WARNING:.0%} ((p90-min)/median): {', '.join(spreads)}; "
+        "the machine is busy, distrust small ratios"
+    )
+
+
 def _above_limit(r: VariantResult, lim: GemmLimit) -> str:
     return (
         f"{r.name} @ batch {r.batch_size}: {r.speedup:.2f}x fp32 is above its "
@@ -495,6 +519,7 @@ def benchmark(
     spec: str | None = None,
     name: str = "",
     progress: Progress | None = None,
+    row_done: RowDone | None = None,
     probe_timer: Timer | None = None,
     timer: CallTimer | None = None,
 ) -> BenchResult:
@@ -506,12 +531,14 @@ def benchmark(
     them), an explicit dtype only that one. ``tolerance``: None for the recipe's
     (:meth:`Recipe.settle`). ``bench``: how long to measure. ``variants``: names such as
     ``"naive-bf16"`` or :class:`Variant` objects (fp32 always included);
-    ``compile=True`` adds a ``torch.compile`` twin of each, and on CPU, with the default
-    variants, a ``+autotune`` twin of each halfprec variant, skipped unless its dtype's
+    ``compile=True`` adds a ``torch.compile`` twin of each (of the default variants, only
+    of the ways deploy may choose), and on CPU, with the default variants, a ``+autotune``
+    twin of each halfprec variant, skipped unless its dtype's
     GEMMs are native here (:func:`~halfprec.bench.variants.autotune_pays`). ``spec``: the MODEL spec
     ``model`` came from; with it, CPU peak memory is measured in a clean subprocess per
     variant (without it, CPU memory is not reported). ``progress(step, total, label)`` is
-    called before each variant. ``probe_timer``: how the slow-dtype probe times a call
+    called before each variant, ``row_done(row)`` after it. ``probe_timer``: how the
+    slow-dtype probe times a call
     (:data:`~halfprec.bench.limit.Timer`; default the wall clock, its result cached for
     the process and, with ``bench.probe_cache``, on disk per machine). ``timer``: how a
     timed call of a variant is timed (:data:`CallTimer`; default the wall clock).
@@ -533,6 +560,7 @@ def benchmark(
         options=bench,
         spec=spec,
         progress=progress,
+        row_done=row_done,
         probe_timer=probe_timer,
         timer=timer,
     )

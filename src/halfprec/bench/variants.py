@@ -156,7 +156,8 @@ def parse_variants(
 ) -> list[Variant]:
     """Parse variant names (default: those of :data:`DEFAULT_VARIANTS` in ``dtypes``, all
     when ``dtypes`` is None); fp32 always comes first because speedups are measured against
-    it. ``compile`` adds a ``+compile`` twin of each."""
+    it. ``compile`` adds a ``+compile`` twin of each named torch variant; of the default
+    list, only of the ways deploy may choose (:func:`uncompiled_twins` names the rest)."""
     if texts:
         parsed = [Variant.parse(t) for t in texts]
     else:
@@ -164,12 +165,39 @@ def parse_variants(
             v for v in default_variants() if dtypes is None or v.kind == "fp32" or v.dtype in dtypes
         ]
     if compile:
-        parsed += [v.with_compile() for v in parsed if not (v.compiled or v.runtime)]
+        twin = [v for v in parsed if not (v.compiled or v.runtime)]
+        parsed += [v.with_compile() for v in twin if texts or v.way.choosable]
     if Variant("fp32") not in parsed:
         parsed.insert(0, Variant("fp32"))
     unique = list(dict.fromkeys(parsed))
     unique.sort(key=lambda v: (v.compiled, v != Variant("fp32")))
     return unique
+
+
+def uncompiled_twins(variants: Sequence[Variant]) -> list[Variant]:
+    """The ``+compile`` twins missing from ``variants`` of ways deploy never chooses
+    (``naive``, ``autocast``): a default ``--compile`` run compiles only what the choice
+    can pick, and these are timed only when named in ``--variants``."""
+    have = set(variants)
+    return [
+        v.with_compile()
+        for v in variants
+        if not (v.compiled or v.runtime or v.way.choosable)
+        and v.way.compilable
+        and v.with_compile() not in have
+    ]
+
+
+def compile_note(variants: Sequence[Variant]) -> str | None:
+    """The line that says which twins a ``--compile`` run left out (None: none)."""
+    missing = [v.name for v in uncompiled_twins(variants)]
+    if not missing:
+        return None
+    return (
+        "compiled only the ways deploy may choose; name "
+        + " or ".join(missing)
+        + f" in --variants to time {'it' if len(missing) == 1 else 'them'}"
+    )
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ _COMMANDS: dict[str, str] = {
     "preflight": "Check MODEL's weights and constants against a half dtype.",
     "tune": "Find fp32 islands so MODEL meets the tolerance in half; write a recipe.",
     "bench": "Time MODEL in fp32 and each half-precision variant.",
+    "deploy": "Choose the fastest checked way to run MODEL here, and write it.",
     "audit": "Run MODEL in half and report every dtype leak by source line.",
     "lint": "Find dtype leaks in the forward code of nn.Modules under PATHS.",
 }

@@ -4,6 +4,7 @@ accuracy; JSON and a PNG chart."""
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ from halfprec.cli.options import (
 from halfprec.errors import HalfprecError
 
 if TYPE_CHECKING:
-    from halfprec.bench.results import BenchConfig
+    from halfprec.bench.results import BenchConfig, BenchResult, VariantResult
     from halfprec.bench.variants import Variant
     from halfprec.convert.recipe import Recipe
 
@@ -109,7 +110,12 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     callback=_list_variants,
     help="List every way of running a model (what --variants takes), and exit.",
 )
-@click.option("--compile", "use_compile", is_flag=True, help="Add a torch.compile twin of each.")
+@click.option(
+    "--compile",
+    "use_compile",
+    is_flag=True,
+    help="Add a torch.compile twin of each (by default, of those deploy may choose).",
+)
 @click.option(
     "--plot",
     type=click.Path(path_type=Path),
@@ -224,7 +230,7 @@ def command(
             probe_cache=not no_probe_cache,
             compiled_memory=compiled_memory,
         )
-    progress = None if as_json else _ProgressBar()
+    progress = None if as_json else _Progress()
     with progress if progress is not None else contextlib.nullcontext():
         result = benchmark(
             loaded.model,
@@ -236,21 +242,41 @@ def command(
             spec=spec,
             name=loaded.name,
             progress=progress.update if progress else None,
+            row_done=progress.row_done if progress else None,
         )
     if plot is not None:
         write_chart([result], plot)
 
+    notes = _footer(result, quick, runs, warmup, compile_default=use_compile and not variants)
+
     def render() -> None:
         print_bench(result)
-        if quick:
-            click.echo(_quick_note(runs, warmup))
+        for line in notes.values():
+            click.echo(line)
         if plot is not None:
             click.echo(f"chart: {plot}")
 
-    data = spread_json(result)
-    if quick:
-        data["quick"] = _quick_note(runs, warmup)
-    finish(data, as_json, render)
+    finish({**spread_json(result), **notes}, as_json, render)
+
+
+def _footer(
+    result: BenchResult, quick: bool, runs: int, warmup: int, *, compile_default: bool
+) -> dict[str, str]:
+    """The lines under the table by their JSON key: what a --quick run or a default
+    --compile run left out."""
+    notes = {"quick": _quick_note(runs, warmup)} if quick else {}
+    left_out = _compile_note(result) if compile_default else None
+    if left_out:
+        notes["not_compiled"] = left_out
+    return notes
+
+
+def _compile_note(result: BenchResult) -> str | None:
+    """Which ``+compile`` twins a default ``--compile`` run left out, of variants that ran."""
+    from halfprec.bench.variants import compile_note
+
+    ran = dict.fromkeys(r.variant for r in result.results if r.status != "skipped")
+    return compile_note(list(ran))
 
 
 def _check_plot(plot: Path, model: str, inputs_path: Path | None) -> None:
@@ -284,29 +310,41 @@ def _config(*, race: bool, **fields: Any) -> BenchConfig:
     return BenchConfig(race=Race() if race else None, **fields)
 
 
-class _ProgressBar:
-    """A rich progress bar on stderr, driven by benchmark's ``progress`` callback."""
+class _Progress:
+    """bench's progress on stderr: a line per variant and batch size as each finishes (its
+    status, cosine and seconds), and on a terminal a transient bar naming the one at work."""
 
     def __init__(self) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+        self.console = Console(stderr=True, highlight=False)
         self.bar = Progress(
             TextColumn("[bold]bench[/]"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.description}"),
-            console=Console(stderr=True),
+            console=self.console,
             transient=True,
         )
         self.task = self.bar.add_task("", total=None)
+        self.step, self.total, self.started = 0, 0, time.perf_counter()
 
     def update(self, step: int, total: int, label: str) -> None:
+        self.step, self.total, self.started = step + 1, total, time.perf_counter()
         self.bar.update(self.task, completed=step, total=total, description=label)
 
-    def __enter__(self) -> _ProgressBar:
-        self.bar.start()
+    def row_done(self, row: VariantResult) -> None:
+        from halfprec.report.bench import progress_line
+
+        seconds = time.perf_counter() - self.started
+        self.console.print(progress_line(row, self.step, self.total, seconds), markup=False)
+
+    def __enter__(self) -> _Progress:
+        if self.console.is_terminal:  # piped, the bar would only leave a blank line
+            self.bar.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.bar.stop()
+        if self.bar.live.is_started:
+            self.bar.stop()

@@ -21,13 +21,16 @@ import torch
 from halfprec.compare import Comparison, compare
 from halfprec.convert.core import ConversionReport, Recipe, conversion_report, convert
 from halfprec.dtypes import resolve_device
+from halfprec.errors import ModelSpecError
 from halfprec.io.hf_dir import (
     HfDirReport,
     InputsInDtype,
     save_pretrained_dir,
     transformers_islands,
 )
+from halfprec.io.sentence_layout import layout_problem
 from halfprec.io.specs import load_model
+from halfprec.io.zoo import SentenceEncoder
 from halfprec.tree import map_tensors
 
 
@@ -73,6 +76,9 @@ def convert_directory(
     the module docs). ``weights``: fp32 or half weights loaded into the model first (a
     half file is upcast); ``device``: where the conversion and the check run (default:
     cuda if present, else cpu)."""
+    problem = layout_problem(Path(source))  # before any work
+    if problem is not None:
+        raise ModelSpecError(problem)
     recipe = Recipe.of(recipe)
     dev = resolve_device(device)
     loaded = load_model(str(source))
@@ -88,10 +94,7 @@ def convert_directory(
     found: dict[str, Any] = {}
 
     def verify(staged: Path) -> None:  # before the directory is renamed into place
-        from halfprec.convert.swap import base_class
-
-        cls: Any = base_class(half)
-        plain = cls.from_pretrained(str(staged)).eval().to(dev)
+        plain = _plain_load(half, staged).eval().to(dev)
         found["islands"] = transformers_islands(half, plain)
         tolerance = recipe.settle(dev).judge(report.dtype)
         found["check"] = (
@@ -113,3 +116,14 @@ def convert_directory(
         if loaded.no_inputs
         else "",
     )
+
+
+def _plain_load(half: torch.nn.Module, staged: Path) -> torch.nn.Module:
+    """The written folder loaded by plain ``from_pretrained`` of ``half``'s own class (a
+    sentence-transformers encoder: its transformer's, with the same pooling around it)."""
+    from halfprec.convert.swap import base_class
+
+    inner = half.encoder if isinstance(half, SentenceEncoder) else half
+    cls: Any = base_class(inner)
+    plain: torch.nn.Module = cls.from_pretrained(str(staged))
+    return SentenceEncoder(plain) if isinstance(half, SentenceEncoder) else plain

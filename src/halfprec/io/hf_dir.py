@@ -18,6 +18,7 @@ refused.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -31,8 +32,10 @@ from torch import nn
 
 from halfprec.atomic import as_write_error, make_temp_dir, new_file_mode
 from halfprec.convert.core import recipe_of
+from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import cast_floating, dtype_name
 from halfprec.errors import CheckpointError
+from halfprec.io.sentence_layout import copy_module_folders
 from halfprec.modules import first_line
 from halfprec.tree import map_tensors
 
@@ -88,6 +91,7 @@ def save_pretrained_dir(
     ``verify(staged)`` checks the written directory under its temporary name before it is
     renamed into place; when it raises, nothing is left behind."""
     recipe = recipe_of(half)
+    half, recipe = _transformer_of(half, recipe)
     if recipe is None or not hasattr(half, "save_pretrained"):
         raise CheckpointError(
             "a Hugging Face directory needs a Hugging Face model converted by halfprec; "
@@ -116,7 +120,9 @@ def save_pretrained_dir(
         _config_dtype(tmp / "config.json", recipe.dtype)
         recipe.save(tmp / RECIPE_FILE)
         _copy_side_files(Path(source) if source is not None else None, tmp)
-        for written in tmp.iterdir():  # safetensors makes its files 0600: give the usual mode
+        if source is not None and Path(source).is_dir():  # a sentence-transformers folder
+            copy_module_folders(Path(source), tmp)
+        for written in tmp.rglob("*"):  # safetensors makes its files 0600: give the usual mode
             if written.is_file() and not written.is_symlink():
                 written.chmod(new_file_mode())
         if verify is not None:
@@ -133,6 +139,23 @@ def save_pretrained_dir(
     files = tuple(sorted(f.name for f in dest.iterdir()))
     size = sum((dest / f).stat().st_size for f in files)
     return HfDirReport(dest, files, size)
+
+
+def _transformer_of(half: nn.Module, recipe: Recipe | None) -> tuple[nn.Module, Recipe | None]:
+    """The Hugging Face model to write for ``half``: a sentence-transformers encoder's
+    transformer (its recipe's names taken relative to it), else ``half`` itself."""
+    from halfprec.io.zoo import SentenceEncoder
+
+    if recipe is None or not isinstance(half, SentenceEncoder):
+        return half, recipe
+    inner = "encoder."
+
+    def under(name: str) -> str:
+        return name.removeprefix(inner)
+
+    keep = tuple(under(n) if isinstance(n, str) else n for n in recipe.keep_fp32)
+    ops = tuple(dataclasses.replace(o, module=under(o.module)) for o in recipe.op_islands)
+    return half.encoder, recipe.replace(keep_fp32=keep, op_islands=ops)
 
 
 def _config_dtype(path: Path, dtype: torch.dtype) -> None:

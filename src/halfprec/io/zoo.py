@@ -66,8 +66,16 @@ class SentenceEncoder(nn.Module):
         super().__init__()
         self.encoder = encoder
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, Any]:
-        states = self.encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> dict[str, Any]:
+        """``token_type_ids``: a tokenizer's whole output feeds it (BERT's default: zeros)."""
+        states = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        )[0]
         mask = attention_mask.unsqueeze(-1).to(states.dtype)
         pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1)
         embedding = nn.functional.normalize(pooled, dim=-1)

@@ -63,11 +63,17 @@ def _efficiency(r: VariantResult) -> str:
     return "above (see warnings)" if r.efficiency > 1.0 else f"{r.efficiency:.0%}"
 
 
-def _row(result: BenchResult, r: VariantResult) -> list[str]:
-    t = r.timing
+def _status(r: VariantResult) -> str:
+    """The row's status with its note and compile time: the markdown table's last cell, the
+    terminal table's footnote."""
     status = r.status if not r.note else f"{r.status}: {r.note}"
     if r.compile_s is not None:
         status += f" (compiled in {r.compile_s:.1f} s)"
+    return status
+
+
+def _full_row(result: BenchResult, r: VariantResult) -> list[str]:
+    t = r.timing
     return [
         r.name,
         _ms(r.median_s),
@@ -78,11 +84,11 @@ def _row(result: BenchResult, r: VariantResult) -> list[str]:
         human_bytes(r.model_bytes) if r.model_bytes else "-",
         _memory(r),
         _accuracy(r),
-        status,
+        _status(r),
     ]
 
 
-_COLUMNS = (
+_FULL_COLUMNS = (
     "variant",
     "median",
     "p90",
@@ -94,28 +100,53 @@ _COLUMNS = (
     "cosine vs fp32",
     "status",
 )
+# The terminal table: one row per variant, the columns a reader compares, so that it stays
+# one table in a 140-column pipe; p90, throughput, efficiency and the run's own memory are in
+# --json and the markdown table, a row's note is a numbered footnote under the table.
+_COLUMNS = ("variant", "median", "speedup", "cosine vs fp32", "model", "peak memory", "status")
 
 
-def bench_table(result: BenchResult, batch_size: int) -> Table:
+def _peak(r: VariantResult) -> str:
+    m = r.memory
+    return "-" if m is None else "failed" if m.method == "failed" else human_bytes(m.peak_bytes)
+
+
+def bench_table(result: BenchResult, batch_size: int) -> tuple[Table, list[str]]:
+    """The variants at ``batch_size`` (rows) by what was measured (columns), and the
+    footnotes its status cells point to."""
     title = f"{result.model} on {result.device}, batch {batch_size}"
     table = Table(title=title, title_justify="left")
     for col in _COLUMNS:
-        table.add_column(
-            col.format(unit=result.unit),
-            justify="left" if col in ("variant", "status") else "right",
-        )
+        table.add_column(col, justify="left" if col in ("variant", "status") else "right")
+    notes: list[str] = []
     for r in result.at(batch_size):
-        table.add_row(*_row(result, r))
-    return table
+        status = r.status
+        if r.note or r.compile_s is not None:
+            notes.append(f"[{len(notes) + 1}] {r.name}: {_status(r)}")
+            status += f" [{len(notes)}]"
+        model = human_bytes(r.model_bytes) if r.model_bytes else "-"
+        row = [r.name, _ms(r.median_s), _speed(result, r), _accuracy(r), model, _peak(r), status]
+        table.add_row(*row)
+    return table, notes
 
 
 def markdown_table(result: BenchResult) -> str:
-    """The same table as Markdown, every batch size, for README files."""
-    head = ["batch", *(c.format(unit=result.unit) for c in _COLUMNS)]
+    """Every column, every batch size, as Markdown, for README files."""
+    head = ["batch", *(c.format(unit=result.unit) for c in _FULL_COLUMNS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in result.results:
-        lines.append("| " + " | ".join([str(r.batch_size), *_row(result, r)]) + " |")
+        lines.append("| " + " | ".join([str(r.batch_size), *_full_row(result, r)]) + " |")
     return "\n".join(lines)
+
+
+def progress_line(r: VariantResult, step: int, total: int, seconds: float) -> str:
+    """``bench [3/8] naive-bf16, batch 8: ok, cosine 0.999986 (4.1 s)``: one finished
+    variant, as bench prints it on stderr while it works."""
+    done = _status(r) if r.status != "ok" else "ok"
+    cmp = r.comparison
+    if cmp is not None and cmp.outputs and r.variant.kind != "fp32":
+        done += f", cosine {cmp.worst_cosine:.6f}" + ("" if cmp.passed else " FAIL")
+    return f"bench [{step}/{total}] {r.name}, batch {r.batch_size}: {done} ({seconds:.1f} s)"
 
 
 FASTEST_ROUNDS = 3
@@ -138,7 +169,10 @@ def print_bench(result: BenchResult, console: Console | None = None) -> None:
     con = console or make_console()
     con.print(f"[bold]machine[/]: {result.machine.summary()}")
     for size in result.batch_sizes:
-        con.print(fit_table(bench_table(result, size), con))
+        table, notes = bench_table(result, size)
+        con.print(fit_table(table, con))
+        for note in notes:
+            con.print(note, markup=False)
         limits = result.limits.get(size, {})
         if limits:
             con.print(

@@ -34,7 +34,8 @@ class Way:
       spread, and bench measures no memory for it);
     - ``needs_batch``: it is built by tracing an example batch (``build`` gets one);
     - ``compilable``: it runs in torch and takes ``+compile``;
-    - ``choosable``: deploy and bench's "auto would choose" may pick it;
+    - ``choosable``: deploy and bench's "auto would choose" may pick it (and bench
+      ``--compile`` compiles its twin without ``--variants``);
     - ``bench_default``: ``halfprec bench`` runs it without ``--variants``;
     - ``saving``: how the built module is saved, in a line.
     """

@@ -1,0 +1,125 @@
+"""Write deploy's choice to a path, in the form that choice is saved in.
+
+The form follows the path: a ``.safetensors`` file or a folder (a Hugging Face directory
+that plain ``from_pretrained`` loads) for a choice run by torch, an ``.xml`` OpenVINO IR
+for an OpenVINO choice, an ``.onnx`` file for an onnxruntime one. Each is written by that
+way's own save (:attr:`~halfprec.bench.ways.base.Way.saving`): :func:`halfprec.save`,
+:func:`~halfprec.io.hf_dir.save_pretrained_dir` or the runtime's
+:meth:`~halfprec.runtimes.RuntimeModule.save`. A compiled torch choice is saved as the
+module it compiled (its weights and recipe): torch.compile's graph is not a file, so it is
+compiled again after loading. :func:`output_problem` refuses a path of no known form
+before deploy runs; :func:`save_deployed` refuses a form that cannot hold the choice.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from halfprec.bench.deploy import Deployed, deploy
+from halfprec.bench.ways.base import TORCH
+from halfprec.errors import HalfprecError
+
+FORMS: dict[str, str] = {
+    ".safetensors": "a half checkpoint (a choice run by torch)",
+    "": "a folder plain from_pretrained loads (a choice run by torch, from a Hugging Face "
+    "directory)",
+    ".xml": "an OpenVINO IR (an OpenVINO choice)",
+    ".onnx": "an ONNX file (an onnxruntime choice)",
+}
+_RUNTIME_SUFFIX = {"openvino": ".xml", "onnxruntime": ".onnx"}
+
+
+def _forms_text() -> str:
+    return "; ".join(f"{s or 'no suffix'}: {what}" for s, what in FORMS.items())
+
+
+def output_problem(path: str | os.PathLike[str], runtimes: Sequence[str] | None) -> str | None:
+    """Why ``path`` cannot hold any choice deploy may make with ``runtimes`` (deploy's
+    argument: None, the installed ones; ``()``, none), in one line; None when it can."""
+    suffix = Path(path).suffix
+    if suffix not in FORMS:
+        return f"-o {path}: deploy writes {_forms_text()}; give one of those"
+    runtime = next((r for r, s in _RUNTIME_SUFFIX.items() if s == suffix), None)
+    allowed = runtimes is None or "all" in runtimes or runtime in runtimes
+    if runtime is not None and not allowed:
+        return (
+            f"-o {path} holds {FORMS[suffix]}, but deploy may choose no {runtime} variant "
+            f"with these runtimes ({', '.join(runtimes or ()) or 'none'}); add --runtimes "
+            f"{runtime}, or give a .safetensors path"
+        )
+    return None
+
+
+def save_deployed(
+    done: Deployed, path: str | os.PathLike[str], *, source: str | os.PathLike[str] | None = None
+) -> Path:
+    """Write ``done``'s chosen module to ``path`` (see the module docs) and return it.
+    ``source``: the Hugging Face directory the model came from (its tokenizer and other
+    files go into a folder output). A path whose form cannot hold the choice is a
+    :class:`~halfprec.errors.HalfprecError` naming the form that can; nothing is written."""
+    dest = Path(path)
+    runtime = done.runtime
+    if runtime != TORCH:
+        want = _RUNTIME_SUFFIX.get(runtime)
+        if want is None or dest.suffix != want:
+            raise HalfprecError(
+                f"deploy chose {done.variant}, run by {runtime}, which is saved as its own "
+                f"file ({want or 'none known'}); give -o NAME{want or ''}"
+            )
+        saved: Path = done.model.save(dest)  # type: ignore[operator]
+        return saved
+    module = _uncompiled(done.model)
+    if dest.suffix == ".safetensors":
+        from halfprec.io.checkpoint import save
+
+        return save(module, dest)
+    if dest.suffix == "" and done.variant == "fp32":
+        raise HalfprecError(
+            f"deploy chose fp32 (no half variant was faster here within tolerance), and a "
+            f"folder holds a half model; give -o NAME.safetensors, or serve the fp32 model "
+            f"you have ({done.summary})"
+        )
+    if dest.suffix == "":
+        from halfprec.io.hf_dir import save_pretrained_dir
+
+        return save_pretrained_dir(module, dest, source=source).path
+    raise HalfprecError(
+        f"deploy chose {done.variant}, run by torch, which is saved as {FORMS['.safetensors']} "
+        f"or {FORMS['']}; give -o NAME.safetensors (or a folder), not {dest.suffix}"
+    )
+
+
+def _uncompiled(module: nn.Module) -> nn.Module:
+    """The module a compiled choice compiled (same parameters), else ``module`` itself."""
+    inner = getattr(module, "compiled", None)  # bench's compiled wrapper
+    inner = getattr(inner, "_orig_mod", inner)  # torch.compile's OptimizedModule
+    return inner if isinstance(inner, nn.Module) else module
+
+
+def deploy_to(
+    path: str | os.PathLike[str],
+    model: nn.Module,
+    inputs: Any,
+    *,
+    source: str | os.PathLike[str] | None = None,
+    runtimes: Sequence[str] | None = None,
+    **options: Any,
+) -> Deployed:
+    """:func:`~halfprec.deploy` ``model`` on ``inputs`` (``runtimes`` and ``options`` as
+    deploy takes them) and write its choice to ``path`` (:func:`save_deployed`). A path of
+    no form the choice could take is refused before deploy runs."""
+    problem = output_problem(path, runtimes)
+    if problem is None and source is not None and Path(path).suffix == "":
+        from halfprec.io.sentence_layout import layout_problem
+
+        problem = layout_problem(Path(source))  # a folder that cannot be written faithfully
+    if problem is not None:
+        raise HalfprecError(problem)
+    done = deploy(model, inputs, runtimes=runtimes, **options)
+    save_deployed(done, path, source=source)
+    return done

@@ -1,0 +1,84 @@
+"""A sentence-transformers folder (``modules.json``) written as a half folder.
+
+halfprec converts the folder's transformer, stored at the folder's top (``path: ""`` in
+``modules.json``), and writes it as any Hugging Face folder; this module adds what
+sentence-transformers reads besides it: the top-level files (``modules.json``,
+``sentence_bert_config.json``, tokenizer files: copied as every folder's side files are)
+and each other module's folder (``1_Pooling/config.json``, ``2_Normalize``), copied as
+they are. So ``SentenceTransformer(DIR)`` loads the half transformer with the same pooling
+and normalization, and plain ``AutoModel.from_pretrained(DIR)`` loads it too.
+
+Only layouts whose other modules hold no weights are written: Pooling and Normalize.
+:func:`layout_problem` refuses any other (a Dense projection, whose fp32 weights would
+meet half inputs; a transformer in a subfolder) in one line before any work.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from halfprec.readfile import read_text_regular
+
+MODULES_FILE = "modules.json"
+_NO_WEIGHTS = ("Pooling", "Normalize")
+_LIMIT = 2**20
+
+
+def _modules(folder: Path) -> list[dict[str, Any]] | str:
+    """The entries of ``folder``'s modules.json, or why they cannot be read."""
+    where = folder / MODULES_FILE
+    try:
+        data = json.loads(read_text_regular(where, limit=_LIMIT))
+    except (OSError, ValueError, RecursionError) as exc:
+        return f"{where} cannot be read as JSON ({' '.join(str(exc).split())[:120]}); fix it"
+    if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
+        return f"{where} is not a list of modules; fix it"
+    return data
+
+
+def layout_problem(folder: str | Path) -> str | None:
+    """Why the sentence-transformers folder ``folder`` cannot be written as a half folder
+    faithfully, in one line; None when it can, or when it has no modules.json."""
+    root = Path(folder)
+    if not (root / MODULES_FILE).is_file():
+        return None
+    entries = _modules(root)
+    if isinstance(entries, str):
+        return entries
+    for entry in entries:
+        kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
+        path = str(entry.get("path", ""))
+        if kind == "Transformer" and path not in ("", "."):
+            return (
+                f"{root}: its transformer is in the subfolder {path!r}; halfprec converts a "
+                'sentence-transformers folder whose transformer is at its top (path ""): '
+                f"give {root / path} as MODEL, or convert to a .safetensors file"
+            )
+        if kind not in ("Transformer", *_NO_WEIGHTS):
+            return (
+                f"{root}: its module {entry.get('type')!r} ({path or 'top'}) is not converted "
+                "by halfprec (only the transformer is; Pooling and Normalize hold no "
+                "weights); convert the transformer alone to a .safetensors file"
+            )
+    return None
+
+
+def copy_module_folders(source: Path, dest: Path) -> list[str]:
+    """Copy each module folder named in ``source``'s modules.json (not the transformer's,
+    which is the folder's top) into ``dest``; returns their names."""
+    if not (source / MODULES_FILE).is_file():
+        return []
+    entries = _modules(source)
+    if isinstance(entries, str):
+        raise ValueError(entries)  # layout_problem refused this before any work
+    copied = []
+    for entry in entries:
+        path = str(entry.get("path", ""))
+        if path in ("", ".") or not (source / path).is_dir():
+            continue
+        shutil.copytree(source / path, dest / path, symlinks=False)
+        copied.append(path)
+    return copied

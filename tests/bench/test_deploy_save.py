@@ -1,0 +1,95 @@
+"""deploy's choice written in its own form (:mod:`halfprec.bench.deploy_save`): a runtime's
+file for a runtime choice, a checkpoint for a torch one, and a form that cannot hold the
+choice refused with nothing written. Timings are injected, so the choice is known."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from halfprec.bench.deploy_save import deploy_to, output_problem, save_deployed
+from halfprec.bench.results import BenchConfig
+from halfprec.bench.variants import Variant
+from halfprec.errors import HalfprecError
+
+CONFIG = BenchConfig(
+    warmup=1, runs=3, memory="none", skip_slower_than=None, race=None, probe_cache=False
+)
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 8)).eval()
+
+
+def _x() -> torch.Tensor:
+    return torch.randn(8, 32, generator=torch.Generator().manual_seed(1))
+
+
+def _favour(prefix: str) -> Any:
+    """A timer under which every variant named ``prefix...`` is 10x faster than the rest."""
+
+    def timer(fn: Any, variant: Variant) -> float:
+        fn()
+        return 0.001 if variant.name.startswith(prefix) else 0.01
+
+    return timer
+
+
+def test_an_openvino_choice_is_written_as_its_ir_and_refused_elsewhere(tmp_path: Path) -> None:
+    pytest.importorskip("openvino")
+    ov = "openvino-fp32"  # fp32: computed on every CPU
+    opts: dict[str, Any] = {"compile": False, "bench": CONFIG, "timer": _favour(ov)}
+    done = deploy_to(
+        tmp_path / "m.xml", _model(), _x(), recipe="bf16", runtimes=("openvino",), **opts
+    )
+    assert done.variant == ov and done.runtime == "openvino"
+    assert (tmp_path / "m.xml").is_file() and (tmp_path / "m.bin").is_file()
+    with pytest.raises(HalfprecError, match=r"give -o NAME\.xml"):
+        save_deployed(done, tmp_path / "m.safetensors")
+    assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_a_torch_choice_is_a_checkpoint_and_refused_as_a_runtime_file(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    opts: dict[str, Any] = {"compile": False, "bench": CONFIG, "timer": _favour("halfprec")}
+    done = deploy_to(tmp_path / "m.safetensors", _model(), _x(), recipe="bf16", runtimes=(), **opts)
+    assert done.variant == "halfprec-bf16"
+    assert {t.dtype for t in load_file(str(tmp_path / "m.safetensors")).values()} == {
+        torch.bfloat16
+    }
+    with pytest.raises(HalfprecError, match=r"NAME\.safetensors"):
+        save_deployed(done, tmp_path / "m.xml")
+    assert not (tmp_path / "m.xml").exists()
+
+
+def test_output_problem_names_the_forms() -> None:
+    assert output_problem("a.safetensors", ()) is None
+    assert output_problem("folder", ()) is None
+    assert output_problem("a.xml", None) is None
+    assert output_problem("a.onnx", ("all",)) is None
+    assert "give one of those" in (output_problem("a.pt", None) or "")
+    assert "--runtimes openvino" in (output_problem("a.xml", ()) or "")
+
+
+def test_a_compiled_choice_is_saved_as_the_module_it_compiled() -> None:
+    from halfprec.bench.deploy_save import _uncompiled
+    from halfprec.bench.variants import compile_for_device
+
+    model = _model()
+    assert _uncompiled(compile_for_device(model, "cpu")) is model  # compiling is lazy: no cost
+    assert _uncompiled(model) is model
+
+
+def test_an_fp32_choice_is_refused_as_a_half_folder(tmp_path: Path) -> None:
+    opts: dict[str, Any] = {"compile": False, "bench": CONFIG, "timer": _favour("fp32")}
+    done = deploy_to(tmp_path / "m.safetensors", _model(), _x(), recipe="bf16", runtimes=(), **opts)
+    assert done.variant == "fp32"
+    with pytest.raises(HalfprecError, match="deploy chose fp32 .* give -o NAME.safetensors"):
+        save_deployed(done, tmp_path / "folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors"]
