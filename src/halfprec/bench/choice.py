@@ -22,8 +22,6 @@ from halfprec.convert.recipe import Recipe, RecipeLike
 from halfprec.modules import model_device
 from halfprec.timing import spread_text
 
-__all__ = ["MeasuredChoice", "choose_dtype_by_measurement", "matmul_slowdown"]
-
 
 def matmul_slowdown(
     dtype: torch.dtype,

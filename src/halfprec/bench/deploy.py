@@ -63,8 +63,6 @@ from halfprec.convert.recipe import Recipe, RecipeLike
 from halfprec.modules import model_device
 from halfprec.timing import spent_text, spread_text
 
-__all__ = ["Deployed", "deploy"]
-
 
 def _quick() -> BenchConfig:
     """deploy's measurement: one warm-up call (a compiled variant's compiling call and one

@@ -16,8 +16,6 @@ from halfprec.bench.probe_cache import ProbeCache, cache_dir
 from halfprec.bench.results import BenchConfig
 from halfprec.dtypes import dtype_name
 
-__all__ = ["HalfSpeed"]
-
 
 @dataclass
 class HalfSpeed:

@@ -27,8 +27,6 @@ from halfprec.bench.variants import Variant
 from halfprec.modules import first_line
 from halfprec.timing import Timing
 
-__all__ = ["CallTimer", "Pairs", "Prepared", "Standings", "time_interleaved"]
-
 CallTimer = Callable[[Callable[[], object], Variant], float]
 """Times one timed call of a variant: ``timer(fn, variant) -> seconds``. The default calls
 ``fn`` and synchronises the device around a wall clock; tests pass scripted timings."""

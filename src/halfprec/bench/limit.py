@@ -33,22 +33,6 @@ from torch.overrides import TorchFunctionMode
 from halfprec.batch import Batch, call
 from halfprec.timing import synchronize, timed_call
 
-__all__ = [
-    "BatchTimer",
-    "back_to_back",
-    "Gemm",
-    "GemmLimit",
-    "GemmRecorder",
-    "gemm_shapes",
-    "measure_limit",
-    "Slowdown",
-    "Timer",
-    "clear_probe_cache",
-    "measure_slowdown",
-    "probe_gemm",
-    "probe_slowdown",
-]
-
 
 @dataclass(frozen=True, order=True)
 class Gemm:

@@ -12,8 +12,6 @@ import torch
 from halfprec.dtypes import device_support
 from halfprec.fp32 import fp32_settings
 
-__all__ = ["MachineInfo", "machine_info", "machine_key"]
-
 # The CPU flags that decide half-precision speed on x86.
 _FLAGS = {
     "amx_bf16": "AMX-BF16",

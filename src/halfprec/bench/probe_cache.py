@@ -34,8 +34,6 @@ from halfprec.cachefile import read_cache, write_cache
 from halfprec.dtypes import HALF_DTYPES, dtype_name
 from halfprec.readfile import FileTooLargeError, NotAFileError
 
-__all__ = ["ENV_DIR", "ENV_SWITCH", "ProbeCache", "cache_dir"]
-
 ENV_DIR = "HALFPREC_CACHE_DIR"
 ENV_SWITCH = "HALFPREC_PROBE_CACHE"
 _OFF = ("0", "off", "false", "no")

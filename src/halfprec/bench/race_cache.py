@@ -34,8 +34,6 @@ from halfprec.bench.variants import Variant
 from halfprec.cachefile import read_cache, write_cache
 from halfprec.tree import flatten
 
-__all__ = ["ENV_SWITCH", "RaceCache", "race_key"]
-
 ENV_SWITCH = "HALFPREC_RACE_CACHE"
 _OFF = ("0", "off", "false", "no")
 _MAX_BYTES = 1 << 16

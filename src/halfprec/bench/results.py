@@ -23,19 +23,6 @@ from halfprec.compare import Comparison
 from halfprec.dtypes import dtype_name
 from halfprec.timing import Ratio, Timing, fastest_accurate, ratio_of
 
-__all__ = [
-    "BenchConfig",
-    "VariantResult",
-    "BenchResult",
-    "BenchRun",
-    "fastest_variant",
-    "faster_beyond_spread",
-    "paired_speed",
-    "relative_rounds",
-    "relative_time",
-    "too_noisy",
-]
-
 
 @dataclass(frozen=True)
 class BenchConfig:

@@ -9,8 +9,6 @@ from halfprec.bench.results import BenchResult, VariantResult, paired_speed
 from halfprec.bench.variants import Variant
 from halfprec.timing import Ratio
 
-__all__ = ["spread_json", "variant_speed"]
-
 
 def variant_speed(result: BenchResult, row: VariantResult) -> Ratio | None:
     """``row``'s speed against eager fp32 at its batch size, from the rounds both were timed

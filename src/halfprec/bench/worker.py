@@ -30,8 +30,6 @@ from typing import Any
 from halfprec.bench.variants import Variant
 from halfprec.convert.recipe import Recipe
 
-__all__ = ["MemoryUse", "measure_in_subprocess", "main"]
-
 _TIMEOUT_S = 600
 
 

@@ -23,8 +23,6 @@ from halfprec.cli.options import (
 if TYPE_CHECKING:
     from halfprec.convert.recipe import Recipe
 
-__all__ = ["command"]
-
 
 @click.command()
 @model_argument

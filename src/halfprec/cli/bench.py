@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from halfprec.bench.variants import Variant
     from halfprec.convert.recipe import Recipe
 
-__all__ = ["command"]
-
 
 def _batch_sizes(text: str | None) -> tuple[int, ...]:
     if not text:

@@ -24,8 +24,6 @@ from halfprec.cli.progress import progress
 if TYPE_CHECKING:
     from halfprec.convert.recipe import Recipe
 
-__all__ = ["command"]
-
 
 @click.command(
     help="Compare MODEL (default: builtin:minilm) in half precision against fp32; exit 1 "

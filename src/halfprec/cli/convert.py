@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from halfprec.convert.core import ConversionReport
     from halfprec.convert.recipe import Recipe
 
-__all__ = ["command"]
-
 _SIZE = re.compile(r"\d+(\.\d*)?\s*[KMGT]B|\d+", re.IGNORECASE)
 
 

@@ -25,8 +25,6 @@ from halfprec.cli.progress import progress
 if TYPE_CHECKING:
     from halfprec.convert.recipe import Recipe
 
-__all__ = ["command"]
-
 
 @click.command(help="Find the module where MODEL diverges in half precision, and why.")
 @model_argument

@@ -20,8 +20,6 @@ from halfprec.cli.options import (
 if TYPE_CHECKING:
     from halfprec.convert.recipe import Recipe
 
-__all__ = ["command"]
-
 
 @click.command(
     help="Check MODEL's weights, eps and fill constants against a half dtype; each finding "

@@ -11,8 +11,6 @@ from contextlib import contextmanager
 
 from rich.console import Console
 
-__all__ = ["progress"]
-
 
 @contextmanager
 def progress(text: str, *, quiet: bool = False) -> Iterator[Callable[[str], None]]:

@@ -23,8 +23,6 @@ from halfprec.cli.options import (
 if TYPE_CHECKING:
     from halfprec.convert.recipe import Recipe
 
-__all__ = ["command"]
-
 
 @click.command(help="Find fp32 islands so MODEL meets the tolerance in half; write a recipe.")
 @model_argument

@@ -15,8 +15,6 @@ import ast
 from halfprec.leaks.lint.context import Context, dotted
 from halfprec.leaks.lint.findings import EXPR, Fix
 
-__all__ = ["check_casts", "is_fp32_dtype", "span"]
-
 _FP32 = frozenset({"float32", "float", "float64", "double"})
 _FP32_TYPES = frozenset({"FloatTensor", "DoubleTensor"})
 

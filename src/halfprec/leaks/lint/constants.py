@@ -18,8 +18,6 @@ from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context
 from halfprec.leaks.lint.findings import EXPR, Fix
 
-__all__ = ["check_constants", "FP16_MAX"]
-
 FP16_MAX = 65504.0
 """``torch.finfo(torch.float16).max``, written out: lint reads source and never imports torch."""
 

@@ -12,8 +12,6 @@ from halfprec.leaks.lint.callers import CallSite, call_sites
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.scope import Function, Imports, Program
 
-__all__ = ["Context", "Calls", "Check", "Template", "dotted", "words"]
-
 
 def words(text: str) -> frozenset[str]:
     """The set of whitespace-separated words of ``text`` (keeps long name tables readable)."""

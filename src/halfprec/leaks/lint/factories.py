@@ -32,8 +32,6 @@ from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
 from halfprec.leaks.lint.values import template_for
 
-__all__ = ["check_factory", "is_floatish"]
-
 _NEW = {
     "zeros": "new_zeros",
     "ones": "new_ones",

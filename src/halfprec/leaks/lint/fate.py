@@ -35,8 +35,6 @@ from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.scope import Function
 from halfprec.leaks.lint.values import value_of
 
-__all__ = ["Fate", "fate_of"]
-
 _MAX_HOPS = 8  # names followed from one tensor (a = t; b = a * 2; ...)
 _FACTS = words("shape size device dtype ndim numel dim is_cuda nelement is_floating_point")
 _ELEMENT = words("item tolist numpy __len__ all any")

@@ -21,8 +21,6 @@ from halfprec.leaks.lint.fate import fate_of
 from halfprec.leaks.lint.scope import Function, Imports, Program
 from halfprec.leaks.lint.values import INDEX_NAME, floating_params, value_of
 
-__all__ = ["walk_function", "calls_of"]
-
 _CHECKED = (ast.Call, ast.BinOp)
 _SPLITS = frozenset({"chunk", "split", "unbind", "tensor_split"})
 

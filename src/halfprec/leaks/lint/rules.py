@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Rule", "RULES", "FIX_SAFE", "FIX_UNSAFE", "FIX_NONE", "codes_matching"]
-
 FIX_SAFE = "safe"  # the rewrite gives identical results in fp32
 FIX_UNSAFE = "unsafe"  # the rewrite changes fp32 values (only with --unsafe-fixes)
 FIX_NONE = "none"

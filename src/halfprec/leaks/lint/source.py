@@ -15,8 +15,6 @@ import re
 import tokenize
 from dataclasses import dataclass
 
-__all__ = ["SourceError", "SourceText", "decode_source", "split_lines"]
-
 _LINE_END = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")
 
 

@@ -24,12 +24,9 @@ return integer indices.
 from __future__ import annotations
 
 import ast
+import re
 
 from halfprec.leaks.lint.context import Context, Template, dotted, words
-
-__all__ = ["value_of", "template_for", "floating_params", "INDEX_NAME"]
-
-import re
 
 INDEX_NAME = re.compile(
     r"(^|_)(ids?|mask|masks|position|positions|index|indices|idx|labels?|lengths?|lens|count|"
