@@ -25,7 +25,6 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib
 import json
 import random
@@ -38,12 +37,10 @@ from typing import Any
 import torch
 import transformers
 
-from halfprec import ops
 from halfprec.leaks.lint import LintConfig, lint_paths, lint_source
-from halfprec.leaks.lint.scope import forward_paths, imports_of
-from halfprec.leaks.lint.source import split_lines
 from halfprec.timing import now
 from halfprec.tree import map_tensors
+from lint_corpus import plain_sites  # a sibling script: its folder is on sys.path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testbed/
 from testbed.breadth_models import ARCHS, build, example_batch  # noqa: E402
@@ -76,24 +73,7 @@ def speed(files: list[Path], runs: int) -> None:
 def plain_count(path: Path) -> set[Site]:
     """Every ``torch.<factory>(...)`` without ``dtype=`` (or ``**kwargs``) in a function on
     a forward path of ``path``: the lint's scope, none of its judgement."""
-    source = path.read_text()
-    tree = ast.parse(source)
-    torch_names = imports_of(tree).torch
-    rel = str(path.relative_to(ROOT))
-    out: set[Site] = set()
-    for fp in forward_paths(tree, split_lines(source)):
-        for node in ast.walk(fp.function):
-            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
-                continue
-            owner = node.func.value
-            if not (isinstance(owner, ast.Name) and owner.id in torch_names):
-                continue
-            if not ops.is_factory(node.func.attr):
-                continue
-            if any(k.arg in ("dtype", None) for k in node.keywords):
-                continue
-            out.add((rel, node.lineno, node.col_offset + 1))
-    return out
+    return plain_sites(ROOT, path)
 
 
 def counts(files: list[Path]) -> tuple[set[Site], set[Site]]:
