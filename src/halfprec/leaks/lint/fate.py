@@ -63,7 +63,7 @@ _KEEPS = words(
 )
 _REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp")
 _TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equal allclose")
-_BUILTIN_SAFE = words("len int float bool print isinstance range list tuple str repr hash")
+_BUILTIN_SAFE = words("len int float bool print isinstance range list tuple str repr hash callable")
 
 
 @dataclass
@@ -100,6 +100,7 @@ class _Follow:
         self.element: int | None = None  # returned as this element of a tuple
         self.scalar = False  # 0-dim here: a 0-dim tensor never promotes a half operand
         self.opaque = False  # the result of a callee the lint cannot see: only a cast ends it
+        self.thunk = False  # the body of a lambda: calling it hands the value on
         self.fate = Fate()
         self.seen: set[tuple[str, int]] = set()
         self.hops = 0
@@ -196,6 +197,12 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
         return "up"
     if isinstance(parent, ast.IfExp):
         return "safe" if parent.test is node else "up"
+    if isinstance(parent, ast.Lambda):
+        f.thunk = True  # default(v, lambda: t): whoever calls the lambda gets t
+        return "up"
+    if isinstance(parent, ast.Call) and parent.func is node:
+        thunk, f.thunk = f.thunk, False
+        return "up" if thunk else "unknown"
     if isinstance(parent, (ast.Compare, ast.BoolOp, ast.JoinedStr, ast.FormattedValue)):
         return "safe"
     if isinstance(parent, ast.Subscript):
@@ -414,6 +421,7 @@ def _enter(f: _Follow, node: ast.AST, call: ast.Call) -> str | None:
     assert calls is not None  # _callee found one
     inner = _Follow(calls.context(fn, facts, is_forward), f.upcast, False)
     inner.fate, inner.seen, inner.hops, inner.opaque = f.fate, f.seen, f.hops, f.opaque
+    inner.thunk, f.thunk = f.thunk, False
     inner.caller, inner.depth = (f, call), f.depth + 1
     inner.follow_name(param.arg, param)
     f.hops = inner.hops

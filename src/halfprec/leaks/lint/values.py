@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import replace
 
+from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.context import Context, Template, dotted, words
 
 INDEX_NAME = re.compile(
@@ -159,6 +161,10 @@ def _call_value(call: ast.Call, ctx: Context) -> bool | None:
     func = call.func
     if dotted(func) in _REARRANGES and call.args:
         return value_of(call.args[0], ctx)  # einops: the same values, rearranged
+    if isinstance(func, ast.Name):
+        if func.id in ctx.floating and not call.args:
+            return ctx.floating[func.id]  # d() of a parameter bound to `lambda: t`
+        return _helper_value(call, ctx)
     if not isinstance(func, ast.Attribute):
         return None
     args = [_unlist(x) for x in (*call.args, *(k.value for k in call.keywords))]
@@ -183,6 +189,33 @@ def _call_value(call: ast.Call, ctx: Context) -> bool | None:
     if func.attr in _KEEPS_DTYPE and not any(k.arg == "dtype" for k in call.keywords):
         return receiver
     return None
+
+
+def _helper_value(call: ast.Call, ctx: Context) -> bool | None:
+    """``f(x, lambda: t)`` of a function of this file: its ``return`` expressions judged
+    with its parameters bound to the values passed (a lambda's to its body's), one call
+    deep; floating when one of them is (``default(v, lambda: torch.randn_like(x))``)."""
+    calls = ctx.calls
+    fn = (
+        calls.program.functions.get(call.func.id)
+        if calls and isinstance(call.func, ast.Name)
+        else None
+    )
+    if fn is None:
+        return None
+    bound: dict[str, bool] = {}
+    a = fn.args
+    for param in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+        arg = argument_for(fn, call, param, False)
+        if isinstance(arg, ast.Lambda):
+            arg = arg.body
+        value = value_of(arg, ctx) if arg is not None else None
+        if value is not None:
+            bound[param.arg] = value
+    if not bound:
+        return None
+    inner = replace(ctx, floating=bound, outputs=set(), modules=set(), calls=None, _at={})
+    return _join([value_of(r, inner) for r in calls.returns(fn)])
 
 
 def _to_value(call: ast.Call, receiver: bool | None, ctx: Context) -> bool | None:

@@ -1,0 +1,119 @@
+"""Leaks whose fp32 travels a longer way: the data flow still finds them. Each model here
+is small and written for this test."""
+
+from __future__ import annotations
+
+import textwrap
+
+from halfprec.leaks.lint import lint_source
+
+HEAD = "import math\nimport torch\nfrom torch import nn\n\n\n"
+
+
+def _found(body: str) -> list[tuple[int, str]]:
+    source = HEAD + textwrap.dedent(body)
+    return [(f.line - 5, f.code) for f in lint_source(source)]
+
+
+def test_an_integer_arange_times_a_python_float_name_is_fp32() -> None:
+    body = """\
+        class Sinusoid(nn.Module):
+            def forward(self, t):
+                half = self.dim // 2
+                freqs = math.log(self.theta) / (half - 1)
+                freqs = torch.exp(torch.arange(half, device=t.device) * -freqs)
+                angles = t[:, None] * freqs[None, :]
+                return torch.cat((angles.sin(), angles.cos()), dim=-1)
+        """
+    assert _found(body) == [(5, "HP101")]
+
+
+def test_an_integer_arange_times_an_integer_name_stays_integer() -> None:
+    body = """\
+        class Offsets(nn.Module):
+            def forward(self, x):
+                stride = x.shape[1] // 2
+                idx = torch.arange(x.shape[0], device=x.device) * stride
+                return x.flatten(0, 1)[idx]
+        """
+    assert _found(body) == []
+
+
+HELPERS = """\
+from blocks import Denoiser
+
+
+def default(value, fallback):
+    if value is not None:
+        return value
+    return fallback() if callable(fallback) else fallback
+
+
+"""
+
+
+def test_a_helper_input_is_floating_when_its_caller_passes_a_floating_tensor() -> None:
+    body = """\
+        class Diffusion(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = Denoiser()
+
+            def noised(self, x_start, level):
+                jitter = torch.rand(x_start.shape[0], 1, device=x_start.device)
+                return self.net(x_start * jitter, level)
+
+            def forward(self, x, level):
+                return self.noised(x, level)
+        """
+    assert _found(HELPERS + textwrap.dedent(body)) == [(16, "HP101")]
+
+
+def test_a_value_a_helper_returns_from_a_lambda_is_floating() -> None:
+    body = """\
+        class Diffusion(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = Denoiser()
+
+            def forward(self, x, noise=None):
+                noise = default(noise, lambda: torch.randn_like(x))
+                offset = torch.randn(x.shape[:2], device=x.device)
+                noise += 0.1 * offset[:, :, None, None]
+                return self.net(noise)
+        """
+    assert _found(HELPERS + textwrap.dedent(body)) == [(17, "HP101")]
+
+
+def test_a_tensor_a_lambda_hands_to_a_helper_is_followed() -> None:
+    body = """\
+        class Diffusion(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = Denoiser()
+
+            def draw(self, batch):
+                return (0.5 * torch.randn((batch,), device=self.device)).exp()
+
+            def forward(self, x, sigma=None):
+                sigmas = default(sigma, lambda: self.draw(x.shape[0]))
+                return self.net(x + sigmas[:, None, None, None] * torch.randn_like(x))
+        """
+    assert _found(HELPERS + textwrap.dedent(body)) == [(16, "HP101")]
+
+
+def test_a_helper_input_only_an_integer_is_passed_to_stays_integer() -> None:
+    body = """\
+        class Picker(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = Denoiser()
+
+            def pick(self, ids):
+                weights = torch.ones(ids.shape[0], device=ids.device)
+                return self.net(ids * weights)
+
+            def forward(self, x):
+                return self.pick(torch.arange(x.shape[0], device=x.device))
+        """
+    assert _found(HELPERS + textwrap.dedent(body)) == []
