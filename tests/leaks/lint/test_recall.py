@@ -117,3 +117,15 @@ def test_a_helper_input_only_an_integer_is_passed_to_stays_integer() -> None:
                 return self.pick(torch.arange(x.shape[0], device=x.device))
         """
     assert _found(HELPERS + textwrap.dedent(body)) == []
+
+
+def test_the_bounds_of_a_random_fill_are_numbers_not_tensors_met() -> None:
+    body = """\
+        class Crop(nn.Module):
+            def area(self, x, scale):
+                return x.shape[-1] * torch.empty(1).uniform_(scale[0], scale[1]).item()
+
+            def forward(self, x):
+                return x[..., : int(self.area(x, x.new_tensor([0.5, 1.0])))]
+        """
+    assert _found(body) == []

@@ -61,6 +61,9 @@ _KEEPS = words(
     "tanh_ relu_ clone_ rot90 fliplr flipud sinc atan2 hypot logsumexp logaddexp cosh sinh "
     "acos asin atan maximum minimum einsum ge_ gt_ le_ lt_ eq_ ne_ masked_scatter lerp_ addcmul"
 )
+_FILLS = words(
+    "uniform_ normal_ bernoulli_ exponential_ random_ fill_ geometric_ log_normal_ cauchy_"
+)
 _REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp")
 _TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equal allclose")
 _BUILTIN_SAFE = words("len int float bool print isinstance range list tuple str repr hash callable")
@@ -259,6 +262,8 @@ def _attribute(f: _Follow, node: ast.AST, attr: ast.Attribute) -> str:
         return "up"
     if name.endswith("_") and isinstance(node, ast.Name):
         return "safe"  # buf.copy_(y), t.add_(h): the name's later uses say where it goes
+    if name in _FILLS:
+        return "up"  # t.uniform_(lo, hi): numbers drawn into t's own dtype, nothing met
     if name in _REDUCTIONS and not call.args and not call.keywords:
         f.scalar = True  # t.sum(): 0-dim
         return "up"
