@@ -129,3 +129,17 @@ def test_the_bounds_of_a_random_fill_are_numbers_not_tensors_met() -> None:
                 return x[..., : int(self.area(x, x.new_tensor([0.5, 1.0])))]
         """
     assert _found(body) == []
+
+
+def test_a_tensor_of_a_scalar_expression_is_zero_dim() -> None:
+    body = """\
+        def similarity(a, b):
+            scale = torch.tensor(1 / 0.07).log()
+            return scale.exp() * torch.bmm(a, b)
+
+
+        class Head(nn.Module):
+            def forward(self, x):
+                return similarity(self.proj(x), x.transpose(1, 2))
+        """
+    assert _found(body) == []

@@ -96,6 +96,8 @@ def _zero_dim(kind: str, call: ast.Call) -> bool:
         return False
     first = call.args[0]
     if kind == "tensor":  # a scalar, not a list: torch.tensor(torch.finfo(x.dtype).min)
+        if isinstance(first, ast.BinOp):  # torch.tensor(1 / 0.07); [0.0] * n is a list
+            return not any(isinstance(n, (ast.List, ast.Tuple)) for n in ast.walk(first))
         return isinstance(first, (ast.Constant, ast.UnaryOp, ast.Attribute)) or (
             isinstance(first, ast.Call) and isinstance(first.func, ast.Name)
         )
