@@ -76,6 +76,8 @@ class CallIndex:
             pattern = re.compile(rf"(?<![\w.]){re.escape(name)}\s*[(\[]|self\.{re.escape(name)}\b")
             out: list[tuple[str | None, CallSite]] = []
             for caller, cls, text in self.functions:
+                if name not in text:
+                    continue
                 hits = {
                     caller.lineno + text.count("\n", 0, m.start()) for m in pattern.finditer(text)
                 }

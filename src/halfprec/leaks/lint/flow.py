@@ -250,6 +250,14 @@ def _from_callers(fn: Function, ctx: Context) -> dict[str, bool]:
     calls = ctx.calls
     if calls is None or ctx.is_forward or id(fn) in calls.busy:
         return {}
+    a = fn.args
+    params = [
+        p
+        for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)
+        if p.arg not in ("self", "cls") and p.arg not in ctx.floating
+    ]
+    if not params:
+        return {}
     sites = calls.callers(fn)
     if not sites:
         return {}
@@ -259,11 +267,8 @@ def _from_callers(fn: Function, ctx: Context) -> dict[str, bool]:
     finally:
         calls.busy.discard(id(fn))
     method = calls.program.functions.get(fn.name) is not fn
-    a = fn.args
     out: dict[str, bool] = {}
-    for param in (*a.posonlyargs, *a.args, *a.kwonlyargs):
-        if param.arg in ("self", "cls") or param.arg in ctx.floating:
-            continue
+    for param in params:
         values = []
         for site, caller in zip(sites, callers, strict=True):
             arg = argument_for(fn, site.call, param, method)
