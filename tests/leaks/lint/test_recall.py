@@ -143,3 +143,17 @@ def test_a_tensor_of_a_scalar_expression_is_zero_dim() -> None:
                 return similarity(self.proj(x), x.transpose(1, 2))
         """
     assert _found(body) == []
+
+
+def test_a_diagonal_of_a_half_vector_is_half() -> None:
+    body = """\
+        class Gaussian(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = Denoiser()
+
+            def forward(self, x):
+                spread = torch.diag(x.mean(0).clamp(min=1e-6))
+                return self.net(spread + 1e-3 * torch.eye(x.shape[1], device=x.device))
+        """
+    assert _found(HELPERS + textwrap.dedent(body)) == [(17, "HP101")]

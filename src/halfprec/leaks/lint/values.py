@@ -56,7 +56,9 @@ _TORCH_KEEPS = words(
     "stack where add mul sub div baddbmm addmm linear layer_norm dropout transpose permute "
     "reshape flatten clamp pow mean sum cos sin tril triu pad interpolate conv1d conv2d "
     "normalize scaled_dot_product_attention repeat_interleave roll maximum minimum zeros_like "
-    "ones_like empty_like full_like rand_like randn_like"
+    "ones_like empty_like full_like rand_like randn_like diag diag_embed diagonal outer kron "
+    "flip roll narrow squeeze unsqueeze clone neg cumsum cumprod log log1p sin cos nan_to_num "
+    "lerp tile flatten movedim"
 )
 _REARRANGES = words("rearrange repeat einops.rearrange einops.repeat")
 _KEEPS_ATTR = frozenset({"T", "mT", "H", "mH", "data", "real"})
