@@ -157,3 +157,15 @@ def test_a_diagonal_of_a_half_vector_is_half() -> None:
                 return self.net(spread + 1e-3 * torch.eye(x.shape[1], device=x.device))
         """
     assert _found(HELPERS + textwrap.dedent(body)) == [(17, "HP101")]
+
+
+def test_a_sum_with_an_fp32_factory_is_fp32_and_only_that_factory_is_reported() -> None:
+    body = """\
+        class Gaussian(nn.Module):
+            def forward(self, x):
+                spread = x.transpose(0, 1) @ x
+                spread = spread + 1e-3 * torch.eye(x.shape[1], device=x.device)
+                spread = spread + 1e-4 * torch.eye(x.shape[1], device=x.device)
+                return torch.linalg.cholesky(spread.float()).to(spread.dtype)
+        """
+    assert _found(body) == [(4, "HP101")]

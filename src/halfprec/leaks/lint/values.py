@@ -114,6 +114,8 @@ def value_of(expr: ast.AST, ctx: Context) -> bool | None:
         return ctx.floating.get(expr.id)
     if isinstance(expr, (ast.BinOp, ast.UnaryOp)):
         operands, divides = _operands(expr)
+        if any(_fp32_factory(e, ctx) for e in operands):
+            return None  # h + eps * torch.eye(n) is fp32 in a half model: HP101's to report
         joined = _join([value_of(e, ctx) for e in operands])
         if joined is None:
             return None
@@ -135,6 +137,21 @@ def value_of(expr: ast.AST, ctx: Context) -> bool | None:
     if isinstance(expr, ast.Call):
         return _call_value(expr, ctx)
     return None
+
+
+_FP32_FACTORIES = words("zeros ones empty rand randn eye linspace logspace")
+
+
+def _fp32_factory(expr: ast.AST, ctx: Context) -> bool:
+    """``torch.eye(n)``: a factory that makes fp32 whatever the model's dtype."""
+    if not isinstance(expr, ast.Call) or not isinstance(expr.func, ast.Attribute):
+        return False
+    owner = expr.func.value
+    if not (isinstance(owner, ast.Name) and owner.id in ctx.imports.torch):
+        return False
+    if expr.func.attr not in _FP32_FACTORIES or not expr.args:
+        return False
+    return not any(k.arg in ("dtype", None) for k in expr.keywords)
 
 
 def _submodule_value(call: ast.Call, ctx: Context) -> bool | None | str:
