@@ -169,3 +169,25 @@ def test_a_sum_with_an_fp32_factory_is_fp32_and_only_that_factory_is_reported() 
                 return torch.linalg.cholesky(spread.float()).to(spread.dtype)
         """
     assert _found(body) == [(4, "HP101")]
+
+
+def test_a_helper_value_is_followed_three_calls_deep() -> None:
+    body = """\
+        class Diffusion(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = Denoiser()
+
+            def draw(self, batch, device):
+                return torch.rand(batch, device=device)
+
+            def mix(self, x_start, t):
+                return self.net(x_start * t[:, None])
+
+            def losses(self, x_start, t):
+                return self.mix(x_start, t).mean()
+
+            def forward(self, x):
+                return self.losses(x, self.draw(x.shape[0], x.device))
+        """
+    assert _found(HELPERS + textwrap.dedent(body)) == [(16, "HP101")]

@@ -368,7 +368,7 @@ def _submodule(f: _Follow, func: ast.AST) -> str:
     return "up"
 
 
-_MAX_DEPTH = 2  # calls followed into, one inside another
+_MAX_DEPTH = 3  # calls followed into, one inside another
 
 
 def _callee(f: _Follow, call: ast.Call) -> tuple[Function, ClassFacts, bool, bool] | None:
