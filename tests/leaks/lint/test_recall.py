@@ -191,3 +191,17 @@ def test_a_helper_value_is_followed_three_calls_deep() -> None:
                 return self.losses(x, self.draw(x.shape[0], x.device))
         """
     assert _found(HELPERS + textwrap.dedent(body)) == [(16, "HP101")]
+
+
+def test_a_tensor_met_with_values_made_from_itself_meets_no_half() -> None:
+    body = """\
+        class Rope(nn.Module):
+            def table(self, hidden_states):
+                out = hidden_states.unsqueeze(-1) * 0.5
+                return torch.stack([torch.cos(out), -torch.sin(out)], dim=-1)
+
+            def forward(self, x):
+                grid = torch.zeros(x.shape[1], 2, device=x.device)
+                return x[..., None, None] * self.table(grid).to(x.dtype)
+        """
+    assert _found(body) == []

@@ -104,6 +104,7 @@ class _Follow:
         self.scalar = False  # 0-dim here: a 0-dim tensor never promotes a half operand
         self.opaque = False  # the result of a callee the lint cannot see: only a cast ends it
         self.thunk = False  # the body of a lambda: calling it hands the value on
+        self.names: set[str] = set()  # the names followed in this function
         self.fate = Fate()
         self.seen: set[tuple[str, int]] = set()
         self.hops = 0
@@ -118,11 +119,19 @@ class _Follow:
         fp32 because of the upcast, which is HP201's to judge); else it goes on."""
         if self.scalar:
             return "safe"
+        others = [o for o in others if not self.derived(o)]
         if any(self.floating(o) for o in others):
             return "leak"
         if not self.upcast and any(self.ctx.is_upcast(o) for o in others):
             return "safe"
         return "up"
+
+    def derived(self, node: ast.AST) -> bool:
+        """Whether ``node`` reads a name this walk follows here: the tensor met with a value
+        made from itself (``torch.stack([out.cos(), -out.sin()])``) meets no half tensor."""
+        return bool(self.names) and any(
+            isinstance(n, ast.Name) and n.id in self.names for n in ast.walk(node)
+        )
 
     def climb(self, node: ast.AST) -> None:
         """Follow the value of ``node`` up through the expressions that contain it."""
@@ -159,6 +168,7 @@ class _Follow:
             self.fate.unknown = self.fate.unknown or key not in self.seen
             return
         self.seen.add(key)
+        self.names.add(name)
         self.hops += 1
         for use in self.ctx.uses_after(name, bound_at):
             self.climb(use)
