@@ -69,6 +69,21 @@ def test_a_vision_language_model_gets_its_image_tokens_from_the_chat_template(
     _runs(loaded)
 
 
+def test_a_processor_that_adds_training_labels_gives_inference_inputs(root: Path) -> None:
+    # PaliGemmaProcessor always returns labels (all -100 without a suffix): passed on, the
+    # forward computes a loss over no tokens, NaN, and the fp32 reference is "broken"
+    loaded = _loaded(root, "paligemma")
+    (batch,) = loaded.example_inputs
+    assert "labels" not in batch
+    assert (batch["input_ids"] == loaded.model.config.image_token_id).sum(dim=1).tolist() == [
+        16,
+        16,
+    ]
+    with torch.no_grad():
+        out = call(loaded.model, batch)
+    assert out.get("loss") is None and torch.isfinite(out["logits"]).all()
+
+
 def test_a_vision_language_model_without_its_processor_is_refused_naming_why(
     root: Path, tmp_path: Path
 ) -> None:

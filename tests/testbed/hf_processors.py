@@ -104,6 +104,14 @@ _LLAVA_TEMPLATE = (
     "{% if add_generation_prompt %}{{ 'ASSISTANT: ' }}{% endif %}"
 )
 
+# what LlavaProcessor and LlavaNextProcessor lay out: 8x8 patches, the CLS feature dropped
+_LLAVA_LAYOUT = {
+    "patch_size": 8,
+    "vision_feature_select_strategy": "default",
+    "num_additional_image_tokens": 1,
+    "chat_template": _LLAVA_TEMPLATE,
+}
+
 
 def _llava(tf: Any, path: Path) -> None:
     """LLaVA: LlavaProcessor (CLIP's image processor, a tokenizer with ``<image>``, a chat
@@ -119,14 +127,46 @@ def _llava(tf: Any, path: Path) -> None:
     )
     tf.LlavaForConditionalGeneration(config).save_pretrained(path)
     image = tf.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size=32)
-    tf.LlavaProcessor(
-        image_processor=image,
-        tokenizer=tokenizer,
-        patch_size=8,
+    tf.LlavaProcessor(image_processor=image, tokenizer=tokenizer, **_LLAVA_LAYOUT).save_pretrained(
+        path
+    )
+
+
+def _paligemma(tf: Any, path: Path) -> None:
+    """PaliGemma: PaliGemmaProcessor (SigLIP's image processor, a tokenizer with
+    ``<image>``), 16 image tokens a photo put before the text by the processor."""
+    tokenizer = word_tokenizer(("<image>",))
+    vision = {**_TINY, "image_size": 32, "patch_size": 8, "projection_dim": 32}
+    config = tf.PaliGemmaConfig(
+        vision_config=tf.SiglipVisionConfig(**vision),
+        text_config=tf.GemmaConfig(**_TEXT, head_dim=16),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        projection_dim=32,
+    )
+    config.text_config.num_image_tokens = 16
+    tf.PaliGemmaForConditionalGeneration(config).save_pretrained(path)
+    image = tf.SiglipImageProcessor(size={"height": 32, "width": 32}, image_seq_length=16)
+    tf.PaliGemmaProcessor(image_processor=image, tokenizer=tokenizer).save_pretrained(path)
+
+
+def _llava_next(tf: Any, path: Path) -> None:
+    """LLaVA-NeXT: LlavaNextProcessor (any-resolution tiles, ``image_sizes``), chat template."""
+    tokenizer = word_tokenizer(("<image>",))
+    vision = {**_TINY, "image_size": 32, "patch_size": 8, "projection_dim": 16}
+    config = tf.LlavaNextConfig(
+        vision_config=tf.CLIPVisionConfig(**vision),
+        text_config=tf.LlamaConfig(**{**_TEXT, "max_position_embeddings": 512}),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        image_grid_pinpoints=[[32, 32], [32, 64]],
         vision_feature_select_strategy="default",
-        num_additional_image_tokens=1,
-        chat_template=_LLAVA_TEMPLATE,
-    ).save_pretrained(path)
+        vision_feature_layer=-1,
+    )
+    tf.LlavaNextForConditionalGeneration(config).save_pretrained(path)
+    image = tf.LlavaNextImageProcessor(
+        size={"shortest_edge": 32}, crop_size=32, image_grid_pinpoints=[[32, 32], [32, 64]]
+    )
+    processor = tf.LlavaNextProcessor(image_processor=image, tokenizer=tokenizer, **_LLAVA_LAYOUT)
+    processor.save_pretrained(path)
 
 
 def _forecaster(cls: str, config_cls: str) -> Callable[[Any, Path], None]:
@@ -251,6 +291,8 @@ _SAVERS: dict[str, Callable[[Any, Path], None]] = {
     "whisper-30s": _whisper,
     "blip-captioning": _blip,
     "llava": _llava,
+    "paligemma": _paligemma,
+    "llava-next": _llava_next,
     "time-series-transformer": _forecaster(
         "TimeSeriesTransformerForPrediction", "TimeSeriesTransformerConfig"
     ),

@@ -67,6 +67,9 @@ class NoExampleInputs(InputsError):
         self.problem = problem
 
 
+_TARGETS = frozenset({"labels"})
+
+
 @dataclass
 class _Context:
     """What every builder reads: the model, its directory and config, the one batch size of
@@ -92,11 +95,16 @@ class _Context:
         return any((self.path / f).is_file() for f in _TOKENIZER_FILES)
 
     def taken(self, encoded: Any, names: tuple[str, ...] | None = None) -> dict[str, Any]:
-        """The tensors of a processor's output that ``forward`` takes (of ``names``)."""
+        """The tensors of a processor's output that ``forward`` takes (of ``names``), less
+        training targets: a processor may add ``labels`` (PaliGemma's always does), which
+        would make the forward compute a loss, and a model card's inference passes none."""
         return {
             k: v
             for k, v in dict(encoded).items()
-            if k in self.params and isinstance(v, torch.Tensor) and (names is None or k in names)
+            if k in self.params
+            and k not in _TARGETS
+            and isinstance(v, torch.Tensor)
+            and (names is None or k in names)
         }
 
 
