@@ -15,6 +15,13 @@ from halfprec.io.hf_series import forecast_inputs
 from halfprec.io.specs import load_model
 from testbed.hf_processors import save
 
+
+def load_tokenizer(path: Path):  # type: ignore[no-untyped-def]
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
 pytest.importorskip("transformers")
 
 
@@ -43,6 +50,20 @@ def test_a_fixed_window_feature_extractor_keeps_its_own_padding(root: Path) -> N
     assert batch["input_features"].shape == (2, 80, 3000)
     assert batch["decoder_input_ids"].shape[0] == 2
     assert "WhisperFeatureExtractor" in loaded.inputs_built[0]
+    _runs(loaded)
+
+
+def test_a_speech_model_gets_the_decoder_prompt_generate_starts_with(root: Path) -> None:
+    loaded = _loaded(root, "whisper-30s")
+    (batch,) = loaded.example_inputs
+    tokenizer = load_tokenizer(root / "whisper-30s")
+    prompt = ["<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>"]
+    for row in batch["decoder_input_ids"].tolist():
+        assert tokenizer.convert_ids_to_tokens(row[:4]) == prompt
+        assert tokenizer.decode(row[4:], skip_special_tokens=True).strip()  # text follows
+    assert "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>" in " ".join(
+        loaded.inputs_built
+    )
     _runs(loaded)
 
 

@@ -59,8 +59,29 @@ def bert_tokenizer(folder: Path) -> Any:
     return BertTokenizerFast(vocab_file=str(vocab))
 
 
+def whisper_tokenizer(tf: Any) -> Any:
+    """Whisper's own tokenizer class on a byte-level vocabulary (no merges) with Whisper's
+    special tokens in their order: end of text 256, start of transcript 257, the languages
+    from 258 (English), then translate, transcribe, ..., no timestamps (363)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    tasks = ["translate", "transcribe", "startoflm", "startofprev", "nocaptions", "notimestamps"]
+    specials = [f"<|{t}|>" for t in ["startoftranscript", *LANGUAGES, *tasks]]
+    vocab = {c: i for i, c in enumerate([*bytes_to_unicode().values(), "<|endoftext|>"])}
+    tokenizer = tf.WhisperTokenizer(vocab=vocab, merges=[], pad_token="<|endoftext|>")
+    tokenizer.add_special_tokens({"additional_special_tokens": specials})
+    return tokenizer
+
+
 def _whisper(tf: Any, path: Path) -> None:
-    """Whisper with its feature extractor's fixed 30 s window (3000 mel frames)."""
+    """Whisper (multilingual) with WhisperProcessor: its feature extractor's fixed 30 s
+    window (3000 mel frames) and its tokenizer, whose special tokens lay out the decoder
+    prompt; the generation config maps languages and tasks to them, as a checkpoint's does."""
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    tokenizer = whisper_tokenizer(tf)
+    ids = tokenizer.convert_tokens_to_ids
     config = tf.WhisperConfig(
         num_mel_bins=80,
         max_source_positions=1500,
@@ -72,14 +93,22 @@ def _whisper(tf: Any, path: Path) -> None:
         decoder_attention_heads=2,
         encoder_ffn_dim=64,
         decoder_ffn_dim=64,
-        vocab_size=128,
-        pad_token_id=0,
-        bos_token_id=2,
-        eos_token_id=1,
-        decoder_start_token_id=2,
+        vocab_size=len(tokenizer),
+        pad_token_id=ids("<|endoftext|>"),
+        bos_token_id=ids("<|endoftext|>"),
+        eos_token_id=ids("<|endoftext|>"),
+        decoder_start_token_id=ids("<|startoftranscript|>"),
     )
-    tf.WhisperForConditionalGeneration(config).save_pretrained(path)
-    tf.WhisperFeatureExtractor(feature_size=80).save_pretrained(path)
+    model = tf.WhisperForConditionalGeneration(config)
+    generation = model.generation_config
+    generation.is_multilingual = True
+    languages = [f"<|{code}|>" for code in LANGUAGES]
+    generation.lang_to_id = {t: ids(t) for t in languages}
+    generation.task_to_id = {"translate": ids("<|translate|>"), "transcribe": ids("<|transcribe|>")}
+    generation.no_timestamps_token_id = ids("<|notimestamps|>")
+    model.save_pretrained(path)
+    extractor = tf.WhisperFeatureExtractor(feature_size=80)
+    tf.WhisperProcessor(feature_extractor=extractor, tokenizer=tokenizer).save_pretrained(path)
 
 
 # BlipVisionConfig's default initializer_range is 1e-10: a model built from it has
