@@ -215,11 +215,9 @@ def _helper_value(call: ast.Call, ctx: Context) -> bool | None:
     with its parameters bound to the values passed (a lambda's to its body's), one call
     deep; floating when one of them is (``default(v, lambda: torch.randn_like(x))``)."""
     calls = ctx.calls
-    fn = (
-        calls.program.functions.get(call.func.id)
-        if calls and isinstance(call.func, ast.Name)
-        else None
-    )
+    if calls is None or not isinstance(call.func, ast.Name):
+        return None
+    fn = calls.program.functions.get(call.func.id)
     if fn is None:
         return None
     bound: dict[str, bool] = {}
