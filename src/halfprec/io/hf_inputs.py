@@ -57,6 +57,7 @@ _TEXT_ROWS = 16  # sentences for a text-only model
 _PROCESSOR_FILE = "preprocessor_config.json"
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model")
 _NON_TEXT = ("pixel_values", "input_values", "input_features", "past_values")
+_AUDIO = ("input_features", "input_values")
 
 
 class NoExampleInputs(InputsError):
@@ -130,9 +131,10 @@ def _wanted(ctx: _Context) -> list[str]:
     required = [n for n, p in ctx.params.items() if p.default is inspect.Parameter.empty]
     names = [main, *required]
     config = ctx.config
-    multimodal = hasattr(config, "text_config") and hasattr(config, "vision_config")
-    if multimodal:
+    if hasattr(config, "text_config") and hasattr(config, "vision_config"):
         names += [n for n in ("input_ids", "pixel_values") if n in ctx.params]
+    if hasattr(config, "text_config") and hasattr(config, "audio_config"):
+        names += [n for n in ("input_ids", *_AUDIO) if n in ctx.params]
     return list(dict.fromkeys(names))
 
 
@@ -158,6 +160,8 @@ def example_batches(
     batch: dict[str, torch.Tensor] = {}
     if "input_ids" in names and "pixel_values" in names:
         batch.update(_text_and_images(ctx))
+    if "input_ids" in names and any(n in names for n in _AUDIO):
+        batch.update(_text_and_audio(ctx))
     for name in names:
         if name not in batch:
             batch.update(_BUILDERS[name](ctx))
@@ -357,7 +361,7 @@ def _text_and_images(ctx: _Context) -> dict[str, torch.Tensor]:
     template with one image, else after the processor's image token. Without a joint
     processor, a model with image tokens is refused; others take each modality's own."""
     image_token = _image_token_id(ctx.config)
-    processor = _joint_processor(ctx)
+    processor = _joint_processor(ctx, "image_processor")
     if processor is None:
         if image_token is not None:
             raise NoExampleInputs(
@@ -400,15 +404,36 @@ def _with_image_tokens(processor: Any, texts: list[str]) -> tuple[list[str], str
     return [f"{token}{t}" for t in texts], f"after its image token {token!r}"
 
 
-def _joint_processor(ctx: _Context) -> Any:
-    """The directory's processor that takes both text and images, or None."""
+def _joint_processor(ctx: _Context, other: str) -> Any:
+    """The directory's processor that takes text and, through its ``other``
+    ("image_processor", "feature_extractor"), images or audio; else None."""
     try:
         processor = ctx.tf.AutoProcessor.from_pretrained(str(ctx.path), trust_remote_code=False)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    if hasattr(processor, "tokenizer") and hasattr(processor, "image_processor"):
+    if hasattr(processor, "tokenizer") and hasattr(processor, other):
         return processor
     return None
+
+
+def _text_and_audio(ctx: _Context) -> dict[str, torch.Tensor]:
+    """Sentences and waveforms of one batch size in one call of the directory's own
+    text-and-audio processor (CLAP's: tokenizer and feature extractor with its own
+    window); without one, each modality's own builder."""
+    processor = _joint_processor(ctx, "feature_extractor")
+    if processor is None:
+        return {}
+    _pad_with_eos(ctx, processor.tokenizer)
+    rate = int(getattr(processor.feature_extractor, "sampling_rate", 16000))
+    texts = sentences()[: ctx.rows]
+    waves = _waveform(rate)[: ctx.rows]
+    out = processor(text=texts, audio=waves, sampling_rate=rate, return_tensors="pt", padding=True)
+    taken = ctx.taken(out)
+    ctx.built.append(
+        f"{', '.join(taken)} from {ctx.rows} built-in sentences and {ctx.rows} synthetic 1 s "
+        f"waveforms at {rate} Hz through the {type(processor).__name__} in {ctx.path}"
+    )
+    return taken
 
 
 # -- audio -----------------------------------------------------------------------------------
