@@ -33,6 +33,7 @@ where that is what stops it, and the ``--inputs`` file format that supplies them
 from __future__ import annotations
 
 import inspect
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,7 @@ _TEXT_ROWS = 16  # sentences for a text-only model
 _PROCESSOR_FILE = "preprocessor_config.json"
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model")
 _NON_TEXT = ("pixel_values", "input_values", "input_features", "past_values")
+_AUDIO = ("input_features", "input_values")
 
 
 class NoExampleInputs(InputsError):
@@ -65,6 +67,9 @@ class NoExampleInputs(InputsError):
     def __init__(self, problem: str) -> None:
         super().__init__(f"{problem}: pass --inputs FILE, {INPUTS_FORMAT}")
         self.problem = problem
+
+
+_TARGETS = frozenset({"labels"})
 
 
 @dataclass
@@ -88,15 +93,29 @@ class _Context:
         """The ``vision_config``/``text_config`` of a composite model, else the config."""
         return getattr(self.config, name, None) or self.config
 
+    def saved(self, name: str) -> dict[str, Any]:
+        """A JSON object the directory holds (``generation_config.json``, ...), else {}:
+        read as data, never run."""
+        try:
+            found = json.loads((self.path / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
     def has_tokenizer(self) -> bool:
         return any((self.path / f).is_file() for f in _TOKENIZER_FILES)
 
     def taken(self, encoded: Any, names: tuple[str, ...] | None = None) -> dict[str, Any]:
-        """The tensors of a processor's output that ``forward`` takes (of ``names``)."""
+        """The tensors of a processor's output that ``forward`` takes (of ``names``), less
+        training targets: a processor may add ``labels`` (PaliGemma's always does), which
+        would make the forward compute a loss, and a model card's inference passes none."""
         return {
             k: v
             for k, v in dict(encoded).items()
-            if k in self.params and isinstance(v, torch.Tensor) and (names is None or k in names)
+            if k in self.params
+            and k not in _TARGETS
+            and isinstance(v, torch.Tensor)
+            and (names is None or k in names)
         }
 
 
@@ -112,9 +131,10 @@ def _wanted(ctx: _Context) -> list[str]:
     required = [n for n, p in ctx.params.items() if p.default is inspect.Parameter.empty]
     names = [main, *required]
     config = ctx.config
-    multimodal = hasattr(config, "text_config") and hasattr(config, "vision_config")
-    if multimodal:
+    if hasattr(config, "text_config") and hasattr(config, "vision_config"):
         names += [n for n in ("input_ids", "pixel_values") if n in ctx.params]
+    if hasattr(config, "text_config") and hasattr(config, "audio_config"):
+        names += [n for n in ("input_ids", *_AUDIO) if n in ctx.params]
     return list(dict.fromkeys(names))
 
 
@@ -140,6 +160,8 @@ def example_batches(
     batch: dict[str, torch.Tensor] = {}
     if "input_ids" in names and "pixel_values" in names:
         batch.update(_text_and_images(ctx))
+    if "input_ids" in names and any(n in names for n in _AUDIO):
+        batch.update(_text_and_audio(ctx))
     for name in names:
         if name not in batch:
             batch.update(_BUILDERS[name](ctx))
@@ -227,6 +249,8 @@ def _decoder_tokens(ctx: _Context) -> torch.Tensor:
     config = ctx.sub("decoder")
     limit = int(getattr(config, "max_target_positions", 0) or 0) or max_positions(config)
     shift = getattr(ctx.model, "prepare_decoder_input_ids_from_labels", None)
+    if ctx.has_tokenizer() and hasattr(_tokenizer(ctx), "set_prefix_tokens"):
+        return _speech_prompt(ctx, limit)
     if ctx.has_tokenizer() and callable(shift):
         tokenizer = _tokenizer(ctx)
         cut = {"truncation": True, "max_length": min(16, limit)} if limit else {}
@@ -249,6 +273,29 @@ def _decoder_tokens(ctx: _Context) -> torch.Tensor:
     return tokens
 
 
+def _speech_prompt(ctx: _Context, limit: int | None) -> torch.Tensor:
+    """A Whisper-style decoder input: the prompt ``generate`` starts with (start of
+    transcript, then for a multilingual model the language and task, then no timestamps),
+    as the tokenizer lays it out, before the built-in sentences. The tokenizer's own
+    language and task are kept; a multilingual model without them transcribes English (the
+    sentences' language), as a model card's ``get_decoder_prompt_ids(language="english",
+    task="transcribe")`` asks."""
+    tokenizer = _tokenizer(ctx)
+    # transformers 5 loads no model-specific fields into generation_config: read the file
+    multilingual = bool(ctx.saved("generation_config.json").get("is_multilingual", False))
+    language = tokenizer.language or ("english" if multilingual else None)
+    task = tokenizer.task or ("transcribe" if multilingual else None)
+    tokenizer.set_prefix_tokens(language=language, task=task, predict_timestamps=False)
+    cut = {"truncation": True, "max_length": min(16, limit)} if limit else {}
+    ids = torch.as_tensor(tokenizer(sentences()[: ctx.rows], padding=True, **cut)["input_ids"])
+    prompt = "".join(tokenizer.convert_ids_to_tokens(tokenizer.prefix_tokens))
+    ctx.built.append(
+        f"decoder_input_ids: the decoder prompt {prompt} generate starts with, then "
+        f"{ctx.rows} built-in sentences, through the {type(tokenizer).__name__} in {ctx.path}"
+    )
+    return ids
+
+
 # -- vision ----------------------------------------------------------------------------------
 
 
@@ -265,12 +312,19 @@ def _size(value: Any, default: int = 224) -> tuple[int, int]:
     return default, default
 
 
+def _saved_processor(ctx: _Context, kind: str) -> bool:
+    """Whether the directory holds a ``kind`` ("image_processor", "feature_extractor"):
+    its own ``preprocessor_config.json``, or inside ``processor_config.json`` where a
+    processor's ``save_pretrained`` puts it (transformers 5)."""
+    return (ctx.path / _PROCESSOR_FILE).is_file() or kind in ctx.saved("processor_config.json")
+
+
 def _pixels(ctx: _Context) -> dict[str, torch.Tensor]:
     """scikit-learn's two photos through the directory's image processor (its own size and
     normalisation), else resized to the config's ``image_size`` and scaled to [-1, 1]
     (ViT's own normalisation)."""
     photos = _photos()[: ctx.rows]
-    if (ctx.path / _PROCESSOR_FILE).is_file():
+    if _saved_processor(ctx, "image_processor"):
         processor = ctx.tf.AutoImageProcessor.from_pretrained(str(ctx.path))
         out = ctx.taken(processor(images=photos, return_tensors="pt"))
         ctx.built.append(
@@ -307,7 +361,7 @@ def _text_and_images(ctx: _Context) -> dict[str, torch.Tensor]:
     template with one image, else after the processor's image token. Without a joint
     processor, a model with image tokens is refused; others take each modality's own."""
     image_token = _image_token_id(ctx.config)
-    processor = _joint_processor(ctx)
+    processor = _joint_processor(ctx, "image_processor")
     if processor is None:
         if image_token is not None:
             raise NoExampleInputs(
@@ -350,15 +404,36 @@ def _with_image_tokens(processor: Any, texts: list[str]) -> tuple[list[str], str
     return [f"{token}{t}" for t in texts], f"after its image token {token!r}"
 
 
-def _joint_processor(ctx: _Context) -> Any:
-    """The directory's processor that takes both text and images, or None."""
+def _joint_processor(ctx: _Context, other: str) -> Any:
+    """The directory's processor that takes text and, through its ``other``
+    ("image_processor", "feature_extractor"), images or audio; else None."""
     try:
         processor = ctx.tf.AutoProcessor.from_pretrained(str(ctx.path), trust_remote_code=False)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    if hasattr(processor, "tokenizer") and hasattr(processor, "image_processor"):
+    if hasattr(processor, "tokenizer") and hasattr(processor, other):
         return processor
     return None
+
+
+def _text_and_audio(ctx: _Context) -> dict[str, torch.Tensor]:
+    """Sentences and waveforms of one batch size in one call of the directory's own
+    text-and-audio processor (CLAP's: tokenizer and feature extractor with its own
+    window); without one, each modality's own builder."""
+    processor = _joint_processor(ctx, "feature_extractor")
+    if processor is None:
+        return {}
+    _pad_with_eos(ctx, processor.tokenizer)
+    rate = int(getattr(processor.feature_extractor, "sampling_rate", 16000))
+    texts = sentences()[: ctx.rows]
+    waves = _waveform(rate)[: ctx.rows]
+    out = processor(text=texts, audio=waves, sampling_rate=rate, return_tensors="pt", padding=True)
+    taken = ctx.taken(out)
+    ctx.built.append(
+        f"{', '.join(taken)} from {ctx.rows} built-in sentences and {ctx.rows} synthetic 1 s "
+        f"waveforms at {rate} Hz through the {type(processor).__name__} in {ctx.path}"
+    )
+    return taken
 
 
 # -- audio -----------------------------------------------------------------------------------
@@ -379,7 +454,7 @@ def _waveform(rate: int, seconds: float = 1.0) -> list[Any]:
 def _extracted(ctx: _Context, name: str) -> dict[str, torch.Tensor] | None:
     """The directory's feature extractor on the waveform, with its own defaults (padding
     and length: Whisper's pads every clip to its fixed window), if it has one."""
-    if not (ctx.path / _PROCESSOR_FILE).is_file():
+    if not _saved_processor(ctx, "feature_extractor"):
         return None
     extractor = ctx.tf.AutoFeatureExtractor.from_pretrained(str(ctx.path))
     rate = int(getattr(extractor, "sampling_rate", 16000))
