@@ -124,7 +124,7 @@ def _outdir(loaded: LoadedModel, source: Path, folder: Path, build: Any) -> str:
     )
     verdict, kept = done.check, done.transformers_keeps_fp32
     if verdict is None or not verdict.passed or not same:
-        why = "halfprec.load differs" if same else (verdict.reason if verdict else done.unchecked)
+        why = (verdict.reason if verdict else done.unchecked) if same else "halfprec.load differs"
         return clip(f"FAIL: {why}", 200)
     return f"ok (transformers keeps {sum(kept.values())}/{len(kept)} islands fp32)"
 

@@ -77,6 +77,19 @@ def test_an_image_captioning_pair_gets_one_batch_size_from_its_processor(root: P
     _runs(loaded)
 
 
+def test_an_audio_text_pair_gets_one_batch_size_from_its_processor(root: Path) -> None:
+    # CLAP: sentences and waveforms through ClapProcessor in one call (its feature
+    # extractor's 10 s window of 64 mel bins at 48 kHz), not 16 sentences and no audio
+    loaded = _loaded(root, "clap")
+    (batch,) = loaded.example_inputs
+    assert batch["input_ids"].shape[0] == batch["input_features"].shape[0] == 2
+    assert batch["input_features"].shape[2:] == (1001, 64)
+    assert "ClapProcessor" in loaded.inputs_built[0]
+    with torch.no_grad():
+        out = call(loaded.model, batch)
+    assert out["logits_per_audio"].shape == (2, 2)
+
+
 def test_a_vision_language_model_gets_its_image_tokens_from_the_chat_template(
     root: Path,
 ) -> None:

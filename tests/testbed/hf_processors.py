@@ -198,6 +198,34 @@ def _llava_next(tf: Any, path: Path) -> None:
     processor.save_pretrained(path)
 
 
+def _clap(tf: Any, path: Path) -> None:
+    """CLAP (contrastive audio-text): ClapProcessor, ClapFeatureExtractor (its fixed 10 s
+    window of 64 mel bins, 48 kHz) and RoBERTa's tokenizer on a byte-level vocabulary."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    vocab = {c: i for i, c in enumerate([*specials, *bytes_to_unicode().values()])}
+    tokenizer = tf.RobertaTokenizer(vocab=vocab, merges=[])
+    text = {**_TINY, "vocab_size": len(tokenizer), "max_position_embeddings": 128}
+    audio = {
+        "hidden_size": 32,
+        "num_mel_bins": 64,
+        "spec_size": 256,
+        "patch_size": 4,
+        "patch_stride": [4, 4],
+        "window_size": 8,
+        "depths": [1, 1],
+        "num_attention_heads": [2, 2],
+        "patch_embeds_hidden_size": 16,
+        "projection_hidden_size": 32,
+        "enable_fusion": False,
+    }
+    config = tf.ClapConfig(text_config=text, audio_config=audio, projection_dim=16)
+    tf.ClapModel(config).save_pretrained(path)
+    extractor = tf.ClapFeatureExtractor(feature_size=64, truncation="rand_trunc")
+    tf.ClapProcessor(feature_extractor=extractor, tokenizer=tokenizer).save_pretrained(path)
+
+
 def _forecaster(cls: str, config_cls: str) -> Callable[[Any, Path], None]:
     def save(tf: Any, path: Path) -> None:
         config = getattr(tf, config_cls)(
@@ -322,6 +350,7 @@ _SAVERS: dict[str, Callable[[Any, Path], None]] = {
     "llava": _llava,
     "paligemma": _paligemma,
     "llava-next": _llava_next,
+    "clap": _clap,
     "time-series-transformer": _forecaster(
         "TimeSeriesTransformerForPrediction", "TimeSeriesTransformerConfig"
     ),
