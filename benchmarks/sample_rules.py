@@ -4,7 +4,8 @@ process, alternating, by three rules, so that only the rule differs.
 ``HF_HUB_OFFLINE=1 PYTHONPATH=src python3 benchmarks/sample_rules.py builtin:minilm --batch 1``
 
 - ``steady.py``: :func:`halfprec.bench.steady.steady_call_time`, the rule deploy and bench
-  time with (wait for quiet, untimed calls for 5 ms, then at least 20 ms of calls);
+  time with (wait for quiet, untimed calls for 5 ms, then at least 20 ms of calls), and
+  the same with 0.1 s blocks (``steady.py 0.1 s``: does the block's length matter?);
 - ``cold first call``: the same wait, then a call of 2 ms or more timed once, right after
   the switch from the other variant (shorter calls: 2 ms of them after one untimed call);
   the rule deploy used before, which under-claimed OpenVINO bf16 on MiniLM b1;
@@ -105,6 +106,7 @@ def main() -> None:
     fns = (functools.partial(call, model, batch), functools.partial(call, candidate, batch))
     rules: dict[str, Rule] = {
         "steady.py": steady.steady_call_time,
+        "steady.py 0.1 s": functools.partial(steady.steady_call_time, block_s=0.1),
         "cold first call": functools.partial(_cold_first_call, watch=watch),
         "long blocks": functools.partial(_long_block, watch=watch),
     }
