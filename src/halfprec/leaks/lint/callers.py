@@ -52,20 +52,32 @@ def _self_attr(func: ast.AST) -> str | None:
     return None
 
 
-def call_sites(program: Program, fn: Function) -> list[CallSite]:
-    """The calls of ``fn`` in its file (see the module docstring)."""
+# every function of a file (see _functions) with the calls it makes, in ast.walk order
+CallIndex = list[tuple[Function, str | None, ClassFacts, list[ast.Call]]]
+
+
+def call_index(program: Program) -> CallIndex:
+    """The calls each function of the file makes: one walk per file, shared by every
+    :func:`call_sites` question about it."""
+    return [
+        (fn, cls, facts, [n for n in ast.walk(fn) if isinstance(n, ast.Call)])
+        for fn, cls, facts in _functions(program)
+    ]
+
+
+def call_sites(program: Program, fn: Function, index: CallIndex | None = None) -> list[CallSite]:
+    """The calls of ``fn`` in its file (see the module docstring); ``index``: the file's
+    :func:`call_index`, when already built."""
     top = program.functions.get(fn.name) is fn
     owner = None if top else program.owner_of(fn)
     if not top and owner is None:
         return []  # a nested function: its calls are its enclosing function's business
     out: list[CallSite] = []
-    for caller, cls, facts in _functions(program):
+    for caller, cls, facts, calls in call_index(program) if index is None else index:
         if not top and fn.name != "forward" and cls != owner:
             continue
         holders = {x for x, c in facts.module_classes if c == owner}
-        for node in ast.walk(caller):
-            if not isinstance(node, ast.Call):
-                continue
+        for node in calls:
             func = node.func
             if top:
                 hit = isinstance(func, ast.Name) and func.id == fn.name

@@ -8,7 +8,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from halfprec.leaks.lint.callers import CallSite, call_sites
+from halfprec.leaks.lint.callers import CallIndex, CallSite, call_index, call_sites
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.scope import Function, Imports, Program
 
@@ -223,17 +223,25 @@ class Calls:
     :class:`~.scope.Program`, and the walked context of each callee (walked once)."""
 
     program: Program
-    walk: Callable[[Function, ClassFacts, bool], Context]
+    walk: Callable[[Function, ClassFacts, bool, Calls], Context]
     cache: dict[int, Context] = field(default_factory=dict)
     sites: dict[int, list[CallSite]] = field(default_factory=dict)
+    index: CallIndex | None = None  # the file's calls by function, built on first use
 
     def callers(self, fn: Function) -> list[CallSite]:
         """The calls of ``fn`` in the file (found once)."""
         if id(fn) not in self.sites:
-            self.sites[id(fn)] = call_sites(self.program, fn)
+            if self.index is None:
+                self.index = call_index(self.program)
+            self.sites[id(fn)] = call_sites(self.program, fn, self.index)
         return self.sites[id(fn)]
 
     def context(self, fn: Function, facts: ClassFacts, is_forward: bool) -> Context:
         if id(fn) not in self.cache:
-            self.cache[id(fn)] = self.walk(fn, facts, is_forward)
+            self.cache[id(fn)] = self.walk(fn, facts, is_forward, self)
         return self.cache[id(fn)]
+
+    def close(self) -> None:
+        """Drop the walked contexts: they refer back to this object, and the cycle would
+        keep the file's whole tree alive until the garbage collector's next full pass."""
+        self.cache.clear()

@@ -258,10 +258,9 @@ def calls_of(program: Program, imports: Imports, lines: list[str]) -> Calls:
     """The :class:`~.context.Calls` of one file: each callee is walked once, with no checks,
     so that :mod:`.fate` can follow a tensor through its parameter."""
 
-    def walk(fn: Function, facts: ClassFacts, is_forward: bool) -> Context:
+    def walk(fn: Function, facts: ClassFacts, is_forward: bool, calls: Calls) -> Context:
         return walk_function(
             fn, imports, lines, [], facts=facts, is_forward=is_forward, calls=calls
         )
 
-    calls = Calls(program, walk)
-    return calls
+    return Calls(program, walk)
