@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
+from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.scope import Function, Program
 
 
@@ -52,32 +54,48 @@ def _self_attr(func: ast.AST) -> str | None:
     return None
 
 
-# every function of a file (see _functions) with the calls it makes, in ast.walk order
-CallIndex = list[tuple[Function, str | None, ClassFacts, list[ast.Call]]]
+class CallIndex:
+    """The calls each function of one file makes, in walk order. A function is walked on
+    the first question that needs it, and not at all while its text (decorators to last
+    line) does not contain the called name: a call of ``name`` spells ``name`` there
+    (names are compared as written only in ASCII text, which NFKC leaves as it is)."""
 
+    def __init__(self, program: Program, lines: list[str] | None = None) -> None:
+        self.functions = list(_functions(program))
+        self.lines = lines
+        self._calls: dict[int, list[ast.Call]] = {}
+        self._texts: dict[int, str] = {}
 
-def call_index(program: Program) -> CallIndex:
-    """The calls each function of the file makes: one walk per file, shared by every
-    :func:`call_sites` question about it."""
-    return [
-        (fn, cls, facts, [n for n in ast.walk(fn) if isinstance(n, ast.Call)])
-        for fn, cls, facts in _functions(program)
-    ]
+    def calls_in(self, fn: Function, names: AbstractSet[str]) -> list[ast.Call]:
+        """The calls ``fn`` makes; ``[]`` when its text names none of ``names``."""
+        if self.lines is not None:
+            text = self._texts.get(id(fn))
+            if text is None:
+                first = min([fn.lineno, *(d.lineno for d in fn.decorator_list)])
+                text = self._texts[id(fn)] = "\n".join(self.lines[first - 1 : fn.end_lineno])
+            if text.isascii() and not any(name in text for name in names):
+                return []
+        calls = self._calls.get(id(fn))
+        if calls is None:
+            calls = self._calls[id(fn)] = [n for n in walk(fn) if isinstance(n, ast.Call)]
+        return calls
 
 
 def call_sites(program: Program, fn: Function, index: CallIndex | None = None) -> list[CallSite]:
     """The calls of ``fn`` in its file (see the module docstring); ``index``: the file's
-    :func:`call_index`, when already built."""
+    :class:`CallIndex`, shared between questions."""
     top = program.functions.get(fn.name) is fn
     owner = None if top else program.owner_of(fn)
     if not top and owner is None:
         return []  # a nested function: its calls are its enclosing function's business
+    index = index or CallIndex(program)
     out: list[CallSite] = []
-    for caller, cls, facts, calls in call_index(program) if index is None else index:
+    for caller, cls, facts in index.functions:
         if not top and fn.name != "forward" and cls != owner:
             continue
         holders = {x for x, c in facts.module_classes if c == owner}
-        for node in calls:
+        names = holders if not top and fn.name == "forward" else {fn.name}
+        for node in index.calls_in(caller, names) if names else ():
             func = node.func
             if top:
                 hit = isinstance(func, ast.Name) and func.id == fn.name

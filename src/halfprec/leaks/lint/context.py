@@ -8,8 +8,9 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from halfprec.leaks.lint.callers import CallIndex, CallSite, call_index, call_sites
+from halfprec.leaks.lint.callers import CallIndex, CallSite, call_sites
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
+from halfprec.leaks.lint.nodes import parent_map, walk
 from halfprec.leaks.lint.scope import Function, Imports, Program
 
 
@@ -128,11 +129,7 @@ class Context:
     def parents(self) -> dict[int, ast.AST]:
         """``id(node) -> parent`` over the walked function, built on first use."""
         if self._parents is None:
-            self._parents = {}
-            if self.function is not None:
-                for node in ast.walk(self.function):
-                    for child in ast.iter_child_nodes(node):
-                        self._parents[id(child)] = node
+            self._parents = {} if self.function is None else parent_map(self.function)
         return self._parents
 
     def statement_of(self, node: ast.AST) -> ast.AST:
@@ -157,7 +154,7 @@ class Context:
         if isinstance(node, ast.Name):
             bound = self.binding_before(node)
             return bound is not None and self.is_upcast(bound)
-        for sub in ast.walk(node):
+        for sub in walk(node):
             if not isinstance(sub, ast.Call) or not isinstance(sub.func, ast.Attribute):
                 continue
             if sub.func.attr in ("float", "double") and not sub.args:
@@ -186,7 +183,7 @@ class Context:
         """Every ``Name`` node of the walked function by name, in source order."""
         if self._names is None:
             self._names = {}
-            for node in ast.walk(self.function) if self.function is not None else ():
+            for node in walk(self.function) if self.function is not None else ():
                 if isinstance(node, ast.Name):
                     self._names.setdefault(node.id, []).append(node)
             for nodes in self._names.values():
@@ -226,13 +223,14 @@ class Calls:
     walk: Callable[[Function, ClassFacts, bool, Calls], Context]
     cache: dict[int, Context] = field(default_factory=dict)
     sites: dict[int, list[CallSite]] = field(default_factory=dict)
+    lines: list[str] | None = None  # the file's text: calls are looked for where it names them
     index: CallIndex | None = None  # the file's calls by function, built on first use
 
     def callers(self, fn: Function) -> list[CallSite]:
         """The calls of ``fn`` in the file (found once)."""
         if id(fn) not in self.sites:
             if self.index is None:
-                self.index = call_index(self.program)
+                self.index = CallIndex(self.program, self.lines)
             self.sites[id(fn)] = call_sites(self.program, fn, self.index)
         return self.sites[id(fn)]
 

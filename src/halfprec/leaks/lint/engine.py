@@ -43,7 +43,8 @@ _MAX_ROUNDS = 4
 _CHECKS: list[Check] = [check_factory, check_casts, check_constants]
 # forward paths start at a method named forward (scope.forward_paths); a file whose text
 # has no `def forward` has none, so it is not parsed (a `\` line continuation may split it)
-_DEFINES_FORWARD = re.compile(r"\bdef(?:\s|\\)+forward\b")
+_DEF_FORWARD = re.compile(r"def(?:\s|\\)+forward\b")  # `\bdef` is checked by hand: fast
+_WORD = re.compile(r"\w")
 _UPCAST_CALL = re.compile(r"\.(?:float|double)\(")
 _LONG_NUMBER = re.compile(r"\d(?:[eE][+-]?\d|\d{4})")  # \d[eE][+-]?\d or \d{5}
 _SKIP_DIRS = frozenset(
@@ -101,7 +102,7 @@ def lint_source(
 
 def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Finding]:
     config = config or LintConfig()
-    if not _DEFINES_FORWARD.search(source):
+    if not _defines_forward(source):
         return []  # no forward path can exist: skip parsing (most of a file's time)
     try:
         tree = ast.parse(source, filename=path)
@@ -147,6 +148,15 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
             )
     calls.close()  # the tree is then freed at once, not by a garbage-collector pass
     return sorted(findings, key=lambda f: (f.line, f.col, f.code))
+
+
+def _defines_forward(source: str) -> bool:
+    """Whether ``source`` has the text ``def forward`` (``\\bdef\\s+forward\\b``)."""
+    for match in _DEF_FORWARD.finditer(source):
+        at = match.start()
+        if at == 0 or not _WORD.match(source, at - 1):
+            return True
+    return False
 
 
 def _hot_lines(source: str, lines: list[str], torch_names: frozenset[str]) -> frozenset[int]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.scope import Function
 from halfprec.leaks.lint.values import value_of
 
@@ -509,7 +510,7 @@ def _bind(f: _Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
         if isinstance(target, ast.Attribute):
             f.fate.unknown = True  # self.cache = t: kept between calls
             continue
-        for sub in ast.walk(target):
+        for sub in walk(target):
             if isinstance(sub, ast.Name):
                 f.follow_name(sub.id, stmt)
     return "done"

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.context import Calls, Check, Context
 from halfprec.leaks.lint.fate import fate_of
+from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.scope import Function, Imports, Program
 from halfprec.leaks.lint.values import INDEX_NAME, floating_params, value_of
 
@@ -26,7 +27,7 @@ _SPLITS = frozenset({"chunk", "split", "unbind", "tensor_split"})
 
 
 def _target_names(target: ast.AST) -> Iterable[str]:
-    for node in ast.walk(target):
+    for node in walk(target):
         if isinstance(node, ast.Name):
             yield node.id
 
@@ -93,7 +94,7 @@ def _scan(nodes: Iterable[ast.AST], ctx: Context, checks: list[Check]) -> None:
         last = getattr(root, "end_lineno", None) or first
         if hot is not None and not any(n in hot for n in range(first, last + 1)):
             continue
-        for node in ast.walk(root):
+        for node in walk(root):
             if type(node) in _CHECKED:
                 for check in checks:
                     check(node, ctx)
@@ -263,4 +264,4 @@ def calls_of(program: Program, imports: Imports, lines: list[str]) -> Calls:
             fn, imports, lines, [], facts=facts, is_forward=is_forward, calls=calls
         )
 
-    return Calls(program, walk)
+    return Calls(program, walk, lines=lines)
