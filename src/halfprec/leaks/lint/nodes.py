@@ -8,8 +8,6 @@ import ast
 from collections import deque
 from collections.abc import Iterator
 
-__all__ = ["walk", "parent_map"]
-
 _AST = ast.AST
 
 
