@@ -8,7 +8,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from halfprec.leaks.lint.callers import CallIndex, CallSite, call_sites
+from halfprec.leaks.lint.callers import CallIndex, CallSite, call_sites, returns_of
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.nodes import parent_map, walk
 from halfprec.leaks.lint.scope import Function, Imports, Program
@@ -171,10 +171,13 @@ class Context:
         """The value last assigned to ``use``'s name before ``use`` (by position)."""
         where = (use.lineno, use.col_offset)
         value: ast.AST | None = None
+        here = self.statement_of(use)  # h = h * 2 reads the h bound before this statement
         for node in self._index().get(use.id, ()):
             if (node.lineno, node.col_offset) >= where:
                 break
             owner = self.statement_of(node)
+            if owner is here:
+                continue
             if isinstance(node.ctx, ast.Store) and isinstance(owner, (ast.Assign, ast.AnnAssign)):
                 value = owner.value if owner.value is not None else value
         return value
@@ -221,10 +224,18 @@ class Calls:
 
     program: Program
     walk: Callable[[Function, ClassFacts, bool, Calls], Context]
+    lines: list[str] = field(default_factory=list)
     cache: dict[int, Context] = field(default_factory=dict)
     sites: dict[int, list[CallSite]] = field(default_factory=dict)
-    lines: list[str] | None = None  # the file's text: calls are looked for where it names them
-    index: CallIndex | None = None  # the file's calls by function, built on first use
+    busy: set[int] = field(default_factory=set)  # functions whose callers are being read
+    index: CallIndex | None = None
+    returned: dict[int, list[ast.expr]] = field(default_factory=dict)
+
+    def returns(self, fn: Function) -> list[ast.expr]:
+        """The values ``fn`` returns (read once)."""
+        if id(fn) not in self.returned:
+            self.returned[id(fn)] = returns_of(fn)
+        return self.returned[id(fn)]
 
     def callers(self, fn: Function) -> list[CallSite]:
         """The calls of ``fn`` in the file (found once)."""
