@@ -21,28 +21,31 @@ Model libraries to lint (their wheels' source is enough; they need not import):
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from halfprec.timing import now
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 
-def child(root: str, jobs: int) -> None:
-    """One timed run in this interpreter: print files, wall, CPU and a hash of the findings."""
-    from halfprec.leaks.lint import LintConfig, lint_paths
-
-    wall, cpu = time.perf_counter(), time.process_time()
-    kwargs = {"jobs": jobs} if jobs != 1 else {}  # a baseline may predate --jobs
-    report = lint_paths([root], LintConfig(), **kwargs)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    digest = hashlib.sha256("\n".join(map(repr, report.findings)).encode()).hexdigest()
-    print(json.dumps({"files": len(report.files), "wall": wall, "cpu": cpu, "hash": digest}))
+# one timed run in a fresh interpreter that imports no torch (as `halfprec lint` runs):
+# argv is the folder and the jobs; it prints files, wall and CPU seconds, a findings hash
+CHILD = """
+import hashlib, json, sys, time
+from halfprec.leaks.lint import LintConfig, lint_paths
+root, jobs = sys.argv[1], int(sys.argv[2])
+kwargs = {"jobs": jobs} if jobs != 1 else {}  # a baseline may predate --jobs
+wall, cpu = time.perf_counter(), time.process_time()
+report = lint_paths([root], LintConfig(), **kwargs)
+wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+digest = hashlib.sha256("\\n".join(map(repr, report.findings)).encode()).hexdigest()
+print(json.dumps({"files": len(report.files), "wall": wall, "cpu": cpu, "hash": digest}))
+"""
 
 
 def _run(src: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
@@ -54,13 +57,13 @@ def _run(src: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
 
 def startup(src: Path) -> float:
     """Seconds from a fresh interpreter to ``halfprec lint --help`` printed."""
-    start = time.perf_counter()
+    start = now()
     _run(src, ["-m", "halfprec", "lint", "--help"])
-    return time.perf_counter() - start
+    return now() - start
 
 
 def throughput(src: Path, root: Path, jobs: int) -> dict[str, float | str]:
-    out = _run(src, [__file__, "--child", str(root), "--jobs", str(jobs)])
+    out = _run(src, ["-c", CHILD, str(root), str(jobs)])
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -76,11 +79,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--baseline", type=Path, help="another checkout's src to compare with")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        child(args.child, args.jobs)
-        return
     sides = {"this": SRC, **({"baseline": args.baseline} if args.baseline else {})}
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {load()}")
     ups: dict[str, list[float]] = {side: [] for side in sides}
