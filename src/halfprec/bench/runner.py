@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from halfprec.batch import Batch, as_batches, batch_size_of, call, resize_batch
-from halfprec.bench.compile_gate import CompileGate, Twin
+from halfprec.bench.compile_gate import CompileGate, Twin, gemm_share
 from halfprec.bench.half_speed import HalfSpeed
 from halfprec.bench.interleave import CallTimer, Pairs, Prepared
 from halfprec.bench.limit import Gemm, GemmLimit, Timer
@@ -403,7 +403,19 @@ class Benchmark:
         if not variant.compiled or eager not in self.variants:
             return []
         j = self.variants.index(eager)
-        return [Twin(self.rows.get((size.index, j)), size.pairs.standings) for size in at]
+        return [
+            Twin(
+                self.rows.get((size.index, j)),
+                size.pairs.standings,
+                self._gemm_share(size) if eager == _FP32 else None,
+            )
+            for size in at
+        ]
+
+    def _gemm_share(self, size: _Size) -> float | None:
+        """Eager fp32's share of a call in its matrix products at ``size`` (the limits'
+        fp32 seconds over fp32's slowest timed round so far)."""
+        return gemm_share([lim.fp32_s for lim in size.limits.values()], size.pairs.rounds)
 
     def _prepare(
         self,
