@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.atomic import ensure_folder
+from halfprec.atomic import made_folders, resolve_target
 from halfprec.batch import Batch
 from halfprec.errors import HalfprecError, require
 from halfprec.export.hf import without_cache
@@ -112,9 +112,12 @@ def build(model: nn.Module, batch: Batch, dtype: torch.dtype, threads: int) -> R
             raise ValueError(f"OpenVINO IR is saved as NAME.xml (+ NAME.bin), got {path.name!r}")
         # written whole in a folder beside ``path``, then moved in: the .bin first, so a
         # complete .xml never names a partial .bin
-        dest = ensure_folder(path)
+        dest = resolve_target(path)
         graph.set_rt_info(precision, list(PRECISION_KEY))  # what was checked, not asked
-        with tempfile.TemporaryDirectory(prefix=".halfprec-ov-", dir=dest.parent) as tmp:
+        with (
+            made_folders(dest.parent, path),
+            tempfile.TemporaryDirectory(prefix=".halfprec-ov-", dir=dest.parent) as tmp,
+        ):
             staged = Path(tmp) / dest.name
             ov.save_model(graph, str(staged), compress_to_fp16=False)  # the weights as converted
             os.replace(staged.with_suffix(".bin"), dest.with_suffix(".bin"))
