@@ -192,7 +192,8 @@ def measure_in_subprocesses(
     if workers <= 1 or len(jobs) <= 1:
         return [measure_in_subprocess(spec, v, size, config) for v, size in jobs]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda job: measure_in_subprocess(spec, *job, config), jobs))
+        futures = [pool.submit(measure_in_subprocess, spec, v, size, config) for v, size in jobs]
+        return [f.result() for f in futures]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
