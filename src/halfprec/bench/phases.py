@@ -16,8 +16,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Phases", "cpu_seconds", "cpu_text"]
-
 _PROC = Path("/proc")
 
 
