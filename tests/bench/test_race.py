@@ -190,6 +190,20 @@ def test_fp32_stops_when_no_other_variant_is_timed() -> None:
     assert alone.calls == {"fp32": 3}
 
 
+def test_a_leading_runtime_target_runs_the_claim_rounds() -> None:
+    """deploy may pick a runtime target over the torch variants and claim its speedup: when
+    it leads, it runs claim_rounds though it is no choosable way (it stopped after 2)."""
+    pytest.importorskip("openvino")
+    clock = Scripted(
+        {"fp32": lambda n: 1.0, "halfprec-bf16": lambda n: 0.9, "openvino-fp32": lambda n: 0.3}
+    )
+    result = benchmark(
+        Tiny(), X, variants=["halfprec-bf16", "openvino-fp32"], bench=TEN, timer=clock
+    )
+    assert clock.calls["openvino-fp32"] == 5
+    assert result.get("openvino-fp32").accurate
+
+
 def test_a_burst_on_one_reading_does_not_drop_the_faster_variant() -> None:
     # halfprec-bf16 is 2x faster, but its first timed call was hit by load (50x): a rule that
     # trusted one reading would drop it; the race keeps timing it and it wins

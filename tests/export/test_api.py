@@ -10,7 +10,14 @@ import torch
 import halfprec
 from halfprec.export import ExportError, format_for_path, load_artifact
 from halfprec.export.config import ExportConfig
-from support.export_models import DataDependent, FixedBatch, MixedOutputs, example_inputs, tiny
+from support.export_models import (
+    DataDependent,
+    FixedBatch,
+    MixedOutputs,
+    UnbindsImages,
+    example_inputs,
+    tiny,
+)
 
 
 def _files(folder: Path) -> list[str]:
@@ -82,6 +89,28 @@ def test_dynamic_shapes_that_fail_name_the_fix_and_leave_no_file(tmp_path: Path)
     assert _files(tmp_path) == []
     result = halfprec.export(model, batches, tmp_path / "f.pt2", "fp16", dynamic=False)
     assert result.passed and _files(tmp_path) == ["f.pt2"]
+
+
+def test_a_dimension_the_model_fixes_is_exported_at_its_size_and_named(tmp_path: Path) -> None:
+    # a VLM unbinds its image batch: the text batch stays dynamic, the image count is fixed
+    batch = {"x": torch.randn(4, 8), "images": torch.randn(3, 8)}
+    result = halfprec.export(UnbindsImages().eval(), [batch], tmp_path / "u.pt2", "fp16")
+    assert result.passed and _files(tmp_path) == ["u.pt2"]
+    assert any("images dimension 0 is fixed at 3" in n for n in result.notes), result.notes
+    program = torch.export.load(tmp_path / "u.pt2").module()
+    assert program(x=torch.randn(6, 8), images=torch.randn(3, 8)).shape == (6, 8)
+    with pytest.raises(Exception, match=r"(?i)shape|size|expected"):
+        program(x=torch.randn(4, 8), images=torch.randn(5, 8))
+
+
+def test_a_fixed_dimension_that_differs_between_batches_is_refused(tmp_path: Path) -> None:
+    batches = [
+        {"x": torch.randn(4, 8), "images": torch.randn(3, 8)},
+        {"x": torch.randn(4, 8), "images": torch.randn(2, 8)},
+    ]
+    with pytest.raises(ExportError, match="does not export with dynamic shapes.*images"):
+        halfprec.export(UnbindsImages().eval(), batches, tmp_path / "u.pt2", "fp16")
+    assert _files(tmp_path) == []
 
 
 def test_data_dependent_control_flow_is_a_clear_error(tmp_path: Path) -> None:

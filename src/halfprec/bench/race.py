@@ -21,7 +21,8 @@ fastest call is slower than the other's slowest by ``early_margin`` (1.0: twice 
 is settled already. Where one call takes seconds (BERT-base on a CPU) that saves a round
 of each variant that is far from the rest; close variants still run every round.
 
-The variant the choice would pick now (the eligible one fastest by its median) is not
+The variant the choice would pick now (the claimable one fastest by its median: eligible, or
+a runtime target deploy may pick over them) is not
 stopped before ``claim_rounds`` (5) rounds, whatever its margin: its speedup is what deploy
 and bench claim, and the spread claimed with it (the interquartile range of its per-round
 ratios) says little over 2 or 3 rounds.
@@ -83,12 +84,18 @@ class Race:
         margin = self.margin if rounds >= self.min_rounds else self.early_margin
         return min(mine) > (1 + margin) * max(theirs)
 
-    def settled(self, samples: Mapping[K, Sequence[float]], eligible: Collection[K]) -> set[K]:
+    def settled(
+        self,
+        samples: Mapping[K, Sequence[float]],
+        eligible: Collection[K],
+        claimable: Collection[K] | None = None,
+    ) -> set[K]:
         """The keys of ``samples`` whose timing can stop: beaten by an ``eligible`` key (one
-        the choice may pick), or apart from every other key, except the leading eligible key
-        before ``claim_rounds`` rounds (see the module docs)."""
+        the choice may pick), or apart from every other key, except the leading
+        ``claimable`` key (default: the eligible ones) before ``claim_rounds`` rounds (see
+        the module docs)."""
         done = set()
-        lead = self.leader(samples, eligible)
+        lead = self.leader(samples, eligible if claimable is None else claimable)
         for key, mine in samples.items():
             if key == lead and len(mine) < self.claim_rounds:
                 continue
@@ -101,8 +108,8 @@ class Race:
         return done
 
     @staticmethod
-    def leader(samples: Mapping[K, Sequence[float]], eligible: Collection[K]) -> K | None:
-        """The ``eligible`` key of ``samples`` with the lowest median: the one the choice
-        would pick now (None when no eligible key has a sample)."""
-        timed = [k for k in samples if k in eligible and samples[k]]
+    def leader(samples: Mapping[K, Sequence[float]], claimable: Collection[K]) -> K | None:
+        """The ``claimable`` key of ``samples`` with the lowest median: the one the choice
+        would pick now (None when no claimable key has a sample)."""
+        timed = [k for k in samples if k in claimable and samples[k]]
         return min(timed, key=lambda k: statistics.median(samples[k]), default=None)

@@ -93,6 +93,7 @@ def build(model: nn.Module, batch: Batch, dtype: torch.dtype, threads: int) -> R
             graph = ov.convert_model(flat, example_input=tuple(io.example))
         except Exception as exc:  # OpenVINO's own types; the reason is on a later line
             raise ConversionError(_reason(exc)) from None
+    name_ports(graph, io)
     config = {
         "INFERENCE_PRECISION_HINT": HINTS[dtype][0],
         "PERFORMANCE_HINT": "LATENCY",
@@ -126,6 +127,41 @@ def build(model: nn.Module, batch: Batch, dtype: torch.dtype, threads: int) -> R
 
     # convert_model shares the torch weights (share_weights=True): keep ``flat`` alive
     return RuntimeModule("openvino", precision, run, io, save, keep=(flat, graph, compiled))
+
+
+def name_ports(graph: Any, io: FlatIO) -> None:
+    """Give ``graph``'s inputs and outputs the model's names (``io.inputs``,
+    ``io.outputs``), in place, so that the graph is fed and read by name.
+
+    The converter names an input after the traced value (``attention_mask.1``) and an
+    output after the op that made it, or not at all. A name given to an output whose
+    tensor is an input's, or another output's, would be merged with theirs when the IR is
+    read back, so each such output first gets a tensor of its own (a Convert to its own
+    type, which changes no value)."""
+    ops = import_openvino().opset13
+    params, results = list(graph.get_parameters()), list(graph.get_results())
+    if (len(params), len(results)) != (len(io.inputs), len(io.outputs)):
+        raise ConversionError(
+            f"openvino.convert_model made a graph of {len(params)} inputs and "
+            f"{len(results)} outputs, the model has {len(io.inputs)} and {len(io.outputs)}; "
+            "run this model with torch"
+        )
+    for param, name in zip(params, io.inputs, strict=True):
+        param.output(0).get_tensor().set_names({name})
+    seen: set[Any] = set()  # the ports already read by an output (ov.Output hashes by port)
+    fresh = []
+    for result in results:
+        source = result.input_value(0)
+        if source.get_node().get_type_name() == "Parameter" or source in seen:
+            seen.add(source)
+            source = ops.convert(source, source.get_element_type()).output(0)
+        seen.add(source)
+        fresh.append(ops.result(source))  # a new Result: an old one keeps its source's names
+    for result in results:
+        graph.remove_result(result)
+    graph.add_results(fresh)
+    for port, name in zip(graph.outputs, io.outputs, strict=True):
+        port.get_tensor().set_names({name})
 
 
 def compile_ir(path: str | os.PathLike[str], core: Any = None, device: str = "CPU") -> Any:
