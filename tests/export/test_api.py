@@ -113,6 +113,21 @@ def test_a_fixed_dimension_that_differs_between_batches_is_refused(tmp_path: Pat
     assert _files(tmp_path) == []
 
 
+def test_a_known_upstream_export_limit_is_named_with_its_issue() -> None:
+    from halfprec.export.capture import explain_failure
+
+    frame = (
+        'File "/venv/lib/python3.11/site-packages/transformers/time_series_utils.py", '
+        "line 98, in distribution"
+    )
+    exc = RuntimeError(f"Could not guard on data-dependent expression u0\n  {frame}")
+    message = explain_failure("torch.export", exc)
+    assert "at transformers/time_series_utils.py:98" in message
+    assert "https://github.com/pytorch/pytorch/issues/135061" in message
+    other = RuntimeError(f"data-dependent u0\n  {frame.replace('time_series_utils', 'mine')}")
+    assert "issues/" not in explain_failure("torch.export", other)
+
+
 def test_data_dependent_control_flow_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"depends on tensor values at .*export_models.py"):
         halfprec.export(DataDependent().eval(), [torch.randn(4, 8)], tmp_path / "d.pt2")

@@ -100,6 +100,17 @@ _USER_LINE = re.compile(r'File "([^"]+)", line (\d+), in \w+|# File: (\S+?):(\d+
 _UNKNOWN_OUTPUT = re.compile(r"Found <class '([\w.]+)'> in output, which is not a known type")
 
 
+# model code whose export failure is a reported limit outside halfprec: (file, what and
+# where it is reported)
+_UPSTREAM = (
+    (
+        "transformers/time_series_utils.py",
+        "torch.distributions validates its arguments with a data-dependent check, which "
+        "non-strict torch.export cannot trace: https://github.com/pytorch/pytorch/issues/135061",
+    ),
+)
+
+
 def _locations(text: str) -> list[tuple[str, str]]:
     """(file, line) of every frame in ``text``, without code compiled from a string
     (``<string>``, ``<eval_with_key>``): no user can open those."""
@@ -180,10 +191,11 @@ def explain_failure(stage: str, exc: BaseException, *, can_be_static: bool = Tru
     if "data-dependent" in text.lower() or "GuardOnDataDependent" in text:
         location = _model_location(text)
         where = f" at {location}" if location else ""
+        known = next((why for place, why in _UPSTREAM if place in location), "")
         return (
-            f"{stage} cannot capture control flow that depends on tensor values{where}; "
-            "rewrite it with torch.where/torch.cond, or use --format torchscript (a trace "
-            "records the branch the example inputs take)"
+            f"{stage} cannot capture control flow that depends on tensor values{where}"
+            f"{f' ({known})' if known else ''}; rewrite it with torch.where/torch.cond, or "
+            "use --format torchscript (a trace records the branch the example inputs take)"
         )
     if "Tracer cannot infer type" in text:
         last = [ln.strip(" :") for ln in text.splitlines() if ln.strip()][-1]

@@ -205,3 +205,18 @@ def test_a_tensor_met_with_values_made_from_itself_meets_no_half() -> None:
                 return x[..., None, None] * self.table(grid).to(x.dtype)
         """
     assert _found(body) == []
+
+
+def test_a_large_constant_in_the_branch_a_float16_test_excludes_is_not_reported() -> None:
+    body = """\
+        class Pool(nn.Module):
+            def forward(self, x, p_mask):
+                if p_mask.dtype == torch.float16:
+                    x = x * (1 - p_mask) - 65500 * p_mask
+                else:
+                    x = x * (1 - p_mask) - 1e30 * p_mask
+                if p_mask.dtype != torch.float16:
+                    x = x - 1e30 * p_mask
+                return x - 1e30 * p_mask
+        """
+    assert _found(body) == [(9, "HP301")]
