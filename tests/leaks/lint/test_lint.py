@@ -270,6 +270,25 @@ def test_syntax_error_is_a_finding_not_a_crash() -> None:
     assert [(f.code, f.path) for f in found] == [("HP000", "bad.py")]
 
 
+def test_only_files_that_define_forward_are_parsed() -> None:
+    # nothing outside a forward path is linted, so a file with no `def forward` is not parsed
+    assert lint_source("x = (\n# forward\n", "helpers.py") == []
+    # a `\\` continuation between `def` and `forward` is still a definition
+    found = lint_source("def \\\n  forward(self:\n", "bad.py")
+    assert [f.code for f in found] == ["HP000"]
+
+
+def test_lf_and_crlf_files_give_the_same_findings() -> None:
+    lf = _LEAK.format(comment="").replace(
+        "return", "x = x.masked_fill(x > 0, -1e9)\n        return"
+    )
+    crlf = lf.replace("\n", "\r\n")  # split and searched line by line, not in one pass
+    assert [(f.line, f.col, f.code) for f in lint_source(lf, config=EVERY)] == [
+        (f.line, f.col, f.code) for f in lint_source(crlf, config=EVERY)
+    ]
+    assert lint_source(lf, config=EVERY)
+
+
 def test_fixing_needs_no_libcst(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "libcst", None)  # import libcst now fails
     assert "a = x.new_zeros(3)" in fix_source(_LEAK.format(comment=""), UNSAFE)
