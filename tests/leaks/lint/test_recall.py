@@ -220,3 +220,110 @@ def test_a_large_constant_in_the_branch_a_float16_test_excludes_is_not_reported(
                 return x - 1e30 * p_mask
         """
     assert _found(body) == [(9, "HP301")]
+
+
+def test_a_tensor_kept_as_an_attribute_is_followed_into_the_reads_of_it() -> None:
+    body = """\
+        class Dropper(nn.Module):
+            def masks(self, x):
+                keep = torch.ones(self.count, x.shape[-1], device=x.device)
+                return nn.functional.dropout(keep, 0.1)
+
+            def forward(self, x):
+                if self.stale:
+                    self.keep = self.masks(x)
+                self.keep = self.keep.roll(1, dims=0)
+                return x * self.keep[: x.shape[0]]
+        """
+    assert _found(body) == [(3, "HP101")]
+
+
+def test_an_attribute_reset_in_a_helper_is_followed_into_its_reader() -> None:
+    body = """\
+        class Recurrent(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.proj = nn.Linear(width, width)
+                self.register_buffer("noise", torch.ones(16, width))
+
+            def resize(self, x):
+                if x.shape[0] != self.noise.shape[0]:
+                    self.noise = torch.ones(x.shape[0], x.shape[-1], device=x.device)
+
+            def forward(self, x):
+                self.resize(x)
+                return self.proj(x) * self.noise
+        """
+    assert _found(body) == [(9, "HP101")]
+
+
+def test_an_attribute_cast_where_it_is_read_is_not_reported() -> None:
+    body = """\
+        class Cached(nn.Module):
+            def forward(self, x):
+                if self.table is None:
+                    self.table = torch.linspace(0, 1, x.shape[-1], device=x.device)
+                return x * self.table.to(x.dtype)
+        """
+    assert _found(body) == []
+
+
+def test_a_mask_handed_to_each_block_of_a_module_list_is_followed() -> None:
+    body = """\
+        class Block(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.qk = nn.Linear(width, width)
+
+            def forward(self, x, bias):
+                scores = self.qk(x) @ x.transpose(-1, -2)
+                return (scores + bias).softmax(-1) @ x
+
+
+        class Stack(nn.Module):
+            def __init__(self, width, depth):
+                super().__init__()
+                self.blocks = nn.ModuleList([Block(width) for _ in range(depth)])
+
+            def forward(self, x):
+                n = x.shape[1]
+                bias = torch.zeros(n, n, device=x.device).masked_fill(
+                    torch.ones(n, n, device=x.device).triu(1).bool(), -1e4
+                )
+                for block in self.blocks:
+                    x = block(x, bias)
+                return x
+        """
+    assert _found(body) == [(18, "HP101")]
+
+
+def test_an_fp32_state_of_a_half_lstm_is_reported() -> None:
+    body = """\
+        class Segment(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.lstm = nn.LSTM(width, width, batch_first=True)
+
+            def forward(self, x, state=None):
+                if state is None:
+                    h = torch.zeros(1, x.shape[0], x.shape[-1]).to(x.device)
+                    state = (h, h)
+                out, state = self.lstm(x, state)
+                return out
+        """
+    assert _found(body) == [(8, "HP101")]
+
+
+def test_a_state_of_a_half_lstm_cast_to_its_input_is_not_reported() -> None:
+    body = """\
+        class Segment(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.gru = nn.GRU(width, width, batch_first=True)
+
+            def forward(self, x):
+                h = torch.zeros(1, x.shape[0], x.shape[-1], device=x.device)
+                out, _ = self.gru(x, hx=h.to(x.dtype))
+                return out
+        """
+    assert _found(body) == []

@@ -16,9 +16,12 @@ import ast
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.scope import Function, Program
+
+_Node = TypeVar("_Node", bound=ast.AST)
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class CallIndex:
             for fn, cls in _functions(program)
         ]
         self.found: dict[str, list[tuple[str | None, CallSite]]] = {}
+        self.read: dict[tuple[str, str], list[tuple[Function, ast.Attribute]]] = {}
         self.facts: dict[str | None, ClassFacts] = {None: NO_FACTS}
 
     def facts_of(self, cls: str | None) -> ClassFacts:
@@ -81,7 +85,7 @@ class CallIndex:
                 hits = {
                     caller.lineno + text.count("\n", 0, m.start()) for m in pattern.finditer(text)
                 }
-                for node in _nodes_on(caller, hits):
+                for node in _nodes_on(caller, hits, ast.Call):
                     func = node.func
                     called = func.id if isinstance(func, ast.Name) else _self_attr(func)
                     if called == name:
@@ -91,8 +95,29 @@ class CallIndex:
         return self.found[name]
 
 
-def _nodes_on(fn: Function, lines: set[int]) -> Iterator[ast.Call]:
-    """The calls of ``fn`` that span one of ``lines`` (other subtrees are not walked)."""
+    def reads(self, owner: str, attr: str) -> list[tuple[Function, ast.Attribute]]:
+        """Every read of ``self.<attr>`` in the methods of the class ``owner``, with the
+        method that reads it; only the methods whose text holds the name are walked."""
+        key = (owner, attr)
+        if key not in self.read:
+            pattern = re.compile(rf"self\.{re.escape(attr)}\b")
+            out: list[tuple[Function, ast.Attribute]] = []
+            for fn, cls, text in self.functions:
+                if cls != owner or attr not in text:
+                    continue
+                hits = {fn.lineno + text.count("\n", 0, m.start()) for m in pattern.finditer(text)}
+                for node in _nodes_on(fn, hits, ast.Attribute):
+                    value = node.value
+                    if node.attr == attr and isinstance(node.ctx, ast.Load):
+                        if isinstance(value, ast.Name) and value.id == "self":
+                            out.append((fn, node))
+            self.read[key] = out
+        return self.read[key]
+
+
+def _nodes_on(fn: Function, lines: set[int], kind: type[_Node]) -> Iterator[_Node]:
+    """The nodes of ``kind`` in ``fn`` that span one of ``lines`` (other subtrees are not
+    walked)."""
     if not lines:
         return
     stack: list[ast.AST] = list(fn.body)
@@ -103,7 +128,7 @@ def _nodes_on(fn: Function, lines: set[int]) -> Iterator[ast.Call]:
             last = getattr(node, "end_lineno", None) or first
             if not any(first <= line <= last for line in lines):
                 continue
-        if isinstance(node, ast.Call):
+        if isinstance(node, kind):
             yield node
         stack += ast.iter_child_nodes(node)
 

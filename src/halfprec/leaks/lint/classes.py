@@ -42,7 +42,8 @@ class ClassFacts:
     tensors: frozenset[str] = frozenset()
     passthrough: frozenset[str] = frozenset()
     attributes: frozenset[str] = frozenset()
-    module_classes: tuple[tuple[str, str], ...] = ()  # self.X = Name(...): (X, Name)
+    # self.X = Name(...) or nn.ModuleList([Name(...) ...]): (X, Name)
+    module_classes: tuple[tuple[str, str], ...] = ()
     layers: tuple[tuple[str, str], ...] = ()  # self.X = nn.Name(...) or Name(...): (X, Name)
 
 
@@ -171,12 +172,27 @@ def _scan_function(
             attributes.add(attr)
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
                 classes[attr] = value.func.id
+            elif isinstance(value, ast.Call) and _last_name(value.func) == "ModuleList":
+                element = _element_class(value)
+                if element is not None:
+                    classes[attr] = element  # self.blocks[i](...): a Block's forward
             if isinstance(value, ast.Call):
                 layers[attr] = _last_name(value.func)
             if floating_init(value, frozenset(local)):
                 tensors.add(attr)
             elif _is_passthrough(value):
                 passthrough.add(attr)
+
+
+def _element_class(modules: ast.Call) -> str | None:
+    """``nn.ModuleList([Block(...) for _ in range(n)])``: the one class its items are made
+    from, called by name (None when there are several or none)."""
+    names = {
+        n.func.id
+        for n in ast.walk(modules)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id[:1].isupper()
+    }
+    return names.pop() if len(names) == 1 else None
 
 
 def _registered(call: ast.Call, local: frozenset[str]) -> str | None:

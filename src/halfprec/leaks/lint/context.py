@@ -47,7 +47,8 @@ class Context:
     ``floating`` maps each name that holds a floating tensor to whether that is proved
     (True) or guessed from a name or a ``torch.Tensor`` annotation (False), in binding
     order. ``optional`` holds inputs that default to None: floating once tested not None.
-    ``modules`` are local names bound to submodules (``for layer in self.layers``), and
+    ``modules`` maps local names bound to submodules (``for layer in self.layers``) to the
+    attribute they come from, and
     ``outputs`` names bound to a submodule's whole result, which may be a tuple.
     """
 
@@ -56,7 +57,7 @@ class Context:
     facts: ClassFacts = NO_FACTS
     floating: dict[str, bool] = field(default_factory=dict)
     optional: dict[str, bool] = field(default_factory=dict)
-    modules: set[str] = field(default_factory=set)
+    modules: dict[str, str] = field(default_factory=dict)
     outputs: set[str] = field(default_factory=set)
     containers: frozenset[str] = frozenset()
     found: list[tuple[ast.AST, str, str, object]] = field(default_factory=list)
@@ -244,6 +245,20 @@ class Calls:
                 self.index = CallIndex(self.program, self.lines)
             self.sites[id(fn)] = call_sites(self.program, fn, self.index)
         return self.sites[id(fn)]
+
+    def reads(self, fn: Function, attr: str) -> list[tuple[Context, ast.Attribute]]:
+        """Every read of ``self.<attr>`` in the methods of ``fn``'s class, each in its
+        method's walked context (none when ``fn`` is no method of a class of the file)."""
+        owner = self.program.owner_of(fn)
+        if owner is None:
+            return []
+        if self.index is None:
+            self.index = CallIndex(self.program, self.lines)
+        facts = self.index.facts_of(owner)
+        return [
+            (self.context(reader, facts, reader.name == "forward"), node)
+            for reader, node in self.index.reads(owner, attr)
+        ]
 
     def context(self, fn: Function, facts: ClassFacts, is_forward: bool) -> Context:
         if id(fn) not in self.cache:

@@ -106,6 +106,7 @@ class _Follow:
         self.opaque = False  # the result of a callee the lint cannot see: only a cast ends it
         self.thunk = False  # the body of a lambda: calling it hands the value on
         self.names: set[str] = set()  # the names followed in this function
+        self.attrs: set[str] = set()  # the attributes followed (self.mask = t)
         self.fate = Fate()
         self.seen: set[tuple[str, int]] = set()
         self.hops = 0
@@ -130,8 +131,16 @@ class _Follow:
     def derived(self, node: ast.AST) -> bool:
         """Whether ``node`` reads a name this walk follows here: the tensor met with a value
         made from itself (``torch.stack([out.cos(), -out.sin()])``) meets no half tensor."""
-        return bool(self.names) and any(
-            isinstance(n, ast.Name) and n.id in self.names for n in walk(node)
+        if not self.names and not self.attrs:
+            return False
+        return any(
+            isinstance(n, ast.Name)
+            and n.id in self.names
+            or isinstance(n, ast.Attribute)
+            and n.attr in self.attrs
+            and isinstance(n.value, ast.Name)
+            and n.value.id == "self"
+            for n in walk(node)
         )
 
     def climb(self, node: ast.AST) -> None:
@@ -339,7 +348,9 @@ def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
     if last in _PASSES and first and (isinstance(func, ast.Name) or owner == "einops"):
         return "up"  # einops.rearrange(t, "b n -> n b"): the same values, rearranged
     if _is_submodule(f, func):
-        return _submodule(f, func) if first else "unknown"
+        if first:
+            return _submodule(f, func)
+        return "leak" if _hidden_state(f, func, node, call) else "unknown"
     torch_call = owner in f.ctx.imports.torch or owner in f.ctx.imports.functional
     torch_call = torch_call or owner.endswith(("nn.functional", "torch.linalg", "torch.fft"))
     if torch_call or isinstance(func, ast.Attribute) and last in _KEEPS:
@@ -361,6 +372,20 @@ _WEIGHTLESS = words(
     "AvgPool2d AvgPool3d MaxPool1d MaxPool2d MaxPool3d AdaptiveAvgPool1d AdaptiveAvgPool2d "
     "AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d AdaptiveMaxPool3d"
 )
+
+
+def _hidden_state(f: _Follow, func: ast.AST, node: ast.AST, call: ast.Call) -> bool:
+    """``self.lstm(x, (h, c))`` or ``hx=h``: the state of a recurrent layer, whose half
+    weights need it in their dtype (an fp32 state is a dtype mismatch)."""
+    attr = func.value if isinstance(func, ast.Subscript) else func
+    name = attr.attr if isinstance(attr, ast.Attribute) else ""
+    if dict(f.ctx.facts.layers).get(name, "") not in _RECURRENT:
+        return False
+    second = len(call.args) > 1 and call.args[1] is node
+    return second or any(k.arg == "hx" and k.value is node for k in call.keywords)
+
+
+_RECURRENT = words("LSTM GRU RNN")
 
 
 def _submodule(f: _Follow, func: ast.AST) -> str:
@@ -392,6 +417,9 @@ def _callee(f: _Follow, call: ast.Call) -> tuple[Function, ClassFacts, bool, boo
     program, func = calls.program, call.func
     if isinstance(func, ast.Name) and func.id in program.functions:
         return program.functions[func.id], NO_FACTS, False, False
+    held = _held(f, func)
+    if held is not None:
+        return held
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
         return None
     if func.value.id != "self":
@@ -403,6 +431,25 @@ def _callee(f: _Follow, call: ast.Call) -> tuple[Function, ClassFacts, bool, boo
         return info[0][func.attr], info[1], False, True
     cls = dict(f.ctx.facts.module_classes).get(func.attr)
     sub = program.methods_of(cls) if cls else None
+    if sub is not None and "forward" in sub[0]:
+        return sub[0]["forward"], sub[1], True, True
+    return None
+
+
+def _held(f: _Follow, func: ast.AST) -> tuple[Function, ClassFacts, bool, bool] | None:
+    """``self.blocks[i](...)`` or ``block(...)`` in ``for block in self.blocks``, where
+    ``self.blocks`` holds modules of one class of this file: that class's ``forward``."""
+    calls = f.ctx.calls
+    assert calls is not None  # _callee checked
+    attr = ""
+    if isinstance(func, ast.Name):
+        attr = f.ctx.modules.get(func.id, "")
+    elif isinstance(func, ast.Subscript) and isinstance(func.value, ast.Attribute):
+        holder = func.value
+        if isinstance(holder.value, ast.Name) and holder.value.id == "self":
+            attr = holder.attr
+    cls = dict(f.ctx.facts.module_classes).get(attr) if attr else None
+    sub = calls.program.methods_of(cls) if cls else None
     if sub is not None and "forward" in sub[0]:
         return sub[0]["forward"], sub[1], True, True
     return None
@@ -465,6 +512,36 @@ def _to_callers(f: _Follow) -> bool:
         outer.climb(site.call)
         f.hops = outer.hops
     return bool(sites)
+
+
+def _to_readers(f: _Follow, target: ast.Attribute) -> bool:
+    """``self.mask = t``: kept between calls, so follow ``t`` on at every read of
+    ``self.mask`` in the methods of this class. False when the lint cannot see them (another
+    object's attribute, a function of no class, calls too deep)."""
+    calls, fn = f.ctx.calls, f.ctx.function
+    if calls is None or f.depth >= _MAX_DEPTH:
+        return False
+    if not isinstance(target.value, ast.Name) or target.value.id != "self":
+        return False
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    owner = calls.program.owner_of(fn)
+    if owner is None:
+        return False
+    key = (f"self.{owner}.{target.attr}", 0)
+    if key in f.seen:
+        return True  # self.mask = self.mask[perm]: its reads are being followed
+    f.seen.add(key)
+    reads = calls.reads(fn, target.attr)
+    for ctx, node in reads:
+        if f.fate.leaks:
+            break
+        reader = _Follow(ctx, f.upcast, False)
+        reader.fate, reader.seen, reader.hops, reader.depth = f.fate, f.seen, f.hops, f.depth + 1
+        reader.scalar, reader.opaque, reader.attrs = f.scalar, f.opaque, {target.attr}
+        reader.climb(node)
+        f.hops = reader.hops
+    return bool(reads)
 
 
 def _is_submodule(f: _Follow, func: ast.AST) -> bool:
@@ -531,7 +608,8 @@ def _bind(f: _Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
                 f.follow_name(target.value.id, stmt)
             continue
         if isinstance(target, ast.Attribute):
-            f.fate.unknown = True  # self.cache = t: kept between calls
+            if not _to_readers(f, target):
+                f.fate.unknown = True  # kept where the lint cannot see it read
             continue
         for sub in walk(target):
             if isinstance(sub, ast.Name):

@@ -160,7 +160,8 @@ def _walk_compound(stmt: ast.stmt, ctx: Context, checks: list[Check]) -> None:
         if isinstance(stmt, (ast.For, ast.AsyncFor)):
             _bind([stmt.target], None, ctx)
             if _over_self(stmt) and isinstance(stmt.target, ast.Name):
-                ctx.modules.add(stmt.target.id)  # for layer in self.layers
+                assert isinstance(stmt.iter, ast.Attribute)  # _over_self: self.<attr>
+                ctx.modules[stmt.target.id] = stmt.iter.attr  # for layer in self.layers
         if isinstance(stmt, (ast.With, ast.AsyncWith)):
             _bind([i.optional_vars for i in stmt.items if i.optional_vars], None, ctx)
         _walk_block(block, ctx, checks)

@@ -232,7 +232,7 @@ def _helper_value(call: ast.Call, ctx: Context) -> bool | None:
             bound[param.arg] = value
     if not bound:
         return None
-    inner = replace(ctx, floating=bound, outputs=set(), modules=set(), calls=None, _at={})
+    inner = replace(ctx, floating=bound, outputs=set(), modules={}, calls=None, _at={})
     return _join([value_of(r, inner) for r in calls.returns(fn)])
 
 
