@@ -327,3 +327,34 @@ def test_a_state_of_a_half_lstm_cast_to_its_input_is_not_reported() -> None:
                 return out
         """
     assert _found(body) == []
+
+
+def test_a_binding_in_the_other_branch_of_an_if_does_not_end_the_path() -> None:
+    body = """\
+        class Shifted(nn.Module):
+            def forward(self, x, bias=None):
+                if bias is None:
+                    bias = torch.zeros(x.shape[-1], device=x.device)
+                else:
+                    bias = bias * 2
+                return x + bias
+        """
+    assert _found(body) == [(4, "HP101")]
+
+
+def test_a_state_made_in_one_branch_of_an_if_reaches_a_half_gru_as_hx() -> None:
+    body = """\
+        class Segment(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.gru = nn.GRU(width, width)
+
+            def forward(self, x, hx=None):
+                if hx is None:
+                    h = torch.zeros(1, x.shape[1], x.shape[-1]).to(x.device)
+                else:
+                    h = hx
+                out, h = self.gru(x, hx=h)
+                return out, h
+        """
+    assert _found(body) == [(8, "HP101")]

@@ -194,16 +194,36 @@ class Context:
                 nodes.sort(key=lambda n: (n.lineno, n.col_offset))
         return self._names
 
+    def _other_branches(self, stmt: ast.AST) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+        """The spans of the branches that never run in the same pass as ``stmt``: the
+        other branch of each ``if`` that holds it."""
+        spans: list[tuple[tuple[int, int], tuple[int, int]]] = []
+        parents, node = self.parents, stmt
+        while id(node) in parents:
+            parent = parents[id(node)]
+            if isinstance(parent, ast.If) and parent.orelse:
+                inside = any(s is node for s in parent.body)
+                other = parent.orelse if inside else parent.body
+                if inside or any(s is node for s in parent.orelse):
+                    first, last = other[0], other[-1]
+                    end = (last.end_lineno or last.lineno, last.end_col_offset or 0)
+                    spans.append(((first.lineno, first.col_offset), end))
+            node = parent
+        return spans
+
     def uses_after(self, name: str, stmt: ast.AST) -> list[ast.Name]:
         """The uses of ``name`` after the statement ``stmt``, up to and including the
         statement that binds it again (``h = h * 2`` still reads the old ``h``)."""
         start = (getattr(stmt, "end_lineno", 0) or 0, getattr(stmt, "end_col_offset", 0) or 0)
         stop: tuple[int, int] | None = None
         out: list[ast.Name] = []
+        apart = self._other_branches(stmt)
         for use in self._index().get(name, ()):
             where = (use.lineno, use.col_offset)
             if where <= start or (stop is not None and where > stop):
                 continue
+            if any(a <= where <= b for a, b in apart):
+                continue  # if ...: h = t / else: h = hc: the else neither reads nor rebinds t
             owner = self.statement_of(use)
             if isinstance(use.ctx, ast.Load) or isinstance(owner, ast.AugAssign):
                 out.append(use)

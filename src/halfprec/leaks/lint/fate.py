@@ -36,7 +36,7 @@ from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.scope import Function
 from halfprec.leaks.lint.values import value_of
 
-_MAX_HOPS = 8  # names followed from one tensor (a = t; b = a * 2; ...)
+_MAX_HOPS = 12  # names followed from one tensor (a = t; b = a * 2; ...)
 _FACTS = words("shape size device dtype ndim numel dim is_cuda nelement is_floating_point")
 _ELEMENT = words("item tolist numpy __len__ all any")
 _CASTS = words("half bfloat16 type_as")
@@ -404,7 +404,7 @@ def _submodule(f: _Follow, func: ast.AST) -> str:
     return "up"
 
 
-_MAX_DEPTH = 3  # calls followed into, one inside another
+_MAX_DEPTH = 4  # calls followed into, one inside another
 
 
 def _callee(f: _Follow, call: ast.Call) -> tuple[Function, ClassFacts, bool, bool] | None:
