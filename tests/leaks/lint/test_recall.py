@@ -332,11 +332,11 @@ def test_a_state_of_a_half_lstm_cast_to_its_input_is_not_reported() -> None:
 def test_a_binding_in_the_other_branch_of_an_if_does_not_end_the_path() -> None:
     body = """\
         class Shifted(nn.Module):
-            def forward(self, x, bias=None):
-                if bias is None:
+            def forward(self, x, scale=None):
+                if scale is None:
                     bias = torch.zeros(x.shape[-1], device=x.device)
                 else:
-                    bias = bias * 2
+                    bias = x.new_full((x.shape[-1],), scale)
                 return x + bias
         """
     assert _found(body) == [(4, "HP101")]
