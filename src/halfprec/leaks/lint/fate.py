@@ -133,14 +133,23 @@ class _Follow:
         made from itself (``torch.stack([out.cos(), -out.sin()])``) meets no half tensor."""
         if not self.names and not self.attrs:
             return False
-        return any(
-            isinstance(n, ast.Name)
-            and n.id in self.names
-            or isinstance(n, ast.Attribute)
+        for n in walk(node):
+            if self.reads_followed(n):
+                return True
+            bound = self.ctx.binding_before(n) if isinstance(n, ast.Name) else None
+            if bound is not None and any(self.reads_followed(m) for m in walk(bound)):
+                return True  # s = torch.sin(out) before the walk has reached s
+        return False
+
+    def reads_followed(self, n: ast.AST) -> bool:
+        """Whether ``n`` is a name or a ``self`` attribute this walk follows."""
+        if isinstance(n, ast.Name):
+            return n.id in self.names
+        return (
+            isinstance(n, ast.Attribute)
             and n.attr in self.attrs
             and isinstance(n.value, ast.Name)
             and n.value.id == "self"
-            for n in walk(node)
         )
 
     def climb(self, node: ast.AST) -> None:
@@ -174,11 +183,11 @@ class _Follow:
     def follow_name(self, name: str, bound_at: ast.AST) -> None:
         """Follow every later use of ``name``, bound by the statement ``bound_at``."""
         key = (name, id(bound_at))
+        self.names.add(name)  # made from the tensor, followed or not
         if key in self.seen or self.hops >= _MAX_HOPS:
             self.fate.unknown = self.fate.unknown or key not in self.seen
             return
         self.seen.add(key)
-        self.names.add(name)
         self.hops += 1
         for use in self.ctx.uses_after(name, bound_at):
             self.climb(use)
