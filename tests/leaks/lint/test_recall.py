@@ -358,3 +358,25 @@ def test_a_state_made_in_one_branch_of_an_if_reaches_a_half_gru_as_hx() -> None:
                 return out, h
         """
     assert _found(body) == [(8, "HP101")]
+
+
+FLAGGED = """\
+from tables import sincos
+
+
+def table(n, device, extra=False):
+    t = sincos(n, device)
+    if extra and n > 1:
+        t = torch.cat([torch.zeros(1, device=device), t])
+    return t
+
+
+class Embed(nn.Module):
+    def forward(self, x):
+        return x * table(x.shape[-1], x.device{args})
+"""
+
+
+def test_a_tensor_made_under_a_flag_a_caller_leaves_off_does_not_reach_it() -> None:
+    assert _found(FLAGGED.format(args="")) == []
+    assert _found(FLAGGED.format(args=", extra=True")) == [(7, "HP101")]

@@ -182,3 +182,27 @@ def returns_of(fn: Function) -> list[ast.expr]:
         ):
             stack += ast.iter_child_nodes(node)
     return out
+
+
+def flag_guards(fn: Function, node: ast.AST, parents: dict[int, ast.AST]) -> list[ast.arg]:
+    """The parameters of ``fn`` that are off by default (``False``, ``None``, ``0``) and
+    that an ``if`` around ``node`` tests (``if cls_token and n > 0:``): ``node`` runs only
+    at a call that passes them."""
+    a = fn.args
+    positional = [*a.posonlyargs, *a.args]
+    defaults = dict(zip(positional[len(positional) - len(a.defaults) :], a.defaults))
+    defaults.update((p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None)
+    off = {
+        p.arg: p
+        for p, d in defaults.items()
+        if isinstance(d, ast.Constant) and d.value in (False, None, 0)
+    }
+    out: list[ast.arg] = []
+    child, parent = node, parents.get(id(node))
+    while parent is not None and off:
+        if isinstance(parent, ast.If) and any(s is child for s in parent.body):
+            test = parent.test
+            tests = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+            out += [off[t.id] for t in tests if isinstance(t, ast.Name) and t.id in off]
+        child, parent = parent, parents.get(id(parent))
+    return out

@@ -12,12 +12,19 @@ bound to, until each path ends:
   (``t += 1``, ``t.index_add_(...)``), a comparison, a shape or an element read
   (``.item()``, ``.tolist()``, ``t.shape``);
 - *meets half*: arithmetic, ``torch.cat``/``matmul``... or an in-place op with a floating
-  tensor of the model's dtype, the first input of a submodule, the grid of
+  tensor of the model's dtype, the first input of a submodule, the state (``hx``, the
+  second input) of a recurrent layer (``nn.LSTM``/``GRU``/``RNN``), the grid of
   ``grid_sample`` on a half input, or ``return`` from ``forward``: the leak;
 - *into a call of this file* (a function, a method, the ``forward`` of a submodule whose
-  class is defined here): followed through the parameter that receives it, and back out
-  through ``return`` into the caller;
+  class is defined here, also through ``self.blocks[i](...)`` or a loop over a
+  ``ModuleList`` of one such class): followed through the parameter that receives it, and
+  back out through ``return`` into the caller;
+- *kept as an attribute* (``self.mask = t``): followed on at every read of ``self.mask`` in
+  the methods of its class;
 - *unknown*: passed to a function the lint cannot see into: not reported.
+
+A name bound in one branch of an ``if`` is not rebound by the other branch: the later uses
+after the ``if`` still read it.
 
 Values met are judged as :mod:`.values` judges them at the statement of the use. An
 explicit upcast (``g.float()``) is fp32 on purpose, so meeting one is not meeting half:
@@ -30,6 +37,7 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from halfprec.leaks.lint.callers import argument_for, flag_guards
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.nodes import walk
@@ -107,6 +115,7 @@ class _Follow:
         self.thunk = False  # the body of a lambda: calling it hands the value on
         self.names: set[str] = set()  # the names followed in this function
         self.attrs: set[str] = set()  # the attributes followed (self.mask = t)
+        self.guards: list[ast.arg] = []  # flags off by default that the tensor is made under
         self.fate = Fate()
         self.seen: set[tuple[str, int]] = set()
         self.hops = 0
@@ -199,6 +208,8 @@ def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:
     """Where the fp32 tensor made at ``node`` goes (see the module docstring); ``upcast``:
     it was made by an explicit upcast (HP2), not a factory (HP101)."""
     follow = _Follow(ctx, upcast, _vector(node))
+    if isinstance(ctx.function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        follow.guards = flag_guards(ctx.function, node, ctx.parents)
     follow.climb(node)
     return follow.fate
 
@@ -510,10 +521,13 @@ def _to_callers(f: _Follow) -> bool:
     if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
     sites = calls.callers(fn)
+    method = bool(f.guards) and calls.program.owner_of(fn) is not None
     for site in sites:
         key = ("<call>", id(site.call))
         if key in f.seen or f.fate.leaks:
             continue
+        if any(argument_for(fn, site.call, g, method) is None for g in f.guards):
+            continue  # made only under a flag this call leaves off
         f.seen.add(key)
         outer = _Follow(calls.context(site.caller, site.facts, site.is_forward), f.upcast, False)
         outer.fate, outer.seen, outer.hops, outer.depth = f.fate, f.seen, f.hops, f.depth + 1
