@@ -86,7 +86,8 @@ def _export(loaded: LoadedModel, fmt: str, folder: Path) -> str:
         failed = next(r for r in (result, *result.companions) if not r.passed)
         return f"check FAIL: {(failed.comparison.problems or [failed.comparison.reason])[0]}"
     if not cached:
-        return f"ok (no cache; {result.comparison.reason.split(',')[0]})"
+        fixed = [n.split(":")[0] for n in result.notes if " is fixed at " in n]
+        return f"ok (no cache; {'; '.join([result.comparison.reason.split(',')[0], *fixed])})"
     if seq2seq:
         (encoder,) = result.companions
         inputs = {k: v for k, v in loaded.example_inputs[0].items() if k != "decoder_input_ids"}
@@ -123,7 +124,7 @@ def _outdir(loaded: LoadedModel, source: Path, folder: Path, build: Any) -> str:
     )
     verdict, kept = done.check, done.transformers_keeps_fp32
     if verdict is None or not verdict.passed or not same:
-        why = "halfprec.load differs" if same else (verdict.reason if verdict else done.unchecked)
+        why = (verdict.reason if verdict else done.unchecked) if same else "halfprec.load differs"
         return clip(f"FAIL: {why}", 200)
     return f"ok (transformers keeps {sum(kept.values())}/{len(kept)} islands fp32)"
 

@@ -12,6 +12,8 @@
    benchmarks/lint_transformers.py).
    A later run keeps the earlier sample's non-findings that are still non-findings and
    tops it up with seeded draws, so a rule change asks only for the new sites' verdicts.
+   Every HP3 finding (at most 50) is drawn too: its verdict is ``leak`` when the constant
+   does end up out of range in a half tensor (it overflows or raises), else ``no leak``.
 3. Reads the verdicts from benchmarks/data/lint_corpus/LIB.json (``leak`` or ``no leak`` and
    a one-line reason per item, filled in by hand; a new sample is written with empty verdicts)
    and prints precision and recall with 95% Wilson intervals. A *leak*: in the model
@@ -86,7 +88,13 @@ def _line(root: Path, site: Site) -> str:
 
 
 def sample(
-    lib: str, root: Path, found: set[Site], plain: set[Site], seed: int, size: int
+    lib: str,
+    root: Path,
+    found: set[Site],
+    plain: set[Site],
+    seed: int,
+    size: int,
+    hp3: dict[Site, str] | None = None,
 ) -> dict[str, Any]:
     path = DATA / f"{lib}.json"
     old = json.loads(path.read_text()) if path.exists() else {}
@@ -102,18 +110,22 @@ def sample(
     ]
     kept = [site for site in kept if site in left][:size]
     rest = sorted(left - set(kept))
+    hp3 = hp3 or {}
     picked = {
         "finding": rng.sample(sorted(found), min(MAX_FINDINGS, len(found))),
         "non-finding": kept + rng.sample(rest, min(size - len(kept), len(rest))),
+        "HP3 finding": rng.sample(sorted(hp3), min(MAX_FINDINGS, len(hp3))),
     }
     verdicts = {(i["path"], i["line"], i["col"]): i for i in old.get("items", [])}
     items = []
     for kind, sites in picked.items():
         for site in sorted(sites):
             was = verdicts.get(site, {})
+            rule = {"rule": hp3[site]} if kind == "HP3 finding" else {}
             items.append(
                 {
                     "kind": kind,
+                    **rule,
                     "path": site[0],
                     "line": site[1],
                     "col": site[2],
@@ -151,6 +163,11 @@ def measure(data: dict[str, Any]) -> None:
         print(f"HP101 precision: {tp}/{len(flagged)} = {share:.0%} (95% Wilson {lo:.0%}-{hi:.0%})")
     else:
         print("HP101 precision: no findings")
+    checked = [i for i in items if i["kind"] == "HP3 finding"]
+    if checked:
+        right = sum(i["verdict"] == "leak" for i in checked)
+        lo, hi = wilson(right, len(checked))
+        print(f"HP3 precision: {right}/{len(checked)} (95% Wilson {lo:.0%}-{hi:.0%})")
     found_leaks = tp / len(flagged) * data["findings"] if flagged else 0.0
     every = len(left) == data["non_findings"]  # the sample is every non-finding: exact
     m_lo, m_hi = (missed / len(left),) * 2 if every and left else wilson(missed, len(left))
@@ -210,8 +227,13 @@ def main() -> None:
     plain: set[Site] = set()
     for r in report.files:
         plain |= plain_sites(root, Path(r.path))
+    hp3 = {
+        (str(Path(f.path).relative_to(root)), f.line, f.col): f.code
+        for f in report.findings
+        if f.code.startswith("HP3")
+    }
     print(f"factory calls without dtype on forward paths: {len(plain)}; HP101: {len(found)}")
-    measure(sample(args.lib, root, found, plain, args.seed, args.sample))
+    measure(sample(args.lib, root, found, plain, args.seed, args.sample, hp3))
     if args.fix:
         fix_all(root, [Path(r.path) for r in report.files])
 

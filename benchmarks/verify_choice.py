@@ -4,11 +4,20 @@
 runs ``halfprec.deploy(model, batch)`` and prints its choice and claimed ratio (median and
 interquartile range of its rounds). Then, apart from deploy, it times the caller's fp32
 model and the chosen module in alternating blocks (fp32 then the choice, then the choice
-then fp32, ...): each block is its own steady phase, after a pause that lets every thread
-of the process go idle, with a few untimed calls first, then back-to-back calls for
-``--block-s`` seconds; a block's sample is its mean time per call. It prints both medians
-with their interquartile ranges, the ratio of each pair of blocks (median and IQR), and
-whether the two ratios agree: their interquartile ranges overlap.
+then fp32, ...): each block is its own steady phase, as in a user's loop, after a pause
+that lets every thread of the process go idle: untimed calls for ``--warm-s`` seconds (at
+least 3: the first calls after a switch are cold), then back-to-back calls for
+``--block-s`` seconds (at least 2); a block's sample is its mean time per call. It prints
+both medians with their interquartile ranges, the ratio of each pair of blocks (median and
+IQR), whether the two ratios agree (their interquartile ranges overlap), and the load
+average before and after.
+
+It shares no timing code with deploy (no settle, no runner, no race), only the clock
+(:class:`halfprec.timing.Stopwatch`, the wall clock with the device synchronised), and its
+own rule differs from deploy's: a fixed pause instead of a wait for quiet, 15 times
+longer blocks, at least 3 untimed calls, both orders of each pair. When one call takes T
+seconds, more than ``--block-s``, the timing takes ``pairs * 2 * 5 * T`` (120 calls
+at the default 12 pairs: 60 calls of each), after deploy.
 
 MODEL: ``mlp`` (docs/bench.md's example, Linear(64,256)-GELU-Linear(256,64)), or any MODEL
 of the command line (``builtin:minilm``, ``builtin:bert-base``, ``file.py:factory``, a
@@ -22,6 +31,8 @@ import math
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -44,14 +55,26 @@ def _model(spec: str) -> tuple[torch.nn.Module, Batch]:
     return loaded.model.eval(), loaded.example_inputs[0]
 
 
-def _block(fn: Callable[[], Any], block_s: float, pause_s: float) -> float:
+@dataclass(frozen=True)
+class Blocks:
+    """How one block is timed: the idle pause before it, the untimed calls' least seconds
+    (at least 3 calls), the timed calls' least seconds (at least 2 calls)."""
+
+    pause_s: float = 0.1
+    warm_s: float = 0.05
+    block_s: float = 0.3
+
+
+def _block(fn: Callable[[], Any], how: Blocks) -> float:
     """Seconds per call over one steady block of back-to-back calls."""
-    time.sleep(pause_s)  # every thread of the process goes idle (and the other's spinning ends)
-    for _ in range(3):
-        fn()
-    with Stopwatch() as one:
-        fn()
-    calls = max(3, math.ceil(block_s / max(one.seconds or 0.0, 1e-9)))
+    time.sleep(how.pause_s)  # every thread of the process goes idle (the other's spinning ends)
+    warm, last, calls = 0.0, 0.0, 0
+    while calls < 3 or warm < how.warm_s:
+        with Stopwatch() as one:
+            fn()
+        last = one.seconds or 0.0
+        warm, calls = warm + last, calls + 1
+    calls = max(2, math.ceil(how.block_s / max(last, 1e-9)))
     with Stopwatch() as block:
         for _ in range(calls):
             fn()
@@ -64,19 +87,26 @@ def _quartiles(values: list[float]) -> tuple[float, float, float]:
 
 
 def _time_apart(
-    fp32: Callable[[], Any], choice: Callable[[], Any], pairs: int, block_s: float, pause_s: float
+    fp32: Callable[[], Any], choice: Callable[[], Any], pairs: int, how: Blocks
 ) -> tuple[list[float], list[float]]:
     a: list[float] = []
     b: list[float] = []
     with torch.inference_mode():
         for i in range(pairs):
             if i % 2 == 0:
-                a.append(_block(fp32, block_s, pause_s))
-                b.append(_block(choice, block_s, pause_s))
+                a.append(_block(fp32, how))
+                b.append(_block(choice, how))
             else:
-                b.append(_block(choice, block_s, pause_s))
-                a.append(_block(fp32, block_s, pause_s))
+                b.append(_block(choice, how))
+                a.append(_block(fp32, how))
     return a, b
+
+
+def _load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
 
 
 def _us(values: list[float]) -> str:
@@ -93,8 +123,10 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true", help="deploy(compile=False)")
     parser.add_argument("--pairs", type=int, default=12, help="pairs of timed blocks")
     parser.add_argument("--block-s", type=float, default=0.3, help="seconds of calls per block")
+    parser.add_argument("--warm-s", type=float, default=0.05, help="untimed seconds per block")
     parser.add_argument("--pause-s", type=float, default=0.1, help="idle pause before a block")
     args = parser.parse_args()
+    print(f"load average before: {_load()}", flush=True)
     model, batch = _model(args.model)
     if args.batch is not None:
         batch = resize_batch(batch, args.batch)
@@ -112,8 +144,7 @@ def main() -> None:
         lambda: call(model, batch),
         lambda: call(done.model, batch),
         args.pairs,
-        args.block_s,
-        args.pause_s,
+        Blocks(args.pause_s, args.warm_s, args.block_s),
     )
     q1, median, q3 = _quartiles([x / y for x, y in zip(a, b, strict=True)])
     print(f"apart: fp32 {_us(a)}, {done.variant} {_us(b)} per call, {args.pairs} pairs of blocks")
@@ -127,6 +158,7 @@ def main() -> None:
         if agree
         else "DISAGREE: the ranges do not overlap"
     )
+    print(f"load average after: {_load()}")
 
 
 if __name__ == "__main__":

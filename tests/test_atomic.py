@@ -15,6 +15,7 @@ import pytest
 import halfprec.atomic
 from halfprec.atomic import (
     atomic_path,
+    ensure_folder,
     make_temp_dir,
     remove_stale_temp_files,
     write_bytes_atomic,
@@ -103,13 +104,29 @@ def test_directory_target_is_refused(tmp_path: Path) -> None:
         pass
 
 
-def test_missing_folder_is_an_error_unless_asked_for(tmp_path: Path) -> None:
+def test_missing_folders_are_made_as_mkdir_p_makes_them(tmp_path: Path) -> None:
     target = tmp_path / "new" / "deeper" / "out.bin"
-    with pytest.raises(FileNotFoundError, match="does not exist; create it first"):
-        write_bytes_atomic(target, b"x")
+    assert ensure_folder(target) == target  # a check only: it makes nothing
     assert not (tmp_path / "new").exists()
-    write_bytes_atomic(target, b"x", mkdirs=True)
+    write_bytes_atomic(target, b"x")
     assert target.read_bytes() == b"x"
+    assert (tmp_path / "new").stat().st_mode & 0o777 == 0o777 & ~_umask()
+    assert sorted(p.name for p in target.parent.iterdir()) == ["out.bin"]
+
+
+def test_a_failed_write_removes_the_folders_it_made_and_only_those(tmp_path: Path) -> None:
+    (tmp_path / "kept").mkdir()
+    target = tmp_path / "kept" / "new" / "deeper" / "out.bin"
+    with pytest.raises(RuntimeError, match="boom"), atomic_path(target) as tmp:
+        tmp.write_bytes(b"partial")
+        raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == [tmp_path / "kept"]
+    assert list((tmp_path / "kept").iterdir()) == []
+    # a folder someone else wrote into meanwhile is not removed
+    with pytest.raises(RuntimeError, match="boom"), atomic_path(target):
+        (target.parent / "theirs.txt").write_text("")
+        raise RuntimeError("boom")
+    assert (target.parent / "theirs.txt").is_file()
 
 
 def test_a_file_as_folder_is_not_a_directory_error(tmp_path: Path) -> None:

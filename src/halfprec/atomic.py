@@ -16,7 +16,9 @@ What a user can expect of every file halfprec writes:
 - the file and its folder are fsynced before the call returns;
 - a hard-linked file is replaced, not rewritten: the target gets a new inode, so other
   names of the old file keep the old content (the price of never exposing a partial file);
-- a missing folder is an error (``FileNotFoundError`` naming the fix) unless ``mkdirs``;
+- a missing folder is created, with its missing parents (as ``save_pretrained`` and
+  ``install -D`` do); a write that fails removes the folders it created, so it leaves
+  nothing behind; a path under a regular file is a ``NotADirectoryError``;
 - a target that is a FIFO, a device or a socket (or a link to one) is refused, never
   replaced or written into.
 
@@ -59,30 +61,68 @@ def resolve_target(target: str | os.PathLike[str]) -> Path:
     return real
 
 
-def ensure_folder(target: str | os.PathLike[str], *, mkdirs: bool = False) -> Path:
-    """:func:`resolve_target`, after checking its folder exists (or creating it: ``mkdirs``)."""
+def ensure_folder(target: str | os.PathLike[str]) -> Path:
+    """:func:`resolve_target`, after checking that its folder exists or can be made (the
+    nearest existing folder above it is a folder); creates nothing, so a caller can check
+    a path before slow work."""
     dest = resolve_target(target)
-    folder = dest.parent
-    if not folder.is_dir():
-        if folder.exists():
-            raise NotADirectoryError(f"cannot write {target}: {folder} is not a folder")
-        if not mkdirs:
-            raise FileNotFoundError(
-                f"cannot write {target}: folder {folder} does not exist; create it first"
-                " (or pass --mkdirs)"
-            )
-        folder.mkdir(parents=True, exist_ok=True)
+    _missing_folders(dest.parent, target)
     return dest
 
 
+def _missing_folders(folder: Path, target: str | os.PathLike[str]) -> list[Path]:
+    """The folders above ``target`` that do not exist, outermost first; an error when the
+    nearest existing one is not a folder."""
+    missing: list[Path] = []
+    here = folder
+    while not here.is_dir():
+        if here.exists() or here.is_symlink():  # a file, or a dangling link
+            raise NotADirectoryError(f"cannot write {target}: {here} is not a folder")
+        missing.append(here)
+        if here.parent == here:
+            break
+        here = here.parent
+    return missing[::-1]
+
+
 @contextlib.contextmanager
-def atomic_path(target: str | os.PathLike[str], *, mkdirs: bool = False) -> Iterator[Path]:
+def made_folders(folder: Path, target: str | os.PathLike[str]) -> Iterator[None]:
+    """Create ``folder`` and its missing parents (as ``mkdir -p`` does) for writing
+    ``target`` (named in errors); when the block raises, remove the folders made here
+    (those still empty), so a failed write leaves no folder behind."""
+    made: list[Path] = []
+    try:
+        for missing in _missing_folders(folder, target):
+            try:
+                os.mkdir(missing, 0o777)  # the kernel applies the umask, as for any new folder
+            except FileExistsError:  # made meanwhile by another writer: not ours to remove
+                continue
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, str(target)) from exc
+            made.append(missing)
+        yield
+    except BaseException:
+        for new in reversed(made):
+            with contextlib.suppress(OSError):  # not empty: someone else wrote into it
+                new.rmdir()
+        raise
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``target``; on success move it onto ``target``.
 
     Write the whole file to the yielded path (by name, so any library can write it). See
-    the module docs for symlinks, permissions, fsync and hard links.
+    the module docs for missing folders, symlinks, permissions, fsync and hard links.
     """
-    dest = ensure_folder(target, mkdirs=mkdirs)
+    dest = resolve_target(target)
+    with made_folders(dest.parent, target), _replacing(target, dest) as tmp:
+        yield tmp
+
+
+@contextlib.contextmanager
+def _replacing(target: str | os.PathLike[str], dest: Path) -> Iterator[Path]:
+    """:func:`atomic_path` once ``dest``'s folder exists."""
     remove_stale_temp_files(dest.parent)
     try:
         tmp, fd = _create_temp(dest)
@@ -115,17 +155,15 @@ def _name_for_user(exc: BaseException, tmp: Path, target: str | os.PathLike[str]
         exc.args = (text, *exc.args[1:])
 
 
-def write_bytes_atomic(
-    target: str | os.PathLike[str], data: bytes | memoryview, *, mkdirs: bool = False
-) -> None:
+def write_bytes_atomic(target: str | os.PathLike[str], data: bytes | memoryview) -> None:
     """Write ``data`` to ``target`` atomically."""
-    with atomic_path(target, mkdirs=mkdirs) as tmp, open(tmp, "wb") as f:
+    with atomic_path(target) as tmp, open(tmp, "wb") as f:
         f.write(data)
 
 
-def write_text_atomic(target: str | os.PathLike[str], text: str, *, mkdirs: bool = False) -> None:
+def write_text_atomic(target: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` (UTF-8, newlines as given) to ``target`` atomically."""
-    write_bytes_atomic(target, text.encode("utf-8"), mkdirs=mkdirs)
+    write_bytes_atomic(target, text.encode("utf-8"))
 
 
 def remove_stale_temp_files(folder: Path) -> list[Path]:

@@ -23,7 +23,9 @@ def test_a_clearly_slower_variant_is_settled_after_min_rounds_not_before() -> No
     fast, slow = [1.0, 1.1, 1.0], [1.5, 1.6, 1.55]  # 1.5x: more than 10%, less than 2x
     assert not race.beaten(slow[:2], fast[:2])  # two rounds are not enough
     assert race.beaten(slow, fast) and not race.beaten(fast, slow)
-    assert race.settled({"fast": fast, "slow": slow}, eligible={"fast"}) == {"fast", "slow"}
+    # the leader ("fast", the one the choice would pick) runs on for its claim's rounds
+    assert race.settled({"fast": fast, "slow": slow}, eligible={"fast"}) == {"slow"}
+    assert race.settled({"fast": fast, "slow": slow}, eligible=set()) == {"fast", "slow"}
 
 
 def test_a_variant_far_apart_is_settled_after_early_rounds_not_before() -> None:
@@ -31,7 +33,7 @@ def test_a_variant_far_apart_is_settled_after_early_rounds_not_before() -> None:
     fast, slow = [1.0, 1.1], [5.0, 5.2]  # over twice as slow in every call
     assert not race.beaten(slow[:1], fast[:1])  # one round is never enough
     assert race.beaten(slow, fast) and not race.beaten(fast, slow)
-    assert race.settled({"fast": fast, "slow": slow}, eligible={"fast"}) == {"fast", "slow"}
+    assert race.settled({"fast": fast, "slow": slow}, eligible={"fast"}) == {"slow"}
     # one slow reading of the faster variant puts the early verdict off to min_rounds
     assert not race.beaten(slow, [1.0, 2.7])
     assert Race(early_rounds=3).settled({"fast": fast, "slow": slow}, {"fast"}) == set()
@@ -52,6 +54,20 @@ def test_only_a_variant_the_choice_may_pick_beats_another() -> None:
     assert Race().settled(samples, eligible={"a", "b"}) == {"fast", "slow"}
 
 
+def test_the_leader_runs_its_claim_rounds_however_far_ahead() -> None:
+    """The variant the choice would pick is the one whose speedup is claimed, with the
+    interquartile range of its rounds: it is not stopped before ``claim_rounds``."""
+    race = Race(claim_rounds=5)
+    fp32 = [1.0] * 5
+    lead = [0.3, 0.31, 0.29, 0.3, 0.3]  # over 3x faster: apart from fp32 after 2 rounds
+    for rounds in range(2, 5):
+        samples = {"fp32": fp32[:rounds], "lead": lead[:rounds]}
+        assert race.settled(samples, eligible={"fp32", "lead"}) == {"fp32"}
+    assert race.settled({"fp32": fp32, "lead": lead}, {"fp32", "lead"}) == {"fp32", "lead"}
+    assert Race.leader({"fp32": fp32, "lead": lead}, {"fp32"}) == "fp32"
+    assert Race.leader({"fp32": [], "lead": []}, {"fp32", "lead"}) is None
+
+
 def test_race_rejects_settings_that_cannot_rank() -> None:
     with pytest.raises(ValueError, match=r"Race\(min_rounds=1\): a rank needs at least 2"):
         Race(min_rounds=1)
@@ -63,6 +79,8 @@ def test_race_rejects_settings_that_cannot_rank() -> None:
         Race(early_rounds=4)
     with pytest.raises(ValueError, match=r"Race\(early_rounds=2, early_margin=0.05\)"):
         Race(early_margin=0.05)
+    with pytest.raises(ValueError, match=r"Race\(claim_rounds=2\): the leader's claim needs"):
+        Race(claim_rounds=2)
 
 
 @given(
@@ -157,21 +175,33 @@ def test_benchmark_stops_timing_a_settled_variant_and_keeps_the_close_ones() -> 
 
 
 def test_fp32_stops_when_no_other_variant_is_timed() -> None:
-    # halfprec-bf16 is settled faster than fp32 after 3 rounds: nothing left to pair with
-    clock = Scripted({"fp32": lambda n: 1.0, "halfprec-bf16": lambda n: 0.6})
-    result = benchmark(Tiny(), X, variants=["halfprec-bf16"], bench=TEN, timer=clock)
-    assert clock.calls == {"fp32": 3, "halfprec-bf16": 3}
-    assert fastest_variant(result).name == "halfprec-bf16"
-    # over twice as fast: settled after 2 rounds
-    far = Scripted({"fp32": lambda n: 1.0, "halfprec-bf16": lambda n: 0.4})
-    result = benchmark(Tiny(), X, variants=["halfprec-bf16"], bench=TEN, timer=far)
-    assert far.calls == {"fp32": 2, "halfprec-bf16": 2}
-    assert fastest_variant(result).name == "halfprec-bf16"
+    # halfprec-bf16 is settled faster than fp32 after 3 rounds (over twice as fast: after
+    # 2), but it leads, so it runs the race's claim_rounds (5) for its speedup's spread;
+    # then nothing is left to pair fp32 with
+    for seconds in (0.6, 0.4):
+        clock = Scripted({"fp32": lambda n: 1.0, "halfprec-bf16": lambda n, s=seconds: s})
+        result = benchmark(Tiny(), X, variants=["halfprec-bf16"], bench=TEN, timer=clock)
+        assert clock.calls == {"fp32": 5, "halfprec-bf16": 5}
+        assert fastest_variant(result).name == "halfprec-bf16"
     # fp32 alone (every half dtype skipped) is timed for the race's min_rounds
     alone = Scripted({"fp32": lambda n: 1.0})
     slow = BenchConfig(**{**TEN.__dict__, "skip_slower_than": 1e-9})
     benchmark(Tiny(), X, variants=["halfprec-bf16"], bench=slow, timer=alone)
     assert alone.calls == {"fp32": 3}
+
+
+def test_a_leading_runtime_target_runs_the_claim_rounds() -> None:
+    """deploy may pick a runtime target over the torch variants and claim its speedup: when
+    it leads, it runs claim_rounds though it is no choosable way (it stopped after 2)."""
+    pytest.importorskip("openvino")
+    clock = Scripted(
+        {"fp32": lambda n: 1.0, "halfprec-bf16": lambda n: 0.9, "openvino-fp32": lambda n: 0.3}
+    )
+    result = benchmark(
+        Tiny(), X, variants=["halfprec-bf16", "openvino-fp32"], bench=TEN, timer=clock
+    )
+    assert clock.calls["openvino-fp32"] == 5
+    assert result.get("openvino-fp32").accurate
 
 
 def test_a_burst_on_one_reading_does_not_drop_the_faster_variant() -> None:

@@ -20,6 +20,7 @@ from halfprec import BenchConfig, benchmark
 from halfprec.bench import interleave, runner, steady
 from halfprec.bench.steady import QUIET, settle
 from halfprec.bench.variants import Variant
+from halfprec.timing import Stopwatch
 
 _DATA = bytes(256 * 1024)
 
@@ -192,3 +193,43 @@ def test_settle_gives_up_after_its_longest_wait() -> None:
         max_s=0.02, cpu=lambda: clocks.cpu_s, clock=lambda: clocks.wall, sleep=clocks.sleep
     )
     assert waited == pytest.approx(0.02) and clocks.sleeps == 20
+
+
+class _ColdAfterWait:
+    """A call that takes ``cold`` seconds right after the wait for quiet and ``warm`` once a
+    call ran before it, on an injected clock (for :class:`~halfprec.timing.Stopwatch`)."""
+
+    def __init__(self, cold: float, warm: float) -> None:
+        self.cold, self.warm = cold, warm
+        self.now, self.calls, self.waited = 0.0, 0, True
+
+    def settle(self) -> float:
+        self.waited = True
+        return 0.0
+
+    def __call__(self) -> None:
+        self.now += self.cold if self.waited else self.warm
+        self.waited = False
+        self.calls += 1
+
+
+@pytest.mark.parametrize(("cold", "warm"), [(0.006, 0.003), (0.003, 0.001), (0.0004, 0.0001)])
+def test_sample_is_the_warm_calls_of_a_steady_loop_not_the_cold_first(
+    cold: float, warm: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The call right after the wait (and the switch from another variant) is cold; a user's
+    loop pays that once, so it is never part of the sample, whatever the call's length."""
+    fn = _ColdAfterWait(cold, warm)
+    monkeypatch.setattr(steady, "settle", fn.settle)
+    monkeypatch.setattr(steady, "Stopwatch", functools.partial(Stopwatch, clock=lambda: fn.now))
+    assert [steady.steady_call_time(fn) for _ in range(3)] == pytest.approx([warm] * 3)
+
+
+def test_a_long_call_is_its_own_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call of LONG_S or more is timed once: its cold start is a small share of it, and a
+    second call would double the time a slow model's benchmark takes."""
+    fn = _ColdAfterWait(steady.LONG_S * 1.02, steady.LONG_S)
+    monkeypatch.setattr(steady, "settle", fn.settle)
+    monkeypatch.setattr(steady, "Stopwatch", functools.partial(Stopwatch, clock=lambda: fn.now))
+    assert steady.steady_call_time(fn) == pytest.approx(steady.LONG_S * 1.02)
+    assert fn.calls == 1

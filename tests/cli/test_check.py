@@ -144,7 +144,9 @@ def test_a_failure_on_inputs_halfprec_built_says_so_and_on_the_user_s_advises_th
 
     source = save("whisper-30s", tmp_path / "whisper")
     # a feature extractor of a 1 s window: 100 frames, where the encoder takes 3000
-    tf.WhisperFeatureExtractor(feature_size=80, chunk_length=1).save_pretrained(source)
+    processor = tf.WhisperProcessor.from_pretrained(str(source))
+    processor.feature_extractor = tf.WhisperFeatureExtractor(feature_size=80, chunk_length=1)
+    processor.save_pretrained(str(source))
     proc = cli("check", str(source), "--runs", "0")
     assert proc.returncode == 2, proc.stderr
     notes, line = proc.stderr.splitlines()[:-1], proc.stderr.splitlines()[-1]

@@ -41,14 +41,15 @@ def test_meta_device_is_exit_2() -> None:
     _one_error(run_cli("check", USER, "--device", "meta", "--runs", "0"), "'meta'", "use cpu")
 
 
-def test_missing_output_folder_is_not_created(tmp_path: Path) -> None:
-    out = tmp_path / "nonexistent_dir" / "x.safetensors"
-    _one_error(run_cli("convert", USER, "-o", str(out)), "does not exist", "--mkdirs")
-    assert not out.parent.exists()
-    _one_error(run_cli("convert", USER, "-o", "/nonexistent_dir/x.safetensors"))
-    assert not Path("/nonexistent_dir").exists()
-    assert run_cli("convert", USER, "-o", str(out), "--mkdirs").returncode == 0
+def test_missing_output_folders_are_made_as_every_other_tool_makes_them(tmp_path: Path) -> None:
+    out = tmp_path / "new" / "deeper" / "x.safetensors"
+    assert run_cli("convert", USER, "-o", str(out)).returncode == 0
     assert out.is_file()
+    exported = tmp_path / "other" / "x.pt2"
+    assert run_cli("export", TINY, "-o", str(exported), "--runs", "0").returncode == 0
+    assert exported.is_file()
+    proc = run_cli("convert", USER, "-o", str(tmp_path / "x.safetensors"), "--mkdirs")
+    _one_error(proc, "--mkdirs")  # no such option: no tool needs to be asked
 
 
 def test_output_under_a_regular_file_is_exit_2(tmp_path: Path) -> None:
@@ -58,8 +59,10 @@ def test_output_under_a_regular_file_is_exit_2(tmp_path: Path) -> None:
     _one_error(run_cli("export", TINY, "-o", str(tmp_path / "plain" / "x.pt2")), "not a folder")
 
 
-def test_disk_full_is_exit_2_and_leaves_nothing(tiny_fs: Path) -> None:
-    out = tiny_fs / "big.safetensors"
+@pytest.mark.parametrize("where", [".", "new/deeper"])
+def test_disk_full_is_exit_2_and_leaves_nothing(tiny_fs: Path, where: str) -> None:
+    """Nothing: neither a partial file nor the folders made for it."""
+    out = tiny_fs / where / "big.safetensors"
     proc = run_cli("convert", "builtin:cnn", "-o", str(out), "--dtype", "fp16")
     _one_error(proc, f"cannot use {out}: the disk is full")
     assert list(tiny_fs.iterdir()) == []
@@ -119,7 +122,8 @@ def test_artifact_of_another_model_is_exit_2(tmp_path: Path, name: str) -> None:
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
-    proc = run_cli("--debug", "convert", USER, "-o", str(tmp_path / "no" / "x.safetensors"))
+    (tmp_path / "plain").write_text("")
+    proc = run_cli("--debug", "convert", USER, "-o", str(tmp_path / "plain" / "x.safetensors"))
     assert proc.returncode == 2
     assert "Traceback" in proc.stderr and "halfprec: error:" in proc.stderr
 
@@ -191,12 +195,13 @@ def test_readme_names_every_exit_code() -> None:
 
 
 @pytest.mark.parametrize("command", ["diagnose", "bench"])
-def test_a_plot_into_a_missing_folder_is_exit_2_and_creates_nothing(
+def test_a_plot_under_a_regular_file_is_exit_2_and_creates_nothing(
     tmp_path: Path, command: str
 ) -> None:
-    out = tmp_path / "new" / "chart.png"
-    _one_error(run_cli(command, USER, "--plot", str(out)), "does not exist; create it first")
-    assert not (tmp_path / "new").exists()
+    (tmp_path / "plain").write_text("")
+    out = tmp_path / "plain" / "new" / "chart.png"
+    _one_error(run_cli(command, USER, "--plot", str(out)), "plain is not a folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain"]
 
 
 def test_sys_exit_in_the_users_code_is_not_a_silent_success(tmp_path: Path) -> None:

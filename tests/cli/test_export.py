@@ -204,6 +204,27 @@ def test_cli_onnx_of_a_weight_normalised_speech_encoder_times_with_the_default_r
     assert data["passed"] and data["ort_latency"] is not None
 
 
+@pytest.mark.slow  # ~40 s here: two exports of a tiny LLaVA, one through torch.onnx
+@pytest.mark.parametrize("fmt", ["pt2", "onnx"])
+def test_cli_exports_a_vision_language_model_with_its_image_count_fixed(  # type: ignore[no-untyped-def]
+    cli, tmp_path: Path, fmt: str
+) -> None:
+    # transformers' LLaVA unbinds its image features into a list: torch.export fixes the
+    # image count (2 here); the text batch and everything else stay as the user asked
+    from testbed.hf_processors import save as save_with_processor
+
+    source = save_with_processor("llava", tmp_path / "src")
+    out = tmp_path / f"m.{fmt}"
+    proc = cli("export", str(source), "-o", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["passed"], data
+    assert any("pixel_values dimension 0 is fixed at 2" in n for n in data["notes"]), data
+    artifact = load_artifact(out)
+    batch = load_model(str(source)).example_inputs[0]
+    assert artifact(batch)["logits"].shape[:2] == batch["input_ids"].shape
+
+
 @pytest.mark.parametrize("name", ["mamba2", "jamba"])
 def test_cli_kv_cache_of_a_state_space_model_exits_2_with_nothing_written(  # type: ignore[no-untyped-def]
     cli, tmp_path: Path, name: str
@@ -214,6 +235,7 @@ def test_cli_kv_cache_of_a_state_space_model_exits_2_with_nothing_written(  # ty
     proc = cli("export", str(source), "-o", str(out / "m.onnx"), "--kv-cache")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "cache holds state-space (conv and SSM) states in layer(s) 0" in proc.stderr
+    assert "https://github.com/huggingface/transformers/issues/36403" in proc.stderr
     assert _files(out) == []
 
 

@@ -10,7 +10,14 @@ import torch
 import halfprec
 from halfprec.export import ExportError, format_for_path, load_artifact
 from halfprec.export.config import ExportConfig
-from support.export_models import DataDependent, FixedBatch, MixedOutputs, example_inputs, tiny
+from support.export_models import (
+    DataDependent,
+    FixedBatch,
+    MixedOutputs,
+    UnbindsImages,
+    example_inputs,
+    tiny,
+)
 
 
 def _files(folder: Path) -> list[str]:
@@ -82,6 +89,43 @@ def test_dynamic_shapes_that_fail_name_the_fix_and_leave_no_file(tmp_path: Path)
     assert _files(tmp_path) == []
     result = halfprec.export(model, batches, tmp_path / "f.pt2", "fp16", dynamic=False)
     assert result.passed and _files(tmp_path) == ["f.pt2"]
+
+
+def test_a_dimension_the_model_fixes_is_exported_at_its_size_and_named(tmp_path: Path) -> None:
+    # a VLM unbinds its image batch: the text batch stays dynamic, the image count is fixed
+    batch = {"x": torch.randn(4, 8), "images": torch.randn(3, 8)}
+    result = halfprec.export(UnbindsImages().eval(), [batch], tmp_path / "u.pt2", "fp16")
+    assert result.passed and _files(tmp_path) == ["u.pt2"]
+    assert any("images dimension 0 is fixed at 3" in n for n in result.notes), result.notes
+    program = torch.export.load(tmp_path / "u.pt2").module()
+    assert program(x=torch.randn(6, 8), images=torch.randn(3, 8)).shape == (6, 8)
+    with pytest.raises(Exception, match=r"(?i)shape|size|expected"):
+        program(x=torch.randn(4, 8), images=torch.randn(5, 8))
+
+
+def test_a_fixed_dimension_that_differs_between_batches_is_refused(tmp_path: Path) -> None:
+    batches = [
+        {"x": torch.randn(4, 8), "images": torch.randn(3, 8)},
+        {"x": torch.randn(4, 8), "images": torch.randn(2, 8)},
+    ]
+    with pytest.raises(ExportError, match="does not export with dynamic shapes.*images"):
+        halfprec.export(UnbindsImages().eval(), batches, tmp_path / "u.pt2", "fp16")
+    assert _files(tmp_path) == []
+
+
+def test_a_known_upstream_export_limit_is_named_with_its_issue() -> None:
+    from halfprec.export.capture import explain_failure
+
+    frame = (
+        'File "/venv/lib/python3.11/site-packages/transformers/time_series_utils.py", '
+        "line 98, in distribution"
+    )
+    exc = RuntimeError(f"Could not guard on data-dependent expression u0\n  {frame}")
+    message = explain_failure("torch.export", exc)
+    assert "at transformers/time_series_utils.py:98" in message
+    assert "https://github.com/pytorch/pytorch/issues/135061" in message
+    other = RuntimeError(f"data-dependent u0\n  {frame.replace('time_series_utils', 'mine')}")
+    assert "issues/" not in explain_failure("torch.export", other)
 
 
 def test_data_dependent_control_flow_is_a_clear_error(tmp_path: Path) -> None:

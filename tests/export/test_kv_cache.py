@@ -149,11 +149,13 @@ def test_state_space_caches_are_refused_before_any_forward_and_any_file(
     batch = token_batch(128, 2, 8)
     message = (
         f"--kv-cache exports key/value caches; {type(model).__name__}'s cache holds "
-        f"state-space (conv and SSM) states in layer(s) {layers}, which halfprec cannot export"
+        f"state-space (conv and SSM) states in layer(s) {layers}, for which transformers' code "
+        "takes one path for a prompt and another for a one-token step"
     )
     for fmt in ("pt2", "onnx"):
-        with pytest.raises(ExportError, match=re.escape(message)):
+        with pytest.raises(ExportError, match=re.escape(message)) as refused:
             export(model, batch, tmp_path / f"m.{fmt}", "fp16", kv_cache=True)
+        assert "huggingface/transformers/issues/36403" in str(refused.value)
     assert calls == [] and not list(tmp_path.iterdir())
 
 

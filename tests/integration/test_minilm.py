@@ -48,3 +48,45 @@ def test_halfprec_check_default_main_job() -> None:
     data = json.loads(proc.stdout)
     assert data["model"] == "builtin:minilm" and data["passed"]
     assert data["bytes_half"] / data["bytes_fp32"] < 0.51
+
+
+def _tokenized(texts: list[str]) -> dict[str, torch.Tensor]:
+    """A user's call: the MiniLM tokenizer's whole output, token_type_ids included."""
+    from transformers import AutoTokenizer
+
+    from halfprec.io.zoo import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    enc = dict(tokenizer(texts, padding=True, return_tensors="pt"))
+    assert set(enc) == {"input_ids", "token_type_ids", "attention_mask"}
+    return enc
+
+
+TEXTS = ["A man is eating food.", "Someone is playing a guitar on the stage tonight."]
+
+
+def test_the_builtin_batches_are_the_tokenizers_whole_output(minilm) -> None:  # type: ignore[no-untyped-def]
+    assert set(minilm.example_inputs[0]) == set(_tokenized(TEXTS))
+
+
+@pytest.mark.slow  # an OpenVINO conversion and an ONNX export of the real model
+def test_saved_ir_and_onnx_are_fed_a_tokenizers_output_by_name(minilm, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    ov = pytest.importorskip("openvino")
+    ort = pytest.importorskip("onnxruntime")
+    import halfprec
+    from halfprec.runtimes import build_runtime
+
+    enc = _tokenized(TEXTS)
+    with torch.no_grad():
+        want = minilm.model(**enc)["sentence_embedding"]
+    built = build_runtime(minilm.model, "openvino", torch.float32, minilm.example_inputs[0])
+    assert built.output_names == ("sentence_embedding", "last_hidden_state")
+    compiled = ov.Core().compile_model(str(built.save(tmp_path / "minilm.xml")), "CPU")
+    result = compiled({k: v.numpy() for k, v in enc.items()})  # by name, whole output
+    got = torch.from_numpy(result[compiled.output("sentence_embedding")])
+    assert torch.nn.functional.cosine_similarity(got, want).min() > 0.99  # bf16 on AVX512-BF16
+    halfprec.export(minilm.model, minilm.example_inputs, tmp_path / "m.onnx", "fp16", runs=0)
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == list(built.input_names)
+    (emb,) = session.run(["sentence_embedding"], {k: v.numpy() for k, v in enc.items()})
+    assert torch.nn.functional.cosine_similarity(torch.from_numpy(emb), want).min() > 0.999

@@ -471,6 +471,24 @@ def test_a_read_only_folder_names_the_output_not_the_temp_folder(tmp_path: Path)
     assert caught.value.filename == str(folder / "out") and ".halfprec-" not in str(caught.value)
 
 
+def test_a_folder_output_makes_missing_parents_and_a_failed_one_removes_them(
+    tmp_path: Path,
+) -> None:
+    from halfprec.io.hf_dir import save_pretrained_dir
+    from support.hf_models import build
+
+    half = halfprec.convert(build("gpt2"), "bf16")
+
+    def refuse(staged: Path) -> None:
+        raise CheckpointError("the written folder does not load")
+
+    with pytest.raises(CheckpointError, match="does not load"):
+        save_pretrained_dir(half, tmp_path / "new" / "deeper" / "out", verify=refuse)
+    assert list(tmp_path.iterdir()) == []
+    written = save_pretrained_dir(half, tmp_path / "new" / "deeper" / "out")
+    assert (written.path / "config.json").is_file()
+
+
 def test_a_tensor_deleted_from_the_folder_is_refused_not_initialised(
     hf_outdir: Path, tmp_path: Path
 ) -> None:

@@ -15,6 +15,13 @@ from halfprec.io.hf_series import forecast_inputs
 from halfprec.io.specs import load_model
 from testbed.hf_processors import save
 
+
+def load_tokenizer(path: Path):  # type: ignore[no-untyped-def]
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
 pytest.importorskip("transformers")
 
 
@@ -46,6 +53,20 @@ def test_a_fixed_window_feature_extractor_keeps_its_own_padding(root: Path) -> N
     _runs(loaded)
 
 
+def test_a_speech_model_gets_the_decoder_prompt_generate_starts_with(root: Path) -> None:
+    loaded = _loaded(root, "whisper-30s")
+    (batch,) = loaded.example_inputs
+    tokenizer = load_tokenizer(root / "whisper-30s")
+    prompt = ["<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>"]
+    for row in batch["decoder_input_ids"].tolist():
+        assert tokenizer.convert_ids_to_tokens(row[:4]) == prompt
+        assert tokenizer.decode(row[4:], skip_special_tokens=True).strip()  # text follows
+    assert "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>" in " ".join(
+        loaded.inputs_built
+    )
+    _runs(loaded)
+
+
 def test_an_image_captioning_pair_gets_one_batch_size_from_its_processor(root: Path) -> None:
     loaded = _loaded(root, "blip-captioning")
     (batch,) = loaded.example_inputs
@@ -54,6 +75,19 @@ def test_an_image_captioning_pair_gets_one_batch_size_from_its_processor(root: P
     assert batch["pixel_values"].shape[-2:] == (32, 32)  # the processor's own size
     assert "BlipProcessor" in " ".join(loaded.inputs_built)
     _runs(loaded)
+
+
+def test_an_audio_text_pair_gets_one_batch_size_from_its_processor(root: Path) -> None:
+    # CLAP: sentences and waveforms through ClapProcessor in one call (its feature
+    # extractor's 10 s window of 64 mel bins at 48 kHz), not 16 sentences and no audio
+    loaded = _loaded(root, "clap")
+    (batch,) = loaded.example_inputs
+    assert batch["input_ids"].shape[0] == batch["input_features"].shape[0] == 2
+    assert batch["input_features"].shape[2:] == (1001, 64)
+    assert "ClapProcessor" in loaded.inputs_built[0]
+    with torch.no_grad():
+        out = call(loaded.model, batch)
+    assert out["logits_per_audio"].shape == (2, 2)
 
 
 def test_a_vision_language_model_gets_its_image_tokens_from_the_chat_template(
@@ -67,6 +101,21 @@ def test_a_vision_language_model_gets_its_image_tokens_from_the_chat_template(
     assert batch["pixel_values"].shape[0] == 2
     assert "chat template" in loaded.inputs_built[0]
     _runs(loaded)
+
+
+def test_a_processor_that_adds_training_labels_gives_inference_inputs(root: Path) -> None:
+    # PaliGemmaProcessor always returns labels (all -100 without a suffix): passed on, the
+    # forward computes a loss over no tokens, NaN, and the fp32 reference is "broken"
+    loaded = _loaded(root, "paligemma")
+    (batch,) = loaded.example_inputs
+    assert "labels" not in batch
+    assert (batch["input_ids"] == loaded.model.config.image_token_id).sum(dim=1).tolist() == [
+        16,
+        16,
+    ]
+    with torch.no_grad():
+        out = call(loaded.model, batch)
+    assert out.get("loss") is None and torch.isfinite(out["logits"]).all()
 
 
 def test_a_vision_language_model_without_its_processor_is_refused_naming_why(

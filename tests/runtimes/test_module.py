@@ -4,6 +4,7 @@ model's output structure, and refusing what it cannot do (copies, other inputs).
 from __future__ import annotations
 
 import copy
+import errno
 import pickle
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -146,12 +147,26 @@ def test_openvino_saves_ir_that_openvino_loads_with_the_same_outputs(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["heads.bin", "heads.xml"]
 
 
-def test_openvino_save_into_a_missing_folder_writes_nothing(tmp_path: Path) -> None:
-    pytest.importorskip("openvino")
+def test_openvino_save_makes_missing_folders(tmp_path: Path) -> None:
     built = _built("openvino")
-    with pytest.raises(FileNotFoundError, match=r"folder .*nowhere does not exist; create it"):
-        built.save(tmp_path / "nowhere" / "heads.xml")
-    assert list(tmp_path.iterdir()) == []
+    built.save(tmp_path / "new" / "deeper" / "heads.xml")
+    written = sorted(p.name for p in (tmp_path / "new" / "deeper").iterdir())
+    assert written == ["heads.bin", "heads.xml"]
+    (tmp_path / "plain").write_text("")
+    with pytest.raises(NotADirectoryError, match="plain is not a folder"):
+        built.save(tmp_path / "plain" / "heads.xml")
+
+
+def test_a_full_disk_is_named_and_leaves_no_folder_it_made(tiny_fs: Path) -> None:
+    """OpenVINO's own error is a bare "iostream error": the full disk is named instead."""
+    built = _built("openvino")
+    room = 64 * 1024 - 4096  # a full disk: the IR's ~13 KB of weights do not fit
+    (tiny_fs / "filler").write_bytes(b"\0" * room)
+    target = tiny_fs / "new" / "deeper" / "heads.xml"
+    with pytest.raises(OSError) as caught:
+        built.save(target)
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(target)
+    assert [p.name for p in tiny_fs.iterdir()] == ["filler"]
 
 
 @pytest.mark.slow  # an ONNX export

@@ -81,6 +81,32 @@ class FixedBatch(nn.Module):
         return self.lin(x).reshape(4, 2, 4).sum(1)
 
 
+class UnbindsImages(nn.Module):
+    """Unbinds its image batch into a list, as transformers' LLaVA does with its image
+    features: torch.export fixes the image count, while the text batch stays free."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+        features = torch.cat(list(self.lin(images)), dim=0)  # (images * 8)
+        return self.lin(x) + features.sum()
+
+
+class ChecksAllTrue(nn.Module):
+    """Checks a boolean tensor with ``torch._check_tensor_all`` (``aten._is_all_true``),
+    as transformers' ``torch_compilable_check`` does while tracing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch._check_tensor_all(x.abs() >= 0)
+        return self.lin(x)
+
+
 class MixedOutputs(nn.Module):
     """Returns a dict holding a tensor and a tuple: TorchScript tracing rejects it."""
 

@@ -59,8 +59,29 @@ def bert_tokenizer(folder: Path) -> Any:
     return BertTokenizerFast(vocab_file=str(vocab))
 
 
+def whisper_tokenizer(tf: Any) -> Any:
+    """Whisper's own tokenizer class on a byte-level vocabulary (no merges) with Whisper's
+    special tokens in their order: end of text 256, start of transcript 257, the languages
+    from 258 (English), then translate, transcribe, ..., no timestamps (363)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    tasks = ["translate", "transcribe", "startoflm", "startofprev", "nocaptions", "notimestamps"]
+    specials = [f"<|{t}|>" for t in ["startoftranscript", *LANGUAGES, *tasks]]
+    vocab = {c: i for i, c in enumerate([*bytes_to_unicode().values(), "<|endoftext|>"])}
+    tokenizer = tf.WhisperTokenizer(vocab=vocab, merges=[], pad_token="<|endoftext|>")
+    tokenizer.add_special_tokens({"additional_special_tokens": specials})
+    return tokenizer
+
+
 def _whisper(tf: Any, path: Path) -> None:
-    """Whisper with its feature extractor's fixed 30 s window (3000 mel frames)."""
+    """Whisper (multilingual) with WhisperProcessor: its feature extractor's fixed 30 s
+    window (3000 mel frames) and its tokenizer, whose special tokens lay out the decoder
+    prompt; the generation config maps languages and tasks to them, as a checkpoint's does."""
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    tokenizer = whisper_tokenizer(tf)
+    ids = tokenizer.convert_tokens_to_ids
     config = tf.WhisperConfig(
         num_mel_bins=80,
         max_source_positions=1500,
@@ -72,14 +93,22 @@ def _whisper(tf: Any, path: Path) -> None:
         decoder_attention_heads=2,
         encoder_ffn_dim=64,
         decoder_ffn_dim=64,
-        vocab_size=128,
-        pad_token_id=0,
-        bos_token_id=2,
-        eos_token_id=1,
-        decoder_start_token_id=2,
+        vocab_size=len(tokenizer),
+        pad_token_id=ids("<|endoftext|>"),
+        bos_token_id=ids("<|endoftext|>"),
+        eos_token_id=ids("<|endoftext|>"),
+        decoder_start_token_id=ids("<|startoftranscript|>"),
     )
-    tf.WhisperForConditionalGeneration(config).save_pretrained(path)
-    tf.WhisperFeatureExtractor(feature_size=80).save_pretrained(path)
+    model = tf.WhisperForConditionalGeneration(config)
+    generation = model.generation_config
+    generation.is_multilingual = True
+    languages = [f"<|{code}|>" for code in LANGUAGES]
+    generation.lang_to_id = {t: ids(t) for t in languages}
+    generation.task_to_id = {"translate": ids("<|translate|>"), "transcribe": ids("<|transcribe|>")}
+    generation.no_timestamps_token_id = ids("<|notimestamps|>")
+    model.save_pretrained(path)
+    extractor = tf.WhisperFeatureExtractor(feature_size=80)
+    tf.WhisperProcessor(feature_extractor=extractor, tokenizer=tokenizer).save_pretrained(path)
 
 
 # BlipVisionConfig's default initializer_range is 1e-10: a model built from it has
@@ -104,6 +133,14 @@ _LLAVA_TEMPLATE = (
     "{% if add_generation_prompt %}{{ 'ASSISTANT: ' }}{% endif %}"
 )
 
+# what LlavaProcessor and LlavaNextProcessor lay out: 8x8 patches, the CLS feature dropped
+_LLAVA_LAYOUT = {
+    "patch_size": 8,
+    "vision_feature_select_strategy": "default",
+    "num_additional_image_tokens": 1,
+    "chat_template": _LLAVA_TEMPLATE,
+}
+
 
 def _llava(tf: Any, path: Path) -> None:
     """LLaVA: LlavaProcessor (CLIP's image processor, a tokenizer with ``<image>``, a chat
@@ -119,14 +156,74 @@ def _llava(tf: Any, path: Path) -> None:
     )
     tf.LlavaForConditionalGeneration(config).save_pretrained(path)
     image = tf.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size=32)
-    tf.LlavaProcessor(
-        image_processor=image,
-        tokenizer=tokenizer,
-        patch_size=8,
+    tf.LlavaProcessor(image_processor=image, tokenizer=tokenizer, **_LLAVA_LAYOUT).save_pretrained(
+        path
+    )
+
+
+def _paligemma(tf: Any, path: Path) -> None:
+    """PaliGemma: PaliGemmaProcessor (SigLIP's image processor, a tokenizer with
+    ``<image>``), 16 image tokens a photo put before the text by the processor."""
+    tokenizer = word_tokenizer(("<image>",))
+    vision = {**_TINY, "image_size": 32, "patch_size": 8, "projection_dim": 32}
+    config = tf.PaliGemmaConfig(
+        vision_config=tf.SiglipVisionConfig(**vision),
+        text_config=tf.GemmaConfig(**_TEXT, head_dim=16),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        projection_dim=32,
+    )
+    config.text_config.num_image_tokens = 16
+    tf.PaliGemmaForConditionalGeneration(config).save_pretrained(path)
+    image = tf.SiglipImageProcessor(size={"height": 32, "width": 32}, image_seq_length=16)
+    tf.PaliGemmaProcessor(image_processor=image, tokenizer=tokenizer).save_pretrained(path)
+
+
+def _llava_next(tf: Any, path: Path) -> None:
+    """LLaVA-NeXT: LlavaNextProcessor (any-resolution tiles, ``image_sizes``), chat template."""
+    tokenizer = word_tokenizer(("<image>",))
+    vision = {**_TINY, "image_size": 32, "patch_size": 8, "projection_dim": 16}
+    config = tf.LlavaNextConfig(
+        vision_config=tf.CLIPVisionConfig(**vision),
+        text_config=tf.LlamaConfig(**{**_TEXT, "max_position_embeddings": 512}),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        image_grid_pinpoints=[[32, 32], [32, 64]],
         vision_feature_select_strategy="default",
-        num_additional_image_tokens=1,
-        chat_template=_LLAVA_TEMPLATE,
-    ).save_pretrained(path)
+        vision_feature_layer=-1,
+    )
+    tf.LlavaNextForConditionalGeneration(config).save_pretrained(path)
+    image = tf.LlavaNextImageProcessor(
+        size={"shortest_edge": 32}, crop_size=32, image_grid_pinpoints=[[32, 32], [32, 64]]
+    )
+    processor = tf.LlavaNextProcessor(image_processor=image, tokenizer=tokenizer, **_LLAVA_LAYOUT)
+    processor.save_pretrained(path)
+
+
+def _clap(tf: Any, path: Path) -> None:
+    """CLAP (contrastive audio-text): ClapProcessor, ClapFeatureExtractor (its fixed 10 s
+    window of 64 mel bins, 48 kHz) and RoBERTa's tokenizer on a byte-level vocabulary."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    vocab = {c: i for i, c in enumerate([*specials, *bytes_to_unicode().values()])}
+    tokenizer = tf.RobertaTokenizer(vocab=vocab, merges=[])
+    text = {**_TINY, "vocab_size": len(tokenizer), "max_position_embeddings": 128}
+    audio = {
+        "hidden_size": 32,
+        "num_mel_bins": 64,
+        "spec_size": 256,
+        "patch_size": 4,
+        "patch_stride": [4, 4],
+        "window_size": 8,
+        "depths": [1, 1],
+        "num_attention_heads": [2, 2],
+        "patch_embeds_hidden_size": 16,
+        "projection_hidden_size": 32,
+        "enable_fusion": False,
+    }
+    config = tf.ClapConfig(text_config=text, audio_config=audio, projection_dim=16)
+    tf.ClapModel(config).save_pretrained(path)
+    extractor = tf.ClapFeatureExtractor(feature_size=64, truncation="rand_trunc")
+    tf.ClapProcessor(feature_extractor=extractor, tokenizer=tokenizer).save_pretrained(path)
 
 
 def _forecaster(cls: str, config_cls: str) -> Callable[[Any, Path], None]:
@@ -251,6 +348,9 @@ _SAVERS: dict[str, Callable[[Any, Path], None]] = {
     "whisper-30s": _whisper,
     "blip-captioning": _blip,
     "llava": _llava,
+    "paligemma": _paligemma,
+    "llava-next": _llava_next,
+    "clap": _clap,
     "time-series-transformer": _forecaster(
         "TimeSeriesTransformerForPrediction", "TimeSeriesTransformerConfig"
     ),

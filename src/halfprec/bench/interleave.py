@@ -50,16 +50,23 @@ class Prepared:
 class Standings:
     """The candidates timed so far at one batch size: each one's per-round time relative
     to eager fp32's in the same round of its pair (``relative``), and those the choice may
-    pick (``eligible``). :func:`time_interleaved` races a new candidate against them and
-    adds it."""
+    pick (``eligible``) or claim (``claimable``: those and the accurate runtime targets).
+    :func:`time_interleaved` races a new candidate against them and adds it."""
 
     relative: dict[Variant, list[float]] = field(default_factory=dict)
     eligible: set[Variant] = field(default_factory=set)
+    claimable: set[Variant] = field(default_factory=set)
 
 
-def _eligible(rows: dict[int, VariantResult]) -> set[int]:
+def _eligible(rows: dict[int, VariantResult], runtimes: bool = False) -> set[int]:
+    """The rows the choice may pick (ok, accurate, a choosable way); with ``runtimes`` also
+    the runtime targets deploy may pick over them, whose speedup it then claims."""
     return {
-        i for i, r in rows.items() if r.status == "ok" and r.accurate and r.variant.way.choosable
+        i
+        for i, r in rows.items()
+        if r.status == "ok"
+        and r.accurate
+        and (r.variant.way.choosable or (runtimes and r.variant.runtime))
     }
 
 
@@ -117,7 +124,8 @@ def _stopped(
     """The variants of this run whose rank the race says is settled (never the reference)."""
     rows = {i: prepared[i].result for i in samples}
     eligible = {rows[i].variant for i in _eligible(rows)} | standings.eligible
-    done = race.settled(_race_samples(prepared, samples, ref, standings), eligible)
+    claimable = {rows[i].variant for i in _eligible(rows, runtimes=True)} | standings.claimable
+    done = race.settled(_race_samples(prepared, samples, ref, standings), eligible, claimable)
     return {i for i in samples if i != ref and rows[i].variant in done}
 
 
@@ -176,6 +184,8 @@ def _record(
             standings.relative[r.variant] = relative_rounds(r_samples, samples[ref])
             if i in _eligible({i: r}):
                 standings.eligible.add(r.variant)
+            if i in _eligible({i: r}, runtimes=True):
+                standings.claimable.add(r.variant)
 
 
 @dataclass

@@ -20,10 +20,17 @@ except for variants far apart: after ``early_rounds`` (2) rounds of both, a vari
 fastest call is slower than the other's slowest by ``early_margin`` (1.0: twice as long)
 is settled already. Where one call takes seconds (BERT-base on a CPU) that saves a round
 of each variant that is far from the rest; close variants still run every round.
+
+The variant the choice would pick now (the claimable one fastest by its median: eligible, or
+a runtime target deploy may pick over them) is not
+stopped before ``claim_rounds`` (5) rounds, whatever its margin: its speedup is what deploy
+and bench claim, and the spread claimed with it (the interquartile range of its per-round
+ratios) says little over 2 or 3 rounds.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -37,12 +44,14 @@ K = TypeVar("K", bound=Hashable)
 class Race:
     """When a timed variant may stop: after ``min_rounds`` rounds, once its fastest call is
     slower than another's slowest by ``margin`` (0.1: 10%), or faster than its fastest by
-    as much; after ``early_rounds`` rounds already when that holds by ``early_margin``."""
+    as much; after ``early_rounds`` rounds already when that holds by ``early_margin``; the
+    leading eligible variant not before ``claim_rounds`` rounds."""
 
     min_rounds: int = 3
     margin: float = 0.1
     early_rounds: int = 2
     early_margin: float = 1.0
+    claim_rounds: int = 5
 
     def __post_init__(self) -> None:
         for name in ("min_rounds", "early_rounds"):
@@ -52,6 +61,11 @@ class Race:
                 )
         if not self.margin >= 0:
             raise ValueError(f"Race(margin={self.margin}): the margin must be >= 0")
+        if self.claim_rounds < self.min_rounds:
+            raise ValueError(
+                f"Race(claim_rounds={self.claim_rounds}): the leader's claim needs at least "
+                f"min_rounds={self.min_rounds} rounds"
+            )
         if self.early_rounds > self.min_rounds or not self.early_margin >= self.margin:
             raise ValueError(
                 f"Race(early_rounds={self.early_rounds}, early_margin={self.early_margin}): "
@@ -70,11 +84,21 @@ class Race:
         margin = self.margin if rounds >= self.min_rounds else self.early_margin
         return min(mine) > (1 + margin) * max(theirs)
 
-    def settled(self, samples: Mapping[K, Sequence[float]], eligible: Collection[K]) -> set[K]:
+    def settled(
+        self,
+        samples: Mapping[K, Sequence[float]],
+        eligible: Collection[K],
+        claimable: Collection[K] | None = None,
+    ) -> set[K]:
         """The keys of ``samples`` whose timing can stop: beaten by an ``eligible`` key (one
-        the choice may pick), or apart from every other key (see the module docs)."""
+        the choice may pick), or apart from every other key, except the leading
+        ``claimable`` key (default: the eligible ones) before ``claim_rounds`` rounds (see
+        the module docs)."""
         done = set()
+        lead = self.leader(samples, eligible if claimable is None else claimable)
         for key, mine in samples.items():
+            if key == lead and len(mine) < self.claim_rounds:
+                continue
             others = [(k, s) for k, s in samples.items() if k != key]
             if any(k in eligible and self.beaten(mine, s) for k, s in others) or (
                 len(mine) >= self.early_rounds
@@ -82,3 +106,10 @@ class Race:
             ):
                 done.add(key)
         return done
+
+    @staticmethod
+    def leader(samples: Mapping[K, Sequence[float]], claimable: Collection[K]) -> K | None:
+        """The ``claimable`` key of ``samples`` with the lowest median: the one the choice
+        would pick now (None when no claimable key has a sample)."""
+        timed = [k for k in samples if k in claimable and samples[k]]
+        return min(timed, key=lambda k: statistics.median(samples[k]), default=None)

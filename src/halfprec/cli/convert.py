@@ -14,7 +14,6 @@ from halfprec.cli.options import (
     device_option,
     finish,
     json_option,
-    mkdirs_option,
     model_argument,
     not_an_input,
     weights_option,
@@ -60,7 +59,6 @@ def _shard_size(ctx: click.Context, param: click.Parameter, value: str) -> str |
     show_default=True,
     help="Folder output: the largest weights file, as save_pretrained takes it.",
 )
-@mkdirs_option
 @device_option
 @json_option
 def command(
@@ -68,7 +66,6 @@ def command(
     recipe: Recipe,
     weights: Path | None,
     output: Path,
-    mkdirs: bool,
     device: str | None,
     as_json: bool,
     max_shard_size: str | int,
@@ -86,7 +83,7 @@ def command(
                 "Face model directory as MODEL)"
             )
         _to_directory(model, recipe, weights, output, device, as_json, max_shard_size)
-    ensure_folder(output, mkdirs=mkdirs)  # before the slow part
+    ensure_folder(output)  # a path that cannot be written, before the slow part
     dev = resolve_device(device)
     if weights is not None and (weights.suffix == ".safetensors" or weights.is_dir()):
         # fp32 safetensors: stream it; MODEL is built on the meta device for its islands

@@ -80,7 +80,7 @@ def command(
     if plot is not None and plot.suffix.lower() != ".png":
         raise click.UsageError(f"--plot {plot} must end in .png")
     if plot is not None:
-        ensure_folder(plot)  # a missing folder is an error before the long run
+        ensure_folder(plot)  # a path that cannot be written, before the long run
         not_an_input(plot, model, {"--inputs": inputs_path}, flag="--plot")
     with progress(f"loading {model}", quiet=as_json):
         loaded, batches, _ = load_for_command(model, inputs_path, device)

@@ -16,7 +16,6 @@ from halfprec.cli.options import (
     inputs_option,
     json_option,
     load_for_command,
-    mkdirs_option,
     model_argument,
     not_an_input,
 )
@@ -74,7 +73,6 @@ __all__ = ["command"]
     help="ONNX: timed onnxruntime runs of the fp32 and half files (0: no timing).",
 )
 @inputs_option
-@mkdirs_option
 @device_option
 @json_option
 def command(
@@ -88,7 +86,6 @@ def command(
     opset: int | None,
     runs: int,
     inputs_path: Path | None,
-    mkdirs: bool,
     device: str | None,
     as_json: bool,
 ) -> None:
@@ -107,7 +104,7 @@ def command(
             kv_cache=kv_cache,
         )
     not_an_input(output, model, {"--inputs": inputs_path})
-    ensure_folder(output, mkdirs=mkdirs)
+    ensure_folder(output)  # a path that cannot be written, before the slow part
     with progress(f"loading {model}", quiet=as_json):
         loaded, batches, _ = load_for_command(model, inputs_path, device)
     with progress(f"exporting {loaded.name} to {output} and checking it", quiet=as_json):

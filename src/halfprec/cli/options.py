@@ -48,7 +48,6 @@ __all__ = [
     "load_for_command",
     "with_tolerance_flags",
     "finish",
-    "mkdirs_option",
     "from_flags",
     "NumberRange",
     "not_an_input",
@@ -381,10 +380,3 @@ def _real(path: Path, flag: str) -> Path:
                 f"{flag} {path} is a symbolic link loop; give a real path"
             ) from None
     return Path(os.path.realpath(path))
-
-
-def mkdirs_option(f: F) -> F:
-    """``--mkdirs``: create the output's missing folders (default: a missing folder is an error)."""
-    return click.option(
-        "--mkdirs", is_flag=True, help="Create the output file's folder if it does not exist."
-    )(f)

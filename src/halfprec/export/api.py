@@ -27,7 +27,7 @@ from halfprec.convert.core import (
 from halfprec.dtypes import dtype_name, is_auto, parse_dtype
 from halfprec.errorstats import ErrorStats
 from halfprec.export.artifact import Verification, load_artifact, verify_artifact
-from halfprec.export.capture import capture, dynamic_shapes, forward_params, named_inputs
+from halfprec.export.capture import capture_fixing, dynamic_shapes, forward_params, named_inputs
 from halfprec.export.config import ExportConfig, ExportError, ExportFormat, check_onnx_dtype
 from halfprec.export.hf import (
     CACHE_NOTE,
@@ -152,6 +152,7 @@ def write_artifact(
     path: Path,
     info: ArtifactInfo,
     verify: Callable[[Path], T] | None = None,
+    notes: list[str] | None = None,
 ) -> T | None:
     """Export ``model`` as ``config.format`` to ``path`` atomically (no file on failure).
 
@@ -159,7 +160,9 @@ def write_artifact(
     is traced, all of them set the dynamic dimensions. No conversion happens here:
     :func:`export` does it. ``verify(temp_path)`` checks the written temp file before it
     replaces ``path``; when it raises, a previous file at ``path`` is left as it was.
-    Returns what ``verify`` returns. Used directly for fp32 baselines.
+    Returns what ``verify`` returns. Used directly for fp32 baselines. ``notes`` gets a
+    line for each input dimension exported at its example size because the model's code
+    fixes it (:func:`capture_fixing`).
     """
     shapes = dynamic_shapes(named) if config.dynamic else None
     with atomic_path(path) as tmp:
@@ -168,7 +171,9 @@ def write_artifact(
 
             write_torchscript(model, named[0], tmp, info)
         else:
-            program = capture(model, named[0], shapes, onnx=config.format == "onnx")
+            program, fixed = capture_fixing(model, named, shapes, onnx=config.format == "onnx")
+            if notes is not None:
+                notes += fixed
             if config.format == "onnx":
                 write_onnx(program, tmp, info, config.opset)
             else:
@@ -337,7 +342,7 @@ def _export_checked(
                 latency.extend(_informational(notes, "onnxruntime latency", _onnx_latency, *args))
         return verified
 
-    check = write_artifact(target, half, named, out, info, verify=check_file)
+    check = write_artifact(target, half, named, out, info, verify=check_file, notes=notes)
     assert check is not None  # verify was given
     python_max_abs = (
         _max_abs([python_out[i] for i in check.checked_batches], check.outputs)

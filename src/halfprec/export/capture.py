@@ -100,6 +100,17 @@ _USER_LINE = re.compile(r'File "([^"]+)", line (\d+), in \w+|# File: (\S+?):(\d+
 _UNKNOWN_OUTPUT = re.compile(r"Found <class '([\w.]+)'> in output, which is not a known type")
 
 
+# model code whose export failure is a reported limit outside halfprec: (file, what and
+# where it is reported)
+_UPSTREAM = (
+    (
+        "transformers/time_series_utils.py",
+        "torch.distributions validates its arguments with a data-dependent check, which "
+        "non-strict torch.export cannot trace: https://github.com/pytorch/pytorch/issues/135061",
+    ),
+)
+
+
 def _locations(text: str) -> list[tuple[str, str]]:
     """(file, line) of every frame in ``text``, without code compiled from a string
     (``<string>``, ``<eval_with_key>``): no user can open those."""
@@ -180,10 +191,11 @@ def explain_failure(stage: str, exc: BaseException, *, can_be_static: bool = Tru
     if "data-dependent" in text.lower() or "GuardOnDataDependent" in text:
         location = _model_location(text)
         where = f" at {location}" if location else ""
+        known = next((why for place, why in _UPSTREAM if place in location), "")
         return (
-            f"{stage} cannot capture control flow that depends on tensor values{where}; "
-            "rewrite it with torch.where/torch.cond, or use --format torchscript (a trace "
-            "records the branch the example inputs take)"
+            f"{stage} cannot capture control flow that depends on tensor values{where}"
+            f"{f' ({known})' if known else ''}; rewrite it with torch.where/torch.cond, or "
+            "use --format torchscript (a trace records the branch the example inputs take)"
         )
     if "Tracer cannot infer type" in text:
         last = [ln.strip(" :") for ln in text.splitlines() if ln.strip()][-1]
@@ -197,6 +209,79 @@ def explain_failure(stage: str, exc: BaseException, *, can_be_static: bool = Tru
     static = "--static, or with " if can_be_static else ""
     fix = f"; export with {static}--format exported-program" if "onnx" in stage else ""
     return f"{stage} failed: {first_line(root)}{where}{fix}"
+
+
+_SPECIALIZED = re.compile(
+    r"L\['(\w+)'\]\.size\(\)\[(\d+)\] as dynamic but your code specialized it to be a "
+    r"constant \((\d+)\)"
+)
+
+
+def _specialized(exc: BaseException) -> list[tuple[str, int, int]]:
+    """(input, dim, size) of each top-level input dimension that torch.export says the
+    model's code fixed to a constant; [] when the failure is anything else."""
+    text = "\n".join(str(e) for e in _chain(exc))
+    return sorted({(m[1], int(m[2]), int(m[3])) for m in _SPECIALIZED.finditer(text)})
+
+
+def _fixable(
+    found: list[tuple[str, int, int]], named: list[dict[str, Any]], shapes: dict[str, Any]
+) -> bool:
+    """Whether every dimension in ``found`` can be exported at its example size: it has
+    that size in every example batch (so every batch is still checked), and the program
+    keeps at least one dynamic dimension (else it is a --static export, which the user
+    asks for)."""
+    for name, dim, size in found:
+        spec = shapes.get(name)
+        if not isinstance(spec, dict) or dim not in spec:
+            return False
+        for batch in named:
+            t = batch.get(name)
+            if not isinstance(t, torch.Tensor) or t.dim() <= dim or t.shape[dim] != size:
+                return False
+    dropped = {(n, d) for n, d, _ in found}
+    return any(
+        _has_dims(spec) if not isinstance(spec, dict) else any((k, d) not in dropped for d in spec)
+        for k, spec in shapes.items()
+    )
+
+
+def _has_dims(spec: Any) -> bool:
+    """Whether a (nested) dynamic-shape spec marks any dimension dynamic."""
+    if isinstance(spec, dict):
+        return any(isinstance(k, int) or _has_dims(v) for k, v in spec.items())
+    if isinstance(spec, (list, tuple)):
+        return any(_has_dims(v) for v in spec)
+    return False
+
+
+def capture_fixing(
+    model: nn.Module, named: list[dict[str, Any]], shapes: dict[str, Any] | None, onnx: bool
+) -> tuple[torch.export.ExportedProgram, list[str]]:
+    """:func:`capture` of ``named[0]``; where the model's own code fixes an input dimension
+    that is dynamic only because batches may vary (an image count a VLM unbinds), that
+    dimension is exported at its example size, as transformers' own exporter does
+    (``Dim.AUTO``), and named in the returned notes. A dimension that differs between the
+    example batches, or a model whose every dynamic dimension is fixed, is refused."""
+    fixed: list[tuple[str, int, int]] = []
+    while True:
+        try:
+            program = capture(model, named[0], shapes, onnx=onnx)
+        except ExportError as exc:
+            found = _specialized(exc)
+            if not found or shapes is None or not _fixable(found, named, shapes):
+                raise
+            for name, dim, _ in found:
+                shapes = {**shapes, name: {d: v for d, v in shapes[name].items() if d != dim}}
+                shapes[name] = shapes[name] or None
+            fixed += found
+            continue
+        notes = [
+            f"{name} dimension {dim} is fixed at {size}: the model's code specialises it under "
+            "torch.export (inputs with another size are refused by the file)"
+            for name, dim, size in fixed
+        ]
+        return program, notes
 
 
 def capture(

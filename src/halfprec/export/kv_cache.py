@@ -88,14 +88,24 @@ def state_layers(config: Any) -> list[int]:
     return [i for i, layer in enumerate(layers) if hasattr(layer, "recurrent_states")]
 
 
+# the branch in transformers' Mamba-family mixers that keeps a state-space cache out of one
+# exported graph, as reported upstream
+_SSM_ISSUES = (
+    "https://github.com/huggingface/transformers/issues/36403, "
+    "https://github.com/pytorch/pytorch/issues/146835"
+)
+
+
 def _refuse_state_layers(model: nn.Module, config: Any) -> None:
     found = state_layers(config)
     if found:
         shown = ", ".join(map(str, found[:8])) + (" ..." if len(found) > 8 else "")
         raise ExportError(
             f"--kv-cache exports key/value caches; {type(model).__name__}'s cache holds "
-            f"state-space (conv and SSM) states in layer(s) {shown}, which halfprec cannot "
-            "export as tensors yet: export it without --kv-cache"
+            f"state-space (conv and SSM) states in layer(s) {shown}, for which transformers' "
+            "code takes one path for a prompt and another for a one-token step (`if ... "
+            "seq_len == 1` on the cache), so no one graph does both (" + _SSM_ISSUES + "): "
+            "export it without --kv-cache"
         )
 
 

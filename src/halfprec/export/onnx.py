@@ -32,6 +32,7 @@ from halfprec.errors import HalfprecError, InputsError, clip, require, strip_ans
 from halfprec.export.capture import explain_failure
 from halfprec.export.config import DEFAULT_OPSET, ExportError, RuntimeFailure
 from halfprec.export.info import INFO_KEY, ArtifactInfo
+from halfprec.export.onnx_ops import translations
 from halfprec.modules import first_line
 from halfprec.timing import Timing, measure
 
@@ -115,6 +116,7 @@ def write_onnx(
                 input_names=list(info.inputs),
                 output_names=list(info.outputs),
                 opset_version=opset,
+                custom_translation_table=translations(opset),
                 dynamo=True,
                 verbose=False,
             )

@@ -91,7 +91,7 @@ view_as_complex polar real imag conj resolve_conj resolve_neg
 _SYMBOLIC = """
 sym_size sym_numel sym_stride sym_storage_offset sym_is_contiguous sym_constrain_range
 sym_constrain_range_for_size _assert_scalar _assert_async _functional_assert_scalar
-_functional_assert_async
+_functional_assert_async _is_all_true _is_any_true
 """
 
 ALLOWED_ATEN: frozenset[str] = frozenset(

@@ -64,9 +64,10 @@ def save(
     """Write ``model``'s tensors to ``path`` (safetensors, atomic) and return the path.
 
     The write follows :mod:`halfprec.atomic`: symlinks and file modes are kept, the file is
-    fsynced, and a missing folder is an error. A module that holds no tensors (a deployed
-    runtime's :class:`~halfprec.runtimes.RuntimeModule`, whose weights live in the runtime)
-    is refused: its checkpoint would be empty and load as nothing.
+    fsynced, and missing folders are made (and removed again if the write fails). A module
+    that holds no tensors (a deployed runtime's :class:`~halfprec.runtimes.RuntimeModule`,
+    whose weights live in the runtime) is refused: its checkpoint would be empty and load
+    as nothing.
     """
     from safetensors.torch import save as to_bytes
 

@@ -12,8 +12,8 @@ restores every island and the whole recipe. :func:`transformers_islands` says wh
 islands plain transformers keeps.
 
 The directory is written to a temporary sibling, checked there (``verify``), and renamed
-into place, so a failure leaves no partial directory; an existing non-empty ``outdir`` is
-refused.
+into place, so a failure leaves no partial directory; missing parent folders are made
+(and removed again when the write fails); an existing non-empty ``outdir`` is refused.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.atomic import as_write_error, make_temp_dir, new_file_mode
+from halfprec.atomic import as_write_error, made_folders, make_temp_dir, new_file_mode
 from halfprec.convert.core import recipe_of
 from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import cast_floating, dtype_name
@@ -100,8 +100,23 @@ def save_pretrained_dir(
     dest = Path(outdir)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise CheckpointError(f"{dest} exists and is not an empty folder; pick a new path")
-    if not dest.parent.is_dir():
-        raise CheckpointError(f"folder {dest.parent} does not exist; create it first")
+    with made_folders(dest.parent, dest):  # a failed write removes the folders it made
+        _write_dir(half, recipe, dest, source, max_shard_size, verify)
+    files = tuple(sorted(f.name for f in dest.iterdir()))
+    size = sum((dest / f).stat().st_size for f in files)
+    return HfDirReport(dest, files, size)
+
+
+def _write_dir(
+    half: nn.Module,
+    recipe: Recipe,
+    dest: Path,
+    source: str | os.PathLike[str] | None,
+    max_shard_size: str | int,
+    verify: Callable[[Path], None] | None,
+) -> None:
+    """:func:`save_pretrained_dir`'s writing, into a temporary folder beside ``dest`` that
+    is renamed onto it once written and verified."""
     assert not isinstance(recipe.dtype, str)  # a resolved recipe: a concrete dtype
     try:
         tmp = make_temp_dir(dest.parent)  # pid in its name: a kill -9 leaves no lasting litter
@@ -136,9 +151,6 @@ def save_pretrained_dir(
         if mapped is not None:
             raise mapped from exc
         raise
-    files = tuple(sorted(f.name for f in dest.iterdir()))
-    size = sum((dest / f).stat().st_size for f in files)
-    return HfDirReport(dest, files, size)
 
 
 def _transformer_of(half: nn.Module, recipe: Recipe | None) -> tuple[nn.Module, Recipe | None]:

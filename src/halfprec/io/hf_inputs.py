@@ -33,8 +33,6 @@ where that is what stops it, and the ``--inputs`` file format that supplies them
 from __future__ import annotations
 
 import inspect
-import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,20 +40,25 @@ import torch
 from torch import nn
 
 from halfprec.batch import Batch
-from halfprec.errors import InputsError, ModelSpecError, require
+from halfprec.errors import InputsError, require
+from halfprec.io.hf_audio import features, speech_prompt, text_and_audio, values
+from halfprec.io.hf_context import (
+    HfContext,
+    joint_processor,
+    load_tokenizer,
+    pad_with_eos,
+    saved_processor,
+)
 from halfprec.io.hf_series import forecast_inputs, takes_time_features
 from halfprec.io.zoo import sentences, token_batch
-from halfprec.modules import first_line
 
 INPUTS_FORMAT = (
     "a .safetensors file with one tensor per input name (batch0.NAME, batch1.NAME for "
     "several batches) or a .pt file of a dict of tensors"
 )
-_ROWS = 2  # rows of every input of a model that reads more than text: both photos
-_TEXT_ROWS = 16  # sentences for a text-only model
-_PROCESSOR_FILE = "preprocessor_config.json"
-_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model")
+_TEXT_ROWS = 16  # sentences for a text-only model (else ROWS of each input)
 _NON_TEXT = ("pixel_values", "input_values", "input_features", "past_values")
+_AUDIO = ("input_features", "input_values")
 
 
 class NoExampleInputs(InputsError):
@@ -67,54 +70,22 @@ class NoExampleInputs(InputsError):
         self.problem = problem
 
 
-@dataclass
-class _Context:
-    """What every builder reads: the model, its directory and config, the one batch size of
-    the call, notes to add and what was built from what."""
-
-    model: nn.Module
-    path: Path
-    tf: Any
-    params: dict[str, inspect.Parameter]
-    notes: list[str] = field(default_factory=list)
-    rows: int = _ROWS
-    built: list[str] = field(default_factory=list)
-
-    @property
-    def config(self) -> Any:
-        return self.model.config
-
-    def sub(self, name: str) -> Any:
-        """The ``vision_config``/``text_config`` of a composite model, else the config."""
-        return getattr(self.config, name, None) or self.config
-
-    def has_tokenizer(self) -> bool:
-        return any((self.path / f).is_file() for f in _TOKENIZER_FILES)
-
-    def taken(self, encoded: Any, names: tuple[str, ...] | None = None) -> dict[str, Any]:
-        """The tensors of a processor's output that ``forward`` takes (of ``names``)."""
-        return {
-            k: v
-            for k, v in dict(encoded).items()
-            if k in self.params and isinstance(v, torch.Tensor) and (names is None or k in names)
-        }
-
-
 def _forward_params(model: nn.Module) -> dict[str, inspect.Parameter]:
     params = inspect.signature(model.forward).parameters
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     return {n: p for n, p in params.items() if p.kind in kinds}
 
 
-def _wanted(ctx: _Context) -> list[str]:
+def _wanted(ctx: HfContext) -> list[str]:
     """The inputs to build, main input first."""
     main = str(getattr(ctx.model, "main_input_name", "input_ids"))
     required = [n for n, p in ctx.params.items() if p.default is inspect.Parameter.empty]
     names = [main, *required]
     config = ctx.config
-    multimodal = hasattr(config, "text_config") and hasattr(config, "vision_config")
-    if multimodal:
+    if hasattr(config, "text_config") and hasattr(config, "vision_config"):
         names += [n for n in ("input_ids", "pixel_values") if n in ctx.params]
+    if hasattr(config, "text_config") and hasattr(config, "audio_config"):
+        names += [n for n in ("input_ids", *_AUDIO) if n in ctx.params]
     return list(dict.fromkeys(names))
 
 
@@ -127,7 +98,7 @@ def example_batches(
     needs when some input has no builder."""
     from halfprec.io.zoo import import_transformers
 
-    ctx = _Context(model, path, import_transformers(), _forward_params(model), notes)
+    ctx = HfContext(model, path, import_transformers(), _forward_params(model), notes)
     names = _wanted(ctx)
     if ctx.has_tokenizer() and not any(n in names for n in _NON_TEXT):
         ctx.rows = _TEXT_ROWS  # a text-only model: 16 sentences (2 rows of random ids)
@@ -140,6 +111,8 @@ def example_batches(
     batch: dict[str, torch.Tensor] = {}
     if "input_ids" in names and "pixel_values" in names:
         batch.update(_text_and_images(ctx))
+    if "input_ids" in names and any(n in names for n in _AUDIO):
+        batch.update(text_and_audio(ctx))
     for name in names:
         if name not in batch:
             batch.update(_BUILDERS[name](ctx))
@@ -151,7 +124,7 @@ def example_batches(
     return [{k: v for k, v in batch.items() if k in ctx.params}]
 
 
-def _is_vision_encoder_decoder(ctx: _Context) -> bool:
+def _is_vision_encoder_decoder(ctx: HfContext) -> bool:
     """A composite encoder-decoder (VisionEncoderDecoder, SpeechEncoderDecoder): a config
     with ``encoder`` and ``decoder`` configs."""
     return hasattr(ctx.config, "encoder") and hasattr(ctx.config, "decoder")
@@ -160,13 +133,13 @@ def _is_vision_encoder_decoder(ctx: _Context) -> bool:
 # -- text ------------------------------------------------------------------------------------
 
 
-def _text(ctx: _Context) -> dict[str, torch.Tensor]:
+def _text(ctx: HfContext) -> dict[str, torch.Tensor]:
     """The built-in sentences through the directory's tokenizer (every output its
     ``model_input_names`` lists that ``forward`` takes), else random token ids."""
     config = ctx.sub("text_config")
     limit = max_positions(config)
     if ctx.has_tokenizer():
-        tokenizer = _tokenizer(ctx)
+        tokenizer = load_tokenizer(ctx)
         cut = {"truncation": True, "max_length": limit} if limit else {}
         enc = tokenizer(sentences()[: ctx.rows], padding=True, return_tensors="pt", **cut)
         out = ctx.taken(enc, tuple(tokenizer.model_input_names))
@@ -190,36 +163,7 @@ def max_positions(config: Any) -> int | None:
     return None
 
 
-def _tokenizer(ctx: _Context) -> Any:
-    """The directory's tokenizer; one without a pad token pads with its eos token, as
-    ``transformers.pipeline`` does (and a note says so)."""
-    try:
-        tokenizer = ctx.tf.AutoTokenizer.from_pretrained(str(ctx.path), trust_remote_code=False)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelSpecError(
-            f"cannot load the tokenizer in {ctx.path} ({first_line(exc)}); check its tokenizer "
-            "files against the installed transformers, or pass --inputs FILE"
-        ) from None
-    _pad_with_eos(ctx, tokenizer)
-    return tokenizer
-
-
-def _pad_with_eos(ctx: _Context, tokenizer: Any) -> None:
-    if tokenizer.pad_token is not None:
-        return
-    if tokenizer.eos_token is None:
-        raise ModelSpecError(
-            f"the tokenizer in {ctx.path} has neither a pad token nor an eos token to pad "
-            "with; set pad_token in its tokenizer_config.json, or pass --inputs FILE"
-        )
-    tokenizer.pad_token = tokenizer.eos_token
-    ctx.notes.append(
-        f"the tokenizer in {ctx.path} has no pad token; padding with its eos token "
-        f"{tokenizer.eos_token!r} (id {tokenizer.eos_token_id}), as transformers.pipeline does"
-    )
-
-
-def _decoder_tokens(ctx: _Context) -> torch.Tensor:
+def _decoder_tokens(ctx: HfContext) -> torch.Tensor:
     """An encoder-decoder's decoder input: the sentences through its tokenizer as labels,
     shifted right by the model's own ``prepare_decoder_input_ids_from_labels`` (its decoder
     start token first); without a tokenizer, random tokens after the config's
@@ -227,8 +171,10 @@ def _decoder_tokens(ctx: _Context) -> torch.Tensor:
     config = ctx.sub("decoder")
     limit = int(getattr(config, "max_target_positions", 0) or 0) or max_positions(config)
     shift = getattr(ctx.model, "prepare_decoder_input_ids_from_labels", None)
+    if ctx.has_tokenizer() and hasattr(load_tokenizer(ctx), "set_prefix_tokens"):
+        return speech_prompt(ctx, limit)
     if ctx.has_tokenizer() and callable(shift):
-        tokenizer = _tokenizer(ctx)
+        tokenizer = load_tokenizer(ctx)
         cut = {"truncation": True, "max_length": min(16, limit)} if limit else {}
         labels = tokenizer(text_target=sentences()[: ctx.rows], padding=True, **cut)
         ids = torch.as_tensor(labels["input_ids"])
@@ -265,12 +211,12 @@ def _size(value: Any, default: int = 224) -> tuple[int, int]:
     return default, default
 
 
-def _pixels(ctx: _Context) -> dict[str, torch.Tensor]:
+def _pixels(ctx: HfContext) -> dict[str, torch.Tensor]:
     """scikit-learn's two photos through the directory's image processor (its own size and
     normalisation), else resized to the config's ``image_size`` and scaled to [-1, 1]
     (ViT's own normalisation)."""
     photos = _photos()[: ctx.rows]
-    if (ctx.path / _PROCESSOR_FILE).is_file():
+    if saved_processor(ctx, "image_processor"):
         processor = ctx.tf.AutoImageProcessor.from_pretrained(str(ctx.path))
         out = ctx.taken(processor(images=photos, return_tensors="pt"))
         ctx.built.append(
@@ -301,13 +247,13 @@ def _image_token_id(config: Any) -> int | None:
     return None
 
 
-def _text_and_images(ctx: _Context) -> dict[str, torch.Tensor]:
+def _text_and_images(ctx: HfContext) -> dict[str, torch.Tensor]:
     """Sentences and photos of one batch size through the directory's own processor: for
     a vision-language model (a config with an image token), each sentence in its chat
     template with one image, else after the processor's image token. Without a joint
     processor, a model with image tokens is refused; others take each modality's own."""
     image_token = _image_token_id(ctx.config)
-    processor = _joint_processor(ctx)
+    processor = joint_processor(ctx, "image_processor")
     if processor is None:
         if image_token is not None:
             raise NoExampleInputs(
@@ -317,7 +263,7 @@ def _text_and_images(ctx: _Context) -> dict[str, torch.Tensor]:
                 "preprocessor_config.json with a tokenizer)"
             )
         return {}
-    _pad_with_eos(ctx, processor.tokenizer)
+    pad_with_eos(ctx, processor.tokenizer)
     texts = sentences()[: ctx.rows]
     photos: list[Any] = _photos()[: ctx.rows]
     how = "as plain text"
@@ -350,82 +296,10 @@ def _with_image_tokens(processor: Any, texts: list[str]) -> tuple[list[str], str
     return [f"{token}{t}" for t in texts], f"after its image token {token!r}"
 
 
-def _joint_processor(ctx: _Context) -> Any:
-    """The directory's processor that takes both text and images, or None."""
-    try:
-        processor = ctx.tf.AutoProcessor.from_pretrained(str(ctx.path), trust_remote_code=False)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    if hasattr(processor, "tokenizer") and hasattr(processor, "image_processor"):
-        return processor
-    return None
-
-
-# -- audio -----------------------------------------------------------------------------------
-
-
-def _waveform(rate: int, seconds: float = 1.0) -> list[Any]:
-    """Two rows of tones (220 and 330 Hz with a harmonic) and a little seeded noise: no
-    real recording ships with halfprec."""
-    t = torch.arange(int(rate * seconds)) / rate
-    gen = torch.Generator().manual_seed(0)
-    rows = []
-    for base in (220.0, 330.0):
-        wave = 0.5 * torch.sin(2 * math.pi * base * t) + 0.2 * torch.sin(4 * math.pi * base * t)
-        rows.append((wave + 0.01 * torch.randn(t.shape, generator=gen)).numpy())
-    return rows
-
-
-def _extracted(ctx: _Context, name: str) -> dict[str, torch.Tensor] | None:
-    """The directory's feature extractor on the waveform, with its own defaults (padding
-    and length: Whisper's pads every clip to its fixed window), if it has one."""
-    if not (ctx.path / _PROCESSOR_FILE).is_file():
-        return None
-    extractor = ctx.tf.AutoFeatureExtractor.from_pretrained(str(ctx.path))
-    rate = int(getattr(extractor, "sampling_rate", 16000))
-    out = ctx.taken(extractor(_waveform(rate), sampling_rate=rate, return_tensors="pt"))
-    ctx.notes.append(f"{name}: a synthetic 1 s waveform at {rate} Hz through the feature extractor")
-    shapes = ", ".join(f"{k} {tuple(v.shape)}" for k, v in out.items())
-    ctx.built.append(
-        f"{shapes} from two synthetic 1 s waveforms at {rate} Hz through the "
-        f"{type(extractor).__name__} in {ctx.path}"
-    )
-    return out
-
-
-def _values(ctx: _Context) -> dict[str, torch.Tensor]:
-    """``input_values`` (Wav2Vec2, HuBERT): raw samples, normalised per row."""
-    done = _extracted(ctx, "input_values")
-    if done is not None:
-        return done
-    rate = int(getattr(ctx.config, "sampling_rate", 16000) or 16000)
-    wave = torch.stack([torch.from_numpy(row) for row in _waveform(rate)])
-    wave = (wave - wave.mean(-1, keepdim=True)) / wave.std(-1, keepdim=True)
-    ctx.notes.append(f"input_values: a synthetic 1 s waveform at {rate} Hz, normalised")
-    ctx.built.append(f"input_values: two synthetic 1 s waveforms at {rate} Hz, normalised")
-    return {"input_values": wave}
-
-
-def _features(ctx: _Context) -> dict[str, torch.Tensor]:
-    """``input_features`` (Whisper): the feature extractor's log-mels, else random frames of
-    the config's size (``num_mel_bins`` by twice ``max_source_positions``)."""
-    done = _extracted(ctx, "input_features")
-    if done is not None:
-        return done
-    mels = int(getattr(ctx.config, "num_mel_bins", 80))
-    frames = 2 * int(getattr(ctx.config, "max_source_positions", 1500))
-    gen = torch.Generator().manual_seed(0)
-    ctx.built.append(
-        f"input_features: random {mels}x{frames} frames (num_mel_bins by twice "
-        "max_source_positions; no feature extractor in the directory)"
-    )
-    return {"input_features": torch.randn(ctx.rows, mels, frames, generator=gen)}
-
-
 # -- time series -----------------------------------------------------------------------------
 
 
-def _series(ctx: _Context) -> dict[str, torch.Tensor]:
+def _series(ctx: HfContext) -> dict[str, torch.Tensor]:
     """``past_values`` and what goes with it (:mod:`halfprec.io.hf_series`)."""
     try:
         out, built = forecast_inputs(ctx.config, set(ctx.params), ctx.rows)
@@ -436,7 +310,7 @@ def _series(ctx: _Context) -> dict[str, torch.Tensor]:
     return out
 
 
-def _no_series(ctx: _Context) -> dict[str, torch.Tensor]:
+def _no_series(ctx: HfContext) -> dict[str, torch.Tensor]:
     """Time features and the observed mask come with ``past_values`` (built with it)."""
     if not takes_time_features(ctx.config):
         raise NoExampleInputs(
@@ -449,8 +323,8 @@ def _no_series(ctx: _Context) -> dict[str, torch.Tensor]:
 _BUILDERS = {
     "input_ids": _text,
     "pixel_values": _pixels,
-    "input_values": _values,
-    "input_features": _features,
+    "input_values": values,
+    "input_features": features,
     "past_values": _series,
     "past_time_features": _no_series,
     "past_observed_mask": _no_series,

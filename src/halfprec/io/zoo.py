@@ -103,7 +103,9 @@ def _minilm(batch_size: int = 32) -> tuple[nn.Module, list[Batch]]:
     batches: list[Batch] = []
     for start in range(0, len(texts), batch_size):
         enc = tokenizer(texts[start : start + batch_size], padding=True, return_tensors="pt")
-        batches.append({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
+        # the tokenizer's whole output, token_type_ids too: what a user feeds, so an
+        # exported or deployed file takes it by the same names
+        batches.append(dict(enc))
     return model, batches
 
 

@@ -215,7 +215,7 @@ def check_plot_path(path: str | os.PathLike[str]) -> Path:
     p = Path(path)
     if p.suffix.lower() != ".png":
         raise HalfprecError(f"--plot {p}: the chart is a PNG; give a path ending in .png")
-    ensure_folder(p)  # a missing folder is an error before anything is measured
+    ensure_folder(p)  # a path that cannot be written, before anything is measured
     return p
 
 

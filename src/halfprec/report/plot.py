@@ -23,5 +23,5 @@ def new_figure(width: float, height: float) -> Any:
 
 def save_png(fig: Any, path: str | os.PathLike[str], dpi: int) -> None:
     """Write ``fig`` to ``path`` as a PNG atomically (no partial file on failure)."""
-    with atomic_path(path) as tmp:  # a missing folder is an error, as for every file
+    with atomic_path(path) as tmp:  # missing folders made, as for every file
         fig.savefig(tmp, dpi=dpi, format="png")

@@ -16,8 +16,9 @@ compiles a saved IR with the hint it carries, which is the way to load one.
 
 from __future__ import annotations
 
+import errno
 import os
-import tempfile
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.atomic import ensure_folder
+from halfprec.atomic import made_folders, make_temp_dir, resolve_target
 from halfprec.batch import Batch
 from halfprec.errors import HalfprecError, require
 from halfprec.export.hf import without_cache
@@ -93,6 +94,7 @@ def build(model: nn.Module, batch: Batch, dtype: torch.dtype, threads: int) -> R
             graph = ov.convert_model(flat, example_input=tuple(io.example))
         except Exception as exc:  # OpenVINO's own types; the reason is on a later line
             raise ConversionError(_reason(exc)) from None
+    name_ports(graph, io)
     config = {
         "INFERENCE_PRECISION_HINT": HINTS[dtype][0],
         "PERFORMANCE_HINT": "LATENCY",
@@ -108,21 +110,90 @@ def build(model: nn.Module, batch: Batch, dtype: torch.dtype, threads: int) -> R
         return [torch.from_numpy(result[p]) for p in ports]
 
     def save(path: Path) -> Path:
-        if path.suffix != ".xml":
-            raise ValueError(f"OpenVINO IR is saved as NAME.xml (+ NAME.bin), got {path.name!r}")
-        # written whole in a folder beside ``path``, then moved in: the .bin first, so a
-        # complete .xml never names a partial .bin
-        dest = ensure_folder(path)
         graph.set_rt_info(precision, list(PRECISION_KEY))  # what was checked, not asked
-        with tempfile.TemporaryDirectory(prefix=".halfprec-ov-", dir=dest.parent) as tmp:
-            staged = Path(tmp) / dest.name
-            ov.save_model(graph, str(staged), compress_to_fp16=False)  # the weights as converted
-            os.replace(staged.with_suffix(".bin"), dest.with_suffix(".bin"))
-            os.replace(staged, dest)
-        return path
+        return save_ir(graph, path)
 
     # convert_model shares the torch weights (share_weights=True): keep ``flat`` alive
     return RuntimeModule("openvino", precision, run, io, save, keep=(flat, graph, compiled))
+
+
+def save_ir(graph: Any, path: Path) -> Path:
+    """Write ``graph`` to ``path`` (``NAME.xml`` + ``NAME.bin``, the weights as converted)
+    whole in a folder beside it, then move both in: the .bin first, so a complete .xml
+    never names a partial .bin. Missing folders are made, and removed on failure."""
+    if path.suffix != ".xml":
+        raise ValueError(f"OpenVINO IR is saved as NAME.xml (+ NAME.bin), got {path.name!r}")
+    ov = import_openvino()
+    dest = resolve_target(path)
+    with made_folders(dest.parent, path):
+        try:
+            tmp = make_temp_dir(dest.parent)  # pid in its name: a kill -9 leaves no lasting litter
+        except OSError as exc:  # name the user's path, not the temp folder's
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        try:
+            staged = tmp / dest.name
+            try:
+                ov.save_model(graph, str(staged), compress_to_fp16=False)
+            except RuntimeError as exc:  # a C++ stream error that says nothing of why
+                raise _write_error(exc, graph, dest.parent, path) from exc
+            os.replace(staged.with_suffix(".bin"), dest.with_suffix(".bin"))
+            os.replace(staged, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def _write_error(exc: RuntimeError, graph: Any, folder: Path, path: Path) -> BaseException:
+    """OpenVINO's failed write as the ``OSError`` it stands for, read from the file system
+    (read-only; or too full for the graph's weights, which the .bin holds, OpenVINO having
+    removed what it wrote), naming ``path``; else ``exc`` itself."""
+    try:
+        fs = os.statvfs(folder)
+    except OSError:
+        return exc
+    weights = sum(op.get_byte_size() for op in graph.get_ops() if op.get_type_name() == "Constant")
+    if fs.f_flag & os.ST_RDONLY:
+        code = errno.EROFS
+    elif fs.f_bavail * fs.f_frsize < weights or fs.f_favail == 0:
+        code = errno.ENOSPC
+    else:
+        return exc
+    return OSError(code, os.strerror(code), str(path))
+
+
+def name_ports(graph: Any, io: FlatIO) -> None:
+    """Give ``graph``'s inputs and outputs the model's names (``io.inputs``,
+    ``io.outputs``), in place, so that the graph is fed and read by name.
+
+    The converter names an input after the traced value (``attention_mask.1``) and an
+    output after the op that made it, or not at all. A name given to an output whose
+    tensor is an input's, or another output's, would be merged with theirs when the IR is
+    read back, so each such output first gets a tensor of its own (a Convert to its own
+    type, which changes no value)."""
+    ops = import_openvino().opset13
+    params, results = list(graph.get_parameters()), list(graph.get_results())
+    if (len(params), len(results)) != (len(io.inputs), len(io.outputs)):
+        raise ConversionError(
+            f"openvino.convert_model made a graph of {len(params)} inputs and "
+            f"{len(results)} outputs, the model has {len(io.inputs)} and {len(io.outputs)}; "
+            "run this model with torch"
+        )
+    for param, name in zip(params, io.inputs, strict=True):
+        param.output(0).get_tensor().set_names({name})
+    seen: set[Any] = set()  # the ports already read by an output (ov.Output hashes by port)
+    fresh = []
+    for result in results:
+        source = result.input_value(0)
+        if source.get_node().get_type_name() == "Parameter" or source in seen:
+            seen.add(source)
+            source = ops.convert(source, source.get_element_type()).output(0)
+        seen.add(source)
+        fresh.append(ops.result(source))  # a new Result: an old one keeps its source's names
+    for result in results:
+        graph.remove_result(result)
+    graph.add_results(fresh)
+    for port, name in zip(graph.outputs, io.outputs, strict=True):
+        port.get_tensor().set_names({name})
 
 
 def compile_ir(path: str | os.PathLike[str], core: Any = None, device: str = "CPU") -> Any:

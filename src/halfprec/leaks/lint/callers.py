@@ -13,6 +13,7 @@ submodule. Recognised calls:
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -31,16 +32,14 @@ class CallSite:
     is_forward: bool
 
 
-def _functions(program: Program) -> Iterator[tuple[Function, str | None, ClassFacts]]:
+def _functions(program: Program) -> Iterator[tuple[Function, str | None]]:
     """Every module-level function and every method of a module-level class."""
     for fn in program.functions.values():
-        yield fn, None, NO_FACTS
+        yield fn, None
     for name, cls in program.classes.items():
-        info = program.methods_of(name)
-        facts = info[1] if info is not None else NO_FACTS
         for stmt in cls.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                yield stmt, name, facts
+                yield stmt, name
 
 
 def _self_attr(func: ast.AST) -> str | None:
@@ -52,27 +51,109 @@ def _self_attr(func: ast.AST) -> str | None:
     return None
 
 
-def call_sites(program: Program, fn: Function) -> list[CallSite]:
-    """The calls of ``fn`` in its file (see the module docstring)."""
-    top = program.functions.get(fn.name) is fn
-    owner = None if top else program.owner_of(fn)
-    if not top and owner is None:
-        return []  # a nested function: its calls are its enclosing function's business
-    out: list[CallSite] = []
-    for caller, cls, facts in _functions(program):
-        if not top and fn.name != "forward" and cls != owner:
-            continue
-        holders = {x for x, c in facts.module_classes if c == owner}
-        for node in ast.walk(caller):
-            if not isinstance(node, ast.Call):
+class CallIndex:
+    """The calls in a file by the name called: ``name(...)``, ``self.name(...)`` or
+    ``self.name[i](...)``, each with the caller's class. Only the functions whose text
+    holds the name are walked, once per name."""
+
+    def __init__(self, program: Program, lines: list[str]) -> None:
+        self.program = program
+        self.functions = [
+            (fn, cls, "\n".join(lines[fn.lineno - 1 : fn.end_lineno or fn.lineno]))
+            for fn, cls in _functions(program)
+        ]
+        self.found: dict[str, list[tuple[str | None, CallSite]]] = {}
+        self.facts: dict[str | None, ClassFacts] = {None: NO_FACTS}
+
+    def facts_of(self, cls: str | None) -> ClassFacts:
+        if cls not in self.facts:
+            info = self.program.methods_of(cls) if cls else None
+            self.facts[cls] = info[1] if info is not None else NO_FACTS
+        return self.facts[cls]
+
+    def named(self, name: str) -> list[tuple[str | None, CallSite]]:
+        if name not in self.found:
+            pattern = re.compile(rf"(?<![\w.]){re.escape(name)}\s*[(\[]|self\.{re.escape(name)}\b")
+            out: list[tuple[str | None, CallSite]] = []
+            for caller, cls, text in self.functions:
+                if name not in text:
+                    continue
+                hits = {
+                    caller.lineno + text.count("\n", 0, m.start()) for m in pattern.finditer(text)
+                }
+                for node in _nodes_on(caller, hits):
+                    func = node.func
+                    called = func.id if isinstance(func, ast.Name) else _self_attr(func)
+                    if called == name:
+                        site = CallSite(node, caller, self.facts_of(cls), caller.name == "forward")
+                        out.append((cls, site))
+            self.found[name] = out
+        return self.found[name]
+
+
+def _nodes_on(fn: Function, lines: set[int]) -> Iterator[ast.Call]:
+    """The calls of ``fn`` that span one of ``lines`` (other subtrees are not walked)."""
+    if not lines:
+        return
+    stack: list[ast.AST] = list(fn.body)
+    while stack:
+        node = stack.pop()
+        first = getattr(node, "lineno", None)
+        if first is not None:
+            last = getattr(node, "end_lineno", None) or first
+            if not any(first <= line <= last for line in lines):
                 continue
-            func = node.func
-            if top:
-                hit = isinstance(func, ast.Name) and func.id == fn.name
-            elif fn.name == "forward":
-                hit = _self_attr(func) in holders
-            else:
-                hit = isinstance(func, ast.Attribute) and _self_attr(func) == fn.name
-            if hit:
-                out.append(CallSite(node, caller, facts, caller.name == "forward"))
+        if isinstance(node, ast.Call):
+            yield node
+        stack += ast.iter_child_nodes(node)
+
+
+def call_sites(program: Program, fn: Function, index: CallIndex) -> list[CallSite]:
+    """The calls of ``fn`` in its file (see the module docstring)."""
+    if program.functions.get(fn.name) is fn:
+        return [site for _, site in index.named(fn.name) if isinstance(site.call.func, ast.Name)]
+    owner = program.owner_of(fn)
+    if owner is None:
+        return []  # a nested function: its calls are its enclosing function's business
+    if fn.name != "forward":
+        return [
+            site
+            for cls, site in index.named(fn.name)
+            if cls == owner and isinstance(site.call.func, ast.Attribute)
+        ]
+    classes = {cls for _, cls, _ in index.functions}
+    holders = {x for cls in classes for x, c in index.facts_of(cls).module_classes if c == owner}
+    out: list[CallSite] = []
+    for attr in sorted(holders):
+        for _, site in index.named(attr):
+            if (_self_attr(site.call.func), owner) in site.facts.module_classes:
+                out.append(site)
+    return out
+
+
+def argument_for(fn: Function, call: ast.Call, param: ast.arg, method: bool) -> ast.expr | None:
+    """The expression ``call`` passes to ``fn``'s parameter ``param`` (None: not passed, or
+    passed through ``*args``/``**kwargs``); ``method``: ``fn``'s first parameter is self."""
+    a = fn.args
+    positional = [*a.posonlyargs, *a.args][1 if method else 0 :]
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            return None
+        if i < len(positional) and positional[i] is param:
+            return arg
+    return next((k.value for k in call.keywords if k.arg == param.arg), None)
+
+
+def returns_of(fn: Function) -> list[ast.expr]:
+    """The values ``fn`` returns (its nested functions' returns are theirs)."""
+    out: list[ast.expr] = []
+    stack: list[ast.AST] = list(fn.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return) and node.value is not None:
+            out.append(node.value)
+        elif not isinstance(
+            node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+        ):
+            stack += ast.iter_child_nodes(node)
     return out

@@ -57,7 +57,37 @@ def _name(node: ast.AST | None) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+def _names_fp16(test: ast.AST) -> bool:
+    return any(
+        isinstance(n, ast.Attribute) and n.attr in ("float16", "half") for n in ast.walk(test)
+    )
+
+
+def _not_fp16_here(node: ast.AST, ctx: Context) -> bool:
+    """Whether ``node`` runs only where a dtype test said "not float16": the ``else`` of
+    ``if m.dtype == torch.float16:`` (or the body of ``!=``). There the constant meets fp32
+    or bf16, whose range holds it."""
+    parents = ctx.parents
+    child, parent = node, parents.get(id(node))
+    while parent is not None:
+        if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
+            test = parent.test
+            if isinstance(test, ast.Compare) and len(test.ops) == 1 and _names_fp16(test):
+                negated = isinstance(test.ops[0], (ast.NotEq, ast.IsNot))
+                in_body = (
+                    child is parent.body
+                    if isinstance(parent, ast.IfExp)
+                    else any(child is b for b in parent.body)
+                )
+                if in_body == negated:
+                    return True
+        child, parent = parent, parents.get(id(parent))
+    return False
+
+
 def _report(value_node: ast.AST, value: float, owner: str | None, ctx: Context) -> None:
+    if _not_fp16_here(value_node, ctx):
+        return
     owner = owner or ctx.template
     bound = "min" if value < 0 else "max"
     fix = None

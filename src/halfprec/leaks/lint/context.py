@@ -8,7 +8,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from halfprec.leaks.lint.callers import CallSite, call_sites
+from halfprec.leaks.lint.callers import CallIndex, CallSite, call_sites, returns_of
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.scope import Function, Imports, Program
 
@@ -174,10 +174,13 @@ class Context:
         """The value last assigned to ``use``'s name before ``use`` (by position)."""
         where = (use.lineno, use.col_offset)
         value: ast.AST | None = None
+        here = self.statement_of(use)  # h = h * 2 reads the h bound before this statement
         for node in self._index().get(use.id, ()):
             if (node.lineno, node.col_offset) >= where:
                 break
             owner = self.statement_of(node)
+            if owner is here:
+                continue
             if isinstance(node.ctx, ast.Store) and isinstance(owner, (ast.Assign, ast.AnnAssign)):
                 value = owner.value if owner.value is not None else value
         return value
@@ -224,13 +227,25 @@ class Calls:
 
     program: Program
     walk: Callable[[Function, ClassFacts, bool], Context]
+    lines: list[str] = field(default_factory=list)
     cache: dict[int, Context] = field(default_factory=dict)
     sites: dict[int, list[CallSite]] = field(default_factory=dict)
+    busy: set[int] = field(default_factory=set)  # functions whose callers are being read
+    index: CallIndex | None = None
+    returned: dict[int, list[ast.expr]] = field(default_factory=dict)
+
+    def returns(self, fn: Function) -> list[ast.expr]:
+        """The values ``fn`` returns (read once)."""
+        if id(fn) not in self.returned:
+            self.returned[id(fn)] = returns_of(fn)
+        return self.returned[id(fn)]
 
     def callers(self, fn: Function) -> list[CallSite]:
         """The calls of ``fn`` in the file (found once)."""
         if id(fn) not in self.sites:
-            self.sites[id(fn)] = call_sites(self.program, fn)
+            if self.index is None:
+                self.index = CallIndex(self.program, self.lines)
+            self.sites[id(fn)] = call_sites(self.program, fn, self.index)
         return self.sites[id(fn)]
 
     def context(self, fn: Function, facts: ClassFacts, is_forward: bool) -> Context:

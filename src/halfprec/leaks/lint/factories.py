@@ -65,6 +65,30 @@ def is_floatish(node: ast.AST) -> bool:
     return False
 
 
+_MATH_FLOAT = words("log log2 log10 log1p exp expm1 sqrt sin cos tan atan pow")
+
+
+def python_float(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
+    """:func:`is_floatish`, and also a ``math.log(...)`` result or a local name last bound
+    to a Python float: ``emb = math.log(theta) / (d - 1)``, then ``torch.arange(d) * -emb``
+    is fp32."""
+    if is_floatish(node):
+        return True
+    if depth > 3:
+        return False
+    if isinstance(node, ast.UnaryOp):
+        return python_float(node.operand, ctx, depth + 1)
+    if isinstance(node, ast.BinOp):
+        return any(python_float(e, ctx, depth + 1) for e in (node.left, node.right))
+    if isinstance(node, ast.Call):
+        name = dotted(node.func)
+        return name.startswith("math.") and name[5:] in _MATH_FLOAT
+    if isinstance(node, ast.Name):
+        bound = ctx.binding_before(node)
+        return bound is not None and python_float(bound, ctx, depth + 1)
+    return False
+
+
 def _zero_dim(kind: str, call: ast.Call) -> bool:
     """``torch.rand([])``, ``torch.full((), v)``, ``torch.tensor(0.5)``: a 0-dim tensor never
     promotes a half operand, so its dtype does not leak."""
@@ -72,6 +96,8 @@ def _zero_dim(kind: str, call: ast.Call) -> bool:
         return False
     first = call.args[0]
     if kind == "tensor":  # a scalar, not a list: torch.tensor(torch.finfo(x.dtype).min)
+        if isinstance(first, ast.BinOp):  # torch.tensor(1 / 0.07); [0.0] * n is a list
+            return not any(isinstance(n, (ast.List, ast.Tuple)) for n in ast.walk(first))
         return isinstance(first, (ast.Constant, ast.UnaryOp, ast.Attribute)) or (
             isinstance(first, ast.Call) and isinstance(first.func, ast.Name)
         )
@@ -127,7 +153,7 @@ def _fp32_from_integer(call: ast.Call, ctx: Context) -> ast.AST | None:
             continue
         if isinstance(parent, ast.BinOp):
             other = parent.right if parent.left is node else parent.left
-            if isinstance(parent.op, ast.Div) or is_floatish(other):
+            if isinstance(parent.op, ast.Div) or python_float(other, ctx):
                 return parent
         return None
 

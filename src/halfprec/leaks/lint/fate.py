@@ -61,9 +61,12 @@ _KEEPS = words(
     "tanh_ relu_ clone_ rot90 fliplr flipud sinc atan2 hypot logsumexp logaddexp cosh sinh "
     "acos asin atan maximum minimum einsum ge_ gt_ le_ lt_ eq_ ne_ masked_scatter lerp_ addcmul"
 )
+_FILLS = words(
+    "uniform_ normal_ bernoulli_ exponential_ random_ fill_ geometric_ log_normal_ cauchy_"
+)
 _REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp")
 _TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equal allclose")
-_BUILTIN_SAFE = words("len int float bool print isinstance range list tuple str repr hash")
+_BUILTIN_SAFE = words("len int float bool print isinstance range list tuple str repr hash callable")
 
 
 @dataclass
@@ -100,6 +103,8 @@ class _Follow:
         self.element: int | None = None  # returned as this element of a tuple
         self.scalar = False  # 0-dim here: a 0-dim tensor never promotes a half operand
         self.opaque = False  # the result of a callee the lint cannot see: only a cast ends it
+        self.thunk = False  # the body of a lambda: calling it hands the value on
+        self.names: set[str] = set()  # the names followed in this function
         self.fate = Fate()
         self.seen: set[tuple[str, int]] = set()
         self.hops = 0
@@ -114,11 +119,19 @@ class _Follow:
         fp32 because of the upcast, which is HP201's to judge); else it goes on."""
         if self.scalar:
             return "safe"
+        others = [o for o in others if not self.derived(o)]
         if any(self.floating(o) for o in others):
             return "leak"
         if not self.upcast and any(self.ctx.is_upcast(o) for o in others):
             return "safe"
         return "up"
+
+    def derived(self, node: ast.AST) -> bool:
+        """Whether ``node`` reads a name this walk follows here: the tensor met with a value
+        made from itself (``torch.stack([out.cos(), -out.sin()])``) meets no half tensor."""
+        return bool(self.names) and any(
+            isinstance(n, ast.Name) and n.id in self.names for n in ast.walk(node)
+        )
 
     def climb(self, node: ast.AST) -> None:
         """Follow the value of ``node`` up through the expressions that contain it."""
@@ -155,6 +168,7 @@ class _Follow:
             self.fate.unknown = self.fate.unknown or key not in self.seen
             return
         self.seen.add(key)
+        self.names.add(name)
         self.hops += 1
         for use in self.ctx.uses_after(name, bound_at):
             self.climb(use)
@@ -196,6 +210,12 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
         return "up"
     if isinstance(parent, ast.IfExp):
         return "safe" if parent.test is node else "up"
+    if isinstance(parent, ast.Lambda):
+        f.thunk = True  # default(v, lambda: t): whoever calls the lambda gets t
+        return "up"
+    if isinstance(parent, ast.Call) and parent.func is node:
+        thunk, f.thunk = f.thunk, False
+        return "up" if thunk else "unknown"
     if isinstance(parent, (ast.Compare, ast.BoolOp, ast.JoinedStr, ast.FormattedValue)):
         return "safe"
     if isinstance(parent, ast.Subscript):
@@ -252,6 +272,8 @@ def _attribute(f: _Follow, node: ast.AST, attr: ast.Attribute) -> str:
         return "up"
     if name.endswith("_") and isinstance(node, ast.Name):
         return "safe"  # buf.copy_(y), t.add_(h): the name's later uses say where it goes
+    if name in _FILLS:
+        return "up"  # t.uniform_(lo, hi): numbers drawn into t's own dtype, nothing met
     if name in _REDUCTIONS and not call.args and not call.keywords:
         f.scalar = True  # t.sum(): 0-dim
         return "up"
@@ -356,7 +378,7 @@ def _submodule(f: _Follow, func: ast.AST) -> str:
     return "up"
 
 
-_MAX_DEPTH = 2  # calls followed into, one inside another
+_MAX_DEPTH = 3  # calls followed into, one inside another
 
 
 def _callee(f: _Follow, call: ast.Call) -> tuple[Function, ClassFacts, bool, bool] | None:
@@ -414,6 +436,7 @@ def _enter(f: _Follow, node: ast.AST, call: ast.Call) -> str | None:
     assert calls is not None  # _callee found one
     inner = _Follow(calls.context(fn, facts, is_forward), f.upcast, False)
     inner.fate, inner.seen, inner.hops, inner.opaque = f.fate, f.seen, f.hops, f.opaque
+    inner.thunk, f.thunk = f.thunk, False
     inner.caller, inner.depth = (f, call), f.depth + 1
     inner.follow_name(param.arg, param)
     f.hops = inner.hops

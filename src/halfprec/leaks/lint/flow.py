@@ -15,6 +15,7 @@ import ast
 import re
 from collections.abc import Iterable
 
+from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.context import Calls, Check, Context
 from halfprec.leaks.lint.fate import fate_of
@@ -233,11 +234,49 @@ def walk_function(
         calls=calls,
     )
     ctx.floating, ctx.optional = floating_params(fn, is_forward)
+    ctx.floating.update(_from_callers(fn, ctx))
     ctx.containers = _containers(fn, lines)
     _scan([*fn.args.defaults, *(d for d in fn.args.kw_defaults if d is not None)], ctx, checks)
     _walk_block(fn.body, ctx, checks)
     _settle(ctx)
     return ctx
+
+
+def _from_callers(fn: Function, ctx: Context) -> dict[str, bool]:
+    """The inputs of a helper (not a ``forward``) that a call of it in the file passes a
+    floating tensor: ``self.q_sample(x_start=images, ...)`` from a forward whose ``images``
+    is proved floating makes ``x_start`` floating, proved when every call passes a proved
+    floating tensor (else guessed, as from a name)."""
+    calls = ctx.calls
+    if calls is None or ctx.is_forward or id(fn) in calls.busy:
+        return {}
+    a = fn.args
+    params = [
+        p
+        for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)
+        if p.arg not in ("self", "cls") and p.arg not in ctx.floating
+    ]
+    if not params:
+        return {}
+    sites = calls.callers(fn)
+    if not sites:
+        return {}
+    calls.busy.add(id(fn))
+    try:
+        callers = [calls.context(s.caller, s.facts, s.is_forward) for s in sites]
+    finally:
+        calls.busy.discard(id(fn))
+    method = calls.program.functions.get(fn.name) is not fn
+    out: dict[str, bool] = {}
+    for param in params:
+        values = []
+        for site, caller in zip(sites, callers, strict=True):
+            arg = argument_for(fn, site.call, param, method)
+            values.append(None if arg is None else value_of(arg, caller.at(site.call)))
+        known = [v for v in values if v is not None]
+        if known:  # proved only when every call passes a proved floating tensor
+            out[param.arg] = len(known) == len(values) and all(known)
+    return out
 
 
 def _settle(ctx: Context) -> None:
@@ -263,5 +302,5 @@ def calls_of(program: Program, imports: Imports, lines: list[str]) -> Calls:
             fn, imports, lines, [], facts=facts, is_forward=is_forward, calls=calls
         )
 
-    calls = Calls(program, walk)
+    calls = Calls(program, walk, lines)
     return calls

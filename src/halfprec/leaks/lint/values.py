@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import replace
 
+from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.context import Context, Template, dotted, words
 
 INDEX_NAME = re.compile(
@@ -54,7 +56,9 @@ _TORCH_KEEPS = words(
     "stack where add mul sub div baddbmm addmm linear layer_norm dropout transpose permute "
     "reshape flatten clamp pow mean sum cos sin tril triu pad interpolate conv1d conv2d "
     "normalize scaled_dot_product_attention repeat_interleave roll maximum minimum zeros_like "
-    "ones_like empty_like full_like rand_like randn_like"
+    "ones_like empty_like full_like rand_like randn_like diag diag_embed diagonal outer kron "
+    "flip roll narrow squeeze unsqueeze clone neg cumsum cumprod log log1p sin cos nan_to_num "
+    "lerp tile flatten movedim"
 )
 _REARRANGES = words("rearrange repeat einops.rearrange einops.repeat")
 _KEEPS_ATTR = frozenset({"T", "mT", "H", "mH", "data", "real"})
@@ -110,6 +114,8 @@ def value_of(expr: ast.AST, ctx: Context) -> bool | None:
         return ctx.floating.get(expr.id)
     if isinstance(expr, (ast.BinOp, ast.UnaryOp)):
         operands, divides = _operands(expr)
+        if any(_fp32_factory(e, ctx) for e in operands):
+            return None  # h + eps * torch.eye(n) is fp32 in a half model: HP101's to report
         joined = _join([value_of(e, ctx) for e in operands])
         if joined is None:
             return None
@@ -131,6 +137,21 @@ def value_of(expr: ast.AST, ctx: Context) -> bool | None:
     if isinstance(expr, ast.Call):
         return _call_value(expr, ctx)
     return None
+
+
+_FP32_FACTORIES = words("zeros ones empty rand randn eye linspace logspace")
+
+
+def _fp32_factory(expr: ast.AST, ctx: Context) -> bool:
+    """``torch.eye(n)``: a factory that makes fp32 whatever the model's dtype."""
+    if not isinstance(expr, ast.Call) or not isinstance(expr.func, ast.Attribute):
+        return False
+    owner = expr.func.value
+    if not (isinstance(owner, ast.Name) and owner.id in ctx.imports.torch):
+        return False
+    if expr.func.attr not in _FP32_FACTORIES or not expr.args:
+        return False
+    return not any(k.arg in ("dtype", None) for k in expr.keywords)
 
 
 def _submodule_value(call: ast.Call, ctx: Context) -> bool | None | str:
@@ -159,6 +180,10 @@ def _call_value(call: ast.Call, ctx: Context) -> bool | None:
     func = call.func
     if dotted(func) in _REARRANGES and call.args:
         return value_of(call.args[0], ctx)  # einops: the same values, rearranged
+    if isinstance(func, ast.Name):
+        if func.id in ctx.floating and not call.args:
+            return ctx.floating[func.id]  # d() of a parameter bound to `lambda: t`
+        return _helper_value(call, ctx)
     if not isinstance(func, ast.Attribute):
         return None
     args = [_unlist(x) for x in (*call.args, *(k.value for k in call.keywords))]
@@ -183,6 +208,31 @@ def _call_value(call: ast.Call, ctx: Context) -> bool | None:
     if func.attr in _KEEPS_DTYPE and not any(k.arg == "dtype" for k in call.keywords):
         return receiver
     return None
+
+
+def _helper_value(call: ast.Call, ctx: Context) -> bool | None:
+    """``f(x, lambda: t)`` of a function of this file: its ``return`` expressions judged
+    with its parameters bound to the values passed (a lambda's to its body's), one call
+    deep; floating when one of them is (``default(v, lambda: torch.randn_like(x))``)."""
+    calls = ctx.calls
+    if calls is None or not isinstance(call.func, ast.Name):
+        return None
+    fn = calls.program.functions.get(call.func.id)
+    if fn is None:
+        return None
+    bound: dict[str, bool] = {}
+    a = fn.args
+    for param in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+        arg = argument_for(fn, call, param, False)
+        if isinstance(arg, ast.Lambda):
+            arg = arg.body
+        value = value_of(arg, ctx) if arg is not None else None
+        if value is not None:
+            bound[param.arg] = value
+    if not bound:
+        return None
+    inner = replace(ctx, floating=bound, outputs=set(), modules=set(), calls=None, _at={})
+    return _join([value_of(r, inner) for r in calls.returns(fn)])
 
 
 def _to_value(call: ast.Call, receiver: bool | None, ctx: Context) -> bool | None:
