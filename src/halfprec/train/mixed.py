@@ -26,7 +26,6 @@ import dataclasses
 import math
 import struct
 import warnings
-import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
@@ -35,7 +34,6 @@ from torch import nn
 
 from halfprec.dtypes import DTypeLike, dtype_name, ensure_runnable, range_of, resolve_dtype
 from halfprec.errors import DTypeError
-from halfprec.train.castcache import StepCastCache
 from halfprec.train.config import StepOutcome, StepStatus, TrainConfig, TrainingStateError
 from halfprec.train.grads import full_tensor, params_with_grad, total_norm
 from halfprec.train.masters import MasterWeights, is_sharded
@@ -84,8 +82,6 @@ class MixedPrecision:
         self._watch = GradientWatch()
         self._micro_batches = 0
         self._masters: MasterWeights | None = None
-        self._casts = StepCastCache()
-        weakref.finalize(self, self._casts.release)  # a run dropped mid-accumulation
         self.steps_applied = 0
         self.steps_skipped = 0
         self.consecutive_skips = 0
@@ -95,16 +91,7 @@ class MixedPrecision:
     # -- the verbs -------------------------------------------------------------------
 
     def autocast(self) -> torch.autocast:
-        """Context manager for the forward pass and the loss; call backward after it.
-
-        Each weight is cast to ``self.dtype`` once per optimizer step: with
-        ``accumulation_steps > 1`` the casts of the first micro-batch are kept (autocast's
-        own cache) until :meth:`step` applies or skips, instead of being redone for every
-        micro-batch. Until then, autocast regions the caller opens share that cache, so
-        change no weight between micro-batches.
-        """
-        if self.config.accumulation_steps > 1 and self._masters is None:
-            self._casts.hold()
+        """Context manager for the forward pass and the loss; call backward after it."""
         return torch.autocast(self.device.type, dtype=self.dtype)
 
     def backward(self, loss: torch.Tensor) -> None:
@@ -153,7 +140,6 @@ class MixedPrecision:
             )
         if self._micro_batches < self.config.accumulation_steps:
             return self._outcome("accumulating", scale_before, None, False)
-        self._casts.release()  # the weights change now: the next micro-batch casts again
         for optimizer in optimizers:
             self._scaler.unscale_(optimizer)
         params = params_with_grad(optimizers)
