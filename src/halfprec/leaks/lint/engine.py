@@ -120,8 +120,9 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     seen: set[tuple[int, int, str, int, int]] = set()
     findings: list[Finding] = []
     hot = _hot_lines(source, lines, imports.torch)
-    calls = calls_of(program_of(tree), imports, lines)
-    for fpath in forward_paths(tree, lines):
+    program = program_of(tree)
+    calls = calls_of(program, imports, lines)
+    for fpath in forward_paths(tree, lines, program):
         ctx = walk_function(
             fpath.function,
             imports,
