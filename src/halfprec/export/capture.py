@@ -264,10 +264,15 @@ def capture_fixing(
     (``Dim.AUTO``), and named in the returned notes. A dimension that differs between the
     example batches, or a model whose every dynamic dimension is fixed, is refused."""
     fixed: list[tuple[str, int, int]] = []
+    constants: dict[str, list[tuple[int, ...]]] = {}
     while True:
         try:
-            program = capture(model, named[0], shapes, onnx=onnx)
+            program = capture(model, named[0], shapes, onnx=onnx, constants=constants)
         except ExportError as exc:
+            if not constants and "depends on tensor values" in str(exc):
+                constants = _geometry(named)
+                if constants:
+                    continue
             found = _specialized(exc)
             if not found or shapes is None or not _fixable(found, named, shapes):
                 raise
@@ -281,21 +286,51 @@ def capture_fixing(
             "torch.export (inputs with another size are refused by the file)"
             for name, dim, size in fixed
         ]
+        notes += [
+            f"{name} is fixed at {rows}: the model's code branches on its values, so it is "
+            "exported as those constants, as transformers' own exporter does (the program "
+            "refuses other values)"
+            for name, rows in constants.items()
+        ]
         return program, notes
 
 
+# per-image geometry that transformers' own exporter passes as Python ints, because
+# vision-language models branch on its values (LLaVA-NeXT's any-resolution tiling)
+_GEOMETRY = ("image_sizes",)
+
+
+def _geometry(named: list[dict[str, Any]]) -> dict[str, list[tuple[int, ...]]]:
+    """Each :data:`_GEOMETRY` input that is an integer tensor with the same values in every
+    example batch, as rows of Python ints ({} if none): every batch is still checked."""
+    found: dict[str, list[tuple[int, ...]]] = {}
+    for name in _GEOMETRY:
+        values = [b.get(name) for b in named]
+        first = values[0]
+        if not isinstance(first, torch.Tensor) or first.is_floating_point() or first.dim() != 2:
+            continue
+        if all(isinstance(v, torch.Tensor) and torch.equal(v, first) for v in values):
+            found[name] = [tuple(int(x) for x in row) for row in first.tolist()]
+    return found
+
+
 def capture(
-    model: nn.Module, named: dict[str, Any], shapes: dict[str, Any] | None, onnx: bool = False
+    model: nn.Module,
+    named: dict[str, Any],
+    shapes: dict[str, Any] | None,
+    onnx: bool = False,
+    constants: dict[str, list[tuple[int, ...]]] | None = None,
 ) -> torch.export.ExportedProgram:
     """``torch.export`` the model (non-strict, so halfprec's hooks are traced); ``onnx``:
     for an ONNX file, whose attention must zero fully masked rows as aten does
-    (:mod:`halfprec.export.attention`)."""
+    (:mod:`halfprec.export.attention`); ``constants``: inputs passed to the model as these
+    Python ints (:func:`~halfprec.export.hf.plain_outputs`)."""
     from halfprec.export.attention import aten_masked_rows
 
     # torch.export marks the example tensors it sees as dynamic; give it copies so a
     # second export of the same batch (say, a static one after a failure) starts clean.
     fresh = map_tensors(lambda t: t.detach().clone(), named)
-    model = plain_outputs(model, list(fresh))
+    model = plain_outputs(model, list(fresh), constants)
     try:
         with warnings.catch_warnings(), aten_masked_rows() if onnx else contextlib.nullcontext():
             warnings.simplefilter("ignore")
