@@ -4,8 +4,9 @@
 runs ``deploy(model, example_batch)`` ("auto": every half dtype the device runs, eager
 and compiled) once per model, each in a new Python process so that nothing of one run
 (torch.compile's in-memory caches, the probe's process cache) helps the next, and prints
-the wall time from before the model is loaded to after ``deploy`` returns, the load
-average around it, ``Deployed.summary``, ``Deployed.time_spent`` and what inductor's FX
+the wall time from before the model is loaded to after ``deploy`` returns (and the CPU
+time of the whole process), the load average around it, ``Deployed.summary``,
+``Deployed.time_spent``, ``Deployed.cpu_spent`` and what inductor's FX
 graph and AOTAutograd caches did (``hit``: the compiled graph was loaded, not compiled).
 ``--cache DIR`` points both ``TORCHINDUCTOR_CACHE_DIR`` and ``HALFPREC_CACHE_DIR`` (the
 probe's verdicts) at DIR, cleared first: ``--repeat 2`` then shows a first deploy on a
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -38,8 +40,15 @@ fx = {f"{k.removeprefix('fxgraph_cache_')} (FX graph)": v
 fx.update({f"{k.removeprefix('autograd_cache_')} (AOTAutograd)": v
            for k, v in counters["aot_autograd"].items() if k.startswith("autograd_cache")})
 print(json.dumps({"load_s": loaded - start, "wall_s": time.perf_counter() - start,
-                  "summary": d.summary, "time_spent": d.time_spent, "fx_cache": fx}))
+                  "summary": d.summary, "time_spent": d.time_spent, "cpu_spent": d.cpu_spent,
+                  "fx_cache": fx}))
 """
+
+
+def _children_cpu() -> float:
+    """CPU seconds of the child processes that exited (with their own children)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def _one(spec: str, cache: str | None) -> dict[str, Any]:
@@ -49,15 +58,21 @@ def _one(spec: str, cache: str | None) -> dict[str, Any]:
     if cache is not None:
         env.update(TORCHINDUCTOR_CACHE_DIR=f"{cache}/inductor", HALFPREC_CACHE_DIR=cache)
     before = os.getloadavg()[0]
-    start = now()
+    start, cpu = now(), _children_cpu()
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, spec], env=env, capture_output=True, text=True
     )
-    wall = now() - start
+    wall, cpu = now() - start, _children_cpu() - cpu
     if proc.returncode != 0:
         raise SystemExit(f"{spec}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
-    data.update(spec=spec, process_s=wall, load_before=before, load_after=os.getloadavg()[0])
+    data.update(
+        spec=spec,
+        process_s=wall,
+        process_cpu_s=cpu,
+        load_before=before,
+        load_after=os.getloadavg()[0],
+    )
     return data
 
 
@@ -74,13 +89,15 @@ def main() -> None:
             r = _one(spec, ns.cache)
             fx = ", ".join(f"{k} {v}" for k, v in sorted(r["fx_cache"].items())) or "none"
             print(
-                f"{spec} (run {run + 1}): process {r['process_s']:.1f} s (model load "
+                f"{spec} (run {run + 1}): process {r['process_s']:.1f} s, CPU "
+                f"{r['process_cpu_s']:.1f} s (model load "
                 f"{r['load_s']:.1f} s), load average {r['load_before']:.1f} -> "
                 f"{r['load_after']:.1f}; inductor caches: {fx}",
                 flush=True,
             )
             print(f"  {r['summary']}")
-            print(f"  {r['time_spent']}", flush=True)
+            print(f"  {r['time_spent']}")
+            print(f"  {r['cpu_spent']}", flush=True)
 
 
 if __name__ == "__main__":

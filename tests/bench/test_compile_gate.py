@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 import torch
 from torch import nn
 
 from halfprec import BenchConfig
-from halfprec.bench.compile_gate import COMPILE_GAINS, CompileGate, Twin
+from halfprec.bench.compile_gate import COMPILE_GAINS, CompileGate, Twin, gemm_share
 from halfprec.bench.interleave import Standings
+from halfprec.bench.limit import Gemm, GemmLimit, measure_limit
 from halfprec.bench.race import Race
 from halfprec.bench.results import VariantResult
 from halfprec.bench.runner import Benchmark
@@ -211,3 +213,68 @@ def test_a_naive_twin_named_in_variants_is_still_built() -> None:
     assert "naive-bf16+compile" in run.built
     assert result.get("naive-bf16+compile").note == "build: not compiled in this test"
     assert compile_note(variants) is None and compile_note(named) is None
+
+
+def test_fp32_compiled_unfrozen_gains_at_most_its_call_over_its_gemms() -> None:
+    gate = CompileGate(CPU, Race())
+    s = _standings({HP: [0.5, 0.52, 0.51]}, {HP})  # halfprec-bf16 eager, ~1.96x fp32
+    compiled = FP32.with_compile()
+    # by the device's 3x alone fp32+compile could reach 0.33 of eager: it is compiled
+    assert gate.skip(compiled, [Twin(_row(FP32), s)]) is None
+    # 0.8 of eager fp32's call is GEMMs, which compiled fp32 keeps: at most 1.25x, so
+    # 0.8 > 1.1 x 0.52 and it cannot reach halfprec-bf16
+    assert gate.gain(compiled, 0.8) == 1.25
+    why = gate.skip(compiled, [Twin(_row(FP32), s, gemm_share=0.8)])
+    assert why is not None and "at most 1.25x" in why and "0.80 of a call in GEMMs" in why
+    # a model mostly outside its GEMMs keeps the device's bound (min(3, 1 / 0.2))
+    assert gate.gain(compiled, 0.2) == COMPILE_GAINS["cpu"][0]
+    assert gate.skip(compiled, [Twin(_row(FP32), s, gemm_share=0.2)]) is None
+    # half twins may prepack their GEMMs when frozen: the share says nothing of them
+    assert gate.gain(HP.with_compile(), 0.8) == COMPILE_GAINS["cpu"][0]
+    assert gate.gain(compiled.with_compile(autotune=True), 0.8) is None
+
+
+def test_the_gemm_share_is_the_fastest_gemm_time_over_the_slowest_round() -> None:
+    assert gemm_share([0.9, 0.75, None], [1.0, 1.5, 1.2]) == 0.5  # 0.75 / 1.5
+    # load that slows a round only lowers the share, raising the bound: a compile is kept
+    assert gemm_share([0.75], [1.0, 3.0]) == 0.25
+    assert gemm_share([None], [1.0]) is None
+    assert gemm_share([0.75], []) is None
+
+
+def test_measure_limit_reports_the_fastest_fp32_seconds_of_one_model_call() -> None:
+    fp32_each = iter([3e-6, 2e-6, 4e-6])  # per call, round by round: load comes and goes
+
+    def device(fn: Callable[[], object], calls: int) -> float:
+        out = fn()
+        assert isinstance(out, torch.Tensor)
+        return calls * (next(fp32_each) if out.dtype == torch.float32 else 1e-6)
+
+    lim = measure_limit({Gemm(1, 16, 16, 16): 3}, torch.bfloat16, runs=3, timer=device)
+    assert lim.fp32_s == pytest.approx(3 * 2e-6)  # the fastest round, times the count
+    assert lim.to_json()["fp32_s"] == lim.fp32_s
+
+
+class _Limited(_NoCompile):
+    """The runner with an injected GEMM limit: eager fp32 spends ``share`` of a call in
+    GEMMs (the limit itself is not timed)."""
+
+    share = 0.8
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        share = self.share
+
+        def limits(shapes: object) -> dict[torch.dtype, GemmLimit]:
+            return {torch.bfloat16: GemmLimit(torch.bfloat16, 2.0, "gemm", 1, fp32_s=share)}
+
+        self.half.limits = limits  # type: ignore[method-assign,assignment]
+
+
+def test_the_runner_does_not_compile_fp32_when_its_gemms_cap_the_gain() -> None:
+    clock = _Clock({"fp32": 1.0, "halfprec-bf16": 0.5})
+    variants = [FP32, HP, FP32.with_compile()]
+    run = _Limited(_model(), X, variants=variants, options=TEN, timer=clock).run()
+    row = run.result.get("fp32+compile")
+    assert row.status == "skipped" and "at most 1.25x" in row.note
+    assert clock.timed == {"fp32", "halfprec-bf16"}

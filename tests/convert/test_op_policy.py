@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch._dynamo.testing import CompileCounter
 from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
 import halfprec
+from halfprec.convert import op_policy
 from halfprec.convert.op_policy import DEFAULT_FP32_OPS, LEAF_CALLS, Fp32OpsMode
 
 BF16 = torch.bfloat16
@@ -394,3 +396,19 @@ def test_the_default_list_names_only_torch_functions() -> None:
         value = getattr(spaces[space], attr)
         assert callable(value) and not isinstance(value, type), name
     assert torch.fft.rfft.__name__ == "fft_rfft"  # the name the policy's mode matches
+
+
+def test_a_compiled_converted_model_compiles_once_in_a_fresh_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a fresh process: no eager call has filled the mode's per-process lookup cache yet
+    monkeypatch.setattr(op_policy, "_LOOKS", {})
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(halfprec.convert(_Block(), "bf16"), backend=counter)
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        first = compiled(x)
+        torch.testing.assert_close(compiled(x), first, rtol=0, atol=0)
+    assert counter.frame_count == 1  # as many graphs as fp32: the second call reuses it
+    torch._dynamo.reset()

@@ -15,6 +15,17 @@ never compiled, when at every batch size its eager twin
   bound is itself the wide margin an early verdict needs. Load only slows calls down, so a
   noisy reading can keep a compile, never skip one.
 
+Compiled fp32 gains less still on CPU: the default recipe compiles fp32 unfrozen, and
+inductor then calls the same GEMM kernels as eager fp32 (ATen's ``mm``/``addmm``) at the
+same shapes, fusing only what lies between them. Its call takes at least those products'
+time, so it gains at most the eager call's time over theirs (Amdahl): the fp32 seconds
+that the GEMM limit timed at the model's recorded products (:class:`~halfprec.bench.limit.
+GemmLimit` ``fp32_s``, each product's fastest sample, operands hot in cache: below their
+time inside the model) against the slowest timed round of eager fp32 at that batch size
+(:attr:`Twin.gemm_share`). BERT-base spends about 0.74 of an fp32 call in them by that
+measure (1.36x at most; compiling measured 1.01-1.15x), MiniLM about 0.43 (2.3x; measured
+1.27x). Without a limit (``--no-limit``, ``--quick``) the device's bound applies.
+
 Without a race (``BenchConfig(race=None)``, ``--no-race``) every candidate is compiled,
 as every candidate is then timed to the end. Where no bound is known (GPUs, whose CUDA
 graphs can gain several times at small batches) only the accuracy rule applies.
@@ -31,7 +42,7 @@ import torch
 from halfprec.bench.interleave import Standings
 from halfprec.bench.race import Race
 from halfprec.bench.results import VariantResult
-from halfprec.bench.variants import Variant
+from halfprec.bench.variants import COMPILE_RECIPES, CompileRecipe, Variant
 
 # The most ``torch.compile`` is taken to gain over the eager module, per device type:
 # (+compile, +autotune); inf: no bound. Measured on CPUs (docs/benchmarks.md): BERT-base
@@ -44,11 +55,25 @@ _FP32 = Variant("fp32")
 
 @dataclass(frozen=True)
 class Twin:
-    """A compiled candidate's eager twin at one batch size: its row (None: not run) and
-    the standings of the candidates timed there (:class:`Standings`)."""
+    """A compiled candidate's eager twin at one batch size: its row (None: not run), the
+    standings of the candidates timed there (:class:`Standings`) and, for eager fp32, the
+    share of its call spent in the model's matrix products (``gemm_share``: the limit's
+    fp32 seconds over the slowest timed round; None where not measured)."""
 
     row: VariantResult | None
     standings: Standings
+    gemm_share: float | None = None
+
+
+def gemm_share(gemm_s: Sequence[float | None], rounds: Sequence[float]) -> float | None:
+    """The share of eager fp32's call spent in its matrix products: the least of the
+    limits' fp32 seconds (``gemm_s``, one per half dtype timed) over the slowest of fp32's
+    timed ``rounds``; None without either. Load that slows a round only lowers it (a
+    larger bound, so a compile is kept, never skipped)."""
+    known = [s for s in gemm_s if s is not None and s > 0]
+    if not known or not rounds or max(rounds) <= 0:
+        return None
+    return min(known) / max(rounds)
 
 
 @dataclass(frozen=True)
@@ -58,11 +83,28 @@ class CompileGate:
     device: torch.device
     race: Race | None
 
-    def gain(self, variant: Variant) -> float | None:
-        """The bound on what compiling ``variant`` gains here (None: unknown)."""
+    def gain(self, variant: Variant, gemm_share: float | None = None) -> float | None:
+        """The bound on what compiling ``variant`` gains here (None: unknown): the
+        device's, and for fp32 compiled unfrozen on CPU at most ``1 / gemm_share`` (see
+        the module docs)."""
         gains = COMPILE_GAINS.get(self.device.type)
         gain = None if gains is None else gains[1] if variant.autotune else gains[0]
-        return gain if gain is not None and math.isfinite(gain) else None
+        if gain is None or not math.isfinite(gain):
+            return None
+        if gemm_share is not None and gemm_share > 0 and self._same_gemms(variant):
+            return min(gain, 1.0 / gemm_share)
+        return gain
+
+    def _same_gemms(self, variant: Variant) -> bool:
+        """Whether compiled ``variant`` calls eager's GEMM kernels: fp32, on CPU, with
+        neither the recipe nor inductor's global setting freezing it (frozen, inductor
+        may prepack the weights for oneDNN) and not max-autotune (GEMM templates)."""
+        if variant.dtype != torch.float32 or variant.autotune or self.device.type != "cpu":
+            return False
+        import torch._inductor.config as inductor_config
+
+        recipe = COMPILE_RECIPES.get(self.device.type, CompileRecipe())
+        return not (recipe.freezes(torch.float32) or inductor_config.freezing)
 
     def skip(self, variant: Variant, twins: Sequence[Twin]) -> str | None:
         """Why compiled ``variant`` need not be compiled, given its eager twin at each batch
@@ -84,15 +126,20 @@ class CompileGate:
                 f"not compiled: {eager.name} is out of tolerance eager, and compiling runs "
                 "the same operations"
             )
-        gain = self.gain(variant)
+        gain = self.gain(variant, twin.gemm_share)
         if gain is None:
             return None
+        why = (
+            f": eager spends {twin.gemm_share:.2f} of a call in GEMMs, which compiling keeps"
+            if gain != self.gain(variant) and twin.gemm_share is not None
+            else ""
+        )
         winner = self._beaten_by(eager, gain, twin.standings)
         if winner is None:
             return None
         return (
             f"not compiled: {eager.name} is slower than {winner.name} by more than "
-            f"torch.compile gains on {self.device.type} (at most {gain:g}x, docs/bench.md)"
+            f"torch.compile gains on {self.device.type} (at most {gain:.3g}x{why}; docs/bench.md)"
         )
 
     def _beaten_by(self, eager: Variant, gain: float, standings: Standings) -> Variant | None:

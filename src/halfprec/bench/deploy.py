@@ -45,6 +45,7 @@ from torch import nn
 from halfprec.batch import as_batches, call
 from halfprec.bench.interleave import CallTimer
 from halfprec.bench.limit import GemmLimit, Timer
+from halfprec.bench.phases import cpu_text
 from halfprec.bench.race_cache import RaceCache, race_key
 from halfprec.bench.results import (
     BenchConfig,
@@ -82,6 +83,13 @@ class Deployed:
     choice: VariantResult
     report: BenchResult
     seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def cpu_spent(self) -> str:
+        """The benchmark's CPU seconds by phase, e.g. ``CPU 95.1 s: compile 40.2 s, ...``
+        (this process's threads and the processes it started:
+        :func:`~halfprec.bench.phases.cpu_seconds`)."""
+        return cpu_text(self.report.cpu_seconds)
 
     @property
     def variant(self) -> str:

@@ -135,15 +135,24 @@ def _operands(gemm: Gemm, dtype: torch.dtype, device: torch.device) -> Callable[
 class GemmLimit:
     """fp32 time / half time of the model's matrix products (above 1: half is faster).
     ``method``: ``"gemm"`` (timed at the model's shapes) or ``"probe"`` (the dtype was
-    too slow to time; the ratio is the probe's)."""
+    too slow to time; the ratio is the probe's). ``fp32_s``: the seconds one call of the
+    model spends in these products in fp32, each product's fastest sample times its count
+    (None for a probe's ratio); the compile gate bounds what compiling fp32 can gain by it
+    (:mod:`halfprec.bench.compile_gate`)."""
 
     dtype: torch.dtype
     ratio: float
     method: str
     shapes: int = 0
+    fp32_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"ratio": self.ratio, "method": self.method, "shapes": self.shapes}
+        return {
+            "ratio": self.ratio,
+            "method": self.method,
+            "shapes": self.shapes,
+            "fp32_s": self.fp32_s,
+        }
 
 
 BatchTimer = Callable[[Callable[[], object], int], float]
@@ -210,7 +219,8 @@ def measure_limit(
         for dt in (torch.float32, dtype)
     }
     ratio = total[torch.float32] / total[dtype] if total[dtype] > 0 else 1.0
-    return GemmLimit(dtype, ratio, "gemm", len(shapes))
+    fastest = sum(count * min(samples[(g, torch.float32)]) for g, count in shapes.items())
+    return GemmLimit(dtype, ratio, "gemm", len(shapes), fastest)
 
 
 Timer = Callable[[Callable[[], object], torch.dtype], float]

@@ -154,7 +154,9 @@ class VariantResult:
 class BenchResult:
     """Every variant at every batch size, the machine they ran on, and warnings.
     ``seconds``: where the run's time went, by phase (``probe``, ``limit``, ``build``,
-    ``warm-up``, ``compile``, ``compare``, ``timing``, ``memory``) and in all (``total``)."""
+    ``warm-up``, ``compile``, ``compare``, ``timing``, ``memory``) and in all (``total``);
+    ``cpu_seconds``: the same phases' CPU seconds, this process's threads and the processes
+    it started (:func:`~halfprec.bench.phases.cpu_seconds`: less swayed by other load)."""
 
     model: str
     device: str
@@ -164,6 +166,7 @@ class BenchResult:
     warnings: list[str] = field(default_factory=list)
     limits: dict[int, dict[torch.dtype, GemmLimit]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
 
     def limit(self, dtype: torch.dtype, batch_size: int | None = None) -> GemmLimit | None:
         """The GEMM limit of ``dtype`` at ``batch_size`` (default: the first), if measured."""
@@ -201,6 +204,7 @@ class BenchResult:
             },
             "results": [r.to_json() for r in self.results],
             "seconds": dict(self.seconds),
+            "cpu_seconds": dict(self.cpu_seconds),
         }
 
 

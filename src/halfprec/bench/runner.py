@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,11 +38,12 @@ import torch
 from torch import nn
 
 from halfprec.batch import Batch, as_batches, batch_size_of, call, resize_batch
-from halfprec.bench.compile_gate import CompileGate, Twin
+from halfprec.bench.compile_gate import CompileGate, Twin, gemm_share
 from halfprec.bench.half_speed import HalfSpeed
 from halfprec.bench.interleave import CallTimer, Pairs, Prepared
 from halfprec.bench.limit import Gemm, GemmLimit, Timer
 from halfprec.bench.machine import machine_info
+from halfprec.bench.phases import Phases
 from halfprec.bench.results import (
     BenchConfig,
     BenchResult,
@@ -60,7 +61,7 @@ from halfprec.bench.variants import (
     parse_variants,
 )
 from halfprec.bench.warmup import PeakCounters, Warmed, WarmUp, device_counters, kept
-from halfprec.bench.worker import measure_in_subprocess
+from halfprec.bench.worker import measure_in_subprocesses, parallel_workers
 from halfprec.compare import Tolerance, compare_outputs, reference_failed
 from halfprec.convert.recipe import Recipe, RecipeLike
 from halfprec.dtypes import DeviceSupport, device_support, dtype_name
@@ -174,18 +175,17 @@ class Benchmark:
         self.modules: dict[str, nn.Module] = {}
         self.notes: list[str] = []  # for the result's warnings
         self.rows: dict[tuple[int, int], VariantResult] = {}  # by (size index, variant index)
-        self.seconds: dict[str, float] = {}  # where the run's time went, by phase
+        self.phases = Phases()  # where the run's time went, by phase: wall and CPU
         self.step = 0
 
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Adds the seconds spent inside to ``self.seconds[name]``."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            spent = time.perf_counter() - start
-            self.seconds[name] = self.seconds.get(name, 0.0) + spent
+    @property
+    def seconds(self) -> dict[str, float]:
+        """Wall seconds by phase so far."""
+        return self.phases.wall
+
+    def phase(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """Adds the wall and CPU seconds spent inside to phase ``name``."""
+        return self.phases.phase(name)
 
     def _measures_memory(self, index: int) -> bool:
         mode = self.config.memory
@@ -213,7 +213,7 @@ class Benchmark:
             unit=self.config.unit,
         )
         self._note_reduced_fp32()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), self.phases.cpu_clock()
         with evaluating(self.model):  # "done" too is reported before the flags come back
             sizes = self.config.batch_sizes or (batch_size_of(self.batch),)
             at = [
@@ -226,7 +226,8 @@ class Benchmark:
                 total = len(sizes) * len(self.variants)
                 self.progress(total, total, "done")
         result.warnings.extend(self.notes)
-        result.seconds = {**self.seconds, "total": time.perf_counter() - start}
+        result.seconds = {**self.phases.wall, "total": time.perf_counter() - start}
+        result.cpu_seconds = {**self.phases.cpu, "total": self.phases.cpu_clock() - cpu}
         return BenchRun(result, self.modules)
 
     def _note_reduced_fp32(self) -> None:
@@ -336,6 +337,7 @@ class Benchmark:
         by_size = {size.size: size for size in at}
         for r in result.results:
             self._record(result, r, by_size[r.batch_size])
+        self._memory_workers([r for r in result.results if self._wants_worker(r, by_size)])
         busy = _spread_warning(result.results)
         if busy is not None:
             result.warnings.append(busy)
@@ -351,16 +353,26 @@ class Benchmark:
             r.efficiency = r.speedup / lim.ratio
             if r.efficiency > 1.0 and r.status == "ok":
                 result.warnings.append(_above_limit(r, lim))
-        self._memory_worker(r, size.index)
 
-    def _memory_worker(self, r: VariantResult, index: int) -> None:
-        """CPU peak memory of ``r``'s variant in a clean subprocess, where asked for."""
-        measured = self._measures_memory(index) and not r.variant.runtime  # no worker for those
+    def _wants_worker(self, r: VariantResult, by_size: dict[int, _Size]) -> bool:
+        """Whether ``r``'s CPU peak memory is measured in a clean subprocess."""
+        measured = self._measures_memory(by_size[r.batch_size].index) and not r.variant.runtime
         if measured and r.variant.compiled and self.warm_up.counters is None:
             measured = self.config.compiled_memory or self._note_compiled_memory()
-        if measured and r.memory is None and r.status == "ok" and self.spec:
-            with self.phase("memory"):
-                r.memory = measure_in_subprocess(self.spec, r.variant, r.batch_size, self.recipe)
+        return measured and r.memory is None and r.status == "ok" and self.spec is not None
+
+    def _memory_workers(self, rows: list[VariantResult]) -> None:
+        """The rows' CPU peak memory, each in a clean subprocess, as many at once as the
+        cores and memory allow (:func:`~halfprec.bench.worker.parallel_workers`): every
+        timing is over, and each measures its own process's peak."""
+        if not rows or self.spec is None:
+            return
+        jobs = [(r.variant, r.batch_size) for r in rows]
+        workers = parallel_workers(nbytes(self.model), len(jobs))
+        with self.phase("memory"):
+            found = measure_in_subprocesses(self.spec, jobs, self.recipe, workers)
+        for r, memory in zip(rows, found, strict=True):
+            r.memory = memory
 
     def _note_compiled_memory(self) -> bool:
         """False, after noting once why a compiled variant's CPU memory is not measured."""
@@ -403,7 +415,19 @@ class Benchmark:
         if not variant.compiled or eager not in self.variants:
             return []
         j = self.variants.index(eager)
-        return [Twin(self.rows.get((size.index, j)), size.pairs.standings) for size in at]
+        return [
+            Twin(
+                self.rows.get((size.index, j)),
+                size.pairs.standings,
+                self._gemm_share(size) if eager == _FP32 else None,
+            )
+            for size in at
+        ]
+
+    def _gemm_share(self, size: _Size) -> float | None:
+        """Eager fp32's share of a call in its matrix products at ``size`` (the limits'
+        fp32 seconds over fp32's slowest timed round so far)."""
+        return gemm_share([lim.fp32_s for lim in size.limits.values()], size.pairs.rounds)
 
     def _prepare(
         self,
@@ -450,8 +474,7 @@ class Benchmark:
         cfg = self.config
         if result.variant.compiled:
             result.compile_s = warm.first
-            self.seconds["compile"] = self.seconds.get("compile", 0.0) + warm.first
-            self.seconds["warm-up"] -= warm.first  # counted once, as compile
+            self.phases.move("warm-up", "compile", warm.first, warm.first_cpu)
         if warm.last > cfg.max_call_s and result.variant == _FP32:
             self.notes.append(
                 f"fp32 @ batch {result.batch_size}: one call took {warm.last:.1f} s > cap "

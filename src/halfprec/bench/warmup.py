@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -20,6 +21,7 @@ from torch import nn
 
 from halfprec.batch import Batch, call
 from halfprec.bench.limit import Gemm, GemmRecorder
+from halfprec.bench.phases import cpu_seconds
 from halfprec.bench.variants import Variant
 from halfprec.bench.worker import MemoryUse
 from halfprec.timing import synchronize
@@ -58,12 +60,14 @@ def kept(output: Any) -> Any:
 @dataclass
 class Warmed:
     """What the warm-up calls of one variant left: the first output (cloned), the first
-    and last calls' seconds, the bytes allocated when the peak counter was last reset, and
-    the matrix products of uncompiled fp32's first call (by shape, with their counts)."""
+    and last calls' seconds (and the first call's CPU seconds: a compile's), the bytes
+    allocated when the peak counter was last reset, and the matrix products of
+    uncompiled fp32's first call (by shape, with their counts)."""
 
     before: int = 0
     output: Any = None
     first: float = 0.0
+    first_cpu: float = 0.0
     last: float = 0.0
     shapes: dict[Gemm, int] = field(default_factory=dict)
 
@@ -72,12 +76,14 @@ class Warmed:
 class WarmUp:
     """``calls`` warm-up calls of a variant on ``device`` (a compiled one gets at least 2),
     stopping early when a call after the first (which may compile) exceeds ``max_call_s``;
-    ``counters``: the device's allocation counters (None: no device memory is read)."""
+    ``counters``: the device's allocation counters (None: no device memory is read);
+    ``cpu_clock``: what the first call's CPU seconds are read from."""
 
     device: torch.device
     calls: int
     max_call_s: float
     counters: PeakCounters | None = None
+    cpu_clock: Callable[[], float] = cpu_seconds
 
     def reset_peak(self) -> int:
         """Reset the device's peak counter; the bytes allocated now (0 without counters)."""
@@ -98,11 +104,13 @@ class WarmUp:
         for i in range(calls):
             record = i == 0 and variant == Variant("fp32")
             recorder = GemmRecorder() if record else contextlib.nullcontext()
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), self.cpu_clock() if i == 0 else 0.0
             with recorder:
                 out = call(module, batch)
             synchronize(self.device)
             warm.last = time.perf_counter() - start
+            if i == 0:
+                warm.first_cpu = self.cpu_clock() - cpu
             if isinstance(recorder, GemmRecorder):
                 warm.shapes = dict(recorder.seen)
             if i == 0:

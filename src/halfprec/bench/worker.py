@@ -23,6 +23,7 @@ import resource
 import subprocess
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -47,10 +48,16 @@ class MemoryUse:
 
 
 def _status_kib(field: str) -> int | None:
-    status = Path("/proc/self/status")
-    if not status.exists():
+    return _status_kib_of(Path("/proc/self/status"), field)
+
+
+def _status_kib_of(path: Path, field: str) -> int | None:
+    """A ``Field:   N kB`` line of a /proc file, in KiB (None where absent)."""
+    try:
+        text = path.read_text()
+    except OSError:
         return None
-    for line in status.read_text().splitlines():
+    for line in text.splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
     return None
@@ -151,6 +158,42 @@ def measure_in_subprocess(
         return MemoryUse(0, 0, "failed", f"worker exit {proc.returncode}: {tail}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     return MemoryUse(int(data["peak_rss"]), int(data["delta"]), str(data["method"]))
+
+
+_WORKER_OVERHEAD = 2**30  # a worker's interpreter, torch and libraries, resident
+
+
+def parallel_workers(
+    model_bytes: int, jobs: int, available_kib: int | None = -1, cores: int | None = None
+) -> int:
+    """How many memory workers run at once: one per core (``cores``, default the machine's;
+    at most 2: a worker's import is single-threaded, its calls use every core), never more
+    than ``jobs``, and only as many as fit twice over in the memory available
+    (``available_kib``, default ``/proc/meminfo``'s MemAvailable; each worker holds the
+    fp32 model while it builds its variant); 1 where that cannot be read (None)."""
+    want = max(1, min(2, cores or os.cpu_count() or 1, jobs))
+    available = available_kib
+    if available == -1:
+        available = _status_kib_of(Path("/proc/meminfo"), "MemAvailable")
+    if available is None:
+        return 1
+    each = 2 * (2 * model_bytes + _WORKER_OVERHEAD)
+    return max(1, min(want, available * 1024 // each))
+
+
+def measure_in_subprocesses(
+    spec: str,
+    jobs: Sequence[tuple[Variant, int]],
+    config: Recipe | None = None,
+    workers: int = 1,
+) -> list[MemoryUse]:
+    """:func:`measure_in_subprocess` for each ``(variant, batch_size)`` of ``jobs``, up to
+    ``workers`` at once (each a process of its own, measuring its own peak), in order."""
+    if workers <= 1 or len(jobs) <= 1:
+        return [measure_in_subprocess(spec, v, size, config) for v, size in jobs]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(measure_in_subprocess, spec, v, size, config) for v, size in jobs]
+        return [f.result() for f in futures]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -134,3 +134,5 @@ def _render(done: Deployed, output: Path) -> None:
     if done.compile_s is not None:
         con.print("  written uncompiled: compile it after loading (a compiled graph is no file)")
     con.print(f"  {done.time_spent}")
+    if done.cpu_spent:
+        con.print(f"  {done.cpu_spent}")

@@ -198,6 +198,9 @@ class Fp32OpsMode(TorchFunctionMode):
         super().__init__()
         self.dtype = dtype
         self.fp32_ops = fp32_ops
+        if _is_compiling():  # traced: reading or filling the shared cache would be guarded
+            self._looks: dict[Any, int] = {}  # on, and the next call would compile again
+            return
         looks = _LOOKS.get(fp32_ops)
         if looks is None:
             looks = {}

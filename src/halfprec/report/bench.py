@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from halfprec.atomic import ensure_folder
+from halfprec.bench.phases import cpu_text
 from halfprec.bench.results import BenchResult, VariantResult, fastest_variant, too_noisy
 from halfprec.bench.spread import variant_speed
 from halfprec.dtypes import dtype_name
@@ -203,6 +204,8 @@ def print_bench(result: BenchResult, console: Console | None = None) -> None:
         con.print(f"[yellow]warning:[/] {w}")
     if result.seconds:
         con.print(spent_text("bench", result.seconds))
+    if result.cpu_seconds:
+        con.print(cpu_text(result.cpu_seconds))
 
 
 def _against_fp32(result: BenchResult, r: VariantResult) -> str:

@@ -270,6 +270,25 @@ def test_syntax_error_is_a_finding_not_a_crash() -> None:
     assert [(f.code, f.path) for f in found] == [("HP000", "bad.py")]
 
 
+def test_only_files_that_define_forward_are_parsed() -> None:
+    # nothing outside a forward path is linted, so a file with no `def forward` is not parsed
+    assert lint_source("x = (\n# forward\n", "helpers.py") == []
+    # a `\\` continuation between `def` and `forward` is still a definition
+    found = lint_source("def \\\n  forward(self:\n", "bad.py")
+    assert [f.code for f in found] == ["HP000"]
+
+
+def test_lf_and_crlf_files_give_the_same_findings() -> None:
+    lf = _LEAK.format(comment="").replace(
+        "return", "x = x.masked_fill(x > 0, -1e9)\n        return"
+    )
+    crlf = lf.replace("\n", "\r\n")  # split and searched line by line, not in one pass
+    assert [(f.line, f.col, f.code) for f in lint_source(lf, config=EVERY)] == [
+        (f.line, f.col, f.code) for f in lint_source(crlf, config=EVERY)
+    ]
+    assert lint_source(lf, config=EVERY)
+
+
 def test_fixing_needs_no_libcst(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "libcst", None)  # import libcst now fails
     assert "a = x.new_zeros(3)" in fix_source(_LEAK.format(comment=""), UNSAFE)
@@ -348,3 +367,22 @@ def test_code_too_deep_for_pythons_parser_is_one_finding() -> None:
     finally:
         sys.setrecursionlimit(limit)
     assert finding.code == "HP000" and "nested too deeply" in finding.message
+
+
+@pytest.mark.slow  # spawns worker processes
+def test_jobs_give_the_same_report_in_the_same_order(tmp_path: Path) -> None:
+    for path in sorted(FIXTURES.glob("*.py")):  # files with findings, fixes, and clean ones
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        (tmp_path / "sub" / path.name).write_bytes(path.read_bytes())
+    one = lint_paths([tmp_path], UNSAFE, fix=True)
+    assert len(one.files) > 8 and one.findings and any(r.new_bytes for r in one.files)
+    for jobs in (2, 0):
+        many = lint_paths([tmp_path], UNSAFE, fix=True, jobs=jobs)
+        assert many == one  # every file, finding, fix and fixed byte, in order
+
+
+@pytest.mark.parametrize("jobs", [-1, 1.5, True])
+def test_jobs_must_be_a_whole_number_from_zero(jobs: Any) -> None:
+    with pytest.raises(ValueError, match="must be a whole number >= 0"):
+        lint_paths([FIXTURES], jobs=jobs)

@@ -17,6 +17,7 @@ from halfprec import ops
 from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context
 from halfprec.leaks.lint.findings import EXPR, Fix
+from halfprec.leaks.lint.nodes import walk
 
 FP16_MAX = 65504.0
 """``torch.finfo(torch.float16).max``, written out: lint reads source and never imports torch."""
@@ -43,7 +44,7 @@ def _out_of_range(node: ast.AST) -> float | None:
 def _explicit_fp32(node: ast.AST | None, ctx: Context) -> bool:
     """``m.float()`` or ``torch.zeros_like(k, dtype=torch.float32)``: a tensor made fp32 on
     purpose, where a large constant fits (the upcast itself is HP201/HP202's finding)."""
-    for sub in ast.walk(node) if node is not None else ():
+    for sub in walk(node) if node is not None else ():
         if not isinstance(sub, ast.Call):
             continue
         if isinstance(sub.func, ast.Attribute) and sub.func.attr in ("float", "double"):

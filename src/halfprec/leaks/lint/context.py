@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from halfprec.leaks.lint.callers import CallIndex, CallSite, call_sites, returns_of
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
+from halfprec.leaks.lint.nodes import parent_map, walk
 from halfprec.leaks.lint.scope import Function, Imports, Program
 
 
@@ -128,11 +129,7 @@ class Context:
     def parents(self) -> dict[int, ast.AST]:
         """``id(node) -> parent`` over the walked function, built on first use."""
         if self._parents is None:
-            self._parents = {}
-            if self.function is not None:
-                for node in ast.walk(self.function):
-                    for child in ast.iter_child_nodes(node):
-                        self._parents[id(child)] = node
+            self._parents = {} if self.function is None else parent_map(self.function)
         return self._parents
 
     def statement_of(self, node: ast.AST) -> ast.AST:
@@ -157,7 +154,7 @@ class Context:
         if isinstance(node, ast.Name):
             bound = self.binding_before(node)
             return bound is not None and self.is_upcast(bound)
-        for sub in ast.walk(node):
+        for sub in walk(node):
             if not isinstance(sub, ast.Call) or not isinstance(sub.func, ast.Attribute):
                 continue
             if sub.func.attr in ("float", "double") and not sub.args:
@@ -189,7 +186,7 @@ class Context:
         """Every ``Name`` node of the walked function by name, in source order."""
         if self._names is None:
             self._names = {}
-            for node in ast.walk(self.function) if self.function is not None else ():
+            for node in walk(self.function) if self.function is not None else ():
                 if isinstance(node, ast.Name):
                     self._names.setdefault(node.id, []).append(node)
             for nodes in self._names.values():
@@ -226,7 +223,7 @@ class Calls:
     :class:`~.scope.Program`, and the walked context of each callee (walked once)."""
 
     program: Program
-    walk: Callable[[Function, ClassFacts, bool], Context]
+    walk: Callable[[Function, ClassFacts, bool, Calls], Context]
     lines: list[str] = field(default_factory=list)
     cache: dict[int, Context] = field(default_factory=dict)
     sites: dict[int, list[CallSite]] = field(default_factory=dict)
@@ -250,5 +247,10 @@ class Calls:
 
     def context(self, fn: Function, facts: ClassFacts, is_forward: bool) -> Context:
         if id(fn) not in self.cache:
-            self.cache[id(fn)] = self.walk(fn, facts, is_forward)
+            self.cache[id(fn)] = self.walk(fn, facts, is_forward, self)
         return self.cache[id(fn)]
+
+    def close(self) -> None:
+        """Drop the walked contexts: they refer back to this object, and the cycle would
+        keep the file's whole tree alive until the garbage collector's next full pass."""
+        self.cache.clear()

@@ -30,6 +30,7 @@ from halfprec import ops
 from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
+from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.values import template_for
 
 _NEW = {
@@ -97,7 +98,7 @@ def _zero_dim(kind: str, call: ast.Call) -> bool:
     first = call.args[0]
     if kind == "tensor":  # a scalar, not a list: torch.tensor(torch.finfo(x.dtype).min)
         if isinstance(first, ast.BinOp):  # torch.tensor(1 / 0.07); [0.0] * n is a list
-            return not any(isinstance(n, (ast.List, ast.Tuple)) for n in ast.walk(first))
+            return not any(isinstance(n, (ast.List, ast.Tuple)) for n in walk(first))
         return isinstance(first, (ast.Constant, ast.UnaryOp, ast.Attribute)) or (
             isinstance(first, ast.Call) and isinstance(first.func, ast.Name)
         )

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.scope import Function
 from halfprec.leaks.lint.values import value_of
 
@@ -130,7 +131,7 @@ class _Follow:
         """Whether ``node`` reads a name this walk follows here: the tensor met with a value
         made from itself (``torch.stack([out.cos(), -out.sin()])``) meets no half tensor."""
         return bool(self.names) and any(
-            isinstance(n, ast.Name) and n.id in self.names for n in ast.walk(node)
+            isinstance(n, ast.Name) and n.id in self.names for n in walk(node)
         )
 
     def climb(self, node: ast.AST) -> None:
@@ -532,7 +533,7 @@ def _bind(f: _Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
         if isinstance(target, ast.Attribute):
             f.fate.unknown = True  # self.cache = t: kept between calls
             continue
-        for sub in ast.walk(target):
+        for sub in walk(target):
             if isinstance(sub, ast.Name):
                 f.follow_name(sub.id, stmt)
     return "done"

@@ -19,6 +19,7 @@ from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.context import Calls, Check, Context
 from halfprec.leaks.lint.fate import fate_of
+from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.scope import Function, Imports, Program
 from halfprec.leaks.lint.values import INDEX_NAME, floating_params, value_of
 
@@ -27,7 +28,7 @@ _SPLITS = frozenset({"chunk", "split", "unbind", "tensor_split"})
 
 
 def _target_names(target: ast.AST) -> Iterable[str]:
-    for node in ast.walk(target):
+    for node in walk(target):
         if isinstance(node, ast.Name):
             yield node.id
 
@@ -94,7 +95,7 @@ def _scan(nodes: Iterable[ast.AST], ctx: Context, checks: list[Check]) -> None:
         last = getattr(root, "end_lineno", None) or first
         if hot is not None and not any(n in hot for n in range(first, last + 1)):
             continue
-        for node in ast.walk(root):
+        for node in walk(root):
             if type(node) in _CHECKED:
                 for check in checks:
                     check(node, ctx)
@@ -297,10 +298,9 @@ def calls_of(program: Program, imports: Imports, lines: list[str]) -> Calls:
     """The :class:`~.context.Calls` of one file: each callee is walked once, with no checks,
     so that :mod:`.fate` can follow a tensor through its parameter."""
 
-    def walk(fn: Function, facts: ClassFacts, is_forward: bool) -> Context:
+    def walk(fn: Function, facts: ClassFacts, is_forward: bool, calls: Calls) -> Context:
         return walk_function(
             fn, imports, lines, [], facts=facts, is_forward=is_forward, calls=calls
         )
 
-    calls = Calls(program, walk, lines)
-    return calls
+    return Calls(program, walk, lines)

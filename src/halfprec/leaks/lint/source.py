@@ -67,6 +67,11 @@ def decode_source(data: bytes) -> SourceText:
 
 def split_lines(text: str, keepends: bool = False) -> list[str]:
     """Lines as Python's tokenizer counts them: ends are ``\\r\\n``, ``\\r`` or ``\\n``."""
+    if not keepends and "\r" not in text:  # "\n" ends only: str.split, many times faster
+        lines = text.split("\n")
+        if lines[-1] == "":
+            lines.pop()
+        return lines
     lines = _LINE_END.split(text)
     if lines and lines[-1] == "":
         lines.pop()

@@ -29,6 +29,7 @@ from dataclasses import replace
 
 from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.context import Context, Template, dotted, words
+from halfprec.leaks.lint.nodes import walk
 
 INDEX_NAME = re.compile(
     r"(^|_)(ids?|mask|masks|position|positions|index|indices|idx|labels?|lengths?|lens|count|"
@@ -261,7 +262,7 @@ def template_for(call: ast.Call, ctx: Context) -> Template | None:
     ``.device`` or ``.dtype`` the call reads (so it surely is a tensor there), else the
     floating name bound most recently."""
     for arg in (*call.args, *(k.value for k in call.keywords)):
-        for node in ast.walk(arg):
+        for node in walk(arg):
             if not isinstance(node, ast.Attribute) or node.attr not in _TENSOR_FACTS:
                 continue
             text = dotted(node.value)

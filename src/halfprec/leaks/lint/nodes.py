@@ -1,0 +1,44 @@
+"""Walking a syntax tree: :func:`walk` yields the nodes in :func:`ast.walk`'s order,
+about twice as fast (no generator per node for its fields and children), which matters
+because the rules walk each function several times."""
+
+from __future__ import annotations
+
+import ast
+from collections import deque
+from collections.abc import Iterator
+
+_AST = ast.AST
+
+
+def _edges(root: ast.AST) -> Iterator[tuple[ast.AST, ast.AST]]:
+    """``(parent, child)`` for every node under ``root``, breadth first: the children
+    come in the order :func:`ast.walk` yields them."""
+    todo = deque([root])
+    pop, push = todo.popleft, todo.append
+    while todo:
+        node = pop()
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, _AST):
+                push(value)
+                yield node, value
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, _AST):
+                        push(item)
+                        yield node, item
+
+
+def walk(node: ast.AST) -> Iterator[ast.AST]:
+    """``node`` and everything under it, breadth first, in :func:`ast.walk`'s order."""
+    yield node
+    for _, child in _edges(node):
+        yield child
+
+
+def parent_map(root: ast.AST) -> dict[int, ast.AST]:
+    """``id(node) -> parent`` for every node under ``root`` (``root`` itself has none).
+    Visited in :func:`walk`'s order, so a node that ``ast.parse`` shares between parents
+    (the ``Load``/``Store`` contexts) maps to the last one :func:`ast.walk` would reach."""
+    return {id(child): parent for parent, child in _edges(root)}
