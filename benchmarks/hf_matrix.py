@@ -188,7 +188,7 @@ def _cell(loaded: LoadedModel, cell: str, root: Path, build: Any = None) -> str:
         left = sorted(p.name for p in folder.iterdir())
         if left:
             return clip(f"refused but left {', '.join(left)}: {exc}", 200)
-        return clip(f"refused (nothing written): {exc}", 200)
+        return clip(f"refused (nothing written): {exc}", 320)
     except Exception as exc:  # a benchmark lists upstream failures instead of stopping
         return clip(f"error: {first_line(exc)}", 200)
 

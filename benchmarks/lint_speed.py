@@ -6,7 +6,8 @@
 1. Start-up: ``python -m halfprec lint --help`` in a fresh interpreter, median of ``--runs``.
 2. Throughput: every ``.py`` file under each DIR linted with the default rules (as
    ``halfprec lint DIR`` runs them, without printing), in a fresh interpreter per run; the
-   median wall and CPU seconds of ``--runs``, and files per second of wall time.
+   median wall and CPU seconds of ``--runs`` (CPU: all processes, workers of ``--jobs``
+   too), and files per second of wall time.
 3. With ``--baseline``: the same, with ``halfprec`` imported from another checkout's
    ``src`` (e.g. main before a change; always one job), interleaved run by run with this
    one, and the ratio of the medians. Each run also hashes every finding (position, code,
@@ -36,13 +37,16 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # one timed run in a fresh interpreter that imports no torch (as `halfprec lint` runs):
 # argv is the folder and the jobs; it prints files, wall and CPU seconds, a findings hash
 CHILD = """
-import hashlib, json, sys, time
+import hashlib, json, resource, sys, time
 from halfprec.leaks.lint import LintConfig, lint_paths
 root, jobs = sys.argv[1], int(sys.argv[2])
 kwargs = {"jobs": jobs} if jobs != 1 else {}  # a baseline may predate --jobs
-wall, cpu = time.perf_counter(), time.process_time()
+def workers():  # CPU seconds of the ended worker processes (--jobs)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+wall, cpu = time.perf_counter(), time.process_time() + workers()
 report = lint_paths([root], LintConfig(), **kwargs)
-wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+wall, cpu = time.perf_counter() - wall, time.process_time() + workers() - cpu
 digest = hashlib.sha256("\\n".join(map(repr, report.findings)).encode()).hexdigest()
 print(json.dumps({"files": len(report.files), "wall": wall, "cpu": cpu, "hash": digest}))
 """

@@ -2,4 +2,5 @@
 
 from halfprec.cli import main
 
-main()
+if __name__ == "__main__":  # not again in `lint --jobs` workers, which import it
+    main()

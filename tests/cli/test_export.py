@@ -225,6 +225,33 @@ def test_cli_exports_a_vision_language_model_with_its_image_count_fixed(  # type
     assert artifact(batch)["logits"].shape[:2] == batch["input_ids"].shape
 
 
+@pytest.mark.slow  # ~30 s here: an export of a tiny LLaVA-NeXT
+def test_cli_exports_a_model_that_branches_on_image_sizes_with_them_fixed(  # type: ignore[no-untyped-def]
+    cli, tmp_path: Path
+) -> None:
+    # LLaVA-NeXT tiles each image by the values of image_sizes (any resolution): they are
+    # exported as constants, as transformers' own exporter does, and the file checks them
+    from testbed.hf_processors import save as save_with_processor
+
+    source = save_with_processor("llava-next", tmp_path / "src")
+    out = tmp_path / "m.pt2"
+    proc = cli("export", str(source), "-o", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["passed"], data
+    loaded = load_model(str(source))
+    batch = loaded.example_inputs[0]
+    rows = [tuple(int(v) for v in row) for row in batch["image_sizes"].tolist()]
+    assert any(f"image_sizes is fixed at {rows}" in n for n in data["notes"]), data
+    artifact = load_artifact(out)
+    assert artifact(batch)["logits"].shape[:2] == batch["input_ids"].shape
+    # sizes the model itself runs (the same tiles): only the file's check refuses them
+    other = {**batch, "image_sizes": batch["image_sizes"] + 1}
+    loaded.model(**other)
+    with pytest.raises(Exception, match="(?i)image_sizes must be|assertion failed"):
+        artifact(other)
+
+
 @pytest.mark.parametrize("name", ["mamba2", "jamba"])
 def test_cli_kv_cache_of_a_state_space_model_exits_2_with_nothing_written(  # type: ignore[no-untyped-def]
     cli, tmp_path: Path, name: str

@@ -65,6 +65,8 @@ def test_cli_fix_and_diff(tmp_path: Path) -> None:
     assert target.read_text() == (FIXTURES / "helpers.fixed.py").read_text()
     assert "4 fixed" in fixed.output
     assert _invoke("lint", str(tmp_path / "nope.py")).exit_code == 2
+    jobs = _invoke("lint", str(target), "--jobs", "-1")
+    assert jobs.exit_code == 2 and "-1 is not in the range x>=0" in jobs.output
 
 
 def test_cli_marks_only_what_fix_would_rewrite() -> None:

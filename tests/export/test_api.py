@@ -128,6 +128,19 @@ def test_a_known_upstream_export_limit_is_named_with_its_issue() -> None:
     assert "issues/" not in explain_failure("torch.export", other)
 
 
+def test_an_export_failure_in_a_known_transformers_bug_says_it_is_outside_halfprec() -> None:
+    from halfprec.export.capture import explain_failure
+
+    path = "/venv/lib/site-packages/transformers/models/autoformer/modeling_autoformer.py"
+    frame = f'File "{path}", line 517, in forward'
+    exc = RuntimeError(f"shape '[2, 2, 16, 16]' is invalid for input of size 512\n  {frame}")
+    message = explain_failure("torch.export", exc)
+    assert message.startswith("torch.export failed: RuntimeError: shape '[2, 2, 16, 16]'")
+    assert "(in transformers/models/autoformer/modeling_autoformer.py:517)" in message
+    assert "a transformers bug outside halfprec, not reported upstream" in message
+    assert "--static" not in message  # no advice that cannot help
+
+
 def test_data_dependent_control_flow_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"depends on tensor values at .*export_models.py"):
         halfprec.export(DataDependent().eval(), [torch.randn(4, 8)], tmp_path / "d.pt2")

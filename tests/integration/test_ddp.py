@@ -24,12 +24,12 @@ from ddp_job import POISON_STEP, RESUME_AT, STEPS, build, global_batch, train_st
 pytestmark = pytest.mark.slow
 
 
-def _torchrun(*args: str, pythonpath: Path) -> str:
-    """Run ``torchrun --standalone --nproc_per_node 2 ARGS`` (gloo on CPU); return its log."""
+def _torchrun(*args: str, pythonpath: Path, nproc: int = 2) -> str:
+    """Run ``torchrun --standalone --nproc_per_node NPROC ARGS`` (gloo on CPU); return its log."""
     env = dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{pythonpath}", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node"]
     proc = subprocess.Popen(
-        [*cmd, "2", *args],
+        [*cmd, str(nproc), *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -38,7 +38,7 @@ def _torchrun(*args: str, pythonpath: Path) -> str:
     try:
         log, _ = proc.communicate(timeout=150)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both workers
+        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers
         log, _ = proc.communicate()
     text = log.decode(errors="replace")
     assert proc.returncode == 0, text[-4000:]

@@ -168,3 +168,28 @@ def test_convert_directory_without_example_inputs_says_how_to_check_it(tmp_path:
     assert done.check is None and (out / "config.json").is_file()
     assert "places images at image token 4 in its text" in done.unchecked
     assert done.unchecked.endswith(f"; check it with halfprec check {out} --inputs FILE")
+
+
+def test_convert_refuses_a_folder_plain_transformers_cannot_run_on_the_device(
+    tmp_path: Path,
+) -> None:
+    # Autoformer's attention runs torch.fft, which has no bf16 kernel on the CPU: halfprec
+    # keeps it fp32, plain from_pretrained of a bf16 folder would run it in bf16 and stop
+    from testbed.hf_processors import save as save_with_processor
+
+    source = save_with_processor("autoformer", tmp_path / "autoformer")
+    out = tmp_path / "out"
+    proc = run_cli("convert", str(source), "--dtype", "bf16", "-o", str(out), "--device", "cpu")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(
+        "halfprec: error: plain transformers from_pretrained of the bf16 folder cannot run on "
+        "cpu: Unsupported dtype BFloat16 at modeling_autoformer.py:"
+    )
+    assert "(torch.fft, https://github.com/pytorch/pytorch/issues/117844)" in proc.stderr
+    assert "nothing was written: write -o FILE.safetensors" in proc.stderr
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".halfprec-")]
+    # the file output the refusal suggests is written
+    file = tmp_path / "autoformer.safetensors"
+    proc = run_cli("convert", str(source), "--dtype", "bf16", "-o", str(file), "--device", "cpu")
+    assert proc.returncode == 0 and file.is_file(), proc.stderr

@@ -81,6 +81,14 @@ def _diff(report: LintReport) -> str:
     help="text (path:line:col: CODE message), json (as --json), or github (workflow "
     "commands: each finding an annotation on the pull request's diff).",
 )
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="Lint in this many processes (0: one per CPU); the same findings in the same order.",
+)
 def command(
     paths: tuple[Path, ...],
     fix: bool,
@@ -90,6 +98,7 @@ def command(
     ignore: str | None,
     as_json: bool,
     output_format: str,
+    jobs: int,
 ) -> None:
     """Find dtype leaks in the forward code of nn.Modules under PATHS.
 
@@ -100,7 +109,7 @@ def command(
     config = load_config(
         paths[0], select=_codes(select), ignore=_codes(ignore), unsafe_fixes=unsafe_fixes
     )
-    report = lint(paths, config, fix=fix or diff)
+    report = lint(paths, config, fix=fix or diff, jobs=jobs)
     if fix and not diff:
         _write_fixes(report)
 

@@ -108,7 +108,19 @@ _UPSTREAM = (
         "torch.distributions validates its arguments with a data-dependent check, which "
         "non-strict torch.export cannot trace: https://github.com/pytorch/pytorch/issues/135061",
     ),
+    (
+        "models/autoformer/modeling_autoformer.py",
+        "a transformers bug outside halfprec, not reported upstream: AutoformerAttention views "
+        "its autocorrelation weights by the key length to add an attention mask, and "
+        "transformers' masking_utils builds that mask only under torch.export (eager skips "
+        "an all-valid one); plain fp32 torch.export fails alike",
+    ),
 )
+
+
+def _known(location: str) -> str:
+    """Where the failure at ``location`` is a limit outside halfprec, why ("" if not)."""
+    return next((why for place, why in _UPSTREAM if place in location), "")
 
 
 def _locations(text: str) -> list[tuple[str, str]]:
@@ -191,7 +203,7 @@ def explain_failure(stage: str, exc: BaseException, *, can_be_static: bool = Tru
     if "data-dependent" in text.lower() or "GuardOnDataDependent" in text:
         location = _model_location(text)
         where = f" at {location}" if location else ""
-        known = next((why for place, why in _UPSTREAM if place in location), "")
+        known = _known(location)
         return (
             f"{stage} cannot capture control flow that depends on tensor values{where}"
             f"{f' ({known})' if known else ''}; rewrite it with torch.where/torch.cond, or "
@@ -204,8 +216,11 @@ def explain_failure(stage: str, exc: BaseException, *, can_be_static: bool = Tru
             "tensors, or dicts/tuples of tensors only, or use --format exported-program"
         )
     root = root_cause(exc)
-    location = _model_location(str(root))
+    location = _model_location(str(root)) or _model_location(text)
     where = f" (in {location})" if location else ""
+    known = _known(location)
+    if known:
+        return f"{stage} failed: {first_line(root)}{where}: {known}"
     static = "--static, or with " if can_be_static else ""
     fix = f"; export with {static}--format exported-program" if "onnx" in stage else ""
     return f"{stage} failed: {first_line(root)}{where}{fix}"
@@ -264,10 +279,15 @@ def capture_fixing(
     (``Dim.AUTO``), and named in the returned notes. A dimension that differs between the
     example batches, or a model whose every dynamic dimension is fixed, is refused."""
     fixed: list[tuple[str, int, int]] = []
+    constants: dict[str, list[tuple[int, ...]]] = {}
     while True:
         try:
-            program = capture(model, named[0], shapes, onnx=onnx)
+            program = capture(model, named[0], shapes, onnx=onnx, constants=constants)
         except ExportError as exc:
+            if not constants and "depends on tensor values" in str(exc):
+                constants = _geometry(named)
+                if constants:
+                    continue
             found = _specialized(exc)
             if not found or shapes is None or not _fixable(found, named, shapes):
                 raise
@@ -281,21 +301,51 @@ def capture_fixing(
             "torch.export (inputs with another size are refused by the file)"
             for name, dim, size in fixed
         ]
+        notes += [
+            f"{name} is fixed at {rows}: the model's code branches on its values, so it is "
+            "exported as those constants, as transformers' own exporter does (the program "
+            "refuses other values)"
+            for name, rows in constants.items()
+        ]
         return program, notes
 
 
+# per-image geometry that transformers' own exporter passes as Python ints, because
+# vision-language models branch on its values (LLaVA-NeXT's any-resolution tiling)
+_GEOMETRY = ("image_sizes",)
+
+
+def _geometry(named: list[dict[str, Any]]) -> dict[str, list[tuple[int, ...]]]:
+    """Each :data:`_GEOMETRY` input that is an integer tensor with the same values in every
+    example batch, as rows of Python ints ({} if none): every batch is still checked."""
+    found: dict[str, list[tuple[int, ...]]] = {}
+    for name in _GEOMETRY:
+        values = [b.get(name) for b in named]
+        first = values[0]
+        if not isinstance(first, torch.Tensor) or first.is_floating_point() or first.dim() != 2:
+            continue
+        if all(isinstance(v, torch.Tensor) and torch.equal(v, first) for v in values):
+            found[name] = [tuple(int(x) for x in row) for row in first.tolist()]
+    return found
+
+
 def capture(
-    model: nn.Module, named: dict[str, Any], shapes: dict[str, Any] | None, onnx: bool = False
+    model: nn.Module,
+    named: dict[str, Any],
+    shapes: dict[str, Any] | None,
+    onnx: bool = False,
+    constants: dict[str, list[tuple[int, ...]]] | None = None,
 ) -> torch.export.ExportedProgram:
     """``torch.export`` the model (non-strict, so halfprec's hooks are traced); ``onnx``:
     for an ONNX file, whose attention must zero fully masked rows as aten does
-    (:mod:`halfprec.export.attention`)."""
+    (:mod:`halfprec.export.attention`); ``constants``: inputs passed to the model as these
+    Python ints (:func:`~halfprec.export.hf.plain_outputs`)."""
     from halfprec.export.attention import aten_masked_rows
 
     # torch.export marks the example tensors it sees as dynamic; give it copies so a
     # second export of the same batch (say, a static one after a failure) starts clean.
     fresh = map_tensors(lambda t: t.detach().clone(), named)
-    model = plain_outputs(model, list(fresh))
+    model = plain_outputs(model, list(fresh), constants)
     try:
         with warnings.catch_warnings(), aten_masked_rows() if onnx else contextlib.nullcontext():
             warnings.simplefilter("ignore")

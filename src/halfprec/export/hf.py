@@ -25,6 +25,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import nn
 
 __all__ = ["shared_copy", "without_cache", "static_fp16_clamps", "CACHE_NOTE", "CLAMP_NOTE"]
@@ -194,16 +195,31 @@ class PlainOutputs(nn.Module):
         self.inner = inner
 
 
-def plain_outputs(model: nn.Module, names: list[str]) -> nn.Module:
+def plain_outputs(
+    model: nn.Module, names: list[str], constants: dict[str, list[tuple[int, ...]]] | None = None
+) -> nn.Module:
     """``model`` itself unless it is a transformers model; else :class:`PlainOutputs`
-    with a ``forward`` taking exactly ``names`` as keyword-capable parameters."""
+    with a ``forward`` taking exactly ``names`` as keyword-capable parameters. An input in
+    ``constants`` (integer rows) reaches the model as those Python ints, as transformers'
+    own exporter passes ``image_sizes``; the program still takes it and checks that it
+    holds exactly those values."""
+    constants = constants or {}
     if not type(model).__module__.startswith("transformers."):
         return model
     if not all(n.isidentifier() for n in names):
         return model
     params = ", ".join(names)
-    passing = ", ".join(f"{n}={n}" for n in names)
-    namespace: dict[str, Any] = {"_plain": _plain}
+    passing = ", ".join(f"{n}=_fixed({n}, {n!r})" if n in constants else f"{n}={n}" for n in names)
+
+    def fixed(value: torch.Tensor, name: str) -> list[tuple[int, ...]]:
+        rows = constants[name]
+        expected = torch.tensor(rows, dtype=value.dtype, device=value.device)
+        torch._check_tensor_all(  # checked by the program: other values need another export
+            value == expected, lambda: f"{name} must be {rows}: the program was exported for them"
+        )
+        return rows
+
+    namespace: dict[str, Any] = {"_plain": _plain, "_fixed": fixed}
     exec(  # noqa: S102 (names are checked identifiers)
         f"def forward(self, {params}):\n    return _plain(self.inner({passing}))\n", namespace
     )

@@ -6,12 +6,16 @@ write a directory plain transformers loads, reload it and check it against fp32.
 sibling (:func:`~halfprec.io.hf_dir.save_pretrained_dir`), reloads that with plain
 ``from_pretrained`` on the same device and compares it with the fp32 model there. Only
 then is the directory renamed into place: a check that raises (a model that fails on its
-inputs, an input that cannot be read) leaves no OUTDIR behind.
+inputs, an input that cannot be read) leaves no OUTDIR behind. Nor does a folder whose plain
+load cannot run on ``device`` because an op it runs in half has no half kernel there (an
+fp32 op island halfprec keeps and config.json cannot express): that is refused.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,7 @@ from halfprec.compare import Comparison, compare
 from halfprec.convert.core import ConversionReport, Recipe, conversion_report, convert
 from halfprec.dtypes import resolve_device
 from halfprec.errors import ModelSpecError
+from halfprec.frames import is_library_file
 from halfprec.io.hf_dir import (
     HfDirReport,
     InputsInDtype,
@@ -32,6 +37,11 @@ from halfprec.io.sentence_layout import layout_problem
 from halfprec.io.specs import load_model
 from halfprec.io.zoo import SentenceEncoder
 from halfprec.tree import map_tensors
+
+# torch's messages for an op called with a half dtype it has no kernel for on the device
+_NO_KERNEL = re.compile(r"Unsupported dtype (Half|BFloat16)|not implemented for '(Half|BFloat16)'")
+# ops without a half kernel on some device, with where the limit is reported upstream
+_KNOWN_NO_KERNEL = (("fft", "torch.fft, https://github.com/pytorch/pytorch/issues/117844"),)
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,8 @@ def convert_directory(
 
     def verify(staged: Path) -> None:  # before the directory is renamed into place
         plain = _plain_load(half, staged).eval().to(dev)
+        if batches:
+            _runs_plainly(plain, batches[0], str(dev))
         found["islands"] = transformers_islands(half, plain)
         tolerance = recipe.settle(dev).judge(report.dtype)
         found["check"] = (
@@ -127,3 +139,31 @@ def _plain_load(half: torch.nn.Module, staged: Path) -> torch.nn.Module:
     cls: Any = base_class(inner)
     plain: torch.nn.Module = cls.from_pretrained(str(staged))
     return SentenceEncoder(plain) if isinstance(half, SentenceEncoder) else plain
+
+
+def _runs_plainly(plain: torch.nn.Module, batch: Any, device: str) -> None:
+    """Raise :class:`ModelSpecError` when plain ``from_pretrained`` of the written folder
+    stops on ``batch`` at an op with no kernel for its half dtype on ``device``: plain
+    transformers could not run the folder, so it is not written."""
+    from halfprec.batch import call
+
+    try:
+        with torch.no_grad():
+            call(InputsInDtype(plain), batch)
+    except Exception as exc:  # models raise many types; all but a missing kernel are left
+        found = _NO_KERNEL.search(str(exc))
+        if found is None:
+            return  # any other failure is the check's to report
+        frames = [
+            f for f in traceback.extract_tb(exc.__traceback__) if not is_library_file(f.filename)
+        ]
+        where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+        code = (frames[-1].line or "") if frames else ""
+        known = next((f" ({why})" for op, why in _KNOWN_NO_KERNEL if op in code), "")
+        dtype = "bf16" if "BFloat16" in found.group(0) else "fp16"
+        raise ModelSpecError(
+            f"plain transformers from_pretrained of the {dtype} folder cannot run on {device}: "
+            f"{found.group(0)}{where}{known}, and config.json cannot keep that one op fp32 as "
+            "halfprec does, so nothing was written: write -o FILE.safetensors and load it "
+            "with halfprec.load(FILE, into=model), or convert on a device with the kernel"
+        ) from exc

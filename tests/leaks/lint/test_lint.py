@@ -367,3 +367,22 @@ def test_code_too_deep_for_pythons_parser_is_one_finding() -> None:
     finally:
         sys.setrecursionlimit(limit)
     assert finding.code == "HP000" and "nested too deeply" in finding.message
+
+
+@pytest.mark.slow  # spawns worker processes
+def test_jobs_give_the_same_report_in_the_same_order(tmp_path: Path) -> None:
+    for path in sorted(FIXTURES.glob("*.py")):  # files with findings, fixes, and clean ones
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        (tmp_path / "sub" / path.name).write_bytes(path.read_bytes())
+    one = lint_paths([tmp_path], UNSAFE, fix=True)
+    assert len(one.files) > 8 and one.findings and any(r.new_bytes for r in one.files)
+    for jobs in (2, 0):
+        many = lint_paths([tmp_path], UNSAFE, fix=True, jobs=jobs)
+        assert many == one  # every file, finding, fix and fixed byte, in order
+
+
+@pytest.mark.parametrize("jobs", [-1, 1.5, True])
+def test_jobs_must_be_a_whole_number_from_zero(jobs: Any) -> None:
+    with pytest.raises(ValueError, match="must be a whole number >= 0"):
+        lint_paths([FIXTURES], jobs=jobs)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import functools
 import gc
+import os
 import re
 import stat
 from collections.abc import Callable, Iterable, Iterator
@@ -118,8 +120,9 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     seen: set[tuple[int, int, str, int, int]] = set()
     findings: list[Finding] = []
     hot = _hot_lines(source, lines, imports.torch)
-    calls = calls_of(program_of(tree), imports, lines)
-    for fpath in forward_paths(tree, lines):
+    program = program_of(tree)
+    calls = calls_of(program, imports, lines)
+    for fpath in forward_paths(tree, lines, program):
         ctx = walk_function(
             fpath.function,
             imports,
@@ -284,27 +287,50 @@ def lint(
     *,
     source: str | None = None,
     fix: bool = False,
+    jobs: int = 1,
 ) -> LintReport:
     """Lint Python code for dtype leaks: the ``.py`` files under ``paths`` (a path or
     several), and/or one ``source`` text (reported as ``<string>``). With ``fix``, each
-    result's fixed text is in ``new_source``; nothing is written."""
+    result's fixed text is in ``new_source``; nothing is written. ``jobs``: see
+    :func:`lint_paths`."""
     config = config or LintConfig()
     targets = [paths] if isinstance(paths, (str, Path)) else list(paths)
     if not targets and source is None:
         raise ValueError("lint needs paths or source=...; e.g. lint('src/') or lint(source=code)")
-    report = lint_paths(targets, config, fix=fix) if targets else LintReport()
+    report = lint_paths(targets, config, fix=fix, jobs=jobs) if targets else LintReport()
     if source is not None:
         report.files.append(_lint_text(source, "<string>", config, fix, str.encode))
     return report
 
 
 def lint_paths(
-    paths: Iterable[str | Path], config: LintConfig | None = None, *, fix: bool = False
+    paths: Iterable[str | Path],
+    config: LintConfig | None = None,
+    *,
+    fix: bool = False,
+    jobs: int = 1,
 ) -> LintReport:
     """Lint every ``.py`` file under ``paths``. With ``fix``, each file's fixed bytes are in
-    its result's ``new_bytes`` (the CLI writes them atomically)."""
+    its result's ``new_bytes`` (the CLI writes them atomically).
+
+    ``jobs``: how many processes lint the files (0: one per CPU). The report is the same
+    with any number, in the same order. Worker processes are *spawned*, so a script that
+    passes ``jobs`` must call it under ``if __name__ == "__main__":``.
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise ValueError(f"jobs={jobs!r}: must be a whole number >= 0 (0: one per CPU)")
     config = config or LintConfig()
-    report = LintReport()
-    for path in iter_python_files([Path(p) for p in paths], config.exclude):
-        report.files.append(lint_file(path, config, fix=fix))
-    return report
+    files = list(iter_python_files([Path(p) for p in paths], config.exclude))
+    workers = min(jobs or os.cpu_count() or 1, len(files))
+    if workers <= 1:
+        return LintReport([lint_file(path, config, fix=fix) for path in files])
+    import multiprocessing  # here: a one-process run does not pay for importing them
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn, not fork: a caller's threads (torch's pools) make fork unsafe
+    context = multiprocessing.get_context("spawn")
+    task = functools.partial(lint_file, config=config, fix=fix)
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        # a few chunks a worker: few round trips, and a slow chunk does not leave others idle
+        chunk = max(1, len(files) // (workers * 4))
+        return LintReport(list(pool.map(task, files, chunksize=chunk)))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts, class_facts
 
@@ -77,8 +77,11 @@ def _called_names(fn: Function, lines: list[str]) -> Iterator[tuple[bool, str]]:
         yield match.group(1) is not None, match.group(2)
 
 
-def forward_paths(tree: ast.Module, lines: list[str]) -> list[ForwardPath]:
-    """Every function on a forward path of ``tree``, each once, in source order."""
+def forward_paths(
+    tree: ast.Module, lines: list[str], program: Program | None = None
+) -> list[ForwardPath]:
+    """Every function on a forward path of ``tree``, each once, in source order;
+    ``program``: the tree's, to share its classes' facts with the rest of the file's walk."""
     functions = {
         n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
@@ -94,7 +97,7 @@ def forward_paths(tree: ast.Module, lines: list[str]) -> list[ForwardPath]:
         bases = [by_name[b.id] for b in cls.bases if isinstance(b, ast.Name) and b.id in by_name]
         for base in bases:
             methods = {**_methods(base), **methods}
-        facts = class_facts(cls, bases)
+        facts = class_facts(cls, bases) if program is None else program.facts_of(cls, bases)
         queue.append((methods["forward"], methods, facts))
         seen[id(methods["forward"])] = ForwardPath(methods["forward"], facts, is_forward=True)
     while queue:
@@ -118,6 +121,14 @@ class Program:
 
     functions: dict[str, Function]
     classes: dict[str, ast.ClassDef]
+    facts: dict[tuple[int, ...], ClassFacts] = field(default_factory=dict, compare=False)
+
+    def facts_of(self, cls: ast.ClassDef, bases: list[ast.ClassDef]) -> ClassFacts:
+        """``class_facts(cls, bases)``, computed once per file: it reads only the tree."""
+        key = (id(cls), *map(id, bases))
+        if key not in self.facts:
+            self.facts[key] = class_facts(cls, bases)
+        return self.facts[key]
 
     def methods_of(self, name: str) -> tuple[dict[str, Function], ClassFacts] | None:
         cls = self.classes.get(name)
@@ -132,7 +143,7 @@ class Program:
         methods: dict[str, Function] = {}
         for klass in (*bases, cls):
             methods.update(_methods(klass))
-        return methods, class_facts(cls, bases)
+        return methods, self.facts_of(cls, bases)
 
     def owner_of(self, fn: Function) -> str | None:
         """The name of the class whose method ``fn`` is."""
