@@ -94,7 +94,6 @@ class CallIndex:
             self.found[name] = out
         return self.found[name]
 
-
     def reads(self, owner: str, attr: str) -> list[tuple[Function, ast.Attribute]]:
         """Every read of ``self.<attr>`` in the methods of the class ``owner``, with the
         method that reads it; only the methods whose text holds the name are walked."""
@@ -108,9 +107,9 @@ class CallIndex:
                 hits = {fn.lineno + text.count("\n", 0, m.start()) for m in pattern.finditer(text)}
                 for node in _nodes_on(fn, hits, ast.Attribute):
                     value = node.value
-                    if node.attr == attr and isinstance(node.ctx, ast.Load):
-                        if isinstance(value, ast.Name) and value.id == "self":
-                            out.append((fn, node))
+                    mine = isinstance(value, ast.Name) and value.id == "self"
+                    if mine and node.attr == attr and isinstance(node.ctx, ast.Load):
+                        out.append((fn, node))
             self.read[key] = out
         return self.read[key]
 
@@ -190,8 +189,9 @@ def flag_guards(fn: Function, node: ast.AST, parents: dict[int, ast.AST]) -> lis
     at a call that passes them."""
     a = fn.args
     positional = [*a.posonlyargs, *a.args]
-    defaults = dict(zip(positional[len(positional) - len(a.defaults) :], a.defaults))
-    defaults.update((p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None)
+    with_default = positional[len(positional) - len(a.defaults) :]
+    defaults = dict(zip(with_default, a.defaults, strict=True))
+    defaults.update((p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d)
     off = {
         p.arg: p
         for p, d in defaults.items()
@@ -202,7 +202,8 @@ def flag_guards(fn: Function, node: ast.AST, parents: dict[int, ast.AST]) -> lis
     while parent is not None and off:
         if isinstance(parent, ast.If) and any(s is child for s in parent.body):
             test = parent.test
-            tests = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+            both = isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)
+            tests = test.values if isinstance(test, ast.BoolOp) and both else [test]
             out += [off[t.id] for t in tests if isinstance(t, ast.Name) and t.id in off]
         child, parent = parent, parents.get(id(parent))
     return out
