@@ -21,7 +21,7 @@ same shapes, fusing only what lies between them. Its call takes at least those p
 time, so it gains at most the eager call's time over theirs (Amdahl): the fp32 seconds
 that the GEMM limit timed at the model's recorded products (:class:`~halfprec.bench.limit.
 GemmLimit` ``fp32_s``, each product's fastest sample, operands hot in cache: below their
-time inside the model) against the slowest timed round of eager fp32 at that batch size
+time inside the model) against the fastest timed round of eager fp32 at that batch size
 (:attr:`Twin.gemm_share`). BERT-base spends about 0.74 of an fp32 call in them by that
 measure (1.36x at most; compiling measured 1.01-1.15x), MiniLM about 0.43 (2.3x; measured
 1.27x). Without a limit (``--no-limit``, ``--quick``) the device's bound applies.
@@ -58,7 +58,7 @@ class Twin:
     """A compiled candidate's eager twin at one batch size: its row (None: not run), the
     standings of the candidates timed there (:class:`Standings`) and, for eager fp32, the
     share of its call spent in the model's matrix products (``gemm_share``: the limit's
-    fp32 seconds over the slowest timed round; None where not measured)."""
+    fp32 seconds over the fastest timed round; None where not measured)."""
 
     row: VariantResult | None
     standings: Standings
@@ -67,13 +67,13 @@ class Twin:
 
 def gemm_share(gemm_s: Sequence[float | None], rounds: Sequence[float]) -> float | None:
     """The share of eager fp32's call spent in its matrix products: the least of the
-    limits' fp32 seconds (``gemm_s``, one per half dtype timed) over the slowest of fp32's
-    timed ``rounds``; None without either. Load that slows a round only lowers it (a
-    larger bound, so a compile is kept, never skipped)."""
+    limits' fp32 seconds (``gemm_s``, one per half dtype timed, each product's fastest
+    sample) over the fastest of fp32's timed ``rounds``; None without either. Fastest
+    against fastest, as the race compares: load that slows some calls changes neither."""
     known = [s for s in gemm_s if s is not None and s > 0]
-    if not known or not rounds or max(rounds) <= 0:
+    if not known or not rounds or min(rounds) <= 0:
         return None
-    return min(known) / max(rounds)
+    return min(known) / min(rounds)
 
 
 @dataclass(frozen=True)

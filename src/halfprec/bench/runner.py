@@ -426,7 +426,7 @@ class Benchmark:
 
     def _gemm_share(self, size: _Size) -> float | None:
         """Eager fp32's share of a call in its matrix products at ``size`` (the limits'
-        fp32 seconds over fp32's slowest timed round so far)."""
+        fp32 seconds over fp32's fastest timed round so far)."""
         return gemm_share([lim.fp32_s for lim in size.limits.values()], size.pairs.rounds)
 
     def _prepare(
