@@ -193,3 +193,35 @@ def test_convert_refuses_a_folder_plain_transformers_cannot_run_on_the_device(
     file = tmp_path / "autoformer.safetensors"
     proc = run_cli("convert", str(source), "--dtype", "bf16", "-o", str(file), "--device", "cpu")
     assert proc.returncode == 0 and file.is_file(), proc.stderr
+
+
+@pytest.mark.slow
+def test_autoformer_export_refusal_names_the_upstream_limit_behind_the_mask_bug(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Autoformer fails first in transformers' own mask branch (not reported upstream); the
+    # refusal also names what stops it past that branch, which this test shows for real by
+    # letting transformers skip the all-valid mask under export as eager does
+    import transformers.masking_utils as masking
+
+    from testbed.hf_processors import save as save_with_processor
+
+    source = save_with_processor("autoformer", tmp_path / "autoformer")
+    out = tmp_path / "m.pt2"
+    proc = run_cli("export", str(source), "--dtype", "bf16", "-o", str(out), "--runs", "0")
+    error = proc.stderr.splitlines()[-1]  # after the note on the inputs halfprec built
+    assert proc.returncode == 2 and error.startswith("halfprec: error: torch.export failed")
+    assert "modeling_autoformer.py" in error and "not reported upstream" in error
+    assert "https://github.com/pytorch/pytorch/issues/135061" in error
+    skip = masking._ignore_bidirectional_mask_sdpa
+
+    def eager_skip(padding_mask: object, kv_length: int, local: int | None = None) -> bool:
+        return padding_mask is None or skip(padding_mask, kv_length, local)
+
+    monkeypatch.setattr(masking, "_ignore_bidirectional_mask_sdpa", eager_skip)
+    proc = run_cli("export", str(source), "--dtype", "bf16", "-o", str(out), "--runs", "0")
+    error = proc.stderr.splitlines()[-1]
+    assert proc.returncode == 2 and error.startswith("halfprec: error: torch.export cannot")
+    assert "modeling_autoformer.py" not in error
+    assert "https://github.com/pytorch/pytorch/issues/135061" in error
+    assert not out.exists()

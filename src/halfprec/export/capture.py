@@ -113,7 +113,10 @@ _UPSTREAM = (
         "a transformers bug outside halfprec, not reported upstream: AutoformerAttention views "
         "its autocorrelation weights by the key length to add an attention mask, and "
         "transformers' masking_utils builds that mask only under torch.export (eager skips "
-        "an all-valid one); plain fp32 torch.export fails alike",
+        "an all-valid one); plain fp32 torch.export fails alike. Past that mask, its "
+        "forecasting head stops torch.export as for every transformers time-series model: "
+        "torch.distributions' data-dependent argument check, "
+        "https://github.com/pytorch/pytorch/issues/135061",
     ),
 )
 
