@@ -278,3 +278,15 @@ def test_the_runner_does_not_compile_fp32_when_its_gemms_cap_the_gain() -> None:
     row = run.result.get("fp32+compile")
     assert row.status == "skipped" and "at most 1.25x" in row.note
     assert clock.timed == {"fp32", "halfprec-bf16"}
+
+
+def test_an_accurate_runtime_target_deploy_may_pick_gates_a_twin_that_cannot_beat_it() -> None:
+    gate = CompileGate(CPU, Race())
+    # OpenVINO bf16 timed at ~2.7x fp32; the race's eligible set holds only torch ways
+    s = _standings({HP: [0.5, 0.7, 0.5], OV: [0.37, 0.36, 0.37]}, {HP})
+    compiled = FP32.with_compile()
+    assert gate.skip(compiled, [Twin(_row(FP32), s, gemm_share=0.74)]) is None
+    why = gate.skip(compiled, [Twin(_row(FP32), s, 0.74, frozenset({OV}))])
+    assert why is not None and "openvino-bf16" in why
+    # halfprec-bf16's twin may still win: 0.5 / 3 is under OpenVINO's rounds
+    assert gate.skip(HP.with_compile(), [Twin(_row(HP), s, None, frozenset({OV}))]) is None

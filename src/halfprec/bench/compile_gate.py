@@ -63,6 +63,10 @@ class Twin:
     row: VariantResult | None
     standings: Standings
     gemm_share: float | None = None
+    runtimes: frozenset[Variant] = frozenset()
+    """Runtime targets timed there within tolerance: deploy may pick them
+    (:func:`~halfprec.bench.runtime_choice.with_runtimes`), so a twin that cannot beat one
+    cannot be chosen either."""
 
 
 def gemm_share(gemm_s: Sequence[float | None], rounds: Sequence[float]) -> float | None:
@@ -134,7 +138,7 @@ class CompileGate:
             if gain != self.gain(variant) and twin.gemm_share is not None
             else ""
         )
-        winner = self._beaten_by(eager, gain, twin.standings)
+        winner = self._beaten_by(eager, gain, twin.standings, twin.runtimes)
         if winner is None:
             return None
         return (
@@ -142,8 +146,15 @@ class CompileGate:
             f"torch.compile gains on {self.device.type} (at most {gain:.3g}x{why}; docs/bench.md)"
         )
 
-    def _beaten_by(self, eager: Variant, gain: float, standings: Standings) -> Variant | None:
-        """An eligible candidate that beats ``eager``'s rounds sped up by ``gain``."""
+    def _beaten_by(
+        self,
+        eager: Variant,
+        gain: float,
+        standings: Standings,
+        runtimes: frozenset[Variant] = frozenset(),
+    ) -> Variant | None:
+        """An eligible candidate (or accurate runtime target) that beats ``eager``'s rounds
+        sped up by ``gain``."""
         assert self.race is not None
         race = self.race
         ones = [1.0] * race.early_rounds  # fp32 relative to itself, exactly
@@ -151,7 +162,7 @@ class CompileGate:
         if not relative:
             return None
         best = [t / gain for t in relative]
-        eligible = {v: standings.relative.get(v, []) for v in standings.eligible}
+        eligible = {v: standings.relative.get(v, []) for v in standings.eligible | runtimes}
         eligible[_FP32] = ones
         for v, theirs in eligible.items():
             rounds = min(len(best), len(theirs))

@@ -420,9 +420,19 @@ class Benchmark:
                 self.rows.get((size.index, j)),
                 size.pairs.standings,
                 self._gemm_share(size) if eager == _FP32 else None,
+                self._accurate_runtimes(size),
             )
             for size in at
         ]
+
+    def _accurate_runtimes(self, size: _Size) -> frozenset[Variant]:
+        """The runtime targets timed at ``size`` within tolerance (deploy may pick them)."""
+        rows = [self.rows.get((size.index, j)) for j in range(len(self.variants))]
+        return frozenset(
+            r.variant
+            for r in rows
+            if r is not None and r.variant.runtime and r.status == "ok" and r.accurate
+        )
 
     def _gemm_share(self, size: _Size) -> float | None:
         """Eager fp32's share of a call in its matrix products at ``size`` (the limits'
