@@ -220,7 +220,8 @@ def test_autoformer_export_refusal_names_the_upstream_limit_behind_the_mask_bug(
 
     monkeypatch.setattr(masking, "_ignore_bidirectional_mask_sdpa", eager_skip)
     proc = run_cli("export", str(source), "--dtype", "bf16", "-o", str(out), "--runs", "0")
-    error = proc.stderr.splitlines()[-1]
+    note, error = proc.stderr.splitlines()  # torch's graph dumps are not printed
+    assert note.startswith("note: past_values")
     assert proc.returncode == 2 and error.startswith("halfprec: error: torch.export cannot")
     assert "modeling_autoformer.py" not in error
     assert "https://github.com/pytorch/pytorch/issues/135061" in error

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import io
 import re
 import traceback
 import warnings
@@ -26,6 +27,7 @@ from halfprec.export.config import ExportError
 from halfprec.export.hf import plain_outputs
 from halfprec.frames import is_library_file
 from halfprec.modules import first_line
+from halfprec.quiet_logs import quiet_logs
 from halfprec.tree import map_tensors
 
 
@@ -350,7 +352,12 @@ def capture(
     fresh = map_tensors(lambda t: t.detach().clone(), named)
     model = plain_outputs(model, list(fresh), constants)
     try:
-        with warnings.catch_warnings(), aten_masked_rows() if onnx else contextlib.nullcontext():
+        with (  # a failure is explained below: torch's logs and its partial graph printed
+            warnings.catch_warnings(),  # to stderr (1000+ lines) are not shown
+            quiet_logs("torch.fx.experimental.symbolic_shapes", "torch.export"),
+            contextlib.redirect_stderr(io.StringIO()),
+            aten_masked_rows() if onnx else contextlib.nullcontext(),
+        ):
             warnings.simplefilter("ignore")
             return torch.export.export(model, (), kwargs=fresh, dynamic_shapes=shapes, strict=False)
     except HalfprecError:

@@ -9,7 +9,6 @@ cannot run code (``torch.export.load`` alone would unpickle and ``eval`` parts o
 from __future__ import annotations
 
 import io
-import logging
 from pathlib import Path
 
 import torch
@@ -19,6 +18,7 @@ from halfprec.export.config import ExportError
 from halfprec.export.info import INFO_KEY, ArtifactInfo
 from halfprec.export.safe_pt2 import vetted_archive
 from halfprec.modules import first_line
+from halfprec.quiet_logs import quiet_logs
 
 
 def write_exported_program(
@@ -33,11 +33,9 @@ def write_exported_program(
 def load_exported_program(path: Path) -> tuple[nn.Module, ArtifactInfo]:
     """The program's callable module and its metadata."""
     extra: dict[str, str] = {INFO_KEY: ""}
-    log = logging.getLogger("torch.export")
-    level = log.level
-    log.setLevel(logging.ERROR)  # a bad file is reported below, not as a logged traceback
     try:
-        program = torch.export.load(vetted_archive(path), extra_files=extra)
+        with quiet_logs("torch.export"):  # a bad file is reported below, not logged
+            program = torch.export.load(vetted_archive(path), extra_files=extra)
     except ExportError:
         raise
     except Exception as exc:  # a corrupt archive raises zipfile, JSON or torch errors
@@ -45,8 +43,6 @@ def load_exported_program(path: Path) -> tuple[nn.Module, ArtifactInfo]:
             f"{path} is not a loadable torch.export file ({first_line(exc)}); write it with "
             "torch.export.save or halfprec export"
         ) from None
-    finally:
-        log.setLevel(level)
     if not extra[INFO_KEY]:
         raise ExportError(f"{path} was not written by halfprec export; re-export it with halfprec")
     # check_guards=False: no guard code is generated from strings in the file

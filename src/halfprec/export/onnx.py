@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import logging
 import re
 import tempfile
 from collections import Counter
@@ -34,6 +33,7 @@ from halfprec.export.config import DEFAULT_OPSET, ExportError, RuntimeFailure
 from halfprec.export.info import INFO_KEY, ArtifactInfo
 from halfprec.export.onnx_ops import translations
 from halfprec.modules import first_line
+from halfprec.quiet_logs import quiet_logs
 from halfprec.timing import Timing, measure
 
 __all__ = [
@@ -102,11 +102,9 @@ def write_onnx(
     """Translate ``program`` to ONNX and save it, weights inside, to ``path``."""
     onnx = import_onnx()
     _require_onnxscript()
-    quiet = logging.getLogger("torch.onnx")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # "torchvision is not installed" notices are not ours
     try:
         with (
+            quiet_logs("torch.onnx"),  # "torchvision is not installed" notices are not ours
             contextlib.redirect_stdout(io.StringIO()),
             contextlib.redirect_stderr(io.StringIO()),
             _exact_rewrites(),
@@ -128,8 +126,6 @@ def write_onnx(
         dynamic = not info.kv_cache and info.static_shapes is None
         why = explain_failure("torch.onnx.export", exc, can_be_static=dynamic)
         raise ExportError(why) from exc
-    finally:
-        quiet.setLevel(level)
     assert onnx_program is not None  # dynamo=True always returns the program
     written = next(
         (o.version for o in onnx_program.model_proto.opset_import if not o.domain), opset
