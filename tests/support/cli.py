@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -59,4 +60,12 @@ def run_cli_subprocess(
         env=env,
         timeout=timeout,
         check=False,
+        preexec_fn=_as_from_a_terminal,
     )
+
+
+def _as_from_a_terminal() -> None:
+    """In the child: Ctrl-C's signal with its default action, as a terminal starts a
+    command. A runner started in the background (``nohup ... &``) ignores SIGINT, and an
+    ignored signal stays ignored across exec, so Python would never raise KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
