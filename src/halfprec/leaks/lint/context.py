@@ -282,6 +282,17 @@ class Calls:
             for reader, node in self.index.reads(owner, attr)
         ]
 
+    def held(self, attr: str) -> list[tuple[Context, ast.Attribute]]:
+        """Every read of ``<name>.<attr>`` of an object other than ``self`` in the file, each
+        in its function's walked context."""
+        if self.index is None:
+            self.index = CallIndex(self.program, self.lines)
+        index = self.index
+        return [
+            (self.context(fn, index.facts_of(cls), fn.name == "forward"), node)
+            for fn, cls, node in index.held(attr)
+        ]
+
     def context(self, fn: Function, facts: ClassFacts, is_forward: bool) -> Context:
         if id(fn) not in self.cache:
             self.cache[id(fn)] = self.walk(fn, facts, is_forward, self)
