@@ -66,6 +66,8 @@ class Context:
     is_forward: bool = False  # the function is a module's forward: its return is the output
     states: dict[int, dict[str, bool]] = field(default_factory=dict)  # id(stmt) -> floating
     pending: list[tuple[ast.AST, str, str, object, ast.AST]] = field(default_factory=list)
+    deferred: list[Callable[[], None]] = field(default_factory=list)  # run once walked
+    complex: frozenset[str] = frozenset()  # names read as complex tensors (x.conj())
     _parents: dict[int, ast.AST] | None = None
     _names: dict[str, list[ast.Name]] | None = None
     _at: dict[int, Context] = field(default_factory=dict)

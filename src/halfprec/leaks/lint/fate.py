@@ -91,6 +91,8 @@ class _Follow:
         self.scalar = False  # 0-dim here: a 0-dim tensor never promotes a half operand
         self.opaque = False  # the result of a callee the lint cannot see: only a cast ends it
         self.thunk = False  # the body of a lambda: calling it hands the value on
+        self.empty = False  # no elements (torch.empty(0)): only a join carries its dtype on
+        self.chosen = False  # cast to fp32 on purpose on the way (mask.to(torch.float))
         self.key: str | None = None  # the key it is kept under in a dict ({"mask": t})
         self.names: set[str] = set()  # the names followed in this function
         self.attrs: set[str] = set()  # the attributes followed (self.mask = t)
@@ -107,13 +109,18 @@ class _Follow:
         """Whether ``node`` is a floating tensor of the model's dtype where it is used."""
         return value_of(node, self.ctx.at(node)) is not None
 
-    def meets(self, others: Sequence[ast.AST]) -> str:
+    def meets(self, others: Sequence[ast.AST], join: bool = False) -> str:
         """The step when the tensor meets ``others`` in one floating op: a leak if one is
         half; ``"safe"`` for a factory's tensor meeting an explicit upcast (the result is
-        fp32 because of the upcast, which is HP201's to judge); else it goes on."""
-        if self.scalar:
+        fp32 because of the upcast, which is HP201's to judge); else it goes on. A tensor
+        with no elements meets nothing but in a join: ``torch.cat([torch.empty(0), h])``
+        is fp32, while an op on it gives no values or raises. A complex tensor (see
+        :mod:`.complexes`) is never half: the result is complex because of it."""
+        if self.scalar or self.empty and not join:
             return "safe"
         others = [o for o in others if not self.derived(o)]
+        if any(isinstance(o, ast.Name) and o.id in self.ctx.complex for o in others):
+            return "safe"  # mask * spec: complex, in a half model too
         if any(self.floating(o) for o in others):
             return "leak"
         if not self.upcast and any(self.ctx.is_upcast(o) for o in others):
@@ -146,11 +153,12 @@ class _Follow:
 
     def climb(self, node: ast.AST) -> None:
         """Follow the value of ``node`` up through the expressions that contain it."""
-        parents, opaque = self.ctx.parents, self.opaque
+        parents, opaque, chosen = self.ctx.parents, self.opaque, self.chosen
         try:
             self._climb(node, parents)
         finally:
             self.opaque = opaque  # an unseen callee on this path does not hide the others
+            self.chosen = chosen  # nor a cast to fp32 on this path
 
     def _climb(self, node: ast.AST, parents: dict[int, ast.AST]) -> None:
         while not self.fate.leaks:
@@ -191,10 +199,29 @@ def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:
     """Where the fp32 tensor made at ``node`` goes (see the module docstring); ``upcast``:
     it was made by an explicit upcast (HP2), not a factory (HP101)."""
     follow = _Follow(ctx, upcast, _vector(node))
+    follow.empty = _no_elements(node)
     if isinstance(ctx.function, (ast.FunctionDef, ast.AsyncFunctionDef)):
         follow.guards = flag_guards(ctx.function, node, ctx.parents)
     follow.climb(node)
     return follow.fate
+
+
+def _no_elements(node: ast.AST) -> bool:
+    """``torch.empty(0)``, ``torch.zeros([0], d)``, ``torch.tensor([])``: a placeholder."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return False
+    last = dotted(node.func).rsplit(".", 1)[-1]
+    sizes = node.args[:1] if last == "full" else node.args
+    if isinstance(sizes[0], (ast.Tuple, ast.List)):
+        if not sizes[0].elts:
+            return last == "tensor"  # torch.tensor([])
+        sizes = sizes[0].elts
+    if last not in _SIZED:
+        return False
+    return any(isinstance(a, ast.Constant) and type(a.value) is int and a.value == 0 for a in sizes)
+
+
+_SIZED = words("zeros ones empty rand randn full")
 
 
 def _vector(node: ast.AST) -> bool:
@@ -218,7 +245,10 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
     if isinstance(parent, ast.Attribute):
         return _attribute(f, node, parent)
     if isinstance(parent, ast.BinOp):
-        return f.meets([parent.right if parent.left is node else parent.left])
+        other = parent.right if parent.left is node else parent.left
+        if isinstance(node, (ast.Tuple, ast.List)) or isinstance(other, (ast.Tuple, ast.List)):
+            return "up"  # (loss,) + outputs: a longer tuple, no arithmetic
+        return f.meets([other])
     if isinstance(parent, (ast.UnaryOp, ast.Starred, ast.Await)):
         return "up"
     if isinstance(parent, ast.IfExp):
@@ -252,7 +282,7 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
         return "up"  # {"mask": t}: the dict holds t
     if isinstance(parent, (ast.List, ast.Tuple)):
         if _joins(f, parent):
-            return f.meets([e for e in parent.elts if e is not node])
+            return f.meets([e for e in parent.elts if e is not node], join=True)
         if isinstance(f.ctx.parents.get(id(parent)), ast.Return) and node in parent.elts:
             f.element = parent.elts.index(node)  # return a, t: the caller's second name
         return "up"
@@ -287,7 +317,9 @@ def _attribute(f: _Follow, node: ast.AST, attr: ast.Attribute) -> str:
     if name in _ELEMENT:
         return "safe"
     if name in ("to", "type"):
-        return _to(f, call)
+        step = _to(f, call)
+        f.chosen = f.chosen or step == "fp32" and _an_input(f, node)
+        return "up" if step == "fp32" else step
     if name in _CASTS:
         return "safe"
     if name in _INTEGER_CASTS or name in _SORTS:
@@ -295,6 +327,7 @@ def _attribute(f: _Follow, node: ast.AST, attr: ast.Attribute) -> str:
     if name in _COUNTERS:
         return "integer"
     if name in _UPCASTS:
+        f.chosen = f.chosen or _an_input(f, node)
         return "up"
     if name.endswith("_") and isinstance(node, ast.Name):
         return "safe"  # buf.copy_(y), t.add_(h): the name's later uses say where it goes
@@ -327,15 +360,17 @@ def _called(f: _Follow, attr: ast.Attribute) -> bool:
 
 
 def _to(f: _Follow, call: ast.Call) -> str:
-    """``t.to(...)``: a cast unless it names fp32 or only a device."""
+    """``t.to(...)``: a cast unless it names fp32 (``"fp32"``) or only a device."""
     wanted = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
     if not wanted:
         return "up"  # .to(device=...) only
     torch_names = f.ctx.imports.torch
+    fp32 = False
     for arg in wanted:
         text = dotted(arg)
         last = text.rsplit(".", 1)[-1]
         if text.split(".")[0] in torch_names and last in ("float32", "float", "float64", "double"):
+            fp32 = True
             continue
         if last in _INTEGER_CASTS or last.startswith(("int", "uint", "long")):
             return "integer"
@@ -344,7 +379,20 @@ def _to(f: _Follow, call: ast.Call) -> str:
         if "device" in last.lower():
             continue
         return "safe"
-    return "up"
+    return "fp32" if fp32 else "up"
+
+
+def _an_input(f: _Follow, node: ast.AST) -> bool:
+    """Whether ``node`` names an input of the function: ``mask.to(torch.float)`` of an
+    input that a factory only stands in for (``if mask is None: mask = torch.ones(n)``)
+    makes whatever the caller passes fp32, so the factory's dtype changes nothing."""
+    fn = f.ctx.function
+    if not isinstance(node, ast.Name) or not isinstance(
+        fn, (ast.FunctionDef, ast.AsyncFunctionDef)
+    ):
+        return False
+    a = fn.args
+    return any(p.arg == node.id for p in (*a.posonlyargs, *a.args, *a.kwonlyargs))
 
 
 def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
@@ -495,8 +543,12 @@ def _statement(f: _Follow, node: ast.AST, stmt: ast.AST) -> str:
             return "done"
         if to_callers(f):
             return "done"
-        # a module's output, or a helper whose callers are in another file
-        return "leak" if f.ctx.is_forward and _holds_half(f.ctx) else "unknown"
+        # a module's output, or a helper whose callers are in another file; one the model
+        # casts to fp32 on purpose and meets no half tensor on the way (a loss from
+        # mask.to(dtype=torch.float)) is fp32 by that cast, whatever the factory's dtype
+        if f.ctx.is_forward and _holds_half(f.ctx):
+            return "safe" if f.chosen and not f.upcast else "leak"
+        return "unknown"
     if isinstance(stmt, ast.Expr):
         return "safe"
     if isinstance(stmt, ast.NamedExpr):
@@ -505,6 +557,8 @@ def _statement(f: _Follow, node: ast.AST, stmt: ast.AST) -> str:
     if isinstance(stmt, ast.AugAssign):
         if stmt.target is node:
             return "integer" if _counts(stmt) else "safe"
+        if isinstance(stmt.target, ast.Name) and stmt.target.id in f.ctx.complex:
+            return "safe"  # spec *= mask: written into a complex tensor
         return "leak" if f.floating(stmt.target) else _bind(f, [stmt.target], stmt)
     if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]

@@ -48,6 +48,7 @@ class Follow(Protocol):
     scalar: bool
     opaque: bool
     thunk: bool
+    chosen: bool
     key: str | None
     attrs: set[str]
     guards: list[ast.arg]
@@ -150,6 +151,7 @@ def enter(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
     inner = f.spawn(calls.context(fn, facts, is_forward))
     inner.fate, inner.seen, inner.hops, inner.opaque = f.fate, f.seen, f.hops, f.opaque
     inner.thunk, f.thunk = f.thunk, False
+    inner.chosen = f.chosen
     unpacked = any(k.arg is None and k.value is node for k in call.keywords)
     inner.key = None if unpacked else f.key  # f(**kwargs) hands on the value, f(d) the dict
     inner.caller, inner.depth = (f, call), f.depth + 1
@@ -179,7 +181,7 @@ def to_callers(f: Follow) -> bool:
         outer = f.spawn(calls.context(site.caller, site.facts, site.is_forward))
         outer.fate, outer.seen, outer.hops, outer.depth = f.fate, f.seen, f.hops, f.depth + 1
         outer.element, outer.scalar, outer.opaque = f.element, f.scalar, f.opaque
-        outer.key = f.key
+        outer.key, outer.chosen = f.key, f.chosen
         outer.climb(site.call)
         f.hops = outer.hops
     return bool(sites)
@@ -209,7 +211,7 @@ def to_readers(f: Follow, target: ast.Attribute) -> bool:
             break
         reader = f.spawn(ctx)
         reader.fate, reader.seen, reader.hops, reader.depth = f.fate, f.seen, f.hops, f.depth + 1
-        reader.scalar, reader.opaque = f.scalar, f.opaque
+        reader.scalar, reader.opaque, reader.chosen = f.scalar, f.opaque, f.chosen
         reader.attrs = {target.attr} if owner else set()
         reader.climb(node)
         f.hops = reader.hops
