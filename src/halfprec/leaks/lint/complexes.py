@@ -13,6 +13,7 @@ magnitude or the phase.
 from __future__ import annotations
 
 import ast
+import re
 
 from halfprec.leaks.lint.context import words
 from halfprec.leaks.lint.nodes import walk
@@ -23,8 +24,15 @@ _FUNCTIONS = words("view_as_real real imag conj conj_physical angle")
 _REAL = words("real imag abs angle view_as_real shape size dtype device ndim numel dim")
 
 
-def complex_names(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
-    """The names ``fn`` reads as complex tensors (see the module docstring)."""
+_HINT = re.compile(r"\.(conj|conj_physical|real|imag|angle|view_as_real)\b")
+
+
+def complex_names(fn: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> frozenset[str]:
+    """The names ``fn`` reads as complex tensors (see the module docstring); ``lines``: the
+    file's, read first so that a function that never says so is not walked."""
+    text = "\n".join(lines[fn.lineno - 1 : fn.end_lineno or fn.lineno])
+    if not _HINT.search(text):
+        return frozenset()
     out: set[str] = set()
     for node in walk(fn):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
