@@ -231,3 +231,13 @@ def test_a_window_on_an_stft_spectrum_is_not_reported_and_on_its_input_is() -> N
                 return (spec * gain).abs(), wave * tilt
         """
     assert _found(body) == [(6, "HP101")]
+
+
+def test_a_mask_handed_in_times_a_large_number_is_reported() -> None:
+    body = """\
+        class Scores(nn.Module):
+            def forward(self, x, mask):
+                scores = x @ x.transpose(-1, -2)
+                return (scores + (1.0 - mask[:, None, :]) * -1e9).softmax(-1)
+        """
+    assert _found(body) == [(4, "HP301")]
