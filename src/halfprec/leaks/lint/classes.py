@@ -6,7 +6,9 @@ above all) and in its same-file base classes.
   ``self.register_buffer("inv_freq", 1.0 / base ** ...)``): ``.to()`` and ``convert`` give
   them the model's dtype, so they are templates whose dtype is known.
 - ``passthrough``: attributes that hold a function, not a module (``ACT2FN[...]``,
-  ``F.gelu``, ``nn.Identity()``, a lambda): ``self.act(x)`` is floating when ``x`` is.
+  ``F.gelu``, ``nn.Identity()``, a lambda): ``self.act(x)`` is floating when ``x`` is. An
+  attribute that another branch makes a module (``nn.LayerNorm(d) if norm else
+  nn.Identity()`` spelled as an ``if``) is a module: its output is floating.
 - ``methods``: the class's own method names; ``self.helper(...)`` is a method call, every
   other ``self.X(...)`` a submodule call, whose output is floating.
 - ``attributes``: every ``self.X = ...`` outside ``forward``: ``self.X(...)`` of a name
@@ -155,6 +157,7 @@ def _scan_function(
     attributes: set[str],
     classes: dict[str, str],
     layers: dict[str, str],
+    modules: set[str],
 ) -> None:
     local: set[str] = set()
     for node in _statements(fn):
@@ -182,6 +185,8 @@ def _scan_function(
                 tensors.add(attr)
             elif _is_passthrough(value):
                 passthrough.add(attr)
+            elif isinstance(value, ast.Call):
+                modules.add(attr)
 
 
 def _element_class(modules: ast.Call) -> str | None:
@@ -216,16 +221,17 @@ def class_facts(cls: ast.ClassDef, bases: list[ast.ClassDef]) -> ClassFacts:
     attributes: set[str] = set()
     classes: dict[str, str] = {}
     layers: dict[str, str] = {}
+    modules: set[str] = set()  # also assigned something that is not a function
     for klass in (*bases, cls):
         found = _methods(klass)
         methods |= set(found)
         for name, fn in found.items():
             if name != "forward":  # parameters and buffers are made in __init__ and setup
-                _scan_function(fn, tensors, passthrough, attributes, classes, layers)
+                _scan_function(fn, tensors, passthrough, attributes, classes, layers, modules)
     return ClassFacts(
         frozenset(methods),
         frozenset(tensors),
-        frozenset(passthrough - tensors),
+        frozenset(passthrough - tensors - modules),
         frozenset(attributes),
         tuple(sorted(classes.items())),
         tuple(sorted(layers.items())),
