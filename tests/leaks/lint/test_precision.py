@@ -218,3 +218,26 @@ def test_a_default_mask_that_meets_half_after_its_fp32_cast_is_reported() -> Non
                 return logits * weight
         """
     assert _found(body) == [(9, "HP101")]
+
+
+def test_a_window_on_an_stft_spectrum_is_not_reported_and_on_its_input_is() -> None:
+    body = """\
+        class Spectrogram(nn.Module):
+            def forward(self, wave):
+                spec = torch.stft(wave, 64, window=torch.hann_window(64, device=wave.device),
+                                  return_complex=True)
+                gain = torch.ones(spec.shape[-2], 1, device=wave.device)
+                tilt = torch.ones(wave.shape[-1], device=wave.device)
+                return (spec * gain).abs(), wave * tilt
+        """
+    assert _found(body) == [(6, "HP101")]
+
+
+def test_a_mask_handed_in_times_a_large_number_is_reported() -> None:
+    body = """\
+        class Scores(nn.Module):
+            def forward(self, x, mask):
+                scores = x @ x.transpose(-1, -2)
+                return (scores + (1.0 - mask[:, None, :]) * -1e9).softmax(-1)
+        """
+    assert _found(body) == [(4, "HP301")]

@@ -4,15 +4,16 @@ A spectrum (``torch.stft``, ``torch.fft.rfft``) is complex64 in a half model too
 tensor that meets it meets no half tensor. A value made by such a call is already not
 floating (:mod:`.values` knows no complex op); an *input* is known complex by how the
 function reads it: ``x.conj()``, ``x.real``, ``x.imag``, ``x.angle()``,
-``torch.view_as_real(x)``: none of these has a use on a real tensor. A name bound to
-arithmetic or a torch function of a complex name is complex too
-(``scm = torch.einsum("...", mask * x, x.conj())``), unless it takes the real part, the
-magnitude or the phase.
+``torch.view_as_real(x)``: none of these has a use on a real tensor. A name bound to a
+spectrum (``spec = torch.stft(...)``) is complex, and so is a name bound to arithmetic
+or a torch function of a complex name (``scm = torch.einsum("...", mask * x, x.conj())``),
+unless it takes the real part, the magnitude or the phase.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 
 from halfprec.leaks.lint.context import words
 from halfprec.leaks.lint.nodes import walk
@@ -20,11 +21,24 @@ from halfprec.leaks.lint.nodes import walk
 _READS = words("real imag")
 _METHODS = words("conj conj_physical angle")
 _FUNCTIONS = words("view_as_real real imag conj conj_physical angle")
+_MAKERS = words(
+    "stft fft ifft rfft fft2 ifft2 rfft2 fftn ifftn rfftn view_as_complex polar complex"
+)
 _REAL = words("real imag abs angle view_as_real shape size dtype device ndim numel dim")
 
 
-def complex_names(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
-    """The names ``fn`` reads as complex tensors (see the module docstring)."""
+_HINT = re.compile(
+    r"\.(conj|conj_physical|real|imag|angle|view_as_real|view_as_complex|polar|complex|stft|"
+    r"fft|ifft|rfft|fft2|ifft2|rfft2|fftn|ifftn|rfftn)\b"
+)
+
+
+def complex_names(fn: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> frozenset[str]:
+    """The names ``fn`` reads as complex tensors (see the module docstring); ``lines``: the
+    file's, read first so that a function that never says so is not walked."""
+    text = "\n".join(lines[fn.lineno - 1 : fn.end_lineno or fn.lineno])
+    if not _HINT.search(text):
+        return frozenset()
     out: set[str] = set()
     for node in walk(fn):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
@@ -34,11 +48,22 @@ def complex_names(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
             first = node.args[0] if node.args else None
             if node.func.attr in _FUNCTIONS and isinstance(first, ast.Name):
                 out.add(first.id)
-    if out:
-        for stmt in walk(fn):
-            if isinstance(stmt, ast.Assign) and _carries(stmt.value, out):
-                out |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    for stmt in walk(fn):
+        if isinstance(stmt, ast.Assign) and (_made(stmt.value) or _carries(stmt.value, out)):
+            out |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
     return frozenset(out)
+
+
+def _made(expr: ast.AST) -> bool:
+    """``torch.stft(x, n, return_complex=True)``, ``torch.fft.rfft(x)``, ``x.stft(...)``:
+    a complex result (``irfft`` and ``hfft`` give real ones and are not listed)."""
+    if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)):
+        return False
+    real = any(
+        k.arg == "return_complex" and isinstance(k.value, ast.Constant) and not k.value.value
+        for k in expr.keywords
+    )
+    return expr.func.attr in _MAKERS and not real
 
 
 def _carries(expr: ast.AST, names: set[str]) -> bool:

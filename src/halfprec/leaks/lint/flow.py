@@ -238,7 +238,7 @@ def walk_function(
     )
     ctx.floating, ctx.optional = floating_params(fn, is_forward)
     ctx.floating.update(_from_callers(fn, ctx))
-    ctx.complex = complex_names(fn)
+    ctx.complex = complex_names(fn, lines)
     for name in ctx.complex:  # x.conj(): a spectrum, never half
         ctx.floating.pop(name, None)
         ctx.optional.pop(name, None)
