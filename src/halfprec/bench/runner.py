@@ -43,6 +43,7 @@ from halfprec.bench.half_speed import HalfSpeed
 from halfprec.bench.interleave import CallTimer, Pairs, Prepared
 from halfprec.bench.limit import Gemm, GemmLimit, Timer
 from halfprec.bench.machine import machine_info
+from halfprec.bench.order import timing_order
 from halfprec.bench.phases import Phases
 from halfprec.bench.results import (
     BenchConfig,
@@ -146,9 +147,11 @@ class Benchmark:
             )
         self.model, self.batch = model, batch
         others = [v for v in dict.fromkeys(variants) if v != _FP32]
-        # every uncompiled candidate before any compiled one: the compile gate judges a
-        # compiled twin by its eager twin's measurement (halfprec.bench.compile_gate)
+        # the report's order: every uncompiled candidate before any compiled one; they
+        # are timed in ``order`` (halfprec.bench.order: eager twins first, the likely
+        # fastest first)
         self.variants = [_FP32] + sorted(others, key=lambda v: v.compiled)
+        self.order = timing_order(self.variants)
         self.recipe = recipe or Recipe()
         self.config = options or BenchConfig()
         self.device = model_device(model)
@@ -219,8 +222,8 @@ class Benchmark:
             at = [
                 self._reference(result, index, size, len(sizes)) for index, size in enumerate(sizes)
             ]
-            for j, variant in enumerate(self.variants[1:], start=1):
-                self._candidate(result, at, j, variant)
+            for j in self.order:
+                self._candidate(result, at, j, self.variants[j])
             self._finish(result, at)
             if self.progress is not None:
                 total = len(sizes) * len(self.variants)
