@@ -3,7 +3,7 @@ others after its minimum rounds (scripted timings, real comparisons; nothing com
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -16,6 +16,7 @@ from halfprec.bench.variants import Variant
 from halfprec.bench.ways import register, unregister
 from halfprec.bench.ways.base import Way
 from halfprec.convert.recipe import Recipe
+from testbed.clocks import VariantClock
 
 X = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
 TEN = BenchConfig(warmup=1, runs=10, memory="none", skip_slower_than=None, limit=False)
@@ -45,18 +46,6 @@ def runtime() -> Iterator[None]:
         yield
     finally:
         unregister("elsewhere")
-
-
-class _Clock:
-    """Each variant's timed call takes a fixed scripted time; records the calls in order."""
-
-    def __init__(self, seconds: dict[str, float]) -> None:
-        self.seconds, self.calls = seconds, list[str]()
-
-    def __call__(self, fn: Callable[[], object], variant: Variant) -> float:
-        fn()
-        self.calls.append(variant.name)
-        return self.seconds[variant.name]
 
 
 def _names(variants: list[Variant], order: list[int]) -> list[str]:
@@ -95,7 +84,7 @@ def test_a_slower_candidate_timed_after_the_fastest_stops_at_the_minimum_rounds(
 ) -> None:
     # halfprec-bf16 2x fp32, the runtime target 2.5x: timed first, halfprec-bf16 was the
     # leader so far and ran the claim's 5 rounds before the runtime ran its own 5
-    clock = _Clock({"fp32": 1.0, "halfprec-bf16": 0.5, "elsewhere-bf16": 0.4})
+    clock = VariantClock({"fp32": 1.0, "halfprec-bf16": 0.5, "elsewhere-bf16": 0.4})
     variants = [Variant("fp32"), Variant.parse("halfprec-bf16"), Variant.parse("elsewhere-bf16")]
     torch.manual_seed(0)
     result = Benchmark(nn.Linear(16, 16), X, variants=variants, options=TEN, timer=clock).run()
