@@ -11,7 +11,8 @@ import pytest
 
 from support.cli import run_cli
 
-pytest_plugins = ["support.skip_guard"]  # a run whose every test was skipped exits 1
+# a run whose every test was skipped exits 1; a crashed xdist worker is named with its signal
+pytest_plugins = ["support.skip_guard", "support.worker_exit"]
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

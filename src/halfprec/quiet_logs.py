@@ -1,4 +1,5 @@
-"""Torch's own log records held back while halfprec reports the outcome itself."""
+"""Log state around the libraries halfprec calls: torch's own records held back while
+halfprec reports the outcome itself, and the root logger kept as the caller set it."""
 
 from __future__ import annotations
 
@@ -24,3 +25,22 @@ def quiet_logs(*names: str, level: int = logging.ERROR) -> Iterator[None]:
     finally:
         for log, old in zip(loggers, levels, strict=True):
             log.setLevel(old)
+
+
+@contextmanager
+def root_logger_kept() -> Iterator[None]:
+    """The root logger's level, filters and handlers as they were on the way in, however
+    the block ends.
+
+    Why: OpenVINO's ``convert_model`` sets the root logger to ERROR, adds a filter and,
+    where the root has no handler, a handler of its own, and restores them only when it
+    succeeds; a model it cannot convert would leave the caller's own warnings silenced.
+    """
+    root = logging.getLogger()
+    level, filters, handlers = root.level, list(root.filters), list(root.handlers)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+        root.filters[:] = filters
+        root.handlers[:] = handlers

@@ -4,6 +4,7 @@ read by name with OpenVINO's own API."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,22 @@ def test_the_build_calls_the_model_once_and_takes_its_outputs_from_that_call() -
     assert set(got) == set(want)
     for name, value in want.items():
         torch.testing.assert_close(got[name], value, rtol=1e-4, atol=1e-5)
+
+
+def test_a_model_openvino_cannot_convert_leaves_the_callers_logging_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """OpenVINO's ``convert_model`` sets the root logger to ERROR, adds a filter and (where
+    the root has no handler, as in a plain script) a handler of its own, and puts them back
+    only when it succeeds. A model it cannot convert is a failed row of a bench or deploy
+    run, after which the caller's own warnings must still show."""
+    from halfprec.runtimes.ov import ConversionError
+    from support.export_models import custom, example_inputs
+
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])  # a plain script: no handler on the root
+    monkeypatch.setattr(root, "filters", [])
+    monkeypatch.setattr(root, "level", logging.WARNING)
+    with pytest.raises(ConversionError, match="halfprec_tests"):
+        build_runtime(custom(), "openvino", torch.float32, example_inputs()[0])
+    assert (root.level, root.filters, root.handlers) == (logging.WARNING, [], [])

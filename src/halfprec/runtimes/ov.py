@@ -31,6 +31,7 @@ from halfprec.atomic import made_folders, make_temp_dir, resolve_target
 from halfprec.batch import Batch
 from halfprec.errors import HalfprecError, require
 from halfprec.export.hf import without_cache
+from halfprec.quiet_logs import root_logger_kept
 from halfprec.runtimes.module import Flat, FlatIO, RuntimeModule
 
 # torch dtype -> OpenVINO's INFERENCE_PRECISION_HINT, its OPTIMIZATION_CAPABILITIES name,
@@ -119,7 +120,7 @@ def _convert(ov: Any, flat: Flat) -> Any:
     example = tuple(flat.io.example)
     # tracing warns about every Python branch on a shape (transformers has many); the
     # check against fp32 that every target passes is what says the trace is right
-    with torch.no_grad(), warnings.catch_warnings():
+    with torch.no_grad(), warnings.catch_warnings(), root_logger_kept():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", r"`torch\.jit\.trace", DeprecationWarning)
         try:

@@ -380,3 +380,283 @@ class Embed(nn.Module):
 def test_a_tensor_made_under_a_flag_a_caller_leaves_off_does_not_reach_it() -> None:
     assert _found(FLAGGED.format(args="")) == []
     assert _found(FLAGGED.format(args=", extra=True")) == [(7, "HP101")]
+
+
+def test_fp32_pieces_appended_to_a_list_and_joined_are_followed() -> None:
+    body = """\
+        def segments(runs):
+            pieces = []
+            for value, count in runs:
+                pieces.append(torch.full((count,), 0.5) if value else torch.rand(count))
+            return pieces
+
+
+        class Gate(nn.Module):
+            def forward(self, x, runs):
+                rows = []
+                for row in segments(runs):
+                    rows.insert(0, row)
+                return x * torch.cat(rows)[None]
+        """
+    assert _found(body) == [(4, "HP101"), (4, "HP101")]
+
+
+def test_fp32_pieces_of_a_comprehension_or_a_list_sum_are_followed() -> None:
+    body = """\
+        class Tiles(nn.Module):
+            def forward(self, x):
+                parts = [torch.ones(x.shape[-1]) for _ in range(x.shape[0])]
+                parts += [torch.zeros(x.shape[-1])]
+                return x + torch.stack(parts[1:])
+        """
+    assert _found(body) == [(3, "HP101"), (4, "HP101")]
+
+
+def test_a_tensor_iterated_from_a_dict_of_pieces_is_followed() -> None:
+    body = """\
+        class Offsets(nn.Module):
+            def forward(self, x):
+                bank = {"lo": torch.randn(x.shape[-1]), "hi": x.mean(0)}
+                for shift in bank.values():
+                    x = x - shift
+                return x
+        """
+    assert _found(body) == [(3, "HP101")]
+
+
+def test_a_list_of_integer_pieces_stays_integer() -> None:
+    body = """\
+        class Picker(nn.Module):
+            def forward(self, x):
+                picks = []
+                for n in self.sizes:
+                    picks.append(torch.randint(0, x.shape[0], (n,)))
+                return x[torch.cat(picks)]
+        """
+    assert _found(body) == []
+
+
+def test_an_integer_arange_bound_to_a_name_and_divided_later_is_fp32() -> None:
+    body = """\
+        def ramp(steps, offset, device, base=500):
+            ticks = offset + torch.arange(steps, device=device)[:, None]
+            k = torch.arange(8, device=device)
+            angle = ticks / base ** (k / 7)
+            return torch.cat([angle.sin(), angle.cos()], dim=-1)
+
+
+        class Clock(nn.Module):
+            def forward(self, x):
+                return x + ramp(x.shape[0], 3, x.device)
+        """
+    assert _found(body) == [(2, "HP101"), (3, "HP101")]
+
+
+def test_a_layer_attribute_that_may_be_an_identity_has_a_half_output() -> None:
+    body = """\
+        class Branches(nn.Module):
+            def __init__(self, width, norm=True):
+                super().__init__()
+                if norm:
+                    self.pre = nn.LayerNorm(width)
+                else:
+                    self.pre = nn.Identity()
+
+            def forward(self, x, side):
+                side = self.pre(side)
+                shift = 0.5 * torch.arange(side.shape[1]).view(1, -1, 1)
+                return x + (side * shift.to(side.device)).to(x.dtype)
+        """
+    assert _found(body) == [(11, "HP101")]
+
+
+def test_an_integer_tensor_times_a_half_expression_stays_half() -> None:
+    body = """\
+        class Boxes(nn.Module):
+            def forward(self, x, image):
+                scale = torch.tensor([image.shape[-1], image.shape[-2]], device=x.device)
+                grid = torch.tensor(image.shape[-2:]).to(x)
+                return (x[:, :2] - 0.5 * x[:, 2:]) * scale + x[:, :2] / (grid - 1)
+        """
+    assert _found(body) == []
+
+
+def test_a_module_with_nothing_floating_has_no_half_output_to_leak_into() -> None:
+    body = """\
+        class Shuffle(nn.Module):
+            def forward(self, sizes: tuple, same: bool = False):
+                if sizes[0] == 0:
+                    order = torch.zeros([0, sizes[1]])
+                else:
+                    order = torch.stack([torch.randperm(sizes[1]) for _ in range(sizes[0])])
+                return {"order": order}
+        """
+    assert _found(body) == []
+
+
+def test_an_integer_arange_bound_to_a_name_and_used_as_an_index_stays_integer() -> None:
+    body = """\
+        class Rows(nn.Module):
+            def forward(self, x):
+                rows = 1 + torch.arange(x.shape[0] - 1, device=x.device)
+                first = rows // 2
+                return x[first] + x[rows]
+        """
+    assert _found(body) == []
+
+
+def test_a_tensor_kept_as_another_objects_attribute_is_followed() -> None:
+    body = """\
+        class Beams:
+            def __init__(self, tokens, totals):
+                self.tokens = tokens
+                self.totals = totals
+
+
+        class Search(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.head = nn.Linear(width, width)
+
+            def start(self, x):
+                return Beams(x.new_zeros(x.shape[0]).long(), torch.zeros(x.shape[0]))
+
+            def step(self, beams, x):
+                beams.totals = beams.totals[:, None] + self.head(x).log_softmax(-1)
+                return beams
+
+            def forward(self, x):
+                return self.step(self.start(x), x).totals
+        """
+    assert _found(body) == [(13, "HP101")]
+
+
+def test_a_tensor_through_a_partial_held_as_an_attribute_is_followed() -> None:
+    # a control: a partial held as an attribute hands its input on (imagen's misses are not
+    # this, but images whose dtype the lint cannot see)
+    body = """\
+        from functools import partial
+        from einops import rearrange
+
+
+        class Sampler(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.net = nn.Conv2d(width, width, 1)
+                self.pad = partial(rearrange, pattern="b -> b 1 1 1")
+
+            def levels(self, n):
+                return (0.3 * torch.randn(n, device=self.net.weight.device)).exp()
+
+            def forward(self, images):
+                noise = torch.randn_like(images)
+                scaled = self.pad(self.levels(images.shape[0]))
+                return self.net(images + scaled * noise)
+        """
+    assert _found(body) == [(12, "HP101")]
+
+
+def test_a_tensor_handed_on_in_a_kwargs_dict_is_followed() -> None:
+    body = """\
+        class Mixer(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.proj = nn.Linear(width, width)
+
+            def blend(self, x, weight=None, scale=1):
+                return self.proj(x) * weight * scale
+
+            def forward(self, x):
+                extra = dict(scale=2, weight=torch.rand(x.shape[-1]))
+                return self.blend(x, **extra)
+        """
+    assert _found(body) == [(10, "HP101")]
+
+
+def test_a_fill_value_an_isinstance_test_makes_a_float_is_fp32() -> None:
+    body = """\
+        class Denoise(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.net = nn.Linear(width, width)
+
+            def forward(self, x, level):
+                if isinstance(level, float):
+                    level = torch.full((x.shape[0], 1), level, device=x.device)
+                return self.net(x * level)
+        """
+    assert _found(body) == [(8, "HP101")]
+
+
+def test_a_tensor_returned_in_an_output_record_reaches_the_output() -> None:
+    body = """\
+        from records import Result
+
+
+        class Heads(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.score = nn.Linear(width, 1)
+
+            def forward(self, x, boxes=None):
+                if boxes is None:
+                    return Result(scores=self.score(x), boxes=torch.zeros(x.shape[0], 4))
+                return Result(scores=self.score(x), boxes=boxes)
+        """
+    assert _found(body) == [(11, "HP101")]
+
+
+def test_only_the_field_of_a_record_that_holds_the_tensor_is_followed() -> None:
+    body = """\
+        from records import Result
+
+
+        class Stack(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.proj = nn.Linear(width, width)
+
+            def forward(self, x):
+                keep = torch.ones(x.shape[0], x.shape[1], device=x.device)
+                return Result(hidden=self.proj(x), keep=keep)
+
+
+        class Top(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.stack = Stack(width)
+                self.head = nn.Linear(width, 2)
+
+            def forward(self, x):
+                out = self.stack(x)
+                return self.head(out.hidden + out[0])
+        """
+    assert _found(body) == []
+
+
+def test_a_mask_handed_to_blocks_appended_to_a_module_list_is_followed() -> None:
+    body = """\
+        class Layer(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.mix = nn.Linear(width, width)
+
+            def forward(self, x, gate):
+                return self.mix(x) * gate
+
+
+        class Tower(nn.Module):
+            def __init__(self, width, depth):
+                super().__init__()
+                self.layers = nn.ModuleList()
+                for _ in range(depth):
+                    self.layers.append(Layer(width))
+
+            def forward(self, x):
+                gate = torch.rand(x.shape[-1], device=x.device) > 0.1
+                scale = torch.ones(x.shape[-1], device=x.device) * 2
+                for i in range(len(self.layers)):
+                    x = self.layers[i](x, gate * scale)
+                return x
+        """
+    assert _found(body) == [(19, "HP101")]

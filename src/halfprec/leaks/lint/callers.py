@@ -67,6 +67,7 @@ class CallIndex:
         ]
         self.found: dict[str, list[tuple[str | None, CallSite]]] = {}
         self.read: dict[tuple[str, str], list[tuple[Function, ast.Attribute]]] = {}
+        self.others: dict[str, list[tuple[Function, str | None, ast.Attribute]]] = {}
         self.facts: dict[str | None, ClassFacts] = {None: NO_FACTS}
 
     def facts_of(self, cls: str | None) -> ClassFacts:
@@ -112,6 +113,24 @@ class CallIndex:
                         out.append((fn, node))
             self.read[key] = out
         return self.read[key]
+
+    def held(self, attr: str) -> list[tuple[Function, str | None, ast.Attribute]]:
+        """Every read of ``<name>.<attr>`` of an object other than ``self``
+        (``beams.scores``), in any function of the file, with the function and its class."""
+        if attr not in self.others:
+            pattern = re.compile(rf"(?<!self)\.{re.escape(attr)}\b")
+            out: list[tuple[Function, str | None, ast.Attribute]] = []
+            for fn, cls, text in self.functions:
+                if attr not in text:
+                    continue
+                hits = {fn.lineno + text.count("\n", 0, m.start()) for m in pattern.finditer(text)}
+                for node in _nodes_on(fn, hits, ast.Attribute):
+                    value = node.value
+                    other = isinstance(value, ast.Name) and value.id != "self"
+                    if other and node.attr == attr and isinstance(node.ctx, ast.Load):
+                        out.append((fn, cls, node))
+            self.others[attr] = out
+        return self.others[attr]
 
 
 def _nodes_on(fn: Function, lines: set[int], kind: type[_Node]) -> Iterator[_Node]:

@@ -6,7 +6,9 @@ above all) and in its same-file base classes.
   ``self.register_buffer("inv_freq", 1.0 / base ** ...)``): ``.to()`` and ``convert`` give
   them the model's dtype, so they are templates whose dtype is known.
 - ``passthrough``: attributes that hold a function, not a module (``ACT2FN[...]``,
-  ``F.gelu``, ``nn.Identity()``, a lambda): ``self.act(x)`` is floating when ``x`` is.
+  ``F.gelu``, ``nn.Identity()``, a lambda): ``self.act(x)`` is floating when ``x`` is. An
+  attribute that another branch makes a module (``nn.LayerNorm(d) if norm else
+  nn.Identity()`` spelled as an ``if``) is a module: its output is floating.
 - ``methods``: the class's own method names; ``self.helper(...)`` is a method call, every
   other ``self.X(...)`` a submodule call, whose output is floating.
 - ``attributes``: every ``self.X = ...`` outside ``forward``: ``self.X(...)`` of a name
@@ -155,6 +157,8 @@ def _scan_function(
     attributes: set[str],
     classes: dict[str, str],
     layers: dict[str, str],
+    modules: set[str],
+    appended: dict[str, set[str]],
 ) -> None:
     local: set[str] = set()
     for node in _statements(fn):
@@ -162,6 +166,7 @@ def _scan_function(
             registered = _registered(node.value, frozenset(local))
             if registered:
                 tensors.add(registered)
+            _appended(node.value, appended)
         elif isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
             if isinstance(target, ast.Name) and floating_init(value, frozenset(local)):
@@ -182,6 +187,24 @@ def _scan_function(
                 tensors.add(attr)
             elif _is_passthrough(value):
                 passthrough.add(attr)
+            elif isinstance(value, ast.Call):
+                modules.add(attr)
+
+
+def _appended(call: ast.Call, appended: dict[str, set[str]]) -> None:
+    """``self.blocks.append(Block(...))``: the classes a ``ModuleList`` built by appending
+    holds (``""`` for an item that is not a class called by name)."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "append" and len(call.args) == 1):
+        return
+    attr = _self_attr(func.value)
+    if attr is None:
+        return
+    item = call.args[0]
+    named = ""
+    if isinstance(item, ast.Call) and isinstance(item.func, ast.Name):
+        named = item.func.id
+    appended.setdefault(attr, set()).add(named)
 
 
 def _element_class(modules: ast.Call) -> str | None:
@@ -216,16 +239,25 @@ def class_facts(cls: ast.ClassDef, bases: list[ast.ClassDef]) -> ClassFacts:
     attributes: set[str] = set()
     classes: dict[str, str] = {}
     layers: dict[str, str] = {}
+    modules: set[str] = set()  # also assigned something that is not a function
+    appended: dict[str, set[str]] = {}  # self.blocks.append(Block(...)): {"Block"}
     for klass in (*bases, cls):
         found = _methods(klass)
         methods |= set(found)
         for name, fn in found.items():
             if name != "forward":  # parameters and buffers are made in __init__ and setup
-                _scan_function(fn, tensors, passthrough, attributes, classes, layers)
+                _scan_function(
+                    fn, tensors, passthrough, attributes, classes, layers, modules, appended
+                )
+    for attr, names in appended.items():
+        if layers.get(attr) == "ModuleList" and attr not in classes and len(names) == 1:
+            element = names.pop()
+            if element[:1].isupper():
+                classes[attr] = element  # every item appended is a Block: its forward
     return ClassFacts(
         frozenset(methods),
         frozenset(tensors),
-        frozenset(passthrough - tensors),
+        frozenset(passthrough - tensors - modules),
         frozenset(attributes),
         tuple(sorted(classes.items())),
         tuple(sorted(layers.items())),

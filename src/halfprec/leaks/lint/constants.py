@@ -12,12 +12,16 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from halfprec import ops
 from halfprec.leaks.lint.casts import is_fp32_dtype, span
-from halfprec.leaks.lint.context import Context
+from halfprec.leaks.lint.context import Context, dotted
+from halfprec.leaks.lint.fate import fate_of
 from halfprec.leaks.lint.findings import EXPR, Fix
+from halfprec.leaks.lint.landing import lands_in_half
 from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.values import value_of
 
 FP16_MAX = 65504.0
 """``torch.finfo(torch.float16).max``, written out: lint reads source and never imports torch."""
@@ -86,7 +90,98 @@ def _not_fp16_here(node: ast.AST, ctx: Context) -> bool:
     return False
 
 
-def _report(value_node: ast.AST, value: float, owner: str | None, ctx: Context) -> None:
+def _maybe_half(node: ast.AST, ctx: Context) -> bool:
+    """Whether ``node`` is a floating tensor of the model's dtype where it is used, computes
+    with an input of the function whose dtype the caller decides (``(1 - mask) * -1e9``:
+    masks handed between modules are in the model's dtype), or is a name that the function
+    tests against float16 (``if p_mask.dtype == torch.float16``): then the constant is
+    written in that dtype. A value computed here that the lint cannot judge (an integer
+    mask from a helper) is followed instead (:func:`_follow`)."""
+    if value_of(node, ctx) is not None or _of_an_input(node, ctx):
+        return True
+    if not isinstance(node, ast.Name) or ctx.function is None:
+        return False
+    for sub in walk(ctx.function):
+        if isinstance(sub, ast.Compare) and _names_fp16(sub):
+            left = sub.left
+            if (
+                isinstance(left, ast.Attribute)
+                and left.attr == "dtype"
+                and _name(left.value) == node.id
+            ):
+                return True
+    return False
+
+
+_NOT_FLOAT_TYPES = ("LongTensor", "BoolTensor", "IntTensor", "ByteTensor", "int", "bool")
+
+
+def _of_an_input(node: ast.AST, ctx: Context) -> bool:
+    """``mask``, ``1.0 - mask[:, None]``, ``mask.unsqueeze(1)``: arithmetic, indexing or a
+    method of an input of the function not bound again before ``node``, and not annotated
+    as integers."""
+    fn = ctx.function
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    if isinstance(node, (ast.BinOp, ast.UnaryOp)):
+        parts = [node.left, node.right] if isinstance(node, ast.BinOp) else [node.operand]
+        return any(_of_an_input(p, ctx) for p in parts)
+    if isinstance(node, ast.Subscript):
+        return _of_an_input(node.value, ctx)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        keeps = node.func.attr in ("unsqueeze", "view", "reshape", "transpose", "expand")
+        return keeps and _of_an_input(node.func.value, ctx)
+    if not isinstance(node, ast.Name) or ctx.binding_before(node) is not None:
+        return False
+    a = fn.args
+    param = next((p for p in (*a.posonlyargs, *a.args, *a.kwonlyargs) if p.arg == node.id), None)
+    if param is None or param.arg in ("self", "cls"):
+        return False
+    return not dotted(param.annotation).endswith(_NOT_FLOAT_TYPES) if param.annotation else True
+
+
+def _dtype_of(call: ast.Call, ctx: Context) -> bool | None:
+    """A fill's ``dtype=``: True when it may be half (``x.dtype``, ``torch.float16``), False
+    for fp32, None when not given (or not known)."""
+    for k in call.keywords:
+        if k.arg == "dtype":
+            if is_fp32_dtype(k.value, ctx):
+                return False
+            text = dotted(k.value)
+            last = text.rsplit(".", 1)[-1]
+            known = last in ("dtype", "float16", "half", "bfloat16") or last.endswith("_dtype")
+            return True if known else None
+    return None
+
+
+def _carrier(call: ast.Call, name: str, ctx: Context) -> ast.AST | None:
+    """The tensor whose dtype the constant of ``torch.<name>(...)`` is written in: the
+    input of ``full_like``/``masked_fill``/``clamp``..., the other branch of ``where``; None
+    for ``full``/``tensor`` (fp32 by default) and a ``where`` of two numbers."""
+    args = call.args
+    if name == "where":
+        branches = [
+            *args[1:3],
+            *(k.value for k in call.keywords if k.arg in ("input", "other", "self")),
+        ]
+        tensors = [b for b in branches if _literal(b) is None and not isinstance(b, ast.Constant)]
+        return tensors[0] if tensors else None
+    if name in ("full", "tensor"):
+        return None
+    if args:
+        return args[0]
+    return next((k.value for k in call.keywords if k.arg == "input"), None)
+
+
+def _report(
+    value_node: ast.AST,
+    value: float,
+    owner: str | None,
+    ctx: Context,
+    lands: Callable[[], bool] | None = None,
+) -> None:
+    """Report ``value_node``; with ``lands``, only if it says (once the function is
+    walked) that the constant's tensor lands in half."""
     if _not_fp16_here(value_node, ctx):
         return
     owner = owner or ctx.template
@@ -95,40 +190,55 @@ def _report(value_node: ast.AST, value: float, owner: str | None, ctx: Context) 
     if owner is not None and ctx.torch_name is not None:
         fix = Fix(EXPR, *span(value_node, ctx), f"{ctx.torch_name}.finfo({owner}.dtype).{bound}")
     use = f"`torch.finfo({owner or 'x'}.dtype).{bound}`"
-    ctx.report(
-        value_node,
-        "HP301",
+    message = (
         f"{value:g} is beyond the fp16 range (max {FP16_MAX:g}): it becomes inf or raises in "
-        f"half; use {use}",
-        fix,
+        f"half; use {use}"
     )
+    if lands is None:
+        ctx.report(value_node, "HP301", message, fix)
+        return
+
+    def decide() -> None:
+        if lands():
+            ctx.report(value_node, "HP301", message, fix)
+
+    ctx.deferred.append(decide)
+
+
+def _follow(made: ast.AST, ctx: Context, factory: bool = False) -> Callable[[], bool]:
+    """Whether the tensor made at ``made`` (fp32 or of an unknown dtype) lands in half
+    (:mod:`.landing`); for an fp32 factory (``torch.full(n, -1e9)``) also whether HP101
+    reports it, as its fix (``x.new_full``) writes the constant in half."""
+
+    def lands() -> bool:
+        if factory and fate_of(made, ctx).leaks:
+            return True
+        return lands_in_half(made, ctx)
+
+    return lands
+
+
+def _binop(node: ast.BinOp, ctx: Context) -> None:
+    for this, other in ((node.left, node.right), (node.right, node.left)):
+        value = _out_of_range(this)
+        if value is None or _literal(other) is not None or _explicit_fp32(other, ctx):
+            continue
+        owner = _name(other) if _name(other) in ctx.floating else None
+        if _maybe_half(other, ctx):
+            _report(this, value, owner, ctx)
+        else:  # (1 - mask) * -1e9 of an integer mask: fp32 unless it lands in half
+            _report(this, value, owner, ctx, _follow(node, ctx))
 
 
 def check_constants(node: ast.AST, ctx: Context) -> None:
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add, ast.Sub)):
-        for this, other in ((node.left, node.right), (node.right, node.left)):
-            value = _out_of_range(this)
-            if value is not None and _literal(other) is None and not _explicit_fp32(other, ctx):
-                owner = _name(other) if _name(other) in ctx.floating else None
-                _report(this, value, owner, ctx)
+        _binop(node, ctx)
         return
     if not isinstance(node, ast.Call):
         return
     func = node.func
     if ctx.is_torch_attr(func, "finfo") is not None:
-        arg = node.args[0] if node.args else None
-        if arg is None or is_fp32_dtype(arg, ctx):
-            template = ctx.template
-            fix = None
-            if arg and template:
-                fix = Fix(EXPR, *span(arg, ctx), f"{template}.dtype", unsafe=not ctx.template_known)
-            ctx.report(
-                node,
-                "HP302",
-                "`torch.finfo` of fp32 in forward gives fp32 limits in a half model; use "
-                f"`torch.finfo({template or 'x'}.dtype)`",
-                fix,
-            )
+        _finfo(node, ctx)
         return
     name = func.attr if isinstance(func, ast.Attribute) else None
     if name is None or not ops.is_fill(name):
@@ -137,10 +247,34 @@ def check_constants(node: ast.AST, ctx: Context) -> None:
     if _explicit_fp32(receiver, ctx):
         return
     is_torch = receiver is not None and _name(receiver) in ctx.imports.torch
-    owner = None if is_torch else _name(receiver)
-    if is_torch and name == "where" and len(node.args) > 1:
-        owner = _name(node.args[1])
+    carrier = _carrier(node, name, ctx) if is_torch else receiver
+    owner = _name(carrier) if carrier is not None and _name(carrier) in ctx.floating else None
+    if not is_torch:
+        owner = _name(receiver)
+    dtype = _dtype_of(node, ctx)
+    if dtype is False or carrier is not None and _explicit_fp32(carrier, ctx):
+        return
     for arg in [*node.args, *(k.value for k in node.keywords)]:
         value = _out_of_range(arg)
-        if value is not None:
+        if value is None:
+            continue
+        if dtype or (dtype is None and carrier is not None and _maybe_half(carrier, ctx)):
             _report(arg, value, owner, ctx)
+        else:
+            _report(arg, value, owner, ctx, _follow(node, ctx, factory=ops.is_factory(name)))
+
+
+def _finfo(node: ast.Call, ctx: Context) -> None:
+    arg = node.args[0] if node.args else None
+    if arg is None or is_fp32_dtype(arg, ctx):
+        template = ctx.template
+        fix = None
+        if arg and template:
+            fix = Fix(EXPR, *span(arg, ctx), f"{template}.dtype", unsafe=not ctx.template_known)
+        ctx.report(
+            node,
+            "HP302",
+            "`torch.finfo` of fp32 in forward gives fp32 limits in a half model; use "
+            f"`torch.finfo({template or 'x'}.dtype)`",
+            fix,
+        )

@@ -66,6 +66,8 @@ class Context:
     is_forward: bool = False  # the function is a module's forward: its return is the output
     states: dict[int, dict[str, bool]] = field(default_factory=dict)  # id(stmt) -> floating
     pending: list[tuple[ast.AST, str, str, object, ast.AST]] = field(default_factory=list)
+    deferred: list[Callable[[], None]] = field(default_factory=list)  # run once walked
+    complex: frozenset[str] = frozenset()  # names read as complex tensors (x.conj())
     _parents: dict[int, ast.AST] | None = None
     _names: dict[str, list[ast.Name]] | None = None
     _at: dict[int, Context] = field(default_factory=dict)
@@ -278,6 +280,17 @@ class Calls:
         return [
             (self.context(reader, facts, reader.name == "forward"), node)
             for reader, node in self.index.reads(owner, attr)
+        ]
+
+    def held(self, attr: str) -> list[tuple[Context, ast.Attribute]]:
+        """Every read of ``<name>.<attr>`` of an object other than ``self`` in the file, each
+        in its function's walked context."""
+        if self.index is None:
+            self.index = CallIndex(self.program, self.lines)
+        index = self.index
+        return [
+            (self.context(fn, index.facts_of(cls), fn.name == "forward"), node)
+            for fn, cls, node in index.held(attr)
         ]
 
     def context(self, fn: Function, facts: ClassFacts, is_forward: bool) -> Context:

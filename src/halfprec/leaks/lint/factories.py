@@ -31,7 +31,7 @@ from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
 from halfprec.leaks.lint.nodes import walk
-from halfprec.leaks.lint.values import template_for
+from halfprec.leaks.lint.values import template_for, value_of
 
 _NEW = {
     "zeros": "new_zeros",
@@ -90,6 +90,34 @@ def python_float(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     return False
 
 
+def tested_float(value: ast.AST, node: ast.AST, ctx: Context) -> bool:
+    """``if isinstance(sigma, float): ... torch.full(size, sigma)``: a name that the test of an
+    ``if`` around ``node`` proves a Python float."""
+    if not isinstance(value, ast.Name):
+        return False
+    parents = ctx.parents
+    child, parent = node, parents.get(id(node))
+    while parent is not None:
+        if isinstance(parent, ast.If) and any(s is child for s in parent.body):
+            test = parent.test
+            tests = test.values if isinstance(test, ast.BoolOp) else [test]
+            if any(_isinstance_float(t, value.id) for t in tests):
+                return True
+        child, parent = parent, parents.get(id(parent))
+    return False
+
+
+def _isinstance_float(test: ast.AST, name: str) -> bool:
+    if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name)):
+        return False
+    if test.func.id != "isinstance" or len(test.args) != 2:
+        return False
+    subject, kinds = test.args
+    names = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
+    floats = all(isinstance(k, ast.Name) and k.id == "float" for k in names)
+    return floats and isinstance(subject, ast.Name) and subject.id == name
+
+
 def _zero_dim(kind: str, call: ast.Call) -> bool:
     """``torch.rand([])``, ``torch.full((), v)``, ``torch.tensor(0.5)``: a 0-dim tensor never
     promotes a half operand, so its dtype does not leak."""
@@ -105,12 +133,12 @@ def _zero_dim(kind: str, call: ast.Call) -> bool:
     return isinstance(first, (ast.List, ast.Tuple)) and not first.elts and len(call.args) <= 2
 
 
-def _makes_float(kind: str, call: ast.Call) -> bool:
+def _makes_float(kind: str, call: ast.Call, ctx: Context) -> bool:
     if kind in ("zeros", "ones", "empty", "rand", "randn", "eye", "linspace", "logspace"):
         return True
     if kind == "full":
         fill = call.args[1] if len(call.args) > 1 else _keyword(call, "fill_value")
-        return fill is not None and is_floatish(fill)
+        return fill is not None and (is_floatish(fill) or tested_float(fill, call, ctx))
     if kind == "tensor":
         return bool(call.args) and is_floatish(call.args[0])
     # arange: floating when any bound or step is a float
@@ -130,10 +158,11 @@ def _keyword(call: ast.Call, name: str) -> ast.expr | None:
     return next((k.value for k in call.keywords if k.arg == name), None)
 
 
-def _fp32_from_integer(call: ast.Call, ctx: Context) -> ast.AST | None:
+def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST | None:
     """``torch.arange(n) / k``, ``torch.arange(n) * 0.5``, ``torch.arange(n).float()``: an
-    integer factory whose value becomes fp32 right away (true division, a float operand,
-    an upcast). Returns the expression that is fp32, or None."""
+    integer factory whose value becomes fp32 (true division, a float operand, an upcast),
+    right away or after integer steps through names (``pos = shift + torch.arange(n)``,
+    then ``pos / scale``). Returns the expression that is fp32, or None."""
     node: ast.AST = call
     parents = ctx.parents
     while True:
@@ -148,15 +177,102 @@ def _fp32_from_integer(call: ast.Call, ctx: Context) -> ast.AST | None:
                 is_fp32_dtype(a, ctx) for a in (*outer.args, *(k.value for k in outer.keywords))
             ):
                 return outer
-            if parent.attr not in _INT_KEEPS:
+            if parent.attr not in _INT_KEEPS or _casts(outer):
                 return None
             node = outer
             continue
         if isinstance(parent, ast.BinOp):
             other = parent.right if parent.left is node else parent.left
-            if isinstance(parent.op, ast.Div) or python_float(other, ctx):
+            if isinstance(parent.op, ast.Div) and not _floating(other, ctx):
+                return parent  # true division by a number or an integer tensor
+            if python_float(other, ctx) and _number(other, ctx):
                 return parent
+            if not isinstance(parent.op, _INT_OPS):
+                return None
+            node = parent  # shift + torch.arange(n): still integer
+            continue
+        if isinstance(parent, ast.Subscript) and parent.value is node:
+            node = parent  # torch.arange(n)[:, None]
+            continue
+        return _named_fp32(node, parent, ctx, depth)
+
+
+def _casts(call: ast.Call) -> bool:
+    """``.to(size)``: a cast to another tensor's dtype (``.to(device)`` is not one)."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr in ("to", "type")):
+        return False
+    for arg in (*call.args, *(k.value for k in call.keywords if k.arg == "dtype")):
+        text = dotted(arg)
+        device = "device" in text.lower() or isinstance(arg, ast.Constant)
+        if not device:
+            return True
+    return False
+
+
+def _floating(expr: ast.AST, ctx: Context) -> bool:
+    """A floating tensor of any dtype: the model's, or one a floating factory made
+    (``keypoints = torch.zeros(...)``, then ``keypoints / torch.tensor([w, h])`` has
+    keypoints' dtype, whatever the integer tensor's)."""
+    if value_of(expr, ctx.at(expr)) is not None:
+        return True
+    bound = ctx.binding_before(expr) if isinstance(expr, ast.Name) else None
+    return bound is not None and ctx.is_torch_attr(_base(bound), *_FLOAT_MAKERS) is not None
+
+
+def _base(expr: ast.AST) -> ast.AST:
+    """The call at the start of a chain: ``torch.zeros(n).to(device)`` -> ``torch.zeros``."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        if isinstance(expr.func.value, ast.Call):
+            expr = expr.func.value
+        else:
+            return expr.func
+    return expr.func if isinstance(expr, ast.Call) else expr
+
+
+_FLOAT_MAKERS = ("zeros", "ones", "empty", "rand", "randn", "eye", "linspace", "logspace")
+
+
+def _number(expr: ast.AST, ctx: Context) -> bool:
+    """Whether ``expr`` is a Python number, not a tensor: arithmetic of literals, names that
+    are no floating tensor, ``x.shape[i]``, and calls of ``math`` or a builtin."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ast.BinOp):
+            stack += [e.left, e.right]
+        elif isinstance(e, ast.UnaryOp):
+            stack.append(e.operand)
+        elif isinstance(e, ast.Subscript):
+            if not (isinstance(e.value, ast.Attribute) and e.value.attr == "shape"):
+                return False  # a slice of a tensor
+        elif isinstance(e, ast.Call):
+            name = dotted(e.func)
+            if not (name.startswith("math.") or name in _BUILTIN_NUMBERS):
+                return False
+        elif isinstance(e, (ast.Name, ast.Attribute)):
+            if value_of(e, ctx.at(e)) is not None:
+                return False
+        elif not isinstance(e, ast.Constant):
+            return False
+    return True
+
+
+_BUILTIN_NUMBERS = words("float int len round abs min max pow")
+_INT_OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
+_MAX_NAMED = 3  # names an integer tensor is followed through before it turns fp32
+
+
+def _named_fp32(node: ast.AST, stmt: ast.AST | None, ctx: Context, depth: int) -> ast.AST | None:
+    """``pos = <integer tensor>``: the first later use of ``pos`` that makes it fp32."""
+    if not isinstance(stmt, ast.Assign) or stmt.value is not node or depth >= _MAX_NAMED:
         return None
+    if len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
+        return None
+    for use in ctx.uses_after(stmt.targets[0].id, stmt):
+        made = _fp32_from_integer(use, ctx, depth + 1)
+        if made is not None:
+            return made
+    return None
 
 
 _INT_KEEPS = words(
@@ -185,7 +301,7 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
     if "dtype" in keywords or None in keywords:  # dtype given, or **kwargs may hold it
         return
     call = f"{dotted(node.func)}(...)"
-    if not _makes_float(kind, node):
+    if not _makes_float(kind, node, ctx):
         made = _fp32_from_integer(node, ctx)
         if made is not None:
             message = (

@@ -35,13 +35,11 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from halfprec.leaks.lint.callers import argument_for, flag_guards
-from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
+from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.nodes import walk
-from halfprec.leaks.lint.scope import Function
+from halfprec.leaks.lint.reach import Fate, Follow, enter, to_callers, to_readers
 from halfprec.leaks.lint.values import value_of
 
 _MAX_HOPS = 12  # names followed from one tensor (a = t; b = a * 2; ...)
@@ -73,30 +71,10 @@ _KEEPS = words(
 _FILLS = words(
     "uniform_ normal_ bernoulli_ exponential_ random_ fill_ geometric_ log_normal_ cauchy_"
 )
+_TAKES = words("values items pop popleft get copy")
 _REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp")
 _TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equal allclose")
 _BUILTIN_SAFE = words("len int float bool print isinstance range list tuple str repr hash callable")
-
-
-@dataclass
-class Fate:
-    """Where one fp32 tensor ends up. ``leaks``: it meets half or reaches the output;
-    ``integer``: it is used as an index, sort key or counter (a fix to half would change
-    the integers it holds); ``grid``: a ``grid_sample`` grid; ``unknown``: it goes where
-    the lint cannot follow."""
-
-    leaks: bool = False
-    integer: bool = False
-    grid: bool = False
-    unknown: bool = False
-
-    @property
-    def reported(self) -> bool:
-        """Whether this is a finding: a leak seen. A tensor that only goes where the lint
-        cannot follow (a function of another file, an attribute) is not reported: a lint
-        that guesses there cries wolf (transformers hands its default masks to mask
-        builders that cast them)."""
-        return self.leaks
 
 
 class _Follow:
@@ -107,12 +85,15 @@ class _Follow:
         self.ctx = ctx
         self.upcast = upcast
         self.one_dim = one_dim
-        self.caller: tuple[_Follow, ast.Call] | None = None  # where a callee returns to
+        self.caller: tuple[Follow, ast.Call] | None = None  # where a callee returns to
         self.depth = 0
         self.element: int | None = None  # returned as this element of a tuple
         self.scalar = False  # 0-dim here: a 0-dim tensor never promotes a half operand
         self.opaque = False  # the result of a callee the lint cannot see: only a cast ends it
         self.thunk = False  # the body of a lambda: calling it hands the value on
+        self.empty = False  # no elements (torch.empty(0)): only a join carries its dtype on
+        self.chosen = False  # cast to fp32 on purpose on the way (mask.to(torch.float))
+        self.key: str | None = None  # the key it is kept under in a dict ({"mask": t})
         self.names: set[str] = set()  # the names followed in this function
         self.attrs: set[str] = set()  # the attributes followed (self.mask = t)
         self.guards: list[ast.arg] = []  # flags off by default that the tensor is made under
@@ -120,17 +101,26 @@ class _Follow:
         self.seen: set[tuple[str, int]] = set()
         self.hops = 0
 
+    def spawn(self, ctx: Context) -> _Follow:
+        """A walk on from here in another function: the same kind of tensor, no names yet."""
+        return _Follow(ctx, self.upcast, False)
+
     def floating(self, node: ast.AST) -> bool:
         """Whether ``node`` is a floating tensor of the model's dtype where it is used."""
         return value_of(node, self.ctx.at(node)) is not None
 
-    def meets(self, others: Sequence[ast.AST]) -> str:
+    def meets(self, others: Sequence[ast.AST], join: bool = False) -> str:
         """The step when the tensor meets ``others`` in one floating op: a leak if one is
         half; ``"safe"`` for a factory's tensor meeting an explicit upcast (the result is
-        fp32 because of the upcast, which is HP201's to judge); else it goes on."""
-        if self.scalar:
+        fp32 because of the upcast, which is HP201's to judge); else it goes on. A tensor
+        with no elements meets nothing but in a join: ``torch.cat([torch.empty(0), h])``
+        is fp32, while an op on it gives no values or raises. A complex tensor (see
+        :mod:`.complexes`) is never half: the result is complex because of it."""
+        if self.scalar or self.empty and not join:
             return "safe"
         others = [o for o in others if not self.derived(o)]
+        if any(isinstance(o, ast.Name) and o.id in self.ctx.complex for o in others):
+            return "safe"  # mask * spec: complex, in a half model too
         if any(self.floating(o) for o in others):
             return "leak"
         if not self.upcast and any(self.ctx.is_upcast(o) for o in others):
@@ -163,11 +153,12 @@ class _Follow:
 
     def climb(self, node: ast.AST) -> None:
         """Follow the value of ``node`` up through the expressions that contain it."""
-        parents, opaque = self.ctx.parents, self.opaque
+        parents, opaque, chosen = self.ctx.parents, self.opaque, self.chosen
         try:
             self._climb(node, parents)
         finally:
             self.opaque = opaque  # an unseen callee on this path does not hide the others
+            self.chosen = chosen  # nor a cast to fp32 on this path
 
     def _climb(self, node: ast.AST, parents: dict[int, ast.AST]) -> None:
         while not self.fate.leaks:
@@ -208,10 +199,29 @@ def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:
     """Where the fp32 tensor made at ``node`` goes (see the module docstring); ``upcast``:
     it was made by an explicit upcast (HP2), not a factory (HP101)."""
     follow = _Follow(ctx, upcast, _vector(node))
+    follow.empty = _no_elements(node)
     if isinstance(ctx.function, (ast.FunctionDef, ast.AsyncFunctionDef)):
         follow.guards = flag_guards(ctx.function, node, ctx.parents)
     follow.climb(node)
     return follow.fate
+
+
+def _no_elements(node: ast.AST) -> bool:
+    """``torch.empty(0)``, ``torch.zeros([0], d)``, ``torch.tensor([])``: a placeholder."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return False
+    last = dotted(node.func).rsplit(".", 1)[-1]
+    sizes = node.args[:1] if last == "full" else node.args
+    if isinstance(sizes[0], (ast.Tuple, ast.List)):
+        if not sizes[0].elts:
+            return last == "tensor"  # torch.tensor([])
+        sizes = sizes[0].elts
+    if last not in _SIZED:
+        return False
+    return any(isinstance(a, ast.Constant) and type(a.value) is int and a.value == 0 for a in sizes)
+
+
+_SIZED = words("zeros ones empty rand randn full")
 
 
 def _vector(node: ast.AST) -> bool:
@@ -235,7 +245,10 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
     if isinstance(parent, ast.Attribute):
         return _attribute(f, node, parent)
     if isinstance(parent, ast.BinOp):
-        return f.meets([parent.right if parent.left is node else parent.left])
+        other = parent.right if parent.left is node else parent.left
+        if isinstance(node, (ast.Tuple, ast.List)) or isinstance(other, (ast.Tuple, ast.List)):
+            return "up"  # (loss,) + outputs: a longer tuple, no arithmetic
+        return f.meets([other])
     if isinstance(parent, (ast.UnaryOp, ast.Starred, ast.Await)):
         return "up"
     if isinstance(parent, ast.IfExp):
@@ -251,14 +264,25 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
     if isinstance(parent, ast.Subscript):
         if parent.value is not node:
             return "integer"
+        if f.key is not None and isinstance(parent.slice, ast.Constant):
+            return _field(f, parent.slice.value)  # kwargs["mask"] of a dict holding t
         element = isinstance(parent.slice, ast.Constant) and isinstance(parent.slice.value, int)
         f.scalar = f.scalar or (element and f.one_dim)  # w[0] of a vector: 0-dim
         return "up"
     if isinstance(parent, (ast.Index, ast.Slice)):  # pragma: no cover - Python < 3.9 shapes
         return "integer"
+    if isinstance(parent, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+        kept = parent.value if isinstance(parent, ast.DictComp) else parent.elt
+        return "up" if kept is node else "unknown"  # [torch.ones(n) for ...]: a list of t
+    if isinstance(parent, ast.Dict):
+        if node not in parent.values:
+            return "unknown"
+        key = parent.keys[parent.values.index(node)]
+        f.key = key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+        return "up"  # {"mask": t}: the dict holds t
     if isinstance(parent, (ast.List, ast.Tuple)):
         if _joins(f, parent):
-            return f.meets([e for e in parent.elts if e is not node])
+            return f.meets([e for e in parent.elts if e is not node], join=True)
         if isinstance(f.ctx.parents.get(id(parent)), ast.Return) and node in parent.elts:
             f.element = parent.elts.index(node)  # return a, t: the caller's second name
         return "up"
@@ -285,13 +309,17 @@ def _attribute(f: _Follow, node: ast.AST, attr: ast.Attribute) -> str:
     if name in _FACTS or name in _ELEMENT and not _called(f, attr):
         return "safe"
     if not _called(f, attr):
+        if f.key is not None:
+            return _field(f, name)  # out.logits of a record holding t as logits
         return "up" if name in ("T", "mT", "H", "mH", "data", "real", "imag") else "unknown"
     call = f.ctx.parents[id(attr)]
     assert isinstance(call, ast.Call)
     if name in _ELEMENT:
         return "safe"
     if name in ("to", "type"):
-        return _to(f, call)
+        step = _to(f, call)
+        f.chosen = f.chosen or step == "fp32" and _an_input(f, node)
+        return "up" if step == "fp32" else step
     if name in _CASTS:
         return "safe"
     if name in _INTEGER_CASTS or name in _SORTS:
@@ -299,6 +327,7 @@ def _attribute(f: _Follow, node: ast.AST, attr: ast.Attribute) -> str:
     if name in _COUNTERS:
         return "integer"
     if name in _UPCASTS:
+        f.chosen = f.chosen or _an_input(f, node)
         return "up"
     if name.endswith("_") and isinstance(node, ast.Name):
         return "safe"  # buf.copy_(y), t.add_(h): the name's later uses say where it goes
@@ -309,7 +338,20 @@ def _attribute(f: _Follow, node: ast.AST, attr: ast.Attribute) -> str:
         return "up"
     if name in _KEEPS or name.startswith("new_"):
         return f.meets([*call.args, *(k.value for k in call.keywords)])
+    if name in _TAKES and isinstance(node, ast.Name) and not f.floating(node):
+        f.key = None
+        return "up"  # pieces.pop(), bank.values(): what a followed list or dict holds
     return "unknown"
+
+
+def _field(f: _Follow, name: object) -> str:
+    """A field of a dict or record that holds the tensor under ``f.key``: the tensor itself
+    when the names match, another value when they do not; ``out[0]`` of a record whose
+    field order the lint does not know is unknown."""
+    if name == f.key:
+        f.key = None
+        return "up"
+    return "safe" if isinstance(name, str) else "unknown"
 
 
 def _called(f: _Follow, attr: ast.Attribute) -> bool:
@@ -318,15 +360,17 @@ def _called(f: _Follow, attr: ast.Attribute) -> bool:
 
 
 def _to(f: _Follow, call: ast.Call) -> str:
-    """``t.to(...)``: a cast unless it names fp32 or only a device."""
+    """``t.to(...)``: a cast unless it names fp32 (``"fp32"``) or only a device."""
     wanted = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
     if not wanted:
         return "up"  # .to(device=...) only
     torch_names = f.ctx.imports.torch
+    fp32 = False
     for arg in wanted:
         text = dotted(arg)
         last = text.rsplit(".", 1)[-1]
         if text.split(".")[0] in torch_names and last in ("float32", "float", "float64", "double"):
+            fp32 = True
             continue
         if last in _INTEGER_CASTS or last.startswith(("int", "uint", "long")):
             return "integer"
@@ -335,7 +379,20 @@ def _to(f: _Follow, call: ast.Call) -> str:
         if "device" in last.lower():
             continue
         return "safe"
-    return "up"
+    return "fp32" if fp32 else "up"
+
+
+def _an_input(f: _Follow, node: ast.AST) -> bool:
+    """Whether ``node`` names an input of the function: ``mask.to(torch.float)`` of an
+    input that a factory only stands in for (``if mask is None: mask = torch.ones(n)``)
+    makes whatever the caller passes fp32, so the factory's dtype changes nothing."""
+    fn = f.ctx.function
+    if not isinstance(node, ast.Name) or not isinstance(
+        fn, (ast.FunctionDef, ast.AsyncFunctionDef)
+    ):
+        return False
+    a = fn.args
+    return any(p.arg == node.id for p in (*a.posonlyargs, *a.args, *a.kwonlyargs))
 
 
 def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
@@ -347,6 +404,12 @@ def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
     others = [a for a in (*call.args, *(k.value for k in call.keywords)) if a is not node]
     if isinstance(func, ast.Name) and func.id in _BUILTIN_SAFE:
         return "safe"
+    if isinstance(func, ast.Name) and func.id == "dict":
+        if isinstance(node, ast.keyword):  # dict(mask=t): the dict holds t under "mask"
+            f.key = node.arg
+        return "up"
+    if isinstance(func, ast.Attribute) and last in _STORES and node in call.args:
+        return _store(f, func.value, call)
     if last.endswith("_like") and any(k.arg == "dtype" for k in call.keywords):
         return "safe"  # torch.zeros_like(t, dtype=torch.long): t gives only the shape
     if last in _SORTS or last in _TORCH_SAFE:
@@ -361,9 +424,11 @@ def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
         if receiver is not None and f.floating(receiver) and last in _COUNTERS:
             return "leak"
         return "integer"
-    entered = _enter(f, node, call)
+    entered = enter(f, node, call)
     if entered is not None:
         return entered
+    if _returned_record(f, node, call, last):
+        return "up"  # return ModelOutput(logits=t): the output holds t
     first = bool(call.args) and call.args[0] is node
     if last in _PASSES and first and (isinstance(func, ast.Name) or owner == "einops"):
         return "up"  # einops.rearrange(t, "b n -> n b"): the same values, rearranged
@@ -380,6 +445,35 @@ def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
 
 
 _PASSES = words("rearrange repeat")
+_STORES = words("append extend insert appendleft extendleft")  # list.append(t): it holds t
+
+
+def _returned_record(f: _Follow, node: ast.AST, call: ast.Call, last: str) -> bool:
+    """``return Output(logits=t)`` in a ``forward``: a class of another file, built and
+    returned at once, holds ``t`` as the module's output (its field ``logits``)."""
+    if not f.ctx.is_forward or not last[:1].isupper() or not any(c.islower() for c in last):
+        return False
+    if not isinstance(f.ctx.parents.get(id(call)), ast.Return):
+        return False
+    if isinstance(node, ast.keyword):  # the step from the keyword up to the call
+        f.key = node.arg
+    return True
+
+
+def _store(f: _Follow, holder: ast.AST, call: ast.Call) -> str:
+    """``pieces.append(t)``: ``pieces`` holds ``t`` from here on, so follow ``pieces`` (a
+    ``self`` attribute into its reads). A floating tensor receiving it (never a list's
+    method name) is not a holder."""
+    if f.floating(holder):
+        return "unknown"
+    if isinstance(holder, ast.Name):
+        f.follow_name(holder.id, _enclosing(f, call))
+        return "done"
+    if isinstance(holder, ast.Attribute) and to_readers(f, holder):
+        return "done"
+    return "unknown"
+
+
 _WEIGHTED = words(
     "Linear LazyLinear Bilinear Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d "
     "ConvTranspose3d Embedding EmbeddingBag LayerNorm GroupNorm RMSNorm BatchNorm1d "
@@ -424,149 +518,6 @@ def _submodule(f: _Follow, func: ast.AST) -> str:
     return "up"
 
 
-_MAX_DEPTH = 4  # calls followed into, one inside another
-
-
-def _callee(f: _Follow, call: ast.Call) -> tuple[Function, ClassFacts, bool, bool] | None:
-    """The function ``call`` runs, when this file defines it: a function, a method of this
-    class, or the ``forward`` of a submodule whose class is defined here. With its class's
-    facts, whether it is a ``forward``, and whether its first parameter is ``self``."""
-    calls = f.ctx.calls
-    if calls is None or f.depth >= _MAX_DEPTH:
-        return None
-    program, func = calls.program, call.func
-    if isinstance(func, ast.Name) and func.id in program.functions:
-        return program.functions[func.id], NO_FACTS, False, False
-    held = _held(f, func)
-    if held is not None:
-        return held
-    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
-        return None
-    if func.value.id != "self":
-        return None
-    function = f.ctx.function
-    owner = program.owner_of(function) if isinstance(function, Function) else None
-    info = program.methods_of(owner) if owner else None
-    if info is not None and func.attr in info[0]:
-        return info[0][func.attr], info[1], False, True
-    cls = dict(f.ctx.facts.module_classes).get(func.attr)
-    sub = program.methods_of(cls) if cls else None
-    if sub is not None and "forward" in sub[0]:
-        return sub[0]["forward"], sub[1], True, True
-    return None
-
-
-def _held(f: _Follow, func: ast.AST) -> tuple[Function, ClassFacts, bool, bool] | None:
-    """``self.blocks[i](...)`` or ``block(...)`` in ``for block in self.blocks``, where
-    ``self.blocks`` holds modules of one class of this file: that class's ``forward``."""
-    calls = f.ctx.calls
-    assert calls is not None  # _callee checked
-    attr = ""
-    if isinstance(func, ast.Name):
-        attr = f.ctx.modules.get(func.id, "")
-    elif isinstance(func, ast.Subscript) and isinstance(func.value, ast.Attribute):
-        holder = func.value
-        if isinstance(holder.value, ast.Name) and holder.value.id == "self":
-            attr = holder.attr
-    cls = dict(f.ctx.facts.module_classes).get(attr) if attr else None
-    sub = calls.program.methods_of(cls) if cls else None
-    if sub is not None and "forward" in sub[0]:
-        return sub[0]["forward"], sub[1], True, True
-    return None
-
-
-def _parameter(fn: Function, call: ast.Call, node: ast.AST, skip_self: bool) -> ast.arg | None:
-    """The parameter of ``fn`` that receives ``node`` in ``call`` (None: through ``*args``)."""
-    a = fn.args
-    positional = [*a.posonlyargs, *a.args][1 if skip_self else 0 :]
-    for i, arg in enumerate(call.args):
-        if isinstance(arg, ast.Starred):
-            return None
-        if arg is node:
-            return positional[i] if i < len(positional) else None
-    for k in call.keywords:
-        if k.value is node:
-            return next((p for p in (*positional, *a.kwonlyargs) if p.arg == k.arg), None)
-    return None
-
-
-def _enter(f: _Follow, node: ast.AST, call: ast.Call) -> str | None:
-    """Follow ``node`` into the function ``call`` runs, where this file defines it; None
-    when it does not."""
-    target = _callee(f, call)
-    if target is None:
-        return None
-    fn, facts, is_forward, skip_self = target
-    param = _parameter(fn, call, node, skip_self)
-    if param is None:
-        return "unknown"
-    calls = f.ctx.calls
-    assert calls is not None  # _callee found one
-    inner = _Follow(calls.context(fn, facts, is_forward), f.upcast, False)
-    inner.fate, inner.seen, inner.hops, inner.opaque = f.fate, f.seen, f.hops, f.opaque
-    inner.thunk, f.thunk = f.thunk, False
-    inner.caller, inner.depth = (f, call), f.depth + 1
-    inner.follow_name(param.arg, param)
-    f.hops = inner.hops
-    return "done"
-
-
-def _to_callers(f: _Follow) -> bool:
-    """Follow a returned value on at each call of its function in this file: a helper's
-    result in its callers, a ``forward``'s in the modules that hold its class. False when
-    the file has no such call (or the calls are too deep to follow)."""
-    calls, fn = f.ctx.calls, f.ctx.function
-    if calls is None or f.depth >= _MAX_DEPTH:
-        return False
-    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return False
-    sites = calls.callers(fn)
-    method = bool(f.guards) and calls.program.owner_of(fn) is not None
-    for site in sites:
-        key = ("<call>", id(site.call))
-        if key in f.seen or f.fate.leaks:
-            continue
-        if any(argument_for(fn, site.call, g, method) is None for g in f.guards):
-            continue  # made only under a flag this call leaves off
-        f.seen.add(key)
-        outer = _Follow(calls.context(site.caller, site.facts, site.is_forward), f.upcast, False)
-        outer.fate, outer.seen, outer.hops, outer.depth = f.fate, f.seen, f.hops, f.depth + 1
-        outer.element, outer.scalar, outer.opaque = f.element, f.scalar, f.opaque
-        outer.climb(site.call)
-        f.hops = outer.hops
-    return bool(sites)
-
-
-def _to_readers(f: _Follow, target: ast.Attribute) -> bool:
-    """``self.mask = t``: kept between calls, so follow ``t`` on at every read of
-    ``self.mask`` in the methods of this class. False when the lint cannot see them (another
-    object's attribute, a function of no class, calls too deep)."""
-    calls, fn = f.ctx.calls, f.ctx.function
-    if calls is None or f.depth >= _MAX_DEPTH:
-        return False
-    if not isinstance(target.value, ast.Name) or target.value.id != "self":
-        return False
-    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return False
-    owner = calls.program.owner_of(fn)
-    if owner is None:
-        return False
-    key = (f"self.{owner}.{target.attr}", 0)
-    if key in f.seen:
-        return True  # self.mask = self.mask[perm]: its reads are being followed
-    f.seen.add(key)
-    reads = calls.reads(fn, target.attr)
-    for ctx, node in reads:
-        if f.fate.leaks:
-            break
-        reader = _Follow(ctx, f.upcast, False)
-        reader.fate, reader.seen, reader.hops, reader.depth = f.fate, f.seen, f.hops, f.depth + 1
-        reader.scalar, reader.opaque, reader.attrs = f.scalar, f.opaque, {target.attr}
-        reader.climb(node)
-        f.hops = reader.hops
-    return bool(reads)
-
-
 def _is_submodule(f: _Follow, func: ast.AST) -> bool:
     """``self.proj(t)``, ``self.layers[i](t)``, ``layer(t)`` over ``self.layers``."""
     if isinstance(func, ast.Name):
@@ -587,13 +538,17 @@ def _statement(f: _Follow, node: ast.AST, stmt: ast.AST) -> str:
     if isinstance(stmt, (ast.Return, ast.Yield, ast.YieldFrom)):
         if f.caller is not None:  # followed into a call: its value goes on in the caller
             caller, call = f.caller
-            caller.element = f.element
+            caller.element, caller.key = f.element, f.key
             caller.climb(call)
             return "done"
-        if _to_callers(f):
+        if to_callers(f):
             return "done"
-        # a module's output, or a helper whose callers are in another file
-        return "leak" if f.ctx.is_forward else "unknown"
+        # a module's output, or a helper whose callers are in another file; one the model
+        # casts to fp32 on purpose and meets no half tensor on the way (a loss from
+        # mask.to(dtype=torch.float)) is fp32 by that cast, whatever the factory's dtype
+        if f.ctx.is_forward and _holds_half(f.ctx):
+            return "safe" if f.chosen and not f.upcast else "leak"
+        return "unknown"
     if isinstance(stmt, ast.Expr):
         return "safe"
     if isinstance(stmt, ast.NamedExpr):
@@ -602,13 +557,26 @@ def _statement(f: _Follow, node: ast.AST, stmt: ast.AST) -> str:
     if isinstance(stmt, ast.AugAssign):
         if stmt.target is node:
             return "integer" if _counts(stmt) else "safe"
+        if isinstance(stmt.target, ast.Name) and stmt.target.id in f.ctx.complex:
+            return "safe"  # spec *= mask: written into a complex tensor
         return "leak" if f.floating(stmt.target) else _bind(f, [stmt.target], stmt)
     if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         return _bind(f, targets, stmt)
     if isinstance(stmt, (ast.For, ast.AsyncFor)) and stmt.iter is node:
-        return "unknown"
+        for sub in walk(stmt.target):  # for piece in pieces: each piece is one of them
+            if isinstance(sub, ast.Name):
+                f.follow_name(sub.id, stmt.iter)  # the body's uses come after the iterable
+        return "done"
     return "unknown"
+
+
+def _holds_half(ctx: Context) -> bool:
+    """Whether a module's output has a half dtype to keep: its ``forward`` has a floating
+    input, or its class a floating tensor or a submodule. A module made only of integers
+    and shapes (a random-parameter generator) has none: its output is not the model's."""
+    facts = ctx.facts
+    return bool(ctx.floating or ctx.optional or facts.tensors or facts.layers or ctx.modules)
 
 
 def _counts(stmt: ast.AugAssign) -> bool:
@@ -631,7 +599,7 @@ def _bind(f: _Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
                 f.follow_name(target.value.id, stmt)
             continue
         if isinstance(target, ast.Attribute):
-            if not _to_readers(f, target):
+            if not to_readers(f, target):
                 f.fate.unknown = True  # kept where the lint cannot see it read
             continue
         for sub in walk(target):

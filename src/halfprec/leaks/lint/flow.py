@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
+from halfprec.leaks.lint.complexes import complex_names
 from halfprec.leaks.lint.context import Calls, Check, Context
 from halfprec.leaks.lint.fate import fate_of
 from halfprec.leaks.lint.nodes import walk
@@ -237,6 +238,10 @@ def walk_function(
     )
     ctx.floating, ctx.optional = floating_params(fn, is_forward)
     ctx.floating.update(_from_callers(fn, ctx))
+    ctx.complex = complex_names(fn, lines)
+    for name in ctx.complex:  # x.conj(): a spectrum, never half
+        ctx.floating.pop(name, None)
+        ctx.optional.pop(name, None)
     ctx.containers = _containers(fn, lines)
     _scan([*fn.args.defaults, *(d for d in fn.args.kw_defaults if d is not None)], ctx, checks)
     _walk_block(fn.body, ctx, checks)
@@ -284,7 +289,8 @@ def _from_callers(fn: Function, ctx: Context) -> dict[str, bool]:
 def _settle(ctx: Context) -> None:
     """Keep the pending findings whose fp32 tensor leaks (:mod:`.fate`); drop the fix of
     one whose tensor is also an index, sort key, counter or ``grid_sample`` grid: in half
-    it would hold other integers or crash."""
+    it would hold other integers or crash. Then run the checks deferred until the whole
+    function was walked."""
     for node, code, message, fix, made in ctx.pending:
         fate = fate_of(made, ctx, upcast=code.startswith("HP2"))
         if not fate.reported:
@@ -293,6 +299,9 @@ def _settle(ctx: Context) -> None:
             fix = None
         ctx.found.append((node, code, message, fix))
     ctx.pending.clear()
+    for deferred in ctx.deferred:
+        deferred()
+    ctx.deferred.clear()
 
 
 def calls_of(program: Program, imports: Imports, lines: list[str]) -> Calls:
