@@ -632,3 +632,31 @@ def test_only_the_field_of_a_record_that_holds_the_tensor_is_followed() -> None:
                 return self.head(out.hidden + out[0])
         """
     assert _found(body) == []
+
+
+def test_a_mask_handed_to_blocks_appended_to_a_module_list_is_followed() -> None:
+    body = """\
+        class Layer(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.mix = nn.Linear(width, width)
+
+            def forward(self, x, gate):
+                return self.mix(x) * gate
+
+
+        class Tower(nn.Module):
+            def __init__(self, width, depth):
+                super().__init__()
+                self.layers = nn.ModuleList()
+                for _ in range(depth):
+                    self.layers.append(Layer(width))
+
+            def forward(self, x):
+                gate = torch.rand(x.shape[-1], device=x.device) > 0.1
+                scale = torch.ones(x.shape[-1], device=x.device) * 2
+                for i in range(len(self.layers)):
+                    x = self.layers[i](x, gate * scale)
+                return x
+        """
+    assert _found(body) == [(19, "HP101")]
