@@ -231,3 +231,27 @@ def test_a_window_on_an_stft_spectrum_is_not_reported_and_on_its_input_is() -> N
                 return (spec * gain).abs(), wave * tilt
         """
     assert _found(body) == [(6, "HP101")]
+
+
+def test_a_mask_handed_in_times_a_large_number_is_reported() -> None:
+    body = """\
+        class Scores(nn.Module):
+            def forward(self, x, mask):
+                scores = x @ x.transpose(-1, -2)
+                return (scores + (1.0 - mask[:, None, :]) * -1e9).softmax(-1)
+        """
+    assert _found(body) == [(4, "HP301")]
+
+
+def test_an_in_place_fill_of_an_fp32_buffer_is_followed_to_its_cast() -> None:
+    body = """\
+        class Banded(nn.Module):
+            def forward(self, x, far):
+                scores = x @ x.transpose(-1, -2)
+                bias = torch.zeros(x.shape[1], x.shape[1], device=x.device)
+                bias.masked_fill_(far, -1e9)
+                kept = torch.zeros(x.shape[1], x.shape[1], device=x.device)
+                kept.masked_fill_(far, -1e9)
+                return (scores + bias.to(scores.dtype)).softmax(-1), (kept < 0).sum()
+        """
+    assert _found(body) == [(5, "HP301")]

@@ -586,3 +586,77 @@ def test_a_fill_value_an_isinstance_test_makes_a_float_is_fp32() -> None:
                 return self.net(x * level)
         """
     assert _found(body) == [(8, "HP101")]
+
+
+def test_a_tensor_returned_in_an_output_record_reaches_the_output() -> None:
+    body = """\
+        from records import Result
+
+
+        class Heads(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.score = nn.Linear(width, 1)
+
+            def forward(self, x, boxes=None):
+                if boxes is None:
+                    return Result(scores=self.score(x), boxes=torch.zeros(x.shape[0], 4))
+                return Result(scores=self.score(x), boxes=boxes)
+        """
+    assert _found(body) == [(11, "HP101")]
+
+
+def test_only_the_field_of_a_record_that_holds_the_tensor_is_followed() -> None:
+    body = """\
+        from records import Result
+
+
+        class Stack(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.proj = nn.Linear(width, width)
+
+            def forward(self, x):
+                keep = torch.ones(x.shape[0], x.shape[1], device=x.device)
+                return Result(hidden=self.proj(x), keep=keep)
+
+
+        class Top(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.stack = Stack(width)
+                self.head = nn.Linear(width, 2)
+
+            def forward(self, x):
+                out = self.stack(x)
+                return self.head(out.hidden + out[0])
+        """
+    assert _found(body) == []
+
+
+def test_a_mask_handed_to_blocks_appended_to_a_module_list_is_followed() -> None:
+    body = """\
+        class Layer(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.mix = nn.Linear(width, width)
+
+            def forward(self, x, gate):
+                return self.mix(x) * gate
+
+
+        class Tower(nn.Module):
+            def __init__(self, width, depth):
+                super().__init__()
+                self.layers = nn.ModuleList()
+                for _ in range(depth):
+                    self.layers.append(Layer(width))
+
+            def forward(self, x):
+                gate = torch.rand(x.shape[-1], device=x.device) > 0.1
+                scale = torch.ones(x.shape[-1], device=x.device) * 2
+                for i in range(len(self.layers)):
+                    x = self.layers[i](x, gate * scale)
+                return x
+        """
+    assert _found(body) == [(19, "HP101")]

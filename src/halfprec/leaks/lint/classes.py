@@ -158,6 +158,7 @@ def _scan_function(
     classes: dict[str, str],
     layers: dict[str, str],
     modules: set[str],
+    appended: dict[str, set[str]],
 ) -> None:
     local: set[str] = set()
     for node in _statements(fn):
@@ -165,6 +166,7 @@ def _scan_function(
             registered = _registered(node.value, frozenset(local))
             if registered:
                 tensors.add(registered)
+            _appended(node.value, appended)
         elif isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
             if isinstance(target, ast.Name) and floating_init(value, frozenset(local)):
@@ -187,6 +189,22 @@ def _scan_function(
                 passthrough.add(attr)
             elif isinstance(value, ast.Call):
                 modules.add(attr)
+
+
+def _appended(call: ast.Call, appended: dict[str, set[str]]) -> None:
+    """``self.blocks.append(Block(...))``: the classes a ``ModuleList`` built by appending
+    holds (``""`` for an item that is not a class called by name)."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "append" and len(call.args) == 1):
+        return
+    attr = _self_attr(func.value)
+    if attr is None:
+        return
+    item = call.args[0]
+    named = ""
+    if isinstance(item, ast.Call) and isinstance(item.func, ast.Name):
+        named = item.func.id
+    appended.setdefault(attr, set()).add(named)
 
 
 def _element_class(modules: ast.Call) -> str | None:
@@ -222,12 +240,20 @@ def class_facts(cls: ast.ClassDef, bases: list[ast.ClassDef]) -> ClassFacts:
     classes: dict[str, str] = {}
     layers: dict[str, str] = {}
     modules: set[str] = set()  # also assigned something that is not a function
+    appended: dict[str, set[str]] = {}  # self.blocks.append(Block(...)): {"Block"}
     for klass in (*bases, cls):
         found = _methods(klass)
         methods |= set(found)
         for name, fn in found.items():
             if name != "forward":  # parameters and buffers are made in __init__ and setup
-                _scan_function(fn, tensors, passthrough, attributes, classes, layers, modules)
+                _scan_function(
+                    fn, tensors, passthrough, attributes, classes, layers, modules, appended
+                )
+    for attr, names in appended.items():
+        if layers.get(attr) == "ModuleList" and attr not in classes and len(names) == 1:
+            element = names.pop()
+            if element[:1].isupper():
+                classes[attr] = element  # every item appended is a Block: its forward
     return ClassFacts(
         frozenset(methods),
         frozenset(tensors),

@@ -91,10 +91,13 @@ def _not_fp16_here(node: ast.AST, ctx: Context) -> bool:
 
 
 def _maybe_half(node: ast.AST, ctx: Context) -> bool:
-    """Whether ``node`` is a floating tensor of the model's dtype where it is used, or a
-    name that the function tests against float16 (``if p_mask.dtype == torch.float16``):
-    then the constant is written in that dtype."""
-    if value_of(node, ctx) is not None:
+    """Whether ``node`` is a floating tensor of the model's dtype where it is used, computes
+    with an input of the function whose dtype the caller decides (``(1 - mask) * -1e9``:
+    masks handed between modules are in the model's dtype), or is a name that the function
+    tests against float16 (``if p_mask.dtype == torch.float16``): then the constant is
+    written in that dtype. A value computed here that the lint cannot judge (an integer
+    mask from a helper) is followed instead (:func:`_follow`)."""
+    if value_of(node, ctx) is not None or _of_an_input(node, ctx):
         return True
     if not isinstance(node, ast.Name) or ctx.function is None:
         return False
@@ -108,6 +111,33 @@ def _maybe_half(node: ast.AST, ctx: Context) -> bool:
             ):
                 return True
     return False
+
+
+_NOT_FLOAT_TYPES = ("LongTensor", "BoolTensor", "IntTensor", "ByteTensor", "int", "bool")
+
+
+def _of_an_input(node: ast.AST, ctx: Context) -> bool:
+    """``mask``, ``1.0 - mask[:, None]``, ``mask.unsqueeze(1)``: arithmetic, indexing or a
+    method of an input of the function not bound again before ``node``, and not annotated
+    as integers."""
+    fn = ctx.function
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    if isinstance(node, (ast.BinOp, ast.UnaryOp)):
+        parts = [node.left, node.right] if isinstance(node, ast.BinOp) else [node.operand]
+        return any(_of_an_input(p, ctx) for p in parts)
+    if isinstance(node, ast.Subscript):
+        return _of_an_input(node.value, ctx)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        keeps = node.func.attr in ("unsqueeze", "view", "reshape", "transpose", "expand")
+        return keeps and _of_an_input(node.func.value, ctx)
+    if not isinstance(node, ast.Name) or ctx.binding_before(node) is not None:
+        return False
+    a = fn.args
+    param = next((p for p in (*a.posonlyargs, *a.args, *a.kwonlyargs) if p.arg == node.id), None)
+    if param is None or param.arg in ("self", "cls"):
+        return False
+    return not dotted(param.annotation).endswith(_NOT_FLOAT_TYPES) if param.annotation else True
 
 
 def _dtype_of(call: ast.Call, ctx: Context) -> bool | None:

@@ -183,7 +183,7 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
             continue
         if isinstance(parent, ast.BinOp):
             other = parent.right if parent.left is node else parent.left
-            if isinstance(parent.op, ast.Div) and value_of(other, ctx.at(other)) is None:
+            if isinstance(parent.op, ast.Div) and not _floating(other, ctx):
                 return parent  # true division by a number or an integer tensor
             if python_float(other, ctx) and _number(other, ctx):
                 return parent
@@ -207,6 +207,29 @@ def _casts(call: ast.Call) -> bool:
         if not device:
             return True
     return False
+
+
+def _floating(expr: ast.AST, ctx: Context) -> bool:
+    """A floating tensor of any dtype: the model's, or one a floating factory made
+    (``keypoints = torch.zeros(...)``, then ``keypoints / torch.tensor([w, h])`` has
+    keypoints' dtype, whatever the integer tensor's)."""
+    if value_of(expr, ctx.at(expr)) is not None:
+        return True
+    bound = ctx.binding_before(expr) if isinstance(expr, ast.Name) else None
+    return bound is not None and ctx.is_torch_attr(_base(bound), *_FLOAT_MAKERS) is not None
+
+
+def _base(expr: ast.AST) -> ast.AST:
+    """The call at the start of a chain: ``torch.zeros(n).to(device)`` -> ``torch.zeros``."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        if isinstance(expr.func.value, ast.Call):
+            expr = expr.func.value
+        else:
+            return expr.func
+    return expr.func if isinstance(expr, ast.Call) else expr
+
+
+_FLOAT_MAKERS = ("zeros", "ones", "empty", "rand", "randn", "eye", "linspace", "logspace")
 
 
 def _number(expr: ast.AST, ctx: Context) -> bool:

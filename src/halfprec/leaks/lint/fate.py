@@ -35,13 +35,11 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from halfprec.leaks.lint.callers import argument_for, flag_guards
-from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
+from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.nodes import walk
-from halfprec.leaks.lint.scope import Function
+from halfprec.leaks.lint.reach import Fate, Follow, enter, to_callers, to_readers
 from halfprec.leaks.lint.values import value_of
 
 _MAX_HOPS = 12  # names followed from one tensor (a = t; b = a * 2; ...)
@@ -79,27 +77,6 @@ _TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equa
 _BUILTIN_SAFE = words("len int float bool print isinstance range list tuple str repr hash callable")
 
 
-@dataclass
-class Fate:
-    """Where one fp32 tensor ends up. ``leaks``: it meets half or reaches the output;
-    ``integer``: it is used as an index, sort key or counter (a fix to half would change
-    the integers it holds); ``grid``: a ``grid_sample`` grid; ``unknown``: it goes where
-    the lint cannot follow."""
-
-    leaks: bool = False
-    integer: bool = False
-    grid: bool = False
-    unknown: bool = False
-
-    @property
-    def reported(self) -> bool:
-        """Whether this is a finding: a leak seen. A tensor that only goes where the lint
-        cannot follow (a function of another file, an attribute) is not reported: a lint
-        that guesses there cries wolf (transformers hands its default masks to mask
-        builders that cast them)."""
-        return self.leaks
-
-
 class _Follow:
     """One walk forward from a created tensor; the names followed are remembered so that a
     loop (``t = t * 2``) ends."""
@@ -108,7 +85,7 @@ class _Follow:
         self.ctx = ctx
         self.upcast = upcast
         self.one_dim = one_dim
-        self.caller: tuple[_Follow, ast.Call] | None = None  # where a callee returns to
+        self.caller: tuple[Follow, ast.Call] | None = None  # where a callee returns to
         self.depth = 0
         self.element: int | None = None  # returned as this element of a tuple
         self.scalar = False  # 0-dim here: a 0-dim tensor never promotes a half operand
@@ -123,6 +100,10 @@ class _Follow:
         self.fate = Fate()
         self.seen: set[tuple[str, int]] = set()
         self.hops = 0
+
+    def spawn(self, ctx: Context) -> _Follow:
+        """A walk on from here in another function: the same kind of tensor, no names yet."""
+        return _Follow(ctx, self.upcast, False)
 
     def floating(self, node: ast.AST) -> bool:
         """Whether ``node`` is a floating tensor of the model's dtype where it is used."""
@@ -283,6 +264,8 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
     if isinstance(parent, ast.Subscript):
         if parent.value is not node:
             return "integer"
+        if f.key is not None and isinstance(parent.slice, ast.Constant):
+            return _field(f, parent.slice.value)  # kwargs["mask"] of a dict holding t
         element = isinstance(parent.slice, ast.Constant) and isinstance(parent.slice.value, int)
         f.scalar = f.scalar or (element and f.one_dim)  # w[0] of a vector: 0-dim
         return "up"
@@ -326,6 +309,8 @@ def _attribute(f: _Follow, node: ast.AST, attr: ast.Attribute) -> str:
     if name in _FACTS or name in _ELEMENT and not _called(f, attr):
         return "safe"
     if not _called(f, attr):
+        if f.key is not None:
+            return _field(f, name)  # out.logits of a record holding t as logits
         return "up" if name in ("T", "mT", "H", "mH", "data", "real", "imag") else "unknown"
     call = f.ctx.parents[id(attr)]
     assert isinstance(call, ast.Call)
@@ -354,8 +339,19 @@ def _attribute(f: _Follow, node: ast.AST, attr: ast.Attribute) -> str:
     if name in _KEEPS or name.startswith("new_"):
         return f.meets([*call.args, *(k.value for k in call.keywords)])
     if name in _TAKES and isinstance(node, ast.Name) and not f.floating(node):
+        f.key = None
         return "up"  # pieces.pop(), bank.values(): what a followed list or dict holds
     return "unknown"
+
+
+def _field(f: _Follow, name: object) -> str:
+    """A field of a dict or record that holds the tensor under ``f.key``: the tensor itself
+    when the names match, another value when they do not; ``out[0]`` of a record whose
+    field order the lint does not know is unknown."""
+    if name == f.key:
+        f.key = None
+        return "up"
+    return "safe" if isinstance(name, str) else "unknown"
 
 
 def _called(f: _Follow, attr: ast.Attribute) -> bool:
@@ -428,9 +424,11 @@ def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
         if receiver is not None and f.floating(receiver) and last in _COUNTERS:
             return "leak"
         return "integer"
-    entered = _enter(f, node, call)
+    entered = enter(f, node, call)
     if entered is not None:
         return entered
+    if _returned_record(f, node, call, last):
+        return "up"  # return ModelOutput(logits=t): the output holds t
     first = bool(call.args) and call.args[0] is node
     if last in _PASSES and first and (isinstance(func, ast.Name) or owner == "einops"):
         return "up"  # einops.rearrange(t, "b n -> n b"): the same values, rearranged
@@ -450,6 +448,18 @@ _PASSES = words("rearrange repeat")
 _STORES = words("append extend insert appendleft extendleft")  # list.append(t): it holds t
 
 
+def _returned_record(f: _Follow, node: ast.AST, call: ast.Call, last: str) -> bool:
+    """``return Output(logits=t)`` in a ``forward``: a class of another file, built and
+    returned at once, holds ``t`` as the module's output (its field ``logits``)."""
+    if not f.ctx.is_forward or not last[:1].isupper() or not any(c.islower() for c in last):
+        return False
+    if not isinstance(f.ctx.parents.get(id(call)), ast.Return):
+        return False
+    if isinstance(node, ast.keyword):  # the step from the keyword up to the call
+        f.key = node.arg
+    return True
+
+
 def _store(f: _Follow, holder: ast.AST, call: ast.Call) -> str:
     """``pieces.append(t)``: ``pieces`` holds ``t`` from here on, so follow ``pieces`` (a
     ``self`` attribute into its reads). A floating tensor receiving it (never a list's
@@ -459,7 +469,7 @@ def _store(f: _Follow, holder: ast.AST, call: ast.Call) -> str:
     if isinstance(holder, ast.Name):
         f.follow_name(holder.id, _enclosing(f, call))
         return "done"
-    if isinstance(holder, ast.Attribute) and _to_readers(f, holder):
+    if isinstance(holder, ast.Attribute) and to_readers(f, holder):
         return "done"
     return "unknown"
 
@@ -508,159 +518,6 @@ def _submodule(f: _Follow, func: ast.AST) -> str:
     return "up"
 
 
-_MAX_DEPTH = 4  # calls followed into, one inside another
-
-
-def _callee(f: _Follow, call: ast.Call) -> tuple[Function, ClassFacts, bool, bool] | None:
-    """The function ``call`` runs, when this file defines it: a function, a method of this
-    class, or the ``forward`` of a submodule whose class is defined here. With its class's
-    facts, whether it is a ``forward``, and whether its first parameter is ``self``."""
-    calls = f.ctx.calls
-    if calls is None or f.depth >= _MAX_DEPTH:
-        return None
-    program, func = calls.program, call.func
-    if isinstance(func, ast.Name) and func.id in program.functions:
-        return program.functions[func.id], NO_FACTS, False, False
-    made = program.methods_of(func.id) if isinstance(func, ast.Name) else None
-    if made is not None and "__init__" in made[0]:  # Beams(tokens, scores): its constructor
-        return made[0]["__init__"], made[1], False, True
-    held = _held(f, func)
-    if held is not None:
-        return held
-    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
-        return None
-    if func.value.id != "self":
-        return None
-    function = f.ctx.function
-    owner = program.owner_of(function) if isinstance(function, Function) else None
-    info = program.methods_of(owner) if owner else None
-    if info is not None and func.attr in info[0]:
-        return info[0][func.attr], info[1], False, True
-    cls = dict(f.ctx.facts.module_classes).get(func.attr)
-    sub = program.methods_of(cls) if cls else None
-    if sub is not None and "forward" in sub[0]:
-        return sub[0]["forward"], sub[1], True, True
-    return None
-
-
-def _held(f: _Follow, func: ast.AST) -> tuple[Function, ClassFacts, bool, bool] | None:
-    """``self.blocks[i](...)`` or ``block(...)`` in ``for block in self.blocks``, where
-    ``self.blocks`` holds modules of one class of this file: that class's ``forward``."""
-    calls = f.ctx.calls
-    assert calls is not None  # _callee checked
-    attr = ""
-    if isinstance(func, ast.Name):
-        attr = f.ctx.modules.get(func.id, "")
-    elif isinstance(func, ast.Subscript) and isinstance(func.value, ast.Attribute):
-        holder = func.value
-        if isinstance(holder.value, ast.Name) and holder.value.id == "self":
-            attr = holder.attr
-    cls = dict(f.ctx.facts.module_classes).get(attr) if attr else None
-    sub = calls.program.methods_of(cls) if cls else None
-    if sub is not None and "forward" in sub[0]:
-        return sub[0]["forward"], sub[1], True, True
-    return None
-
-
-def _parameter(
-    fn: Function, call: ast.Call, node: ast.AST, skip_self: bool, key: str | None
-) -> ast.arg | None:
-    """The parameter of ``fn`` that receives ``node`` in ``call`` (None: through ``*args``);
-    ``key``: the key a dict passed as ``**node`` holds the tensor under."""
-    a = fn.args
-    positional = [*a.posonlyargs, *a.args][1 if skip_self else 0 :]
-    for i, arg in enumerate(call.args):
-        if isinstance(arg, ast.Starred):
-            return None
-        if arg is node:
-            return positional[i] if i < len(positional) else None
-    for k in call.keywords:
-        if k.value is node:
-            wanted = k.arg if k.arg is not None else key  # f(**kwargs): the key it is under
-            return next((p for p in (*positional, *a.kwonlyargs) if p.arg == wanted), None)
-    return None
-
-
-def _enter(f: _Follow, node: ast.AST, call: ast.Call) -> str | None:
-    """Follow ``node`` into the function ``call`` runs, where this file defines it; None
-    when it does not."""
-    target = _callee(f, call)
-    if target is None:
-        return None
-    fn, facts, is_forward, skip_self = target
-    param = _parameter(fn, call, node, skip_self, f.key)
-    if param is None:
-        return "unknown"
-    calls = f.ctx.calls
-    assert calls is not None  # _callee found one
-    inner = _Follow(calls.context(fn, facts, is_forward), f.upcast, False)
-    inner.fate, inner.seen, inner.hops, inner.opaque = f.fate, f.seen, f.hops, f.opaque
-    inner.thunk, f.thunk = f.thunk, False
-    inner.chosen = f.chosen
-    inner.caller, inner.depth = (f, call), f.depth + 1
-    inner.follow_name(param.arg, param)
-    f.hops = inner.hops
-    return "done"
-
-
-def _to_callers(f: _Follow) -> bool:
-    """Follow a returned value on at each call of its function in this file: a helper's
-    result in its callers, a ``forward``'s in the modules that hold its class. False when
-    the file has no such call (or the calls are too deep to follow)."""
-    calls, fn = f.ctx.calls, f.ctx.function
-    if calls is None or f.depth >= _MAX_DEPTH:
-        return False
-    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return False
-    sites = calls.callers(fn)
-    method = bool(f.guards) and calls.program.owner_of(fn) is not None
-    for site in sites:
-        key = ("<call>", id(site.call))
-        if key in f.seen or f.fate.leaks:
-            continue
-        if any(argument_for(fn, site.call, g, method) is None for g in f.guards):
-            continue  # made only under a flag this call leaves off
-        f.seen.add(key)
-        outer = _Follow(calls.context(site.caller, site.facts, site.is_forward), f.upcast, False)
-        outer.fate, outer.seen, outer.hops, outer.depth = f.fate, f.seen, f.hops, f.depth + 1
-        outer.element, outer.scalar, outer.opaque = f.element, f.scalar, f.opaque
-        outer.chosen = f.chosen
-        outer.climb(site.call)
-        f.hops = outer.hops
-    return bool(sites)
-
-
-def _to_readers(f: _Follow, target: ast.Attribute) -> bool:
-    """``self.mask = t``: kept between calls, so follow ``t`` on at every read of
-    ``self.mask`` in the methods of this class; ``beams.scores = t`` (or ``self.scores = t``
-    in the constructor of such an object): at every read of ``<name>.scores`` in the file.
-    False when the lint sees no read (a function of no class, calls too deep)."""
-    calls, fn = f.ctx.calls, f.ctx.function
-    if calls is None or f.depth >= _MAX_DEPTH or not isinstance(target.value, ast.Name):
-        return False
-    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return False
-    owner = calls.program.owner_of(fn) if target.value.id == "self" else ""
-    if owner is None:
-        return False
-    key = (f"self.{owner}.{target.attr}", 0)
-    if key in f.seen:
-        return True  # self.mask = self.mask[perm]: its reads are being followed
-    f.seen.add(key)
-    reads = calls.reads(fn, target.attr) if owner else []
-    held = calls.held(target.attr)
-    for ctx, node in [*reads, *held]:
-        if f.fate.leaks:
-            break
-        reader = _Follow(ctx, f.upcast, False)
-        reader.fate, reader.seen, reader.hops, reader.depth = f.fate, f.seen, f.hops, f.depth + 1
-        reader.scalar, reader.opaque, reader.chosen = f.scalar, f.opaque, f.chosen
-        reader.attrs = {target.attr} if owner else set()
-        reader.climb(node)
-        f.hops = reader.hops
-    return bool(reads or held)
-
-
 def _is_submodule(f: _Follow, func: ast.AST) -> bool:
     """``self.proj(t)``, ``self.layers[i](t)``, ``layer(t)`` over ``self.layers``."""
     if isinstance(func, ast.Name):
@@ -681,10 +538,10 @@ def _statement(f: _Follow, node: ast.AST, stmt: ast.AST) -> str:
     if isinstance(stmt, (ast.Return, ast.Yield, ast.YieldFrom)):
         if f.caller is not None:  # followed into a call: its value goes on in the caller
             caller, call = f.caller
-            caller.element = f.element
+            caller.element, caller.key = f.element, f.key
             caller.climb(call)
             return "done"
-        if _to_callers(f):
+        if to_callers(f):
             return "done"
         # a module's output, or a helper whose callers are in another file; one the model
         # casts to fp32 on purpose and meets no half tensor on the way (a loss from
@@ -742,7 +599,7 @@ def _bind(f: _Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
                 f.follow_name(target.value.id, stmt)
             continue
         if isinstance(target, ast.Attribute):
-            if not _to_readers(f, target):
+            if not to_readers(f, target):
                 f.fate.unknown = True  # kept where the lint cannot see it read
             continue
         for sub in walk(target):

@@ -229,5 +229,16 @@ def _names(target: ast.AST) -> Iterator[str]:
 
 def lands_in_half(node: ast.AST, ctx: Context) -> bool:
     """Whether the tensor made at ``node`` puts its values into a tensor of the model's
-    dtype (see the module docstring); ``ctx`` is the walked context of its function."""
-    return _Walk().climb(node, ctx)
+    dtype (see the module docstring); ``ctx`` is the walked context of its function. An
+    in-place fill (``bias.masked_fill_(m, -1e9)``) is followed on through its receiver's
+    later uses."""
+    walk = _Walk()
+    if walk.climb(node, ctx):
+        return True
+    func = node.func if isinstance(node, ast.Call) else None
+    if isinstance(func, ast.Attribute) and func.attr.endswith("_"):
+        receiver = func.value
+        if isinstance(receiver, ast.Name):
+            stmt = ctx.statement_of(node)
+            return isinstance(stmt, ast.stmt) and walk.follow(receiver.id, stmt, ctx)
+    return False

@@ -1,0 +1,218 @@
+"""Where a followed tensor goes beyond its function (see :mod:`.fate`): into a call of the
+same file (a function, a method, a constructor, a submodule's ``forward``), back out of a
+``return`` into each caller, and from an attribute it is kept in into every read of it.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Protocol
+
+from halfprec.leaks.lint.callers import argument_for
+from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
+from halfprec.leaks.lint.context import Context
+from halfprec.leaks.lint.scope import Function
+
+
+@dataclass
+class Fate:
+    """Where one fp32 tensor ends up. ``leaks``: it meets half or reaches the output;
+    ``integer``: it is used as an index, sort key or counter (a fix to half would change
+    the integers it holds); ``grid``: a ``grid_sample`` grid; ``unknown``: it goes where
+    the lint cannot follow."""
+
+    leaks: bool = False
+    integer: bool = False
+    grid: bool = False
+    unknown: bool = False
+
+    @property
+    def reported(self) -> bool:
+        """Whether this is a finding: a leak seen. A tensor that only goes where the lint
+        cannot follow (a function of another file, an attribute) is not reported: a lint
+        that guesses there cries wolf (transformers hands its default masks to mask
+        builders that cast them)."""
+        return self.leaks
+
+
+class Follow(Protocol):
+    """One walk forward from a created tensor (:class:`.fate._Follow`): what a walk into
+    another function takes over from it."""
+
+    ctx: Context
+    upcast: bool
+    caller: tuple[Follow, ast.Call] | None
+    depth: int
+    element: int | None
+    scalar: bool
+    opaque: bool
+    thunk: bool
+    chosen: bool
+    key: str | None
+    attrs: set[str]
+    guards: list[ast.arg]
+    fate: Fate
+    seen: set[tuple[str, int]]
+    hops: int
+
+    def spawn(self, ctx: Context) -> Follow: ...
+
+    def climb(self, node: ast.AST) -> None: ...
+
+    def follow_name(self, name: str, bound_at: ast.AST) -> None: ...
+
+
+_MAX_DEPTH = 4  # calls followed into, one inside another
+
+
+def _callee(f: Follow, call: ast.Call) -> tuple[Function, ClassFacts, bool, bool] | None:
+    """The function ``call`` runs, when this file defines it: a function, a method of this
+    class, or the ``forward`` of a submodule whose class is defined here. With its class's
+    facts, whether it is a ``forward``, and whether its first parameter is ``self``."""
+    calls = f.ctx.calls
+    if calls is None or f.depth >= _MAX_DEPTH:
+        return None
+    program, func = calls.program, call.func
+    if isinstance(func, ast.Name) and func.id in program.functions:
+        return program.functions[func.id], NO_FACTS, False, False
+    made = program.methods_of(func.id) if isinstance(func, ast.Name) else None
+    if made is not None and "__init__" in made[0]:  # Beams(tokens, scores): its constructor
+        return made[0]["__init__"], made[1], False, True
+    held = _held(f, func)
+    if held is not None:
+        return held
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+        return None
+    if func.value.id != "self":
+        return None
+    function = f.ctx.function
+    owner = program.owner_of(function) if isinstance(function, Function) else None
+    info = program.methods_of(owner) if owner else None
+    if info is not None and func.attr in info[0]:
+        return info[0][func.attr], info[1], False, True
+    cls = dict(f.ctx.facts.module_classes).get(func.attr)
+    sub = program.methods_of(cls) if cls else None
+    if sub is not None and "forward" in sub[0]:
+        return sub[0]["forward"], sub[1], True, True
+    return None
+
+
+def _held(f: Follow, func: ast.AST) -> tuple[Function, ClassFacts, bool, bool] | None:
+    """``self.blocks[i](...)`` or ``block(...)`` in ``for block in self.blocks``, where
+    ``self.blocks`` holds modules of one class of this file: that class's ``forward``."""
+    calls = f.ctx.calls
+    assert calls is not None  # _callee checked
+    attr = ""
+    if isinstance(func, ast.Name):
+        attr = f.ctx.modules.get(func.id, "")
+    elif isinstance(func, ast.Subscript) and isinstance(func.value, ast.Attribute):
+        holder = func.value
+        if isinstance(holder.value, ast.Name) and holder.value.id == "self":
+            attr = holder.attr
+    cls = dict(f.ctx.facts.module_classes).get(attr) if attr else None
+    sub = calls.program.methods_of(cls) if cls else None
+    if sub is not None and "forward" in sub[0]:
+        return sub[0]["forward"], sub[1], True, True
+    return None
+
+
+def _parameter(
+    fn: Function, call: ast.Call, node: ast.AST, skip_self: bool, key: str | None
+) -> ast.arg | None:
+    """The parameter of ``fn`` that receives ``node`` in ``call`` (None: through ``*args``);
+    ``key``: the key a dict passed as ``**node`` holds the tensor under."""
+    a = fn.args
+    positional = [*a.posonlyargs, *a.args][1 if skip_self else 0 :]
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            return None
+        if arg is node:
+            return positional[i] if i < len(positional) else None
+    for k in call.keywords:
+        if k.value is node:
+            wanted = k.arg if k.arg is not None else key  # f(**kwargs): the key it is under
+            return next((p for p in (*positional, *a.kwonlyargs) if p.arg == wanted), None)
+    return None
+
+
+def enter(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
+    """Follow ``node`` into the function ``call`` runs, where this file defines it; None
+    when it does not."""
+    target = _callee(f, call)
+    if target is None:
+        return None
+    fn, facts, is_forward, skip_self = target
+    param = _parameter(fn, call, node, skip_self, f.key)
+    if param is None:
+        return "unknown"
+    calls = f.ctx.calls
+    assert calls is not None  # _callee found one
+    inner = f.spawn(calls.context(fn, facts, is_forward))
+    inner.fate, inner.seen, inner.hops, inner.opaque = f.fate, f.seen, f.hops, f.opaque
+    inner.thunk, f.thunk = f.thunk, False
+    inner.chosen = f.chosen
+    unpacked = any(k.arg is None and k.value is node for k in call.keywords)
+    inner.key = None if unpacked else f.key  # f(**kwargs) hands on the value, f(d) the dict
+    inner.caller, inner.depth = (f, call), f.depth + 1
+    inner.follow_name(param.arg, param)
+    f.hops = inner.hops
+    return "done"
+
+
+def to_callers(f: Follow) -> bool:
+    """Follow a returned value on at each call of its function in this file: a helper's
+    result in its callers, a ``forward``'s in the modules that hold its class. False when
+    the file has no such call (or the calls are too deep to follow)."""
+    calls, fn = f.ctx.calls, f.ctx.function
+    if calls is None or f.depth >= _MAX_DEPTH:
+        return False
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    sites = calls.callers(fn)
+    method = bool(f.guards) and calls.program.owner_of(fn) is not None
+    for site in sites:
+        key = ("<call>", id(site.call))
+        if key in f.seen or f.fate.leaks:
+            continue
+        if any(argument_for(fn, site.call, g, method) is None for g in f.guards):
+            continue  # made only under a flag this call leaves off
+        f.seen.add(key)
+        outer = f.spawn(calls.context(site.caller, site.facts, site.is_forward))
+        outer.fate, outer.seen, outer.hops, outer.depth = f.fate, f.seen, f.hops, f.depth + 1
+        outer.element, outer.scalar, outer.opaque = f.element, f.scalar, f.opaque
+        outer.key, outer.chosen = f.key, f.chosen
+        outer.climb(site.call)
+        f.hops = outer.hops
+    return bool(sites)
+
+
+def to_readers(f: Follow, target: ast.Attribute) -> bool:
+    """``self.mask = t``: kept between calls, so follow ``t`` on at every read of
+    ``self.mask`` in the methods of this class; ``beams.scores = t`` (or ``self.scores = t``
+    in the constructor of such an object): at every read of ``<name>.scores`` in the file.
+    False when the lint sees no read (a function of no class, calls too deep)."""
+    calls, fn = f.ctx.calls, f.ctx.function
+    if calls is None or f.depth >= _MAX_DEPTH or not isinstance(target.value, ast.Name):
+        return False
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    owner = calls.program.owner_of(fn) if target.value.id == "self" else ""
+    if owner is None:
+        return False
+    key = (f"self.{owner}.{target.attr}", 0)
+    if key in f.seen:
+        return True  # self.mask = self.mask[perm]: its reads are being followed
+    f.seen.add(key)
+    reads = calls.reads(fn, target.attr) if owner else []
+    held = calls.held(target.attr)
+    for ctx, node in [*reads, *held]:
+        if f.fate.leaks:
+            break
+        reader = f.spawn(ctx)
+        reader.fate, reader.seen, reader.hops, reader.depth = f.fate, f.seen, f.hops, f.depth + 1
+        reader.scalar, reader.opaque, reader.chosen = f.scalar, f.opaque, f.chosen
+        reader.attrs = {target.attr} if owner else set()
+        reader.climb(node)
+        f.hops = reader.hops
+    return bool(reads or held)
