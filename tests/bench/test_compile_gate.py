@@ -28,6 +28,7 @@ from halfprec.bench.ways.base import Way
 from halfprec.compare import compare_outputs
 from halfprec.convert.recipe import Recipe
 from halfprec.tolerance import Tolerance
+from testbed.clocks import VariantClock
 
 CPU = torch.device("cpu")
 X = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
@@ -38,18 +39,6 @@ OV = Variant.parse("openvino-bf16")
 def _model() -> nn.Module:
     torch.manual_seed(0)
     return nn.Linear(16, 16)
-
-
-class _Clock:
-    """Each variant's timed call takes a fixed scripted time (the call itself runs)."""
-
-    def __init__(self, seconds: dict[str, float]) -> None:
-        self.seconds, self.timed = seconds, set[str]()
-
-    def __call__(self, fn: Callable[[], object], variant: Variant) -> float:
-        fn()
-        self.timed.add(variant.name)
-        return self.seconds[variant.name]
 
 
 HP = Variant.parse("halfprec-bf16")
@@ -136,7 +125,7 @@ class _NoCompile(Benchmark):
 
 
 def test_the_runner_times_eager_first_and_never_builds_a_twin_that_cannot_win() -> None:
-    clock = _Clock({"fp32": 1.0, "halfprec-bf16": 0.2, "naive-bf16": 0.95})
+    clock = VariantClock({"fp32": 1.0, "halfprec-bf16": 0.2, "naive-bf16": 0.95})
     # compiled twins listed first: the runner still measures their eager twins before them
     variants = [FP32, FP32.with_compile(), NAIVE.with_compile(), HP, NAIVE]
     run = _NoCompile(_model(), X, variants=variants, options=TEN, timer=clock).run()
@@ -214,7 +203,7 @@ def test_a_naive_twin_named_in_variants_is_still_built() -> None:
     assert variants == [FP32, NAIVE.with_compile(), FP32.with_compile()]
     named = parse_variants(["fp32", "naive-bf16"], compile=True)  # a named way gets its twin
     assert named == [FP32, NAIVE, FP32.with_compile(), NAIVE.with_compile()]
-    run = _Recorded(_model(), X, variants=variants, options=TEN, timer=_Clock({"fp32": 1.0}))
+    run = _Recorded(_model(), X, variants=variants, options=TEN, timer=VariantClock({"fp32": 1.0}))
     result = run.run().result
     assert "naive-bf16+compile" in run.built
     assert result.get("naive-bf16+compile").note == "build: not compiled in this test"
@@ -282,7 +271,7 @@ class _Limited(_NoCompile):
 
 
 def test_the_runner_does_not_compile_fp32_when_its_gemms_cap_the_gain() -> None:
-    clock = _Clock({"fp32": 1.0, "halfprec-bf16": 0.5})
+    clock = VariantClock({"fp32": 1.0, "halfprec-bf16": 0.5})
     variants = [FP32, HP, FP32.with_compile()]
     run = _Limited(_model(), X, variants=variants, options=TEN, timer=clock).run()
     row = run.result.get("fp32+compile")

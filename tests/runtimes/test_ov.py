@@ -129,6 +129,32 @@ def test_a_tokenizers_whole_output_feeds_the_ir(tmp_path: Path) -> None:
     _check_by_name(built, model, enc, built.save(tmp_path / "st.xml"))
 
 
+class Counted(Echo):
+    """Echo counting its forward calls."""
+
+    calls = 0
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> dict[str, Any]:
+        type(self).calls += 1
+        return super().forward(x, mask)
+
+
+def test_the_build_calls_the_model_once_and_takes_its_outputs_from_that_call() -> None:
+    # torch.jit.trace's check_trace traced and ran the model twice more, and the output
+    # template was one more call: four calls of a model whose call is a BERT's second
+    model = Counted().eval()
+    Counted.calls = 0
+    built = build_runtime(model, "openvino", torch.float32, _echo(4))
+    assert Counted.calls == 1
+    assert built.output_names == ("hidden", "same", "seen", "scores")
+    with torch.no_grad():
+        want = model(**_echo(3))
+    got = built(**_echo(3))
+    assert set(got) == set(want)
+    for name, value in want.items():
+        torch.testing.assert_close(got[name], value, rtol=1e-4, atol=1e-5)
+
+
 def test_a_model_openvino_cannot_convert_leaves_the_callers_logging_as_it_was(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -1,5 +1,6 @@
-"""A scripted clock for the slow-dtype probe (:data:`halfprec.bench.limit.Timer`), so that
-tests can feed it the noisy timings of a busy machine."""
+"""Scripted clocks: for the slow-dtype probe (:data:`halfprec.bench.limit.Timer`), so that
+tests can feed it the noisy timings of a busy machine, and for a variant's timed calls
+(:data:`halfprec.bench.interleave.CallTimer`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-__all__ = ["ScriptedClock"]
+from halfprec.bench.variants import Variant
+
+__all__ = ["ScriptedClock", "VariantClock"]
 
 
 class ScriptedClock:
@@ -27,3 +30,21 @@ class ScriptedClock:
         n = self.calls[key]
         self.calls[key] += 1
         return self.times[key][n % len(self.times[key])]
+
+
+class VariantClock:
+    """Each variant's timed call takes its fixed ``seconds`` (by variant name); the call
+    itself runs. ``calls``: the variants' names in the order they were timed."""
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self.seconds, self.calls = seconds, list[str]()
+
+    @property
+    def timed(self) -> set[str]:
+        """The names of the variants timed at least once."""
+        return set(self.calls)
+
+    def __call__(self, fn: Callable[[], object], variant: Variant) -> float:
+        fn()
+        self.calls.append(variant.name)
+        return self.seconds[variant.name]

@@ -43,7 +43,9 @@ from halfprec.bench.half_speed import HalfSpeed
 from halfprec.bench.interleave import CallTimer, Pairs, Prepared
 from halfprec.bench.limit import Gemm, GemmLimit, Timer
 from halfprec.bench.machine import machine_info
+from halfprec.bench.order import timing_order
 from halfprec.bench.phases import Phases
+from halfprec.bench.prewarm import Prewarm, Setup, compiler_setup
 from halfprec.bench.results import (
     BenchConfig,
     BenchResult,
@@ -119,7 +121,9 @@ class Benchmark:
     :func:`~halfprec.dtypes.device_support`; tests pass another device's). ``counters``:
     the device's allocation counters peak memory is read from (default the device module,
     e.g. ``torch.cuda``, where it has them: :func:`~halfprec.bench.warmup.device_counters`;
-    tests pass a stand-in)."""
+    tests pass a stand-in). ``prewarm``: the compiler's one-time setup, run in the
+    background from the first compiled candidate's build until before the next timed call
+    (default :func:`~halfprec.bench.prewarm.compiler_setup`'s; tests pass their own)."""
 
     def __init__(
         self,
@@ -138,6 +142,7 @@ class Benchmark:
         keep_modules: bool = False,
         support: DeviceSupport | None = None,
         counters: PeakCounters | None = None,
+        prewarm: Setup | None = None,
     ) -> None:
         if _FP32 not in variants:
             raise ValueError(
@@ -146,9 +151,11 @@ class Benchmark:
             )
         self.model, self.batch = model, batch
         others = [v for v in dict.fromkeys(variants) if v != _FP32]
-        # every uncompiled candidate before any compiled one: the compile gate judges a
-        # compiled twin by its eager twin's measurement (halfprec.bench.compile_gate)
+        # the report's order: every uncompiled candidate before any compiled one; they
+        # are timed in ``order`` (halfprec.bench.order: eager twins first, the likely
+        # fastest first)
         self.variants = [_FP32] + sorted(others, key=lambda v: v.compiled)
+        self.order = timing_order(self.variants)
         self.recipe = recipe or Recipe()
         self.config = options or BenchConfig()
         self.device = model_device(model)
@@ -158,6 +165,7 @@ class Benchmark:
         self.timer: CallTimer = timer or (lambda fn, _variant: steady_call_time(fn, self.device))
         self.support = support or device_support(self.device)
         self.gate = CompileGate(self.device, self.config.race)
+        self.prewarm = Prewarm(prewarm or compiler_setup(self.device))
         self.warm_up = WarmUp(
             device=self.device,
             calls=self.config.warmup,
@@ -219,8 +227,8 @@ class Benchmark:
             at = [
                 self._reference(result, index, size, len(sizes)) for index, size in enumerate(sizes)
             ]
-            for j, variant in enumerate(self.variants[1:], start=1):
-                self._candidate(result, at, j, variant)
+            for j in self.order:
+                self._candidate(result, at, j, self.variants[j])
             self._finish(result, at)
             if self.progress is not None:
                 total = len(sizes) * len(self.variants)
@@ -272,12 +280,15 @@ class Benchmark:
                 self._set_row(size.index, j, VariantResult(variant, size.size, "skipped", skip))
                 continue
             if built is None:
+                if variant.compiled:  # beside the build and compile; joined before timing
+                    self.prewarm.start()
                 built = self._build(variant, size.batch)
             if isinstance(built, VariantResult):  # the build failed: the same at every size
                 self._set_row(size.index, j, replace(built, batch_size=size.size))
                 continue
             ready, _ = self._prepare(variant, size.batch, size.size, size.index, built, size.output)
             if ready.timed:
+                self.prewarm.join()
                 with self.phase("timing"):
                     size.pairs.time(ready, self.config.race, self.timer)
             elif ready.result.status == "failed":  # a failed warm-up: built afresh next size
@@ -328,6 +339,7 @@ class Benchmark:
     def _finish(self, result: BenchResult, at: list[_Size]) -> None:
         """fp32 alone where nothing was paired with it; fp32's timing pooled from its
         pairs; then every row's speedup, efficiency and memory, in the report's order."""
+        self.prewarm.join()
         for size in at:
             with self.phase("timing"):
                 size.pairs.pool(self.config.race, self.timer)

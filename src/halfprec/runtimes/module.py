@@ -9,7 +9,7 @@ the model's output on the example batch.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +51,21 @@ class FlatIO:
     def of(cls, model: nn.Module, batch: Batch) -> FlatIO:
         """``model``'s calls on ``batch`` (a Hugging Face model with its KV cache on: the
         cache-free copy :func:`~halfprec.export.hf.without_cache` makes, as export does)."""
+        pending = cls.inputs_of(model, batch)
+        with torch.no_grad():
+            return pending.with_output(call(model, pending.named))
+
+    @classmethod
+    def inputs_of(cls, model: nn.Module, batch: Batch) -> FlatIO:
+        """The input side of :meth:`of`, without calling ``model``: no outputs yet (a
+        tracing converter's own call of :class:`Flat` gives them: :meth:`with_output`)."""
         params = forward_params(model)
         named = named_inputs(batch, params)
-        with torch.no_grad():
-            template = call(model, named)
-        return cls(params, tuple(flatten(named)), tuple(flatten(template)), named, template)
+        return cls(params, tuple(flatten(named)), (), named, None)
+
+    def with_output(self, template: Any) -> FlatIO:
+        """These inputs with ``template``, the model's output on the example batch."""
+        return replace(self, outputs=tuple(flatten(template)), template=template)
 
     @property
     def example(self) -> list[torch.Tensor]:
@@ -83,14 +93,18 @@ class FlatIO:
 
 class Flat(nn.Module):
     """``model`` taking the flat input list and returning the flat output tuple: the form
-    a tracing converter (OpenVINO's) sees, so that no structure is left to its guessing."""
+    a tracing converter (OpenVINO's) sees, so that no structure is left to its guessing.
+    ``output`` is the model's own output of the last call (None before one): the template
+    that the converter's tracing call gives without another call of the model."""
 
     def __init__(self, model: nn.Module, io: FlatIO) -> None:
         super().__init__()
         self.model, self.io = model, io
+        self.output: Any = None
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = call(self.model, _fill(self.io.named, list(tensors)))
+        self.output = out
         return tuple(flatten(out).values())
 
 

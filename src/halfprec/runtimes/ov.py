@@ -17,6 +17,7 @@ compiles a saved IR with the hint it carries, which is the way to load one.
 from __future__ import annotations
 
 import errno
+import inspect
 import os
 import shutil
 import warnings
@@ -84,17 +85,9 @@ def build(model: nn.Module, batch: Batch, dtype: torch.dtype, threads: int) -> R
     ``dtype``'s precision hint, the LATENCY performance hint and ``threads`` threads."""
     ov = import_openvino()
     model, _ = without_cache(model)  # a cache object is no tensor a graph returns
-    io = FlatIO.of(model, batch)
-    flat = Flat(model, io).eval()
-    # tracing warns about every Python branch on a shape (transformers has many); the
-    # check against fp32 that every target passes is what says the trace is right
-    with torch.no_grad(), warnings.catch_warnings(), root_logger_kept():
-        warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        warnings.filterwarnings("ignore", r"`torch\.jit\.trace", DeprecationWarning)
-        try:
-            graph = ov.convert_model(flat, example_input=tuple(io.example))
-        except Exception as exc:  # OpenVINO's own types; the reason is on a later line
-            raise ConversionError(_reason(exc)) from None
+    flat = Flat(model, FlatIO.inputs_of(model, batch)).eval()
+    graph = _convert(ov, flat)
+    io = flat.io.with_output(flat.output)  # the trace's own call: the model ran once
     name_ports(graph, io)
     config = {
         "INFERENCE_PRECISION_HINT": HINTS[dtype][0],
@@ -116,6 +109,38 @@ def build(model: nn.Module, batch: Batch, dtype: torch.dtype, threads: int) -> R
 
     # convert_model shares the torch weights (share_weights=True): keep ``flat`` alive
     return RuntimeModule("openvino", precision, run, io, save, keep=(flat, graph, compiled))
+
+
+def _convert(ov: Any, flat: Flat) -> Any:
+    """``openvino.convert_model`` of ``flat`` traced on its example batch, by one call of
+    the model. ``torch.jit.trace``'s own check (``check_trace``) is off: it traces and runs
+    the model twice more (three quarters of a BERT's conversion) to compare the trace with
+    the model on the same batch, which the check against fp32 that every target passes
+    does too (OpenVINO's notebooks and optimum-intel convert with it off, the same way)."""
+    example = tuple(flat.io.example)
+    # tracing warns about every Python branch on a shape (transformers has many); the
+    # check against fp32 that every target passes is what says the trace is right
+    with torch.no_grad(), warnings.catch_warnings(), root_logger_kept():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", r"`torch\.jit\.trace", DeprecationWarning)
+        try:
+            source = _unchecked_trace(flat, example)
+            return ov.convert_model(source, example_input=example)
+        except Exception as exc:  # OpenVINO's own types; the reason is on a later line
+            raise ConversionError(_reason(exc)) from None
+
+
+def _unchecked_trace(flat: Flat, example: tuple[torch.Tensor, ...]) -> Any:
+    """OpenVINO's TorchScript decoder of ``flat``, traced without ``check_trace``; ``flat``
+    itself (OpenVINO then traces it, checked) where this OpenVINO's decoder takes no
+    ``trace_kwargs``."""
+    from openvino.frontend.pytorch.ts_decoder import TorchScriptPythonDecoder
+
+    if "trace_kwargs" not in inspect.signature(TorchScriptPythonDecoder).parameters:
+        return flat
+    return TorchScriptPythonDecoder(
+        flat, example_input=example, trace_kwargs={"check_trace": False}
+    )
 
 
 def save_ir(graph: Any, path: Path) -> Path:
