@@ -4,8 +4,9 @@ is small and written for this test."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
-from halfprec.leaks.lint import lint_source
+from halfprec.leaks.lint import LintConfig, lint_paths, lint_source
 
 HEAD = "import math\nimport torch\nfrom torch import nn\n\n\n"
 
@@ -660,3 +661,204 @@ def test_a_mask_handed_to_blocks_appended_to_a_module_list_is_followed() -> None
                 return x
         """
     assert _found(body) == [(19, "HP101")]
+
+
+def test_an_fp32_default_handed_back_by_get_or_getattr_is_followed() -> None:
+    body = """\
+        class Forecaster(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.embed = nn.Linear(1, width)
+                self.cond = nn.Linear(width, width)
+
+            def forward(self, batch):
+                past = batch["past"]
+                n, steps = past.shape[0], past.shape[1]
+                target = batch.get("target", torch.zeros(n, steps, 1, device=past.device))
+                cond = getattr(self, "cond_cache", torch.ones(n, steps, 4, device=past.device))
+                known = batch.get("known")
+                known = known if known is not None else torch.ones(n, steps, 1, device=past.device)
+                return self.embed(target) + self.cond(cond) * known
+        """
+    assert _found(body) == [(10, "HP101"), (11, "HP101"), (13, "HP101")]
+
+
+def test_a_default_for_a_key_read_before_is_never_taken() -> None:
+    body = """\
+        class Forecaster(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.embed = nn.Linear(1, width)
+
+            def forward(self, batch):
+                n, steps = batch["past"].shape[:2]
+                past = batch.get("past", torch.zeros(n, steps, 1, device=batch["past"].device))
+                return self.embed(past)
+        """
+    assert _found(body) == []
+
+
+def test_empty_defaults_joined_with_half_features_are_fp32() -> None:
+    body = """\
+        class Selector(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.select = nn.Sequential(nn.Linear(width, width), nn.Sigmoid())
+
+            def forward(self, batch):
+                cont = batch["cont"]
+                cats = batch.get("cats", torch.zeros(cont.shape[0], cont.shape[1], 0))
+                feats = torch.cat([cont, cats], dim=-1)
+                return feats * self.select(feats)
+        """
+    assert _found(body) == [(8, "HP101")]
+
+
+EINOPS = "from einops import einsum, rearrange, reduce\n"
+
+
+def test_einops_functions_keep_the_promoted_dtype_of_their_inputs() -> None:
+    body = """\
+        class Decorrelation(nn.Module):
+            def forward(self, tokens):
+                dim = tokens.shape[-1]
+                tokens = rearrange(tokens, "b n d -> b 1 n d")
+                cov = einsum(tokens, tokens, "b s n d, b s n e -> b s d e")
+                off = cov.pow(2) * (1.0 - torch.eye(dim, device=tokens.device))
+                return reduce(off, "b s d e -> b", "sum").mean()
+
+
+        class Mixer(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.out = nn.Linear(width, width)
+
+            def forward(self, x):
+                basis = torch.randn(x.shape[-1], x.shape[-1], device=x.device)
+                mixed = einsum(x, basis, "b n d, d e -> b n e")
+                return self.out(reduce(mixed, "b n e -> b e", "mean"))
+        """
+    source = HEAD + EINOPS + textwrap.dedent(body)
+    found = [(f.line - 6, f.code) for f in lint_source(source)]
+    assert found == [(6, "HP101"), (16, "HP101")]
+
+
+def test_an_einops_product_of_a_table_with_itself_cast_back_is_not_reported() -> None:
+    body = """\
+        class Gram(nn.Module):
+            def forward(self, x):
+                table = torch.linspace(0, 1, x.shape[-1], device=x.device)
+                gram = einsum(table, table, "i, j -> i j")
+                return x @ gram.to(x.dtype)
+        """
+    source = HEAD + EINOPS + textwrap.dedent(body)
+    assert lint_source(source) == []
+
+
+def test_an_integer_grid_stacked_then_made_fp32_into_a_layer_factory_is_fp32() -> None:
+    body = """\
+        def position_mlp(width):
+            return nn.Sequential(nn.Linear(2, width), nn.ReLU(), nn.Linear(width, 1))
+
+
+        class WindowBias(nn.Module):
+            def __init__(self, width, window):
+                super().__init__()
+                self.window = window
+                self.mlp = position_mlp(width)
+
+            def forward(self, scores):
+                span = torch.arange(-self.window, self.window + 1, device=scores.device)
+                grid = torch.stack(torch.meshgrid(span, span, indexing="ij"))
+                grid = rearrange(grid, "c i j -> (i j) c").t()
+                bias = self.mlp(grid.t().float())
+                return scores + bias.squeeze(-1)
+        """
+    source = HEAD + EINOPS + textwrap.dedent(body)
+    found = [(f.line - 6, f.code) for f in lint_source(source)]
+    assert found == [(12, "HP101")]
+
+
+def test_an_integer_grid_made_fp32_and_cast_back_is_not_reported() -> None:
+    body = """\
+        class WindowBias(nn.Module):
+            def __init__(self, window):
+                super().__init__()
+                self.window = window
+                self.mlp = nn.Linear(2, 1)
+
+            def forward(self, scores):
+                span = torch.arange(-self.window, self.window + 1, device=scores.device)
+                grid = torch.stack(torch.meshgrid(span, span, indexing="ij")).flatten(1).t()
+                return scores + self.mlp(grid.float().to(scores.dtype))
+        """
+    assert _found(body) == []
+
+
+VIT = """\
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+class Positions(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.table = nn.Embedding(64, width)
+
+    def forward(self, x):
+        return self.table.weight[: x.shape[1]]
+"""
+
+MAE = """\
+import torch
+from torch import nn
+from einops import rearrange
+from {module} import Block, Positions
+
+
+class Autoencoder(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.embed = nn.Linear(4, width)
+        self.decoder = Block(width)
+        self.positions = Positions(width)
+
+    def forward(self, x):
+        tokens = self.embed(x)
+        b, n, d = tokens.shape
+        slots = torch.zeros(b, 2 * n, d, device=x.device)
+        slots[:, :n] = tokens
+        shape_only = torch.zeros(b, 2 * n, d, device=x.device)
+        return self.decoder(slots) + self.positions(shape_only)
+"""
+
+
+def test_a_submodule_whose_class_another_file_defines_is_followed(tmp_path: Path) -> None:
+    for module, where in ((".vit", "pkg/vit.py"), ("pkg.layers", "pkg/layers/__init__.py")):
+        root = tmp_path / module.strip(".")
+        (root / "pkg" / "layers").mkdir(parents=True)
+        (root / "pkg" / "__init__.py").write_text("")
+        (root / "pkg" / "layers" / "__init__.py").write_text(
+            "from .blocks import Block, Positions\n"
+        )
+        (root / "pkg" / "layers" / "blocks.py").write_text(VIT)
+        (root / "pkg" / "vit.py").write_text(VIT)
+        (root / "pkg" / "mae.py").write_text(MAE.format(module=module))
+        report = lint_paths([root], LintConfig())
+        found = [(Path(f.path).name, f.line) for r in report.files for f in r.findings]
+        assert found == [("mae.py", 17)], where
+
+
+def test_a_class_of_a_package_outside_the_tree_stays_unseen(tmp_path: Path) -> None:
+    (tmp_path / "mae.py").write_text(MAE.format(module="vitlib.vit"))
+    report = lint_paths([tmp_path], LintConfig())
+    assert [f for r in report.files for f in r.findings] == []

@@ -253,6 +253,8 @@ class Calls:
     busy: set[int] = field(default_factory=set)  # functions whose callers are being read
     index: CallIndex | None = None
     returned: dict[int, list[ast.expr]] = field(default_factory=dict)
+    # the forward of a class another file of the tree defines (see :mod:`.imported`)
+    other: Callable[[str], tuple[Calls, Function, ClassFacts] | None] | None = None
 
     def returns(self, fn: Function) -> list[ast.expr]:
         """The values ``fn`` returns (read once)."""

@@ -23,6 +23,7 @@ from halfprec.leaks.lint.context import Check
 from halfprec.leaks.lint.factories import check_factory
 from halfprec.leaks.lint.findings import FileResult, Finding, Fix, LintReport
 from halfprec.leaks.lint.flow import calls_of, walk_function
+from halfprec.leaks.lint.imported import forward_of, imported_names
 from halfprec.leaks.lint.rules import FIX_NONE, FIX_SAFE
 from halfprec.leaks.lint.scope import forward_paths, imports_of, program_of
 from halfprec.leaks.lint.source import SourceError, decode_source, split_lines
@@ -122,6 +123,8 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     hot = _hot_lines(source, lines, imports.torch)
     program = program_of(tree)
     calls = calls_of(program, imports, lines)
+    names = imported_names(tree)
+    calls.other = lambda cls: forward_of(path, names, cls)
     for fpath in forward_paths(tree, lines, program):
         ctx = walk_function(
             fpath.function,

@@ -194,7 +194,32 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
         if isinstance(parent, ast.Subscript) and parent.value is node:
             node = parent  # torch.arange(n)[:, None]
             continue
+        gathered = _gathered(node, parent, ctx)
+        if gathered is not None:
+            node = gathered  # torch.stack(torch.meshgrid(pos, pos)): still integer
+            continue
         return _named_fp32(node, parent, ctx, depth)
+
+
+_GATHERS = words("stack cat concat meshgrid")
+
+
+def _gathered(node: ast.AST, parent: ast.AST | None, ctx: Context) -> ast.AST | None:
+    """The call that gathers integer ``node`` with others like it: ``torch.stack([a, b])``,
+    ``torch.meshgrid(pos, pos)``, einops ``rearrange(pos, "c i j -> (i j) c")``."""
+    if isinstance(parent, (ast.List, ast.Tuple)):
+        node, parent = parent, ctx.parents.get(id(parent))
+    if not isinstance(parent, ast.Call) or node not in parent.args:
+        return None
+    name = dotted(parent.func)
+    if name in ctx.imports.einops and name.rsplit(".", 1)[-1] in ("rearrange", "repeat"):
+        return parent if parent.args[0] is node else None
+    if ctx.is_torch_attr(parent.func, *_GATHERS) is None:
+        return None
+    pieces = [
+        e for a in parent.args for e in (a.elts if isinstance(a, ast.List | ast.Tuple) else [a])
+    ]
+    return parent if not any(_floating(e, ctx) for e in pieces) else None
 
 
 def _casts(call: ast.Call) -> bool:
@@ -276,7 +301,8 @@ def _named_fp32(node: ast.AST, stmt: ast.AST | None, ctx: Context, depth: int) -
 
 
 _INT_KEEPS = words(
-    "view reshape unsqueeze squeeze expand expand_as repeat flatten transpose permute contiguous to"
+    "view reshape unsqueeze squeeze expand expand_as repeat flatten transpose permute "
+    "contiguous to t clone"
 )
 
 

@@ -66,7 +66,8 @@ _KEEPS = words(
     "requires_grad_ pin_memory share_memory_ float_power fmod remainder expm1 diff diag "
     "diagonal diag_embed tile chunk split unbind select index_fill index_fill_ sigmoid_ "
     "tanh_ relu_ clone_ rot90 fliplr flipud sinc atan2 hypot logsumexp logaddexp cosh sinh "
-    "acos asin atan maximum minimum einsum ge_ gt_ le_ lt_ eq_ ne_ masked_scatter lerp_ addcmul"
+    "acos asin atan maximum minimum einsum ge_ gt_ le_ lt_ eq_ ne_ masked_scatter lerp_ addcmul "
+    "unfold"
 )
 _FILLS = words(
     "uniform_ normal_ bernoulli_ exponential_ random_ fill_ geometric_ log_normal_ cauchy_"
@@ -125,6 +126,7 @@ class _Follow:
             return "leak"
         if not self.upcast and any(self.ctx.is_upcast(o) for o in others):
             return "safe"
+        self.empty = self.empty and not join  # cat([t, h]) has h's elements in t's dtype
         return "up"
 
     def derived(self, node: ast.AST) -> bool:
@@ -430,6 +432,10 @@ def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
     if _returned_record(f, node, call, last):
         return "up"  # return ModelOutput(logits=t): the output holds t
     first = bool(call.args) and call.args[0] is node
+    if name in f.ctx.imports.einops:  # einops.einsum(t, h, "..."): promoted inputs' dtype
+        return f.meets([a for a in call.args if a is not node and not isinstance(a, ast.Constant)])
+    if _default(func, node, call):
+        return "safe" if _read_before(f, func, call) else "up"  # batch.get("target", t)
     if last in _PASSES and first and (isinstance(func, ast.Name) or owner == "einops"):
         return "up"  # einops.rearrange(t, "b n -> n b"): the same values, rearranged
     if _is_submodule(f, func):
@@ -442,6 +448,33 @@ def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
         receiver = func.value if isinstance(func, ast.Attribute) and not torch_call else None
         return f.meets(others if receiver is None else [*others, receiver])
     return "unknown"
+
+
+def _default(func: ast.AST, node: ast.AST, call: ast.Call) -> bool:
+    """``d.get(key, t)``, ``d.pop(key, t)``, ``getattr(obj, name, t)``: a default the call
+    hands back when the key is missing."""
+    args = call.args
+    if isinstance(func, ast.Name) and func.id == "getattr":
+        return len(args) == 3 and args[2] is node
+    takes = isinstance(func, ast.Attribute) and func.attr in ("get", "pop", "setdefault")
+    return takes and len(args) == 2 and args[1] is node
+
+
+def _read_before(f: _Follow, func: ast.AST, call: ast.Call) -> bool:
+    """``batch["x"]`` read before ``batch.get("x", t)``: the key is there (or that read
+    raised), so the default is never taken."""
+    key = call.args[0]
+    if not (isinstance(func, ast.Attribute) and isinstance(key, ast.Constant)):
+        return False
+    holder = ast.dump(func.value)
+    here = (call.lineno, call.col_offset)
+    for n in walk(f.ctx.function) if f.ctx.function is not None else ():
+        if not (isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant)):
+            continue
+        same = n.slice.value == key.value and ast.dump(n.value) == holder
+        if same and (n.lineno, n.col_offset) < here:
+            return True
+    return False
 
 
 _PASSES = words("rearrange repeat")
@@ -509,13 +542,27 @@ def _submodule(f: _Follow, func: ast.AST) -> str:
     what it does, so its result is followed and only a cast ends that path."""
     attr = func.value if isinstance(func, ast.Subscript) else func
     name = attr.attr if isinstance(attr, ast.Attribute) else ""
-    layer = dict(f.ctx.facts.layers).get(name, "")
+    layer = _built(f, dict(f.ctx.facts.layers).get(name, ""))
     if layer in _WEIGHTED:
         return "leak"
     if layer in _WEIGHTLESS or name in f.ctx.facts.passthrough:
         return "up"
     f.opaque = True
     return "up"
+
+
+def _built(f: _Follow, layer: str) -> str:
+    """``self.dpb = PositionBias(d)`` of a function of this file that returns
+    ``nn.Sequential(...)``: the layer it builds (else ``layer`` as it is)."""
+    calls = f.ctx.calls
+    fn = calls.program.functions.get(layer) if calls is not None else None
+    if calls is None or fn is None:
+        return layer
+    made = {
+        dotted(r.func).rsplit(".", 1)[-1] if isinstance(r, ast.Call) else ""
+        for r in calls.returns(fn)
+    }
+    return made.pop() if len(made) == 1 else layer
 
 
 def _is_submodule(f: _Follow, func: ast.AST) -> bool:

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
-from halfprec.leaks.lint.context import Context
+from halfprec.leaks.lint.context import Calls, Context
 from halfprec.leaks.lint.scope import Function
 
 
@@ -64,9 +64,12 @@ class Follow(Protocol):
 
 
 _MAX_DEPTH = 4  # calls followed into, one inside another
+# a callee: its function, its class's facts, whether it is a forward, whether its first
+# parameter is self, and the calls of the file that defines it when that is another file
+Callee = tuple[Function, ClassFacts, bool, bool, Calls | None]
 
 
-def _callee(f: Follow, call: ast.Call) -> tuple[Function, ClassFacts, bool, bool] | None:
+def _callee(f: Follow, call: ast.Call) -> Callee | None:
     """The function ``call`` runs, when this file defines it: a function, a method of this
     class, or the ``forward`` of a submodule whose class is defined here. With its class's
     facts, whether it is a ``forward``, and whether its first parameter is ``self``."""
@@ -75,10 +78,10 @@ def _callee(f: Follow, call: ast.Call) -> tuple[Function, ClassFacts, bool, bool
         return None
     program, func = calls.program, call.func
     if isinstance(func, ast.Name) and func.id in program.functions:
-        return program.functions[func.id], NO_FACTS, False, False
+        return program.functions[func.id], NO_FACTS, False, False, None
     made = program.methods_of(func.id) if isinstance(func, ast.Name) else None
     if made is not None and "__init__" in made[0]:  # Beams(tokens, scores): its constructor
-        return made[0]["__init__"], made[1], False, True
+        return made[0]["__init__"], made[1], False, True, None
     held = _held(f, func)
     if held is not None:
         return held
@@ -90,15 +93,24 @@ def _callee(f: Follow, call: ast.Call) -> tuple[Function, ClassFacts, bool, bool
     owner = program.owner_of(function) if isinstance(function, Function) else None
     info = program.methods_of(owner) if owner else None
     if info is not None and func.attr in info[0]:
-        return info[0][func.attr], info[1], False, True
+        return info[0][func.attr], info[1], False, True, None
     cls = dict(f.ctx.facts.module_classes).get(func.attr)
     sub = program.methods_of(cls) if cls else None
     if sub is not None and "forward" in sub[0]:
-        return sub[0]["forward"], sub[1], True, True
-    return None
+        return sub[0]["forward"], sub[1], True, True, None
+    return _elsewhere(calls, cls)
 
 
-def _held(f: Follow, func: ast.AST) -> tuple[Function, ClassFacts, bool, bool] | None:
+def _elsewhere(calls: Calls, cls: str | None) -> Callee | None:
+    """The ``forward`` of ``cls`` where another file of the tree defines it."""
+    found = calls.other(cls) if cls and calls.other is not None else None
+    if found is None:
+        return None
+    there, forward, facts = found
+    return forward, facts, True, True, there
+
+
+def _held(f: Follow, func: ast.AST) -> Callee | None:
     """``self.blocks[i](...)`` or ``block(...)`` in ``for block in self.blocks``, where
     ``self.blocks`` holds modules of one class of this file: that class's ``forward``."""
     calls = f.ctx.calls
@@ -113,8 +125,8 @@ def _held(f: Follow, func: ast.AST) -> tuple[Function, ClassFacts, bool, bool] |
     cls = dict(f.ctx.facts.module_classes).get(attr) if attr else None
     sub = calls.program.methods_of(cls) if cls else None
     if sub is not None and "forward" in sub[0]:
-        return sub[0]["forward"], sub[1], True, True
-    return None
+        return sub[0]["forward"], sub[1], True, True, None
+    return _elsewhere(calls, cls)
 
 
 def _parameter(
@@ -142,11 +154,11 @@ def enter(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
     target = _callee(f, call)
     if target is None:
         return None
-    fn, facts, is_forward, skip_self = target
+    fn, facts, is_forward, skip_self, there = target
     param = _parameter(fn, call, node, skip_self, f.key)
     if param is None:
         return "unknown"
-    calls = f.ctx.calls
+    calls = there or f.ctx.calls
     assert calls is not None  # _callee found one
     inner = f.spawn(calls.context(fn, facts, is_forward))
     inner.fate, inner.seen, inner.hops, inner.opaque = f.fate, f.seen, f.hops, f.opaque

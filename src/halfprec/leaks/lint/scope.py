@@ -34,19 +34,26 @@ class ForwardPath:
 
 @dataclass(frozen=True)
 class Imports:
-    """Local names bound to ``torch`` and to ``torch.nn.functional`` in one file."""
+    """Local names bound to ``torch`` and to ``torch.nn.functional`` in one file, and the
+    local spellings of einops' dtype-keeping functions (``einsum``, ``einops.reduce``)."""
 
     torch: frozenset[str]
     functional: frozenset[str]
+    einops: frozenset[str] = frozenset()
 
 
 def imports_of(tree: ast.Module) -> Imports:
     torch_names: set[str] = set()
     functional: set[str] = set()
+    einops: set[str] = set()
     for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module == "einops":
+            einops.update(a.asname or a.name for a in node.names if a.name in EINOPS)
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name == "torch":
+                if alias.name == "einops":
+                    einops.update(f"{alias.asname or 'einops'}.{name}" for name in EINOPS)
+                elif alias.name == "torch":
                     torch_names.add(alias.asname or "torch")
                 elif alias.name == "torch.nn.functional" and alias.asname:
                     functional.add(alias.asname)
@@ -56,7 +63,10 @@ def imports_of(tree: ast.Module) -> Imports:
             for alias in node.names:
                 if alias.name == "functional":
                     functional.add(alias.asname or "functional")
-    return Imports(frozenset(torch_names), frozenset(functional))
+    return Imports(frozenset(torch_names), frozenset(functional), frozenset(einops))
+
+
+EINOPS = frozenset({"einsum", "reduce", "rearrange", "repeat"})  # output dtype: the inputs'
 
 
 def _methods(cls: ast.ClassDef) -> dict[str, Function]:

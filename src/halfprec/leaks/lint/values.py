@@ -179,6 +179,10 @@ def _call_value(call: ast.Call, ctx: Context) -> bool | None:
     if sub != "no":
         return None if isinstance(sub, str) else sub
     func = call.func
+    if dotted(func) in ctx.imports.einops and call.args:
+        # einops.einsum(a, b, "...") / reduce(t, "...", "sum"): the tensors' promoted dtype
+        tensors = [a for a in call.args if not isinstance(a, ast.Constant)]
+        return _join([value_of(a, ctx) for a in tensors])
     if dotted(func) in _REARRANGES and call.args:
         return value_of(call.args[0], ctx)  # einops: the same values, rearranged
     if isinstance(func, ast.Name):
@@ -208,6 +212,8 @@ def _call_value(call: ast.Call, ctx: Context) -> bool | None:
         return True
     if func.attr in _KEEPS_DTYPE and not any(k.arg == "dtype" for k in call.keywords):
         return receiver
+    if func.attr == "get" and call.args:
+        return receiver  # batch.get("x", default): a tensor of the batch (the default aside)
     return None
 
 

@@ -1,0 +1,107 @@
+"""Module classes that another file of the linted tree defines (``from .vit import
+Transformer``, ``from pkg.blocks import Block``): the import is resolved to a ``.py`` file
+next to the linted one, that file is parsed once per process, and :mod:`.reach` follows a
+tensor into the class's ``forward`` there as it does for a class of the same file.
+
+Only files on disk are read (a source linted as a string has no neighbours); a package's
+``__init__.py`` that re-exports the name is followed one step. Files that cannot be read or
+parsed, or that are larger than a source file the lint reads, are skipped.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from halfprec.leaks.lint.classes import ClassFacts
+from halfprec.leaks.lint.context import Calls
+from halfprec.leaks.lint.flow import calls_of
+from halfprec.leaks.lint.scope import Function, imports_of, program_of
+from halfprec.leaks.lint.source import SourceError, decode_source, split_lines
+from halfprec.readfile import read_regular
+
+Imported = dict[str, tuple[str, int, str]]  # local name -> (module, level, name there)
+Found = tuple[Calls, Function, ClassFacts]
+
+_MAX_FILES = 128  # other files kept parsed at once (each holds its tree)
+_MAX_BYTES = 2 * 2**20  # larger files are not read for this
+_MAX_UP = 8  # parent folders searched for an absolute import's package
+_loaded: dict[tuple[str, int, int], tuple[Calls, Imported] | None] = {}
+
+
+def imported_names(tree: ast.Module) -> Imported:
+    """The names ``from <module> import <name>`` binds in a file (at its top, or in a
+    function: ``__init__`` importing its layers); the first binding of a name wins."""
+    names: Imported = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                local = alias.asname or alias.name
+                names.setdefault(local, (node.module or "", node.level, alias.name))
+    return names
+
+
+def module_file(path: Path, module: str, level: int) -> Path | None:
+    """The file that ``from <.. module> import`` reads, seen from ``path``; None when no such
+    file is next to it (a third-party package)."""
+    parts = module.split(".") if module else []
+    if level:
+        bases = [path.parents[level - 1]] if level <= len(path.parents) else []
+    else:
+        bases = list(path.parents)[:_MAX_UP]
+        if not parts or parts[0] in ("torch", "einops", "numpy", "transformers"):
+            return None
+    for base in bases:
+        for candidate in (
+            base.joinpath(*parts).with_suffix(".py"),
+            base.joinpath(*parts, "__init__.py"),
+        ):
+            if parts and candidate.is_file():
+                return candidate
+            if not parts and candidate.name == "__init__.py" and candidate.is_file():
+                return candidate
+    return None
+
+
+def forward_of(path: str, imported: Imported, name: str, hops: int = 3) -> Found | None:
+    """The ``forward`` of class ``name`` imported into the file at ``path``, in the walked
+    calls of the file that defines it (None when that file is not found or has no such
+    class)."""
+    entry = imported.get(name)
+    if entry is None or hops <= 0 or path.startswith("<"):
+        return None
+    module, level, there = entry
+    file = module_file(Path(path), module, level)
+    loaded = _load(file) if file is not None else None
+    if loaded is None:
+        return None
+    calls, names = loaded
+    made = calls.program.methods_of(there)
+    if made is None:  # re-exported by a package's __init__.py
+        return forward_of(str(file), names, there, hops - 1)
+    methods, facts = made
+    forward = methods.get("forward")
+    return (calls, forward, facts) if forward is not None else None
+
+
+def _load(file: Path) -> tuple[Calls, Imported] | None:
+    try:
+        stat = file.stat()
+    except OSError:
+        return None
+    key = (str(file.resolve()), stat.st_mtime_ns, stat.st_size)
+    if key in _loaded:
+        return _loaded[key]
+    if len(_loaded) >= _MAX_FILES:
+        _loaded.clear()
+    _loaded[key] = None  # an import cycle ends here
+    try:
+        text = decode_source(read_regular(file, limit=_MAX_BYTES)).text
+        tree = ast.parse(text, filename=str(file))
+    except (OSError, SourceError, SyntaxError, ValueError, RecursionError):
+        return None
+    imports, names = imports_of(tree), imported_names(tree)
+    calls = calls_of(program_of(tree), imports, split_lines(text))
+    calls.other = lambda cls: forward_of(str(file), names, cls)
+    _loaded[key] = (calls, names)
+    return _loaded[key]
