@@ -123,8 +123,8 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     hot = _hot_lines(source, lines, imports.torch)
     program = program_of(tree)
     calls = calls_of(program, imports, lines)
-    names = imported_names(tree)
-    calls.other = lambda cls: forward_of(path, names, cls)
+    names = functools.cache(lambda: imported_names(tree))  # read only when a class is sought
+    calls.other = lambda cls: forward_of(path, names(), cls)
     for fpath in forward_paths(tree, lines, program):
         ctx = walk_function(
             fpath.function,

@@ -31,13 +31,23 @@ _loaded: dict[tuple[str, int, int], tuple[Calls, Imported] | None] = {}
 
 def imported_names(tree: ast.Module) -> Imported:
     """The names ``from <module> import <name>`` binds in a file (at its top, or in a
-    function: ``__init__`` importing its layers); the first binding of a name wins."""
+    function: ``__init__`` importing its layers); the first binding of a name wins. Only
+    statements are visited, never expressions."""
     names: Imported = {}
-    for node in ast.walk(tree):
+    stack: list[ast.stmt] = list(reversed(tree.body))
+    while stack:
+        node = stack.pop()
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
                 local = alias.asname or alias.name
                 names.setdefault(local, (node.module or "", node.level, alias.name))
+            continue
+        for block in ("body", "orelse", "finalbody", "handlers"):
+            inner = getattr(node, block, None)
+            if isinstance(inner, list):
+                stack.extend(reversed([n for n in inner if isinstance(n, ast.stmt)]))
+        for handler in getattr(node, "handlers", ()):
+            stack.extend(reversed(handler.body))
     return names
 
 
