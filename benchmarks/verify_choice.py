@@ -19,6 +19,11 @@ longer blocks, at least 3 untimed calls, both orders of each pair. When one call
 seconds, more than ``--block-s``, the timing takes ``pairs * 2 * 5 * T`` (120 calls
 at the default 12 pairs: 60 calls of each), after deploy.
 
+On a loaded machine, ``--threads 1 --clock cpu`` times both deploy and the re-timing by
+the process's CPU time with one thread (deploy's steady samples are switched to that clock
+for the run), which other processes' load sways far less; figures for the docs come from
+a quiet machine with the defaults.
+
 MODEL: ``mlp`` (docs/bench.md's example, Linear(64,256)-GELU-Linear(256,64)), or any MODEL
 of the command line (``builtin:minilm``, ``builtin:bert-base``, ``file.py:factory``, a
 Hugging Face directory). ``--batch N`` resizes the example batch to N rows.
@@ -27,6 +32,7 @@ Hugging Face directory). ``--batch N`` resizes the example batch to N rows.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
 import time
@@ -39,6 +45,7 @@ import torch
 
 import halfprec
 from halfprec.batch import Batch, batch_size_of, call, resize_batch
+from halfprec.bench import steady
 from halfprec.bench.spread import variant_speed
 from halfprec.io.specs import load_model
 from halfprec.timing import Stopwatch
@@ -125,7 +132,15 @@ def main() -> None:
     parser.add_argument("--block-s", type=float, default=0.3, help="seconds of calls per block")
     parser.add_argument("--warm-s", type=float, default=0.05, help="untimed seconds per block")
     parser.add_argument("--pause-s", type=float, default=0.1, help="idle pause before a block")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="the clock")
     args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    if args.clock == "cpu":  # this script's blocks and deploy's samples alike
+        cpu_watch = functools.partial(Stopwatch, clock=time.process_time)
+        vars(steady)["Stopwatch"] = cpu_watch
+        globals()["Stopwatch"] = cpu_watch
     print(f"load average before: {_load()}", flush=True)
     model, batch = _model(args.model)
     if args.batch is not None:
@@ -134,7 +149,8 @@ def main() -> None:
     done = halfprec.deploy(model, batch, **kwargs)
     claimed = variant_speed(done.report, done.choice)
     print(
-        f"model {args.model}, batch {batch_size_of(batch)}; torch threads {torch.get_num_threads()}"
+        f"model {args.model}, batch {batch_size_of(batch)}; torch threads "
+        f"{torch.get_num_threads()}, {args.clock} clock"
     )
     print(f"deploy: {done.summary}")
     if claimed is None:

@@ -11,8 +11,9 @@ import pytest
 
 from support.cli import run_cli
 
-# a run whose every test was skipped exits 1; a crashed xdist worker is named with its signal
-pytest_plugins = ["support.skip_guard", "support.worker_exit"]
+# a run whose every test was skipped exits 1; a test that leaves process-wide state changed
+# fails; a crashed xdist worker is named with the signal that ended it
+pytest_plugins = ["support.skip_guard", "support.state_guard", "support.worker_exit"]
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

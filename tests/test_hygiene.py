@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,3 +37,55 @@ def test_a_crashed_worker_is_reported_with_the_signal_that_ended_it(tmp_path: Pa
     assert done.returncode == 1, done.stdout[-3000:]
     crashed = "worker 'gw0' crashed while running 'test_alarm.py::test_alarm_left_armed'"
     assert f"{crashed}; its process was killed by SIGALRM (an interval timer" in done.stdout
+
+
+def test_the_state_guard_names_a_handler_a_timer_a_variable_and_a_folder_left_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    from support.state_guard import changes, snapshot
+
+    before = snapshot()
+    old = signal.signal(signal.SIGALRM, lambda *_: None)
+    signal.setitimer(signal.ITIMER_REAL, 100.0)
+    try:
+        monkeypatch.setenv("HALFPREC_GUARD_PROBE", "1")
+        monkeypatch.chdir(tmp_path)
+        found = changes(before, snapshot())
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    named = {c.split(":")[0] for c in found}
+    assert named == {
+        "signal SIGALRM",
+        "timer ITIMER_REAL",
+        "environment HALFPREC_GUARD_PROBE",
+        "working folder",
+    }, found
+    assert "environment HALFPREC_GUARD_PROBE: '(unset)' -> '1'" in found
+
+
+@pytest.mark.slow  # a pytest run in a process of its own (no torch: about a second)
+def test_a_test_that_leaves_state_changed_fails_and_one_that_restores_it_passes(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "test_leaks.py").write_text(
+        "import os, signal\n\n"
+        "def test_alarm_left_armed():\n"
+        "    signal.signal(signal.SIGALRM, lambda *_: None)\n"
+        "    signal.setitimer(signal.ITIMER_REAL, 600)\n\n"
+        "def test_variable_left_set():\n"
+        "    os.environ['HALFPREC_GUARD_PROBE'] = '1'\n\n"
+        "def test_restored(monkeypatch):\n"
+        "    monkeypatch.setenv('HALFPREC_GUARD_PROBE', '2')\n"
+        "    monkeypatch.chdir('/')\n"
+    )
+    done = _pytest(tmp_path, "-p", "support.state_guard", "-p", "no:xdist", "-rE")
+    assert "3 passed, 2 errors" in done.stdout, done.stdout[-3000:]  # errors at teardown
+    alarm = re.search(r"test_alarm_left_armed left process-wide state changed, .*", done.stdout)
+    assert alarm is not None, done.stdout[-3000:]
+    assert "signal SIGALRM: <Handlers.SIG_DFL: 0> -> <function" in alarm.group(0)
+    assert "timer ITIMER_REAL: 'off' -> 'armed'" in alarm.group(0)
+    assert "ERROR test_leaks.py::test_variable_left_set - " in done.stdout
+    assert "environment HALFPREC_GUARD_PROBE: '(unset)' -> '1'" in done.stdout

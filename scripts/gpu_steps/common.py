@@ -106,17 +106,29 @@ def _alarm(ctx: Context) -> Iterator[None]:
     if ctx.deadline is None or not hasattr(signal, "SIGALRM"):
         yield
         return
+    running = [True]
 
     def fire(signum: int, frame: object) -> None:
-        raise StepTimeout("reached its deadline, its limit less the margin to report")
+        if running[0]:  # handled once the step has ended (a signal that came late): nothing
+            raise StepTimeout("reached its deadline, its limit less the margin to report")
 
     old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, max(0.1, ctx.deadline - time.monotonic()))
     try:
+        signal.setitimer(signal.ITIMER_REAL, max(0.1, ctx.deadline - time.monotonic()))
         yield
     finally:
+        running[0] = False
         signal.setitimer(signal.ITIMER_REAL, 0)
+        _drop_pending_alarm()
         signal.signal(signal.SIGALRM, old)
+
+
+def _drop_pending_alarm() -> None:
+    """Discard a SIGALRM that fired while this thread blocked it (a library's
+    ``pthread_sigmask``): once the previous action, by default the end of the process, is
+    back, it would be delivered the moment the signal is unblocked."""
+    if hasattr(signal, "sigpending") and signal.SIGALRM in signal.sigpending():
+        signal.sigtimedwait({signal.SIGALRM}, 0)
 
 
 def _call(step: Callable[[Context], list[str]], ctx: Context) -> list[str]:

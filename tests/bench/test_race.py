@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable
 
@@ -13,9 +14,12 @@ from hypothesis import strategies as st
 from torch import nn
 
 from halfprec import BenchConfig, benchmark
+from halfprec.bench import runner, steady
 from halfprec.bench.race import Race
 from halfprec.bench.results import fastest_variant
+from halfprec.bench.spread import variant_speed
 from halfprec.bench.variants import Variant
+from halfprec.timing import Stopwatch
 
 
 def test_a_clearly_slower_variant_is_settled_after_min_rounds_not_before() -> None:
@@ -211,3 +215,111 @@ def test_a_burst_on_one_reading_does_not_drop_the_faster_variant() -> None:
     result = benchmark(Tiny(), X, variants=["halfprec-bf16"], bench=TEN, timer=clock)
     assert clock.calls["halfprec-bf16"] == clock.calls["fp32"] > 3
     assert fastest_variant(result).name == "halfprec-bf16"
+
+
+class _Drifting:
+    """A machine whose speed drifts over seconds, on an injected clock: fp32's calls take
+    ``fast`` seconds for ``period`` seconds, then ``slow`` for as long, and so on (other
+    tenants' use of the cache and memory come and go); the candidate's take ``half``
+    whatever the moment. A user's loop sees fp32 at the mean of both, over the mean
+    ratio's worth of seconds."""
+
+    def __init__(self, fast: float, slow: float, half: float, period: float) -> None:
+        self.fast, self.slow, self.half, self.period = fast, slow, half, period
+        self.now = 0.0
+
+    def fp32(self) -> None:
+        self.now += self.slow if int(self.now / self.period) % 2 else self.fast
+
+    def candidate(self) -> None:
+        self.now += self.half
+
+
+class _Advances(nn.Module):
+    def __init__(self, model: nn.Module, advance: Callable[[], None]) -> None:
+        super().__init__()
+        self.model, self.advance = model, advance
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.advance()
+        return self.model(x)
+
+
+@pytest.mark.parametrize(("fast", "slow", "half"), [(0.010, 0.013, 0.004), (0.04, 0.05, 0.03)])
+def test_the_claims_spread_covers_a_speed_that_drifts_over_seconds(
+    fast: float, slow: float, half: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader's rounds span the race's claim_s of timed calls, so the claimed spread
+    holds the ratio a user's loop gets on a machine whose speed drifts over seconds; five
+    rounds of 20 ms blocks (or single calls) all fell in one second and claimed that moment's ratio
+    with a spread of nothing (as deploy claimed MiniLM 3.83x, IQR 3.80-3.85x, where 12
+    pairs of blocks over 10 s read 4.12x)."""
+    machine = _Drifting(fast, slow, half, period=1.0)
+    watch = functools.partial(Stopwatch, clock=lambda: machine.now)
+    monkeypatch.setattr(steady, "Stopwatch", watch)
+    monkeypatch.setattr(steady, "settle", lambda: 0.0)
+    monkeypatch.setattr(
+        runner, "build_variant", lambda *a, **k: _Advances(Tiny(), machine.candidate)
+    )
+    config = BenchConfig(warmup=1, runs=5, memory="none", skip_slower_than=None, limit=False)
+    result = benchmark(_Advances(Tiny(), machine.fp32), X, variants=["halfprec-bf16"], bench=config)
+    claim = variant_speed(result, result.get("halfprec-bf16"))
+    assert claim is not None
+    loop = (fast + slow) / 2 / half  # fp32's mean over the drift, against the candidate's
+    assert claim.q1 <= loop <= claim.q3, (claim, loop)
+    assert claim.rounds <= Race().claim_max_rounds
+
+
+def test_the_leader_runs_until_its_pairs_timed_calls_span_claim_s() -> None:
+    """Short calls: a round's two samples count a 20 ms block each (BLOCK_S), so the leader
+    and fp32 run 2 s / 40 ms = 50 rounds, past the 10 planned; a slower call counts its
+    own length; the cap is claim_max_rounds; --no-race keeps the planned rounds."""
+    script = {"fp32": lambda n: 0.010, "halfprec-bf16": lambda n: 0.004}
+    clock = Scripted(script)
+    benchmark(Tiny(), X, variants=["halfprec-bf16"], bench=TEN, timer=clock)
+    assert clock.calls == {"fp32": 50, "halfprec-bf16": 50}
+    slower = Scripted({"fp32": lambda n: 0.25, "halfprec-bf16": lambda n: 0.10})
+    benchmark(Tiny(), X, variants=["halfprec-bf16"], bench=TEN, timer=slower)
+    assert slower.calls == {"fp32": 6, "halfprec-bf16": 6}  # 6 x 0.35 s >= 2 s, 5 x < 2 s
+    capped = Scripted(script)
+    race = Race(claim_s=100.0, claim_max_rounds=12)
+    benchmark(
+        Tiny(),
+        X,
+        variants=["halfprec-bf16"],
+        bench=BenchConfig(**{**TEN.__dict__, "race": race}),
+        timer=capped,
+    )
+    assert capped.calls == {"fp32": 12, "halfprec-bf16": 12}
+    plain = Scripted(script)
+    config = BenchConfig(**{**TEN.__dict__, "race": None})
+    benchmark(Tiny(), X, variants=["halfprec-bf16"], bench=config, timer=plain)
+    assert plain.calls == {"fp32": 10, "halfprec-bf16": 10}
+
+
+def test_a_candidate_that_does_not_lead_keeps_its_planned_rounds() -> None:
+    """Only the leader's claim needs the seconds: an accurate candidate close behind it
+    (5% slower, so never beaten) runs its planned rounds (10) and stops."""
+    clock = Scripted(
+        {
+            "fp32": lambda n: 0.010,
+            "halfprec-bf16": lambda n: 0.004,
+            "halfprec-fp16": lambda n: 0.0042,
+        }
+    )
+    result = benchmark(
+        Tiny(), X, variants=["halfprec-bf16", "halfprec-fp16"], bench=TEN, timer=clock
+    )
+    assert clock.calls == {"fp32": 60, "halfprec-bf16": 50, "halfprec-fp16": 10}
+    assert fastest_variant(result).name == "halfprec-bf16"
+
+
+def test_claiming_counts_rounds_and_seconds() -> None:
+    race = Race(claim_rounds=5, claim_s=2.0, claim_max_rounds=30)
+    assert race.claiming(4, 10.0)  # rounds short
+    assert race.claiming(5, 1.9) and not race.claiming(5, 2.0)  # seconds short, then met
+    assert not race.claiming(30, 0.1)  # the cap
+    with pytest.raises(ValueError, match=r"Race\(claim_s=-1"):
+        Race(claim_s=-1.0)
+    with pytest.raises(ValueError, match=r"claim_max_rounds=4"):
+        Race(claim_max_rounds=4)

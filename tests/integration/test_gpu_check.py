@@ -15,6 +15,23 @@ ROOT = Path(__file__).resolve().parents[2]
 STEPS = 9
 
 
+def _python(script: str) -> subprocess.CompletedProcess[str]:
+    """``python -c script`` from the checkout, with its ``src`` first on PYTHONPATH."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
 @pytest.mark.slow  # nine interpreters, two inductor compiles, two exports, torchrun: ~2-3 min
 def test_the_dry_run_reports_every_step_in_order(tmp_path: Path) -> None:
     out = tmp_path / "gpu.md"
@@ -70,19 +87,7 @@ def test_a_step_whose_package_is_missing_reports_skipped(tmp_path: Path) -> None
         f"codes = [run_step(ctx, *STEPS[name]) for name in {_IN_PROCESS!r}]\n"
         "sys.exit(max(codes))\n"
     )
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = _python(script)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     text = out.read_text()
     sections = re.findall(r"^### (\d+)\. .*\n\n- \*\*(\w+)\*\* after .*\n- (.*)$", text, re.M)
@@ -189,3 +194,29 @@ def test_step_1_reads_the_summary_line_pytest_prints_under_v() -> None:
         sys.path.remove(str(ROOT / "scripts" / "gpu_steps"))
     banner = "=================== 7 passed, 1 skipped in 20.01s ===================="
     assert pytest_verdict(0, [banner], "", dry_run=False) == ["7 passed, 1 skipped in 20.01s"]
+
+
+@pytest.mark.slow  # an interpreter that imports torch: the check is whether it survives
+def test_a_deadline_that_passes_while_sigalrm_is_blocked_does_not_end_the_process() -> None:
+    """A process whose threads block SIGALRM (to take signals with sigwait, say) reaches a
+    step's deadline with the alarm pending, not handled: once SIGALRM's default action is
+    back, unblocking it would end the process (a pytest worker running a step: "node
+    down"). Blocked before torch starts any thread, so that every thread inherits it."""
+    script = (
+        "import signal, sys, time\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
+        "sys.path.insert(0, 'scripts/gpu_steps')\n"
+        "from pathlib import Path\n"
+        "from common import Context, run_step\n"
+        "def waits(ctx):\n"
+        "    while signal.SIGALRM not in signal.sigpending():\n"
+        "        time.sleep(0.01)\n"
+        "    return ['returned with the alarm pending']\n"
+        "ctx = Context(dry_run=True, out=Path('/dev/null'), deadline=time.monotonic() + 0.2)\n"
+        "code = run_step(ctx, 1, 'waits', waits)\n"
+        "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})\n"
+        "print('survived', code, signal.getsignal(signal.SIGALRM) is signal.SIG_DFL)\n"
+    )
+    done = _python(script)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # -14: SIGALRM
+    assert done.stdout.strip().splitlines()[-1] == "survived 0 True", done.stdout

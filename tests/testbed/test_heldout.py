@@ -188,6 +188,7 @@ BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "heldout.py"
 
 def _benchmark(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
     monkeypatch.setattr(sys, "argv", [str(BENCHMARK), *args])
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the script puts tests/ on it
     with pytest.raises(SystemExit) as exit_info:
         runpy.run_path(str(BENCHMARK), run_name="__main__")
     return int(exit_info.value.code or 0)

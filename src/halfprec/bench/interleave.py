@@ -14,6 +14,7 @@ timed in an earlier pair, still stops after a few rounds.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ from torch import nn
 from halfprec.batch import Batch, call
 from halfprec.bench.race import Race
 from halfprec.bench.results import VariantResult, relative_rounds
+from halfprec.bench.steady import BLOCK_S
 from halfprec.bench.variants import Variant
 from halfprec.modules import first_line
 from halfprec.timing import Timing
@@ -98,13 +100,17 @@ def _playing(
     stopped: set[int],
     round_: int,
     race: Race | None,
+    claiming: int | None = None,
 ) -> list[int]:
-    """The variants that play round ``round_``: not stopped, with rounds left, still ok;
-    fp32 (``ref``) only when another plays, or alone for the race's ``min_rounds``."""
+    """The variants that play round ``round_``: not stopped, with rounds left (the
+    ``claiming`` leader past its planned rounds too: :meth:`Race.claiming`), still ok; fp32
+    (``ref``) only when another plays, or alone for the race's ``min_rounds``."""
     now = [
         i
         for i in modules
-        if i not in stopped and round_ < prepared[i].runs and prepared[i].result.status == "ok"
+        if i not in stopped
+        and (round_ < prepared[i].runs or (claiming is not None and i in (claiming, ref)))
+        and prepared[i].result.status == "ok"
     ]
     if race is not None and ref is not None:
         others = [i for i in now if i != ref] if ref in now else []
@@ -114,19 +120,43 @@ def _playing(
     return now
 
 
+def _timed_s(samples: dict[int, list[float]], ref: int | None, i: int) -> float:
+    """Seconds the timed calls of ``i``'s rounds and fp32's in them took, a sample counted
+    as its block (:data:`~halfprec.bench.steady.BLOCK_S` at least: a steady sample times
+    that long a block of calls, or one longer call)."""
+    rounds = len(samples[i])
+    fp32 = samples[ref][:rounds] if ref is not None and ref != i else []
+    return sum(max(s, BLOCK_S) for s in [*samples[i], *fp32])
+
+
 def _stopped(
     prepared: Sequence[Prepared],
     samples: dict[int, list[float]],
     ref: int | None,
     race: Race,
     standings: Standings,
-) -> set[int]:
-    """The variants of this run whose rank the race says is settled (never the reference)."""
+) -> tuple[set[int], int | None]:
+    """The variants of this run whose rank the race says is settled (never the reference),
+    and the one still timed for its claim past its planned rounds, if any
+    (:meth:`Race.claiming`: the leader, while its pair's timed seconds are short)."""
     rows = {i: prepared[i].result for i in samples}
     eligible = {rows[i].variant for i in _eligible(rows)} | standings.eligible
     claimable = {rows[i].variant for i in _eligible(rows, runtimes=True)} | standings.claimable
-    done = race.settled(_race_samples(prepared, samples, ref, standings), eligible, claimable)
-    return {i for i in samples if i != ref and rows[i].variant in done}
+    ranked = _race_samples(prepared, samples, ref, standings)
+    timed = {rows[i].variant: _timed_s(samples, ref, i) for i in samples if i != ref}
+    done = race.settled(ranked, eligible, claimable, timed)
+    lead = race.leader(ranked, claimable)
+    claiming = next(
+        (
+            i
+            for i in samples
+            if i != ref
+            and rows[i].variant == lead
+            and race.claiming(len(samples[i]), timed[rows[i].variant])
+        ),
+        None,
+    )
+    return {i for i in samples if i != ref and rows[i].variant in done}, claiming
 
 
 def time_interleaved(
@@ -151,9 +181,10 @@ def time_interleaved(
     samples: dict[int, list[float]] = {i: [] for i in modules}
     ref = next((i for i in modules if prepared[i].result.variant == Variant("fp32")), None)
     stopped: set[int] = set()
+    claiming: int | None = None
     with torch.inference_mode():  # the caller's fp32 settings: fp32 as the user runs it
-        for round_ in range(max((prepared[i].runs for i in modules), default=0)):
-            now = _playing(prepared, modules, ref, samples, stopped, round_, race)
+        for round_ in itertools.count():
+            now = _playing(prepared, modules, ref, samples, stopped, round_, race, claiming)
             if not now:
                 break
             for i in now:
@@ -163,7 +194,8 @@ def time_interleaved(
                 except Exception as exc:
                     r.status, r.note = "failed", first_line(exc)
             if race is not None:
-                stopped |= _stopped(prepared, samples, ref, race, standings)
+                done, claiming = _stopped(prepared, samples, ref, race, standings)
+                stopped |= done
     _record(prepared, samples, ref, standings)
     return samples
 

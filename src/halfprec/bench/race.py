@@ -25,11 +25,19 @@ The variant the choice would pick now (the claimable one fastest by its median: 
 a runtime target deploy may pick over them) is not
 stopped before ``claim_rounds`` (5) rounds, whatever its margin: its speedup is what deploy
 and bench claim, and the spread claimed with it (the interquartile range of its per-round
-ratios) says little over 2 or 3 rounds.
+ratios) says little over 2 or 3 rounds. Nor before the timed calls of its pair (its own and
+fp32's) add up to ``claim_s`` seconds, up to ``claim_max_rounds`` rounds: a machine's speed
+drifts over seconds (other tenants' use of the shared cache and memory bandwidth, where
+the host runs the threads), and not alike for every variant, so rounds taken within a
+fraction of a second share one moment's ratio, and their spread is narrower than the
+ratio's drift that a user's loop sees from one second to the next. The caller counts
+the seconds (:mod:`halfprec.bench.interleave`), so this part of the claim may run past
+the rounds a variant was planned.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,13 +53,16 @@ class Race:
     """When a timed variant may stop: after ``min_rounds`` rounds, once its fastest call is
     slower than another's slowest by ``margin`` (0.1: 10%), or faster than its fastest by
     as much; after ``early_rounds`` rounds already when that holds by ``early_margin``; the
-    leading eligible variant not before ``claim_rounds`` rounds."""
+    leading eligible variant not before ``claim_rounds`` rounds, nor before its pair's timed
+    calls add up to ``claim_s`` seconds (at most ``claim_max_rounds`` rounds)."""
 
     min_rounds: int = 3
     margin: float = 0.1
     early_rounds: int = 2
     early_margin: float = 1.0
     claim_rounds: int = 5
+    claim_s: float = 2.0
+    claim_max_rounds: int = 100
 
     def __post_init__(self) -> None:
         for name in ("min_rounds", "early_rounds"):
@@ -65,6 +76,11 @@ class Race:
             raise ValueError(
                 f"Race(claim_rounds={self.claim_rounds}): the leader's claim needs at least "
                 f"min_rounds={self.min_rounds} rounds"
+            )
+        if not self.claim_s >= 0 or self.claim_max_rounds < self.claim_rounds:
+            raise ValueError(
+                f"Race(claim_s={self.claim_s}, claim_max_rounds={self.claim_max_rounds}): "
+                f"need claim_s >= 0 and claim_max_rounds >= claim_rounds={self.claim_rounds}"
             )
         if self.early_rounds > self.min_rounds or not self.early_margin >= self.margin:
             raise ValueError(
@@ -84,20 +100,29 @@ class Race:
         margin = self.margin if rounds >= self.min_rounds else self.early_margin
         return min(mine) > (1 + margin) * max(theirs)
 
+    def claiming(self, rounds: int, timed_s: float) -> bool:
+        """Whether a leader with ``rounds`` rounds, whose pair's timed calls took ``timed_s``
+        seconds, still needs rounds for its claim."""
+        short = timed_s < self.claim_s and rounds < self.claim_max_rounds
+        return rounds < self.claim_rounds or short
+
     def settled(
         self,
         samples: Mapping[K, Sequence[float]],
         eligible: Collection[K],
         claimable: Collection[K] | None = None,
+        timed_s: Mapping[K, float] | None = None,
     ) -> set[K]:
         """The keys of ``samples`` whose timing can stop: beaten by an ``eligible`` key (one
         the choice may pick), or apart from every other key, except the leading
-        ``claimable`` key (default: the eligible ones) before ``claim_rounds`` rounds (see
-        the module docs)."""
+        ``claimable`` key (default: the eligible ones) while it is :meth:`claiming`, its
+        pair's timed seconds read from ``timed_s`` (a key missing there: none to time, so
+        only ``claim_rounds`` counts). See the module docs."""
         done = set()
         lead = self.leader(samples, eligible if claimable is None else claimable)
+        spans = timed_s or {}
         for key, mine in samples.items():
-            if key == lead and len(mine) < self.claim_rounds:
+            if key == lead and self.claiming(len(mine), spans.get(key, math.inf)):
                 continue
             others = [(k, s) for k, s in samples.items() if k != key]
             if any(k in eligible and self.beaten(mine, s) for k, s in others) or (

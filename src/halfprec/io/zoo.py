@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -118,17 +119,27 @@ def token_batch(vocab: int, batch: int, seq: int, seed: int = 0) -> dict[str, to
     return {"input_ids": ids, "attention_mask": mask}
 
 
+@contextmanager
+def _seeded(seed: int = 0) -> Iterator[None]:
+    """Inside: the CPU generator seeded with ``seed``, so a builtin's random weights are the
+    same in every process; after: the caller's random state as it was (building a builtin
+    must not reseed the user's program)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.manual_seed(seed)
+        yield
+
+
 def _bert_base() -> tuple[nn.Module, list[Batch]]:
     tf = import_transformers()
-    torch.manual_seed(0)
-    model = tf.BertModel(tf.BertConfig()).eval()
+    with _seeded():
+        model = tf.BertModel(tf.BertConfig()).eval()
     return model, [token_batch(model.config.vocab_size, 8, 128)]
 
 
 def _gpt2() -> tuple[nn.Module, list[Batch]]:
     tf = import_transformers()
-    torch.manual_seed(0)
-    model = tf.GPT2LMHeadModel(tf.GPT2Config(use_cache=False)).eval()
+    with _seeded():
+        model = tf.GPT2LMHeadModel(tf.GPT2Config(use_cache=False)).eval()
     return model, [token_batch(model.config.vocab_size, 2, 64)]
 
 
@@ -187,8 +198,8 @@ def photo_crops(count: int, size: int = 64, seed: int = 0) -> torch.Tensor:
 
 
 def _cnn() -> tuple[nn.Module, list[Batch]]:
-    torch.manual_seed(0)
-    model = SmallResNet()
+    with _seeded():
+        model = SmallResNet()
     model.train()
     with torch.no_grad():
         for step in range(4):  # BatchNorm running statistics from real photos
