@@ -60,6 +60,7 @@ class Context:
     modules: dict[str, str] = field(default_factory=dict)
     outputs: set[str] = field(default_factory=set)
     containers: frozenset[str] = frozenset()
+    not_tensors: frozenset[str] = frozenset()  # never a fix's anchor (:mod:`.anchors`)
     found: list[tuple[ast.AST, str, str, object]] = field(default_factory=list)
     hot_lines: frozenset[int] | None = None  # lines a rule could fire on; None: all
     function: ast.AST | None = None
@@ -79,8 +80,10 @@ class Context:
 
     @property
     def template(self) -> str | None:
-        """The floating-tensor name bound most recently, which fixes inherit from."""
-        return next(reversed(self.floating), None) if self.floating else None
+        """The floating-tensor name bound most recently, which fixes inherit from; never a
+        name some use shows is a dict, list, object or module (:mod:`.anchors`)."""
+        anchors = (name for name in reversed(self.floating) if name not in self.not_tensors)
+        return next(anchors, None)
 
     @property
     def template_known(self) -> bool:

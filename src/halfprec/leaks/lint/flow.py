@@ -15,6 +15,7 @@ import ast
 import re
 from collections.abc import Iterable
 
+from halfprec.leaks.lint.anchors import not_tensors
 from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.complexes import complex_names
@@ -243,6 +244,7 @@ def walk_function(
         ctx.floating.pop(name, None)
         ctx.optional.pop(name, None)
     ctx.containers = _containers(fn, lines)
+    ctx.not_tensors = not_tensors(fn)
     _scan([*fn.args.defaults, *(d for d in fn.args.kw_defaults if d is not None)], ctx, checks)
     _walk_block(fn.body, ctx, checks)
     _settle(ctx)

@@ -266,12 +266,14 @@ def _to_value(call: ast.Call, receiver: bool | None, ctx: Context) -> bool | Non
 def template_for(call: ast.Call, ctx: Context) -> Template | None:
     """The template of a factory ``call``: a floating tensor whose ``.shape``, ``.size()``,
     ``.device`` or ``.dtype`` the call reads (so it surely is a tensor there), else the
-    floating name bound most recently."""
+    floating name bound most recently; never a name shown to be no tensor (:mod:`.anchors`)."""
     for arg in (*call.args, *(k.value for k in call.keywords)):
         for node in walk(arg):
             if not isinstance(node, ast.Attribute) or node.attr not in _TENSOR_FACTS:
                 continue
             text = dotted(node.value)
+            if text.split(".")[0] in ctx.not_tensors:
+                continue  # out["x"].shape: out is a dict, never an anchor
             known = value_of(node.value, ctx) if text else None
             if known is not None:
                 return Template(text, known)

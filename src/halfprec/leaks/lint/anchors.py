@@ -1,0 +1,81 @@
+"""Which names a fix may anchor on: a fix writes ``x.new_zeros(...)`` or ``x.dtype``, so
+``x`` must be a tensor, not merely a name the data flow follows into the computation.
+
+A name is *not* a tensor (never an anchor) when some use of it in the function says so:
+
+- a mapping: ``out["loss"]``, ``"likelihoods" in out``, ``f(**out)``;
+- a list, dict or set: ``out.append(...)``, ``out.items()``, ``out.get("x")``...;
+- an object with fields (a model output, a dataclass, a config): ``out.logits`` read where a
+  tensor has no such attribute;
+- a callable (a module, a function): ``out(h)``.
+
+The check is over the whole function, whatever the binding, so a name reused for a list and
+then a tensor loses its fix (it is still reported): a fix that does not run is worse.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from halfprec.leaks.lint.context import words
+from halfprec.leaks.lint.nodes import walk
+
+__all__ = ["not_tensors"]
+
+_CONTAINER_METHODS = words(
+    "items keys values get append extend insert pop popitem update setdefault copy index "
+    "count remove clear reverse add discard"
+)
+# attributes a tensor has that are read without a call (its methods are called)
+_TENSOR_FIELDS = words(
+    "shape dtype device T mT H mH data real imag grad requires_grad ndim is_cuda is_cpu "
+    "is_meta is_mps is_xpu is_sparse is_quantized is_leaf is_nested is_mkldnn grad_fn layout "
+    "names itemsize nbytes output_nr retains_grad"
+)
+
+
+def _is_key(node: ast.AST) -> bool:
+    """A string key: ``"loss"`` or an f-string."""
+    return isinstance(node, ast.JoinedStr) or (
+        isinstance(node, ast.Constant) and isinstance(node.value, str)
+    )
+
+
+def _name(node: ast.AST) -> str | None:
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _attribute_use(node: ast.Attribute, called: set[int]) -> str | None:
+    """The name whose attribute ``node`` reads, when that read says it is no tensor."""
+    name = _name(node.value)
+    if name is None:
+        return None
+    if id(node) in called:
+        return name if node.attr in _CONTAINER_METHODS else None
+    return name if node.attr not in _TENSOR_FIELDS else None
+
+
+def _shown(node: ast.AST, called: set[int]) -> list[str | None]:
+    """The names that ``node`` shows are no tensor (``None`` where it shows none)."""
+    if isinstance(node, ast.Subscript) and _is_key(node.slice):
+        return [_name(node.value)]
+    if isinstance(node, ast.Compare):
+        lefts = [node.left, *node.comparators]
+        return [
+            _name(right)
+            for op, left, right in zip(node.ops, lefts, node.comparators, strict=False)
+            if isinstance(op, (ast.In, ast.NotIn)) and _is_key(left)
+        ]
+    if isinstance(node, ast.Call):
+        return [_name(node.func), *(_name(k.value) for k in node.keywords if k.arg is None)]
+    if isinstance(node, ast.Attribute):
+        return [_attribute_use(node, called)]
+    return []
+
+
+def not_tensors(fn: ast.AST) -> frozenset[str]:
+    """The names of ``fn`` that some use shows are no tensor (see the module docstring)."""
+    called = {id(n.func) for n in walk(fn) if isinstance(n, ast.Call)}
+    out = {name for node in walk(fn) for name in _shown(node, called) if name is not None}
+    out.discard("self")
+    return frozenset(out)
