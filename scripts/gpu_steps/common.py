@@ -16,6 +16,7 @@ import contextlib
 import importlib.util
 import os
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -112,13 +113,24 @@ def _alarm(ctx: Context) -> Iterator[None]:
         if running[0]:  # handled once the step has ended (a signal that came late): nothing
             raise StepTimeout("reached its deadline, its limit less the margin to report")
 
+    # The alarm is sent to this thread alone (pthread_kill from a timer thread), not to the
+    # process as setitimer's is: a process-wide SIGALRM may land on any thread, such as a
+    # native worker thread of OpenMP, oneTBB or a compiler, inside a system call that it
+    # does not expect to be interrupted.
+    timer = threading.Timer(
+        max(0.1, ctx.deadline - time.monotonic()),
+        signal.pthread_kill,
+        (threading.get_ident(), signal.SIGALRM),
+    )
+    timer.daemon = True
     old = signal.signal(signal.SIGALRM, fire)
     try:
-        signal.setitimer(signal.ITIMER_REAL, max(0.1, ctx.deadline - time.monotonic()))
+        timer.start()
         yield
     finally:
         running[0] = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        timer.cancel()
+        timer.join()
         _drop_pending_alarm()
         signal.signal(signal.SIGALRM, old)
 

@@ -40,6 +40,7 @@ from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Fate, Follow, enter, to_callers, to_readers
+from halfprec.leaks.lint.submodules import hidden_state, is_submodule, submodule
 from halfprec.leaks.lint.values import value_of
 
 _MAX_HOPS = 12  # names followed from one tensor (a = t; b = a * 2; ...)
@@ -438,10 +439,10 @@ def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
         return "safe" if _read_before(f, func, call) else "up"  # batch.get("target", t)
     if last in _PASSES and first and (isinstance(func, ast.Name) or owner == "einops"):
         return "up"  # einops.rearrange(t, "b n -> n b"): the same values, rearranged
-    if _is_submodule(f, func):
+    if is_submodule(f.ctx, func):
         if first:
-            return _submodule(f, func)
-        return "leak" if _hidden_state(f, func, node, call) else "unknown"
+            return submodule(f, func)
+        return "leak" if hidden_state(f.ctx, func, node, call) else "unknown"
     torch_call = owner in f.ctx.imports.torch or owner in f.ctx.imports.functional
     torch_call = torch_call or owner.endswith(("nn.functional", "torch.linalg", "torch.fft"))
     if torch_call or isinstance(func, ast.Attribute) and last in _KEEPS:
@@ -505,79 +506,6 @@ def _store(f: _Follow, holder: ast.AST, call: ast.Call) -> str:
     if isinstance(holder, ast.Attribute) and to_readers(f, holder):
         return "done"
     return "unknown"
-
-
-_WEIGHTED = words(
-    "Linear LazyLinear Bilinear Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d "
-    "ConvTranspose3d Embedding EmbeddingBag LayerNorm GroupNorm RMSNorm BatchNorm1d "
-    "BatchNorm2d BatchNorm3d MultiheadAttention LSTM GRU RNN PReLU Sequential"
-)
-_WEIGHTLESS = words(
-    "Dropout Dropout1d Dropout2d Dropout3d AlphaDropout Identity Flatten Unflatten ReLU ReLU6 "
-    "GELU SiLU Tanh Sigmoid Softmax LogSoftmax LeakyReLU ELU SELU CELU Mish Hardswish "
-    "Hardsigmoid Hardtanh Softplus GLU Upsample PixelShuffle PixelUnshuffle AvgPool1d "
-    "AvgPool2d AvgPool3d MaxPool1d MaxPool2d MaxPool3d AdaptiveAvgPool1d AdaptiveAvgPool2d "
-    "AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d AdaptiveMaxPool3d"
-)
-
-
-def _hidden_state(f: _Follow, func: ast.AST, node: ast.AST, call: ast.Call) -> bool:
-    """``self.lstm(x, (h, c))`` or ``hx=h``: the state of a recurrent layer, whose half
-    weights need it in their dtype (an fp32 state is a dtype mismatch)."""
-    attr = func.value if isinstance(func, ast.Subscript) else func
-    name = attr.attr if isinstance(attr, ast.Attribute) else ""
-    if dict(f.ctx.facts.layers).get(name, "") not in _RECURRENT:
-        return False
-    second = len(call.args) > 1 and call.args[1] is node
-    return second or any(k.arg == "hx" and k.value is node for k in call.keywords)
-
-
-_RECURRENT = words("LSTM GRU RNN")
-
-
-def _submodule(f: _Follow, func: ast.AST) -> str:
-    """``t`` as the first input of a submodule whose class this file does not define. A
-    layer with weights (``nn.Linear``) meets it with half weights; a layer without
-    (``nn.Dropout``) or a function attribute hands it on; for any other the lint cannot see
-    what it does, so its result is followed and only a cast ends that path."""
-    attr = func.value if isinstance(func, ast.Subscript) else func
-    name = attr.attr if isinstance(attr, ast.Attribute) else ""
-    layer = _built(f, dict(f.ctx.facts.layers).get(name, ""))
-    if layer in _WEIGHTED:
-        return "leak"
-    if layer in _WEIGHTLESS or name in f.ctx.facts.passthrough:
-        return "up"
-    f.opaque = True
-    return "up"
-
-
-def _built(f: _Follow, layer: str) -> str:
-    """``self.dpb = PositionBias(d)`` of a function of this file that returns
-    ``nn.Sequential(...)``: the layer it builds (else ``layer`` as it is)."""
-    calls = f.ctx.calls
-    fn = calls.program.functions.get(layer) if calls is not None else None
-    if calls is None or fn is None:
-        return layer
-    made = {
-        dotted(r.func).rsplit(".", 1)[-1] if isinstance(r, ast.Call) else ""
-        for r in calls.returns(fn)
-    }
-    return made.pop() if len(made) == 1 else layer
-
-
-def _is_submodule(f: _Follow, func: ast.AST) -> bool:
-    """``self.proj(t)``, ``self.layers[i](t)``, ``layer(t)`` over ``self.layers``."""
-    if isinstance(func, ast.Name):
-        return func.id in f.ctx.modules
-    if isinstance(func, ast.Subscript):
-        func = func.value
-    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
-        return False
-    if func.value.id != "self":
-        return False
-    facts = f.ctx.facts
-    known = func.attr in facts.attributes  # assigned in this file's class: a submodule
-    return known and func.attr not in facts.methods and func.attr not in facts.tensors
 
 
 def _statement(f: _Follow, node: ast.AST, stmt: ast.AST) -> str:
