@@ -20,8 +20,6 @@ import ast
 from halfprec.leaks.lint.context import words
 from halfprec.leaks.lint.nodes import walk
 
-__all__ = ["not_tensors"]
-
 _CONTAINER_METHODS = words(
     "items keys values get append extend insert pop popitem update setdefault copy index "
     "count remove clear reverse add discard"
