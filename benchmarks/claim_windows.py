@@ -57,16 +57,11 @@ def _claim(
     ]
     samples = time_interleaved(pair, batch, race, lambda fn, _v: steady.steady_call_time(fn))
     ratios = [a / b for a, b in zip(samples[0], samples[1], strict=False)]
-    return _range(ratios), len(ratios), _medians(samples[0], samples[1])
+    return verify_choice._quartiles(ratios), len(ratios), _medians(samples[0], samples[1])
 
 
 def _medians(a: list[float], b: list[float]) -> str:
     return f"{statistics.median(a) * 1e3:.2f}/{statistics.median(b) * 1e3:.2f} ms"
-
-
-def _range(values: list[float]) -> Range:
-    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, median, q3
 
 
 def _text(r: Range) -> str:
@@ -107,7 +102,7 @@ def main() -> None:
                 12,
                 verify_choice.Blocks(),
             )
-            apart = _range([x / y for x, y in zip(a, b, strict=True)])
+            apart = verify_choice._quartiles([x / y for x, y in zip(a, b, strict=True)])
             overlap = apart[0] <= claim[2] and claim[0] <= apart[2]
             agree[name] += overlap
             print(
