@@ -126,6 +126,8 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     names = functools.cache(lambda: imported_names(tree))  # read only when a class is sought
     calls.other = lambda cls: forward_of(path, names(), cls)
     for fpath in forward_paths(tree, lines, program):
+        if fpath.pipeline:
+            continue  # a data-pipeline transform: its tensors are data-loader outputs
         ctx = walk_function(
             fpath.function,
             imports,

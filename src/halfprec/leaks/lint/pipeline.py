@@ -1,0 +1,121 @@
+"""Data-pipeline transforms that are ``nn.Module`` classes: never part of a half model.
+
+torchvision-style transforms subclass ``nn.Module`` (``T.RandomResizedCrop`` does) and run
+in a dataset or a collate function on images the data loader hands out; the tensors they
+make (a crop's location grid, a flip's coin) are data-loader outputs, like any input batch.
+Converting a model to half never reaches them, so a factory in their ``forward`` is no leak.
+
+A class of the file is such a transform when the code shows all of:
+
+- its ``forward`` takes an image, not a tensor: the first input after ``self`` is annotated
+  with a type imported from PIL or NumPy's ``ndarray`` (every member of a union);
+- it holds nothing that converting a model changes: no floating parameter or buffer, and
+  every ``self.X = C(...)`` is a plain Python value or an instance of another such transform
+  of the file;
+- no other module class of the file holds it as a submodule.
+
+Decided by the values its ``forward`` receives and holds, not by its name or its module's.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from halfprec.leaks.lint.classes import ClassFacts
+
+__all__ = ["image_modules", "pipeline_classes"]
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+# calls whose result is a plain Python value, never a module or a tensor
+_PLAIN_CALLS = frozenset(
+    {"int", "float", "bool", "str", "tuple", "list", "dict", "set", "len", "max", "min", "round"}
+)
+
+
+_UNIONS = frozenset({"Union", "Optional"})
+
+
+def image_modules(tree: ast.Module) -> tuple[frozenset[str], frozenset[str]]:
+    """Local names bound to PIL (or one of its modules or classes) and to NumPy's
+    ``ndarray``: ``(pil, ndarray)``, where ``pil`` holds ``PIL``/``Image`` and ``ndarray``
+    holds ``np.ndarray``-style dotted spellings too."""
+    pil: set[str] = set()
+    ndarray: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                root = alias.name.split(".")[0]
+                if root == "PIL":
+                    pil.add(alias.asname or root)
+                elif alias.name == "numpy":
+                    ndarray.add(f"{alias.asname or 'numpy'}.ndarray")
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            root = node.module.split(".")[0]
+            if root == "PIL":
+                pil.update(a.asname or a.name for a in node.names)
+            elif node.module == "numpy":
+                ndarray.update(a.asname or a.name for a in node.names if a.name == "ndarray")
+    return frozenset(pil), frozenset(ndarray)
+
+
+def _is_image_type(node: ast.AST, pil: frozenset[str], ndarray: frozenset[str]) -> bool:
+    """Whether annotation ``node`` names only PIL images or NumPy arrays (or None)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            node = ast.parse(node.value, mode="eval").body
+        except SyntaxError:
+            return False
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _is_image_type(node.left, pil, ndarray) and _is_image_type(node.right, pil, ndarray)
+    if isinstance(node, ast.Constant) and node.value is None:
+        return True  # None in a union or an Optional: still no tensor
+    if isinstance(node, ast.Subscript) and ast.unparse(node.value).split(".")[-1] in _UNIONS:
+        members = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        return all(_is_image_type(m, pil, ndarray) for m in members)
+    if not isinstance(node, (ast.Name, ast.Attribute)):
+        return False
+    name = ast.unparse(node)
+    return name.split(".")[0] in pil or name in ndarray
+
+
+def _takes_an_image(fn: Function, pil: frozenset[str], ndarray: frozenset[str]) -> bool:
+    inputs = [*fn.args.posonlyargs, *fn.args.args][1:]
+    return (
+        bool(inputs)
+        and inputs[0].annotation is not None
+        and (_is_image_type(inputs[0].annotation, pil, ndarray))
+    )
+
+
+def _holds_only(facts: ClassFacts, allowed: set[str]) -> bool:
+    """Whether every ``self.X = C(...)`` of the class is a plain value or a class in
+    ``allowed``, and it has no floating parameter or buffer."""
+    if facts.tensors:
+        return False
+    named = dict(facts.module_classes)
+    for attr, called in facts.layers:
+        if called in _PLAIN_CALLS:
+            continue
+        if named.get(attr) not in allowed:
+            return False
+    return True
+
+
+def pipeline_classes(
+    tree: ast.Module, facts: dict[str, ClassFacts], forwards: dict[str, Function]
+) -> frozenset[str]:
+    """The data-pipeline transforms among the file's module classes (see the module
+    docstring): ``facts`` and ``forwards`` are keyed by class name."""
+    pil, ndarray = image_modules(tree)
+    if not pil and not ndarray:
+        return frozenset()
+    found = {name for name, fn in forwards.items() if _takes_an_image(fn, pil, ndarray)}
+    changed = True
+    while changed:  # drop a class that holds anything else, until none is dropped
+        kept = {name for name in found if _holds_only(facts[name], found)}
+        changed = kept != found
+        found = kept
+    holders = {
+        called for name, f in facts.items() if name not in found for _, called in f.module_classes
+    }
+    return frozenset(found - holders)
