@@ -131,3 +131,44 @@ def test_image_types_come_from_the_imports() -> None:
 
     tree = ast.parse("import PIL.Image as P\nimport numpy as onp\nfrom numpy import ndarray\n")
     assert image_modules(tree) == (frozenset({"P"}), frozenset({"onp.ndarray", "ndarray"}))
+
+
+JITTER = """\
+    import torchvision.transforms as T
+    from torchvision.transforms import v2
+
+
+    class Crop(v2.RandomCrop):
+        pass
+
+
+    class CropWithBox(Crop):
+        def forward(self, img):
+            box = torch.rand(4) * torch.tensor(self.size * 2)
+            return super().forward(img), box
+    """
+
+
+def test_a_subclass_of_a_torchvision_transform_makes_data() -> None:
+    assert _found(JITTER) == []
+
+
+def test_a_torchvision_transform_subclass_fed_a_tensor_or_held_by_a_model_is_linted() -> None:
+    annotated = JITTER.replace("def forward(self, img)", "def forward(self, img: torch.Tensor)")
+    assert _found(annotated) == [(11, "HP101")]
+    held = (
+        JITTER
+        + """
+
+    class Detector(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.crop = CropWithBox(8)
+            self.head = nn.Linear(4, 4)
+
+        def forward(self, img):
+            img, box = self.crop(img)
+            return self.head(box)
+    """
+    )
+    assert _found(held) == [(11, "HP101")]

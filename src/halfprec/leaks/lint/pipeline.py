@@ -8,7 +8,9 @@ Converting a model to half never reaches them, so a factory in their ``forward``
 A class of the file is such a transform when the code shows all of:
 
 - its ``forward`` takes an image, not a tensor: the first input after ``self`` is annotated
-  with a type imported from PIL or NumPy's ``ndarray`` (every member of a union);
+  with a type imported from PIL or NumPy's ``ndarray`` (every member of a union), or the
+  class derives from a torchvision transform (``T.RandomResizedCrop``, directly or through
+  classes of the file) and the input is not annotated as anything else;
 - it holds nothing that converting a model changes: no floating parameter or buffer, and
   every ``self.X = C(...)`` is a plain Python value or an instance of another such transform
   of the file;
@@ -23,7 +25,7 @@ import ast
 
 from halfprec.leaks.lint.classes import ClassFacts
 
-__all__ = ["image_modules", "pipeline_classes"]
+__all__ = ["image_modules", "pipeline_classes", "transform_names"]
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 # calls whose result is a plain Python value, never a module or a tensor
@@ -78,13 +80,59 @@ def _is_image_type(node: ast.AST, pil: frozenset[str], ndarray: frozenset[str]) 
     return name.split(".")[0] in pil or name in ndarray
 
 
-def _takes_an_image(fn: Function, pil: frozenset[str], ndarray: frozenset[str]) -> bool:
+def transform_names(tree: ast.Module) -> frozenset[str]:
+    """Local names bound to torchvision's transforms modules or to a class of theirs
+    (``T`` of ``import torchvision.transforms as T``, ``v2``, ``RandomCrop``), and
+    ``torchvision.transforms`` itself after ``import torchvision``."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("torchvision.transforms") and alias.asname:
+                    names.add(alias.asname)
+                elif alias.name.split(".")[0] == "torchvision":
+                    names.add("torchvision.transforms")
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if node.module.startswith("torchvision.transforms"):
+                names.update(a.asname or a.name for a in node.names)
+            elif node.module == "torchvision":
+                names.update(a.asname or a.name for a in node.names if a.name == "transforms")
+    return frozenset(names)
+
+
+def _transform_bases(classes: dict[str, ast.ClassDef], names: frozenset[str]) -> set[str]:
+    """The classes that derive from a torchvision transform, directly or through classes
+    of the file."""
+    found: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, cls in classes.items():
+            if name in found:
+                continue
+            for base in cls.bases:
+                spelled = ast.unparse(base)
+                root = spelled.split(".")[0]
+                if root in names or spelled in found or spelled.rsplit(".", 1)[0] in names:
+                    found.add(name)
+                    changed = True
+                    break
+    return found
+
+
+def _takes_an_image(
+    fn: Function, pil: frozenset[str], ndarray: frozenset[str], a_transform: bool
+) -> bool:
+    """Whether ``fn``'s first input after ``self`` is annotated as an image; for a subclass
+    of a torchvision transform (which takes an image), whether it is not annotated as
+    something else."""
     inputs = [*fn.args.posonlyargs, *fn.args.args][1:]
-    return (
-        bool(inputs)
-        and inputs[0].annotation is not None
-        and (_is_image_type(inputs[0].annotation, pil, ndarray))
-    )
+    if not inputs:
+        return False
+    annotation = inputs[0].annotation
+    if annotation is None:
+        return a_transform
+    return _is_image_type(annotation, pil, ndarray)
 
 
 def _holds_only(facts: ClassFacts, allowed: set[str]) -> bool:
@@ -102,14 +150,22 @@ def _holds_only(facts: ClassFacts, allowed: set[str]) -> bool:
 
 
 def pipeline_classes(
-    tree: ast.Module, facts: dict[str, ClassFacts], forwards: dict[str, Function]
+    tree: ast.Module,
+    facts: dict[str, ClassFacts],
+    forwards: dict[str, Function],
+    classes: dict[str, ast.ClassDef],
 ) -> frozenset[str]:
     """The data-pipeline transforms among the file's module classes (see the module
-    docstring): ``facts`` and ``forwards`` are keyed by class name."""
+    docstring): ``facts`` and ``forwards`` are keyed by class name, ``classes`` holds every
+    class of the file."""
     pil, ndarray = image_modules(tree)
-    if not pil and not ndarray:
+    names = transform_names(tree)
+    if not pil and not ndarray and not names:
         return frozenset()
-    found = {name for name, fn in forwards.items() if _takes_an_image(fn, pil, ndarray)}
+    derived = _transform_bases(classes, names) if names else set()
+    found = {
+        name for name, fn in forwards.items() if _takes_an_image(fn, pil, ndarray, name in derived)
+    }
     changed = True
     while changed:  # drop a class that holds anything else, until none is dropped
         kept = {name for name in found if _holds_only(facts[name], found)}

@@ -116,6 +116,7 @@ def forward_paths(
         tree,
         {name: facts for name, (_, facts) in modules.items()},
         {name: methods["forward"] for name, (methods, _) in modules.items()},
+        by_name,
     )
     queue: list[tuple[Function, dict[str, Function], ClassFacts, bool]] = []
     for name, (methods, facts) in modules.items():
