@@ -172,3 +172,80 @@ def test_a_torchvision_transform_subclass_fed_a_tensor_or_held_by_a_model_is_lin
     """
     )
     assert _found(held) == [(11, "HP101")]
+
+
+SHIFT = """\
+    from torch.utils.data import Dataset
+
+
+    class RandomGain(nn.Module):
+        def forward(self, wave):
+            return wave * (0.5 + torch.rand(wave.shape[0], 1))
+
+
+    class Clips(Dataset):
+        def __init__(self, waves):
+            self.waves = waves
+            self.gain = RandomGain()
+
+        def __getitem__(self, i):
+            return self.gain(self.waves[i])
+    """
+
+
+def test_a_module_a_dataset_makes_runs_on_loader_data() -> None:
+    assert _found(SHIFT) == []
+
+
+def test_a_module_a_collate_function_makes_runs_on_loader_data() -> None:
+    body = """\
+        class Pad(nn.Module):
+            def forward(self, waves):
+                out = torch.zeros(len(waves), max(w.shape[-1] for w in waves))
+                for i, w in enumerate(waves):
+                    out[i, : w.shape[-1]] = w
+                return out
+
+
+        def collate(batch):
+            return Pad()(batch)
+
+
+        def loader(clips):
+            return torch.utils.data.DataLoader(clips, batch_size=4, collate_fn=collate)
+        """
+    assert _found(body) == []
+
+
+def test_a_module_a_dataset_and_a_model_both_make_is_linted() -> None:
+    body = (
+        SHIFT
+        + """
+
+    class Denoiser(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gain = RandomGain()
+            self.net = nn.Conv1d(1, 1, 3)
+
+        def forward(self, wave):
+            return self.net(self.gain(wave))
+    """
+    )
+    assert _found(body) == [(6, "HP101")]
+
+
+@pytest.mark.parametrize(
+    ("source", "names"),
+    [
+        ("import torchvision.transforms.v2 as T", {"T"}),
+        ("from torchvision import transforms", {"transforms"}),
+        ("from torchvision.transforms import RandomCrop as Crop", {"Crop"}),
+        ("import torchvision", {"torchvision.transforms"}),
+        ("from .transforms import Crop", set()),
+    ],
+)
+def test_transform_classes_come_from_the_imports(source: str, names: set[str]) -> None:
+    from halfprec.leaks.lint.pipeline import names_of
+
+    assert names_of(ast.parse(source), "torchvision.transforms") == names

@@ -10,7 +10,9 @@ A class of the file is such a transform when the code shows all of:
 - its ``forward`` takes an image, not a tensor: the first input after ``self`` is annotated
   with a type imported from PIL or NumPy's ``ndarray`` (every member of a union), or the
   class derives from a torchvision transform (``T.RandomResizedCrop``, directly or through
-  classes of the file) and the input is not annotated as anything else;
+  classes of the file) and the input is not annotated as anything else; or a class of
+  ``torch.utils.data`` (a ``Dataset``, a ``Sampler``) or a function handed on as
+  ``collate_fn=`` makes an instance of it (whatever its input);
 - it holds nothing that converting a model changes: no floating parameter or buffer, and
   every ``self.X = C(...)`` is a plain Python value or an instance of another such transform
   of the file;
@@ -25,7 +27,7 @@ import ast
 
 from halfprec.leaks.lint.classes import ClassFacts
 
-__all__ = ["image_modules", "pipeline_classes", "transform_names"]
+__all__ = ["image_modules", "names_of", "pipeline_classes"]
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 # calls whose result is a plain Python value, never a module or a tensor
@@ -80,31 +82,32 @@ def _is_image_type(node: ast.AST, pil: frozenset[str], ndarray: frozenset[str]) 
     return name.split(".")[0] in pil or name in ndarray
 
 
-def transform_names(tree: ast.Module) -> frozenset[str]:
-    """Local names bound to torchvision's transforms modules or to a class of theirs
-    (``T`` of ``import torchvision.transforms as T``, ``v2``, ``RandomCrop``), and
-    ``torchvision.transforms`` itself after ``import torchvision``."""
+def names_of(tree: ast.Module, package: str) -> frozenset[str]:
+    """Local names bound to ``package`` (``torchvision.transforms``, ``torch.utils.data``),
+    a module under it or a class of it (``T``, ``v2``, ``RandomCrop``, ``Dataset``), and
+    ``package`` itself once its top-level package is imported."""
+    parent, leaf = package.rsplit(".", 1)
     names: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.startswith("torchvision.transforms") and alias.asname:
+                if alias.name.startswith(package) and alias.asname:
                     names.add(alias.asname)
-                elif alias.name.split(".")[0] == "torchvision":
-                    names.add("torchvision.transforms")
+                elif alias.name.split(".")[0] == package.split(".")[0]:
+                    names.add(package)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            if node.module.startswith("torchvision.transforms"):
+            if node.module.startswith(package):
                 names.update(a.asname or a.name for a in node.names)
-            elif node.module == "torchvision":
-                names.update(a.asname or a.name for a in node.names if a.name == "transforms")
+            elif node.module == parent:
+                names.update(a.asname or a.name for a in node.names if a.name == leaf)
     return frozenset(names)
 
 
-def _transform_bases(classes: dict[str, ast.ClassDef], names: frozenset[str]) -> set[str]:
-    """The classes that derive from a torchvision transform, directly or through classes
-    of the file."""
+def _derived(classes: dict[str, ast.ClassDef], names: frozenset[str]) -> set[str]:
+    """The classes that derive from a class one of ``names`` spells (a local name, or the
+    dotted module it is an attribute of), directly or through classes of the file."""
     found: set[str] = set()
-    changed = True
+    changed = bool(names)
     while changed:
         changed = False
         for name, cls in classes.items():
@@ -118,6 +121,40 @@ def _transform_bases(classes: dict[str, ast.ClassDef], names: frozenset[str]) ->
                     changed = True
                     break
     return found
+
+
+def _made_in_data_code(
+    tree: ast.Module, classes: dict[str, ast.ClassDef], candidates: set[str], with_collate: bool
+) -> set[str]:
+    """The ``candidates`` that a class deriving from ``torch.utils.data`` (a dataset, a
+    sampler) or a function handed on as ``collate_fn=`` instantiates; ``with_collate``:
+    whether the file's text has ``collate_fn`` (the whole tree is walked only then)."""
+    data_classes = _derived(classes, names_of(tree, "torch.utils.data"))
+    collate = (
+        {
+            k.value.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            for k in node.keywords
+            if k.arg == "collate_fn" and isinstance(k.value, ast.Name)
+        }
+        if with_collate
+        else set()
+    )
+    scopes: list[ast.AST] = [classes[name] for name in data_classes]
+    scopes += [
+        n
+        for n in tree.body
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in collate
+    ]
+    return {
+        node.func.id
+        for scope in scopes
+        for node in ast.walk(scope)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in candidates
+    }
 
 
 def _takes_an_image(
@@ -154,18 +191,17 @@ def pipeline_classes(
     facts: dict[str, ClassFacts],
     forwards: dict[str, Function],
     classes: dict[str, ast.ClassDef],
+    with_collate: bool = False,
 ) -> frozenset[str]:
     """The data-pipeline transforms among the file's module classes (see the module
     docstring): ``facts`` and ``forwards`` are keyed by class name, ``classes`` holds every
-    class of the file."""
+    class of the file; ``with_collate``: whether its text has ``collate_fn``."""
     pil, ndarray = image_modules(tree)
-    names = transform_names(tree)
-    if not pil and not ndarray and not names:
-        return frozenset()
-    derived = _transform_bases(classes, names) if names else set()
+    derived = _derived(classes, names_of(tree, "torchvision.transforms"))
     found = {
         name for name, fn in forwards.items() if _takes_an_image(fn, pil, ndarray, name in derived)
     }
+    found |= _made_in_data_code(tree, classes, set(forwards), with_collate)
     changed = True
     while changed:  # drop a class that holds anything else, until none is dropped
         kept = {name for name in found if _holds_only(facts[name], found)}

@@ -117,6 +117,7 @@ def forward_paths(
         {name: facts for name, (_, facts) in modules.items()},
         {name: methods["forward"] for name, (methods, _) in modules.items()},
         by_name,
+        any("collate_fn" in line for line in lines),
     )
     queue: list[tuple[Function, dict[str, Function], ClassFacts, bool]] = []
     for name, (methods, facts) in modules.items():
