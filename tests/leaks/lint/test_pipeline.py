@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import ast
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from halfprec.leaks.lint import lint_source
+from halfprec.leaks.lint import LintConfig, lint_paths, lint_source
 
 HEAD = (
     "import numpy as np\nimport torch\nfrom PIL import Image\nfrom torch import nn\n"
@@ -249,3 +250,37 @@ def test_transform_classes_come_from_the_imports(source: str, names: set[str]) -
     from halfprec.leaks.lint.pipeline import names_of
 
     assert names_of(ast.parse(source), "torchvision.transforms") == names
+
+
+@pytest.mark.parametrize("holder", ["module", "dataset"])
+def test_a_transform_another_file_holds_in_a_module_is_linted(tmp_path: Path, holder: str) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "augment.py").write_text(HEAD + textwrap.dedent(CROP))
+    user = """\
+        from torch import nn
+        from torch.utils.data import Dataset
+
+        from .augment import CropWithGrid
+
+
+        class Views(Dataset):
+            def __init__(self):
+                self.crop = CropWithGrid()
+        """
+    if holder == "module":
+        user += """
+
+        class Locator(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.crop = CropWithGrid()
+
+            def forward(self, img):
+                return self.crop(img)[1]
+        """
+    (package / "views.py").write_text(textwrap.dedent(user))
+    report = lint_paths([package / "augment.py"], LintConfig())
+    lines = [f.line - 7 for f in report.files[0].findings]
+    assert lines == ([12, 13] if holder == "module" else [])

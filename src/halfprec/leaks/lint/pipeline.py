@@ -16,7 +16,8 @@ A class of the file is such a transform when the code shows all of:
 - it holds nothing that converting a model changes: no floating parameter or buffer, and
   every ``self.X = C(...)`` is a plain Python value or an instance of another such transform
   of the file;
-- no other module class of the file holds it as a submodule.
+- no other module class of the file, nor of another file of its package (a class with a
+  ``forward`` that calls the class), holds it as a submodule.
 
 Decided by the values its ``forward`` receives and holds, not by its name or its module's.
 """
@@ -24,10 +25,14 @@ Decided by the values its ``forward`` receives and holds, not by its name or its
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Callable
+from pathlib import Path
 
 from halfprec.leaks.lint.classes import ClassFacts
+from halfprec.readfile import read_regular
 
-__all__ = ["image_modules", "names_of", "pipeline_classes"]
+__all__ = ["held_in_package", "image_modules", "names_of", "pipeline_classes"]
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 # calls whose result is a plain Python value, never a module or a tensor
@@ -192,10 +197,12 @@ def pipeline_classes(
     forwards: dict[str, Function],
     classes: dict[str, ast.ClassDef],
     with_collate: bool = False,
+    held: Callable[[str], bool] | None = None,
 ) -> frozenset[str]:
     """The data-pipeline transforms among the file's module classes (see the module
     docstring): ``facts`` and ``forwards`` are keyed by class name, ``classes`` holds every
-    class of the file; ``with_collate``: whether its text has ``collate_fn``."""
+    class of the file; ``with_collate``: whether its text has ``collate_fn``; ``held``:
+    whether a module class of another file holds the named class (:func:`held_in_package`)."""
     pil, ndarray = image_modules(tree)
     derived = _derived(classes, names_of(tree, "torchvision.transforms"))
     found = {
@@ -210,4 +217,61 @@ def pipeline_classes(
     holders = {
         called for name, f in facts.items() if name not in found for _, called in f.module_classes
     }
-    return frozenset(found - holders)
+    found -= holders
+    return frozenset(n for n in found if held is None or not held(n))
+
+
+_MAX_FILES = 4000  # a package with more files is not searched: its transforms stay linted
+_MAX_BYTES = 2 * 2**20
+_held: dict[tuple[str, str], bool] = {}
+
+
+def held_in_package(path: str, name: str) -> bool:
+    """Whether a module class (a class with ``forward``) of another file of the package that
+    holds ``path`` calls ``name(...)``: holds an instance of it. True when the package cannot
+    be searched, so a transform of such a file stays linted; False for a source linted as a
+    string. The answer is kept for the process."""
+    if path.startswith("<"):
+        return False
+    file = Path(path).resolve()
+    root = file.parent
+    for _ in range(8):  # up to the top folder that is still a package
+        if not (root.parent / "__init__.py").is_file():
+            break
+        root = root.parent
+    key = (str(root), name)
+    if key not in _held:
+        _held[key] = _search(root, file, name)
+    return _held[key]
+
+
+def _search(root: Path, file: Path, name: str) -> bool:
+    called = re.compile(rf"\b{re.escape(name)}\s*\(")
+    files = [p for p in root.rglob("*.py") if p != file]
+    if len(files) > _MAX_FILES:
+        return True
+    for other in files:
+        try:
+            text = read_regular(other, limit=_MAX_BYTES).decode("utf-8", errors="replace")
+        except (OSError, ValueError):
+            continue
+        if called.search(text) and _a_module_calls(text, name):
+            return True
+    return False
+
+
+def _a_module_calls(text: str, name: str) -> bool:
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return True  # unreadable: assume it may hold one
+    for cls in ast.walk(tree):
+        if not isinstance(cls, ast.ClassDef) or not any(
+            isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "forward"
+            for n in cls.body
+        ):
+            continue
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == name:
+                return True
+    return False

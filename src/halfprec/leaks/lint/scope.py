@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts, class_facts
@@ -91,10 +91,14 @@ def _called_names(fn: Function, lines: list[str]) -> Iterator[tuple[bool, str]]:
 
 
 def forward_paths(
-    tree: ast.Module, lines: list[str], program: Program | None = None
+    tree: ast.Module,
+    lines: list[str],
+    program: Program | None = None,
+    held: Callable[[str], bool] | None = None,
 ) -> list[ForwardPath]:
     """Every function on a forward path of ``tree``, each once, in source order;
-    ``program``: the tree's, to share its classes' facts with the rest of the file's walk."""
+    ``program``: the tree's, to share its classes' facts with the rest of the file's walk;
+    ``held``: whether another file's module class holds a class of this one (by name)."""
     functions = {
         n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
@@ -118,6 +122,7 @@ def forward_paths(
         {name: methods["forward"] for name, (methods, _) in modules.items()},
         by_name,
         any("collate_fn" in line for line in lines),
+        held,
     )
     queue: list[tuple[Function, dict[str, Function], ClassFacts, bool]] = []
     for name, (methods, facts) in modules.items():
