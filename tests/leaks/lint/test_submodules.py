@@ -199,3 +199,39 @@ def test_a_join_going_on_uncast_is_reported() -> None:
                 return self.body(h)
         """
     assert _found(body) == [(7, "HP101")]
+
+
+MORE_CONTAINERS = {
+    "a ModuleList extended": """\
+        class Stack(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList()
+                self.layers.extend([nn.Conv1d(8, 8, 3, padding=1) for _ in range(2)])
+
+            def forward(self, x):
+                h = torch.ones(x.shape[0], 8, x.shape[-1])
+                for layer in self.layers:
+                    h = layer(h)
+                return x + h
+        """,
+    "layers made by setattr, called by getattr": """\
+        class Named(nn.Module):
+            def __init__(self, depth):
+                super().__init__()
+                for i in range(depth):
+                    setattr(self, f"stage{i}", nn.Linear(8, 8))
+                self.depth = depth
+
+            def forward(self, x):
+                h = torch.randn(x.shape[0], 8)
+                for i in range(self.depth):
+                    h = getattr(self, f"stage{i}")(h)
+                return x + h
+        """,
+}
+
+
+@pytest.mark.parametrize("body", MORE_CONTAINERS.values(), ids=list(MORE_CONTAINERS))
+def test_layers_added_by_extend_or_setattr_meet_the_tensor(body: str) -> None:
+    assert _found(body) == [(_line_of(body, "= torch."), "HP101")]

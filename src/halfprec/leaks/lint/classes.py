@@ -288,9 +288,21 @@ def _appended(call: ast.Call, scan: _Scan, lists: dict[str, set[str]]) -> None:
     holds (``""`` for an item that is not a class called by name), and in ``held`` the
     layers (``nn.Linear(...)``: ``"Linear"``); ``blocks.append(...)`` of a local list too."""
     func = call.func
-    if not (isinstance(func, ast.Attribute) and func.attr == "append" and len(call.args) == 1):
+    if _setattr(call, scan):
+        return
+    if not (isinstance(func, ast.Attribute) and len(call.args) == 1):
         return
     item = call.args[0]
+    if func.attr == "extend" and isinstance(item, (ast.List, ast.ListComp)):
+        held = set(_held_layers(item, lists))  # self.blocks.extend([nn.Linear(...), ...])
+        if isinstance(func.value, ast.Name) and func.value.id in lists:
+            lists[func.value.id] |= held
+        extended = _self_attr(func.value)
+        if extended is not None:
+            scan.held.setdefault(extended, set()).update(held)
+        return
+    if func.attr != "append":
+        return
     if isinstance(func.value, ast.Name) and func.value.id in lists:
         lists[func.value.id].add(_called(item))
     attr = _self_attr(func.value)
@@ -301,6 +313,23 @@ def _appended(call: ast.Call, scan: _Scan, lists: dict[str, set[str]]) -> None:
         named = item.func.id
     scan.appended.setdefault(attr, set()).add(named)
     scan.held.setdefault(attr, set()).add(_called(item))
+
+
+def _setattr(call: ast.Call, scan: _Scan) -> bool:
+    """``setattr(self, f"block{i}", nn.Linear(...))``: an attribute named by its constant
+    head (``block``, which ``getattr(self, f"block{i}")`` matches) holding that layer."""
+    if not (isinstance(call.func, ast.Name) and call.func.id == "setattr"):
+        return False
+    if len(call.args) != 3 or _dotted(call.args[0]) != "self":
+        return True
+    key, value = call.args[1], call.args[2]
+    head = key.values[0] if isinstance(key, ast.JoinedStr) and key.values else key
+    if isinstance(head, ast.Constant) and isinstance(head.value, str) and head.value:
+        scan.attributes.add(head.value)
+        if isinstance(value, ast.Call):
+            scan.layers[head.value] = _last_name(value.func)
+            scan.modules.add(head.value)
+    return True
 
 
 def _element_class(modules: ast.Call) -> str | None:
