@@ -235,3 +235,42 @@ MORE_CONTAINERS = {
 @pytest.mark.parametrize("body", MORE_CONTAINERS.values(), ids=list(MORE_CONTAINERS))
 def test_layers_added_by_extend_or_setattr_meet_the_tensor(body: str) -> None:
     assert _found(body) == [(_line_of(body, "= torch."), "HP101")]
+
+
+def test_a_function_of_the_file_held_as_an_attribute_is_followed() -> None:
+    body = """\
+        def cosine_schedule(t):
+            return torch.cos(t * 1.5708) ** 2
+
+
+        class Noiser(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.schedule = cosine_schedule
+
+            def forward(self, x):
+                t = torch.rand(x.shape[0], 1)
+                alpha = self.schedule(t)
+                return x * alpha
+        """
+    assert _found(body) == [(11, "HP101")]
+
+
+def test_an_attribute_that_is_a_function_or_a_module_is_not_entered_as_the_function() -> None:
+    body = """\
+        def cosine_schedule(t):
+            return t.long()
+
+
+        class Noiser(nn.Module):
+            def __init__(self, learned=False):
+                super().__init__()
+                self.schedule = cosine_schedule
+                if learned:
+                    self.schedule = nn.Linear(1, 1)
+
+            def forward(self, x):
+                t = torch.rand(x.shape[0], 1)
+                return x * self.schedule(t)
+        """
+    assert _found(body) == [(13, "HP101")]

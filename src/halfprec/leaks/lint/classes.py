@@ -173,6 +173,8 @@ class _Scan:
 def _scan_function(fn: Function, scan: _Scan) -> None:
     local: set[str] = set()
     defaults = _defaults(fn)
+    a = fn.args
+    params = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
     lists: dict[str, set[str]] = {}  # blocks = [...]; blocks.append(nn.Linear(...)): layers held
     for node in _statements(fn):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
@@ -194,10 +196,19 @@ def _scan_function(fn: Function, scan: _Scan) -> None:
                 if isinstance(value, ast.Call):
                     scan.held.setdefault(attr, set()).update(_held_layers(value, lists))
                 _attribute(attr, value, local, scan)
-                function = defaults.get(value.id, "") if isinstance(value, ast.Name) else ""
+                function = _function_name(value, defaults, params)
                 function = function or (_dotted(value) if isinstance(value, ast.Attribute) else "")
-                if function:
-                    scan.callables[attr] = function
+                if function:  # several functions (a schedule chosen by name): none of them
+                    kept = scan.callables.setdefault(attr, function)
+                    scan.callables[attr] = function if kept == function else "?"
+
+
+def _function_name(value: ast.expr, defaults: dict[str, str], params: set[str]) -> str:
+    """``self.f = loss_fn`` (a parameter defaulting to a function: that function) or
+    ``self.f = alpha_cosine_log_snr`` (a name of the module, not a parameter)."""
+    if not isinstance(value, ast.Name):
+        return ""
+    return defaults.get(value.id, "") if value.id in params else value.id
 
 
 def _defaults(fn: Function) -> dict[str, str]:
