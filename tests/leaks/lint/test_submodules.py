@@ -199,3 +199,93 @@ def test_a_join_going_on_uncast_is_reported() -> None:
                 return self.body(h)
         """
     assert _found(body) == [(7, "HP101")]
+
+
+MORE_CONTAINERS = {
+    "a ModuleList extended": """\
+        class Stack(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList()
+                self.layers.extend([nn.Conv1d(8, 8, 3, padding=1) for _ in range(2)])
+
+            def forward(self, x):
+                h = torch.ones(x.shape[0], 8, x.shape[-1])
+                for layer in self.layers:
+                    h = layer(h)
+                return x + h
+        """,
+    "a ModuleList of ModuleLists, two loops deep": """\
+        class Stages(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.stages = nn.ModuleList(
+                    [nn.ModuleList([nn.GELU(), nn.Linear(8, 8)]) for _ in range(2)]
+                )
+
+            def forward(self, x):
+                h = torch.ones(x.shape[0], 8)
+                for stage in self.stages:
+                    for layer in stage:
+                        h = layer(h)
+                return x + h
+        """,
+    "layers made by setattr, called by getattr": """\
+        class Named(nn.Module):
+            def __init__(self, depth):
+                super().__init__()
+                for i in range(depth):
+                    setattr(self, f"stage{i}", nn.Linear(8, 8))
+                self.depth = depth
+
+            def forward(self, x):
+                h = torch.randn(x.shape[0], 8)
+                for i in range(self.depth):
+                    h = getattr(self, f"stage{i}")(h)
+                return x + h
+        """,
+}
+
+
+@pytest.mark.parametrize("body", MORE_CONTAINERS.values(), ids=list(MORE_CONTAINERS))
+def test_layers_added_by_extend_or_setattr_meet_the_tensor(body: str) -> None:
+    assert _found(body) == [(_line_of(body, "= torch."), "HP101")]
+
+
+def test_a_function_of_the_file_held_as_an_attribute_is_followed() -> None:
+    body = """\
+        def cosine_schedule(t):
+            return torch.cos(t * 1.5708) ** 2
+
+
+        class Noiser(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.schedule = cosine_schedule
+
+            def forward(self, x):
+                t = torch.rand(x.shape[0], 1)
+                alpha = self.schedule(t)
+                return x * alpha
+        """
+    assert _found(body) == [(11, "HP101")]
+
+
+def test_an_attribute_that_is_a_function_or_a_module_is_not_entered_as_the_function() -> None:
+    body = """\
+        def cosine_schedule(t):
+            return t.long()
+
+
+        class Noiser(nn.Module):
+            def __init__(self, learned=False):
+                super().__init__()
+                self.schedule = cosine_schedule
+                if learned:
+                    self.schedule = nn.Linear(1, 1)
+
+            def forward(self, x):
+                t = torch.rand(x.shape[0], 1)
+                return x * self.schedule(t)
+        """
+    assert _found(body) == [(13, "HP101")]

@@ -173,6 +173,8 @@ class _Scan:
 def _scan_function(fn: Function, scan: _Scan) -> None:
     local: set[str] = set()
     defaults = _defaults(fn)
+    a = fn.args
+    params = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
     lists: dict[str, set[str]] = {}  # blocks = [...]; blocks.append(nn.Linear(...)): layers held
     for node in _statements(fn):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
@@ -194,10 +196,19 @@ def _scan_function(fn: Function, scan: _Scan) -> None:
                 if isinstance(value, ast.Call):
                     scan.held.setdefault(attr, set()).update(_held_layers(value, lists))
                 _attribute(attr, value, local, scan)
-                function = defaults.get(value.id, "") if isinstance(value, ast.Name) else ""
+                function = _function_name(value, defaults, params)
                 function = function or (_dotted(value) if isinstance(value, ast.Attribute) else "")
-                if function:
-                    scan.callables[attr] = function
+                if function:  # several functions (a schedule chosen by name): none of them
+                    kept = scan.callables.setdefault(attr, function)
+                    scan.callables[attr] = function if kept == function else "?"
+
+
+def _function_name(value: ast.expr, defaults: dict[str, str], params: set[str]) -> str:
+    """``self.f = loss_fn`` (a parameter defaulting to a function: that function) or
+    ``self.f = alpha_cosine_log_snr`` (a name of the module, not a parameter)."""
+    if not isinstance(value, ast.Name):
+        return ""
+    return defaults.get(value.id, "") if value.id in params else value.id
 
 
 def _defaults(fn: Function) -> dict[str, str]:
@@ -257,24 +268,24 @@ def _held_layers(value: ast.expr, lists: dict[str, set[str]]) -> list[str]:
             return []
         items = list(value.args)
     elif isinstance(value, ast.List):
-        return [n for e in value.elts for n in _held_layers(e, lists) or [_called(e)]]
+        return [n for e in value.elts for n in [_called(e), *_held_layers(e, lists)]]
     elif isinstance(value, ast.ListComp):
-        return [_called(value.elt)]
+        return [_called(value.elt), *_held_layers(value.elt, lists)]
     names: list[str] = []
     for item in items:
         item = item.value if isinstance(item, ast.Starred) else item
         if isinstance(item, ast.Name):
             names += lists.get(item.id, ())
         elif isinstance(item, (ast.List, ast.Tuple)):
-            names += [_called(e) for e in item.elts]
+            names += [n for e in item.elts for n in [_called(e), *_held_layers(e, lists)]]
         elif isinstance(item, ast.Dict):
-            names += [_called(e) for e in item.values]
+            names += [n for e in item.values if e for n in [_called(e), *_held_layers(e, lists)]]
         elif isinstance(item, (ast.ListComp, ast.GeneratorExp)):
-            names.append(_called(item.elt))
+            names += [_called(item.elt), *_held_layers(item.elt, lists)]
         elif isinstance(item, ast.DictComp):
-            names.append(_called(item.value))
+            names += [_called(item.value), *_held_layers(item.value, lists)]
         else:
-            names.append(_called(item))
+            names += [_called(item), *_held_layers(item, lists)]
     return [n for n in names if n]
 
 
@@ -288,9 +299,21 @@ def _appended(call: ast.Call, scan: _Scan, lists: dict[str, set[str]]) -> None:
     holds (``""`` for an item that is not a class called by name), and in ``held`` the
     layers (``nn.Linear(...)``: ``"Linear"``); ``blocks.append(...)`` of a local list too."""
     func = call.func
-    if not (isinstance(func, ast.Attribute) and func.attr == "append" and len(call.args) == 1):
+    if _setattr(call, scan):
+        return
+    if not (isinstance(func, ast.Attribute) and len(call.args) == 1):
         return
     item = call.args[0]
+    if func.attr == "extend" and isinstance(item, (ast.List, ast.ListComp)):
+        held = set(_held_layers(item, lists))  # self.blocks.extend([nn.Linear(...), ...])
+        if isinstance(func.value, ast.Name) and func.value.id in lists:
+            lists[func.value.id] |= held
+        extended = _self_attr(func.value)
+        if extended is not None:
+            scan.held.setdefault(extended, set()).update(held)
+        return
+    if func.attr != "append":
+        return
     if isinstance(func.value, ast.Name) and func.value.id in lists:
         lists[func.value.id].add(_called(item))
     attr = _self_attr(func.value)
@@ -301,6 +324,23 @@ def _appended(call: ast.Call, scan: _Scan, lists: dict[str, set[str]]) -> None:
         named = item.func.id
     scan.appended.setdefault(attr, set()).add(named)
     scan.held.setdefault(attr, set()).add(_called(item))
+
+
+def _setattr(call: ast.Call, scan: _Scan) -> bool:
+    """``setattr(self, f"block{i}", nn.Linear(...))``: an attribute named by its constant
+    head (``block``, which ``getattr(self, f"block{i}")`` matches) holding that layer."""
+    if not (isinstance(call.func, ast.Name) and call.func.id == "setattr"):
+        return False
+    if len(call.args) != 3 or _dotted(call.args[0]) != "self":
+        return True
+    key, value = call.args[1], call.args[2]
+    head = key.values[0] if isinstance(key, ast.JoinedStr) and key.values else key
+    if isinstance(head, ast.Constant) and isinstance(head.value, str) and head.value:
+        scan.attributes.add(head.value)
+        if isinstance(value, ast.Call):
+            scan.layers[head.value] = _last_name(value.func)
+            scan.modules.add(head.value)
+    return True
 
 
 def _element_class(modules: ast.Call) -> str | None:

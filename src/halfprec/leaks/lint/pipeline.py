@@ -108,6 +108,14 @@ def names_of(tree: ast.Module, package: str) -> frozenset[str]:
     return frozenset(names)
 
 
+def _spelled(node: ast.expr) -> str:
+    """``a.b.C`` for a chain of names and attributes; ``""`` for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    inner = _spelled(node.value) if isinstance(node, ast.Attribute) else ""
+    return f"{inner}.{node.attr}" if inner and isinstance(node, ast.Attribute) else ""
+
+
 def _derived(classes: dict[str, ast.ClassDef], names: frozenset[str]) -> set[str]:
     """The classes that derive from a class one of ``names`` spells (a local name, or the
     dotted module it is an attribute of), directly or through classes of the file."""
@@ -119,7 +127,7 @@ def _derived(classes: dict[str, ast.ClassDef], names: frozenset[str]) -> set[str
             if name in found:
                 continue
             for base in cls.bases:
-                spelled = ast.unparse(base)
+                spelled = _spelled(base)
                 root = spelled.split(".")[0]
                 if root in names or spelled in found or spelled.rsplit(".", 1)[0] in names:
                     found.add(name)
@@ -174,7 +182,7 @@ def _takes_an_image(
     annotation = inputs[0].annotation
     if annotation is None:
         return a_transform
-    return _is_image_type(annotation, pil, ndarray)
+    return bool(pil or ndarray) and _is_image_type(annotation, pil, ndarray)
 
 
 def _holds_only(facts: ClassFacts, allowed: set[str]) -> bool:

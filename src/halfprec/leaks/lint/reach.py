@@ -94,6 +94,10 @@ def _callee(f: Follow, call: ast.Call) -> Callee | None:
     info = program.methods_of(owner) if owner else None
     if info is not None and func.attr in info[0]:
         return info[0][func.attr], info[1], False, True, None
+    held_fn = dict(f.ctx.facts.callables).get(func.attr, "")
+    layer = func.attr in dict(f.ctx.facts.layers)  # or a module on another branch
+    if held_fn in program.functions and not layer:  # self.f = cosine_schedule: that function
+        return program.functions[held_fn], NO_FACTS, False, False, None
     cls = dict(f.ctx.facts.module_classes).get(func.attr)
     sub = program.methods_of(cls) if cls else None
     if sub is not None and "forward" in sub[0]:
