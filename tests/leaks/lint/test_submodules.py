@@ -215,6 +215,21 @@ MORE_CONTAINERS = {
                     h = layer(h)
                 return x + h
         """,
+    "a ModuleList of ModuleLists, two loops deep": """\
+        class Stages(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.stages = nn.ModuleList(
+                    [nn.ModuleList([nn.GELU(), nn.Linear(8, 8)]) for _ in range(2)]
+                )
+
+            def forward(self, x):
+                h = torch.ones(x.shape[0], 8)
+                for stage in self.stages:
+                    for layer in stage:
+                        h = layer(h)
+                return x + h
+        """,
     "layers made by setattr, called by getattr": """\
         class Named(nn.Module):
             def __init__(self, depth):

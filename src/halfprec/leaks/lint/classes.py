@@ -268,24 +268,24 @@ def _held_layers(value: ast.expr, lists: dict[str, set[str]]) -> list[str]:
             return []
         items = list(value.args)
     elif isinstance(value, ast.List):
-        return [n for e in value.elts for n in _held_layers(e, lists) or [_called(e)]]
+        return [n for e in value.elts for n in [_called(e), *_held_layers(e, lists)]]
     elif isinstance(value, ast.ListComp):
-        return [_called(value.elt)]
+        return [_called(value.elt), *_held_layers(value.elt, lists)]
     names: list[str] = []
     for item in items:
         item = item.value if isinstance(item, ast.Starred) else item
         if isinstance(item, ast.Name):
             names += lists.get(item.id, ())
         elif isinstance(item, (ast.List, ast.Tuple)):
-            names += [_called(e) for e in item.elts]
+            names += [n for e in item.elts for n in [_called(e), *_held_layers(e, lists)]]
         elif isinstance(item, ast.Dict):
-            names += [_called(e) for e in item.values]
+            names += [n for e in item.values if e for n in [_called(e), *_held_layers(e, lists)]]
         elif isinstance(item, (ast.ListComp, ast.GeneratorExp)):
-            names.append(_called(item.elt))
+            names += [_called(item.elt), *_held_layers(item.elt, lists)]
         elif isinstance(item, ast.DictComp):
-            names.append(_called(item.value))
+            names += [_called(item.value), *_held_layers(item.value, lists)]
         else:
-            names.append(_called(item))
+            names += [_called(item), *_held_layers(item, lists)]
     return [n for n in names if n]
 
 
