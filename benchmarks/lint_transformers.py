@@ -341,6 +341,35 @@ def _videoprism() -> Built:
     return transformers.VideoPrismClipModel(cfg), batch
 
 
+def _chmv2(bins: str) -> Built:
+    """A depth head with ``linear`` or ``log`` bins: its ``linspace`` of bins runs."""
+    backbone = {
+        "model_type": "dinov3_vit",
+        "image_size": 32,
+        "patch_size": 8,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 4,
+        "num_register_tokens": 1,
+        "out_indices": [1, 2, 3, 4],
+        "reshape_hidden_states": True,
+        "return_class_token": True,
+    }
+    cfg = transformers.CHMv2Config(
+        backbone_config=backbone,
+        patch_size=8,
+        post_process_channels=[8, 8, 8, 8],
+        fusion_hidden_size=8,
+        head_hidden_size=8,
+        number_output_channels=4,
+        bins_strategy=bins,
+        norm_strategy="linear",
+    )
+    batch = {"pixel_values": torch.randn(1, 3, 32, 32, generator=_seeded())}
+    return transformers.CHMv2ForDepthEstimation(cfg), batch
+
+
 # tiny models whose batch is not token ids alone, each running a line --fix rewrites
 BUILT: dict[str, Callable[[], Built]] = {
     "nystromformer": _nystromformer,
@@ -348,6 +377,8 @@ BUILT: dict[str, Callable[[], Built]] = {
     "sam": _sam,
     "sam-hq": lambda: _sam(hq=True),
     "videoprism": _videoprism,
+    "chmv2-linear": lambda: _chmv2("linear"),
+    "chmv2-log": lambda: _chmv2("log"),
 }
 
 
