@@ -370,6 +370,33 @@ def _chmv2(bins: str) -> Built:
     return transformers.CHMv2ForDepthEstimation(cfg), batch
 
 
+def _pe_audio() -> Built:
+    """An audio-text model asked for its loss: the loss's ``eye`` of labels runs."""
+    audio = {
+        "dac_config": {
+            "downsampling_ratios": [2, 2],
+            "encoder_hidden_size": 8,
+            "codebook_dim": 8,
+            "hidden_size": 16,
+        },
+        **_SMALL,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+    }
+    text = {**_SMALL, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    text.update(cls_token_id=1, sep_token_id=2)
+    cfg = transformers.PeAudioConfig(text_config=text, audio_config=audio)
+    batch = {
+        "input_ids": torch.randint(3, 128, (2, 8), generator=_seeded()),
+        "input_values": torch.randn(2, 1, 64, generator=_seeded()),
+        "return_loss": True,
+    }
+    model = transformers.PeAudioModel(cfg)
+    with torch.no_grad():  # a trained scale; at its initial 0 every logit, so the loss, is 0
+        model.text_audio_logit_scale.fill_(10.0)
+    return model, batch
+
+
 # tiny models whose batch is not token ids alone, each running a line --fix rewrites
 BUILT: dict[str, Callable[[], Built]] = {
     "nystromformer": _nystromformer,
@@ -379,6 +406,7 @@ BUILT: dict[str, Callable[[], Built]] = {
     "videoprism": _videoprism,
     "chmv2-linear": lambda: _chmv2("linear"),
     "chmv2-log": lambda: _chmv2("log"),
+    "pe-audio": _pe_audio,
 }
 
 
