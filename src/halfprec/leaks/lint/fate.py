@@ -43,6 +43,7 @@ from halfprec.leaks.lint.reach import Fate, Follow, enter, to_callers, to_reader
 from halfprec.leaks.lint.scalars import zero_dim, zero_dim_factory
 from halfprec.leaks.lint.submodules import hidden_state, is_submodule, submodule
 from halfprec.leaks.lint.values import value_of
+from halfprec.leaks.lint.wrappers import wrapped
 
 _MAX_HOPS = 12  # names followed from one tensor (a = t; b = a * 2; ...)
 _FACTS = words("shape size device dtype ndim numel dim is_cuda nelement is_floating_point")
@@ -464,6 +465,9 @@ def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
         return "up"
     if isinstance(func, ast.Attribute) and last in _STORES and node in call.args:
         return _store(f, func.value, call)
+    held = wrapped(f, node, call)
+    if held is not None:
+        return held  # nn.Parameter(t), self.register_buffer("m", t): module state made now
     if last.endswith("_like") and any(k.arg == "dtype" for k in call.keywords):
         return "safe"  # torch.zeros_like(t, dtype=torch.long): t gives only the shape
     if last in _SORTS or last in _TORCH_SAFE:
@@ -625,6 +629,8 @@ def _bind(f: _Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
                 continue
             if isinstance(target.value, ast.Name):
                 f.follow_name(target.value.id, stmt)
+            elif isinstance(target.value, ast.Attribute) and not to_readers(f, target.value):
+                f.fate.unknown = True  # self.masks[k] = t: the dict is read where t is
             continue
         if isinstance(target, ast.Attribute):
             if not to_readers(f, target):
