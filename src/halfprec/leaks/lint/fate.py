@@ -128,7 +128,11 @@ class _Follow:
             return "safe"
         others = [o for o in others if not self.derived(o)]
         if self.scalar:  # 0-dim: only another 0-dim tensor (h.mean()) takes its dtype
-            return "leak" if any(self.half_scalar(o) for o in others) else "safe"
+            if any(self.half_scalar(o) for o in others):
+                return "leak"
+            # a half tensor with dimensions wins; with numbers only (softplus(lam), lam * 2)
+            # it stays a 0-dim fp32 tensor and goes on
+            return "safe" if any(self.floating(o) for o in others) else "up"
         if any(isinstance(o, ast.Name) and o.id in self.ctx.complex for o in others):
             return "safe"  # mask * spec: complex, in a half model too
         if any(self.floating(o) for o in others):
@@ -465,6 +469,8 @@ def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
         return "up"
     if isinstance(func, ast.Attribute) and last in _STORES and node in call.args:
         return _store(f, func.value, call)
+    if last == "update" and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        return _store(f, func.value, call)  # total.update(self._aux(...)): total holds it
     held = wrapped(f, node, call)
     if held is not None:
         return held  # nn.Parameter(t), self.register_buffer("m", t): module state made now
@@ -539,11 +545,13 @@ _STORES = words("append extend insert appendleft extendleft")  # list.append(t):
 
 def _returned_record(f: _Follow, node: ast.AST, call: ast.Call, last: str) -> bool:
     """``return Output(logits=t)`` in a ``forward``: a class of another file, built and
-    returned at once, holds ``t`` as the module's output (its field ``logits``)."""
+    returned at once or bound to a name, holds ``t`` (as its field ``logits``)."""
     if not f.ctx.is_forward or not last[:1].isupper() or not any(c.islower() for c in last):
         return False
-    if not isinstance(f.ctx.parents.get(id(call)), ast.Return):
-        return False
+    held = f.ctx.parents.get(id(call))
+    named = isinstance(held, ast.Assign) and all(isinstance(t, ast.Name) for t in held.targets)
+    if not (isinstance(held, ast.Return) or named):
+        return False  # out = Output(logits=t): followed on as the name out
     if isinstance(node, ast.keyword):  # the step from the keyword up to the call
         f.key = node.arg
     return True
@@ -627,8 +635,11 @@ def _bind(f: _Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
             # h[:, 0] = t writes t into h in h's own dtype; into an fp32 tensor it goes on
             if f.floating(target.value):
                 continue
-            if isinstance(target.value, ast.Name):
-                f.follow_name(target.value.id, stmt)
+            base = target.value
+            while isinstance(base, ast.Subscript) and not f.floating(base.value):
+                base = base.value  # masks[k]["node"] = t: the dict of dicts holds t
+            if isinstance(base, ast.Name):
+                f.follow_name(base.id, stmt)
             elif isinstance(target.value, ast.Attribute) and not to_readers(f, target.value):
                 f.fate.unknown = True  # self.masks[k] = t: the dict is read where t is
             continue

@@ -10,6 +10,10 @@ with it. :func:`wrapped` follows the tensor through such a wrapper:
   goes on with the wrapper's value;
 - ``self.register_buffer("mask", t)``, ``self.register_parameter("mask", p)``,
   ``setattr(self, "mask", t)``: kept as ``self.mask``, followed at its reads.
+
+The scatter and segment reductions of graph libraries (``scatter(t, index, reduce="sum")``
+of ``torch_scatter`` or ``torch_geometric.utils``, ``segment_csr(t, ptr)``) hand on their
+first input's dtype the same way: the walk goes on with their value.
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ from halfprec.leaks.lint.reach import Follow, to_readers
 
 _WRAPPERS = words("Parameter Buffer")
 _REGISTERS = words("register_buffer register_parameter")
+_REDUCERS = words(
+    "scatter scatter_sum scatter_add scatter_mean scatter_max scatter_min scatter_mul "
+    "segment_csr segment_coo segment_sum_csr segment_sum_coo"
+)
 
 
 def wrapped(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
@@ -31,6 +39,8 @@ def wrapped(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
     value = node.value if isinstance(node, ast.keyword) else node
     if last in _WRAPPERS and _first(call, value, "data"):
         return "up"
+    if last in _REDUCERS and _library(call.func) and _first(call, value, "src"):
+        return "up"  # scatter(t, index, reduce="sum"): t's values reduced, in t's dtype
     if last in _REGISTERS and isinstance(call.func, ast.Attribute):
         if not _first(call, value, "tensor", "param", at=1):
             return None
@@ -38,6 +48,16 @@ def wrapped(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
     if name == "setattr" and len(call.args) == 3 and call.args[2] is value:
         return _kept(f, call.args[0], call.args[1], call)
     return None
+
+
+def _library(func: ast.AST) -> bool:
+    """``scatter`` or ``torch_scatter.scatter``: a function of a graph library, not
+    ``torch.scatter`` or a tensor's own ``h.scatter_add(dim, index, src)``."""
+    root = dotted(func).split(".")[0]
+    return isinstance(func, ast.Name) or root in _LIBRARIES
+
+
+_LIBRARIES = words("torch_scatter torch_geometric pyg pyg_lib utils")
 
 
 def _first(call: ast.Call, value: ast.AST, *names: str, at: int = 0) -> bool:
