@@ -40,6 +40,7 @@ from torch import nn
 from halfprec.batch import Batch, as_batches, batch_size_of, call, resize_batch
 from halfprec.bench.compile_gate import CompileGate, Twin, gemm_share
 from halfprec.bench.half_speed import HalfSpeed
+from halfprec.bench.heap import caller_objects_set_aside
 from halfprec.bench.interleave import CallTimer, Pairs, Prepared
 from halfprec.bench.limit import Gemm, GemmLimit, Timer
 from halfprec.bench.machine import machine_info
@@ -222,7 +223,9 @@ class Benchmark:
         )
         self._note_reduced_fp32()
         start, cpu = time.perf_counter(), self.phases.cpu_clock()
-        with evaluating(self.model):  # "done" too is reported before the flags come back
+        # "done" too is reported before the flags come back; the caller's objects are not
+        # walked by the run's collections (halfprec.bench.heap)
+        with evaluating(self.model), caller_objects_set_aside():
             sizes = self.config.batch_sizes or (batch_size_of(self.batch),)
             at = [
                 self._reference(result, index, size, len(sizes)) for index, size in enumerate(sizes)
