@@ -33,6 +33,7 @@ def _model() -> nn.Module:
     return nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::torch.jit.TracerWarning")
 def test_a_conversion_of_halfprecs_sends_nothing_and_the_sender_comes_back(
     sent: list[Any],
 ) -> None:
