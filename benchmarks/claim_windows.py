@@ -2,8 +2,11 @@
 later? fp32 and one candidate, built once, timed again and again in one process: each
 trial times the pair as deploy does (:func:`halfprec.bench.interleave.time_interleaved`
 with the race), by the race's old claim (5 rounds, ``claim_s=0``) and by its claim now
-(5 rounds and ``claim_s`` seconds of timed calls), each followed at once by
-``benchmarks/verify_choice.py``'s re-timing (12 pairs of alternating blocks).
+(5 rounds and ``claim_s`` seconds of timed calls), and as deploy did before its rounds
+alternated their order (``fixed order``: 5 rounds, fp32's sample first in each, by
+:func:`halfprec.bench.steady.steady_call_time`), each followed at once by
+``benchmarks/verify_choice.py``'s re-timing (``--pairs`` pairs of alternating blocks,
+default 12; fewer where a call takes a second).
 
 ``HF_HUB_OFFLINE=1 PYTHONPATH=src python3 benchmarks/claim_windows.py builtin:minilm --batch 32``
 
@@ -21,6 +24,7 @@ import functools
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -60,6 +64,20 @@ def _claim(
     return verify_choice._quartiles(ratios), len(ratios), _medians(samples[0], samples[1])
 
 
+def _fixed_order(
+    fp32: torch.nn.Module, candidate: torch.nn.Module, batch: object, rounds: int = 5
+) -> tuple[Range, int, str]:
+    """The ratio (q1, median, q3) of ``rounds`` rounds timed fp32 first in every round."""
+    a: list[float] = []
+    b: list[float] = []
+    with torch.inference_mode():
+        for _ in range(rounds):
+            a.append(steady.steady_call_time(functools.partial(call, fp32, batch)))
+            b.append(steady.steady_call_time(functools.partial(call, candidate, batch)))
+    ratios = [x / y for x, y in zip(a, b, strict=True)]
+    return verify_choice._quartiles(ratios), rounds, _medians(a, b)
+
+
 def _medians(a: list[float], b: list[float]) -> str:
     return f"{statistics.median(a) * 1e3:.2f}/{statistics.median(b) * 1e3:.2f} ms"
 
@@ -74,6 +92,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=None, help="rows per batch")
     parser.add_argument("--variant", default="openvino-bf16", help="the candidate")
     parser.add_argument("--trials", type=int, default=6, help="trials of each claim")
+    parser.add_argument("--pairs", type=int, default=12, help="pairs of re-timed blocks")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="the clock")
     args = parser.parse_args()
@@ -91,22 +110,28 @@ def main() -> None:
         f"{args.clock} clock, load {verify_choice._load()}",
         flush=True,
     )
-    claims = {"5 rounds": Race(claim_s=0.0), f"{Race().claim_s:g} s": Race()}
+    claims: dict[str, Callable[[], tuple[Range, int, str]]] = {
+        "fixed order": functools.partial(_fixed_order, model, candidate, batch),
+        "5 rounds": functools.partial(_claim, model, candidate, variant, batch, Race(claim_s=0)),
+        f"{Race().claim_s:g} s": functools.partial(
+            _claim, model, candidate, variant, batch, Race()
+        ),
+    }
     agree = dict.fromkeys(claims, 0)
     for trial in range(args.trials):
-        for name, race in claims.items():
-            claim, rounds, ms = _claim(model, candidate, variant, batch, race)
+        for name, timed in claims.items():
+            claim, rounds, ms = timed()
             a, b = verify_choice._time_apart(
                 functools.partial(call, model, batch),
                 functools.partial(call, candidate, batch),
-                12,
+                args.pairs,
                 verify_choice.Blocks(),
             )
             apart = verify_choice._quartiles([x / y for x, y in zip(a, b, strict=True)])
             overlap = apart[0] <= claim[2] and claim[0] <= apart[2]
             agree[name] += overlap
             print(
-                f"trial {trial} claim {name:8s} {_text(claim)} over {rounds:3d} rounds, {ms}; "
+                f"trial {trial} claim {name:11s} {_text(claim)} over {rounds:3d} rounds, {ms}; "
                 f"apart {_text(apart)}, {_medians(a, b)}: {'agree' if overlap else 'DISAGREE'}; "
                 f"load {verify_choice._load()}",
                 flush=True,

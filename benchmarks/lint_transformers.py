@@ -1,6 +1,6 @@
 """Lint every modeling file of the installed transformers, and check what the lint says.
 
-    PYTHONPATH=src python benchmarks/lint_transformers.py [--runs 3] [--seed 0]
+    PYTHONPATH=src python benchmarks/lint_transformers.py [--runs 3] [--seed 0] [--identity]
 
 1. Speed: files/min, median of ``--runs`` runs after a warm-up.
 2. Tensor creations without dtype inside forward paths: counted by the lint (HP101) and by
@@ -17,9 +17,11 @@
    reused; otherwise the file is rewritten with empty verdicts to fill in by hand.
 4. ``lint --fix`` (safe fixes, as the README's line runs it) applied to every file: the
    count of fixes, whether each fixed file still compiles and imports, and, for every
-   architecture of the breadth benchmark (tests/testbed/breadth_models.py) whose
-   modeling file has fixes, whether the model gives identical fp32 outputs with the fixed
-   code (the model's classes swapped for the fixed file's, same weights, same batch).
+   architecture of the breadth benchmark (tests/testbed/breadth_models.py), and of tiny
+   models of further files with fixes (``EXTRA``, ``BUILT``: each runs a fixed line),
+   whether the model gives identical fp32 outputs with the fixed code (the model's
+   classes swapped for the fixed file's, same weights, same batch). ``--identity`` runs
+   only this step.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import random
 import statistics
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -202,7 +205,7 @@ def _swap(model: torch.nn.Module, fixed: types.ModuleType) -> int:
     return swapped
 
 
-def _outputs(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+def _outputs(model: torch.nn.Module, batch: dict[str, Any]) -> list[torch.Tensor]:
     with torch.no_grad():
         torch.manual_seed(0)
         out = model(**batch)
@@ -239,16 +242,188 @@ EXTRA: dict[str, tuple[str, str, dict[str, Any]]] = {
 }
 
 
-def _models() -> list[tuple[str, torch.nn.Module, dict[str, torch.Tensor]]]:
+Built = tuple[torch.nn.Module, dict[str, Any]]
+
+
+def _seeded() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+def _nystromformer() -> Built:
+    """Landmarks fewer than the tokens: the attention's iterative inverse (its ``eye``) runs."""
+    cfg = transformers.NystromformerConfig(
+        **_SMALL, num_landmarks=4, conv_kernel_size=3, segment_means_seq_len=16
+    )
+    ids = torch.randint(3, 128, (2, 16), generator=_seeded())
+    return transformers.NystromformerModel(cfg), {"input_ids": ids}
+
+
+def _tvp() -> Built:
+    """The default frame-pad prompter (``replace``): its zero ``base`` runs."""
+    backbone = transformers.ResNetConfig(
+        embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], out_features=["stage2"]
+    )
+    cfg = transformers.TvpConfig(
+        backbone_config=backbone,
+        **_SMALL,
+        max_grid_row_position_embeddings=8,
+        max_grid_col_position_embeddings=8,
+        num_frames=2,
+        visual_prompt_size=4,
+        max_img_size=32,
+    )
+    batch = {
+        "input_ids": torch.randint(3, 128, (1, 8), generator=_seeded()),
+        "pixel_values": torch.randn(1, 2, 3, 32, 32, generator=_seeded()),
+    }
+    return transformers.TvpModel(cfg), batch
+
+
+def _sam(hq: bool = False) -> Built:
+    """Points without boxes: the prompt encoder pads them (its zero ``padding_point``)."""
+    config = transformers.SamHQConfig if hq else transformers.SamConfig
+    cfg = config(
+        vision_config={
+            "hidden_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "mlp_dim": 64,
+            "image_size": 64,
+            "patch_size": 16,
+            "output_channels": 16,
+            "window_size": 2,
+            "global_attn_indexes": [0],
+            "num_pos_feats": 8,
+        },
+        prompt_encoder_config={
+            "hidden_size": 16,
+            "image_size": 64,
+            "patch_size": 16,
+            "mask_input_channels": 4,
+        },
+        mask_decoder_config={
+            "hidden_size": 16,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "mlp_dim": 32,
+            "iou_head_hidden_dim": 16,
+            **({"vit_dim": 32} if hq else {}),
+        },
+    )
+    batch = {
+        "pixel_values": torch.randn(1, 3, 64, 64, generator=_seeded()),
+        "input_points": torch.rand(1, 1, 2, 2, generator=_seeded()) * 64,
+    }
+    return (transformers.SamHQModel if hq else transformers.SamModel)(cfg), batch
+
+
+def _videoprism() -> Built:
+    """A video-text model asked for its loss: the sigmoid loss's ``eye`` runs."""
+    cfg = transformers.VideoPrismConfig(
+        vision_config={
+            "image_size": 16,
+            "num_frames": 2,
+            "tubelet_size": [1, 8, 8],
+            "hidden_size": 32,
+            "num_attention_heads": 2,
+            "intermediate_size": 64,
+            "num_spatial_layers": 1,
+            "num_temporal_layers": 1,
+            "num_auxiliary_layers": 1,
+        },
+        text_config={**_SMALL, "max_position_embeddings": 16},
+    )
+    batch = {
+        "pixel_values_videos": torch.randn(2, 2, 3, 16, 16, generator=_seeded()),
+        "input_ids": torch.randint(3, 128, (2, 8), generator=_seeded()),
+        "return_loss": True,
+    }
+    return transformers.VideoPrismClipModel(cfg), batch
+
+
+def _chmv2(bins: str) -> Built:
+    """A depth head with ``linear`` or ``log`` bins: its ``linspace`` of bins runs."""
+    backbone = {
+        "model_type": "dinov3_vit",
+        "image_size": 32,
+        "patch_size": 8,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 4,
+        "num_register_tokens": 1,
+        "out_indices": [1, 2, 3, 4],
+        "reshape_hidden_states": True,
+        "return_class_token": True,
+    }
+    cfg = transformers.CHMv2Config(
+        backbone_config=backbone,
+        patch_size=8,
+        post_process_channels=[8, 8, 8, 8],
+        fusion_hidden_size=8,
+        head_hidden_size=8,
+        number_output_channels=4,
+        bins_strategy=bins,
+        norm_strategy="linear",
+    )
+    batch = {"pixel_values": torch.randn(1, 3, 32, 32, generator=_seeded())}
+    return transformers.CHMv2ForDepthEstimation(cfg), batch
+
+
+def _pe_audio() -> Built:
+    """An audio-text model asked for its loss: the loss's ``eye`` of labels runs."""
+    audio = {
+        "dac_config": {
+            "downsampling_ratios": [2, 2],
+            "encoder_hidden_size": 8,
+            "codebook_dim": 8,
+            "hidden_size": 16,
+        },
+        **_SMALL,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+    }
+    text = {**_SMALL, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    text.update(cls_token_id=1, sep_token_id=2)
+    cfg = transformers.PeAudioConfig(text_config=text, audio_config=audio)
+    batch = {
+        "input_ids": torch.randint(3, 128, (2, 8), generator=_seeded()),
+        "input_values": torch.randn(2, 1, 64, generator=_seeded()),
+        "return_loss": True,
+    }
+    model = transformers.PeAudioModel(cfg)
+    with torch.no_grad():  # a trained scale; at its initial 0 every logit, so the loss, is 0
+        model.text_audio_logit_scale.fill_(10.0)
+    return model, batch
+
+
+# tiny models whose batch is not token ids alone, each running a line --fix rewrites
+BUILT: dict[str, Callable[[], Built]] = {
+    "nystromformer": _nystromformer,
+    "tvp": _tvp,
+    "sam": _sam,
+    "sam-hq": lambda: _sam(hq=True),
+    "videoprism": _videoprism,
+    "chmv2-linear": lambda: _chmv2("linear"),
+    "chmv2-log": lambda: _chmv2("log"),
+    "pe-audio": _pe_audio,
+}
+
+
+def _models() -> list[tuple[str, torch.nn.Module, dict[str, Any]]]:
     out = [(a.name, build(a), example_batch(a)) for a in ARCHS]
     for name, (cls, cfg, kw) in EXTRA.items():
         torch.manual_seed(0)
         model = getattr(transformers, cls)(getattr(transformers, cfg)(**kw)).eval()
-        ids = torch.randint(3, 128, (2, 12), generator=torch.Generator().manual_seed(0))
+        ids = torch.randint(3, 128, (2, 12), generator=_seeded())
         batch = {"input_ids": ids}
         if "T5" in cls:
             batch["decoder_input_ids"] = ids[:, :6]
         out.append((name, model, batch))
+    for name, make in BUILT.items():
+        torch.manual_seed(0)
+        model, batch = make()
+        out.append((name, model.eval(), batch))
     return out
 
 
@@ -310,8 +485,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--libcst", type=int, default=0, help="compare libcst on N files")
+    parser.add_argument(
+        "--identity", action="store_true", help="only --fix and the fp32 identity check"
+    )
     opts = parser.parse_args()
     files = modeling_files()
+    if opts.identity:
+        identity(fix_all(files))
+        return
     print(
         f"transformers {transformers.__version__}: {len(files)} modeling files; "
         f"python {sys.version.split()[0]}, torch {torch.__version__}"

@@ -41,6 +41,12 @@ class Machine:
         return self.seconds[variant.name] * self.load
 
 
+def _pair(candidate: str, rounds: int) -> list[str]:
+    """The timed calls of ``rounds`` rounds of a pair: fp32 first, then the candidate first
+    in the next round, and so on (the order alternates)."""
+    return [n for r in range(rounds) for n in ("fp32", candidate)[:: 1 if r % 2 == 0 else -1]]
+
+
 def _run(machine: Machine, bench: BenchConfig = TEN) -> list[str]:
     result = benchmark(
         _model(),
@@ -68,7 +74,7 @@ def test_each_candidate_is_timed_in_its_own_pair_and_measured_against_it() -> No
         timer=machine,
         progress=machine.progress,
     )
-    pair = ["fp32", "halfprec-bf16"] * 3 + ["fp32", "halfprec-fp16"] * 3
+    pair = _pair("halfprec-bf16", 3) + _pair("halfprec-fp16", 3)
     assert machine.calls == pair  # one candidate at a time, alternating with fp32
     fp32, bf16, fp16 = (result.get(n) for n in ("fp32", "halfprec-bf16", "halfprec-fp16"))
     assert fp32.timing is not None and fp32.timing.samples == (1.0,) * 3 + (0.5,) * 3
@@ -91,11 +97,11 @@ def test_the_race_stops_a_candidate_clearly_slower_than_one_of_an_earlier_pair()
         {"fp32": 1.0, "halfprec-bf16": 0.45, "halfprec-fp16": 0.97}, {"halfprec-fp16": 0.5}
     )
     calls = _run(machine)
-    assert calls == ["fp32", "halfprec-bf16"] * 5 + ["fp32", "halfprec-fp16"] * 2
+    assert calls == _pair("halfprec-bf16", 5) + _pair("halfprec-fp16", 2)
     # alone with fp32 the same fp16 goes the distance: close to fp32, nothing else to beat it
     alone = Machine({"fp32": 1.0, "halfprec-fp16": 0.97}, {})
     benchmark(_model(), X, variants=["halfprec-fp16"], bench=TEN, timer=alone)
-    assert alone.calls == ["fp32", "halfprec-fp16"] * 10
+    assert alone.calls == _pair("halfprec-fp16", 10)
 
 
 def test_a_later_faster_candidate_does_not_stop_before_min_rounds_on_close_calls() -> None:

@@ -9,6 +9,13 @@ through the common reference: each candidate's time relative to fp32's in the sa
 of its pair (:class:`Standings` keeps those of the candidates timed before at the same
 batch size), so that a candidate clearly slower than fp32, or than an accurate candidate
 timed in an earlier pair, still stops after a few rounds.
+
+A round's order alternates (fp32 then the candidate, then the candidate then fp32), as in a
+crossover trial: whatever one variant's call leaves behind for the next call on the machine
+and outlasts the wait for quiet (a runtime's threads pinned or parked on a core, its data in
+the caches, a frequency step) then falls on each variant in half the rounds. In a fixed
+order it fell on the same variant in every round, so a bias the rounds all shared moved the
+claimed ratio while its spread stayed narrow; a user's loop calls one variant after itself.
 """
 
 from __future__ import annotations
@@ -166,8 +173,9 @@ def time_interleaved(
     timer: CallTimer,
     standings: Standings | None = None,
 ) -> dict[int, list[float]]:
-    """Time the variants round-robin, one call each per round, set each row's timing, and
-    return each timed variant's seconds by its index in ``prepared``.
+    """Time the variants round-robin, one call each per round, in ``prepared``'s order in
+    even rounds and the reverse in odd ones (see the module docs), set each row's timing,
+    and return each timed variant's seconds by its index in ``prepared``.
 
     The runner passes two: eager fp32 (the reference) and one candidate. With ``race`` a
     variant stops once its rank is settled (beaten by a variant the choice may pick, or
@@ -187,7 +195,7 @@ def time_interleaved(
             now = _playing(prepared, modules, ref, samples, stopped, round_, race, claiming)
             if not now:
                 break
-            for i in now:
+            for i in now if round_ % 2 == 0 else reversed(now):
                 r = prepared[i].result
                 try:
                     samples[i].append(timer(functools.partial(call, modules[i], batch), r.variant))

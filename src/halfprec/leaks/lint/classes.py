@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["ClassFacts", "class_facts", "floating_init", "NO_FACTS"]
 
@@ -47,6 +47,10 @@ class ClassFacts:
     # self.X = Name(...) or nn.ModuleList([Name(...) ...]): (X, Name)
     module_classes: tuple[tuple[str, str], ...] = ()
     layers: tuple[tuple[str, str], ...] = ()  # self.X = nn.Name(...) or Name(...): (X, Name)
+    # self.X = nn.ModuleList([nn.Linear(...), ...]) or built by append: (X, ("Linear", ...))
+    elements: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # self.X = loss_fn (an __init__ parameter defaulting to norm_loss) or F.mse_loss: (X, name)
+    callables: tuple[tuple[str, str], ...] = ()
 
 
 NO_FACTS = ClassFacts()
@@ -150,61 +154,193 @@ def _statements(fn: Function) -> Iterator[ast.stmt]:
         stack += reversed(inner)
 
 
-def _scan_function(
-    fn: Function,
-    tensors: set[str],
-    passthrough: set[str],
-    attributes: set[str],
-    classes: dict[str, str],
-    layers: dict[str, str],
-    modules: set[str],
-    appended: dict[str, set[str]],
-) -> None:
+@dataclass
+class _Scan:
+    """What the methods of a class (and its same-file bases) say, gathered as they are read;
+    see :class:`ClassFacts`."""
+
+    tensors: set[str] = field(default_factory=set)
+    passthrough: set[str] = field(default_factory=set)
+    attributes: set[str] = field(default_factory=set)
+    classes: dict[str, str] = field(default_factory=dict)
+    layers: dict[str, str] = field(default_factory=dict)
+    modules: set[str] = field(default_factory=set)  # also assigned what is not a function
+    appended: dict[str, set[str]] = field(default_factory=dict)  # .append(Block(...)): Block
+    held: dict[str, set[str]] = field(default_factory=dict)  # ModuleList([nn.Linear()]): Linear
+    callables: dict[str, str] = field(default_factory=dict)  # self.loss_fn = loss_fn: default
+
+
+def _scan_function(fn: Function, scan: _Scan) -> None:
     local: set[str] = set()
+    defaults = _defaults(fn)
+    a = fn.args
+    params = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
+    lists: dict[str, set[str]] = {}  # blocks = [...]; blocks.append(nn.Linear(...)): layers held
     for node in _statements(fn):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             registered = _registered(node.value, frozenset(local))
             if registered:
-                tensors.add(registered)
-            _appended(node.value, appended)
+                scan.tensors.add(registered)
+            _appended(node.value, scan, lists)
         elif isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, value = node.targets[0], node.value
-            if isinstance(target, ast.Name) and floating_init(value, frozenset(local)):
+            target = node.targets[0]
+            if isinstance(target, ast.Name) and floating_init(node.value, frozenset(local)):
                 local.add(target.id)
+            if isinstance(target, ast.Name) and isinstance(node.value, (ast.List, ast.ListComp)):
+                lists[target.id] = set(_held_layers(node.value, lists))
             attr = _self_attr(target)
             if attr is None:
                 continue
-            attributes.add(attr)
-            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
-                classes[attr] = value.func.id
-            elif isinstance(value, ast.Call) and _last_name(value.func) == "ModuleList":
-                element = _element_class(value)
-                if element is not None:
-                    classes[attr] = element  # self.blocks[i](...): a Block's forward
-            if isinstance(value, ast.Call):
-                layers[attr] = _last_name(value.func)
-            if floating_init(value, frozenset(local)):
-                tensors.add(attr)
-            elif _is_passthrough(value):
-                passthrough.add(attr)
-            elif isinstance(value, ast.Call):
-                modules.add(attr)
+            scan.attributes.add(attr)
+            for value in _alternatives(node.value):
+                if isinstance(value, ast.Call):
+                    scan.held.setdefault(attr, set()).update(_held_layers(value, lists))
+                _attribute(attr, value, local, scan)
+                function = _function_name(value, defaults, params)
+                function = function or (_dotted(value) if isinstance(value, ast.Attribute) else "")
+                if function:  # several functions (a schedule chosen by name): none of them
+                    kept = scan.callables.setdefault(attr, function)
+                    scan.callables[attr] = function if kept == function else "?"
 
 
-def _appended(call: ast.Call, appended: dict[str, set[str]]) -> None:
+def _function_name(value: ast.expr, defaults: dict[str, str], params: set[str]) -> str:
+    """``self.f = loss_fn`` (a parameter defaulting to a function: that function) or
+    ``self.f = alpha_cosine_log_snr`` (a name of the module, not a parameter)."""
+    if not isinstance(value, ast.Name):
+        return ""
+    return defaults.get(value.id, "") if value.id in params else value.id
+
+
+def _defaults(fn: Function) -> dict[str, str]:
+    """The parameters of ``fn`` whose default names a function: ``loss_fn=norm_loss``."""
+    a = fn.args
+    positional = [*a.posonlyargs, *a.args]
+    pairs = [*zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True)]
+    pairs += [(p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None]
+    return {p.arg: _dotted(d) for p, d in pairs if _dotted(d)}
+
+
+def _dotted(node: ast.AST) -> str:
+    """``F.mse_loss`` or ``norm_loss``; ``""`` for anything else."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else ""
+
+
+def _alternatives(value: ast.expr) -> list[ast.expr]:
+    """``nn.Linear(d, d) if bias else None``: each value the attribute may hold, ``None``
+    left out (a call of it then runs only where it is a module)."""
+    if isinstance(value, ast.IfExp):
+        return [*_alternatives(value.body), *_alternatives(value.orelse)]
+    return [] if isinstance(value, ast.Constant) and value.value is None else [value]
+
+
+def _attribute(attr: str, value: ast.expr, local: set[str], scan: _Scan) -> None:
+    """The facts one value assigned to ``self.<attr>`` gives."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+        scan.classes[attr] = value.func.id
+    elif isinstance(value, ast.Call) and _last_name(value.func) == "ModuleList":
+        element = _element_class(value)
+        if element is not None:
+            scan.classes[attr] = element  # self.blocks[i](...): a Block's forward
+    if isinstance(value, ast.Call) and not (attr in scan.layers and _is_passthrough(value)):
+        scan.layers[attr] = _last_name(value.func)  # LayerNorm(d) if norm else Identity()
+    if floating_init(value, frozenset(local)):
+        scan.tensors.add(attr)
+    elif _is_passthrough(value):
+        scan.passthrough.add(attr)
+    elif isinstance(value, ast.Call):
+        scan.modules.add(attr)
+
+
+_CONTAINERS = frozenset({"ModuleList", "ModuleDict", "Sequential"})
+
+
+def _held_layers(value: ast.expr, lists: dict[str, set[str]]) -> list[str]:
+    """The layers a container holds: ``nn.ModuleList([nn.Linear(...), nn.SiLU()])``,
+    ``nn.ModuleDict({"a": nn.Linear(...)})``, ``[nn.Sequential(...) for _ in range(n)]``,
+    ``nn.ModuleList(blocks)`` or ``nn.Sequential(*blocks)`` of a local list built here."""
+    items: list[ast.expr] = []
+    if isinstance(value, ast.Call):
+        if _last_name(value.func) not in _CONTAINERS:
+            return []
+        items = list(value.args)
+    elif isinstance(value, ast.List):
+        return [n for e in value.elts for n in [_called(e), *_held_layers(e, lists)]]
+    elif isinstance(value, ast.ListComp):
+        return [_called(value.elt), *_held_layers(value.elt, lists)]
+    names: list[str] = []
+    for item in items:
+        item = item.value if isinstance(item, ast.Starred) else item
+        if isinstance(item, ast.Name):
+            names += lists.get(item.id, ())
+        elif isinstance(item, (ast.List, ast.Tuple)):
+            names += [n for e in item.elts for n in [_called(e), *_held_layers(e, lists)]]
+        elif isinstance(item, ast.Dict):
+            names += [n for e in item.values if e for n in [_called(e), *_held_layers(e, lists)]]
+        elif isinstance(item, (ast.ListComp, ast.GeneratorExp)):
+            names += [_called(item.elt), *_held_layers(item.elt, lists)]
+        elif isinstance(item, ast.DictComp):
+            names += [_called(item.value), *_held_layers(item.value, lists)]
+        else:
+            names += [_called(item), *_held_layers(item, lists)]
+    return [n for n in names if n]
+
+
+def _called(node: ast.expr) -> str:
+    """``nn.Linear(d, d)``: ``"Linear"``; anything but a call: ``""``."""
+    return _last_name(node.func) if isinstance(node, ast.Call) else ""
+
+
+def _appended(call: ast.Call, scan: _Scan, lists: dict[str, set[str]]) -> None:
     """``self.blocks.append(Block(...))``: the classes a ``ModuleList`` built by appending
-    holds (``""`` for an item that is not a class called by name)."""
+    holds (``""`` for an item that is not a class called by name), and in ``held`` the
+    layers (``nn.Linear(...)``: ``"Linear"``); ``blocks.append(...)`` of a local list too."""
     func = call.func
-    if not (isinstance(func, ast.Attribute) and func.attr == "append" and len(call.args) == 1):
+    if _setattr(call, scan):
         return
+    if not (isinstance(func, ast.Attribute) and len(call.args) == 1):
+        return
+    item = call.args[0]
+    if func.attr == "extend" and isinstance(item, (ast.List, ast.ListComp)):
+        held = set(_held_layers(item, lists))  # self.blocks.extend([nn.Linear(...), ...])
+        if isinstance(func.value, ast.Name) and func.value.id in lists:
+            lists[func.value.id] |= held
+        extended = _self_attr(func.value)
+        if extended is not None:
+            scan.held.setdefault(extended, set()).update(held)
+        return
+    if func.attr != "append":
+        return
+    if isinstance(func.value, ast.Name) and func.value.id in lists:
+        lists[func.value.id].add(_called(item))
     attr = _self_attr(func.value)
     if attr is None:
         return
-    item = call.args[0]
     named = ""
     if isinstance(item, ast.Call) and isinstance(item.func, ast.Name):
         named = item.func.id
-    appended.setdefault(attr, set()).add(named)
+    scan.appended.setdefault(attr, set()).add(named)
+    scan.held.setdefault(attr, set()).add(_called(item))
+
+
+def _setattr(call: ast.Call, scan: _Scan) -> bool:
+    """``setattr(self, f"block{i}", nn.Linear(...))``: an attribute named by its constant
+    head (``block``, which ``getattr(self, f"block{i}")`` matches) holding that layer."""
+    if not (isinstance(call.func, ast.Name) and call.func.id == "setattr"):
+        return False
+    if len(call.args) != 3 or _dotted(call.args[0]) != "self":
+        return True
+    key, value = call.args[1], call.args[2]
+    head = key.values[0] if isinstance(key, ast.JoinedStr) and key.values else key
+    if isinstance(head, ast.Constant) and isinstance(head.value, str) and head.value:
+        scan.attributes.add(head.value)
+        if isinstance(value, ast.Call):
+            scan.layers[head.value] = _last_name(value.func)
+            scan.modules.add(head.value)
+    return True
 
 
 def _element_class(modules: ast.Call) -> str | None:
@@ -233,32 +369,27 @@ def _registered(call: ast.Call, local: frozenset[str]) -> str | None:
 
 def class_facts(cls: ast.ClassDef, bases: list[ast.ClassDef]) -> ClassFacts:
     """The facts of ``cls``, with those of its same-file ``bases`` (nearest last wins)."""
-    tensors: set[str] = set()
-    passthrough: set[str] = set()
+    scan = _Scan()
     methods: set[str] = set()
-    attributes: set[str] = set()
-    classes: dict[str, str] = {}
-    layers: dict[str, str] = {}
-    modules: set[str] = set()  # also assigned something that is not a function
-    appended: dict[str, set[str]] = {}  # self.blocks.append(Block(...)): {"Block"}
     for klass in (*bases, cls):
         found = _methods(klass)
         methods |= set(found)
         for name, fn in found.items():
             if name != "forward":  # parameters and buffers are made in __init__ and setup
-                _scan_function(
-                    fn, tensors, passthrough, attributes, classes, layers, modules, appended
-                )
-    for attr, names in appended.items():
+                _scan_function(fn, scan)
+    classes, layers = scan.classes, scan.layers
+    for attr, names in scan.appended.items():
         if layers.get(attr) == "ModuleList" and attr not in classes and len(names) == 1:
             element = names.pop()
             if element[:1].isupper():
                 classes[attr] = element  # every item appended is a Block: its forward
     return ClassFacts(
         frozenset(methods),
-        frozenset(tensors),
-        frozenset(passthrough - tensors - modules),
-        frozenset(attributes),
+        frozenset(scan.tensors),
+        frozenset(scan.passthrough - scan.tensors - scan.modules),
+        frozenset(scan.attributes),
         tuple(sorted(classes.items())),
         tuple(sorted(layers.items())),
+        tuple(sorted((a, tuple(sorted(n for n in ns if n))) for a, ns in scan.held.items())),
+        tuple(sorted(scan.callables.items())),
     )

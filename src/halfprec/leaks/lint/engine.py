@@ -24,6 +24,7 @@ from halfprec.leaks.lint.factories import check_factory
 from halfprec.leaks.lint.findings import FileResult, Finding, Fix, LintReport
 from halfprec.leaks.lint.flow import calls_of, walk_function
 from halfprec.leaks.lint.imported import forward_of, imported_names
+from halfprec.leaks.lint.pipeline import held_in_package
 from halfprec.leaks.lint.rules import FIX_NONE, FIX_SAFE
 from halfprec.leaks.lint.scope import forward_paths, imports_of, program_of
 from halfprec.leaks.lint.source import SourceError, decode_source, split_lines
@@ -125,7 +126,10 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     calls = calls_of(program, imports, lines)
     names = functools.cache(lambda: imported_names(tree))  # read only when a class is sought
     calls.other = lambda cls: forward_of(path, names(), cls)
-    for fpath in forward_paths(tree, lines, program):
+    held = functools.partial(held_in_package, path)
+    for fpath in forward_paths(tree, lines, program, held):
+        if fpath.pipeline:
+            continue  # a data-pipeline transform: its tensors are data-loader outputs
         ctx = walk_function(
             fpath.function,
             imports,

@@ -30,7 +30,7 @@ from halfprec import ops
 from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
-from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.scalars import zero_dim_factory
 from halfprec.leaks.lint.values import template_for, value_of
 
 _NEW = {
@@ -116,21 +116,6 @@ def _isinstance_float(test: ast.AST, name: str) -> bool:
     names = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
     floats = all(isinstance(k, ast.Name) and k.id == "float" for k in names)
     return floats and isinstance(subject, ast.Name) and subject.id == name
-
-
-def _zero_dim(kind: str, call: ast.Call) -> bool:
-    """``torch.rand([])``, ``torch.full((), v)``, ``torch.tensor(0.5)``: a 0-dim tensor never
-    promotes a half operand, so its dtype does not leak."""
-    if not call.args:
-        return False
-    first = call.args[0]
-    if kind == "tensor":  # a scalar, not a list: torch.tensor(torch.finfo(x.dtype).min)
-        if isinstance(first, ast.BinOp):  # torch.tensor(1 / 0.07); [0.0] * n is a list
-            return not any(isinstance(n, (ast.List, ast.Tuple)) for n in walk(first))
-        return isinstance(first, (ast.Constant, ast.UnaryOp, ast.Attribute)) or (
-            isinstance(first, ast.Call) and isinstance(first.func, ast.Name)
-        )
-    return isinstance(first, (ast.List, ast.Tuple)) and not first.elts and len(call.args) <= 2
 
 
 def _makes_float(kind: str, call: ast.Call, ctx: Context) -> bool:
@@ -321,13 +306,16 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
     if not isinstance(node, ast.Call):
         return
     kind = ctx.is_torch_attr(node.func, *ops.FACTORY_OPS)
-    if kind is None or _zero_dim(kind, node):
+    if kind is None:
         return
+    scalar = zero_dim_factory(kind, node)  # followed: it leaks only with 0-dim half values
     keywords = {k.arg for k in node.keywords}
     if "dtype" in keywords or None in keywords:  # dtype given, or **kwargs may hold it
         return
     call = f"{dotted(node.func)}(...)"
     if not _makes_float(kind, node, ctx):
+        if scalar:
+            return
         made = _fp32_from_integer(node, ctx)
         if made is not None:
             message = (

@@ -40,6 +40,7 @@ from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Fate, Follow, enter, to_callers, to_readers
+from halfprec.leaks.lint.scalars import zero_dim, zero_dim_factory
 from halfprec.leaks.lint.submodules import hidden_state, is_submodule, submodule
 from halfprec.leaks.lint.values import value_of
 
@@ -90,11 +91,13 @@ class _Follow:
         self.caller: tuple[Follow, ast.Call] | None = None  # where a callee returns to
         self.depth = 0
         self.element: int | None = None  # returned as this element of a tuple
-        self.scalar = False  # 0-dim here: a 0-dim tensor never promotes a half operand
+        self.scalar = False  # 0-dim here: it promotes only a 0-dim half operand
+        self.zero = False  # made 0-dim (torch.tensor(0.)): reaching the output is no leak
         self.opaque = False  # the result of a callee the lint cannot see: only a cast ends it
         self.thunk = False  # the body of a lambda: calling it hands the value on
         self.empty = False  # no elements (torch.empty(0)): only a join carries its dtype on
         self.chosen = False  # cast to fp32 on purpose on the way (mask.to(torch.float))
+        self.mixed = False  # joined with half tensors (cat([t, h])): only a cast ends it well
         self.key: str | None = None  # the key it is kept under in a dict ({"mask": t})
         self.names: set[str] = set()  # the names followed in this function
         self.attrs: set[str] = set()  # the attributes followed (self.mask = t)
@@ -105,7 +108,9 @@ class _Follow:
 
     def spawn(self, ctx: Context) -> _Follow:
         """A walk on from here in another function: the same kind of tensor, no names yet."""
-        return _Follow(ctx, self.upcast, False)
+        follow = _Follow(ctx, self.upcast, False)
+        follow.zero, follow.mixed = self.zero, self.mixed
+        return follow
 
     def floating(self, node: ast.AST) -> bool:
         """Whether ``node`` is a floating tensor of the model's dtype where it is used."""
@@ -118,17 +123,26 @@ class _Follow:
         with no elements meets nothing but in a join: ``torch.cat([torch.empty(0), h])``
         is fp32, while an op on it gives no values or raises. A complex tensor (see
         :mod:`.complexes`) is never half: the result is complex because of it."""
-        if self.scalar or self.empty and not join:
+        if self.empty and not join:
             return "safe"
         others = [o for o in others if not self.derived(o)]
+        if self.scalar:  # 0-dim: only another 0-dim tensor (h.mean()) takes its dtype
+            return "leak" if any(self.half_scalar(o) for o in others) else "safe"
         if any(isinstance(o, ast.Name) and o.id in self.ctx.complex for o in others):
             return "safe"  # mask * spec: complex, in a half model too
         if any(self.floating(o) for o in others):
+            if join:  # cat([t, h]).to(h.dtype) gives what cat([t.to(h.dtype), h]) gives
+                self.mixed, self.empty = True, False
+                return "up"
             return "leak"
         if not self.upcast and any(self.ctx.is_upcast(o) for o in others):
             return "safe"
         self.empty = self.empty and not join  # cat([t, h]) has h's elements in t's dtype
         return "up"
+
+    def half_scalar(self, node: ast.AST) -> bool:
+        """Whether ``node`` is a 0-dim floating tensor of the model's dtype (a loss)."""
+        return self.floating(node) and zero_dim(node, self.ctx.at(node))
 
     def derived(self, node: ast.AST) -> bool:
         """Whether ``node`` reads a name this walk follows here: the tensor met with a value
@@ -156,24 +170,29 @@ class _Follow:
 
     def climb(self, node: ast.AST) -> None:
         """Follow the value of ``node`` up through the expressions that contain it."""
-        parents, opaque, chosen = self.ctx.parents, self.opaque, self.chosen
+        parents, opaque, chosen, mixed = self.ctx.parents, self.opaque, self.chosen, self.mixed
         try:
             self._climb(node, parents)
         finally:
             self.opaque = opaque  # an unseen callee on this path does not hide the others
             self.chosen = chosen  # nor a cast to fp32 on this path
+            self.mixed = mixed  # nor a join with half tensors
 
     def _climb(self, node: ast.AST, parents: dict[int, ast.AST]) -> None:
         while not self.fate.leaks:
             parent = parents.get(id(node))
+            mixed = self.mixed
             step = _step(self, node, parent) if parent is not None else "unknown"
+            if mixed and step not in ("safe", "integer", "done") and not _reshaped(node, parent):
+                self.fate.leaks = True  # half values joined into fp32, going on uncast
+                return
             if step == "up":
                 assert parent is not None
                 node = parent
                 if isinstance(parent, ast.Attribute) and _called(self, parent):
                     node = parents[id(parent)]  # t.view(...): the call's value goes on
                     self.one_dim = self.one_dim and parent.attr.endswith("_")
-                    self.scalar = self.scalar and parent.attr in _REDUCTIONS
+                    self.scalar = self.scalar and _keeps_rank(parent.attr, self.zero)
                 continue
             if step == "unknown" or step == "leak" and self.opaque:
                 self.fate.unknown = True
@@ -203,10 +222,19 @@ def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:
     it was made by an explicit upcast (HP2), not a factory (HP101)."""
     follow = _Follow(ctx, upcast, _vector(node))
     follow.empty = _no_elements(node)
+    follow.zero = follow.scalar = _scalar_factory(node, ctx)
     if isinstance(ctx.function, (ast.FunctionDef, ast.AsyncFunctionDef)):
         follow.guards = flag_guards(ctx.function, node, ctx.parents)
     follow.climb(node)
     return follow.fate
+
+
+def _scalar_factory(node: ast.AST, ctx: Context) -> bool:
+    """``torch.tensor(0.)``, ``torch.zeros(())``: a factory of a 0-dim tensor."""
+    if not isinstance(node, ast.Call):
+        return False
+    kind = ctx.is_torch_attr(node.func, "tensor", "zeros", "ones", "empty", "full", "rand", "randn")
+    return kind is not None and zero_dim_factory(kind, node)
 
 
 def _no_elements(node: ast.AST) -> bool:
@@ -295,6 +323,29 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
     if isinstance(parent, ast.Call):
         return _argument(f, node, parent)
     return _statement(f, node, parent)
+
+
+def _reshaped(node: ast.AST, parent: ast.AST | None) -> bool:
+    """``parent`` reshapes the value it holds (``.view(...)``), or is the join ``node`` (a
+    list) goes into."""
+    if isinstance(node, (ast.List, ast.Tuple)) and isinstance(parent, ast.Call):
+        return True  # torch.cat([t, h]): the joined value is the call's
+    return isinstance(parent, ast.Attribute) and parent.attr in _RESHAPES | _TRANSPOSES
+
+
+_TRANSPOSES = words("transpose permute contiguous squeeze movedim swapaxes T mT")
+
+
+def _keeps_rank(method: str, zero: bool) -> bool:
+    """Whether a 0-dim tensor stays 0-dim through ``t.<method>(...)``: a reduction; for a
+    0-dim factory's tensor, any method but a reshape (``.to(device)``, ``.sqrt()``)."""
+    return method in _REDUCTIONS or zero and method not in _RESHAPES
+
+
+_RESHAPES = words(
+    "view reshape unsqueeze expand expand_as repeat flatten tile broadcast_to view_as "
+    "reshape_as unflatten repeat_interleave"
+)
 
 
 def _joins(f: _Follow, seq: ast.List | ast.Tuple) -> bool:
@@ -522,7 +573,7 @@ def _statement(f: _Follow, node: ast.AST, stmt: ast.AST) -> str:
         # casts to fp32 on purpose and meets no half tensor on the way (a loss from
         # mask.to(dtype=torch.float)) is fp32 by that cast, whatever the factory's dtype
         if f.ctx.is_forward and _holds_half(f.ctx):
-            return "safe" if f.chosen and not f.upcast else "leak"
+            return "safe" if f.chosen and not f.upcast or f.zero else "leak"
         return "unknown"
     if isinstance(stmt, ast.Expr):
         return "safe"
@@ -531,6 +582,8 @@ def _statement(f: _Follow, node: ast.AST, stmt: ast.AST) -> str:
         return "up"
     if isinstance(stmt, ast.AugAssign):
         if stmt.target is node:
+            if f.scalar and f.half_scalar(stmt.value):
+                return "leak"  # loss += h.mean(): an fp32 loss of half terms
             return "integer" if _counts(stmt) else "safe"
         if isinstance(stmt.target, ast.Name) and stmt.target.id in f.ctx.complex:
             return "safe"  # spec *= mask: written into a complex tensor

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from halfprec.leaks.lint.anchors import not_tensors
 from halfprec.leaks.lint.callers import argument_for
@@ -139,15 +139,42 @@ def _merge(paths: list[dict[str, bool]]) -> dict[str, bool]:
     return {k: all(p[k] for p in paths) for k in first if all(k in p for p in paths)}
 
 
-def _over_self(stmt: ast.For | ast.AsyncFor) -> bool:
-    """``for layer in self.layers``: the loop runs over a submodule list."""
-    it = stmt.iter
-    return (
-        isinstance(stmt.target, ast.Name)
+def _over_self(
+    target: ast.expr, it: ast.expr, modules: dict[str, str]
+) -> Iterator[tuple[str, str]]:
+    """``for layer in self.layers``: the loop runs over a submodule list; also over
+    ``self.layers[1:]``, ``reversed(...)``, ``enumerate(...)``, ``zip(self.a, self.b)`` and a
+    ``ModuleDict``'s ``.values()``/``.items()``, and a list of that list (``for layer in
+    stage`` in ``for stage in self.stages``). Yields (local name, attribute)."""
+    if isinstance(target, ast.Name) and isinstance(it, ast.Name) and it.id in modules:
+        yield target.id, modules[it.id]
+        return
+    while isinstance(it, ast.Subscript) and isinstance(it.slice, ast.Slice):
+        it = it.value  # self.layers[:-1]
+    if isinstance(it, ast.Call) and not it.keywords:
+        func, args = it.func, it.args
+        if isinstance(func, ast.Name) and func.id == "reversed" and len(args) == 1:
+            yield from _over_self(target, args[0], modules)
+        elif isinstance(func, ast.Name) and func.id == "enumerate" and len(args) == 1:
+            if isinstance(target, ast.Tuple) and len(target.elts) == 2:
+                yield from _over_self(target.elts[1], args[0], modules)
+        elif isinstance(func, ast.Name) and func.id == "zip":
+            if isinstance(target, ast.Tuple) and len(target.elts) == len(args):
+                for name, arg in zip(target.elts, args, strict=True):
+                    yield from _over_self(name, arg, modules)
+        elif isinstance(func, ast.Attribute) and func.attr in ("values", "items") and not args:
+            if func.attr == "values":
+                yield from _over_self(target, func.value, modules)
+            elif isinstance(target, ast.Tuple) and len(target.elts) == 2:
+                yield from _over_self(target.elts[1], func.value, modules)
+        return
+    if (
+        isinstance(target, ast.Name)
         and isinstance(it, ast.Attribute)
         and isinstance(it.value, ast.Name)
         and it.value.id == "self"
-    )
+    ):
+        yield target.id, it.attr
 
 
 def _walk_compound(stmt: ast.stmt, ctx: Context, checks: list[Check]) -> None:
@@ -161,9 +188,8 @@ def _walk_compound(stmt: ast.stmt, ctx: Context, checks: list[Check]) -> None:
         ctx.floating = _with_inputs(before, sure if i == 0 else unless, ctx)
         if isinstance(stmt, (ast.For, ast.AsyncFor)):
             _bind([stmt.target], None, ctx)
-            if _over_self(stmt) and isinstance(stmt.target, ast.Name):
-                assert isinstance(stmt.iter, ast.Attribute)  # _over_self: self.<attr>
-                ctx.modules[stmt.target.id] = stmt.iter.attr  # for layer in self.layers
+            for name, attr in _over_self(stmt.target, stmt.iter, ctx.modules):
+                ctx.modules[name] = attr  # for layer in self.layers
         if isinstance(stmt, (ast.With, ast.AsyncWith)):
             _bind([i.optional_vars for i in stmt.items if i.optional_vars], None, ctx)
         _walk_block(block, ctx, checks)

@@ -94,6 +94,10 @@ def _callee(f: Follow, call: ast.Call) -> Callee | None:
     info = program.methods_of(owner) if owner else None
     if info is not None and func.attr in info[0]:
         return info[0][func.attr], info[1], False, True, None
+    held_fn = dict(f.ctx.facts.callables).get(func.attr, "")
+    layer = func.attr in dict(f.ctx.facts.layers)  # or a module on another branch
+    if held_fn in program.functions and not layer:  # self.f = cosine_schedule: that function
+        return program.functions[held_fn], NO_FACTS, False, False, None
     cls = dict(f.ctx.facts.module_classes).get(func.attr)
     sub = program.methods_of(cls) if cls else None
     if sub is not None and "forward" in sub[0]:
@@ -163,7 +167,7 @@ def enter(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
     inner = f.spawn(calls.context(fn, facts, is_forward))
     inner.fate, inner.seen, inner.hops, inner.opaque = f.fate, f.seen, f.hops, f.opaque
     inner.thunk, f.thunk = f.thunk, False
-    inner.chosen = f.chosen
+    inner.chosen, inner.scalar = f.chosen, f.scalar
     unpacked = any(k.arg is None and k.value is node for k in call.keywords)
     inner.key = None if unpacked else f.key  # f(**kwargs) hands on the value, f(d) the dict
     inner.caller, inner.depth = (f, call), f.depth + 1
@@ -184,7 +188,7 @@ def to_callers(f: Follow) -> bool:
     sites = calls.callers(fn)
     method = bool(f.guards) and calls.program.owner_of(fn) is not None
     for site in sites:
-        key = ("<call>", id(site.call))
+        key = (f"<call>{f.element}", id(site.call))  # return a, t: each element its own way
         if key in f.seen or f.fate.leaks:
             continue
         if any(argument_for(fn, site.call, g, method) is None for g in f.guards):

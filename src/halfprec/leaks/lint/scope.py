@@ -4,17 +4,19 @@
 A class counts as a module when it defines ``forward`` and has a base class: every
 ``nn.Module`` with compute does, and a plain class with a ``forward`` method is rare.
 Code outside forward paths (``__init__``, data loading) creates buffers that ``.to()``
-converts, so it is never linted.
+converts, so it is never linted; nor is a data-pipeline transform's ``forward`` (an image in,
+data-loader tensors out: :mod:`.pipeline`), which is marked ``pipeline``.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts, class_facts
+from halfprec.leaks.lint.pipeline import pipeline_classes
 
 __all__ = ["ForwardPath", "forward_paths", "Imports", "imports_of", "Program", "program_of"]
 
@@ -30,6 +32,7 @@ class ForwardPath:
     function: Function
     facts: ClassFacts
     is_forward: bool = False
+    pipeline: bool = False  # reached only from data-pipeline transforms (pipeline.py)
 
 
 @dataclass(frozen=True)
@@ -88,17 +91,21 @@ def _called_names(fn: Function, lines: list[str]) -> Iterator[tuple[bool, str]]:
 
 
 def forward_paths(
-    tree: ast.Module, lines: list[str], program: Program | None = None
+    tree: ast.Module,
+    lines: list[str],
+    program: Program | None = None,
+    held: Callable[[str], bool] | None = None,
 ) -> list[ForwardPath]:
     """Every function on a forward path of ``tree``, each once, in source order;
-    ``program``: the tree's, to share its classes' facts with the rest of the file's walk."""
+    ``program``: the tree's, to share its classes' facts with the rest of the file's walk;
+    ``held``: whether another file's module class holds a class of this one (by name)."""
     functions = {
         n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
     by_name = {c.name: c for c in classes}
     seen: dict[int, ForwardPath] = {}
-    queue: list[tuple[Function, dict[str, Function], ClassFacts]] = []
+    modules: dict[str, tuple[dict[str, Function], ClassFacts]] = {}
     for cls in classes:
         methods = _methods(cls)
         if "forward" not in methods or not cls.bases:
@@ -108,19 +115,38 @@ def forward_paths(
         for base in bases:
             methods = {**_methods(base), **methods}
         facts = class_facts(cls, bases) if program is None else program.facts_of(cls, bases)
-        queue.append((methods["forward"], methods, facts))
-        seen[id(methods["forward"])] = ForwardPath(methods["forward"], facts, is_forward=True)
+        modules[cls.name] = (methods, facts)
+    pipeline = pipeline_classes(
+        tree,
+        {name: facts for name, (_, facts) in modules.items()},
+        {name: methods["forward"] for name, (methods, _) in modules.items()},
+        by_name,
+        any("collate_fn" in line for line in lines),
+        held,
+    )
+    queue: list[tuple[Function, dict[str, Function], ClassFacts, bool]] = []
+    for name, (methods, facts) in modules.items():
+        piped = name in pipeline
+        queue.append((methods["forward"], methods, facts, piped))
+        seen[id(methods["forward"])] = ForwardPath(
+            methods["forward"], facts, is_forward=True, pipeline=piped
+        )
     while queue:
-        fn, methods, facts = queue.pop()
-        if id(fn) not in seen:
-            seen[id(fn)] = ForwardPath(fn, facts)
-        elif not seen[id(fn)].is_forward:
+        fn, methods, facts, piped = queue.pop()
+        entry = seen.get(id(fn))
+        if entry is None or (entry.pipeline and not piped and not entry.is_forward):
+            seen[id(fn)] = ForwardPath(fn, facts, pipeline=piped)  # a model's path wins
+        elif not entry.is_forward:
             continue
         for on_self, name in _called_names(fn, lines):
-            if on_self and name in methods and id(methods[name]) not in seen:
-                queue.append((methods[name], methods, facts))
-            elif not on_self and name in functions and id(functions[name]) not in seen:
-                queue.append((functions[name], {}, NO_FACTS))
+            callee = methods.get(name) if on_self else functions.get(name)
+            if callee is None:
+                continue
+            known = seen.get(id(callee))
+            if known is None or (known.pipeline and not piped):
+                queue.append(
+                    (callee, methods if on_self else {}, facts if on_self else NO_FACTS, piped)
+                )
     return sorted(seen.values(), key=lambda p: p.function.lineno)
 
 

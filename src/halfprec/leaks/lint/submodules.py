@@ -44,15 +44,78 @@ def submodule(f: Follow, func: ast.AST) -> str:
     layer with weights (``nn.Linear``) meets it with half weights; a layer without
     (``nn.Dropout``) or a function attribute hands it on; for any other the lint cannot see
     what it does, so its result is followed and only a cast ends that path."""
-    attr = func.value if isinstance(func, ast.Subscript) else func
-    name = attr.attr if isinstance(attr, ast.Attribute) else ""
-    layer = _built(f.ctx, dict(f.ctx.facts.layers).get(name, ""))
-    if layer in _WEIGHTED:
+    names = _attributes(f.ctx, func)
+    if any(_weighted(f.ctx, name) for name in names) or _base_layer(f.ctx, func) in _WEIGHTED:
         return "leak"
+    name = names[0] if len(names) == 1 else ""
+    layer = _built(f.ctx, dict(f.ctx.facts.layers).get(name, ""))
+    held = dict(f.ctx.facts.elements).get(name, ())
     if layer in _WEIGHTLESS or name in f.ctx.facts.passthrough:
         return "up"
+    if held and all(h in _WEIGHTLESS for h in held):
+        return "up"  # for act in self.acts: nn.ModuleList([nn.GELU(), nn.Dropout(p)])
     f.opaque = True
     return "up"
+
+
+def _attributes(ctx: Context, func: ast.AST) -> list[str]:
+    """The attributes of ``self`` a call may run: ``self.proj``, ``self.layers[i]``,
+    ``layer`` in ``for layer in self.layers``, ``getattr(self, "proj")`` and every
+    ``self.block<i>`` of ``getattr(self, f"block{i}")``."""
+    if isinstance(func, ast.Name):
+        return [ctx.modules.get(func.id, "")]  # for layer in self.layers: layer(t)
+    if _getattr_self(func):
+        assert isinstance(func, ast.Call)
+        key = func.args[1]
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            return [key.value]
+        head = key.values[0] if isinstance(key, ast.JoinedStr) and key.values else None
+        if isinstance(head, ast.Constant) and isinstance(head.value, str) and head.value:
+            return [a for a in ctx.facts.attributes if a.startswith(head.value)]
+        return []
+    attr = func.value if isinstance(func, ast.Subscript) else func
+    return [attr.attr] if isinstance(attr, ast.Attribute) else []
+
+
+def _getattr_self(func: ast.AST) -> bool:
+    """``getattr(self, name)``."""
+    return (
+        isinstance(func, ast.Call)
+        and dotted(func.func) == "getattr"
+        and len(func.args) == 2
+        and dotted(func.args[0]) == "self"
+    )
+
+
+def _super_forward(func: ast.AST) -> bool:
+    """``super().forward`` or ``super().__call__``."""
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr in ("forward", "__call__")
+        and isinstance(func.value, ast.Call)
+        and dotted(func.value.func) == "super"
+    )
+
+
+def _base_layer(ctx: Context, func: ast.AST) -> str:
+    """``super().forward(t)`` in ``class Sub(nn.Linear)``: the layer the class extends."""
+    calls, fn = ctx.calls, ctx.function
+    if not _super_forward(func) or calls is None or not isinstance(fn, ast.FunctionDef):
+        return ""
+    owner = calls.program.owner_of(fn)
+    cls = calls.program.classes.get(owner) if owner else None
+    bases = [dotted(b).rsplit(".", 1)[-1] for b in cls.bases] if cls is not None else []
+    return next((b for b in bases if b in _WEIGHTED), "")
+
+
+def _weighted(ctx: Context, name: str) -> bool:
+    """``self.<name>`` is a layer with weights, or a ``ModuleList``/``ModuleDict`` (or one
+    built by ``append``) that holds one: a loop over it, or an item of it, gives ``t`` to a
+    layer with weights, on the first pass or after the weightless ones."""
+    if _built(ctx, dict(ctx.facts.layers).get(name, "")) in _WEIGHTED:
+        return True
+    held = dict(ctx.facts.elements).get(name, ())
+    return any(_built(ctx, layer) in _WEIGHTED for layer in held)
 
 
 def _built(ctx: Context, layer: str) -> str:
@@ -70,9 +133,12 @@ def _built(ctx: Context, layer: str) -> str:
 
 
 def is_submodule(ctx: Context, func: ast.AST) -> bool:
-    """``self.proj(t)``, ``self.layers[i](t)``, ``layer(t)`` over ``self.layers``."""
+    """``self.proj(t)``, ``self.layers[i](t)``, ``layer(t)`` over ``self.layers``,
+    ``getattr(self, name)(t)``, ``super().forward(t)``."""
     if isinstance(func, ast.Name):
         return func.id in ctx.modules
+    if _getattr_self(func) or _super_forward(func):
+        return True
     if isinstance(func, ast.Subscript):
         func = func.value
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):

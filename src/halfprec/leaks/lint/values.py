@@ -30,6 +30,7 @@ from dataclasses import replace
 from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.context import Context, Template, dotted, words
 from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.scalars import LOSSES
 
 INDEX_NAME = re.compile(
     r"(^|_)(ids?|mask|masks|position|positions|index|indices|idx|labels?|lengths?|lens|count|"
@@ -195,6 +196,8 @@ def _call_value(call: ast.Call, ctx: Context) -> bool | None:
     owner = dotted(func.value)
     imports = ctx.imports
     if owner in imports.torch or owner in imports.functional or owner.endswith("nn.functional"):
+        if func.attr in LOSSES:  # F.cross_entropy(logits, labels): in the logits' dtype
+            return value_of(args[0], ctx) if args else None
         if func.attr not in _FLOAT_RESULT and func.attr not in _TORCH_KEEPS:
             return None
         joined = _join([value_of(a, ctx) for a in args])

@@ -1,0 +1,148 @@
+"""Which values are 0-dim tensors (see :mod:`.fate`). A 0-dim fp32 tensor never promotes
+a half tensor with dimensions (``torch.tensor(0.5) * h`` is half), but with another 0-dim
+tensor the usual promotion holds: ``torch.tensor(0.) + h.mean()`` is fp32. So an fp32
+accumulator (``loss = torch.zeros(())``) that sums 0-dim half losses makes the loss fp32.
+
+0-dim here: a factory of no size (``torch.tensor(0.)``, ``torch.zeros(())``); a full
+reduction (``h.mean()``, ``torch.sum(h)``); a loss of ``torch.nn.functional`` or an
+``nn.*Loss`` layer without ``reduction="none"``; a call of a function of the file, or of an
+attribute holding one (``self.loss_fn = loss_fn`` with that default), whose return is
+0-dim; arithmetic and elementwise ops on such values; a name bound to one.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from halfprec.leaks.lint.context import Context, dotted, words
+
+_REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp nansum nanmean")
+_ELEMENTWISE = words(
+    "sub add mul div neg abs sqrt rsqrt exp log log1p pow square clamp clamp_min clamp_max "
+    "sigmoid tanh relu float half bfloat16 to type_as detach clone"
+)
+LOSSES = words(
+    "cross_entropy binary_cross_entropy binary_cross_entropy_with_logits kl_div nll_loss "
+    "mse_loss l1_loss smooth_l1_loss huber_loss poisson_nll_loss gaussian_nll_loss "
+    "cosine_embedding_loss margin_ranking_loss hinge_embedding_loss soft_margin_loss "
+    "multilabel_soft_margin_loss triplet_margin_loss ctc_loss"
+)
+_MAX_DEPTH = 4
+
+
+def zero_dim_factory(kind: str, call: ast.Call) -> bool:
+    """``torch.rand([])``, ``torch.full((), v)``, ``torch.tensor(0.5)``: a factory of no
+    size."""
+    if not call.args:
+        return False
+    first = call.args[0]
+    if kind == "tensor":  # a scalar, not a list: torch.tensor(torch.finfo(x.dtype).min)
+        if isinstance(first, ast.BinOp):  # torch.tensor(1 / 0.07); [0.0] * n is a list
+            return not any(isinstance(n, (ast.List, ast.Tuple)) for n in ast.walk(first))
+        return isinstance(first, (ast.Constant, ast.UnaryOp, ast.Attribute)) or (
+            isinstance(first, ast.Call) and isinstance(first.func, ast.Name)
+        )
+    return isinstance(first, (ast.List, ast.Tuple)) and not first.elts and len(call.args) <= 2
+
+
+def zero_dim(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
+    """Whether ``node`` is a 0-dim tensor (see the module docstring)."""
+    if depth > _MAX_DEPTH:
+        return False
+    if isinstance(node, ast.Name):
+        bound = ctx.binding_before(node)
+        return bound is not None and zero_dim(bound, ctx, depth + 1)
+    if isinstance(node, ast.BinOp):
+        sides = [s for s in (node.left, node.right) if not _number(s, ctx)]
+        return bool(sides) and all(zero_dim(s, ctx, depth + 1) for s in sides)
+    if isinstance(node, ast.UnaryOp):
+        return zero_dim(node.operand, ctx, depth + 1)
+    return isinstance(node, ast.Call) and _zero_dim_call(node, ctx, depth)
+
+
+def _zero_dim_call(call: ast.Call, ctx: Context, depth: int) -> bool:
+    func = call.func
+    name = dotted(func)
+    last = func.attr if isinstance(func, ast.Attribute) else name
+    owner = name.rsplit(".", 1)[0] if "." in name else ""
+    if _unreduced(call):
+        return False
+    torch_call = owner in ctx.imports.torch or owner in ctx.imports.functional
+    torch_call = torch_call or owner.endswith("nn.functional")
+    if torch_call:
+        kind = ctx.is_torch_attr(func, "tensor", "zeros", "ones", "empty", "full", "rand", "randn")
+        if kind is not None:
+            return zero_dim_factory(kind, call)
+        if last in LOSSES:
+            return True
+        if last in _REDUCTIONS:
+            return len(call.args) == 1 and not _dims(call)
+        return _all_zero_dim([*call.args, *(k.value for k in call.keywords)], ctx, depth)
+    if isinstance(func, ast.Attribute) and not (
+        isinstance(func.value, ast.Name) and func.value.id == "self"
+    ):
+        if last in _REDUCTIONS:
+            return not call.args and not _dims(call)
+        if last in _ELEMENTWISE:
+            pieces = [func.value, *call.args, *(k.value for k in call.keywords)]
+            return _all_zero_dim(pieces, ctx, depth)
+        return False
+    return _returns_zero_dim(ctx, _function_of(ctx, func), depth)
+
+
+def _number(node: ast.AST, ctx: Context) -> bool:
+    """``0.5`` or ``self.weight`` of no tensor, layer or function (a number the module was
+    built with)."""
+    if isinstance(node, ast.Constant):
+        return True
+    attr = node.attr if isinstance(node, ast.Attribute) and dotted(node.value) == "self" else ""
+    facts = ctx.facts
+    held = attr in facts.tensors or attr in dict(facts.layers) or attr in dict(facts.callables)
+    return bool(attr) and not held
+
+
+def _all_zero_dim(pieces: list[ast.expr], ctx: Context, depth: int) -> bool:
+    """Every tensor among ``pieces`` is 0-dim (numbers and dtypes are not tensors)."""
+    tensors = [p for p in pieces if not isinstance(p, (ast.Constant, ast.Attribute))]
+    return bool(tensors) and all(zero_dim(p, ctx, depth + 1) for p in tensors)
+
+
+def _dims(call: ast.Call) -> bool:
+    return any(k.arg in ("dim", "axis", "keepdim") for k in call.keywords)
+
+
+def _unreduced(call: ast.Call) -> bool:
+    """``reduction="none"``: a loss per element."""
+    return any(
+        k.arg == "reduction" and isinstance(k.value, ast.Constant) and k.value.value == "none"
+        for k in call.keywords
+    )
+
+
+def _function_of(ctx: Context, func: ast.AST) -> str:
+    """The function a call runs: ``norm_loss(...)``; ``self.criterion(...)`` of an attribute
+    holding a function or a loss layer (``nn.MSELoss()``)."""
+    if isinstance(func, ast.Name):
+        return func.id
+    if not (isinstance(func, ast.Attribute) and dotted(func.value) == "self"):
+        return ""
+    held = dict(ctx.facts.callables).get(func.attr)
+    if held is not None:
+        return held
+    layer = dict(ctx.facts.layers).get(func.attr, "")
+    return layer if layer.endswith("Loss") else ""
+
+
+def _returns_zero_dim(ctx: Context, function: str, depth: int) -> bool:
+    """``function`` is a loss of torch, an ``nn.*Loss`` layer, or a function of the file
+    whose every return is 0-dim."""
+    last = function.rsplit(".", 1)[-1]
+    if last in LOSSES or (last.endswith("Loss") and last[:1].isupper()):
+        return True
+    calls = ctx.calls
+    fn = calls.program.functions.get(function) if calls is not None and function else None
+    if calls is None or fn is None or depth >= _MAX_DEPTH:
+        return False
+    inner = calls.context(fn, ctx.facts, False)
+    returned = calls.returns(fn)
+    return bool(returned) and all(zero_dim(r, inner, depth + 1) for r in returned)
