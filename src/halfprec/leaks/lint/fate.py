@@ -188,7 +188,7 @@ class _Follow:
             parent = parents.get(id(node))
             mixed = self.mixed
             step = _step(self, node, parent) if parent is not None else "unknown"
-            if mixed and step not in ("safe", "integer", "done") and not _reshaped(node, parent):
+            if mixed and step != "done" and not _cast_back(step, parent, node):
                 self.fate.leaks = True  # half values joined into fp32, going on uncast
                 return
             if step == "up":
@@ -328,6 +328,19 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
     if isinstance(parent, ast.Call):
         return _argument(f, node, parent)
     return _statement(f, node, parent)
+
+
+def _cast_back(step: str, parent: ast.AST | None, node: ast.AST) -> bool:
+    """After a join with half tensors: the joined value cast (``.to(h.dtype)``, ``.half()``,
+    ``.long()``), or reshaped on its way to a cast. A read of its shape alone is not a cast:
+    the join itself met half tensors."""
+    if _reshaped(node, parent):
+        return True
+    method = parent.attr if isinstance(parent, ast.Attribute) else ""
+    return step in ("safe", "integer") and method in _CAST_METHODS
+
+
+_CAST_METHODS = words("to type half bfloat16 type_as long int bool byte short char")
 
 
 def _reshaped(node: ast.AST, parent: ast.AST | None) -> bool:
