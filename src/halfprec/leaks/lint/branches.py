@@ -70,7 +70,10 @@ def _end(node: ast.AST) -> Position:
 
 def _reads(owner: ast.AST, name: str) -> bool:
     """``t = t.to(h.dtype)``: the rebinding reads the name it binds."""
-    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in walk(owner))
+    return any(
+        isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+        for n in walk(owner)
+    )
 
 
 def _always_binds(body: list[ast.stmt], name: str) -> bool:

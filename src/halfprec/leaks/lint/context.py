@@ -8,8 +8,8 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from halfprec.leaks.lint.callers import CallIndex, CallSite, call_sites, returns_of
 from halfprec.leaks.lint.branches import rebinding_end
+from halfprec.leaks.lint.callers import CallIndex, CallSite, call_sites, returns_of
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.nodes import parent_map, walk
 from halfprec.leaks.lint.scope import Function, Imports, Program
