@@ -207,3 +207,25 @@ def test_a_graph_library_scatter_keeps_its_source_dtype() -> None:
                 return acc.long()
         """
     assert _found(body) == [7]
+
+
+def test_a_table_a_helper_hands_to_init_and_to_forward_cast_back_is_not_reported() -> None:
+    body = """\
+        class Grid(nn.Module):
+            def __init__(self, size):
+                super().__init__()
+                self.register_buffer("table", self._table(size), persistent=False)
+                self.extra = nn.Parameter(self._table(size))
+
+            def _table(self, size):
+                return torch.linspace(0, 1, size)[None, :].repeat(size, 1)
+
+            def grow(self, size):
+                self.table = self._table(size).to(dtype=self.table.dtype, device=self.table.device)
+
+            def forward(self, x):
+                if x.shape[-1] > self.table.shape[-1]:
+                    self.grow(x.shape[-1])
+                return x + self.table[: x.shape[-2], : x.shape[-1]] * self.extra[0, 0]
+        """
+    assert _found(body) == []

@@ -11,6 +11,9 @@ with it. :func:`wrapped` follows the tensor through such a wrapper:
 - ``self.register_buffer("mask", t)``, ``self.register_parameter("mask", p)``,
   ``setattr(self, "mask", t)``: kept as ``self.mask``, followed at its reads.
 
+In ``__init__`` (a helper's table handed back to the constructor) the state is made before
+the conversion, which converts it: there the walk ends well.
+
 The scatter and segment reductions of graph libraries (``scatter(t, index, reduce="sum")``
 of ``torch_scatter`` or ``torch_geometric.utils``, ``segment_csr(t, ptr)``) hand on their
 first input's dtype the same way: the walk goes on with their value.
@@ -37,6 +40,8 @@ def wrapped(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
     name = dotted(call.func)
     last = name.rsplit(".", 1)[-1]
     value = node.value if isinstance(node, ast.keyword) else node
+    if (last in _WRAPPERS | _REGISTERS or name == "setattr") and _constructor(f):
+        return "safe"  # state made in __init__ is converted with the model
     if last in _WRAPPERS and _first(call, value, "data"):
         return "up"
     if last in _REDUCERS and _library(call.func) and _first(call, value, "src"):
@@ -48,6 +53,11 @@ def wrapped(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
     if name == "setattr" and len(call.args) == 3 and call.args[2] is value:
         return _kept(f, call.args[0], call.args[1], call)
     return None
+
+
+def _constructor(f: Follow) -> bool:
+    fn = f.ctx.function
+    return isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == "__init__"
 
 
 def _library(func: ast.AST) -> bool:
