@@ -24,7 +24,6 @@ import resource
 import shutil
 import subprocess
 import sys
-import time
 from typing import Any
 
 _CHILD = """
@@ -43,7 +42,7 @@ fx.update({f"{k.removeprefix('autograd_cache_')} (AOTAutograd)": v
            for k, v in counters["aot_autograd"].items() if k.startswith("autograd_cache")})
 print(json.dumps({"load_s": loaded - start, "wall_s": time.perf_counter() - start,
                   "summary": d.summary, "time_spent": d.time_spent, "cpu_spent": d.cpu_spent,
-                  "fx_cache": fx, "exit_at": time.time()}), flush=True)
+                  "fx_cache": fx, "exit_at": time.perf_counter()}), flush=True)
 """
 
 
@@ -64,10 +63,12 @@ def _one(spec: str, cache: str | None) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, spec], env=env, capture_output=True, text=True
     )
-    wall, cpu, ended = now() - start, _children_cpu() - cpu, time.time()
+    ended = now()
+    wall, cpu = ended - start, _children_cpu() - cpu
     if proc.returncode != 0:
         raise SystemExit(f"{spec}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
+    # perf_counter is one system-wide monotonic clock, so the child's stamp compares with ours
     exit_s = max(0.0, ended - data.pop("exit_at"))  # the interpreter's teardown, output flushed
     data.update(
         spec=spec,
