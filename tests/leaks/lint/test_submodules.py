@@ -248,7 +248,7 @@ MORE_CONTAINERS = {
 
 
 @pytest.mark.parametrize("body", MORE_CONTAINERS.values(), ids=list(MORE_CONTAINERS))
-def test_layers_added_by_extend_or_setattr_meet_the_tensor(body: str) -> None:
+def test_layers_added_by_extend_or_setattr_or_nested_meet_the_tensor(body: str) -> None:
     assert _found(body) == [(_line_of(body, "= torch."), "HP101")]
 
 
