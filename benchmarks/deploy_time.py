@@ -4,10 +4,11 @@
 runs ``deploy(model, example_batch)`` ("auto": every half dtype the device runs, eager
 and compiled) once per model, each in a new Python process so that nothing of one run
 (torch.compile's in-memory caches, the probe's process cache) helps the next, and prints
-the wall time from before the model is loaded to after ``deploy`` returns (and the CPU
-time of the whole process), the load average around it, ``Deployed.summary``,
-``Deployed.time_spent``, ``Deployed.cpu_spent`` and what inductor's FX
-graph and AOTAutograd caches did (``hit``: the compiled graph was loaded, not compiled).
+the process's wall time, split into the interpreter's start, the imports and model load,
+``deploy`` (with reading its report) and the interpreter's exit after its output is
+flushed (and the CPU time of the whole process), the load average around it,
+``Deployed.summary``, ``Deployed.time_spent``, ``Deployed.cpu_spent`` and what inductor's
+FX graph and AOTAutograd caches did (``hit``: the compiled graph was loaded, not compiled).
 ``--cache DIR`` points both ``TORCHINDUCTOR_CACHE_DIR`` and ``HALFPREC_CACHE_DIR`` (the
 probe's verdicts) at DIR, cleared first: ``--repeat 2`` then shows a first deploy on a
 machine (cold caches) and a repeat one (warm); without it the user's caches are used as
@@ -41,7 +42,7 @@ fx.update({f"{k.removeprefix('autograd_cache_')} (AOTAutograd)": v
            for k, v in counters["aot_autograd"].items() if k.startswith("autograd_cache")})
 print(json.dumps({"load_s": loaded - start, "wall_s": time.perf_counter() - start,
                   "summary": d.summary, "time_spent": d.time_spent, "cpu_spent": d.cpu_spent,
-                  "fx_cache": fx}))
+                  "fx_cache": fx, "exit_at": time.perf_counter()}), flush=True)
 """
 
 
@@ -62,12 +63,17 @@ def _one(spec: str, cache: str | None) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, spec], env=env, capture_output=True, text=True
     )
-    wall, cpu = now() - start, _children_cpu() - cpu
+    ended = now()
+    wall, cpu = ended - start, _children_cpu() - cpu
     if proc.returncode != 0:
         raise SystemExit(f"{spec}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
+    # perf_counter is one system-wide monotonic clock, so the child's stamp compares with ours
+    exit_s = max(0.0, ended - data.pop("exit_at"))  # the interpreter's teardown, output flushed
     data.update(
         spec=spec,
+        exit_s=exit_s,
+        start_s=max(0.0, wall - data["wall_s"] - exit_s),  # the interpreter's own start
         process_s=wall,
         process_cpu_s=cpu,
         load_before=before,
@@ -90,9 +96,10 @@ def main() -> None:
             fx = ", ".join(f"{k} {v}" for k, v in sorted(r["fx_cache"].items())) or "none"
             print(
                 f"{spec} (run {run + 1}): process {r['process_s']:.1f} s, CPU "
-                f"{r['process_cpu_s']:.1f} s (model load "
-                f"{r['load_s']:.1f} s), load average {r['load_before']:.1f} -> "
-                f"{r['load_after']:.1f}; inductor caches: {fx}",
+                f"{r['process_cpu_s']:.1f} s (interpreter start {r['start_s']:.1f} s, "
+                f"imports and model load {r['load_s']:.1f} s, deploy and its report "
+                f"{r['wall_s'] - r['load_s']:.1f} s, exit {r['exit_s']:.1f} s), load average "
+                f"{r['load_before']:.1f} -> {r['load_after']:.1f}; inductor caches: {fx}",
                 flush=True,
             )
             print(f"  {r['summary']}")

@@ -33,6 +33,7 @@ import random
 import statistics
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +205,7 @@ def _swap(model: torch.nn.Module, fixed: types.ModuleType) -> int:
     return swapped
 
 
-def _outputs(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+def _outputs(model: torch.nn.Module, batch: dict[str, Any]) -> list[torch.Tensor]:
     with torch.no_grad():
         torch.manual_seed(0)
         out = model(**batch)
@@ -241,7 +242,7 @@ EXTRA: dict[str, tuple[str, str, dict[str, Any]]] = {
 }
 
 
-Built = tuple[torch.nn.Module, dict[str, torch.Tensor]]
+Built = tuple[torch.nn.Module, dict[str, Any]]
 
 
 def _seeded() -> torch.Generator:
@@ -278,9 +279,10 @@ def _tvp() -> Built:
     return transformers.TvpModel(cfg), batch
 
 
-def _sam() -> Built:
+def _sam(hq: bool = False) -> Built:
     """Points without boxes: the prompt encoder pads them (its zero ``padding_point``)."""
-    cfg = transformers.SamConfig(
+    config = transformers.SamHQConfig if hq else transformers.SamConfig
+    cfg = config(
         vision_config={
             "hidden_size": 32,
             "num_hidden_layers": 1,
@@ -305,20 +307,110 @@ def _sam() -> Built:
             "num_attention_heads": 2,
             "mlp_dim": 32,
             "iou_head_hidden_dim": 16,
+            **({"vit_dim": 32} if hq else {}),
         },
     )
     batch = {
         "pixel_values": torch.randn(1, 3, 64, 64, generator=_seeded()),
         "input_points": torch.rand(1, 1, 2, 2, generator=_seeded()) * 64,
     }
-    return transformers.SamModel(cfg), batch
+    return (transformers.SamHQModel if hq else transformers.SamModel)(cfg), batch
+
+
+def _videoprism() -> Built:
+    """A video-text model asked for its loss: the sigmoid loss's ``eye`` runs."""
+    cfg = transformers.VideoPrismConfig(
+        vision_config={
+            "image_size": 16,
+            "num_frames": 2,
+            "tubelet_size": [1, 8, 8],
+            "hidden_size": 32,
+            "num_attention_heads": 2,
+            "intermediate_size": 64,
+            "num_spatial_layers": 1,
+            "num_temporal_layers": 1,
+            "num_auxiliary_layers": 1,
+        },
+        text_config={**_SMALL, "max_position_embeddings": 16},
+    )
+    batch = {
+        "pixel_values_videos": torch.randn(2, 2, 3, 16, 16, generator=_seeded()),
+        "input_ids": torch.randint(3, 128, (2, 8), generator=_seeded()),
+        "return_loss": True,
+    }
+    return transformers.VideoPrismClipModel(cfg), batch
+
+
+def _chmv2(bins: str) -> Built:
+    """A depth head with ``linear`` or ``log`` bins: its ``linspace`` of bins runs."""
+    backbone = {
+        "model_type": "dinov3_vit",
+        "image_size": 32,
+        "patch_size": 8,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 4,
+        "num_register_tokens": 1,
+        "out_indices": [1, 2, 3, 4],
+        "reshape_hidden_states": True,
+        "return_class_token": True,
+    }
+    cfg = transformers.CHMv2Config(
+        backbone_config=backbone,
+        patch_size=8,
+        post_process_channels=[8, 8, 8, 8],
+        fusion_hidden_size=8,
+        head_hidden_size=8,
+        number_output_channels=4,
+        bins_strategy=bins,
+        norm_strategy="linear",
+    )
+    batch = {"pixel_values": torch.randn(1, 3, 32, 32, generator=_seeded())}
+    return transformers.CHMv2ForDepthEstimation(cfg), batch
+
+
+def _pe_audio() -> Built:
+    """An audio-text model asked for its loss: the loss's ``eye`` of labels runs."""
+    audio = {
+        "dac_config": {
+            "downsampling_ratios": [2, 2],
+            "encoder_hidden_size": 8,
+            "codebook_dim": 8,
+            "hidden_size": 16,
+        },
+        **_SMALL,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+    }
+    text = {**_SMALL, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    text.update(cls_token_id=1, sep_token_id=2)
+    cfg = transformers.PeAudioConfig(text_config=text, audio_config=audio)
+    batch = {
+        "input_ids": torch.randint(3, 128, (2, 8), generator=_seeded()),
+        "input_values": torch.randn(2, 1, 64, generator=_seeded()),
+        "return_loss": True,
+    }
+    model = transformers.PeAudioModel(cfg)
+    with torch.no_grad():  # a trained scale; at its initial 0 every logit, so the loss, is 0
+        model.text_audio_logit_scale.fill_(10.0)
+    return model, batch
 
 
 # tiny models whose batch is not token ids alone, each running a line --fix rewrites
-BUILT = {"nystromformer": _nystromformer, "tvp": _tvp, "sam": _sam}
+BUILT: dict[str, Callable[[], Built]] = {
+    "nystromformer": _nystromformer,
+    "tvp": _tvp,
+    "sam": _sam,
+    "sam-hq": lambda: _sam(hq=True),
+    "videoprism": _videoprism,
+    "chmv2-linear": lambda: _chmv2("linear"),
+    "chmv2-log": lambda: _chmv2("log"),
+    "pe-audio": _pe_audio,
+}
 
 
-def _models() -> list[tuple[str, torch.nn.Module, dict[str, torch.Tensor]]]:
+def _models() -> list[tuple[str, torch.nn.Module, dict[str, Any]]]:
     out = [(a.name, build(a), example_batch(a)) for a in ARCHS]
     for name, (cls, cfg, kw) in EXTRA.items():
         torch.manual_seed(0)

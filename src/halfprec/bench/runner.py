@@ -40,6 +40,7 @@ from torch import nn
 from halfprec.batch import Batch, as_batches, batch_size_of, call, resize_batch
 from halfprec.bench.compile_gate import CompileGate, Twin, gemm_share
 from halfprec.bench.half_speed import HalfSpeed
+from halfprec.bench.heap import caller_objects_set_aside
 from halfprec.bench.interleave import CallTimer, Pairs, Prepared
 from halfprec.bench.limit import Gemm, GemmLimit, Timer
 from halfprec.bench.machine import machine_info
@@ -222,7 +223,9 @@ class Benchmark:
         )
         self._note_reduced_fp32()
         start, cpu = time.perf_counter(), self.phases.cpu_clock()
-        with evaluating(self.model):  # "done" too is reported before the flags come back
+        # "done" too is reported before the flags come back; the caller's objects are not
+        # walked by the run's collections (halfprec.bench.heap)
+        with evaluating(self.model), caller_objects_set_aside():
             sizes = self.config.batch_sizes or (batch_size_of(self.batch),)
             at = [
                 self._reference(result, index, size, len(sizes)) for index, size in enumerate(sizes)
@@ -273,6 +276,7 @@ class Benchmark:
         reference and time it in a pair with fp32; then keep it (deploy's best so far) or
         release it."""
         built: nn.Module | VariantResult | None = None
+        tried = False  # a build was attempted: something to collect on release
         for size in at:
             self._report(f"{variant.name} @ batch {size.size}", len(at))
             skip = self._skip_reason(variant, at)
@@ -282,7 +286,7 @@ class Benchmark:
             if built is None:
                 if variant.compiled:  # beside the build and compile; joined before timing
                     self.prewarm.start()
-                built = self._build(variant, size.batch)
+                built, tried = self._build(variant, size.batch), True
             if isinstance(built, VariantResult):  # the build failed: the same at every size
                 self._set_row(size.index, j, replace(built, batch_size=size.size))
                 continue
@@ -297,13 +301,14 @@ class Benchmark:
             del ready
         self._keep(result, variant, built if isinstance(built, nn.Module) else None)
         del built
-        self._release()
+        if tried:  # a skipped candidate built nothing, so left nothing to free
+            self._release()
 
     def _build(self, variant: Variant, batch: Batch) -> nn.Module | VariantResult:
         """The variant's module, built (copied, converted, compiled) once for every batch
         size (an fp32 variant shares the caller's model unless kept past the run), or the
-        row of a build that failed."""
-        gc.collect()
+        row of a build that failed. What the candidate before it held was collected when
+        it was released (:meth:`_release`)."""
         try:
             with self.phase("build"):
                 share = not self.keep_modules
@@ -325,7 +330,9 @@ class Benchmark:
 
     def _release(self) -> None:
         """Free what a released candidate held: collect it, and return the device
-        allocator's cached blocks (``torch.cuda.empty_cache()`` and its kin)."""
+        allocator's cached blocks (``torch.cuda.empty_cache()`` and its kin). Once per
+        candidate built: a full collection walks every object of the process (a few tenths
+        of a second once transformers and a compile are loaded)."""
         gc.collect()
         if self.device.type != "cpu":
             empty = getattr(getattr(torch, self.device.type, None), "empty_cache", None)

@@ -33,6 +33,7 @@ from halfprec.errors import HalfprecError, require
 from halfprec.export.hf import without_cache
 from halfprec.quiet_logs import root_logger_kept
 from halfprec.runtimes.module import Flat, FlatIO, RuntimeModule
+from halfprec.runtimes.ov_telemetry import no_telemetry
 
 # torch dtype -> OpenVINO's INFERENCE_PRECISION_HINT, its OPTIMIZATION_CAPABILITIES name,
 # and the CPU features that give it
@@ -64,7 +65,9 @@ def _reason(exc: BaseException) -> str:
 
 
 def import_openvino() -> Any:
-    return require("openvino", "openvino", "the openvino deploy target")
+    """``openvino``, imported without its telemetry's import event (:func:`no_telemetry`)."""
+    with no_telemetry():
+        return require("openvino", "openvino", "the openvino deploy target")
 
 
 def half_support(dtype: torch.dtype) -> str | None:
@@ -116,11 +119,12 @@ def _convert(ov: Any, flat: Flat) -> Any:
     the model. ``torch.jit.trace``'s own check (``check_trace``) is off: it traces and runs
     the model twice more (three quarters of a BERT's conversion) to compare the trace with
     the model on the same batch, which the check against fp32 that every target passes
-    does too (OpenVINO's notebooks and optimum-intel convert with it off, the same way)."""
+    does too (OpenVINO's notebooks and optimum-intel convert with it off, the same way).
+    OpenVINO's usage telemetry sends nothing for it (:mod:`~halfprec.runtimes.ov_telemetry`)."""
     example = tuple(flat.io.example)
     # tracing warns about every Python branch on a shape (transformers has many); the
     # check against fp32 that every target passes is what says the trace is right
-    with torch.no_grad(), warnings.catch_warnings(), root_logger_kept():
+    with torch.no_grad(), warnings.catch_warnings(), root_logger_kept(), no_telemetry():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", r"`torch\.jit\.trace", DeprecationWarning)
         try:

@@ -248,7 +248,7 @@ MORE_CONTAINERS = {
 
 
 @pytest.mark.parametrize("body", MORE_CONTAINERS.values(), ids=list(MORE_CONTAINERS))
-def test_layers_added_by_extend_or_setattr_meet_the_tensor(body: str) -> None:
+def test_layers_added_by_extend_or_setattr_or_nested_meet_the_tensor(body: str) -> None:
     assert _found(body) == [(_line_of(body, "= torch."), "HP101")]
 
 
@@ -289,3 +289,14 @@ def test_an_attribute_that_is_a_function_or_a_module_is_not_entered_as_the_funct
                 return x * self.schedule(t)
         """
     assert _found(body) == [(13, "HP101")]
+
+
+def test_a_join_read_only_for_its_shape_still_met_half() -> None:
+    body = """\
+        class Decoder(nn.Module):
+            def forward(self, x, horizon):
+                start = torch.zeros(x.shape[0], horizon, 1)
+                start = torch.cat([x[:, -2:, :], start], dim=1)
+                return x.new_zeros(start.shape[0], horizon, start.shape[2]) + x[:, :horizon]
+        """
+    assert _found(body) == [(3, "HP101")]

@@ -26,6 +26,10 @@ bound to, until each path ends:
 A name bound in one branch of an ``if`` is not rebound by the other branch: the later uses
 after the ``if`` still read it.
 
+One step up from the tensor is taken here for an expression; :mod:`.methods` takes it for
+the tensor's own methods, :mod:`.arguments` for a call it is passed to, :mod:`.statements`
+for the statement it reaches, and :mod:`.reach` into other functions and attributes.
+
 Values met are judged as :mod:`.values` judges them at the statement of the use. An
 explicit upcast (``g.float()``) is fp32 on purpose, so meeting one is not meeting half:
 ``(x.float() + g.float() * y.float()).to(dtype=x.dtype)`` stays fp32 until it is cast back.
@@ -36,48 +40,17 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
+from halfprec.leaks.lint.arguments import argument_step
 from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.methods import REDUCTIONS, attribute_step, called, record_field
 from halfprec.leaks.lint.nodes import walk
-from halfprec.leaks.lint.reach import Fate, Follow, enter, to_callers, to_readers
+from halfprec.leaks.lint.reach import Fate, Follow
 from halfprec.leaks.lint.scalars import zero_dim, zero_dim_factory
-from halfprec.leaks.lint.submodules import hidden_state, is_submodule, submodule
+from halfprec.leaks.lint.statements import statement_step
 from halfprec.leaks.lint.values import value_of
 
 _MAX_HOPS = 12  # names followed from one tensor (a = t; b = a * 2; ...)
-_FACTS = words("shape size device dtype ndim numel dim is_cuda nelement is_floating_point")
-_ELEMENT = words("item tolist numpy __len__ all any")
-_CASTS = words("half bfloat16 type_as")
-_INTEGER_CASTS = words("long int bool byte short char")
-_UPCASTS = words("float double")
-_SORTS = words(
-    "argsort sort topk argmax argmin multinomial bincount searchsorted bucketize nonzero "
-    "unique unique_consecutive kthvalue msort argwhere"
-)
-_INT_ARGS = words("gather index_select take take_along_dim masked_select")
-_COUNTERS = words("index_add_ scatter_add_ scatter_reduce_ index_put_ put_ scatter_")
-_KEEPS = words(
-    "view reshape transpose permute contiguous flatten unsqueeze squeeze expand expand_as "
-    "repeat softmax log_softmax matmul bmm mm mean sum prod clone exp sqrt rsqrt pow tanh "
-    "sigmoid relu masked_fill masked_fill_ narrow detach abs neg mul add sub div clamp "
-    "clamp_ clamp_min clamp_max tril triu tril_ triu_ flip roll cumsum cumprod view_as "
-    "reshape_as to_dense repeat_interleave movedim swapaxes unflatten cpu cuda fill_ zero_ "
-    "add_ sub_ mul_ div_ pow_ exp_ log_ sqrt_ neg_ abs_ uniform_ normal_ bernoulli_ "
-    "exponential_ cos sin log log1p log2 reciprocal floor ceil round trunc frac sign max min "
-    "amax amin norm std var square erf erfinv lerp where outer ger cross t mT permute_ "
-    "requires_grad_ pin_memory share_memory_ float_power fmod remainder expm1 diff diag "
-    "diagonal diag_embed tile chunk split unbind select index_fill index_fill_ sigmoid_ "
-    "tanh_ relu_ clone_ rot90 fliplr flipud sinc atan2 hypot logsumexp logaddexp cosh sinh "
-    "acos asin atan maximum minimum einsum ge_ gt_ le_ lt_ eq_ ne_ masked_scatter lerp_ addcmul "
-    "unfold"
-)
-_FILLS = words(
-    "uniform_ normal_ bernoulli_ exponential_ random_ fill_ geometric_ log_normal_ cauchy_"
-)
-_TAKES = words("values items pop popleft get copy")
-_REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp")
-_TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equal allclose")
-_BUILTIN_SAFE = words("len int float bool print isinstance range list tuple str repr hash callable")
 
 
 class _Follow:
@@ -183,13 +156,13 @@ class _Follow:
             parent = parents.get(id(node))
             mixed = self.mixed
             step = _step(self, node, parent) if parent is not None else "unknown"
-            if mixed and step not in ("safe", "integer", "done") and not _reshaped(node, parent):
+            if mixed and step != "done" and not _cast_back(step, parent, node):
                 self.fate.leaks = True  # half values joined into fp32, going on uncast
                 return
             if step == "up":
                 assert parent is not None
                 node = parent
-                if isinstance(parent, ast.Attribute) and _called(self, parent):
+                if isinstance(parent, ast.Attribute) and called(self, parent):
                     node = parents[id(parent)]  # t.view(...): the call's value goes on
                     self.one_dim = self.one_dim and parent.attr.endswith("_")
                     self.scalar = self.scalar and _keeps_rank(parent.attr, self.zero)
@@ -274,7 +247,7 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
     """One step up from ``node`` into ``parent``: ``"up"`` (the value goes on as fp32),
     ``"safe"``, ``"integer"``, ``"leak"``, ``"unknown"``, or ``"done"`` (names followed)."""
     if isinstance(parent, ast.Attribute):
-        return _attribute(f, node, parent)
+        return attribute_step(f, node, parent)
     if isinstance(parent, ast.BinOp):
         other = parent.right if parent.left is node else parent.left
         if isinstance(node, (ast.Tuple, ast.List)) or isinstance(other, (ast.Tuple, ast.List)):
@@ -296,7 +269,7 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
         if parent.value is not node:
             return "integer"
         if f.key is not None and isinstance(parent.slice, ast.Constant):
-            return _field(f, parent.slice.value)  # kwargs["mask"] of a dict holding t
+            return record_field(f, parent.slice.value)  # kwargs["mask"] of a dict holding t
         element = isinstance(parent.slice, ast.Constant) and isinstance(parent.slice.value, int)
         f.scalar = f.scalar or (element and f.one_dim)  # w[0] of a vector: 0-dim
         return "up"
@@ -319,10 +292,23 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
         return "up"
     if isinstance(parent, ast.keyword):
         call = f.ctx.parents.get(id(parent))
-        return _argument(f, node, call) if isinstance(call, ast.Call) else "unknown"
+        return argument_step(f, node, call) if isinstance(call, ast.Call) else "unknown"
     if isinstance(parent, ast.Call):
-        return _argument(f, node, parent)
-    return _statement(f, node, parent)
+        return argument_step(f, node, parent)
+    return statement_step(f, node, parent)
+
+
+def _cast_back(step: str, parent: ast.AST | None, node: ast.AST) -> bool:
+    """After a join with half tensors: the joined value cast (``.to(h.dtype)``, ``.half()``,
+    ``.long()``), or reshaped on its way to a cast. A read of its shape alone is not a cast:
+    the join itself met half tensors."""
+    if _reshaped(node, parent):
+        return True
+    method = parent.attr if isinstance(parent, ast.Attribute) else ""
+    return step in ("safe", "integer") and method in _CAST_METHODS
+
+
+_CAST_METHODS = words("to type half bfloat16 type_as long int bool byte short char")
 
 
 def _reshaped(node: ast.AST, parent: ast.AST | None) -> bool:
@@ -339,7 +325,7 @@ _TRANSPOSES = words("transpose permute contiguous squeeze movedim swapaxes T mT"
 def _keeps_rank(method: str, zero: bool) -> bool:
     """Whether a 0-dim tensor stays 0-dim through ``t.<method>(...)``: a reduction; for a
     0-dim factory's tensor, any method but a reshape (``.to(device)``, ``.sqrt()``)."""
-    return method in _REDUCTIONS or zero and method not in _RESHAPES
+    return method in REDUCTIONS or zero and method not in _RESHAPES
 
 
 _RESHAPES = words(
@@ -355,289 +341,3 @@ def _joins(f: _Follow, seq: ast.List | ast.Tuple) -> bool:
 
 
 _JOINS = words("cat stack concat concatenate hstack vstack dstack column_stack")
-
-
-def _attribute(f: _Follow, node: ast.AST, attr: ast.Attribute) -> str:
-    """``t.<attr>`` or ``t.<method>(...)``."""
-    name = attr.attr
-    if name in _FACTS or name in _ELEMENT and not _called(f, attr):
-        return "safe"
-    if not _called(f, attr):
-        if f.key is not None:
-            return _field(f, name)  # out.logits of a record holding t as logits
-        return "up" if name in ("T", "mT", "H", "mH", "data", "real", "imag") else "unknown"
-    call = f.ctx.parents[id(attr)]
-    assert isinstance(call, ast.Call)
-    if name in _ELEMENT:
-        return "safe"
-    if name in ("to", "type"):
-        step = _to(f, call)
-        f.chosen = f.chosen or step == "fp32" and _an_input(f, node)
-        return "up" if step == "fp32" else step
-    if name in _CASTS:
-        return "safe"
-    if name in _INTEGER_CASTS or name in _SORTS:
-        return "integer"
-    if name in _COUNTERS:
-        return "integer"
-    if name in _UPCASTS:
-        f.chosen = f.chosen or _an_input(f, node)
-        return "up"
-    if name.endswith("_") and isinstance(node, ast.Name):
-        return "safe"  # buf.copy_(y), t.add_(h): the name's later uses say where it goes
-    if name in _FILLS:
-        return "up"  # t.uniform_(lo, hi): numbers drawn into t's own dtype, nothing met
-    if name in _REDUCTIONS and not call.args and not call.keywords:
-        f.scalar = True  # t.sum(): 0-dim
-        return "up"
-    if name in _KEEPS or name.startswith("new_"):
-        return f.meets([*call.args, *(k.value for k in call.keywords)])
-    if name in _TAKES and isinstance(node, ast.Name) and not f.floating(node):
-        f.key = None
-        return "up"  # pieces.pop(), bank.values(): what a followed list or dict holds
-    return "unknown"
-
-
-def _field(f: _Follow, name: object) -> str:
-    """A field of a dict or record that holds the tensor under ``f.key``: the tensor itself
-    when the names match, another value when they do not; ``out[0]`` of a record whose
-    field order the lint does not know is unknown."""
-    if name == f.key:
-        f.key = None
-        return "up"
-    return "safe" if isinstance(name, str) else "unknown"
-
-
-def _called(f: _Follow, attr: ast.Attribute) -> bool:
-    call = f.ctx.parents.get(id(attr))
-    return isinstance(call, ast.Call) and call.func is attr
-
-
-def _to(f: _Follow, call: ast.Call) -> str:
-    """``t.to(...)``: a cast unless it names fp32 (``"fp32"``) or only a device."""
-    wanted = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
-    if not wanted:
-        return "up"  # .to(device=...) only
-    torch_names = f.ctx.imports.torch
-    fp32 = False
-    for arg in wanted:
-        text = dotted(arg)
-        last = text.rsplit(".", 1)[-1]
-        if text.split(".")[0] in torch_names and last in ("float32", "float", "float64", "double"):
-            fp32 = True
-            continue
-        if last in _INTEGER_CASTS or last.startswith(("int", "uint", "long")):
-            return "integer"
-        if last == "device" or (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
-            continue
-        if "device" in last.lower():
-            continue
-        return "safe"
-    return "fp32" if fp32 else "up"
-
-
-def _an_input(f: _Follow, node: ast.AST) -> bool:
-    """Whether ``node`` names an input of the function: ``mask.to(torch.float)`` of an
-    input that a factory only stands in for (``if mask is None: mask = torch.ones(n)``)
-    makes whatever the caller passes fp32, so the factory's dtype changes nothing."""
-    fn = f.ctx.function
-    if not isinstance(node, ast.Name) or not isinstance(
-        fn, (ast.FunctionDef, ast.AsyncFunctionDef)
-    ):
-        return False
-    a = fn.args
-    return any(p.arg == node.id for p in (*a.posonlyargs, *a.args, *a.kwonlyargs))
-
-
-def _argument(f: _Follow, node: ast.AST, call: ast.Call) -> str:
-    """``t`` passed to ``call``."""
-    func = call.func
-    name = dotted(func)
-    last = name.rsplit(".", 1)[-1] if name else ""
-    owner = name.rsplit(".", 1)[0] if "." in name else ""
-    others = [a for a in (*call.args, *(k.value for k in call.keywords)) if a is not node]
-    if isinstance(func, ast.Name) and func.id in _BUILTIN_SAFE:
-        return "safe"
-    if isinstance(func, ast.Name) and func.id == "dict":
-        if isinstance(node, ast.keyword):  # dict(mask=t): the dict holds t under "mask"
-            f.key = node.arg
-        return "up"
-    if isinstance(func, ast.Attribute) and last in _STORES and node in call.args:
-        return _store(f, func.value, call)
-    if last.endswith("_like") and any(k.arg == "dtype" for k in call.keywords):
-        return "safe"  # torch.zeros_like(t, dtype=torch.long): t gives only the shape
-    if last in _SORTS or last in _TORCH_SAFE:
-        return "integer" if last in _SORTS else "safe"
-    if last == "grid_sample":
-        f.fate.grid = f.fate.grid or (len(call.args) > 1 and call.args[1] is node)
-        return f.meets(call.args[:1])
-    if last in _INT_ARGS or last in _COUNTERS:
-        # an index argument, or a counter's source: integer-ness matters; a half receiver
-        # meeting an fp32 source is a dtype mismatch
-        receiver = func.value if isinstance(func, ast.Attribute) else None
-        if receiver is not None and f.floating(receiver) and last in _COUNTERS:
-            return "leak"
-        return "integer"
-    entered = enter(f, node, call)
-    if entered is not None:
-        return entered
-    if _returned_record(f, node, call, last):
-        return "up"  # return ModelOutput(logits=t): the output holds t
-    first = bool(call.args) and call.args[0] is node
-    if name in f.ctx.imports.einops:  # einops.einsum(t, h, "..."): promoted inputs' dtype
-        return f.meets([a for a in call.args if a is not node and not isinstance(a, ast.Constant)])
-    if _default(func, node, call):
-        return "safe" if _read_before(f, func, call) else "up"  # batch.get("target", t)
-    if last in _PASSES and first and (isinstance(func, ast.Name) or owner == "einops"):
-        return "up"  # einops.rearrange(t, "b n -> n b"): the same values, rearranged
-    if is_submodule(f.ctx, func):
-        if first:
-            return submodule(f, func)
-        return "leak" if hidden_state(f.ctx, func, node, call) else "unknown"
-    torch_call = owner in f.ctx.imports.torch or owner in f.ctx.imports.functional
-    torch_call = torch_call or owner.endswith(("nn.functional", "torch.linalg", "torch.fft"))
-    if torch_call or isinstance(func, ast.Attribute) and last in _KEEPS:
-        receiver = func.value if isinstance(func, ast.Attribute) and not torch_call else None
-        return f.meets(others if receiver is None else [*others, receiver])
-    return "unknown"
-
-
-def _default(func: ast.AST, node: ast.AST, call: ast.Call) -> bool:
-    """``d.get(key, t)``, ``d.pop(key, t)``, ``getattr(obj, name, t)``: a default the call
-    hands back when the key is missing."""
-    args = call.args
-    if isinstance(func, ast.Name) and func.id == "getattr":
-        return len(args) == 3 and args[2] is node
-    takes = isinstance(func, ast.Attribute) and func.attr in ("get", "pop", "setdefault")
-    return takes and len(args) == 2 and args[1] is node
-
-
-def _read_before(f: _Follow, func: ast.AST, call: ast.Call) -> bool:
-    """``batch["x"]`` read before ``batch.get("x", t)``: the key is there (or that read
-    raised), so the default is never taken."""
-    key = call.args[0]
-    if not (isinstance(func, ast.Attribute) and isinstance(key, ast.Constant)):
-        return False
-    holder = ast.dump(func.value)
-    here = (call.lineno, call.col_offset)
-    for n in walk(f.ctx.function) if f.ctx.function is not None else ():
-        if not (isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant)):
-            continue
-        same = n.slice.value == key.value and ast.dump(n.value) == holder
-        if same and (n.lineno, n.col_offset) < here:
-            return True
-    return False
-
-
-_PASSES = words("rearrange repeat")
-_STORES = words("append extend insert appendleft extendleft")  # list.append(t): it holds t
-
-
-def _returned_record(f: _Follow, node: ast.AST, call: ast.Call, last: str) -> bool:
-    """``return Output(logits=t)`` in a ``forward``: a class of another file, built and
-    returned at once, holds ``t`` as the module's output (its field ``logits``)."""
-    if not f.ctx.is_forward or not last[:1].isupper() or not any(c.islower() for c in last):
-        return False
-    if not isinstance(f.ctx.parents.get(id(call)), ast.Return):
-        return False
-    if isinstance(node, ast.keyword):  # the step from the keyword up to the call
-        f.key = node.arg
-    return True
-
-
-def _store(f: _Follow, holder: ast.AST, call: ast.Call) -> str:
-    """``pieces.append(t)``: ``pieces`` holds ``t`` from here on, so follow ``pieces`` (a
-    ``self`` attribute into its reads). A floating tensor receiving it (never a list's
-    method name) is not a holder."""
-    if f.floating(holder):
-        return "unknown"
-    if isinstance(holder, ast.Name):
-        f.follow_name(holder.id, _enclosing(f, call))
-        return "done"
-    if isinstance(holder, ast.Attribute) and to_readers(f, holder):
-        return "done"
-    return "unknown"
-
-
-def _statement(f: _Follow, node: ast.AST, stmt: ast.AST) -> str:
-    """``t`` reaches a statement: bound to names (followed), stored, returned."""
-    if isinstance(stmt, (ast.Return, ast.Yield, ast.YieldFrom)):
-        if f.caller is not None:  # followed into a call: its value goes on in the caller
-            caller, call = f.caller
-            caller.element, caller.key = f.element, f.key
-            caller.climb(call)
-            return "done"
-        if to_callers(f):
-            return "done"
-        # a module's output, or a helper whose callers are in another file; one the model
-        # casts to fp32 on purpose and meets no half tensor on the way (a loss from
-        # mask.to(dtype=torch.float)) is fp32 by that cast, whatever the factory's dtype
-        if f.ctx.is_forward and _holds_half(f.ctx):
-            return "safe" if f.chosen and not f.upcast or f.zero else "leak"
-        return "unknown"
-    if isinstance(stmt, ast.Expr):
-        return "safe"
-    if isinstance(stmt, ast.NamedExpr):
-        f.follow_name(stmt.target.id, _enclosing(f, stmt))
-        return "up"
-    if isinstance(stmt, ast.AugAssign):
-        if stmt.target is node:
-            if f.scalar and f.half_scalar(stmt.value):
-                return "leak"  # loss += h.mean(): an fp32 loss of half terms
-            return "integer" if _counts(stmt) else "safe"
-        if isinstance(stmt.target, ast.Name) and stmt.target.id in f.ctx.complex:
-            return "safe"  # spec *= mask: written into a complex tensor
-        return "leak" if f.floating(stmt.target) else _bind(f, [stmt.target], stmt)
-    if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-        return _bind(f, targets, stmt)
-    if isinstance(stmt, (ast.For, ast.AsyncFor)) and stmt.iter is node:
-        for sub in walk(stmt.target):  # for piece in pieces: each piece is one of them
-            if isinstance(sub, ast.Name):
-                f.follow_name(sub.id, stmt.iter)  # the body's uses come after the iterable
-        return "done"
-    return "unknown"
-
-
-def _holds_half(ctx: Context) -> bool:
-    """Whether a module's output has a half dtype to keep: its ``forward`` has a floating
-    input, or its class a floating tensor or a submodule. A module made only of integers
-    and shapes (a random-parameter generator) has none: its output is not the model's."""
-    facts = ctx.facts
-    return bool(ctx.floating or ctx.optional or facts.tensors or facts.layers or ctx.modules)
-
-
-def _counts(stmt: ast.AugAssign) -> bool:
-    """``t += 1``: an integer step on a counter."""
-    v = stmt.value
-    return isinstance(v, ast.Constant) and isinstance(v.value, int)
-
-
-def _bind(f: _Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
-    element, f.element = f.element, None
-    if element is not None and len(targets) == 1 and isinstance(targets[0], ast.Tuple):
-        elts = targets[0].elts
-        targets = [elts[element]] if element < len(elts) else []  # a, t = f(): only t
-    for target in targets:
-        if isinstance(target, ast.Subscript):
-            # h[:, 0] = t writes t into h in h's own dtype; into an fp32 tensor it goes on
-            if f.floating(target.value):
-                continue
-            if isinstance(target.value, ast.Name):
-                f.follow_name(target.value.id, stmt)
-            continue
-        if isinstance(target, ast.Attribute):
-            if not to_readers(f, target):
-                f.fate.unknown = True  # kept where the lint cannot see it read
-            continue
-        for sub in walk(target):
-            if isinstance(sub, ast.Name):
-                f.follow_name(sub.id, stmt)
-    return "done"
-
-
-def _enclosing(f: _Follow, node: ast.AST) -> ast.AST:
-    parents = f.ctx.parents
-    while not isinstance(node, ast.stmt) and id(node) in parents:
-        node = parents[id(node)]
-    return node

@@ -6,6 +6,7 @@ same file (a function, a method, a constructor, a submodule's ``forward``), back
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,6 +47,7 @@ class Follow(Protocol):
     depth: int
     element: int | None
     scalar: bool
+    zero: bool
     opaque: bool
     thunk: bool
     chosen: bool
@@ -57,6 +59,12 @@ class Follow(Protocol):
     hops: int
 
     def spawn(self, ctx: Context) -> Follow: ...
+
+    def floating(self, node: ast.AST) -> bool: ...
+
+    def half_scalar(self, node: ast.AST) -> bool: ...
+
+    def meets(self, others: Sequence[ast.AST], join: bool = False) -> str: ...
 
     def climb(self, node: ast.AST) -> None: ...
 

@@ -1,0 +1,130 @@
+"""A followed tensor passed to a call (see :mod:`.fate`): into a builtin, a sort or an
+index argument, a container's ``append``, a ``get``/``getattr`` default, a function of the
+file (:mod:`.reach`), a returned output record, einops, a submodule
+(:mod:`.submodules`), or a torch op with other operands.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from halfprec.leaks.lint.context import dotted, words
+from halfprec.leaks.lint.methods import COUNTERS, KEEPS, SORTS
+from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.reach import Follow, enter, to_readers
+from halfprec.leaks.lint.statements import enclosing
+from halfprec.leaks.lint.submodules import hidden_state, is_submodule, submodule
+
+_INT_ARGS = words("gather index_select take take_along_dim masked_select")
+_TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equal allclose")
+_BUILTIN_SAFE = words("len int float bool print isinstance range list tuple str repr hash callable")
+
+
+def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
+    """``t`` passed to ``call``."""
+    func = call.func
+    name = dotted(func)
+    last = name.rsplit(".", 1)[-1] if name else ""
+    owner = name.rsplit(".", 1)[0] if "." in name else ""
+    others = [a for a in (*call.args, *(k.value for k in call.keywords)) if a is not node]
+    if isinstance(func, ast.Name) and func.id in _BUILTIN_SAFE:
+        return "safe"
+    if isinstance(func, ast.Name) and func.id == "dict":
+        if isinstance(node, ast.keyword):  # dict(mask=t): the dict holds t under "mask"
+            f.key = node.arg
+        return "up"
+    if isinstance(func, ast.Attribute) and last in _STORES and node in call.args:
+        return _store(f, func.value, call)
+    if last.endswith("_like") and any(k.arg == "dtype" for k in call.keywords):
+        return "safe"  # torch.zeros_like(t, dtype=torch.long): t gives only the shape
+    if last in SORTS or last in _TORCH_SAFE:
+        return "integer" if last in SORTS else "safe"
+    if last == "grid_sample":
+        f.fate.grid = f.fate.grid or (len(call.args) > 1 and call.args[1] is node)
+        return f.meets(call.args[:1])
+    if last in _INT_ARGS or last in COUNTERS:
+        # an index argument, or a counter's source: integer-ness matters; a half receiver
+        # meeting an fp32 source is a dtype mismatch
+        receiver = func.value if isinstance(func, ast.Attribute) else None
+        if receiver is not None and f.floating(receiver) and last in COUNTERS:
+            return "leak"
+        return "integer"
+    entered = enter(f, node, call)
+    if entered is not None:
+        return entered
+    if _returned_record(f, node, call, last):
+        return "up"  # return ModelOutput(logits=t): the output holds t
+    first = bool(call.args) and call.args[0] is node
+    if name in f.ctx.imports.einops:  # einops.einsum(t, h, "..."): promoted inputs' dtype
+        return f.meets([a for a in call.args if a is not node and not isinstance(a, ast.Constant)])
+    if _default(func, node, call):
+        return "safe" if _read_before(f, func, call) else "up"  # batch.get("target", t)
+    if last in _PASSES and first and (isinstance(func, ast.Name) or owner == "einops"):
+        return "up"  # einops.rearrange(t, "b n -> n b"): the same values, rearranged
+    if is_submodule(f.ctx, func):
+        if first:
+            return submodule(f, func)
+        return "leak" if hidden_state(f.ctx, func, node, call) else "unknown"
+    torch_call = owner in f.ctx.imports.torch or owner in f.ctx.imports.functional
+    torch_call = torch_call or owner.endswith(("nn.functional", "torch.linalg", "torch.fft"))
+    if torch_call or isinstance(func, ast.Attribute) and last in KEEPS:
+        receiver = func.value if isinstance(func, ast.Attribute) and not torch_call else None
+        return f.meets(others if receiver is None else [*others, receiver])
+    return "unknown"
+
+
+def _default(func: ast.AST, node: ast.AST, call: ast.Call) -> bool:
+    """``d.get(key, t)``, ``d.pop(key, t)``, ``getattr(obj, name, t)``: a default the call
+    hands back when the key is missing."""
+    args = call.args
+    if isinstance(func, ast.Name) and func.id == "getattr":
+        return len(args) == 3 and args[2] is node
+    takes = isinstance(func, ast.Attribute) and func.attr in ("get", "pop", "setdefault")
+    return takes and len(args) == 2 and args[1] is node
+
+
+def _read_before(f: Follow, func: ast.AST, call: ast.Call) -> bool:
+    """``batch["x"]`` read before ``batch.get("x", t)``: the key is there (or that read
+    raised), so the default is never taken."""
+    key = call.args[0]
+    if not (isinstance(func, ast.Attribute) and isinstance(key, ast.Constant)):
+        return False
+    holder = ast.dump(func.value)
+    here = (call.lineno, call.col_offset)
+    for n in walk(f.ctx.function) if f.ctx.function is not None else ():
+        if not (isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant)):
+            continue
+        same = n.slice.value == key.value and ast.dump(n.value) == holder
+        if same and (n.lineno, n.col_offset) < here:
+            return True
+    return False
+
+
+_PASSES = words("rearrange repeat")
+_STORES = words("append extend insert appendleft extendleft")  # list.append(t): it holds t
+
+
+def _returned_record(f: Follow, node: ast.AST, call: ast.Call, last: str) -> bool:
+    """``return Output(logits=t)`` in a ``forward``: a class of another file, built and
+    returned at once, holds ``t`` as the module's output (its field ``logits``)."""
+    if not f.ctx.is_forward or not last[:1].isupper() or not any(c.islower() for c in last):
+        return False
+    if not isinstance(f.ctx.parents.get(id(call)), ast.Return):
+        return False
+    if isinstance(node, ast.keyword):  # the step from the keyword up to the call
+        f.key = node.arg
+    return True
+
+
+def _store(f: Follow, holder: ast.AST, call: ast.Call) -> str:
+    """``pieces.append(t)``: ``pieces`` holds ``t`` from here on, so follow ``pieces`` (a
+    ``self`` attribute into its reads). A floating tensor receiving it (never a list's
+    method name) is not a holder."""
+    if f.floating(holder):
+        return "unknown"
+    if isinstance(holder, ast.Name):
+        f.follow_name(holder.id, enclosing(f, call))
+        return "done"
+    if isinstance(holder, ast.Attribute) and to_readers(f, holder):
+        return "done"
+    return "unknown"

@@ -1,0 +1,135 @@
+"""A followed tensor's own attributes and methods (see :mod:`.fate`): ``t.shape`` and
+``t.item()`` read no values, ``t.to(x.dtype)``/``t.half()`` cast it, ``t.long()`` and
+``t.argsort()`` make integers, ``t.view(...)`` and ``t * h``-like methods carry it on or meet
+their operands, and a field of a dict or record holding it is the tensor or another value.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from halfprec.leaks.lint.context import dotted, words
+from halfprec.leaks.lint.reach import Follow
+
+_FACTS = words("shape size device dtype ndim numel dim is_cuda nelement is_floating_point")
+_ELEMENT = words("item tolist numpy __len__ all any")
+_CASTS = words("half bfloat16 type_as")
+_INTEGER_CASTS = words("long int bool byte short char")
+_UPCASTS = words("float double")
+SORTS = words(
+    "argsort sort topk argmax argmin multinomial bincount searchsorted bucketize nonzero "
+    "unique unique_consecutive kthvalue msort argwhere"
+)
+COUNTERS = words("index_add_ scatter_add_ scatter_reduce_ index_put_ put_ scatter_")
+KEEPS = words(
+    "view reshape transpose permute contiguous flatten unsqueeze squeeze expand expand_as "
+    "repeat softmax log_softmax matmul bmm mm mean sum prod clone exp sqrt rsqrt pow tanh "
+    "sigmoid relu masked_fill masked_fill_ narrow detach abs neg mul add sub div clamp "
+    "clamp_ clamp_min clamp_max tril triu tril_ triu_ flip roll cumsum cumprod view_as "
+    "reshape_as to_dense repeat_interleave movedim swapaxes unflatten cpu cuda fill_ zero_ "
+    "add_ sub_ mul_ div_ pow_ exp_ log_ sqrt_ neg_ abs_ uniform_ normal_ bernoulli_ "
+    "exponential_ cos sin log log1p log2 reciprocal floor ceil round trunc frac sign max min "
+    "amax amin norm std var square erf erfinv lerp where outer ger cross t mT permute_ "
+    "requires_grad_ pin_memory share_memory_ float_power fmod remainder expm1 diff diag "
+    "diagonal diag_embed tile chunk split unbind select index_fill index_fill_ sigmoid_ "
+    "tanh_ relu_ clone_ rot90 fliplr flipud sinc atan2 hypot logsumexp logaddexp cosh sinh "
+    "acos asin atan maximum minimum einsum ge_ gt_ le_ lt_ eq_ ne_ masked_scatter lerp_ addcmul "
+    "unfold"
+)
+_FILLS = words(
+    "uniform_ normal_ bernoulli_ exponential_ random_ fill_ geometric_ log_normal_ cauchy_"
+)
+_TAKES = words("values items pop popleft get copy")
+REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp")
+
+
+def attribute_step(f: Follow, node: ast.AST, attr: ast.Attribute) -> str:
+    """``t.<attr>`` or ``t.<method>(...)``."""
+    name = attr.attr
+    if name in _FACTS or name in _ELEMENT and not called(f, attr):
+        return "safe"
+    if not called(f, attr):
+        if f.key is not None:
+            return record_field(f, name)  # out.logits of a record holding t as logits
+        return "up" if name in ("T", "mT", "H", "mH", "data", "real", "imag") else "unknown"
+    call = f.ctx.parents[id(attr)]
+    assert isinstance(call, ast.Call)
+    if name in _ELEMENT:
+        return "safe"
+    if name in ("to", "type"):
+        step = _to(f, call)
+        f.chosen = f.chosen or step == "fp32" and _an_input(f, node)
+        return "up" if step == "fp32" else step
+    if name in _CASTS:
+        return "safe"
+    if name in _INTEGER_CASTS or name in SORTS:
+        return "integer"
+    if name in COUNTERS:
+        return "integer"
+    if name in _UPCASTS:
+        f.chosen = f.chosen or _an_input(f, node)
+        return "up"
+    if name.endswith("_") and isinstance(node, ast.Name):
+        return "safe"  # buf.copy_(y), t.add_(h): the name's later uses say where it goes
+    if name in _FILLS:
+        return "up"  # t.uniform_(lo, hi): numbers drawn into t's own dtype, nothing met
+    if name in REDUCTIONS and not call.args and not call.keywords:
+        f.scalar = True  # t.sum(): 0-dim
+        return "up"
+    if name in KEEPS or name.startswith("new_"):
+        return f.meets([*call.args, *(k.value for k in call.keywords)])
+    if name in _TAKES and isinstance(node, ast.Name) and not f.floating(node):
+        f.key = None
+        return "up"  # pieces.pop(), bank.values(): what a followed list or dict holds
+    return "unknown"
+
+
+def record_field(f: Follow, name: object) -> str:
+    """A field of a dict or record that holds the tensor under ``f.key``: the tensor itself
+    when the names match, another value when they do not; ``out[0]`` of a record whose
+    field order the lint does not know is unknown."""
+    if name == f.key:
+        f.key = None
+        return "up"
+    return "safe" if isinstance(name, str) else "unknown"
+
+
+def called(f: Follow, attr: ast.Attribute) -> bool:
+    call = f.ctx.parents.get(id(attr))
+    return isinstance(call, ast.Call) and call.func is attr
+
+
+def _to(f: Follow, call: ast.Call) -> str:
+    """``t.to(...)``: a cast unless it names fp32 (``"fp32"``) or only a device."""
+    wanted = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
+    if not wanted:
+        return "up"  # .to(device=...) only
+    torch_names = f.ctx.imports.torch
+    fp32 = False
+    for arg in wanted:
+        text = dotted(arg)
+        last = text.rsplit(".", 1)[-1]
+        if text.split(".")[0] in torch_names and last in ("float32", "float", "float64", "double"):
+            fp32 = True
+            continue
+        if last in _INTEGER_CASTS or last.startswith(("int", "uint", "long")):
+            return "integer"
+        if last == "device" or (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+            continue
+        if "device" in last.lower():
+            continue
+        return "safe"
+    return "fp32" if fp32 else "up"
+
+
+def _an_input(f: Follow, node: ast.AST) -> bool:
+    """Whether ``node`` names an input of the function: ``mask.to(torch.float)`` of an
+    input that a factory only stands in for (``if mask is None: mask = torch.ones(n)``)
+    makes whatever the caller passes fp32, so the factory's dtype changes nothing."""
+    fn = f.ctx.function
+    if not isinstance(node, ast.Name) or not isinstance(
+        fn, (ast.FunctionDef, ast.AsyncFunctionDef)
+    ):
+        return False
+    a = fn.args
+    return any(p.arg == node.id for p in (*a.posonlyargs, *a.args, *a.kwonlyargs))

@@ -1,0 +1,98 @@
+"""A followed tensor reaching a statement (see :mod:`.fate`): bound to names (each
+followed on), written into a slice or an attribute, accumulated into (``t += h``), iterated
+over, or returned: to the caller that is being followed, to every caller in the file, or
+out of ``forward`` as the module's output.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+
+from halfprec.leaks.lint.context import Context
+from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.reach import Follow, to_callers, to_readers
+
+
+def statement_step(f: Follow, node: ast.AST, stmt: ast.AST) -> str:
+    """``t`` reaches a statement: bound to names (followed), stored, returned."""
+    if isinstance(stmt, (ast.Return, ast.Yield, ast.YieldFrom)):
+        if f.caller is not None:  # followed into a call: its value goes on in the caller
+            caller, call = f.caller
+            caller.element, caller.key = f.element, f.key
+            caller.climb(call)
+            return "done"
+        if to_callers(f):
+            return "done"
+        # a module's output, or a helper whose callers are in another file; one the model
+        # casts to fp32 on purpose and meets no half tensor on the way (a loss from
+        # mask.to(dtype=torch.float)) is fp32 by that cast, whatever the factory's dtype
+        if f.ctx.is_forward and _holds_half(f.ctx):
+            return "safe" if f.chosen and not f.upcast or f.zero else "leak"
+        return "unknown"
+    if isinstance(stmt, ast.Expr):
+        return "safe"
+    if isinstance(stmt, ast.NamedExpr):
+        f.follow_name(stmt.target.id, enclosing(f, stmt))
+        return "up"
+    if isinstance(stmt, ast.AugAssign):
+        if stmt.target is node:
+            if f.scalar and f.half_scalar(stmt.value):
+                return "leak"  # loss += h.mean(): an fp32 loss of half terms
+            return "integer" if _counts(stmt) else "safe"
+        if isinstance(stmt.target, ast.Name) and stmt.target.id in f.ctx.complex:
+            return "safe"  # spec *= mask: written into a complex tensor
+        return "leak" if f.floating(stmt.target) else _bind(f, [stmt.target], stmt)
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        return _bind(f, targets, stmt)
+    if isinstance(stmt, (ast.For, ast.AsyncFor)) and stmt.iter is node:
+        for sub in walk(stmt.target):  # for piece in pieces: each piece is one of them
+            if isinstance(sub, ast.Name):
+                f.follow_name(sub.id, stmt.iter)  # the body's uses come after the iterable
+        return "done"
+    return "unknown"
+
+
+def _holds_half(ctx: Context) -> bool:
+    """Whether a module's output has a half dtype to keep: its ``forward`` has a floating
+    input, or its class a floating tensor or a submodule. A module made only of integers
+    and shapes (a random-parameter generator) has none: its output is not the model's."""
+    facts = ctx.facts
+    return bool(ctx.floating or ctx.optional or facts.tensors or facts.layers or ctx.modules)
+
+
+def _counts(stmt: ast.AugAssign) -> bool:
+    """``t += 1``: an integer step on a counter."""
+    v = stmt.value
+    return isinstance(v, ast.Constant) and isinstance(v.value, int)
+
+
+def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
+    element, f.element = f.element, None
+    if element is not None and len(targets) == 1 and isinstance(targets[0], ast.Tuple):
+        elts = targets[0].elts
+        targets = [elts[element]] if element < len(elts) else []  # a, t = f(): only t
+    for target in targets:
+        if isinstance(target, ast.Subscript):
+            # h[:, 0] = t writes t into h in h's own dtype; into an fp32 tensor it goes on
+            if f.floating(target.value):
+                continue
+            if isinstance(target.value, ast.Name):
+                f.follow_name(target.value.id, stmt)
+            continue
+        if isinstance(target, ast.Attribute):
+            if not to_readers(f, target):
+                f.fate.unknown = True  # kept where the lint cannot see it read
+            continue
+        for sub in walk(target):
+            if isinstance(sub, ast.Name):
+                f.follow_name(sub.id, stmt)
+    return "done"
+
+
+def enclosing(f: Follow, node: ast.AST) -> ast.AST:
+    parents = f.ctx.parents
+    while not isinstance(node, ast.stmt) and id(node) in parents:
+        node = parents[id(node)]
+    return node
