@@ -14,6 +14,7 @@ from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow, enter, to_readers
 from halfprec.leaks.lint.statements import enclosing
 from halfprec.leaks.lint.submodules import hidden_state, is_submodule, submodule
+from halfprec.leaks.lint.wrappers import wrapped
 
 _INT_ARGS = words("gather index_select take take_along_dim masked_select")
 _TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equal allclose")
@@ -35,6 +36,11 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return "up"
     if isinstance(func, ast.Attribute) and last in _STORES and node in call.args:
         return _store(f, func.value, call)
+    if last == "update" and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        return _store(f, func.value, call)  # total.update(self._aux(...)): total holds it
+    held = wrapped(f, node, call)
+    if held is not None:
+        return held  # nn.Parameter(t), self.register_buffer("m", t): module state made now
     if last.endswith("_like") and any(k.arg == "dtype" for k in call.keywords):
         return "safe"  # torch.zeros_like(t, dtype=torch.long): t gives only the shape
     if last in SORTS or last in _TORCH_SAFE:
@@ -106,11 +112,13 @@ _STORES = words("append extend insert appendleft extendleft")  # list.append(t):
 
 def _returned_record(f: Follow, node: ast.AST, call: ast.Call, last: str) -> bool:
     """``return Output(logits=t)`` in a ``forward``: a class of another file, built and
-    returned at once, holds ``t`` as the module's output (its field ``logits``)."""
+    returned at once or bound to a name, holds ``t`` (as its field ``logits``)."""
     if not f.ctx.is_forward or not last[:1].isupper() or not any(c.islower() for c in last):
         return False
-    if not isinstance(f.ctx.parents.get(id(call)), ast.Return):
-        return False
+    held = f.ctx.parents.get(id(call))
+    named = isinstance(held, ast.Assign) and all(isinstance(t, ast.Name) for t in held.targets)
+    if not (isinstance(held, ast.Return) or named):
+        return False  # out = Output(logits=t): followed on as the name out
     if isinstance(node, ast.keyword):  # the step from the keyword up to the call
         f.key = node.arg
     return True

@@ -8,6 +8,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from halfprec.leaks.lint.branches import rebinding_end
 from halfprec.leaks.lint.callers import CallIndex, CallSite, call_sites, returns_of
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.nodes import parent_map, walk
@@ -233,10 +234,11 @@ class Context:
             if isinstance(use.ctx, ast.Load) or isinstance(owner, ast.AugAssign):
                 out.append(use)
             elif stop is None:
-                stop = (
-                    getattr(owner, "end_lineno", 0) or 0,
-                    getattr(owner, "end_col_offset", 0) or 0,
-                )
+                end = rebinding_end(self.parents, owner, stmt, name)
+                if isinstance(end[0], tuple):
+                    apart.append(end)  # if c: a = x: a holds x to the end of that block
+                else:
+                    stop = end
         return out
 
 

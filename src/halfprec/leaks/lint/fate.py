@@ -100,7 +100,11 @@ class _Follow:
             return "safe"
         others = [o for o in others if not self.derived(o)]
         if self.scalar:  # 0-dim: only another 0-dim tensor (h.mean()) takes its dtype
-            return "leak" if any(self.half_scalar(o) for o in others) else "safe"
+            if any(self.half_scalar(o) for o in others):
+                return "leak"
+            # with literal numbers only (softplus(lam), lam * 2) it stays a 0-dim fp32
+            # tensor and goes on; a tensor with dimensions takes its own dtype
+            return "up" if all(_literal(o) for o in others) else "safe"
         if any(isinstance(o, ast.Name) and o.id in self.ctx.complex for o in others):
             return "safe"  # mask * spec: complex, in a half model too
         if any(self.floating(o) for o in others):
@@ -188,6 +192,13 @@ class _Follow:
             self.climb(use)
             if self.fate.leaks:
                 return
+
+
+def _literal(node: ast.AST) -> bool:
+    """``2.0``, ``-1``: a number written in the source."""
+    while isinstance(node, ast.UnaryOp):
+        node = node.operand
+    return isinstance(node, ast.Constant)
 
 
 def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:

@@ -78,8 +78,13 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
             # h[:, 0] = t writes t into h in h's own dtype; into an fp32 tensor it goes on
             if f.floating(target.value):
                 continue
-            if isinstance(target.value, ast.Name):
-                f.follow_name(target.value.id, stmt)
+            base = target.value
+            while isinstance(base, ast.Subscript) and not f.floating(base.value):
+                base = base.value  # masks[k]["node"] = t: the dict of dicts holds t
+            if isinstance(base, ast.Name):
+                f.follow_name(base.id, stmt)
+            elif isinstance(target.value, ast.Attribute) and not to_readers(f, target.value):
+                f.fate.unknown = True  # self.masks[k] = t: the dict is read where t is
             continue
         if isinstance(target, ast.Attribute):
             if not to_readers(f, target):

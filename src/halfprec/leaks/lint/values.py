@@ -302,12 +302,34 @@ def _annotation(ann: ast.expr | None) -> tuple[ast.expr | None, bool]:
     return ann, False
 
 
+def _tensor_or_tensors(ann: ast.expr | None) -> bool:
+    """``Union[Tensor, Dict[NodeType, Tensor]]``: a tensor, or containers of tensors (a
+    homogeneous graph's features or a heterogeneous one's per type): a tensor when it is one."""
+    if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
+        members = [ann.left, ann.right]
+    elif isinstance(ann, ast.Subscript) and dotted(ann.value).endswith("Union"):
+        members = list(ann.slice.elts) if isinstance(ann.slice, ast.Tuple) else [ann.slice]
+    else:
+        return False
+    bare = [m for m in members if dotted(m) in ("torch.Tensor", "Tensor")]
+    rest = [m for m in members if dotted(m) not in ("torch.Tensor", "Tensor")]
+    return bool(bare) and all(_of_tensors(m) for m in rest)
+
+
+def _of_tensors(ann: ast.expr) -> bool:
+    """``Dict[str, Tensor]``, ``List[Tensor]``: a container whose items are tensors."""
+    if not isinstance(ann, ast.Subscript):
+        return False
+    items = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
+    return bool(items) and dotted(items[-1]) in ("torch.Tensor", "Tensor")
+
+
 def _input_value(arg: ast.arg, first: bool) -> bool | None:
     """An input's value from its annotation, its name, and whether it is ``forward``'s
     first positional input (proved floating unless it says otherwise)."""
     name = arg.arg
     ann, _ = _annotation(arg.annotation)
-    text = dotted(ann) if ann is not None else ""
+    text = "Tensor" if _tensor_or_tensors(ann) else dotted(ann) if ann is not None else ""
     if text.endswith("FloatTensor"):
         return True
     if ann is not None and text not in ("torch.Tensor", "Tensor"):

@@ -1,0 +1,90 @@
+"""Whether a rebinding of a name ends the walk of the value it held before.
+
+``a = torch.empty(0)`` then ``if self.ebc is not None: a = self.ebc(f)`` rebinds ``a``
+only when the branch runs: after the ``if``, ``a`` may still hold the placeholder, so its
+later uses still read it. A rebinding ends the walk when it always runs after the binding:
+in the same block, or in an ``if`` whose every branch binds the name (the walk then ends
+after that ``if``). A conditional rebinding that reads the name itself (``if t.dtype !=
+h.dtype: t = t.to(h.dtype)``) ends it too: the guard says the old value is not wanted.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from halfprec.leaks.lint.nodes import walk
+
+Position = tuple[int, int]
+
+
+def rebinding_end(
+    parents: dict[int, ast.AST], owner: ast.AST, stmt: ast.AST, name: str
+) -> Position | tuple[Position, Position]:
+    """Where the walk of ``name`` bound at ``stmt`` ends, given the rebinding statement
+    ``owner``: its end, or the end of the ``if`` all of whose branches bind the name; when
+    the rebinding may not run, the span it hides instead (from it to the end of its block,
+    where the name holds the new value), and the walk goes on after that span."""
+    branch = _conditional(parents, owner, stmt)
+    if branch is None or _reads(owner, name):
+        return _end(owner)
+    if _always_binds(branch.body, name) and _always_binds(branch.orelse, name):
+        return _end(branch)
+    block = parents.get(id(owner))
+    ends = [_end(s) for s in _block_of(block, owner)] if block is not None else []
+    return (_end(owner), max(ends, default=_end(owner)))
+
+
+def _block_of(parent: ast.AST, owner: ast.AST) -> list[ast.stmt]:
+    """The statement list of ``parent`` that holds ``owner``."""
+    for field in ("body", "orelse", "finalbody"):
+        stmts = getattr(parent, field, None)
+        if isinstance(stmts, list) and any(s is owner for s in stmts):
+            return stmts
+    return []
+
+
+def _conditional(parents: dict[int, ast.AST], owner: ast.AST, stmt: ast.AST) -> ast.If | None:
+    """The outermost ``if`` around ``owner`` (``owner`` in a branch) that does not hold
+    ``stmt``; None when every ``if`` around ``owner`` holds ``stmt`` too."""
+    found: ast.If | None = None
+    node = owner
+    while id(node) in parents:
+        parent = parents[id(node)]
+        if isinstance(parent, ast.If) and node is not parent.test and not _holds(parent, stmt):
+            found = parent
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            break
+        node = parent
+    return found
+
+
+def _holds(outer: ast.AST, inner: ast.AST) -> bool:
+    start = (outer.lineno, outer.col_offset)  # type: ignore[attr-defined]
+    where = (getattr(inner, "lineno", 0), getattr(inner, "col_offset", 0))
+    return start <= where <= _end(outer)
+
+
+def _end(node: ast.AST) -> Position:
+    return (getattr(node, "end_lineno", 0) or 0, getattr(node, "end_col_offset", 0) or 0)
+
+
+def _reads(owner: ast.AST, name: str) -> bool:
+    """``t = t.to(h.dtype)``: the rebinding reads the name it binds."""
+    return any(
+        isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+        for n in walk(owner)
+    )
+
+
+def _always_binds(body: list[ast.stmt], name: str) -> bool:
+    """Whether running ``body`` always binds ``name`` (or leaves the function)."""
+    for s in body:
+        if isinstance(s, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
+            return True
+        if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = s.targets if isinstance(s, ast.Assign) else [s.target]
+            if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in walk(t)):
+                return True
+        if isinstance(s, ast.If) and _always_binds(s.body, name) and _always_binds(s.orelse, name):
+            return True
+    return False
