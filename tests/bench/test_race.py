@@ -305,7 +305,9 @@ def test_the_claims_spread_covers_what_one_variants_call_leaves_for_the_next(
     quiet falls on each variant in half the rounds; in a fixed order (fp32, then the
     candidate) every fp32 sample but the first came right after the candidate's call, and
     the claim read ``slow / half`` with a spread of nothing (as deploy claimed GPT-2 3.59x,
-    IQR 3.33-3.73x, where 12 pairs of blocks of calls after warm-up read 3.12x)."""
+    IQR 3.33-3.73x, where 12 pairs of blocks of calls after warm-up read 3.12x). The
+    short case held on the old order too: a short call's sample follows 5 ms of untimed
+    calls of its own variant, so only a long call's sample is the first after the switch."""
     machine = _CarriesOver(fast, slow, half)
     claim = _claim_on(machine, monkeypatch)
     loop = fast / half
