@@ -229,3 +229,24 @@ def test_a_table_a_helper_hands_to_init_and_to_forward_cast_back_is_not_reported
                 return x + self.table[: x.shape[-2], : x.shape[-1]] * self.extra[0, 0]
         """
     assert _found(body) == []
+
+
+def test_an_attribute_that_is_a_dict_in_one_mode_and_a_parameter_in_another() -> None:
+    body = """\
+        class Masks(nn.Module):
+            def forward(self, net, x):
+                if isinstance(x, dict):
+                    self.gate = {}
+                    for kind, h in x.items():
+                        self._one(kind, h.shape[0], h.device)
+                    return {k: h * self.gate[k].sigmoid() for k, h in x.items()}
+                self._all(x.shape[0], x.device)
+                return net(x * self.gate.sigmoid())
+
+            def _one(self, kind, rows, device):
+                self.gate[kind] = Parameter(0.1 * torch.randn(rows, 1, device=device))
+
+            def _all(self, rows, device):
+                self.gate = Parameter(0.1 * torch.randn(rows, 1, device=device))
+        """
+    assert _found(body) == [12, 15]

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from halfprec.leaks.lint.context import Context
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow, to_callers, to_readers
+from halfprec.leaks.lint.wrappers import dict_attribute
 
 
 def statement_step(f: Follow, node: ast.AST, stmt: ast.AST) -> str:
@@ -76,7 +77,7 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
     for target in targets:
         if isinstance(target, ast.Subscript):
             # h[:, 0] = t writes t into h in h's own dtype; into an fp32 tensor it goes on
-            if f.floating(target.value):
+            if f.floating(target.value) and not dict_attribute(f, target.value):
                 continue
             base = target.value
             while isinstance(base, ast.Subscript) and not f.floating(base.value):

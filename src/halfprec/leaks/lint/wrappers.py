@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 
 from halfprec.leaks.lint.context import dotted, words
+from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow, to_readers
 
 _WRAPPERS = words("Parameter Buffer")
@@ -53,6 +54,34 @@ def wrapped(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
     if name == "setattr" and len(call.args) == 3 and call.args[2] is value:
         return _kept(f, call.args[0], call.args[1], call)
     return None
+
+
+def dict_attribute(f: Follow, holder: ast.AST) -> bool:
+    """Whether ``holder`` is ``self.X`` that some method of the class binds to a dict
+    (``self.masks = {}``): ``self.masks[k] = t`` stores into the dict, even where the class
+    also binds ``self.masks`` to a tensor in another mode."""
+    calls, fn = f.ctx.calls, f.ctx.function
+    if not (isinstance(holder, ast.Attribute) and dotted(holder.value) == "self"):
+        return False
+    if calls is None or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    owner = calls.program.owner_of(fn)
+    cls = calls.program.classes.get(owner) if owner else None
+    for n in walk(cls) if cls is not None else ():
+        if not isinstance(n, ast.Assign) or not _a_dict(n.value):
+            continue
+        if any(isinstance(t, ast.Attribute) and t.attr == holder.attr for t in n.targets):
+            return True
+    return False
+
+
+def _a_dict(value: ast.AST) -> bool:
+    if isinstance(value, (ast.Dict, ast.DictComp)):
+        return True
+    return isinstance(value, ast.Call) and dotted(value.func).rsplit(".", 1)[-1] in _DICTS
+
+
+_DICTS = words("dict defaultdict OrderedDict ParameterDict")
 
 
 def _constructor(f: Follow) -> bool:
