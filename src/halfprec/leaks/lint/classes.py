@@ -51,6 +51,8 @@ class ClassFacts:
     elements: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # self.X = loss_fn (an __init__ parameter defaulting to norm_loss) or F.mse_loss: (X, name)
     callables: tuple[tuple[str, str], ...] = ()
+    # self.X = weights (a parameter annotated List[float]) or [0.5, 2.0]: Python floats
+    float_lists: frozenset[str] = frozenset()
 
 
 NO_FACTS = ClassFacts()
@@ -168,6 +170,22 @@ class _Scan:
     appended: dict[str, set[str]] = field(default_factory=dict)  # .append(Block(...)): Block
     held: dict[str, set[str]] = field(default_factory=dict)  # ModuleList([nn.Linear()]): Linear
     callables: dict[str, str] = field(default_factory=dict)  # self.loss_fn = loss_fn: default
+    float_lists: set[str] = field(default_factory=set)  # lists of Python floats
+
+
+def _float_params(fn: Function) -> set[str]:
+    """The parameters of ``fn`` annotated to hold a list of Python floats:
+    ``weights: Optional[List[float]]``, ``scales: Sequence[float]``, ``w: list[float]``."""
+    a = fn.args
+    found = set()
+    for p in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+        names = {_last_name(n) for n in ast.walk(p.annotation)} if p.annotation else set()
+        if "float" in names and names & _SEQUENCES:
+            found.add(p.arg)
+    return found
+
+
+_SEQUENCES = frozenset({"List", "list", "Sequence", "Tuple", "tuple"})
 
 
 def _scan_function(fn: Function, scan: _Scan) -> None:
@@ -176,6 +194,7 @@ def _scan_function(fn: Function, scan: _Scan) -> None:
     a = fn.args
     params = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
     lists: dict[str, set[str]] = {}  # blocks = [...]; blocks.append(nn.Linear(...)): layers held
+    float_lists = _float_params(fn)
     for node in _statements(fn):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             registered = _registered(node.value, frozenset(local))
@@ -192,6 +211,10 @@ def _scan_function(fn: Function, scan: _Scan) -> None:
             if attr is None:
                 continue
             scan.attributes.add(attr)
+            if (isinstance(node.value, ast.Name) and node.value.id in float_lists) or _float_list(
+                node.value
+            ):
+                scan.float_lists.add(attr)
             for value in _alternatives(node.value):
                 if isinstance(value, ast.Call):
                     scan.held.setdefault(attr, set()).update(_held_layers(value, lists))
@@ -201,6 +224,12 @@ def _scan_function(fn: Function, scan: _Scan) -> None:
                 if function:  # several functions (a schedule chosen by name): none of them
                     kept = scan.callables.setdefault(attr, function)
                     scan.callables[attr] = function if kept == function else "?"
+
+
+def _float_list(value: ast.expr) -> bool:
+    """``[0.5, 2.0]`` or ``(1.0, 1.0)``: a literal list or tuple of Python floats."""
+    elts = value.elts if isinstance(value, (ast.List, ast.Tuple)) else []
+    return any(isinstance(e, ast.Constant) and isinstance(e.value, float) for e in elts)
 
 
 def _function_name(value: ast.expr, defaults: dict[str, str], params: set[str]) -> str:
@@ -392,4 +421,5 @@ def class_facts(cls: ast.ClassDef, bases: list[ast.ClassDef]) -> ClassFacts:
         tuple(sorted(layers.items())),
         tuple(sorted((a, tuple(sorted(n for n in ns if n))) for a, ns in scan.held.items())),
         tuple(sorted(scan.callables.items())),
+        frozenset(scan.float_lists),
     )

@@ -125,7 +125,11 @@ def _makes_float(kind: str, call: ast.Call, ctx: Context) -> bool:
         fill = call.args[1] if len(call.args) > 1 else _keyword(call, "fill_value")
         return fill is not None and (is_floatish(fill) or tested_float(fill, call, ctx))
     if kind == "tensor":
-        return bool(call.args) and is_floatish(call.args[0])
+        data = call.args[0] if call.args else None
+        # torch.tensor(self.weights): floating when self.weights holds a list of floats
+        if isinstance(data, ast.Attribute) and dotted(data.value) == "self":
+            return data.attr in ctx.facts.float_lists
+        return data is not None and is_floatish(data)
     # arange: floating when any bound or step is a float
     return any(is_floatish(a) for a in [*call.args, *(k.value for k in call.keywords)])
 
@@ -308,7 +312,8 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
     kind = ctx.is_torch_attr(node.func, *ops.FACTORY_OPS)
     if kind is None:
         return
-    scalar = zero_dim_factory(kind, node)  # followed: it leaks only with 0-dim half values
+    # a 0-dim factory is followed: it leaks only with 0-dim half values
+    scalar = zero_dim_factory(kind, node, ctx.facts.float_lists)
     keywords = {k.arg for k in node.keywords}
     if "dtype" in keywords or None in keywords:  # dtype given, or **kwargs may hold it
         return

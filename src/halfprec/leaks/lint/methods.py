@@ -69,7 +69,7 @@ def attribute_step(f: Follow, node: ast.AST, attr: ast.Attribute) -> str:
     if name in _UPCASTS:
         f.chosen = f.chosen or _an_input(f, node)
         return "up"
-    if name.endswith("_") and isinstance(node, ast.Name):
+    if name.endswith("_") and isinstance(node, ast.Name) and not _used(f, call, name):
         return "safe"  # buf.copy_(y), t.add_(h): the name's later uses say where it goes
     if name in _FILLS:
         return "up"  # t.uniform_(lo, hi): numbers drawn into t's own dtype, nothing met
@@ -82,6 +82,12 @@ def attribute_step(f: Follow, node: ast.AST, attr: ast.Attribute) -> str:
         f.key = None
         return "up"  # pieces.pop(), bank.values(): what a followed list or dict holds
     return "unknown"
+
+
+def _used(f: Follow, call: ast.Call, name: str) -> bool:
+    """``return t.add_(h)``: an in-place op whose result is read on (not a statement of its
+    own) carries the tensor on from there, like ``t + h``."""
+    return name in KEEPS and not isinstance(f.ctx.parents.get(id(call)), ast.Expr)
 
 
 def record_field(f: Follow, name: object) -> str:

@@ -30,13 +30,15 @@ LOSSES = words(
 _MAX_DEPTH = 4
 
 
-def zero_dim_factory(kind: str, call: ast.Call) -> bool:
+def zero_dim_factory(kind: str, call: ast.Call, lists: frozenset[str] = frozenset()) -> bool:
     """``torch.rand([])``, ``torch.full((), v)``, ``torch.tensor(0.5)``: a factory of no
-    size."""
+    size; ``lists`` names the attributes of ``self`` that hold lists, not scalars."""
     if not call.args:
         return False
     first = call.args[0]
     if kind == "tensor":  # a scalar, not a list: torch.tensor(torch.finfo(x.dtype).min)
+        if isinstance(first, ast.Attribute) and dotted(first.value) == "self":
+            return first.attr not in lists
         if isinstance(first, ast.BinOp):  # torch.tensor(1 / 0.07); [0.0] * n is a list
             return not any(isinstance(n, (ast.List, ast.Tuple)) for n in ast.walk(first))
         return isinstance(first, (ast.Constant, ast.UnaryOp, ast.Attribute)) or (
@@ -72,7 +74,7 @@ def _zero_dim_call(call: ast.Call, ctx: Context, depth: int) -> bool:
     if torch_call:
         kind = ctx.is_torch_attr(func, "tensor", "zeros", "ones", "empty", "full", "rand", "randn")
         if kind is not None:
-            return zero_dim_factory(kind, call)
+            return zero_dim_factory(kind, call, ctx.facts.float_lists)
         if last in LOSSES:
             return True
         if last in _REDUCTIONS:

@@ -1,0 +1,84 @@
+"""Tenth-round recall: Python floats held on ``self`` made into a tensor in forward, and
+an fp32 tensor that a half result is added into in place. Each model here is small and
+written for this test."""
+
+from __future__ import annotations
+
+import textwrap
+
+from halfprec.leaks.lint import lint_source
+
+HEAD = "from typing import List, Optional, Sequence\n\nimport torch\nfrom torch import nn\n\n\n"
+
+
+def _found(body: str) -> list[int]:
+    source = HEAD + textwrap.dedent(body)
+    return [f.line - 6 for f in lint_source(source) if f.code == "HP101"]
+
+
+def test_a_list_of_floats_held_on_self_made_a_tensor_meets_the_half_input() -> None:
+    body = """\
+        class ChannelScale(nn.Module):
+            def __init__(self, gains: Optional[Sequence[float]] = None) -> None:
+                super().__init__()
+                self.gains = gains
+
+            def forward(self, img):
+                if self.gains is None:
+                    return img
+                return img * torch.tensor(self.gains, device=img.device).view(1, -1, 1, 1)
+        """
+    assert _found(body) == [9]
+
+
+def test_a_literal_list_of_floats_held_on_self_is_a_float_list() -> None:
+    body = """\
+        class Blend(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.mix = [0.3, 0.7]
+
+            def forward(self, a, b):
+                return torch.stack([a, b], -1) @ torch.tensor(self.mix).to(a.device)
+        """
+    assert _found(body) == [7]
+
+
+def test_a_list_of_ints_or_an_unannotated_attribute_stays_silent() -> None:
+    body = """\
+        class Pick(nn.Module):
+            def __init__(self, rows: List[int], scale) -> None:
+                super().__init__()
+                self.rows = rows
+                self.scale = scale
+
+            def forward(self, x):
+                picked = x.index_select(0, torch.tensor(self.rows, device=x.device))
+                return picked * torch.tensor(self.scale, device=x.device)
+        """
+    assert _found(body) == []
+
+
+def test_a_half_result_added_in_place_into_an_fp32_tensor_that_is_returned() -> None:
+    body = """\
+        class Residual(nn.Module):
+            def __init__(self, body: nn.Module) -> None:
+                super().__init__()
+                self.body = body
+
+            def forward(self, x):
+                acc = torch.zeros(x.shape[0], 8, device=x.device)
+                return acc.mul_(0.5).add_(self.body(x))
+        """
+    assert _found(body) == [7]
+
+
+def test_an_in_place_add_as_a_statement_leaves_the_later_uses_to_decide() -> None:
+    body = """\
+        class Count(nn.Module):
+            def forward(self, x):
+                seen = torch.zeros(x.shape[0], device=x.device)
+                seen.add_(x.sum(-1))
+                return x, seen.tolist()
+        """
+    assert _found(body) == []
