@@ -82,3 +82,65 @@ def test_an_in_place_add_as_a_statement_leaves_the_later_uses_to_decide() -> Non
                 return x, seen.tolist()
         """
     assert _found(body) == []
+
+
+def test_a_block_bound_to_a_name_then_appended_to_a_module_list_is_followed() -> None:
+    body = """\
+        class Gate(nn.Module):
+            def __init__(self, d: int) -> None:
+                super().__init__()
+                self.proj = nn.Linear(d, d)
+
+            def forward(self, h, weight):
+                return self.proj(h) * weight
+
+
+        class Stack(nn.Module):
+            def __init__(self, d: int, depth: int) -> None:
+                super().__init__()
+                self.gates = nn.ModuleList()
+                for _ in range(depth):
+                    gate = Gate(d)
+                    self.gates.append(gate)
+
+            def forward(self, h):
+                weight = torch.full(h.shape, 0.5, device=h.device)
+                for i in range(len(self.gates)):
+                    h = self.gates[i](h, weight)
+                return h
+        """
+    assert _found(body) == [19]
+
+
+def test_a_cell_state_handed_only_to_an_lstm_cell_inside_its_state_tuple() -> None:
+    body = """\
+        class Decoder(nn.Module):
+            def __init__(self, d: int) -> None:
+                super().__init__()
+                self.cell = nn.LSTMCell(d, d)
+                self.out = nn.Linear(d, 1)
+
+            def forward(self, frames):
+                h = frames.new_zeros(frames.shape[1], frames.shape[2])
+                c = torch.zeros(frames.shape[1], frames.shape[2], device=frames.device)
+                outs = []
+                for x in frames:
+                    h, c = self.cell(x, (h, c))
+                    outs.append(self.out(h))
+                return torch.stack(outs)
+        """
+    assert _found(body) == [9]
+
+
+def test_a_state_handed_to_a_gru_cell_as_hx_is_its_hidden_state() -> None:
+    body = """\
+        class Tracker(nn.Module):
+            def __init__(self, d: int) -> None:
+                super().__init__()
+                self.cell = nn.GRUCell(d, d)
+
+            def forward(self, x):
+                state = torch.zeros(x.shape[0], x.shape[1], device=x.device)
+                return self.cell(x, hx=state)
+        """
+    assert _found(body) == [7]

@@ -195,18 +195,21 @@ def _scan_function(fn: Function, scan: _Scan) -> None:
     params = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
     lists: dict[str, set[str]] = {}  # blocks = [...]; blocks.append(nn.Linear(...)): layers held
     float_lists = _float_params(fn)
+    made: dict[str, ast.expr] = {}  # local names and the value each was last bound to
     for node in _statements(fn):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             registered = _registered(node.value, frozenset(local))
             if registered:
                 scan.tensors.add(registered)
-            _appended(node.value, scan, lists)
+            _appended(node.value, scan, lists, made)
         elif isinstance(node, ast.Assign) and len(node.targets) == 1:
             target = node.targets[0]
             if isinstance(target, ast.Name) and floating_init(node.value, frozenset(local)):
                 local.add(target.id)
             if isinstance(target, ast.Name) and isinstance(node.value, (ast.List, ast.ListComp)):
                 lists[target.id] = set(_held_layers(node.value, lists))
+            if isinstance(target, ast.Name):  # att = Block(...); self.blocks.append(att)
+                made[target.id] = node.value
             attr = _self_attr(target)
             if attr is None:
                 continue
@@ -323,16 +326,21 @@ def _called(node: ast.expr) -> str:
     return _last_name(node.func) if isinstance(node, ast.Call) else ""
 
 
-def _appended(call: ast.Call, scan: _Scan, lists: dict[str, set[str]]) -> None:
+def _appended(
+    call: ast.Call, scan: _Scan, lists: dict[str, set[str]], made: dict[str, ast.expr]
+) -> None:
     """``self.blocks.append(Block(...))``: the classes a ``ModuleList`` built by appending
     holds (``""`` for an item that is not a class called by name), and in ``held`` the
-    layers (``nn.Linear(...)``: ``"Linear"``); ``blocks.append(...)`` of a local list too."""
+    layers (``nn.Linear(...)``: ``"Linear"``); ``blocks.append(...)`` of a local list too,
+    and an item named by a local bound to the call (``att = Block(...)``)."""
     func = call.func
     if _setattr(call, scan):
         return
     if not (isinstance(func, ast.Attribute) and len(call.args) == 1):
         return
     item = call.args[0]
+    if isinstance(item, ast.Name) and item.id in made:
+        item = made[item.id]
     if func.attr == "extend" and isinstance(item, (ast.List, ast.ListComp)):
         held = set(_held_layers(item, lists))  # self.blocks.extend([nn.Linear(...), ...])
         if isinstance(func.value, ast.Name) and func.value.id in lists:

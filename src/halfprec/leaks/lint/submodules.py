@@ -36,7 +36,7 @@ def hidden_state(ctx: Context, func: ast.AST, node: ast.AST, call: ast.Call) -> 
     return second or any(k.arg == "hx" and k.value is node for k in call.keywords)
 
 
-_RECURRENT = words("LSTM GRU RNN")
+_RECURRENT = words("LSTM GRU RNN LSTMCell GRUCell RNNCell")
 
 
 def submodule(f: Follow, func: ast.AST) -> str:
