@@ -144,3 +144,26 @@ def test_a_state_handed_to_a_gru_cell_as_hx_is_its_hidden_state() -> None:
                 return self.cell(x, hx=state)
         """
     assert _found(body) == [7]
+
+
+def test_a_0_dim_accumulator_of_losses_on_pairs_unpacked_from_a_list() -> None:
+    body = """\
+        class PairLoss(nn.Module):
+            def forward(self, pairs):
+                total = torch.tensor(0.0, device=pairs[0][0].device)
+                for gold, pred in pairs:
+                    total += nn.functional.smooth_l1_loss(pred, gold)
+                return total
+        """
+    assert _found(body) == [3]
+
+
+def test_a_0_dim_zero_returned_alone_stays_silent() -> None:
+    body = """\
+        class MaybeEmpty(nn.Module):
+            def forward(self, pairs):
+                if not pairs:
+                    return torch.tensor(0.0)
+                return sum(nn.functional.l1_loss(p, g) for g, p in pairs)
+        """
+    assert _found(body) == []

@@ -197,7 +197,8 @@ def _call_value(call: ast.Call, ctx: Context) -> bool | None:
     imports = ctx.imports
     if owner in imports.torch or owner in imports.functional or owner.endswith("nn.functional"):
         if func.attr in LOSSES:  # F.cross_entropy(logits, labels): in the logits' dtype
-            return value_of(args[0], ctx) if args else None
+            # logits the lint cannot see (unpacked from a list of pairs): the model's, guessed
+            return (value_of(args[0], ctx) or False) if args else None
         if func.attr not in _FLOAT_RESULT and func.attr not in _TORCH_KEEPS:
             return None
         joined = _join([value_of(a, ctx) for a in args])
