@@ -13,9 +13,9 @@ GPU sees it. A dry run makes no timing claims: :meth:`Context.time` prints no nu
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
 import os
-import signal
 import threading
 import time
 import traceback
@@ -96,51 +96,49 @@ class Context:
 
 
 class StepTimeout(Exception):
-    """The step reached its deadline (raised by SIGALRM between two Python lines)."""
+    """The step reached its deadline (raised in the step's thread between two Python lines)."""
+
+    def __str__(self) -> str:
+        return "reached its deadline, its limit less the margin to report"
 
 
 @contextlib.contextmanager
 def _alarm(ctx: Context) -> Iterator[None]:
     """Raise :class:`StepTimeout` in the step at ``ctx.deadline``, so that its section is
     written, naming the line it was on, before gpu-check.sh's ``timeout`` kills it (a step
-    stuck inside one C call is killed there instead)."""
-    if ctx.deadline is None or not hasattr(signal, "SIGALRM"):
+    stuck inside one C call is killed there instead).
+
+    No signal is sent: a timer thread asks CPython to raise the exception in the step's
+    thread at its next Python line (``PyThreadState_SetAsyncExc``). A signal (SIGALRM from
+    ``setitimer``, or aimed at the thread with ``pthread_kill``) lands on native code of
+    torch, OpenMP, oneTBB or a compiler that may not expect it, and a process that blocks
+    it keeps it pending past the step; the step's thread reading Python lines is all this
+    needs."""
+    if ctx.deadline is None:
         yield
         return
-    running = [True]
+    target = ctypes.c_ulong(threading.get_ident())
+    guard = threading.Lock()
+    state = {"running": True, "fired": False}
 
-    def fire(signum: int, frame: object) -> None:
-        if running[0]:  # handled once the step has ended (a signal that came late): nothing
-            raise StepTimeout("reached its deadline, its limit less the margin to report")
+    def fire() -> None:
+        with guard:
+            if state["running"]:
+                state["fired"] = True
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(target, ctypes.py_object(StepTimeout))
 
-    # The alarm is sent to this thread alone (pthread_kill from a timer thread), not to the
-    # process as setitimer's is: a process-wide SIGALRM may land on any thread, such as a
-    # native worker thread of OpenMP, oneTBB or a compiler, inside a system call that it
-    # does not expect to be interrupted.
-    timer = threading.Timer(
-        max(0.1, ctx.deadline - time.monotonic()),
-        signal.pthread_kill,
-        (threading.get_ident(), signal.SIGALRM),
-    )
+    timer = threading.Timer(max(0.1, ctx.deadline - time.monotonic()), fire)
     timer.daemon = True
-    old = signal.signal(signal.SIGALRM, fire)
+    timer.start()
     try:
-        timer.start()
         yield
     finally:
-        running[0] = False
+        with guard:
+            state["running"] = False
+            if state["fired"]:  # asked for, not yet raised (the step ended first): withdrawn
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(target, None)
         timer.cancel()
         timer.join()
-        _drop_pending_alarm()
-        signal.signal(signal.SIGALRM, old)
-
-
-def _drop_pending_alarm() -> None:
-    """Discard a SIGALRM that fired while this thread blocked it (a library's
-    ``pthread_sigmask``): once the previous action, by default the end of the process, is
-    back, it would be delivered the moment the signal is unblocked."""
-    if hasattr(signal, "sigpending") and signal.SIGALRM in signal.sigpending():
-        signal.sigtimedwait({signal.SIGALRM}, 0)
 
 
 def _call(step: Callable[[Context], list[str]], ctx: Context) -> list[str]:

@@ -159,6 +159,16 @@ def test_a_tool_a_step_starts_stops_before_the_step_limit_and_the_step_says_how_
     assert run_step(soon, 1, "stuck", stuck) == 1
     assert time.monotonic() - started < 5
 
+    def quick(ctx: Context) -> list[str]:
+        return ["done"]
+
+    # a step that ends before its deadline leaves nothing to be raised later
+    assert (
+        run_step(Context(dry_run=True, out=out, deadline=time.monotonic() + 0.2), 2, "quick", quick)
+        == 0
+    )
+    time.sleep(0.4)
+
 
 def test_step_1_fails_on_a_gpu_when_no_cuda_test_ran_and_says_skipped_in_a_dry_run() -> None:
     """pytest's summary "9 skipped" (exit 0) checked nothing: a failure on a GPU, skipped
@@ -197,26 +207,33 @@ def test_step_1_reads_the_summary_line_pytest_prints_under_v() -> None:
 
 
 @pytest.mark.slow  # an interpreter that imports torch: the check is whether it survives
-def test_a_deadline_that_passes_while_sigalrm_is_blocked_does_not_end_the_process() -> None:
-    """A process whose threads block SIGALRM (to take signals with sigwait, say) reaches a
-    step's deadline with the alarm pending, not handled: once SIGALRM's default action is
-    back, unblocking it would end the process (a pytest worker running a step: "node
-    down"). Blocked before torch starts any thread, so that every thread inherits it."""
+def test_a_deadline_sends_no_signal_so_a_process_that_blocks_sigalrm_survives_it() -> None:
+    """A process whose threads block SIGALRM (to take signals with sigwait, say) still has
+    its stuck step ended at the deadline, FAILED with its line, and no signal is left
+    pending to end the process once it is unblocked (a pytest worker: "node down"); the
+    step's own thread stays this one. Blocked before torch starts any thread, so that
+    every thread inherits it."""
     script = (
-        "import signal, sys, time\n"
+        "import signal, sys, threading, time\n"
         "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
         "sys.path.insert(0, 'scripts/gpu_steps')\n"
         "from pathlib import Path\n"
         "from common import Context, run_step\n"
-        "def waits(ctx):\n"
-        "    while signal.SIGALRM not in signal.sigpending():\n"
+        "main = threading.get_ident()\n"
+        "seen = []\n"
+        "def stuck(ctx):\n"
+        "    seen.append(threading.get_ident() == main)\n"
+        "    while True:\n"
         "        time.sleep(0.01)\n"
-        "    return ['returned with the alarm pending']\n"
         "ctx = Context(dry_run=True, out=Path('/dev/null'), deadline=time.monotonic() + 0.2)\n"
-        "code = run_step(ctx, 1, 'waits', waits)\n"
+        "code = run_step(ctx, 1, 'stuck', stuck)\n"
+        "pending = sorted(signal.sigpending())\n"
         "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})\n"
-        "print('survived', code, signal.getsignal(signal.SIGALRM) is signal.SIG_DFL)\n"
+        "time.sleep(0.3)\n"
+        "default = signal.getsignal(signal.SIGALRM) is signal.SIG_DFL\n"
+        "print('survived', code, pending, seen, default)\n"
     )
     done = _python(script)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # -14: SIGALRM
-    assert done.stdout.strip().splitlines()[-1] == "survived 0 True", done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "survived 1 [] [True] True", done.stdout
+    assert "**FAILED**" in done.stdout and "reached its deadline" in done.stdout, done.stdout
