@@ -119,12 +119,11 @@ def _alarm(ctx: Context) -> Iterator[None]:
         return
     target = ctypes.c_ulong(threading.get_ident())
     guard = threading.Lock()
-    state = {"running": True, "fired": False}
+    state = {"running": True}
 
     def fire() -> None:
         with guard:
             if state["running"]:
-                state["fired"] = True
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(target, ctypes.py_object(StepTimeout))
 
     timer = threading.Timer(max(0.1, ctx.deadline - time.monotonic()), fire)
@@ -135,8 +134,9 @@ def _alarm(ctx: Context) -> Iterator[None]:
     finally:
         with guard:
             state["running"] = False
-            if state["fired"]:  # asked for, not yet raised (the step ended first): withdrawn
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(target, None)
+        # An exception asked for just as the step ended is raised by the next Python call
+        # here, inside run_step's report of the step. It is never withdrawn with NULL: that
+        # leaves CPython 3.11's eval breaker set, and a later call under sys.setprofile spins.
         timer.cancel()
         timer.join()
 
