@@ -153,10 +153,12 @@ def forward_paths(
 @dataclass(frozen=True)
 class Program:
     """What one file defines, for following a tensor into a call: its functions, and each
-    module class's methods (with those of its same-file bases) and facts."""
+    module class's methods (with those of its same-file bases) and facts; ``aliases``: the
+    names it binds to a layer (``LinearNoBias = partial(nn.Linear, bias=False)``)."""
 
     functions: dict[str, Function]
     classes: dict[str, ast.ClassDef]
+    aliases: dict[str, str] = field(default_factory=dict, compare=False)
     facts: dict[tuple[int, ...], ClassFacts] = field(default_factory=dict, compare=False)
 
     def facts_of(self, cls: ast.ClassDef, bases: list[ast.ClassDef]) -> ClassFacts:
@@ -194,4 +196,27 @@ def program_of(tree: ast.Module) -> Program:
         n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-    return Program(functions, classes)
+    return Program(functions, classes, _aliases(tree))
+
+
+def _aliases(tree: ast.Module) -> dict[str, str]:
+    """``LinearNoBias = partial(nn.Linear, bias=False)`` or ``Dense = nn.Linear`` at the top
+    of a file: the name and the last part of the class it stands for (``Linear``)."""
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target, value = node.targets[0], node.value
+        if isinstance(value, ast.Call) and value.args and _dotted_end(value.func) == "partial":
+            value = value.args[0]
+        end = _dotted_end(value)
+        if isinstance(target, ast.Name) and end[:1].isupper():
+            found[target.id] = end
+    return found
+
+
+def _dotted_end(node: ast.AST) -> str:
+    """``Linear`` of ``nn.Linear`` or ``Linear``; ``""`` for anything but a dotted name."""
+    if isinstance(node, ast.Attribute):
+        return node.attr if _dotted_end(node.value) or isinstance(node.value, ast.Name) else ""
+    return node.id if isinstance(node, ast.Name) else ""

@@ -29,7 +29,10 @@ def statement_step(f: Follow, node: ast.AST, stmt: ast.AST) -> str:
         # casts to fp32 on purpose and meets no half tensor on the way (a loss from
         # mask.to(dtype=torch.float)) is fp32 by that cast, whatever the factory's dtype
         if f.ctx.is_forward and _holds_half(f.ctx):
-            return "safe" if f.chosen and not f.upcast or f.zero else "leak"
+            if f.chosen and not f.upcast:
+                return "safe"
+            f.fate.zero_output = f.zero  # a 0-dim fp32 value (a loss) is the output's too
+            return "leak"
         return "unknown"
     if isinstance(stmt, ast.Expr):
         return "safe"
@@ -60,7 +63,25 @@ def _holds_half(ctx: Context) -> bool:
     input, or its class a floating tensor or a submodule. A module made only of integers
     and shapes (a random-parameter generator) has none: its output is not the model's."""
     facts = ctx.facts
-    return bool(ctx.floating or ctx.optional or facts.tensors or facts.layers or ctx.modules)
+    held = bool(ctx.floating or ctx.optional or facts.tensors or facts.layers or ctx.modules)
+    return held or _tensor_annotated(ctx.function)
+
+
+def _tensor_annotated(fn: object) -> bool:
+    """A parameter annotated with tensors inside (``Tuple[Tensor, Tensor]``): a loss of
+    pairs of outputs."""
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    a = fn.args
+    return any(
+        isinstance(n, ast.Name)
+        and n.id == "Tensor"
+        or isinstance(n, ast.Attribute)
+        and n.attr == "Tensor"
+        for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)
+        if p.annotation is not None
+        for n in walk(p.annotation)
+    )
 
 
 def _counts(stmt: ast.AugAssign) -> bool:
