@@ -253,3 +253,30 @@ def test_zero_placeholders_of_a_loss_of_tensor_pairs_reach_its_output() -> None:
     found = _findings(body)
     assert [line for line, _ in found] == [17, 18]
     assert all("reaches the module's output" in message for _, message in found)
+
+
+def test_a_zero_loss_of_a_module_that_another_module_of_the_file_holds_is_its_output() -> None:
+    body = """\
+        class Distance(nn.Module):
+            def forward(self, a, b, normalize: bool = True):
+                d = (a - b).pow(2).sum(-1)
+                if not normalize:
+                    return d.sum()
+                if d.numel() == 0:
+                    return torch.tensor(0.0, device=a.device)
+                return d.mean()
+
+
+        class Chunked(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.dist = Distance()
+                self.proj = nn.Linear(4, 4)
+
+            def forward(self, xs, ys):
+                total = 0.0
+                for x, y in zip(xs, ys):
+                    total += self.dist(self.proj(x), y, normalize=False)
+                return total
+        """
+    assert _found(body) == [7]

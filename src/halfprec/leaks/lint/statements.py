@@ -23,16 +23,16 @@ def statement_step(f: Follow, node: ast.AST, stmt: ast.AST) -> str:
             caller.element, caller.key = f.element, f.key
             caller.climb(call)
             return "done"
+        if f.zero and _output(f) and not (f.chosen and not f.upcast):
+            f.fate.zero_output = True  # a loss module's 0-dim output, whoever holds it
+            return "leak"
         if to_callers(f):
             return "done"
         # a module's output, or a helper whose callers are in another file; one the model
         # casts to fp32 on purpose and meets no half tensor on the way (a loss from
         # mask.to(dtype=torch.float)) is fp32 by that cast, whatever the factory's dtype
-        if f.ctx.is_forward and _holds_half(f.ctx):
-            if f.chosen and not f.upcast:
-                return "safe"
-            f.fate.zero_output = f.zero  # a 0-dim fp32 value (a loss) is the output's too
-            return "leak"
+        if _output(f):
+            return "safe" if f.chosen and not f.upcast else "leak"
         return "unknown"
     if isinstance(stmt, ast.Expr):
         return "safe"
@@ -56,6 +56,11 @@ def statement_step(f: Follow, node: ast.AST, stmt: ast.AST) -> str:
                 f.follow_name(sub.id, stmt.iter)  # the body's uses come after the iterable
         return "done"
     return "unknown"
+
+
+def _output(f: Follow) -> bool:
+    """``return`` from the ``forward`` of a module whose output has a half dtype to keep."""
+    return f.ctx.is_forward and _holds_half(f.ctx)
 
 
 def _holds_half(ctx: Context) -> bool:
