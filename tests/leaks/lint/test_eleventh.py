@@ -280,3 +280,54 @@ def test_a_zero_loss_of_a_module_that_another_module_of_the_file_holds_is_its_ou
                 return total
         """
     assert _found(body) == [7]
+
+
+def test_a_torch_function_imported_by_name_meets_like_torch_dot_it() -> None:
+    body = """\
+        from torch import sqrt
+
+
+        class Noised(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.net = nn.Linear(4, 4)
+
+            def forward(self, x):
+                t = torch.rand(x.shape[0], 1)
+                return self.net(x * sqrt(t.sigmoid()))
+        """
+    assert _found(body) == [10]
+
+
+def test_a_time_drawn_in_forward_is_followed_through_six_calls_to_the_half_input() -> None:
+    body = """\
+        def schedule(t):
+            return torch.cos(t * 1.5)
+
+
+        def pad(x, t):
+            return t.view(-1, 1)
+
+
+        class Diffusion(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.net = nn.Linear(4, 4)
+
+            def times(self, b):
+                return torch.rand(b)
+
+            def noised(self, x, t):
+                return x * pad(x, schedule(t))
+
+            def losses(self, x, t):
+                return self.noised(x, t)
+
+            def step(self, x, t):
+                return self.losses(x, t)
+
+            def forward(self, x):
+                t = self.times(x.shape[0])
+                return self.net(self.step(x, t))
+        """
+    assert _found(body) == [15]

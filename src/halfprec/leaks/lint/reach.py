@@ -73,7 +73,7 @@ class Follow(Protocol):
     def follow_name(self, name: str, bound_at: ast.AST) -> None: ...
 
 
-_MAX_DEPTH = 4  # calls followed into, one inside another
+_MAX_DEPTH = 6  # calls followed into, one inside another
 # a callee: its function, its class's facts, whether it is a forward, whether its first
 # parameter is self, and the calls of the file that defines it when that is another file
 Callee = tuple[Function, ClassFacts, bool, bool, Calls | None]

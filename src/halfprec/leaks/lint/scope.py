@@ -37,18 +37,21 @@ class ForwardPath:
 
 @dataclass(frozen=True)
 class Imports:
-    """Local names bound to ``torch`` and to ``torch.nn.functional`` in one file, and the
-    local spellings of einops' dtype-keeping functions (``einsum``, ``einops.reduce``)."""
+    """Local names bound to ``torch`` and to ``torch.nn.functional`` in one file, the
+    local spellings of einops' dtype-keeping functions (``einsum``, ``einops.reduce``), and
+    torch's functions imported by name (``from torch import sqrt``)."""
 
     torch: frozenset[str]
     functional: frozenset[str]
     einops: frozenset[str] = frozenset()
+    functions: frozenset[str] = frozenset()
 
 
 def imports_of(tree: ast.Module) -> Imports:
     torch_names: set[str] = set()
     functional: set[str] = set()
     einops: set[str] = set()
+    functions: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module == "einops":
             einops.update(a.asname or a.name for a in node.names if a.name in EINOPS)
@@ -66,7 +69,19 @@ def imports_of(tree: ast.Module) -> Imports:
             for alias in node.names:
                 if alias.name == "functional":
                     functional.add(alias.asname or "functional")
-    return Imports(frozenset(torch_names), frozenset(functional), frozenset(einops))
+        if isinstance(node, ast.ImportFrom) and node.module in _FUNCTION_MODULES:
+            named = (a.asname or a.name for a in node.names if a.name not in _SUBMODULES)
+            functions.update(n for n in named if n[:1].islower())
+    return Imports(
+        frozenset(torch_names), frozenset(functional), frozenset(einops), frozenset(functions)
+    )
+
+
+_FUNCTION_MODULES = frozenset({"torch", "torch.special", "torch.nn.functional", "torch.linalg"})
+_SUBMODULES = frozenset(
+    {"nn", "functional", "special", "linalg", "fft", "autograd", "cuda", "distributed", "utils"}
+    | {"jit", "amp", "optim", "backends", "hub", "onnx", "testing", "no_grad", "inference_mode"}
+)
 
 
 EINOPS = frozenset({"einsum", "reduce", "rearrange", "repeat"})  # output dtype: the inputs'
