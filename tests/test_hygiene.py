@@ -13,9 +13,12 @@ import pytest
 from support import TESTS
 
 
-def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """pytest on ``folder`` with the suite's plugins, in a process of its own."""
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+def _pytest(
+    folder: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """pytest on ``folder`` with the suite's plugins, in a process of its own (``env``:
+    variables to set)."""
+    env = {**os.environ, "PYTHONPATH": str(TESTS), **(env or {})}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
     return subprocess.run(
         command, cwd=folder, env=env, capture_output=True, text=True, timeout=300, check=False
@@ -37,6 +40,35 @@ def test_a_crashed_worker_is_reported_with_the_signal_that_ended_it(tmp_path: Pa
     assert done.returncode == 1, done.stdout[-3000:]
     crashed = "worker 'gw0' crashed while running 'test_alarm.py::test_alarm_left_armed'"
     assert f"{crashed}; its process was killed by SIGALRM (an interval timer" in done.stdout
+
+
+@pytest.mark.slow  # a pytest run with one xdist worker (no torch: a few seconds)
+def test_a_crashed_worker_report_quotes_its_faulthandler_dump_and_leaves_no_file(
+    tmp_path: Path,
+) -> None:
+    """A segfault in a worker: the report itself (stdout, beside the test's name) holds
+    every thread's Python stack down to the line that crashed, not the worker's stderr
+    alone, which a log of stdout loses."""
+    (tmp_path / "test_segv.py").write_text(
+        "import ctypes\n\n"
+        "def test_ran():\n    pass\n\n"
+        "def _reads_address_zero():\n"
+        "    ctypes.string_at(0)\n\n"
+        "def test_segfault():\n"
+        "    _reads_address_zero()\n"
+    )
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = _pytest(
+        tmp_path, "-p", "support.worker_exit", "-n", "1", "--max-worker-restart=0",
+        env={"TMPDIR": str(temp)},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:]
+    report = done.stdout[done.stdout.index("crashed while running 'test_segv.py::test_segf") :]
+    assert "its process was killed by SIGSEGV\nfaulthandler in the worker:\n" in report
+    assert "Fatal Python error: Segmentation fault" in report
+    assert re.search(r'File ".*test_segv.py", line 7 in _reads_address_zero', report), report
+    assert list(temp.rglob("*.faulthandler")) == []  # the dump file is read and removed
 
 
 def test_the_state_guard_names_a_handler_a_timer_a_variable_and_a_folder_left_changed(

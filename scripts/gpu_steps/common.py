@@ -95,11 +95,23 @@ class Context:
         return "n/a (dry run)" if self.dry_run else f"{seconds * 1e3:.3f} ms"
 
 
-class StepTimeout(Exception):
-    """The step reached its deadline (raised in the step's thread between two Python lines)."""
+class StepTimeout(BaseException):
+    """The step reached its deadline (raised in the step's thread between two Python lines).
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is: it may land inside any ``except
+    Exception`` of the step, halfprec or torch, which would report it as some other
+    failure and run on past the deadline; only :func:`run_step` catches it."""
 
     def __str__(self) -> str:
         return "reached its deadline, its limit less the margin to report"
+
+
+# int PyThreadState_SetAsyncExc(unsigned long id, PyObject *exc), called with the GIL held
+# (PYFUNCTYPE). A prototype of its own: the function object ctypes.pythonapi shares with
+# every module keeps whatever argtypes another gave it (c_long rejects a c_ulong argument).
+_SET_ASYNC_EXC = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
+)
 
 
 @contextlib.contextmanager
@@ -117,14 +129,14 @@ def _alarm(ctx: Context) -> Iterator[None]:
     if ctx.deadline is None:
         yield
         return
-    target = ctypes.c_ulong(threading.get_ident())
+    target = threading.get_ident()
     guard = threading.Lock()
     state = {"running": True}
 
     def fire() -> None:
         with guard:
             if state["running"]:
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(target, ctypes.py_object(StepTimeout))
+                _SET_ASYNC_EXC(target, StepTimeout)
 
     timer = threading.Timer(max(0.1, ctx.deadline - time.monotonic()), fire)
     timer.daemon = True
@@ -161,7 +173,7 @@ def run_step(ctx: Context, number: int, title: str, step: Callable[[Context], li
             lines, status, code = _call(step, ctx), "ok", 0
     except Skip as why:
         lines, status, code = [str(why)], "skipped", 0
-    except Exception as exc:  # a step's failure is its result: report it, go on
+    except (Exception, StepTimeout) as exc:  # a step's failure is its result: report, go on
         where = traceback.extract_tb(exc.__traceback__)[-1]
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         lines = [f"{type(exc).__name__}: {first} ({Path(where.filename).name}:{where.lineno})"]

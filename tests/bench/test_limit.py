@@ -189,11 +189,17 @@ def test_the_limit_times_back_to_back_calls_not_one_call_and_a_sync() -> None:
         each = 2e-6 if out.dtype == torch.float32 else 1e-6
         return calls * each + 50e-6
 
-    lim = measure_limit({Gemm(1, 16, 16, 16): 3}, torch.bfloat16, runs=3, timer=device)
-    assert seen and all(calls > 1 for calls in seen)
-    fp32_calls, bf16_calls = set(seen[0::2]), set(seen[1::2])  # fp32 then bf16, each round
+    shapes = {Gemm(1, 16, 16, 16): 3}
+    lim = measure_limit(shapes, torch.bfloat16, runs=3, budget_s=float("inf"), timer=device)
+    # one warm-up call each, timed by the scripted device too (never the wall clock: a
+    # loaded machine's 2 ms pause there made a sample of one call), then 3 rounds
+    assert seen[:2] == [1, 1] and len(seen) == 2 + 3 * 2
+    rounds = seen[2:]
+    assert all(calls > 1 for calls in rounds)
+    fp32_calls, bf16_calls = set(rounds[0::2]), set(rounds[1::2])  # fp32 then bf16, each round
     assert len(fp32_calls) == len(bf16_calls) == 1  # each keeps its count of calls
     (nf,), (nb,) = fp32_calls, bf16_calls
+    assert (nf, nb) == (int(2e-3 / 52e-6), int(2e-3 / 51e-6))  # about 2 ms per sample
     per_call = ((nf * 2e-6 + 50e-6) / nf) / ((nb * 1e-6 + 50e-6) / nb)  # by hand
     assert lim.ratio == pytest.approx(per_call)  # the samples divided by their calls
     assert lim.ratio != pytest.approx(52 / 51)  # what one call and a sync would read

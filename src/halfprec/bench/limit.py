@@ -198,17 +198,20 @@ def measure_limit(
     kernels, timed interleaved: every round times each shape in fp32 then in ``dtype``.
     Each sample is a run of back-to-back calls (:func:`back_to_back`, as many as take about
     2 ms after one warm-up call: a product of a few microseconds is timed, not its launch
-    and sync), divided by their number. Stops adding rounds once ``budget_s`` is spent (at
-    least one timed round after the warm-up)."""
+    and sync), divided by their number; a given ``timer`` times the warm-up call too. Stops
+    adding rounds once ``budget_s`` is spent (at least one timed round after the warm-up)."""
     dev = torch.device(device)
     if not shapes:
         return GemmLimit(dtype, 1.0, "gemm", 0)
     clock = timer or (lambda fn, calls: back_to_back(fn, calls, dev))
+    # the warm-up call sizes each sample; an injected timer times it too, so that a test's
+    # scripted device alone decides the counts (not the wall clock of a loaded machine)
+    warm_up = (lambda fn: clock(fn, 1)) if timer else (lambda fn: timed_call(fn, dev))
     calls = {(g, dt): _operands(g, dt, dev) for g in shapes for dt in (torch.float32, dtype)}
     samples: dict[tuple[Gemm, torch.dtype], list[float]] = {key: [] for key in calls}
     start = time.perf_counter()
     with torch.inference_mode():
-        repeats = {key: _calls_for(timed_call(fn, dev)) for key, fn in calls.items()}  # warm-up
+        repeats = {key: _calls_for(warm_up(fn)) for key, fn in calls.items()}
         for _ in range(runs):
             for key, fn in calls.items():
                 samples[key].append(clock(fn, repeats[key]) / repeats[key])
