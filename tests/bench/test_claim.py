@@ -117,6 +117,20 @@ def test_fp32_chosen_claims_nothing_and_is_not_timed_again(
     assert "re-timing" not in done.seconds
 
 
+def test_a_choice_the_later_moment_finds_no_faster_is_overruled_by_fp32(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In the race fp32 runs slow and the candidate looks 1.16x faster; at deploy's end it
+    is 0.89x: the claimed range holds 1, so deploy keeps fp32 (a fresh copy) and says why,
+    as it does when the race cannot rank."""
+    machine = _FirstMoment(0.40, 0.52, 0.45, other=0.60)
+    done = _deploy_on(machine, monkeypatch)
+    assert done.report.get("halfprec-bf16").speedup == pytest.approx(0.52 / 0.45)
+    assert done.variant == "fp32" and done.claim is None and done.speedup == 1.0
+    assert "halfprec-bf16 timed again at deploy's end: too noisy to rank" in done.summary
+    assert done.summary.endswith("fp32 kept") and done.overruled in done.report.warnings
+
+
 def _r(median: float, q1: float, q3: float, rounds: int = 5) -> Ratio:
     return Ratio(median, q1, q3, rounds)
 

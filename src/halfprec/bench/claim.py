@@ -19,7 +19,9 @@ alternating rounds, the leader's rule for seconds of timed calls, at least the r
   inside it;
 - where the two ranges overlap, the claimed speedup is the median of both moments' rounds
   pooled; where they do not, it is the lower of the two medians, and the claim says that
-  the moments disagree.
+  the moments disagree;
+- where the claimed range holds 1, the choice is not faster than fp32 beyond the spread of
+  both moments, and deploy keeps fp32 (as it does when the race cannot rank).
 """
 
 from __future__ import annotations
@@ -70,6 +72,13 @@ class Claim:
         low, high = min(self.race.q1, e.q1), max(self.race.q3, e.q3)
         return Ratio(median, low, high, self.race.rounds + e.rounds)
 
+    @property
+    def faster(self) -> bool:
+        """Whether the claimed range lies above 1 (over more than one round): the choice is
+        faster than fp32 at both moments beyond their spreads."""
+        r = self.ratio
+        return r.rounds > 1 and r.q1 > 1.0
+
     def text(self) -> str:
         """e.g. ``2.20x faster than fp32 (range 2.05-2.45x: IQR 2.20-2.45x over 16 rounds
         in the race, 2.05-2.25x over 16 rounds at deploy's end)``; ``too noisy to rank``
@@ -84,7 +93,7 @@ class Claim:
         if not self.agree:
             moments = f"the two moments disagree, the lower median claimed: {moments}"
         span = f"range {r.q1:.2f}-{r.q3:.2f}x: {moments}"
-        if not (r.q1 > 1.0 and r.rounds > 1):
+        if not self.faster:
             return f"too noisy to rank ({r.median:.2f}x, {span})"
         return f"{ratio_text(r.median)} than fp32 ({span})"
 

@@ -83,13 +83,16 @@ class Deployed:
     where deploy's time went, by phase (``probe``, ``limit``, ``build``, ``warm-up``,
     ``compile``, ``compare``, ``timing``, ``re-timing``: the choice timed again at the end)
     and in all (``total``). ``claim``: the speedup claimed, from the choice's rounds in the
-    race and at deploy's end (None where fp32 was chosen: :mod:`halfprec.bench.claim`)."""
+    race and at deploy's end (None where fp32 was chosen: :mod:`halfprec.bench.claim`).
+    ``overruled``: why fp32 was kept over the race's choice (its claim from both moments
+    did not say it is faster), else empty."""
 
     model: nn.Module
     choice: VariantResult
     report: BenchResult
     seconds: dict[str, float] = field(default_factory=dict)
     claim: Claim | None = None
+    overruled: str = ""
 
     @property
     def cpu_spent(self) -> str:
@@ -160,7 +163,8 @@ class Deployed:
         skip = f"; skipped (probed slow): {', '.join(skipped)}" if skipped else ""
         absent = sorted({r.name for r in rows if slow not in r.note})
         skip += f"; not run here: {', '.join(absent)} (see report notes)" if absent else ""
-        return f"{self.variant}: {speed}{comp}, within tolerance{skip}{self._noisy()}"
+        kept = f"; {self.overruled}" if self.overruled else ""
+        return f"{self.variant}: {speed}{comp}, within tolerance{skip}{self._noisy()}{kept}"
 
     def _noisy(self) -> str:
         """Why a variant faster by the median was not chosen: its spread against fp32."""
@@ -348,7 +352,14 @@ class _Race:
         if chosen is None:  # eager fp32 (the caller's model: never handed out), or a choice
             chosen = self._rebuild(best.variant, seconds)  # dropped as it lost for a while
         claim = self._claim(result, best, chosen, seconds)
-        return Deployed(chosen, best, result, seconds, claim)
+        if claim is None or claim.faster:
+            return Deployed(chosen, best, result, seconds, claim)
+        note = f"{best.name} timed again at deploy's end: {claim.text()}: fp32 kept"
+        result.warnings.append(note)
+        fp32 = next(r for r in result.at(best.batch_size) if r.variant == Variant("fp32"))
+        del chosen
+        model = self._rebuild(fp32.variant, seconds)
+        return Deployed(model, fp32, result, seconds, overruled=note)
 
     def _claim(
         self, result: BenchResult, best: VariantResult, chosen: nn.Module, seconds: dict[str, float]
