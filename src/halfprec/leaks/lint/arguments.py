@@ -73,6 +73,7 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return "leak" if hidden_state(f.ctx, func, node, call) else "unknown"
     torch_call = owner in f.ctx.imports.torch or owner in f.ctx.imports.functional
     torch_call = torch_call or owner.endswith(("nn.functional", "torch.linalg", "torch.fft"))
+    torch_call = torch_call or isinstance(func, ast.Name) and func.id in f.ctx.imports.functions
     if torch_call or isinstance(func, ast.Attribute) and last in KEEPS:
         receiver = func.value if isinstance(func, ast.Attribute) and not torch_call else None
         return f.meets(others if receiver is None else [*others, receiver])

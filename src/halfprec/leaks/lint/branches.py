@@ -4,8 +4,9 @@
 only when the branch runs: after the ``if``, ``a`` may still hold the placeholder, so its
 later uses still read it. A rebinding ends the walk when it always runs after the binding:
 in the same block, or in an ``if`` whose every branch binds the name (the walk then ends
-after that ``if``). A conditional rebinding that reads the name itself (``if t.dtype !=
-h.dtype: t = t.to(h.dtype)``) ends it too: the guard says the old value is not wanted.
+after that ``if``). A conditional rebinding that reads the name's values (``if t.dtype !=
+h.dtype: t = t.to(h.dtype)``) ends it too: the guard says the old value is not wanted; one
+that reads only its device or shape (``t = torch.tensor(0.0, device=t.device)``) does not.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def rebinding_end(
     the rebinding may not run, the span it hides instead (from it to the end of its block,
     where the name holds the new value), and the walk goes on after that span."""
     branch = _conditional(parents, owner, stmt)
-    if branch is None or _reads(owner, name):
+    if branch is None or _reads(owner, name, parents):
         return _end(owner)
     if _always_binds(branch.body, name) and _always_binds(branch.orelse, name):
         return _end(branch)
@@ -68,12 +69,19 @@ def _end(node: ast.AST) -> Position:
     return (getattr(node, "end_lineno", 0) or 0, getattr(node, "end_col_offset", 0) or 0)
 
 
-def _reads(owner: ast.AST, name: str) -> bool:
-    """``t = t.to(h.dtype)``: the rebinding reads the name it binds."""
-    return any(
-        isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
-        for n in walk(owner)
-    )
+def _reads(owner: ast.AST, name: str, parents: dict[int, ast.AST]) -> bool:
+    """``t = t.to(h.dtype)``: the rebinding reads the values of the name it binds; a read
+    of its metadata only (``t = torch.tensor(0.0, device=t.device)``) is a new value."""
+    for n in walk(owner):
+        if not (isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)):
+            continue
+        parent = parents.get(id(n))
+        if not (isinstance(parent, ast.Attribute) and parent.attr in _METADATA):
+            return True
+    return False
+
+
+_METADATA = frozenset({"device", "dtype", "shape", "ndim", "is_cuda"})
 
 
 def _always_binds(body: list[ast.stmt], name: str) -> bool:

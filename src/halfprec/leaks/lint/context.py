@@ -260,6 +260,8 @@ class Calls:
     returned: dict[int, list[ast.expr]] = field(default_factory=dict)
     # the forward of a class another file of the tree defines (see :mod:`.imported`)
     other: Callable[[str], tuple[Calls, Function, ClassFacts] | None] | None = None
+    # the layer a name imported from another file of the tree stands for (an alias there)
+    alias: Callable[[str], str] | None = None
 
     def returns(self, fn: Function) -> list[ast.expr]:
         """The values ``fn`` returns (read once)."""

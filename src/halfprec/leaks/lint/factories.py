@@ -31,6 +31,7 @@ from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
 from halfprec.leaks.lint.scalars import zero_dim_factory
+from halfprec.leaks.lint.typed import typed_floats
 from halfprec.leaks.lint.values import template_for, value_of
 
 _NEW = {
@@ -123,15 +124,23 @@ def _makes_float(kind: str, call: ast.Call, ctx: Context) -> bool:
         return True
     if kind == "full":
         fill = call.args[1] if len(call.args) > 1 else _keyword(call, "fill_value")
-        return fill is not None and (is_floatish(fill) or tested_float(fill, call, ctx))
+        floats = fill is not None and (is_floatish(fill) or typed_floats(fill, ctx, scalar=True))
+        return floats or fill is not None and tested_float(fill, call, ctx)
     if kind == "tensor":
         data = call.args[0] if call.args else None
         # torch.tensor(self.weights): floating when self.weights holds a list of floats
         if isinstance(data, ast.Attribute) and dotted(data.value) == "self":
             return data.attr in ctx.facts.float_lists
-        return data is not None and is_floatish(data)
+        if isinstance(data, ast.BinOp) and not _number(data, ctx) and not _listed(data):
+            return False  # torch.tensor(0.5 * loss): a copy of a tensor, in its dtype
+        return data is not None and (is_floatish(data) or typed_floats(data, ctx))
     # arange: floating when any bound or step is a float
     return any(is_floatish(a) for a in [*call.args, *(k.value for k in call.keywords)])
+
+
+def _listed(node: ast.AST) -> bool:
+    """``[0.25] * n``: arithmetic that builds a list."""
+    return any(isinstance(n, (ast.List, ast.Tuple)) for n in ast.walk(node))
 
 
 def _end(node: ast.expr | ast.keyword) -> tuple[int, int]:

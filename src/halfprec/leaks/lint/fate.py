@@ -46,7 +46,7 @@ from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.methods import REDUCTIONS, attribute_step, called, record_field
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Fate, Follow
-from halfprec.leaks.lint.scalars import zero_dim, zero_dim_factory
+from halfprec.leaks.lint.scalars import number, zero_dim, zero_dim_factory
 from halfprec.leaks.lint.statements import statement_step
 from halfprec.leaks.lint.values import value_of
 
@@ -65,7 +65,7 @@ class _Follow:
         self.depth = 0
         self.element: int | None = None  # returned as this element of a tuple
         self.scalar = False  # 0-dim here: it promotes only a 0-dim half operand
-        self.zero = False  # made 0-dim (torch.tensor(0.)): reaching the output is no leak
+        self.zero = False  # made 0-dim (torch.tensor(0.)): its own message at the output
         self.opaque = False  # the result of a callee the lint cannot see: only a cast ends it
         self.thunk = False  # the body of a lambda: calling it hands the value on
         self.empty = False  # no elements (torch.empty(0)): only a join carries its dtype on
@@ -102,9 +102,10 @@ class _Follow:
         if self.scalar:  # 0-dim: only another 0-dim tensor (h.mean()) takes its dtype
             if any(self.half_scalar(o) for o in others):
                 return "leak"
-            # with literal numbers only (softplus(lam), lam * 2) it stays a 0-dim fp32
-            # tensor and goes on; a tensor with dimensions takes its own dtype
-            return "up" if all(_literal(o) for o in others) else "safe"
+            # with numbers (softplus(lam), self.weight * lam) or other 0-dim tensors of
+            # any floating dtype it stays a 0-dim tensor, fp32 at least, and goes on; a
+            # tensor with dimensions takes its own dtype
+            return "up" if all(self.scalar_like(o) for o in others) else "safe"
         if any(isinstance(o, ast.Name) and o.id in self.ctx.complex for o in others):
             return "safe"  # mask * spec: complex, in a half model too
         if any(self.floating(o) for o in others):
@@ -116,6 +117,10 @@ class _Follow:
             return "safe"
         self.empty = self.empty and not join  # cat([t, h]) has h's elements in t's dtype
         return "up"
+
+    def scalar_like(self, node: ast.AST) -> bool:
+        """A number or a 0-dim tensor: with a 0-dim fp32 tensor the result is 0-dim fp32."""
+        return _literal(node) or number(node, self.ctx) or zero_dim(node, self.ctx.at(node))
 
     def half_scalar(self, node: ast.AST) -> bool:
         """Whether ``node`` is a 0-dim floating tensor of the model's dtype (a loss)."""

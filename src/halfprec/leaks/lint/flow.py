@@ -325,11 +325,20 @@ def _settle(ctx: Context) -> None:
             continue
         if fate.integer or fate.grid:
             fix = None
+        if fate.zero_output:
+            message = zero_output_message(message)
         ctx.found.append((node, code, message, fix))
     ctx.pending.clear()
     for deferred in ctx.deferred:
         deferred()
     ctx.deferred.clear()
+
+
+def zero_output_message(message: str) -> str:
+    """A factory's message said of a 0-dim tensor that reaches the output: it promotes no
+    half tensor with dimensions, but the output (a loss) is fp32 in a half model."""
+    call, _, hint = message.partition(" without dtype makes fp32 in a half model; ")
+    return f"{call} makes a 0-dim fp32 value that reaches the module's output; {hint}"
 
 
 def calls_of(program: Program, imports: Imports, lines: list[str]) -> Calls:

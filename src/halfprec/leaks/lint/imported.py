@@ -94,6 +94,23 @@ def forward_of(path: str, imported: Imported, name: str, hops: int = 3) -> Found
     return (calls, forward, facts) if forward is not None else None
 
 
+def alias_of(path: str, imported: Imported, name: str, hops: int = 3) -> str:
+    """The layer that ``name``, imported into the file at ``path``, stands for where the
+    file that defines it binds it to one (``LinearNoBias = partial(Linear, bias=False)``:
+    ``Linear``); ``""`` when it is not such an alias."""
+    entry = imported.get(name)
+    if entry is None or hops <= 0 or path.startswith("<"):
+        return ""
+    module, level, there = entry
+    file = module_file(Path(path), module, level)
+    loaded = _load(file) if file is not None else None
+    if loaded is None:
+        return ""
+    calls, names = loaded
+    found = calls.program.aliases.get(there, "")
+    return found or alias_of(str(file), names, there, hops - 1)
+
+
 def _load(file: Path) -> tuple[Calls, Imported] | None:
     try:
         stat = file.stat()
@@ -113,5 +130,6 @@ def _load(file: Path) -> tuple[Calls, Imported] | None:
     imports, names = imports_of(tree), imported_names(tree)
     calls = calls_of(program_of(tree), imports, split_lines(text))
     calls.other = lambda cls: forward_of(str(file), names, cls)
+    calls.alias = lambda name: alias_of(str(file), names, name)
     _loaded[key] = (calls, names)
     return _loaded[key]

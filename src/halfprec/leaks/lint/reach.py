@@ -21,12 +21,14 @@ class Fate:
     """Where one fp32 tensor ends up. ``leaks``: it meets half or reaches the output;
     ``integer``: it is used as an index, sort key or counter (a fix to half would change
     the integers it holds); ``grid``: a ``grid_sample`` grid; ``unknown``: it goes where
-    the lint cannot follow."""
+    the lint cannot follow; ``zero_output``: the leak is a 0-dim tensor made fp32
+    (``torch.tensor(0.)``) reaching the module's output, a loss accumulator's start."""
 
     leaks: bool = False
     integer: bool = False
     grid: bool = False
     unknown: bool = False
+    zero_output: bool = False
 
     @property
     def reported(self) -> bool:
@@ -71,7 +73,7 @@ class Follow(Protocol):
     def follow_name(self, name: str, bound_at: ast.AST) -> None: ...
 
 
-_MAX_DEPTH = 4  # calls followed into, one inside another
+_MAX_DEPTH = 6  # calls followed into, one inside another
 # a callee: its function, its class's facts, whether it is a forward, whether its first
 # parameter is self, and the calls of the file that defines it when that is another file
 Callee = tuple[Function, ClassFacts, bool, bool, Calls | None]

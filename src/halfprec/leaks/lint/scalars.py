@@ -27,7 +27,7 @@ LOSSES = words(
     "cosine_embedding_loss margin_ranking_loss hinge_embedding_loss soft_margin_loss "
     "multilabel_soft_margin_loss triplet_margin_loss ctc_loss"
 )
-_MAX_DEPTH = 4
+_MAX_DEPTH = 6  # names, operators and calls followed to a 0-dim value
 
 
 def zero_dim_factory(kind: str, call: ast.Call, lists: frozenset[str] = frozenset()) -> bool:
@@ -55,10 +55,12 @@ def zero_dim(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
         bound = ctx.binding_before(node)
         return bound is not None and zero_dim(bound, ctx, depth + 1)
     if isinstance(node, ast.BinOp):
-        sides = [s for s in (node.left, node.right) if not _number(s, ctx)]
+        sides = [s for s in (node.left, node.right) if not number(s, ctx)]
         return bool(sides) and all(zero_dim(s, ctx, depth + 1) for s in sides)
     if isinstance(node, ast.UnaryOp):
         return zero_dim(node.operand, ctx, depth + 1)
+    if isinstance(node, ast.IfExp):  # loss_fn(x, y) if weight else torch.tensor(0.)
+        return all(zero_dim(s, ctx, depth + 1) for s in (node.body, node.orelse))
     return isinstance(node, ast.Call) and _zero_dim_call(node, ctx, depth)
 
 
@@ -89,10 +91,10 @@ def _zero_dim_call(call: ast.Call, ctx: Context, depth: int) -> bool:
             pieces = [func.value, *call.args, *(k.value for k in call.keywords)]
             return _all_zero_dim(pieces, ctx, depth)
         return False
-    return _returns_zero_dim(ctx, _function_of(ctx, func), depth)
+    return _returns_zero_dim(ctx, _function_of(ctx, func), depth, func)
 
 
-def _number(node: ast.AST, ctx: Context) -> bool:
+def number(node: ast.AST, ctx: Context) -> bool:
     """``0.5`` or ``self.weight`` of no tensor, layer or function (a number the module was
     built with)."""
     if isinstance(node, ast.Constant):
@@ -135,14 +137,27 @@ def _function_of(ctx: Context, func: ast.AST) -> str:
     return layer if layer.endswith("Loss") else ""
 
 
-def _returns_zero_dim(ctx: Context, function: str, depth: int) -> bool:
-    """``function`` is a loss of torch, an ``nn.*Loss`` layer, or a function of the file
-    whose every return is 0-dim."""
+def _method(ctx: Context, func: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """``self.loss(...)``: the method of the walked function's class it runs."""
+    calls, fn = ctx.calls, ctx.function
+    if calls is None or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    if not (isinstance(func, ast.Attribute) and dotted(func.value) == "self"):
+        return None
+    owner = calls.program.owner_of(fn)
+    info = calls.program.methods_of(owner) if owner else None
+    return info[0].get(func.attr) if info is not None else None
+
+
+def _returns_zero_dim(ctx: Context, function: str, depth: int, func: ast.AST) -> bool:
+    """``function`` is a loss of torch, an ``nn.*Loss`` layer, or a function or method of
+    the file whose every return is 0-dim."""
     last = function.rsplit(".", 1)[-1]
     if last in LOSSES or (last.endswith("Loss") and last[:1].isupper()):
         return True
     calls = ctx.calls
     fn = calls.program.functions.get(function) if calls is not None and function else None
+    fn = fn or _method(ctx, func)
     if calls is None or fn is None or depth >= _MAX_DEPTH:
         return False
     inner = calls.context(fn, ctx.facts, False)

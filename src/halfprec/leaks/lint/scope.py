@@ -37,18 +37,21 @@ class ForwardPath:
 
 @dataclass(frozen=True)
 class Imports:
-    """Local names bound to ``torch`` and to ``torch.nn.functional`` in one file, and the
-    local spellings of einops' dtype-keeping functions (``einsum``, ``einops.reduce``)."""
+    """Local names bound to ``torch`` and to ``torch.nn.functional`` in one file, the
+    local spellings of einops' dtype-keeping functions (``einsum``, ``einops.reduce``), and
+    torch's functions imported by name (``from torch import sqrt``)."""
 
     torch: frozenset[str]
     functional: frozenset[str]
     einops: frozenset[str] = frozenset()
+    functions: frozenset[str] = frozenset()
 
 
 def imports_of(tree: ast.Module) -> Imports:
     torch_names: set[str] = set()
     functional: set[str] = set()
     einops: set[str] = set()
+    functions: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module == "einops":
             einops.update(a.asname or a.name for a in node.names if a.name in EINOPS)
@@ -66,7 +69,19 @@ def imports_of(tree: ast.Module) -> Imports:
             for alias in node.names:
                 if alias.name == "functional":
                     functional.add(alias.asname or "functional")
-    return Imports(frozenset(torch_names), frozenset(functional), frozenset(einops))
+        if isinstance(node, ast.ImportFrom) and node.module in _FUNCTION_MODULES:
+            named = (a.asname or a.name for a in node.names if a.name not in _SUBMODULES)
+            functions.update(n for n in named if n[:1].islower())
+    return Imports(
+        frozenset(torch_names), frozenset(functional), frozenset(einops), frozenset(functions)
+    )
+
+
+_FUNCTION_MODULES = frozenset({"torch", "torch.special", "torch.nn.functional", "torch.linalg"})
+_SUBMODULES = frozenset(
+    {"nn", "functional", "special", "linalg", "fft", "autograd", "cuda", "distributed", "utils"}
+    | {"jit", "amp", "optim", "backends", "hub", "onnx", "testing", "no_grad", "inference_mode"}
+)
 
 
 EINOPS = frozenset({"einsum", "reduce", "rearrange", "repeat"})  # output dtype: the inputs'
@@ -153,10 +168,12 @@ def forward_paths(
 @dataclass(frozen=True)
 class Program:
     """What one file defines, for following a tensor into a call: its functions, and each
-    module class's methods (with those of its same-file bases) and facts."""
+    module class's methods (with those of its same-file bases) and facts; ``aliases``: the
+    names it binds to a layer (``LinearNoBias = partial(nn.Linear, bias=False)``)."""
 
     functions: dict[str, Function]
     classes: dict[str, ast.ClassDef]
+    aliases: dict[str, str] = field(default_factory=dict, compare=False)
     facts: dict[tuple[int, ...], ClassFacts] = field(default_factory=dict, compare=False)
 
     def facts_of(self, cls: ast.ClassDef, bases: list[ast.ClassDef]) -> ClassFacts:
@@ -194,4 +211,27 @@ def program_of(tree: ast.Module) -> Program:
         n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-    return Program(functions, classes)
+    return Program(functions, classes, _aliases(tree))
+
+
+def _aliases(tree: ast.Module) -> dict[str, str]:
+    """``LinearNoBias = partial(nn.Linear, bias=False)`` or ``Dense = nn.Linear`` at the top
+    of a file: the name and the last part of the class it stands for (``Linear``)."""
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target, value = node.targets[0], node.value
+        if isinstance(value, ast.Call) and value.args and _dotted_end(value.func) == "partial":
+            value = value.args[0]
+        end = _dotted_end(value)
+        if isinstance(target, ast.Name) and end[:1].isupper():
+            found[target.id] = end
+    return found
+
+
+def _dotted_end(node: ast.AST) -> str:
+    """``Linear`` of ``nn.Linear`` or ``Linear``; ``""`` for anything but a dotted name."""
+    if isinstance(node, ast.Attribute):
+        return node.attr if _dotted_end(node.value) or isinstance(node.value, ast.Name) else ""
+    return node.id if isinstance(node, ast.Name) else ""

@@ -23,13 +23,16 @@ def statement_step(f: Follow, node: ast.AST, stmt: ast.AST) -> str:
             caller.element, caller.key = f.element, f.key
             caller.climb(call)
             return "done"
+        if f.zero and _output(f) and not (f.chosen and not f.upcast):
+            f.fate.zero_output = True  # a loss module's 0-dim output, whoever holds it
+            return "leak"
         if to_callers(f):
             return "done"
         # a module's output, or a helper whose callers are in another file; one the model
         # casts to fp32 on purpose and meets no half tensor on the way (a loss from
         # mask.to(dtype=torch.float)) is fp32 by that cast, whatever the factory's dtype
-        if f.ctx.is_forward and _holds_half(f.ctx):
-            return "safe" if f.chosen and not f.upcast or f.zero else "leak"
+        if _output(f):
+            return "safe" if f.chosen and not f.upcast else "leak"
         return "unknown"
     if isinstance(stmt, ast.Expr):
         return "safe"
@@ -55,12 +58,35 @@ def statement_step(f: Follow, node: ast.AST, stmt: ast.AST) -> str:
     return "unknown"
 
 
+def _output(f: Follow) -> bool:
+    """``return`` from the ``forward`` of a module whose output has a half dtype to keep."""
+    return f.ctx.is_forward and _holds_half(f.ctx)
+
+
 def _holds_half(ctx: Context) -> bool:
     """Whether a module's output has a half dtype to keep: its ``forward`` has a floating
     input, or its class a floating tensor or a submodule. A module made only of integers
     and shapes (a random-parameter generator) has none: its output is not the model's."""
     facts = ctx.facts
-    return bool(ctx.floating or ctx.optional or facts.tensors or facts.layers or ctx.modules)
+    held = bool(ctx.floating or ctx.optional or facts.tensors or facts.layers or ctx.modules)
+    return held or _tensor_annotated(ctx.function)
+
+
+def _tensor_annotated(fn: object) -> bool:
+    """A parameter annotated with tensors inside (``Tuple[Tensor, Tensor]``): a loss of
+    pairs of outputs."""
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    a = fn.args
+    return any(
+        isinstance(n, ast.Name)
+        and n.id == "Tensor"
+        or isinstance(n, ast.Attribute)
+        and n.attr == "Tensor"
+        for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)
+        if p.annotation is not None
+        for n in walk(p.annotation)
+    )
 
 
 def _counts(stmt: ast.AugAssign) -> bool:

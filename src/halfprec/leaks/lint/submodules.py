@@ -120,10 +120,17 @@ def _weighted(ctx: Context, name: str) -> bool:
 
 def _built(ctx: Context, layer: str) -> str:
     """``self.dpb = PositionBias(d)`` of a function of this file that returns
-    ``nn.Sequential(...)``: the layer it builds (else ``layer`` as it is)."""
+    ``nn.Sequential(...)``, or ``self.proj = LinearNoBias(d, d)`` of a name this file or
+    another file of the tree binds to ``partial(nn.Linear, bias=False)``: the layer it
+    builds (else ``layer`` as it is)."""
     calls = ctx.calls
-    fn = calls.program.functions.get(layer) if calls is not None else None
-    if calls is None or fn is None:
+    if calls is None or not layer or layer in _WEIGHTED or layer in _WEIGHTLESS:
+        return layer
+    aliased = calls.program.aliases.get(layer) or (calls.alias(layer) if calls.alias else "")
+    if aliased:
+        return aliased  # LinearNoBias = partial(nn.Linear, bias=False): a Linear
+    fn = calls.program.functions.get(layer)
+    if fn is None:
         return layer
     made = {
         dotted(r.func).rsplit(".", 1)[-1] if isinstance(r, ast.Call) else ""

@@ -1,0 +1,79 @@
+"""Python floats known from a file's type annotations: the data of ``torch.tensor(...)``
+that makes an fp32 tensor although no float literal is in sight.
+
+- a call of a function of the file annotated ``-> float`` (``def score(h) -> float``), or
+  ``-> List[float]``;
+- a list, tuple or comprehension of such values (``[score(h) for h in hypos]``);
+- a name annotated ``float`` or a sequence of floats (a parameter ``scores: List[float]``,
+  a local ``new: List[float] = []``), or bound to one of the above.
+
+An annotation naming ``Tensor`` or ``int`` as well (``Union[float, Tensor]``) proves nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from halfprec.leaks.lint.context import Context
+
+_MAX_DEPTH = 3
+_SEQUENCES = frozenset({"List", "list", "Sequence", "Tuple", "tuple", "Optional"})
+
+
+def float_annotation(annotation: ast.AST | None, sequence: bool = False) -> bool:
+    """``float``, ``List[float]``, ``Optional[Sequence[float]]``: Python floats only;
+    with ``sequence``, a sequence of them (not one float)."""
+    if annotation is None:
+        return False
+    names = {_name(n) for n in ast.walk(annotation)} - {""}
+    floats = "float" in names and names <= _SEQUENCES | {"float", "typing"}
+    return floats and (not sequence or bool(names & (_SEQUENCES - {"Optional"})))
+
+
+def _name(node: ast.AST) -> str:
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value  # "float" in a string annotation
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def typed_floats(data: ast.AST, ctx: Context, depth: int = 0, scalar: bool = False) -> bool:
+    """Whether ``data`` holds Python floats by the file's annotations (module docstring).
+    Unless ``scalar`` (a fill value), a name given alone must be a sequence of floats:
+    ``torch.tensor(temp)`` of one float is 0-dim, which the lint does not tell from a list
+    by the name."""
+    if depth > _MAX_DEPTH:
+        return False
+    if isinstance(data, (ast.ListComp, ast.GeneratorExp)):
+        return typed_floats(data.elt, ctx, depth + 1)
+    if isinstance(data, (ast.List, ast.Tuple)):
+        return any(typed_floats(e, ctx, depth + 1) for e in data.elts)
+    if isinstance(data, ast.Call) and isinstance(data.func, ast.Name):
+        calls = ctx.calls
+        fn = calls.program.functions.get(data.func.id) if calls is not None else None
+        return fn is not None and float_annotation(fn.returns)
+    if isinstance(data, ast.Name):
+        if _annotated(data.id, ctx, sequence=depth == 0 and not scalar):
+            return True
+        bound = ctx.binding_before(data)
+        return bound is not None and typed_floats(bound, ctx, depth + 1)
+    return False
+
+
+def _annotated(name: str, ctx: Context, sequence: bool) -> bool:
+    """``name`` is a parameter or a local of the walked function annotated as floats (as
+    a sequence of floats)."""
+    fn = ctx.function
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    a = fn.args
+    for p in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+        if p.arg == name:
+            return float_annotation(p.annotation, sequence)
+    for node in ast.walk(fn):
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(target, ast.Name) and target.id == name:
+            assert isinstance(node, ast.AnnAssign)
+            return float_annotation(node.annotation, sequence)
+    return False
