@@ -373,3 +373,33 @@ def test_a_function_of_another_file_that_casts_the_tensor_ends_it(tmp_path: Path
     (pkg / "helpers.py").write_text(_HELPERS.replace("w * noise", "w * noise.to(x.dtype)"))
     (pkg / "mixer.py").write_text(_MIXER)
     assert lint_paths([pkg]).findings == []
+
+
+def test_a_tensor_is_followed_through_many_names() -> None:
+    body = """\
+        class Chain(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.proj = nn.Linear(4, 4)
+
+            def forward(self, x):
+                a0 = torch.rand(4)
+                a1 = a0 * 2
+                a2 = a1 * 2
+                a3 = a2 * 2
+                a4 = a3 * 2
+                a5 = a4 * 2
+                a6 = a5 * 2
+                a7 = a6 * 2
+                a8 = a7 * 2
+                a9 = a8 * 2
+                a10 = a9 * 2
+                a11 = a10 * 2
+                a12 = a11 * 2
+                a13 = a12 * 2
+                a14 = a13 * 2
+                a15 = a14 * 2
+                a16 = a15 * 2
+                return self.proj(x) * a16
+        """
+    assert _found(body) == [7]
