@@ -71,7 +71,9 @@ def test_deploy_returns_a_checked_module_and_leaves_the_model_alone() -> None:
     before = {k: v.clone() for k, v in model.state_dict().items()}
     done = halfprec.deploy(model, _x(), "bf16", compile=False, bench=TIMED, runtimes=())
     assert isinstance(done, Deployed) and done.model is not model
-    assert done.variant == _fastest_accurate(done) and done.choice.accurate
+    # the race's choice, unless timing it again at deploy's end found it no faster
+    assert done.variant == _fastest_accurate(done) or done.overruled
+    assert done.choice.accurate
     # the module returned is the variant named: its weights are in that variant's dtype
     assert done.model.up.weight.dtype == done.choice.variant.dtype
     assert model.training and model.drop.training  # still in train mode, same weights

@@ -20,6 +20,7 @@ from halfprec.bench.results import fastest_variant
 from halfprec.bench.spread import variant_speed
 from halfprec.bench.variants import Variant
 from halfprec.timing import Ratio, Stopwatch
+from testbed.clocks import Advances
 
 
 def test_a_clearly_slower_variant_is_settled_after_min_rounds_not_before() -> None:
@@ -235,16 +236,6 @@ class _Drifting:
         self.now += self.half
 
 
-class _Advances(nn.Module):
-    def __init__(self, model: nn.Module, advance: Callable[[], None]) -> None:
-        super().__init__()
-        self.model, self.advance = model, advance
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.advance()
-        return self.model(x)
-
-
 def _claim_on(machine: _Drifting | _CarriesOver, monkeypatch: pytest.MonkeyPatch) -> Ratio:
     """The speedup a benchmark of fp32 and halfprec-bf16 claims (5 planned rounds, the real
     runner, interleave, race and steady code) on ``machine``'s injected clock."""
@@ -252,10 +243,10 @@ def _claim_on(machine: _Drifting | _CarriesOver, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(steady, "Stopwatch", watch)
     monkeypatch.setattr(steady, "settle", lambda: 0.0)
     monkeypatch.setattr(
-        runner, "build_variant", lambda *a, **k: _Advances(Tiny(), machine.candidate)
+        runner, "build_variant", lambda *a, **k: Advances(Tiny(), machine.candidate)
     )
     config = BenchConfig(warmup=1, runs=5, memory="none", skip_slower_than=None, limit=False)
-    result = benchmark(_Advances(Tiny(), machine.fp32), X, variants=["halfprec-bf16"], bench=config)
+    result = benchmark(Advances(Tiny(), machine.fp32), X, variants=["halfprec-bf16"], bench=config)
     claim = variant_speed(result, result.get("halfprec-bf16"))
     assert claim is not None
     return claim

@@ -1,6 +1,7 @@
 """Scripted clocks: for the slow-dtype probe (:data:`halfprec.bench.limit.Timer`), so that
 tests can feed it the noisy timings of a busy machine, and for a variant's timed calls
-(:data:`halfprec.bench.interleave.CallTimer`)."""
+(:data:`halfprec.bench.interleave.CallTimer`), and a module whose calls advance an injected
+clock (:class:`Advances`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 import torch
+from torch import nn
 
 from halfprec.bench.variants import Variant
 
-__all__ = ["ScriptedClock", "VariantClock"]
+__all__ = ["Advances", "ScriptedClock", "VariantClock"]
 
 
 class ScriptedClock:
@@ -48,3 +50,16 @@ class VariantClock:
         fn()
         self.calls.append(variant.name)
         return self.seconds[variant.name]
+
+
+class Advances(nn.Module):
+    """``model`` whose every call first advances an injected clock (``advance``): a
+    machine's speed scripted per call, for the real steady-phase timing code."""
+
+    def __init__(self, model: nn.Module, advance: Callable[[], None]) -> None:
+        super().__init__()
+        self.model, self.advance = model, advance
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.advance()
+        return self.model(x)

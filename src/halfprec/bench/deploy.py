@@ -29,7 +29,9 @@ Every candidate is judged by the recipe's tolerance, or ``tolerance`` where give
 (:meth:`~halfprec.Recipe.settle`), and a half variant is chosen only when it is faster than
 eager fp32 beyond the spread of the rounds of its pair
 (:func:`~halfprec.bench.results.fastest_variant`, bench's own verdict): on a machine too
-noisy to rank, deploy returns fp32 and its summary says so.
+noisy to rank, deploy returns fp32 and its summary says so. A half choice is then timed
+against fp32 once more, at deploy's end, and the speedup claimed spans both moments
+(:mod:`halfprec.bench.claim`).
 """
 
 from __future__ import annotations
@@ -42,10 +44,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.batch import as_batches, call
+from halfprec.batch import as_batches, call, resize_batch
+from halfprec.bench.claim import Claim, time_again
 from halfprec.bench.interleave import CallTimer
 from halfprec.bench.limit import GemmLimit, Timer
-from halfprec.bench.phases import cpu_text
+from halfprec.bench.phases import Phases, cpu_text
 from halfprec.bench.race_cache import RaceCache, race_key
 from halfprec.bench.results import (
     BenchConfig,
@@ -57,6 +60,7 @@ from halfprec.bench.results import (
 from halfprec.bench.runner import Benchmark, Progress
 from halfprec.bench.runtime_choice import default_runtimes, runtime_variants, with_runtimes
 from halfprec.bench.spread import variant_speed
+from halfprec.bench.steady import steady_call_time
 from halfprec.bench.variants import AUTOTUNE_RECIPES, Variant, build_variant
 from halfprec.bench.ways import WAYS
 from halfprec.compare import Tolerance
@@ -77,12 +81,18 @@ class Deployed:
     measurement (``report``: a :class:`~halfprec.bench.results.BenchResult`, with the
     skipped and out-of-tolerance variants and each half dtype's GEMM limit). ``seconds``:
     where deploy's time went, by phase (``probe``, ``limit``, ``build``, ``warm-up``,
-    ``compile``, ``compare``, ``timing``) and in all (``total``)."""
+    ``compile``, ``compare``, ``timing``, ``re-timing``: the choice timed again at the end)
+    and in all (``total``). ``claim``: the speedup claimed, from the choice's rounds in the
+    race and at deploy's end (None where fp32 was chosen: :mod:`halfprec.bench.claim`).
+    ``overruled``: why fp32 was kept over the race's choice (its claim from both moments
+    did not say it is faster), else empty."""
 
     model: nn.Module
     choice: VariantResult
     report: BenchResult
     seconds: dict[str, float] = field(default_factory=dict)
+    claim: Claim | None = None
+    overruled: str = ""
 
     @property
     def cpu_spent(self) -> str:
@@ -103,7 +113,10 @@ class Deployed:
 
     @property
     def speedup(self) -> float:
-        """Speed over eager fp32 in the same run (1.0 when fp32 itself was chosen)."""
+        """Speed over eager fp32 in the same run, as claimed (:attr:`claim`; 1.0 when fp32
+        itself was chosen)."""
+        if self.claim is not None:
+            return self.claim.ratio.median
         return self.choice.speedup or 1.0
 
     @property
@@ -120,18 +133,24 @@ class Deployed:
     @property
     def efficiency(self) -> float | None:
         """``speedup / limit.ratio`` (None for fp32)."""
-        return self.choice.efficiency
+        lim = self.limit
+        if lim is None or lim.ratio <= 0 or self.choice.efficiency is None:
+            return self.choice.efficiency
+        return self.speedup / lim.ratio
 
     @property
     def summary(self) -> str:
-        """One line, e.g. ``halfprec-bf16+compile: 3.90x faster (IQR 3.80-4.00x over 5
-        rounds) than fp32 (0.91 of the limit 4.30x), compiled in 41.2 s, within tolerance``
-        (``too noisy to rank`` where the rounds' spread does not say it is faster), or
-        ``fp32: 1.00x fp32, ...``; skipped variants are named."""
+        """One line, e.g. ``halfprec-bf16+compile: 3.90x faster than fp32 (range 3.70-4.00x:
+        IQR 3.80-4.00x over 5 rounds in the race, 3.70-3.85x over 3 rounds at deploy's end)
+        (0.91 of the limit 4.30x), compiled in 41.2 s, within tolerance`` (``too noisy to
+        rank`` where the range does not say it is faster), or ``fp32: 1.00x fp32, ...``;
+        skipped variants are named."""
         spread = variant_speed(self.report, self.choice)
         speed = (
             f"{self.speedup:.2f}x fp32" if spread is None else f"{spread_text(spread)} than fp32"
         )
+        if self.claim is not None and self.claim.end is not None:
+            speed = self.claim.text()
         lim, eff = self.limit, self.efficiency
         if lim is not None and eff is not None and eff <= 1.0:
             speed += f" ({eff:.2f} of the eager GEMM ratio {lim.ratio:.2f}x)"
@@ -144,7 +163,8 @@ class Deployed:
         skip = f"; skipped (probed slow): {', '.join(skipped)}" if skipped else ""
         absent = sorted({r.name for r in rows if slow not in r.note})
         skip += f"; not run here: {', '.join(absent)} (see report notes)" if absent else ""
-        return f"{self.variant}: {speed}{comp}, within tolerance{skip}{self._noisy()}"
+        kept = f"; {self.overruled}" if self.overruled else ""
+        return f"{self.variant}: {speed}{comp}, within tolerance{skip}{self._noisy()}{kept}"
 
     def _noisy(self) -> str:
         """Why a variant faster by the median was not chosen: its spread against fp32."""
@@ -177,6 +197,7 @@ class Deployed:
             "runtime": self.runtime,
             "speedup": self.speedup,
             "speedup_spread": None if spread is None else spread.to_json(),
+            "claim": None if self.claim is None else self.claim.to_json(),
             "efficiency": self.efficiency,
             "limit": None if lim is None else lim.ratio,
             "compile_s": self.compile_s,
@@ -330,7 +351,37 @@ class _Race:
         chosen = run.modules.get(best.name)
         if chosen is None:  # eager fp32 (the caller's model: never handed out), or a choice
             chosen = self._rebuild(best.variant, seconds)  # dropped as it lost for a while
-        return Deployed(chosen, best, result, seconds)
+        claim = self._claim(result, best, chosen, seconds)
+        if claim is None or claim.faster:
+            return Deployed(chosen, best, result, seconds, claim)
+        note = f"{best.name} timed again at deploy's end: {claim.text()}: fp32 kept"
+        result.warnings.append(note)
+        fp32 = next(r for r in result.at(best.batch_size) if r.variant == Variant("fp32"))
+        del chosen
+        model = self._rebuild(fp32.variant, seconds)
+        return Deployed(model, fp32, result, seconds, overruled=note)
+
+    def _claim(
+        self, result: BenchResult, best: VariantResult, chosen: nn.Module, seconds: dict[str, float]
+    ) -> Claim | None:
+        """The claim for a half choice: its rounds in the race, and its rounds timed again
+        with fp32 now, at deploy's end (:mod:`halfprec.bench.claim`); their wall and CPU
+        seconds are ``re-timing``. None for fp32."""
+        race = variant_speed(result, best)
+        if race is None or best.variant == Variant("fp32"):
+            return None
+        device = model_device(self.model)
+        timer = self.timer or (lambda fn, _variant: steady_call_time(fn, device))
+        rules = self.options.race
+        runs = self.options.runs if rules is None else rules.min_rounds
+        batch = resize_batch(self.batch, best.batch_size)
+        phases = Phases()
+        with phases.phase("re-timing"):
+            again = time_again(self.model, chosen, best, batch, rules, runs, timer)
+        seconds.update(phases.wall)
+        cpu = result.cpu_seconds
+        cpu.update(phases.cpu, total=cpu.get("total", 0.0) + phases.cpu["re-timing"])
+        return Claim(race) if again is None else Claim(race, *again)
 
     def _rebuild(self, variant: Variant, seconds: dict[str, float]) -> nn.Module:
         """``variant`` built afresh from a copy of the model, a compiled one warmed (so

@@ -1,0 +1,143 @@
+"""deploy's claim: the chosen module's speed over eager fp32 from rounds at two moments.
+
+A machine's speed drifts over tens of seconds, and not alike for fp32 and a half variant:
+fp32 moves twice the bytes, so other tenants' use of the shared cache and memory bandwidth
+(and whatever else the host does) slows it more. The race times a leader's pair over about
+two seconds of calls (:class:`~halfprec.bench.race.Race`'s ``claim_s``), so its rounds hold
+one moment, and their interquartile range only that moment's noise. In the first deploy of
+a process fp32 ran 15-60% slower than in the same process 20-60 s later, while OpenVINO's
+bf16 choice barely slowed (docs/benchmarks.md): a claim from the race's rounds alone sat
+above a later re-timing by more than its range.
+
+So deploy times the choice in a pair with fp32 again at its end, after the other
+candidates were built, compiled and timed (:func:`time_again`: the same pair, the same
+alternating rounds, the leader's rule for seconds of timed calls, at least the race's
+``min_rounds``), and :class:`Claim` claims from both moments:
+
+- the claimed range spans both moments' interquartile ranges (the lowest first quartile to
+  the highest third quartile), so a later loop that lands in either moment's spread lies
+  inside it;
+- where the two ranges overlap, the claimed speedup is the median of both moments' rounds
+  pooled; where they do not, it is the lower of the two medians, and the claim says that
+  the moments disagree;
+- where the claimed range holds 1, the choice is not faster than fp32 beyond the spread of
+  both moments, and deploy keeps fp32 (as it does when the race cannot rank).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from torch import nn
+
+from halfprec.batch import Batch
+from halfprec.bench.interleave import CallTimer, Prepared, time_interleaved
+from halfprec.bench.race import Race
+from halfprec.bench.results import VariantResult
+from halfprec.bench.variants import Variant
+from halfprec.modules import evaluating
+from halfprec.timing import Ratio, Timing, ratio_of, ratio_text
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The speedup deploy claims: the choice's rounds against fp32 in the race (``race``)
+    and again at deploy's end (``end``; None where it was not timed again), and both
+    pooled (``pooled``). See the module docs."""
+
+    race: Ratio
+    end: Ratio | None = None
+    pooled: Ratio | None = None
+
+    @property
+    def agree(self) -> bool:
+        """Whether the two moments' interquartile ranges overlap (True with one moment)."""
+        e = self.end
+        return e is None or (e.q1 <= self.race.q3 and self.race.q1 <= e.q3)
+
+    @property
+    def ratio(self) -> Ratio:
+        """The claim as one :class:`~halfprec.timing.Ratio`: its median the claimed speedup,
+        its ``q1``-``q3`` the claimed range (both moments' IQRs spanned), its rounds both
+        moments' together."""
+        e = self.end
+        if e is None:
+            return self.race
+        median = (
+            self.pooled.median
+            if self.agree and self.pooled is not None
+            else min(self.race.median, e.median)
+        )
+        low, high = min(self.race.q1, e.q1), max(self.race.q3, e.q3)
+        return Ratio(median, low, high, self.race.rounds + e.rounds)
+
+    @property
+    def faster(self) -> bool:
+        """Whether the claimed range lies above 1 (over more than one round): the choice is
+        faster than fp32 at both moments beyond their spreads."""
+        r = self.ratio
+        return r.rounds > 1 and r.q1 > 1.0
+
+    def text(self) -> str:
+        """e.g. ``2.20x faster than fp32 (range 2.05-2.45x: IQR 2.20-2.45x over 16 rounds
+        in the race, 2.05-2.25x over 16 rounds at deploy's end)``; ``too noisy to rank``
+        where the range holds 1."""
+        r, e = self.ratio, self.end
+        if e is None:
+            return ""
+        moments = (
+            f"IQR {self.race.q1:.2f}-{self.race.q3:.2f}x over {self.race.rounds} rounds in the "
+            f"race, {e.q1:.2f}-{e.q3:.2f}x over {e.rounds} rounds at deploy's end"
+        )
+        if not self.agree:
+            moments = f"the two moments disagree, the lower median claimed: {moments}"
+        span = f"range {r.q1:.2f}-{r.q3:.2f}x: {moments}"
+        if not self.faster:
+            return f"too noisy to rank ({r.median:.2f}x, {span})"
+        return f"{ratio_text(r.median)} than fp32 ({span})"
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.ratio
+        return {
+            "median": r.median,
+            "low": r.q1,
+            "high": r.q3,
+            "rounds": r.rounds,
+            "agree": self.agree,
+            "race": self.race.to_json(),
+            "end": None if self.end is None else self.end.to_json(),
+        }
+
+
+def time_again(
+    model: nn.Module,
+    chosen: nn.Module,
+    row: VariantResult,
+    batch: Batch,
+    race: Race | None,
+    runs: int,
+    timer: CallTimer,
+) -> tuple[Ratio, Ratio] | None:
+    """The choice (``chosen``, whose race row is ``row``) timed again in a pair with eager
+    fp32 (``model``, the caller's: in eval mode for the rounds, its flags given back
+    after), in rounds alternating their order as in the race. With ``race``: the leader's
+    rule for its claim (at least ``min_rounds`` rounds, and until the pair's timed calls
+    add up to ``claim_s``); without: ``runs`` rounds. Returns the ratio of these rounds
+    and of the race's and these pooled; None where either side has no rounds."""
+    fp32 = Prepared(VariantResult(Variant("fp32"), row.batch_size, "ok"), model, runs)
+    again = Prepared(replace(row, timing=None, reference_timing=None), chosen, runs)
+    later = None if race is None else replace(race, claim_rounds=race.min_rounds)
+    with evaluating(model):
+        samples = time_interleaved([fp32, again], batch, later, timer)
+    ref, mine = samples.get(0, []), samples.get(1, [])
+    if not ref or not mine or row.timing is None or row.reference_timing is None:
+        return None
+    rounds = min(len(ref), len(mine))
+    end = ratio_of(Timing(tuple(ref[:rounds])), Timing(tuple(mine[:rounds])))
+    first = min(len(row.timing.samples), len(row.reference_timing.samples))
+    pooled = ratio_of(
+        Timing((*row.reference_timing.samples[:first], *ref[:rounds])),
+        Timing((*row.timing.samples[:first], *mine[:rounds])),
+    )
+    return end, pooled

@@ -1,0 +1,152 @@
+"""deploy's claim from two moments: the race's rounds and the choice timed again at deploy's
+end (injected clocks only: no test here depends on the machine's speed)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import halfprec
+from halfprec import BenchConfig
+from halfprec.bench import runner, steady
+from halfprec.bench.claim import Claim
+from halfprec.bench.deploy import Deployed
+from halfprec.bench.variants import Variant
+from halfprec.timing import Ratio, Stopwatch
+from testbed.clocks import Advances
+
+
+def _linear() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Linear(16, 16)
+
+
+X = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
+CONFIG = BenchConfig(
+    warmup=1, runs=5, memory="none", skip_slower_than=None, limit=False, probe_cache=False
+)
+
+
+class _FirstMoment:
+    """A process's first seconds, on an injected clock: fp32's calls take ``slow`` seconds
+    until the clock reaches ``until``, then ``fast`` (the first deploy of a process ran
+    fp32 15-60% slower than 20-60 s later, the bf16 choice barely slower); the candidate's
+    take ``half`` whatever the moment, another candidate's ``other``; building a candidate
+    (a conversion, a compile) takes ``build_s``. A user's loop after deploy reads
+    ``fast / half``."""
+
+    def __init__(self, fast: float, slow: float, half: float, other: float) -> None:
+        self.fast, self.slow, self.half, self.other = fast, slow, half, other
+        self.until, self.build_s, self.now = 20.0, 10.0, 0.0
+
+    def fp32(self) -> None:
+        self.now += self.slow if self.now < self.until else self.fast
+
+    def candidate(self) -> None:
+        self.now += self.half
+
+    def second(self) -> None:
+        self.now += self.other
+
+    def build(self, _model: nn.Module, variant: Variant, *_a: Any, **_k: Any) -> nn.Module:
+        self.now += self.build_s
+        step = self.candidate if variant == Variant("halfprec", torch.bfloat16) else self.second
+        return Advances(_linear(), step)
+
+
+def _deploy_on(machine: _FirstMoment, monkeypatch: pytest.MonkeyPatch) -> Deployed:
+    """deploy (the real runner, interleave, race, steady and claim code) of fp32 against
+    halfprec-bf16, timed first, and onnxruntime-fp32, built and timed after it, on
+    ``machine``'s injected clock."""
+    pytest.importorskip("onnxruntime")
+    watch = functools.partial(Stopwatch, clock=lambda: machine.now)
+    monkeypatch.setattr(steady, "Stopwatch", watch)
+    monkeypatch.setattr(steady, "settle", lambda: 0.0)
+    monkeypatch.setattr(runner, "build_variant", machine.build)
+    model = Advances(_linear(), machine.fp32)
+    return halfprec.deploy(model, X, "bf16", compile=False, bench=CONFIG, runtimes=("onnxruntime",))
+
+
+@pytest.mark.parametrize(("fast", "slow", "half"), [(0.40, 0.52, 0.12), (0.010, 0.013, 0.004)])
+def test_a_claim_made_while_fp32_runs_slow_covers_the_ratio_a_later_loop_reads(
+    fast: float, slow: float, half: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fp32 is 30% slower while the race times the choice's pair, and back to its speed
+    by deploy's end: the claim's range holds the later loop's ratio, its median is the
+    lower moment's, and the summary says the moments disagree. From the race's rounds
+    alone (before the choice was timed again at the end), deploy claimed ``slow / half``
+    with a spread of nothing, above any later re-timing."""
+    machine = _FirstMoment(fast, slow, half, other=fast * 0.9)
+    done = _deploy_on(machine, monkeypatch)
+    assert done.variant == "halfprec-bf16"
+    assert done.claim is not None and done.claim.end is not None
+    loop = fast / half
+    assert done.claim.race.q1 > loop * 1.2  # the premise: the race timed the slow moment only
+    claimed = done.claim.ratio
+    assert claimed.q1 <= loop * (1 + 1e-9) and loop <= claimed.q3 * (1 + 1e-9), (claimed, loop)
+    assert done.speedup == pytest.approx(loop)
+    assert not done.claim.agree and "the two moments disagree" in done.summary
+    assert done.seconds["re-timing"] >= 0.0 and "re-timing" in done.cpu_spent
+    assert done.to_json()["claim"]["low"] == pytest.approx(loop)
+
+
+def test_a_steady_machine_claims_what_the_race_read_from_both_moments(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing drifts: both moments read ``fast / half``, they agree, and the claim is
+    that ratio over the rounds of both (at least the race's min_rounds at the end)."""
+    machine = _FirstMoment(0.5, 0.5, 0.125, other=0.375)  # exact in binary: no rounding
+    done = _deploy_on(machine, monkeypatch)
+    assert done.claim is not None and done.claim.end is not None and done.claim.agree
+    assert done.speedup == 4.0
+    assert done.claim.end.rounds >= 3
+    assert done.claim.ratio.rounds == done.claim.race.rounds + done.claim.end.rounds
+    assert "4.00x faster than fp32 (range 4.00-4.00x" in done.summary
+
+
+def test_fp32_chosen_claims_nothing_and_is_not_timed_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    machine = _FirstMoment(0.10, 0.10, 0.30, other=0.40)
+    done = _deploy_on(machine, monkeypatch)
+    assert done.variant == "fp32" and done.claim is None
+    assert "re-timing" not in done.seconds
+
+
+def test_a_choice_the_later_moment_finds_no_faster_is_overruled_by_fp32(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In the race fp32 runs slow and the candidate looks 1.16x faster; at deploy's end it
+    is 0.89x: the claimed range holds 1, so deploy keeps fp32 (a fresh copy) and says why,
+    as it does when the race cannot rank."""
+    machine = _FirstMoment(0.40, 0.52, 0.45, other=0.60)
+    done = _deploy_on(machine, monkeypatch)
+    assert done.report.get("halfprec-bf16").speedup == pytest.approx(0.52 / 0.45)
+    assert done.variant == "fp32" and done.claim is None and done.speedup == 1.0
+    assert "halfprec-bf16 timed again at deploy's end: too noisy to rank" in done.summary
+    assert done.summary.endswith("fp32 kept") and done.overruled in done.report.warnings
+
+
+def _r(median: float, q1: float, q3: float, rounds: int = 5) -> Ratio:
+    return Ratio(median, q1, q3, rounds)
+
+
+def test_the_claim_spans_both_moments_and_claims_the_lower_where_they_disagree() -> None:
+    agree = Claim(_r(2.4, 2.3, 2.5), _r(2.2, 2.1, 2.35), pooled=_r(2.3, 2.2, 2.45, 10))
+    assert agree.agree
+    assert (agree.ratio.median, agree.ratio.q1, agree.ratio.q3) == (2.3, 2.1, 2.5)
+    assert agree.ratio.rounds == 10
+    apart = Claim(_r(2.6, 2.5, 2.7), _r(2.2, 2.1, 2.3), pooled=_r(2.45, 2.2, 2.6, 10))
+    assert not apart.agree
+    assert (apart.ratio.median, apart.ratio.q1, apart.ratio.q3) == (2.2, 2.1, 2.7)
+    assert "disagree" in apart.text() and "range 2.10-2.70x" in apart.text()
+    later_higher = Claim(_r(2.2, 2.1, 2.3), _r(2.6, 2.5, 2.7), pooled=_r(2.45, 2.2, 2.6, 10))
+    assert later_higher.ratio.median == 2.2  # the lower median, whichever moment it is
+    noisy = Claim(_r(1.3, 1.1, 1.5), _r(1.0, 0.9, 1.1), pooled=_r(1.1, 1.0, 1.4, 10))
+    assert noisy.text().startswith("too noisy to rank")
+    alone = Claim(_r(2.4, 2.3, 2.5))
+    assert alone.ratio == alone.race and alone.agree
