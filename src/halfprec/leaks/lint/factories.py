@@ -31,7 +31,7 @@ from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
 from halfprec.leaks.lint.scalars import zero_dim_factory
-from halfprec.leaks.lint.typed import typed_floats
+from halfprec.leaks.lint.typed import float_bound, typed_floats
 from halfprec.leaks.lint.values import template_for, value_of
 
 _NEW = {
@@ -133,6 +133,8 @@ def _makes_float(kind: str, call: ast.Call, ctx: Context) -> bool:
             return data.attr in ctx.facts.float_lists
         if isinstance(data, ast.BinOp) and not _number(data, ctx) and not _listed(data):
             return False  # torch.tensor(0.5 * loss): a copy of a tensor, in its dtype
+        if isinstance(data, ast.Name) and float_bound(data.id, ctx.function):
+            return True  # l1 = 0.0 on one branch: torch.tensor(l1) is fp32 there
         return data is not None and (is_floatish(data) or typed_floats(data, ctx))
     # arange: floating when any bound or step is a float
     return any(is_floatish(a) for a in [*call.args, *(k.value for k in call.keywords)])
@@ -322,7 +324,7 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
     if kind is None:
         return
     # a 0-dim factory is followed: it leaks only with 0-dim half values
-    scalar = zero_dim_factory(kind, node, ctx.facts.float_lists)
+    scalar = zero_dim_factory(kind, node, ctx.facts.float_lists, ctx.function)
     keywords = {k.arg for k in node.keywords}
     if "dtype" in keywords or None in keywords:  # dtype given, or **kwargs may hold it
         return

@@ -5,7 +5,9 @@ that makes an fp32 tensor although no float literal is in sight.
   ``-> List[float]``;
 - a list, tuple or comprehension of such values (``[score(h) for h in hypos]``);
 - a name annotated ``float`` or a sequence of floats (a parameter ``scores: List[float]``,
-  a local ``new: List[float] = []``), or bound to one of the above.
+  a local ``new: List[float] = []``), or bound to one of the above;
+- a name some assignment of the function binds to a float literal (``extra = 0.0`` on one
+  branch): ``torch.tensor(extra)`` makes a 0-dim fp32 tensor on that branch.
 
 An annotation naming ``Tensor`` or ``int`` as well (``Union[float, Tensor]``) proves nothing.
 """
@@ -76,4 +78,18 @@ def _annotated(name: str, ctx: Context, sequence: bool) -> bool:
         if isinstance(target, ast.Name) and target.id == name:
             assert isinstance(node, ast.AnnAssign)
             return float_annotation(node.annotation, sequence)
+    return False
+
+
+def float_bound(name: str, fn: ast.AST | None) -> bool:
+    """Whether an assignment in ``fn`` binds ``name`` to a float literal (``l1 = 0.0``)."""
+    if fn is None:
+        return False
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Assign):
+            continue
+        value = node.value.operand if isinstance(node.value, ast.UnaryOp) else node.value
+        floats = isinstance(value, ast.Constant) and type(value.value) is float
+        if floats and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return True
     return False
