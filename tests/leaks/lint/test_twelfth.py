@@ -190,3 +190,45 @@ def test_a_fix_never_anchors_on_a_name_unpacked_as_a_tuple() -> None:
         """
     fixed = fix_source(HEAD + textwrap.dedent(body), LintConfig(unsafe_fixes=True))
     assert "logits.new_zeros" not in fixed
+
+
+ANCHORS = """\
+    def make_points(feats, strides, offset: float = 0.5, dtype: torch.dtype = torch.float):
+        points = []
+        for feat, stride in zip(feats, strides):
+            h, w = feat.shape[-2:]
+            xs = (torch.arange(end=w) + offset) * stride
+            ys = (torch.arange(end=h) + offset) * stride
+            gy, gx = torch.meshgrid(ys, xs, indexing="ij")
+            points.append(torch.stack([gx, gy], dim=-1).to(dtype=dtype).reshape(-1, 2))
+        return torch.cat(points)
+
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.reg = nn.Conv2d(8, 2, 1)
+            self.strides = (8, 16)
+
+        def forward(self, feats):
+            points = make_points(feats, self.strides)
+            offsets = torch.cat([self.reg(f).flatten(2).transpose(1, 2) for f in feats], dim=1)
+            return offsets + points
+    """
+
+
+def test_the_promotion_behind_the_dtype_default_rule() -> None:
+    xs = (torch.arange(end=4) + 0.5) * 8
+    assert xs.to(dtype=torch.float).dtype == torch.float32
+    assert (torch.ones(2, dtype=torch.float16) + xs[:2]).dtype == torch.float32
+
+
+def test_a_cast_to_a_dtype_parameter_defaulting_to_fp32_keeps_the_value_fp32() -> None:
+    assert _found(ANCHORS) == [5, 6]
+
+
+def test_a_dtype_parameter_that_a_call_passes_is_a_cast_to_it() -> None:
+    body = ANCHORS.replace(
+        "make_points(feats, self.strides)", "make_points(feats, self.strides, dtype=feats[0].dtype)"
+    )
+    assert _found(body) == []

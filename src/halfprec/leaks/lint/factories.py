@@ -31,7 +31,7 @@ from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
 from halfprec.leaks.lint.scalars import zero_dim_factory
-from halfprec.leaks.lint.typed import float_bound, typed_floats
+from halfprec.leaks.lint.typed import float_bound, float_parameter, fp32_default, typed_floats
 from halfprec.leaks.lint.values import template_for, value_of
 
 _NEW = {
@@ -87,7 +87,9 @@ def python_float(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
         return name.startswith("math.") and name[5:] in _MATH_FLOAT
     if isinstance(node, ast.Name):
         bound = ctx.binding_before(node)
-        return bound is not None and python_float(bound, ctx, depth + 1)
+        if bound is None:
+            return float_parameter(node.id, ctx)  # offset: float = 0.5
+        return python_float(bound, ctx, depth + 1)
     return False
 
 
@@ -174,7 +176,8 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
             if parent.attr in ("float", "double") and not outer.args:
                 return outer
             if parent.attr in ("to", "type") and any(
-                is_fp32_dtype(a, ctx) for a in (*outer.args, *(k.value for k in outer.keywords))
+                is_fp32_dtype(a, ctx) or fp32_default(a, ctx)
+                for a in (*outer.args, *(k.value for k in outer.keywords))
             ):
                 return outer
             if parent.attr not in _INT_KEEPS or _casts(outer):
