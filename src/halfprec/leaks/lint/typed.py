@@ -19,6 +19,7 @@ An annotation naming ``Tensor`` or ``int`` as well (``Union[float, Tensor]``) pr
 from __future__ import annotations
 
 import ast
+import functools
 
 from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.casts import is_fp32_dtype
@@ -89,16 +90,20 @@ def _annotated(name: str, ctx: Context, sequence: bool) -> bool:
 
 def float_bound(name: str, fn: ast.AST | None) -> bool:
     """Whether an assignment in ``fn`` binds ``name`` to a float literal (``l1 = 0.0``)."""
-    if fn is None:
-        return False
+    return fn is not None and name in _float_names(fn)
+
+
+@functools.lru_cache(maxsize=64)
+def _float_names(fn: ast.AST) -> frozenset[str]:
+    """The names an assignment in ``fn`` binds to a float literal (one walk per function)."""
+    out: set[str] = set()
     for node in ast.walk(fn):
         if not isinstance(node, ast.Assign):
             continue
         value = node.value.operand if isinstance(node.value, ast.UnaryOp) else node.value
-        floats = isinstance(value, ast.Constant) and type(value.value) is float
-        if floats and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            return True
-    return False
+        if isinstance(value, ast.Constant) and type(value.value) is float:
+            out.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return frozenset(out)
 
 
 def _parameter(name: str, ctx: Context) -> tuple[ast.arg, ast.expr | None] | None:
