@@ -71,6 +71,15 @@ def test_a_crashed_worker_report_quotes_its_faulthandler_dump_and_leaves_no_file
     assert list(temp.rglob("*.faulthandler")) == []  # the dump file is read and removed
 
 
+def test_no_property_test_has_a_wall_clock_deadline() -> None:
+    """hypothesis fails an example slower than its deadline (200 ms by default), and calls
+    the test "Flaky" when the example is fast again: a timed test, which a loaded machine
+    fails. Every profile the suite runs under has none."""
+    from hypothesis import settings
+
+    assert settings.default.deadline is None
+
+
 def test_the_state_guard_names_a_handler_a_timer_a_variable_and_a_folder_left_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import importlib.util
 import os
+import sys
 import threading
 import time
 import traceback
@@ -53,6 +54,9 @@ def need(*packages: str) -> None:
 # Seconds a step keeps for itself inside its limit: to write its section and exit before
 # gpu-check.sh's ``timeout`` kills it.
 MARGIN_S = 4.0
+# Seconds a step asked to stop at its deadline has to do so before, with ``hard_stop``, the
+# deadline's thread writes its section and ends the process (within MARGIN_S).
+GRACE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -60,11 +64,14 @@ class Context:
     """Where the steps run: ``cuda`` normally, ``cpu`` at tiny sizes in a dry run.
     ``deadline``: the ``time.monotonic()`` by which the step must have written its section
     (its limit from gpu-check.sh, less :data:`MARGIN_S`, counted from the process start);
-    None: no limit."""
+    None: no limit. ``hard_stop``: a step that has not stopped :data:`GRACE_S` after its
+    deadline has its section written for it and the process ends (exit 1); only in the
+    step's own process (run.py), never in a caller's (a test)."""
 
     dry_run: bool
     out: Path
     deadline: float | None = None
+    hard_stop: bool = False
 
     def inner_timeout(self) -> float:
         """The seconds a tool the step starts (pytest, torchrun) may run: what is left
@@ -115,7 +122,7 @@ _SET_ASYNC_EXC = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_objec
 
 
 @contextlib.contextmanager
-def _alarm(ctx: Context) -> Iterator[None]:
+def _alarm(ctx: Context, stuck: Callable[[int], None]) -> Iterator[None]:
     """Raise :class:`StepTimeout` in the step at ``ctx.deadline``, so that its section is
     written, naming the line it was on, before gpu-check.sh's ``timeout`` kills it (a step
     stuck inside one C call is killed there instead).
@@ -125,18 +132,27 @@ def _alarm(ctx: Context) -> Iterator[None]:
     ``setitimer``, or aimed at the thread with ``pthread_kill``) lands on native code of
     torch, OpenMP, oneTBB or a compiler that may not expect it, and a process that blocks
     it keeps it pending past the step; the step's thread reading Python lines is all this
-    needs."""
+    needs. Library code is not written to be stopped between any two lines (torch.compile's
+    wrapper, stopped between setting its frame hook and its ``try``, spins for ever), so
+    with ``ctx.hard_stop`` a step still running :data:`GRACE_S` later is given up:
+    ``stuck(thread id)`` writes its section and ends the process."""
     if ctx.deadline is None:
         yield
         return
     target = threading.get_ident()
     guard = threading.Lock()
     state = {"running": True}
+    ended = threading.Event()
 
     def fire() -> None:
         with guard:
-            if state["running"]:
-                _SET_ASYNC_EXC(target, StepTimeout)
+            if not state["running"]:
+                return
+            _SET_ASYNC_EXC(target, StepTimeout)
+        if ctx.hard_stop and not ended.wait(GRACE_S):
+            with guard:  # held to the end: the step cannot report as well
+                if state["running"]:
+                    stuck(target)
 
     timer = threading.Timer(max(0.1, ctx.deadline - time.monotonic()), fire)
     timer.daemon = True
@@ -146,6 +162,7 @@ def _alarm(ctx: Context) -> Iterator[None]:
     finally:
         with guard:
             state["running"] = False
+        ended.set()
         # An exception asked for just as the step ended is raised by the next Python call
         # here, inside run_step's report of the step. It is never withdrawn with NULL: that
         # leaves CPython 3.11's eval breaker set, and a later call under sys.setprofile spins.
@@ -165,11 +182,31 @@ def _call(step: Callable[[Context], list[str]], ctx: Context) -> list[str]:
         raise Skip(f"needs the package {top}, which this machine does not have") from None
 
 
+def _given_up(ctx: Context, number: int, title: str, start: float, thread: int) -> None:
+    """Write the section of a step that did not stop at its deadline, naming the line it
+    is on, and end the process (1: failed) without waiting for it."""
+    frame = sys._current_frames().get(thread)
+    where = "" if frame is None else f" ({Path(frame.f_code.co_filename).name}:{frame.f_lineno})"
+    line = f"StepTimeout: {StepTimeout()}, and did not stop within {GRACE_S:g} s{where}"
+    _report(ctx, number, title, "FAILED", time.perf_counter() - start, [line])
+    os._exit(1)
+
+
+def _report(
+    ctx: Context, number: int, title: str, status: str, took: float, lines: list[str]
+) -> None:
+    text = [f"\n### {number}. {title}\n", f"- **{status}** after {took:.1f} s"]
+    text += [f"- {line}" for line in lines]
+    with ctx.out.open("a") as f:
+        f.write("\n".join(text) + "\n")
+    print("\n".join(text), flush=True)
+
+
 def run_step(ctx: Context, number: int, title: str, step: Callable[[Context], list[str]]) -> int:
     """Run one step and append its section to ``ctx.out``: 0 ok or skipped, 1 failed."""
     start = now(ctx.device)
     try:
-        with _alarm(ctx):
+        with _alarm(ctx, lambda thread: _given_up(ctx, number, title, start, thread)):
             lines, status, code = _call(step, ctx), "ok", 0
     except Skip as why:
         lines, status, code = [str(why)], "skipped", 0
@@ -178,10 +215,5 @@ def run_step(ctx: Context, number: int, title: str, step: Callable[[Context], li
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         lines = [f"{type(exc).__name__}: {first} ({Path(where.filename).name}:{where.lineno})"]
         status, code = "FAILED", 1
-    took = now(ctx.device) - start
-    text = [f"\n### {number}. {title}\n", f"- **{status}** after {took:.1f} s"]
-    text += [f"- {line}" for line in lines]
-    with ctx.out.open("a") as f:
-        f.write("\n".join(text) + "\n")
-    print("\n".join(text), flush=True)
+    _report(ctx, number, title, status, now(ctx.device) - start, lines)
     return code

@@ -104,7 +104,7 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     deadline = None if args.limit is None else STARTED + args.limit - MARGIN_S
-    ctx = Context(dry_run=args.dry_run, out=args.out, deadline=deadline)
+    ctx = Context(dry_run=args.dry_run, out=args.out, deadline=deadline, hard_stop=True)
     if not ctx.dry_run and not torch.cuda.is_available():
         print("gpu-check: no CUDA device visible to torch; run with --dry-run", file=sys.stderr)
         return 2

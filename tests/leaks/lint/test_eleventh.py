@@ -331,3 +331,75 @@ def test_a_time_drawn_in_forward_is_followed_through_six_calls_to_the_half_input
                 return self.net(self.step(x, t))
         """
     assert _found(body) == [15]
+
+
+_HELPERS = """\
+def mix(x, noise, w):
+    return x + w * noise
+"""
+
+_MIXER = """\
+import torch
+from torch import nn
+
+from .helpers import mix
+
+
+class Mixer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.proj(x)
+        return mix(h, torch.randn(h.shape), 0.1)
+"""
+
+
+def test_a_tensor_passed_to_a_function_of_another_file_is_followed_there(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helpers.py").write_text(_HELPERS)
+    (pkg / "mixer.py").write_text(_MIXER)
+    found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
+    assert found == [("mixer.py", 14)]
+
+
+def test_a_function_of_another_file_that_casts_the_tensor_ends_it(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helpers.py").write_text(_HELPERS.replace("w * noise", "w * noise.to(x.dtype)"))
+    (pkg / "mixer.py").write_text(_MIXER)
+    assert lint_paths([pkg]).findings == []
+
+
+def test_a_tensor_is_followed_through_many_names() -> None:
+    body = """\
+        class Chain(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.proj = nn.Linear(4, 4)
+
+            def forward(self, x):
+                a0 = torch.rand(4)
+                a1 = a0 * 2
+                a2 = a1 * 2
+                a3 = a2 * 2
+                a4 = a3 * 2
+                a5 = a4 * 2
+                a6 = a5 * 2
+                a7 = a6 * 2
+                a8 = a7 * 2
+                a9 = a8 * 2
+                a10 = a9 * 2
+                a11 = a10 * 2
+                a12 = a11 * 2
+                a13 = a12 * 2
+                a14 = a13 * 2
+                a15 = a14 * 2
+                a16 = a15 * 2
+                return self.proj(x) * a16
+        """
+    assert _found(body) == [7]

@@ -262,6 +262,8 @@ class Calls:
     other: Callable[[str], tuple[Calls, Function, ClassFacts] | None] | None = None
     # the layer a name imported from another file of the tree stands for (an alias there)
     alias: Callable[[str], str] | None = None
+    # a function another file of the tree defines, with the walked calls of that file
+    function: Callable[[str], tuple[Calls, Function] | None] | None = None
 
     def returns(self, fn: Function) -> list[ast.expr]:
         """The values ``fn`` returns (read once)."""

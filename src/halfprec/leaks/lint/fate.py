@@ -50,7 +50,7 @@ from halfprec.leaks.lint.scalars import number, zero_dim, zero_dim_factory
 from halfprec.leaks.lint.statements import statement_step
 from halfprec.leaks.lint.values import value_of
 
-_MAX_HOPS = 12  # names followed from one tensor (a = t; b = a * 2; ...)
+_MAX_HOPS = 24  # names followed from one tensor (a = t; b = a * 2; ...)
 
 
 class _Follow:

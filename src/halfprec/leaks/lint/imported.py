@@ -111,6 +111,28 @@ def alias_of(path: str, imported: Imported, name: str, hops: int = 3) -> str:
     return found or alias_of(str(file), names, there, hops - 1)
 
 
+def function_of(
+    path: str, imported: Imported, name: str, hops: int = 3
+) -> tuple[Calls, Function] | None:
+    """The function ``name`` imported into the file at ``path`` from a file next to it
+    (``from .utils import pad_to``), in the walked calls of the file that defines it. A
+    function further away (a library's shared mask builders) is not followed: its
+    branches are chosen by shapes and flags the lint does not know."""
+    entry = imported.get(name)
+    if entry is None or hops <= 0 or path.startswith("<"):
+        return None
+    module, level, there = entry
+    file = module_file(Path(path), module, level)
+    if file is not None and file.parent != Path(path).parent:
+        return None
+    loaded = _load(file) if file is not None else None
+    if loaded is None:
+        return None
+    calls, names = loaded
+    fn = calls.program.functions.get(there)
+    return (calls, fn) if fn is not None else function_of(str(file), names, there, hops - 1)
+
+
 def _load(file: Path) -> tuple[Calls, Imported] | None:
     try:
         stat = file.stat()
@@ -131,5 +153,6 @@ def _load(file: Path) -> tuple[Calls, Imported] | None:
     calls = calls_of(program_of(tree), imports, split_lines(text))
     calls.other = lambda cls: forward_of(str(file), names, cls)
     calls.alias = lambda name: alias_of(str(file), names, name)
+    calls.function = lambda name: function_of(str(file), names, name)
     _loaded[key] = (calls, names)
     return _loaded[key]

@@ -89,6 +89,9 @@ def _callee(f: Follow, call: ast.Call) -> Callee | None:
     program, func = calls.program, call.func
     if isinstance(func, ast.Name) and func.id in program.functions:
         return program.functions[func.id], NO_FACTS, False, False, None
+    there = calls.function(func.id) if isinstance(func, ast.Name) and calls.function else None
+    if there is not None:  # from .utils import pad_to: that file's function
+        return there[1], NO_FACTS, False, False, there[0]
     made = program.methods_of(func.id) if isinstance(func, ast.Name) else None
     if made is not None and "__init__" in made[0]:  # Beams(tokens, scores): its constructor
         return made[0]["__init__"], made[1], False, True, None
