@@ -202,31 +202,35 @@ def _scan_function(fn: Function, scan: _Scan) -> None:
             if registered:
                 scan.tensors.add(registered)
             _appended(node.value, scan, lists, made)
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-            if isinstance(target, ast.Name) and floating_init(node.value, frozenset(local)):
-                local.add(target.id)
-            if isinstance(target, ast.Name) and isinstance(node.value, (ast.List, ast.ListComp)):
-                lists[target.id] = set(_held_layers(node.value, lists))
-            if isinstance(target, ast.Name):  # att = Block(...); self.blocks.append(att)
-                made[target.id] = node.value
-            attr = _self_attr(target)
-            if attr is None:
-                continue
-            scan.attributes.add(attr)
-            if (isinstance(node.value, ast.Name) and node.value.id in float_lists) or _float_list(
-                node.value
-            ):
-                scan.float_lists.add(attr)
-            for value in _alternatives(node.value):
-                if isinstance(value, ast.Call):
-                    scan.held.setdefault(attr, set()).update(_held_layers(value, lists))
-                _attribute(attr, value, local, scan)
-                function = _function_name(value, defaults, params)
-                function = function or (_dotted(value) if isinstance(value, ast.Attribute) else "")
-                if function:  # several functions (a schedule chosen by name): none of them
-                    kept = scan.callables.setdefault(attr, function)
-                    scan.callables[attr] = function if kept == function else "?"
+        elif isinstance(node, ast.Assign):  # self.net = net = Net(...): every target
+            for target in node.targets:
+                if isinstance(target, ast.Name) and floating_init(node.value, frozenset(local)):
+                    local.add(target.id)
+                if isinstance(target, ast.Name) and isinstance(
+                    node.value, (ast.List, ast.ListComp)
+                ):
+                    lists[target.id] = set(_held_layers(node.value, lists))
+                if isinstance(target, ast.Name):  # att = Block(...); self.blocks.append(att)
+                    made[target.id] = node.value
+                attr = _self_attr(target)
+                if attr is None:
+                    continue
+                scan.attributes.add(attr)
+                if (
+                    isinstance(node.value, ast.Name) and node.value.id in float_lists
+                ) or _float_list(node.value):
+                    scan.float_lists.add(attr)
+                for value in _alternatives(node.value):
+                    if isinstance(value, ast.Call):
+                        scan.held.setdefault(attr, set()).update(_held_layers(value, lists))
+                    _attribute(attr, value, local, scan)
+                    function = _function_name(value, defaults, params)
+                    function = function or (
+                        _dotted(value) if isinstance(value, ast.Attribute) else ""
+                    )
+                    if function:  # several functions (a schedule chosen by name): none of them
+                        kept = scan.callables.setdefault(attr, function)
+                        scan.callables[attr] = function if kept == function else "?"
 
 
 def _float_list(value: ast.expr) -> bool:

@@ -275,7 +275,7 @@ def _number(expr: ast.AST, ctx: Context) -> bool:
                 return False  # a slice of a tensor
         elif isinstance(e, ast.Call):
             name = dotted(e.func)
-            if not (name.startswith("math.") or name in _BUILTIN_NUMBERS):
+            if not (name.startswith("math.") or name in _BUILTIN_NUMBERS | ctx.imports.math):
                 return False
         elif isinstance(e, (ast.Name, ast.Attribute)):
             if value_of(e, ctx.at(e)) is not None:

@@ -104,7 +104,11 @@ class _Follow:
                 return "leak"
             # with numbers (softplus(lam), self.weight * lam) or other 0-dim tensors of
             # any floating dtype it stays a 0-dim tensor, fp32 at least, and goes on; a
-            # tensor with dimensions takes its own dtype
+            # tensor with dimensions takes its own dtype, unless it is an integer tensor:
+            # torch.arange(n) * torch.tensor(0.5) is an fp32 tensor with dimensions
+            if any(_integer_tensor(o, self.ctx) for o in others):
+                self.scalar = False
+                return "up"
             return "up" if all(self.scalar_like(o) for o in others) else "safe"
         if any(isinstance(o, ast.Name) and o.id in self.ctx.complex for o in others):
             return "safe"  # mask * spec: complex, in a half model too
@@ -204,6 +208,26 @@ def _literal(node: ast.AST) -> bool:
     while isinstance(node, ast.UnaryOp):
         node = node.operand
     return isinstance(node, ast.Constant)
+
+
+_INTEGER_FACTORIES = words("arange randint randperm")
+
+
+def _integer_tensor(node: ast.AST, ctx: Context) -> bool:
+    """``torch.arange(n)`` (no float bound, no dtype), ``torch.randint(...)``, ``t.long()``:
+    an integer tensor with dimensions, read through a subscript (``torch.arange(n)[None]``)."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, ast.Attribute) and node.func.attr in ("long", "int") and not node.args:
+        return True
+    if ctx.is_torch_attr(node.func, *_INTEGER_FACTORIES) is None:
+        return False
+    given = [*node.args, *(k.value for k in node.keywords if k.arg != "device")]
+    return not any(k.arg == "dtype" for k in node.keywords) and not any(
+        isinstance(n, ast.Constant) and isinstance(n.value, float) for a in given for n in walk(a)
+    )
 
 
 def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:

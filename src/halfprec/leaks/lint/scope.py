@@ -45,6 +45,7 @@ class Imports:
     functional: frozenset[str]
     einops: frozenset[str] = frozenset()
     functions: frozenset[str] = frozenset()
+    math: frozenset[str] = frozenset()  # from math import log: log(n) is a Python float
 
 
 def imports_of(tree: ast.Module) -> Imports:
@@ -52,6 +53,7 @@ def imports_of(tree: ast.Module) -> Imports:
     functional: set[str] = set()
     einops: set[str] = set()
     functions: set[str] = set()
+    math: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module == "einops":
             einops.update(a.asname or a.name for a in node.names if a.name in EINOPS)
@@ -72,9 +74,10 @@ def imports_of(tree: ast.Module) -> Imports:
         if isinstance(node, ast.ImportFrom) and node.module in _FUNCTION_MODULES:
             named = (a.asname or a.name for a in node.names if a.name not in _SUBMODULES)
             functions.update(n for n in named if n[:1].islower())
-    return Imports(
-        frozenset(torch_names), frozenset(functional), frozenset(einops), frozenset(functions)
-    )
+        if isinstance(node, ast.ImportFrom) and node.module == "math":
+            math.update(a.asname or a.name for a in node.names)
+    sets = (torch_names, functional, einops, functions, math)
+    return Imports(*(frozenset(names) for names in sets))
 
 
 _FUNCTION_MODULES = frozenset({"torch", "torch.special", "torch.nn.functional", "torch.linalg"})
