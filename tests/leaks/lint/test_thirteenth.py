@@ -1,14 +1,18 @@
 """Thirteenth-round rules: a submodule bound by a chained assignment (``self.m = m =
 Net(...)``); a 0-dim fp32 tensor met with an integer tensor, which makes an fp32 tensor with
 dimensions; and a function imported from ``math`` (``from math import log``) gives a Python
-number, so ``torch.tensor(log(n) / d)`` is a 0-dim fp32 factory. Each model here is small
-and written for this test."""
+number, so ``torch.tensor(log(n) / d)`` is a 0-dim fp32 factory; ``.to(xs[0].device)`` is
+no cast; a list of tensors is followed through a comprehension over it (also as one of
+``zip``'s or ``enumerate``'s lists) and through ``nn.utils.rnn``'s padding and packing. Each
+model here is small and written for this test."""
 
 from __future__ import annotations
 
 import textwrap
 
+import pytest
 import torch
+from torch import nn
 
 from halfprec.leaks.lint import lint_source
 
@@ -107,3 +111,64 @@ def test_a_function_imported_from_math_gives_a_python_number() -> None:
 def test_a_function_of_another_module_may_give_a_tensor() -> None:
     head = "from torch import log\n\nimport torch\nfrom torch import nn\n\n\n"
     assert _found(FROM_MATH, head) == []
+
+
+LISTED_STATE = """\
+    class SetDecoder(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.d = d
+            self.drop = nn.Dropout(0.1)
+            self.rnn = nn.GRU(d, d, batch_first=True)
+
+        def decode(self, hs, starts):
+            starts = [self.drop(s) for s in starts]
+            packed = nn.utils.rnn.pad_sequence(starts, batch_first=True)
+            out, _ = self.rnn(packed, hs)
+            return out
+
+        def forward(self, hs, counts):
+            starts = [torch.zeros(c, self.d).to(hs[0].device) for c in counts]
+            return self.decode(hs, starts)
+    """
+
+
+def test_the_dtype_rule_behind_the_listed_state() -> None:
+    gru = nn.GRU(4, 4, batch_first=True).half()
+    with pytest.raises((RuntimeError, ValueError)):
+        gru(torch.zeros(1, 2, 4), torch.zeros(1, 1, 4, dtype=torch.float16))
+
+
+def test_a_list_of_fp32_tensors_through_a_comprehension_and_padding_reaches_a_half_layer() -> None:
+    assert _found(LISTED_STATE) == [15]
+
+
+def test_a_list_of_tensors_cast_in_the_comprehension_stays_silent() -> None:
+    body = LISTED_STATE.replace("self.drop(s) for s", "self.drop(s).to(hs.dtype) for s")
+    assert _found(body) == []
+
+
+ZIPPED = """\
+    def pad_rows(a, n):
+        extra = torch.zeros(n - a.shape[0], a.shape[1]).to(a.device)
+        return torch.cat([a, extra], dim=0)
+
+
+    class Scores(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.n = n
+
+        def forward(self, embs, atts):
+            padded = [pad_rows(a, self.n) for a in atts]
+            return [torch.matmul(e, p.T) for e, p in zip(embs, padded)]
+    """
+
+
+def test_a_list_followed_as_one_of_zips_lists_meets_the_other() -> None:
+    assert _found(ZIPPED) == [2]
+
+
+def test_a_list_zipped_with_numbers_only_stays_silent() -> None:
+    body = ZIPPED.replace("torch.matmul(e, p.T)", "p.sum().item() * e")
+    assert _found(body) == []

@@ -67,6 +67,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return "safe" if _read_before(f, func, call) else "up"  # batch.get("target", t)
     if last in _PASSES and first and (isinstance(func, ast.Name) or owner == "einops"):
         return "up"  # einops.rearrange(t, "b n -> n b"): the same values, rearranged
+    if last in _PADS and first and (isinstance(func, ast.Name) or owner.endswith("rnn")):
+        return "up"  # nn.utils.rnn.pad_sequence(ts): the same values, padded or packed
     if is_submodule(f.ctx, func):
         if first:
             return submodule(f, func)
@@ -110,6 +112,7 @@ def _read_before(f: Follow, func: ast.AST, call: ast.Call) -> bool:
 
 
 _PASSES = words("rearrange repeat")
+_PADS = words("pad_sequence pack_padded_sequence pad_packed_sequence pack_sequence")
 _STORES = words("append extend insert appendleft extendleft")  # list.append(t): it holds t
 
 

@@ -315,6 +315,8 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
         return "up"
     if isinstance(parent, (ast.Index, ast.Slice)):  # pragma: no cover - Python < 3.9 shapes
         return "integer"
+    if isinstance(parent, ast.comprehension):
+        return _comprehended(f, node, parent)
     if isinstance(parent, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
         kept = parent.value if isinstance(parent, ast.DictComp) else parent.elt
         return "up" if kept is node else "unknown"  # [torch.ones(n) for ...]: a list of t
@@ -334,8 +336,45 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
         call = f.ctx.parents.get(id(parent))
         return argument_step(f, node, call) if isinstance(call, ast.Call) else "unknown"
     if isinstance(parent, ast.Call):
+        gen = f.ctx.parents.get(id(parent))
+        if isinstance(gen, ast.comprehension) and gen.iter is parent:
+            return _comprehended(f, node, gen)  # for a, t in zip(h, ts)
         return argument_step(f, node, parent)
     return statement_step(f, node, parent)
+
+
+def _comprehended(f: _Follow, node: ast.AST, gen: ast.comprehension) -> str:
+    """``[drop(z) for z in zeros]`` over the tensor (or a list of such tensors), also as
+    one of ``zip(...)``'s lists or ``enumerate``'s: each element goes where the element
+    expression takes it, and the new list on from there."""
+    comp = f.ctx.parents.get(id(gen))
+    name = _target(node, gen)
+    if name is None or not isinstance(comp, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+        return "unknown"
+    f.names.add(name)
+    for use in walk(comp.elt):
+        if isinstance(use, ast.Name) and use.id == name and isinstance(use.ctx, ast.Load):
+            f.climb(use)
+            if f.fate.leaks:
+                break
+    return "done"
+
+
+def _target(node: ast.AST, gen: ast.comprehension) -> str | None:
+    """The name that takes the elements of ``node`` in ``for x in node``, ``for a, x in
+    zip(h, node)`` or ``for i, x in enumerate(node)``."""
+    if gen.iter is node:
+        return gen.target.id if isinstance(gen.target, ast.Name) else None
+    call, target = gen.iter, gen.target
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+        return None
+    if not isinstance(target, ast.Tuple) or node not in call.args or call.keywords:
+        return None
+    index = call.args.index(node) + (call.func.id == "enumerate")
+    if call.func.id not in ("zip", "enumerate") or len(target.elts) <= index:
+        return None
+    named = target.elts[index]
+    return named.id if isinstance(named, ast.Name) else None
 
 
 def _cast_back(step: str, parent: ast.AST | None, node: ast.AST) -> bool:

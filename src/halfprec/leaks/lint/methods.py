@@ -115,7 +115,8 @@ def _to(f: Follow, call: ast.Call) -> str:
     fp32 = False
     for arg in wanted:
         text = dotted(arg)
-        last = text.rsplit(".", 1)[-1]
+        # xs[0].device: the attribute read counts, whatever it is read from
+        last = arg.attr if isinstance(arg, ast.Attribute) else text.rsplit(".", 1)[-1]
         if text.split(".")[0] in torch_names and last in ("float32", "float", "float64", "double"):
             fp32 = True
             continue
