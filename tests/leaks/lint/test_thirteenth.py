@@ -3,8 +3,9 @@ Net(...)``); a 0-dim fp32 tensor met with an integer tensor, which makes an fp32
 dimensions; and a function imported from ``math`` (``from math import log``) gives a Python
 number, so ``torch.tensor(log(n) / d)`` is a 0-dim fp32 factory; ``.to(xs[0].device)`` is
 no cast; a list of tensors is followed through a comprehension over it (also as one of
-``zip``'s or ``enumerate``'s lists) and through ``nn.utils.rnn``'s padding and packing. Each
-model here is small and written for this test."""
+``zip``'s or ``enumerate``'s lists) and through ``nn.utils.rnn``'s padding and packing; a
+dict given a tensor under one key (``cache["buf"] = t``) holds other values under the
+others. Each model here is small and written for this test."""
 
 from __future__ import annotations
 
@@ -172,3 +173,25 @@ def test_a_list_followed_as_one_of_zips_lists_meets_the_other() -> None:
 def test_a_list_zipped_with_numbers_only_stays_silent() -> None:
     body = ZIPPED.replace("torch.matmul(e, p.T)", "p.sum().item() * e")
     assert _found(body) == []
+
+
+KEYED = """\
+    class Streamer(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.proj = nn.Linear(d, d)
+
+        def forward(self, x, cache):
+            cache["pending"] = torch.empty(0)
+            x = torch.cat([cache["past"], x], dim=1)
+            cache["past"] = x
+            return self.proj(x)
+    """
+
+
+def test_a_dict_read_under_another_key_than_the_tensors_stays_silent() -> None:
+    assert _found(KEYED) == []
+
+
+def test_a_dict_read_under_the_tensors_key_is_followed() -> None:
+    assert _found(KEYED.replace('cache["past"], x', 'cache["pending"], x')) == [7]

@@ -109,7 +109,7 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
             while isinstance(base, ast.Subscript) and not f.floating(base.value):
                 base = base.value  # masks[k]["node"] = t: the dict of dicts holds t
             if isinstance(base, ast.Name):
-                f.follow_name(base.id, stmt)
+                _follow_holder(f, base.id, target, stmt)
             elif isinstance(target.value, ast.Attribute) and not to_readers(f, target.value):
                 f.fate.unknown = True  # self.masks[k] = t: the dict is read where t is
             continue
@@ -121,6 +121,19 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
             if isinstance(sub, ast.Name):
                 f.follow_name(sub.id, stmt)
     return "done"
+
+
+def _follow_holder(f: Follow, name: str, target: ast.Subscript, stmt: ast.stmt) -> None:
+    """``cache["buf"] = t``: ``cache`` holds ``t`` under ``"buf"``, so its reads under
+    another key (``cache["other"]``) are other values."""
+    key = target.slice.value if isinstance(target.slice, ast.Constant) else None
+    kept = f.key
+    if isinstance(target.value, ast.Name) and isinstance(key, str):
+        f.key = key
+    try:
+        f.follow_name(name, stmt)
+    finally:
+        f.key = kept
 
 
 def enclosing(f: Follow, node: ast.AST) -> ast.AST:
