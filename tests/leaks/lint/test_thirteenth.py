@@ -5,7 +5,8 @@ number, so ``torch.tensor(log(n) / d)`` is a 0-dim fp32 factory; ``.to(xs[0].dev
 no cast; a list of tensors is followed through a comprehension over it (also as one of
 ``zip``'s or ``enumerate``'s lists) and through ``nn.utils.rnn``'s padding and packing; a
 dict given a tensor under one key (``cache["buf"] = t``) holds other values under the
-others. Each model here is small and written for this test."""
+others; in a loop, a name rebound late in the body is read by the body's earlier uses on
+the next pass. Each model here is small and written for this test."""
 
 from __future__ import annotations
 
@@ -195,3 +196,33 @@ def test_a_dict_read_under_another_key_than_the_tensors_stays_silent() -> None:
 
 def test_a_dict_read_under_the_tensors_key_is_followed() -> None:
     assert _found(KEYED.replace('cache["past"], x', 'cache["pending"], x')) == [7]
+
+
+LOOPED = """\
+    def fire(h, rate):
+        acc = torch.zeros(h.shape[0], device=h.device)
+        out = []
+        for t in range(h.shape[1]):
+            left = 1.0 - acc
+            out.append(left[:, None] * h[:, t])
+            acc = torch.where(rate[:, t] > 1.0, acc - torch.ones(h.shape[0], device=h.device), acc)
+        return torch.stack(out, 1)
+
+
+    class Integrator(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.proj = nn.Linear(d, 1)
+
+        def forward(self, h):
+            return fire(h, self.proj(h).squeeze(-1).sigmoid())
+    """
+
+
+def test_a_value_rebound_late_in_a_loop_is_read_early_on_the_next_pass() -> None:
+    assert _found(LOOPED) == [2, 7]
+
+
+def test_a_value_rebound_late_in_a_loop_read_early_only_for_its_shape_stays_silent() -> None:
+    body = LOOPED.replace("left = 1.0 - acc", "left = h.new_ones(acc.shape[0])")
+    assert _found(body) == []

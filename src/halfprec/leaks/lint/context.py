@@ -241,6 +241,30 @@ class Context:
                     stop = end
         return out
 
+    def loop_uses(self, name: str, stmt: ast.AST) -> list[ast.Name]:
+        """``for ...: d = 1 - h; h = t``: in a loop, the uses of ``name`` before ``stmt``
+        in the body read what ``stmt`` left on the next pass, up to the body's first
+        binding of ``name``."""
+        node, parents = stmt, self.parents
+        while id(node) in parents and not isinstance(node, (ast.For, ast.While)):
+            node = parents[id(node)]
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                return []
+        if not isinstance(node, (ast.For, ast.While)) or not node.body:
+            return []
+        first = (node.body[0].lineno, node.body[0].col_offset)
+        here = (getattr(stmt, "lineno", 0), getattr(stmt, "col_offset", 0))
+        out: list[ast.Name] = []
+        for use in self._index().get(name, ()):
+            where = (use.lineno, use.col_offset)
+            if not first <= where < here:
+                continue
+            if isinstance(use.ctx, ast.Load) or isinstance(self.statement_of(use), ast.AugAssign):
+                out.append(use)
+            else:
+                break  # h = ... earlier in the body: the value no longer read below
+        return out
+
 
 Check = Callable[[ast.AST, Context], None]
 

@@ -197,7 +197,7 @@ class _Follow:
             return
         self.seen.add(key)
         self.hops += 1
-        for use in self.ctx.uses_after(name, bound_at):
+        for use in [*self.ctx.uses_after(name, bound_at), *self.ctx.loop_uses(name, bound_at)]:
             self.climb(use)
             if self.fate.leaks:
                 return
