@@ -42,11 +42,12 @@ from collections.abc import Sequence
 
 from halfprec.leaks.lint.arguments import argument_step
 from halfprec.leaks.lint.callers import flag_guards
+from halfprec.leaks.lint.comprehensions import comprehended
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.methods import REDUCTIONS, attribute_step, called, record_field
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Fate, Follow
-from halfprec.leaks.lint.scalars import number, zero_dim, zero_dim_factory
+from halfprec.leaks.lint.scalars import integer_tensor, number, zero_dim, zero_dim_factory
 from halfprec.leaks.lint.statements import statement_step
 from halfprec.leaks.lint.values import value_of
 
@@ -106,7 +107,7 @@ class _Follow:
             # any floating dtype it stays a 0-dim tensor, fp32 at least, and goes on; a
             # tensor with dimensions takes its own dtype, unless it is an integer tensor:
             # torch.arange(n) * torch.tensor(0.5) is an fp32 tensor with dimensions
-            if any(_integer_tensor(o, self.ctx) for o in others):
+            if any(integer_tensor(o, self.ctx) for o in others):
                 self.scalar = False
                 return "up"
             return "up" if all(self.scalar_like(o) for o in others) else "safe"
@@ -210,26 +211,6 @@ def _literal(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant)
 
 
-_INTEGER_FACTORIES = words("arange randint randperm")
-
-
-def _integer_tensor(node: ast.AST, ctx: Context) -> bool:
-    """``torch.arange(n)`` (no float bound, no dtype), ``torch.randint(...)``, ``t.long()``:
-    an integer tensor with dimensions, read through a subscript (``torch.arange(n)[None]``)."""
-    while isinstance(node, ast.Subscript):
-        node = node.value
-    if not isinstance(node, ast.Call):
-        return False
-    if isinstance(node.func, ast.Attribute) and node.func.attr in ("long", "int") and not node.args:
-        return True
-    if ctx.is_torch_attr(node.func, *_INTEGER_FACTORIES) is None:
-        return False
-    given = [*node.args, *(k.value for k in node.keywords if k.arg != "device")]
-    return not any(k.arg == "dtype" for k in node.keywords) and not any(
-        isinstance(n, ast.Constant) and isinstance(n.value, float) for a in given for n in walk(a)
-    )
-
-
 def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:
     """Where the fp32 tensor made at ``node`` goes (see the module docstring); ``upcast``:
     it was made by an explicit upcast (HP2), not a factory (HP101)."""
@@ -316,7 +297,7 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
     if isinstance(parent, (ast.Index, ast.Slice)):  # pragma: no cover - Python < 3.9 shapes
         return "integer"
     if isinstance(parent, ast.comprehension):
-        return _comprehended(f, node, parent)
+        return comprehended(f, node, parent)
     if isinstance(parent, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
         kept = parent.value if isinstance(parent, ast.DictComp) else parent.elt
         return "up" if kept is node else "unknown"  # [torch.ones(n) for ...]: a list of t
@@ -338,43 +319,9 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
     if isinstance(parent, ast.Call):
         gen = f.ctx.parents.get(id(parent))
         if isinstance(gen, ast.comprehension) and gen.iter is parent:
-            return _comprehended(f, node, gen)  # for a, t in zip(h, ts)
+            return comprehended(f, node, gen)  # for a, t in zip(h, ts)
         return argument_step(f, node, parent)
     return statement_step(f, node, parent)
-
-
-def _comprehended(f: _Follow, node: ast.AST, gen: ast.comprehension) -> str:
-    """``[drop(z) for z in zeros]`` over the tensor (or a list of such tensors), also as
-    one of ``zip(...)``'s lists or ``enumerate``'s: each element goes where the element
-    expression takes it, and the new list on from there."""
-    comp = f.ctx.parents.get(id(gen))
-    name = _target(node, gen)
-    if name is None or not isinstance(comp, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
-        return "unknown"
-    f.names.add(name)
-    for use in walk(comp.elt):
-        if isinstance(use, ast.Name) and use.id == name and isinstance(use.ctx, ast.Load):
-            f.climb(use)
-            if f.fate.leaks:
-                break
-    return "done"
-
-
-def _target(node: ast.AST, gen: ast.comprehension) -> str | None:
-    """The name that takes the elements of ``node`` in ``for x in node``, ``for a, x in
-    zip(h, node)`` or ``for i, x in enumerate(node)``."""
-    if gen.iter is node:
-        return gen.target.id if isinstance(gen.target, ast.Name) else None
-    call, target = gen.iter, gen.target
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
-        return None
-    if not isinstance(target, ast.Tuple) or node not in call.args or call.keywords:
-        return None
-    index = call.args.index(node) + (call.func.id == "enumerate")
-    if call.func.id not in ("zip", "enumerate") or len(target.elts) <= index:
-        return None
-    named = target.elts[index]
-    return named.id if isinstance(named, ast.Name) else None
 
 
 def _cast_back(step: str, parent: ast.AST | None, node: ast.AST) -> bool:

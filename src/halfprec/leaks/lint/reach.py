@@ -54,6 +54,7 @@ class Follow(Protocol):
     thunk: bool
     chosen: bool
     key: str | None
+    names: set[str]
     attrs: set[str]
     guards: list[ast.arg]
     fate: Fate

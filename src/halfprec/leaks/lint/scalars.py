@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 
 from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.typed import float_bound
 
 _REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp nansum nanmean")
@@ -206,3 +207,23 @@ def _at(value: ast.expr, element: int) -> ast.expr | None:
     if isinstance(value, ast.Tuple) and element < len(value.elts):
         return value.elts[element]
     return None
+
+
+_INTEGER_FACTORIES = words("arange randint randperm")
+
+
+def integer_tensor(node: ast.AST, ctx: Context) -> bool:
+    """``torch.arange(n)`` (no float bound, no dtype), ``torch.randint(...)``, ``t.long()``:
+    an integer tensor with dimensions, read through a subscript (``torch.arange(n)[None]``)."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, ast.Attribute) and node.func.attr in ("long", "int") and not node.args:
+        return True
+    if ctx.is_torch_attr(node.func, *_INTEGER_FACTORIES) is None:
+        return False
+    given = [*node.args, *(k.value for k in node.keywords if k.arg != "device")]
+    return not any(k.arg == "dtype" for k in node.keywords) and not any(
+        isinstance(n, ast.Constant) and isinstance(n.value, float) for a in given for n in walk(a)
+    )

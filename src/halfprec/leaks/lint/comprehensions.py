@@ -1,0 +1,45 @@
+"""A followed tensor, or a list of such tensors, iterated by a comprehension (see
+:mod:`.fate`): ``[drop(z) for z in zeros]``, also as one of ``zip``'s or ``enumerate``'s
+iterables. Each element is followed from its uses in the element expression.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.reach import Follow
+
+
+def comprehended(f: Follow, node: ast.AST, gen: ast.comprehension) -> str:
+    """``[drop(z) for z in zeros]`` over the tensor (or a list of such tensors), also as
+    one of ``zip(...)``'s lists or ``enumerate``'s: each element goes where the element
+    expression takes it, and the new list on from there."""
+    comp = f.ctx.parents.get(id(gen))
+    name = _target(node, gen)
+    if name is None or not isinstance(comp, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+        return "unknown"
+    f.names.add(name)
+    for use in walk(comp.elt):
+        if isinstance(use, ast.Name) and use.id == name and isinstance(use.ctx, ast.Load):
+            f.climb(use)
+            if f.fate.leaks:
+                break
+    return "done"
+
+
+def _target(node: ast.AST, gen: ast.comprehension) -> str | None:
+    """The name that takes the elements of ``node`` in ``for x in node``, ``for a, x in
+    zip(h, node)`` or ``for i, x in enumerate(node)``."""
+    if gen.iter is node:
+        return gen.target.id if isinstance(gen.target, ast.Name) else None
+    call, target = gen.iter, gen.target
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+        return None
+    if not isinstance(target, ast.Tuple) or node not in call.args or call.keywords:
+        return None
+    index = call.args.index(node) + (call.func.id == "enumerate")
+    if call.func.id not in ("zip", "enumerate") or len(target.elts) <= index:
+        return None
+    named = target.elts[index]
+    return named.id if isinstance(named, ast.Name) else None
