@@ -226,3 +226,35 @@ def test_a_value_rebound_late_in_a_loop_is_read_early_on_the_next_pass() -> None
 def test_a_value_rebound_late_in_a_loop_read_early_only_for_its_shape_stays_silent() -> None:
     body = LOOPED.replace("left = 1.0 - acc", "left = h.new_ones(acc.shape[0])")
     assert _found(body) == []
+
+
+FARTHEST = """\
+    def farthest(xyz, k):
+        b, n, _ = xyz.shape
+        picked = torch.zeros(b, k, dtype=torch.long, device=xyz.device)
+        distance = torch.ones(b, n).to(xyz.device) * 1e10
+        far = torch.zeros(b, dtype=torch.long, device=xyz.device)
+        rows = torch.arange(b, device=xyz.device)
+        for i in range(k):
+            picked[:, i] = far
+            dist = ((xyz - xyz[rows, far, None]) ** 2).sum(-1)
+            mask = dist < distance
+            distance[mask] = dist[mask]
+            far = torch.max(distance, -1)[1]
+        return picked
+
+
+    class Sampler(nn.Module):
+        def forward(self, xyz):
+            return xyz[:, farthest(xyz, 4)[0]]
+    """
+
+
+def test_the_indices_of_a_max_over_a_loop_distance_stay_silent() -> None:
+    assert _found(FARTHEST) == []
+
+
+def test_the_values_of_a_max_over_a_loop_distance_are_followed() -> None:
+    body = FARTHEST.replace("far = torch.max(distance, -1)[1]", "far = torch.max(distance, -1)[0]")
+    body = body.replace("return picked", "return picked + far[:, None] + xyz.sum(-1)[:, :1]")
+    assert _found(body) == [4]

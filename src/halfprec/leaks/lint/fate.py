@@ -198,7 +198,10 @@ class _Follow:
             return
         self.seen.add(key)
         self.hops += 1
-        for use in [*self.ctx.uses_after(name, bound_at), *self.ctx.loop_uses(name, bound_at)]:
+        uses = self.ctx.uses_after(name, bound_at)
+        if self.depth == 0:  # the next pass of a loop of the tensor's own function
+            uses += self.ctx.loop_uses(name, bound_at)
+        for use in uses:
             self.climb(use)
             if self.fate.leaks:
                 return
@@ -291,6 +294,8 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
             return "integer"
         if f.key is not None and isinstance(parent.slice, ast.Constant):
             return record_field(f, parent.slice.value)  # kwargs["mask"] of a dict holding t
+        if _indices(node, parent):
+            return "integer"  # torch.max(t, -1)[1]: the indices of the values
         element = isinstance(parent.slice, ast.Constant) and isinstance(parent.slice.value, int)
         f.scalar = f.scalar or (element and f.one_dim)  # w[0] of a vector: 0-dim
         return "up"
@@ -322,6 +327,20 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
             return comprehended(f, node, gen)  # for a, t in zip(h, ts)
         return argument_step(f, node, parent)
     return statement_step(f, node, parent)
+
+
+_PAIRED = words("max min sort topk kthvalue mode median cummax cummin")
+
+
+def _indices(node: ast.AST, parent: ast.Subscript) -> bool:
+    """``torch.max(t, dim)[1]`` or ``t.sort()[1]``: the second of (values, indices)."""
+    index = parent.slice
+    if not (isinstance(index, ast.Constant) and index.value == 1 and isinstance(node, ast.Call)):
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else ""
+    dim = len(node.args) > (1 if dotted(func).startswith("torch.") else 0) or bool(node.keywords)
+    return name in _PAIRED and (dim or name in ("sort", "topk", "kthvalue"))
 
 
 def _cast_back(step: str, parent: ast.AST | None, node: ast.AST) -> bool:
