@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from halfprec.leaks.lint import lint_source
+from halfprec.leaks.lint import fix_source, lint_source
 
 HEAD = "import torch\nfrom torch import nn\n\n\n"
 
@@ -258,3 +258,10 @@ def test_the_values_of_a_max_over_a_loop_distance_are_followed() -> None:
     body = FARTHEST.replace("far = torch.max(distance, -1)[1]", "far = torch.max(distance, -1)[0]")
     body = body.replace("return picked", "return picked + far[:, None] + xyz.sum(-1)[:, :1]")
     assert _found(body) == [4]
+
+
+def test_a_list_whose_first_elements_device_is_read_is_no_fix_anchor() -> None:
+    source = HEAD + textwrap.dedent(LISTED_STATE)
+    found = [f for f in lint_source(source) if f.code == "HP101"]
+    assert [f.line - 4 for f in found] == [15]
+    assert "hs.new_zeros" not in fix_source(source)

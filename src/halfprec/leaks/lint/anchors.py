@@ -9,6 +9,7 @@ A name is *not* a tensor (never an anchor) when some use of it in the function s
   tensor has no such attribute;
 - a callable (a module, a function): ``out(h)``;
 - a tuple unpacked by an assignment: ``a, b = out``;
+- a list of tensors: ``out[0].device`` or ``out[0].dtype`` read for the first element's;
 - documented as integers or booleans by the function's docstring
   (``:param crowd: Tensor (int): ...``, ``crowd (LongTensor): ...``): a flag, not a value.
 
@@ -70,11 +71,23 @@ def _shown(node: ast.AST, called: set[int]) -> list[str | None]:
         ]
     if isinstance(node, ast.Call):
         return [_name(node.func), *(_name(k.value) for k in node.keywords if k.arg is None)]
+    if isinstance(node, ast.Attribute) and _element_field(node):
+        assert isinstance(node.value, ast.Subscript)
+        return [_name(node.value.value)]  # xs[0].device: a list of tensors
     if isinstance(node, ast.Attribute):
         return [_attribute_use(node, called)]
     if isinstance(node, ast.Assign) and isinstance(node.targets[0], (ast.Tuple, ast.List)):
         return [_name(node.value)]  # a, b = out: a tuple (a tensor's rows are rarely named)
     return []
+
+
+def _element_field(node: ast.Attribute) -> bool:
+    """``xs[0].device`` or ``xs[0].dtype``: the device or dtype of a first element, read
+    where a tensor's own would do."""
+    item = node.value
+    if not (isinstance(item, ast.Subscript) and isinstance(item.slice, ast.Constant)):
+        return False
+    return node.attr in ("device", "dtype") and item.slice.value == 0
 
 
 # ``:param name: Tensor (int): ...`` (Sphinx) or ``name (Tensor[int]): ...`` (Google)
