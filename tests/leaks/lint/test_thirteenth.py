@@ -265,3 +265,32 @@ def test_a_list_whose_first_elements_device_is_read_is_no_fix_anchor() -> None:
     found = [f for f in lint_source(source) if f.code == "HP101"]
     assert [f.line - 4 for f in found] == [15]
     assert "hs.new_zeros" not in fix_source(source)
+
+
+HELD_BY_CALLER = """\
+    class Chunker(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.proj = nn.Linear(d, d)
+
+        def reset(self, cache):
+            cache["tail"] = torch.empty(0)
+            cache["seen"] = 0
+
+        def forward(self, x, cache):
+            if not cache:
+                self.reset(cache)
+            x = torch.cat([cache["tail"], x], dim=-1)
+            cache["tail"] = x[..., -4:]
+            return self.proj(x)
+    """
+
+
+def test_a_dict_parameter_given_a_tensor_holds_it_in_the_caller() -> None:
+    assert _found(HELD_BY_CALLER) == [7]
+
+
+def test_a_dict_parameter_overwritten_under_the_key_before_the_read_stays_silent() -> None:
+    old = 'x = torch.cat([cache["tail"], x], dim=-1)'
+    new = 'cache["tail"] = x[..., :0]\n            x = torch.cat([cache["tail"], x], dim=-1)'
+    assert _found(HELD_BY_CALLER.replace(old, new)) == []

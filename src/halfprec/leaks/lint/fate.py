@@ -292,6 +292,10 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
     if isinstance(parent, ast.Subscript):
         if parent.value is not node:
             return "integer"
+        if f.key is not None and isinstance(parent.ctx, ast.Store):
+            if isinstance(parent.slice, ast.Constant) and parent.slice.value == f.key:
+                f.key = "\0overwritten"  # cache["buf"] = v: later reads of "buf" read v
+            return "safe"  # a write into the dict reads none of it
         if f.key is not None and isinstance(parent.slice, ast.Constant):
             return record_field(f, parent.slice.value)  # kwargs["mask"] of a dict holding t
         if _indices(node, parent):

@@ -246,3 +246,29 @@ def to_readers(f: Follow, target: ast.Attribute) -> bool:
         reader.climb(node)
         f.hops = reader.hops
     return bool(reads or held)
+
+
+def to_holders(f: Follow, name: str) -> None:
+    """``cache["buf"] = t`` of a parameter ``cache``: the name each caller passes holds
+    ``t`` under the same key from that call on."""
+    calls, fn = f.ctx.calls, f.ctx.function
+    if calls is None or f.depth >= _MAX_DEPTH:
+        return
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return
+    a = fn.args
+    param = next((p for p in (*a.posonlyargs, *a.args, *a.kwonlyargs) if p.arg == name), None)
+    if param is None:
+        return
+    method = bool(a.args) and a.args[0].arg == "self"
+    for site in calls.callers(fn):
+        arg = argument_for(fn, site.call, param, method)
+        key = (f"<holder>{name}", id(site.call))
+        if not isinstance(arg, ast.Name) or key in f.seen or f.fate.leaks:
+            continue
+        f.seen.add(key)
+        outer = f.spawn(calls.context(site.caller, site.facts, site.is_forward))
+        outer.fate, outer.seen, outer.hops, outer.depth = f.fate, f.seen, f.hops, f.depth + 1
+        outer.key, outer.chosen = f.key, f.chosen
+        outer.follow_name(arg.id, outer.ctx.statement_of(site.call))
+        f.hops = outer.hops

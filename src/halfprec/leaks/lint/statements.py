@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from halfprec.leaks.lint.context import Context
 from halfprec.leaks.lint.nodes import walk
-from halfprec.leaks.lint.reach import Follow, to_callers, to_readers
+from halfprec.leaks.lint.reach import Follow, to_callers, to_holders, to_readers
 from halfprec.leaks.lint.wrappers import dict_attribute
 
 
@@ -125,13 +125,16 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
 
 def _follow_holder(f: Follow, name: str, target: ast.Subscript, stmt: ast.stmt) -> None:
     """``cache["buf"] = t``: ``cache`` holds ``t`` under ``"buf"``, so its reads under
-    another key (``cache["other"]``) are other values."""
+    another key (``cache["other"]``) are other values; a parameter ``cache`` is the dict
+    each caller passes, so it holds ``t`` there after the call."""
     key = target.slice.value if isinstance(target.slice, ast.Constant) else None
     kept = f.key
     if isinstance(target.value, ast.Name) and isinstance(key, str):
         f.key = key
     try:
         f.follow_name(name, stmt)
+        if f.key is not None and not f.fate.leaks:
+            to_holders(f, name)
     finally:
         f.key = kept
 
