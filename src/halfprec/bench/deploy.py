@@ -167,8 +167,9 @@ class Deployed:
         return f"{self.variant}: {speed}{comp}, within tolerance{skip}{self._noisy()}{kept}"
 
     def _noisy(self) -> str:
-        """Why a variant faster by the median was not chosen: its spread against fp32."""
-        rows = too_noisy(self.report, self.choice.batch_size)
+        """Why a variant faster by the median than the module deployed (fp32 where the race's
+        choice was overruled) was not chosen: its spread against fp32."""
+        rows = too_noisy(self.report, self.choice.batch_size, than=self.choice)
         if not rows:
             return ""
         named = ", ".join(
