@@ -7,7 +7,10 @@ A name is *not* a tensor (never an anchor) when some use of it in the function s
 - a list, dict or set: ``out.append(...)``, ``out.items()``, ``out.get("x")``...;
 - an object with fields (a model output, a dataclass, a config): ``out.logits`` read where a
   tensor has no such attribute;
-- a callable (a module, a function): ``out(h)``.
+- a callable (a module, a function): ``out(h)``;
+- a tuple unpacked by an assignment: ``a, b = out``;
+- documented as integers or booleans by the function's docstring
+  (``:param crowd: Tensor (int): ...``, ``crowd (LongTensor): ...``): a flag, not a value.
 
 The check is over the whole function, whatever the binding, so a name reused for a list and
 then a tensor loses its fix (it is still reported): a fix that does not run is worse.
@@ -16,6 +19,7 @@ then a tensor loses its fix (it is still reported): a fix that does not run is w
 from __future__ import annotations
 
 import ast
+import re
 
 from halfprec.leaks.lint.context import words
 from halfprec.leaks.lint.nodes import walk
@@ -68,12 +72,42 @@ def _shown(node: ast.AST, called: set[int]) -> list[str | None]:
         return [_name(node.func), *(_name(k.value) for k in node.keywords if k.arg is None)]
     if isinstance(node, ast.Attribute):
         return [_attribute_use(node, called)]
+    if isinstance(node, ast.Assign) and isinstance(node.targets[0], (ast.Tuple, ast.List)):
+        return [_name(node.value)]  # a, b = out: a tuple (a tensor's rows are rarely named)
     return []
+
+
+# ``:param name: Tensor (int): ...`` (Sphinx) or ``name (Tensor[int]): ...`` (Google)
+_PARAM_DOC = re.compile(r"^\s*(?::param\s+(\w+)\s*:(.*)|(\w+)\s*(\([^)]*\))\s*:)")
+_INTEGER_DOC = re.compile(
+    r"\b(int|ints|int8|int16|int32|int64|long|longtensor|bool|boolean)\b",
+    re.I,
+)
+_FLOAT_DOC = re.compile(r"float|half|double", re.I)
+
+
+def _documented_integers(fn: ast.AST) -> set[str]:
+    """The parameters the docstring of ``fn`` gives an integer or boolean type."""
+    first = fn.body[0] if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+    value = first.value if isinstance(first, ast.Expr) else None
+    doc = value.value if isinstance(value, ast.Constant) else None
+    if not isinstance(doc, str) or not ("int" in doc or "bool" in doc or "ong" in doc):
+        return set()  # a substring test first: most docstrings name no such type
+    out: set[str] = set()
+    for line in doc.splitlines():
+        m = _PARAM_DOC.match(line)
+        if m is None:
+            continue
+        name, kind = (m.group(1), m.group(2)[:40]) if m.group(1) else (m.group(3), m.group(4))
+        if _INTEGER_DOC.search(kind) and not _FLOAT_DOC.search(kind):
+            out.add(name)
+    return out
 
 
 def not_tensors(fn: ast.AST) -> frozenset[str]:
     """The names of ``fn`` that some use shows are no tensor (see the module docstring)."""
     called = {id(n.func) for n in walk(fn) if isinstance(n, ast.Call)}
     out = {name for node in walk(fn) for name in _shown(node, called) if name is not None}
+    out |= _documented_integers(fn)
     out.discard("self")
     return frozenset(out)

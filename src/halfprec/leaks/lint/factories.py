@@ -31,7 +31,7 @@ from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
 from halfprec.leaks.lint.scalars import zero_dim_factory
-from halfprec.leaks.lint.typed import typed_floats
+from halfprec.leaks.lint.typed import float_bound, float_parameter, fp32_default, typed_floats
 from halfprec.leaks.lint.values import template_for, value_of
 
 _NEW = {
@@ -87,7 +87,9 @@ def python_float(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
         return name.startswith("math.") and name[5:] in _MATH_FLOAT
     if isinstance(node, ast.Name):
         bound = ctx.binding_before(node)
-        return bound is not None and python_float(bound, ctx, depth + 1)
+        if bound is None:
+            return float_parameter(node.id, ctx)  # offset: float = 0.5
+        return python_float(bound, ctx, depth + 1)
     return False
 
 
@@ -133,6 +135,8 @@ def _makes_float(kind: str, call: ast.Call, ctx: Context) -> bool:
             return data.attr in ctx.facts.float_lists
         if isinstance(data, ast.BinOp) and not _number(data, ctx) and not _listed(data):
             return False  # torch.tensor(0.5 * loss): a copy of a tensor, in its dtype
+        if isinstance(data, ast.Name) and float_bound(data.id, ctx.function):
+            return True  # l1 = 0.0 on one branch: torch.tensor(l1) is fp32 there
         return data is not None and (is_floatish(data) or typed_floats(data, ctx))
     # arange: floating when any bound or step is a float
     return any(is_floatish(a) for a in [*call.args, *(k.value for k in call.keywords)])
@@ -172,7 +176,8 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
             if parent.attr in ("float", "double") and not outer.args:
                 return outer
             if parent.attr in ("to", "type") and any(
-                is_fp32_dtype(a, ctx) for a in (*outer.args, *(k.value for k in outer.keywords))
+                is_fp32_dtype(a, ctx) or fp32_default(a, ctx)
+                for a in (*outer.args, *(k.value for k in outer.keywords))
             ):
                 return outer
             if parent.attr not in _INT_KEEPS or _casts(outer):
@@ -322,7 +327,7 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
     if kind is None:
         return
     # a 0-dim factory is followed: it leaks only with 0-dim half values
-    scalar = zero_dim_factory(kind, node, ctx.facts.float_lists)
+    scalar = zero_dim_factory(kind, node, ctx.facts.float_lists, ctx.function)
     keywords = {k.arg for k in node.keywords}
     if "dtype" in keywords or None in keywords:  # dtype given, or **kwargs may hold it
         return

@@ -223,7 +223,7 @@ def _scalar_factory(node: ast.AST, ctx: Context) -> bool:
     if not isinstance(node, ast.Call):
         return False
     kind = ctx.is_torch_attr(node.func, "tensor", "zeros", "ones", "empty", "full", "rand", "randn")
-    return kind is not None and zero_dim_factory(kind, node, ctx.facts.float_lists)
+    return kind is not None and zero_dim_factory(kind, node, ctx.facts.float_lists, ctx.function)
 
 
 def _no_elements(node: ast.AST) -> bool:

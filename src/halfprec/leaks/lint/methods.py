@@ -10,6 +10,7 @@ import ast
 
 from halfprec.leaks.lint.context import dotted, words
 from halfprec.leaks.lint.reach import Follow
+from halfprec.leaks.lint.typed import fp32_default
 
 _FACTS = words("shape size device dtype ndim numel dim is_cuda nelement is_floating_point")
 _ELEMENT = words("item tolist numpy __len__ all any")
@@ -116,6 +117,9 @@ def _to(f: Follow, call: ast.Call) -> str:
         text = dotted(arg)
         last = text.rsplit(".", 1)[-1]
         if text.split(".")[0] in torch_names and last in ("float32", "float", "float64", "double"):
+            fp32 = True
+            continue
+        if fp32_default(arg, f.ctx):  # dtype=torch.float of a parameter no call passes
             fp32 = True
             continue
         if last in _INTEGER_CASTS or last.startswith(("int", "uint", "long")):

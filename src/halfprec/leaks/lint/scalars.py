@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 
 from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.typed import float_bound
 
 _REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp nansum nanmean")
 _ELEMENTWISE = words(
@@ -27,15 +28,20 @@ LOSSES = words(
     "cosine_embedding_loss margin_ranking_loss hinge_embedding_loss soft_margin_loss "
     "multilabel_soft_margin_loss triplet_margin_loss ctc_loss"
 )
-_MAX_DEPTH = 6  # names, operators and calls followed to a 0-dim value
+_MAX_DEPTH = 10  # names, operators and calls followed to a 0-dim value
 
 
-def zero_dim_factory(kind: str, call: ast.Call, lists: frozenset[str] = frozenset()) -> bool:
+def zero_dim_factory(
+    kind: str, call: ast.Call, lists: frozenset[str] = frozenset(), fn: ast.AST | None = None
+) -> bool:
     """``torch.rand([])``, ``torch.full((), v)``, ``torch.tensor(0.5)``: a factory of no
-    size; ``lists`` names the attributes of ``self`` that hold lists, not scalars."""
+    size; ``lists`` names the attributes of ``self`` that hold lists, not scalars; ``fn``,
+    the function whose float literals a name given alone may hold (``torch.tensor(l1)``)."""
     if not call.args:
         return False
     first = call.args[0]
+    if kind == "tensor" and isinstance(first, ast.Name):
+        return float_bound(first.id, fn)
     if kind == "tensor":  # a scalar, not a list: torch.tensor(torch.finfo(x.dtype).min)
         if isinstance(first, ast.Attribute) and dotted(first.value) == "self":
             return first.attr not in lists
@@ -53,9 +59,12 @@ def zero_dim(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
         return False
     if isinstance(node, ast.Name):
         bound = ctx.binding_before(node)
+        element = _element(bound, node.id, ctx)
+        if element is not None and isinstance(bound, ast.Call):
+            return _returns_zero_dim(ctx, _function_of(ctx, bound.func), depth, bound.func, element)
         return bound is not None and zero_dim(bound, ctx, depth + 1)
     if isinstance(node, ast.BinOp):
-        sides = [s for s in (node.left, node.right) if not number(s, ctx)]
+        sides = [s for s in (node.left, node.right) if not _number_name(s, ctx)]
         return bool(sides) and all(zero_dim(s, ctx, depth + 1) for s in sides)
     if isinstance(node, ast.UnaryOp):
         return zero_dim(node.operand, ctx, depth + 1)
@@ -76,7 +85,7 @@ def _zero_dim_call(call: ast.Call, ctx: Context, depth: int) -> bool:
     if torch_call:
         kind = ctx.is_torch_attr(func, "tensor", "zeros", "ones", "empty", "full", "rand", "randn")
         if kind is not None:
-            return zero_dim_factory(kind, call, ctx.facts.float_lists)
+            return zero_dim_factory(kind, call, ctx.facts.float_lists, ctx.function)
         if last in LOSSES:
             return True
         if last in _REDUCTIONS:
@@ -149,11 +158,36 @@ def _method(ctx: Context, func: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionD
     return info[0].get(func.attr) if info is not None else None
 
 
-def _returns_zero_dim(ctx: Context, function: str, depth: int, func: ast.AST) -> bool:
+def _element(bound: ast.AST | None, name: str, ctx: Context) -> int | None:
+    """``a, b = f(...)``: the position of ``name`` in the tuple its binding unpacks."""
+    if bound is None:
+        return None
+    stmt = ctx.parents.get(id(bound))
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+        return None
+    target = stmt.targets[0]
+    if not isinstance(target, ast.Tuple):
+        return None
+    names = [e.id if isinstance(e, ast.Name) else "" for e in target.elts]
+    return names.index(name) if name in names else None
+
+
+def _number_name(node: ast.AST, ctx: Context) -> bool:
+    """A number, or a name last bound to one (``total = 0`` before ``total = total + l``)."""
+    if isinstance(node, ast.Name):
+        bound = ctx.binding_before(node)
+        return isinstance(bound, ast.Constant) and isinstance(bound.value, (int, float))
+    return number(node, ctx)
+
+
+def _returns_zero_dim(
+    ctx: Context, function: str, depth: int, func: ast.AST, element: int | None = None
+) -> bool:
     """``function`` is a loss of torch, an ``nn.*Loss`` layer, or a function or method of
-    the file whose every return is 0-dim."""
+    the file whose every return is 0-dim (``element``: whose every returned tuple holds a
+    0-dim value there)."""
     last = function.rsplit(".", 1)[-1]
-    if last in LOSSES or (last.endswith("Loss") and last[:1].isupper()):
+    if element is None and (last in LOSSES or (last.endswith("Loss") and last[:1].isupper())):
         return True
     calls = ctx.calls
     fn = calls.program.functions.get(function) if calls is not None and function else None
@@ -161,5 +195,14 @@ def _returns_zero_dim(ctx: Context, function: str, depth: int, func: ast.AST) ->
     if calls is None or fn is None or depth >= _MAX_DEPTH:
         return False
     inner = calls.context(fn, ctx.facts, False)
-    returned = calls.returns(fn)
-    return bool(returned) and all(zero_dim(r, inner, depth + 1) for r in returned)
+    returned: list[ast.expr | None] = list(calls.returns(fn))
+    if element is not None:
+        returned = [r and _at(r, element) for r in returned]
+    return bool(returned) and all(r is not None and zero_dim(r, inner, depth + 1) for r in returned)
+
+
+def _at(value: ast.expr, element: int) -> ast.expr | None:
+    """The ``element``-th value of a returned tuple (``return a, b``)."""
+    if isinstance(value, ast.Tuple) and element < len(value.elts):
+        return value.elts[element]
+    return None

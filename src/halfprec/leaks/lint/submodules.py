@@ -50,6 +50,9 @@ def submodule(f: Follow, func: ast.AST) -> str:
     name = names[0] if len(names) == 1 else ""
     layer = _built(f.ctx, dict(f.ctx.facts.layers).get(name, ""))
     held = dict(f.ctx.facts.elements).get(name, ())
+    if layer in LOSS_LAYERS:
+        f.scalar = True  # self.ce(t, y): the loss of t, 0-dim in t's dtype at least
+        return "up"
     if layer in _WEIGHTLESS or name in f.ctx.facts.passthrough:
         return "up"
     if held and all(h in _WEIGHTLESS for h in held):
@@ -137,6 +140,34 @@ def _built(ctx: Context, layer: str) -> str:
         for r in calls.returns(fn)
     }
     return made.pop() if len(made) == 1 else layer
+
+
+LOSS_LAYERS = words(
+    "L1Loss MSELoss CrossEntropyLoss CTCLoss NLLLoss PoissonNLLLoss GaussianNLLLoss KLDivLoss "
+    "BCELoss BCEWithLogitsLoss MarginRankingLoss HingeEmbeddingLoss MultiLabelMarginLoss "
+    "HuberLoss SmoothL1Loss SoftMarginLoss MultiLabelSoftMarginLoss CosineEmbeddingLoss "
+    "MultiMarginLoss TripletMarginLoss TripletMarginWithDistanceLoss"
+)
+
+
+# the losses whose output is fp32 for a half input and an fp32 target (checked with torch)
+_TARGET_PROMOTES = words(
+    "L1Loss MSELoss SmoothL1Loss BCELoss BCEWithLogitsLoss KLDivLoss CrossEntropyLoss "
+    "MultiLabelSoftMarginLoss PoissonNLLLoss GaussianNLLLoss MarginRankingLoss "
+    "TripletMarginLoss"
+)
+
+
+def loss_input(f: Follow, func: ast.AST) -> bool:
+    """``self.ce(h, t)``: a torch loss layer held on ``self`` whose output takes the dtype
+    of its target too (0-dim, fp32 when ``t`` is); a loss that only compares its target
+    (``CosineEmbeddingLoss``) keeps the input's dtype."""
+    names = _attributes(f.ctx, func)
+    name = names[0] if len(names) == 1 else ""
+    if _built(f.ctx, dict(f.ctx.facts.layers).get(name, "")) not in _TARGET_PROMOTES:
+        return False
+    f.scalar = True
+    return True
 
 
 def is_submodule(ctx: Context, func: ast.AST) -> bool:

@@ -5,7 +5,13 @@ that makes an fp32 tensor although no float literal is in sight.
   ``-> List[float]``;
 - a list, tuple or comprehension of such values (``[score(h) for h in hypos]``);
 - a name annotated ``float`` or a sequence of floats (a parameter ``scores: List[float]``,
-  a local ``new: List[float] = []``), or bound to one of the above.
+  a local ``new: List[float] = []``), or bound to one of the above;
+- a name some assignment of the function binds to a float literal (``extra = 0.0`` on one
+  branch): ``torch.tensor(extra)`` makes a 0-dim fp32 tensor on that branch;
+- a parameter defaulting to a float literal (``offset: float = 0.5``).
+
+A ``dtype`` parameter defaulting to ``torch.float`` that no call of the file passes is fp32:
+``.to(dtype=dtype)`` there is a cast to fp32, not to the model's dtype.
 
 An annotation naming ``Tensor`` or ``int`` as well (``Union[float, Tensor]``) proves nothing.
 """
@@ -13,7 +19,10 @@ An annotation naming ``Tensor`` or ``int`` as well (``Union[float, Tensor]``) pr
 from __future__ import annotations
 
 import ast
+import functools
 
+from halfprec.leaks.lint.callers import argument_for
+from halfprec.leaks.lint.casts import is_fp32_dtype
 from halfprec.leaks.lint.context import Context
 
 _MAX_DEPTH = 3
@@ -77,3 +86,59 @@ def _annotated(name: str, ctx: Context, sequence: bool) -> bool:
             assert isinstance(node, ast.AnnAssign)
             return float_annotation(node.annotation, sequence)
     return False
+
+
+def float_bound(name: str, fn: ast.AST | None) -> bool:
+    """Whether an assignment in ``fn`` binds ``name`` to a float literal (``l1 = 0.0``)."""
+    return fn is not None and name in _float_names(fn)
+
+
+@functools.lru_cache(maxsize=64)
+def _float_names(fn: ast.AST) -> frozenset[str]:
+    """The names an assignment in ``fn`` binds to a float literal (one walk per function)."""
+    out: set[str] = set()
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Assign):
+            continue
+        value = node.value.operand if isinstance(node.value, ast.UnaryOp) else node.value
+        if isinstance(value, ast.Constant) and type(value.value) is float:
+            out.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return frozenset(out)
+
+
+def _parameter(name: str, ctx: Context) -> tuple[ast.arg, ast.expr | None] | None:
+    """The parameter ``name`` of the walked function, with its default."""
+    fn = ctx.function
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    a = fn.args
+    positional = [*a.posonlyargs, *a.args]
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(a.defaults))
+    pairs = [
+        *zip(positional, [*defaults, *a.defaults], strict=True),
+        *zip(a.kwonlyargs, a.kw_defaults, strict=True),
+    ]
+    return next(((p, d) for p, d in pairs if p.arg == name), None)
+
+
+def float_parameter(name: str, ctx: Context) -> bool:
+    """A parameter defaulting to a float literal (``offset: float = 0.5``)."""
+    found = _parameter(name, ctx)
+    default = found[1] if found is not None else None
+    return isinstance(default, ast.Constant) and type(default.value) is float
+
+
+def fp32_default(node: ast.AST, ctx: Context) -> bool:
+    """``dtype`` of ``def anchors(..., dtype=torch.float)`` that no call of the file passes."""
+    if not isinstance(node, ast.Name) or ctx.binding_before(node) is not None:
+        return False  # dtype = x.dtype rebinds it in the body
+    found = _parameter(node.id, ctx)
+    if found is None or found[1] is None or not is_fp32_dtype(found[1], ctx):
+        return False
+    fn, calls = ctx.function, ctx.calls
+    assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+    if calls is None:
+        return True
+    method = calls.program.owner_of(fn) is not None
+    sites = calls.callers(fn)
+    return all(argument_for(fn, site.call, found[0], method) is None for site in sites)
