@@ -126,11 +126,12 @@ def test_deploy_never_picks_a_variant_slower_than_fp32() -> None:
     assert done.variant == race.name or (
         done.variant == "fp32" and done.overruled.startswith(f"{race.name} timed again")
     )
-    # whatever beat the module deployed by the median was too noisy to rank against fp32,
-    # or was the race's choice that timing it again at deploy's end overruled; both said so
     assert overruled <= faster
+    # whatever beat the module deployed by the median was too noisy to rank against fp32,
+    # or, where timing the race's choice again at deploy's end overruled it, was raced but
+    # not timed again; the summary names each
     noisy = {r.name for r, _ in too_noisy(done.report, than=done.choice)}
-    assert faster - overruled == noisy  # so none of them faster than fp32 beyond the spread
+    assert not faster - overruled - noisy or done.overruled
     assert all(name in done.summary for name in faster)
     assert done.variant == "fp32" or done.speedup > 1.0
 
@@ -297,23 +298,26 @@ def test_a_noisy_machine_yields_fp32_with_a_note_in_deploy_and_bench_alike() -> 
     )
 
 
-def test_an_overruled_choice_names_what_ran_faster_than_the_fp32_kept() -> None:
+@pytest.mark.parametrize(
+    ("fp16", "says"),
+    [
+        (NOISY["halfprec-bf16"], "the machine was too noisy to rank halfprec-fp16 1.43x by the"),
+        ([0.8], "; not timed again: halfprec-fp16 1.25x faster in the race: fp32 kept"),
+    ],
+)
+def test_an_overruled_choice_names_what_ran_faster_than_the_fp32_kept(
+    fp16: list[float], says: str
+) -> None:
     # the race: halfprec-bf16 2x faster beyond the spread (the leader), halfprec-fp16 1.43x
-    # by the median only; at deploy's end bf16 reads 0.83x, so fp32 is kept. fp16 ran faster
-    # than the fp32 kept by the median: the summary says why it was not chosen either
-    clock = RoundClock(
-        {
-            "fp32": [1.0],
-            "halfprec-fp16": NOISY["halfprec-bf16"],
-            "halfprec-bf16": [0.5] * 5 + [1.2] * 5,
-        }
-    )
+    # by the median only, or 1.25x beyond the spread; at deploy's end bf16 reads 0.83x, so
+    # fp32 is kept. fp16 ran faster than the fp32 kept: the summary says why it is not chosen
+    bf16 = [0.5] * 5 + [1.2] * 5
+    clock = RoundClock({"fp32": [1.0], "halfprec-fp16": fp16, "halfprec-bf16": bf16})
     done = halfprec.deploy(Block(), _x(), compile=False, bench=NO_RACE, timer=clock, runtimes=())
     assert [r.name for r in done.report.results] == ["fp32", "halfprec-fp16", "halfprec-bf16"]
     assert done.variant == "fp32" and done.claim is None and done.speedup == 1.0
     assert done.overruled.startswith("halfprec-bf16 timed again at deploy's end: too noisy")
-    assert "the machine was too noisy to rank halfprec-fp16 1.43x by the median" in done.summary
-    assert done.summary.endswith(done.overruled)
+    assert says in done.summary and done.summary.endswith(done.overruled)
 
 
 def test_a_speedup_above_the_eager_gemm_ratio_is_a_warning_not_an_efficiency() -> None:
