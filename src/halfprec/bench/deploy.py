@@ -54,7 +54,9 @@ from halfprec.bench.results import (
     BenchConfig,
     BenchResult,
     VariantResult,
+    faster_beyond_spread,
     fastest_variant,
+    paired_speed,
     too_noisy,
 )
 from halfprec.bench.runner import Benchmark, Progress
@@ -62,11 +64,11 @@ from halfprec.bench.runtime_choice import default_runtimes, runtime_variants, wi
 from halfprec.bench.spread import variant_speed
 from halfprec.bench.steady import steady_call_time
 from halfprec.bench.variants import AUTOTUNE_RECIPES, Variant, build_variant
-from halfprec.bench.ways import WAYS
+from halfprec.bench.ways import WAYS, choice_kinds
 from halfprec.compare import Tolerance
 from halfprec.convert.recipe import Recipe, RecipeLike
 from halfprec.modules import model_device
-from halfprec.timing import spent_text, spread_text
+from halfprec.timing import ratio_text, spent_text, spread_text
 
 
 def _quick() -> BenchConfig:
@@ -167,8 +169,9 @@ class Deployed:
         return f"{self.variant}: {speed}{comp}, within tolerance{skip}{self._noisy()}{kept}"
 
     def _noisy(self) -> str:
-        """Why a variant faster by the median was not chosen: its spread against fp32."""
-        rows = too_noisy(self.report, self.choice.batch_size)
+        """Why a variant faster by the median than the module deployed (fp32 where the race's
+        choice was overruled) was not chosen: its spread against fp32."""
+        rows = too_noisy(self.report, self.choice.batch_size, than=self.choice)
         if not rows:
             return ""
         named = ", ".join(
@@ -317,6 +320,25 @@ def _rerun_winner(race: _Race, cache: RaceCache, candidates: int) -> Deployed | 
     return done
 
 
+def _raced(result: BenchResult, best: VariantResult) -> str:
+    """The other candidates the race found faster than fp32 beyond the spread, which are
+    not timed again when ``best`` is overruled, e.g. ``; not timed again: halfprec-fp16
+    1.25x faster in the race`` (empty where there are none)."""
+    rows = result.at(best.batch_size)
+    fp32 = next(r for r in rows if r.variant == Variant("fp32"))
+    named = [
+        f"{r.name} {ratio_text(speed.median)} in the race"
+        for r in rows
+        if r.name not in (best.name, fp32.name)
+        and (r.variant.kind in choice_kinds() or r.variant.runtime)
+        and r.status == "ok"
+        and r.accurate
+        and faster_beyond_spread(fp32, r)
+        and (speed := paired_speed(fp32, r)) is not None
+    ]
+    return f"; not timed again: {', '.join(named)}" if named else ""
+
+
 @dataclass(frozen=True)
 class _Race:
     """One deploy race over some candidates: the engine run and the choice."""
@@ -354,7 +376,8 @@ class _Race:
         claim = self._claim(result, best, chosen, seconds)
         if claim is None or claim.faster:
             return Deployed(chosen, best, result, seconds, claim)
-        note = f"{best.name} timed again at deploy's end: {claim.text()}: fp32 kept"
+        note = f"{best.name} timed again at deploy's end: {claim.text()}{_raced(result, best)}"
+        note += ": fp32 kept"
         result.warnings.append(note)
         fp32 = next(r for r in result.at(best.batch_size) if r.variant == Variant("fp32"))
         del chosen

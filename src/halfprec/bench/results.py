@@ -308,15 +308,17 @@ def too_noisy(
     batch_size: int | None = None,
     *,
     kinds: Sequence[str] | None = None,
+    than: VariantResult | None = None,
 ) -> list[tuple[VariantResult, Ratio]]:
-    """The accurate variants of ``kinds`` that ran faster than the choice of
-    :func:`fastest_variant` by the median but were not chosen because their spread
+    """The accurate variants of ``kinds`` that ran faster than the choice (``than``; default
+    :func:`fastest_variant`'s) by the median but were not chosen because their spread
     against fp32 did not say they are faster, with that spread: what "too noisy to rank"
     kept out."""
     size = result.batch_sizes[0] if batch_size is None else batch_size
     rows = result.at(size)
     kinds = choice_kinds() if kinds is None else kinds
-    fp32, chosen = _fp32(rows), fastest_variant(result, size, kinds=kinds)
+    fp32 = _fp32(rows)
+    chosen = fastest_variant(result, size, kinds=kinds) if than is None else than
     best = relative_time(fp32, chosen)
     found = []
     for r in rows:
