@@ -1,12 +1,14 @@
 """Thirteenth-round rules: a submodule bound by a chained assignment (``self.m = m =
 Net(...)``); a 0-dim fp32 tensor met with an integer tensor, which makes an fp32 tensor with
-dimensions; and a function imported from ``math`` (``from math import log``) gives a Python
-number, so ``torch.tensor(log(n) / d)`` is a 0-dim fp32 factory; ``.to(xs[0].device)`` is
-no cast; a list of tensors is followed through a comprehension over it (also as one of
-``zip``'s or ``enumerate``'s lists) and through ``nn.utils.rnn``'s padding and packing; a
-dict given a tensor under one key (``cache["buf"] = t``) holds other values under the
-others; in a loop, a name rebound late in the body is read by the body's earlier uses on
-the next pass. Each model here is small and written for this test."""
+dimensions; a function imported from ``math`` gives a Python number, so
+``torch.tensor(log(n) / d)`` is a 0-dim fp32 factory; ``.to(xs[0].device)`` is no cast; a
+list of tensors followed through a comprehension over it (also as one of ``zip``'s or
+``enumerate``'s lists) and ``nn.utils.rnn``'s padding; a dict given a tensor under one key
+(``cache["buf"] = t``) holds other values under the others, and a dict parameter holds it
+in each caller; ``super().forward`` runs the base class's ``forward``;
+``q, k, v = a, *torch.chunk(b, 2)`` binds each name; in a loop, a name rebound late in the
+body is read by the body's earlier uses on the next pass. Each model here is small and
+written for this test."""
 
 from __future__ import annotations
 
@@ -294,3 +296,46 @@ def test_a_dict_parameter_overwritten_under_the_key_before_the_read_stays_silent
     old = 'x = torch.cat([cache["tail"], x], dim=-1)'
     new = 'cache["tail"] = x[..., :0]\n            x = torch.cat([cache["tail"], x], dim=-1)'
     assert _found(HELD_BY_CALLER.replace(old, new)) == []
+
+
+INHERITED = """\
+    class Attend(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.to_q = nn.Linear(d, d)
+            self.to_kv = nn.Linear(d, 2 * d)
+
+        def forward(self, x, ctx, mask=None):
+            q, k, v = self.to_q(x), *torch.chunk(self.to_kv(ctx), 2, dim=-1)
+            if mask is not None:
+                k = k * mask[..., None]
+            return (q @ k.transpose(-1, -2)).softmax(-1) @ v
+
+
+    class Net(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.attn = Attend(d)
+
+        def forward(self, x, ctx, mask=None):
+            return self.attn(x, ctx, mask=mask)
+
+
+    class GuidedNet(Net):
+        def forward(self, x, ctx, mask=None):
+            if mask is not None:
+                mask = torch.cat([mask, torch.ones(mask.shape[0], 1, device=x.device)], dim=1)
+            return super().forward(x, ctx, mask=mask)
+    """
+
+
+def test_a_mask_handed_to_super_forward_is_followed_into_the_base() -> None:
+    assert _found(INHERITED) == [26]
+
+
+def test_a_mask_cast_before_super_forward_stays_silent() -> None:
+    body = INHERITED.replace(
+        "return super().forward(x, ctx, mask=mask)",
+        "return super().forward(x, ctx, mask=mask.to(x.dtype))",
+    )
+    assert _found(body) == []

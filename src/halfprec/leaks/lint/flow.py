@@ -36,7 +36,12 @@ def _target_names(target: ast.AST) -> Iterable[str]:
 
 
 def _split_of(value: ast.AST | None) -> ast.AST | None:
-    """``x`` of ``x.chunk(2)``/``x.split(...)``: each piece has x's value."""
+    """``x`` of ``x.chunk(2)``/``x.split(...)``/``torch.chunk(x, 2)``: each piece has x's
+    value."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.args:
+        func = value.func
+        if func.attr in _SPLITS and isinstance(func.value, ast.Name) and func.value.id == "torch":
+            return value.args[0]
     if (
         isinstance(value, ast.Call)
         and isinstance(value.func, ast.Attribute)
@@ -46,7 +51,33 @@ def _split_of(value: ast.AST | None) -> ast.AST | None:
     return None
 
 
+def _paired(target: ast.expr, value: ast.AST | None) -> list[tuple[ast.expr, ast.expr]]:
+    """``q, k, v = h, *x.chunk(2)``: each target with the value it takes (a starred split
+    gives each of its targets a piece of the split tensor); empty where the shapes differ."""
+    if not (isinstance(target, ast.Tuple) and isinstance(value, (ast.Tuple, ast.List))):
+        return []
+    names, elts = target.elts, value.elts
+    if any(isinstance(n, ast.Starred) for n in names):
+        return []
+    out: list[tuple[ast.expr, ast.expr]] = []
+    spread = len(names) - len(elts) + 1
+    for elt in elts:
+        if isinstance(elt, ast.Starred):
+            split = _split_of(elt.value)
+            if split is None or not isinstance(split, ast.expr) or spread < 0:
+                return []
+            out += [(names[len(out) + i], split) for i in range(spread)]
+        elif len(out) < len(names):
+            out.append((names[len(out)], elt))
+    return out if len(out) == len(names) else []
+
+
 def _bind(targets: list[ast.expr], value: ast.AST | None, ctx: Context) -> None:
+    pairs = _paired(targets[0], value) if len(targets) == 1 else []
+    if pairs:
+        for target, part in pairs:
+            _bind([target], part, ctx)
+        return
     whole = value_of(value, ctx) if value is not None else None
     split = _split_of(value)
     piece: bool | None = value_of(split, ctx) if split is not None else None

@@ -96,7 +96,7 @@ def _callee(f: Follow, call: ast.Call) -> Callee | None:
     made = program.methods_of(func.id) if isinstance(func, ast.Name) else None
     if made is not None and "__init__" in made[0]:  # Beams(tokens, scores): its constructor
         return made[0]["__init__"], made[1], False, True, None
-    held = _held(f, func)
+    held = _held(f, func) or _inherited(f, func)
     if held is not None:
         return held
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
@@ -126,6 +126,25 @@ def _elsewhere(calls: Calls, cls: str | None) -> Callee | None:
         return None
     there, forward, facts = found
     return forward, facts, True, True, there
+
+
+def _inherited(f: Follow, func: ast.AST) -> Callee | None:
+    """``super().forward(...)`` (or another method) where a base class of this class is
+    defined in this file: that base's method."""
+    calls, function = f.ctx.calls, f.ctx.function
+    assert calls is not None  # _callee checked
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call)):
+        return None
+    if not (isinstance(func.value.func, ast.Name) and func.value.func.id == "super"):
+        return None
+    program = calls.program
+    owner = program.owner_of(function) if isinstance(function, Function) else None
+    cls = program.classes.get(owner) if owner else None
+    for base in cls.bases if cls is not None else []:
+        info = program.methods_of(base.id) if isinstance(base, ast.Name) else None
+        if info is not None and func.attr in info[0]:
+            return info[0][func.attr], info[1], func.attr == "forward", True, None
+    return None
 
 
 def _held(f: Follow, func: ast.AST) -> Callee | None:
