@@ -330,7 +330,9 @@ def test_a_speedup_above_the_eager_gemm_ratio_is_a_warning_not_an_efficiency() -
     lim = done.limit
     assert lim is not None and lim.ratio < 1e4  # an eager GEMM ratio, measured
     assert "of the limit" not in done.summary and "of the eager GEMM ratio" not in done.summary
-    assert "above the eager GEMM ratio" in done.summary
+    # the summary says it in full: the race's warning may not exist where the claim differs
+    assert "above the eager GEMM ratio" in done.summary and "no efficiency claimed" in done.summary
+    assert "see warnings" not in done.summary
     (warning,) = [w for w in done.report.warnings if "eager GEMM ratio" in w]
     assert warning.startswith("halfprec-bf16 @ batch 8: 10000.00x fp32 is above its bf16 eager")
     assert "no efficiency is claimed" in warning

@@ -157,7 +157,10 @@ class Deployed:
         if lim is not None and eff is not None and eff <= 1.0:
             speed += f" ({eff:.2f} of the eager GEMM ratio {lim.ratio:.2f}x)"
         elif lim is not None and eff is not None:
-            speed += f" (above the eager GEMM ratio {lim.ratio:.2f}x: no limit, see warnings)"
+            speed += (
+                f" (above the eager GEMM ratio {lim.ratio:.2f}x, which bounds eager GEMMs only:"
+                " no efficiency claimed)"
+            )
         comp = f", compiled in {self.compile_s:.1f} s" if self.compile_s is not None else ""
         rows = [r for r in self.report.results if r.status == "skipped"]
         slow = "slower than fp32 on this device"
