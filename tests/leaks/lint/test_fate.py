@@ -287,3 +287,40 @@ def test_einops_rearrange_hands_its_first_argument_on() -> None:
         'return (rearrange(x, "b n -> b n") * rearrange(t, "n -> 1 n")).to(x.dtype)',
     )
     assert [line for line, _, _ in _found(both)] == [6]  # a rearranged half tensor is half
+
+
+_ISLAND = """\
+    class SpectralMix(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(2, n, n))
+
+        def forward(self, x, h):
+            dtype = x.dtype
+            x = x.float()
+            spec = torch.fft.rfft(x, dim=-1)
+            re, im = spec.real, spec.imag
+            a = torch.zeros(re.shape, device=x.device)
+            b = torch.zeros(re.shape, device=x.device)
+            a[..., :4] = torch.relu(torch.einsum("bi,io->bo", re[..., :4], self.w[0, :4, :4]))
+            b[..., :4] = torch.relu(torch.einsum("bi,io->bo", im[..., :4], self.w[1, :4, :4]))
+            mixed = torch.einsum("bi,io->bo", a, self.w[0])
+            mixed = mixed - torch.einsum("bi,io->bo", b, self.w[1])
+            y = torch.fft.irfft(torch.complex(mixed, im), n=x.shape[-1], dim=-1)
+            y = y.type(dtype)
+            return y + h
+    """
+
+
+def test_a_buffer_of_an_fp32_island_cast_back_is_not_reported() -> None:
+    # the buffers are filled from x.float(); besides it they meet only the weights, which
+    # the upcast values meet too, and the island's result is cast back to x's saved dtype
+    assert _found(_ISLAND, EVERY) == [(8, "HP201", False)]
+
+
+def test_a_buffer_of_an_fp32_island_is_reported_without_the_cast_back() -> None:
+    uncast = _ISLAND.replace("            y = y.type(dtype)\n", "")
+    assert _found(uncast, EVERY) == [(8, "HP201", False), (11, "HP101", True), (12, "HP101", True)]
+    # and where a buffer meets a half value that is not the island's, it is its own leak
+    half = _ISLAND.replace('einsum("bi,io->bo", a, self.w[0])', 'einsum("bi,io->bo", a, h)')
+    assert (11, "HP101", True) in _found(half, EVERY)

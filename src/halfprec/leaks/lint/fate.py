@@ -44,6 +44,7 @@ from halfprec.leaks.lint.arguments import argument_step
 from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.comprehensions import comprehended
 from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.islands import island_buffer, island_value
 from halfprec.leaks.lint.methods import REDUCTIONS, attribute_step, called, record_field
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Fate, Follow
@@ -72,6 +73,7 @@ class _Follow:
         self.empty = False  # no elements (torch.empty(0)): only a join carries its dtype on
         self.chosen = False  # cast to fp32 on purpose on the way (mask.to(torch.float))
         self.mixed = False  # joined with half tensors (cat([t, h])): only a cast ends it well
+        self.island = False  # a buffer of an fp32 island (see .islands): fp32 there is not half
         self.key: str | None = None  # the key it is kept under in a dict ({"mask": t})
         self.names: set[str] = set()  # the names followed in this function
         self.attrs: set[str] = set()  # the attributes followed (self.mask = t)
@@ -83,7 +85,7 @@ class _Follow:
     def spawn(self, ctx: Context) -> _Follow:
         """A walk on from here in another function: the same kind of tensor, no names yet."""
         follow = _Follow(ctx, self.upcast, False)
-        follow.zero, follow.mixed = self.zero, self.mixed
+        follow.zero, follow.mixed, follow.island = self.zero, self.mixed, self.island
         return follow
 
     def floating(self, node: ast.AST) -> bool:
@@ -113,6 +115,8 @@ class _Follow:
             return "up" if all(self.scalar_like(o) for o in others) else "safe"
         if any(isinstance(o, ast.Name) and o.id in self.ctx.complex for o in others):
             return "safe"  # mask * spec: complex, in a half model too
+        if self.island:  # the upcast values meet the weights too: that is HP201's
+            others = [o for o in others if not island_value(o, self.ctx)]
         if any(self.floating(o) for o in others):
             if join:  # cat([t, h]).to(h.dtype) gives what cat([t.to(h.dtype), h]) gives
                 self.mixed, self.empty = True, False
@@ -219,6 +223,7 @@ def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:
     it was made by an explicit upcast (HP2), not a factory (HP101)."""
     follow = _Follow(ctx, upcast, _vector(node))
     follow.empty = _no_elements(node)
+    follow.island = not upcast and island_buffer(node, ctx)
     follow.zero = follow.scalar = _scalar_factory(node, ctx)
     if isinstance(ctx.function, (ast.FunctionDef, ast.AsyncFunctionDef)):
         follow.guards = flag_guards(ctx.function, node, ctx.parents)
