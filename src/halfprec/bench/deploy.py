@@ -328,7 +328,7 @@ def _raced(result: BenchResult, best: VariantResult) -> str:
     not timed again when ``best`` is overruled, e.g. ``; not timed again: halfprec-fp16
     1.25x faster in the race`` (empty where there are none)."""
     rows = result.at(best.batch_size)
-    fp32 = next(r for r in rows if r.variant == Variant("fp32"))
+    fp32 = result.get("fp32", best.batch_size)
     named = [
         f"{r.name} {ratio_text(speed.median)} in the race"
         for r in rows
@@ -382,7 +382,7 @@ class _Race:
         note = f"{best.name} timed again at deploy's end: {claim.text()}{_raced(result, best)}"
         note += ": fp32 kept"
         result.warnings.append(note)
-        fp32 = next(r for r in result.at(best.batch_size) if r.variant == Variant("fp32"))
+        fp32 = result.get("fp32", best.batch_size)
         del chosen
         model = self._rebuild(fp32.variant, seconds)
         return Deployed(model, fp32, result, seconds, overruled=note)
