@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
+from halfprec.leaks.lint.nodes import parameters
 from halfprec.leaks.lint.scope import Function, Program
 
 _Node = TypeVar("_Node", bound=ast.AST)
@@ -206,11 +207,7 @@ def flag_guards(fn: Function, node: ast.AST, parents: dict[int, ast.AST]) -> lis
     """The parameters of ``fn`` that are off by default (``False``, ``None``, ``0``) and
     that an ``if`` around ``node`` tests (``if cls_token and n > 0:``): ``node`` runs only
     at a call that passes them."""
-    a = fn.args
-    positional = [*a.posonlyargs, *a.args]
-    with_default = positional[len(positional) - len(a.defaults) :]
-    defaults = dict(zip(with_default, a.defaults, strict=True))
-    defaults.update((p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d)
+    defaults = {p: d for p, d in parameters(fn) if d is not None}
     off = {
         p.arg: p
         for p, d in defaults.items()

@@ -22,6 +22,8 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from halfprec.leaks.lint.nodes import parameters
+
 __all__ = ["ClassFacts", "class_facts", "floating_init", "NO_FACTS"]
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -249,11 +251,7 @@ def _function_name(value: ast.expr, defaults: dict[str, str], params: set[str]) 
 
 def _defaults(fn: Function) -> dict[str, str]:
     """The parameters of ``fn`` whose default names a function: ``loss_fn=norm_loss``."""
-    a = fn.args
-    positional = [*a.posonlyargs, *a.args]
-    pairs = [*zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True)]
-    pairs += [(p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None]
-    return {p.arg: _dotted(d) for p, d in pairs if _dotted(d)}
+    return {p.arg: _dotted(d) for p, d in parameters(fn) if d is not None and _dotted(d)}
 
 
 def _dotted(node: ast.AST) -> str:

@@ -42,3 +42,15 @@ def parent_map(root: ast.AST) -> dict[int, ast.AST]:
     Visited in :func:`walk`'s order, so a node that ``ast.parse`` shares between parents
     (the ``Load``/``Store`` contexts) maps to the last one :func:`ast.walk` would reach."""
     return {id(child): parent for parent, child in _edges(root)}
+
+
+def parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[ast.arg, ast.expr | None]]:
+    """Each parameter of ``fn`` with its default (None: it has none): the positional ones,
+    then the keyword-only ones (``*args`` and ``**kwargs`` are not included)."""
+    a = fn.args
+    positional = [*a.posonlyargs, *a.args]
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(a.defaults))
+    return [
+        *zip(positional, [*defaults, *a.defaults], strict=True),
+        *zip(a.kwonlyargs, a.kw_defaults, strict=True),
+    ]

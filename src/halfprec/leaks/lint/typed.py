@@ -24,6 +24,7 @@ import functools
 from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.casts import is_fp32_dtype
 from halfprec.leaks.lint.context import Context
+from halfprec.leaks.lint.nodes import parameters
 
 _MAX_DEPTH = 3
 _SEQUENCES = frozenset({"List", "list", "Sequence", "Tuple", "tuple", "Optional"})
@@ -111,14 +112,7 @@ def _parameter(name: str, ctx: Context) -> tuple[ast.arg, ast.expr | None] | Non
     fn = ctx.function
     if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
-    a = fn.args
-    positional = [*a.posonlyargs, *a.args]
-    defaults: list[ast.expr | None] = [None] * (len(positional) - len(a.defaults))
-    pairs = [
-        *zip(positional, [*defaults, *a.defaults], strict=True),
-        *zip(a.kwonlyargs, a.kw_defaults, strict=True),
-    ]
-    return next(((p, d) for p, d in pairs if p.arg == name), None)
+    return next(((p, d) for p, d in parameters(fn) if p.arg == name), None)
 
 
 def float_parameter(name: str, ctx: Context) -> bool:

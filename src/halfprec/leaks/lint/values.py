@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.context import Context, Template, dotted, words
-from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.nodes import parameters, walk
 from halfprec.leaks.lint.scalars import LOSSES
 
 INDEX_NAME = re.compile(
@@ -349,13 +349,8 @@ def floating_params(
 ) -> tuple[dict[str, bool], dict[str, bool]]:
     """The floating inputs of ``fn``, and those that default to None (floating once tested
     not None)."""
-    a = fn.args
-    positional = [*a.posonlyargs, *a.args]
-    defaults: list[ast.expr | None] = [None] * (len(positional) - len(a.defaults))
-    defaults += list(a.defaults)
-    pairs = list(zip(positional, defaults, strict=True)) + list(
-        zip(a.kwonlyargs, a.kw_defaults, strict=True)
-    )
+    pairs = parameters(fn)
+    positional = [*fn.args.posonlyargs, *fn.args.args]
     first = next((p for p in positional if p.arg not in ("self", "cls")), None)
     out: dict[str, bool] = {}
     optional: dict[str, bool] = {}
