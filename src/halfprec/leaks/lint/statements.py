@@ -9,7 +9,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
+from halfprec.leaks.lint.casts import is_fp32_dtype
 from halfprec.leaks.lint.context import Context
+from halfprec.leaks.lint.methods import position
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow, to_callers, to_holders, to_readers
 from halfprec.leaks.lint.wrappers import dict_attribute
@@ -105,6 +107,8 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
             # h[:, 0] = t writes t into h in h's own dtype; into an fp32 tensor it goes on
             if f.floating(target.value) and not dict_attribute(f, target.value):
                 continue
+            if _typed_fp32(f, target.value):
+                continue  # a table made fp32 by an explicit dtype holds fp32 whatever t is
             base = target.value
             while isinstance(base, ast.Subscript) and not f.floating(base.value):
                 base = base.value  # masks[k]["node"] = t: the dict of dicts holds t
@@ -117,10 +121,33 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
             if not to_readers(f, target):
                 f.fate.unknown = True  # kept where the lint cannot see it read
             continue
+        kept = f.key
+        if element is not None and isinstance(target, ast.Name):
+            f.key = position(element)  # inputs = f(): t is inputs[element]
+        elif isinstance(target, (ast.Tuple, ast.List)) and f.key in _POSITIONS:
+            elts = target.elts  # a, mask = inputs: only the name at t's position
+            target = elts[_POSITIONS[f.key]] if _POSITIONS[f.key] < len(elts) else ast.Tuple([])
+            f.key = None
         for sub in walk(target):
             if isinstance(sub, ast.Name):
                 f.follow_name(sub.id, stmt)
+        f.key = kept
     return "done"
+
+
+_POSITIONS = {position(i): i for i in range(16)}
+
+
+def _typed_fp32(f: Follow, holder: ast.expr) -> bool:
+    """``pts`` of ``pts = torch.zeros(n, 3, dtype=torch.float)``: a tensor whose fp32 is its
+    own explicit dtype (HP202's to judge), not the dtype of a value written into it."""
+    while isinstance(holder, ast.Subscript):
+        holder = holder.value
+    bound = f.ctx.binding_before(holder) if isinstance(holder, ast.Name) else None
+    if not isinstance(bound, ast.Call):
+        return False
+    dtype = next((k.value for k in bound.keywords if k.arg == "dtype"), None)
+    return dtype is not None and is_fp32_dtype(dtype, f.ctx)
 
 
 def _follow_holder(f: Follow, name: str, target: ast.Subscript, stmt: ast.stmt) -> None:
