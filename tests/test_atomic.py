@@ -9,7 +9,6 @@ import stat
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,6 +22,7 @@ from halfprec.atomic import (
     write_text_atomic,
 )
 from halfprec.readfile import NotAFileError
+from support.interrupts import interrupt_once_made
 from support.special_files import fifo, within, zero_link
 
 
@@ -268,16 +268,8 @@ def test_an_interrupt_the_moment_a_temp_is_made_leaves_no_temp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: str
 ) -> None:
     """Ctrl-C or SIGTERM raises where the program is: also just after the system call that
-    made the temp file or folder returned, before any code after it ran."""
-    real = getattr(os, make)
-
-    def made_then_interrupted(path: Any, *args: Any, **kwargs: Any) -> Any:
-        made = real(path, *args, **kwargs)
-        if Path(path).name.startswith(".halfprec-"):
-            raise KeyboardInterrupt  # what the signal's handler raises at that moment
-        return made
-
-    monkeypatch.setattr(os, make, made_then_interrupted)
+    made the temp file or folder returned."""
+    interrupt_once_made(monkeypatch, make)
     with pytest.raises(KeyboardInterrupt):
         if make == "open":
             write_bytes_atomic(tmp_path / "model.safetensors", b"new")

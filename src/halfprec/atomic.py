@@ -28,7 +28,7 @@ A whole folder (a Hugging Face model directory) is written the same way:
 removes such folders of dead processes as it removes the files.
 
 A signal (Ctrl-C, SIGTERM) that lands the moment a temp file or folder has been made still
-finds its removal set up: both happen in one frame (:func:`_made_temp`).
+finds its removal set up: both happen in one frame (:func:`made_temp`).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
 def _replacing(target: str | os.PathLike[str], dest: Path) -> Iterator[Path]:
     """:func:`atomic_path` once ``dest``'s folder exists."""
     remove_stale_temp_files(dest.parent)
-    with _made_temp(dest.parent, _new_file, target) as tmp:
+    with made_temp(dest.parent, _new_file, target) as tmp:
         try:
             yield tmp
             _finish(tmp, dest)
@@ -196,7 +196,7 @@ def temp_dir(parent: str | os.PathLike[str], target: str | os.PathLike[str]) -> 
     stale ones of dead processes. Fill it, then ``os.replace`` it onto the target; whatever
     is left of it when the block ends (an exception, Ctrl-C, SIGTERM) is removed."""
     remove_stale_temp_files(Path(parent))
-    with _made_temp(Path(parent), _new_folder, target) as tmp:
+    with made_temp(Path(parent), _new_folder, target) as tmp:
         yield tmp
 
 
@@ -218,7 +218,7 @@ def _remove(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _made_temp(
+def made_temp(
     folder: Path, make: Callable[[Path], None], target: str | os.PathLike[str]
 ) -> Iterator[Path]:
     """A temp path in ``folder`` that ``make`` creates exclusively, removed when the block
