@@ -114,17 +114,15 @@ def alias_of(path: str, imported: Imported, name: str, hops: int = 3) -> str:
 def function_of(
     path: str, imported: Imported, name: str, hops: int = 3
 ) -> tuple[Calls, Function] | None:
-    """The function ``name`` imported into the file at ``path`` from a file next to it
-    (``from .utils import pad_to``), in the walked calls of the file that defines it. A
-    function further away (a library's shared mask builders) is not followed: its
-    branches are chosen by shapes and flags the lint does not know."""
+    """The function ``name`` imported into the file at ``path`` from another file of the
+    linted tree (``from .utils import pad_to``, ``from ...masking_utils import
+    build_mask``, ``from pkg.ops import mix``), in the walked calls of the file that defines
+    it. A branch there chosen by the tensor's rank is judged by :mod:`.branches`."""
     entry = imported.get(name)
     if entry is None or hops <= 0 or path.startswith("<"):
         return None
     module, level, there = entry
     file = module_file(Path(path), module, level)
-    if file is not None and file.parent != Path(path).parent:
-        return None
     loaded = _load(file) if file is not None else None
     if loaded is None:
         return None

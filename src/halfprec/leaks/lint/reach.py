@@ -51,6 +51,7 @@ class Follow(Protocol):
     scalar: bool
     zero: bool
     opaque: bool
+    ranked: bool
     thunk: bool
     chosen: bool
     key: str | None
@@ -199,13 +200,15 @@ def enter(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
     assert calls is not None  # _callee found one
     inner = f.spawn(calls.context(fn, facts, is_forward))
     inner.fate, inner.seen, inner.hops, inner.opaque = f.fate, f.seen, f.hops, f.opaque
+    if there is not None:  # another file's helper: a budget of names of its own
+        inner.hops = 0
     inner.thunk, f.thunk = f.thunk, False
     inner.chosen, inner.scalar = f.chosen, f.scalar
     unpacked = any(k.arg is None and k.value is node for k in call.keywords)
     inner.key = None if unpacked else f.key  # f(**kwargs) hands on the value, f(d) the dict
     inner.caller, inner.depth = (f, call), f.depth + 1
     inner.follow_name(param.arg, param)
-    f.hops = inner.hops
+    f.hops = inner.hops if there is None else f.hops + 1
     return "done"
 
 
@@ -221,7 +224,7 @@ def to_callers(f: Follow) -> bool:
     sites = calls.callers(fn)
     method = bool(f.guards) and calls.program.owner_of(fn) is not None
     for site in sites:
-        key = (f"<call>{f.element}", id(site.call))  # return a, t: each element its own way
+        key = (f"<call>{f.element}{f.ranked}", id(site.call))  # return a, t: each its own way
         if key in f.seen or f.fate.leaks:
             continue
         if any(argument_for(fn, site.call, g, method) is None for g in f.guards):
