@@ -22,8 +22,10 @@ def statement_step(f: Follow, node: ast.AST, stmt: ast.AST) -> str:
     if isinstance(stmt, (ast.Return, ast.Yield, ast.YieldFrom)):
         if f.caller is not None:  # followed into a call: its value goes on in the caller
             caller, call = f.caller
-            caller.element, caller.key = f.element, f.key
+            caller.element, caller.key, ranked = f.element, f.key, caller.ranked
+            caller.ranked = ranked or f.ranked  # returned from a branch of its rank
             caller.climb(call)
+            caller.ranked = ranked
             return "done"
         if f.zero and _output(f) and not (f.chosen and not f.upcast):
             f.fate.zero_output = True  # a loss module's 0-dim output, whoever holds it
