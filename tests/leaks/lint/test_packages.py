@@ -3,8 +3,9 @@ imported from another folder (relative ``from ..ops.stats import update`` or abs
 ``from pkg.ops.stats import update``) is followed there as one of the same file, with a
 budget of names of its own; a tensor that such a function returns unchanged from a branch
 chosen by the tensor's own rank (``if mask.dim() == 4: return mask``) is not reported for
-that path alone, since the other ranks take the cast. Each package here is small and
-written for this test."""
+that path alone, since the other ranks take the cast; ``self.blend(x, t)`` runs the method
+a base class of another file defines. Each package here is small and written for this
+test."""
 
 from __future__ import annotations
 
@@ -177,3 +178,46 @@ class Head(nn.Module):
     (pkg / "models" / "head.py").write_text(head)
     found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
     assert found == [("head.py", 13)]
+
+
+_BASE = """\
+import torch
+from torch import nn
+
+
+class BasePolicy(nn.Module):
+    def blend(self, x, noise):
+        return self.proj(x) + noise
+"""
+
+_POLICY = """\
+import torch
+from torch import nn
+
+from ..base import BasePolicy
+
+
+class FlowPolicy(BasePolicy):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        noise = torch.randn(x.shape, device=x.device)
+        return self.blend(x, noise)
+"""
+
+
+@pytest.mark.parametrize("cast", [False, True])
+def test_a_tensor_handed_to_a_method_of_a_base_class_of_another_folder(
+    tmp_path: Path, cast: bool
+) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "policies").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "policies" / "__init__.py").write_text("")
+    base = _BASE.replace("+ noise", "+ noise.to(x.dtype)") if cast else _BASE
+    (pkg / "base.py").write_text(base)
+    (pkg / "policies" / "flow.py").write_text(_POLICY)
+    found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
+    assert found == ([] if cast else [("flow.py", 13)])

@@ -117,6 +117,8 @@ def _callee(f: Follow, call: ast.Call) -> Callee | None:
     sub = program.methods_of(cls) if cls else None
     if sub is not None and "forward" in sub[0]:
         return sub[0]["forward"], sub[1], True, True, None
+    if cls is None and not layer and not held_fn:  # self.step(t) of a base of another file
+        return _based_elsewhere(calls, owner, func.attr)
     return _elsewhere(calls, cls)
 
 
@@ -145,6 +147,20 @@ def _inherited(f: Follow, func: ast.AST) -> Callee | None:
         info = program.methods_of(base.id) if isinstance(base, ast.Name) else None
         if info is not None and func.attr in info[0]:
             return info[0][func.attr], info[1], func.attr == "forward", True, None
+    return _based_elsewhere(calls, owner, func.attr)
+
+
+def _based_elsewhere(calls: Calls, owner: str | None, name: str) -> Callee | None:
+    """The method ``name`` that class ``owner`` of this file inherits from a base class
+    another file of the tree defines (``class Policy(BasePolicy)``)."""
+    cls = calls.program.classes.get(owner) if owner else None
+    if cls is None or calls.method is None:
+        return None
+    for base in cls.bases:
+        found = calls.method(base.id, name) if isinstance(base, ast.Name) else None
+        if found is not None:
+            there, fn, facts = found
+            return fn, facts, name == "forward", True, there
     return None
 
 
