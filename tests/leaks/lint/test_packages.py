@@ -221,3 +221,79 @@ def test_a_tensor_handed_to_a_method_of_a_base_class_of_another_folder(
     (pkg / "policies" / "flow.py").write_text(_POLICY)
     found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
     assert found == ([] if cast else [("flow.py", 13)])
+
+
+_TREE = """\
+import torch
+
+
+class Tree:
+    def __init__(self, weights):
+        self.weights = weights
+
+    @classmethod
+    def build(cls, points, areas):
+        total = torch.zeros(points.shape[0], dtype=points.dtype, device=points.device)
+        return points * areas[:, None]
+"""
+
+_KERNEL = """\
+import torch
+from torch import nn
+
+{import_line}
+
+
+class Kernel(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, points):
+        areas = torch.ones(points.shape[0], device=points.device)
+        return self.proj({call}(points, areas))
+"""
+
+
+@pytest.mark.parametrize(
+    ("import_line", "call"),
+    [
+        ("from ..geometry.tree import Tree", "Tree.build"),
+        ("from ..geometry import ops", "ops.scale"),
+    ],
+)
+def test_a_tensor_handed_to_a_classmethod_or_a_module_function_of_another_folder(
+    tmp_path: Path, import_line: str, call: str
+) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "geometry").mkdir(parents=True)
+    (pkg / "models").mkdir()
+    for folder in (pkg, pkg / "geometry", pkg / "models"):
+        (folder / "__init__.py").write_text("")
+    (pkg / "geometry" / "tree.py").write_text(_TREE)
+    ops = "import torch\n\n\ndef scale(points, areas):\n    return points * areas[:, None]\n"
+    (pkg / "geometry" / "ops.py").write_text(ops)
+    kernel = _KERNEL.format(import_line=import_line, call=call)
+    (pkg / "models" / "kernel.py").write_text(kernel)
+    found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
+    assert found == [("kernel.py", 13)]
+
+
+def test_values_written_into_a_table_made_fp32_on_purpose_stay_silent(tmp_path: Path) -> None:
+    source = """\
+import torch
+from torch import nn
+
+
+class Grid(nn.Module):
+    def forward(self, x):
+        table = torch.zeros(8, 2, dtype=torch.float, device=x.device)
+        table[:, 0] = torch.arange(8, device=x.device) / 8.0
+        table[:, 1] = torch.rand(8, device=x.device)
+        return table
+"""
+    (tmp_path / "grid.py").write_text(source)
+    assert lint_paths([tmp_path]).findings == []
+    plain = source.replace("dtype=torch.float, ", "")
+    (tmp_path / "grid.py").write_text(plain)
+    assert [f.line for f in lint_paths([tmp_path]).findings] == [7, 8, 9]

@@ -29,6 +29,7 @@ from halfprec.leaks.lint.imported import (
     function_of,
     imported_names,
     method_of,
+    module_function_of,
 )
 from halfprec.leaks.lint.pipeline import held_in_package
 from halfprec.leaks.lint.rules import FIX_NONE, FIX_SAFE
@@ -135,6 +136,7 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     calls.alias = lambda name: alias_of(path, names(), name)
     calls.function = lambda name: function_of(path, names(), name)
     calls.method = lambda cls, name: method_of(path, names(), cls, name)
+    calls.module = lambda name, attr: module_function_of(path, names(), name, attr)
     held = functools.partial(held_in_package, path)
     for fpath in forward_paths(tree, lines, program, held):
         if fpath.pipeline:

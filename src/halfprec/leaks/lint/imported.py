@@ -149,6 +149,24 @@ def function_of(
     return (calls, fn) if fn is not None else function_of(str(file), names, there, hops - 1)
 
 
+def module_function_of(
+    path: str, imported: Imported, name: str, attr: str
+) -> tuple[Calls, Function] | None:
+    """The function ``attr`` of the module ``name`` imported into the file at ``path``
+    from another file of the tree (``from . import ops`` ... ``ops.mix(h, t)``)."""
+    entry = imported.get(name)
+    if entry is None or path.startswith("<"):
+        return None
+    module, level, there = entry
+    file = module_file(Path(path), f"{module}.{there}" if module else there, level)
+    loaded = _load(file) if file is not None else None
+    if loaded is None:
+        return None
+    calls = loaded[0]
+    fn = calls.program.functions.get(attr)
+    return (calls, fn) if fn is not None else None
+
+
 def _load(file: Path) -> tuple[Calls, Imported] | None:
     try:
         stat = file.stat()
@@ -171,5 +189,6 @@ def _load(file: Path) -> tuple[Calls, Imported] | None:
     calls.alias = lambda name: alias_of(str(file), names, name)
     calls.function = lambda name: function_of(str(file), names, name)
     calls.method = lambda cls, name: method_of(str(file), names, cls, name)
+    calls.module = lambda name, attr: module_function_of(str(file), names, name, attr)
     _loaded[key] = (calls, names)
     return _loaded[key]

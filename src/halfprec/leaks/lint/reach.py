@@ -97,7 +97,8 @@ def _callee(f: Follow, call: ast.Call) -> Callee | None:
     made = program.methods_of(func.id) if isinstance(func, ast.Name) else None
     if made is not None and "__init__" in made[0]:  # Beams(tokens, scores): its constructor
         return made[0]["__init__"], made[1], False, True, None
-    held = _held(f, func) or _inherited(f, func) or _object_method(f, func)
+    held = _held(f, func) or _inherited(f, func) or _on_name(calls, func)
+    held = held or _object_method(f, func)
     if held is not None:
         return held
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
@@ -150,6 +151,32 @@ def _inherited(f: Follow, func: ast.AST) -> Callee | None:
     return _based_elsewhere(calls, owner, func.attr)
 
 
+def _on_name(calls: Calls, func: ast.AST) -> Callee | None:
+    """``Tree.build(p, areas=t)``: a class's method called on the class, of this file or
+    imported from another; ``ops.mix(h, t)``: a function of a module of the tree."""
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+        return None
+    name, attr = func.value.id, func.attr
+    if name == "self":
+        return None
+    made = calls.program.methods_of(name)
+    if made is not None:
+        fn = made[0].get(attr)
+        return (fn, made[1], attr == "forward", _bound(fn), None) if fn is not None else None
+    found = calls.method(name, attr) if calls.method is not None else None
+    if found is not None:
+        there, fn, facts = found
+        return fn, facts, attr == "forward", _bound(fn), there
+    module = calls.module(name, attr) if calls.module is not None else None
+    return (module[1], NO_FACTS, False, False, module[0]) if module is not None else None
+
+
+def _bound(fn: Function) -> bool:
+    """Whether a method called on its class gets its first parameter bound (``cls`` of a
+    classmethod); a staticmethod or a plain method (``Base.forward(self, x)``) does not."""
+    return any(isinstance(d, ast.Name) and d.id == "classmethod" for d in fn.decorator_list)
+
+
 def _based_elsewhere(calls: Calls, owner: str | None, name: str) -> Callee | None:
     """The method ``name`` that class ``owner`` of this file inherits from a base class
     another file of the tree defines (``class Policy(BasePolicy)``)."""
@@ -165,16 +192,14 @@ def _based_elsewhere(calls: Calls, owner: str | None, name: str) -> Callee | Non
 
 
 def _object_method(f: Follow, func: ast.AST) -> Callee | None:
-    """``self.model.encode(...)`` where ``self.model = Policy(...)``, or ``Tree.build(...)``,
-    where this file defines the class: that class's method (a static method takes no
-    ``self``)."""
-    if not (isinstance(func, ast.Attribute) and isinstance(func.value, (ast.Name, ast.Attribute))):
+    """``self.model.encode(...)`` where ``self.model = Policy(...)`` and this file defines
+    the class: that class's method (a static method takes no ``self``)."""
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute)):
         return None
-    holder, cls = func.value, None
-    if isinstance(holder, ast.Name) and holder.id[:1].isupper():
-        cls = holder.id
-    elif isinstance(holder, ast.Attribute) and dotted(holder.value) == "self":
-        cls = dict(f.ctx.facts.module_classes).get(holder.attr)
+    holder = func.value
+    if dotted(holder.value) != "self":
+        return None
+    cls = dict(f.ctx.facts.module_classes).get(holder.attr)
     calls = f.ctx.calls
     assert calls is not None  # _callee checked
     info = calls.program.methods_of(cls) if cls else None

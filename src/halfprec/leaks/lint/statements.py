@@ -9,8 +9,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
-from halfprec.leaks.lint.casts import is_fp32_dtype
-from halfprec.leaks.lint.context import Context
+from halfprec.leaks.lint.context import Context, dotted
 from halfprec.leaks.lint.methods import position
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow, to_callers, to_holders, to_readers
@@ -109,11 +108,11 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
             # h[:, 0] = t writes t into h in h's own dtype; into an fp32 tensor it goes on
             if f.floating(target.value) and not dict_attribute(f, target.value):
                 continue
-            if _typed_fp32(f, target.value):
-                continue  # a table made fp32 by an explicit dtype holds fp32 whatever t is
             base = target.value
             while isinstance(base, ast.Subscript) and not f.floating(base.value):
                 base = base.value  # masks[k]["node"] = t: the dict of dicts holds t
+            if isinstance(base, ast.Name) and _made_fp32(f, base.id, stmt):
+                continue  # pts[0] = t of pts = torch.zeros(n, dtype=torch.float): its choice
             if isinstance(base, ast.Name):
                 _follow_holder(f, base.id, target, stmt)
             elif isinstance(target.value, ast.Attribute) and not to_readers(f, target.value):
@@ -140,16 +139,25 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
 _POSITIONS = {position(i): i for i in range(16)}
 
 
-def _typed_fp32(f: Follow, holder: ast.expr) -> bool:
-    """``pts`` of ``pts = torch.zeros(n, 3, dtype=torch.float)``: a tensor whose fp32 is its
-    own explicit dtype (HP202's to judge), not the dtype of a value written into it."""
-    while isinstance(holder, ast.Subscript):
-        holder = holder.value
-    bound = f.ctx.binding_before(holder) if isinstance(holder, ast.Name) else None
-    if not isinstance(bound, ast.Call):
-        return False
-    dtype = next((k.value for k in bound.keywords if k.arg == "dtype"), None)
-    return dtype is not None and is_fp32_dtype(dtype, f.ctx)
+def _made_fp32(f: Follow, name: str, stmt: ast.stmt) -> bool:
+    """Whether ``name`` holds, at ``stmt``, a factory's tensor given an fp32 dtype on
+    purpose (its last binding before: ``pts = torch.zeros(n, dtype=torch.float)``): a
+    value written into it is cast to the dtype that the holder's own line chose."""
+    fn = f.ctx.function
+    before = [
+        n
+        for n in (walk(fn) if fn is not None else ())
+        if isinstance(n, ast.Assign)
+        and n.lineno < stmt.lineno
+        and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)
+    ]
+    last = max(before, key=lambda n: n.lineno).value if before else None
+    return isinstance(last, ast.Call) and any(
+        k.arg == "dtype" and dotted(k.value) in _FP32 for k in last.keywords
+    )
+
+
+_FP32 = frozenset({"torch.float", "torch.float32", "torch.float64", "torch.double"})
 
 
 def _follow_holder(f: Follow, name: str, target: ast.Subscript, stmt: ast.stmt) -> None:
