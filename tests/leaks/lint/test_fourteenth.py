@@ -288,3 +288,35 @@ def test_index_put_of_fp32_into_half_raises() -> None:
             assert "dtype" in str(exc) or "type" in str(exc)
         else:
             raise AssertionError("an fp32 index write into bf16 ran")
+
+
+BORROWED = """\
+    class Field(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.lin = nn.Linear(d, d)
+
+        def forward(self, x, strengths=None):
+            h = self.lin(x)
+            if strengths is None:
+                strengths = torch.ones(x.shape[0], device=x.device)
+            out_dtype = torch.promote_types(h.dtype, strengths.dtype)
+            out = torch.zeros(h.shape, dtype=out_dtype, device=x.device)
+            out[:, 0] = h[:, 0]
+            return out
+    """
+
+
+def test_a_buffer_made_in_the_dtype_of_an_fp32_default_is_followed_to_the_output() -> None:
+    assert _found(BORROWED) == [9]
+
+
+def test_a_half_value_cast_to_the_dtype_of_an_fp32_default_is_followed() -> None:
+    cast = BORROWED.replace(
+        "out = torch.zeros(h.shape, dtype=out_dtype, device=x.device)", "out = h.to(out_dtype)"
+    )
+    assert _found(cast) == [9]
+
+
+def test_the_buffer_cast_back_before_it_leaves_stays_silent() -> None:
+    assert _found(BORROWED.replace("return out", "return out.to(h.dtype)")) == []
