@@ -50,8 +50,8 @@ def attribute_step(f: Follow, node: ast.AST, attr: ast.Attribute) -> str:
     name = attr.attr
     if name == "dtype" and not f.upcast and not called(f, attr):
         made = made_in_dtype(attr, f.ctx)
-        for call in made:
-            f.climb(call)  # torch.zeros(n, dtype=t.dtype): fp32 as t is
+        for tensor in made:
+            f.climb(tensor)  # torch.zeros(n, dtype=t.dtype): fp32 as t is
         return "done" if made else "safe"
     if name in _FACTS or name in _ELEMENT and not called(f, attr):
         return "safe"
