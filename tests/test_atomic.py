@@ -16,12 +16,13 @@ import halfprec.atomic
 from halfprec.atomic import (
     atomic_path,
     ensure_folder,
-    make_temp_dir,
     remove_stale_temp_files,
+    temp_dir,
     write_bytes_atomic,
     write_text_atomic,
 )
 from halfprec.readfile import NotAFileError
+from support.interrupts import interrupt_once_made
 from support.special_files import fifo, within, zero_link
 
 
@@ -222,12 +223,14 @@ def _dead_pid() -> int:
 def test_a_temp_folder_carries_the_pid_and_follows_the_umask(tmp_path: Path, umask: int) -> None:
     old = os.umask(umask)
     try:
-        folder = make_temp_dir(tmp_path)
+        with temp_dir(tmp_path, tmp_path / "model") as folder:
+            assert re.fullmatch(rf"\.halfprec-{os.getpid()}-[0-9a-f]+\.tmp", folder.name)
+            assert folder.is_dir() and list(folder.iterdir()) == []
+            assert folder.stat().st_mode & 0o777 == 0o777 & ~umask  # mkdtemp's was 0700 always
+            (folder / "model.safetensors").write_bytes(b"partial")
     finally:
         os.umask(old)
-    assert re.fullmatch(rf"\.halfprec-{os.getpid()}-[0-9a-f]+\.tmp", folder.name)
-    assert folder.is_dir() and list(folder.iterdir()) == []
-    assert folder.stat().st_mode & 0o777 == 0o777 & ~umask  # mkdtemp's was 0700 always
+    assert list(tmp_path.iterdir()) == []  # what the block left unrenamed is removed
 
 
 def test_stale_temp_folders_are_removed_like_stale_files(tmp_path: Path) -> None:
@@ -243,8 +246,8 @@ def test_stale_temp_folders_are_removed_like_stale_files(tmp_path: Path) -> None
     os.utime(old_style, (day_ago, day_ago))
     link = tmp_path / f".halfprec-{_dead_pid()}-00000000.tmp"
     link.symlink_to(alive)  # a link of that name is not halfprec's: left alone
-    fresh = make_temp_dir(tmp_path)  # cleans the folder first, as every write does
-    left = {p.name for p in tmp_path.iterdir()}
+    with temp_dir(tmp_path, tmp_path / "model") as fresh:  # cleans first, as every write does
+        left = {p.name for p in tmp_path.iterdir()}
     assert left == {alive.name, young_style.name, link.name, fresh.name}
 
 
@@ -258,3 +261,20 @@ def test_a_fifo_or_device_target_is_refused_not_replaced(tmp_path: Path) -> None
         write_text_atomic(zero, "{}")
     assert zero.is_symlink() and os.path.realpath(zero) == "/dev/zero"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".halfprec")] == []
+
+
+@pytest.mark.parametrize("make", ["open", "mkdir"])
+def test_an_interrupt_the_moment_a_temp_is_made_leaves_no_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: str
+) -> None:
+    """Ctrl-C or SIGTERM raises where the program is: also just after the system call that
+    made the temp file or folder returned."""
+    interrupt_once_made(monkeypatch, make)
+    with pytest.raises(KeyboardInterrupt):
+        if make == "open":
+            write_bytes_atomic(tmp_path / "model.safetensors", b"new")
+        else:
+            with temp_dir(tmp_path, tmp_path / "model"):
+                pytest.fail("the block ran though making its folder was interrupted")
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []

@@ -15,6 +15,7 @@ from halfprec.bench.machine import machine_key
 from halfprec.bench.probe_cache import ProbeCache
 from halfprec.bench.race_cache import RaceCache
 from halfprec.cachefile import UnsafeCacheFolderError, check_folder, read_cache, write_cache
+from support.interrupts import interrupt_once_made
 
 PROBE = Slowdown(torch.bfloat16, 80.0, 50.0, 90.0, 3, True)
 GEMM = Gemm(1, 64, 256, 256)
@@ -119,3 +120,13 @@ def test_a_cache_write_past_the_file_size_limit_is_a_note_and_leaves_no_temp(
     assert any("could not write the probe cache" in n for n in probes.notes)
     assert note is not None and "could not write" in note
     assert list(cache.iterdir()) == []  # no cache file, no temp file
+
+
+def test_an_interrupt_the_moment_its_temp_is_made_leaves_no_temp(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    interrupt_once_made(monkeypatch, "open")
+    with pytest.raises(KeyboardInterrupt):
+        write_cache(cache / "race-x.json", "{}\n")
+    monkeypatch.undo()
+    assert list(cache.iterdir()) == []

@@ -23,9 +23,12 @@ What a user can expect of every file halfprec writes:
   replaced or written into.
 
 A whole folder (a Hugging Face model directory) is written the same way:
-:func:`make_temp_dir` makes ``.halfprec-PID-XXXX.tmp/`` beside the target with the mode
+:func:`temp_dir` makes ``.halfprec-PID-XXXX.tmp/`` beside the target with the mode
 ``mkdir`` gives (``0777 & ~umask``, not ``mkdtemp``'s 0700), and the stale-file cleaner
 removes such folders of dead processes as it removes the files.
+
+A signal (Ctrl-C, SIGTERM) that lands the moment a temp file or folder has been made still
+finds its removal set up: both happen in one frame (:func:`made_temp`).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import re
 import secrets
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from halfprec.readfile import NotAFileError, special_kind
@@ -124,28 +127,21 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
 def _replacing(target: str | os.PathLike[str], dest: Path) -> Iterator[Path]:
     """:func:`atomic_path` once ``dest``'s folder exists."""
     remove_stale_temp_files(dest.parent)
-    try:
-        tmp, fd = _create_temp(dest)
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, str(target)) from exc  # name the user's path
-    os.close(fd)
-    try:
-        yield tmp
-        _finish(tmp, dest)
-    except OSError as exc:
-        if exc.errno is None or exc.filename not in (None, str(tmp)):
+    with made_temp(dest.parent, _new_file, target) as tmp:
+        try:
+            yield tmp
+            _finish(tmp, dest)
+        except OSError as exc:
+            if exc.errno is None or exc.filename not in (None, str(tmp)):
+                _name_for_user(exc, tmp, target)
+                raise
+            raise OSError(exc.errno, exc.strerror, str(target)) from exc  # the user's path
+        except Exception as exc:
+            mapped = as_write_error(exc, target)  # a library's own text for a full disk
+            if mapped is not None:
+                raise mapped from exc
             _name_for_user(exc, tmp, target)
             raise
-        raise OSError(exc.errno, exc.strerror, str(target)) from exc  # name the user's path
-    except Exception as exc:
-        mapped = as_write_error(exc, target)  # a library's own text for a full disk
-        if mapped is not None:
-            raise mapped from exc
-        _name_for_user(exc, tmp, target)
-        raise
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
 
 
 def _name_for_user(exc: BaseException, tmp: Path, target: str | os.PathLike[str]) -> None:
@@ -193,19 +189,57 @@ def remove_stale_temp_files(folder: Path) -> list[Path]:
     return removed
 
 
-def make_temp_dir(parent: str | os.PathLike[str]) -> Path:
-    """A new empty folder ``.halfprec-PID-XXXX.tmp`` in ``parent``, made as ``mkdir``
-    makes one (``0777 & ~umask``), after removing the stale ones of dead processes. Fill it,
-    then ``os.replace`` it onto the target; on failure, ``shutil.rmtree`` it."""
-    folder = Path(parent)
-    remove_stale_temp_files(folder)
+@contextlib.contextmanager
+def temp_dir(parent: str | os.PathLike[str], target: str | os.PathLike[str]) -> Iterator[Path]:
+    """A new empty folder ``.halfprec-PID-XXXX.tmp`` in ``parent`` for writing ``target``
+    (named in errors), made as ``mkdir`` makes one (``0777 & ~umask``), after removing the
+    stale ones of dead processes. Fill it, then ``os.replace`` it onto the target; whatever
+    is left of it when the block ends (an exception, Ctrl-C, SIGTERM) is removed."""
+    remove_stale_temp_files(Path(parent))
+    with made_temp(Path(parent), _new_folder, target) as tmp:
+        yield tmp
+
+
+def _new_file(path: Path) -> None:
+    # 0o666: the kernel applies the umask, as for any new file
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+
+
+def _new_folder(path: Path) -> None:
+    os.mkdir(path, 0o777)  # the kernel applies the umask, as for any new folder
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+@contextlib.contextmanager
+def made_temp(
+    folder: Path, make: Callable[[Path], None], target: str | os.PathLike[str]
+) -> Iterator[Path]:
+    """A temp path in ``folder`` that ``make`` creates exclusively, removed when the block
+    ends. Creation and removal share this frame: an exception raised by a signal's handler
+    the moment ``make`` returns lands in one of the two handlers, never between them."""
     while True:
         tmp = folder / f".halfprec-{os.getpid()}-{secrets.token_hex(4)}.tmp"
         try:
-            os.mkdir(tmp, 0o777)  # the kernel applies the umask, as for any new folder
+            make(tmp)
         except FileExistsError:
             continue
-        return tmp
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(target)) from exc  # the user's path
+        except BaseException:
+            _remove(tmp)
+            raise
+        break
+    try:
+        yield tmp
+    finally:
+        _remove(tmp)
 
 
 # the errors of a write that ran out of room or may not write: the user's to fix (exit 2)
@@ -249,17 +283,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True  # another user's process
     return True
-
-
-def _create_temp(dest: Path) -> tuple[Path, int]:
-    while True:
-        name = f".halfprec-{os.getpid()}-{secrets.token_hex(4)}.tmp"
-        tmp = dest.with_name(name)
-        try:
-            # 0o666: the kernel applies the umask, as for any new file
-            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
-            continue
 
 
 def _finish(tmp: Path, dest: Path) -> None:

@@ -17,13 +17,12 @@ your file with cache JSON. So, as ssh treats ``~/.ssh``:
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import secrets
 import stat
 from pathlib import Path
 
+from halfprec.atomic import made_temp
 from halfprec.readfile import FileTooLargeError, NotAFileError, kind_of
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -90,14 +89,15 @@ def write_cache(path: Path, text: str) -> None:
     if not folder.exists():
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     check_folder(folder)
-    tmp = folder / f".halfprec-{os.getpid()}-{secrets.token_hex(4)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
+    opened: list[int] = []
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+
+    def make(tmp: Path) -> None:
+        opened.append(os.open(tmp, flags, 0o600))
+
+    with made_temp(folder, make, path) as tmp:
+        with os.fdopen(opened[0], "wb") as f:
             f.write(text.encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)  # replaces a link named ``path``, not the file it points to
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -143,12 +145,30 @@ def test_an_unexpected_exception_is_an_internal_error_exit_3() -> None:
     assert debug.returncode == 3 and "Traceback" in debug.stderr
 
 
+CTRL_C_LINE = "halfprec: interrupted (Ctrl-C); a file being written was left as it was before"
+
+
 def test_ctrl_c_exits_130_with_one_line() -> None:
+    """A real SIGINT, sent to this process by the model's forward, handled as Python's
+    default handler does: KeyboardInterrupt where the command is, then exit 130."""
+    assert threading.current_thread() is threading.main_thread()  # where signals are handled
+    # a runner started in the background (nohup ... &) ignores SIGINT: handle it as a terminal would
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = run_cli("check", f"{FAILING}:interrupted", "--runs", "0")
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped the command")
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines() == [CTRL_C_LINE]
+
+
+@pytest.mark.slow  # a real process
+def test_ctrl_c_ends_the_process_with_exit_130_and_one_line() -> None:
     proc = run_cli_subprocess("check", f"{FAILING}:interrupted", "--runs", "0")
     assert proc.returncode == 130, proc.stderr
-    assert proc.stderr.strip().splitlines() == [
-        "halfprec: interrupted (Ctrl-C); a file being written was left as it was before"
-    ]
+    assert proc.stderr.strip().splitlines() == [CTRL_C_LINE]
 
 
 @pytest.mark.parametrize("device", ["mps", "xpu", "hpu"])

@@ -69,24 +69,40 @@ def test_first_activation_sees_inf_nan_in_any_output_and_not_large_finite_values
     assert watch.first_activation() == "1 (Pair)"
 
 
-class _Replica(torch.Tensor):
-    """A replica's output. When two replica threads combine flags on one shared record
-    (``seen | bad``), the finite replica's combine waits until the other replica's forward
-    has finished, so it writes last: the interleaving that loses an update."""
+_HUNG_S = 600  # a replica thread alive this long is stuck (a deadlock), not slow
+# how long the finite replica holds its combine open for the inf replica; when it runs out
+# (only on a machine stalled that long) the interleaving is not staged and the test passes
+_STAGE_S = 30
 
-    meeting = threading.Barrier(2, timeout=10)
-    inf_done = threading.Event()
+
+class _Replica(torch.Tensor):
+    """A replica's output. When a replica thread combines flags on one shared record
+    (``seen | bad``), the finite replica's combine, having read the record, waits until the
+    other replica's forward has finished, so it writes last: the interleaving that loses an
+    update. The events are set per test by :func:`_staged`."""
+
+    reading: threading.Event
+    inf_done: threading.Event
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        if func in (torch.Tensor.__or__, torch.Tensor.bitwise_or):
-            cls.meeting.wait()
-            if threading.current_thread().name == "finite replica":
-                cls.inf_done.wait(timeout=10)
+        combine = func in (torch.Tensor.__or__, torch.Tensor.bitwise_or)
+        if combine and threading.current_thread().name == "finite replica":
+            cls.reading.set()
+            # bounded: a combine under a lock (which loses nothing) would keep the inf
+            # replica out until this wait ends
+            cls.inf_done.wait(timeout=_STAGE_S)
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
-def test_replica_threads_record_their_activations_without_losing_one() -> None:
+def _finished(thread: threading.Thread) -> None:
+    thread.join(timeout=_HUNG_S)
+    assert not thread.is_alive(), f"{thread.name} did not finish: a deadlock"
+
+
+def test_replica_threads_record_their_activations_without_losing_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """nn.DataParallel runs each replica's forward in its own thread at the same time:
     an inf in one replica must reach the record whatever the other replica does."""
 
@@ -98,24 +114,27 @@ def test_replica_threads_record_their_activations_without_losing_one() -> None:
     watch = GradientWatch()
     watch.add(model[0], activations=True)
     model(torch.ones(3).as_subclass(_Replica))  # an earlier micro-batch, all finite
+    monkeypatch.setattr(_Replica, "reading", threading.Event(), raising=False)
+    monkeypatch.setattr(_Replica, "inf_done", threading.Event(), raising=False)
     errors: list[BaseException] = []
 
-    def replica(values: list[float], done: threading.Event | None) -> None:
+    def replica(values: list[float], done: threading.Event) -> None:
         try:
             model(torch.tensor(values).as_subclass(_Replica))
         except BaseException as error:  # noqa: BLE001 (reported below)
             errors.append(error)
-        if done is not None:
+        finally:
             done.set()
 
-    threads = [
-        threading.Thread(target=replica, args=([1.0, math.inf], _Replica.inf_done)),
-        threading.Thread(target=replica, args=([1.0, 2.0], None), name="finite replica"),
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    finite = threading.Thread(
+        target=replica, args=([1.0, 2.0], _Replica.reading), name="finite replica"
+    )
+    finite.start()
+    _Replica.reading.wait()  # it has read the record, or finished without combining
+    inf = threading.Thread(target=replica, args=([1.0, math.inf], _Replica.inf_done))
+    inf.start()
+    for thread in (finite, inf):
+        _finished(thread)
     assert not errors
     assert watch.first_activation() == "the model (Emit)"
 
@@ -135,7 +154,7 @@ def test_gradient_order_from_several_threads_names_each_parameter_once() -> None
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=30)
+        _finished(thread)
     for p in model.parameters():
         assert p.grad is not None
         p.grad.view(-1)[0] = math.nan

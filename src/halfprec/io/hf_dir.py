@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.atomic import as_write_error, made_folders, make_temp_dir, new_file_mode
+from halfprec.atomic import as_write_error, made_folders, new_file_mode, temp_dir
 from halfprec.convert.core import recipe_of
 from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import cast_floating, dtype_name
@@ -117,40 +117,48 @@ def _write_dir(
 ) -> None:
     """:func:`save_pretrained_dir`'s writing, into a temporary folder beside ``dest`` that
     is renamed onto it once written and verified."""
-    assert not isinstance(recipe.dtype, str)  # a resolved recipe: a concrete dtype
-    try:
-        tmp = make_temp_dir(dest.parent)  # pid in its name: a kill -9 leaves no lasting litter
-    except OSError as exc:  # a read-only folder: name the folder asked for, not the temp one
-        raise OSError(exc.errno, exc.strerror, str(dest)) from exc
-    try:
-        config: Any = half.config
-        previous = getattr(config, "dtype", None)
-        config.dtype = recipe.dtype
+    with temp_dir(dest.parent, dest) as tmp:  # pid in its name: a kill -9 leaves no lasting litter
         try:
-            half.save_pretrained(tmp, safe_serialization=True, max_shard_size=max_shard_size)  # type: ignore[operator]
-        finally:
-            config.dtype = previous
-        # save_pretrained writes the dtype of the first floating parameter, which may be a
-        # small fp32 one (ViT's cls_token): plain from_pretrained would load all in fp32
-        _config_dtype(tmp / "config.json", recipe.dtype)
-        recipe.save(tmp / RECIPE_FILE)
-        _copy_side_files(Path(source) if source is not None else None, tmp)
-        if source is not None and Path(source).is_dir():  # a sentence-transformers folder
-            copy_module_folders(Path(source), tmp)
-        for written in tmp.rglob("*"):  # safetensors makes its files 0600: give the usual mode
-            if written.is_file() and not written.is_symlink():
-                written.chmod(new_file_mode())
-        if verify is not None:
-            verify(tmp)
-        if dest.exists():
-            dest.rmdir()
-        os.replace(tmp, dest)
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        mapped = as_write_error(exc, dest)  # name the folder asked for, not the temp one
-        if mapped is not None:
-            raise mapped from exc
-        raise
+            _fill(half, recipe, tmp, source, max_shard_size, verify)
+            if dest.exists():
+                dest.rmdir()
+            os.replace(tmp, dest)
+        except BaseException as exc:
+            mapped = as_write_error(exc, dest)  # name the folder asked for, not the temp one
+            if mapped is not None:
+                raise mapped from exc
+            raise
+
+
+def _fill(
+    half: nn.Module,
+    recipe: Recipe,
+    tmp: Path,
+    source: str | os.PathLike[str] | None,
+    max_shard_size: str | int,
+    verify: Callable[[Path], None] | None,
+) -> None:
+    """Write ``half``'s model folder into ``tmp``, then ``verify`` it."""
+    assert not isinstance(recipe.dtype, str)  # a resolved recipe: a concrete dtype
+    config: Any = half.config
+    previous = getattr(config, "dtype", None)
+    config.dtype = recipe.dtype
+    try:
+        half.save_pretrained(tmp, safe_serialization=True, max_shard_size=max_shard_size)  # type: ignore[operator]
+    finally:
+        config.dtype = previous
+    # save_pretrained writes the dtype of the first floating parameter, which may be a
+    # small fp32 one (ViT's cls_token): plain from_pretrained would load all in fp32
+    _config_dtype(tmp / "config.json", recipe.dtype)
+    recipe.save(tmp / RECIPE_FILE)
+    _copy_side_files(Path(source) if source is not None else None, tmp)
+    if source is not None and Path(source).is_dir():  # a sentence-transformers folder
+        copy_module_folders(Path(source), tmp)
+    for written in tmp.rglob("*"):  # safetensors makes its files 0600: give the usual mode
+        if written.is_file() and not written.is_symlink():
+            written.chmod(new_file_mode())
+    if verify is not None:
+        verify(tmp)
 
 
 def _transformer_of(half: nn.Module, recipe: Recipe | None) -> tuple[nn.Module, Recipe | None]:

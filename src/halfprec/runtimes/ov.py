@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import inspect
 import os
-import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.atomic import made_folders, make_temp_dir, resolve_target
+from halfprec.atomic import made_folders, resolve_target, temp_dir
 from halfprec.batch import Batch
 from halfprec.errors import HalfprecError, require
 from halfprec.export.hf import without_cache
@@ -155,21 +154,15 @@ def save_ir(graph: Any, path: Path) -> Path:
         raise ValueError(f"OpenVINO IR is saved as NAME.xml (+ NAME.bin), got {path.name!r}")
     ov = import_openvino()
     dest = resolve_target(path)
-    with made_folders(dest.parent, path):
+    # pid in the temp folder's name: a kill -9 leaves no lasting litter
+    with made_folders(dest.parent, path), temp_dir(dest.parent, path) as tmp:
+        staged = tmp / dest.name
         try:
-            tmp = make_temp_dir(dest.parent)  # pid in its name: a kill -9 leaves no lasting litter
-        except OSError as exc:  # name the user's path, not the temp folder's
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc
-        try:
-            staged = tmp / dest.name
-            try:
-                ov.save_model(graph, str(staged), compress_to_fp16=False)
-            except RuntimeError as exc:  # a C++ stream error that says nothing of why
-                raise _write_error(exc, graph, dest.parent, path) from exc
-            os.replace(staged.with_suffix(".bin"), dest.with_suffix(".bin"))
-            os.replace(staged, dest)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            ov.save_model(graph, str(staged), compress_to_fp16=False)
+        except RuntimeError as exc:  # a C++ stream error that says nothing of why
+            raise _write_error(exc, graph, dest.parent, path) from exc
+        os.replace(staged.with_suffix(".bin"), dest.with_suffix(".bin"))
+        os.replace(staged, dest)
     return path
 
 

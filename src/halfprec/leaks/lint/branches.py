@@ -7,6 +7,11 @@ in the same block, or in an ``if`` whose every branch binds the name (the walk t
 after that ``if``). A conditional rebinding that reads the name's values (``if t.dtype !=
 h.dtype: t = t.to(h.dtype)``) ends it too: the guard says the old value is not wanted; one
 that reads only its device or shape (``t = torch.tensor(0.0, device=t.device)``) does not.
+
+A value returned inside a branch chosen by its own rank (``if len(mask.shape) == 4: return
+mask``) is returned so for some callers' tensors and not others: a leak seen only on that
+path is not reported (a shared mask builder returns a 4-D mask as it is and casts a 2-D
+one).
 """
 
 from __future__ import annotations
@@ -95,4 +100,49 @@ def _always_binds(body: list[ast.stmt], name: str) -> bool:
                 return True
         if isinstance(s, ast.If) and _always_binds(s.body, name) and _always_binds(s.orelse, name):
             return True
+    return False
+
+
+def rank_guarded(parents: dict[int, ast.AST], use: ast.AST, name: str, bound_at: ast.AST) -> bool:
+    """Whether ``use`` is returned in a branch of an ``if`` whose
+    test reads the rank of ``name`` (``x.ndim``, ``x.dim()``, ``len(x.shape)``), an ``if``
+    after ``bound_at``: which branch runs depends on the tensor the caller passes. A value
+    rebound there (``if x.dim() == 3: x = x.unsqueeze(2)``) goes on after the ``if`` on
+    every path, and one returned changed (``return x[:, 0]``) is that function's result for
+    every rank: only the name returned as it is counts (alone or in a tuple)."""
+    node = parents.get(id(use))
+    if isinstance(node, ast.Tuple):
+        node = parents.get(id(node))
+    if not isinstance(node, ast.Return):
+        return False
+    node = use
+    while id(node) in parents:
+        parent = parents[id(node)]
+        test = parent.test if isinstance(parent, ast.If) and node is not parent.test else None
+        if test is not None and not _holds(parent, bound_at) and _reads_rank(test, name, parents):
+            return True
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        node = parent
+    return False
+
+
+def _reads_rank(test: ast.AST, name: str, parents: dict[int, ast.AST]) -> bool:
+    """Whether ``test`` reads the rank of ``name``."""
+    for n in walk(test):
+        if not (isinstance(n, ast.Name) and n.id == name):
+            continue
+        up = parents.get(id(n))
+        if isinstance(up, ast.Attribute) and up.attr in ("ndim", "dim", "ndimension"):
+            return True
+        if isinstance(up, ast.Attribute) and up.attr in ("shape", "size"):
+            outer = parents.get(id(up))
+            if isinstance(outer, ast.Call) and outer.func is up:  # x.size()
+                outer = parents.get(id(outer))
+            if (
+                isinstance(outer, ast.Call)
+                and isinstance(outer.func, ast.Name)
+                and outer.func.id == "len"
+            ):
+                return True
     return False

@@ -288,6 +288,10 @@ class Calls:
     alias: Callable[[str], str] | None = None
     # a function another file of the tree defines, with the walked calls of that file
     function: Callable[[str], tuple[Calls, Function] | None] | None = None
+    # a method of a class another file of the tree defines (a base class of one here)
+    method: Callable[[str, str], tuple[Calls, Function, ClassFacts] | None] | None = None
+    # a function of a module another file of the tree is (from . import ops: ops.mix)
+    module: Callable[[str, str], tuple[Calls, Function] | None] | None = None
 
     def returns(self, fn: Function) -> list[ast.expr]:
         """The values ``fn`` returns (read once)."""

@@ -23,7 +23,14 @@ from halfprec.leaks.lint.context import Check
 from halfprec.leaks.lint.factories import check_factory
 from halfprec.leaks.lint.findings import FileResult, Finding, Fix, LintReport
 from halfprec.leaks.lint.flow import calls_of, walk_function
-from halfprec.leaks.lint.imported import alias_of, forward_of, function_of, imported_names
+from halfprec.leaks.lint.imported import (
+    alias_of,
+    forward_of,
+    function_of,
+    imported_names,
+    method_of,
+    module_function_of,
+)
 from halfprec.leaks.lint.pipeline import held_in_package
 from halfprec.leaks.lint.rules import FIX_NONE, FIX_SAFE
 from halfprec.leaks.lint.scope import forward_paths, imports_of, program_of
@@ -128,6 +135,8 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     calls.other = lambda cls: forward_of(path, names(), cls)
     calls.alias = lambda name: alias_of(path, names(), name)
     calls.function = lambda name: function_of(path, names(), name)
+    calls.method = lambda cls, name: method_of(path, names(), cls, name)
+    calls.module = lambda name, attr: module_function_of(path, names(), name, attr)
     held = functools.partial(held_in_package, path)
     for fpath in forward_paths(tree, lines, program, held):
         if fpath.pipeline:

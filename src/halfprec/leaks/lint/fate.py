@@ -41,6 +41,7 @@ import ast
 from collections.abc import Sequence
 
 from halfprec.leaks.lint.arguments import argument_step
+from halfprec.leaks.lint.branches import rank_guarded
 from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.comprehensions import comprehended
 from halfprec.leaks.lint.context import Context, dotted, words
@@ -69,6 +70,7 @@ class _Follow:
         self.scalar = False  # 0-dim here: it promotes only a 0-dim half operand
         self.zero = False  # made 0-dim (torch.tensor(0.)): its own message at the output
         self.opaque = False  # the result of a callee the lint cannot see: only a cast ends it
+        self.ranked = False  # on a path a test of its own rank chose (see .branches)
         self.thunk = False  # the body of a lambda: calling it hands the value on
         self.empty = False  # no elements (torch.empty(0)): only a join carries its dtype on
         self.chosen = False  # cast to fp32 on purpose on the way (mask.to(torch.float))
@@ -86,6 +88,7 @@ class _Follow:
         """A walk on from here in another function: the same kind of tensor, no names yet."""
         follow = _Follow(ctx, self.upcast, False)
         follow.zero, follow.mixed, follow.island = self.zero, self.mixed, self.island
+        follow.ranked = self.ranked
         return follow
 
     def floating(self, node: ast.AST) -> bool:
@@ -162,10 +165,12 @@ class _Follow:
     def climb(self, node: ast.AST) -> None:
         """Follow the value of ``node`` up through the expressions that contain it."""
         parents, opaque, chosen, mixed = self.ctx.parents, self.opaque, self.chosen, self.mixed
+        ranked = self.ranked
         try:
             self._climb(node, parents)
         finally:
             self.opaque = opaque  # an unseen callee on this path does not hide the others
+            self.ranked = ranked  # nor a branch of its rank
             self.chosen = chosen  # nor a cast to fp32 on this path
             self.mixed = mixed  # nor a join with half tensors
 
@@ -185,7 +190,7 @@ class _Follow:
                     self.one_dim = self.one_dim and parent.attr.endswith("_")
                     self.scalar = self.scalar and _keeps_rank(parent.attr, self.zero)
                 continue
-            if step == "unknown" or step == "leak" and self.opaque:
+            if step == "unknown" or step == "leak" and (self.opaque or self.ranked):
                 self.fate.unknown = True
             elif step == "leak":
                 self.fate.leaks = True
@@ -195,7 +200,7 @@ class _Follow:
 
     def follow_name(self, name: str, bound_at: ast.AST) -> None:
         """Follow every later use of ``name``, bound by the statement ``bound_at``."""
-        key = (name, id(bound_at))
+        key = (f"{name}<rank>" if self.ranked else name, id(bound_at))
         self.names.add(name)  # made from the tensor, followed or not
         if key in self.seen or self.hops >= _MAX_HOPS:
             self.fate.unknown = self.fate.unknown or key not in self.seen
@@ -206,7 +211,10 @@ class _Follow:
         if self.depth == 0:  # the next pass of a loop of the tensor's own function
             uses += self.ctx.loop_uses(name, bound_at)
         for use in uses:
+            ranked = self.ranked
+            self.ranked = ranked or rank_guarded(self.ctx.parents, use, name, bound_at)
             self.climb(use)
+            self.ranked = ranked
             if self.fate.leaks:
                 return
 

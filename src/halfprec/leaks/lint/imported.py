@@ -77,6 +77,13 @@ def forward_of(path: str, imported: Imported, name: str, hops: int = 3) -> Found
     """The ``forward`` of class ``name`` imported into the file at ``path``, in the walked
     calls of the file that defines it (None when that file is not found or has no such
     class)."""
+    return method_of(path, imported, name, "forward", hops)
+
+
+def method_of(path: str, imported: Imported, name: str, method: str, hops: int = 3) -> Found | None:
+    """The method ``method`` of class ``name`` imported into the file at ``path`` (its own
+    or one it inherits from a base class defined there or imported there), in the walked
+    calls of the file that defines it."""
     entry = imported.get(name)
     if entry is None or hops <= 0 or path.startswith("<"):
         return None
@@ -88,10 +95,21 @@ def forward_of(path: str, imported: Imported, name: str, hops: int = 3) -> Found
     calls, names = loaded
     made = calls.program.methods_of(there)
     if made is None:  # re-exported by a package's __init__.py
-        return forward_of(str(file), names, there, hops - 1)
+        return method_of(str(file), names, there, method, hops - 1)
     methods, facts = made
-    forward = methods.get("forward")
-    return (calls, forward, facts) if forward is not None else None
+    found = methods.get(method)
+    if found is not None:
+        return calls, found, facts
+    cls = calls.program.classes[there]
+    for base in cls.bases:  # class Policy(PreTrainedPolicy) of a third file
+        further = (
+            method_of(str(file), names, base.id, method, hops - 1)
+            if isinstance(base, ast.Name)
+            else None
+        )
+        if further is not None:
+            return further
+    return None
 
 
 def alias_of(path: str, imported: Imported, name: str, hops: int = 3) -> str:
@@ -114,23 +132,39 @@ def alias_of(path: str, imported: Imported, name: str, hops: int = 3) -> str:
 def function_of(
     path: str, imported: Imported, name: str, hops: int = 3
 ) -> tuple[Calls, Function] | None:
-    """The function ``name`` imported into the file at ``path`` from a file next to it
-    (``from .utils import pad_to``), in the walked calls of the file that defines it. A
-    function further away (a library's shared mask builders) is not followed: its
-    branches are chosen by shapes and flags the lint does not know."""
+    """The function ``name`` imported into the file at ``path`` from another file of the
+    linted tree (``from .utils import pad_to``, ``from ...masking_utils import
+    build_mask``, ``from pkg.ops import mix``), in the walked calls of the file that defines
+    it. A branch there chosen by the tensor's rank is judged by :mod:`.branches`."""
     entry = imported.get(name)
     if entry is None or hops <= 0 or path.startswith("<"):
         return None
     module, level, there = entry
     file = module_file(Path(path), module, level)
-    if file is not None and file.parent != Path(path).parent:
-        return None
     loaded = _load(file) if file is not None else None
     if loaded is None:
         return None
     calls, names = loaded
     fn = calls.program.functions.get(there)
     return (calls, fn) if fn is not None else function_of(str(file), names, there, hops - 1)
+
+
+def module_function_of(
+    path: str, imported: Imported, name: str, attr: str
+) -> tuple[Calls, Function] | None:
+    """The function ``attr`` of the module ``name`` imported into the file at ``path``
+    from another file of the tree (``from . import ops`` ... ``ops.mix(h, t)``)."""
+    entry = imported.get(name)
+    if entry is None or path.startswith("<"):
+        return None
+    module, level, there = entry
+    file = module_file(Path(path), f"{module}.{there}" if module else there, level)
+    loaded = _load(file) if file is not None else None
+    if loaded is None:
+        return None
+    calls = loaded[0]
+    fn = calls.program.functions.get(attr)
+    return (calls, fn) if fn is not None else None
 
 
 def _load(file: Path) -> tuple[Calls, Imported] | None:
@@ -154,5 +188,7 @@ def _load(file: Path) -> tuple[Calls, Imported] | None:
     calls.other = lambda cls: forward_of(str(file), names, cls)
     calls.alias = lambda name: alias_of(str(file), names, name)
     calls.function = lambda name: function_of(str(file), names, name)
+    calls.method = lambda cls, name: method_of(str(file), names, cls, name)
+    calls.module = lambda name, attr: module_function_of(str(file), names, name, attr)
     _loaded[key] = (calls, names)
     return _loaded[key]

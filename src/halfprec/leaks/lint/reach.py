@@ -51,6 +51,7 @@ class Follow(Protocol):
     scalar: bool
     zero: bool
     opaque: bool
+    ranked: bool
     thunk: bool
     chosen: bool
     key: str | None
@@ -96,7 +97,7 @@ def _callee(f: Follow, call: ast.Call) -> Callee | None:
     made = program.methods_of(func.id) if isinstance(func, ast.Name) else None
     if made is not None and "__init__" in made[0]:  # Beams(tokens, scores): its constructor
         return made[0]["__init__"], made[1], False, True, None
-    held = _held(f, func) or _inherited(f, func)
+    held = _held(f, func) or _inherited(f, func) or _on_name(calls, func)
     if held is not None:
         return held
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
@@ -116,6 +117,8 @@ def _callee(f: Follow, call: ast.Call) -> Callee | None:
     sub = program.methods_of(cls) if cls else None
     if sub is not None and "forward" in sub[0]:
         return sub[0]["forward"], sub[1], True, True, None
+    if cls is None and not layer and not held_fn:  # self.step(t) of a base of another file
+        return _based_elsewhere(calls, owner, func.attr)
     return _elsewhere(calls, cls)
 
 
@@ -144,6 +147,46 @@ def _inherited(f: Follow, func: ast.AST) -> Callee | None:
         info = program.methods_of(base.id) if isinstance(base, ast.Name) else None
         if info is not None and func.attr in info[0]:
             return info[0][func.attr], info[1], func.attr == "forward", True, None
+    return _based_elsewhere(calls, owner, func.attr)
+
+
+def _on_name(calls: Calls, func: ast.AST) -> Callee | None:
+    """``Tree.build(p, areas=t)``: a class's method called on the class, of this file or
+    imported from another; ``ops.mix(h, t)``: a function of a module of the tree."""
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+        return None
+    name, attr = func.value.id, func.attr
+    if name == "self":
+        return None
+    made = calls.program.methods_of(name)
+    if made is not None:
+        fn = made[0].get(attr)
+        return (fn, made[1], attr == "forward", _bound(fn), None) if fn is not None else None
+    found = calls.method(name, attr) if calls.method is not None else None
+    if found is not None:
+        there, fn, facts = found
+        return fn, facts, attr == "forward", _bound(fn), there
+    module = calls.module(name, attr) if calls.module is not None else None
+    return (module[1], NO_FACTS, False, False, module[0]) if module is not None else None
+
+
+def _bound(fn: Function) -> bool:
+    """Whether a method called on its class gets its first parameter bound (``cls`` of a
+    classmethod); a staticmethod or a plain method (``Base.forward(self, x)``) does not."""
+    return any(isinstance(d, ast.Name) and d.id == "classmethod" for d in fn.decorator_list)
+
+
+def _based_elsewhere(calls: Calls, owner: str | None, name: str) -> Callee | None:
+    """The method ``name`` that class ``owner`` of this file inherits from a base class
+    another file of the tree defines (``class Policy(BasePolicy)``)."""
+    cls = calls.program.classes.get(owner) if owner else None
+    if cls is None or calls.method is None:
+        return None
+    for base in cls.bases:
+        found = calls.method(base.id, name) if isinstance(base, ast.Name) else None
+        if found is not None:
+            there, fn, facts = found
+            return fn, facts, name == "forward", True, there
     return None
 
 
@@ -199,13 +242,15 @@ def enter(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
     assert calls is not None  # _callee found one
     inner = f.spawn(calls.context(fn, facts, is_forward))
     inner.fate, inner.seen, inner.hops, inner.opaque = f.fate, f.seen, f.hops, f.opaque
+    if there is not None:  # another file's helper: a budget of names of its own
+        inner.hops = 0
     inner.thunk, f.thunk = f.thunk, False
     inner.chosen, inner.scalar = f.chosen, f.scalar
     unpacked = any(k.arg is None and k.value is node for k in call.keywords)
     inner.key = None if unpacked else f.key  # f(**kwargs) hands on the value, f(d) the dict
     inner.caller, inner.depth = (f, call), f.depth + 1
     inner.follow_name(param.arg, param)
-    f.hops = inner.hops
+    f.hops = inner.hops if there is None else f.hops + 1
     return "done"
 
 
@@ -221,7 +266,7 @@ def to_callers(f: Follow) -> bool:
     sites = calls.callers(fn)
     method = bool(f.guards) and calls.program.owner_of(fn) is not None
     for site in sites:
-        key = (f"<call>{f.element}", id(site.call))  # return a, t: each element its own way
+        key = (f"<call>{f.element}{f.ranked}", id(site.call))  # return a, t: each its own way
         if key in f.seen or f.fate.leaks:
             continue
         if any(argument_for(fn, site.call, g, method) is None for g in f.guards):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
-from halfprec.leaks.lint.context import Context
+from halfprec.leaks.lint.context import Context, dotted
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow, to_callers, to_holders, to_readers
 from halfprec.leaks.lint.wrappers import dict_attribute
@@ -20,8 +20,10 @@ def statement_step(f: Follow, node: ast.AST, stmt: ast.AST) -> str:
     if isinstance(stmt, (ast.Return, ast.Yield, ast.YieldFrom)):
         if f.caller is not None:  # followed into a call: its value goes on in the caller
             caller, call = f.caller
-            caller.element, caller.key = f.element, f.key
+            caller.element, caller.key, ranked = f.element, f.key, caller.ranked
+            caller.ranked = ranked or f.ranked  # returned from a branch of its rank
             caller.climb(call)
+            caller.ranked = ranked
             return "done"
         if f.zero and _output(f) and not (f.chosen and not f.upcast):
             f.fate.zero_output = True  # a loss module's 0-dim output, whoever holds it
@@ -108,6 +110,8 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
             base = target.value
             while isinstance(base, ast.Subscript) and not f.floating(base.value):
                 base = base.value  # masks[k]["node"] = t: the dict of dicts holds t
+            if isinstance(base, ast.Name) and _made_fp32(f, base.id, stmt):
+                continue  # pts[0] = t of pts = torch.zeros(n, dtype=torch.float): its choice
             if isinstance(base, ast.Name):
                 _follow_holder(f, base.id, target, stmt)
             elif isinstance(target.value, ast.Attribute) and not to_readers(f, target.value):
@@ -121,6 +125,27 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
             if isinstance(sub, ast.Name):
                 f.follow_name(sub.id, stmt)
     return "done"
+
+
+def _made_fp32(f: Follow, name: str, stmt: ast.stmt) -> bool:
+    """Whether ``name`` holds, at ``stmt``, a factory's tensor given an fp32 dtype on
+    purpose (its last binding before: ``pts = torch.zeros(n, dtype=torch.float)``): a
+    value written into it is cast to the dtype that the holder's own line chose."""
+    fn = f.ctx.function
+    before = [
+        n
+        for n in (walk(fn) if fn is not None else ())
+        if isinstance(n, ast.Assign)
+        and n.lineno < stmt.lineno
+        and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)
+    ]
+    last = max(before, key=lambda n: n.lineno).value if before else None
+    return isinstance(last, ast.Call) and any(
+        k.arg == "dtype" and dotted(k.value) in _FP32 for k in last.keywords
+    )
+
+
+_FP32 = frozenset({"torch.float", "torch.float32", "torch.float64", "torch.double"})
 
 
 def _follow_holder(f: Follow, name: str, target: ast.Subscript, stmt: ast.stmt) -> None:

@@ -1,0 +1,299 @@
+"""Values whose fate is decided in another file or folder of the same package: a function
+imported from another folder (relative ``from ..ops.stats import update`` or absolute
+``from pkg.ops.stats import update``) is followed there as one of the same file, with a
+budget of names of its own; a tensor that such a function returns unchanged from a branch
+chosen by the tensor's own rank (``if mask.dim() == 4: return mask``) is not reported for
+that path alone, since the other ranks take the cast; ``self.blend(x, t)`` runs the method
+a base class of another file defines. Each package here is small and written for this
+test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from halfprec.leaks.lint import lint_paths
+
+_STATS = """\
+import torch
+
+
+def update(count, mean, x):
+    n = x.shape[-1]
+    new_count = count + n
+    new_mean = mean + (x.sum(-1) - mean * n) / new_count
+    return new_count, new_mean
+"""
+
+_FORECASTER = """\
+import torch
+from torch import nn
+
+{import_line}
+
+
+class Forecaster(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.head = nn.Linear(d, d)
+
+    def forward(self, x):
+        count = torch.zeros(x.shape[0], device=x.device)
+        mean = torch.zeros(x.shape[0], device=x.device)
+        count, mean = update(count, mean, x)
+        return self.head(x - mean[:, None])
+"""
+
+
+def _package(tmp_path: Path, import_line: str, stats: str = _STATS) -> Path:
+    pkg = tmp_path / "pkg"
+    (pkg / "models" / "forecasting").mkdir(parents=True)
+    (pkg / "ops").mkdir()
+    for folder in (pkg, pkg / "models", pkg / "models" / "forecasting", pkg / "ops"):
+        (folder / "__init__.py").write_text("")
+    (pkg / "ops" / "stats.py").write_text(stats)
+    model = _FORECASTER.format(import_line=import_line)
+    (pkg / "models" / "forecasting" / "forecaster.py").write_text(model)
+    return pkg
+
+
+@pytest.mark.parametrize(
+    "import_line", ["from ...ops.stats import update", "from pkg.ops.stats import update"]
+)
+def test_running_statistics_updated_by_a_helper_of_another_folder_leak(
+    tmp_path: Path, import_line: str
+) -> None:
+    pkg = _package(tmp_path, import_line)
+    found = sorted((Path(f.path).name, f.line, f.code) for f in lint_paths([pkg]).findings)
+    assert found == [("forecaster.py", 13, "HP101"), ("forecaster.py", 14, "HP101")]
+
+
+def test_running_statistics_cast_by_the_helper_of_another_folder_stay_silent(
+    tmp_path: Path,
+) -> None:
+    cast = _STATS.replace(
+        "    n = x.shape[-1]\n", "    n = x.shape[-1]\n    mean = mean.to(x.dtype)\n"
+    )
+    cast = cast.replace("count + n", "(count + n).to(x.dtype)")
+    pkg = _package(tmp_path, "from ...ops.stats import update", cast)
+    assert lint_paths([pkg]).findings == []
+
+
+_MASKS = """\
+import torch
+
+
+def bidirectional_mask(mask, embeds):
+    if mask.dim() == 4:
+        return mask
+    mask = mask.to(dtype=torch.bool)
+    zero = torch.zeros((), dtype=embeds.dtype, device=embeds.device)
+    low = torch.full((), -1e4, dtype=embeds.dtype, device=embeds.device)
+    return torch.where(mask[:, None, None, :], zero, low)
+"""
+
+_ENCODER = """\
+import torch
+from torch import nn
+
+from {masks} import bidirectional_mask
+
+
+class Encoder(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.qk = nn.Linear(d, d)
+
+    def forward(self, x, attention_mask=None):
+        if attention_mask is None:
+            attention_mask = torch.ones(x.shape[:2], device=x.device)
+        bias = bidirectional_mask(attention_mask, x)
+        scores = self.qk(x) @ x.transpose(-1, -2)
+        return (scores[:, None] + bias).softmax(-1)
+"""
+
+
+@pytest.mark.parametrize("where", ["same", "other"])
+def test_a_default_mask_a_builder_returns_as_is_only_for_4d_stays_silent(
+    tmp_path: Path, where: str
+) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "__init__.py").write_text("")
+    if where == "same":
+        (pkg / "models" / "masks.py").write_text(_MASKS)
+        masks = ".masks"
+    else:
+        (pkg / "masking.py").write_text(_MASKS)
+        masks = "..masking"
+    (pkg / "models" / "encoder.py").write_text(_ENCODER.format(masks=masks))
+    assert lint_paths([pkg]).findings == []
+
+
+def test_a_default_mask_a_builder_returns_as_is_for_every_rank_leaks(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "__init__.py").write_text("")
+    passthrough = _MASKS.replace("    mask = mask.to(dtype=torch.bool)\n", "    return mask\n")
+    (pkg / "masking.py").write_text(passthrough)
+    (pkg / "models" / "encoder.py").write_text(_ENCODER.format(masks="..masking"))
+    found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
+    assert found == [("encoder.py", 14)]
+
+
+def test_a_rank_normalised_value_goes_on_after_the_branch(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "__init__.py").write_text("")
+    points = """\
+import torch
+
+
+def sample_points(features, coords):
+    if coords.dim() == 3:
+        coords = coords.unsqueeze(2)
+    return torch.nn.functional.grid_sample(features, 2.0 * coords - 1.0)
+"""
+    head = """\
+import torch
+from torch import nn
+
+from ..points import sample_points
+
+
+class Head(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        coords = torch.rand(x.shape[0], 8, 2, device=x.device)
+        return self.proj(sample_points(x, coords).squeeze(-1).transpose(1, 2))
+"""
+    (pkg / "points.py").write_text(points)
+    (pkg / "models" / "head.py").write_text(head)
+    found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
+    assert found == [("head.py", 13)]
+
+
+_BASE = """\
+import torch
+from torch import nn
+
+
+class BasePolicy(nn.Module):
+    def blend(self, x, noise):
+        return self.proj(x) + noise
+"""
+
+_POLICY = """\
+import torch
+from torch import nn
+
+from ..base import BasePolicy
+
+
+class FlowPolicy(BasePolicy):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        noise = torch.randn(x.shape, device=x.device)
+        return self.blend(x, noise)
+"""
+
+
+@pytest.mark.parametrize("cast", [False, True])
+def test_a_tensor_handed_to_a_method_of_a_base_class_of_another_folder(
+    tmp_path: Path, cast: bool
+) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "policies").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "policies" / "__init__.py").write_text("")
+    base = _BASE.replace("+ noise", "+ noise.to(x.dtype)") if cast else _BASE
+    (pkg / "base.py").write_text(base)
+    (pkg / "policies" / "flow.py").write_text(_POLICY)
+    found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
+    assert found == ([] if cast else [("flow.py", 13)])
+
+
+_TREE = """\
+import torch
+
+
+class Tree:
+    def __init__(self, weights):
+        self.weights = weights
+
+    @classmethod
+    def build(cls, points, areas):
+        total = torch.zeros(points.shape[0], dtype=points.dtype, device=points.device)
+        return points * areas[:, None]
+"""
+
+_KERNEL = """\
+import torch
+from torch import nn
+
+{import_line}
+
+
+class Kernel(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, points):
+        areas = torch.ones(points.shape[0], device=points.device)
+        return self.proj({call}(points, areas))
+"""
+
+
+@pytest.mark.parametrize(
+    ("import_line", "call"),
+    [
+        ("from ..geometry.tree import Tree", "Tree.build"),
+        ("from ..geometry import ops", "ops.scale"),
+    ],
+)
+def test_a_tensor_handed_to_a_classmethod_or_a_module_function_of_another_folder(
+    tmp_path: Path, import_line: str, call: str
+) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "geometry").mkdir(parents=True)
+    (pkg / "models").mkdir()
+    for folder in (pkg, pkg / "geometry", pkg / "models"):
+        (folder / "__init__.py").write_text("")
+    (pkg / "geometry" / "tree.py").write_text(_TREE)
+    ops = "import torch\n\n\ndef scale(points, areas):\n    return points * areas[:, None]\n"
+    (pkg / "geometry" / "ops.py").write_text(ops)
+    kernel = _KERNEL.format(import_line=import_line, call=call)
+    (pkg / "models" / "kernel.py").write_text(kernel)
+    found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
+    assert found == [("kernel.py", 13)]
+
+
+def test_values_written_into_a_table_made_fp32_on_purpose_stay_silent(tmp_path: Path) -> None:
+    source = """\
+import torch
+from torch import nn
+
+
+class Grid(nn.Module):
+    def forward(self, x):
+        table = torch.zeros(8, 2, dtype=torch.float, device=x.device)
+        table[:, 0] = torch.arange(8, device=x.device) / 8.0
+        table[:, 1] = torch.rand(8, device=x.device)
+        return table
+"""
+    (tmp_path / "grid.py").write_text(source)
+    assert lint_paths([tmp_path]).findings == []
+    plain = source.replace("dtype=torch.float, ", "")
+    (tmp_path / "grid.py").write_text(plain)
+    assert [f.line for f in lint_paths([tmp_path]).findings] == [7, 8, 9]
