@@ -260,6 +260,7 @@ class Kernel(nn.Module):
     [
         ("from ..geometry.tree import Tree", "Tree.build"),
         ("from ..geometry import ops", "ops.scale"),
+        ("import pkg.geometry.ops as gops", "gops.scale"),
     ],
 )
 def test_a_tensor_handed_to_a_classmethod_or_a_module_function_of_another_folder(

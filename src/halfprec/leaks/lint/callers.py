@@ -7,7 +7,9 @@ submodule. Recognised calls:
 - ``name(...)`` of a module-level function, from any function of the file;
 - ``self.name(...)`` of a method, from the methods of its own class;
 - ``self.x(...)`` or ``self.x[i](...)`` where ``self.x = Cls(...)`` and ``forward`` is
-  ``Cls``'s, from the methods of any class of the file.
+  ``Cls``'s, from the methods of any class of the file;
+- ``self.x.name(...)`` of another method of ``Cls`` (``self.model.encode(obs)``), and
+  ``Cls.name(...)``, from the methods of any class of the file.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class CallIndex:
             for fn, cls in _functions(program)
         ]
         self.found: dict[str, list[tuple[str | None, CallSite]]] = {}
+        self.found_held: dict[str, list[tuple[str | None, CallSite, str]]] = {}
         self.read: dict[tuple[str, str], list[tuple[Function, ast.Attribute]]] = {}
         self.others: dict[str, list[tuple[Function, str | None, ast.Attribute]]] = {}
         self.facts: dict[str | None, ClassFacts] = {None: NO_FACTS}
@@ -77,24 +80,40 @@ class CallIndex:
             self.facts[cls] = info[1] if info is not None else NO_FACTS
         return self.facts[cls]
 
+    def _calls(self, name: str, pattern: re.Pattern[str]) -> Iterator[tuple[str | None, CallSite]]:
+        """The calls on the lines where ``pattern`` matches, in the functions whose text
+        holds ``name``, each as a site with the caller's class."""
+        for caller, cls, text in self.functions:
+            if name not in text:
+                continue
+            hits = {caller.lineno + text.count("\n", 0, m.start()) for m in pattern.finditer(text)}
+            for node in _nodes_on(caller, hits, ast.Call):
+                yield cls, CallSite(node, caller, self.facts_of(cls), caller.name == "forward")
+
     def named(self, name: str) -> list[tuple[str | None, CallSite]]:
         if name not in self.found:
             pattern = re.compile(rf"(?<![\w.]){re.escape(name)}\s*[(\[]|self\.{re.escape(name)}\b")
             out: list[tuple[str | None, CallSite]] = []
-            for caller, cls, text in self.functions:
-                if name not in text:
-                    continue
-                hits = {
-                    caller.lineno + text.count("\n", 0, m.start()) for m in pattern.finditer(text)
-                }
-                for node in _nodes_on(caller, hits, ast.Call):
-                    func = node.func
-                    called = func.id if isinstance(func, ast.Name) else _self_attr(func)
-                    if called == name:
-                        site = CallSite(node, caller, self.facts_of(cls), caller.name == "forward")
-                        out.append((cls, site))
+            for cls, site in self._calls(name, pattern):
+                func = site.call.func
+                called = func.id if isinstance(func, ast.Name) else _self_attr(func)
+                if called == name:
+                    out.append((cls, site))
             self.found[name] = out
         return self.found[name]
+
+    def held_named(self, name: str) -> list[tuple[str | None, CallSite, str]]:
+        """Every call ``self.x.name(...)`` or ``Cls.name(...)`` in the file, with the
+        caller's class and ``x`` (``self.x``) or ``Cls``."""
+        if name not in self.found_held:
+            pattern = re.compile(rf"\.{re.escape(name)}\s*\(")
+            out: list[tuple[str | None, CallSite, str]] = []
+            for cls, site in self._calls(name, pattern):
+                holder = _holder(site.call.func, name)
+                if holder is not None:
+                    out.append((cls, site, holder))
+            self.found_held[name] = out
+        return self.found_held[name]
 
     def reads(self, owner: str, attr: str) -> list[tuple[Function, ast.Attribute]]:
         """Every read of ``self.<attr>`` in the methods of the class ``owner``, with the
@@ -134,6 +153,18 @@ class CallIndex:
         return self.others[attr]
 
 
+def _holder(func: ast.AST, name: str) -> str | None:
+    """``x`` of ``self.x.name`` (an object kept on self), ``Cls`` of ``Cls.name``."""
+    if not (isinstance(func, ast.Attribute) and func.attr == name):
+        return None
+    value = func.value
+    if isinstance(value, ast.Name):
+        return value.id if value.id[:1].isupper() else None
+    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
+        return value.attr if value.value.id == "self" else None
+    return None
+
+
 def _nodes_on(fn: Function, lines: set[int], kind: type[_Node]) -> Iterator[_Node]:
     """The nodes of ``kind`` in ``fn`` that span one of ``lines`` (other subtrees are not
     walked)."""
@@ -160,10 +191,15 @@ def call_sites(program: Program, fn: Function, index: CallIndex) -> list[CallSit
     if owner is None:
         return []  # a nested function: its calls are its enclosing function's business
     if fn.name != "forward":
-        return [
+        own = [
             site
             for cls, site in index.named(fn.name)
             if cls == owner and isinstance(site.call.func, ast.Attribute)
+        ]
+        return own + [
+            site
+            for _, site, holder in index.held_named(fn.name)
+            if holder == owner or (holder, owner) in site.facts.module_classes
         ]
     classes = {cls for _, cls, _ in index.functions}
     holders = {x for cls in classes for x, c in index.facts_of(cls).module_classes if c == owner}

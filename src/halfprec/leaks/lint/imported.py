@@ -31,8 +31,8 @@ _loaded: dict[tuple[str, int, int], tuple[Calls, Imported] | None] = {}
 
 def imported_names(tree: ast.Module) -> Imported:
     """The names ``from <module> import <name>`` binds in a file (at its top, or in a
-    function: ``__init__`` importing its layers); the first binding of a name wins. Only
-    statements are visited, never expressions."""
+    function: ``__init__`` importing its layers), and ``import <pkg>.<module> as <name>``;
+    the first binding of a name wins. Only statements are visited, never expressions."""
     names: Imported = {}
     stack: list[ast.stmt] = list(reversed(tree.body))
     while stack:
@@ -41,6 +41,12 @@ def imported_names(tree: ast.Module) -> Imported:
             for alias in node.names:
                 local = alias.asname or alias.name
                 names.setdefault(local, (node.module or "", node.level, alias.name))
+            continue
+        if isinstance(node, ast.Import):  # import pkg.ops as ops: the module pkg.ops
+            for alias in node.names:
+                parent, _, last = alias.name.rpartition(".")
+                if alias.asname and parent:
+                    names.setdefault(alias.asname, (parent, 0, last))
             continue
         for block in ("body", "orelse", "finalbody", "handlers"):
             inner = getattr(node, block, None)

@@ -91,14 +91,22 @@ def _used(f: Follow, call: ast.Call, name: str) -> bool:
     return name in KEEPS and not isinstance(f.ctx.parents.get(id(call)), ast.Expr)
 
 
+def position(index: int) -> str:
+    """The key of a tuple that holds the tensor as element ``index`` (``out = f()`` where
+    ``f`` returns ``a, t``): not a string a dict key could spell."""
+    return f"\0#{index}"
+
+
 def record_field(f: Follow, name: object) -> str:
     """A field of a dict or record that holds the tensor under ``f.key``: the tensor itself
     when the names match, another value when they do not; ``out[0]`` of a record whose
-    field order the lint does not know is unknown."""
-    if name == f.key:
+    field order the lint does not know is unknown, of a tuple whose order it knows another
+    element."""
+    if name == f.key or isinstance(name, int) and f.key == position(name):
         f.key = None
         return "up"
-    return "safe" if isinstance(name, str) else "unknown"
+    known = isinstance(name, int) and (f.key or "").startswith("\0#")
+    return "safe" if isinstance(name, str) or known else "unknown"
 
 
 def called(f: Follow, attr: ast.Attribute) -> bool:

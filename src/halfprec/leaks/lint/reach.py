@@ -12,7 +12,7 @@ from typing import Protocol
 
 from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
-from halfprec.leaks.lint.context import Calls, Context
+from halfprec.leaks.lint.context import Calls, Context, dotted
 from halfprec.leaks.lint.scope import Function
 
 
@@ -98,6 +98,7 @@ def _callee(f: Follow, call: ast.Call) -> Callee | None:
     if made is not None and "__init__" in made[0]:  # Beams(tokens, scores): its constructor
         return made[0]["__init__"], made[1], False, True, None
     held = _held(f, func) or _inherited(f, func) or _on_name(calls, func)
+    held = held or _object_method(f, func)
     if held is not None:
         return held
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
@@ -188,6 +189,25 @@ def _based_elsewhere(calls: Calls, owner: str | None, name: str) -> Callee | Non
             there, fn, facts = found
             return fn, facts, name == "forward", True, there
     return None
+
+
+def _object_method(f: Follow, func: ast.AST) -> Callee | None:
+    """``self.model.encode(...)`` where ``self.model = Policy(...)`` and this file defines
+    the class: that class's method (a static method takes no ``self``)."""
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute)):
+        return None
+    holder = func.value
+    if dotted(holder.value) != "self":
+        return None
+    cls = dict(f.ctx.facts.module_classes).get(holder.attr)
+    calls = f.ctx.calls
+    assert calls is not None  # _callee checked
+    info = calls.program.methods_of(cls) if cls else None
+    method = info[0].get(func.attr) if info is not None else None
+    if info is None or method is None:
+        return None
+    static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in method.decorator_list)
+    return method, info[1], func.attr == "forward", not static, None
 
 
 def _held(f: Follow, func: ast.AST) -> Callee | None:

@@ -1,5 +1,7 @@
 """Which code is a *forward path*: ``forward`` of ``nn.Module`` subclasses, plus the methods
-(``self.helper(...)``) and same-file functions (``helper(...)``) they call, transitively.
+(``self.helper(...)``) and same-file functions (``helper(...)``) they call, transitively,
+and the methods of objects of this file's classes they call (``self.model.encode(...)``
+where ``self.model = Policy(...)``; ``Tree.build(...)`` of a class of the file).
 
 A class counts as a module when it defines ``forward`` and has a base class: every
 ``nn.Module`` with compute does, and a plain class with a ``forward`` method is rare.
@@ -95,6 +97,7 @@ def _methods(cls: ast.ClassDef) -> dict[str, Function]:
 
 
 _CALL = re.compile(r"(?<![\w.])(self\.)?([A-Za-z_]\w*)\s*\(")
+_HELD_CALL = re.compile(r"(?<![\w.])(self\.)?([A-Za-z_]\w*)\.([A-Za-z_]\w*)\s*\(")
 
 
 def _called_names(fn: Function, lines: list[str]) -> Iterator[tuple[bool, str]]:
@@ -106,6 +109,13 @@ def _called_names(fn: Function, lines: list[str]) -> Iterator[tuple[bool, str]]:
     text = "\n".join(lines[fn.lineno - 1 : fn.end_lineno or fn.lineno])
     for match in _CALL.finditer(text):
         yield match.group(1) is not None, match.group(2)
+
+
+def _held_calls(fn: Function, lines: list[str]) -> Iterator[tuple[bool, str, str]]:
+    """``(True, x, m)`` for ``self.x.m(...)`` and ``(False, C, m)`` for ``C.m(...)``."""
+    text = "\n".join(lines[fn.lineno - 1 : fn.end_lineno or fn.lineno])
+    for match in _HELD_CALL.finditer(text):
+        yield match.group(1) is not None, match.group(2), match.group(3)
 
 
 def forward_paths(
@@ -124,6 +134,20 @@ def forward_paths(
     by_name = {c.name: c for c in classes}
     seen: dict[int, ForwardPath] = {}
     modules: dict[str, tuple[dict[str, Function], ClassFacts]] = {}
+
+    def members(name: str) -> tuple[dict[str, Function], ClassFacts] | None:
+        """The methods (with its same-file bases') and facts of the class ``name``."""
+        if name in modules or name not in by_name:
+            return modules.get(name)
+        cls = by_name[name]
+        bases = [by_name[b.id] for b in cls.bases if isinstance(b, ast.Name) and b.id in by_name]
+        bases = [b for b in bases if b is not cls]
+        methods: dict[str, Function] = {}
+        for klass in (*bases, cls):
+            methods.update(_methods(klass))
+        facts = class_facts(cls, bases) if program is None else program.facts_of(cls, bases)
+        return methods, facts
+
     for cls in classes:
         methods = _methods(cls)
         if "forward" not in methods or not cls.bases:
@@ -156,15 +180,20 @@ def forward_paths(
             seen[id(fn)] = ForwardPath(fn, facts, pipeline=piped)  # a model's path wins
         elif not entry.is_forward:
             continue
+        found: list[tuple[Function, dict[str, Function], ClassFacts]] = []
         for on_self, name in _called_names(fn, lines):
             callee = methods.get(name) if on_self else functions.get(name)
-            if callee is None:
-                continue
+            if callee is not None:
+                found.append((callee, methods, facts) if on_self else (callee, {}, NO_FACTS))
+        for on_self, holder, name in _held_calls(fn, lines):
+            held_name = dict(facts.module_classes).get(holder) if on_self else holder
+            held_class = members(held_name) if held_name else None
+            if held_class is not None and name in held_class[0]:
+                found.append((held_class[0][name], *held_class))
+        for callee, its_methods, its_facts in found:
             known = seen.get(id(callee))
             if known is None or (known.pipeline and not piped):
-                queue.append(
-                    (callee, methods if on_self else {}, facts if on_self else NO_FACTS, piped)
-                )
+                queue.append((callee, its_methods, its_facts, piped))
     return sorted(seen.values(), key=lambda p: p.function.lineno)
 
 

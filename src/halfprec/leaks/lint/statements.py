@@ -10,6 +10,7 @@ import ast
 from collections.abc import Sequence
 
 from halfprec.leaks.lint.context import Context, dotted
+from halfprec.leaks.lint.methods import position
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow, to_callers, to_holders, to_readers
 from halfprec.leaks.lint.wrappers import dict_attribute
@@ -121,10 +122,21 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
             if not to_readers(f, target):
                 f.fate.unknown = True  # kept where the lint cannot see it read
             continue
+        kept = f.key
+        if element is not None and isinstance(target, ast.Name):
+            f.key = position(element)  # inputs = f(): t is inputs[element]
+        elif isinstance(target, (ast.Tuple, ast.List)) and f.key in _POSITIONS:
+            elts = target.elts  # a, mask = inputs: only the name at t's position
+            target = elts[_POSITIONS[f.key]] if _POSITIONS[f.key] < len(elts) else ast.Tuple([])
+            f.key = None
         for sub in walk(target):
             if isinstance(sub, ast.Name):
                 f.follow_name(sub.id, stmt)
+        f.key = kept
     return "done"
+
+
+_POSITIONS = {position(i): i for i in range(16)}
 
 
 def _made_fp32(f: Follow, name: str, stmt: ast.stmt) -> bool:

@@ -30,10 +30,10 @@ def hidden_state(ctx: Context, func: ast.AST, node: ast.AST, call: ast.Call) -> 
     weights need it in their dtype (an fp32 state is a dtype mismatch)."""
     attr = func.value if isinstance(func, ast.Subscript) else func
     name = attr.attr if isinstance(attr, ast.Attribute) else ""
-    if dict(ctx.facts.layers).get(name, "") not in _RECURRENT:
-        return False
-    second = len(call.args) > 1 and call.args[1] is node
-    return second or any(k.arg == "hx" and k.value is node for k in call.keywords)
+    layer = dict(ctx.facts.layers).get(name, "")
+    if any(k.arg == "hx" and k.value is node for k in call.keywords):
+        return layer != ""  # torch's recurrent layers alone take hx, also from a ModuleList
+    return layer in _RECURRENT and len(call.args) > 1 and call.args[1] is node
 
 
 _RECURRENT = words("LSTM GRU RNN LSTMCell GRUCell RNNCell")

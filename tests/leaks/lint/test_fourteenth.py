@@ -1,0 +1,240 @@
+"""Fourteenth-round rules: a method of an object of this file's classes (``self.model.encode(x)``
+where ``self.model = Policy(...)``, ``Tree.build(...)``) is on the forward path, a tensor
+handed to it is followed into it, and its result back into every such caller; a tuple that
+a helper returns, bound to one name, holds the tensor at its position only; a value written
+into a table made fp32 by an explicit dtype takes that dtype; ``hx=`` of a layer held in a
+``ModuleList`` is a recurrent state. Each model here is small and written for this test."""
+
+from __future__ import annotations
+
+import textwrap
+
+import torch
+from torch import nn
+
+from halfprec.leaks.lint import lint_source
+
+HEAD = "import torch\nfrom torch import nn\n\n\n"
+
+
+def _found(body: str) -> list[int]:
+    source = HEAD + textwrap.dedent(body)
+    offset = HEAD.count("\n")
+    return [f.line - offset for f in lint_source(source) if f.code == "HP101"]
+
+
+TWO_CALLERS = """\
+    class Denoiser(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.lin = nn.Linear(d, d)
+
+        def sigmas(self, n, device):
+            return torch.randn(n, device=device).exp()
+
+        def forward(self, x):
+            s = self.sigmas(x.shape[0], x.device).to(x.dtype)
+            return self.lin(x) * s[:, None]
+
+
+    class Candidates(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.net = Denoiser(d)
+
+        def forward(self, x):
+            s = self.net.sigmas(x.shape[0], x.device)
+            return self.net(x) * s[:, None]
+    """
+
+
+def test_a_method_result_passed_uncast_by_a_holder_of_its_class_is_reported() -> None:
+    assert _found(TWO_CALLERS) == [7]
+
+
+def test_the_same_method_result_cast_by_every_caller_stays_silent() -> None:
+    uncast = "s = self.net.sigmas(x.shape[0], x.device)"
+    body = TWO_CALLERS.replace(uncast, uncast + ".to(x.dtype)")
+    assert _found(body) == []
+
+
+SCORER = """\
+    class Scorer:
+        def per_chain(self, logits, chains):
+            out = torch.zeros(logits.shape[0], len(chains), device=logits.device)
+            for i, c in enumerate(chains):
+                out[:, i] = logits[:, c].mean(-1)
+            return out
+
+
+    class Head(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.lin = nn.Linear(d, d)
+            self.scorer = Scorer()
+
+        def forward(self, x, chains):
+            logits = self.lin(x)
+            return logits[:, :2] * self.scorer.per_chain(logits, chains)
+    """
+
+
+def test_a_buffer_filled_in_a_held_objects_method_and_returned_is_reported() -> None:
+    assert _found(SCORER) == [3]
+
+
+def test_the_filled_buffer_cast_where_it_is_returned_stays_silent() -> None:
+    assert _found(SCORER.replace("return out", "return out.to(logits.dtype)")) == []
+
+
+SPREAD = """\
+    class Tree:
+        def __init__(self, d):
+            self.d = d
+
+        def spread(self, h, w):
+            return h * w[:, None]
+
+
+    class Kernel(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.lin = nn.Linear(d, d)
+            self.tree = Tree(d)
+
+        def forward(self, x, w=None):
+            if w is None:
+                w = torch.ones(x.shape[0], device=x.device)
+            return self.tree.spread(self.lin(x), w)
+    """
+
+
+def test_a_default_handed_to_a_held_objects_method_is_followed_into_it() -> None:
+    assert _found(SPREAD) == [17]
+
+
+def test_a_default_cast_in_the_held_objects_method_stays_silent() -> None:
+    assert _found(SPREAD.replace("w[:, None]", "w[:, None].to(h.dtype)")) == []
+
+
+BUILD = """\
+    class Tree:
+        def __init__(self, h, w):
+            self.h = h
+            self.w = w
+
+        @staticmethod
+        def weigh(h, w):
+            return h * w[:, None]
+
+        @classmethod
+        def build(cls, h, w):
+            return cls(Tree.weigh(h, w), w)
+
+
+    class Kernel(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.lin = nn.Linear(d, d)
+
+        def forward(self, x):
+            w = torch.ones(x.shape[0], device=x.device)
+            return Tree.build(self.lin(x), w).h
+    """
+
+
+def test_a_tensor_handed_to_a_class_and_static_method_is_followed() -> None:
+    assert _found(BUILD) == [21]
+
+
+def test_the_class_and_static_method_casting_it_stay_silent() -> None:
+    assert _found(BUILD.replace("w[:, None]", "w[:, None].to(h.dtype)")) == []
+
+
+TUPLE = """\
+    class Enc(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.lin = nn.Linear(d, d)
+
+        def inputs(self, x):
+            mask = torch.ones(x.shape[:2], device=x.device)
+            return self.lin(x), mask
+
+        def forward(self, x):
+            held = self.inputs(x)
+            h, mask = held
+            return h.masked_fill(mask[..., None] == 0, 0.0)
+    """
+
+
+def test_a_tuple_element_bound_to_one_name_is_followed_at_its_position_only() -> None:
+    assert _found(TUPLE) == []
+
+
+def test_the_tuple_element_that_meets_half_is_still_reported() -> None:
+    assert _found(
+        TUPLE.replace("h.masked_fill(mask[..., None] == 0, 0.0)", "h * held[1][..., None]")
+    ) == [7]
+
+
+def test_unpacking_a_held_tuple_follows_the_element_at_its_position() -> None:
+    assert _found(TUPLE.replace("mask[..., None] == 0, 0.0)", "0.0) * mask[..., None]")) == [7]
+
+
+TABLE = """\
+    class Doa(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.lin = nn.Linear(3, d)
+
+        def forward(self, x):
+            pts = torch.zeros(4, 3, dtype=torch.float32, device=x.device)
+            pts[1:, 0] = torch.arange(3, device=x.device) / 3.0
+            return self.lin(pts) + x
+    """
+
+
+def test_a_value_written_into_an_explicit_fp32_table_takes_its_dtype() -> None:
+    assert _found(TABLE) == []
+
+
+def test_the_same_value_written_into_a_default_dtype_table_is_reported() -> None:
+    assert _found(TABLE.replace("dtype=torch.float32, ", "")) == [7, 8]
+
+
+RECURRENT = """\
+    class Decoder(nn.Module):
+        def __init__(self, d, kind):
+            super().__init__()
+            rnn = nn.LSTM if kind == "lstm" else nn.GRU
+            self.rnn = nn.ModuleList([rnn(d, d, 1, batch_first=True)])
+
+        def init_state(self, b):
+            return torch.zeros(1, b, self.rnn[0].hidden_size), None
+
+        def forward(self, x):
+            state = self.init_state(x.shape[0])
+            h, _ = state
+            out, h = self.rnn[0](x, hx=h)
+            return out
+    """
+
+
+def test_hx_of_a_layer_held_in_a_module_list_is_a_recurrent_state() -> None:
+    assert _found(RECURRENT) == [8]
+
+
+def test_a_half_model_with_those_leaks_does_meet_fp32() -> None:
+    """The torch behaviour the rules rest on: a float tensor index-free written into a
+    slice takes the destination's dtype, and an fp32 state into a half GRU raises."""
+    table = torch.zeros(4, 3, dtype=torch.float32)
+    table[1:, 0] = torch.arange(3, dtype=torch.bfloat16) / 3.0
+    assert table.dtype == torch.float32
+    gru = nn.GRU(2, 2, 1, batch_first=True).to(torch.bfloat16)
+    try:
+        gru(torch.zeros(1, 3, 2, dtype=torch.bfloat16), torch.zeros(1, 1, 2))
+    except RuntimeError as exc:
+        assert "dtype" in str(exc) or "type" in str(exc)
+    else:
+        raise AssertionError("an fp32 state into a bf16 GRU ran")
