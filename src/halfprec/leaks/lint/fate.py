@@ -45,6 +45,7 @@ from halfprec.leaks.lint.branches import rank_guarded
 from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.comprehensions import comprehended
 from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.holders import fed_half
 from halfprec.leaks.lint.islands import island_buffer, island_value
 from halfprec.leaks.lint.methods import REDUCTIONS, attribute_step, called, record_field
 from halfprec.leaks.lint.nodes import walk
@@ -93,7 +94,7 @@ class _Follow:
 
     def floating(self, node: ast.AST) -> bool:
         """Whether ``node`` is a floating tensor of the model's dtype where it is used."""
-        return value_of(node, self.ctx.at(node)) is not None
+        return value_of(node, self.ctx.at(node)) is not None and fed_half(self.ctx, node)
 
     def meets(self, others: Sequence[ast.AST], join: bool = False) -> str:
         """The step when the tensor meets ``others`` in one floating op: a leak if one is
