@@ -298,3 +298,54 @@ class Grid(nn.Module):
     plain = source.replace("dtype=torch.float, ", "")
     (tmp_path / "grid.py").write_text(plain)
     assert [f.line for f in lint_paths([tmp_path]).findings] == [7, 8, 9]
+
+
+_CODEC = """\
+import torch
+from torch import nn
+
+
+class Codec(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.enc = nn.Linear(d, d)
+
+    def encode(self, x, jitter):
+        return self.enc(x) + jitter
+
+    def forward(self, x):
+        return self.enc(x)
+"""
+
+_AUTOENCODER = """\
+import torch
+from torch import nn
+
+from ..codecs.codec import Codec
+
+
+class AutoEncoder(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.codec = Codec(d)
+
+    def forward(self, x):
+        jitter = torch.randn(x.shape, device=x.device) * 0.01
+        return self.codec.encode(x, jitter)
+"""
+
+
+@pytest.mark.parametrize("cast", [False, True])
+def test_a_tensor_handed_to_a_method_of_a_submodule_of_another_folder(
+    tmp_path: Path, cast: bool
+) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "codecs").mkdir(parents=True)
+    (pkg / "models").mkdir()
+    for folder in (pkg, pkg / "codecs", pkg / "models"):
+        (folder / "__init__.py").write_text("")
+    codec = _CODEC.replace("+ jitter", "+ jitter.to(x.dtype)") if cast else _CODEC
+    (pkg / "codecs" / "codec.py").write_text(codec)
+    (pkg / "models" / "autoencoder.py").write_text(_AUTOENCODER)
+    found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
+    assert found == ([] if cast else [("autoencoder.py", 13)])

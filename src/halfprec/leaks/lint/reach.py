@@ -193,7 +193,8 @@ def _based_elsewhere(calls: Calls, owner: str | None, name: str) -> Callee | Non
 
 def _object_method(f: Follow, func: ast.AST) -> Callee | None:
     """``self.model.encode(...)`` where ``self.model = Policy(...)`` and this file defines
-    the class: that class's method (a static method takes no ``self``)."""
+    the class, or another file of the tree: that class's method (a static method takes no
+    ``self``)."""
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute)):
         return None
     holder = func.value
@@ -204,10 +205,18 @@ def _object_method(f: Follow, func: ast.AST) -> Callee | None:
     assert calls is not None  # _callee checked
     info = calls.program.methods_of(cls) if cls else None
     method = info[0].get(func.attr) if info is not None else None
+    if info is None and cls and calls.method is not None:  # a class of another file
+        found = calls.method(cls, func.attr)
+        if found is not None:
+            there, fn, facts = found
+            return fn, facts, func.attr == "forward", not _static(fn), there
     if info is None or method is None:
         return None
-    static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in method.decorator_list)
-    return method, info[1], func.attr == "forward", not static, None
+    return method, info[1], func.attr == "forward", not _static(method), None
+
+
+def _static(fn: Function) -> bool:
+    return any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list)
 
 
 def _held(f: Follow, func: ast.AST) -> Callee | None:
