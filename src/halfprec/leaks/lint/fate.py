@@ -46,6 +46,7 @@ from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.comprehensions import comprehended
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.holders import fed_half
+from halfprec.leaks.lint.indexing import half_written_at
 from halfprec.leaks.lint.islands import island_buffer, island_value
 from halfprec.leaks.lint.methods import REDUCTIONS, attribute_step, called, record_field
 from halfprec.leaks.lint.nodes import walk
@@ -306,6 +307,8 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
     if isinstance(parent, ast.Subscript):
         if parent.value is not node:
             return "integer"
+        if isinstance(parent.ctx, ast.Store) and half_written_at(parent, f.floating, f.ctx):
+            return "leak"  # t[idx] = h: index_put of half values into fp32 raises
         if f.key is not None and isinstance(parent.ctx, ast.Store):
             if isinstance(parent.slice, ast.Constant) and parent.slice.value == f.key:
                 f.key = "\0overwritten"  # cache["buf"] = v: later reads of "buf" read v

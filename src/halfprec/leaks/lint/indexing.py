@@ -15,6 +15,7 @@ see bound is not known to be a tensor (it may be an int), unless annotated as on
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.scalars import integer_tensor
@@ -78,3 +79,14 @@ def _tensor_like(node: ast.AST) -> bool:
     return not isinstance(node, ast.Constant) and not (
         isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant)
     )
+
+
+def half_written_at(
+    subscript: ast.Subscript, floating: Callable[[ast.AST], bool], ctx: Context
+) -> bool:
+    """``t[i, idx] = h``: a half value written into the followed tensor ``t`` at tensor
+    indices, which raises as the other way round does."""
+    stmt = ctx.parents.get(id(subscript))
+    if not (isinstance(stmt, ast.Assign) and subscript in stmt.targets):
+        return False
+    return tensor_index(subscript.slice, ctx) and floating(stmt.value)

@@ -16,6 +16,7 @@ from halfprec.leaks.lint.typed import fp32_default
 _FACTS = words("shape size device dtype ndim numel dim is_cuda nelement is_floating_point")
 _ELEMENT = words("item tolist numpy __len__ all any")
 _CASTS = words("half bfloat16 type_as")
+_PICKS = words("gather index_select take take_along_dim masked_select")
 _INTEGER_CASTS = words("long int bool byte short char")
 _UPCASTS = words("float double")
 SORTS = words(
@@ -69,6 +70,8 @@ def attribute_step(f: Follow, node: ast.AST, attr: ast.Attribute) -> str:
         return "up" if step == "fp32" else step
     if name in _CASTS:
         return "safe"
+    if name in _PICKS:
+        return "up"  # t.gather(1, idx): t's values, picked
     if name in _INTEGER_CASTS or name in SORTS:
         return "integer"
     if name in COUNTERS:

@@ -248,7 +248,9 @@ def program_of(tree: ast.Module) -> Program:
 
 def _aliases(tree: ast.Module) -> dict[str, str]:
     """``LinearNoBias = partial(nn.Linear, bias=False)`` or ``Dense = nn.Linear`` at the top
-    of a file: the name and the last part of the class it stands for (``Linear``)."""
+    of a file: the name and the last part of the class it stands for (``Linear``); for a
+    dict of classes (``CELLS = {"lstm": nn.LSTMCell, "gru": nn.GRUCell}``, called as
+    ``CELLS[kind](...)``) each of them, joined by ``|``."""
     found: dict[str, str] = {}
     for node in tree.body:
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
@@ -257,6 +259,9 @@ def _aliases(tree: ast.Module) -> dict[str, str]:
         if isinstance(value, ast.Call) and value.args and _dotted_end(value.func) == "partial":
             value = value.args[0]
         end = _dotted_end(value)
+        if isinstance(value, ast.Dict) and value.values:  # CELLS = {"lstm": nn.LSTMCell, ...}
+            ends = sorted({_dotted_end(v) for v in value.values})
+            end = "|".join(ends) if all(e[:1].isupper() for e in ends) else ""
         if isinstance(target, ast.Name) and end[:1].isupper():
             found[target.id] = end
     return found

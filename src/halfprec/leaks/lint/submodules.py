@@ -30,10 +30,18 @@ def hidden_state(ctx: Context, func: ast.AST, node: ast.AST, call: ast.Call) -> 
     weights need it in their dtype (an fp32 state is a dtype mismatch)."""
     attr = func.value if isinstance(func, ast.Subscript) else func
     name = attr.attr if isinstance(attr, ast.Attribute) else ""
+    if isinstance(func, ast.Name):
+        name = ctx.modules.get(func.id, "")  # for cell in self.cells: cell(x, (h, c))
     layer = dict(ctx.facts.layers).get(name, "")
     if any(k.arg == "hx" and k.value is node for k in call.keywords):
         return layer != ""  # torch's recurrent layers alone take hx, also from a ModuleList
-    return layer in _RECURRENT and len(call.args) > 1 and call.args[1] is node
+    held = dict(ctx.facts.elements).get(name, ()) if layer in _CONTAINERS else (layer,)
+    kinds = [k for h in held for k in _built(ctx, h).split("|")]
+    recurrent = bool(kinds) and all(k in _RECURRENT for k in kinds)
+    return recurrent and len(call.args) > 1 and call.args[1] is node
+
+
+_CONTAINERS = words("ModuleList Sequential ModuleDict")
 
 
 _RECURRENT = words("LSTM GRU RNN LSTMCell GRUCell RNNCell")
