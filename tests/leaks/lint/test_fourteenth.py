@@ -320,3 +320,90 @@ def test_a_half_value_cast_to_the_dtype_of_an_fp32_default_is_followed() -> None
 
 def test_the_buffer_cast_back_before_it_leaves_stays_silent() -> None:
     assert _found(BORROWED.replace("return out", "return out.to(h.dtype)")) == []
+
+
+FARTHEST = """\
+    def farthest(xyz, k):
+        b, n, _ = xyz.shape
+        picked = torch.zeros(b, k, dtype=torch.long, device=xyz.device)
+        distance = torch.ones(b, n).to(xyz.device) * 1e10
+        far = torch.zeros(b, dtype=torch.long, device=xyz.device)
+        rows = torch.arange(b, device=xyz.device)
+        for i in range(k):
+            picked[:, i] = far
+            dist = ((xyz - xyz[rows, far, None]) ** 2).sum(-1)
+            mask = dist < distance
+            distance[mask] = dist[mask]
+            far = torch.max(distance, -1)[1]
+        return picked
+
+
+    class Sampler(nn.Module):
+        def forward(self, xyz):
+            return xyz[:, farthest(xyz, 4)[0]]
+    """
+
+
+def test_half_values_written_at_a_mask_into_an_fp32_buffer_are_reported() -> None:
+    assert _found(FARTHEST) == [4]
+    xyz = torch.rand(1, 5, 3, dtype=torch.bfloat16)
+    distance = torch.ones(1, 5) * 1e10
+    dist = (xyz**2).sum(-1)
+    try:
+        distance[dist < distance] = dist[dist < distance]
+    except RuntimeError as exc:
+        assert "dtype" in str(exc)
+    else:
+        raise AssertionError("a bf16 index put into fp32 ran")
+
+
+CELLS = """\
+    CELL = {"lstm": nn.LSTMCell, "gru": nn.GRUCell}
+
+
+    class Stack(nn.Module):
+        def __init__(self, d, kind):
+            super().__init__()
+            self.cells = nn.ModuleList([CELL[kind](d, d), CELL[kind](d, d)])
+
+        def forward(self, x):
+            states = [torch.zeros(x.shape[0], 8, device=x.device) for _ in self.cells]
+            for i, cell in enumerate(self.cells):
+                x = cell(x, states[i])
+            return x
+    """
+
+
+def test_states_kept_in_a_list_into_cells_of_a_dict_of_classes_are_reported() -> None:
+    assert _found(CELLS) == [10]
+
+
+def test_a_dict_of_other_classes_gives_no_recurrent_state() -> None:
+    body = CELLS.replace('{"lstm": nn.LSTMCell, "gru": nn.GRUCell}', '{"a": Gate, "b": Gate}')
+    body = "class Gate(nn.Module):\n    def forward(self, x, s):\n        return x\n\n\n" + body
+    assert _found(body) == []
+
+
+GATHERED = """\
+    class Masked(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.lin = nn.Linear(d, d)
+
+        def forward(self, x, restore):
+            mask = torch.ones(x.shape[:2], device=x.device)
+            mask[:, : x.shape[1] // 2] = 0
+            mask = torch.gather(mask, dim=1, index=restore)
+            return (self.lin(x).sum(-1) * mask).sum() / mask.sum()
+    """
+
+
+def test_a_mask_gathered_by_indices_is_followed_as_its_values() -> None:
+    assert _found(GATHERED) == [7]
+    assert _found(
+        GATHERED.replace("torch.gather(mask, dim=1, index=restore)", "mask.gather(1, restore)")
+    ) == [7]
+
+
+def test_a_gathered_mask_cast_stays_silent() -> None:
+    assert _found(GATHERED.replace("index=restore)", "index=restore).to(x.dtype)")) == []

@@ -239,7 +239,7 @@ FARTHEST = """\
         rows = torch.arange(b, device=xyz.device)
         for i in range(k):
             picked[:, i] = far
-            dist = ((xyz - xyz[rows, far, None]) ** 2).sum(-1)
+            dist = ((xyz - xyz[rows, far, None]) ** 2).sum(-1).float()
             mask = dist < distance
             distance[mask] = dist[mask]
             far = torch.max(distance, -1)[1]

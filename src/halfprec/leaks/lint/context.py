@@ -155,13 +155,17 @@ class Context:
             self._at[stmt] = replace(self, floating=self.states[stmt], _at={})
         return self._at[stmt]
 
-    def is_upcast(self, node: ast.AST) -> bool:
-        """``g.float()``, ``g.to(torch.float32)``, or a name last bound to one: fp32 on
-        purpose, in a half model too."""
+    def is_upcast(self, node: ast.AST, depth: int = 0) -> bool:
+        """``g.float()``, ``g.to(torch.float32)``, ``torch.arange(n, dtype=torch.float)``,
+        or a name last bound to one or to a value computed from one (``emb =
+        torch.sin(emb)``, a few bindings back): fp32 on purpose, in a half model too."""
         if isinstance(node, ast.Name):
             bound = self.binding_before(node)
-            return bound is not None and self.is_upcast(bound)
+            return bound is not None and depth < 4 and self.is_upcast(bound, depth + 1)
         for sub in walk(node):
+            if isinstance(sub, ast.Name) and sub is not node and depth and depth < 4:
+                if self.is_upcast(sub, depth):
+                    return True
             if not isinstance(sub, ast.Call) or not isinstance(sub.func, ast.Attribute):
                 continue
             if sub.func.attr in ("float", "double") and not sub.args:
