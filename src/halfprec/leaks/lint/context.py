@@ -157,8 +157,9 @@ class Context:
 
     def is_upcast(self, node: ast.AST, depth: int = 0) -> bool:
         """``g.float()``, ``g.to(torch.float32)``, ``torch.arange(n, dtype=torch.float)``,
-        or a name last bound to one or to a value computed from one (``emb =
-        torch.sin(emb)``, a few bindings back): fp32 on purpose, in a half model too."""
+        or a name last bound to one; further back, a value computed from an explicit fp32
+        dtype (``emb = torch.sin(emb)`` of ``torch.arange(n, dtype=torch.float)``): fp32 on
+        purpose, in a half model too."""
         if isinstance(node, ast.Name):
             bound = self.binding_before(node)
             return bound is not None and depth < 4 and self.is_upcast(bound, depth + 1)
@@ -168,8 +169,8 @@ class Context:
                     return True
             if not isinstance(sub, ast.Call) or not isinstance(sub.func, ast.Attribute):
                 continue
-            if sub.func.attr in ("float", "double") and not sub.args:
-                return True
+            if sub.func.attr in ("float", "double") and not sub.args and depth <= 1:
+                return True  # further back it may be a factory's own (arange(n).float())
             for arg in (*sub.args, *(k.value for k in sub.keywords)):
                 text = dotted(arg)
                 if text.split(".")[0] in self.imports.torch and text.endswith(
