@@ -164,9 +164,9 @@ class Context:
             bound = self.binding_before(node)
             return bound is not None and depth < 4 and self.is_upcast(bound, depth + 1)
         for sub in walk(node):
-            if isinstance(sub, ast.Name) and sub is not node and depth and depth < 4:
-                if self.is_upcast(sub, depth):
-                    return True
+            deeper = isinstance(sub, ast.Name) and sub is not node and 0 < depth < 4
+            if deeper and self.is_upcast(sub, depth):
+                return True
             if not isinstance(sub, ast.Call) or not isinstance(sub.func, ast.Attribute):
                 continue
             if sub.func.attr in ("float", "double") and not sub.args and depth <= 1:
