@@ -10,7 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import ConvNextConfig, ConvNextModel, ElectraConfig, ElectraModel
+from transformers import (
+    ConvNextConfig,
+    ConvNextModel,
+    DeiTConfig,
+    DeiTModel,
+    ElectraConfig,
+    ElectraModel,
+)
 
 
 def electra() -> Any:
@@ -31,3 +38,13 @@ def convnext() -> Any:
 
 def convnext_example_inputs() -> dict[str, torch.Tensor]:
     return {"pixel_values": torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))}
+
+
+def deit() -> Any:
+    torch.manual_seed(0)
+    config = DeiTConfig(hidden_size=384, num_attention_heads=6, intermediate_size=1536)
+    return DeiTModel(config, add_pooling_layer=False).eval()  # deit-small shape, 21.7M
+
+
+def deit_example_inputs() -> dict[str, torch.Tensor]:
+    return {"pixel_values": torch.randn(4, 3, 224, 224, generator=torch.Generator().manual_seed(0))}

@@ -103,9 +103,50 @@ def test_a_steady_machine_claims_what_the_race_read_from_both_moments(
     done = _deploy_on(machine, monkeypatch)
     assert done.claim is not None and done.claim.end is not None and done.claim.agree
     assert done.speedup == 4.0
-    assert done.claim.end.rounds >= 3
+    # the race times the leader for its min_rounds (3), and on until its pair's calls add
+    # up to claim_s (2 s: 4 rounds of 0.625 s); claim_rounds (5) are taken at the end, in
+    # the process deploy returns
+    assert (done.claim.race.rounds, done.claim.end.rounds) == (4, 5)
     assert done.claim.ratio.rounds == done.claim.race.rounds + done.claim.end.rounds
     assert "4.00x faster than fp32 (range 4.00-4.00x" in done.summary
+
+
+class _Allocator(_FirstMoment):
+    """fp32's calls cost what eager fp32 costs with the process's allocator in two states:
+    until ``until`` (the race, with OpenVINO's choice beside it) its freed activations are
+    given back to the kernel and faulted in again on each call, 4% slower; after it
+    (deploy's end, and the process deploy returns) another allocation above them keeps them
+    on the heap. Both vary from call to call (``spread``), so the two moments' ranges
+    overlap."""
+
+    spread = (1.0, 0.94, 1.06, 0.97, 1.03)
+
+    def __init__(self) -> None:
+        super().__init__(fast=0.50, slow=0.52, half=0.25, other=0.60)
+        self.calls = 0
+
+    def fp32(self) -> None:
+        base = self.slow if self.now < self.until else self.fast
+        self.now += base * self.spread[self.calls % len(self.spread)]
+        self.calls += 1
+
+
+def test_where_the_moments_overlap_the_claim_is_mostly_the_process_deploy_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """fp32 runs 4% slower in the race than in the process deploy returns (its allocator
+    state: see the claim's module docs), within its call-to-call spread. The moments
+    agree, and the pooled median is drawn mostly from the end's rounds, so it lies within
+    the end's range, below the race's median; from 5 rounds in the race and 3 at the end
+    it was 2.04x, above the end's range (1.97-2.03x)."""
+    machine = _Allocator()
+    done = _deploy_on(machine, monkeypatch)
+    assert done.variant == "halfprec-bf16"
+    claim = done.claim
+    assert claim is not None and claim.end is not None and claim.agree, claim
+    assert claim.end.rounds > claim.race.rounds
+    assert claim.end.q1 <= done.speedup <= claim.end.q3, claim
+    assert done.speedup < claim.race.median
 
 
 def test_fp32_chosen_claims_nothing_and_is_not_timed_again(

@@ -11,8 +11,8 @@ above a later re-timing by more than its range.
 
 So deploy times the choice in a pair with fp32 again at its end, after the other
 candidates were built, compiled and timed (:func:`time_again`: the same pair, the same
-alternating rounds, the leader's rule for seconds of timed calls, at least the race's
-``min_rounds``), and :class:`Claim` claims from both moments:
+alternating rounds, the leader's rule for its claim: ``claim_rounds`` rounds and
+``claim_s`` seconds of timed calls), and :class:`Claim` claims from both moments:
 
 - the claimed range spans both moments' interquartile ranges (the lowest first quartile to
   the highest third quartile), so a later loop that lands in either moment's spread lies
@@ -22,6 +22,20 @@ alternating rounds, the leader's rule for seconds of timed calls, at least the r
   the moments disagree;
 - where the claimed range holds 1, the choice is not faster than fp32 beyond the spread of
   both moments, and deploy keeps fp32 (as it does when the race cannot rank).
+
+Eager fp32's own cost moves with the process's memory allocator. Its activations (tens to
+hundreds of MB a call on BERT-base) are freed at the end of each call, and glibc's malloc
+gives the top of its heap back to the kernel once the free space there passes its trim
+threshold; the next call then takes a page fault on each 4 KB page again (about 2 us of
+kernel time each). Whether that happens depends on what else the process allocated after
+fp32's activations: a candidate's weights left there keep the heap from shrinking. So
+fp32 ran without faults while an eager bf16 candidate was alive, and with 30-60 thousand
+faults a call (9% more CPU time, measured on one thread) while OpenVINO's choice was,
+whose memory is its own. The half choices barely fault. The end moment's process is the
+one deploy returns: only the caller's model and the choice alive. So the leader's claim
+rounds are taken there (:func:`rules`: the race stops the leader after ``min_rounds``, as
+every other candidate, and the end times it for ``claim_rounds``), and where the two
+moments overlap, the pooled median is mostly the end's.
 """
 
 from __future__ import annotations
@@ -110,6 +124,17 @@ class Claim:
         }
 
 
+def rules(race: Race | None) -> tuple[Race | None, Race | None]:
+    """deploy's rules for its two moments: the race's (the leader stopped after
+    ``min_rounds`` rounds, as any other candidate, still until its pair's timed calls add
+    up to ``claim_s``) and the end's (``race`` itself: ``claim_rounds`` rounds). The
+    rounds that the leader's claim adds are taken at the end, in the process deploy
+    returns (see the module docs); the number of rounds timed in all is the same."""
+    if race is None:
+        return None, None
+    return replace(race, claim_rounds=race.min_rounds), race
+
+
 def time_again(
     model: nn.Module,
     chosen: nn.Module,
@@ -122,14 +147,13 @@ def time_again(
     """The choice (``chosen``, whose race row is ``row``) timed again in a pair with eager
     fp32 (``model``, the caller's: in eval mode for the rounds, its flags given back
     after), in rounds alternating their order as in the race. With ``race``: the leader's
-    rule for its claim (at least ``min_rounds`` rounds, and until the pair's timed calls
+    rule for its claim (at least ``claim_rounds`` rounds, and until the pair's timed calls
     add up to ``claim_s``); without: ``runs`` rounds. Returns the ratio of these rounds
     and of the race's and these pooled; None where either side has no rounds."""
     fp32 = Prepared(VariantResult(Variant("fp32"), row.batch_size, "ok"), model, runs)
     again = Prepared(replace(row, timing=None, reference_timing=None), chosen, runs)
-    later = None if race is None else replace(race, claim_rounds=race.min_rounds)
     with evaluating(model):
-        samples = time_interleaved([fp32, again], batch, later, timer)
+        samples = time_interleaved([fp32, again], batch, race, timer)
     ref, mine = samples.get(0, []), samples.get(1, [])
     if not ref or not mine or row.timing is None or row.reference_timing is None:
         return None

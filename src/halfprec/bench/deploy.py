@@ -38,14 +38,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from torch import nn
 
 from halfprec.batch import as_batches, call, resize_batch
-from halfprec.bench.claim import Claim, time_again
+from halfprec.bench.claim import Claim, rules, time_again
 from halfprec.bench.interleave import CallTimer
 from halfprec.bench.limit import GemmLimit, Timer
 from halfprec.bench.phases import Phases, cpu_text
@@ -357,13 +357,14 @@ class _Race:
 
     def run(self, variants: list[Variant]) -> Deployed:
         """Benchmark ``variants`` and keep the fastest accurate one (see :func:`deploy`)."""
+        raced, _ = rules(self.options.race)
         engine = Benchmark(
             self.model,
             self.batch,
             variants=variants,
             recipe=self.recipe,
             tolerance=self.tolerance,
-            options=self.options,
+            options=replace(self.options, race=raced),
             progress=self.progress,
             probe_timer=self.probe_timer,
             timer=self.timer,
@@ -398,12 +399,12 @@ class _Race:
             return None
         device = model_device(self.model)
         timer = self.timer or (lambda fn, _variant: steady_call_time(fn, device))
-        rules = self.options.race
-        runs = self.options.runs if rules is None else rules.min_rounds
+        _, end = rules(self.options.race)
+        runs = self.options.runs if end is None else end.min_rounds
         batch = resize_batch(self.batch, best.batch_size)
         phases = Phases()
         with phases.phase("re-timing"):
-            again = time_again(self.model, chosen, best, batch, rules, runs, timer)
+            again = time_again(self.model, chosen, best, batch, end, runs, timer)
         seconds.update(phases.wall)
         cpu = result.cpu_seconds
         cpu.update(phases.cpu, total=cpu.get("total", 0.0) + phases.cpu["re-timing"])

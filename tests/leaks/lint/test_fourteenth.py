@@ -238,3 +238,85 @@ def test_a_half_model_with_those_leaks_does_meet_fp32() -> None:
         assert "dtype" in str(exc) or "type" in str(exc)
     else:
         raise AssertionError("an fp32 state into a bf16 GRU ran")
+
+
+SCATTER = """\
+    class Areas(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.lin = nn.Linear(d, d)
+
+        def forward(self, x, leaves: torch.Tensor, areas=None):
+            h = self.lin(x)
+            if areas is None:
+                areas = torch.ones(leaves.shape[0], device=x.device)
+            total = h.new_zeros(h.shape[0])
+            total[leaves] = areas
+            return h * total[:, None]
+    """
+
+
+def test_an_fp32_value_written_at_tensor_indices_into_a_half_tensor_is_reported() -> None:
+    assert _found(SCATTER) == [9]
+
+
+def test_the_same_value_written_at_a_mask_or_by_index_copy_is_reported() -> None:
+    masked = SCATTER.replace("total[leaves] = areas", "total[leaves > 0] = areas")
+    copied = SCATTER.replace("total[leaves] = areas", "total.index_copy_(0, leaves, areas)")
+    assert _found(masked) == [9]
+    assert _found(copied) == [9]
+
+
+def test_the_same_value_written_into_a_slice_or_at_an_int_stays_silent() -> None:
+    sliced = SCATTER.replace("total[leaves] = areas", "total[: areas.shape[0]] = areas")
+    unknown = SCATTER.replace("leaves: torch.Tensor", "leaves")
+    assert _found(sliced) == []
+    assert _found(unknown) == []  # an index the lint cannot see made may be an int
+
+
+def test_index_put_of_fp32_into_half_raises() -> None:
+    """The torch behaviour the rule rests on: a slice write casts, an index write raises."""
+    total = torch.zeros(4, dtype=torch.bfloat16)
+    total[:2] = torch.ones(2)
+    for write in (
+        lambda: total.__setitem__(torch.tensor([0, 2]), torch.ones(2)),
+        lambda: total.index_copy_(0, torch.tensor([0, 2]), torch.ones(2)),
+    ):
+        try:
+            write()
+        except RuntimeError as exc:
+            assert "dtype" in str(exc) or "type" in str(exc)
+        else:
+            raise AssertionError("an fp32 index write into bf16 ran")
+
+
+BORROWED = """\
+    class Field(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.lin = nn.Linear(d, d)
+
+        def forward(self, x, strengths=None):
+            h = self.lin(x)
+            if strengths is None:
+                strengths = torch.ones(x.shape[0], device=x.device)
+            out_dtype = torch.promote_types(h.dtype, strengths.dtype)
+            out = torch.zeros(h.shape, dtype=out_dtype, device=x.device)
+            out[:, 0] = h[:, 0]
+            return out
+    """
+
+
+def test_a_buffer_made_in_the_dtype_of_an_fp32_default_is_followed_to_the_output() -> None:
+    assert _found(BORROWED) == [9]
+
+
+def test_a_half_value_cast_to_the_dtype_of_an_fp32_default_is_followed() -> None:
+    cast = BORROWED.replace(
+        "out = torch.zeros(h.shape, dtype=out_dtype, device=x.device)", "out = h.to(out_dtype)"
+    )
+    assert _found(cast) == [9]
+
+
+def test_the_buffer_cast_back_before_it_leaves_stays_silent() -> None:
+    assert _found(BORROWED.replace("return out", "return out.to(h.dtype)")) == []

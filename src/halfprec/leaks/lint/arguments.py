@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 
 from halfprec.leaks.lint.context import dotted, words
+from halfprec.leaks.lint.indexing import SOURCES
 from halfprec.leaks.lint.methods import COUNTERS, KEEPS, SORTS
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow, enter, to_readers
@@ -50,6 +51,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return f.meets(call.args[:1])
     if last in _INT_ARGS and owner in f.ctx.imports.torch and _source(node, call):
         return "up"  # torch.gather(mask, 1, index=ids): the result holds mask's values
+    if last in SOURCES and isinstance(func, ast.Attribute) and node is call.args[-1]:
+        return "leak" if f.floating(func.value) else "unknown"  # h.index_copy_(0, idx, t)
     if last in _INT_ARGS or last in COUNTERS:
         # an index argument, or a counter's source: integer-ness matters; a half receiver
         # meeting an fp32 source is a dtype mismatch

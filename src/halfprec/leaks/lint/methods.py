@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 
+from halfprec.leaks.lint.borrowed import made_in_dtype
 from halfprec.leaks.lint.context import dotted, words
 from halfprec.leaks.lint.reach import Follow
 from halfprec.leaks.lint.typed import fp32_default
@@ -47,6 +48,11 @@ REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp")
 def attribute_step(f: Follow, node: ast.AST, attr: ast.Attribute) -> str:
     """``t.<attr>`` or ``t.<method>(...)``."""
     name = attr.attr
+    if name == "dtype" and not f.upcast and not called(f, attr):
+        made = made_in_dtype(attr, f.ctx)
+        for tensor in made:
+            f.climb(tensor)  # torch.zeros(n, dtype=t.dtype): fp32 as t is
+        return "done" if made else "safe"
     if name in _FACTS or name in _ELEMENT and not called(f, attr):
         return "safe"
     if not called(f, attr):

@@ -10,6 +10,7 @@ import ast
 from collections.abc import Sequence
 
 from halfprec.leaks.lint.context import Context, dotted
+from halfprec.leaks.lint.indexing import tensor_index
 from halfprec.leaks.lint.methods import position
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow, to_callers, to_holders, to_readers
@@ -107,6 +108,8 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
         if isinstance(target, ast.Subscript):
             # h[:, 0] = t writes t into h in h's own dtype; into an fp32 tensor it goes on
             if f.floating(target.value) and not dict_attribute(f, target.value):
+                if tensor_index(target.slice, f.ctx):
+                    return "leak"  # h[idx] = t is index_put_: raises unless t is h's dtype
                 continue
             base = target.value
             while isinstance(base, ast.Subscript) and not f.floating(base.value):
