@@ -49,6 +49,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     if last == "grid_sample":
         f.fate.grid = f.fate.grid or (len(call.args) > 1 and call.args[1] is node)
         return f.meets(call.args[:1])
+    if last in _INT_ARGS and owner in f.ctx.imports.torch and _source(node, call):
+        return "up"  # torch.gather(mask, 1, index=ids): the result holds mask's values
     if last in SOURCES and isinstance(func, ast.Attribute) and node is call.args[-1]:
         return "leak" if f.floating(func.value) else "unknown"  # h.index_copy_(0, idx, t)
     if last in _INT_ARGS or last in COUNTERS:
@@ -145,3 +147,10 @@ def _store(f: Follow, holder: ast.AST, call: ast.Call) -> str:
     if isinstance(holder, ast.Attribute) and to_readers(f, holder):
         return "done"
     return "unknown"
+
+
+def _source(node: ast.AST, call: ast.Call) -> bool:
+    """Whether ``node`` is the input whose values ``torch.gather(input, dim, index)`` (or
+    ``index_select``, ``take``, ...) picks, not the index."""
+    first = bool(call.args) and call.args[0] is node
+    return first or any(k.arg == "input" and k.value is node for k in call.keywords)
