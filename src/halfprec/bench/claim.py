@@ -30,7 +30,7 @@ threshold; the next call then takes a page fault on each 4 KB page again (about 
 kernel time each). Whether that happens depends on what else the process allocated after
 fp32's activations: a candidate's weights left there keep the heap from shrinking. So
 fp32 ran without faults while an eager bf16 candidate was alive, and with 30-60 thousand
-faults a call (9% more CPU time, measured on one thread) while OpenVINO's choice was,
+faults a call (a few percent of its CPU time) while OpenVINO's choice was,
 whose memory is its own. The half choices barely fault. The end moment's process is the
 one deploy returns: only the caller's model and the choice alive. So the leader's claim
 rounds are taken there (:func:`rules`: the race stops the leader after ``min_rounds``, as
@@ -129,7 +129,7 @@ def rules(race: Race | None) -> tuple[Race | None, Race | None]:
     ``min_rounds`` rounds, as any other candidate, still until its pair's timed calls add
     up to ``claim_s``) and the end's (``race`` itself: ``claim_rounds`` rounds). The
     rounds that the leader's claim adds are taken at the end, in the process deploy
-    returns (see the module docs); the number of rounds timed in all is the same."""
+    returns (see the module docs); no more rounds are timed in all."""
     if race is None:
         return None, None
     return replace(race, claim_rounds=race.min_rounds), race

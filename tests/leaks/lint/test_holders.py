@@ -1,6 +1,7 @@
 """A parameter of ``forward`` is half unless every holder of the module passes a value not
 known as half and casts the module's result (see :mod:`halfprec.leaks.lint.holders`).
-Each model here is small and written for this test."""
+``torch.gather(mask, 1, index=ids)`` hands ``mask``'s values on (its ``index`` is an integer
+use). Each model here is small and written for this test."""
 
 from __future__ import annotations
 
@@ -76,3 +77,36 @@ def test_the_promotion_behind_the_rule(dtype: torch.dtype) -> None:
     freqs = torch.exp(torch.arange(4) * -1.0)
     assert (t[:, None] * freqs[None, :]).dtype == torch.float32
     assert (t.to(dtype)[:, None] * freqs[None, :]).dtype == torch.float32
+
+
+_MASKER = """\
+import torch
+from torch import nn
+
+
+class Masker(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x, keep: int):
+        b, n, _ = x.shape
+        ids_restore = torch.argsort(torch.rand(b, n, device=x.device), dim=1)
+        mask = torch.ones([b, n], device=x.device)
+        mask[:, :keep] = 0
+        mask = torch.gather(mask, dim=1, index=ids_restore)
+        return self.proj(x), mask
+"""
+
+
+def test_a_mask_unshuffled_by_gather_is_followed_to_the_output() -> None:
+    assert _lines(_MASKER) == [13]
+
+
+def test_a_tensor_used_only_as_the_index_of_gather_stays_silent() -> None:
+    index_only = _MASKER.replace(
+        "mask = torch.gather(mask, dim=1, index=ids_restore)",
+        "mask = torch.gather(x[..., 0], dim=1, index=ids_restore)",
+    ).replace("mask[:, :keep] = 0\n", "")
+    index_only = index_only.replace("mask = torch.ones([b, n], device=x.device)\n", "")
+    assert _lines(index_only) == []

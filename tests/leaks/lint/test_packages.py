@@ -349,3 +349,25 @@ def test_a_tensor_handed_to_a_method_of_a_submodule_of_another_folder(
     (pkg / "models" / "autoencoder.py").write_text(_AUTOENCODER)
     found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
     assert found == ([] if cast else [("autoencoder.py", 13)])
+
+
+def test_a_relative_path_with_names_imported_from_the_package_itself_is_linted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "__init__.py").write_text("")
+    model = """\
+import torch
+from torch import nn
+
+from . import ops
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        t = torch.zeros(3)
+        ops.mix(t)
+        return x
+"""
+    (tmp_path / "model.py").write_text(model)
+    monkeypatch.chdir(tmp_path)
+    assert lint_paths([Path(".")]).findings == []

@@ -49,10 +49,10 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     if last == "grid_sample":
         f.fate.grid = f.fate.grid or (len(call.args) > 1 and call.args[1] is node)
         return f.meets(call.args[:1])
+    if last in _INT_ARGS and owner in f.ctx.imports.torch and _source(node, call):
+        return "up"  # torch.gather(mask, 1, index=ids): the result holds mask's values
     if last in SOURCES and isinstance(func, ast.Attribute) and node is call.args[-1]:
         return "leak" if f.floating(func.value) else "unknown"  # h.index_copy_(0, idx, t)
-    if last in _INT_ARGS and isinstance(func, ast.Attribute) and _selected_from(node, call):
-        return "up"  # torch.gather(t, 1, idx): t's values, picked
     if last in _INT_ARGS or last in COUNTERS:
         # an index argument, or a counter's source: integer-ness matters; a half receiver
         # meeting an fp32 source is a dtype mismatch
@@ -87,13 +87,6 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         receiver = func.value if isinstance(func, ast.Attribute) and not torch_call else None
         return f.meets(others if receiver is None else [*others, receiver])
     return "unknown"
-
-
-def _selected_from(node: ast.AST, call: ast.Call) -> bool:
-    """``torch.gather(t, 1, idx)``, ``torch.index_select(t, 0, idx)``: ``t`` is the input
-    whose values are picked (the other arguments are indices or a mask)."""
-    first = bool(call.args) and call.args[0] is node
-    return first or any(k.arg == "input" and k.value is node for k in call.keywords)
 
 
 def _default(func: ast.AST, node: ast.AST, call: ast.Call) -> bool:
@@ -154,3 +147,10 @@ def _store(f: Follow, holder: ast.AST, call: ast.Call) -> str:
     if isinstance(holder, ast.Attribute) and to_readers(f, holder):
         return "done"
     return "unknown"
+
+
+def _source(node: ast.AST, call: ast.Call) -> bool:
+    """Whether ``node`` is the input whose values ``torch.gather(input, dim, index)`` (or
+    ``index_select``, ``take``, ...) picks, not the index."""
+    first = bool(call.args) and call.args[0] is node
+    return first or any(k.arg == "input" and k.value is node for k in call.keywords)

@@ -68,13 +68,13 @@ def module_file(path: Path, module: str, level: int) -> Path | None:
         if not parts or parts[0] in ("torch", "einops", "numpy", "transformers"):
             return None
     for base in bases:
-        for candidate in (
-            base.joinpath(*parts).with_suffix(".py"),
-            base.joinpath(*parts, "__init__.py"),
-        ):
-            if parts and candidate.is_file():
-                return candidate
-            if not parts and candidate.name == "__init__.py" and candidate.is_file():
+        package = base.joinpath(*parts, "__init__.py")
+        if not parts:  # from . import x: the package's __init__.py
+            if package.is_file():
+                return package
+            continue
+        for candidate in (base.joinpath(*parts[:-1], parts[-1] + ".py"), package):
+            if candidate.is_file():
                 return candidate
     return None
 
