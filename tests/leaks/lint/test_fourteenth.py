@@ -407,3 +407,24 @@ def test_a_mask_gathered_by_indices_is_followed_as_its_values() -> None:
 
 def test_a_gathered_mask_cast_stays_silent() -> None:
     assert _found(GATHERED.replace("index=restore)", "index=restore).to(x.dtype)")) == []
+
+
+CONSTANT = """\
+    class Prior(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.lin = nn.Linear(d, d)
+
+        def forward(self, z):
+            log_2pi = torch.log(torch.tensor([2 * torch.pi], device=z.device))
+            return (-0.5 * (log_2pi + self.lin(z) ** 2)).sum(-1)
+    """
+
+
+def test_a_one_element_tensor_of_torch_pi_is_floating_data() -> None:
+    assert _found(CONSTANT) == [7]
+    assert _found(CONSTANT.replace("2 * torch.pi", "2 * math.tau")) == [7]
+
+
+def test_a_one_element_tensor_of_an_integer_stays_silent() -> None:
+    assert _found(CONSTANT.replace("2 * torch.pi", "2 * 3")) == []

@@ -61,12 +61,17 @@ def is_floatish(node: ast.AST) -> bool:
         return isinstance(node.func, ast.Name) and node.func.id == "float"
     if isinstance(node, ast.Attribute):
         name = dotted(node)
-        return name in ("math.inf", "math.pi", "math.e", "np.inf", "numpy.inf") or (
+        return name in _FLOAT_CONSTANTS or (
             node.attr in ("min", "max", "eps", "tiny") and "finfo" in ast.dump(node.value)
         )
     return False
 
 
+_FLOAT_CONSTANTS = frozenset(
+    f"{module}.{name}"
+    for module in ("math", "np", "numpy", "torch")
+    for name in ("inf", "pi", "e", "tau", "nan")
+)
 _MATH_FLOAT = words("log log2 log10 log1p exp expm1 sqrt sin cos tan atan pow")
 
 
