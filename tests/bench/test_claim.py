@@ -111,6 +111,19 @@ def test_a_steady_machine_claims_what_the_race_read_from_both_moments(
     assert "4.00x faster than fp32 (range 4.00-4.00x" in done.summary
 
 
+def test_long_calls_are_timed_again_for_the_race_s_min_rounds_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pair of calls takes 1.5 s (BERT-base at batch 8 takes about that): the end's
+    claim_rounds (5) would time 7.5 s, past twice claim_s, so the end times min_rounds (3);
+    a pair of 0.625 s (above) gets its 5."""
+    machine = _FirstMoment(1.0, 1.0, 0.5, other=1.5)
+    done = _deploy_on(machine, monkeypatch)
+    assert done.claim is not None and done.claim.end is not None
+    assert (done.claim.race.rounds, done.claim.end.rounds) == (3, 3)
+    assert done.speedup == 2.0
+
+
 class _Allocator(_FirstMoment):
     """fp32's calls cost what eager fp32 costs with the process's allocator in two states:
     until ``until`` (the race, with OpenVINO's choice beside it) its freed activations are

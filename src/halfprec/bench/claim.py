@@ -135,6 +135,20 @@ def rules(race: Race | None) -> tuple[Race | None, Race | None]:
     return replace(race, claim_rounds=race.min_rounds), race
 
 
+def affordable(end: Race | None, row: VariantResult) -> Race | None:
+    """The end's rule for a choice whose race row is ``row``: ``claim_rounds`` rounds where
+    they fit in twice ``claim_s`` of timed calls at the race's medians, else the race's
+    ``min_rounds`` (still until the pair's calls add up to ``claim_s``). Long calls
+    (BERT-base at batch 8: 1.5 s a pair) would otherwise add seconds past deploy's time
+    budget (docs/bench.md) for two rounds."""
+    if end is None or row.timing is None or row.reference_timing is None:
+        return end
+    pair_s = row.timing.median + row.reference_timing.median
+    if pair_s * end.claim_rounds <= 2 * end.claim_s:
+        return end
+    return replace(end, claim_rounds=end.min_rounds)
+
+
 def time_again(
     model: nn.Module,
     chosen: nn.Module,

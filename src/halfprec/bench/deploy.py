@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from halfprec.batch import as_batches, call, resize_batch
-from halfprec.bench.claim import Claim, rules, time_again
+from halfprec.bench.claim import Claim, affordable, rules, time_again
 from halfprec.bench.interleave import CallTimer
 from halfprec.bench.limit import GemmLimit, Timer
 from halfprec.bench.phases import Phases, cpu_text
@@ -399,7 +399,7 @@ class _Race:
             return None
         device = model_device(self.model)
         timer = self.timer or (lambda fn, _variant: steady_call_time(fn, device))
-        _, end = rules(self.options.race)
+        end = affordable(rules(self.options.race)[1], best)
         runs = self.options.runs if end is None else end.min_rounds
         batch = resize_batch(self.batch, best.batch_size)
         phases = Phases()
