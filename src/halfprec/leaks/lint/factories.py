@@ -30,7 +30,6 @@ from halfprec import ops
 from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
-from halfprec.leaks.lint.scalars import zero_dim_factory
 from halfprec.leaks.lint.typed import float_bound, float_parameter, fp32_default, typed_floats
 from halfprec.leaks.lint.values import template_for, value_of
 
@@ -331,15 +330,11 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
     kind = ctx.is_torch_attr(node.func, *ops.FACTORY_OPS)
     if kind is None:
         return
-    # a 0-dim factory is followed: it leaks only with 0-dim half values
-    scalar = zero_dim_factory(kind, node, ctx.facts.float_lists, ctx.function)
     keywords = {k.arg for k in node.keywords}
     if "dtype" in keywords or None in keywords:  # dtype given, or **kwargs may hold it
         return
     call = f"{dotted(node.func)}(...)"
     if not _makes_float(kind, node, ctx):
-        if scalar:
-            return
         made = _fp32_from_integer(node, ctx)
         if made is not None:
             message = (
