@@ -123,11 +123,11 @@ def value_of(expr: ast.AST, ctx: Context) -> bool | None:
             return None
         return joined or divides or any(_float_literal(e) for e in operands)
     if isinstance(expr, ast.Subscript):
-        if isinstance(expr.value, ast.Call) and isinstance(expr.slice, ast.Constant):
-            if expr.slice.value == 0:  # torch.max(h, dim=1)[0]: the values
-                paired = _paired_values(expr.value, ctx)
-                if paired is not None:
-                    return paired
+        first = isinstance(expr.slice, ast.Constant) and expr.slice.value == 0
+        if first and isinstance(expr.value, ast.Call):  # torch.max(h, dim=1)[0]: the values
+            paired = _paired_values(expr.value, ctx)
+            if paired is not None:
+                return paired
         inner = value_of(expr.value, ctx)
         if isinstance(expr.value, ast.Name) and expr.value.id in ctx.outputs:
             return False if inner is not None else None
