@@ -267,10 +267,15 @@ def _helper_value(call: ast.Call, ctx: Context) -> bool | None:
 
 def _imported_value(call: ast.Call, name: str, ctx: Context) -> bool | None:
     """``compute_amplitude(waveforms, lengths)`` of a function another file of the tree
-    defines: its ``return`` values where it is walked with the floating values this call
-    passes (``out = torch.mean(waveforms ** 2, ...)``, then ``return out``)."""
+    defines, given a proved floating tensor first: its ``return`` values where it is walked
+    with the floating values this call passes (``out = torch.mean(waveforms ** 2, ...)``,
+    then ``return out``). Other calls are not looked up: reading the other file costs."""
     calls = ctx.calls
-    found = calls.function(name) if calls is not None and calls.function is not None else None
+    if calls is None or calls.function is None:
+        return None
+    if not call.args or value_of(call.args[0], ctx) is not True:
+        return None  # only a helper given a proved activation first is looked up (cost)
+    found = calls.function(name)
     if found is None:
         return None
     there, fn = found
