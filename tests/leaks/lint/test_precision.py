@@ -67,7 +67,9 @@ def test_an_integer_mask_times_a_large_number_is_fp32() -> None:
                 blocked = torch.arange(x.shape[1])[None, :] < lengths[:, None]
                 return self.head(x) - blocked[..., None] * 1e7
         """
-    assert _found(body) == []
+    # 1e7 lands in an fp32 tensor (a bool mask times a float): no HP301; that fp32 tensor
+    # then promotes the half scores, which is HP101's (the arange compared, made fp32)
+    assert _found(body) == [(7, "HP101")]
 
 
 def test_a_float_mask_in_the_model_dtype_times_a_large_number_is_reported() -> None:

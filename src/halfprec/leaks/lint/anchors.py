@@ -22,8 +22,7 @@ from __future__ import annotations
 import ast
 import re
 
-from halfprec.leaks.lint.context import words
-from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.nodes import walk, words
 
 _CONTAINER_METHODS = words(
     "items keys values get append extend insert pop popitem update setdefault copy index "
@@ -119,8 +118,12 @@ def _documented_integers(fn: ast.AST) -> set[str]:
 
 def not_tensors(fn: ast.AST) -> frozenset[str]:
     """The names of ``fn`` that some use shows are no tensor (see the module docstring)."""
-    called = {id(n.func) for n in walk(fn) if isinstance(n, ast.Call)}
-    out = {name for node in walk(fn) for name in _shown(node, called) if name is not None}
+    called: set[int] = set()
+    out: set[str | None] = set()
+    for node in walk(fn):  # breadth first: a call comes before its callee expression
+        if isinstance(node, ast.Call):
+            called.add(id(node.func))
+        out.update(_shown(node, called))
     out |= _documented_integers(fn)
     out.discard("self")
-    return frozenset(out)
+    return frozenset(n for n in out if n is not None)

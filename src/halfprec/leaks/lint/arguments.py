@@ -138,8 +138,9 @@ def _returned_record(f: Follow, node: ast.AST, call: ast.Call, last: str) -> boo
 def _store(f: Follow, holder: ast.AST, call: ast.Call) -> str:
     """``pieces.append(t)``: ``pieces`` holds ``t`` from here on, so follow ``pieces`` (a
     ``self`` attribute into its reads). A floating tensor receiving it (never a list's
-    method name) is not a holder."""
-    if f.floating(holder):
+    method name) is not a holder; a list filled with floating tensors is one."""
+    filled = isinstance(holder, ast.Name) and holder.id in f.ctx.filled
+    if f.floating(holder) and not filled:
         return "unknown"
     if isinstance(holder, ast.Name):
         f.follow_name(holder.id, enclosing(f, call))

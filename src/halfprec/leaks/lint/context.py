@@ -8,16 +8,13 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from halfprec.leaks.lint.anchors import not_tensors
 from halfprec.leaks.lint.branches import rebinding_end
 from halfprec.leaks.lint.callers import CallIndex, CallSite, call_sites, returns_of
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.nodes import parent_map, walk
+from halfprec.leaks.lint.nodes import words as words  # the rules' name tables import it here
 from halfprec.leaks.lint.scope import Function, Imports, Program
-
-
-def words(text: str) -> frozenset[str]:
-    """The set of whitespace-separated words of ``text`` (keeps long name tables readable)."""
-    return frozenset(text.split())
 
 
 def dotted(node: ast.AST) -> str:
@@ -61,7 +58,6 @@ class Context:
     modules: dict[str, str] = field(default_factory=dict)
     outputs: set[str] = field(default_factory=set)
     containers: frozenset[str] = frozenset()
-    not_tensors: frozenset[str] = frozenset()  # never a fix's anchor (:mod:`.anchors`)
     found: list[tuple[ast.AST, str, str, object]] = field(default_factory=list)
     hot_lines: frozenset[int] | None = None  # lines a rule could fire on; None: all
     function: ast.AST | None = None
@@ -70,14 +66,25 @@ class Context:
     pending: list[tuple[ast.AST, str, str, object, ast.AST]] = field(default_factory=list)
     deferred: list[Callable[[], None]] = field(default_factory=list)  # run once walked
     complex: frozenset[str] = frozenset()  # names read as complex tensors (x.conj())
+    filled: set[str] = field(default_factory=set)  # lists filled with floating tensors
     _parents: dict[int, ast.AST] | None = None
     _names: dict[str, list[ast.Name]] | None = None
     _at: dict[int, Context] = field(default_factory=dict)
+    _anchors: dict[str, frozenset[str]] = field(default_factory=dict)  # shared by at()'s
     calls: Calls | None = None  # how to follow a tensor into a call of the same file
 
     @property
     def methods(self) -> frozenset[str]:
         return self.facts.methods
+
+    @property
+    def not_tensors(self) -> frozenset[str]:
+        """The names never a fix's anchor (:mod:`.anchors`), found on first use: only a
+        finding's fix asks, and most walked functions have none."""
+        if "names" not in self._anchors:
+            fn = self.function
+            self._anchors["names"] = frozenset() if fn is None else not_tensors(fn)
+        return self._anchors["names"]
 
     @property
     def template(self) -> str | None:

@@ -135,6 +135,8 @@ def _makes_float(kind: str, call: ast.Call, ctx: Context) -> bool:
         return floats or fill is not None and tested_float(fill, call, ctx)
     if kind == "tensor":
         data = call.args[0] if call.args else None
+        if isinstance(data, (ast.List, ast.Tuple)) and not data.elts:
+            return True  # torch.tensor([]): empty, in the default dtype (fp32)
         # torch.tensor(self.weights): floating when self.weights holds a list of floats
         if isinstance(data, ast.Attribute) and dotted(data.value) == "self":
             return data.attr in ctx.facts.float_lists
@@ -201,6 +203,9 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
             continue
         if isinstance(parent, ast.Subscript) and parent.value is node:
             node = parent  # torch.arange(n)[:, None]
+            continue
+        if isinstance(parent, ast.Compare):
+            node = parent  # (pos > 0): a bool tensor, made fp32 by a later .float()
             continue
         gathered = _gathered(node, parent, ctx)
         if gathered is not None:

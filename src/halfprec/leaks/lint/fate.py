@@ -127,7 +127,7 @@ class _Follow:
                 self.mixed, self.empty = True, False
                 return "up"
             return "leak"
-        if not self.upcast and any(self.ctx.is_upcast(o) for o in others):
+        if not self.upcast and any(_half_upcast(o, self.ctx) for o in others):
             return "safe"
         self.empty = self.empty and not join  # cat([t, h]) has h's elements in t's dtype
         return "up"
@@ -219,6 +219,27 @@ class _Follow:
             self.ranked = ranked
             if self.fate.leaks:
                 return
+
+
+def _half_upcast(node: ast.AST, ctx: Context) -> bool:
+    """An explicit upcast (see :meth:`.Context.is_upcast`) of values that may be half.
+    ``(pos > 0).float()`` of a comparison or ``torch.arange(n).float()`` upcasts no half
+    value: it is fp32 from integers, as a factory's tensor is, and what meets it goes on."""
+    if not ctx.is_upcast(node):
+        return False
+    for _ in range(4):
+        if not isinstance(node, ast.Name):
+            break
+        bound = ctx.binding_before(node)
+        if bound is None:
+            return True
+        node = bound
+    for sub in walk(node):
+        func = sub.func if isinstance(sub, ast.Call) else None
+        if isinstance(func, ast.Attribute) and func.attr in ("float", "double", "to"):
+            inner = func.value
+            return not (isinstance(inner, ast.Compare) or integer_tensor(inner, ctx))
+    return True
 
 
 def _literal(node: ast.AST) -> bool:

@@ -15,7 +15,6 @@ import ast
 import re
 from collections.abc import Iterable, Iterator
 
-from halfprec.leaks.lint.anchors import not_tensors
 from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.complexes import complex_names
@@ -228,7 +227,11 @@ def _walk_compound(stmt: ast.stmt, ctx: Context, checks: list[Check]) -> None:
     if not (isinstance(stmt, ast.If) and stmt.orelse):
         # the way around the block: an if without else, a loop that does not run, a try
         # that raises early
-        paths.append(_with_inputs(before, unless, ctx))
+        around = _with_inputs(before, unless, ctx)
+        for name in ctx.filled - around.keys():
+            if all(name in p for p in paths):  # a list the block fills: left empty around
+                around[name] = all(p[name] for p in paths)  # it, it holds no other element
+        paths.append(around)
     ctx.floating = _merge(paths)
 
 
@@ -256,6 +259,33 @@ def _walk_block(body: list[ast.stmt], ctx: Context, checks: list[Check]) -> None
         elif isinstance(stmt, ast.Delete):
             for t in stmt.targets:
                 _bind([t], None, ctx)
+        elif isinstance(stmt, ast.Expr):
+            _fill(stmt.value, ctx)
+
+
+_FILLS = {"append": 0, "insert": 1, "extend": 0}
+
+
+def _fill(call: ast.AST, ctx: Context) -> None:
+    """``outs.append(h)`` (also ``insert``, ``extend([h])``) of a floating ``h``: the list
+    holds floating tensors, so ``outs[i]`` and ``torch.stack(outs)`` are floating, also after
+    the loop that fills it."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+        return
+    owner, at = call.func.value, _FILLS.get(call.func.attr)
+    if not isinstance(owner, ast.Name) or at is None or len(call.args) != at + 1:
+        return
+    item = call.args[at]
+    if call.func.attr == "extend":
+        if not (isinstance(item, (ast.List, ast.Tuple)) and item.elts):
+            return
+        item = item.elts[0]
+    got = value_of(item, ctx)
+    if got is None or INDEX_NAME.search(owner.id):
+        return
+    held = ctx.floating.get(owner.id)
+    ctx.floating[owner.id] = got if held is None else held and got
+    ctx.filled.add(owner.id)
 
 
 _INDEXED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\[\s*-?\d+\s*\]")
@@ -301,7 +331,6 @@ def walk_function(
         ctx.floating.pop(name, None)
         ctx.optional.pop(name, None)
     ctx.containers = _containers(fn, lines)
-    ctx.not_tensors = not_tensors(fn)
     _scan([*fn.args.defaults, *(d for d in fn.args.kw_defaults if d is not None)], ctx, checks)
     _walk_block(fn.body, ctx, checks)
     _settle(ctx)

@@ -11,6 +11,11 @@ from collections.abc import Iterator
 _AST = ast.AST
 
 
+def words(text: str) -> frozenset[str]:
+    """The set of whitespace-separated words of ``text`` (keeps long name tables readable)."""
+    return frozenset(text.split())
+
+
 def _edges(root: ast.AST) -> Iterator[tuple[ast.AST, ast.AST]]:
     """``(parent, child)`` for every node under ``root``, breadth first: the children
     come in the order :func:`ast.walk` yields them."""

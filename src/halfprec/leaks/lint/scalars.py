@@ -32,6 +32,9 @@ LOSSES = words(
 _MAX_DEPTH = 10  # names, operators and calls followed to a 0-dim value
 
 
+_SEQUENCES = words("list tuple sorted range")
+
+
 def zero_dim_factory(
     kind: str, call: ast.Call, lists: frozenset[str] = frozenset(), fn: ast.AST | None = None
 ) -> bool:
@@ -49,7 +52,9 @@ def zero_dim_factory(
         if isinstance(first, ast.BinOp):  # torch.tensor(1 / 0.07); [0.0] * n is a list
             return not any(isinstance(n, (ast.List, ast.Tuple)) for n in ast.walk(first))
         return isinstance(first, (ast.Constant, ast.UnaryOp, ast.Attribute)) or (
-            isinstance(first, ast.Call) and isinstance(first.func, ast.Name)
+            isinstance(first, ast.Call)
+            and isinstance(first.func, ast.Name)
+            and first.func.id not in _SEQUENCES  # torch.tensor(list(d.values())): 1-dim
         )
     return isinstance(first, (ast.List, ast.Tuple)) and not first.elts and len(call.args) <= 2
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 
 from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow
 
 _WEIGHTED = words(
@@ -56,6 +57,8 @@ def submodule(f: Follow, func: ast.AST) -> str:
     if any(_weighted(f.ctx, name) for name in names) or _base_layer(f.ctx, func) in _WEIGHTED:
         return "leak"
     name = names[0] if len(names) == 1 else ""
+    if _weights_read(f.ctx, name):
+        return "leak"
     layer = _built(f.ctx, dict(f.ctx.facts.layers).get(name, ""))
     held = dict(f.ctx.facts.elements).get(name, ())
     if layer in LOSS_LAYERS:
@@ -67,6 +70,25 @@ def submodule(f: Follow, func: ast.AST) -> str:
         return "up"  # for act in self.acts: nn.ModuleList([nn.GELU(), nn.Dropout(p)])
     f.opaque = True
     return "up"
+
+
+_WEIGHT_READS = words("weight bias parameters")
+
+
+def _weights_read(ctx: Context, name: str) -> bool:
+    """``self.proj.conv.weight.device`` or ``self.proj.parameters()`` read in the walked
+    function: ``self.proj`` holds weights, of whatever class (a layer of another library)."""
+    if not name or ctx.function is None:
+        return False
+    for node in walk(ctx.function):
+        if not (isinstance(node, ast.Attribute) and node.attr in _WEIGHT_READS):
+            continue
+        inner = node.value
+        while isinstance(inner, ast.Attribute) and dotted(inner.value) != "self":
+            inner = inner.value
+        if isinstance(inner, ast.Attribute) and inner.attr == name:
+            return True
+    return False
 
 
 def _attributes(ctx: Context, func: ast.AST) -> list[str]:

@@ -1,0 +1,206 @@
+"""Tables made fp32 from integers or from nothing: a comparison of an integer ``arange``
+made fp32 by ``.to(torch.float)``, such a table meeting its twin made the same way, an
+empty ``torch.tensor([])`` seeding a ``torch.cat`` loop, and a list filled by ``append`` in
+a loop read after it. Each model here is small and written for this test; the torch checks
+show what the model does in half."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+from halfprec.leaks.lint import lint_source
+
+HEAD = "import torch\nfrom torch import nn\n\n\n"
+
+
+def _found(body: str) -> list[int]:
+    source = HEAD + textwrap.dedent(body)
+    offset = HEAD.count("\n")
+    return [f.line - offset for f in lint_source(source) if f.code == "HP101"]
+
+
+def _module(body: str, name: str) -> type[nn.Module]:
+    space: dict[str, object] = {}
+    exec(compile(HEAD + textwrap.dedent(body), "<model>", "exec"), space)  # noqa: S102
+    made = space[name]
+    assert isinstance(made, type) and issubclass(made, nn.Module)
+    return made
+
+
+LOG_MASK = """\
+    class Pairs(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.proj = nn.Linear(d, d)
+
+        def forward(self, items):
+            order = torch.arange(items.shape[0])
+            order = order[:, None] - order[None, :]
+            bias = torch.log((order < 0).to(torch.float))
+            return self.proj(items) @ items.T + bias
+    """
+
+
+def test_a_compared_integer_arange_made_fp32_meets_half_scores() -> None:
+    model = _module(LOG_MASK, "Pairs")(4).half()
+    assert model(torch.randn(3, 4).half()).dtype == torch.float32
+    assert _found(LOG_MASK) == [7]
+
+
+def test_the_same_mask_cast_to_the_scores_dtype_stays_silent() -> None:
+    cast = LOG_MASK.replace(".to(torch.float))", ".to(items.dtype))")
+    assert _found(cast) == []
+
+
+WINDOWS = """\
+    class Window(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.out = nn.Linear(d, 2)
+
+        def forward(self, tokens, centres):
+            offset = centres[:, None] - torch.arange(tokens.shape[0])[None, :]
+            after = torch.log((offset <= 0).to(torch.float))
+            before = torch.log((offset >= 0).to(torch.float))
+            allowed = torch.stack((after, before), dim=2)
+            return self.out(tokens)[None] + allowed
+    """
+
+
+def test_two_tables_made_fp32_from_one_integer_arange_meet_half_together() -> None:
+    model = _module(WINDOWS, "Window")(4).half()
+    out = model(torch.randn(5, 4).half(), torch.tensor([1, 3]))
+    assert out.dtype == torch.float32
+    assert _found(WINDOWS) == [7]
+
+
+def test_an_upcast_of_half_values_still_silences_a_table_it_meets() -> None:
+    upcast = """\
+        class Mixer(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.proj = nn.Linear(d, d)
+
+            def forward(self, h):
+                g = self.proj(h).float()
+                mixed = torch.stack((g, torch.ones(h.shape, device=h.device)))
+                return mixed.sum(0).to(h.dtype)
+        """
+    assert _found(upcast) == []
+
+
+SEEDED = """\
+    class Merge(nn.Module):
+        def __init__(self, d, n):
+            super().__init__()
+            self.branches = nn.ModuleList([nn.Linear(d, d) for _ in range(n)])
+            self.merge = nn.Conv1d(n, 1, 1)
+
+        def forward(self, x):
+            outs = []
+            for branch in self.branches:
+                outs.append(branch(x))
+            acc = torch.tensor([], device=x.device)
+            for i in range(len(outs)):
+                acc = torch.cat((acc, outs[i].unsqueeze(1)), dim=1)
+            return self.merge(acc).squeeze(1)
+    """
+
+
+def test_an_empty_fp32_seed_of_a_cat_loop_over_an_appended_list_is_reported() -> None:
+    model = _module(SEEDED, "Merge")(4, 3).half()
+    with pytest.raises(RuntimeError):
+        model(torch.randn(2, 4).half())  # the fp32 concatenation meets the half conv
+    assert torch.cat((torch.tensor([]), torch.ones(2, 1).half()), 1).dtype == torch.float32
+    assert _found(SEEDED) == [11]
+
+
+def test_the_same_seed_made_in_the_inputs_dtype_stays_silent() -> None:
+    seeded = SEEDED.replace("torch.tensor([], device=x.device)", "x.new_tensor([])")
+    assert _found(seeded) == []
+
+
+def test_a_list_appended_in_a_loop_is_half_after_the_loop() -> None:
+    appended = """\
+        class Levels(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.down = nn.Linear(d, d)
+
+            def forward(self, x):
+                levels = []
+                for _ in range(3):
+                    x = self.down(x)
+                    levels.append(x)
+                scale = torch.rand(x.shape[-1], device=x.device)
+                return (levels[-1] * scale).to(x.dtype)
+        """
+    assert _found(appended) == [11]  # the product is computed in fp32, then rounded
+
+
+def test_a_list_appended_with_integers_is_no_template_for_a_leak() -> None:
+    counted = """\
+        class Counts(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.proj = nn.Linear(d, d)
+
+            def forward(self, x):
+                sizes = []
+                for row in x:
+                    sizes.append(row.shape[0])
+                lengths = torch.tensor(sizes)
+                return self.proj(x), lengths
+        """
+    assert _found(counted) == []
+
+
+FOURIER = """\
+    from convlib import Projection
+
+
+    class Fourier(nn.Module):
+        def __init__(self, hidden, dim):
+            super().__init__()
+            self.proj = Projection(2 * hidden, dim)
+            self.hidden = hidden
+
+        def forward(self, rows: int, cols: int):
+            device = self.proj.inner.weight.device
+            ys = torch.arange(1, rows + 1, device=device).float()
+            xs = torch.arange(1, cols + 1, device=device).float()
+            grid = torch.stack(torch.meshgrid(ys, xs, indexing="ij"))
+            return self.proj(grid.repeat(self.hidden, 1, 1)[None])
+    """
+
+
+def test_an_fp32_table_into_a_layer_of_another_library_whose_weights_are_read() -> None:
+    assert _found(FOURIER) == [12, 13]
+
+
+def test_the_same_layer_whose_weights_are_not_read_is_not_assumed_weighted() -> None:
+    unread = FOURIER.replace("self.proj.inner.weight.device", "torch.device('cpu')")
+    assert _found(unread) == []
+
+
+MEDIANS = """\
+    class Decay(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.decay = nn.Linear(d, d)
+
+        def forward(self, gaps, medians: dict):
+            centre = torch.tensor(list(medians.values())).float()
+            return self.decay(gaps - centre.to(gaps.device))
+    """
+
+
+def test_a_tensor_of_a_listed_sequence_made_fp32_meets_half_values() -> None:
+    model = _module(MEDIANS, "Decay")(2).half()
+    with pytest.raises(RuntimeError):
+        model(torch.rand(3, 2).half(), {"a": 1, "b": 2})  # fp32 into the half Linear
+    assert _found(MEDIANS) == [7]
