@@ -33,6 +33,7 @@ import torch
 import halfprec
 from halfprec.batch import call, resize_batch
 from halfprec.bench.steady import steady_call_time
+from halfprec.timing import now
 from verify_choice import Blocks, _load, _model, _quartiles
 
 Usage = tuple[float, float, int]  # wall s, CPU s, minor faults (per call)
@@ -63,12 +64,12 @@ def _loop_way(fn: Callable[[], Any], how: Blocks) -> Usage:
     time.sleep(how.pause_s)
     for _ in range(3):
         fn()
-    calls, start = 0, time.perf_counter()
+    calls, start = 0, now()
     cpu, faults = _used()
-    while calls < 2 or time.perf_counter() - start < how.block_s:
+    while calls < 2 or now() - start < how.block_s:
         fn()
         calls += 1
-    wall = (time.perf_counter() - start) / calls
+    wall = (now() - start) / calls
     cpu2, faults2 = _used()
     return wall, (cpu2 - cpu) / calls, (faults2 - faults) // calls
 
