@@ -204,3 +204,51 @@ def test_a_tensor_of_a_listed_sequence_made_fp32_meets_half_values() -> None:
     with pytest.raises(RuntimeError):
         model(torch.rand(3, 2).half(), {"a": 1, "b": 2})  # fp32 into the half Linear
     assert _found(MEDIANS) == [7]
+
+
+RANK_WEIGHTS = """\
+    class RankWeights(nn.Module):
+        def forward(self, scores):
+            ranks = torch.arange(1, scores.shape[1] + 1, device=scores.device)
+            gains = torch.pow(2.0, scores.shape[1] - ranks) - 1
+            return scores * gains
+    """
+
+
+def test_an_integer_arange_raised_to_a_float_base_by_torch_pow_meets_half_scores() -> None:
+    model = _module(RANK_WEIGHTS, "RankWeights")()
+    assert model(torch.rand(2, 3).half()).dtype == torch.float32
+    assert _found(RANK_WEIGHTS) == [3]
+
+
+def test_an_integer_power_of_an_integer_arange_stays_integer() -> None:
+    integer = RANK_WEIGHTS.replace("torch.pow(2.0,", "torch.pow(2,")
+    assert _module(integer, "RankWeights")()(torch.rand(2, 3).half()).dtype == torch.float16
+    assert _found(integer) == []
+
+
+ALIASED = """\
+    from functools import partial
+
+    if hasattr(torch, "floor_divide"):
+        halve = torch.floor_divide
+    else:
+        halve = partial(torch.div, rounding_mode="floor")
+
+
+    class Waves(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.proj = nn.Linear(d, d)
+
+        def forward(self, x):
+            freq = torch.arange(x.shape[-1], device=x.device).float()
+            freq = halve(freq, 2)
+            return self.proj(x) * torch.sin(freq)
+    """
+
+
+def test_a_table_through_a_torch_function_under_another_name_meets_half() -> None:
+    model = _module(ALIASED, "Waves")(4).half()
+    assert model(torch.rand(2, 4).half()).dtype == torch.float32
+    assert _found(ALIASED) == [15]

@@ -40,6 +40,17 @@ class Template:
     known: bool
 
 
+def names_of(fn: ast.AST) -> dict[str, list[ast.Name]]:
+    """Every ``Name`` node of ``fn`` by name, in source order."""
+    out: dict[str, list[ast.Name]] = {}
+    for node in walk(fn):
+        if isinstance(node, ast.Name):
+            out.setdefault(node.id, []).append(node)
+    for nodes in out.values():
+        nodes.sort(key=lambda n: (n.lineno, n.col_offset))
+    return out
+
+
 @dataclass
 class Context:
     """What the checks see: imports, the floating names bound here, and where to report.
@@ -145,7 +156,11 @@ class Context:
     def parents(self) -> dict[int, ast.AST]:
         """``id(node) -> parent`` over the walked function, built on first use."""
         if self._parents is None:
-            self._parents = {} if self.function is None else parent_map(self.function)
+            fn, calls = self.function, self.calls
+            if fn is None:
+                self._parents = {}
+            else:  # a function walked again (a callee, a caller) reuses its map
+                self._parents = parent_map(fn) if calls is None else calls.parents_of(fn)
         return self._parents
 
     def statement_of(self, node: ast.AST) -> ast.AST:
@@ -206,12 +221,11 @@ class Context:
     def _index(self) -> dict[str, list[ast.Name]]:
         """Every ``Name`` node of the walked function by name, in source order."""
         if self._names is None:
-            self._names = {}
-            for node in walk(self.function) if self.function is not None else ():
-                if isinstance(node, ast.Name):
-                    self._names.setdefault(node.id, []).append(node)
-            for nodes in self._names.values():
-                nodes.sort(key=lambda n: (n.lineno, n.col_offset))
+            fn, calls = self.function, self.calls
+            if fn is None:
+                self._names = {}
+            else:
+                self._names = names_of(fn) if calls is None else calls.names_of(fn)
         return self._names
 
     def _other_branches(self, stmt: ast.AST) -> list[tuple[tuple[int, int], tuple[int, int]]]:
@@ -299,6 +313,8 @@ class Calls:
     busy: set[int] = field(default_factory=set)  # functions whose callers are being read
     index: CallIndex | None = None
     returned: dict[int, list[ast.expr]] = field(default_factory=dict)
+    parent_maps: dict[int, dict[int, ast.AST]] = field(default_factory=dict)
+    name_maps: dict[int, dict[str, list[ast.Name]]] = field(default_factory=dict)
     # the forward of a class another file of the tree defines (see :mod:`.imported`)
     other: Callable[[str], tuple[Calls, Function, ClassFacts] | None] | None = None
     # the layer a name imported from another file of the tree stands for (an alias there)
@@ -309,6 +325,18 @@ class Calls:
     method: Callable[[str, str], tuple[Calls, Function, ClassFacts] | None] | None = None
     # a function of a module another file of the tree is (from . import ops: ops.mix)
     module: Callable[[str, str], tuple[Calls, Function] | None] | None = None
+
+    def names_of(self, fn: ast.AST) -> dict[str, list[ast.Name]]:
+        """Every ``Name`` node of ``fn`` by name, in source order (found once)."""
+        if id(fn) not in self.name_maps:
+            self.name_maps[id(fn)] = names_of(fn)
+        return self.name_maps[id(fn)]
+
+    def parents_of(self, fn: ast.AST) -> dict[int, ast.AST]:
+        """``id(node) -> parent`` over ``fn`` (built once)."""
+        if id(fn) not in self.parent_maps:
+            self.parent_maps[id(fn)] = parent_map(fn)
+        return self.parent_maps[id(fn)]
 
     def returns(self, fn: Function) -> list[ast.expr]:
         """The values ``fn`` returns (read once)."""

@@ -206,11 +206,21 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
         if isinstance(parent, ast.Compare):
             node = parent  # (pos > 0): a bool tensor, made fp32 by a later .float()
             continue
+        if isinstance(parent, ast.Call) and _float_power(node, parent, ctx):
+            return parent  # torch.pow(2.0, torch.arange(n)): a float base or exponent
         gathered = _gathered(node, parent, ctx)
         if gathered is not None:
             node = gathered  # torch.stack(torch.meshgrid(pos, pos)): still integer
             continue
         return _named_fp32(node, parent, ctx, depth)
+
+
+def _float_power(node: ast.AST, call: ast.Call, ctx: Context) -> bool:
+    """``torch.pow(2.0, t)`` or ``torch.pow(t, 0.5)`` of an integer ``t``: fp32."""
+    if ctx.is_torch_attr(call.func, "pow", "float_power") is None or node not in call.args:
+        return False
+    others = [a for a in call.args if a is not node]
+    return any(python_float(o, ctx) and _number(o, ctx) for o in others)
 
 
 _GATHERS = words("stack cat concat meshgrid")

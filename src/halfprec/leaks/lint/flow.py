@@ -121,6 +121,8 @@ def _bodies(stmt: ast.stmt) -> list[list[ast.stmt]]:
 
 
 def _scan(nodes: Iterable[ast.AST], ctx: Context, checks: list[Check]) -> None:
+    if not checks:
+        return  # a callee walked only so that a value can be followed through it
     hot = ctx.hot_lines
     for root in nodes:
         first = getattr(root, "lineno", 0)

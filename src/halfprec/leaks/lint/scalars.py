@@ -31,10 +31,9 @@ LOSSES = words(
     "multilabel_soft_margin_loss triplet_margin_loss ctc_loss"
 )
 _MAX_DEPTH = 10  # names, operators and calls followed to a 0-dim value
-_SEQUENCE_CALLS = words("list tuple sorted reversed range zip map")
 
 
-_SEQUENCES = words("list tuple sorted range")
+_SEQUENCES = words("list tuple sorted range reversed zip map")
 
 
 def zero_dim_factory(
@@ -55,8 +54,6 @@ def zero_dim_factory(
             return first.attr not in lists
         if isinstance(first, ast.Attribute) and first.attr == "shape":
             return False  # torch.tensor(x.shape): one dimension
-        if isinstance(first, ast.Call) and dotted(first.func) in _SEQUENCE_CALLS:
-            return False  # torch.tensor(list(d.values()))
         if isinstance(first, ast.BinOp):  # torch.tensor(1 / 0.07); [0.0] * n is a list
             return not any(isinstance(n, (ast.List, ast.Tuple)) for n in ast.walk(first))
         return isinstance(first, (ast.Constant, ast.UnaryOp, ast.Attribute)) or (

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts, class_facts
+from halfprec.leaks.lint.nodes import words
 from halfprec.leaks.lint.pipeline import pipeline_classes
 
 __all__ = ["ForwardPath", "forward_paths", "Imports", "imports_of", "Program", "program_of"]
@@ -78,14 +79,46 @@ def imports_of(tree: ast.Module) -> Imports:
             functions.update(n for n in named if n[:1].islower())
         if isinstance(node, ast.ImportFrom) and node.module == "math":
             math.update(a.asname or a.name for a in node.names)
+    functions |= _torch_aliases(tree, torch_names)
     sets = (torch_names, functional, einops, functions, math)
     return Imports(*(frozenset(names) for names in sets))
+
+
+def _torch_aliases(tree: ast.Module, torch_names: set[str]) -> set[str]:
+    """``floor_div = torch.floor_divide`` or ``= partial(torch.div, rounding_mode="floor")``
+    at the top of a file, also in an ``if``/``try`` there: a torch function by another name."""
+    out: set[str] = set()
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.If, ast.Try)):
+            todo += [*node.body, *node.orelse]
+            todo += [s for h in getattr(node, "handlers", []) for s in h.body]
+            continue
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target, value = node.targets[0], node.value
+        if isinstance(value, ast.Call) and value.args and _dotted_end(value.func) == "partial":
+            value = value.args[0]
+        if not (isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)):
+            continue
+        function = value.attr[:1].islower() and value.attr not in _NOT_FUNCTIONS
+        if isinstance(target, ast.Name) and value.value.id in torch_names and function:
+            out.add(target.id)
+    return out
 
 
 _FUNCTION_MODULES = frozenset({"torch", "torch.special", "torch.nn.functional", "torch.linalg"})
 _SUBMODULES = frozenset(
     {"nn", "functional", "special", "linalg", "fft", "autograd", "cuda", "distributed", "utils"}
     | {"jit", "amp", "optim", "backends", "hub", "onnx", "testing", "no_grad", "inference_mode"}
+)
+
+
+# torch's attributes that are no function: dtypes, the device type, submodules
+_NOT_FUNCTIONS = _SUBMODULES | words(
+    "float half double bfloat16 float16 float32 float64 long int bool int8 int16 int32 int64 "
+    "uint8 complex64 complex128 device dtype"
 )
 
 

@@ -119,7 +119,7 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
             base = target.value
             while isinstance(base, ast.Subscript) and not f.floating(base.value):
                 base = base.value  # masks[k]["node"] = t: the dict of dicts holds t
-            if isinstance(base, ast.Name) and _made_fp32(f, base.id, stmt):
+            if isinstance(base, ast.Name) and _made_fp32(f, base):
                 continue  # pts[0] = t of pts = torch.zeros(n, dtype=torch.float): its choice
             if isinstance(base, ast.Name) and base is target.value and own_dtype_tensor(f, base):
                 continue  # r[:, 0] = r[:, 0] + t: r keeps its own dtype (see .writeback)
@@ -149,19 +149,11 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
 _POSITIONS = {position(i): i for i in range(16)}
 
 
-def _made_fp32(f: Follow, name: str, stmt: ast.stmt) -> bool:
-    """Whether ``name`` holds, at ``stmt``, a factory's tensor given an fp32 dtype on
-    purpose (its last binding before: ``pts = torch.zeros(n, dtype=torch.float)``): a
-    value written into it is cast to the dtype that the holder's own line chose."""
-    fn = f.ctx.function
-    before = [
-        n
-        for n in (walk(fn) if fn is not None else ())
-        if isinstance(n, ast.Assign)
-        and n.lineno < stmt.lineno
-        and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)
-    ]
-    last = max(before, key=lambda n: n.lineno).value if before else None
+def _made_fp32(f: Follow, name: ast.Name) -> bool:
+    """Whether ``name`` holds a factory's tensor given an fp32 dtype on purpose (its last
+    binding before: ``pts = torch.zeros(n, dtype=torch.float)``): a value written into it
+    is cast to the dtype that the holder's own line chose."""
+    last = f.ctx.binding_before(name)
     return isinstance(last, ast.Call) and any(
         k.arg == "dtype" and dotted(k.value) in _FP32 for k in last.keywords
     )
