@@ -17,7 +17,11 @@ from transformers import (
     DeiTModel,
     ElectraConfig,
     ElectraModel,
+    T5Config,
+    T5EncoderModel,
+    WhisperConfig,
 )
+from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
 
 def electra() -> Any:
@@ -48,3 +52,26 @@ def deit() -> Any:
 
 def deit_example_inputs() -> dict[str, torch.Tensor]:
     return {"pixel_values": torch.randn(4, 3, 224, 224, generator=torch.Generator().manual_seed(0))}
+
+
+def whisper() -> Any:
+    torch.manual_seed(0)
+    config = WhisperConfig(d_model=512, encoder_layers=6, encoder_attention_heads=8)
+    return WhisperEncoder(config).eval()  # whisper-base's encoder shape, 17M
+
+
+def whisper_example_inputs() -> dict[str, torch.Tensor]:
+    # 30 s of 80-bin log-mel frames, the length the encoder's positions are built for
+    g = torch.Generator().manual_seed(0)
+    return {"input_features": torch.randn(1, 80, 3000, generator=g)}
+
+
+def t5() -> Any:
+    torch.manual_seed(0)
+    return T5EncoderModel(T5Config()).eval()  # t5-small's encoder shape, 35M
+
+
+def t5_example_inputs() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(100, 30000, (8, 128), generator=g)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}

@@ -4,6 +4,7 @@ end (injected clocks only: no test here depends on the machine's speed)."""
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from torch import nn
 
 import halfprec
 from halfprec import BenchConfig
+from halfprec.bench import deploy as deploy_module
 from halfprec.bench import runner, steady
 from halfprec.bench.claim import Claim
 from halfprec.bench.deploy import Deployed
@@ -58,17 +60,19 @@ class _FirstMoment:
         return Advances(_linear(), step)
 
 
-def _deploy_on(machine: _FirstMoment, monkeypatch: pytest.MonkeyPatch) -> Deployed:
+def _deploy_on(
+    machine: _FirstMoment, monkeypatch: pytest.MonkeyPatch, bench: BenchConfig = CONFIG
+) -> Deployed:
     """deploy (the real runner, interleave, race, steady and claim code) of fp32 against
     halfprec-bf16, timed first, and onnxruntime-fp32, built and timed after it, on
-    ``machine``'s injected clock."""
+    ``machine``'s injected clock, measured as ``bench`` says."""
     pytest.importorskip("onnxruntime")
     watch = functools.partial(Stopwatch, clock=lambda: machine.now)
     monkeypatch.setattr(steady, "Stopwatch", watch)
     monkeypatch.setattr(steady, "settle", lambda: 0.0)
     monkeypatch.setattr(runner, "build_variant", machine.build)
     model = Advances(_linear(), machine.fp32)
-    return halfprec.deploy(model, X, "bf16", compile=False, bench=CONFIG, runtimes=("onnxruntime",))
+    return halfprec.deploy(model, X, "bf16", compile=False, bench=bench, runtimes=("onnxruntime",))
 
 
 @pytest.mark.parametrize(("fast", "slow", "half"), [(0.40, 0.52, 0.12), (0.010, 0.013, 0.004)])
@@ -122,6 +126,21 @@ def test_long_calls_are_timed_again_for_the_race_s_min_rounds_only(
     assert done.claim is not None and done.claim.end is not None
     assert (done.claim.race.rounds, done.claim.end.rounds) == (3, 3)
     assert done.speedup == 2.0
+
+
+def test_a_close_rival_is_timed_for_min_rounds_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rival 4% behind the leader is neither beaten nor apart after min_rounds (3), and
+    more rounds, which only widen the extremes the race compares, never make it so: deploy's
+    own measurement plans min_rounds per candidate, so the rival stops there (it ran 5, two
+    rounds of its pair more, 3 s here and on BERT-base at batch 8), and the leader still
+    runs until its claim's seconds."""
+    machine = _FirstMoment(1.0, 1.0, 0.5, other=0.52)
+    quick = replace(deploy_module._quick(), skip_slower_than=None, limit=False, probe_cache=False)
+    done = _deploy_on(machine, monkeypatch, quick)
+    rival = done.report.get("onnxruntime-fp32")
+    assert done.variant == "halfprec-bf16" and rival.timing is not None
+    assert len(rival.timing.samples) == 3
+    assert done.claim is not None and done.claim.race.rounds == 3
 
 
 class _Allocator(_FirstMoment):

@@ -44,6 +44,25 @@ def test_a_variant_far_apart_is_settled_after_early_rounds_not_before() -> None:
     assert Race(early_rounds=3).settled({"fast": fast, "slow": slow}, {"fast"}) == set()
 
 
+def test_a_variant_clearly_behind_on_steady_rounds_is_settled_after_early_rounds() -> None:
+    """1.4 times slower than the leader (BERT-base b8's eager bf16 beside OpenVINO's bf16,
+    relative to fp32's calls), its rounds and the leader's each agreeing within 2-3%: the
+    gap is far beyond both spreads, so 2 rounds settle it (the 2x early margin alone waits
+    for min_rounds, a round of a 1.6 s pair more)."""
+    race = Race()
+    lead, behind = [0.42, 0.43], [0.59, 0.60]
+    assert race.beaten(behind, lead) and not race.beaten(lead, behind)
+    assert race.settled({"lead": lead, "behind": behind}, eligible={"lead"}) == {"behind"}
+    # the same medians with rounds scattered as widely as the gap (load): min_rounds
+    assert not race.beaten([0.55, 0.70], [0.38, 0.48])
+    # beyond the spreads but within the margin (10%): a close rival, never early
+    assert not race.beaten([1.08, 1.081], [1.0, 1.0])
+    # one round is never enough, however steady
+    assert not race.beaten(behind[:1], lead[:1])
+    # early_spreads=inf leaves the 2x early margin only
+    assert not Race(early_spreads=float("inf")).beaten(behind, lead)
+
+
 def test_close_variants_stay_in_the_race() -> None:
     samples = {"a": [1.0, 1.02, 0.99], "b": [1.05, 1.04, 1.06]}
     assert Race().settled(samples, eligible={"a", "b"}) == set()
@@ -76,8 +95,10 @@ def test_the_leader_runs_its_claim_rounds_however_far_ahead() -> None:
 def test_race_rejects_settings_that_cannot_rank() -> None:
     with pytest.raises(ValueError, match=r"Race\(min_rounds=1\): a rank needs at least 2"):
         Race(min_rounds=1)
-    with pytest.raises(ValueError, match=r"Race\(margin=-0.1\): the margin must be >= 0"):
+    with pytest.raises(ValueError, match=r"Race\(margin=-0.1, early_spreads=2.0\): both must"):
         Race(margin=-0.1)
+    with pytest.raises(ValueError, match=r"Race\(margin=0.1, early_spreads=-1\): both must"):
+        Race(early_spreads=-1)
     with pytest.raises(ValueError, match=r"Race\(early_rounds=1\): a rank needs at least 2"):
         Race(early_rounds=1)
     with pytest.raises(ValueError, match=r"early verdict needs at most min_rounds=3 rounds"):
@@ -108,14 +129,14 @@ def test_one_noisy_reading_never_settles_a_variant_that_is_not_slower(
 ) -> None:
     # "a" truly runs true_a per call, "b" slower_by times longer; load slows one call of each
     # by any factor. The faster "a" is never beaten, and the two are never called apart
-    # unless "b" truly is slower by more than the margin (after 2 rounds: the early margin,
-    # more than twice as slow).
+    # unless "b" truly is slower by more than the margin (after 2 rounds too: the early
+    # verdict needs the margin, and a burst widens the spread it is scaled by).
     a = [true_a] * rounds
     b = [true_a * slower_by] * rounds
     a[hit_a % rounds] *= burst_a
     b[hit_b % rounds] *= burst_b
     race = Race()
-    margin = race.margin if rounds >= race.min_rounds else race.early_margin
+    margin = race.margin
     assert not race.beaten(a, b)
     if race.beaten(b, a):
         assert slower_by > 1 + margin
@@ -177,6 +198,15 @@ def test_benchmark_stops_timing_a_settled_variant_and_keeps_the_close_ones() -> 
         "halfprec-bf16": 10,
         "naive-bf16": 10,
     }
+
+
+def test_a_candidate_clearly_behind_on_steady_rounds_stops_after_two() -> None:
+    # 1.4x the leader's time relative to fp32 in every round, no spread: 2 rounds, not 3
+    clock = Scripted(
+        {"fp32": lambda n: 1.0, "halfprec-bf16": lambda n: 0.42, "naive-bf16": lambda n: 0.6}
+    )
+    benchmark(Tiny(), X, variants=["halfprec-bf16", "naive-bf16"], bench=TEN, timer=clock)
+    assert clock.calls["naive-bf16"] == 2
 
 
 def test_fp32_stops_when_no_other_variant_is_timed() -> None:

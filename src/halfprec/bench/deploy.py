@@ -49,6 +49,7 @@ from halfprec.bench.claim import Claim, affordable, rules, time_again
 from halfprec.bench.interleave import CallTimer
 from halfprec.bench.limit import GemmLimit, Timer
 from halfprec.bench.phases import Phases, cpu_text
+from halfprec.bench.race import Race
 from halfprec.bench.race_cache import RaceCache, race_key
 from halfprec.bench.results import (
     BenchConfig,
@@ -73,8 +74,17 @@ from halfprec.timing import ratio_text, spent_text, spread_text
 
 def _quick() -> BenchConfig:
     """deploy's measurement: one warm-up call (a compiled variant's compiling call and one
-    more), up to 5 timed rounds, no memory measurement."""
-    return BenchConfig(warmup=1, runs=5, memory="none", max_variant_s=15.0)
+    more), the race's ``min_rounds`` (3) timed rounds planned per candidate (the leader
+    runs on for its claim: :class:`~halfprec.bench.race.Race`), no memory measurement.
+
+    Past ``min_rounds`` the race's verdicts compare a variant's fastest round with
+    another's slowest, which more rounds only move apart: a candidate that is neither
+    beaten nor apart by then never is, and its further rounds only refine its median
+    beside a close rival's. deploy times its choice again at its end for the claim
+    (:mod:`halfprec.bench.claim`), so it does not spend them (BERT-base at batch 8: two
+    pairs of 1.6 s)."""
+    race = Race()
+    return BenchConfig(warmup=1, runs=race.min_rounds, memory="none", max_variant_s=15.0, race=race)
 
 
 @dataclass
@@ -264,7 +274,8 @@ def deploy(
     ``compile``: also try each under ``torch.compile`` (the device's deploy recipe);
     ``eager``: also try each uncompiled. ``tolerance``: replaces the recipe's. ``bench``:
     how long to measure (default: one warm-up call, two for a compiled variant, whose
-    first call compiles; up to 5 timed rounds; no memory measurement). ``probe_timer``
+    first call compiles; 3 timed rounds planned per candidate, the leader's claim
+    rounds past them; no memory measurement). ``probe_timer``
     and ``timer``: how the slow-dtype probe and the timed calls are timed (default the
     wall clock; tests pass scripted timings). ``Deployed.time_spent`` says where the time
     went. ``runtimes``: None (default) tries the runtimes installed here in the half

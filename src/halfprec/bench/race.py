@@ -16,10 +16,19 @@ call with the other's slowest is therefore safe against it: a burst that slows o
 the slower variant cannot lower its fastest call, and a burst on the faster variant raises
 its slowest call, which only delays the verdict. One noisy reading can delay a drop,
 never cause one. No verdict comes before ``min_rounds`` timed rounds of both variants,
-except for variants far apart: after ``early_rounds`` (2) rounds of both, a variant whose
-fastest call is slower than the other's slowest by ``early_margin`` (1.0: twice as long)
-is settled already. Where one call takes seconds (BERT-base on a CPU) that saves a round
-of each variant that is far from the rest; close variants still run every round.
+except for variants clearly apart: after ``early_rounds`` (2) rounds of both, a variant whose
+fastest call is slower than the other's slowest by ``early_margin`` (1.0: twice as long),
+or by ``margin`` and by more than ``early_spreads`` (2) times the spread of both variants'
+rounds together (each one's slowest less its fastest), is settled already. The second rule
+scales the verdict by the noise the rounds themselves show: on a steady machine, where
+rounds agree within a few percent, a candidate 1.4 times slower than the leader is settled
+after 2 rounds; where load scatters the rounds by as much as the gap, it waits for
+``min_rounds``. Two variants whose rounds come from one distribution (no true difference)
+land apart like that in about 2% of races (both of one variant's rounds above both of the
+other's: 1 in 6; the gap between them over twice the two spreads: 1 in 9 where the
+rounds spread uniformly), and dropping a variant that is only as fast as the leader costs the choice
+nothing. Where one call takes seconds (BERT-base on a CPU) that saves a round of each
+variant that is clearly behind; close variants still run ``min_rounds``.
 
 The variant the choice would pick now (the claimable one fastest by its median: eligible, or
 a runtime target deploy may pick over them) is not
@@ -52,7 +61,8 @@ K = TypeVar("K", bound=Hashable)
 class Race:
     """When a timed variant may stop: after ``min_rounds`` rounds, once its fastest call is
     slower than another's slowest by ``margin`` (0.1: 10%), or faster than its fastest by
-    as much; after ``early_rounds`` rounds already when that holds by ``early_margin``; the
+    as much; after ``early_rounds`` rounds already when that holds by ``early_margin``, or
+    by ``margin`` and by over ``early_spreads`` times both variants' spreads; the
     leading eligible variant not before ``claim_rounds`` rounds, nor before its pair's timed
     calls add up to ``claim_s`` seconds (at most ``claim_max_rounds`` rounds)."""
 
@@ -60,6 +70,7 @@ class Race:
     margin: float = 0.1
     early_rounds: int = 2
     early_margin: float = 1.0
+    early_spreads: float = 2.0
     claim_rounds: int = 5
     claim_s: float = 2.0
     claim_max_rounds: int = 100
@@ -70,8 +81,10 @@ class Race:
                 raise ValueError(
                     f"Race({name}={getattr(self, name)}): a rank needs at least 2 rounds of each"
                 )
-        if not self.margin >= 0:
-            raise ValueError(f"Race(margin={self.margin}): the margin must be >= 0")
+        if not self.margin >= 0 or not self.early_spreads >= 0:
+            raise ValueError(
+                f"Race(margin={self.margin}, early_spreads={self.early_spreads}): both must be >= 0"
+            )
         if self.claim_rounds < self.min_rounds:
             raise ValueError(
                 f"Race(claim_rounds={self.claim_rounds}): the leader's claim needs at least "
@@ -93,12 +106,19 @@ class Race:
         """Whether ``mine`` (one variant's per-call seconds) is settled slower than
         ``theirs``: both have ``min_rounds`` samples and the fastest of ``mine`` is slower
         than the slowest of ``theirs`` by ``margin``, or both have ``early_rounds`` samples
-        and it is slower by ``early_margin``."""
+        and it is slower by ``early_margin``, or by ``margin`` and by more than
+        ``early_spreads`` times the two spreads (slowest less fastest) together."""
         rounds = min(len(mine), len(theirs))
         if rounds < self.early_rounds:
             return False
-        margin = self.margin if rounds >= self.min_rounds else self.early_margin
-        return min(mine) > (1 + margin) * max(theirs)
+        fastest, slowest = min(mine), max(theirs)
+        if rounds >= self.min_rounds:
+            return fastest > (1 + self.margin) * slowest
+        spread = max(mine) - fastest + slowest - min(theirs)
+        clearly = fastest > (1 + self.margin) * slowest and fastest - slowest > (
+            self.early_spreads * spread
+        )
+        return clearly or fastest > (1 + self.early_margin) * slowest
 
     def claiming(self, rounds: int, timed_s: float) -> bool:
         """Whether a leader with ``rounds`` rounds, whose pair's timed calls took ``timed_s``
