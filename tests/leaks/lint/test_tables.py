@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import textwrap
 
+import numpy
 import pytest
 import torch
 from torch import nn
@@ -252,3 +253,50 @@ def test_a_table_through_a_torch_function_under_another_name_meets_half() -> Non
     model = _module(ALIASED, "Waves")(4).half()
     assert model(torch.rand(2, 4).half()).dtype == torch.float32
     assert _found(ALIASED) == [15]
+
+
+EXTERNAL = """\
+    class Mixer(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.vocab = nn.Embedding(10, d)
+            self.mix = nn.Linear(d, d)
+
+        def forward(self, ids, arrays):
+            feats = [torch.tensor(a).to(self.mix.weight.device) for a in arrays]
+            return self.mix(torch.stack(feats)) + self.vocab(torch.tensor(ids))
+    """
+
+
+def test_a_tensor_of_outside_data_given_to_a_layer_with_weights_is_reported() -> None:
+    model = _module(EXTERNAL, "Mixer")(4).half()
+    with pytest.raises(RuntimeError):  # numpy float32 arrays: fp32 into the half Linear
+        model([1, 2], [numpy.ones(4, dtype=numpy.float32)] * 2)
+    assert _found(EXTERNAL) == [8]  # the embedding's indices are integers, as they must be
+
+
+def test_a_tensor_of_outside_data_met_only_by_arithmetic_stays_silent() -> None:
+    body = """\
+        class Offset(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.proj = nn.Linear(d, d)
+
+            def forward(self, x, steps):
+                return self.proj(x) + torch.tensor(steps, device=x.device)[:, None]
+        """
+    assert _found(body) == []  # integer steps keep the sum half; floats would not
+
+
+def test_a_tensor_of_outside_data_given_by_keyword_to_index_copy_is_followed() -> None:
+    body = """\
+        class Rows(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.rows = nn.Linear(d, d)
+
+            def forward(self, x, picked):
+                index = torch.tensor(picked).to(x.device)
+                return x.index_copy(dim=0, index=index, source=self.rows(x[index]))
+        """
+    assert _found(body) == []  # an index, given by keyword only: no positional source

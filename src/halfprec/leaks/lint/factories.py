@@ -148,6 +148,31 @@ def _makes_float(kind: str, call: ast.Call, ctx: Context) -> bool:
     return any(is_floatish(a) for a in [*call.args, *(k.value for k in call.keywords)])
 
 
+def _any_dtype(call: ast.Call, ctx: Context) -> bool:
+    """``torch.tensor(arrays[i])``, ``torch.tensor(x)``, ``torch.tensor(np.stack(xs))``: data
+    whose dtype the source does not show (numpy floats, Python floats or integers); not a
+    parameter annotated as integers (``size: tuple[int, int]``)."""
+    data = call.args[0] if call.args else None
+    if isinstance(data, ast.Call):
+        return isinstance(data.func, ast.Attribute)
+    if isinstance(data, ast.Name):
+        return not _integer_parameter(data.id, ctx)
+    return isinstance(data, ast.Subscript)
+
+
+def _integer_parameter(name: str, ctx: Context) -> bool:
+    """``name`` is a parameter of the walked function annotated as integers."""
+    fn = ctx.function
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    a = fn.args
+    param = next((p for p in (*a.posonlyargs, *a.args, *a.kwonlyargs) if p.arg == name), None)
+    if param is None or param.annotation is None:
+        return False
+    names = {dotted(n).rsplit(".", 1)[-1] for n in ast.walk(param.annotation)}
+    return "int" in names and not names & {"float", "Tensor", "ndarray", "Any"}
+
+
 def _listed(node: ast.AST) -> bool:
     """``[0.25] * n``: arithmetic that builds a list."""
     return any(isinstance(n, (ast.List, ast.Tuple)) for n in ast.walk(node))
@@ -357,6 +382,13 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
                 "operand or an upcast), in a half model too; cast it with `.to(x.dtype)`"
             )
             ctx.report(node, "HP101", message, None, made=made)
+        elif kind == "tensor" and _any_dtype(node, ctx):
+            ctx.unsure.add(id(node))  # reported only where a layer's weights take it
+            message = (
+                f"`{call}` of data of another dtype than the model's meets a layer's half "
+                "weights (floats make fp32, in a half model too); cast it with `.to(x.dtype)`"
+            )
+            ctx.report(node, "HP101", message, None, made=node)
         return
     found = template_for(node, ctx)
     if found is None:
