@@ -65,6 +65,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         if receiver is not None and f.floating(receiver) and last in COUNTERS:
             return "leak"
         return "integer"
+    if "distributions" in owner.split("."):  # torch.distributions.Normal(loc=t, scale=s)
+        return f.meets(others) if last == "kl_divergence" else "up"
     entered = enter(f, node, call)
     if entered is not None:
         return entered
