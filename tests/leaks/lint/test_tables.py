@@ -300,3 +300,60 @@ def test_a_tensor_of_outside_data_given_by_keyword_to_index_copy_is_followed() -
                 return x.index_copy(dim=0, index=index, source=self.rows(x[index]))
         """
     assert _found(body) == []  # an index, given by keyword only: no positional source
+
+
+PRIOR = """\
+    class Latent(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.enc = nn.Linear(d, d)
+            self.prior = None
+
+        def make_prior(self, d, device):
+            return torch.distributions.Normal(
+                loc=torch.zeros(d, device=device), scale=torch.ones(d, device=device)
+            )
+
+        def forward(self, x):
+            if self.prior is None:
+                self.prior = self.make_prior(x.shape[-1], x.device)
+            z = self.enc(x)
+            return self.prior.log_prob(z).sum(-1)
+    """
+
+
+def test_a_distribution_with_fp32_parameters_scores_half_latents() -> None:
+    model = _module(PRIOR, "Latent")(4).half()
+    assert model(torch.rand(2, 4).half()).dtype == torch.float32
+    assert _found(PRIOR) == [9, 9]
+
+
+def test_a_distribution_with_parameters_in_the_latents_dtype_stays_silent() -> None:
+    typed = PRIOR.replace("device=device)", "device=device, dtype=dtype)")
+    typed = typed.replace(
+        "def make_prior(self, d, device):", "def make_prior(self, d, device, dtype):"
+    )
+    typed = typed.replace("(x.shape[-1], x.device)", "(x.shape[-1], x.device, x.dtype)")
+    assert _found(typed) == []
+
+
+SINCOS = """\
+    class Grid(nn.Module):
+        def forward(self, tokens):
+            h, w, d = tokens.shape[1:]
+            ys, xs = torch.meshgrid(
+                torch.arange(h, device=tokens.device),
+                torch.arange(w, device=tokens.device),
+                indexing="ij",
+            )
+            omega = 1.0 / 100 ** (torch.arange(d // 2, device=tokens.device) / (d // 2))
+            ys = ys.flatten()[:, None] * omega[None, :]
+            xs = xs.flatten()[:, None] * omega[None, :]
+            pos = torch.cat((ys.sin(), xs.cos()), dim=1)
+            return tokens.flatten(1, 2) + pos
+    """
+
+
+def test_an_integer_grid_times_a_frequency_table_made_from_integers_is_fp32() -> None:
+    assert _module(SINCOS, "Grid")()(torch.rand(1, 2, 3, 4).half()).dtype == torch.float32
+    assert _found(SINCOS) == [5, 6, 9]

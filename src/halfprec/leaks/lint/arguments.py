@@ -68,6 +68,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return "integer"
     if in_place_into_half(f, call):
         return "safe"  # h.add_(t), h.copy_(t): stored into half (see .writeback)
+    if "distributions" in owner.split("."):  # torch.distributions.Normal(loc=t, scale=s)
+        return f.meets(others) if last == "kl_divergence" else "up"
     entered = enter(f, node, call)
     if entered is not None:
         return entered

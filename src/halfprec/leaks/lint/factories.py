@@ -30,6 +30,7 @@ from halfprec import ops
 from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
+from halfprec.leaks.lint.scalars import integer_tensor, zero_dim_factory
 from halfprec.leaks.lint.typed import float_bound, float_parameter, fp32_default, typed_floats
 from halfprec.leaks.lint.values import template_for, value_of
 
@@ -221,6 +222,8 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
                 return parent  # true division by a number or an integer tensor
             if python_float(other, ctx) and _number(other, ctx):
                 return parent
+            if not isinstance(parent.op, ast.Div) and _integer_made_fp32(other, ctx):
+                return parent  # pos * omega, omega = 1 / 10000 ** (torch.arange(d) / d)
             if not isinstance(parent.op, _INT_OPS):
                 return None
             node = parent  # shift + torch.arange(n): still integer
@@ -238,6 +241,27 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
             node = gathered  # torch.stack(torch.meshgrid(pos, pos)): still integer
             continue
         return _named_fp32(node, parent, ctx, depth)
+
+
+def _integer_made_fp32(expr: ast.AST, ctx: Context, depth: int = 0) -> bool:
+    """``omega`` bound to ``torch.arange(d) / d`` (or a power, product or slice of one): an
+    fp32 table made from an integer factory by a true division or a float."""
+    if depth > 3:
+        return False
+    if isinstance(expr, ast.Name):
+        bound = ctx.binding_before(expr)
+        return bound is not None and _integer_made_fp32(bound, ctx, depth + 1)
+    if isinstance(expr, ast.Subscript):
+        return _integer_made_fp32(expr.value, ctx, depth)
+    if isinstance(expr, ast.UnaryOp):
+        return _integer_made_fp32(expr.operand, ctx, depth)
+    if isinstance(expr, ast.BinOp):
+        if isinstance(expr.op, ast.Div) and any(
+            integer_tensor(e, ctx) for e in (expr.left, expr.right)
+        ):
+            return True
+        return any(_integer_made_fp32(e, ctx, depth + 1) for e in (expr.left, expr.right))
+    return False
 
 
 def _float_power(node: ast.AST, call: ast.Call, ctx: Context) -> bool:
@@ -338,13 +362,26 @@ def _named_fp32(node: ast.AST, stmt: ast.AST | None, ctx: Context, depth: int) -
     """``pos = <integer tensor>``: the first later use of ``pos`` that makes it fp32."""
     if not isinstance(stmt, ast.Assign) or stmt.value is not node or depth >= _MAX_NAMED:
         return None
-    if len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
+    if len(stmt.targets) != 1:
         return None
-    for use in ctx.uses_after(stmt.targets[0].id, stmt):
-        made = _fp32_from_integer(use, ctx, depth + 1)
-        if made is not None:
-            return made
+    target = stmt.targets[0]
+    # ys, xs = torch.meshgrid(pos, pos): each piece is integer too
+    pieces = target.elts if isinstance(target, ast.Tuple) and _gathered_call(node) else [target]
+    for name in pieces:
+        if not isinstance(name, ast.Name):
+            continue
+        for use in ctx.uses_after(name.id, stmt):
+            made = _fp32_from_integer(use, ctx, depth + 1)
+            if made is not None:
+                return made
     return None
+
+
+def _gathered_call(node: ast.AST) -> bool:
+    """``torch.meshgrid(...)`` or ``torch.unbind(...)``: a call that returns integer pieces of
+    integer inputs."""
+    name = dotted(node.func) if isinstance(node, ast.Call) else ""
+    return name.rsplit(".", 1)[-1] in ("meshgrid", "unbind")
 
 
 _INT_KEEPS = words(
@@ -362,6 +399,11 @@ def _keeps_host(call: ast.Call) -> bool:
         if k.arg == "device" and "cpu" in ast.dump(k.value):
             return True
     return False
+
+
+def _zero_dim(call: ast.Call, ctx: Context) -> bool:
+    """``torch.tensor(n)`` of one number: a 0-dim tensor, which no layer's weights take."""
+    return zero_dim_factory("tensor", call, ctx.facts.float_lists, ctx.function)
 
 
 def check_factory(node: ast.AST, ctx: Context) -> None:
@@ -382,7 +424,7 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
                 "operand or an upcast), in a half model too; cast it with `.to(x.dtype)`"
             )
             ctx.report(node, "HP101", message, None, made=made)
-        elif kind == "tensor" and _any_dtype(node, ctx):
+        elif kind == "tensor" and not _zero_dim(node, ctx) and _any_dtype(node, ctx):
             ctx.unsure.add(id(node))  # reported only where a layer's weights take it
             message = (
                 f"`{call}` of data of another dtype than the model's meets a layer's half "
