@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import textwrap
 
+import numpy
 import pytest
 import torch
 from torch import nn
@@ -252,3 +253,107 @@ def test_a_table_through_a_torch_function_under_another_name_meets_half() -> Non
     model = _module(ALIASED, "Waves")(4).half()
     assert model(torch.rand(2, 4).half()).dtype == torch.float32
     assert _found(ALIASED) == [15]
+
+
+EXTERNAL = """\
+    class Mixer(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.vocab = nn.Embedding(10, d)
+            self.mix = nn.Linear(d, d)
+
+        def forward(self, ids, arrays):
+            feats = [torch.tensor(a).to(self.mix.weight.device) for a in arrays]
+            return self.mix(torch.stack(feats)) + self.vocab(torch.tensor(ids))
+    """
+
+
+def test_a_tensor_of_outside_data_given_to_a_layer_with_weights_is_reported() -> None:
+    model = _module(EXTERNAL, "Mixer")(4).half()
+    with pytest.raises(RuntimeError):  # numpy float32 arrays: fp32 into the half Linear
+        model([1, 2], [numpy.ones(4, dtype=numpy.float32)] * 2)
+    assert _found(EXTERNAL) == [8]  # the embedding's indices are integers, as they must be
+
+
+def test_a_tensor_of_outside_data_met_only_by_arithmetic_stays_silent() -> None:
+    body = """\
+        class Offset(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.proj = nn.Linear(d, d)
+
+            def forward(self, x, steps):
+                return self.proj(x) + torch.tensor(steps, device=x.device)[:, None]
+        """
+    assert _found(body) == []  # integer steps keep the sum half; floats would not
+
+
+def test_a_tensor_of_outside_data_given_by_keyword_to_index_copy_is_followed() -> None:
+    body = """\
+        class Rows(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.rows = nn.Linear(d, d)
+
+            def forward(self, x, picked):
+                index = torch.tensor(picked).to(x.device)
+                return x.index_copy(dim=0, index=index, source=self.rows(x[index]))
+        """
+    assert _found(body) == []  # an index, given by keyword only: no positional source
+
+
+PRIOR = """\
+    class Latent(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.enc = nn.Linear(d, d)
+            self.prior = None
+
+        def make_prior(self, d, device):
+            return torch.distributions.Normal(
+                loc=torch.zeros(d, device=device), scale=torch.ones(d, device=device)
+            )
+
+        def forward(self, x):
+            if self.prior is None:
+                self.prior = self.make_prior(x.shape[-1], x.device)
+            z = self.enc(x)
+            return self.prior.log_prob(z).sum(-1)
+    """
+
+
+def test_a_distribution_with_fp32_parameters_scores_half_latents() -> None:
+    model = _module(PRIOR, "Latent")(4).half()
+    assert model(torch.rand(2, 4).half()).dtype == torch.float32
+    assert _found(PRIOR) == [9, 9]
+
+
+def test_a_distribution_with_parameters_in_the_latents_dtype_stays_silent() -> None:
+    typed = PRIOR.replace("device=device)", "device=device, dtype=dtype)")
+    typed = typed.replace(
+        "def make_prior(self, d, device):", "def make_prior(self, d, device, dtype):"
+    )
+    typed = typed.replace("(x.shape[-1], x.device)", "(x.shape[-1], x.device, x.dtype)")
+    assert _found(typed) == []
+
+
+SINCOS = """\
+    class Grid(nn.Module):
+        def forward(self, tokens):
+            h, w, d = tokens.shape[1:]
+            ys, xs = torch.meshgrid(
+                torch.arange(h, device=tokens.device),
+                torch.arange(w, device=tokens.device),
+                indexing="ij",
+            )
+            omega = 1.0 / 100 ** (torch.arange(d // 2, device=tokens.device) / (d // 2))
+            ys = ys.flatten()[:, None] * omega[None, :]
+            xs = xs.flatten()[:, None] * omega[None, :]
+            pos = torch.cat((ys.sin(), xs.cos()), dim=1)
+            return tokens.flatten(1, 2) + pos
+    """
+
+
+def test_an_integer_grid_times_a_frequency_table_made_from_integers_is_fp32() -> None:
+    assert _module(SINCOS, "Grid")()(torch.rand(1, 2, 3, 4).half()).dtype == torch.float32
+    assert _found(SINCOS) == [5, 6, 9]

@@ -51,7 +51,12 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return f.meets(call.args[:1])
     if last in _INT_ARGS and owner in f.ctx.imports.torch and _source(node, call):
         return "up"  # torch.gather(mask, 1, index=ids): the result holds mask's values
-    if last in SOURCES and isinstance(func, ast.Attribute) and node is call.args[-1]:
+    source = (
+        call.args[-1]
+        if call.args
+        else next((k.value for k in call.keywords if k.arg == "source"), None)
+    )
+    if last in SOURCES and isinstance(func, ast.Attribute) and node is source:
         return "leak" if f.floating(func.value) else "unknown"  # h.index_copy_(0, idx, t)
     if last in _INT_ARGS or last in COUNTERS:
         # an index argument, or a counter's source: integer-ness matters; a half receiver
@@ -60,6 +65,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         if receiver is not None and f.floating(receiver) and last in COUNTERS:
             return "leak"
         return "integer"
+    if "distributions" in owner.split("."):  # torch.distributions.Normal(loc=t, scale=s)
+        return f.meets(others) if last == "kl_divergence" else "up"
     entered = enter(f, node, call)
     if entered is not None:
         return entered

@@ -78,6 +78,7 @@ class Context:
     deferred: list[Callable[[], None]] = field(default_factory=list)  # run once walked
     complex: frozenset[str] = frozenset()  # names read as complex tensors (x.conj())
     filled: set[str] = field(default_factory=set)  # lists filled with floating tensors
+    unsure: set[int] = field(default_factory=set)  # torch.tensor(data) of data of any dtype
     _parents: dict[int, ast.AST] | None = None
     _names: dict[str, list[ast.Name]] | None = None
     _at: dict[int, Context] = field(default_factory=dict)

@@ -30,7 +30,7 @@ from halfprec import ops
 from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
-from halfprec.leaks.lint.scalars import zero_dim_factory
+from halfprec.leaks.lint.scalars import integer_tensor, zero_dim_factory
 from halfprec.leaks.lint.typed import float_bound, float_parameter, fp32_default, typed_floats
 from halfprec.leaks.lint.values import template_for, value_of
 
@@ -149,6 +149,31 @@ def _makes_float(kind: str, call: ast.Call, ctx: Context) -> bool:
     return any(is_floatish(a) for a in [*call.args, *(k.value for k in call.keywords)])
 
 
+def _any_dtype(call: ast.Call, ctx: Context) -> bool:
+    """``torch.tensor(arrays[i])``, ``torch.tensor(x)``, ``torch.tensor(np.stack(xs))``: data
+    whose dtype the source does not show (numpy floats, Python floats or integers); not a
+    parameter annotated as integers (``size: tuple[int, int]``)."""
+    data = call.args[0] if call.args else None
+    if isinstance(data, ast.Call):
+        return isinstance(data.func, ast.Attribute)
+    if isinstance(data, ast.Name):
+        return not _integer_parameter(data.id, ctx)
+    return isinstance(data, ast.Subscript)
+
+
+def _integer_parameter(name: str, ctx: Context) -> bool:
+    """``name`` is a parameter of the walked function annotated as integers."""
+    fn = ctx.function
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    a = fn.args
+    param = next((p for p in (*a.posonlyargs, *a.args, *a.kwonlyargs) if p.arg == name), None)
+    if param is None or param.annotation is None:
+        return False
+    names = {dotted(n).rsplit(".", 1)[-1] for n in ast.walk(param.annotation)}
+    return "int" in names and not names & {"float", "Tensor", "ndarray", "Any"}
+
+
 def _listed(node: ast.AST) -> bool:
     """``[0.25] * n``: arithmetic that builds a list."""
     return any(isinstance(n, (ast.List, ast.Tuple)) for n in ast.walk(node))
@@ -197,6 +222,8 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
                 return parent  # true division by a number or an integer tensor
             if python_float(other, ctx) and _number(other, ctx):
                 return parent
+            if not isinstance(parent.op, ast.Div) and _integer_made_fp32(other, ctx):
+                return parent  # pos * omega, omega = 1 / 10000 ** (torch.arange(d) / d)
             if not isinstance(parent.op, _INT_OPS):
                 return None
             node = parent  # shift + torch.arange(n): still integer
@@ -214,6 +241,27 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
             node = gathered  # torch.stack(torch.meshgrid(pos, pos)): still integer
             continue
         return _named_fp32(node, parent, ctx, depth)
+
+
+def _integer_made_fp32(expr: ast.AST, ctx: Context, depth: int = 0) -> bool:
+    """``omega`` bound to ``torch.arange(d) / d`` (or a power, product or slice of one): an
+    fp32 table made from an integer factory by a true division or a float."""
+    if depth > 3:
+        return False
+    if isinstance(expr, ast.Name):
+        bound = ctx.binding_before(expr)
+        return bound is not None and _integer_made_fp32(bound, ctx, depth + 1)
+    if isinstance(expr, ast.Subscript):
+        return _integer_made_fp32(expr.value, ctx, depth)
+    if isinstance(expr, ast.UnaryOp):
+        return _integer_made_fp32(expr.operand, ctx, depth)
+    if isinstance(expr, ast.BinOp):
+        if isinstance(expr.op, ast.Div) and any(
+            integer_tensor(e, ctx) for e in (expr.left, expr.right)
+        ):
+            return True
+        return any(_integer_made_fp32(e, ctx, depth + 1) for e in (expr.left, expr.right))
+    return False
 
 
 def _float_power(node: ast.AST, call: ast.Call, ctx: Context) -> bool:
@@ -314,13 +362,26 @@ def _named_fp32(node: ast.AST, stmt: ast.AST | None, ctx: Context, depth: int) -
     """``pos = <integer tensor>``: the first later use of ``pos`` that makes it fp32."""
     if not isinstance(stmt, ast.Assign) or stmt.value is not node or depth >= _MAX_NAMED:
         return None
-    if len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
+    if len(stmt.targets) != 1:
         return None
-    for use in ctx.uses_after(stmt.targets[0].id, stmt):
-        made = _fp32_from_integer(use, ctx, depth + 1)
-        if made is not None:
-            return made
+    target = stmt.targets[0]
+    # ys, xs = torch.meshgrid(pos, pos): each piece is integer too
+    pieces = target.elts if isinstance(target, ast.Tuple) and _gathered_call(node) else [target]
+    for name in pieces:
+        if not isinstance(name, ast.Name):
+            continue
+        for use in ctx.uses_after(name.id, stmt):
+            made = _fp32_from_integer(use, ctx, depth + 1)
+            if made is not None:
+                return made
     return None
+
+
+def _gathered_call(node: ast.AST) -> bool:
+    """``torch.meshgrid(...)`` or ``torch.unbind(...)``: a call that returns integer pieces of
+    integer inputs."""
+    name = dotted(node.func) if isinstance(node, ast.Call) else ""
+    return name.rsplit(".", 1)[-1] in ("meshgrid", "unbind")
 
 
 _INT_KEEPS = words(
@@ -362,6 +423,13 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
                 "operand or an upcast), in a half model too; cast it with `.to(x.dtype)`"
             )
             ctx.report(node, "HP101", message, None, made=made)
+        elif kind == "tensor" and _any_dtype(node, ctx):
+            ctx.unsure.add(id(node))  # reported only where a layer's weights take it
+            message = (
+                f"`{call}` of data of another dtype than the model's meets a layer's half "
+                "weights (floats make fp32, in a half model too); cast it with `.to(x.dtype)`"
+            )
+            ctx.report(node, "HP101", message, None, made=node)
         return
     found = template_for(node, ctx)
     if found is None:

@@ -78,6 +78,8 @@ class _Follow:
         self.chosen = False  # cast to fp32 on purpose on the way (mask.to(torch.float))
         self.mixed = False  # joined with half tensors (cat([t, h])): only a cast ends it well
         self.island = False  # a buffer of an fp32 island (see .islands): fp32 there is not half
+        self.unsure = False  # of data of any dtype (torch.tensor(arrays)): only a strict op tells
+        self.strict = False  # this step needs its inputs in one dtype (a layer's weights)
         self.key: str | None = None  # the key it is kept under in a dict ({"mask": t})
         self.names: set[str] = set()  # the names followed in this function
         self.attrs: set[str] = set()  # the attributes followed (self.mask = t)
@@ -90,6 +92,7 @@ class _Follow:
         """A walk on from here in another function: the same kind of tensor, no names yet."""
         follow = _Follow(ctx, self.upcast, False)
         follow.zero, follow.mixed, follow.island = self.zero, self.mixed, self.island
+        follow.unsure = self.unsure
         follow.ranked = self.ranked
         return follow
 
@@ -123,6 +126,8 @@ class _Follow:
         if self.island:  # the upcast values meet the weights too: that is HP201's
             others = [o for o in others if not island_value(o, self.ctx)]
         if any(self.floating(o) for o in others):
+            if self.unsure:
+                return "unknown"  # integer data takes the half values' dtype there
             if join:  # cat([t, h]).to(h.dtype) gives what cat([t.to(h.dtype), h]) gives
                 self.mixed, self.empty = True, False
                 return "up"
@@ -179,8 +184,10 @@ class _Follow:
     def _climb(self, node: ast.AST, parents: dict[int, ast.AST]) -> None:
         while not self.fate.leaks:
             parent = parents.get(id(node))
-            mixed = self.mixed
+            mixed, self.strict = self.mixed, False
             step = _step(self, node, parent) if parent is not None else "unknown"
+            if step == "leak" and self.unsure and not self.strict:
+                step = "unknown"  # integer data would meet half values without a leak
             if mixed and step != "done" and not _cast_back(step, parent, node):
                 self.fate.leaks = True  # half values joined into fp32, going on uncast
                 return
@@ -255,6 +262,7 @@ def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:
     follow = _Follow(ctx, upcast, _vector(node))
     follow.empty = _no_elements(node)
     follow.island = not upcast and island_buffer(node, ctx)
+    follow.unsure = id(node) in ctx.unsure
     follow.zero = follow.scalar = _scalar_factory(node, ctx)
     if isinstance(ctx.function, (ast.FunctionDef, ast.AsyncFunctionDef)):
         follow.guards = flag_guards(ctx.function, node, ctx.parents)

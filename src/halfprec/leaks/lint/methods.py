@@ -43,6 +43,8 @@ _FILLS = words(
     "uniform_ normal_ bernoulli_ exponential_ random_ fill_ geometric_ log_normal_ cauchy_"
 )
 _TAKES = words("values items pop popleft get copy")
+# a torch.distributions object's methods: its parameters' dtype meets the values given
+_DRAWS = words("log_prob cdf icdf rsample sample entropy")
 REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp")
 
 
@@ -87,6 +89,8 @@ def attribute_step(f: Follow, node: ast.AST, attr: ast.Attribute) -> str:
         f.scalar = True  # t.sum(): 0-dim
         return "up"
     if name in KEEPS or name.startswith("new_"):
+        return f.meets([*call.args, *(k.value for k in call.keywords)])
+    if name in _DRAWS:  # prior.log_prob(z): a distribution holding t scores z with it
         return f.meets([*call.args, *(k.value for k in call.keywords)])
     if name in _TAKES and isinstance(node, ast.Name) and not f.floating(node):
         f.key = None

@@ -54,6 +54,7 @@ class Follow(Protocol):
     ranked: bool
     thunk: bool
     chosen: bool
+    strict: bool
     key: str | None
     names: set[str]
     attrs: set[str]

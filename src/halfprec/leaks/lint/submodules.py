@@ -43,6 +43,7 @@ def hidden_state(ctx: Context, func: ast.AST, node: ast.AST, call: ast.Call) -> 
 
 
 _CONTAINERS = words("ModuleList Sequential ModuleDict")
+_LOOKUPS = words("Embedding EmbeddingBag")
 
 
 _RECURRENT = words("LSTM GRU RNN LSTMCell GRUCell RNNCell")
@@ -54,10 +55,13 @@ def submodule(f: Follow, func: ast.AST) -> str:
     (``nn.Dropout``) or a function attribute hands it on; for any other the lint cannot see
     what it does, so its result is followed and only a cast ends that path."""
     names = _attributes(f.ctx, func)
-    if any(_weighted(f.ctx, name) for name in names) or _base_layer(f.ctx, func) in _WEIGHTED:
-        return "leak"
     name = names[0] if len(names) == 1 else ""
-    if _weights_read(f.ctx, name):
+    weighted = any(_weighted(f.ctx, n) for n in names) or _base_layer(f.ctx, func) in _WEIGHTED
+    if weighted or _weights_read(f.ctx, name):
+        # half weights take only half inputs (integer ones raise there too), but an
+        # embedding takes integer indices
+        layers = dict(f.ctx.facts.layers)
+        f.strict = not any(_built(f.ctx, layers.get(n, "")) in _LOOKUPS for n in names)
         return "leak"
     layer = _built(f.ctx, dict(f.ctx.facts.layers).get(name, ""))
     held = dict(f.ctx.facts.elements).get(name, ())
