@@ -357,3 +357,34 @@ SINCOS = """\
 def test_an_integer_grid_times_a_frequency_table_made_from_integers_is_fp32() -> None:
     assert _module(SINCOS, "Grid")()(torch.rand(1, 2, 3, 4).half()).dtype == torch.float32
     assert _found(SINCOS) == [5, 6, 9]
+
+
+FLOAT_ATTRIBUTES = """\
+    class Decayed(nn.Module):
+        def __init__(self, d, decay: float = 0.9, eps=1e-4):
+            super().__init__()
+            self.proj = nn.Linear(d, d)
+            self.decay = decay
+            self.eps = eps
+            self.fill = 0.5
+
+        def forward(self, x):
+            weights = torch.pow(self.decay, torch.arange(x.shape[0], device=x.device))
+            floor = torch.tensor([self.eps] * x.shape[-1], device=x.device)
+            bias = torch.full((x.shape[-1],), self.fill, device=x.device)
+            return self.proj(x) * weights[:, None] + floor + bias
+    """
+
+
+def test_factories_of_the_class_float_attributes_are_fp32() -> None:
+    assert _module(FLOAT_ATTRIBUTES, "Decayed")(3)(torch.rand(2, 3)).dtype == torch.float32
+    assert _module(FLOAT_ATTRIBUTES, "Decayed")(3).half()(torch.rand(2, 3).half()).dtype == (
+        torch.float32
+    )
+    assert _found(FLOAT_ATTRIBUTES) == [10, 11, 12]
+
+
+def test_factories_of_the_class_integer_attributes_stay_silent() -> None:
+    body = FLOAT_ATTRIBUTES.replace("decay: float = 0.9, eps=1e-4", "decay: int = 2, eps=1")
+    body = body.replace("self.fill = 0.5", "self.fill = 1")
+    assert _found(body) == []

@@ -55,6 +55,8 @@ class ClassFacts:
     callables: tuple[tuple[str, str], ...] = ()
     # self.X = weights (a parameter annotated List[float]) or [0.5, 2.0]: Python floats
     float_lists: frozenset[str] = frozenset()
+    # self.X = 0.5, or a parameter annotated float or defaulting to a float: a Python float
+    floats: frozenset[str] = frozenset()
 
 
 NO_FACTS = ClassFacts()
@@ -173,6 +175,8 @@ class _Scan:
     held: dict[str, set[str]] = field(default_factory=dict)  # ModuleList([nn.Linear()]): Linear
     callables: dict[str, str] = field(default_factory=dict)  # self.loss_fn = loss_fn: default
     float_lists: set[str] = field(default_factory=set)  # lists of Python floats
+    floats: set[str] = field(default_factory=set)  # self.X = 0.5 or a float parameter
+    not_floats: set[str] = field(default_factory=set)  # also assigned something else
 
 
 def _float_params(fn: Function) -> set[str]:
@@ -190,6 +194,26 @@ def _float_params(fn: Function) -> set[str]:
 _SEQUENCES = frozenset({"List", "list", "Sequence", "Tuple", "tuple"})
 
 
+def _float_scalars(fn: Function) -> set[str]:
+    """The parameters of ``fn`` annotated ``float`` (alone) or, unannotated, defaulting to
+    a float literal (``eps=1e-6``)."""
+    found = set()
+    for p, default in parameters(fn):
+        if p.annotation is not None:
+            if {_last_name(n) for n in ast.walk(p.annotation)} - {""} == {"float"}:
+                found.add(p.arg)
+        elif default is not None and _float_literal(default):
+            found.add(p.arg)
+    return found
+
+
+def _float_literal(value: ast.expr) -> bool:
+    """``0.5``, ``-1e-6``: a float written in the source."""
+    while isinstance(value, ast.UnaryOp):
+        value = value.operand
+    return isinstance(value, ast.Constant) and type(value.value) is float
+
+
 def _scan_function(fn: Function, scan: _Scan) -> None:
     local: set[str] = set()
     defaults = _defaults(fn)
@@ -197,6 +221,7 @@ def _scan_function(fn: Function, scan: _Scan) -> None:
     params = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
     lists: dict[str, set[str]] = {}  # blocks = [...]; blocks.append(nn.Linear(...)): layers held
     float_lists = _float_params(fn)
+    floats = _float_scalars(fn)
     made: dict[str, ast.expr] = {}  # local names and the value each was last bound to
     for node in _statements(fn):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
@@ -222,6 +247,8 @@ def _scan_function(fn: Function, scan: _Scan) -> None:
                     isinstance(node.value, ast.Name) and node.value.id in float_lists
                 ) or _float_list(node.value):
                     scan.float_lists.add(attr)
+                one = isinstance(node.value, ast.Name) and node.value.id in floats
+                (scan.floats if one or _float_literal(node.value) else scan.not_floats).add(attr)
                 for value in _alternatives(node.value):
                     if isinstance(value, ast.Call):
                         scan.held.setdefault(attr, set()).update(_held_layers(value, lists))
@@ -432,4 +459,5 @@ def class_facts(cls: ast.ClassDef, bases: list[ast.ClassDef]) -> ClassFacts:
         tuple(sorted((a, tuple(sorted(n for n in ns if n))) for a, ns in scan.held.items())),
         tuple(sorted(scan.callables.items())),
         frozenset(scan.float_lists),
+        frozenset(scan.floats - scan.not_floats),
     )

@@ -95,7 +95,16 @@ def python_float(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
         if bound is None:
             return float_parameter(node.id, ctx)  # offset: float = 0.5
         return python_float(bound, ctx, depth + 1)
-    return False
+    return float_attribute(node, ctx)
+
+
+def float_attribute(node: ast.AST, ctx: Context) -> bool:
+    """``self.eps`` where the class sets ``self.eps = 1e-6`` or from a float parameter."""
+    return (
+        isinstance(node, ast.Attribute)
+        and dotted(node.value) == "self"
+        and node.attr in ctx.facts.floats
+    )
 
 
 def tested_float(value: ast.AST, node: ast.AST, ctx: Context) -> bool:
@@ -132,6 +141,7 @@ def _makes_float(kind: str, call: ast.Call, ctx: Context) -> bool:
     if kind == "full":
         fill = call.args[1] if len(call.args) > 1 else _keyword(call, "fill_value")
         floats = fill is not None and (is_floatish(fill) or typed_floats(fill, ctx, scalar=True))
+        floats = floats or fill is not None and float_attribute(fill, ctx)
         return floats or fill is not None and tested_float(fill, call, ctx)
     if kind == "tensor":
         data = call.args[0] if call.args else None

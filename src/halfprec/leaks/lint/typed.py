@@ -59,6 +59,17 @@ def typed_floats(data: ast.AST, ctx: Context, depth: int = 0, scalar: bool = Fal
         return typed_floats(data.elt, ctx, depth + 1)
     if isinstance(data, (ast.List, ast.Tuple)):
         return any(typed_floats(e, ctx, depth + 1) for e in data.elts)
+    if isinstance(data, ast.BinOp) and isinstance(data.op, ast.Mult):  # [self.eps] * n
+        return any(
+            isinstance(e, ast.List) and typed_floats(e, ctx, depth + 1)
+            for e in (data.left, data.right)
+        )
+    if isinstance(data, ast.Attribute) and depth > 0:  # [self.eps]: the class's float
+        return (
+            isinstance(data.value, ast.Name)
+            and data.value.id == "self"
+            and data.attr in ctx.facts.floats
+        )
     if isinstance(data, ast.Call) and isinstance(data.func, ast.Name):
         calls = ctx.calls
         fn = calls.program.functions.get(data.func.id) if calls is not None else None
