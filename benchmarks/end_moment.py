@@ -2,20 +2,23 @@
 
 ``PYTHONPATH=src python3 benchmarks/end_moment.py benchmarks/unseen_models.py:deit``
 runs ``halfprec.deploy(model, batch)``, then times the caller's fp32 model and the choice
-in the process deploy returns, in segments that alternate two ways of timing:
+in the process deploy returns, in segments that alternate three ways of timing:
 
 - ``deploy``: deploy's own steady sample (:func:`halfprec.bench.steady.steady_call_time`,
   what its end moment times: wait for quiet, then one call where it takes 0.1 s or more,
   else a block after warm-up calls), fp32 and the choice alternating their order;
+- ``second``: deploy's wait for quiet and one untimed call, then the next call timed
+  alone (does the first call after the wait differ?);
 - ``loop``: verify_choice.py's blocks (a 0.1 s pause, 3 untimed calls, then 0.3 s of
   back-to-back calls), as a user's loop runs.
 
 It prints, per way and variant, the median wall and CPU seconds (all threads) and minor
-page faults per call, and each way's median fp32/choice ratio with its IQR. Where the two
-ways read the same ratio and the same faults, the end moment's sampling and the process
-state it runs in match a user's loop; a difference between deploy's claim and
-verify_choice.py then comes from when they were timed, not how. ``--threads 1`` removes a
-waiting thread's spin from the CPU time, which other processes' load then sways far less.
+page faults per call, and each way's median fp32/choice ratio with its IQR, by wall and by
+CPU time. Where the ways read the same ratio and the same faults, the end moment's
+sampling and the process state it runs in match a user's loop; a difference between
+deploy's claim and verify_choice.py then comes from when they were timed, not how.
+``--threads 1`` removes a waiting thread's spin from the CPU time, which other processes'
+load then sways far less.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ import torch
 
 import halfprec
 from halfprec.batch import call, resize_batch
-from halfprec.bench.steady import steady_call_time
-from halfprec.timing import now
+from halfprec.bench.steady import settle, steady_call_time
+from halfprec.timing import Stopwatch, now
 from verify_choice import Blocks, _load, _model, _quartiles
 
 Usage = tuple[float, float, int]  # wall s, CPU s, minor faults (per call)
@@ -57,6 +60,18 @@ def _deploy_way(fn: Callable[[], Any]) -> Usage:
     wall = steady_call_time(counted)
     cpu2, faults2 = _used()
     return wall, (cpu2 - cpu) / calls[0], (faults2 - faults) // calls[0]
+
+
+def _second_call_way(fn: Callable[[], Any]) -> Usage:
+    """deploy's wait for quiet, one untimed call, then the next call timed alone: whether
+    the first call after the wait is what differs from a loop."""
+    settle()
+    fn()
+    cpu, faults = _used()
+    with Stopwatch() as watch:
+        fn()
+    cpu2, faults2 = _used()
+    return watch.seconds or 0.0, cpu2 - cpu, faults2 - faults
 
 
 def _loop_way(fn: Callable[[], Any], how: Blocks) -> Usage:
@@ -98,6 +113,7 @@ def main() -> None:
     pair[done.variant] = functools.partial(call, done.model, batch)
     ways: dict[str, Callable[[Callable[[], Any]], Usage]] = {
         "deploy": _deploy_way,
+        "second": _second_call_way,
         "loop": functools.partial(_loop_way, how=Blocks()),
     }
     got: dict[tuple[str, str], list[Usage]] = {(w, v): [] for w in ways for v in pair}
@@ -115,11 +131,10 @@ def main() -> None:
             f"{faults:7.0f} faults per call ({len(rows)} samples)"
         )
     for way in ways:
-        ratios = [
-            a[0] / b[0] for a, b in zip(got[way, "fp32"], got[way, done.variant], strict=True)
-        ]
-        q1, median, q3 = _quartiles(ratios)
-        print(f"ratio fp32/choice, {way} way: {median:.2f}x (IQR {q1:.2f}-{q3:.2f})")
+        for clock, i in (("wall", 0), ("CPU", 1)):
+            rows = zip(got[way, "fp32"], got[way, done.variant], strict=True)
+            q1, median, q3 = _quartiles([a[i] / b[i] for a, b in rows])
+            print(f"ratio fp32/choice, {way} way, {clock}: {median:.2f}x (IQR {q1:.2f}-{q3:.2f})")
     print(f"load average after: {_load()}")
 
 
