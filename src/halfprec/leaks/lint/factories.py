@@ -167,12 +167,14 @@ def _any_dtype(call: ast.Call, ctx: Context) -> bool:
     if isinstance(data, ast.Call):
         return isinstance(data.func, ast.Attribute)
     if isinstance(data, ast.Name):
-        return not _integer_parameter(data.id, ctx)
+        return not _known_parameter(data.id, ctx)
     return isinstance(data, ast.Subscript)
 
 
-def _integer_parameter(name: str, ctx: Context) -> bool:
-    """``name`` is a parameter of the walked function annotated as integers."""
+def _known_parameter(name: str, ctx: Context) -> bool:
+    """``name`` is a parameter of the walked function annotated as integers
+    (``size: tuple[int, int]``) or as a tensor alone, which ``torch.tensor`` copies in its
+    own dtype."""
     fn = ctx.function
     if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
@@ -181,7 +183,9 @@ def _integer_parameter(name: str, ctx: Context) -> bool:
     if param is None or param.annotation is None:
         return False
     names = {dotted(n).rsplit(".", 1)[-1] for n in ast.walk(param.annotation)}
-    return "int" in names and not names & {"float", "Tensor", "ndarray", "Any"}
+    if names & {"float", "ndarray", "Any", "List", "list", "Sequence"}:
+        return False
+    return "int" in names or "Tensor" in names
 
 
 def _listed(node: ast.AST) -> bool:
