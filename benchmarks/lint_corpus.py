@@ -14,6 +14,8 @@
    tops it up with seeded draws, so a rule change asks only for the new sites' verdicts.
    Every HP3 finding (at most 50) is drawn too: its verdict is ``leak`` when the constant
    does end up out of range in a half tensor (it overflows or raises), else ``no leak``.
+   A judged finding that the rules no longer report and the draw leaves out is kept as an
+   ``earlier finding`` with its verdict, outside the figures.
 3. Reads the verdicts from benchmarks/data/lint_corpus/LIB.json (``leak`` or ``no leak`` and
    a one-line reason per item, filled in by hand; a new sample is written with empty verdicts)
    and prints precision and recall with 95% Wilson intervals. A *leak*: in the model
@@ -134,6 +136,7 @@ def sample(
                     "why": was.get("why", ""),
                 }
             )
+    items += _earlier(old, found, {s for sites in picked.values() for s in sites})
     data = {
         "library": lib,
         "seed": seed,
@@ -146,6 +149,19 @@ def sample(
         path.write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {path}")
     return data
+
+
+def _earlier(old: dict[str, Any], found: set[Site], picked: set[Site]) -> list[dict[str, Any]]:
+    """The judged findings of an earlier run that the rules no longer report and the seeded
+    sample did not draw: kept with their verdicts as ``earlier finding`` (a re-judged
+    verdict stays on record), outside the figures."""
+    kept = []
+    for i in old.get("items", []):
+        site = (i["path"], i["line"], i["col"])
+        was_found = i["kind"] in ("finding", "earlier finding")
+        if was_found and i.get("verdict") and site not in found and site not in picked:
+            kept.append({**i, "kind": "earlier finding"})
+    return kept
 
 
 def measure(data: dict[str, Any]) -> None:

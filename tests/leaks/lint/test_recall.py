@@ -80,9 +80,11 @@ def test_a_value_a_helper_returns_from_a_lambda_is_floating() -> None:
             def forward(self, x, noise=None):
                 noise = default(noise, lambda: torch.randn_like(x))
                 offset = torch.randn(x.shape[:2], device=x.device)
-                noise += 0.1 * offset[:, :, None, None]
+                noise = noise + 0.1 * offset[:, :, None, None]
                 return self.net(noise)
         """
+    # `noise += ...` would write the fp32 sum back into the half noise: no leak by the
+    # ruling on write-backs (test_fifteenth.py); the rebinding carries fp32 on
     assert _found(HELPERS + textwrap.dedent(body)) == [(17, "HP101")]
 
 

@@ -388,3 +388,16 @@ def test_factories_of_the_class_integer_attributes_stay_silent() -> None:
     body = FLOAT_ATTRIBUTES.replace("decay: float = 0.9, eps=1e-4", "decay: int = 2, eps=1")
     body = body.replace("self.fill = 0.5", "self.fill = 1")
     assert _found(body) == []
+
+
+def test_a_copy_of_a_tensor_parameter_keeps_its_dtype() -> None:
+    body = """\
+        class Static(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.proj = nn.Linear(d, d)
+
+            def forward(self, x, real: torch.Tensor):
+                return self.proj(torch.tensor(real)) + x
+        """
+    assert _found(body) == []  # torch.tensor(t) copies t in t's own dtype

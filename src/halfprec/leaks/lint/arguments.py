@@ -16,6 +16,7 @@ from halfprec.leaks.lint.reach import Follow, enter, to_readers
 from halfprec.leaks.lint.statements import enclosing
 from halfprec.leaks.lint.submodules import hidden_state, is_submodule, loss_input, submodule
 from halfprec.leaks.lint.wrappers import wrapped
+from halfprec.leaks.lint.writeback import in_place_into_half
 
 _INT_ARGS = words("gather index_select take take_along_dim masked_select")
 _TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equal allclose")
@@ -65,6 +66,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         if receiver is not None and f.floating(receiver) and last in COUNTERS:
             return "leak"
         return "integer"
+    if in_place_into_half(f, call):
+        return "safe"  # h.add_(t), h.copy_(t): stored into half (see .writeback)
     if "distributions" in owner.split("."):  # torch.distributions.Normal(loc=t, scale=s)
         return f.meets(others) if last == "kl_divergence" else "up"
     entered = enter(f, node, call)

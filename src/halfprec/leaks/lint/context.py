@@ -16,6 +16,8 @@ from halfprec.leaks.lint.nodes import parent_map, walk
 from halfprec.leaks.lint.nodes import words as words  # the rules' name tables import it here
 from halfprec.leaks.lint.scope import Function, Imports, Program
 
+Inputs = dict[str, bool] | None  # parameters known floating where a function is walked
+
 
 def dotted(node: ast.AST) -> str:
     """``torch.nn.functional.pad`` for an attribute chain of names; ``""`` otherwise."""
@@ -302,9 +304,12 @@ class Calls:
     :class:`~.scope.Program`, and the walked context of each callee (walked once)."""
 
     program: Program
-    walk: Callable[[Function, ClassFacts, bool, Calls], Context]
+    walk: Callable[[Function, ClassFacts, bool, Calls, Inputs], Context]
     lines: list[str] = field(default_factory=list)
     cache: dict[int, Context] = field(default_factory=dict)
+    given_cache: dict[tuple[int, tuple[tuple[str, bool], ...]], Context] = field(
+        default_factory=dict
+    )
     sites: dict[int, list[CallSite]] = field(default_factory=dict)
     busy: set[int] = field(default_factory=set)  # functions whose callers are being read
     index: CallIndex | None = None
@@ -375,10 +380,19 @@ class Calls:
 
     def context(self, fn: Function, facts: ClassFacts, is_forward: bool) -> Context:
         if id(fn) not in self.cache:
-            self.cache[id(fn)] = self.walk(fn, facts, is_forward, self)
+            self.cache[id(fn)] = self.walk(fn, facts, is_forward, self, None)
         return self.cache[id(fn)]
+
+    def given(self, fn: Function, inputs: dict[str, bool]) -> Context:
+        """``fn`` (a function, no method) walked with ``inputs`` floating: what one call
+        that passes them returns (walked once per set of inputs)."""
+        key = (id(fn), tuple(sorted(inputs.items())))
+        if key not in self.given_cache:
+            self.given_cache[key] = self.walk(fn, NO_FACTS, False, self, inputs)
+        return self.given_cache[key]
 
     def close(self) -> None:
         """Drop the walked contexts: they refer back to this object, and the cycle would
         keep the file's whole tree alive until the garbage collector's next full pass."""
         self.cache.clear()
+        self.given_cache.clear()

@@ -167,12 +167,14 @@ def _any_dtype(call: ast.Call, ctx: Context) -> bool:
     if isinstance(data, ast.Call):
         return isinstance(data.func, ast.Attribute)
     if isinstance(data, ast.Name):
-        return not _integer_parameter(data.id, ctx)
+        return not _known_parameter(data.id, ctx)
     return isinstance(data, ast.Subscript)
 
 
-def _integer_parameter(name: str, ctx: Context) -> bool:
-    """``name`` is a parameter of the walked function annotated as integers."""
+def _known_parameter(name: str, ctx: Context) -> bool:
+    """``name`` is a parameter of the walked function annotated as integers
+    (``size: tuple[int, int]``) or as a tensor alone, which ``torch.tensor`` copies in its
+    own dtype."""
     fn = ctx.function
     if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
@@ -181,7 +183,9 @@ def _integer_parameter(name: str, ctx: Context) -> bool:
     if param is None or param.annotation is None:
         return False
     names = {dotted(n).rsplit(".", 1)[-1] for n in ast.walk(param.annotation)}
-    return "int" in names and not names & {"float", "Tensor", "ndarray", "Any"}
+    if names & {"float", "ndarray", "Any", "List", "list", "Sequence"}:
+        return False
+    return "int" in names or "Tensor" in names
 
 
 def _listed(node: ast.AST) -> bool:
@@ -411,21 +415,22 @@ def _keeps_host(call: ast.Call) -> bool:
     return False
 
 
+def _zero_dim(call: ast.Call, ctx: Context) -> bool:
+    """``torch.tensor(n)`` of one number: a 0-dim tensor, which no layer's weights take."""
+    return zero_dim_factory("tensor", call, ctx.facts.float_lists, ctx.function)
+
+
 def check_factory(node: ast.AST, ctx: Context) -> None:
     if not isinstance(node, ast.Call):
         return
     kind = ctx.is_torch_attr(node.func, *ops.FACTORY_OPS)
     if kind is None:
         return
-    # a 0-dim factory is followed: it leaks only with 0-dim half values
-    scalar = zero_dim_factory(kind, node, ctx.facts.float_lists, ctx.function)
     keywords = {k.arg for k in node.keywords}
     if "dtype" in keywords or None in keywords:  # dtype given, or **kwargs may hold it
         return
     call = f"{dotted(node.func)}(...)"
     if not _makes_float(kind, node, ctx):
-        if scalar:
-            return
         made = _fp32_from_integer(node, ctx)
         if made is not None:
             message = (
@@ -433,7 +438,7 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
                 "operand or an upcast), in a half model too; cast it with `.to(x.dtype)`"
             )
             ctx.report(node, "HP101", message, None, made=made)
-        elif kind == "tensor" and _any_dtype(node, ctx):
+        elif kind == "tensor" and not _zero_dim(node, ctx) and _any_dtype(node, ctx):
             ctx.unsure.add(id(node))  # reported only where a layer's weights take it
             message = (
                 f"`{call}` of data of another dtype than the model's meets a layer's half "

@@ -51,9 +51,10 @@ from halfprec.leaks.lint.islands import island_buffer, island_value
 from halfprec.leaks.lint.methods import REDUCTIONS, attribute_step, called, record_field
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Fate, Follow
-from halfprec.leaks.lint.scalars import integer_tensor, number, zero_dim, zero_dim_factory
+from halfprec.leaks.lint.scalars import integer_tensor, number_name, zero_dim, zero_dim_factory
 from halfprec.leaks.lint.statements import statement_step
 from halfprec.leaks.lint.values import value_of
+from halfprec.leaks.lint.writeback import written_back
 
 _MAX_HOPS = 24  # names followed from one tensor (a = t; b = a * 2; ...)
 
@@ -139,7 +140,8 @@ class _Follow:
 
     def scalar_like(self, node: ast.AST) -> bool:
         """A number or a 0-dim tensor: with a 0-dim fp32 tensor the result is 0-dim fp32."""
-        return _literal(node) or number(node, self.ctx) or zero_dim(node, self.ctx.at(node))
+        ctx = self.ctx.at(node)
+        return _literal(node) or number_name(node, ctx) or zero_dim(node, ctx)
 
     def half_scalar(self, node: ast.AST) -> bool:
         """Whether ``node`` is a 0-dim floating tensor of the model's dtype (a loss)."""
@@ -199,6 +201,8 @@ class _Follow:
                     self.one_dim = self.one_dim and parent.attr.endswith("_")
                     self.scalar = self.scalar and _keeps_rank(parent.attr, self.zero)
                 continue
+            if step == "leak" and parent is not None and written_back(self, parent):
+                return  # x[:, :n] = x[:, :n] + t: stored into half, no fp32 goes on
             if step == "unknown" or step == "leak" and (self.opaque or self.ranked):
                 self.fate.unknown = True
             elif step == "leak":
@@ -263,7 +267,10 @@ def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:
     follow.empty = _no_elements(node)
     follow.island = not upcast and island_buffer(node, ctx)
     follow.unsure = id(node) in ctx.unsure
-    follow.zero = follow.scalar = _scalar_factory(node, ctx)
+    follow.zero = _scalar_factory(node, ctx)
+    # 0-dim where it is made fp32 (torch.tensor(n) / k of an int n): with dimensioned half
+    # tensors it keeps their dtype, as a 0-dim factory's tensor does
+    follow.scalar = follow.zero or zero_dim(node, ctx.at(node))
     if isinstance(ctx.function, (ast.FunctionDef, ast.AsyncFunctionDef)):
         follow.guards = flag_guards(ctx.function, node, ctx.parents)
     follow.climb(node)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.complexes import complex_names
-from halfprec.leaks.lint.context import Calls, Check, Context
+from halfprec.leaks.lint.context import Calls, Check, Context, Inputs
 from halfprec.leaks.lint.fate import fate_of
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.scope import Function, Imports, Program
@@ -225,16 +225,17 @@ def _walk_compound(stmt: ast.stmt, ctx: Context, checks: list[Check]) -> None:
         if isinstance(stmt, (ast.With, ast.AsyncWith)):
             _bind([i.optional_vars for i in stmt.items if i.optional_vars], None, ctx)
         _walk_block(block, ctx, checks)
-        paths.append(ctx.floating)
+        if not (block and isinstance(block[-1], (ast.Raise, ast.Return))):
+            paths.append(ctx.floating)  # a block that raises or returns ends its way here
     if not (isinstance(stmt, ast.If) and stmt.orelse):
         # the way around the block: an if without else, a loop that does not run, a try
         # that raises early
         around = _with_inputs(before, unless, ctx)
         for name in ctx.filled - around.keys():
-            if all(name in p for p in paths):  # a list the block fills: left empty around
-                around[name] = all(p[name] for p in paths)  # it, it holds no other element
+            if paths and all(name in p for p in paths):  # a list the block fills: left empty
+                around[name] = all(p[name] for p in paths)  # around it, it holds no other
         paths.append(around)
-    ctx.floating = _merge(paths)
+    ctx.floating = _merge(paths) if paths else before
 
 
 def _walk_block(body: list[ast.stmt], ctx: Context, checks: list[Check]) -> None:
@@ -310,12 +311,13 @@ def walk_function(
     is_forward: bool = False,
     hot_lines: frozenset[int] | None = None,
     calls: Calls | None = None,
+    inputs: dict[str, bool] | None = None,
 ) -> Context:
     """Run ``checks`` over every expression of ``fn``; returns the context with its reports.
 
     ``facts``: what ``fn``'s class says about its attributes; ``is_forward``: ``fn`` is a
     module's ``forward``. Statements that touch none of ``hot_lines`` are not walked (they
-    still bind names).
+    still bind names). ``inputs``: parameters known floating (the values one call passes).
     """
     ctx = Context(
         imports=imports,
@@ -327,7 +329,7 @@ def walk_function(
         calls=calls,
     )
     ctx.floating, ctx.optional = floating_params(fn, is_forward)
-    ctx.floating.update(_from_callers(fn, ctx))
+    ctx.floating.update(_from_callers(fn, ctx) if inputs is None else inputs)
     ctx.complex = complex_names(fn, lines)
     for name in ctx.complex:  # x.conj(): a spectrum, never half
         ctx.floating.pop(name, None)
@@ -407,9 +409,11 @@ def calls_of(program: Program, imports: Imports, lines: list[str]) -> Calls:
     """The :class:`~.context.Calls` of one file: each callee is walked once, with no checks,
     so that :mod:`.fate` can follow a tensor through its parameter."""
 
-    def walk(fn: Function, facts: ClassFacts, is_forward: bool, calls: Calls) -> Context:
+    def walk(
+        fn: Function, facts: ClassFacts, is_forward: bool, calls: Calls, inputs: Inputs = None
+    ) -> Context:
         return walk_function(
-            fn, imports, lines, [], facts=facts, is_forward=is_forward, calls=calls
+            fn, imports, lines, [], facts=facts, is_forward=is_forward, calls=calls, inputs=inputs
         )
 
     return Calls(program, walk, lines)

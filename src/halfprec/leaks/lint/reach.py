@@ -75,6 +75,10 @@ class Follow(Protocol):
 
     def follow_name(self, name: str, bound_at: ast.AST) -> None: ...
 
+    def derived(self, node: ast.AST) -> bool: ...
+
+    def reads_followed(self, n: ast.AST) -> bool: ...
+
 
 _MAX_DEPTH = 6  # calls followed into, one inside another
 # a callee: its function, its class's facts, whether it is a forward, whether its first

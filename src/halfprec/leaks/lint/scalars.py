@@ -16,6 +16,7 @@ import ast
 
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.pyints import int_bound, int_scalar
 from halfprec.leaks.lint.typed import float_bound
 
 _REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp nansum nanmean")
@@ -32,7 +33,7 @@ LOSSES = words(
 _MAX_DEPTH = 10  # names, operators and calls followed to a 0-dim value
 
 
-_SEQUENCES = words("list tuple sorted range")
+_SEQUENCES = words("list tuple sorted range reversed zip map")
 
 
 def zero_dim_factory(
@@ -45,10 +46,14 @@ def zero_dim_factory(
         return False
     first = call.args[0]
     if kind == "tensor" and isinstance(first, ast.Name):
-        return float_bound(first.id, fn)
+        return float_bound(first.id, fn) or int_bound(first.id, fn)
+    if kind == "tensor" and int_scalar(first):
+        return True  # torch.tensor(x.shape[-1]): an int of a shape
     if kind == "tensor":  # a scalar, not a list: torch.tensor(torch.finfo(x.dtype).min)
         if isinstance(first, ast.Attribute) and dotted(first.value) == "self":
             return first.attr not in lists
+        if isinstance(first, ast.Attribute) and first.attr == "shape":
+            return False  # torch.tensor(x.shape): one dimension
         if isinstance(first, ast.BinOp):  # torch.tensor(1 / 0.07); [0.0] * n is a list
             return not any(isinstance(n, (ast.List, ast.Tuple)) for n in ast.walk(first))
         return isinstance(first, (ast.Constant, ast.UnaryOp, ast.Attribute)) or (
@@ -70,7 +75,7 @@ def zero_dim(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
             return _returns_zero_dim(ctx, _function_of(ctx, bound.func), depth, bound.func, element)
         return bound is not None and zero_dim(bound, ctx, depth + 1)
     if isinstance(node, ast.BinOp):
-        sides = [s for s in (node.left, node.right) if not _number_name(s, ctx)]
+        sides = [s for s in (node.left, node.right) if not number_name(s, ctx)]
         return bool(sides) and all(zero_dim(s, ctx, depth + 1) for s in sides)
     if isinstance(node, ast.UnaryOp):
         return zero_dim(node.operand, ctx, depth + 1)
@@ -178,12 +183,15 @@ def _element(bound: ast.AST | None, name: str, ctx: Context) -> int | None:
     return names.index(name) if name in names else None
 
 
-def _number_name(node: ast.AST, ctx: Context) -> bool:
-    """A number, or a name last bound to one (``total = 0`` before ``total = total + l``)."""
+def number_name(node: ast.AST, ctx: Context) -> bool:
+    """A number, or a name last bound to one (``total = 0`` before ``total = total + l``),
+    or an int of a shape (``x.shape[-1]``, ``n`` of ``b, n = x.shape``)."""
     if isinstance(node, ast.Name):
         bound = ctx.binding_before(node)
-        return isinstance(bound, ast.Constant) and isinstance(bound.value, (int, float))
-    return number(node, ctx)
+        if isinstance(bound, ast.Constant) and isinstance(bound.value, (int, float)):
+            return True
+        return int_bound(node.id, ctx.function)  # n = x.shape[-1]
+    return number(node, ctx) or int_scalar(node)
 
 
 def _returns_zero_dim(

@@ -15,6 +15,7 @@ from halfprec.leaks.lint.methods import position
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow, to_callers, to_holders, to_readers
 from halfprec.leaks.lint.wrappers import dict_attribute
+from halfprec.leaks.lint.writeback import own_dtype_name, own_dtype_tensor
 
 
 def statement_step(f: Follow, node: ast.AST, stmt: ast.AST) -> str:
@@ -50,7 +51,11 @@ def statement_step(f: Follow, node: ast.AST, stmt: ast.AST) -> str:
             return "integer" if _counts(stmt) else "safe"
         if isinstance(stmt.target, ast.Name) and stmt.target.id in f.ctx.complex:
             return "safe"  # spec *= mask: written into a complex tensor
-        return "leak" if f.floating(stmt.target) else _bind(f, [stmt.target], stmt)
+        if f.floating(stmt.target):
+            return "safe"  # h += t: stored into half, no fp32 goes on (see .writeback)
+        if isinstance(stmt.target, ast.Name) and own_dtype_name(f, stmt.target):
+            return "safe"  # g *= t of a tensor g: in place, g keeps its own dtype
+        return _bind(f, [stmt.target], stmt)
     if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         return _bind(f, targets, stmt)
@@ -116,6 +121,8 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
                 base = base.value  # masks[k]["node"] = t: the dict of dicts holds t
             if isinstance(base, ast.Name) and _made_fp32(f, base):
                 continue  # pts[0] = t of pts = torch.zeros(n, dtype=torch.float): its choice
+            if isinstance(base, ast.Name) and base is target.value and own_dtype_tensor(f, base):
+                continue  # r[:, 0] = r[:, 0] + t: r keeps its own dtype (see .writeback)
             if isinstance(base, ast.Name):
                 _follow_holder(f, base.id, target, stmt)
             elif isinstance(target.value, ast.Attribute) and not to_readers(f, target.value):

@@ -123,6 +123,11 @@ def value_of(expr: ast.AST, ctx: Context) -> bool | None:
             return None
         return joined or divides or any(_float_literal(e) for e in operands)
     if isinstance(expr, ast.Subscript):
+        first = isinstance(expr.slice, ast.Constant) and expr.slice.value == 0
+        if first and isinstance(expr.value, ast.Call):  # torch.max(h, dim=1)[0]: the values
+            paired = _paired_values(expr.value, ctx)
+            if paired is not None:
+                return paired
         inner = value_of(expr.value, ctx)
         if isinstance(expr.value, ast.Name) and expr.value.id in ctx.outputs:
             return False if inner is not None else None
@@ -135,6 +140,8 @@ def value_of(expr: ast.AST, ctx: Context) -> bool | None:
             return True if expr.attr in ctx.facts.tensors else None
         if expr.attr in _KEEPS_ATTR:
             return value_of(expr.value, ctx)
+        if expr.attr == "values" and isinstance(expr.value, ast.Call):
+            return _paired_values(expr.value, ctx)  # torch.max(h, dim=0).values
         return None
     if isinstance(expr, ast.Call):
         return _call_value(expr, ctx)
@@ -142,6 +149,18 @@ def value_of(expr: ast.AST, ctx: Context) -> bool | None:
 
 
 _FP32_FACTORIES = words("zeros ones empty rand randn eye linspace logspace")
+_PAIRED = words("max min sort topk kthvalue median mode cummax cummin")
+
+
+def _paired_values(call: ast.Call, ctx: Context) -> bool | None:
+    """The ``values`` of a (values, indices) pair: ``torch.max(h, dim=0)``, ``h.topk(k)``
+    hold ``h``'s values, in its dtype."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in _PAIRED:
+        return None
+    if dotted(func.value) in ctx.imports.torch:
+        return value_of(call.args[0], ctx) if call.args else None
+    return value_of(func.value, ctx)
 
 
 def _fp32_factory(expr: ast.AST, ctx: Context) -> bool:
@@ -230,7 +249,7 @@ def _helper_value(call: ast.Call, ctx: Context) -> bool | None:
         return None
     fn = calls.program.functions.get(call.func.id)
     if fn is None:
-        return None
+        return _imported_value(call, call.func.id, ctx)
     bound: dict[str, bool] = {}
     a = fn.args
     for param in (*a.posonlyargs, *a.args, *a.kwonlyargs):
@@ -244,6 +263,37 @@ def _helper_value(call: ast.Call, ctx: Context) -> bool | None:
         return None
     inner = replace(ctx, floating=bound, outputs=set(), modules={}, calls=None, _at={})
     return _join([value_of(r, inner) for r in calls.returns(fn)])
+
+
+def _imported_value(call: ast.Call, name: str, ctx: Context) -> bool | None:
+    """``compute_amplitude(waveforms, lengths)`` of a function another file of the tree
+    defines, given a proved floating tensor first: its ``return`` values where it is walked
+    with the floating values this call passes (``out = torch.mean(waveforms ** 2, ...)``,
+    then ``return out``). Other calls are not looked up: reading the other file costs."""
+    calls = ctx.calls
+    if calls is None or calls.function is None:
+        return None
+    if not call.args or value_of(call.args[0], ctx) is not True:
+        return None  # only a helper given a proved activation first is looked up (cost)
+    found = calls.function(name)
+    if found is None:
+        return None
+    there, fn = found
+    bound: dict[str, bool] = {}
+    a = fn.args
+    for param in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+        arg = argument_for(fn, call, param, False)
+        value = value_of(arg, ctx) if arg is not None else None
+        if value is not None:
+            bound[param.arg] = value
+    if not bound or id(fn) in there.busy:
+        return None
+    there.busy.add(id(fn))
+    try:
+        inner = there.given(fn, bound)
+        return _join([value_of(r, inner.at(r)) for r in there.returns(fn)])
+    finally:
+        there.busy.discard(id(fn))
 
 
 def _to_value(call: ast.Call, receiver: bool | None, ctx: Context) -> bool | None:
