@@ -90,3 +90,13 @@ def test_deploy_output_is_no_input(cli, tmp_path: Path) -> None:  # type: ignore
     model.write_text(TINY)
     proc = cli("deploy", f"{model}:tiny", "-o", str(tmp_path), "--no-compile")
     assert proc.returncode == 2 and "would replace" in proc.stderr
+
+
+def test_cli_deploy_plans_the_library_s_rounds_per_candidate() -> None:
+    """``halfprec deploy`` plans the rounds ``halfprec.deploy`` does: the race's min_rounds
+    (3); past them a close rival is never settled (tests/bench/test_claim.py)."""
+    from halfprec.bench.deploy import _quick
+    from halfprec.cli.deploy import command
+
+    runs = next(p for p in command.params if p.name == "runs")
+    assert runs.default == _quick().runs == 3

@@ -77,9 +77,10 @@ def _runtimes(text: str | None) -> tuple[str, ...] | None:
 @click.option(
     "--runs",
     type=click.IntRange(min=1),
-    default=5,
+    default=3,
     show_default=True,
-    help="Most timed rounds per variant (the race stops a settled one sooner).",
+    help="Timed rounds planned per variant (the race stops a settled one sooner; the "
+    "leader runs on until its claim's 2 s of calls).",
 )
 @tolerance_options
 def command(
