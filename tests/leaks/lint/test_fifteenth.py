@@ -364,3 +364,24 @@ def test_a_key_the_package_binds_to_two_classes_decides_nothing(tmp_path: Path) 
     pkg = _losses(tmp_path, build)
     found = sorted((Path(f.path).name, f.line) for f in lint_paths([pkg]).findings)
     assert found == [("align.py", 15)]  # the encoder's key is still one class
+
+
+COUNTER_FIRST = """\
+    class Schedule(nn.Module):
+        def __init__(self, d, every):
+            super().__init__()
+            self.proj = nn.Linear(d, d)
+            self.every = every
+
+        def forward(self, epoch, wav_rec):
+            if (epoch + 1) % self.every == 0:
+                return self.proj(wav_rec)
+            return self.proj(wav_rec) + torch.randn(3, 1)
+    """
+
+
+def test_a_fix_never_anchors_on_a_counter_tested_by_its_remainder() -> None:
+    found = [f for f in lint_source(HEAD + textwrap.dedent(COUNTER_FIRST)) if f.code == "HP101"]
+    assert [f.line - HEAD.count("\n") for f in found] == [10]
+    assert all("epoch" not in f.message for f in found)
+    assert all(f.fix is None or "epoch" not in f.fix.text for f in found)

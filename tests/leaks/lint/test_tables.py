@@ -401,3 +401,17 @@ def test_a_copy_of_a_tensor_parameter_keeps_its_dtype() -> None:
                 return self.proj(torch.tensor(real)) + x
         """
     assert _found(body) == []  # torch.tensor(t) copies t in t's own dtype
+
+
+def test_a_copy_of_a_half_tensor_keeps_its_dtype() -> None:
+    body = """\
+        class Twice(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.proj = nn.Linear(d, d)
+
+            def forward(self, x):
+                h = self.proj(x)
+                return self.proj(torch.tensor(h.detach()))
+        """
+    assert _found(body) == []

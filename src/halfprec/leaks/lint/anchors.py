@@ -10,6 +10,8 @@ A name is *not* a tensor (never an anchor) when some use of it in the function s
 - a callable (a module, a function): ``out(h)``;
 - a tuple unpacked by an assignment: ``a, b = out``;
 - a list of tensors: ``out[0].device`` or ``out[0].dtype`` read for the first element's;
+- a counter: its remainder compared with a number as a branch's test
+  (``if (step + 1) % k == 0:``);
 - documented as integers or booleans by the function's docstring
   (``:param crowd: Tensor (int): ...``, ``crowd (LongTensor): ...``): a flag, not a value.
 
@@ -77,7 +79,21 @@ def _shown(node: ast.AST, called: set[int]) -> list[str | None]:
         return [_attribute_use(node, called)]
     if isinstance(node, ast.Assign) and isinstance(node.targets[0], (ast.Tuple, ast.List)):
         return [_name(node.value)]  # a, b = out: a tuple (a tensor's rows are rarely named)
+    if isinstance(node, (ast.If, ast.While)) and _step_test(node.test):
+        assert isinstance(node.test, ast.Compare)
+        return [_name(n) for n in walk(node.test.left)]  # if (step + 1) % k == 0: a counter
     return []
+
+
+def _step_test(test: ast.AST) -> bool:
+    """``(step + 1) % k == 0`` as a branch's test: a counter's remainder compared with a
+    number, which a tensor would have to hold one element to pass."""
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.BinOp)
+        and isinstance(test.left.op, ast.Mod)
+        and all(isinstance(c, ast.Constant) for c in test.comparators)
+    )
 
 
 def _element_field(node: ast.Attribute) -> bool:

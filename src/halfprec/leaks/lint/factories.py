@@ -164,6 +164,8 @@ def _any_dtype(call: ast.Call, ctx: Context) -> bool:
     whose dtype the source does not show (numpy floats, Python floats or integers); not a
     parameter annotated as integers (``size: tuple[int, int]``)."""
     data = call.args[0] if call.args else None
+    if data is None or value_of(data, ctx.at(data)) is not None:
+        return False  # torch.tensor(h) of a half tensor: a copy in its dtype
     if isinstance(data, ast.Call):
         return isinstance(data.func, ast.Attribute)
     if isinstance(data, ast.Name):
