@@ -306,3 +306,82 @@ def test_a_fix_never_anchors_on_a_counter_tested_by_its_remainder() -> None:
     assert [f.line - HEAD.count("\n") for f in found] == [10]
     assert all("epoch" not in f.message for f in found)
     assert all(f.fix is None or "epoch" not in f.fix.text for f in found)
+
+
+_BUILD = """\
+import torch
+from torch import nn
+
+
+class Encoder(nn.Module):
+    def __init__(self, n: int, d: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(n, d)
+
+    def forward(self, ids):
+        return self.embed(ids).transpose(1, 2)
+
+
+class Aligner(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, feats, alignment):
+        h = self.proj(feats)
+        return h.transpose(-1, -2) @ alignment
+
+
+def build(n: int, d: int) -> dict:
+    encoder = Encoder(n, d)
+    return dict(encoder=encoder, aligner=Aligner(d))
+"""
+
+_LOSS = """\
+import torch
+from torch import nn
+
+
+class AlignLoss(nn.Module):
+    def __init__(self, model, weight=1.0):
+        super().__init__()
+        self.model = model
+        self.weight = weight
+
+    def forward(self, step, feats, ids, frames: int):
+        noise = torch.randn(feats.shape[0], feats.shape[1], frames)
+        out = self.model.aligner(feats, noise)
+        enc = self.model.encoder(ids)
+        attn = torch.zeros(ids.shape[0], ids.shape[1], frames)
+        attn[:, :, 0] = 1.0
+        mixed = (enc @ attn).to(feats.dtype)
+        return out.mean() + mixed.mean() * self.weight
+"""
+
+
+def _losses(tmp_path: Path, build: str = _BUILD) -> Path:
+    pkg = tmp_path / "tts"
+    (pkg / "losses").mkdir(parents=True)
+    for folder in (pkg, pkg / "losses"):
+        (folder / "__init__.py").write_text("")
+    (pkg / "models.py").write_text(build)
+    (pkg / "losses" / "align.py").write_text(_LOSS)
+    return pkg
+
+
+def test_fp32_handed_to_a_module_of_a_dict_the_model_holds_is_reported(tmp_path: Path) -> None:
+    pkg = _losses(tmp_path)
+    found = sorted((Path(f.path).name, f.line) for f in lint_paths([pkg]).findings)
+    assert found == [("align.py", 12), ("align.py", 15)]
+    scope: dict[str, object] = {}
+    exec(compile(_BUILD, "<build>", "exec"), scope)  # noqa: S102
+    aligner = scope["Aligner"](4).half()  # type: ignore[operator]
+    with pytest.raises(RuntimeError):  # Half @ Float
+        aligner(torch.randn(2, 3, 4).half(), torch.randn(2, 3, 5))
+
+
+def test_a_key_the_package_binds_to_two_classes_decides_nothing(tmp_path: Path) -> None:
+    build = _BUILD + "\n\ndef other(d: int) -> dict:\n    return dict(aligner=Encoder(3, d))\n"
+    pkg = _losses(tmp_path, build)
+    found = sorted((Path(f.path).name, f.line) for f in lint_paths([pkg]).findings)
+    assert found == [("align.py", 15)]  # the encoder's key is still one class

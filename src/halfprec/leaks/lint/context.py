@@ -103,8 +103,11 @@ class Context:
     @property
     def template(self) -> str | None:
         """The floating-tensor name bound most recently, which fixes inherit from; never a
-        name some use shows is a dict, list, object or module (:mod:`.anchors`)."""
-        anchors = (name for name in reversed(self.floating) if name not in self.not_tensors)
+        name some use shows is a dict, list, object or module (:mod:`.anchors`), nor ``_``
+        (a value thrown away, rebound at will)."""
+        anchors = (
+            name for name in reversed(self.floating) if name not in self.not_tensors and name != "_"
+        )
         return next(anchors, None)
 
     @property
@@ -326,6 +329,8 @@ class Calls:
     method: Callable[[str, str], tuple[Calls, Function, ClassFacts] | None] | None = None
     # a function of a module another file of the tree is (from . import ops: ops.mix)
     module: Callable[[str, str], tuple[Calls, Function] | None] | None = None
+    # the forward of the module class the package stores under a key of a dict of modules
+    keyed: Callable[[str], tuple[Calls, Function, ClassFacts] | None] | None = None
 
     def names_of(self, fn: ast.AST) -> dict[str, list[ast.Name]]:
         """Every ``Name`` node of ``fn`` by name, in source order (found once)."""

@@ -28,6 +28,7 @@ from halfprec.leaks.lint.imported import (
     forward_of,
     function_of,
     imported_names,
+    keyed_forward,
     method_of,
     module_function_of,
 )
@@ -137,6 +138,7 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     calls.function = lambda name: function_of(path, names(), name)
     calls.method = lambda cls, name: method_of(path, names(), cls, name)
     calls.module = lambda name, attr: module_function_of(path, names(), name, attr)
+    calls.keyed = lambda key: keyed_forward(path, key)
     held = functools.partial(held_in_package, path)
     for fpath in forward_paths(tree, lines, program, held):
         if fpath.pipeline:

@@ -16,6 +16,7 @@ from pathlib import Path
 from halfprec.leaks.lint.classes import ClassFacts
 from halfprec.leaks.lint.context import Calls
 from halfprec.leaks.lint.flow import calls_of
+from halfprec.leaks.lint.keyed import keyed_class
 from halfprec.leaks.lint.scope import Function, imports_of, program_of
 from halfprec.leaks.lint.source import SourceError, decode_source, split_lines
 from halfprec.readfile import read_regular
@@ -173,6 +174,19 @@ def module_function_of(
     return (calls, fn) if fn is not None else None
 
 
+def keyed_forward(path: str, key: str) -> Found | None:
+    """The ``forward`` of the one module class the package of ``path`` stores under ``key``
+    in a dict of modules (see :mod:`.keyed`), in the walked calls of its file."""
+    found = keyed_class(path, key)
+    loaded = _load(Path(found[0])) if found is not None else None
+    if found is None or loaded is None:
+        return None
+    made = loaded[0].program.methods_of(found[1])
+    if made is None or "forward" not in made[0]:
+        return None
+    return loaded[0], made[0]["forward"], made[1]
+
+
 def _load(file: Path) -> tuple[Calls, Imported] | None:
     try:
         stat = file.stat()
@@ -196,5 +210,6 @@ def _load(file: Path) -> tuple[Calls, Imported] | None:
     calls.function = lambda name: function_of(str(file), names, name)
     calls.method = lambda cls, name: method_of(str(file), names, cls, name)
     calls.module = lambda name, attr: module_function_of(str(file), names, name, attr)
+    calls.keyed = lambda name: keyed_forward(str(file), name)
     _loaded[key] = (calls, names)
     return _loaded[key]

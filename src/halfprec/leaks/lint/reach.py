@@ -13,6 +13,7 @@ from typing import Protocol
 from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.context import Calls, Context, dotted
+from halfprec.leaks.lint.keyed import held_key
 from halfprec.leaks.lint.scope import Function
 
 
@@ -103,7 +104,7 @@ def _callee(f: Follow, call: ast.Call) -> Callee | None:
     if made is not None and "__init__" in made[0]:  # Beams(tokens, scores): its constructor
         return made[0]["__init__"], made[1], False, True, None
     held = _held(f, func) or _inherited(f, func) or _on_name(calls, func)
-    held = held or _object_method(f, func)
+    held = held or _object_method(f, func) or _keyed(f, func)
     if held is not None:
         return held
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
@@ -218,6 +219,18 @@ def _object_method(f: Follow, func: ast.AST) -> Callee | None:
     if info is None or method is None:
         return None
     return method, info[1], func.attr == "forward", not _static(method), None
+
+
+def _keyed(f: Follow, func: ast.AST) -> Callee | None:
+    """``self.model.predictor(...)`` of a dict of modules the model was handed: the
+    ``forward`` of the class the package stores under that key (see :mod:`.keyed`)."""
+    calls = f.ctx.calls
+    key = held_key(func, f.ctx)
+    found = calls.keyed(key) if key and calls is not None and calls.keyed else None
+    if found is None:
+        return None
+    there, forward, facts = found
+    return forward, facts, True, True, there
 
 
 def _static(fn: Function) -> bool:

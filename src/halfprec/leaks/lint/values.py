@@ -29,6 +29,7 @@ from dataclasses import replace
 
 from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.context import Context, Template, dotted, words
+from halfprec.leaks.lint.keyed import held_key
 from halfprec.leaks.lint.nodes import parameters, walk
 from halfprec.leaks.lint.scalars import LOSSES
 
@@ -185,6 +186,10 @@ def _submodule_value(call: ast.Call, ctx: Context) -> bool | None | str:
         is_sub = isinstance(owner, ast.Attribute) and _is_self(owner.value)
         return True if is_sub else "no"
     if not isinstance(func, ast.Attribute) or not _is_self(func.value):
+        key = held_key(func, ctx)
+        calls = ctx.calls
+        if key and calls is not None and calls.keyed is not None and calls.keyed(key):
+            return False  # self.model.text_encoder(ids): a module of a dict it was handed
         return "no"
     facts = ctx.facts
     if func.attr in facts.methods or func.attr in facts.tensors:
