@@ -259,7 +259,8 @@ class Mixer(nn.Module):
     def forward(self, x):
         h = self.proj(x)
         ratio = torch.rand(h.shape[0], 1, device=h.device)
-        scaled = ratio * level(h)
+        lv = level(h)
+        scaled = ratio * lv
         h += scaled
         return h
 """
@@ -280,7 +281,7 @@ def test_fp32_meeting_what_a_helper_of_another_file_returns_for_half_input_is_re
 ) -> None:
     pkg = _mixer(tmp_path)
     found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
-    assert found == [("mixer.py", 14)]  # ratio * level(h): level(h) is half, the product fp32
+    assert found == [("mixer.py", 14)]  # ratio * lv: level(h) is half, the product fp32
     h = torch.randn(3, 4).half()
     rms = torch.sqrt((h**2).mean(dim=1, keepdim=True))
     assert rms.dtype == torch.float16

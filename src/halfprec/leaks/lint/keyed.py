@@ -23,10 +23,12 @@ import re
 from pathlib import Path
 
 from halfprec.leaks.lint.context import Context
+from halfprec.leaks.lint.nodes import words
 from halfprec.leaks.lint.scope import Function
 from halfprec.leaks.lint.source import SourceError, decode_source
 from halfprec.readfile import read_regular
 
+_DICT_METHODS = words("keys values items get pop popitem setdefault update copy clear")
 _MAX_FILES = 400  # a larger tree is not searched (its keys would cost every lint)
 _MAX_BYTES = 2 * 2**20
 _MAX_UP = 8
@@ -74,8 +76,8 @@ def held_key(func: ast.AST, ctx: Context) -> str | None:
         return None
     if not (isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name)):
         return None
-    if holder.value.id != "self":
-        return None
+    if holder.value.id != "self" or key in _DICT_METHODS:
+        return None  # self.model.keys(): a method of the dict, no module stored under it
     name = holder.attr
     cls = owner_class(ctx)
     if cls is None or name not in handed(cls):
@@ -125,11 +127,11 @@ def _search(root: Path, key: str) -> tuple[str, str] | None:
     files = _files[key_root]
     if len(files) > _MAX_FILES:
         return None
-    word = re.escape(key)  # key=... or "key": (the parsed file decides which it is)
-    stored = re.compile(rf"{word}\s*=(?!=)|{word}[\"']\s*:")
+    word = re.escape(key)  # key=... (a keyword, as written) or "key": in a dict literal
+    stored = re.compile(rf"(?<![\w.]){word}=(?!=)|[\"']{word}[\"']\s*:")
     found: set[str] = set()
     for file in files:
-        tree = _tree(file, stored, key)
+        tree = _tree(file, stored, (f"{key}=", f'"{key}"', f"'{key}'"))
         if tree is not None:
             found |= _stored_classes(tree, key)
     if len(found) != 1:
@@ -137,7 +139,7 @@ def _search(root: Path, key: str) -> tuple[str, str] | None:
     name = found.pop()
     defined = re.compile(rf"^class\s+{re.escape(name)}\b", re.M)
     for file in files:
-        tree = _tree(file, defined, name)
+        tree = _tree(file, defined, (f"class {name}",))
         if tree is not None and _module_class(tree, name):
             return str(file), name
     return None
@@ -154,11 +156,11 @@ def _raw(file: Path) -> bytes:
     return _texts[name]
 
 
-def _tree(file: Path, wanted: re.Pattern[str], literal: str) -> ast.Module | None:
+def _tree(file: Path, wanted: re.Pattern[str], spellings: tuple[str, ...]) -> ast.Module | None:
     """The parsed file (once per process) where ``wanted`` is in its text, else None."""
     raw = _raw(file)
-    if literal.encode() not in raw:
-        return None  # a byte test first: most files never spell the key
+    if not any(s.encode() in raw for s in spellings):
+        return None  # a byte test first: most files never spell the key so
     name = str(file)
     if name not in _decoded:
         try:
@@ -186,43 +188,26 @@ def _stored_classes(tree: ast.Module, key: str) -> set[str]:
 @functools.lru_cache(maxsize=256)
 def _index(tree: ast.Module) -> dict[str, set[str]]:
     """Every key of ``tree`` stored into a dict (see :func:`_stored_classes`), in one walk
-    per function (and one of the module's own statements)."""
-    out: dict[str, set[str]] = {}
-    functions = [
-        n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-    ]
-    top = [
-        n
-        for n in tree.body
-        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-    ]
-    for scope in [*functions, ast.Module(body=top, type_ignores=[])]:
-        nodes = list(ast.walk(scope))
-        made = _made(nodes)
-        for node in nodes:
-            pairs: list[tuple[object, ast.expr]] = []
-            if isinstance(node, ast.Call):
-                pairs = [(k.arg, k.value) for k in node.keywords if k.arg]
-            elif isinstance(node, ast.Dict):
-                pairs = [
-                    (k.value, v)
-                    for k, v in zip(node.keys, node.values, strict=True)
-                    if isinstance(k, ast.Constant) and isinstance(k.value, str)
-                ]
-            for name, value in pairs:
-                out.setdefault(str(name), set()).add(_class_of(value, made))
-    return out
-
-
-def _made(nodes: list[ast.AST]) -> dict[str, str]:
-    """Names bound once among ``nodes`` to ``Cls(...)``: name -> class ("?" if rebound)."""
-    out: dict[str, str] = {}
-    for node in nodes:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+    of the file; a name stands for the class every assignment of the file binds it to."""
+    made: dict[str, str] = {}
+    pairs: list[tuple[str, ast.expr]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            pairs += [(k.arg, k.value) for k in node.keywords if k.arg]
+        elif isinstance(node, ast.Dict):
+            pairs += [
+                (k.value, v)
+                for k, v in zip(node.keys, node.values, strict=True)
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            ]
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
             target = node.targets[0]
             if isinstance(target, ast.Name):
                 cls = _class_of(node.value, {})
-                out[target.id] = cls if target.id not in out else "?"
+                made[target.id] = cls if made.get(target.id, cls) == cls else "?"
+    out: dict[str, set[str]] = {}
+    for name, value in pairs:
+        out.setdefault(name, set()).add(_class_of(value, made))
     return out
 
 

@@ -278,8 +278,10 @@ def _imported_value(call: ast.Call, name: str, ctx: Context) -> bool | None:
     calls = ctx.calls
     if calls is None or calls.function is None:
         return None
-    if not call.args or value_of(call.args[0], ctx) is not True:
-        return None  # only a helper given a proved activation first is looked up (cost)
+    if not call.args or not isinstance(ctx.parents.get(id(call)), ast.Assign):
+        return None  # only a result bound to a name is looked up (reading the file costs)
+    if value_of(call.args[0], ctx) is not True:
+        return None  # nor one given anything but a proved activation first
     found = calls.function(name)
     if found is None:
         return None
