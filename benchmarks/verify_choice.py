@@ -156,6 +156,9 @@ def main() -> None:
         f"{torch.get_num_threads()}, {args.clock} clock"
     )
     print(f"deploy: {done.summary}")
+    if done.claim is not None and done.claim.end is not None:
+        which = "second call after the wait" if done.claim.second else "first call (long pair)"
+        print(f"deploy's end timed each long call as the {which}")
     if claimed is None or race is None:
         print("deploy chose fp32: nothing to verify")
         return

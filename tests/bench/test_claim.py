@@ -45,6 +45,10 @@ class _FirstMoment:
         self.fast, self.slow, self.half, self.other = fast, slow, half, other
         self.until, self.build_s, self.now = 20.0, 10.0, 0.0
 
+    def settle(self) -> float:
+        """The wait for quiet (:func:`halfprec.bench.steady.settle`): none here."""
+        return 0.0
+
     def fp32(self) -> None:
         self.now += self.slow if self.now < self.until else self.fast
 
@@ -69,7 +73,7 @@ def _deploy_on(
     pytest.importorskip("onnxruntime")
     watch = functools.partial(Stopwatch, clock=lambda: machine.now)
     monkeypatch.setattr(steady, "Stopwatch", watch)
-    monkeypatch.setattr(steady, "settle", lambda: 0.0)
+    monkeypatch.setattr(steady, "settle", machine.settle)
     monkeypatch.setattr(runner, "build_variant", machine.build)
     model = Advances(_linear(), machine.fp32)
     return halfprec.deploy(model, X, "bf16", compile=False, bench=bench, runtimes=("onnxruntime",))
@@ -204,6 +208,62 @@ def test_a_choice_the_later_moment_finds_no_faster_is_overruled_by_fp32(
     assert done.summary.endswith("fp32 kept") and done.overruled in done.report.warnings
 
 
+class _FirstCallCheap(_FirstMoment):
+    """fp32's first call after each wait for quiet takes 6% less than its next calls, which
+    a user's loop reads (eager fp32 on DeiT-small, two threads); the candidates' calls cost
+    the same whenever they run."""
+
+    def __init__(self, fast: float, half: float, other: float) -> None:
+        super().__init__(fast, fast, half, other)
+        self.waited = False
+
+    def settle(self) -> float:
+        self.waited = True
+        return 0.0
+
+    def fp32(self) -> None:
+        self.now += self.fast * (0.94 if self.waited else 1.0)
+        self.waited = False
+
+    def candidate(self) -> None:
+        super().candidate()
+        self.waited = False
+
+    def second(self) -> None:
+        super().second()
+        self.waited = False
+
+
+def test_a_short_pair_is_timed_again_by_the_second_call_after_each_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pair of 0.375 s (5 rounds with one untimed call of each more fit in twice
+    claim_s): the end times each sample as the second call after the wait, so it reads the
+    loop's 2x, and deploy claims the end's median (the race, still timed by the first call
+    after the wait, reads 1.88x). Timed that way at the end too, the claim was 1.88x
+    (1.88-1.88x), under the loop's."""
+    machine = _FirstCallCheap(0.25, 0.125, other=0.1875)
+    done = _deploy_on(machine, monkeypatch)
+    claim = done.claim
+    assert done.variant == "halfprec-bf16" and claim is not None and claim.end is not None
+    loop = 0.25 / 0.125
+    assert claim.race.median == pytest.approx(loop * 0.94)  # the race's one-call samples
+    assert claim.end.median == pytest.approx(loop) and claim.second
+    assert claim.ratio.q1 <= loop <= claim.ratio.q3 * (1 + 1e-9), claim.ratio
+    assert done.speedup == pytest.approx(loop)  # the end's median, not the race's lower one
+    assert "the end's second-call median claimed" in done.summary
+    assert done.to_json()["claim"]["second_call"] is True
+
+
+def test_a_long_pair_keeps_one_call_samples_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pair of 1.5 s: one more call per variant per round would cost 1.5 s a round, so
+    the end times the first call after the wait (docs/bench.md says so): it reads 6% low."""
+    machine = _FirstCallCheap(1.0, 0.5, other=1.5)
+    done = _deploy_on(machine, monkeypatch)
+    assert done.claim is not None and done.claim.end is not None
+    assert done.claim.end.median == pytest.approx(2.0 * 0.94) and not done.claim.second
+
+
 def _r(median: float, q1: float, q3: float, rounds: int = 5) -> Ratio:
     return Ratio(median, q1, q3, rounds)
 
@@ -221,5 +281,8 @@ def test_the_claim_spans_both_moments_and_claims_the_lower_where_they_disagree()
     assert later_higher.ratio.median == 2.2  # the lower median, whichever moment it is
     noisy = Claim(_r(1.3, 1.1, 1.5), _r(1.0, 0.9, 1.1), pooled=_r(1.1, 1.0, 1.4, 10))
     assert noisy.text().startswith("too noisy to rank")
+    second = replace(later_higher, second=True)  # the end timed by the second call
+    assert second.ratio.median == 2.6 and "second-call median claimed" in second.text()
+    assert replace(apart, second=True).ratio.median == 2.2
     alone = Claim(_r(2.4, 2.3, 2.5))
     assert alone.ratio == alone.race and alone.agree

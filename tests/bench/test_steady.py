@@ -242,3 +242,15 @@ def test_a_long_call_is_its_own_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(steady, "Stopwatch", functools.partial(Stopwatch, clock=lambda: fn.now))
     assert steady.steady_call_time(fn) == pytest.approx(steady.LONG_S * 1.02)
     assert fn.calls == 1
+
+
+def test_a_long_call_after_an_untimed_one_is_the_sample_where_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``second`` (deploy's end, for a short pair) the first long call after the wait
+    is left untimed and the next is the sample: a loop's cost, not the first call's."""
+    fn = _ColdAfterWait(steady.LONG_S * 0.94 * 2, steady.LONG_S * 2)
+    monkeypatch.setattr(steady, "settle", fn.settle)
+    monkeypatch.setattr(steady, "Stopwatch", functools.partial(Stopwatch, clock=lambda: fn.now))
+    assert steady.steady_call_time(fn, second=True) == pytest.approx(steady.LONG_S * 2)
+    assert fn.calls == 2

@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from halfprec.batch import as_batches, call, resize_batch
-from halfprec.bench.claim import Claim, affordable, rules, time_again
+from halfprec.bench.claim import Claim, affordable, rules, second_call, time_again
 from halfprec.bench.interleave import CallTimer
 from halfprec.bench.limit import GemmLimit, Timer
 from halfprec.bench.phases import Phases, cpu_text
@@ -409,8 +409,9 @@ class _Race:
         if race is None or best.variant == Variant("fp32"):
             return None
         device = model_device(self.model)
-        timer = self.timer or (lambda fn, _variant: steady_call_time(fn, device))
         end = affordable(rules(self.options.race)[1], best)
+        second = second_call(end, best)
+        timer = self.timer or (lambda fn, _v: steady_call_time(fn, device, second=second))
         runs = self.options.runs if end is None else end.min_rounds
         batch = resize_batch(self.batch, best.batch_size)
         phases = Phases()
@@ -419,7 +420,7 @@ class _Race:
         seconds.update(phases.wall)
         cpu = result.cpu_seconds
         cpu.update(phases.cpu, total=cpu.get("total", 0.0) + phases.cpu["re-timing"])
-        return Claim(race) if again is None else Claim(race, *again)
+        return Claim(race) if again is None else Claim(race, *again, second=second)
 
     def _rebuild(self, variant: Variant, seconds: dict[str, float]) -> nn.Module:
         """``variant`` built afresh from a copy of the model, a compiled one warmed (so

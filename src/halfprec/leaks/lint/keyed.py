@@ -23,10 +23,12 @@ import re
 from pathlib import Path
 
 from halfprec.leaks.lint.context import Context
+from halfprec.leaks.lint.nodes import words
 from halfprec.leaks.lint.scope import Function
 from halfprec.leaks.lint.source import SourceError, decode_source
 from halfprec.readfile import read_regular
 
+_DICT_METHODS = words("keys values items get pop popitem setdefault update copy clear")
 _MAX_FILES = 400  # a larger tree is not searched (its keys would cost every lint)
 _MAX_BYTES = 2 * 2**20
 _MAX_UP = 8
@@ -74,8 +76,8 @@ def held_key(func: ast.AST, ctx: Context) -> str | None:
         return None
     if not (isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name)):
         return None
-    if holder.value.id != "self":
-        return None
+    if holder.value.id != "self" or key in _DICT_METHODS:
+        return None  # self.model.keys(): a method of the dict, no module stored under it
     name = holder.attr
     cls = owner_class(ctx)
     if cls is None or name not in handed(cls):
