@@ -33,7 +33,7 @@ def rebinding_end(
     branch = _conditional(parents, owner, stmt)
     if branch is None or _reads(owner, name, parents):
         return _end(owner)
-    if _always_binds(branch.body, name) and _always_binds(branch.orelse, name):
+    if _always_binds(branch.body, name, parents) and _always_binds(branch.orelse, name, parents):
         return _end(branch)
     block = parents.get(id(owner))
     ends = [_end(s) for s in _block_of(block, owner)] if block is not None else []
@@ -89,16 +89,24 @@ def _reads(owner: ast.AST, name: str, parents: dict[int, ast.AST]) -> bool:
 _METADATA = frozenset({"device", "dtype", "shape", "ndim", "is_cuda"})
 
 
-def _always_binds(body: list[ast.stmt], name: str) -> bool:
-    """Whether running ``body`` always binds ``name`` (or leaves the function)."""
+def _always_binds(body: list[ast.stmt], name: str, parents: dict[int, ast.AST]) -> bool:
+    """Whether running ``body`` always binds ``name`` to a new value (or leaves the
+    function). ``acc += x`` and ``acc = acc + x`` keep the old value in the new one: after
+    ``if c: acc += x`` / ``else: acc = x``, ``acc`` may still be the fp32 accumulator."""
     for s in body:
         if isinstance(s, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
             return True
-        if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        if isinstance(s, (ast.Assign, ast.AnnAssign)) and not (
+            s.value is not None and _reads(s.value, name, parents)
+        ):
             targets = s.targets if isinstance(s, ast.Assign) else [s.target]
             if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in walk(t)):
                 return True
-        if isinstance(s, ast.If) and _always_binds(s.body, name) and _always_binds(s.orelse, name):
+        if (
+            isinstance(s, ast.If)
+            and _always_binds(s.body, name, parents)
+            and _always_binds(s.orelse, name, parents)
+        ):
             return True
     return False
 
@@ -125,6 +133,41 @@ def rank_guarded(parents: dict[int, ast.AST], use: ast.AST, name: str, bound_at:
             return False
         node = parent
     return False
+
+
+def needs_rank(parents: dict[int, ast.AST], use: ast.AST, name: str, bound_at: ast.AST) -> bool:
+    """Whether ``use`` runs only when ``name`` has dimensions: in the body of an ``if``
+    after ``bound_at`` whose test is ``name.ndim > 0`` (``>= k``, ``== k``, ``!= 0`` with
+    k >= 1; ``name.dim()``, ``len(name.shape)`` alike). A 0-dim placeholder
+    (``gamma = torch.tensor(0.0)`` when none is given) read only for its rank never gets
+    there."""
+    node = use
+    while id(node) in parents:
+        parent = parents[id(node)]
+        if isinstance(parent, ast.If) and any(s is node for s in parent.body):
+            if not _holds(parent, bound_at) and _positive_rank(parent.test, name, parents):
+                return True
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        node = parent
+    return False
+
+
+def _positive_rank(test: ast.AST, name: str, parents: dict[int, ast.AST]) -> bool:
+    """``name.ndim > 0`` and the like: a test no 0-dim value passes."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+    if not (isinstance(right, ast.Constant) and type(right.value) is int):
+        return False
+    if not _reads_rank(left, name, parents):
+        return False
+    k = right.value
+    if isinstance(op, ast.Gt):
+        return k >= 0
+    if isinstance(op, ast.NotEq):
+        return k == 0
+    return isinstance(op, (ast.GtE, ast.Eq)) and k >= 1
 
 
 def _reads_rank(test: ast.AST, name: str, parents: dict[int, ast.AST]) -> bool:

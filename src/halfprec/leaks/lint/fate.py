@@ -41,7 +41,7 @@ import ast
 from collections.abc import Sequence
 
 from halfprec.leaks.lint.arguments import argument_step
-from halfprec.leaks.lint.branches import rank_guarded
+from halfprec.leaks.lint.branches import needs_rank, rank_guarded
 from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.comprehensions import comprehended
 from halfprec.leaks.lint.context import Context, dotted, words
@@ -224,6 +224,8 @@ class _Follow:
         if self.depth == 0:  # the next pass of a loop of the tensor's own function
             uses += self.ctx.loop_uses(name, bound_at)
         for use in uses:
+            if self.scalar and needs_rank(self.ctx.parents, use, name, bound_at):
+                continue  # if t.ndim > 0: t = t.view(...): a 0-dim value never runs it
             ranked = self.ranked
             self.ranked = ranked or rank_guarded(self.ctx.parents, use, name, bound_at)
             self.climb(use)

@@ -1,0 +1,121 @@
+"""Branches: an fp32 accumulator that one branch of an ``if`` overwrites and the other adds
+to may still be fp32 after the ``if``; a 0-dim placeholder never runs the body of an ``if``
+that asks for dimensions (``t.ndim > 0``). Each model here is small and written for this
+test; the torch checks show what the model does in half."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+from halfprec.leaks.lint import lint_source
+
+HEAD = "import torch\nfrom torch import nn\n\n\n"
+
+
+def _found(body: str) -> list[int]:
+    source = HEAD + textwrap.dedent(body)
+    offset = HEAD.count("\n")
+    return [f.line - offset for f in lint_source(source) if f.code == "HP101"]
+
+
+def _module(body: str, name: str) -> type[nn.Module]:
+    space: dict[str, object] = {}
+    exec(compile(HEAD + textwrap.dedent(body), "<model>", "exec"), space)  # noqa: S102
+    made = space[name]
+    assert isinstance(made, type) and issubclass(made, nn.Module)
+    return made
+
+
+SUMMED = """\
+    class Tower(nn.Module):
+        def __init__(self, d, summed=True):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(d, d), nn.Linear(d, d)])
+            self.summed = summed
+
+        def forward(self, h):
+            total = torch.zeros(h.shape, device=h.device)
+            for block in self.blocks:
+                h = block(h)
+                if self.summed:
+                    total += h
+                else:
+                    total = h
+            return total
+    """
+
+
+def test_an_accumulator_one_branch_overwrites_is_reported() -> None:
+    model = _module(SUMMED, "Tower")(4).half()
+    assert model(torch.randn(2, 4).half()).dtype == torch.float32
+    assert _found(SUMMED) == [8]
+
+
+def test_an_accumulator_rebound_from_itself_in_one_branch_is_reported() -> None:
+    assert _found(SUMMED.replace("total += h", "total = total + h")) == [8]
+
+
+def test_a_placeholder_both_branches_replace_stays_silent() -> None:
+    both = """\
+        class Pick(nn.Module):
+            def __init__(self, d, wide=True):
+                super().__init__()
+                self.proj = nn.Linear(d, d)
+                self.wide = wide
+
+            def forward(self, h):
+                out = torch.zeros(h.shape, device=h.device)
+                if self.wide:
+                    out = self.proj(h)
+                else:
+                    out = h * 2
+                return out
+        """
+    assert _found(both) == []
+
+
+RANKED = """\
+    class Solve(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.proj = nn.Linear(d, d)
+
+        def forward(self, x, step=None):
+            if step is None:
+                step = torch.tensor(0.0, device=x.device)
+                given = False
+            else:
+                given = True
+            y = self.proj(x)
+            if step.ndim > 0:
+                step = step.view([step.size(0)] + [1] * (x.ndim - 1))
+            if given:
+                y = y + x / step
+            return y
+    """
+
+
+@pytest.mark.parametrize("test", ["step.ndim > 0", "step.dim() >= 1", "len(step.shape) != 0"])
+def test_a_0_dim_placeholder_read_only_for_its_rank_stays_silent(test: str) -> None:
+    model = _module(RANKED, "Solve")(4).half()
+    assert model(torch.randn(2, 4).half()).dtype == torch.float16
+    assert _found(RANKED.replace("step.ndim > 0", test)) == []
+
+
+def test_a_placeholder_with_dimensions_under_the_same_test_is_reported() -> None:
+    sized = RANKED.replace("torch.tensor(0.0, device=x.device)", "torch.ones(1, device=x.device)")
+    model = _module(sized, "Solve")(4).half()
+    assert model(torch.randn(2, 4).half(), None).dtype == torch.float16  # given is False
+    assert _found(sized.replace("if given:", "if True:")) == [8]
+
+
+def test_a_0_dim_placeholder_returned_after_the_rank_test_is_reported() -> None:
+    returned = RANKED.replace("step = step.view(", "y = y * step.view(")
+    returned = returned.replace("return y", "return y, step")
+    model = _module(returned, "Solve")(4).half()
+    assert model(torch.randn(2, 4).half())[1].dtype == torch.float32
+    assert _found(returned) == [8]
