@@ -144,13 +144,19 @@ def needs_rank(parents: dict[int, ast.AST], use: ast.AST, name: str, bound_at: a
     node = use
     while id(node) in parents:
         parent = parents[id(node)]
-        if isinstance(parent, ast.If) and any(s is node for s in parent.body):
-            if not _holds(parent, bound_at) and _positive_rank(parent.test, name, parents):
-                return True
+        in_body = isinstance(parent, ast.If) and any(s is node for s in parent.body)
+        if in_body and _ranked_if(parent, bound_at, name, parents):
+            return True
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             return False
         node = parent
     return False
+
+
+def _ranked_if(branch: ast.AST, bound_at: ast.AST, name: str, parents: dict[int, ast.AST]) -> bool:
+    """An ``if`` after ``bound_at`` whose test no 0-dim ``name`` passes."""
+    assert isinstance(branch, ast.If)
+    return not _holds(branch, bound_at) and _positive_rank(branch.test, name, parents)
 
 
 def _positive_rank(test: ast.AST, name: str, parents: dict[int, ast.AST]) -> bool:
