@@ -223,7 +223,7 @@ def _scan_function(fn: Function, scan: _Scan) -> None:
     float_lists = _float_params(fn)
     floats = _float_scalars(fn)
     made: dict[str, ast.expr] = {}  # local names and the value each was last bound to
-    for node in _statements(fn):
+    for node in map(_unannotated, _statements(fn)):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             registered = _registered(node.value, frozenset(local))
             if registered:
@@ -260,6 +260,13 @@ def _scan_function(fn: Function, scan: _Scan) -> None:
                     if function:  # several functions (a schedule chosen by name): none of them
                         kept = scan.callables.setdefault(attr, function)
                         scan.callables[attr] = function if kept == function else "?"
+
+
+def _unannotated(node: ast.stmt) -> ast.stmt:
+    """``self.blocks: List[Block] = nn.ModuleList()`` binds as ``self.blocks = ...`` does."""
+    if isinstance(node, ast.AnnAssign) and node.value is not None:
+        return ast.copy_location(ast.Assign(targets=[node.target], value=node.value), node)
+    return node
 
 
 def _float_list(value: ast.expr) -> bool:
