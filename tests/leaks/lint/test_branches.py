@@ -119,3 +119,44 @@ def test_a_0_dim_placeholder_returned_after_the_rank_test_is_reported() -> None:
     model = _module(returned, "Solve")(4).half()
     assert model(torch.randn(2, 4).half())[1].dtype == torch.float32
     assert _found(returned) == [8]
+
+
+LEVELS = """\
+    class Denoise(nn.Module):
+        def __init__(self, c, floor=0.01):
+            super().__init__()
+            self.floor = floor
+            self.head = nn.Conv2d(c + 1, c, 3, padding=1)
+
+        def levels(self, sigma, scale):
+            if sigma is None:
+                sigma = self.floor * torch.ones(scale.size(0), device=scale.device)
+            if isinstance(sigma, list):
+                sigma = sigma[0].abs().max()
+            return sigma, scale
+
+        def as_map(self, value, x):
+            return value.view(x.size(0), 1, 1, 1).expand(-1, 1, x.size(2), x.size(3))
+
+        def forward(self, y, sigma=None):
+            scale = y.abs().reshape(y.size(0), -1).amax(dim=1)
+            sigma, scale = self.levels(sigma, scale)
+            sigma = torch.maximum(sigma, torch.tensor(self.floor, device=y.device))
+            return self.head(torch.cat((y, self.as_map(sigma, y)), 1))
+    """
+
+
+def test_a_level_a_branch_may_reduce_is_followed_into_the_cat() -> None:
+    model = _module(LEVELS, "Denoise")(3).half()
+    with pytest.raises(RuntimeError, match="type"):
+        model(torch.randn(2, 3, 8, 8).half())  # the conv meets the fp32 cat
+    assert _found(LEVELS) == [9]
+
+
+def test_a_level_cast_under_a_dtype_test_stays_silent() -> None:
+    guarded = LEVELS.replace("if isinstance(sigma, list):", "if sigma.dtype != scale.dtype:")
+    guarded = guarded.replace("sigma = sigma[0].abs().max()", "sigma = sigma.to(scale.dtype)")
+    assert "sigma.to(scale.dtype)" in guarded
+    model = _module(guarded, "Denoise")(3).half()
+    assert model(torch.randn(2, 3, 8, 8).half()).dtype == torch.float16
+    assert _found(guarded) == []

@@ -6,7 +6,9 @@ later uses still read it. A rebinding ends the walk when it always runs after th
 in the same block, or in an ``if`` whose every branch binds the name (the walk then ends
 after that ``if``). A conditional rebinding that reads the name's values (``if t.dtype !=
 h.dtype: t = t.to(h.dtype)``) ends it too: the guard says the old value is not wanted; one
-that reads only its device or shape (``t = torch.tensor(0.0, device=t.device)``) does not.
+that reads only its device or shape (``t = torch.tensor(0.0, device=t.device)``) does not,
+nor does one that neither casts nor sits under a dtype test (``if isinstance(s, list): s =
+s[0].abs().max()``: other inputs keep the old value).
 
 A value returned inside a branch chosen by its own rank (``if len(mask.shape) == 4: return
 mask``) is returned so for some callers' tensors and not others: a leak seen only on that
@@ -31,7 +33,7 @@ def rebinding_end(
     the rebinding may not run, the span it hides instead (from it to the end of its block,
     where the name holds the new value), and the walk goes on after that span."""
     branch = _conditional(parents, owner, stmt)
-    if branch is None or _reads(owner, name, parents):
+    if branch is None or _reads(owner, name, parents) and _cast_guard(owner, branch):
         return _end(owner)
     if _always_binds(branch.body, name, parents) and _always_binds(branch.orelse, name, parents):
         return _end(branch)
@@ -86,6 +88,17 @@ def _reads(owner: ast.AST, name: str, parents: dict[int, ast.AST]) -> bool:
     return False
 
 
+def _cast_guard(owner: ast.AST, branch: ast.If) -> bool:
+    """``if t.dtype != h.dtype: t = t.to(h.dtype)``: a rebinding that casts, or one under a
+    test of a dtype. ``if isinstance(s, list): s = s[0].abs().max()`` picks another value
+    for some inputs only: the old one may still be there after the ``if``."""
+    calls = (n.func for n in walk(owner) if isinstance(n, ast.Call))
+    if any(isinstance(f, ast.Attribute) and f.attr in _CASTS for f in calls):
+        return True
+    return any(isinstance(n, ast.Attribute) and n.attr == "dtype" for n in walk(branch.test))
+
+
+_CASTS = frozenset({"to", "type_as", "type", "half", "bfloat16", "float", "double"})
 _METADATA = frozenset({"device", "dtype", "shape", "ndim", "is_cuda"})
 
 

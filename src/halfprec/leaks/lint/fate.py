@@ -213,7 +213,9 @@ class _Follow:
 
     def follow_name(self, name: str, bound_at: ast.AST) -> None:
         """Follow every later use of ``name``, bound by the statement ``bound_at``."""
-        key = (f"{name}<rank>" if self.ranked else name, id(bound_at))
+        # a 0-dim or rank-chosen value walks a name apart from the value itself: after
+        # if c: s = s.max(), the name holds either
+        key = (f"{name}<{self.ranked:d}{self.scalar:d}>", id(bound_at))
         self.names.add(name)  # made from the tensor, followed or not
         if key in self.seen or self.hops >= _MAX_HOPS:
             self.fate.unknown = self.fate.unknown or key not in self.seen
@@ -226,10 +228,10 @@ class _Follow:
         for use in uses:
             if self.scalar and needs_rank(self.ctx.parents, use, name, bound_at):
                 continue  # if t.ndim > 0: t = t.view(...): a 0-dim value never runs it
-            ranked = self.ranked
+            ranked, scalar = self.ranked, self.scalar
             self.ranked = ranked or rank_guarded(self.ctx.parents, use, name, bound_at)
             self.climb(use)
-            self.ranked = ranked
+            self.ranked, self.scalar = ranked, scalar  # s = s.max() made s 0-dim, not s
             if self.fate.leaks:
                 return
 

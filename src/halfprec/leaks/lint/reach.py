@@ -313,7 +313,8 @@ def to_callers(f: Follow) -> bool:
     sites = calls.callers(fn)
     method = bool(f.guards) and calls.program.owner_of(fn) is not None
     for site in sites:
-        key = (f"<call>{f.element}{f.ranked}", id(site.call))  # return a, t: each its own way
+        # return a, t: each its own way; a 0-dim s.max() and s itself too
+        key = (f"<call>{f.element}{f.ranked}{f.scalar}", id(site.call))
         if key in f.seen or f.fate.leaks:
             continue
         if any(argument_for(fn, site.call, g, method) is None for g in f.guards):
