@@ -5,29 +5,21 @@ test; the torch checks show what the model does in half."""
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 import torch
 from torch import nn
 
-from halfprec.leaks.lint import lint_source
+from support.lint_models import hp101_lines, model_class
 
 HEAD = "import torch\nfrom torch import nn\n\n\n"
 
 
 def _found(body: str) -> list[int]:
-    source = HEAD + textwrap.dedent(body)
-    offset = HEAD.count("\n")
-    return [f.line - offset for f in lint_source(source) if f.code == "HP101"]
+    return hp101_lines(body, HEAD)
 
 
 def _module(body: str, name: str) -> type[nn.Module]:
-    space: dict[str, object] = {}
-    exec(compile(HEAD + textwrap.dedent(body), "<model>", "exec"), space)  # noqa: S102
-    made = space[name]
-    assert isinstance(made, type) and issubclass(made, nn.Module)
-    return made
+    return model_class(body, name, HEAD)
 
 
 SUMMED = """\

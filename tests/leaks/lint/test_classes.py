@@ -12,15 +12,13 @@ import pytest
 import torch
 from torch import nn
 
-from halfprec.leaks.lint import lint_source
+from support.lint_models import hp101_lines
 
 HEAD = "from typing import List, Optional\n\nimport torch\nfrom torch import nn\n\n\n"
 
 
 def _found(body: str) -> list[int]:
-    source = HEAD + textwrap.dedent(body)
-    offset = HEAD.count("\n")
-    return [f.line - offset for f in lint_source(source) if f.code == "HP101"]
+    return hp101_lines(body, HEAD)
 
 
 STATE = """\

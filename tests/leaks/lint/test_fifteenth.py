@@ -12,24 +12,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 from halfprec.leaks.lint import lint_paths, lint_source
+from support.lint_models import hp101_lines, model_class
 
 HEAD = "import torch\nfrom torch import nn\n\n\n"
 
 
 def _found(body: str) -> list[int]:
-    source = HEAD + textwrap.dedent(body)
-    offset = HEAD.count("\n")
-    return [f.line - offset for f in lint_source(source) if f.code == "HP101"]
+    return hp101_lines(body, HEAD)
 
 
-def _module(body: str, name: str) -> type[torch.nn.Module]:
-    scope: dict[str, object] = {}
-    exec(compile(HEAD + textwrap.dedent(body), "<model>", "exec"), scope)  # noqa: S102
-    found = scope[name]
-    assert isinstance(found, type)
-    return found
+def _module(body: str, name: str) -> type[nn.Module]:
+    return model_class(body, name, HEAD)
 
 
 GRAM = """\

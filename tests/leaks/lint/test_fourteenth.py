@@ -7,21 +7,17 @@ into a table made fp32 by an explicit dtype takes that dtype; ``hx=`` of a layer
 
 from __future__ import annotations
 
-import textwrap
-
 import torch
 from torch import nn
 
-from halfprec.leaks.lint import lint_source
 from leaks.lint import test_thirteenth as thirteenth
+from support.lint_models import hp101_lines
 
 HEAD = "import torch\nfrom torch import nn\n\n\n"
 
 
 def _found(body: str) -> list[int]:
-    source = HEAD + textwrap.dedent(body)
-    offset = HEAD.count("\n")
-    return [f.line - offset for f in lint_source(source) if f.code == "HP101"]
+    return hp101_lines(body, HEAD)
 
 
 TWO_CALLERS = """\

@@ -19,14 +19,13 @@ import torch
 from torch import nn
 
 from halfprec.leaks.lint import fix_source, lint_source
+from support.lint_models import hp101_lines
 
 HEAD = "import torch\nfrom torch import nn\n\n\n"
 
 
 def _found(body: str, head: str = HEAD) -> list[int]:
-    source = head + textwrap.dedent(body)
-    offset = head.count("\n")
-    return [f.line - offset for f in lint_source(source) if f.code == "HP101"]
+    return hp101_lines(body, head)
 
 
 CHAINED = """\
