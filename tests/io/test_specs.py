@@ -117,3 +117,59 @@ def test_a_tokenizer_without_pad_token_pads_with_eos_and_says_so(tmp_path: Path)
     batch = loaded.example_inputs[0]
     padded = batch["attention_mask"] == 0
     assert padded.any() and (batch["input_ids"][padded] == 0).all()
+
+
+_OP_FILE = """
+import torch
+from torch import nn
+
+
+@torch.library.custom_op("halfprec_spec_tests::{name}", mutates_args=())
+def shift(x: torch.Tensor) -> torch.Tensor:
+    return x + {offset}
+
+
+@shift.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class Net(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return shift(x)
+
+
+def build() -> nn.Module:
+    return Net()
+"""
+
+
+def test_a_model_file_runs_once_per_process_until_its_bytes_change(tmp_path: Path) -> None:
+    """Running a file again would define its custom operator again; torch then destroys the
+    first definition, and the first model crashes the process when called."""
+    path = tmp_path / "op_model.py"
+    path.write_text(_OP_FILE.format(name="shift", offset=1))
+    first = load_model(f"{path}:build").model
+    packet = torch.ops.halfprec_spec_tests.shift
+    second = load_model(f"{path}:build").model
+    assert type(second) is type(first)  # the file did not run again
+    assert torch.ops.halfprec_spec_tests.shift is packet  # so the operator was not redefined
+    assert torch.equal(first(torch.zeros(2)), torch.ones(2))
+    path.write_text(_OP_FILE.format(name="shift_edited", offset=2))
+    edited = load_model(f"{path}:build").model
+    assert type(edited) is not type(first)  # new bytes: the file runs again
+    assert torch.equal(edited(torch.zeros(2)), torch.full((2,), 2.0))
+
+
+def test_the_export_models_file_run_as_a_spec_keeps_its_operator() -> None:
+    """tests/support/export_models.py is imported and also run as a CLI MODEL spec in one test
+    worker: running it must not redefine the operator the imported module's models call."""
+    from support import SUPPORT
+    from support.export_models import custom
+
+    model = custom()
+    packet = torch.ops.halfprec_tests.wobble
+    copy = load_model(f"{SUPPORT / 'export_models.py'}:custom").model
+    assert torch.ops.halfprec_tests.wobble is packet
+    x = torch.randn(2, 8)
+    assert torch.equal(model(x), copy(x))

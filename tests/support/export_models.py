@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -30,14 +33,26 @@ def example_inputs() -> list[torch.Tensor]:
     return [torch.randn(4, 8, generator=gen), torch.randn(6, 8, generator=gen)]
 
 
-@torch.library.custom_op("halfprec_tests::wobble", mutates_args=())
-def wobble(x: torch.Tensor) -> torch.Tensor:
-    return x + torch.sin(x)
+def _define_wobble() -> Callable[[torch.Tensor], torch.Tensor]:
+    """The operator ``halfprec_tests::wobble``, defined once per process. This file is imported
+    as ``support.export_models`` and also run as a CLI MODEL spec in the same process; a second
+    ``custom_op`` of one name makes torch destroy the first, and a model still calling the first
+    then crashes the test worker (SIGSEGV)."""
+    if hasattr(torch.ops.halfprec_tests, "wobble"):
+        return cast(Callable[[torch.Tensor], torch.Tensor], torch.ops.halfprec_tests.wobble)
+
+    @torch.library.custom_op("halfprec_tests::wobble", mutates_args=())
+    def wobble(x: torch.Tensor) -> torch.Tensor:
+        return x + torch.sin(x)
+
+    @wobble.register_fake
+    def _wobble_fake(x: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(x)
+
+    return wobble
 
 
-@wobble.register_fake
-def _wobble_fake(x: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(x)
+wobble = _define_wobble()
 
 
 class Custom(nn.Module):

@@ -15,6 +15,7 @@ batches in the convention of :mod:`halfprec.batch`.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import linecache
@@ -124,6 +125,12 @@ def _import_module(name: str) -> ModuleType:
 
 _SOURCE_LIMIT = 64 * 2**20  # a model file's source, read through the regular-file rule
 
+_RAN: dict[str, tuple[bytes, ModuleType]] = {}
+"""Model files already run in this process, with the SHA-256 of the source each ran: a file
+runs again only when its bytes changed, as Python imports a module once. Running it again would
+define its ``torch.library.custom_op`` operators a second time; torch then destroys the first
+definitions, and a model built by the first run crashes the process when called (SIGSEGV)."""
+
 
 def _import_file(path: Path) -> ModuleType:
     """Run the model file ``path`` as a module: its source read once as a regular file and
@@ -137,14 +144,18 @@ def _import_file(path: Path) -> ModuleType:
     except OSError as exc:
         raise ModelSpecError(f"cannot read model file {path} ({exc}); give a .py file") from None
     filename = str(path.resolve())
-    try:
-        code = compile(source, filename, "exec", dont_inherit=True)
-    except (SyntaxError, ValueError) as exc:
-        raise ModelSpecError(f"{path} is not valid Python ({exc}); fix the file") from None
     text = source.decode("utf-8", errors="replace")
     # tracebacks and inspect read source lines from linecache: serve them from these bytes
     linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
     mod_name = f"_halfprec_user_{abs(hash(filename))}"
+    digest = hashlib.sha256(source).digest()
+    ran = _RAN.get(mod_name)
+    if ran is not None and ran[0] == digest and sys.modules.get(mod_name) is ran[1]:
+        return ran[1]
+    try:
+        code = compile(source, filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        raise ModelSpecError(f"{path} is not valid Python ({exc}); fix the file") from None
     module = ModuleType(mod_name)
     module.__file__ = filename
     sys.modules[mod_name] = module
@@ -155,6 +166,7 @@ def _import_file(path: Path) -> ModuleType:
         raise ModelSpecError(
             f"importing {path} raised {type(exc).__name__}: {exc}; fix the file"
         ) from exc
+    _RAN[mod_name] = (digest, module)
     return module
 
 
