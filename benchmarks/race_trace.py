@@ -11,11 +11,12 @@ from ``/proc`` (the timed module's own pool among them: with two threads, one of
 as long as the calling thread). After deploy it times fp32 and the choice in ``--pairs``
 pairs of verify_choice.py's blocks (``loop``: wall seconds per call only).
 
-It prints every sample, then per variant and moment the median wall and CPU per sample,
-and the choice's median fp32/choice ratio at each moment. Where the race's ratio differs
-from the end's and the loop's, the medians say which side moved (fp32 or the choice), and
-by wall or CPU time too: whether the race's samples did more work, or the same work more
-slowly, and whether another thread or process ran beside them.
+It prints every sample (its moment, the candidate of its pair, its variant), then over the
+choice's pair only, per variant and moment, the median wall and CPU per sample, and its
+median fp32/choice ratio at each moment. Where the race's ratio differs from the end's and
+the loop's, the medians say which side moved (fp32 or the choice), and by wall or CPU time
+too: whether the race's samples did more work, or the same work more slowly, and whether
+another thread or process ran beside them.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import torch
 import halfprec
 from halfprec.batch import call, resize_batch
 from halfprec.bench import deploy as deploy_module
+from halfprec.bench import interleave
 from halfprec.bench.steady import steady_call_time
 from halfprec.bench.variants import Variant
 from verify_choice import Blocks, _block, _load, _model
@@ -73,6 +75,7 @@ def _others(me: int) -> dict[str, float]:
 @dataclass
 class Sample:
     moment: str
+    pair: str
     variant: str
     wall: float
     cpu: float
@@ -87,6 +90,7 @@ class Trace:
     """The samples so far, and the moment now being timed."""
 
     moment: str = "race"
+    pair: str = ""
     samples: list[Sample] = field(default_factory=list)
 
     def time(self, fn: Callable[[], object], variant: Variant) -> float:
@@ -99,6 +103,7 @@ class Trace:
         self.samples.append(
             Sample(
                 self.moment,
+                self.pair,
                 variant.name,
                 seconds,
                 now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime,
@@ -112,20 +117,33 @@ class Trace:
 
 
 def _summary(trace: Trace, choice: str) -> None:
+    """Medians per variant and moment, and the ratios, of the choice's pair only."""
+    pairs = [s for s in trace.samples if s.pair == choice]
     for moment in ("race", "end", "loop"):
         for variant in ("fp32", choice):
-            rows = [s for s in trace.samples if s.moment == moment and s.variant == variant]
+            rows = [s for s in pairs if s.moment == moment and s.variant == variant]
             if rows:
                 wall = statistics.median(s.wall for s in rows) * 1e3
                 cpu = statistics.median(s.cpu for s in rows) * 1e3
                 print(f"{moment:5s} {variant:24s} wall {wall:9.1f} ms, CPU {cpu:9.1f} ms")
-    pairs = [s for s in trace.samples if s.variant in ("fp32", choice)]
     for moment in ("race", "end", "loop"):
         a = [s.wall for s in pairs if s.moment == moment and s.variant == "fp32"]
         b = [s.wall for s in pairs if s.moment == moment and s.variant == choice]
         if a and b:
             ratios = [x / y for x, y in zip(a, b, strict=False)]
             print(f"ratio fp32/choice, {moment}: {statistics.median(ratios):.2f}x {ratios}")
+
+
+def _loop(trace: Trace, modules: dict[str, torch.nn.Module], batch: Any, pairs: int) -> None:
+    """``pairs`` pairs of verify_choice.py's blocks of fp32 and the choice (the second of
+    ``modules``), alternating their order, after deploy."""
+    choice = list(modules)[1]
+    with torch.inference_mode():
+        for i in range(pairs):
+            for name in list(modules) if i % 2 == 0 else list(modules)[::-1]:
+                fn = functools.partial(call, modules[name], batch)
+                wall = _block(fn, Blocks())  # per call; its CPU is not per call
+                trace.samples.append(Sample("loop", choice, name, wall, math.nan, 0, 0.0, 0, 0.0))
 
 
 def main() -> None:
@@ -142,25 +160,25 @@ def main() -> None:
     again = deploy_module.time_again
 
     def end_moment(*a: Any, **k: Any) -> Any:
-        trace.moment = "end"
+        trace.moment, trace.pair = "end", a[2].variant.name  # time_again(model, chosen, row, ...)
         return again(*a, **k)
 
     deploy_module.time_again = end_moment  # type: ignore[assignment]
+    paired = interleave.Pairs.time
+
+    def pair_of(pairs: interleave.Pairs, candidate: interleave.Prepared, *a: Any) -> None:
+        trace.pair = candidate.result.variant.name
+        paired(pairs, candidate, *a)
+
+    interleave.Pairs.time = pair_of  # type: ignore[method-assign,assignment]
     done = halfprec.deploy(model, batch, timer=trace.time)
     print(f"deploy: {done.summary}\n{done.time_spent}")
-    if done.variant == "fp32":
-        print("deploy chose fp32: nothing to compare")
-        return
-    pair = {"fp32": functools.partial(call, model, batch)}
-    pair[done.variant] = functools.partial(call, done.model, batch)
-    with torch.inference_mode():
-        for i in range(args.pairs):
-            for name in list(pair) if i % 2 == 0 else list(pair)[::-1]:
-                wall = _block(pair[name], Blocks())  # per call; its CPU is not per call
-                trace.samples.append(Sample("loop", name, wall, math.nan, 0, 0.0, 0, 0.0))
+    if done.variant != "fp32":
+        _loop(trace, {"fp32": model, done.variant: done.model}, batch, args.pairs)
     for s in trace.samples:
         print(
-            f"{s.moment:5s} {s.variant:24s} {s.wall * 1e3:9.1f} ms  CPU {s.cpu * 1e3:9.1f} ms"
+            f"{s.moment:5s} {s.pair:24s} {s.variant:24s} {s.wall * 1e3:9.1f} ms"
+            f"  CPU {s.cpu * 1e3:9.1f} ms"
             f"  faults {s.faults:6d}  other threads {s.other_threads:5.2f} s"
             f" ({s.busy_threads} busy)"
             f"  children {s.children:5.2f} s"
