@@ -96,7 +96,7 @@ def _callee(f: Follow, call: ast.Call) -> Callee | None:
         return None
     program, func = calls.program, call.func
     if isinstance(func, ast.Name) and f.ctx.function is not None:
-        inner = calls.nested_in(f.ctx.function).get(func.id)
+        inner = calls.nested_in(f.ctx.function, func.id)
         if inner is not None:  # def ease(t): ... inside the walked function
             return inner, NO_FACTS, False, False, None
     if isinstance(func, ast.Name) and func.id in program.functions:
