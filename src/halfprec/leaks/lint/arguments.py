@@ -10,6 +10,7 @@ import ast
 
 from halfprec.leaks.lint.context import dotted, words
 from halfprec.leaks.lint.indexing import SOURCES
+from halfprec.leaks.lint.lambdas import lambda_step
 from halfprec.leaks.lint.made import made_module_step
 from halfprec.leaks.lint.methods import COUNTERS, KEEPS, SORTS
 from halfprec.leaks.lint.nodes import walk
@@ -85,7 +86,7 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return "up"  # einops.rearrange(t, "b n -> n b"): the same values, rearranged
     if last in _PADS and first and (isinstance(func, ast.Name) or owner.endswith("rnn")):
         return "up"  # nn.utils.rnn.pad_sequence(ts): the same values, padded or packed
-    made = made_module_step(f, node, call)
+    made = made_module_step(f, node, call) or lambda_step(f, node, call)
     if made is not None:
         return made  # blur = GaussianBlur2d(k).to(device) in forward: fp32, not converted
     if held_torch_function(f.ctx, func):
