@@ -38,8 +38,12 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return "up"
     if isinstance(func, ast.Attribute) and last in _STORES and node in call.args:
         return _store(f, func.value, call)
-    if last == "update" and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-        return _store(f, func.value, call)  # total.update(self._aux(...)): total holds it
+    if last == "update" and isinstance(func, ast.Attribute):
+        # total.update(self._aux(...)), g.ndata.update({"h": t}), d.update(h=t): the
+        # container holds it, a name or an attribute of any object
+        return _store(f, func.value, call)
+    if last == "setdefault" and isinstance(func, ast.Attribute) and _default(func, node, call):
+        return _kept_default(f, func, call)  # slots.setdefault("b", t): slots holds t too
     held = wrapped(f, node, call)
     if held is not None:
         return held  # nn.Parameter(t), self.register_buffer("m", t): module state made now
@@ -109,6 +113,22 @@ def _default(func: ast.AST, node: ast.AST, call: ast.Call) -> bool:
         return len(args) == 3 and args[2] is node
     takes = isinstance(func, ast.Attribute) and func.attr in ("get", "pop", "setdefault")
     return takes and len(args) == 2 and args[1] is node
+
+
+def _kept_default(f: Follow, func: ast.Attribute, call: ast.Call) -> str:
+    """``d.setdefault(key, t)``: ``d`` holds ``t`` from here on (unless the key was read
+    before), and the call hands ``t`` back."""
+    if _read_before(f, func, call):
+        return "safe"
+    key, kept = call.args[0], f.key
+    f.key = key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+    try:
+        step = _store(f, func.value, call)
+    finally:
+        f.key = kept
+    if f.fate.leaks:
+        return "done"
+    return "up" if step == "done" else step
 
 
 def _read_before(f: Follow, func: ast.AST, call: ast.Call) -> bool:

@@ -111,8 +111,8 @@ def _kept(f: Follow, holder: ast.AST, key: ast.AST | None, call: ast.Call) -> st
     """``self.register_buffer("mask", t)``: follow ``t`` at the reads of ``self.mask``."""
     if not isinstance(key, ast.Constant) or not isinstance(key.value, str):
         return "unknown"
-    if not (isinstance(holder, ast.Name) and holder.id == "self"):
-        return "unknown"
+    if not isinstance(holder, ast.Name):
+        return "unknown"  # setattr(ctx, "offset", t) of a name: read as ctx.offset
     target = ast.Attribute(value=holder, attr=key.value, ctx=ast.Store())
     ast.copy_location(target, call)
     return "done" if to_readers(f, target) else "unknown"
