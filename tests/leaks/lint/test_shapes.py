@@ -204,8 +204,12 @@ def test_an_empty_seed_joined_with_a_helper_of_another_file_is_reported(tmp_path
         "import torch\n\n\ndef log_density(d: int, u, j):\n"
         "    return d * 0.5 - 0.5 * torch.sum(u**2, 1) + j\n"
     )
-    model = HEAD + "from .util import log_density\nfrom elsewhere import Post\n\n\n" + textwrap.dedent(
-        """\
+    imports = "from .util import log_density\nfrom elsewhere import Post\n\n\n"
+    model = (
+        HEAD
+        + imports
+        + textwrap.dedent(
+            """\
         class Flow(nn.Module):
             def __init__(self, d):
                 super().__init__()
@@ -221,6 +225,7 @@ def test_an_empty_seed_joined_with_a_helper_of_another_file_is_reported(tmp_path
                     acc[i] = torch.cat((acc[i], lp / 4))
                 return self.post(acc)
         """
+        )
     )
     (package / "flow.py").write_text(model)
     found = [(Path(f.path).name, f.line) for f in lint_paths([package]).findings]

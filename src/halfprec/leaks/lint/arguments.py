@@ -201,4 +201,3 @@ def _mask_argument(node: ast.AST, call: ast.Call, last: str, torch_call: bool) -
         return True
     position = 1 if torch_call else 0
     return len(call.args) > position and call.args[position] is node
-

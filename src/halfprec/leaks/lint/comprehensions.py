@@ -67,4 +67,3 @@ def element_source(target: ast.AST, it: ast.AST, name: str) -> ast.AST | None:
     index = names.index(name) - (func == "enumerate")
     iterables = it.args[:1] if func == "enumerate" else it.args
     return iterables[index] if 0 <= index < len(iterables) else None
-

@@ -244,12 +244,12 @@ class _Follow:
         for use in uses:
             if self.scalar and needs_rank(self.ctx.parents, use, name, bound_at):
                 continue  # if t.ndim > 0: t = t.view(...): a 0-dim value never runs it
-            ranked, scalar, key = self.ranked, self.scalar, self.key
+            ranked, scalar, held = self.ranked, self.scalar, self.key
             self.ranked = ranked or rank_guarded(self.ctx.parents, use, name, bound_at)
             self.climb(use)
             self.ranked, self.scalar = ranked, scalar  # s = s.max() made s 0-dim, not s
             if self.key != OVERWRITTEN:  # cache["buf"] = v hides t from later reads
-                self.key = key  # cache["a"] read here: cache["b"] on the next use is not t
+                self.key = held  # cache["a"] read here: cache["b"] on the next use is not t
             if self.fate.leaks:
                 return
 

@@ -183,9 +183,12 @@ def _members(annotation: ast.AST) -> set[str]:
     for n in ast.walk(annotation):
         if isinstance(n, ast.Constant) and n.value is None:
             out.add("None")
-        elif isinstance(n, (ast.Name, ast.Attribute)) and not isinstance(n.ctx, ast.Store):
-            if isinstance(n, ast.Attribute) or not _qualifier(n, annotation):
-                out.add(_name(n))
+        elif (
+            isinstance(n, ast.Attribute)
+            or isinstance(n, ast.Name)
+            and not _qualifier(n, annotation)
+        ):
+            out.add(_name(n))
     return out - {"typing", ""}
 
 
@@ -228,4 +231,3 @@ def _tensor_test(test: ast.AST, name: str) -> bool:
     kinds = test.args[1] if func == "isinstance" and len(test.args) == 2 else None
     names = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds] if kinds is not None else []
     return any(_name(k) == "Tensor" for k in names)
-
