@@ -99,6 +99,18 @@ def test_a_loss_total_added_to_the_activation_stays_silent() -> None:
     assert _found(body) == []
 
 
+def test_a_0_dim_constant_added_to_an_unranked_input_stays_silent() -> None:
+    body = """\
+        class Offset(nn.Module):
+            def forward(self, x, t):
+                bias = torch.tensor(0.5, device=x.device)
+                return x, t + bias
+        """
+    out = _module(body, "Offset")()(torch.randn(2).half(), torch.randn(2, 3).half())
+    assert out[1].dtype == torch.float16  # no running total: t may have dimensions
+    assert _found(body) == []
+
+
 # -- a 0-dim fp32 made from a scalar parameter ------------------------------------------
 
 SCALAR_PARAMETERS = {

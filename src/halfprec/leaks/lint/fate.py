@@ -147,11 +147,14 @@ class _Follow:
         return _literal(node) or number_name(node, ctx) or zero_dim(node, ctx)
 
     def total(self, others: Sequence[ast.AST]) -> bool:
-        """Whether a 0-dim factory's tensor in ``forward`` (a loss total) added to ``others``
-        stays 0-dim: none of them reads a value proved to be the model's (an activation, a
-        submodule's output, which has dimensions), so they are taken as losses too."""
+        """Whether a 0-dim factory's tensor in ``forward`` bound to a running total
+        (``loss += ...``, ``loss = loss + ...``) and added to ``others`` stays 0-dim: none
+        of them reads a value proved to be the model's (an activation, a submodule's
+        output, which has dimensions), so they are taken as losses too."""
         if not (self.zero and self.depth == 0 and self.ctx.is_forward):
             return False
+        if not any(accumulated(self.ctx.function, name) for name in self.names):
+            return False  # a constant (bias = torch.tensor(0.5)), not a running total
         ctx = self.ctx.at(others[0]) if others else self.ctx
         return not any(
             isinstance(n, (ast.Name, ast.Call, ast.Attribute)) and value_of(n, ctx) is True
@@ -275,6 +278,21 @@ def _half_upcast(node: ast.AST, ctx: Context) -> bool:
                 return False  # mask.float() of data the model never made half
             return not (isinstance(inner, ast.Compare) or integer_tensor(inner, ctx))
     return True
+
+
+def accumulated(fn: ast.AST | None, name: str) -> bool:
+    """Whether ``fn`` adds to ``name`` as a running total: ``name += v``, ``name -= v``,
+    or ``name = name + v`` (a sum or difference that reads ``name``)."""
+    for node in walk(fn) if fn is not None else ():
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)):
+            if isinstance(node.target, ast.Name) and node.target.id == name:
+                return True
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.BinOp):
+            bound = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            reads = {n.id for n in walk(node.value) if isinstance(n, ast.Name)}
+            if name in bound and name in reads and isinstance(node.value.op, (ast.Add, ast.Sub)):
+                return True
+    return False
 
 
 def _opaque(node: ast.AST, ctx: Context) -> bool:

@@ -32,6 +32,7 @@ from halfprec.leaks.lint.comprehensions import element_source
 from halfprec.leaks.lint.context import Context, Template, dotted, words
 from halfprec.leaks.lint.keyed import held_key
 from halfprec.leaks.lint.nodes import parameters, walk
+from halfprec.leaks.lint.pyints import int_bound, int_scalar
 from halfprec.leaks.lint.scalars import LOSSES
 
 INDEX_NAME = re.compile(
@@ -299,7 +300,8 @@ def _helper_value(call: ast.Call, ctx: Context) -> bool | None:
 
 def _imported_value(call: ast.Call, name: str, ctx: Context) -> bool | None:
     """``compute_amplitude(waveforms, lengths)`` of a function another file of the tree
-    defines, given a proved floating tensor first: its ``return`` values where it is walked
+    defines, given a proved floating tensor first, or a size first (an int: ``logp(dim, u,
+    j)``) and floating tensors after it: its ``return`` values where it is walked
     with the floating values this call passes (``out = torch.mean(waveforms ** 2, ...)``,
     then ``return out``). Other calls are not looked up: reading the other file costs."""
     calls = ctx.calls
@@ -307,8 +309,12 @@ def _imported_value(call: ast.Call, name: str, ctx: Context) -> bool | None:
         return None
     if not call.args or not isinstance(ctx.parents.get(id(call)), ast.Assign):
         return None  # only a result bound to a name is looked up (reading the file costs)
-    if not any(value_of(a, ctx) is not None for a in call.args):
-        return None  # nor one given no floating tensor
+    first = call.args[0]
+    sized = int_scalar(first) or isinstance(first, ast.Name) and int_bound(first.id, ctx.function)
+    if value_of(first, ctx) is not True and not (
+        sized and any(value_of(a, ctx) is not None for a in call.args[1:])
+    ):
+        return None  # nor one given anything but an activation, or a size and then tensors
     found = calls.function(name)
     if found is None:
         return None
