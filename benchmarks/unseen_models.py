@@ -17,8 +17,14 @@ from transformers import (
     DeiTModel,
     ElectraConfig,
     ElectraModel,
+    RobertaConfig,
+    RobertaModel,
     T5Config,
     T5EncoderModel,
+    ViTConfig,
+    ViTModel,
+    Wav2Vec2Config,
+    Wav2Vec2Model,
     WhisperConfig,
 )
 from transformers.models.whisper.modeling_whisper import WhisperEncoder
@@ -75,3 +81,33 @@ def t5_example_inputs() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(100, 30000, (8, 128), generator=g)
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def roberta() -> Any:
+    torch.manual_seed(0)
+    return RobertaModel(RobertaConfig(), add_pooling_layer=False).eval()  # roberta-base, 124M
+
+
+def roberta_example_inputs() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(100, 50000, (8, 128), generator=g)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def vit() -> Any:
+    torch.manual_seed(0)
+    return ViTModel(ViTConfig(), add_pooling_layer=False).eval()  # vit-base-patch16-224, 86M
+
+
+def vit_example_inputs() -> dict[str, torch.Tensor]:
+    return {"pixel_values": torch.randn(8, 3, 224, 224, generator=torch.Generator().manual_seed(0))}
+
+
+def wav2vec2() -> Any:
+    torch.manual_seed(0)
+    return Wav2Vec2Model(Wav2Vec2Config()).eval()  # wav2vec2-base shape, 94M
+
+
+def wav2vec2_example_inputs() -> dict[str, torch.Tensor]:
+    # 10 s of 16 kHz audio
+    return {"input_values": torch.randn(1, 160000, generator=torch.Generator().manual_seed(0))}

@@ -26,7 +26,7 @@ from halfprec.export import ExportError, load_artifact
 from halfprec.io.checkpoint import load
 from halfprec.io.inputs import load_inputs
 from halfprec.io.specs import load_model
-from support import SUPPORT
+from support import SRC, SUPPORT
 from support.cli import run_cli
 from support.export_models import example_inputs, tiny
 from support.special_files import fifo, within, zero_link
@@ -350,7 +350,8 @@ def test_a_zip_bomb_costs_no_memory_to_refuse(good_pt2: Path, tmp_path: Path) ->
         _deflated_zeros(zout, f"{root}/data/weights/weight_99", size)
 
     bomb = _with_members(good_pt2, tmp_path / "bomb.pt2", add)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    path = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}  # this checkout's code
     proc = subprocess.run(
         [sys.executable, "-c", _PEAK_WHILE_LOADING, str(bomb)],
         env=env,

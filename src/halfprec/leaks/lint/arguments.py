@@ -10,6 +10,7 @@ import ast
 
 from halfprec.leaks.lint.context import dotted, words
 from halfprec.leaks.lint.indexing import SOURCES
+from halfprec.leaks.lint.made import made_module_step
 from halfprec.leaks.lint.methods import COUNTERS, KEEPS, SORTS
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow, enter, to_readers
@@ -36,14 +37,9 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         if isinstance(node, ast.keyword):  # dict(mask=t): the dict holds t under "mask"
             f.key = node.arg
         return "up"
-    if isinstance(func, ast.Attribute) and last in _STORES and node in call.args:
-        return _store(f, func.value, call)
-    if last == "update" and isinstance(func, ast.Attribute):
-        # total.update(self._aux(...)), g.ndata.update({"h": t}), d.update(h=t): the
-        # container holds it, a name or an attribute of any object
-        return _store(f, func.value, call)
-    if last == "setdefault" and isinstance(func, ast.Attribute) and _default(func, node, call):
-        return _kept_default(f, func, call)  # slots.setdefault("b", t): slots holds t too
+    stored = _held_by(f, node, call, last)
+    if stored is not None:
+        return stored
     held = wrapped(f, node, call)
     if held is not None:
         return held  # nn.Parameter(t), self.register_buffer("m", t): module state made now
@@ -90,6 +86,9 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return "up"  # einops.rearrange(t, "b n -> n b"): the same values, rearranged
     if last in _PADS and first and (isinstance(func, ast.Name) or owner.endswith("rnn")):
         return "up"  # nn.utils.rnn.pad_sequence(ts): the same values, padded or packed
+    made = made_module_step(f, node, call)
+    if made is not None:
+        return made  # blur = GaussianBlur2d(k).to(device) in forward: fp32, not converted
     if is_submodule(f.ctx, func):
         if first:
             return submodule(f, func)
@@ -113,6 +112,20 @@ def _default(func: ast.AST, node: ast.AST, call: ast.Call) -> bool:
         return len(args) == 3 and args[2] is node
     takes = isinstance(func, ast.Attribute) and func.attr in ("get", "pop", "setdefault")
     return takes and len(args) == 2 and args[1] is node
+
+
+def _held_by(f: Follow, node: ast.AST, call: ast.Call, last: str) -> str | None:
+    """``pieces.append(t)``, ``total.update(self._aux(...))``, ``g.ndata.update({"h": t})``,
+    ``d.update(h=t)``, ``slots.setdefault("b", t)``: the container holds ``t``, a name or
+    an attribute of any object; None when ``call`` stores nothing."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return None
+    if last in _STORES and node in call.args or last == "update":
+        return _store(f, func.value, call)
+    if last == "setdefault" and _default(func, node, call):
+        return _kept_default(f, func, call)  # it also hands t back
+    return None
 
 
 def _kept_default(f: Follow, func: ast.Attribute, call: ast.Call) -> str:

@@ -319,6 +319,7 @@ class Calls:
     returned: dict[int, list[ast.expr]] = field(default_factory=dict)
     parent_maps: dict[int, dict[int, ast.AST]] = field(default_factory=dict)
     name_maps: dict[int, dict[str, list[ast.Name]]] = field(default_factory=dict)
+    transform_attrs: dict[int, frozenset[str]] = field(default_factory=dict)  # see .transforms
     # the forward of a class another file of the tree defines (see :mod:`.imported`)
     other: Callable[[str], tuple[Calls, Function, ClassFacts] | None] | None = None
     # the layer a name imported from another file of the tree stands for (an alias there)

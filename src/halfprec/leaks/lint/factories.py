@@ -101,7 +101,25 @@ def python_float(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
         if bound is None:
             return float_parameter(node.id, ctx)  # offset: float = 0.5
         return python_float(bound, ctx, depth + 1)
+    element = _element(node, ctx)
+    if element is not None:  # delta = (s / h, s / w): delta[0] is a float
+        return python_float(element, ctx, depth + 1)
     return float_attribute(node, ctx)
+
+
+def _element(node: ast.AST, ctx: Context) -> ast.AST | None:
+    """``pair[i]`` of a name last bound to a tuple or list display: its element ``i``."""
+    if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)):
+        return None
+    index = node.slice
+    if not (isinstance(index, ast.Constant) and type(index.value) is int):
+        return None
+    bound = ctx.binding_before(node.value)
+    if not isinstance(bound, (ast.Tuple, ast.List)) or not -len(bound.elts) <= index.value < len(
+        bound.elts
+    ):
+        return None
+    return bound.elts[index.value]
 
 
 def float_attribute(node: ast.AST, ctx: Context) -> bool:
@@ -165,8 +183,8 @@ def _makes_float(kind: str, call: ast.Call, ctx: Context) -> bool:
             if held:
                 return "float" in held
         return data is not None and (is_floatish(data) or typed_floats(data, ctx))
-    # arange: floating when any bound or step is a float
-    return any(is_floatish(a) for a in [*call.args, *(k.value for k in call.keywords)])
+    # arange: floating when any bound or step is a float, also through a name or a tuple
+    return any(python_float(a, ctx) for a in [*call.args, *(k.value for k in call.keywords)])
 
 
 def _any_dtype(call: ast.Call, ctx: Context) -> bool:

@@ -49,6 +49,8 @@ class Imports:
     einops: frozenset[str] = frozenset()
     functions: frozenset[str] = frozenset()
     math: frozenset[str] = frozenset()  # from math import log: log(n) is a Python float
+    # names bound to a library of data transforms (from torchvision.transforms import v2)
+    transforms: frozenset[str] = frozenset()
 
 
 def imports_of(tree: ast.Module) -> Imports:
@@ -57,7 +59,9 @@ def imports_of(tree: ast.Module) -> Imports:
     einops: set[str] = set()
     functions: set[str] = set()
     math: set[str] = set()
+    transforms: set[str] = set()
     for node in tree.body:
+        transforms |= _transform_names(node)
         if isinstance(node, ast.ImportFrom) and node.module == "einops":
             einops.update(a.asname or a.name for a in node.names if a.name in EINOPS)
         if isinstance(node, ast.Import):
@@ -80,8 +84,28 @@ def imports_of(tree: ast.Module) -> Imports:
         if isinstance(node, ast.ImportFrom) and node.module == "math":
             math.update(a.asname or a.name for a in node.names)
     functions |= _torch_aliases(tree, torch_names)
-    sets = (torch_names, functional, einops, functions, math)
+    sets = (torch_names, functional, einops, functions, math, transforms)
     return Imports(*(frozenset(names) for names in sets))
+
+
+TRANSFORM_MODULES = ("torchvision.transforms", "kornia.augmentation")
+
+
+def _transform_names(node: ast.stmt) -> set[str]:
+    """The names ``node`` binds to a module of data transforms or a class of one:
+    ``from torchvision.transforms import v2``, ``import torchvision.transforms as T``,
+    ``from kornia.augmentation import RandomAffine``."""
+    if isinstance(node, ast.ImportFrom) and node.module:
+        if node.module.startswith(TRANSFORM_MODULES):
+            return {a.asname or a.name for a in node.names}
+        parts = {f"{node.module}.{a.name}": a.asname or a.name for a in node.names}
+        return {local for full, local in parts.items() if full in TRANSFORM_MODULES}
+    if isinstance(node, ast.Import):  # import torchvision: torchvision.transforms.X
+        roots = {a.name for a in node.names if a.name in ("torchvision", "kornia")}
+        return roots | {
+            a.asname for a in node.names if a.asname and a.name.startswith(TRANSFORM_MODULES)
+        }
+    return set()
 
 
 def _torch_aliases(tree: ast.Module, torch_names: set[str]) -> set[str]:

@@ -11,6 +11,7 @@ import ast
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow
+from halfprec.leaks.lint.transforms import transform_layer
 
 _WEIGHTED = words(
     "Linear LazyLinear Bilinear Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d "
@@ -72,6 +73,8 @@ def submodule(f: Follow, func: ast.AST) -> str:
         return "up"
     if layer in _WEIGHTLESS or name in f.ctx.facts.passthrough:
         return "up"
+    if transform_layer(f.ctx, name):
+        return "up"  # self.rotate = v2.RandomAffine(...): no weights, its input's dtype
     if held and all(h in _WEIGHTLESS for h in held):
         return "up"  # for act in self.acts: nn.ModuleList([nn.GELU(), nn.Dropout(p)])
     f.opaque = True

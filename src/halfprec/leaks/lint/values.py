@@ -34,6 +34,7 @@ from halfprec.leaks.lint.keyed import held_key
 from halfprec.leaks.lint.nodes import parameters, walk
 from halfprec.leaks.lint.pyints import int_bound, int_scalar
 from halfprec.leaks.lint.scalars import LOSSES
+from halfprec.leaks.lint.transforms import transform_layer
 
 INDEX_NAME = re.compile(
     r"(^|_)(ids?|mask|masks|position|positions|index|indices|idx|labels?|lengths?|lens|count|"
@@ -220,7 +221,8 @@ def _submodule_value(call: ast.Call, ctx: Context) -> bool | None | str:
     facts = ctx.facts
     if func.attr in facts.methods or func.attr in facts.tensors:
         return None  # one of the class's own helpers: it may return anything
-    if func.attr in facts.passthrough:  # self.act = ACT2FN[...]: keeps its input's dtype
+    if func.attr in facts.passthrough or transform_layer(ctx, func.attr):
+        # self.act = ACT2FN[...], self.rotate = v2.RandomAffine(...): its input's dtype
         return value_of(call.args[0], ctx) if call.args else None
     return True
 
