@@ -96,6 +96,10 @@ def _callee(f: Follow, call: ast.Call) -> Callee | None:
     if calls is None or f.depth >= _MAX_DEPTH:
         return None
     program, func = calls.program, call.func
+    if isinstance(func, ast.Name) and f.ctx.function is not None:
+        inner = calls.nested_in(f.ctx.function, func.id)
+        if inner is not None:  # def ease(t): ... inside the walked function
+            return inner, NO_FACTS, False, False, None
     if isinstance(func, ast.Name) and func.id in program.functions:
         return program.functions[func.id], NO_FACTS, False, False, None
     there = calls.function(func.id) if isinstance(func, ast.Name) and calls.function else None
