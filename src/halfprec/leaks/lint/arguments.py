@@ -14,8 +14,9 @@ from halfprec.leaks.lint.made import made_module_step
 from halfprec.leaks.lint.methods import COUNTERS, KEEPS, SORTS
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow, enter, to_readers
-from halfprec.leaks.lint.statements import enclosing
+from halfprec.leaks.lint.statements import enclosing, follow_looped
 from halfprec.leaks.lint.submodules import hidden_state, is_submodule, loss_input, submodule
+from halfprec.leaks.lint.torchfns import held_torch_function
 from halfprec.leaks.lint.wrappers import wrapped
 from halfprec.leaks.lint.writeback import in_place_into_half
 
@@ -87,6 +88,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     made = made_module_step(f, node, call)
     if made is not None:
         return made  # blur = GaussianBlur2d(k).to(device) in forward: fp32, not converted
+    if held_torch_function(f.ctx, func):
+        return f.meets(others)  # self.permute(x, w) of self.permute = F.conv2d
     if is_submodule(f.ctx, func):
         if first:
             return submodule(f, func)
@@ -186,7 +189,10 @@ def _store(f: Follow, holder: ast.AST, call: ast.Call) -> str:
     if f.floating(holder) and not filled:
         return "unknown"
     if isinstance(holder, ast.Name):
-        f.follow_name(holder.id, enclosing(f, call))
+        stmt = enclosing(f, call)
+        f.follow_name(holder.id, stmt)
+        if isinstance(stmt, ast.stmt):
+            follow_looped(f, holder.id, stmt)  # for b in buckets: b.append(t)
         return "done"
     if isinstance(holder, ast.Attribute) and to_readers(f, holder):
         return "done"

@@ -5,6 +5,7 @@ guessed), and where to report."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -299,6 +300,7 @@ class Context:
 
 
 Check = Callable[[ast.AST, Context], None]
+_INDENTED_DEF = re.compile(r"\s+(?:async\s+)?def\s+(\w+)")
 
 
 @dataclass
@@ -320,6 +322,9 @@ class Calls:
     parent_maps: dict[int, dict[int, ast.AST]] = field(default_factory=dict)
     name_maps: dict[int, dict[str, list[ast.Name]]] = field(default_factory=dict)
     transform_attrs: dict[int, frozenset[str]] = field(default_factory=dict)  # see .transforms
+    torch_fn_attrs: dict[int, frozenset[str]] = field(default_factory=dict)  # see .torchfns
+    nested: dict[int, dict[str, Function]] = field(default_factory=dict)  # defs inside one
+    indented_defs: frozenset[str] | None = None  # names of every indented def of the file
     # the forward of a class another file of the tree defines (see :mod:`.imported`)
     other: Callable[[str], tuple[Calls, Function, ClassFacts] | None] | None = None
     # the layer a name imported from another file of the tree stands for (an alias there)
@@ -332,6 +337,42 @@ class Calls:
     module: Callable[[str, str], tuple[Calls, Function] | None] | None = None
     # the forward of the module class the package stores under a key of a dict of modules
     keyed: Callable[[str], tuple[Calls, Function, ClassFacts] | None] | None = None
+
+    def class_attrs(
+        self,
+        fn: Function,
+        cache: dict[int, frozenset[str]],
+        scan: Callable[[ast.ClassDef], frozenset[str]],
+    ) -> frozenset[str]:
+        """``scan`` of the class whose method ``fn`` is (read once per class into ``cache``);
+        empty when ``fn`` is no method of a class of the file."""
+        owner = self.program.owner_of(fn)
+        cls = self.program.classes.get(owner) if owner else None
+        if cls is None:
+            return frozenset()
+        if id(cls) not in cache:
+            cache[id(cls)] = scan(cls)
+        return cache[id(cls)]
+
+    def nested_in(self, fn: ast.AST, name: str) -> Function | None:
+        """The function ``name`` defined inside ``fn`` (``def ease(t): ...`` in forward);
+        a name no indented ``def`` of the file spells is none, without a walk."""
+        if self.indented_defs is None:
+            found = (_INDENTED_DEF.match(line) for line in self.lines)
+            self.indented_defs = frozenset(m.group(1) for m in found if m)
+        if name not in self.indented_defs:
+            return None
+        return self._nested(fn).get(name)
+
+    def _nested(self, fn: ast.AST) -> dict[str, Function]:
+        """The functions defined inside ``fn``, by name (found once)."""
+        if id(fn) not in self.nested:
+            found: dict[str, Function] = {}
+            for node in walk(fn):
+                if node is not fn and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    found.setdefault(node.name, node)
+            self.nested[id(fn)] = found
+        return self.nested[id(fn)]
 
     def names_of(self, fn: ast.AST) -> dict[str, list[ast.Name]]:
         """Every ``Name`` node of ``fn`` by name, in source order (found once)."""

@@ -59,3 +59,19 @@ def parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[ast.arg
         *zip(positional, [*defaults, *a.defaults], strict=True),
         *zip(a.kwonlyargs, a.kw_defaults, strict=True),
     ]
+
+
+def self_assignments(cls: ast.ClassDef) -> dict[str, list[ast.expr]]:
+    """Every value ``cls`` assigns to ``self.<attr>`` (``self.a = v``), by attribute."""
+    made: dict[str, list[ast.expr]] = {}
+    for node in walk(cls):
+        if not isinstance(node, ast.Assign):
+            continue
+        for t in node.targets:
+            if isinstance(t, ast.Attribute) and _on_self(t):
+                made.setdefault(t.attr, []).append(node.value)
+    return made
+
+
+def _on_self(target: ast.Attribute) -> bool:
+    return isinstance(target.value, ast.Name) and target.value.id == "self"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
+from halfprec.leaks.lint.aliases import looped_container
 from halfprec.leaks.lint.context import Context, dotted
 from halfprec.leaks.lint.indexing import tensor_index
 from halfprec.leaks.lint.methods import position
@@ -25,8 +26,9 @@ def statement_step(f: Follow, node: ast.AST, stmt: ast.AST) -> str:
             caller, call = f.caller
             caller.element, caller.key, ranked = f.element, f.key, caller.ranked
             caller.ranked = ranked or f.ranked  # returned from a branch of its rank
+            scalar, caller.scalar = caller.scalar, f.scalar  # return t.sum(): 0-dim there
             caller.climb(call)
-            caller.ranked = ranked
+            caller.ranked, caller.scalar = ranked, scalar
             return "done"
         if f.zero and _output(f) and not (f.chosen and not f.upcast):
             f.fate.zero_output = True  # a loss module's 0-dim output, whoever holds it
@@ -176,6 +178,31 @@ def _follow_holder(f: Follow, name: str, target: ast.Subscript, stmt: ast.stmt) 
             to_holders(f, name)
     finally:
         f.key = kept
+    follow_looped(f, name, stmt)
+
+
+def follow_looped(f: Follow, name: str, stmt: ast.stmt) -> None:
+    """``for r in regions: r["k"] = t`` (or ``r.append(t)``): ``regions`` holds ``t`` in an
+    element, so it is followed from the loop on (see :mod:`.aliases`)."""
+    container = looped_container(f.ctx.parents, name, stmt)
+    if container is None or f.fate.leaks:
+        return
+    kept, f.key = f.key, None
+    try:
+        _follow_container(f, container, stmt)
+    finally:
+        f.key = kept
+
+
+def _follow_container(f: Follow, container: ast.expr, stmt: ast.stmt) -> None:
+    """Follow the container a loop variable is an element of, from the loop on."""
+    loop = f.ctx.parents.get(id(container))
+    while loop is not None and not isinstance(loop, (ast.For, ast.AsyncFor)):
+        loop = f.ctx.parents.get(id(loop))
+    if isinstance(container, ast.Name):
+        f.follow_name(container.id, loop if loop is not None else stmt)
+    elif isinstance(container, ast.Attribute) and not to_readers(f, container):
+        f.fate.unknown = True
 
 
 def enclosing(f: Follow, node: ast.AST) -> ast.AST:

@@ -10,44 +10,31 @@ from __future__ import annotations
 import ast
 
 from halfprec.leaks.lint.context import Context, dotted
-from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.nodes import self_assignments
 from halfprec.leaks.lint.scope import TRANSFORM_MODULES
 
 
 def transform_layer(ctx: Context, attr: str) -> bool:
     """Whether ``self.<attr>`` is made, in the class of the walked method, by a class of a
-    library of data transforms (every assignment of it, at least one)."""
+    library of data transforms (every assignment of it)."""
     names, calls, fn = ctx.imports.transforms, ctx.calls, ctx.function
-    if not names or calls is None or fn is None or not isinstance(fn, ast.FunctionDef):
+    if not names or calls is None or not isinstance(fn, ast.FunctionDef):
         return False
-    owner = calls.program.owner_of(fn)
-    cls = calls.program.classes.get(owner) if owner else None
-    if cls is None:
-        return False
-    if id(cls) not in calls.transform_attrs:
-        calls.transform_attrs[id(cls)] = _transform_attrs(cls, names)
-    return attr in calls.transform_attrs[id(cls)]
+    scan = lambda cls: _transform_attrs(cls, names)  # noqa: E731
+    return attr in calls.class_attrs(fn, calls.transform_attrs, scan)
 
 
 def _transform_attrs(cls: ast.ClassDef, names: frozenset[str]) -> frozenset[str]:
     """The attributes every ``self.<attr> = ...`` of ``cls`` binds to a data transform."""
-    made: dict[str, list[str]] = {}
-    for node in walk(cls):
-        if not isinstance(node, ast.Assign):
-            continue
-        for t in node.targets:
-            if isinstance(t, ast.Attribute) and dotted(t.value) == "self":
-                made.setdefault(t.attr, []).append(_built(node.value))
-    return frozenset(a for a, built in made.items() if all(_of_library(b, names) for b in built))
+    made = self_assignments(cls)
+    return frozenset(a for a, values in made.items() if all(_of_library(v, names) for v in values))
 
 
-def _built(value: ast.AST) -> str:
-    """The dotted class name ``value`` calls (``v2.RandomAffine``), else ``""``."""
-    return dotted(value.func) if isinstance(value, ast.Call) else ""
-
-
-def _of_library(name: str, names: frozenset[str]) -> bool:
+def _of_library(value: ast.expr, names: frozenset[str]) -> bool:
+    """``v2.RandomAffine(...)``, ``T.Compose([...])``, ``RandomAffine(...)`` of a class
+    imported from a library of data transforms."""
+    name = dotted(value.func) if isinstance(value, ast.Call) else ""
     root = name.split(".", 1)[0]
-    if root not in names:
+    if not name or root not in names:
         return False
     return root not in ("torchvision", "kornia") or name.startswith(TRANSFORM_MODULES)
