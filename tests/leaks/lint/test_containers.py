@@ -114,3 +114,56 @@ def test_a_tensor_set_on_another_object_by_setattr_is_reported() -> None:
     with pytest.raises(RuntimeError):
         model(torch.randn(2, 4).half(), SimpleNamespace())
     assert hp101_lines(body) == [7]
+
+
+PICKED = """\
+    def pick(fields, idx):
+        return {k: v[idx] for k, v in fields.items()}
+
+
+    class Picked(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.proj = nn.Linear(d, d)
+
+        def forward(self, x):
+            fields = {"bias": torch.ones(x.shape[0], x.shape[1])}
+            kept = pick(fields, torch.arange(x.shape[0]))
+            return self.proj(x) + kept["bias"]
+    """
+
+
+def test_a_dict_comprehension_over_items_of_a_dict_holding_a_tensor_is_followed() -> None:
+    model = model_class(PICKED, "Picked")(4).half()
+    assert model(torch.randn(2, 4).half()).dtype == torch.float32
+    assert hp101_lines(PICKED) == [11]
+
+
+def test_a_list_comprehension_over_values_of_a_dict_holding_a_tensor_is_followed() -> None:
+    values = PICKED.replace(
+        "return {k: v[idx] for k, v in fields.items()}", "return [v[idx] for v in fields.values()]"
+    ).replace('kept["bias"]', "kept[0]")
+    model = model_class(values, "Picked")(4).half()
+    assert model(torch.randn(2, 4).half()).dtype == torch.float32
+    assert hp101_lines(values) == [11]
+
+
+def test_a_dict_given_to_a_staticmethod_through_self_is_its_first_parameter() -> None:
+    body = """\
+        class Picked(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.proj = nn.Linear(d, d)
+
+            @staticmethod
+            def pick(fields, idx):
+                return {k: v[idx] for k, v in fields.items()}
+
+            def forward(self, x):
+                fields = {"bias": torch.ones(x.shape[0], x.shape[1])}
+                kept = self.pick(fields, torch.arange(x.shape[0]))
+                return self.proj(x) + kept["bias"]
+        """
+    model = model_class(body, "Picked")(4).half()
+    assert model(torch.randn(2, 4).half()).dtype == torch.float32
+    assert hp101_lines(body) == [11]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 
+from halfprec.leaks.lint.context import dotted
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow
 
@@ -17,22 +18,35 @@ def comprehended(f: Follow, node: ast.AST, gen: ast.comprehension) -> str:
     expression takes it, and the new list on from there."""
     comp = f.ctx.parents.get(id(gen))
     name = _target(node, gen)
-    if name is None or not isinstance(comp, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+    if name is None or not isinstance(comp, _COMPREHENSIONS):
         return "unknown"
     f.names.add(name)
-    for use in walk(comp.elt):
-        if isinstance(use, ast.Name) and use.id == name and isinstance(use.ctx, ast.Load):
-            f.climb(use)
-            if f.fate.leaks:
-                break
+    key, f.key = f.key, None  # {k: v[i] for k, v in d.items()}: each value, then its keys
+    kept = comp.value if isinstance(comp, ast.DictComp) else comp.elt
+    try:
+        for use in walk(kept):
+            if isinstance(use, ast.Name) and use.id == name and isinstance(use.ctx, ast.Load):
+                f.climb(use)
+                if f.fate.leaks:
+                    break
+    finally:
+        f.key = key
     return "done"
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
 def _target(node: ast.AST, gen: ast.comprehension) -> str | None:
     """The name that takes the elements of ``node`` in ``for x in node``, ``for a, x in
-    zip(h, node)`` or ``for i, x in enumerate(node)``."""
+    zip(h, node)``, ``for i, x in enumerate(node)`` or ``for k, x in node.items()`` (a dict
+    holding the tensor, or its ``.values()``)."""
     if gen.iter is node:
-        return gen.target.id if isinstance(gen.target, ast.Name) else None
+        if isinstance(gen.target, ast.Name):
+            return gen.target.id
+        pair = gen.target.elts if isinstance(gen.target, ast.Tuple) else []
+        items = isinstance(node, ast.Call) and dotted(node.func).endswith(".items")
+        return pair[1].id if items and len(pair) == 2 and isinstance(pair[1], ast.Name) else None
     call, target = gen.iter, gen.target
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
         return None

@@ -120,7 +120,8 @@ def _callee(f: Follow, call: ast.Call) -> Callee | None:
     owner = program.owner_of(function) if isinstance(function, Function) else None
     info = program.methods_of(owner) if owner else None
     if info is not None and func.attr in info[0]:
-        return info[0][func.attr], info[1], False, True, None
+        method = info[0][func.attr]  # self.helper(t) of a staticmethod: t is its first
+        return method, info[1], False, not _static(method), None
     held_fn = dict(f.ctx.facts.callables).get(func.attr, "")
     layer = func.attr in dict(f.ctx.facts.layers)  # or a module on another branch
     if held_fn in program.functions and not layer:  # self.f = cosine_schedule: that function
