@@ -151,7 +151,10 @@ def main() -> None:
     parser.add_argument("model", help="mlp, or a MODEL spec (builtin:bert-base, ...)")
     parser.add_argument("--batch", type=int, default=None, help="rows per batch")
     parser.add_argument("--pairs", type=int, default=4, help="pairs of loop blocks after deploy")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     args = parser.parse_args()
+    if args.threads is not None:  # one thread: a sample's CPU time is its work, whatever the load
+        torch.set_num_threads(args.threads)
     print(f"load average before: {_load()}", flush=True)
     model, batch = _model(args.model)
     if args.batch is not None:
