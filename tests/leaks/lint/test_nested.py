@@ -98,3 +98,29 @@ def test_a_table_a_function_of_the_file_reduces_to_0_dim_stays_silent() -> None:
     model = model_class(body, "Scaled")(4).half()
     assert model(torch.randn(2, 4).half()).dtype == torch.float16  # 0-dim: no promotion
     assert hp101_lines(body) == []
+
+
+NAMED_LAMBDA = EASED.replace(
+    "def ease(t):\n                return 3 * t**2 - 2 * t**3\n",
+    "ease = lambda t: 3 * t**2 - 2 * t**3\n",
+)
+
+
+def test_a_table_through_a_lambda_bound_to_a_name_is_reported() -> None:
+    model = model_class(NAMED_LAMBDA, "Eased")(4).half()
+    with pytest.raises(RuntimeError):
+        model(torch.randn(2, 4).half())
+    assert hp101_lines(NAMED_LAMBDA) == [9]
+
+
+def test_a_table_as_the_second_parameter_of_a_named_lambda_is_reported() -> None:
+    body = NAMED_LAMBDA.replace("lambda t: 3 * t**2 - 2 * t**3", "lambda s, t: t * s")
+    body = body.replace("ease(torch.linspace", "ease(0.5, torch.linspace")
+    assert hp101_lines(body) == [9]
+
+
+def test_a_table_a_named_lambda_casts_stays_silent() -> None:
+    body = NAMED_LAMBDA.replace("lambda t: 3 * t**2 - 2 * t**3", "lambda t: t.to(x.dtype)")
+    model = model_class(body, "Eased")(4).half()
+    assert model(torch.randn(2, 4).half()).dtype == torch.float16
+    assert hp101_lines(body) == []

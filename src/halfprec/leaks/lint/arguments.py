@@ -10,6 +10,7 @@ import ast
 
 from halfprec.leaks.lint.context import dotted, words
 from halfprec.leaks.lint.indexing import SOURCES
+from halfprec.leaks.lint.lambdas import lambda_step
 from halfprec.leaks.lint.made import made_module_step
 from halfprec.leaks.lint.methods import COUNTERS, KEEPS, SORTS
 from halfprec.leaks.lint.nodes import walk
@@ -48,6 +49,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return "safe"  # torch.zeros_like(t, dtype=torch.long): t gives only the shape
     if last in SORTS or last in _TORCH_SAFE:
         return "integer" if last in SORTS else "safe"
+    if _mask_argument(node, call, last, owner in f.ctx.imports.torch):
+        return "integer"  # h.masked_fill(t, v): a mask (a floating one raises there)
     if last == "grid_sample":
         f.fate.grid = f.fate.grid or (len(call.args) > 1 and call.args[1] is node)
         return f.meets(call.args[:1])
@@ -85,7 +88,7 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return "up"  # einops.rearrange(t, "b n -> n b"): the same values, rearranged
     if last in _PADS and first and (isinstance(func, ast.Name) or owner.endswith("rnn")):
         return "up"  # nn.utils.rnn.pad_sequence(ts): the same values, padded or packed
-    made = made_module_step(f, node, call)
+    made = made_module_step(f, node, call) or lambda_step(f, node, call)
     if made is not None:
         return made  # blur = GaussianBlur2d(k).to(device) in forward: fp32, not converted
     if held_torch_function(f.ctx, func):
@@ -204,3 +207,17 @@ def _source(node: ast.AST, call: ast.Call) -> bool:
     ``index_select``, ``take``, ...) picks, not the index."""
     first = bool(call.args) and call.args[0] is node
     return first or any(k.arg == "input" and k.value is node for k in call.keywords)
+
+
+_MASKED = words("masked_fill masked_fill_ masked_scatter masked_scatter_ masked_select")
+
+
+def _mask_argument(node: ast.AST, call: ast.Call, last: str, torch_call: bool) -> bool:
+    """``h.masked_fill(t, v)``, ``torch.masked_fill(h, t, v)``, ``mask=t``: ``t`` is where
+    the op writes or reads, used as booleans, never as values."""
+    if last not in _MASKED:
+        return False
+    if any(k.arg == "mask" and k.value is node for k in call.keywords):
+        return True
+    position = 1 if torch_call else 0
+    return len(call.args) > position and call.args[position] is node

@@ -50,10 +50,34 @@ def _target(node: ast.AST, gen: ast.comprehension) -> str | None:
     call, target = gen.iter, gen.target
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
         return None
-    if not isinstance(target, ast.Tuple) or node not in call.args or call.keywords:
+    if not isinstance(target, ast.Tuple) or node not in call.args or not plain_iteration(call):
         return None
     index = call.args.index(node) + (call.func.id == "enumerate")
     if call.func.id not in ("zip", "enumerate") or len(target.elts) <= index:
         return None
     named = target.elts[index]
     return named.id if isinstance(named, ast.Name) else None
+
+
+def plain_iteration(call: ast.Call) -> bool:
+    """``zip(a, b)``, ``zip(a, b, strict=True)``, ``enumerate(a, start=1)``: keywords that
+    change no element (a ``strict`` zip only raises on unequal lengths)."""
+    return all(k.arg in ("strict", "start") for k in call.keywords)
+
+
+def element_source(target: ast.AST, it: ast.AST, name: str) -> ast.AST | None:
+    """The iterable whose elements ``name`` takes in ``for <target> in <it>``: ``it``
+    itself, or one of ``zip(...)``'s or ``enumerate(...)``'s iterables."""
+    if isinstance(target, ast.Name):
+        return it if target.id == name else None
+    if not (isinstance(target, ast.Tuple) and isinstance(it, ast.Call)):
+        return None
+    func = it.func.id if isinstance(it.func, ast.Name) else ""
+    if func not in ("zip", "enumerate") or not plain_iteration(it):
+        return None
+    names = [e.id if isinstance(e, ast.Name) else "" for e in target.elts]
+    if name not in names:
+        return None
+    index = names.index(name) - (func == "enumerate")
+    iterables = it.args[:1] if func == "enumerate" else it.args
+    return iterables[index] if 0 <= index < len(iterables) else None

@@ -31,7 +31,13 @@ from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
 from halfprec.leaks.lint.scalars import integer_tensor, zero_dim_factory
-from halfprec.leaks.lint.typed import float_bound, float_parameter, fp32_default, typed_floats
+from halfprec.leaks.lint.typed import (
+    float_bound,
+    float_parameter,
+    fp32_default,
+    scalar_parameter,
+    typed_floats,
+)
 from halfprec.leaks.lint.values import template_for, value_of
 
 _NEW = {
@@ -172,6 +178,10 @@ def _makes_float(kind: str, call: ast.Call, ctx: Context) -> bool:
             return False  # torch.tensor(0.5 * loss): a copy of a tensor, in its dtype
         if isinstance(data, ast.Name) and float_bound(data.id, ctx.function):
             return True  # l1 = 0.0 on one branch: torch.tensor(l1) is fp32 there
+        if isinstance(data, ast.Name):  # gamma: float | Tensor, not a tensor here
+            held = scalar_parameter(data.id, call, ctx.function, ctx.parents)
+            if held:
+                return "float" in held
         return data is not None and (is_floatish(data) or typed_floats(data, ctx))
     # arange: floating when any bound or step is a float, also through a name or a tuple
     return any(python_float(a, ctx) for a in [*call.args, *(k.value for k in call.keywords)])
@@ -437,7 +447,7 @@ def _keeps_host(call: ast.Call) -> bool:
 
 def _zero_dim(call: ast.Call, ctx: Context) -> bool:
     """``torch.tensor(n)`` of one number: a 0-dim tensor, which no layer's weights take."""
-    return zero_dim_factory("tensor", call, ctx.facts.float_lists, ctx.function)
+    return zero_dim_factory("tensor", call, ctx.facts.float_lists, ctx.function, ctx.parents)
 
 
 def check_factory(node: ast.AST, ctx: Context) -> None:

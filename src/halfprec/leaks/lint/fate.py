@@ -57,6 +57,7 @@ from halfprec.leaks.lint.values import value_of
 from halfprec.leaks.lint.writeback import written_back
 
 _MAX_HOPS = 24  # names followed from one tensor (a = t; b = a * 2; ...)
+OVERWRITTEN = "\0overwritten"  # the key of a dict field written over before it is read
 
 
 class _Follow:
@@ -101,7 +102,7 @@ class _Follow:
         """Whether ``node`` is a floating tensor of the model's dtype where it is used."""
         return value_of(node, self.ctx.at(node)) is not None and fed_half(self.ctx, node)
 
-    def meets(self, others: Sequence[ast.AST], join: bool = False) -> str:
+    def meets(self, others: Sequence[ast.AST], join: bool = False, total: bool = False) -> str:
         """The step when the tensor meets ``others`` in one floating op: a leak if one is
         half; ``"safe"`` for a factory's tensor meeting an explicit upcast (the result is
         fp32 because of the upcast, which is HP201's to judge); else it goes on. A tensor
@@ -121,6 +122,8 @@ class _Follow:
             if any(integer_tensor(o, self.ctx) for o in others):
                 self.scalar = False
                 return "up"
+            if total and self.total(others):
+                return "up"  # loss + aux of a 0-dim total: a sum of losses, still 0-dim
             return "up" if all(self.scalar_like(o) for o in others) else "safe"
         if any(isinstance(o, ast.Name) and o.id in self.ctx.complex for o in others):
             return "safe"  # mask * spec: complex, in a half model too
@@ -142,6 +145,22 @@ class _Follow:
         """A number or a 0-dim tensor: with a 0-dim fp32 tensor the result is 0-dim fp32."""
         ctx = self.ctx.at(node)
         return _literal(node) or number_name(node, ctx) or zero_dim(node, ctx)
+
+    def total(self, others: Sequence[ast.AST]) -> bool:
+        """Whether a 0-dim factory's tensor in ``forward`` bound to a running total
+        (``loss += ...``, ``loss = loss + ...``) and added to ``others`` stays 0-dim: none
+        of them reads a value proved to be the model's (an activation, a submodule's
+        output, which has dimensions), so they are taken as losses too."""
+        if not (self.zero and self.depth == 0 and self.ctx.is_forward):
+            return False
+        if not any(accumulated(self.ctx.function, name) for name in self.names):
+            return False  # a constant (bias = torch.tensor(0.5)), not a running total
+        ctx = self.ctx.at(others[0]) if others else self.ctx
+        return not any(
+            isinstance(n, (ast.Name, ast.Call, ast.Attribute)) and value_of(n, ctx) is True
+            for o in others
+            for n in walk(o)
+        )
 
     def half_scalar(self, node: ast.AST) -> bool:
         """Whether ``node`` is a 0-dim floating tensor of the model's dtype (a loss)."""
@@ -215,7 +234,7 @@ class _Follow:
         """Follow every later use of ``name``, bound by the statement ``bound_at``."""
         # a 0-dim or rank-chosen value walks a name apart from the value itself: after
         # if c: s = s.max(), the name holds either
-        key = (f"{name}<{self.ranked:d}{self.scalar:d}>", id(bound_at))
+        key = (f"{name}<{self.ranked:d}{self.scalar:d}{self.mixed:d}>", id(bound_at))
         self.names.add(name)  # made from the tensor, followed or not
         if key in self.seen or self.hops >= _MAX_HOPS:
             self.fate.unknown = self.fate.unknown or key not in self.seen
@@ -228,10 +247,12 @@ class _Follow:
         for use in uses:
             if self.scalar and needs_rank(self.ctx.parents, use, name, bound_at):
                 continue  # if t.ndim > 0: t = t.view(...): a 0-dim value never runs it
-            ranked, scalar = self.ranked, self.scalar
+            ranked, scalar, held = self.ranked, self.scalar, self.key
             self.ranked = ranked or rank_guarded(self.ctx.parents, use, name, bound_at)
             self.climb(use)
             self.ranked, self.scalar = ranked, scalar  # s = s.max() made s 0-dim, not s
+            if self.key != OVERWRITTEN:  # cache["buf"] = v hides t from later reads
+                self.key = held  # cache["a"] read here: cache["b"] on the next use is not t
             if self.fate.leaks:
                 return
 
@@ -253,8 +274,41 @@ def _half_upcast(node: ast.AST, ctx: Context) -> bool:
         func = sub.func if isinstance(sub, ast.Call) else None
         if isinstance(func, ast.Attribute) and func.attr in ("float", "double", "to"):
             inner = func.value
+            if value_of(inner, ctx.at(inner)) is None and not _opaque(inner, ctx):
+                return False  # mask.float() of data the model never made half
             return not (isinstance(inner, ast.Compare) or integer_tensor(inner, ctx))
     return True
+
+
+def accumulated(fn: ast.AST | None, name: str) -> bool:
+    """Whether ``fn`` adds to ``name`` as a running total: ``name += v``, ``name -= v``,
+    or ``name = name + v`` (a sum or difference that reads ``name``)."""
+    for node in walk(fn) if fn is not None else ():
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)):
+            if isinstance(node.target, ast.Name) and node.target.id == name:
+                return True
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.BinOp):
+            bound = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            reads = {n.id for n in walk(node.value) if isinstance(n, ast.Name)}
+            if name in bound and name in reads and isinstance(node.value.op, (ast.Add, ast.Sub)):
+                return True
+    return False
+
+
+def _opaque(node: ast.AST, ctx: Context) -> bool:
+    """Whether ``node`` reads the result of a call of a function or module the lint does
+    not judge (``self.head(x)``, ``helper(x)``): a value that may be half. A torch op or a
+    tensor method of a value the lint knows as no floating tensor is not."""
+    for sub in walk(node):
+        if not isinstance(sub, ast.Call):
+            continue
+        func = sub.func
+        if isinstance(func, ast.Name) or dotted(func).startswith("self."):
+            return True
+        owner = dotted(func.value) if isinstance(func, ast.Attribute) else ""
+        if owner.startswith("self.") or owner == "self":
+            return True
+    return False
 
 
 def _literal(node: ast.AST) -> bool:
@@ -286,7 +340,8 @@ def _scalar_factory(node: ast.AST, ctx: Context) -> bool:
     if not isinstance(node, ast.Call):
         return False
     kind = ctx.is_torch_attr(node.func, "tensor", "zeros", "ones", "empty", "full", "rand", "randn")
-    return kind is not None and zero_dim_factory(kind, node, ctx.facts.float_lists, ctx.function)
+    facts, fn = ctx.facts, ctx.function
+    return kind is not None and zero_dim_factory(kind, node, facts.float_lists, fn, ctx.parents)
 
 
 def _no_elements(node: ast.AST) -> bool:
@@ -331,7 +386,7 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
         other = parent.right if parent.left is node else parent.left
         if isinstance(node, (ast.Tuple, ast.List)) or isinstance(other, (ast.Tuple, ast.List)):
             return "up"  # (loss,) + outputs: a longer tuple, no arithmetic
-        return f.meets([other])
+        return f.meets([other], total=isinstance(parent.op, (ast.Add, ast.Sub)))
     if isinstance(parent, (ast.UnaryOp, ast.Starred, ast.Await)):
         return "up"
     if isinstance(parent, ast.IfExp):
@@ -351,7 +406,7 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
             return "leak"  # t[idx] = h: index_put of half values into fp32 raises
         if f.key is not None and isinstance(parent.ctx, ast.Store):
             if isinstance(parent.slice, ast.Constant) and parent.slice.value == f.key:
-                f.key = "\0overwritten"  # cache["buf"] = v: later reads of "buf" read v
+                f.key = OVERWRITTEN  # cache["buf"] = v: later reads of "buf" read v
             return "safe"  # a write into the dict reads none of it
         if f.key is not None and isinstance(parent.slice, ast.Constant):
             return record_field(f, parent.slice.value)  # kwargs["mask"] of a dict holding t

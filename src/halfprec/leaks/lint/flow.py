@@ -18,7 +18,8 @@ from collections.abc import Iterable, Iterator
 from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.complexes import complex_names
-from halfprec.leaks.lint.context import Calls, Check, Context, Inputs
+from halfprec.leaks.lint.comprehensions import plain_iteration
+from halfprec.leaks.lint.context import Calls, Check, Context, Inputs, dotted
 from halfprec.leaks.lint.fate import fate_of
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.scope import Function, Imports, Program
@@ -77,6 +78,10 @@ def _bind(targets: list[ast.expr], value: ast.AST | None, ctx: Context) -> None:
         for target, part in pairs:
             _bind([target], part, ctx)
         return
+    if len(targets) == 1 and isinstance(targets[0], ast.Name):
+        held = held_submodule(value, ctx)
+        if held:
+            ctx.modules[targets[0].id] = held  # decoder = self.decoders[i].to(x.device)
     whole = value_of(value, ctx) if value is not None else None
     split = _split_of(value)
     piece: bool | None = value_of(split, ctx) if split is not None else None
@@ -94,6 +99,25 @@ def _bind(targets: list[ast.expr], value: ast.AST | None, ctx: Context) -> None:
                 got = None if INDEX_NAME.search(name) else piece
             if got is not None:
                 ctx.floating[name] = got
+
+
+def held_submodule(value: ast.AST | None, ctx: Context) -> str:
+    """``self.decoders[i]``, ``self.head.to(x.device)``: a layer of the module bound to a
+    local name (moved or switched to eval, which return the layer itself); its attribute."""
+    while (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in _RETURNS_SELF
+    ):
+        value = value.func.value
+    if isinstance(value, ast.Subscript) and not isinstance(value.slice, ast.Slice):
+        value = value.value
+    if not (isinstance(value, ast.Attribute) and dotted(value.value) == "self"):
+        return ""
+    return value.attr if value.attr in dict(ctx.facts.layers) else ""
+
+
+_RETURNS_SELF = frozenset({"to", "cuda", "cpu", "eval", "train", "requires_grad_"})
 
 
 def _headers(stmt: ast.stmt) -> list[ast.AST]:
@@ -183,11 +207,11 @@ def _over_self(
         return
     while isinstance(it, ast.Subscript) and isinstance(it.slice, ast.Slice):
         it = it.value  # self.layers[:-1]
-    if isinstance(it, ast.Call) and not it.keywords:
+    if isinstance(it, ast.Call) and plain_iteration(it):
         func, args = it.func, it.args
         if isinstance(func, ast.Name) and func.id == "reversed" and len(args) == 1:
             yield from _over_self(target, args[0], modules)
-        elif isinstance(func, ast.Name) and func.id == "enumerate" and len(args) == 1:
+        elif isinstance(func, ast.Name) and func.id == "enumerate" and len(args) <= 2:
             if isinstance(target, ast.Tuple) and len(target.elts) == 2:
                 yield from _over_self(target.elts[1], args[0], modules)
         elif isinstance(func, ast.Name) and func.id == "zip":
@@ -221,21 +245,25 @@ def _walk_compound(stmt: ast.stmt, ctx: Context, checks: list[Check]) -> None:
         if isinstance(stmt, (ast.For, ast.AsyncFor)):
             _bind([stmt.target], None, ctx)
             for name, attr in _over_self(stmt.target, stmt.iter, ctx.modules):
-                ctx.modules[name] = attr  # for layer in self.layers
+                if attr not in ctx.facts.float_lists:
+                    ctx.modules[name] = attr  # for layer in self.layers
         if isinstance(stmt, (ast.With, ast.AsyncWith)):
             _bind([i.optional_vars for i in stmt.items if i.optional_vars], None, ctx)
         _walk_block(block, ctx, checks)
         if not (block and isinstance(block[-1], (ast.Raise, ast.Return))):
             paths.append(ctx.floating)  # a block that raises or returns ends its way here
-    if not (isinstance(stmt, ast.If) and stmt.orelse):
+    if not (isinstance(stmt, ast.If) and stmt.orelse or isinstance(stmt, _ALWAYS_RUN)):
         # the way around the block: an if without else, a loop that does not run, a try
-        # that raises early
+        # that raises early; a with block always runs its body
         around = _with_inputs(before, unless, ctx)
         for name in ctx.filled - around.keys():
             if paths and all(name in p for p in paths):  # a list the block fills: left empty
                 around[name] = all(p[name] for p in paths)  # around it, it holds no other
         paths.append(around)
     ctx.floating = _merge(paths) if paths else before
+
+
+_ALWAYS_RUN = (ast.With, ast.AsyncWith)
 
 
 def _walk_block(body: list[ast.stmt], ctx: Context, checks: list[Check]) -> None:

@@ -55,6 +55,7 @@ class Follow(Protocol):
     ranked: bool
     thunk: bool
     chosen: bool
+    empty: bool
     strict: bool
     key: str | None
     names: set[str]
@@ -70,7 +71,7 @@ class Follow(Protocol):
 
     def half_scalar(self, node: ast.AST) -> bool: ...
 
-    def meets(self, others: Sequence[ast.AST], join: bool = False) -> str: ...
+    def meets(self, others: Sequence[ast.AST], join: bool = False, total: bool = False) -> str: ...
 
     def climb(self, node: ast.AST) -> None: ...
 

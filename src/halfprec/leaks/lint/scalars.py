@@ -17,7 +17,7 @@ import ast
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.pyints import int_bound, int_scalar
-from halfprec.leaks.lint.typed import float_bound
+from halfprec.leaks.lint.typed import float_bound, scalar_parameter
 
 _REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp nansum nanmean")
 _ELEMENTWISE = words(
@@ -37,16 +37,24 @@ _SEQUENCES = words("list tuple sorted range reversed zip map")
 
 
 def zero_dim_factory(
-    kind: str, call: ast.Call, lists: frozenset[str] = frozenset(), fn: ast.AST | None = None
+    kind: str,
+    call: ast.Call,
+    lists: frozenset[str] = frozenset(),
+    fn: ast.AST | None = None,
+    parents: dict[int, ast.AST] | None = None,
 ) -> bool:
     """``torch.rand([])``, ``torch.full((), v)``, ``torch.tensor(0.5)``: a factory of no
     size; ``lists`` names the attributes of ``self`` that hold lists, not scalars; ``fn``,
-    the function whose float literals a name given alone may hold (``torch.tensor(l1)``)."""
+    the function whose float literals a name given alone may hold (``torch.tensor(l1)``),
+    or whose parameter is annotated as a scalar there (``gamma: float | Tensor`` where
+    ``parents`` show a test ruling the tensor out)."""
     if not call.args:
         return False
     first = call.args[0]
     if kind == "tensor" and isinstance(first, ast.Name):
-        return float_bound(first.id, fn) or int_bound(first.id, fn)
+        name = first.id
+        scalar = bool(scalar_parameter(name, call, fn, parents))
+        return scalar or float_bound(name, fn) or int_bound(name, fn)
     if kind == "tensor" and int_scalar(first):
         return True  # torch.tensor(x.shape[-1]): an int of a shape
     if kind == "tensor":  # a scalar, not a list: torch.tensor(torch.finfo(x.dtype).min)
@@ -96,7 +104,7 @@ def _zero_dim_call(call: ast.Call, ctx: Context, depth: int) -> bool:
     if torch_call:
         kind = ctx.is_torch_attr(func, "tensor", "zeros", "ones", "empty", "full", "rand", "randn")
         if kind is not None:
-            return zero_dim_factory(kind, call, ctx.facts.float_lists, ctx.function)
+            return zero_dim_factory(kind, call, ctx.facts.float_lists, ctx.function, ctx.parents)
         if last in LOSSES:
             return True
         if last in _REDUCTIONS:

@@ -55,6 +55,8 @@ def submodule(f: Follow, func: ast.AST) -> str:
     layer with weights (``nn.Linear``) meets it with half weights; a layer without
     (``nn.Dropout``) or a function attribute hands it on; for any other the lint cannot see
     what it does, so its result is followed and only a cast ends that path."""
+    if f.empty:
+        return "safe"  # a layer given a tensor with no elements raises or gives none
     names = _attributes(f.ctx, func)
     name = names[0] if len(names) == 1 else ""
     weighted = any(_weighted(f.ctx, n) for n in names) or _base_layer(f.ctx, func) in _WEIGHTED

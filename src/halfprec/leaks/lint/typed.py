@@ -147,3 +147,87 @@ def fp32_default(node: ast.AST, ctx: Context) -> bool:
     method = calls.program.owner_of(fn) is not None
     sites = calls.callers(fn)
     return all(argument_for(fn, site.call, found[0], method) is None for site in sites)
+
+
+def scalar_parameter(
+    name: str, call: ast.AST, fn: ast.AST | None, parents: dict[int, ast.AST] | None
+) -> frozenset[str]:
+    """The Python scalars (``float``, ``int``, ``bool``) a parameter ``name`` of ``fn`` holds
+    at ``call`` by its annotation (``gamma: float | None``): empty unless every other member
+    is ``None``, or a ``Tensor`` that a test around ``call`` rules out
+    (``if not isinstance(gamma, torch.Tensor): gamma = torch.tensor(gamma)``)."""
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return frozenset()
+    a = fn.args
+    param = next((p for p in (*a.posonlyargs, *a.args, *a.kwonlyargs) if p.arg == name), None)
+    if param is None or param.annotation is None:
+        return frozenset()
+    members = _members(param.annotation)
+    scalars = members & _SCALARS
+    rest = members - _SCALARS - {"None", "Optional", "Union"}
+    if rest == {"Tensor"} and parents is not None and _not_tensor_at(name, call, parents):
+        rest = set()
+    return frozenset(scalars) if scalars and not rest else frozenset()
+
+
+_SCALARS = frozenset({"float", "int", "bool"})
+
+
+def _members(annotation: ast.AST) -> set[str]:
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return {"?"}
+    out = set()
+    for n in ast.walk(annotation):
+        if isinstance(n, ast.Constant) and n.value is None:
+            out.add("None")
+        elif (
+            isinstance(n, ast.Attribute)
+            or isinstance(n, ast.Name)
+            and not _qualifier(n, annotation)
+        ):
+            out.add(_name(n))
+    return out - {"typing", ""}
+
+
+def _qualifier(node: ast.Name, annotation: ast.AST) -> bool:
+    """``torch`` in ``torch.Tensor``: the module part of a dotted name."""
+    return any(isinstance(n, ast.Attribute) and n.value is node for n in ast.walk(annotation))
+
+
+def _not_tensor_at(name: str, node: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """Whether ``node`` runs only where ``name`` is no tensor: the body of ``if not
+    isinstance(name, Tensor)`` / ``not torch.is_tensor(name)``, or the other branch of the
+    test without ``not`` (also as ``a if isinstance(a, Tensor) else torch.tensor(a)``)."""
+    child = node
+    while id(child) in parents:
+        parent = parents[id(child)]
+        if isinstance(parent, (ast.If, ast.IfExp)):
+            test, negated = parent.test, False
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                test, negated = test.operand, True
+            body = parent.body if isinstance(parent.body, list) else [parent.body]
+            inside = any(s is child for s in body)
+            orelse = parent.orelse if isinstance(parent.orelse, list) else [parent.orelse]
+            chosen = inside if negated else any(s is child for s in orelse)
+            if chosen and _tensor_test(test, name):
+                return True
+        child = parent
+    return False
+
+
+def _tensor_test(test: ast.AST, name: str) -> bool:
+    """``isinstance(name, torch.Tensor)`` or ``torch.is_tensor(name)``."""
+    if not (isinstance(test, ast.Call) and test.args):
+        return False
+    subject = test.args[0]
+    if not (isinstance(subject, ast.Name) and subject.id == name):
+        return False
+    func = _name(test.func)
+    if func == "is_tensor":
+        return True
+    kinds = test.args[1] if func == "isinstance" and len(test.args) == 2 else None
+    names = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds] if kinds is not None else []
+    return any(_name(k) == "Tensor" for k in names)

@@ -28,9 +28,11 @@ import re
 from dataclasses import replace
 
 from halfprec.leaks.lint.callers import argument_for
+from halfprec.leaks.lint.comprehensions import element_source
 from halfprec.leaks.lint.context import Context, Template, dotted, words
 from halfprec.leaks.lint.keyed import held_key
 from halfprec.leaks.lint.nodes import parameters, walk
+from halfprec.leaks.lint.pyints import int_bound, int_scalar
 from halfprec.leaks.lint.scalars import LOSSES
 from halfprec.leaks.lint.transforms import transform_layer
 
@@ -47,7 +49,8 @@ _ACTIVATION_NAMES = words(
 _KEEPS_DTYPE = words(
     "view reshape transpose permute contiguous flatten unsqueeze squeeze expand expand_as "
     "repeat softmax log_softmax matmul bmm mean sum clone exp sqrt rsqrt pow tanh sigmoid relu "
-    "masked_fill narrow detach abs neg mul add sub div clamp tril triu flip roll cumsum "
+    "masked_fill narrow detach abs neg mul add sub div clamp clamp_min clamp_max tril triu "
+    "flip roll cumsum "
     "view_as reshape_as type_as to_dense new_zeros new_ones new_empty new_full new_tensor "
     "repeat_interleave movedim swapaxes unflatten cpu cuda"
 )
@@ -64,6 +67,7 @@ _TORCH_KEEPS = words(
     "flip roll narrow squeeze unsqueeze clone neg cumsum cumprod log log1p sin cos nan_to_num "
     "lerp tile flatten movedim"
 )
+_ARITHMETIC = words("add sub mul div true_divide rsub")
 _REARRANGES = words("rearrange repeat einops.rearrange einops.repeat")
 _KEEPS_ATTR = frozenset({"T", "mT", "H", "mH", "data", "real"})
 _FP32 = frozenset({"float32", "float"})
@@ -115,7 +119,8 @@ def _is_self(node: ast.AST) -> bool:
 def value_of(expr: ast.AST, ctx: Context) -> bool | None:
     """See the module docstring."""
     if isinstance(expr, ast.Name):
-        return ctx.floating.get(expr.id)
+        got = ctx.floating.get(expr.id)
+        return _element_value(expr, ctx) if got is None else got
     if isinstance(expr, (ast.BinOp, ast.UnaryOp)):
         operands, divides = _operands(expr)
         if any(_fp32_factory(e, ctx) for e in operands):
@@ -152,6 +157,27 @@ def value_of(expr: ast.AST, ctx: Context) -> bool | None:
 
 _FP32_FACTORIES = words("zeros ones empty rand randn eye linspace logspace")
 _PAIRED = words("max min sort topk kthvalue median mode cummax cummin")
+
+
+def _element_value(name: ast.Name, ctx: Context) -> bool | None:
+    """``b`` in ``[b * s for b, s in zip(boxes, scales)]``: an element of the iterable the
+    comprehension takes it from (also through ``enumerate``), in its dtype."""
+    node: ast.AST = name
+    for _ in range(_MAX_UP):
+        parent = ctx.parents.get(id(node))
+        if parent is None or isinstance(parent, ast.stmt):
+            return None
+        if isinstance(parent, _COMPREHENSIONS) and node is not parent.generators[0].iter:
+            for gen in parent.generators:
+                source = element_source(gen.target, gen.iter, name.id)
+                if source is not None:
+                    return value_of(source, ctx)
+        node = parent
+    return None
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+_MAX_UP = 12  # expressions climbed from a name to the comprehension that binds it
 
 
 def _paired_values(call: ast.Call, ctx: Context) -> bool | None:
@@ -236,6 +262,8 @@ def _call_value(call: ast.Call, ctx: Context) -> bool | None:
         return None  # fp32 on purpose (HP201), in a half model too: not the model's dtype
     if func.attr in ("to", "type"):
         return _to_value(call, receiver, ctx)
+    if receiver is None and func.attr in _ARITHMETIC and not _fp32_factory(func.value, ctx):
+        return _join([value_of(a, ctx) for a in args])  # g.sub(h): as g - h, h's dtype
     if receiver is None:
         return None
     if func.attr in _FLOAT_RESULT:
@@ -274,7 +302,8 @@ def _helper_value(call: ast.Call, ctx: Context) -> bool | None:
 
 def _imported_value(call: ast.Call, name: str, ctx: Context) -> bool | None:
     """``compute_amplitude(waveforms, lengths)`` of a function another file of the tree
-    defines, given a proved floating tensor first: its ``return`` values where it is walked
+    defines, given a proved floating tensor first, or a size first (an int: ``logp(dim, u,
+    j)``) and floating tensors after it: its ``return`` values where it is walked
     with the floating values this call passes (``out = torch.mean(waveforms ** 2, ...)``,
     then ``return out``). Other calls are not looked up: reading the other file costs."""
     calls = ctx.calls
@@ -282,8 +311,12 @@ def _imported_value(call: ast.Call, name: str, ctx: Context) -> bool | None:
         return None
     if not call.args or not isinstance(ctx.parents.get(id(call)), ast.Assign):
         return None  # only a result bound to a name is looked up (reading the file costs)
-    if value_of(call.args[0], ctx) is not True:
-        return None  # nor one given anything but a proved activation first
+    first = call.args[0]
+    sized = int_scalar(first) or isinstance(first, ast.Name) and int_bound(first.id, ctx.function)
+    if value_of(first, ctx) is not True and not (
+        sized and any(value_of(a, ctx) is not None for a in call.args[1:])
+    ):
+        return None  # nor one given anything but an activation, or a size and then tensors
     found = calls.function(name)
     if found is None:
         return None
