@@ -21,6 +21,8 @@ def held_torch_function(ctx: Context, func: ast.AST) -> bool:
         return False
     if calls is None or not isinstance(fn, ast.FunctionDef) or func.attr in ctx.facts.methods:
         return False
+    if any(attr == func.attr for attr, _ in ctx.facts.layers):
+        return False  # self.proj = nn.Linear(...): a module, the commonest call
     scan = lambda cls: _torch_attrs(cls, ctx)  # noqa: E731
     return func.attr in calls.class_attrs(fn, calls.torch_fn_attrs, scan)
 
