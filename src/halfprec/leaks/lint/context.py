@@ -324,6 +324,8 @@ class Calls:
     transform_attrs: dict[int, frozenset[str]] = field(default_factory=dict)  # see .transforms
     torch_fn_attrs: dict[int, frozenset[str]] = field(default_factory=dict)  # see .torchfns
     nested: dict[int, dict[str, Function]] = field(default_factory=dict)  # defs inside one
+    # calls of a helper of this file made in another file's forward path (see .elsewhere)
+    outside: dict[int, list[tuple[ast.Call, Context]]] = field(default_factory=dict)
     indented_defs: frozenset[str] | None = None  # names of every indented def of the file
     # the forward of a class another file of the tree defines (see :mod:`.imported`)
     other: Callable[[str], tuple[Calls, Function, ClassFacts] | None] | None = None

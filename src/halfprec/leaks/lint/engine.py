@@ -20,6 +20,7 @@ from halfprec.leaks.lint.casts import check_casts
 from halfprec.leaks.lint.config import LintConfig
 from halfprec.leaks.lint.constants import check_constants
 from halfprec.leaks.lint.context import Check
+from halfprec.leaks.lint.elsewhere import Helper, helper_findings, helpers_called, unique
 from halfprec.leaks.lint.factories import check_factory
 from halfprec.leaks.lint.findings import FileResult, Finding, Fix, LintReport
 from halfprec.leaks.lint.flow import calls_of, walk_function
@@ -140,9 +141,11 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     calls.module = lambda name, attr: module_function_of(path, names(), name, attr)
     calls.keyed = lambda key: keyed_forward(path, key)
     held = functools.partial(held_in_package, path)
+    helpers: list[Helper] = []
     for fpath in forward_paths(tree, lines, program, held):
         if fpath.pipeline:
             continue  # a data-pipeline transform: its tensors are data-loader outputs
+        helpers.extend(helpers_called(fpath, lines, program, names(), calls))
         ctx = walk_function(
             fpath.function,
             imports,
@@ -169,8 +172,10 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
             findings.append(
                 Finding(path, line, col, code, message, fix if isinstance(fix, Fix) else None)
             )
+    elsewhere = helper_findings(helpers, _CHECKS, config.enabled_for)
     calls.close()  # the tree is then freed at once, not by a garbage-collector pass
-    return sorted(findings, key=lambda f: (f.line, f.col, f.code))
+    findings.sort(key=lambda f: (f.line, f.col, f.code))
+    return findings + sorted(set(elsewhere), key=lambda f: (f.path, f.line, f.col, f.code))
 
 
 def _defines_forward(source: str) -> bool:
@@ -343,7 +348,7 @@ def lint_paths(
     files = list(iter_python_files([Path(p) for p in paths], config.exclude))
     workers = min(jobs or os.cpu_count() or 1, len(files))
     if workers <= 1:
-        return LintReport([lint_file(path, config, fix=fix) for path in files])
+        return LintReport(unique([lint_file(path, config, fix=fix) for path in files]))
     import multiprocessing  # here: a one-process run does not pay for importing them
     from concurrent.futures import ProcessPoolExecutor
 
@@ -353,4 +358,4 @@ def lint_paths(
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
         # a few chunks a worker: few round trips, and a slow chunk does not leave others idle
         chunk = max(1, len(files) // (workers * 4))
-        return LintReport(list(pool.map(task, files, chunksize=chunk)))
+        return LintReport(unique(list(pool.map(task, files, chunksize=chunk))))

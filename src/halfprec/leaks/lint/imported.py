@@ -11,13 +11,14 @@ parsed, or that are larger than a source file the lint reads, are skipped.
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
 
 from halfprec.leaks.lint.classes import ClassFacts
 from halfprec.leaks.lint.context import Calls
 from halfprec.leaks.lint.flow import calls_of
 from halfprec.leaks.lint.keyed import keyed_class
-from halfprec.leaks.lint.scope import Function, imports_of, program_of
+from halfprec.leaks.lint.scope import Function, Imports, imports_of, program_of
 from halfprec.leaks.lint.source import SourceError, decode_source, split_lines
 from halfprec.readfile import read_regular
 
@@ -28,6 +29,17 @@ _MAX_FILES = 128  # other files kept parsed at once (each holds its tree)
 _MAX_BYTES = 2 * 2**20  # larger files are not read for this
 _MAX_UP = 8  # parent folders searched for an absolute import's package
 _loaded: dict[tuple[str, int, int], tuple[Calls, Imported] | None] = {}
+_origins: dict[int, Origin] = {}  # id(Calls) of a loaded file -> what walking it needs
+
+
+@dataclass(frozen=True)
+class Origin:
+    """A loaded file's path, imports and text: what walking one of its functions with the
+    rules needs (see :mod:`.elsewhere`)."""
+
+    path: str
+    imports: Imports
+    text: str
 
 
 def imported_names(tree: ast.Module) -> Imported:
@@ -197,6 +209,7 @@ def _load(file: Path) -> tuple[Calls, Imported] | None:
         return _loaded[key]
     if len(_loaded) >= _MAX_FILES:
         _loaded.clear()
+        _origins.clear()
     _loaded[key] = None  # an import cycle ends here
     try:
         text = decode_source(read_regular(file, limit=_MAX_BYTES)).text
@@ -212,4 +225,10 @@ def _load(file: Path) -> tuple[Calls, Imported] | None:
     calls.module = lambda name, attr: module_function_of(str(file), names, name, attr)
     calls.keyed = lambda name: keyed_forward(str(file), name)
     _loaded[key] = (calls, names)
+    _origins[id(calls)] = Origin(str(file), imports, text)
     return _loaded[key]
+
+
+def origin_of(calls: Calls) -> Origin | None:
+    """The file whose :class:`~.context.Calls` ``calls`` is, when :func:`_load` read it."""
+    return _origins.get(id(calls))

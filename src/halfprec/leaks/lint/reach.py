@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from halfprec.leaks.lint.callers import argument_for
+from halfprec.leaks.lint.callers import CallSite, argument_for
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.context import Calls, Context, dotted
 from halfprec.leaks.lint.keyed import held_key
@@ -316,21 +316,25 @@ def to_callers(f: Follow) -> bool:
         return False
     if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
-    sites = calls.callers(fn)
+    # its calls in this file, and those another file's forward path makes (.elsewhere)
+    sites: list[tuple[ast.Call, CallSite | Context]] = [(s.call, s) for s in calls.callers(fn)]
+    sites.extend(calls.outside.get(id(fn), ()))
     method = bool(f.guards) and calls.program.owner_of(fn) is not None
-    for site in sites:
+    for call, where in sites:
         # return a, t: each its own way; a 0-dim s.max() and s itself too
-        key = (f"<call>{f.element}{f.ranked}{f.scalar}", id(site.call))
+        key = (f"<call>{f.element}{f.ranked}{f.scalar}", id(call))
         if key in f.seen or f.fate.leaks:
             continue
-        if any(argument_for(fn, site.call, g, method) is None for g in f.guards):
+        if any(argument_for(fn, call, g, method) is None for g in f.guards):
             continue  # made only under a flag this call leaves off
         f.seen.add(key)
-        outer = f.spawn(calls.context(site.caller, site.facts, site.is_forward))
+        if isinstance(where, CallSite):
+            where = calls.context(where.caller, where.facts, where.is_forward)
+        outer = f.spawn(where)
         outer.fate, outer.seen, outer.hops, outer.depth = f.fate, f.seen, f.hops, f.depth + 1
         outer.element, outer.scalar, outer.opaque = f.element, f.scalar, f.opaque
         outer.key, outer.chosen = f.key, f.chosen
-        outer.climb(site.call)
+        outer.climb(call)
         f.hops = outer.hops
     return bool(sites)
 

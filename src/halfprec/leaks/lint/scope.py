@@ -157,7 +157,7 @@ _CALL = re.compile(r"(?<![\w.])(self\.)?([A-Za-z_]\w*)\s*\(")
 _HELD_CALL = re.compile(r"(?<![\w.])(self\.)?([A-Za-z_]\w*)\.([A-Za-z_]\w*)\s*\(")
 
 
-def _called_names(fn: Function, lines: list[str]) -> Iterator[tuple[bool, str]]:
+def called_names(fn: Function, lines: list[str]) -> Iterator[tuple[bool, str]]:
     """``(True, name)`` for ``self.name(...)`` and ``(False, name)`` for ``name(...)``.
 
     Read from the function's text with a regex: five times faster than walking its tree,
@@ -168,7 +168,7 @@ def _called_names(fn: Function, lines: list[str]) -> Iterator[tuple[bool, str]]:
         yield match.group(1) is not None, match.group(2)
 
 
-def _held_calls(fn: Function, lines: list[str]) -> Iterator[tuple[bool, str, str]]:
+def held_calls(fn: Function, lines: list[str]) -> Iterator[tuple[bool, str, str]]:
     """``(True, x, m)`` for ``self.x.m(...)`` and ``(False, C, m)`` for ``C.m(...)``."""
     text = "\n".join(lines[fn.lineno - 1 : fn.end_lineno or fn.lineno])
     for match in _HELD_CALL.finditer(text):
@@ -238,11 +238,11 @@ def forward_paths(
         elif not entry.is_forward:
             continue
         found: list[tuple[Function, dict[str, Function], ClassFacts]] = []
-        for on_self, name in _called_names(fn, lines):
+        for on_self, name in called_names(fn, lines):
             callee = methods.get(name) if on_self else functions.get(name)
             if callee is not None:
                 found.append((callee, methods, facts) if on_self else (callee, {}, NO_FACTS))
-        for on_self, holder, name in _held_calls(fn, lines):
+        for on_self, holder, name in held_calls(fn, lines):
             held_name = dict(facts.module_classes).get(holder) if on_self else holder
             held_class = members(held_name) if held_name else None
             if held_class is not None and name in held_class[0]:
