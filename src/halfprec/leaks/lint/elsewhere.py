@@ -15,6 +15,7 @@ reports as well is reported once (:func:`unique`).
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 
 from halfprec.leaks.lint.context import Calls, Check, Context
@@ -36,6 +37,10 @@ from halfprec.leaks.lint.values import value_of
 __all__ = ["Helper", "helper_findings", "helpers_called", "unique"]
 
 _MAX_WALKED = 32  # functions of the helper's file walked for one helper
+_FACTORY = re.compile(
+    r"\b(zeros|ones|empty|full|rand|randn|randint|randperm|arange|linspace|logspace|eye|"
+    r"tensor|as_tensor)\s*\("
+)
 Raw = tuple[int, int, str, str]  # line, col, code, message
 Silenced = dict[int, frozenset[str]]
 Helper = tuple[Calls, Function, ast.Call, Context]  # its file, it, one call, the caller
@@ -62,7 +67,7 @@ def helpers_called(
             there = calls.function(func.id)
         elif isinstance(func, ast.Attribute):
             there = _module_function(func, held, calls)
-        if there is None or origin_of(there[0]) is None:
+        if there is None or origin_of(there[0]) is None or not _makes_tensors(*there):
             continue
         if caller is None:
             caller = calls.context(fn, fpath.facts, fpath.is_forward)
@@ -70,6 +75,26 @@ def helpers_called(
             continue  # a tensor it is given is followed into it by the data flow (.reach)
         found.append((*there, node, caller))
     return found
+
+
+def _makes_tensors(there: Calls, fn: Function) -> bool:
+    """Whether ``fn``, or a function of its file that it calls, calls a tensor factory
+    (read from the text: most helpers make none, and are then not walked)."""
+    todo, done = [fn], set[int]()
+    while todo and len(done) < _MAX_WALKED:
+        current = todo.pop()
+        if id(current) in done:
+            continue
+        done.add(id(current))
+        end = current.end_lineno or current.lineno
+        if _FACTORY.search("\n".join(there.lines[current.lineno - 1 : end])):
+            return True
+        todo.extend(
+            there.program.functions[name]
+            for on_self, name in called_names(current, there.lines)
+            if not on_self and name in there.program.functions
+        )
+    return False
 
 
 def _given_tensor(call: ast.Call, caller: Context) -> bool:
@@ -93,6 +118,7 @@ def helper_findings(
     helpers: list[Helper],
     checks: list[Check],
     enabled: Callable[[str], frozenset[str]],
+    hot_lines: Callable[[str, list[str], frozenset[str]], frozenset[int]],
 ) -> list[Finding]:
     """The rules' findings in each helper (and the functions of its file it calls), at
     their lines in the helper's file, its result followed on at the given calls; none of
@@ -108,7 +134,8 @@ def helper_findings(
             continue
         there.outside[id(fn)] = [(call, caller) for _, _, call, caller in group]
         try:
-            raw = _walk(there, fn, origin.imports, checks, suppressions(origin.text))
+            hot = hot_lines(origin.text, there.lines, origin.imports.torch)
+            raw = _walk(there, fn, origin.imports, checks, suppressions(origin.text), hot)
         finally:
             del there.outside[id(fn)]
         codes = enabled(origin.path)
@@ -121,7 +148,12 @@ def helper_findings(
 
 
 def _walk(
-    there: Calls, fn: Function, imports: Imports, checks: list[Check], silenced: Silenced
+    there: Calls,
+    fn: Function,
+    imports: Imports,
+    checks: list[Check],
+    silenced: Silenced,
+    hot: frozenset[int],
 ) -> list[Raw]:
     todo, done, raw = [fn], set[int](), list[Raw]()
     while todo and len(done) < _MAX_WALKED:
@@ -129,7 +161,7 @@ def _walk(
         if id(current) in done:
             continue
         done.add(id(current))
-        ctx = walk_function(current, imports, there.lines, checks, calls=there)
+        ctx = walk_function(current, imports, there.lines, checks, hot_lines=hot, calls=there)
         for node, code, message, _ in ctx.found:
             line = getattr(node, "lineno", 1)
             col = ctx.char_col(line, getattr(node, "col_offset", 0)) + 1

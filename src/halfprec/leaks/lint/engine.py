@@ -172,7 +172,7 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
             findings.append(
                 Finding(path, line, col, code, message, fix if isinstance(fix, Fix) else None)
             )
-    elsewhere = helper_findings(helpers, _CHECKS, config.enabled_for)
+    elsewhere = helper_findings(helpers, _CHECKS, config.enabled_for, _hot_lines)
     calls.close()  # the tree is then freed at once, not by a garbage-collector pass
     findings.sort(key=lambda f: (f.line, f.col, f.code))
     return findings + sorted(set(elsewhere), key=lambda f: (f.path, f.line, f.col, f.code))
