@@ -21,7 +21,12 @@ from collections.abc import Callable
 from halfprec.leaks.lint.context import Calls, Check, Context
 from halfprec.leaks.lint.findings import FileResult, Finding
 from halfprec.leaks.lint.flow import walk_function
-from halfprec.leaks.lint.imported import Imported, origin_of
+from halfprec.leaks.lint.imported import (
+    Imported,
+    defines_maker,
+    module_defines_maker,
+    origin_of,
+)
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.scope import (
     ForwardPath,
@@ -47,14 +52,25 @@ Helper = tuple[Calls, Function, ast.Call, Context]  # its file, it, one call, th
 
 
 def helpers_called(
-    fpath: ForwardPath, lines: list[str], program: Program, names: Imported, calls: Calls
+    path: str,
+    fpath: ForwardPath,
+    lines: list[str],
+    program: Program,
+    names: Imported,
+    calls: Calls,
 ) -> list[Helper]:
     """The calls ``fpath`` makes of functions of other files of the tree: by an imported
     name (``grid(...)``) or as an attribute of an imported module (``U.grid(...)``)."""
     fn = fpath.function
     wanted = {n for on_self, n in called_names(fn, lines) if not on_self and n in names}
-    wanted -= program.functions.keys()
-    held = {h for on_self, h, _ in held_calls(fn, lines) if not on_self and h in names}
+    wanted = {
+        n for n in wanted - program.functions.keys() if defines_maker(path, names, n, _FACTORY)
+    }
+    held = {
+        h
+        for on_self, h, attr in held_calls(fn, lines)
+        if not on_self and h in names and module_defines_maker(path, names, h, attr, _FACTORY)
+    }
     if not wanted and not held:
         return []  # the regex read of the text finds no candidate: no tree walk
     found: list[Helper] = []

@@ -145,7 +145,7 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     for fpath in forward_paths(tree, lines, program, held):
         if fpath.pipeline:
             continue  # a data-pipeline transform: its tensors are data-loader outputs
-        helpers.extend(helpers_called(fpath, lines, program, names(), calls))
+        helpers.extend(helpers_called(path, fpath, lines, program, names(), calls))
         ctx = walk_function(
             fpath.function,
             imports,

@@ -11,6 +11,8 @@ parsed, or that are larger than a source file the lint reads, are skipped.
 from __future__ import annotations
 
 import ast
+import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,6 +229,41 @@ def _load(file: Path) -> tuple[Calls, Imported] | None:
     _loaded[key] = (calls, names)
     _origins[id(calls)] = Origin(str(file), imports, text)
     return _loaded[key]
+
+
+def defines_maker(path: str, imported: Imported, name: str, maker: re.Pattern[str]) -> bool:
+    """Whether the file that ``name`` is imported from into the file at ``path`` defines a
+    function ``name`` at its top whose text ``maker`` matches: read from the text (cached),
+    so that a file whose helpers make no tensor is never parsed for them."""
+    entry = imported.get(name)
+    if entry is None or path.startswith("<"):
+        return False
+    module, level, there = entry
+    file = module_file(Path(path), module, level)
+    text = _text(file) if file is not None else ""
+    found = re.search(rf"^def {re.escape(there)}\b.*?(?=^\S|\Z)", text, re.M | re.S)
+    return found is not None and maker.search(found.group()) is not None
+
+
+def module_defines_maker(
+    path: str, imported: Imported, name: str, attr: str, maker: re.Pattern[str]
+) -> bool:
+    """:func:`defines_maker` for ``attr`` of the module ``name`` (``U.grid``)."""
+    entry = imported.get(name)
+    if entry is None:
+        return False
+    module, level, there = entry
+    return defines_maker(
+        path, {attr: (f"{module}.{there}" if module else there, level, attr)}, attr, maker
+    )
+
+
+@functools.lru_cache(maxsize=_MAX_FILES)
+def _text(file: Path) -> str:
+    try:
+        return decode_source(read_regular(file, limit=_MAX_BYTES)).text
+    except (OSError, SourceError, ValueError):
+        return ""
 
 
 def origin_of(calls: Calls) -> Origin | None:
