@@ -240,9 +240,14 @@ def defines_maker(path: str, imported: Imported, name: str, maker: re.Pattern[st
         return False
     module, level, there = entry
     file = module_file(Path(path), module, level)
-    text = _text(file) if file is not None else ""
-    found = re.search(rf"^def {re.escape(there)}\b.*?(?=^\S|\Z)", text, re.M | re.S)
-    return found is not None and maker.search(found.group()) is not None
+    return file is not None and maker.search(_function_text(file, there)) is not None
+
+
+@functools.lru_cache(maxsize=1024)
+def _function_text(file: Path, name: str) -> str:
+    """The text of the top-level ``def name`` of ``file`` (to the next unindented line)."""
+    found = re.search(rf"^def {re.escape(name)}\b.*?(?=^\S|\Z)", _text(file), re.M | re.S)
+    return found.group() if found is not None else ""
 
 
 def module_defines_maker(
