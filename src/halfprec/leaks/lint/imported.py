@@ -29,7 +29,11 @@ Found = tuple[Calls, Function, ClassFacts]
 
 _MAX_FILES = 128  # other files kept parsed at once (each holds its tree)
 _MAX_BYTES = 2 * 2**20  # larger files are not read for this
-_MAX_UP = 8  # parent folders searched for an absolute import's package
+_MAX_UP = 8
+_MAX_CALLED = 16  # functions a helper calls whose text is read for a factory
+_CALLED = re.compile(
+    r"(?<![\w.])([A-Za-z_]\w*)\s*\("
+)  # parent folders searched for an absolute import's package
 _loaded: dict[tuple[str, int, int], tuple[Calls, Imported] | None] = {}
 _origins: dict[int, Origin] = {}  # id(Calls) of a loaded file -> what walking it needs
 
@@ -240,13 +244,20 @@ def defines_maker(path: str, imported: Imported, name: str, maker: re.Pattern[st
         return False
     module, level, there = entry
     file = module_file(Path(path), module, level)
-    return file is not None and maker.search(_function_text(file, there)) is not None
+    if file is None:
+        return False
+    text = _function_text(file, there)
+    if maker.search(text):
+        return True
+    called = set(_CALLED.findall(text)) - {there}  # the functions of its file it calls
+    return any(maker.search(_function_text(file, name)) for name in sorted(called)[:_MAX_CALLED])
 
 
 @functools.lru_cache(maxsize=1024)
 def _function_text(file: Path, name: str) -> str:
     """The text of the top-level ``def name`` of ``file`` (to the next unindented line)."""
-    found = re.search(rf"^def {re.escape(name)}\b.*?(?=^\S|\Z)", _text(file), re.M | re.S)
+    pattern = rf"^def {re.escape(name)}\b.*?(?=^[^\s)\]]|\Z)"  # a signature's `)` aside
+    found = re.search(pattern, _text(file), re.M | re.S)
     return found.group() if found is not None else ""
 
 
