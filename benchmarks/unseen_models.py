@@ -15,10 +15,14 @@ from transformers import (
     ConvNextModel,
     DeiTConfig,
     DeiTModel,
+    DistilBertConfig,
+    DistilBertModel,
     ElectraConfig,
     ElectraModel,
     RobertaConfig,
     RobertaModel,
+    SwinConfig,
+    SwinModel,
     T5Config,
     T5EncoderModel,
     ViTConfig,
@@ -111,3 +115,23 @@ def wav2vec2() -> Any:
 def wav2vec2_example_inputs() -> dict[str, torch.Tensor]:
     # 10 s of 16 kHz audio
     return {"input_values": torch.randn(1, 160000, generator=torch.Generator().manual_seed(0))}
+
+
+def swin() -> Any:
+    torch.manual_seed(0)
+    return SwinModel(SwinConfig(), add_pooling_layer=False).eval()  # swin-tiny-patch4-window7, 28M
+
+
+def swin_example_inputs() -> dict[str, torch.Tensor]:
+    return {"pixel_values": torch.randn(8, 3, 224, 224, generator=torch.Generator().manual_seed(0))}
+
+
+def distilbert() -> Any:
+    torch.manual_seed(0)
+    return DistilBertModel(DistilBertConfig()).eval()  # distilbert-base-uncased shape, 66M
+
+
+def distilbert_example_inputs() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, 30000, (16, 128), generator=g)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
