@@ -23,6 +23,8 @@ from halfprec.leaks.lint.writeback import in_place_into_half
 
 _INT_ARGS = words("gather index_select take take_along_dim masked_select")
 _TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equal allclose")
+# torch functions whose weight argument must have the input's dtype (else they raise)
+_STRICT_WEIGHTS = {"cross_entropy": 2, "nll_loss": 2, "embedding_bag": -1}
 _BUILTIN_SAFE = words("len int float bool print isinstance range list tuple str repr hash callable")
 
 
@@ -99,9 +101,9 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         if loss_input(f, func):
             return "up"  # self.ce(h, t): the loss of an fp32 target
         return "leak" if hidden_state(f.ctx, func, node, call) else "unknown"
-    torch_call = owner in f.ctx.imports.torch or owner in f.ctx.imports.functional
-    torch_call = torch_call or owner.endswith(("nn.functional", "torch.linalg", "torch.fft"))
-    torch_call = torch_call or isinstance(func, ast.Name) and func.id in f.ctx.imports.functions
+    torch_call = _torch_call(f, func, owner)
+    if torch_call and _leaking_weight(f, node, call, last):
+        return "leak"  # F.cross_entropy(h, y, weight=t): t must have h's dtype, or it raises
     if torch_call or isinstance(func, ast.Attribute) and last in KEEPS:
         receiver = func.value if isinstance(func, ast.Attribute) and not torch_call else None
         return f.meets(others if receiver is None else [*others, receiver])
@@ -221,3 +223,34 @@ def _mask_argument(node: ast.AST, call: ast.Call, last: str, torch_call: bool) -
         return True
     position = 1 if torch_call else 0
     return len(call.args) > position and call.args[position] is node
+
+
+def _torch_call(f: Follow, func: ast.AST, owner: str) -> bool:
+    """``torch.cat``, ``F.conv2d``, ``torch.linalg.solve``, a torch function imported by name."""
+    imports = f.ctx.imports
+    if owner in imports.torch or owner in imports.functional:
+        return True
+    if owner.endswith(("nn.functional", "torch.linalg", "torch.fft")):
+        return True
+    return isinstance(func, ast.Name) and func.id in imports.functions
+
+
+def _leaking_weight(f: Follow, node: ast.AST, call: ast.Call, last: str) -> bool:
+    """``t`` is a weight that must have the input's dtype (:func:`_strict_weight`) and the
+    input is half: a leak also for data of any dtype (an int64 weight raises too)."""
+    if not _strict_weight(node, call, last):
+        return False
+    f.strict = True
+    return not f.scalar and any(f.floating(a) for a in call.args)
+
+
+def _strict_weight(node: ast.AST, call: ast.Call, last: str) -> bool:
+    """``t`` is the class ``weight`` of ``cross_entropy``/``nll_loss`` (keyword or third
+    argument) or the ``per_sample_weights`` of ``embedding_bag``."""
+    at = _STRICT_WEIGHTS.get(last)
+    if at is None:
+        return False
+    keyword = "per_sample_weights" if at < 0 else "weight"
+    if any(k.arg == keyword and k.value is node for k in call.keywords):
+        return True
+    return 0 <= at < len(call.args) and call.args[at] is node

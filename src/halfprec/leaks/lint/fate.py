@@ -52,6 +52,7 @@ from halfprec.leaks.lint.methods import REDUCTIONS, attribute_step, called, reco
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Fate, Follow
 from halfprec.leaks.lint.scalars import integer_tensor, number_name, zero_dim, zero_dim_factory
+from halfprec.leaks.lint.standins import stands_in
 from halfprec.leaks.lint.statements import statement_step
 from halfprec.leaks.lint.values import value_of
 from halfprec.leaks.lint.writeback import written_back
@@ -332,6 +333,8 @@ def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:
     if isinstance(ctx.function, (ast.FunctionDef, ast.AsyncFunctionDef)):
         follow.guards = flag_guards(ctx.function, node, ctx.parents)
     follow.climb(node)
+    if follow.fate.unknown and not upcast and stands_in(node, ctx):
+        follow.fate.leaks = True  # where a half caller's tensor would go (see .standins)
     return follow.fate
 
 
