@@ -6,7 +6,8 @@
   ``torch.finfo(x.dtype).min`` -- *unsafe*: masked scores change from -1e9 to -3.4e38 in
   fp32 (softmax gives the same result), so it needs ``--unsafe-fixes``.
 - HP302: ``torch.finfo(torch.float32)`` in forward, where the tensor's own dtype was meant;
-  fix ``torch.finfo(x.dtype)`` (safe when x's dtype is known to be floating).
+  fix ``torch.finfo(x.dtype)`` (safe when x's dtype is known to be floating). Not where
+  every value the limit meets is fp32/fp64 or integer by its own code (:mod:`.nothalf`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from halfprec.leaks.lint.fate import fate_of
 from halfprec.leaks.lint.findings import EXPR, Fix
 from halfprec.leaks.lint.landing import lands_in_half
 from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.nothalf import meets_no_half
 from halfprec.leaks.lint.values import value_of
 
 FP16_MAX = 65504.0
@@ -266,7 +268,7 @@ def check_constants(node: ast.AST, ctx: Context) -> None:
 
 def _finfo(node: ast.Call, ctx: Context) -> None:
     arg = node.args[0] if node.args else None
-    if arg is None or is_fp32_dtype(arg, ctx):
+    if (arg is None or is_fp32_dtype(arg, ctx)) and not meets_no_half(node, ctx):
         template = ctx.template
         fix = None
         if arg and template:
