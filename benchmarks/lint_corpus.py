@@ -15,7 +15,7 @@
    Every HP3 finding (at most 50) is drawn too: its verdict is ``leak`` when the constant
    does end up out of range in a half tensor (it overflows or raises), else ``no leak``.
    A judged finding that the rules no longer report and the draw leaves out is kept as an
-   ``earlier finding`` with its verdict, outside the figures.
+   ``earlier finding`` (HP3: ``earlier HP3 finding``) with its verdict, outside the figures.
 3. Reads the verdicts from benchmarks/data/lint_corpus/LIB.json (``leak`` or ``no leak`` and
    a one-line reason per item, filled in by hand; a new sample is written with empty verdicts)
    and prints precision and recall with 95% Wilson intervals. A *leak*: in the model
@@ -153,14 +153,15 @@ def sample(
 
 def _earlier(old: dict[str, Any], found: set[Site], picked: set[Site]) -> list[dict[str, Any]]:
     """The judged findings of an earlier run that the rules no longer report and the seeded
-    sample did not draw: kept with their verdicts as ``earlier finding`` (a re-judged
-    verdict stays on record), outside the figures."""
+    sample did not draw: kept with their verdicts as ``earlier finding`` (an HP3 one as
+    ``earlier HP3 finding``; a re-judged verdict stays on record), outside the figures."""
     kept = []
     for i in old.get("items", []):
         site = (i["path"], i["line"], i["col"])
-        was_found = i["kind"] in ("finding", "earlier finding")
+        hp3 = i["kind"] in ("HP3 finding", "earlier HP3 finding")
+        was_found = hp3 or i["kind"] in ("finding", "earlier finding")
         if was_found and i.get("verdict") and site not in found and site not in picked:
-            kept.append({**i, "kind": "earlier finding"})
+            kept.append({**i, "kind": "earlier HP3 finding" if hp3 else "earlier finding"})
     return kept
 
 

@@ -25,7 +25,8 @@ def test_tiny_added_to_a_histogram_of_indices_is_silent() -> None:
                 n = gates.shape[0]
                 top = torch.argmax(gates, dim=1)
                 hist = 100 * torch.histc(top.squeeze() + 1, bins=8, min=1, max=8) / n
-                hist = torch.sort(hist, dim=0, descending=True).values + torch.finfo(torch.float32).tiny
+                tiny = torch.finfo(torch.float32).tiny
+                hist = torch.sort(hist, dim=0, descending=True).values + tiny
                 return gates, hist
         """
     assert _found(body) == []

@@ -55,12 +55,8 @@ def out_of_half(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     if isinstance(node, ast.Attribute) and node.attr in ("values", "indices"):
         if node.attr == "indices":
             return True
-        sort = node.value
-        return (
-            isinstance(sort, ast.Call)
-            and _sorted(sort, ctx) is not None
-            and out_of_half(_sorted(sort, ctx), ctx, depth + 1)  # type: ignore[arg-type]
-        )
+        data = _sorted(node.value, ctx) if isinstance(node.value, ast.Call) else None
+        return data is not None and out_of_half(data, ctx, depth + 1)
     if isinstance(node, ast.Call):
         return _call(node, ctx, depth)
     return _finfo_value(node, ctx)
