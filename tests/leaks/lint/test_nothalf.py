@@ -62,9 +62,10 @@ def test_eps_on_the_activation_or_a_parameter_is_reported() -> None:
                 t = self.layer(x)
                 tol = 8 * torch.finfo(torch.float32).eps * t.abs()
                 step = trial + torch.finfo(torch.float32).eps
-                return tol, step
+                low = t.clamp(min=torch.finfo(torch.float32).tiny)
+                return tol, step, low
         """
-    assert _found(body) == [(4, "HP302"), (5, "HP302")]
+    assert _found(body) == [(4, "HP302"), (5, "HP302"), (6, "HP302")]
 
 
 def test_eps_on_an_explicit_float32_buffer_is_silent() -> None:
