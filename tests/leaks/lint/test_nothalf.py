@@ -75,7 +75,9 @@ def test_eps_on_an_explicit_float32_buffer_is_silent() -> None:
                 acc = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
                 weights = torch.ones(4, dtype=torch.float64).to(torch.float32)
                 norm = acc / (weights.sum() + torch.finfo(torch.float32).eps)
-                return x, norm
+                count = torch.zeros_like(acc)
+                mean = acc / torch.clamp_min(count.reshape(-1), torch.finfo(torch.float32).eps)
+                return x, norm, mean
         """
     assert _found(body) == []
 

@@ -28,6 +28,8 @@ _KEEPS = words(
 _INTEGER_DTYPES = words("long int int64 int32 int16 int8 uint8 bool")
 _INTEGER_RESULTS = words("argmax argmin argsort bincount nonzero")
 _SORTS = words("sort topk")
+_CLAMPS = words("clamp clamp_min clamp_max clip")
+_LIKE = words("zeros_like ones_like empty_like full_like")
 _PASSES = (ast.BinOp, ast.UnaryOp)
 
 
@@ -97,7 +99,7 @@ def _call(call: ast.Call, ctx: Context, depth: int) -> bool:
         return True
     if func.attr == "to" and call.args and _dtype_out_of_half(call.args[0], ctx):
         return True
-    if ctx.is_torch_attr(func, "histc", *_KEEPS) is not None and call.args:
+    if ctx.is_torch_attr(func, "histc", *_KEEPS, *_LIKE) is not None and call.args:
         return out_of_half(call.args[0], ctx, depth + 1)
     return func.attr in _KEEPS and out_of_half(func.value, ctx, depth + 1)
 
@@ -108,11 +110,28 @@ def _chain(node: ast.AST, ctx: Context) -> tuple[ast.AST, list[ast.AST]]:
     met: list[ast.AST] = []
     parents = ctx.parents
     parent = parents.get(id(node))
-    while isinstance(parent, _PASSES) or _math_call(parent):
+    if isinstance(parent, ast.keyword):
+        parent = parents.get(id(parent))
+    while isinstance(parent, _PASSES) or _math_call(parent) or _bound_of(parent, ctx):
         if isinstance(parent, ast.BinOp):
             met.append(parent.right if node is parent.left else parent.left)
+        if _bound_of(parent, ctx):
+            met.append(_bound_of(parent, ctx))  # type: ignore[arg-type]
         node, parent = parent, parents.get(id(parent))  # type: ignore[assignment]
     return node, met
+
+
+def _bound_of(node: ast.AST | None, ctx: Context) -> ast.AST | None:
+    """The tensor ``torch.clamp_min(t, eps)`` or ``t.clamp(min=eps)`` bounds: the result
+    has its dtype."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    if ctx.is_torch_attr(func, *_CLAMPS) is not None:
+        return node.args[0] if node.args else None
+    if isinstance(func, ast.Attribute) and func.attr in _CLAMPS:
+        return func.value
+    return None
 
 
 def _math_call(node: ast.AST | None) -> bool:
