@@ -25,6 +25,7 @@ _INT_ARGS = words("gather index_select take take_along_dim masked_select")
 _TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equal allclose")
 # torch functions whose weight argument must have the input's dtype (else they raise)
 _STRICT_WEIGHTS = {"cross_entropy": 2, "nll_loss": 2, "embedding_bag": -1}
+_ROWS = words("list tuple")
 _BUILTIN_SAFE = words("len int float bool print isinstance range list tuple str repr hash callable")
 
 
@@ -35,6 +36,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     last = name.rsplit(".", 1)[-1] if name else ""
     owner = name.rsplit(".", 1)[0] if "." in name else ""
     others = [a for a in (*call.args, *(k.value for k in call.keywords)) if a is not node]
+    if isinstance(func, ast.Name) and func.id in _ROWS and call.args[:1] == [node]:
+        return "up"  # list(t): its rows, in its dtype
     if isinstance(func, ast.Name) and func.id in _BUILTIN_SAFE:
         return "safe"
     if isinstance(func, ast.Name) and func.id == "dict":

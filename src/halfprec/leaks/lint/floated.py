@@ -1,0 +1,43 @@
+"""``torch.tensor(data)`` of data of any dtype (see :mod:`.factories`) is only *unsure*: int
+data would take a half tensor's dtype where it meets one. An op that gives floats of any
+input ends that: ``F.softmax(w)``, ``w.sigmoid()``, ``torch.exp(w)``, ``w / n`` (true
+division) are floating tensors of the data's floating dtype, fp32 or fp64 (int data gives
+fp32, or raises), never half; followed on from there as a factory's fp32 tensor.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from halfprec.leaks.lint.context import Context, dotted, words
+
+_FLOATS = words(
+    "softmax log_softmax sigmoid tanh exp log log1p log2 log10 sqrt rsqrt erf gelu silu "
+    "logsigmoid softplus normalize true_divide reciprocal"
+)
+
+
+def floats_here(node: ast.AST, parent: ast.AST, ctx: Context) -> bool:
+    """Whether the step from ``node`` up into ``parent`` gives floats of any input."""
+    if isinstance(parent, ast.BinOp):
+        return isinstance(parent.op, ast.Div)
+    if isinstance(parent, ast.Call) and node in parent.args[:1]:
+        owner = dotted(parent.func).rsplit(".", 1)[0]
+        imports = ctx.imports
+        torch_fn = owner in imports.torch or owner in imports.functional
+        return torch_fn and dotted(parent.func).rsplit(".", 1)[-1] in _FLOATS
+    if isinstance(parent, ast.Attribute) and parent.value is node:
+        call = ctx.parents.get(id(parent))
+        return isinstance(call, ast.Call) and call.func is parent and parent.attr in _FLOATS
+    return False
+
+
+def floated_message(message: str) -> str:
+    """A ``torch.tensor(data)`` finding's message where an op made the data floating."""
+    call, sep, _ = message.partition(" of data of another dtype")
+    if not sep:
+        return message
+    return (
+        f"{call} of data made floating on the way is fp32 (or fp64) in a half model too and "
+        "meets half values or reaches the output; cast it with `.to(x.dtype)`"
+    )
