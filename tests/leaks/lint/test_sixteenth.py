@@ -285,3 +285,33 @@ def test_autograd_function_inputs_are_what_apply_passes() -> None:
                 return a, _Loose.apply(y)
         """
     assert _found(body, "HP3") == [(17, "HP302")]
+
+
+def test_methods_looped_over_and_bound_by_partial_are_followed() -> None:
+    body = """\
+        import functools
+
+
+        class Mixer(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.enc = nn.Linear(d, d)
+                self.scale = nn.Parameter(torch.ones(d))
+
+            def _shift(self, s, target):
+                return s + target
+
+            def _gain(self, s, target):
+                return s * (target * self.scale).to(s.dtype)
+
+            def forward(self, x):
+                s = self.enc(x)
+                b = torch.ones(s.shape[-1])
+                d = torch.ones(s.shape[-1])
+                out = s
+                for fn in (self._gain, self._shift):
+                    out = out + fn(s, b).to(s.dtype)
+                scaled = functools.partial(self._gain, target=d)
+                return out + scaled(s)
+        """
+    assert _found(body) == [(18, "HP101"), (19, "HP101")]

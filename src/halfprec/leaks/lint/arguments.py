@@ -79,7 +79,7 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return "safe"  # h.add_(t), h.copy_(t): stored into half (see .writeback)
     if "distributions" in owner.split("."):  # torch.distributions.Normal(loc=t, scale=s)
         return f.meets(others) if last == "kl_divergence" else "up"
-    entered = enter(f, node, call)
+    entered = enter(f, node, _bound_call(call, last, node))
     if entered is not None:
         return entered
     if _returned_record(f, node, call, last):
@@ -111,6 +111,14 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         receiver = func.value if isinstance(func, ast.Attribute) and not torch_call else None
         return f.meets(others if receiver is None else [*others, receiver])
     return "unknown"
+
+
+def _bound_call(call: ast.Call, last: str, node: ast.AST) -> ast.Call:
+    """``functools.partial(self._kl, target=t)``: ``t`` goes to ``self._kl`` as if it were
+    called with the bound arguments (what the partial returns is not followed back)."""
+    if last != "partial" or not call.args or call.args[0] is node:
+        return call
+    return ast.Call(func=call.args[0], args=call.args[1:], keywords=call.keywords)
 
 
 def _default(func: ast.AST, node: ast.AST, call: ast.Call) -> bool:

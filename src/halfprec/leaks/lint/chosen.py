@@ -3,7 +3,8 @@ attribute bound to a bound method, not spelled at the call.
 
 ``f = self._a if cond else self._b; f(x, t=t)``, ``if c: f = self._a / else: f =
 Cls.helper``, ``self.loss = self._kl if kd else self._ce`` in ``__init__`` and
-``self.loss(h, t)`` in ``forward``, ``fns = {"a": self._a, "b": self._b}; fns[k](h, t)``:
+``self.loss(h, t)`` in ``forward``, ``fns = {"a": self._a, "b": self._b}; fns[k](h, t)``,
+``for fn in (self._a, self._b): fn(h, t)``:
 each method the binding may hold is a callee, and a tensor handed to the call is followed
 into every one of them (one path that meets half is a leak). A binding to anything else
 (a module, a call's result) leaves the call to the other rules.
@@ -39,17 +40,26 @@ def _self_attr(node: ast.AST) -> str | None:
 
 
 def _bound_in(scope: ast.AST, target: ast.AST) -> list[ast.expr]:
-    """The values assigned to ``target`` (a name, or ``self.x``) anywhere in ``scope``."""
+    """The values assigned to ``target`` (a name, or ``self.x``) anywhere in ``scope``, and
+    the items of a tuple or list display a ``for`` loop binds a name to."""
     name = target.id if isinstance(target, ast.Name) else None
     attr = _self_attr(target)
     out: list[ast.expr] = []
     for node in walk(scope):
+        if isinstance(node, ast.For) and isinstance(node.iter, (ast.Tuple, ast.List)):
+            if name is not None and isinstance(node.target, ast.Name) and node.target.id == name:
+                out.extend(node.iter.elts)  # for fn in (self._a, self._b): either
+            continue
         if not isinstance(node, ast.Assign) or len(node.targets) != 1:
             continue
         t = node.targets[0]
-        if name is not None and isinstance(t, ast.Name) and t.id == name:
-            out.append(node.value)
-        elif attr is not None and _self_attr(t) == attr:
+        if (
+            name is not None
+            and isinstance(t, ast.Name)
+            and t.id == name
+            or attr is not None
+            and _self_attr(t) == attr
+        ):
             out.append(node.value)
     return out
 

@@ -44,11 +44,15 @@ def _checks(test: ast.AST, name: str, ctx: Context, raising: bool) -> bool:
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return False
     left, op, right = test.left, test.ops[0], test.comparators[0]
-    if not (isinstance(left, ast.Attribute) and left.attr == "dtype" and dotted(left.value) == name):
+    if not (
+        isinstance(left, ast.Attribute) and left.attr == "dtype" and dotted(left.value) == name
+    ):
         return False
     if isinstance(op, ast.NotEq if raising else ast.Eq):
         return _wide_dtype(right, ctx)
-    if isinstance(op, ast.NotIn if raising else ast.In) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+    if isinstance(op, ast.NotIn if raising else ast.In) and isinstance(
+        right, (ast.Tuple, ast.List, ast.Set)
+    ):
         return bool(right.elts) and all(_wide_dtype(e, ctx) for e in right.elts)
     return False
 
@@ -116,7 +120,7 @@ def returned(call: ast.Call, index: int | None, ctx: Context, judge: Judge, dept
     if calls is None or not isinstance(func, ast.Name):
         return False
     fn = calls.program.functions.get(func.id)
-    there: Calls | None = calls
+    there: Calls = calls
     if fn is None:
         found = calls.function(func.id) if calls.function is not None else None
         if found is None:
@@ -197,7 +201,9 @@ def _applied(calls: Calls, owner: str) -> list[tuple[ast.Call, Context]]:
     out: list[tuple[ast.Call, Context]] = []
     scopes: list[tuple[Function, str | None]] = [(f, None) for f in program.functions.values()]
     for name, cls in program.classes.items():
-        scopes += [(m, name) for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        scopes += [
+            (m, name) for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
     for fn, cls_name in scopes:
         text = "\n".join(calls.lines[fn.lineno - 1 : fn.end_lineno or fn.lineno])
         if spelled not in text:

@@ -45,8 +45,8 @@ from halfprec.leaks.lint.branches import needs_rank, rank_guarded
 from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.comprehensions import comprehended
 from halfprec.leaks.lint.context import Context, dotted, words
-from halfprec.leaks.lint.holders import fed_half
 from halfprec.leaks.lint.floated import floats_here
+from halfprec.leaks.lint.holders import fed_half
 from halfprec.leaks.lint.indexing import half_written_at
 from halfprec.leaks.lint.islands import island_buffer, island_value
 from halfprec.leaks.lint.methods import REDUCTIONS, attribute_step, called, record_field

@@ -61,9 +61,9 @@ def returned_values(call: ast.Call, ctx: Context, judge: Judge, count: int) -> l
     if not returns:
         return None
     if count and not all(
-        isinstance(r, ast.Tuple) and len(r.elts) == count and not any(
-            isinstance(e, ast.Starred) for e in r.elts
-        )
+        isinstance(r, ast.Tuple)
+        and len(r.elts) == count
+        and not any(isinstance(e, ast.Starred) for e in r.elts)
         for r in returns
     ):
         return None
