@@ -78,7 +78,7 @@ def test_if_else_chosen_method_whose_loss_is_returned_is_reported() -> None:
             def kd(cls, logits, soft):
                 return -(torch.log_softmax(logits, -1) * soft).sum(-1).mean()
 
-            def forward(self, x, teacher):
+            def forward(self, x, teacher: list[float]):
                 s = self.student(x)
                 soft = F.softmax(torch.tensor(teacher) / 2.0, dim=-1)
                 if self.wide:

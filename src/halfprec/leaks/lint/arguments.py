@@ -56,6 +56,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return "integer" if last in SORTS else "safe"
     if _mask_argument(node, call, last, owner in f.ctx.imports.torch):
         return "integer"  # h.masked_fill(t, v): a mask (a floating one raises there)
+    if _fill_value(node, call, last, owner in f.ctx.imports.torch):
+        return "safe"  # h.masked_fill(m, t): a 0-dim value written in h's dtype
     if last == "grid_sample":
         f.fate.grid = f.fate.grid or (len(call.args) > 1 and call.args[1] is node)
         return f.meets(call.args[:1])
@@ -233,6 +235,17 @@ def _mask_argument(node: ast.AST, call: ast.Call, last: str, torch_call: bool) -
     if any(k.arg == "mask" and k.value is node for k in call.keywords):
         return True
     position = 1 if torch_call else 0
+    return len(call.args) > position and call.args[position] is node
+
+
+def _fill_value(node: ast.AST, call: ast.Call, last: str, torch_call: bool) -> bool:
+    """``h.masked_fill(m, t)``, ``torch.masked_fill(h, m, t)``, ``value=t``: the fill value,
+    which must be 0-dim and is written in the receiver's dtype (checked with torch 2.13)."""
+    if last not in ("masked_fill", "masked_fill_"):
+        return False
+    if any(k.arg == "value" and k.value is node for k in call.keywords):
+        return True
+    position = 2 if torch_call else 1
     return len(call.args) > position and call.args[position] is node
 
 

@@ -76,6 +76,7 @@ def choices(func: ast.AST, function: ast.AST | None, cls: ast.ClassDef | None) -
         values = _bound_in(cls, func)
     else:
         return []
+    attr = _self_attr(func) is not None
     out: list[ast.expr] = []
     for value in values:
         if isinstance(value, ast.Constant) and value.value is None:
@@ -83,6 +84,8 @@ def choices(func: ast.AST, function: ast.AST | None, cls: ast.ClassDef | None) -
         alts = _alternatives(value)
         if not alts:
             return []  # also a module or a call's result: the call is judged as before
+        if attr and any(isinstance(a, ast.Name) for a in alts):
+            return []  # self.f = a_function: a callable attribute, judged as before
         for alt in alts:
             if isinstance(alt, ast.Name) and isinstance(func, ast.Name) and alt.id == func.id:
                 continue  # f = f: no method

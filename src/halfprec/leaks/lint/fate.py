@@ -45,7 +45,7 @@ from halfprec.leaks.lint.branches import needs_rank, rank_guarded
 from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.comprehensions import comprehended
 from halfprec.leaks.lint.context import Context, dotted, words
-from halfprec.leaks.lint.floated import floats_here
+from halfprec.leaks.lint.floated import floats_here, picks_elements, python_numbers
 from halfprec.leaks.lint.holders import fed_half
 from halfprec.leaks.lint.indexing import half_written_at
 from halfprec.leaks.lint.islands import island_buffer, island_value
@@ -84,6 +84,7 @@ class _Follow:
         self.pieces = False  # held in a list with half tensors ([t, h], ts + [h]): a join mixes
         self.island = False  # a buffer of an fp32 island (see .islands): fp32 there is not half
         self.unsure = False  # of data of any dtype (torch.tensor(arrays)): only a strict op tells
+        self.listed = False  # that data is Python numbers (a list[float]): fp32 once floating
         self.strict = False  # this step needs its inputs in one dtype (a layer's weights)
         self.key: str | None = None  # the key it is kept under in a dict ({"mask": t})
         self.names: set[str] = set()  # the names followed in this function
@@ -97,7 +98,7 @@ class _Follow:
         """A walk on from here in another function: the same kind of tensor, no names yet."""
         follow = _Follow(ctx, self.upcast, False)
         follow.zero, follow.mixed, follow.island = self.zero, self.mixed, self.island
-        follow.unsure = self.unsure
+        follow.unsure, follow.listed = self.unsure, self.listed
         follow.ranked = self.ranked
         return follow
 
@@ -219,7 +220,7 @@ class _Follow:
                 return
             if step == "up":
                 assert parent is not None
-                if self.unsure and floats_here(node, parent, self.ctx):
+                if self.unsure and self.listed and floats_here(node, parent, self.ctx):
                     self.unsure, self.fate.floated = False, True
                 node = parent
                 if isinstance(parent, ast.Attribute) and called(self, parent):
@@ -332,6 +333,7 @@ def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:
     follow.empty = _no_elements(node)
     follow.island = not upcast and island_buffer(node, ctx)
     follow.unsure = id(node) in ctx.unsure
+    follow.listed = follow.unsure and python_numbers(node, ctx)
     follow.zero = _scalar_factory(node, ctx)
     # 0-dim where it is made fp32 (torch.tensor(n) / k of an int n): with dimensioned half
     # tensors it keeps their dtype, as a 0-dim factory's tensor does
@@ -424,6 +426,8 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
             return "integer"  # torch.max(t, -1)[1]: the indices of the values
         element = isinstance(parent.slice, ast.Constant) and isinstance(parent.slice.value, int)
         f.scalar = f.scalar or (element and f.one_dim)  # w[0] of a vector: 0-dim
+        # sigmas[idx] of data of any shape: maybe 0-dim, which keeps half operands half
+        f.ranked = f.ranked or f.unsure and picks_elements(parent.slice)
         return "up"
     if isinstance(parent, (ast.Index, ast.Slice)):  # pragma: no cover - Python < 3.9 shapes
         return "integer"

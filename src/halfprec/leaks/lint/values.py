@@ -228,7 +228,16 @@ def _submodule_value(call: ast.Call, ctx: Context) -> bool | None | str:
     if func.attr in facts.passthrough or transform_layer(ctx, func.attr):
         # self.act = ACT2FN[...], self.rotate = v2.RandomAffine(...): its input's dtype
         return value_of(call.args[0], ctx) if call.args else None
+    if call.args and _fp32_on_purpose(call.args[0], ctx):
+        return None  # self.criterion(scores.float(), y): fp32 (no weights) or it raises
     return True
+
+
+def _fp32_on_purpose(arg: ast.AST, ctx: Context) -> bool:
+    """``x.float()``, ``x.to(torch.float32)``: an input made fp32 on purpose."""
+    if not isinstance(arg, ast.Call) or not isinstance(arg.func, ast.Attribute):
+        return False
+    return value_of(arg, ctx) is None and ctx.is_upcast(arg)
 
 
 def _call_value(call: ast.Call, ctx: Context) -> bool | None:
