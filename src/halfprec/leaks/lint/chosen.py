@@ -13,7 +13,9 @@ into every one of them (one path that meets half is a leak). A binding to anythi
 from __future__ import annotations
 
 import ast
+import re
 
+from halfprec.leaks.lint.context import Context
 from halfprec.leaks.lint.nodes import walk
 
 __all__ = ["choices"]
@@ -39,41 +41,51 @@ def _self_attr(node: ast.AST) -> str | None:
     return None
 
 
-def _bound_in(scope: ast.AST, target: ast.AST) -> list[ast.expr]:
-    """The values assigned to ``target`` (a name, or ``self.x``) anywhere in ``scope``, and
-    the items of a tuple or list display a ``for`` loop binds a name to."""
-    name = target.id if isinstance(target, ast.Name) else None
-    attr = _self_attr(target)
+def _local_values(name: str, ctx: Context) -> list[ast.expr]:
+    """The values the walked function binds the local ``name`` to: ``name = v``, and the
+    items of a tuple or list display ``for name in (a, b)`` takes (read from its name index,
+    no walk)."""
     out: list[ast.expr] = []
-    for node in walk(scope):
-        if isinstance(node, ast.For) and isinstance(node.iter, (ast.Tuple, ast.List)):
-            if name is not None and isinstance(node.target, ast.Name) and node.target.id == name:
-                out.extend(node.iter.elts)  # for fn in (self._a, self._b): either
+    for node in ctx.names(name):
+        if not isinstance(node.ctx, ast.Store):
             continue
-        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
-            continue
-        t = node.targets[0]
-        if (
-            name is not None
-            and isinstance(t, ast.Name)
-            and t.id == name
-            or attr is not None
-            and _self_attr(t) == attr
-        ):
-            out.append(node.value)
+        owner = ctx.parents.get(id(node))
+        if isinstance(owner, ast.Assign) and owner.targets == [node]:
+            out.append(owner.value)
+        elif isinstance(owner, ast.For) and owner.target is node:
+            if isinstance(owner.iter, (ast.Tuple, ast.List)):
+                out.extend(owner.iter.elts)  # for fn in (self._a, self._b): either
+            else:
+                return []  # for fn in fns: items the lint does not see
     return out
 
 
-def choices(func: ast.AST, function: ast.AST | None, cls: ast.ClassDef | None) -> list[ast.expr]:
-    """The callables a call of ``func`` may run when ``func`` is a local name of
-    ``function``, a ``self`` attribute of class ``cls``, or a subscript of one of them,
-    bound to bound methods or functions (see the module docstring); empty otherwise."""
+def _attr_values(attr: str, cls: ast.ClassDef, lines: list[str]) -> list[ast.expr]:
+    """The values the methods of ``cls`` assign to ``self.<attr>`` (the class is walked only
+    when its text has such an assignment)."""
+    text = "\n".join(lines[cls.lineno - 1 : cls.end_lineno or cls.lineno])
+    if not re.search(rf"self\.{re.escape(attr)}\s*=[^=]", text):
+        return []
+    return [
+        node.value
+        for node in walk(cls)
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and _self_attr(node.targets[0]) == attr
+    ]
+
+
+def choices(func: ast.AST, ctx: Context, cls: ast.ClassDef | None) -> list[ast.expr]:
+    """The callables a call of ``func`` may run when ``func`` is a local name of the walked
+    function, a ``self`` attribute of class ``cls``, or a subscript of one of them, bound to
+    bound methods or functions (see the module docstring); empty otherwise."""
     if isinstance(func, ast.Subscript):
         func = func.value  # fns[k](h): whichever value of the dict
-    if isinstance(func, ast.Name) and function is not None:
-        values = _bound_in(function, func)
-    elif _self_attr(func) is not None and cls is not None:
-        values = _bound_in(cls, func)
+    attr_name = _self_attr(func)
+    if isinstance(func, ast.Name) and ctx.function is not None:
+        values = _local_values(func.id, ctx)
+    elif attr_name is not None and cls is not None:
+        values = _attr_values(attr_name, cls, ctx.lines)
     else:
         return []
     attr = _self_attr(func) is not None

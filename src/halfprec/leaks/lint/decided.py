@@ -61,19 +61,39 @@ def checked(use: ast.Name, ctx: Context, since: tuple[int, int]) -> bool:
     """Whether a dtype check of ``use``'s name between ``since`` and ``use`` proves it
     fp32/fp64 (see the module docstring)."""
     fn = ctx.function
-    if fn is None or not _has_dtype_test(fn, ctx):
+    if fn is None:
         return False
     where = (use.lineno, use.col_offset)
-    for node in walk(fn):
-        at = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+    for at, node in _guards(fn, ctx):
         if not since <= at < where:
             continue
-        if isinstance(node, ast.If) and any(isinstance(s, ast.Raise) for s in node.body):
-            if _checks(node.test, use.id, ctx, raising=True):
-                return True
-        elif isinstance(node, ast.Assert) and _checks(node.test, use.id, ctx, raising=False):
+        if isinstance(node, ast.If) and _checks(node.test, use.id, ctx, raising=True):
+            return True
+        if isinstance(node, ast.Assert) and _checks(node.test, use.id, ctx, raising=False):
             return True
     return False
+
+
+_GUARDS: dict[int, tuple[ast.AST, list[tuple[tuple[int, int], ast.stmt]]]] = {}
+
+
+def _guards(fn: ast.AST, ctx: Context) -> list[tuple[tuple[int, int], ast.stmt]]:
+    """The ``if ...: raise`` and ``assert`` statements of ``fn`` with their positions (found
+    once per function; none without a ``.dtype`` in its text)."""
+    held = _GUARDS.get(id(fn))
+    if held is not None and held[0] is fn:
+        return held[1]
+    found: list[tuple[tuple[int, int], ast.stmt]] = []
+    if _has_dtype_test(fn, ctx):
+        for node in walk(fn):
+            if isinstance(node, ast.Assert) or (
+                isinstance(node, ast.If) and any(isinstance(s, ast.Raise) for s in node.body)
+            ):
+                found.append(((node.lineno, node.col_offset), node))
+    if len(_GUARDS) > 512:
+        _GUARDS.clear()
+    _GUARDS[id(fn)] = (fn, found)
+    return found
 
 
 def _has_dtype_test(fn: ast.AST, ctx: Context) -> bool:

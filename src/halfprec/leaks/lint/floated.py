@@ -39,7 +39,11 @@ def python_numbers(call: ast.AST, ctx: Context) -> bool:
     if param is None or param.annotation is None:
         return False
     names = {dotted(n).rsplit(".", 1)[-1] for n in ast.walk(param.annotation)}
-    names |= {n.value for n in ast.walk(param.annotation) if isinstance(n, ast.Constant)}
+    names |= {
+        n.value
+        for n in ast.walk(param.annotation)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
     return bool(names & _SEQUENCES) and not names & _ARRAYS
 
 

@@ -99,9 +99,11 @@ def _callees(f: Follow, call: ast.Call) -> list[Callee]:
     calls, function = f.ctx.calls, f.ctx.function
     if calls is None or f.depth >= _MAX_DEPTH:
         return []
-    owner = calls.program.owner_of(function) if isinstance(function, Function) else None
-    cls = calls.program.classes.get(owner) if owner else None
-    found = (_callee(f, alt) for alt in choices(call.func, function, cls))
+    cls = None
+    if not isinstance(call.func, ast.Name) and isinstance(function, Function):
+        owner = calls.program.owner_of(function)  # self.loss(...): the class's bindings
+        cls = calls.program.classes.get(owner) if owner else None
+    found = (_callee(f, alt) for alt in choices(call.func, f.ctx, cls))
     return [c for c in found if c is not None]
 
 
