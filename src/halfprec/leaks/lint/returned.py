@@ -6,7 +6,8 @@ walked with the values this call passes to its parameters (a static method takes
 ``self``). A method returning a tuple of the target's length gives each name its element;
 a tuple target of another return (``a, b = self.route(h)`` of ``return self.picker(h)``)
 is not known, element by element. One call deep per
-method at a time (a method that calls itself is not read again).
+method at a time (a method that calls itself is not read again). A method handed an
+explicit upcast (``self._norm(x.float())``) returns what the lint does not judge.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ def returned_values(call: ast.Call, ctx: Context, judge: Judge, count: int) -> l
     for param in (*a.posonlyargs, *a.args, *a.kwonlyargs):
         arg = argument_for(method, call, param, bound_self)
         value = judge(arg, ctx) if arg is not None else None
+        if value is None and arg is not None and ctx.is_upcast(arg):
+            return None  # self._norm(x.float()): fp32 on purpose, whatever its name says
         if value is not None:
             bound[param.arg] = value
     calls.busy.add(id(method))
