@@ -223,7 +223,7 @@ def forward_paths(
         {name: facts for name, (_, facts) in modules.items()},
         {name: methods["forward"] for name, (methods, _) in modules.items()},
         by_name,
-        any("collate_fn" in line for line in lines),
+        "collate_fn" in "\n".join(lines),  # no line end inside the name: as line by line
         held,
     )
     queue: list[tuple[Function, dict[str, Function], ClassFacts, bool]] = []
