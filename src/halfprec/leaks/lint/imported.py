@@ -85,7 +85,8 @@ def imported_names(tree: ast.Module, text: str | None = None) -> Imported:
 
 def _import_lines(text: str) -> list[int]:
     """The numbers of the lines of ``text`` that hold the text ``import``, in order."""
-    found, line, pos = [], 1, 0
+    found: list[int] = []
+    line, pos = 1, 0
     for match in _IMPORT.finditer(text):
         line += text.count("\n", pos, match.start())
         pos = match.start()
