@@ -199,3 +199,33 @@ def test_an_unwritable_cache_is_a_note_not_an_error(
     result = _run()
     assert result.get("halfprec-bf16").status == "skipped"
     assert any(w.startswith("could not write the probe cache") for w in result.warnings)
+
+
+def test_a_verdict_in_doubt_is_probed_again_never_cached(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # round fifteen: a "not slow" in doubt, read under load on a CPU that emulates bf16, was
+    # cached, and every later deploy there built, compiled and timed emulated bf16
+    from halfprec.bench import half_speed, limit
+
+    def probe_with(fp32: list[float], half: list[float]) -> half_speed.HalfSpeed:
+        clock = ScriptedClock(fp32, half)
+
+        def scripted(*args: Any, timer: Any = None, **kwargs: Any) -> Slowdown:
+            return limit.measure_slowdown(*args, timer=clock, **kwargs)
+
+        monkeypatch.setattr(half_speed, "measure_slowdown", scripted)  # the cache stays on
+        speed = half_speed.HalfSpeed(
+            torch.device("cpu"), [torch.bfloat16], BenchConfig(skip_slower_than=3.0)
+        )
+        speed.probe({GEMM: 1})
+        return speed
+
+    probe_with([0.010, 0.084], [0.078])  # busy in every other fp32 call: in doubt
+    assert not list(folder.glob("probe-*.json"))
+    sure = probe_with([0.010], [0.080])  # 8x slower in every call
+    assert sure.skips and "cached" not in sure.skips[torch.bfloat16]
+    (entry,) = json.loads(next(folder.glob("probe-*.json")).read_text())["probes"]
+    assert entry["slow"] and entry["dtype"] == "bf16"
+    again = probe_with([0.010, 0.084], [0.078])  # the sure verdict stands
+    assert "cached" in again.skips[torch.bfloat16]

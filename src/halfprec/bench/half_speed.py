@@ -10,25 +10,38 @@ from dataclasses import dataclass, field
 
 import torch
 
-from halfprec.bench.limit import Gemm, GemmLimit, Timer, measure_limit, measure_slowdown, probe_gemm
+from halfprec.bench.limit import (
+    BatchTimer,
+    Gemm,
+    GemmLimit,
+    Timer,
+    measure_limit,
+    measure_slowdown,
+    probe_gemm,
+)
 from halfprec.bench.machine import machine_key
 from halfprec.bench.probe_cache import ProbeCache, cache_dir
 from halfprec.bench.results import BenchConfig
-from halfprec.dtypes import dtype_name
+from halfprec.dtypes import DeviceSupport, dtype_name
 
 
 @dataclass
 class HalfSpeed:
     """The probe and the limits of ``dtypes`` on ``device``, as ``config`` asks for them
     (``probe_timer``: the probe's clock; tests pass scripted timings, and the disk cache
-    is then left alone). ``skips``: why a dtype is not timed; ``slowdowns``: each probed
-    dtype's half/fp32 time; ``gemm_ratios``: each dtype's eager GEMM ratio at the first
-    batch size."""
+    is then left alone; ``limit_timer``: the limit's, likewise). ``support``: the device's
+    row of the device table (:func:`~halfprec.dtypes.device_support`), which settles a
+    probe left in doubt: where it says the device has no fast kernels for the dtype and
+    the probe's medians put it past the limit, the dtype is skipped. ``skips``: why a
+    dtype is not timed; ``slowdowns``: each probed dtype's half/fp32 time;
+    ``gemm_ratios``: each dtype's eager GEMM ratio at the first batch size."""
 
     device: torch.device
     dtypes: Sequence[torch.dtype]
     config: BenchConfig
     probe_timer: Timer | None = None
+    support: DeviceSupport | None = None
+    limit_timer: BatchTimer | None = None
     skips: dict[torch.dtype, str] = field(default_factory=dict)
     slowdowns: dict[torch.dtype, float] = field(default_factory=dict)
     gemm_ratios: dict[torch.dtype, float] = field(default_factory=dict)
@@ -37,8 +50,10 @@ class HalfSpeed:
         """Probe each half dtype at the model's costliest product (of ``shapes``); skip it
         only when the probe is sure it is too slow
         (:func:`~halfprec.bench.limit.measure_slowdown`). A verdict cached for this machine
-        (:mod:`halfprec.bench.probe_cache`) is used instead of probing again. Returns the
-        cache's warnings."""
+        (:mod:`halfprec.bench.probe_cache`) is used instead of probing again; only a sure
+        one is cached (slow, or fast even by the half dtype's upper quartile): a "not slow"
+        in doubt, read on a loaded machine, would otherwise stand for every later run here.
+        Returns the cache's warnings."""
         limit = self.config.skip_slower_than
         if limit is None:
             return []
@@ -52,17 +67,25 @@ class HalfSpeed:
                 probe = measure_slowdown(
                     dtype, self.device, gemm, give_up_at=limit, timer=self.probe_timer
                 )
-                if cache is not None:
-                    cache.put(probe, gemm, limit)
+                if cache is not None and (probe.slow or probe.high <= limit):
+                    cache.put(probe, gemm, limit)  # a verdict in doubt is probed again
                 source = ""
             else:
                 probe, source = hit[0], f", cached {hit[1]}"
             self.slowdowns[dtype] = probe.ratio
+            at = f"probe at {gemm.m}x{gemm.k}x{gemm.n}"
             if probe.slow:
                 self.skips[dtype] = (
                     f"{dtype_name(dtype)} matmuls run {probe.ratio:.1f}x slower than fp32 on "
-                    f"this device (probe at {gemm.m}x{gemm.k}x{gemm.n}, at least "
-                    f"{probe.low:.1f}x in {probe.rounds} rounds{source}; limit {limit:g}x)"
+                    f"this device ({at}, at least {probe.low:.1f}x in {probe.rounds} "
+                    f"rounds{source}; limit {limit:g}x)"
+                )
+            elif probe.ratio > limit and self.support is not None and not self.support.fast(dtype):
+                self.skips[dtype] = (
+                    f"{dtype_name(dtype)} matmuls run {probe.ratio:.1f}x slower than fp32 on "
+                    f"this device ({at}, by the medians of {probe.rounds} rounds, in doubt "
+                    f"under load; {self.support.name} has no fast {dtype_name(dtype)} "
+                    f"kernels; limit {limit:g}x)"
                 )
         return [] if cache is None else list(cache.notes)
 
@@ -72,15 +95,40 @@ class HalfSpeed:
         first batch size's ratios are kept in ``gemm_ratios``."""
         limits = {}
         for dtype in self.dtypes:
-            if dtype in self.skips:
+            if dtype in self.skips and dtype in self.slowdowns:
                 limits[dtype] = GemmLimit(dtype, 1 / self.slowdowns[dtype], "probe", 1)
+            elif dtype in self.skips:  # found slow by its limit at an earlier batch size
+                continue
             elif self.config.limit:
                 limits[dtype] = measure_limit(
-                    shapes, dtype, self.device, budget_s=self.config.limit_budget_s
+                    shapes,
+                    dtype,
+                    self.device,
+                    budget_s=self.config.limit_budget_s,
+                    timer=self.limit_timer,
                 )
+                self._skip_by_limit(limits[dtype])
         for dt, lim in limits.items():
             self.gemm_ratios.setdefault(dt, lim.ratio)
         return limits
+
+    def _skip_by_limit(self, lim: GemmLimit) -> None:
+        """Skip ``lim``'s dtype where the model's own products, timed at the first batch
+        size (the median of many interleaved samples each), ran ``skip_slower_than`` times
+        slower than fp32's: the probe's one product stayed in doubt (a loaded machine), but
+        no way of running the model in that dtype calls faster kernels (compiling keeps
+        the dtype's GEMMs), so building, compiling and timing it would only cost minutes."""
+        limit = self.config.skip_slower_than
+        first = lim.dtype not in self.gemm_ratios
+        if limit is None or not first or lim.ratio <= 0 or 1 / lim.ratio <= limit:
+            return
+        probed = self.slowdowns.get(lim.dtype)
+        doubt = "" if probed is None else f"; the probe's one product read {probed:.1f}x, in doubt"
+        self.skips[lim.dtype] = (
+            f"{dtype_name(lim.dtype)} matmuls run {1 / lim.ratio:.1f}x slower than fp32 on "
+            f"this device (the model's {lim.shapes} products, the medians of interleaved "
+            f"samples{doubt}; limit {limit:g}x)"
+        )
 
     def ratio(self, dtype: torch.dtype) -> float | None:
         """``dtype``'s eager half/fp32 GEMM ratio: the limit's, else the probe's."""

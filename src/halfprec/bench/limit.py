@@ -12,8 +12,10 @@ speedup over fp32 divided by this limit.
 the half dtype, interleaved, stopping as soon as the half dtype is clearly too slow to be
 worth timing (fp16 on a CPU without fp16 kernels runs ~100x slower), so that such a dtype
 costs seconds, never minutes. It can call a dtype slow only when the half dtype's fastest
-call loses to fp32's slowest by the threshold; when in doubt it says *not slow*, and the
-dtype is timed instead of skipped.
+call loses to fp32's upper quartile by the threshold; when in doubt it says *not slow*,
+and the dtype is timed instead of skipped. Where the probe stays in doubt, the GEMM limit
+at the model's own products, timed next (medians of many samples), can still find the
+dtype too slow (:class:`~halfprec.bench.half_speed.HalfSpeed`).
 """
 
 from __future__ import annotations
@@ -237,9 +239,15 @@ class Slowdown:
     from ``rounds`` interleaved pairs of calls.
 
     ``ratio`` is median over median. ``low`` is the least it can be: the fastest half call
-    over the slowest fp32 call, so load that slows a few calls (either dtype's) can only
-    lower it. ``slow`` is the verdict, ``low > give_up_at``: a dtype is skipped only when
-    even its best call loses to fp32's worst by that factor, which a fast dtype cannot do.
+    over fp32's upper quartile, so load that slows some of fp32's calls (a quarter of them
+    or fewer: the rest bound the quartile) or some of the half dtype's (all but one) can
+    only lower it. ``high`` is the most it can be, the half dtype's upper quartile over
+    fp32's fastest call. ``slow`` is the verdict, ``low > give_up_at``: a dtype is skipped
+    only when even its best call loses by that factor to fp32's calls (all but the slowest
+    quarter), which a fast dtype cannot do. A quartile rather than the slowest call: with
+    the slowest, a single fp32 call held up by another process (a 15 ms product
+    descheduled for 100 ms) kept an emulated bf16, 8x slower in every call, "in doubt",
+    and every round added in doubt could only lower ``low`` further, never settle it.
     """
 
     dtype: torch.dtype
@@ -250,14 +258,22 @@ class Slowdown:
     slow: bool
 
 
+def _upper_quartile(times: list[float]) -> float:
+    """The third quartile of ``times`` (their largest below four samples: with so few,
+    nothing tells an outlier from the rest)."""
+    if len(times) < 4:
+        return max(times)
+    return statistics.quantiles(times, n=4, method="inclusive")[2]
+
+
 def _slowdown(
     dtype: torch.dtype, fp32: list[float], half: list[float], give_up_at: float
 ) -> Slowdown:
-    worst, best = max(fp32), min(fp32)
+    typical, best = _upper_quartile(fp32), min(fp32)
     if best <= 0:  # a clock too coarse to see the call: no evidence of slowness
         return Slowdown(dtype, 1.0, 0.0, math.inf, len(half), False)
     ratio = statistics.median(half) / statistics.median(fp32)
-    low, high = min(half) / worst, max(half) / best
+    low, high = min(half) / typical, _upper_quartile(half) / best  # low <= ratio <= high
     return Slowdown(dtype, ratio, low, high, len(half), low > give_up_at)
 
 

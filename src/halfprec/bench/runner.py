@@ -179,6 +179,7 @@ class Benchmark:
             dtypes=list(dict.fromkeys(half)),
             config=self.config,
             probe_timer=probe_timer,
+            support=self.support,
         )
         self.shapes: dict[Gemm, int] = {}
         self.modules: dict[str, nn.Module] = {}
