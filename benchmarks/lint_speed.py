@@ -10,8 +10,8 @@
    too), and files per second of wall time.
 3. With ``--baseline``: the same, with ``halfprec`` imported from another checkout's
    ``src`` (e.g. main before a change; always one job), interleaved run by run with this
-   one, and the ratio of the medians. Each run also hashes every finding (position, code,
-   message and fix), so the line says whether both give the same findings.
+   one, and the ratios of the medians (wall and CPU). Each run also hashes every finding
+   (position, code, message and fix), so the line says whether both give the same findings.
 
 Model libraries to lint (their wheels' source is enough; they need not import):
 
@@ -103,18 +103,19 @@ def main() -> None:
 def report_line(root: Path, runs: dict[str, list[dict[str, float | str]]]) -> str:
     """``DIR (N files): this 1.52 s wall, 660 files/s, 1.50 s CPU; baseline ...``."""
     parts = []
-    medians = {}
+    medians, cpus = {}, {}
     for side, results in runs.items():
         wall = statistics.median(float(r["wall"]) for r in results)
         cpu = statistics.median(float(r["cpu"]) for r in results)
         files = int(results[0]["files"])
-        medians[side] = wall
+        medians[side], cpus[side] = wall, cpu
         parts.append(f"{side} {wall:.2f} s wall, {files / wall:.0f} files/s, {cpu:.2f} s CPU")
     line = f"{root} ({int(runs['this'][0]['files'])} files): " + "; ".join(parts)
     if "baseline" in runs:
         hashes = {str(r["hash"]) for results in runs.values() for r in results}
         same = "yes" if len(hashes) == 1 else "NO"
-        line += f"; baseline/this {medians['baseline'] / medians['this']:.2f}x"
+        line += f"; baseline/this {medians['baseline'] / medians['this']:.2f}x wall"
+        line += f", {cpus['baseline'] / cpus['this']:.2f}x CPU"
         line += f"; same findings: {same}"
     return line
 

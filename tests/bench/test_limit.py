@@ -15,6 +15,7 @@ from halfprec.bench.half_speed import HalfSpeed
 from halfprec.bench.limit import (
     Gemm,
     clear_probe_cache,
+    first_look,
     gemm_shapes,
     measure_limit,
     measure_slowdown,
@@ -322,3 +323,30 @@ def test_the_models_own_products_skip_a_dtype_the_probe_left_in_doubt(
     fast.probe(shapes)
     fast.limits(shapes)
     assert not fast.skips
+
+
+def test_the_probe_takes_a_first_look_at_a_quarter_of_a_big_products_rows() -> None:
+    # BERT-base's costliest product, 128x768x3072 for the probe: in emulated bf16 a call took
+    # 2.2 s on a loaded Zen 3 (25 s of probing in a cold deploy). A dtype slow at 32 rows is
+    # skipped after 3 calls there; any other is probed at the full product as before.
+    shapes = {Gemm(1, 1024, 768, 3072): 12}
+    assert probe_gemm(shapes) == Gemm(1, 128, 768, 3072)
+    assert first_look(Gemm(1, 128, 768, 3072)) == Gemm(1, 32, 768, 3072)
+    assert first_look(Gemm(1, 64, 256, 256)) == Gemm(1, 64, 256, 256)  # small: no first look
+    config = BenchConfig(skip_slower_than=3.0)
+    slow = ScriptedClock([0.010], [0.5])
+    speed = HalfSpeed(torch.device("cpu"), [torch.bfloat16], config, probe_timer=slow)
+    speed.probe(shapes)
+    assert slow.calls["half"] == 3
+    assert (
+        "(probe at 32x768x3072, at least 50.0x in 3 rounds; limit 3x)"
+        in speed.skips[torch.bfloat16]
+    )
+    fast = ScriptedClock([0.010], [0.005])
+    speed = HalfSpeed(torch.device("cpu"), [torch.bfloat16], config, probe_timer=fast)
+    speed.probe(shapes)
+    assert not speed.skips and fast.calls["half"] == 3 + 5  # the first look, then the full
+    unsure = ScriptedClock([0.010], [0.025])  # 2.5x at 32 rows: the full product decides
+    speed = HalfSpeed(torch.device("cpu"), [torch.bfloat16], config, probe_timer=unsure)
+    speed.probe(shapes)
+    assert not speed.skips and unsure.calls["half"] == 3 + 5

@@ -14,7 +14,9 @@ from halfprec.bench.limit import (
     BatchTimer,
     Gemm,
     GemmLimit,
+    Slowdown,
     Timer,
+    first_look,
     measure_limit,
     measure_slowdown,
     probe_gemm,
@@ -47,8 +49,10 @@ class HalfSpeed:
     gemm_ratios: dict[torch.dtype, float] = field(default_factory=dict)
 
     def probe(self, shapes: dict[Gemm, int]) -> list[str]:
-        """Probe each half dtype at the model's costliest product (of ``shapes``); skip it
-        only when the probe is sure it is too slow
+        """Probe each half dtype at the model's costliest product (of ``shapes``), first at
+        a quarter of its rows where it has 128 (:func:`~halfprec.bench.limit.first_look`:
+        a dtype found slow there is skipped, any other probed at the full product);
+        skip it only when the probe is sure it is too slow
         (:func:`~halfprec.bench.limit.measure_slowdown`). A verdict cached for this machine
         (:mod:`halfprec.bench.probe_cache`) is used instead of probing again; only a sure
         one is cached (slow, or fast even by the half dtype's upper quartile): a "not slow"
@@ -60,20 +64,17 @@ class HalfSpeed:
         gemm = probe_gemm(shapes)
         folder = cache_dir() if self.config.probe_cache and self.probe_timer is None else None
         cache = None if folder is None else ProbeCache(folder, machine_key(self.device))
+        look = first_look(gemm)
         for dtype in self.dtypes:
-            hit = None if cache is None else cache.get(dtype, gemm, limit)
-            if hit is None:
-                # fp32's side under the caller's settings, as the model's fp32 runs
-                probe = measure_slowdown(
-                    dtype, self.device, gemm, give_up_at=limit, timer=self.probe_timer
-                )
-                if cache is not None and (probe.slow or probe.high <= limit):
-                    cache.put(probe, gemm, limit)  # a verdict in doubt is probed again
-                source = ""
-            else:
-                probe, source = hit[0], f", cached {hit[1]}"
+            probed = gemm
+            if look != gemm:  # a first look, 3 rounds: an emulated dtype costs a quarter
+                probed = look
+                probe, source = self._measure(dtype, look, limit, cache, rounds=3)
+            if probed == gemm or not probe.slow:  # not slow there: the full product
+                probed = gemm
+                probe, source = self._measure(dtype, gemm, limit, cache)
             self.slowdowns[dtype] = probe.ratio
-            at = f"probe at {gemm.m}x{gemm.k}x{gemm.n}"
+            at = f"probe at {probed.m}x{probed.k}x{probed.n}"
             if probe.slow:
                 self.skips[dtype] = (
                     f"{dtype_name(dtype)} matmuls run {probe.ratio:.1f}x slower than fp32 on "
@@ -88,6 +89,27 @@ class HalfSpeed:
                     f"kernels; limit {limit:g}x)"
                 )
         return [] if cache is None else list(cache.notes)
+
+    def _measure(
+        self,
+        dtype: torch.dtype,
+        gemm: Gemm,
+        limit: float,
+        cache: ProbeCache | None,
+        rounds: int = 5,
+    ) -> tuple[Slowdown, str]:
+        """``dtype``'s probe at ``gemm``, from ``cache`` where it holds one (with the note
+        ``, cached <when>``), else measured and, when sure, cached."""
+        hit = None if cache is None else cache.get(dtype, gemm, limit)
+        if hit is not None:
+            return hit[0], f", cached {hit[1]}"
+        # fp32's side under the caller's settings, as the model's fp32 runs
+        probe = measure_slowdown(
+            dtype, self.device, gemm, give_up_at=limit, rounds=rounds, timer=self.probe_timer
+        )
+        if cache is not None and (probe.slow or probe.high <= limit):
+            cache.put(probe, gemm, limit)  # a verdict in doubt is probed again
+        return probe, ""
 
     def limits(self, shapes: dict[Gemm, int]) -> dict[torch.dtype, GemmLimit]:
         """Each half dtype's eager GEMM ratio at ``shapes`` (the products fp32 just

@@ -16,15 +16,16 @@ import difflib
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from halfprec.atomic import resolve_target, write_bytes_atomic
 from halfprec.cli.options import finish
 from halfprec.errors import HalfprecError
-from halfprec.leaks.lint import Finding, LintConfig, LintReport, fixable, lint, load_config
-from halfprec.leaks.lint.rules import FIX_UNSAFE
-from halfprec.leaks.lint.source import split_lines
+
+if TYPE_CHECKING:  # the lint itself is imported when it runs, not for --help
+    from halfprec.leaks.lint import Finding, LintConfig, LintReport
 
 
 def _codes(value: str | None) -> tuple[str, ...] | None:
@@ -34,6 +35,8 @@ def _codes(value: str | None) -> tuple[str, ...] | None:
 
 
 def _diff(report: LintReport) -> str:
+    from halfprec.leaks.lint.source import split_lines
+
     chunks: list[str] = []
     for r in report.files:
         if r.new_source is None or r.old_source is None:
@@ -106,6 +109,8 @@ def command(
     `# halfprec: ignore` or `# noqa`: every rule); configure defaults and per-file-ignores
     in `[tool.halfprec.lint]` of pyproject.toml.
     """
+    from halfprec.leaks.lint import fixable, lint, load_config
+
     config = load_config(
         paths[0], select=_codes(select), ignore=_codes(ignore), unsafe_fixes=unsafe_fixes
     )
@@ -185,6 +190,9 @@ def _write_fixes(report: LintReport) -> None:
 def summary(report: LintReport, config: LintConfig, wrote: bool) -> str:
     """One line that splits the findings into parts that add up to their number:
     ``3 findings in 1 file: 2 fixed, 1 fixable only with --unsafe-fixes (...).``"""
+    from halfprec.leaks.lint import fixable
+    from halfprec.leaks.lint.rules import FIX_UNSAFE
+
     left = report.findings  # after --fix or --diff: those the fixes leave
     found = len(left) + report.fixed
     files = len(report.files)

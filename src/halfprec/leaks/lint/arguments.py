@@ -25,6 +25,7 @@ _INT_ARGS = words("gather index_select take take_along_dim masked_select")
 _TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equal allclose")
 # torch functions whose weight argument must have the input's dtype (else they raise)
 _STRICT_WEIGHTS = {"cross_entropy": 2, "nll_loss": 2, "embedding_bag": -1}
+_ROWS = words("list tuple")
 _BUILTIN_SAFE = words("len int float bool print isinstance range list tuple str repr hash callable")
 
 
@@ -35,6 +36,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     last = name.rsplit(".", 1)[-1] if name else ""
     owner = name.rsplit(".", 1)[0] if "." in name else ""
     others = [a for a in (*call.args, *(k.value for k in call.keywords)) if a is not node]
+    if isinstance(func, ast.Name) and func.id in _ROWS and call.args[:1] == [node]:
+        return "up"  # list(t): its rows, in its dtype
     if isinstance(func, ast.Name) and func.id in _BUILTIN_SAFE:
         return "safe"
     if isinstance(func, ast.Name) and func.id == "dict":
@@ -53,6 +56,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return "integer" if last in SORTS else "safe"
     if _mask_argument(node, call, last, owner in f.ctx.imports.torch):
         return "integer"  # h.masked_fill(t, v): a mask (a floating one raises there)
+    if _fill_value(node, call, last, owner in f.ctx.imports.torch):
+        return "safe"  # h.masked_fill(m, t): a 0-dim value written in h's dtype
     if last == "grid_sample":
         f.fate.grid = f.fate.grid or (len(call.args) > 1 and call.args[1] is node)
         return f.meets(call.args[:1])
@@ -76,7 +81,7 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return "safe"  # h.add_(t), h.copy_(t): stored into half (see .writeback)
     if "distributions" in owner.split("."):  # torch.distributions.Normal(loc=t, scale=s)
         return f.meets(others) if last == "kl_divergence" else "up"
-    entered = enter(f, node, call)
+    entered = enter(f, node, _bound_call(call, last, node))
     if entered is not None:
         return entered
     if _returned_record(f, node, call, last):
@@ -108,6 +113,14 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         receiver = func.value if isinstance(func, ast.Attribute) and not torch_call else None
         return f.meets(others if receiver is None else [*others, receiver])
     return "unknown"
+
+
+def _bound_call(call: ast.Call, last: str, node: ast.AST) -> ast.Call:
+    """``functools.partial(self._kl, target=t)``: ``t`` goes to ``self._kl`` as if it were
+    called with the bound arguments (what the partial returns is not followed back)."""
+    if last != "partial" or not call.args or call.args[0] is node:
+        return call
+    return ast.Call(func=call.args[0], args=call.args[1:], keywords=call.keywords)
 
 
 def _default(func: ast.AST, node: ast.AST, call: ast.Call) -> bool:
@@ -222,6 +235,17 @@ def _mask_argument(node: ast.AST, call: ast.Call, last: str, torch_call: bool) -
     if any(k.arg == "mask" and k.value is node for k in call.keywords):
         return True
     position = 1 if torch_call else 0
+    return len(call.args) > position and call.args[position] is node
+
+
+def _fill_value(node: ast.AST, call: ast.Call, last: str, torch_call: bool) -> bool:
+    """``h.masked_fill(m, t)``, ``torch.masked_fill(h, m, t)``, ``value=t``: the fill value,
+    which must be 0-dim and is written in the receiver's dtype (checked with torch 2.13)."""
+    if last not in ("masked_fill", "masked_fill_"):
+        return False
+    if any(k.arg == "value" and k.value is node for k in call.keywords):
+        return True
+    position = 2 if torch_call else 1
     return len(call.args) > position and call.args[position] is node
 
 

@@ -80,19 +80,22 @@ class CallIndex:
             self.facts[cls] = info[1] if info is not None else NO_FACTS
         return self.facts[cls]
 
-    def _calls(self, name: str, pattern: re.Pattern[str]) -> Iterator[tuple[str | None, CallSite]]:
+    def _calls(self, name: str, pattern: str) -> Iterator[tuple[str | None, CallSite]]:
         """The calls on the lines where ``pattern`` matches, in the functions whose text
-        holds ``name``, each as a site with the caller's class."""
+        holds ``name``, each as a site with the caller's class. The pattern is compiled
+        only when some function's text holds the name (most names are in none)."""
+        compiled: re.Pattern[str] | None = None
         for caller, cls, text in self.functions:
             if name not in text:
                 continue
-            hits = {caller.lineno + text.count("\n", 0, m.start()) for m in pattern.finditer(text)}
+            compiled = compiled or re.compile(pattern)
+            hits = {caller.lineno + text.count("\n", 0, m.start()) for m in compiled.finditer(text)}
             for node in _nodes_on(caller, hits, ast.Call):
                 yield cls, CallSite(node, caller, self.facts_of(cls), caller.name == "forward")
 
     def named(self, name: str) -> list[tuple[str | None, CallSite]]:
         if name not in self.found:
-            pattern = re.compile(rf"(?<![\w.]){re.escape(name)}\s*[(\[]|self\.{re.escape(name)}\b")
+            pattern = rf"(?<![\w.]){re.escape(name)}\s*[(\[]|self\.{re.escape(name)}\b"
             out: list[tuple[str | None, CallSite]] = []
             for cls, site in self._calls(name, pattern):
                 func = site.call.func
@@ -106,7 +109,7 @@ class CallIndex:
         """Every call ``self.x.name(...)`` or ``Cls.name(...)`` in the file, with the
         caller's class and ``x`` (``self.x``) or ``Cls``."""
         if name not in self.found_held:
-            pattern = re.compile(rf"\.{re.escape(name)}\s*\(")
+            pattern = rf"\.{re.escape(name)}\s*\("
             out: list[tuple[str | None, CallSite, str]] = []
             for cls, site in self._calls(name, pattern):
                 holder = _holder(site.call.func, name)

@@ -22,7 +22,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from halfprec.leaks.lint.nodes import parameters
+from halfprec.leaks.lint.nodes import parameters, walk
 
 __all__ = ["ClassFacts", "class_facts", "floating_init", "NO_FACTS"]
 
@@ -185,7 +185,7 @@ def _float_params(fn: Function) -> set[str]:
     a = fn.args
     found = set()
     for p in (*a.posonlyargs, *a.args, *a.kwonlyargs):
-        names = {_last_name(n) for n in ast.walk(p.annotation)} if p.annotation else set()
+        names = {_last_name(n) for n in walk(p.annotation)} if p.annotation else set()
         if "float" in names and names & _SEQUENCES:
             found.add(p.arg)
     return found
@@ -200,7 +200,7 @@ def _float_scalars(fn: Function) -> set[str]:
     found = set()
     for p, default in parameters(fn):
         if p.annotation is not None:
-            if {_last_name(n) for n in ast.walk(p.annotation)} - {""} == {"float"}:
+            if {_last_name(n) for n in walk(p.annotation)} - {""} == {"float"}:
                 found.add(p.arg)
         elif default is not None and _float_literal(default):
             found.add(p.arg)
@@ -421,7 +421,7 @@ def _element_class(modules: ast.Call) -> str | None:
     from, called by name (None when there are several or none)."""
     names = {
         n.func.id
-        for n in ast.walk(modules)
+        for n in walk(modules)
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id[:1].isupper()
     }
     return names.pop() if len(names) == 1 else None

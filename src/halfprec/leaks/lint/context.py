@@ -223,6 +223,10 @@ class Context:
                 value = owner.value if owner.value is not None else value
         return value
 
+    def names(self, name: str) -> list[ast.Name]:
+        """The ``Name`` nodes of ``name`` in the walked function, in source order."""
+        return self._index().get(name, [])
+
     def _index(self) -> dict[str, list[ast.Name]]:
         """Every ``Name`` node of the walked function by name, in source order."""
         if self._names is None:
@@ -432,12 +436,13 @@ class Calls:
             self.cache[id(fn)] = self.walk(fn, facts, is_forward, self, None)
         return self.cache[id(fn)]
 
-    def given(self, fn: Function, inputs: dict[str, bool]) -> Context:
-        """``fn`` (a function, no method) walked with ``inputs`` floating: what one call
-        that passes them returns (walked once per set of inputs)."""
+    def given(self, fn: Function, inputs: dict[str, bool], facts: ClassFacts = NO_FACTS) -> Context:
+        """``fn`` (a function, or a method of the class ``facts`` describes) walked with
+        ``inputs`` floating: what one call that passes them returns (walked once per set of
+        inputs)."""
         key = (id(fn), tuple(sorted(inputs.items())))
         if key not in self.given_cache:
-            self.given_cache[key] = self.walk(fn, NO_FACTS, False, self, inputs)
+            self.given_cache[key] = self.walk(fn, facts, False, self, inputs)
         return self.given_cache[key]
 
     def close(self) -> None:

@@ -34,7 +34,6 @@ from halfprec.leaks.lint.scope import (
     Imports,
     Program,
     called_names,
-    held_calls,
 )
 from halfprec.leaks.lint.suppress import is_suppressed, suppressions
 from halfprec.leaks.lint.values import value_of
@@ -54,22 +53,25 @@ Helper = tuple[Calls, Function, ast.Call, Context]  # its file, it, one call, th
 def helpers_called(
     path: str,
     fpath: ForwardPath,
-    lines: list[str],
     program: Program,
-    names: Imported,
+    imported: Callable[[], Imported],
     calls: Calls,
 ) -> list[Helper]:
     """The calls ``fpath`` makes of functions of other files of the tree: by an imported
-    name (``grid(...)``) or as an attribute of an imported module (``U.grid(...)``)."""
+    name (``grid(...)``) or as an attribute of an imported module (``U.grid(...)``).
+    ``imported``: the file's imported names, read only where the path calls a bare name
+    that no function of the file has, or an attribute of a name other than ``self``."""
     fn = fpath.function
-    wanted = {n for on_self, n in called_names(fn, lines) if not on_self and n in names}
-    wanted = {
-        n for n in wanted - program.functions.keys() if defines_maker(path, names, n, _FACTORY)
-    }
+    bare = {n for on_self, n in fpath.called if not on_self} - program.functions.keys()
+    held_by = {(h, attr) for on_self, h, attr in fpath.held if not on_self}
+    if not bare and not held_by:
+        return []  # nothing it calls can be another file's function: no import is read
+    names = imported()
+    wanted = {n for n in bare & names.keys() if defines_maker(path, names, n, _FACTORY)}
     held = {
         h
-        for on_self, h, attr in held_calls(fn, lines)
-        if not on_self and h in names and module_defines_maker(path, names, h, attr, _FACTORY)
+        for h, attr in held_by
+        if h in names and module_defines_maker(path, names, h, attr, _FACTORY)
     }
     if not wanted and not held:
         return []  # the regex read of the text finds no candidate: no tree walk

@@ -133,7 +133,8 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     hot = _hot_lines(source, lines, imports.torch)
     program = program_of(tree)
     calls = calls_of(program, imports, lines)
-    names = functools.cache(lambda: imported_names(tree))  # read only when a class is sought
+    # the file's imported names: read only when a class or another file's helper is sought
+    names = functools.cache(lambda: imported_names(tree, source))
     calls.other = lambda cls: forward_of(path, names(), cls)
     calls.alias = lambda name: alias_of(path, names(), name)
     calls.function = lambda name: function_of(path, names(), name)
@@ -145,7 +146,7 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     for fpath in forward_paths(tree, lines, program, held):
         if fpath.pipeline:
             continue  # a data-pipeline transform: its tensors are data-loader outputs
-        helpers.extend(helpers_called(path, fpath, lines, program, names(), calls))
+        helpers.extend(helpers_called(path, fpath, program, names, calls))
         ctx = walk_function(
             fpath.function,
             imports,

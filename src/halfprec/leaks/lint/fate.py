@@ -45,6 +45,7 @@ from halfprec.leaks.lint.branches import needs_rank, rank_guarded
 from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.comprehensions import comprehended
 from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.floated import floats_here, picks_elements, python_numbers
 from halfprec.leaks.lint.holders import fed_half
 from halfprec.leaks.lint.indexing import half_written_at
 from halfprec.leaks.lint.islands import island_buffer, island_value
@@ -80,8 +81,10 @@ class _Follow:
         self.empty = False  # no elements (torch.empty(0)): only a join carries its dtype on
         self.chosen = False  # cast to fp32 on purpose on the way (mask.to(torch.float))
         self.mixed = False  # joined with half tensors (cat([t, h])): only a cast ends it well
+        self.pieces = False  # held in a list with half tensors ([t, h], ts + [h]): a join mixes
         self.island = False  # a buffer of an fp32 island (see .islands): fp32 there is not half
         self.unsure = False  # of data of any dtype (torch.tensor(arrays)): only a strict op tells
+        self.listed = False  # that data is Python numbers (a list[float]): fp32 once floating
         self.strict = False  # this step needs its inputs in one dtype (a layer's weights)
         self.key: str | None = None  # the key it is kept under in a dict ({"mask": t})
         self.names: set[str] = set()  # the names followed in this function
@@ -95,7 +98,7 @@ class _Follow:
         """A walk on from here in another function: the same kind of tensor, no names yet."""
         follow = _Follow(ctx, self.upcast, False)
         follow.zero, follow.mixed, follow.island = self.zero, self.mixed, self.island
-        follow.unsure = self.unsure
+        follow.unsure, follow.listed = self.unsure, self.listed
         follow.ranked = self.ranked
         return follow
 
@@ -194,10 +197,12 @@ class _Follow:
     def climb(self, node: ast.AST) -> None:
         """Follow the value of ``node`` up through the expressions that contain it."""
         parents, opaque, chosen, mixed = self.ctx.parents, self.opaque, self.chosen, self.mixed
-        ranked = self.ranked
+        ranked, unsure, pieces = self.ranked, self.unsure, self.pieces
         try:
             self._climb(node, parents)
         finally:
+            self.pieces = pieces  # nor a list of half pieces on this path
+            self.unsure = unsure  # nor an op that made its data floating (see .floated)
             self.opaque = opaque  # an unseen callee on this path does not hide the others
             self.ranked = ranked  # nor a branch of its rank
             self.chosen = chosen  # nor a cast to fp32 on this path
@@ -215,6 +220,8 @@ class _Follow:
                 return
             if step == "up":
                 assert parent is not None
+                if self.unsure and self.listed and floats_here(node, parent, self.ctx):
+                    self.unsure, self.fate.floated = False, True
                 node = parent
                 if isinstance(parent, ast.Attribute) and called(self, parent):
                     node = parents[id(parent)]  # t.view(...): the call's value goes on
@@ -326,6 +333,7 @@ def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:
     follow.empty = _no_elements(node)
     follow.island = not upcast and island_buffer(node, ctx)
     follow.unsure = id(node) in ctx.unsure
+    follow.listed = follow.unsure and python_numbers(node, ctx)
     follow.zero = _scalar_factory(node, ctx)
     # 0-dim where it is made fp32 (torch.tensor(n) / k of an int n): with dimensioned half
     # tensors it keeps their dtype, as a 0-dim factory's tensor does
@@ -388,6 +396,7 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
     if isinstance(parent, ast.BinOp):
         other = parent.right if parent.left is node else parent.left
         if isinstance(node, (ast.Tuple, ast.List)) or isinstance(other, (ast.Tuple, ast.List)):
+            f.pieces = f.pieces or _half_pieces(f, other)  # ts[1:] + [h]: h is a piece too
             return "up"  # (loss,) + outputs: a longer tuple, no arithmetic
         return f.meets([other], total=isinstance(parent.op, (ast.Add, ast.Sub)))
     if isinstance(parent, (ast.UnaryOp, ast.Starred, ast.Await)):
@@ -417,6 +426,8 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
             return "integer"  # torch.max(t, -1)[1]: the indices of the values
         element = isinstance(parent.slice, ast.Constant) and isinstance(parent.slice.value, int)
         f.scalar = f.scalar or (element and f.one_dim)  # w[0] of a vector: 0-dim
+        # sigmas[idx] of data of any shape: maybe 0-dim, which keeps half operands half
+        f.ranked = f.ranked or f.unsure and picks_elements(parent.slice)
         return "up"
     if isinstance(parent, (ast.Index, ast.Slice)):  # pragma: no cover - Python < 3.9 shapes
         return "integer"
@@ -434,6 +445,7 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
     if isinstance(parent, (ast.List, ast.Tuple)):
         if _joins(f, parent):
             return f.meets([e for e in parent.elts if e is not node], join=True)
+        f.pieces = f.pieces or _half_pieces(f, parent)  # pieces = [t, h]
         if isinstance(f.ctx.parents.get(id(parent)), ast.Return) and node in parent.elts:
             f.element = parent.elts.index(node)  # return a, t: the caller's second name
         return "up"
@@ -441,6 +453,9 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
         call = f.ctx.parents.get(id(parent))
         return argument_step(f, node, call) if isinstance(call, ast.Call) else "unknown"
     if isinstance(parent, ast.Call):
+        if f.pieces and parent.args and parent.args[0] is node and _joining(parent):
+            f.mixed, f.pieces = True, False  # torch.stack(pieces): t's dtype wins, uncast
+            return "up"
         gen = f.ctx.parents.get(id(parent))
         if isinstance(gen, ast.comprehension) and gen.iter is parent:
             return comprehended(f, node, gen)  # for a, t in zip(h, ts)
@@ -502,6 +517,15 @@ def _joins(f: _Follow, seq: ast.List | ast.Tuple) -> bool:
     """``torch.cat([t, h])``: the pieces of the list meet (in ``return t, h`` they do not)."""
     outer = f.ctx.parents.get(id(seq))
     return isinstance(outer, ast.Call) and dotted(outer.func).rsplit(".", 1)[-1] in _JOINS
+
+
+def _half_pieces(f: _Follow, seq: ast.AST) -> bool:
+    """A list or tuple display with a floating tensor of the model's dtype in it."""
+    return isinstance(seq, (ast.List, ast.Tuple)) and any(f.floating(e) for e in seq.elts)
+
+
+def _joining(call: ast.Call) -> bool:
+    return dotted(call.func).rsplit(".", 1)[-1] in _JOINS
 
 
 _JOINS = words("cat stack concat concatenate hstack vstack dstack column_stack")

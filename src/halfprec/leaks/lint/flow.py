@@ -21,7 +21,9 @@ from halfprec.leaks.lint.complexes import complex_names
 from halfprec.leaks.lint.comprehensions import plain_iteration
 from halfprec.leaks.lint.context import Calls, Check, Context, Inputs, dotted
 from halfprec.leaks.lint.fate import fate_of
+from halfprec.leaks.lint.floated import floated_message
 from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.returned import is_method_call, returned_values
 from halfprec.leaks.lint.scope import Function, Imports, Program
 from halfprec.leaks.lint.values import INDEX_NAME, floating_params, value_of
 
@@ -78,6 +80,8 @@ def _bind(targets: list[ast.expr], value: ast.AST | None, ctx: Context) -> None:
         for target, part in pairs:
             _bind([target], part, ctx)
         return
+    if len(targets) == 1 and _returned_tuple(targets[0], value, ctx):
+        return
     if len(targets) == 1 and isinstance(targets[0], ast.Name):
         held = held_submodule(value, ctx)
         if held:
@@ -99,6 +103,27 @@ def _bind(targets: list[ast.expr], value: ast.AST | None, ctx: Context) -> None:
                 got = None if INDEX_NAME.search(name) else piece
             if got is not None:
                 ctx.floating[name] = got
+
+
+def _returned_tuple(target: ast.expr, value: ast.AST | None, ctx: Context) -> bool:
+    """``out, c = self.step(x, c)`` of a method returning a tuple of that length: each
+    name holds its element (see :mod:`.returned`); False when that is not known."""
+    if not (isinstance(target, ast.Tuple) and isinstance(value, ast.Call)):
+        return False
+    if any(isinstance(e, ast.Starred) for e in target.elts):
+        return False
+    got = returned_values(value, ctx, value_of, len(target.elts))
+    if got is None and is_method_call(value, ctx):
+        got = [None] * len(target.elts)  # a, b = self.route(h) of a whole value: not known
+    if got is None:
+        return False
+    for elt, element in zip(target.elts, got, strict=True):
+        for name in _target_names(elt):
+            ctx.floating.pop(name, None)
+            ctx.outputs.discard(name)
+            if element is not None and isinstance(elt, ast.Name) and not INDEX_NAME.search(name):
+                ctx.floating[name] = element
+    return True
 
 
 def held_submodule(value: ast.AST | None, ctx: Context) -> str:
@@ -419,6 +444,8 @@ def _settle(ctx: Context) -> None:
             fix = None
         if fate.zero_output:
             message = zero_output_message(message)
+        elif fate.floated:
+            message = floated_message(message)
         ctx.found.append((node, code, message, fix))
     ctx.pending.clear()
     for deferred in ctx.deferred:

@@ -11,6 +11,7 @@ parsed, or that are larger than a source file the lint reads, are skipped.
 from __future__ import annotations
 
 import ast
+import bisect
 import functools
 import re
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ _MAX_FILES = 128  # other files kept parsed at once (each holds its tree)
 _MAX_BYTES = 2 * 2**20  # larger files are not read for this
 _MAX_UP = 8
 _MAX_CALLED = 16  # functions a helper calls whose text is read for a factory
+_IMPORT = re.compile("import")  # a literal: re scans for it fast (a word or not)
 _CALLED = re.compile(
     r"(?<![\w.])([A-Za-z_]\w*)\s*\("
 )  # parent folders searched for an absolute import's package
@@ -48,14 +50,19 @@ class Origin:
     text: str
 
 
-def imported_names(tree: ast.Module) -> Imported:
+def imported_names(tree: ast.Module, text: str | None = None) -> Imported:
     """The names ``from <module> import <name>`` binds in a file (at its top, or in a
     function: ``__init__`` importing its layers), and ``import <pkg>.<module> as <name>``;
-    the first binding of a name wins. Only statements are visited, never expressions."""
+    the first binding of a name wins. Only statements are visited, never expressions;
+    given the file's ``text`` (with ``\n`` line ends), only those whose lines hold the text
+    ``import`` (an import statement's lines always do)."""
     names: Imported = {}
+    starts = _import_lines(text) if text is not None and "\r" not in text else None
     stack: list[ast.stmt] = list(reversed(tree.body))
     while stack:
         node = stack.pop()
+        if starts is not None and not _holds_line(starts, node):
+            continue
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
                 local = alias.asname or alias.name
@@ -74,6 +81,24 @@ def imported_names(tree: ast.Module) -> Imported:
         for handler in getattr(node, "handlers", ()):
             stack.extend(reversed(handler.body))
     return names
+
+
+def _import_lines(text: str) -> list[int]:
+    """The numbers of the lines of ``text`` that hold the text ``import``, in order."""
+    found: list[int] = []
+    line, pos = 1, 0
+    for match in _IMPORT.finditer(text):
+        line += text.count("\n", pos, match.start())
+        pos = match.start()
+        if not found or found[-1] != line:
+            found.append(line)
+    return found
+
+
+def _holds_line(starts: list[int], node: ast.stmt) -> bool:
+    """Whether one of the sorted line numbers ``starts`` is among ``node``'s lines."""
+    at = bisect.bisect_left(starts, node.lineno)
+    return at < len(starts) and starts[at] <= (node.end_lineno or node.lineno)
 
 
 def module_file(path: Path, module: str, level: int) -> Path | None:
@@ -222,7 +247,7 @@ def _load(file: Path) -> tuple[Calls, Imported] | None:
         tree = ast.parse(text, filename=str(file))
     except (OSError, SourceError, SyntaxError, ValueError, RecursionError):
         return None
-    imports, names = imports_of(tree), imported_names(tree)
+    imports, names = imports_of(tree), imported_names(tree, text)
     calls = calls_of(program_of(tree), imports, split_lines(text))
     calls.other = lambda cls: forward_of(str(file), names, cls)
     calls.alias = lambda name: alias_of(str(file), names, name)

@@ -16,9 +16,32 @@ def words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-def _edges(root: ast.AST) -> Iterator[tuple[ast.AST, ast.AST]]:
-    """``(parent, child)`` for every node under ``root``, breadth first: the children
-    come in the order :func:`ast.walk` yields them."""
+def walk(node: ast.AST) -> Iterator[ast.AST]:
+    """``node`` and everything under it, breadth first, in :func:`ast.walk`'s order (one
+    generator: each node is yielded as it is queued, which is the order it is taken in)."""
+    yield node
+    todo = deque([node])
+    pop, push = todo.popleft, todo.append
+    while todo:
+        current = pop()
+        for name in current._fields:
+            value = getattr(current, name, None)
+            if isinstance(value, _AST):
+                push(value)
+                yield value
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, _AST):
+                        push(item)
+                        yield item
+
+
+def parent_map(root: ast.AST) -> dict[int, ast.AST]:
+    """``id(node) -> parent`` for every node under ``root`` (``root`` itself has none).
+    Visited in :func:`walk`'s order, so a node that ``ast.parse`` shares between parents
+    (the ``Load``/``Store`` contexts) maps to the last one :func:`ast.walk` would reach.
+    Filled in one loop, without a generator (the rules build one per walked function)."""
+    parents: dict[int, ast.AST] = {}
     todo = deque([root])
     pop, push = todo.popleft, todo.append
     while todo:
@@ -27,26 +50,13 @@ def _edges(root: ast.AST) -> Iterator[tuple[ast.AST, ast.AST]]:
             value = getattr(node, name, None)
             if isinstance(value, _AST):
                 push(value)
-                yield node, value
+                parents[id(value)] = node
             elif isinstance(value, list):
                 for item in value:
                     if isinstance(item, _AST):
                         push(item)
-                        yield node, item
-
-
-def walk(node: ast.AST) -> Iterator[ast.AST]:
-    """``node`` and everything under it, breadth first, in :func:`ast.walk`'s order."""
-    yield node
-    for _, child in _edges(node):
-        yield child
-
-
-def parent_map(root: ast.AST) -> dict[int, ast.AST]:
-    """``id(node) -> parent`` for every node under ``root`` (``root`` itself has none).
-    Visited in :func:`walk`'s order, so a node that ``ast.parse`` shares between parents
-    (the ``Load``/``Store`` contexts) maps to the last one :func:`ast.walk` would reach."""
-    return {id(child): parent for parent, child in _edges(root)}
+                        parents[id(item)] = node
+    return parents
 
 
 def parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[ast.arg, ast.expr | None]]:

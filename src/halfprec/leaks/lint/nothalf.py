@@ -16,17 +16,26 @@ import ast
 
 from halfprec.leaks.lint.casts import is_fp32_dtype
 from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.decided import binding_of, checked, passed, returned
 from halfprec.leaks.lint.pyints import int_scalar
 from halfprec.leaks.lint.scalars import integer_tensor
 
-_MAX_DEPTH = 10
+_MAX_DEPTH = 64  # values followed back, through callers and helpers' returns too
+_MAX_STEPS = 4000  # values judged for one limit: past that, it may meet half
+_steps = [0]
+_MAX_NAMES = 4  # names bound to pure numbers followed from a limit (eps, tol = 8 * eps, ...)
+_PICKS = words("where maximum minimum fmax fmin")
 _TO_NUMBER = words("float double long int bool short byte")
 _KEEPS = words(
     "abs clone squeeze unsqueeze view reshape flatten contiguous detach sum cumsum"
-    " gather expand expand_as transpose permute neg sqrt exp log clamp"
+    " gather expand expand_as transpose permute neg sqrt exp log clamp unbind chunk split narrow"
+    " min max amin amax mean"
 )
 _INTEGER_DTYPES = words("long int int64 int32 int16 int8 uint8 bool")
-_INTEGER_RESULTS = words("argmax argmin argsort bincount nonzero")
+_INTEGER_RESULTS = words(
+    "argmax argmin argsort bincount nonzero any all isfinite isnan isinf logical_and logical_or"
+    " logical_not"
+)
 _SORTS = words("sort topk")
 _CLAMPS = words("clamp clamp_min clamp_max clip")
 _LIKE = words("zeros_like ones_like empty_like full_like")
@@ -39,7 +48,8 @@ def _dtype_out_of_half(node: ast.AST, ctx: Context) -> bool:
 
 def out_of_half(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     """Whether ``node`` is a number or a tensor that is not half in a converted model."""
-    if depth > _MAX_DEPTH:
+    _steps[0] += 1
+    if depth > _MAX_DEPTH or _steps[0] > _MAX_STEPS:
         return False
     if isinstance(node, ast.Constant):
         return isinstance(node.value, (int, float))
@@ -52,8 +62,16 @@ def out_of_half(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     if isinstance(node, ast.Subscript):
         return out_of_half(node.value, ctx, depth + 1)
     if isinstance(node, ast.Name):
-        bound = ctx.binding_before(node)
-        return bound is not None and out_of_half(bound, ctx, depth + 1)
+        value, index, since = binding_of(node, ctx)
+        if checked(node, ctx, since):
+            return True  # if t.dtype != torch.float32: raise ... (see .decided)
+        if value is None:
+            return passed(node, ctx, out_of_half, depth)  # a parameter: what callers pass
+        if index is not None:  # a, b = helper(...): its returns' element
+            return isinstance(value, ast.Call) and returned(value, index, ctx, out_of_half, depth)
+        return out_of_half(value, ctx, depth + 1)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(out_of_half(e, ctx, depth + 1) for e in node.elts)
     if isinstance(node, ast.Attribute) and node.attr in ("values", "indices"):
         if node.attr == "indices":
             return True
@@ -91,8 +109,18 @@ def _call(call: ast.Call, ctx: Context, depth: int) -> bool:
         return True
     if dotted(func).startswith("math."):
         return True
+    if isinstance(func, ast.Name):  # a function of the tree: what it returns
+        return returned(call, None, ctx, out_of_half, depth)
     if not isinstance(func, ast.Attribute):
         return False
+    picked = ctx.is_torch_attr(func, *_PICKS)  # torch.where(c, a, b): a's or b's dtype
+    if picked is not None:
+        values = call.args[1:] if picked == "where" else call.args
+        return bool(values) and all(out_of_half(v, ctx, depth + 1) for v in values)
+    if ctx.is_torch_attr(func, "cat", "stack", "concat") is not None and call.args:
+        return out_of_half(call.args[0], ctx, depth + 1)  # every piece out of half
+    if func.attr.startswith("new_"):
+        return out_of_half(func.value, ctx, depth + 1)  # t.new_zeros(n): t's dtype
     if func.attr in _TO_NUMBER and not call.args:
         return True
     if func.attr in _INTEGER_RESULTS:
@@ -141,8 +169,10 @@ def _math_call(node: ast.AST | None) -> bool:
 def meets_no_half(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     """Whether the number at ``node`` (a ``torch.finfo(...).eps``) meets only values that
     are not half: in its arithmetic, and where a name bound to a pure number is read."""
-    if depth > 2:
+    if depth > _MAX_NAMES:
         return False
+    if depth == 0:
+        _steps[0] = 0
     parent = ctx.parents.get(id(node))
     if isinstance(node, ast.Call) and isinstance(parent, ast.Attribute):
         node = parent

@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 import functools
 
+from halfprec.leaks.lint.nodes import walk
+
 _INT_OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
 _COUNTS = frozenset({"dim", "ndimension", "numel", "nelement"})
 _MAX_DEPTH = 4
@@ -65,7 +67,7 @@ def _int_names(fn: ast.AST) -> frozenset[str]:
     """The names of ``fn`` every binding of which is an int (one walk per function, and a
     few passes for names bound from other such names)."""
     binds: dict[str, list[ast.AST | None]] = {}
-    for node in ast.walk(fn):
+    for node in walk(fn):
         if isinstance(node, ast.arg):
             binds.setdefault(node.arg, []).append(None)  # a parameter: any value
         elif isinstance(node, ast.Assign):
@@ -115,7 +117,7 @@ def _record(
                 binds,
             )
         return
-    for n in ast.walk(target):  # h[0] = v, self.n = v: no name bound
+    for n in walk(target):  # h[0] = v, self.n = v: no name bound
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
             binds.setdefault(n.id, []).append(None)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from halfprec.leaks.lint.callers import CallSite, argument_for
+from halfprec.leaks.lint.chosen import choices
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.context import Calls, Context, dotted
 from halfprec.leaks.lint.keyed import held_key
@@ -30,6 +31,7 @@ class Fate:
     grid: bool = False
     unknown: bool = False
     zero_output: bool = False
+    floated: bool = False  # data of any dtype made floating on the way (see .floated)
 
     @property
     def reported(self) -> bool:
@@ -88,14 +90,32 @@ _MAX_DEPTH = 6  # calls followed into, one inside another
 Callee = tuple[Function, ClassFacts, bool, bool, Calls | None]
 
 
-def _callee(f: Follow, call: ast.Call) -> Callee | None:
-    """The function ``call`` runs, when this file defines it: a function, a method of this
-    class, or the ``forward`` of a submodule whose class is defined here. With its class's
-    facts, whether it is a ``forward``, and whether its first parameter is ``self``."""
+def _callees(f: Follow, call: ast.Call) -> list[Callee]:
+    """The functions ``call`` may run: the one it names (:func:`_callee`), else each method
+    a name or attribute chosen at run time may hold (:mod:`.chosen`)."""
+    one = _callee(f, call.func)
+    if one is not None:
+        return [one]
+    calls, function = f.ctx.calls, f.ctx.function
+    if calls is None or f.depth >= _MAX_DEPTH:
+        return []
+    cls = None
+    if not isinstance(call.func, ast.Name) and isinstance(function, Function):
+        owner = calls.program.owner_of(function)  # self.loss(...): the class's bindings
+        cls = calls.program.classes.get(owner) if owner else None
+    found = (_callee(f, alt) for alt in choices(call.func, f.ctx, cls))
+    return [c for c in found if c is not None]
+
+
+def _callee(f: Follow, func: ast.expr) -> Callee | None:
+    """The function a call of ``func`` runs, when this file defines it: a function, a
+    method of this class, or the ``forward`` of a submodule whose class is defined here.
+    With its class's facts, whether it is a ``forward``, and whether its first parameter is
+    ``self``."""
     calls = f.ctx.calls
     if calls is None or f.depth >= _MAX_DEPTH:
         return None
-    program, func = calls.program, call.func
+    program = calls.program
     if isinstance(func, ast.Name) and f.ctx.function is not None:
         inner = calls.nested_in(f.ctx.function, func.id)
         if inner is not None:  # def ease(t): ... inside the walked function
@@ -284,13 +304,23 @@ def _parameter(
 def enter(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
     """Follow ``node`` into the function ``call`` runs, where this file defines it; None
     when it does not."""
-    target = _callee(f, call)
-    if target is None:
+    targets = _callees(f, call)
+    if not targets:
         return None
+    entered = False
+    for target in targets:
+        if f.fate.leaks:
+            break
+        entered = _enter_one(f, node, call, target) or entered
+    return "done" if entered else "unknown"
+
+
+def _enter_one(f: Follow, node: ast.AST, call: ast.Call, target: Callee) -> bool:
+    """Follow ``node`` into one callee of ``call``; False when no parameter receives it."""
     fn, facts, is_forward, skip_self, there = target
     param = _parameter(fn, call, node, skip_self, f.key)
     if param is None:
-        return "unknown"
+        return False
     calls = there or f.ctx.calls
     assert calls is not None  # _callee found one
     inner = f.spawn(calls.context(fn, facts, is_forward))
@@ -304,7 +334,7 @@ def enter(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
     inner.caller, inner.depth = (f, call), f.depth + 1
     inner.follow_name(param.arg, param)
     f.hops = inner.hops if there is None else f.hops + 1
-    return "done"
+    return True
 
 
 def to_callers(f: Follow) -> bool:

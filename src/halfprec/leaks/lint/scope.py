@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts, class_facts
 from halfprec.leaks.lint.nodes import words
@@ -36,6 +36,9 @@ class ForwardPath:
     facts: ClassFacts
     is_forward: bool = False
     pipeline: bool = False  # reached only from data-pipeline transforms (pipeline.py)
+    # its calls as :func:`called_names` and :func:`held_calls` read them (read once here)
+    called: tuple[tuple[bool, str], ...] = field(default=(), compare=False)
+    held: tuple[tuple[bool, str, str], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -220,7 +223,7 @@ def forward_paths(
         {name: facts for name, (_, facts) in modules.items()},
         {name: methods["forward"] for name, (methods, _) in modules.items()},
         by_name,
-        any("collate_fn" in line for line in lines),
+        "collate_fn" in "\n".join(lines),  # no line end inside the name: as line by line
         held,
     )
     queue: list[tuple[Function, dict[str, Function], ClassFacts, bool]] = []
@@ -230,6 +233,7 @@ def forward_paths(
         seen[id(methods["forward"])] = ForwardPath(
             methods["forward"], facts, is_forward=True, pipeline=piped
         )
+    texts: dict[int, tuple[tuple[tuple[bool, str], ...], tuple[tuple[bool, str, str], ...]]] = {}
     while queue:
         fn, methods, facts, piped = queue.pop()
         entry = seen.get(id(fn))
@@ -237,13 +241,17 @@ def forward_paths(
             seen[id(fn)] = ForwardPath(fn, facts, pipeline=piped)  # a model's path wins
         elif not entry.is_forward:
             continue
+        if id(fn) not in texts:
+            texts[id(fn)] = (tuple(called_names(fn, lines)), tuple(held_calls(fn, lines)))
+        called, held_by = texts[id(fn)]
         found: list[tuple[Function, dict[str, Function], ClassFacts]] = []
-        for on_self, name in called_names(fn, lines):
+        for on_self, name in called:
             callee = methods.get(name) if on_self else functions.get(name)
             if callee is not None:
                 found.append((callee, methods, facts) if on_self else (callee, {}, NO_FACTS))
-        for on_self, holder, name in held_calls(fn, lines):
-            held_name = dict(facts.module_classes).get(holder) if on_self else holder
+        module_classes = dict(facts.module_classes) if held_by else {}
+        for on_self, holder, name in held_by:
+            held_name = module_classes.get(holder) if on_self else holder
             held_class = members(held_name) if held_name else None
             if held_class is not None and name in held_class[0]:
                 found.append((held_class[0][name], *held_class))
@@ -251,7 +259,11 @@ def forward_paths(
             known = seen.get(id(callee))
             if known is None or (known.pipeline and not piped):
                 queue.append((callee, its_methods, its_facts, piped))
-    return sorted(seen.values(), key=lambda p: p.function.lineno)
+    paths = [
+        replace(p, called=texts[id(p.function)][0], held=texts[id(p.function)][1])
+        for p in seen.values()
+    ]
+    return sorted(paths, key=lambda p: p.function.lineno)
 
 
 @dataclass(frozen=True)

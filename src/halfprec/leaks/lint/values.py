@@ -33,6 +33,7 @@ from halfprec.leaks.lint.context import Context, Template, dotted, words
 from halfprec.leaks.lint.keyed import held_key
 from halfprec.leaks.lint.nodes import parameters, walk
 from halfprec.leaks.lint.pyints import int_bound, int_scalar
+from halfprec.leaks.lint.returned import returned_values
 from halfprec.leaks.lint.scalars import LOSSES
 from halfprec.leaks.lint.transforms import transform_layer
 
@@ -219,12 +220,24 @@ def _submodule_value(call: ast.Call, ctx: Context) -> bool | None | str:
             return False  # self.model.text_encoder(ids): a module of a dict it was handed
         return "no"
     facts = ctx.facts
-    if func.attr in facts.methods or func.attr in facts.tensors:
-        return None  # one of the class's own helpers: it may return anything
+    if func.attr in facts.methods:  # one of the class's own helpers: what it returns
+        got = returned_values(call, ctx, value_of, 0)
+        return got[0] if got else None
+    if func.attr in facts.tensors:
+        return None
     if func.attr in facts.passthrough or transform_layer(ctx, func.attr):
         # self.act = ACT2FN[...], self.rotate = v2.RandomAffine(...): its input's dtype
         return value_of(call.args[0], ctx) if call.args else None
+    if call.args and _fp32_on_purpose(call.args[0], ctx):
+        return None  # self.criterion(scores.float(), y): fp32 (no weights) or it raises
     return True
+
+
+def _fp32_on_purpose(arg: ast.AST, ctx: Context) -> bool:
+    """``x.float()``, ``x.to(torch.float32)``: an input made fp32 on purpose."""
+    if not isinstance(arg, ast.Call) or not isinstance(arg.func, ast.Attribute):
+        return False
+    return value_of(arg, ctx) is None and ctx.is_upcast(arg)
 
 
 def _call_value(call: ast.Call, ctx: Context) -> bool | None:
