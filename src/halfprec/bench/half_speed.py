@@ -50,7 +50,8 @@ class HalfSpeed:
 
     def probe(self, shapes: dict[Gemm, int]) -> list[str]:
         """Probe each half dtype at the model's costliest product (of ``shapes``), first at
-        a quarter of its rows where it has 128 (:func:`~halfprec.bench.limit.first_look`);
+        a quarter of its rows where it has 128 (:func:`~halfprec.bench.limit.first_look`:
+        a dtype found slow there is skipped, any other probed at the full product);
         skip it only when the probe is sure it is too slow
         (:func:`~halfprec.bench.limit.measure_slowdown`). A verdict cached for this machine
         (:mod:`halfprec.bench.probe_cache`) is used instead of probing again; only a sure
@@ -69,7 +70,7 @@ class HalfSpeed:
             if look != gemm:  # a first look, 3 rounds: an emulated dtype costs a quarter
                 probed = look
                 probe, source = self._measure(dtype, look, limit, cache, rounds=3)
-            if probed == gemm or not probe.low > 2 * limit:  # not clearly slow
+            if probed == gemm or not probe.slow:  # not slow there: the full product
                 probed = gemm
                 probe, source = self._measure(dtype, gemm, limit, cache)
             self.slowdowns[dtype] = probe.ratio

@@ -13,7 +13,6 @@ into every one of them (one path that meets half is a leak). A binding to anythi
 from __future__ import annotations
 
 import ast
-import re
 
 from halfprec.leaks.lint.context import Context
 from halfprec.leaks.lint.nodes import walk
@@ -60,19 +59,24 @@ def _local_values(name: str, ctx: Context) -> list[ast.expr]:
     return out
 
 
-def _attr_values(attr: str, cls: ast.ClassDef, lines: list[str]) -> list[ast.expr]:
-    """The values the methods of ``cls`` assign to ``self.<attr>`` (the class is walked only
-    when its text has such an assignment)."""
-    text = "\n".join(lines[cls.lineno - 1 : cls.end_lineno or cls.lineno])
-    if not re.search(rf"self\.{re.escape(attr)}\s*=[^=]", text):
-        return []
-    return [
-        node.value
-        for node in walk(cls)
-        if isinstance(node, ast.Assign)
-        and len(node.targets) == 1
-        and _self_attr(node.targets[0]) == attr
-    ]
+def _attr_values(attr: str, cls: ast.ClassDef) -> list[ast.expr]:
+    """The values the methods of ``cls`` assign to ``self.<attr>`` (the class is walked once,
+    for every attribute)."""
+    held = _ASSIGNED.get(id(cls))
+    if held is None or held[0] is not cls:
+        found: dict[str, list[ast.expr]] = {}
+        for node in walk(cls):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                name = _self_attr(node.targets[0])
+                if name is not None:
+                    found.setdefault(name, []).append(node.value)
+        if len(_ASSIGNED) > 256:
+            _ASSIGNED.clear()
+        held = _ASSIGNED[id(cls)] = (cls, found)
+    return held[1].get(attr, [])
+
+
+_ASSIGNED: dict[int, tuple[ast.ClassDef, dict[str, list[ast.expr]]]] = {}
 
 
 def choices(func: ast.AST, ctx: Context, cls: ast.ClassDef | None) -> list[ast.expr]:
@@ -85,7 +89,7 @@ def choices(func: ast.AST, ctx: Context, cls: ast.ClassDef | None) -> list[ast.e
     if isinstance(func, ast.Name) and ctx.function is not None:
         values = _local_values(func.id, ctx)
     elif attr_name is not None and cls is not None:
-        values = _attr_values(attr_name, cls, ctx.lines)
+        values = _attr_values(attr_name, cls)
     else:
         return []
     attr = _self_attr(func) is not None
