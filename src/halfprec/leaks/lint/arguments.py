@@ -36,14 +36,9 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     last = name.rsplit(".", 1)[-1] if name else ""
     owner = name.rsplit(".", 1)[0] if "." in name else ""
     others = [a for a in (*call.args, *(k.value for k in call.keywords)) if a is not node]
-    if isinstance(func, ast.Name) and func.id in _ROWS and call.args[:1] == [node]:
-        return "up"  # list(t): its rows, in its dtype
-    if isinstance(func, ast.Name) and func.id in _BUILTIN_SAFE:
-        return "safe"
-    if isinstance(func, ast.Name) and func.id == "dict":
-        if isinstance(node, ast.keyword):  # dict(mask=t): the dict holds t under "mask"
-            f.key = node.arg
-        return "up"
+    builtin = _builtin_step(f, node, call)
+    if builtin is not None:
+        return builtin
     stored = _held_by(f, node, call, last)
     if stored is not None:
         return stored
@@ -113,6 +108,22 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         receiver = func.value if isinstance(func, ast.Attribute) and not torch_call else None
         return f.meets(others if receiver is None else [*others, receiver])
     return "unknown"
+
+
+def _builtin_step(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
+    """``t`` passed to a Python builtin; None for any other call."""
+    func = call.func
+    if not isinstance(func, ast.Name):
+        return None
+    if func.id in _ROWS and call.args[:1] == [node]:
+        return "up"  # list(t): its rows, in its dtype
+    if func.id in _BUILTIN_SAFE:
+        return "safe"
+    if func.id == "dict":
+        if isinstance(node, ast.keyword):  # dict(mask=t): the dict holds t under "mask"
+            f.key = node.arg
+        return "up"
+    return None
 
 
 def _bound_call(call: ast.Call, last: str, node: ast.AST) -> ast.Call:

@@ -17,8 +17,6 @@ import ast
 from halfprec.leaks.lint.context import Context
 from halfprec.leaks.lint.nodes import walk
 
-__all__ = ["choices"]
-
 _MAX_CHOICES = 8
 
 

@@ -178,6 +178,26 @@ def held_calls(fn: Function, lines: list[str]) -> Iterator[tuple[bool, str, str]
         yield match.group(1) is not None, match.group(2), match.group(3)
 
 
+def _members(
+    name: str,
+    by_name: dict[str, ast.ClassDef],
+    modules: dict[str, tuple[dict[str, Function], ClassFacts]],
+    program: Program | None,
+) -> tuple[dict[str, Function], ClassFacts] | None:
+    """The methods (with its same-file bases') and facts of the class ``name``: ``modules``'
+    entry for a module class, else read from ``by_name`` (the file's classes)."""
+    if name in modules or name not in by_name:
+        return modules.get(name)
+    cls = by_name[name]
+    bases = [by_name[b.id] for b in cls.bases if isinstance(b, ast.Name) and b.id in by_name]
+    bases = [b for b in bases if b is not cls]
+    methods: dict[str, Function] = {}
+    for klass in (*bases, cls):
+        methods.update(_methods(klass))
+    facts = class_facts(cls, bases) if program is None else program.facts_of(cls, bases)
+    return methods, facts
+
+
 def forward_paths(
     tree: ast.Module,
     lines: list[str],
@@ -194,19 +214,6 @@ def forward_paths(
     by_name = {c.name: c for c in classes}
     seen: dict[int, ForwardPath] = {}
     modules: dict[str, tuple[dict[str, Function], ClassFacts]] = {}
-
-    def members(name: str) -> tuple[dict[str, Function], ClassFacts] | None:
-        """The methods (with its same-file bases') and facts of the class ``name``."""
-        if name in modules or name not in by_name:
-            return modules.get(name)
-        cls = by_name[name]
-        bases = [by_name[b.id] for b in cls.bases if isinstance(b, ast.Name) and b.id in by_name]
-        bases = [b for b in bases if b is not cls]
-        methods: dict[str, Function] = {}
-        for klass in (*bases, cls):
-            methods.update(_methods(klass))
-        facts = class_facts(cls, bases) if program is None else program.facts_of(cls, bases)
-        return methods, facts
 
     for cls in classes:
         methods = _methods(cls)
@@ -252,7 +259,7 @@ def forward_paths(
         module_classes = dict(facts.module_classes) if held_by else {}
         for on_self, holder, name in held_by:
             held_name = module_classes.get(holder) if on_self else holder
-            held_class = members(held_name) if held_name else None
+            held_class = _members(held_name, by_name, modules, program) if held_name else None
             if held_class is not None and name in held_class[0]:
                 found.append((held_class[0][name], *held_class))
         for callee, its_methods, its_facts in found:
