@@ -66,27 +66,30 @@ class HalfSpeed:
         cache = None if folder is None else ProbeCache(folder, machine_key(self.device))
         look = first_look(gemm)
         for dtype in self.dtypes:
-            probed = gemm
-            if look != gemm:  # a first look, 3 rounds: an emulated dtype costs a quarter
-                probed = look
-                probe, source = self._measure(dtype, look, limit, cache, rounds=3)
-            if probed == gemm or not probe.slow:  # not slow there: the full product
+            # a first look, 3 rounds: an emulated dtype costs a quarter of the full product
+            probed = look
+            probe, source = self._measure(
+                dtype, look, limit, cache, rounds=3 if look != gemm else 5
+            )
+            if look != gemm and not probe.slow:  # not slow there: the full product
                 probed = gemm
                 probe, source = self._measure(dtype, gemm, limit, cache)
             self.slowdowns[dtype] = probe.ratio
             at = f"probe at {probed.m}x{probed.k}x{probed.n}"
             if probe.slow:
-                self.skips[dtype] = (
-                    f"{dtype_name(dtype)} matmuls run {probe.ratio:.1f}x slower than fp32 on "
-                    f"this device ({at}, at least {probe.low:.1f}x in {probe.rounds} "
-                    f"rounds{source}; limit {limit:g}x)"
+                self.skips[dtype] = _slower(
+                    dtype,
+                    probe.ratio,
+                    f"{at}, at least {probe.low:.1f}x in {probe.rounds} rounds{source}; "
+                    f"limit {limit:g}x",
                 )
             elif probe.ratio > limit and self.support is not None and not self.support.fast(dtype):
-                self.skips[dtype] = (
-                    f"{dtype_name(dtype)} matmuls run {probe.ratio:.1f}x slower than fp32 on "
-                    f"this device ({at}, by the medians of {probe.rounds} rounds, in doubt "
-                    f"under load; {self.support.name} has no fast {dtype_name(dtype)} "
-                    f"kernels; limit {limit:g}x)"
+                self.skips[dtype] = _slower(
+                    dtype,
+                    probe.ratio,
+                    f"{at}, by the medians of {probe.rounds} rounds, in doubt under load; "
+                    f"{self.support.name} has no fast {dtype_name(dtype)} kernels; "
+                    f"limit {limit:g}x",
                 )
         return [] if cache is None else list(cache.notes)
 
@@ -146,10 +149,11 @@ class HalfSpeed:
             return
         probed = self.slowdowns.get(lim.dtype)
         doubt = "" if probed is None else f"; the probe's one product read {probed:.1f}x, in doubt"
-        self.skips[lim.dtype] = (
-            f"{dtype_name(lim.dtype)} matmuls run {1 / lim.ratio:.1f}x slower than fp32 on "
-            f"this device (the model's {lim.shapes} products, the medians of interleaved "
-            f"samples{doubt}; limit {limit:g}x)"
+        self.skips[lim.dtype] = _slower(
+            lim.dtype,
+            1 / lim.ratio,
+            f"the model's {lim.shapes} products, the medians of interleaved samples{doubt}; "
+            f"limit {limit:g}x",
         )
 
     def ratio(self, dtype: torch.dtype) -> float | None:
@@ -158,3 +162,11 @@ class HalfSpeed:
         if ratio is None and dtype in self.slowdowns:
             ratio = 1 / self.slowdowns[dtype]
         return ratio
+
+
+def _slower(dtype: torch.dtype, ratio: float, evidence: str) -> str:
+    """Why ``dtype`` is skipped: its matmuls run ``ratio`` times slower than fp32's, by
+    ``evidence``."""
+    return (
+        f"{dtype_name(dtype)} matmuls run {ratio:.1f}x slower than fp32 on this device ({evidence})"
+    )

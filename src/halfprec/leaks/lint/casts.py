@@ -15,13 +15,13 @@ import ast
 from halfprec.leaks.lint.context import Context, dotted
 from halfprec.leaks.lint.findings import EXPR, Fix
 
-_FP32 = frozenset({"float32", "float", "float64", "double"})
+FP32_NAMES = frozenset({"float32", "float", "float64", "double"})
 _FP32_TYPES = frozenset({"FloatTensor", "DoubleTensor"})
 
 
 def is_fp32_dtype(node: ast.AST, ctx: Context) -> bool:
     """``torch.float32`` (or ``float``, ``float64``, ``double``, ``torch.FloatTensor``)."""
-    if ctx.is_torch_attr(node, *_FP32, *_FP32_TYPES) is not None:
+    if ctx.is_torch_attr(node, *FP32_NAMES, *_FP32_TYPES) is not None:
         return True
     name = dotted(node)
     return name.split(".")[0] in ctx.imports.torch and name.endswith(".cuda.FloatTensor")

@@ -22,18 +22,18 @@ import ast
 from collections.abc import Callable
 
 from halfprec.leaks.lint.callers import argument_for
+from halfprec.leaks.lint.casts import FP32_NAMES
 from halfprec.leaks.lint.classes import NO_FACTS
 from halfprec.leaks.lint.context import Calls, Context, dotted
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.scope import Function
 
 Judge = Callable[[ast.AST, Context, int], bool]
-_FP_DTYPES = frozenset({"float32", "float", "float64", "double"})
 _NUMBERS = frozenset({"int", "float", "bool"})
 
 
 def _wide_dtype(node: ast.AST, ctx: Context) -> bool:
-    return ctx.is_torch_attr(node, *_FP_DTYPES) is not None
+    return ctx.is_torch_attr(node, *FP32_NAMES) is not None
 
 
 def _checks(test: ast.AST, name: str, ctx: Context, raising: bool) -> bool:
