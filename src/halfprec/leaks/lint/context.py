@@ -8,6 +8,7 @@ import ast
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar, cast
 
 from halfprec.leaks.lint.anchors import not_tensors
 from halfprec.leaks.lint.branches import rebinding_end
@@ -18,6 +19,7 @@ from halfprec.leaks.lint.nodes import words as words  # the rules' name tables i
 from halfprec.leaks.lint.scope import Function, Imports, Program
 
 Inputs = dict[str, bool] | None  # parameters known floating where a function is walked
+_T = TypeVar("_T")
 
 
 def dotted(node: ast.AST) -> str:
@@ -331,6 +333,7 @@ class Calls:
     # calls of a helper of this file made in another file's forward path (see .elsewhere)
     outside: dict[int, list[tuple[ast.Call, Context]]] = field(default_factory=dict)
     indented_defs: frozenset[str] | None = None  # names of every indented def of the file
+    read_once: dict[tuple[int, int], object] = field(default_factory=dict)  # per_function
     # the forward of a class another file of the tree defines (see :mod:`.imported`)
     other: Callable[[str], tuple[Calls, Function, ClassFacts] | None] | None = None
     # the layer a name imported from another file of the tree stands for (an alias there)
@@ -343,6 +346,14 @@ class Calls:
     module: Callable[[str, str], tuple[Calls, Function] | None] | None = None
     # the forward of the module class the package stores under a key of a dict of modules
     keyed: Callable[[str], tuple[Calls, Function, ClassFacts] | None] | None = None
+
+    def per_function(self, fn: Function, read: Callable[[Function, list[str]], _T]) -> _T:
+        """``read(fn, lines)`` of the file, read once per function (a function is walked
+        again as a callee, a caller, or with other inputs)."""
+        key = (id(read), id(fn))
+        if key not in self.read_once:
+            self.read_once[key] = read(fn, self.lines)
+        return cast(_T, self.read_once[key])
 
     def class_attrs(
         self,

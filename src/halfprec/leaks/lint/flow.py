@@ -344,7 +344,7 @@ def _fill(call: ast.AST, ctx: Context) -> None:
     ctx.filled.add(owner.id)
 
 
-_INDEXED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\[\s*-?\d+\s*\]")
+_INDEXED = re.compile(r"(?<![\w.])([A-Za-z_]\w*+)\[\s*-?\d+\s*\]")
 
 
 def _containers(fn: Function, lines: list[str]) -> frozenset[str]:
@@ -383,11 +383,15 @@ def walk_function(
     )
     ctx.floating, ctx.optional = floating_params(fn, is_forward)
     ctx.floating.update(_from_callers(fn, ctx) if inputs is None else inputs)
-    ctx.complex = complex_names(fn, lines)
+    ctx.complex = (
+        complex_names(fn, lines) if calls is None else calls.per_function(fn, complex_names)
+    )
     for name in ctx.complex:  # x.conj(): a spectrum, never half
         ctx.floating.pop(name, None)
         ctx.optional.pop(name, None)
-    ctx.containers = _containers(fn, lines)
+    ctx.containers = (
+        _containers(fn, lines) if calls is None else calls.per_function(fn, _containers)
+    )
     _scan([*fn.args.defaults, *(d for d in fn.args.kw_defaults if d is not None)], ctx, checks)
     _walk_block(fn.body, ctx, checks)
     _settle(ctx)
