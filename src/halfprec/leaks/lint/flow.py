@@ -32,6 +32,9 @@ _SPLITS = frozenset({"chunk", "split", "unbind", "tensor_split"})
 
 
 def _target_names(target: ast.AST) -> Iterable[str]:
+    if isinstance(target, ast.Name):  # most targets: nothing under it is a name
+        yield target.id
+        return
     for node in walk(target):
         if isinstance(node, ast.Name):
             yield node.id
