@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
 from halfprec.leaks.lint.anchors import not_tensors
@@ -183,7 +183,10 @@ class Context:
         if stmt not in self.states:
             return self
         if stmt not in self._at:
-            self._at[stmt] = replace(self, floating=self.states[stmt], _at={})
+            at = object.__new__(Context)  # dataclasses.replace without __init__: the same
+            at.__dict__.update(self.__dict__)  # fields, shared, and two of them new
+            at.floating, at._at = self.states[stmt], {}
+            self._at[stmt] = at
         return self._at[stmt]
 
     def is_upcast(self, node: ast.AST, depth: int = 0) -> bool:
