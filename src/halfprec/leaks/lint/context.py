@@ -86,6 +86,7 @@ class Context:
     unsure: set[int] = field(default_factory=set)  # torch.tensor(data) of data of any dtype
     _parents: dict[int, ast.AST] | None = None
     _names: dict[str, list[ast.Name]] | None = None
+    _stmts: dict[int, tuple[ast.AST, ast.AST]] | None = None  # id(node) -> (node, statement)
     _at: dict[int, Context] = field(default_factory=dict)
     _anchors: dict[str, frozenset[str]] = field(default_factory=dict)  # shared by at()'s
     calls: Calls | None = None  # how to follow a tensor into a call of the same file
@@ -171,10 +172,17 @@ class Context:
         return self._parents
 
     def statement_of(self, node: ast.AST) -> ast.AST:
-        """The statement that holds ``node``."""
-        parents = self.parents
+        """The statement that holds ``node`` (found once per node of the function)."""
+        if self._stmts is None:
+            fn, calls = self.function, self.calls
+            self._stmts = {} if fn is None or calls is None else calls.statements_of(fn)
+        held = self._stmts.get(id(node))
+        if held is not None and held[0] is node:
+            return held[1]
+        parents, start = self.parents, node
         while not isinstance(node, ast.stmt) and id(node) in parents:
             node = parents[id(node)]
+        self._stmts[id(start)] = (start, node)  # the node kept: its id is never another's
         return node
 
     def at(self, node: ast.AST) -> Context:
@@ -329,6 +337,7 @@ class Calls:
     index: CallIndex | None = None
     returned: dict[int, list[ast.expr]] = field(default_factory=dict)
     parent_maps: dict[int, dict[int, ast.AST]] = field(default_factory=dict)
+    stmt_maps: dict[int, dict[int, tuple[ast.AST, ast.AST]]] = field(default_factory=dict)
     name_maps: dict[int, dict[str, list[ast.Name]]] = field(default_factory=dict)
     transform_attrs: dict[int, frozenset[str]] = field(default_factory=dict)  # see .transforms
     torch_fn_attrs: dict[int, frozenset[str]] = field(default_factory=dict)  # see .torchfns
@@ -399,6 +408,11 @@ class Calls:
         if id(fn) not in self.name_maps:
             self.name_maps[id(fn)] = names_of(fn)
         return self.name_maps[id(fn)]
+
+    def statements_of(self, fn: ast.AST) -> dict[int, tuple[ast.AST, ast.AST]]:
+        """The statements found to hold nodes of ``fn`` (see :meth:`Context.statement_of`),
+        shared by every context of ``fn``."""
+        return self.stmt_maps.setdefault(id(fn), {})
 
     def parents_of(self, fn: ast.AST) -> dict[int, ast.AST]:
         """``id(node) -> parent`` over ``fn`` (built once)."""

@@ -159,7 +159,7 @@ def _methods(cls: ast.ClassDef) -> dict[str, Function]:
 # the matches of `(?<![\w.])(self\.)?([A-Za-z_]\w*)\s*\(`, found in the reversed text from
 # each `(` (a literal, which `re` scans for fast): the name is the word before it, whole
 _REVERSED_CALL = re.compile(r"\(\s*(\w+)")
-_HELD_CALL = re.compile(r"(?<![\w.])(self\.)?([A-Za-z_]\w*+)\.([A-Za-z_]\w*+)\s*\(")
+_REVERSED_HELD = re.compile(r"\(\s*(\w+)\.(\w+)")
 _NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 _WORD_OR_DOT = re.compile(r"[\w.]")
 
@@ -194,8 +194,24 @@ def _calls_reversed(back: str) -> list[tuple[bool, str]]:
 def held_calls(fn: Function, lines: list[str]) -> Iterator[tuple[bool, str, str]]:
     """``(True, x, m)`` for ``self.x.m(...)`` and ``(False, C, m)`` for ``C.m(...)``."""
     text = "\n".join(lines[fn.lineno - 1 : fn.end_lineno or fn.lineno])
-    for match in _HELD_CALL.finditer(text):
-        yield match.group(1) is not None, match.group(2), match.group(3)
+    yield from reversed(_held_reversed(text[::-1]))
+
+
+def _held_reversed(back: str) -> list[tuple[bool, str, str]]:
+    r""":func:`held_calls` of the text whose reverse is ``back``, last call first (the
+    matches of `(?<![\w.])(self\.)?([A-Za-z_]\w*)\.([A-Za-z_]\w*)\s*\(`)."""
+    out: list[tuple[bool, str, str]] = []
+    size = len(back)
+    for match in _REVERSED_HELD.finditer(back):
+        method, holder, end = match.group(1), match.group(2), match.end()
+        if method[-1] not in _NAME_START or holder[-1] not in _NAME_START:
+            continue
+        if end < size and back[end] == ".":  # a.x.m( or self.x.m(
+            if back.startswith(".fles", end) and not _WORD_OR_DOT.match(back, end + 5):
+                out.append((True, holder[::-1], method[::-1]))
+            continue
+        out.append((False, holder[::-1], method[::-1]))
+    return out
 
 
 def _members(
