@@ -14,6 +14,18 @@ blocks (median and IQR), whether the claim agrees (its range and the blocks' int
 range overlap), and whether the race's rounds alone would have, and the load average before
 and after.
 
+A kept fp32 is a claim too: that no other candidate was faster. So it then builds the
+runner-up afresh (the fastest other candidate deploy timed, by its median against fp32 in
+its pair: fp32+compile where deploy kept fp32 on a CPU without fast half kernels; never
+eager fp32, which is timed against the choice above), compiles it where it is compiled,
+and times it against the choice in the same alternating blocks. It prints deploy's ranking
+of the two (the runner-up's time over the choice's through fp32's in each one's pair, with
+its range: "too noisy to rank" where that range holds 1) beside the blocks' ratio and IQR,
+and whether they agree: ``RANKING WRONG`` where the blocks find the runner-up faster beyond
+their spread and deploy did not, or the reverse; whether the ranges overlap. Where deploy
+said "too noisy to rank", it says whether the blocks could rank them. ``--no-runner-up``
+skips it.
+
 It shares no timing code with deploy (no settle, no runner, no race), only the clock
 (:class:`halfprec.timing.Stopwatch`, the wall clock with the device synchronised), and its
 own rule differs from deploy's: a fixed pause instead of a wait for quiet, 15 times
