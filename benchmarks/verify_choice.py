@@ -66,7 +66,7 @@ from halfprec.bench.spread import variant_speed
 from halfprec.bench.variants import Variant, build_variant
 from halfprec.bench.ways import choice_kinds
 from halfprec.io.specs import load_model
-from halfprec.timing import Ratio, Stopwatch
+from halfprec.timing import Ratio, Stopwatch, now
 
 
 def _model(spec: str) -> tuple[torch.nn.Module, Batch]:
@@ -266,10 +266,10 @@ def _verify_runner_up(
     print(f"runner-up: {second.name}; deploy: {said.text}")
     built = build_variant(model, second.variant, halfprec.Recipe.of("auto"), batch=batch)
     if second.variant.compiled:
-        start = time.perf_counter()
+        start = now()
         with torch.inference_mode():  # as deploy warmed it
             call(built, batch)
-        print(f"runner-up compiled in {time.perf_counter() - start:.1f} s (wall)")
+        print(f"runner-up compiled in {now() - start:.1f} s (wall)")
     b, c = _time_apart(lambda: call(done.model, batch), lambda: call(built, batch), pairs, how)
     q1, median, q3 = _quartiles([y / x for x, y in zip(b, c, strict=True)])
     apart = Ratio(median, q1, q3, pairs)
