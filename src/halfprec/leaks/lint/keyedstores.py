@@ -56,9 +56,8 @@ def _reads_entry(f: Follow, value: ast.AST, holder: str, key: str, depth: int = 
             same = isinstance(owner, ast.Name) and owner.id == holder and n.func.attr == "get"
             if same and key_of(n.args[0]) == key:
                 return True
-        if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name):
-            if n.value.id == holder and key_of(n.slice) == key:
-                return True
+        if isinstance(n, ast.Subscript) and _names(n.value, holder) and key_of(n.slice) == key:
+            return True
         if isinstance(n, ast.Name) and n.id != holder:
             bound = f.ctx.binding_before(n)
             if bound is not None and _reads_entry(f, bound, holder, key, depth + 1):
@@ -67,6 +66,10 @@ def _reads_entry(f: Follow, value: ast.AST, holder: str, key: str, depth: int = 
 
 
 _MAX_BACK = 4  # bindings followed back from the stored value
+
+
+def _names(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
 
 
 def key_of(key: ast.AST) -> str:

@@ -67,12 +67,15 @@ def _maybe_none(
     if param is not None and (_none_default(fn, param) or _optional(param.annotation)):
         return True
     for n in walk(fn):
-        if isinstance(n, ast.Assign) and _is_none(n.value):
-            if any(isinstance(t, ast.Name) and t.id == name for t in n.targets):
-                return True
+        if isinstance(n, ast.Assign) and _is_none(n.value) and _targets(n, name):
+            return True
         if isinstance(n, ast.Compare) and _none_test(n, name) is not None:
             return True
     return False
+
+
+def _targets(stmt: ast.Assign, name: str) -> bool:
+    return any(_names(t, name) for t in stmt.targets)
 
 
 def _none_default(fn: ast.FunctionDef | ast.AsyncFunctionDef, param: ast.arg) -> bool:
@@ -142,8 +145,8 @@ def _negated(test: ast.AST, name: str) -> bool | None:
         return said[0] if len(said) == 1 else None
     if _names(test, name):
         return True  # if x: ... else: x may be None
-    said = _none_test(test, name)
-    return None if said is None else not said
+    plain = _none_test(test, name)
+    return None if plain is None else not plain
 
 
 def _names(node: ast.AST, name: str) -> bool:

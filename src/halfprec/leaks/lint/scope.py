@@ -342,7 +342,7 @@ def _aliases(tree: ast.Module) -> dict[str, str]:
             found[target.id] = end
     for node in tree.body:
         layer = _layer_subclass(node)
-        if layer:
+        if layer and isinstance(node, ast.ClassDef):
             found.setdefault(node.name, layer)  # class Eq(nn.Linear) with no forward: a Linear
     return found
 

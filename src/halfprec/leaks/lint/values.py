@@ -387,9 +387,10 @@ def template_for(call: ast.Call, ctx: Context) -> Template | None:
             known = value_of(node.value, ctx) if text else None
             if known is not None:
                 return Template(text, known)
-    if template_at(call, ctx) is None:
+    template = template_at(call, ctx)
+    if template is None:
         return None  # None on this path, or not bound yet (see .receivers)
-    return Template(ctx.template, ctx.template_known)
+    return Template(template, ctx.template_known)
 
 
 # -- inputs ---------------------------------------------------------------------------------
