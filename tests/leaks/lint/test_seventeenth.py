@@ -387,6 +387,10 @@ NONE_HERE = {
     "body of not": "if not ref:\n            m = torch.ones(shape)",
     "conditional expression": "m = torch.ones(shape) if ref is None else torch.ones_like(ref)",
     "unguarded optional": "m = torch.ones(shape)",
+    "else of isinstance": (
+        "if isinstance(ref, torch.Tensor):\n            m = torch.ones_like(ref)\n"
+        "        else:\n            m = torch.ones(shape)"
+    ),
 }
 
 THERE = {
@@ -404,6 +408,10 @@ def test_a_fix_never_reads_a_receiver_that_is_none_on_its_path(form: str) -> Non
     assert found and all(text is None for _, text in found), found  # reported, by hand
     for there in THERE.values():  # where ref surely is a tensor, the fix inherits from it
         assert [text for _, text in _fixes(_DROPPER.format(body=there))] == ["ref.new_ones"]
+    released = _DROPPER.replace("ref=None", "ref").format(
+        body="m = torch.ones(shape)\n        ref = None"
+    )
+    assert [text for _, text in _fixes(released)] == ["ref.new_ones"]  # None only after
 
 
 def test_the_fixed_model_runs_where_the_receiver_is_none() -> None:

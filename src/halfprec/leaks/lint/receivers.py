@@ -37,7 +37,7 @@ def usable(name: str, node: ast.AST, ctx: Context) -> bool:
     param = _param(fn, name)
     if param is None and not _bound_before(fn, name, node):
         return False
-    if not _maybe_none(fn, name, param):
+    if not _maybe_none(fn, name, param, node, ctx.parents):
         return True
     return _settled_before(name, node, ctx.parents)
 
@@ -60,18 +60,34 @@ def _bound_before(fn: ast.AST, name: str, node: ast.AST) -> bool:
 
 
 def _maybe_none(
-    fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str, param: ast.arg | None
+    fn: ast.FunctionDef | ast.AsyncFunctionDef,
+    name: str,
+    param: ast.arg | None,
+    node: ast.AST,
+    parents: dict[int, ast.AST],
 ) -> bool:
-    """A parameter defaulting to None or annotated as optional, a name bound to None or
-    compared with None anywhere in ``fn``."""
+    """A parameter defaulting to None or annotated as optional, a name bound to None before
+    ``node`` (or in a loop around both), or compared with None anywhere in ``fn``."""
     if param is not None and (_none_default(fn, param) or _optional(param.annotation)):
         return True
+    loops = _loops(node, parents)
     for n in walk(fn):
-        if isinstance(n, ast.Assign) and _is_none(n.value) and _targets(n, name):
+        none = isinstance(n, ast.Assign) and _is_none(n.value) and _targets(n, name)
+        if none and (n.lineno < getattr(node, "lineno", 0) or loops & _loops(n, parents)):
             return True
         if isinstance(n, ast.Compare) and _none_test(n, name) is not None:
             return True
     return False
+
+
+def _loops(node: ast.AST, parents: dict[int, ast.AST]) -> set[int]:
+    """The loops around ``node`` (their ids)."""
+    out = set()
+    while id(node) in parents:
+        node = parents[id(node)]
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            out.add(id(node))
+    return out
 
 
 def _targets(stmt: ast.Assign, name: str) -> bool:
@@ -124,8 +140,8 @@ def _none_test(test: ast.AST, name: str) -> bool | None:
         if _names(test.operand, name):
             return True  # not x: x may be None
         return _negated(test.operand, name)
-    if _names(test, name):
-        return False  # if x: not None
+    if _names(test, name) or _is_tensor_test(test, name):
+        return False  # if x: / if isinstance(x, torch.Tensor): not None
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         said = [_none_test(v, name) for v in test.values]
         return True if True in said else False if False in said else None
@@ -143,10 +159,24 @@ def _negated(test: ast.AST, name: str) -> bool | None:
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         said = [_negated(v, name) for v in test.values]
         return said[0] if len(said) == 1 else None
-    if _names(test, name):
-        return True  # if x: ... else: x may be None
+    if _names(test, name) or _is_tensor_test(test, name):
+        return True  # else of if x: / of isinstance(x, Tensor): None or no tensor
     plain = _none_test(test, name)
     return None if plain is None else not plain
+
+
+def _is_tensor_test(test: ast.AST, name: str) -> bool:
+    """``isinstance(x, torch.Tensor)`` (or a tuple of types holding ``Tensor``)."""
+    if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name)):
+        return False
+    if test.func.id != "isinstance" or len(test.args) != 2 or not _names(test.args[0], name):
+        return False
+    kinds = test.args[1]
+    named = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
+    return any(
+        (k.attr if isinstance(k, ast.Attribute) else getattr(k, "id", "")) == "Tensor"
+        for k in named
+    )
 
 
 def _names(node: ast.AST, name: str) -> bool:
