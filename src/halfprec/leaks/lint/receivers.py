@@ -72,12 +72,20 @@ def _maybe_none(
         return True
     loops = _loops(node, parents)
     for n in walk(fn):
-        none = isinstance(n, ast.Assign) and _is_none(n.value) and _targets(n, name)
-        if none and (n.lineno < getattr(node, "lineno", 0) or loops & _loops(n, parents)):
+        if _none_bound(n, name) and (_before(n, node) or loops & _loops(n, parents)):
             return True
         if isinstance(n, ast.Compare) and _none_test(n, name) is not None:
             return True
     return False
+
+
+def _none_bound(node: ast.AST, name: str) -> bool:
+    """``name = None``."""
+    return isinstance(node, ast.Assign) and _is_none(node.value) and _targets(node, name)
+
+
+def _before(a: ast.AST, b: ast.AST) -> bool:
+    return getattr(a, "lineno", 0) < getattr(b, "lineno", 0)
 
 
 def _loops(node: ast.AST, parents: dict[int, ast.AST]) -> set[int]:
