@@ -222,3 +222,34 @@ def test_fp32_entry_of_a_dict_that_holds_half_values_handed_to_an_unseen_call_is
     assert _found(body) == [(13, "HP101")]
     before = body.replace("return fuse(parts)", "return h").replace('parts["h"] = h', "fuse(parts)")
     assert _found(before) == []  # handed on before the entry is written
+
+
+def test_draw_handed_on_through_star_args_of_a_second_helper_is_reported() -> None:
+    body = """\
+        def grid_of(*rows, **kw):
+            flat = [v.float() for row in rows for v in row]
+            return torch.stack(flat, -1).view(-1, len(rows), len(rows[0]))
+
+
+        def turn(*args, **kw):
+            return grid_of(*args, **kw)
+
+
+        def spin(a):
+            c, s = torch.cos(a), torch.sin(a)
+            z = torch.zeros_like(a)
+            return turn([c, -s, z], [s, c, z])
+
+
+        class Warp(nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.conv = nn.Conv2d(c, c, 3, padding=1)
+
+            def forward(self, x):
+                h = self.conv(x)
+                a = torch.rand(h.shape[0], device=h.device) * 6.28
+                grid = F.affine_grid(spin(a), list(h.shape), align_corners=False)
+                return F.grid_sample(h, grid, align_corners=False)
+        """
+    assert _found(body) == [(23, "HP101")]
