@@ -222,6 +222,10 @@ def test_fp32_entry_of_a_dict_that_holds_half_values_handed_to_an_unseen_call_is
     assert _found(body) == [(13, "HP101")]
     before = body.replace("return fuse(parts)", "return h").replace('parts["h"] = h', "fuse(parts)")
     assert _found(before) == []  # handed on before the entry is written
+    no_half = body.replace('parts["h"] = h', "pass").replace("fuse(parts)", "fuse(h, **parts)")
+    assert _found(no_half) == []  # the dict holds no half value: a model casts what it is given
+    empty = body.replace("torch.ones(h.shape[0], 1, device=h.device)", "torch.empty(0)")
+    assert _found(empty) == []  # a placeholder with no elements
 
 
 def test_draw_handed_on_through_star_args_of_a_second_helper_is_reported() -> None:

@@ -15,6 +15,7 @@ from halfprec.leaks.lint.chosen import choices
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.context import Calls, Context, dotted
 from halfprec.leaks.lint.keyed import held_key
+from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.scope import Function
 
 
@@ -287,7 +288,7 @@ def _parameter(
 ) -> ast.arg | None:
     """The parameter of ``fn`` that receives ``node`` in ``call``: past the positional
     parameters, ``*rows`` (which holds it among its elements); a keyword no parameter
-    names, ``**parts`` (which holds it under that key); None where a ``*pieces`` of the
+    names, ``**parts`` where ``fn`` reads it by that key; None where a ``*pieces`` of the
     call comes first. ``key``: the key a dict passed as ``**node`` holds the tensor
     under."""
     a = fn.args
@@ -301,8 +302,28 @@ def _parameter(
         if k.value is node:
             wanted = k.arg if k.arg is not None else key  # f(**kwargs): the key it is under
             named = next((p for p in (*positional, *a.kwonlyargs) if p.arg == wanted), None)
-            return named if named is not None or wanted is None else a.kwarg  # **parts
+            if named is None and wanted is not None and _picks(fn, a.kwarg, wanted):
+                return a.kwarg  # def f(**parts): ... parts["w"]
+            return named
     return None
+
+
+def _picks(fn: Function, parts: ast.arg | None, key: str) -> bool:
+    """Whether ``fn`` reads ``key`` out of its ``**parts`` (``parts["w"]``,
+    ``parts.get("w")``); ``**parts`` only handed on is not followed."""
+    if parts is None:
+        return False
+    for node in walk(fn):
+        if isinstance(node, ast.Subscript):
+            holder, index = node.value, node.slice
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            holder, index = node.func.value, node.args[0]
+        else:
+            continue
+        named = isinstance(holder, ast.Name) and holder.id == parts.arg
+        if named and isinstance(index, ast.Constant) and index.value == key:
+            return True
+    return False
 
 
 def enter(f: Follow, node: ast.AST, call: ast.Call) -> str | None:

@@ -9,12 +9,14 @@ the value is a leak when, in the same function, after it is written
 
 - the store is handed on: a method of the object is called (``g.update_all(...)``, not a
   container's own ``get``/``items``/...), or the object is passed to a call; and
-- that call takes half values with it (``layer(g, h)``), or a half value was written into
-  the same object before the call (``g.ndata["h"] = h``).
+- a half value was written into the same object before that call (``g.ndata["h"] = h``),
+  or, for an object's keyed attribute, the call takes half values with it (``conv(g, h)``).
 
 Not a leak: a store whose entry the function reads back (``g.edata["w"].to(h.dtype)``: the
-read is followed as any value is), one only of fp32 or integer values, or one kept on
-``self`` (followed to its reads by :mod:`.reach`).
+read is followed as any value is), one only of fp32 or integer values, a placeholder with
+no elements (``torch.empty(0)``), one kept on ``self`` (followed to its reads by
+:mod:`.reach`), and a dict handed with half values but holding none (``model(h,
+**kwargs)`` of ``kwargs["mask"] = t``: a model casts the masks it is given).
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ def shared_store_leak(f: Follow, target: ast.Subscript, stmt: ast.stmt) -> bool:
     holder = target.value
     root = holder.value if isinstance(holder, ast.Attribute) else holder
     fn = f.ctx.function
-    if not isinstance(root, ast.Name) or root.id == "self" or fn is None:
-        return False  # (a string key proves the holder no tensor)
+    if not isinstance(root, ast.Name) or root.id == "self" or fn is None or f.empty:
+        return False  # (a string key proves the holder no tensor; an empty one meets nothing)
     after = _end(stmt)
     if any(_at(n) >= after for n in _reads(fn, holder, key.value)):
         return False  # read back here: that read is followed
@@ -58,9 +60,11 @@ def shared_store_leak(f: Follow, target: ast.Subscript, stmt: ast.stmt) -> bool:
     for call in _handed(fn, root.id):
         if _at(call) < after:
             continue
-        taken = [*call.args, *(k.value for k in call.keywords)]
-        if any(at < _at(call) for at in stored) or any(half(v) for v in taken):
+        if any(at < _at(call) for at in stored):
             return True
+        taken = [*call.args, *(k.value for k in call.keywords)]
+        if holder is not root and any(half(v) for v in taken):
+            return True  # g.edata["w"] = t, then conv(g, h): an object's frame goes with h
     return False
 
 
