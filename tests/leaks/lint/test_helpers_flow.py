@@ -180,6 +180,10 @@ def test_fp32_entry_beside_half_entries_of_a_graph_read_by_its_method_is_reporte
     assert _found(only_fp32) == []  # nothing half shares the store
     counted = body.replace("torch.rand(graph.num_links(), 1)", "torch.arange(graph.num_links())")
     assert _found(counted) == []  # an integer entry
+    typed = body.replace('graph.store["x"]', 'graph.kinds["item"].store["x"]').replace(
+        'graph.links["a"]', 'graph.relations["buys"].links["a"]'
+    )
+    assert _found(typed) == [(10, "HP101")]  # entries of one kind of node or link
 
 
 def test_fp32_entry_of_a_store_handed_to_a_call_with_half_values_is_reported() -> None:

@@ -5,7 +5,8 @@
 their keys and multiplies them, so the fp32 weight meets the half features where the lint
 cannot see it (DGL's kernels raise on mixed dtypes; others promote). The store is an
 object's keyed attribute (``g.edata[k]``) or a name (``parts[k]``), under a string key;
-the value is a leak when, in the same function, after it is written
+``g.nodes["user"].data[k]`` is one of ``g``'s; the value is a leak when, in the same
+function, after it is written
 
 - the store is handed on: a method of the object is called (``g.update_all(...)``, not a
   container's own ``get``/``items``/...), or the object is passed to a call; and
@@ -42,7 +43,7 @@ def shared_store_leak(f: Follow, target: ast.Subscript, stmt: ast.stmt) -> bool:
     if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
         return False
     holder = target.value
-    root = holder.value if isinstance(holder, ast.Attribute) else holder
+    root = _root(holder)
     fn = f.ctx.function
     if not isinstance(root, ast.Name) or root.id == "self" or fn is None or f.empty:
         return False  # (a string key proves the holder no tensor; an empty one meets nothing)
@@ -123,12 +124,19 @@ def _end(node: ast.AST) -> tuple[int, int]:
     return (getattr(node, "end_lineno", 0) or 0, getattr(node, "end_col_offset", 0) or 0)
 
 
+def _root(node: ast.expr) -> ast.expr:
+    """The object at the bottom of ``g.nodes["user"].data``: ``g``."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node
+
+
 def _rooted(node: ast.AST, name: str) -> bool:
-    """``name[k]`` or ``name.attr[k]``: a keyed entry of the object ``name``."""
+    """``name[k]``, ``name.attr[k]``, ``name.nodes[t].data[k]``: a keyed entry of the
+    object ``name``."""
     if not isinstance(node, ast.Subscript):
         return False
-    holder = node.value
-    root = holder.value if isinstance(holder, ast.Attribute) else holder
+    root = _root(node.value)
     return isinstance(root, ast.Name) and root.id == name
 
 
