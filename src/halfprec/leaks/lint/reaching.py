@@ -13,12 +13,21 @@ is the one read after them), as the rest of the lint takes them.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # context.py reads values through this module
-    from halfprec.leaks.lint.context import Context
+from typing import Protocol
 
 _MAX_VALUES = 8  # assignments looked at for one read
+
+
+class Context(Protocol):
+    """What this module reads of :class:`.context.Context` (which reads values through
+    this module)."""
+
+    @property
+    def parents(self) -> dict[int, ast.AST]: ...
+
+    def statement_of(self, node: ast.AST) -> ast.AST: ...
+
+    def names(self, name: str) -> list[ast.Name]: ...
 
 
 def reaching_values(ctx: Context, use: ast.Name) -> list[ast.AST]:
