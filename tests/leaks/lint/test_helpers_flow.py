@@ -17,13 +17,15 @@ from __future__ import annotations
 import textwrap
 
 from halfprec.leaks.lint import lint_source
+from halfprec.leaks.lint.config import LintConfig
 
 HEAD = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n\n"
 
 
 def _found(body: str, prefix: str = "HP1") -> list[tuple[int, str]]:
     source = HEAD + textwrap.dedent(body)
-    return [(f.line - 5, f.code) for f in lint_source(source) if f.code.startswith(prefix)]
+    found = lint_source(source, config=LintConfig(select=("HP",)))  # every rule
+    return [(f.line - 5, f.code) for f in found if f.code.startswith(prefix)]
 
 
 # -- helpers' *rows and **parts ---------------------------------------------------------------
@@ -146,6 +148,8 @@ _COLOUR = """\
 def test_draw_meeting_a_matrix_fp32_on_purpose_only_in_a_debug_branch_is_reported() -> None:
     debug = "if pinned is not None:\n                g = torch.full_like(g, pinned)"
     assert _found(_COLOUR.format(first=debug)) == [(15, "HP101"), (19, "HP101")]
+    # the fp32 debug value is only a fill value, written in the draws' dtype: no HP202
+    assert _found(_COLOUR.format(first=debug), prefix="HP2") == []
     always = "g = pinned.expand(b)"  # the matrix is fp32 on purpose, whatever the branch
     assert _found(_COLOUR.format(first=always)) == []
     both = (

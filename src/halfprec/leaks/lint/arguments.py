@@ -47,6 +47,9 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return held  # nn.Parameter(t), self.register_buffer("m", t): module state made now
     if last.endswith("_like") and any(k.arg == "dtype" for k in call.keywords):
         return "safe"  # torch.zeros_like(t, dtype=torch.long): t gives only the shape
+    fill = call.args[1:2] + [k.value for k in call.keywords if k.arg == "fill_value"]
+    if last == "full_like" and node in fill:
+        return "safe"  # torch.full_like(h, t): the fill value is written in h's dtype
     if last in SORTS or last in _TORCH_SAFE:
         return "integer" if last in SORTS else "safe"
     if _mask_argument(node, call, last, owner in f.ctx.imports.torch):
