@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 from transformers import (
+    ASTConfig,
+    ASTModel,
     ConvNextConfig,
     ConvNextModel,
     DeiTConfig,
@@ -19,6 +21,10 @@ from transformers import (
     DistilBertModel,
     ElectraConfig,
     ElectraModel,
+    GPT2Config,
+    GPT2Model,
+    MobileViTConfig,
+    MobileViTModel,
     RobertaConfig,
     RobertaModel,
     SwinConfig,
@@ -135,3 +141,36 @@ def distilbert_example_inputs() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 30000, (16, 128), generator=g)
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def gpt2() -> Any:
+    torch.manual_seed(0)
+    return GPT2Model(GPT2Config(use_cache=False)).eval()  # gpt2 (small) shape, 124M: prefill
+
+
+def gpt2_example_inputs() -> dict[str, torch.Tensor]:
+    # one prefill of 2 prompts of 128 tokens, no KV cache returned
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(100, 50000, (2, 128), generator=g)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def mobilevit() -> Any:
+    torch.manual_seed(0)
+    return MobileViTModel(MobileViTConfig(), expand_output=False).eval()  # mobilevit-small, 5M
+
+
+def mobilevit_example_inputs() -> dict[str, torch.Tensor]:
+    return {"pixel_values": torch.randn(2, 3, 256, 256, generator=torch.Generator().manual_seed(0))}
+
+
+def ast() -> Any:
+    torch.manual_seed(0)
+    # the Audio Spectrogram Transformer's AudioSet shape for 5.12 s of audio, 86M
+    return ASTModel(ASTConfig(max_length=512)).eval()
+
+
+def ast_example_inputs() -> dict[str, torch.Tensor]:
+    # 5.12 s of 128-bin log-mel frames, the length its positions are built for
+    g = torch.Generator().manual_seed(0)
+    return {"input_values": torch.randn(1, 512, 128, generator=g)}

@@ -26,9 +26,11 @@ alternating rounds, the leader's rule for its claim: ``claim_rounds`` rounds and
   long, where the end read it within -5% to +3% (docs/bench.md, docs/benchmarks.md).
   The lower of the two medians would claim the race's reading wherever it reads low
   (OpenVINO's choice, timed first, on BERT-base at batch 8 and Whisper's encoder: 5-11%
-  under the loop's ratio). A long pair's end samples are each the first call after the
-  wait (:func:`second_call`); where that call differed from a loop's, it was fp32's that
-  was cheaper (DeiT-small: 6%), which reads the speedup low, not high;
+  under the loop's ratio). The end's samples are each the second call after the wait
+  (:func:`second_call`), as a loop's calls follow their own: the first call after the wait
+  differed from a loop's (eager fp32 on DeiT-small: 6% cheaper), and in one-call rounds of
+  alternating order one variant's call follows the other's in 2 rounds of 3. Only a pair
+  too long for the budget (:data:`SECOND_CALL_S`) keeps one-call samples;
 - where the claimed range holds 1, the choice is not faster than fp32 beyond the spread of
   both moments, and deploy keeps fp32 (as it does when the race cannot rank).
 
@@ -155,16 +157,32 @@ def affordable(end: Race | None, row: VariantResult) -> Race | None:
     return replace(end, claim_rounds=end.min_rounds)
 
 
+SECOND_CALL_S = 4.0
+"""The end's rounds take each sample as the second call after the wait where the calls
+they make (the untimed first ones too) fit in this many times ``claim_s`` at the race's
+medians: 8 s by default, pairs of up to 0.8 s over ``claim_rounds`` rounds or 1.33 s over
+``min_rounds`` (:func:`second_call`)."""
+
+
 def second_call(end: Race | None, row: VariantResult) -> bool:
-    """Whether the end times each long call's sample as the second call after the wait for
+    """Whether the end times each call's sample as the second call after the wait for
     quiet (:func:`~halfprec.bench.steady.steady_call_time`'s ``second``), for a choice whose
-    race row is ``row``: where ``claim_rounds`` rounds with one untimed call of each variant
-    more still fit in twice ``claim_s`` at the race's medians (a pair of up to 0.4 s by
-    default), as :func:`affordable`'s rule. A longer pair keeps one-call samples (and no
-    race: no budget to weigh)."""
+    race row is ``row``: where the end's rounds (:func:`affordable`) with one untimed call
+    of each variant more fit in :data:`SECOND_CALL_S` times ``claim_s`` at the race's
+    medians. A longer pair keeps one-call samples (and no race: no budget to weigh).
+
+    A one-call sample of a long call is the first call after the wait, and in every round
+    but the first it follows the other variant's call or its own: the rounds alternate
+    their order (fp32 first, then the choice first, ...), so over ``min_rounds`` (3) rounds
+    one variant's sample follows the other's call in 2 of them, and the median round
+    carries whatever a switch costs that variant (its threads woken, its data back in the
+    caches). A second call follows its own first, as in a user's loop."""
     pair_s = _pair_s(row)
+    rounds = affordable(end, row)
     return (
-        end is not None and pair_s is not None and 2 * pair_s * end.claim_rounds <= 2 * end.claim_s
+        rounds is not None
+        and pair_s is not None
+        and 2 * pair_s * rounds.claim_rounds <= SECOND_CALL_S * rounds.claim_s
     )
 
 

@@ -10,6 +10,7 @@ import ast
 
 from halfprec.leaks.lint.context import dotted, words
 from halfprec.leaks.lint.indexing import SOURCES
+from halfprec.leaks.lint.keyedstores import keyed_store
 from halfprec.leaks.lint.lambdas import lambda_step
 from halfprec.leaks.lint.made import made_module_step
 from halfprec.leaks.lint.methods import COUNTERS, KEEPS, SORTS
@@ -39,7 +40,7 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     builtin = _builtin_step(f, node, call)
     if builtin is not None:
         return builtin
-    stored = _held_by(f, node, call, last)
+    stored = _held_by(f, node, call, last) or keyed_store(f, node, call)
     if stored is not None:
         return stored
     held = wrapped(f, node, call)

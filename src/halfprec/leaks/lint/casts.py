@@ -14,6 +14,7 @@ import ast
 
 from halfprec.leaks.lint.context import Context, dotted
 from halfprec.leaks.lint.findings import EXPR, Fix
+from halfprec.leaks.lint.receivers import template_at
 
 FP32_NAMES = frozenset({"float32", "float", "float64", "double"})
 _FP32_TYPES = frozenset({"FloatTensor", "DoubleTensor"})
@@ -87,7 +88,7 @@ def check_casts(node: ast.AST, ctx: Context) -> None:
                 made=node,
             )
     if ctx.is_torch_attr(node.func, "get_default_dtype") is not None:
-        template = ctx.template
+        template = template_at(node, ctx)
         fix = None
         if template:
             fix = Fix(EXPR, *span(node, ctx), f"{template}.dtype", unsafe=not ctx.template_known)

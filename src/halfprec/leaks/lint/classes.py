@@ -427,6 +427,26 @@ def _element_class(modules: ast.Call) -> str | None:
     return names.pop() if len(names) == 1 else None
 
 
+# torch layers whose subclasses hold floating ``weight`` and ``bias`` parameters
+_WEIGHTED_BASES = frozenset(
+    {"Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d"}
+    | {"ConvTranspose3d", "Embedding", "EmbeddingBag", "LayerNorm", "GroupNorm", "RMSNorm"}
+    | {"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm2d"}
+)
+
+
+def _torch_layer_base(base: ast.expr) -> bool:
+    """``nn.Linear`` or ``torch.nn.Conv2d`` as a base class (``Linear`` alone, imported
+    from torch, too)."""
+    if isinstance(base, ast.Name):
+        return base.id in _WEIGHTED_BASES
+    return (
+        isinstance(base, ast.Attribute)
+        and base.attr in _WEIGHTED_BASES
+        and _last_name(base.value) in ("nn", "torch")
+    )
+
+
 def _registered(call: ast.Call, local: frozenset[str]) -> str | None:
     """The name of a floating buffer or parameter that ``call`` registers, or None."""
     if _last_name(call.func) not in ("register_buffer", "register_parameter"):
@@ -450,6 +470,9 @@ def class_facts(cls: ast.ClassDef, bases: list[ast.ClassDef]) -> ClassFacts:
         for name, fn in found.items():
             if name != "forward":  # parameters and buffers are made in __init__ and setup
                 _scan_function(fn, scan)
+    for klass in (*bases, cls):
+        if any(_torch_layer_base(b) for b in klass.bases):
+            scan.tensors |= {"weight", "bias"}  # class Sn(nn.Linear): its own parameters
     classes, layers = scan.classes, scan.layers
     for attr, names in scan.appended.items():
         if layers.get(attr) == "ModuleList" and attr not in classes and len(names) == 1:

@@ -23,6 +23,7 @@ from halfprec.leaks.lint.findings import EXPR, Fix
 from halfprec.leaks.lint.landing import lands_in_half
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.nothalf import meets_no_half
+from halfprec.leaks.lint.receivers import template_at
 from halfprec.leaks.lint.values import value_of
 
 FP16_MAX = 65504.0
@@ -186,7 +187,7 @@ def _report(
     walked) that the constant's tensor lands in half."""
     if _not_fp16_here(value_node, ctx):
         return
-    owner = owner or ctx.template
+    owner = owner or template_at(value_node, ctx)
     bound = "min" if value < 0 else "max"
     fix = None
     if owner is not None and ctx.torch_name is not None:
@@ -269,7 +270,7 @@ def check_constants(node: ast.AST, ctx: Context) -> None:
 def _finfo(node: ast.Call, ctx: Context) -> None:
     arg = node.args[0] if node.args else None
     if (arg is None or is_fp32_dtype(arg, ctx)) and not meets_no_half(node, ctx):
-        template = ctx.template
+        template = template_at(node, ctx)
         fix = None
         if arg and template:
             fix = Fix(EXPR, *span(arg, ctx), f"{template}.dtype", unsafe=not ctx.template_known)

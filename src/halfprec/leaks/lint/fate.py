@@ -242,7 +242,12 @@ class _Follow:
         """Follow every later use of ``name``, bound by the statement ``bound_at``."""
         # a 0-dim or rank-chosen value walks a name apart from the value itself: after
         # if c: s = s.max(), the name holds either
-        key = (f"{name}<{self.ranked:d}{self.scalar:d}{self.mixed:d}>", id(bound_at))
+        # and a value through a callee the lint cannot see walks it apart from one seen all
+        # the way: out = dict(img=g(t), noise=t) returns t itself too
+        key = (
+            f"{name}<{self.ranked:d}{self.scalar:d}{self.mixed:d}{self.opaque:d}>",
+            id(bound_at),
+        )
         self.names.add(name)  # made from the tensor, followed or not
         if key in self.seen or self.hops >= _MAX_HOPS:
             self.fate.unknown = self.fate.unknown or key not in self.seen

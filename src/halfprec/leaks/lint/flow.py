@@ -92,6 +92,8 @@ def _bind(targets: list[ast.expr], value: ast.AST | None, ctx: Context) -> None:
     if piece is None and whole is not None and isinstance(value, ast.Call):
         piece = False  # a, b = self.attn(h): a submodule's tuple, each part guessed
     for target in targets:
+        if isinstance(target, ast.Subscript) and _number(value):
+            continue  # h[..., :k] = 0: a number written into h keeps h's dtype
         for name in _target_names(target):
             ctx.floating.pop(name, None)
             ctx.outputs.discard(name)
@@ -103,6 +105,13 @@ def _bind(targets: list[ast.expr], value: ast.AST | None, ctx: Context) -> None:
                 got = None if INDEX_NAME.search(name) else piece
             if got is not None:
                 ctx.floating[name] = got
+
+
+def _number(value: ast.AST | None) -> bool:
+    """``0``, ``-1.0``, ``True``: a Python number written as a literal."""
+    while isinstance(value, ast.UnaryOp):
+        value = value.operand
+    return isinstance(value, ast.Constant) and isinstance(value.value, (int, float))
 
 
 def _returned_tuple(target: ast.expr, value: ast.AST | None, ctx: Context) -> bool:

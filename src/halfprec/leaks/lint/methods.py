@@ -10,6 +10,8 @@ import ast
 
 from halfprec.leaks.lint.borrowed import made_in_dtype
 from halfprec.leaks.lint.context import dotted, words
+from halfprec.leaks.lint.devices import is_device
+from halfprec.leaks.lint.keyedstores import keyed_read
 from halfprec.leaks.lint.reach import Follow
 from halfprec.leaks.lint.typed import fp32_default
 
@@ -92,6 +94,10 @@ def attribute_step(f: Follow, node: ast.AST, attr: ast.Attribute) -> str:
         return f.meets([*call.args, *(k.value for k in call.keywords)])
     if name in _DRAWS:  # prior.log_prob(z): a distribution holding t scores z with it
         return f.meets([*call.args, *(k.value for k in call.keywords)])
+    if name == "get" and isinstance(node, ast.Name):
+        read = keyed_read(f, call)  # td.get(key) of a container holding t under a key
+        if read is not None:
+            return read
     if name in _TAKES and isinstance(node, ast.Name) and not f.floating(node):
         f.key = None
         return "up"  # pieces.pop(), bank.values(): what a followed list or dict holds
@@ -130,6 +136,8 @@ def called(f: Follow, attr: ast.Attribute) -> bool:
 def _to(f: Follow, call: ast.Call) -> str:
     """``t.to(...)``: a cast unless it names fp32 (``"fp32"``) or only a device."""
     wanted = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
+    if any(k.arg is None for k in call.keywords):
+        return "safe"  # .to(**kwargs): may name a dtype
     if not wanted:
         return "up"  # .to(device=...) only
     torch_names = f.ctx.imports.torch
@@ -146,10 +154,8 @@ def _to(f: Follow, call: ast.Call) -> str:
             continue
         if last in _INTEGER_CASTS or last.startswith(("int", "uint", "long")):
             return "integer"
-        if last == "device" or (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
-            continue
-        if "device" in last.lower():
-            continue
+        if is_device(arg, f.ctx):
+            continue  # .to(get_module_device(self)): a move (see .devices)
         return "safe"
     return "fp32" if fp32 else "up"
 

@@ -340,7 +340,22 @@ def _aliases(tree: ast.Module) -> dict[str, str]:
             end = "|".join(ends) if all(e[:1].isupper() for e in ends) else ""
         if isinstance(target, ast.Name) and end[:1].isupper():
             found[target.id] = end
+    for node in tree.body:
+        layer = _layer_subclass(node)
+        if layer and isinstance(node, ast.ClassDef):
+            found.setdefault(node.name, layer)  # class Eq(nn.Linear) with no forward: a Linear
     return found
+
+
+def _layer_subclass(node: ast.stmt) -> str:
+    """``Linear`` of ``class EqualizedLinear(nn.Linear)`` that defines no ``forward``: it
+    runs its first base's, a layer of torch's (``""`` for any other statement)."""
+    if not isinstance(node, ast.ClassDef) or not node.bases or "forward" in _methods(node):
+        return ""
+    base = node.bases[0]
+    if not (isinstance(base, ast.Attribute) and _dotted_end(base.value) in ("nn", "torch")):
+        return ""
+    return "" if base.attr.startswith("Module") else base.attr
 
 
 def _dotted_end(node: ast.AST) -> str:

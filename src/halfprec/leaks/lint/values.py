@@ -33,6 +33,7 @@ from halfprec.leaks.lint.context import Context, Template, dotted, words
 from halfprec.leaks.lint.keyed import held_key
 from halfprec.leaks.lint.nodes import parameters, walk
 from halfprec.leaks.lint.pyints import int_bound, int_scalar
+from halfprec.leaks.lint.receivers import template_at
 from halfprec.leaks.lint.returned import returned_values
 from halfprec.leaks.lint.scalars import LOSSES
 from halfprec.leaks.lint.transforms import transform_layer
@@ -386,9 +387,10 @@ def template_for(call: ast.Call, ctx: Context) -> Template | None:
             known = value_of(node.value, ctx) if text else None
             if known is not None:
                 return Template(text, known)
-    if ctx.template is None:
-        return None
-    return Template(ctx.template, ctx.template_known)
+    template = template_at(call, ctx)
+    if template is None:
+        return None  # None on this path, or not bound yet (see .receivers)
+    return Template(template, ctx.template_known)
 
 
 # -- inputs ---------------------------------------------------------------------------------
@@ -430,6 +432,9 @@ def _of_tensors(ann: ast.expr) -> bool:
     return bool(items) and dotted(items[-1]) in ("torch.Tensor", "Tensor")
 
 
+_TENSOR_DICTS = frozenset({"TensorDictBase", "TensorDict"})
+
+
 def _input_value(arg: ast.arg, first: bool) -> bool | None:
     """An input's value from its annotation, its name, and whether it is ``forward``'s
     first positional input (proved floating unless it says otherwise)."""
@@ -438,6 +443,8 @@ def _input_value(arg: ast.arg, first: bool) -> bool | None:
     text = "Tensor" if _tensor_or_tensors(ann) else dotted(ann) if ann is not None else ""
     if text.endswith("FloatTensor"):
         return True
+    if text.rsplit(".", 1)[-1] in _TENSOR_DICTS:
+        return None  # forward(td): a TensorDict of the model's tensors
     if ann is not None and text not in ("torch.Tensor", "Tensor"):
         return None  # LongTensor, int, bool, a tuple...
     if INDEX_NAME.search(name):
