@@ -53,7 +53,7 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     if _mask_argument(node, call, last, owner in f.ctx.imports.torch):
         return "integer"  # h.masked_fill(t, v): a mask (a floating one raises there)
     if _fill_value(node, call, last, owner in f.ctx.imports.torch):
-        return "safe"  # h.masked_fill(m, t): a 0-dim value written in h's dtype
+        return "safe"  # h.masked_fill(m, t), torch.full_like(h, t): written in h's dtype
     if last == "grid_sample":
         f.fate.grid = f.fate.grid or (len(call.args) > 1 and call.args[1] is node)
         return f.meets(call.args[:1])
@@ -252,7 +252,10 @@ def _mask_argument(node: ast.AST, call: ast.Call, last: str, torch_call: bool) -
 
 def _fill_value(node: ast.AST, call: ast.Call, last: str, torch_call: bool) -> bool:
     """``h.masked_fill(m, t)``, ``torch.masked_fill(h, m, t)``, ``value=t``: the fill value,
-    which must be 0-dim and is written in the receiver's dtype (checked with torch 2.13)."""
+    which must be 0-dim and is written in the receiver's dtype (checked with torch 2.13);
+    ``torch.full_like(h, t)``: written in ``h``'s dtype."""
+    if last == "full_like":
+        return node in call.args[1:2] + [k.value for k in call.keywords if k.arg == "fill_value"]
     if last not in ("masked_fill", "masked_fill_"):
         return False
     if any(k.arg == "value" and k.value is node for k in call.keywords):

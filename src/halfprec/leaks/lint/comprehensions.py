@@ -23,8 +23,10 @@ def comprehended(f: Follow, node: ast.AST, gen: ast.comprehension) -> str:
     f.names.add(name)
     key, f.key = f.key, None  # {k: v[i] for k, v in d.items()}: each value, then its keys
     kept = comp.value if isinstance(comp, ast.DictComp) else comp.elt
+    # [x for row in rows for x in row]: a later loop of the same comprehension reads it too
+    later = [g.iter for g in comp.generators[comp.generators.index(gen) + 1 :]]
     try:
-        for use in walk(kept):
+        for use in (n for part in (kept, *later) for n in walk(part)):
             if isinstance(use, ast.Name) and use.id == name and isinstance(use.ctx, ast.Load):
                 f.climb(use)
                 if f.fate.leaks:

@@ -16,6 +16,7 @@ from halfprec.leaks.lint.callers import CallIndex, CallSite, call_sites, returns
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.nodes import parent_map, walk
 from halfprec.leaks.lint.nodes import words as words  # the rules' name tables import it here
+from halfprec.leaks.lint.reaching import reaching_values
 from halfprec.leaks.lint.scope import Function, Imports, Program
 
 Inputs = dict[str, bool] | None  # parameters known floating where a function is walked
@@ -197,17 +198,23 @@ class Context:
             self._at[stmt] = at
         return self._at[stmt]
 
-    def is_upcast(self, node: ast.AST, depth: int = 0) -> bool:
+    def is_upcast(self, node: ast.AST, depth: int = 0, every_path: bool = False) -> bool:
         """``g.float()``, ``g.to(torch.float32)``, ``torch.arange(n, dtype=torch.float)``,
         or a name last bound to one; further back, a value computed from an explicit fp32
         dtype (``emb = torch.sin(emb)`` of ``torch.arange(n, dtype=torch.float)``): fp32 on
-        purpose, in a half model too."""
+        purpose, in a half model too. ``every_path``: a name is one only if every value
+        that may reach its read is one (see :mod:`.reaching`), not only the last written."""
         if isinstance(node, ast.Name):
+            if depth >= 4:
+                return False
+            if every_path:
+                values = reaching_values(self, node)
+                return bool(values) and all(self.is_upcast(v, depth + 1, True) for v in values)
             bound = self.binding_before(node)
-            return bound is not None and depth < 4 and self.is_upcast(bound, depth + 1)
+            return bound is not None and self.is_upcast(bound, depth + 1)
         for sub in walk(node):
             deeper = isinstance(sub, ast.Name) and sub is not node and 0 < depth < 4
-            if deeper and self.is_upcast(sub, depth):
+            if deeper and self.is_upcast(sub, depth, every_path):
                 return True
             if not isinstance(sub, ast.Call) or not isinstance(sub.func, ast.Attribute):
                 continue

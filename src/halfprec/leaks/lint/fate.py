@@ -274,8 +274,8 @@ def _half_upcast(node: ast.AST, ctx: Context) -> bool:
     """An explicit upcast (see :meth:`.Context.is_upcast`) of values that may be half.
     ``(pos > 0).float()`` of a comparison or ``torch.arange(n).float()`` upcasts no half
     value: it is fp32 from integers, as a factory's tensor is, and what meets it goes on."""
-    if not ctx.is_upcast(node):
-        return False
+    if not ctx.is_upcast(node, every_path=True):
+        return False  # fp32 on purpose only on a path the read may not take (see .reaching)
     for _ in range(4):
         if not isinstance(node, ast.Name):
             break

@@ -15,6 +15,7 @@ from halfprec.leaks.lint.chosen import choices
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.context import Calls, Context, dotted
 from halfprec.leaks.lint.keyed import held_key
+from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.scope import Function
 
 
@@ -285,20 +286,44 @@ def _held(f: Follow, func: ast.AST) -> Callee | None:
 def _parameter(
     fn: Function, call: ast.Call, node: ast.AST, skip_self: bool, key: str | None
 ) -> ast.arg | None:
-    """The parameter of ``fn`` that receives ``node`` in ``call`` (None: through ``*args``);
-    ``key``: the key a dict passed as ``**node`` holds the tensor under."""
+    """The parameter of ``fn`` that receives ``node`` in ``call``: past the positional
+    parameters, ``*rows`` (which holds it among its elements); a keyword no parameter
+    names, ``**parts`` where ``fn`` reads it by that key; None where a ``*pieces`` of the
+    call comes first. ``key``: the key a dict passed as ``**node`` holds the tensor
+    under."""
     a = fn.args
     positional = [*a.posonlyargs, *a.args][1 if skip_self else 0 :]
     for i, arg in enumerate(call.args):
+        if arg is node:
+            return positional[i] if i < len(positional) else a.vararg
         if isinstance(arg, ast.Starred):
             return None
-        if arg is node:
-            return positional[i] if i < len(positional) else None
     for k in call.keywords:
         if k.value is node:
             wanted = k.arg if k.arg is not None else key  # f(**kwargs): the key it is under
-            return next((p for p in (*positional, *a.kwonlyargs) if p.arg == wanted), None)
+            named = next((p for p in (*positional, *a.kwonlyargs) if p.arg == wanted), None)
+            if named is None and wanted is not None and _picks(fn, a.kwarg, wanted):
+                return a.kwarg  # def f(**parts): ... parts["w"]
+            return named
     return None
+
+
+def _picks(fn: Function, parts: ast.arg | None, key: str) -> bool:
+    """Whether ``fn`` reads ``key`` out of its ``**parts`` (``parts["w"]``,
+    ``parts.get("w")``); ``**parts`` only handed on is not followed."""
+    if parts is None:
+        return False
+    for node in walk(fn):
+        if isinstance(node, ast.Subscript):
+            holder, index = node.value, node.slice
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            holder, index = node.func.value, node.args[0]
+        else:
+            continue
+        named = isinstance(holder, ast.Name) and holder.id == parts.arg
+        if named and isinstance(index, ast.Constant) and index.value == key:
+            return True
+    return False
 
 
 def enter(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
@@ -331,6 +356,8 @@ def _enter_one(f: Follow, node: ast.AST, call: ast.Call, target: Callee) -> bool
     inner.chosen, inner.scalar = f.chosen, f.scalar
     unpacked = any(k.arg is None and k.value is node for k in call.keywords)
     inner.key = None if unpacked else f.key  # f(**kwargs) hands on the value, f(d) the dict
+    if param is fn.args.kwarg:  # f(w=t) or f(**kwargs) into def f(**parts): parts["w"] is t
+        inner.key = next((k.arg for k in call.keywords if k.value is node), None) or f.key
     inner.caller, inner.depth = (f, call), f.depth + 1
     inner.follow_name(param.arg, param)
     f.hops = inner.hops if there is None else f.hops + 1

@@ -15,6 +15,7 @@ from halfprec.leaks.lint.indexing import tensor_index
 from halfprec.leaks.lint.methods import position
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow, to_callers, to_holders, to_readers
+from halfprec.leaks.lint.stores import shared_store_leak
 from halfprec.leaks.lint.wrappers import dict_attribute
 from halfprec.leaks.lint.writeback import own_dtype_name, own_dtype_tensor
 
@@ -113,6 +114,8 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
         targets = [elts[element]] if element < len(elts) else []  # a, t = f(): only t
     for target in targets:
         if isinstance(target, ast.Subscript):
+            if shared_store_leak(f, target, stmt):
+                return "leak"  # g.edata["w"] = t beside g.ndata["h"] = h (see .stores)
             # h[:, 0] = t writes t into h in h's own dtype; into an fp32 tensor it goes on
             if f.floating(target.value) and not dict_attribute(f, target.value):
                 if tensor_index(target.slice, f.ctx):

@@ -456,6 +456,11 @@ def _input_value(arg: ast.arg, first: bool) -> bool | None:
     return False if name.endswith(("_states", "_embeds", "hidden")) else None
 
 
+def activation_input(arg: ast.arg) -> bool:
+    """Whether ``arg`` would be a floating input as ``forward``'s first positional one."""
+    return _input_value(arg, True) is not None
+
+
 def floating_params(
     fn: ast.FunctionDef | ast.AsyncFunctionDef, is_forward: bool
 ) -> tuple[dict[str, bool], dict[str, bool]]:
