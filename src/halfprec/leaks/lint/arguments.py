@@ -13,7 +13,7 @@ from halfprec.leaks.lint.indexing import SOURCES
 from halfprec.leaks.lint.keyedstores import keyed_store
 from halfprec.leaks.lint.lambdas import lambda_step
 from halfprec.leaks.lint.made import made_module_step
-from halfprec.leaks.lint.methods import COUNTERS, KEEPS, SORTS
+from halfprec.leaks.lint.methods import COUNTERS, DTYPED, KEEPS, SORTS, dtype_keyword
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow, enter, to_readers
 from halfprec.leaks.lint.statements import enclosing, follow_looped
@@ -46,6 +46,10 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     held = wrapped(f, node, call)
     if held is not None:
         return held  # nn.Parameter(t), self.register_buffer("m", t): module state made now
+    if last in DTYPED and call.args and call.args[0] is node and _torch_op(f, owner):
+        dtyped = dtype_keyword(f, call)  # torch.cumsum(t, 1, dtype=x.dtype): a cast
+        if dtyped is not None:
+            return dtyped
     if last.endswith("_like") and any(k.arg == "dtype" for k in call.keywords):
         return "safe"  # torch.zeros_like(t, dtype=torch.long): t gives only the shape
     if last in SORTS or last in _TORCH_SAFE:
@@ -237,6 +241,13 @@ def _source(node: ast.AST, call: ast.Call) -> bool:
 
 
 _MASKED = words("masked_fill masked_fill_ masked_scatter masked_scatter_ masked_select")
+
+
+def _torch_op(f: Follow, owner: str) -> bool:
+    """``owner`` is ``torch``, ``torch.special``/``torch.linalg``, or ``torch.nn.functional``
+    under a local name (``F``)."""
+    imports = f.ctx.imports
+    return owner.split(".")[0] in imports.torch or owner in imports.functional
 
 
 def _mask_argument(node: ast.AST, call: ast.Call, last: str, torch_call: bool) -> bool:

@@ -48,6 +48,11 @@ _TAKES = words("values items pop popleft get copy")
 # a torch.distributions object's methods: its parameters' dtype meets the values given
 _DRAWS = words("log_prob cdf icdf rsample sample entropy")
 REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp")
+# ops whose dtype= keyword casts their input before computing: the result has that dtype
+DTYPED = words(
+    "cumsum cumprod sum mean prod nansum nanmean softmax log_softmax softmin norm "
+    "vector_norm matrix_norm"
+)
 
 
 def attribute_step(f: Follow, node: ast.AST, attr: ast.Attribute) -> str:
@@ -90,6 +95,9 @@ def attribute_step(f: Follow, node: ast.AST, attr: ast.Attribute) -> str:
     if name in REDUCTIONS and not call.args and not call.keywords:
         f.scalar = True  # t.sum(): 0-dim
         return "up"
+    dtyped = dtype_keyword(f, call) if name in DTYPED else None
+    if dtyped is not None:
+        return dtyped  # mask.cumsum(1, dtype=x.dtype): the result is made in x's dtype
     if name in KEEPS or name.startswith("new_"):
         return f.meets([*call.args, *(k.value for k in call.keywords)])
     if name in _DRAWS:  # prior.log_prob(z): a distribution holding t scores z with it
@@ -133,6 +141,17 @@ def called(f: Follow, attr: ast.Attribute) -> bool:
     return isinstance(call, ast.Call) and call.func is attr
 
 
+def dtype_keyword(f: Follow, call: ast.Call) -> str | None:
+    """``t.cumsum(1, dtype=x.dtype)``, ``F.softmax(t, 1, dtype=d)``: the ``dtype=`` of an op
+    in :data:`DTYPED` casts its result, as ``.to(...)`` would; ``None`` when it names no
+    dtype, or fp32 (then the op carries fp32 on, as without the keyword)."""
+    value = next((k.value for k in call.keywords if k.arg == "dtype"), None)
+    if value is None or isinstance(value, ast.Constant):
+        return None
+    step = _dtypes(f, [value])
+    return None if step in ("fp32", "up") else step
+
+
 def _to(f: Follow, call: ast.Call) -> str:
     """``t.to(...)``: a cast unless it names fp32 (``"fp32"``) or only a device."""
     wanted = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
@@ -140,6 +159,12 @@ def _to(f: Follow, call: ast.Call) -> str:
         return "safe"  # .to(**kwargs): may name a dtype
     if not wanted:
         return "up"  # .to(device=...) only
+    return _dtypes(f, wanted)
+
+
+def _dtypes(f: Follow, wanted: list[ast.expr]) -> str:
+    """What the dtypes or devices ``wanted`` make of a tensor: ``"fp32"``, ``"integer"``,
+    ``"safe"`` (a cast to another dtype) or ``"up"`` (devices only)."""
     torch_names = f.ctx.imports.torch
     fp32 = False
     for arg in wanted:
