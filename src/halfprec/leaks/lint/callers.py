@@ -80,24 +80,27 @@ class CallIndex:
             self.facts[cls] = info[1] if info is not None else NO_FACTS
         return self.facts[cls]
 
-    def _calls(self, name: str, pattern: str) -> Iterator[tuple[str | None, CallSite]]:
-        """The calls on the lines where ``pattern`` matches, in the functions whose text
-        holds ``name``, each as a site with the caller's class. The pattern is compiled
-        only when some function's text holds the name (most names are in none)."""
-        compiled: re.Pattern[str] | None = None
+    def _calls(self, name: str, *patterns: str) -> Iterator[tuple[str | None, CallSite]]:
+        """The calls on the lines where one of ``patterns`` matches, in the functions whose
+        text holds ``name``, each as a site with the caller's class. The patterns are
+        compiled only when some function's text holds the name (most names are in none)."""
+        compiled: list[re.Pattern[str]] = []
         for caller, cls, text in self.functions:
             if name not in text:
                 continue
-            compiled = compiled or re.compile(pattern)
-            hits = {caller.lineno + text.count("\n", 0, m.start()) for m in compiled.finditer(text)}
+            compiled = compiled or [re.compile(p) for p in patterns]
+            hits = set().union(*(_lines_of(caller.lineno, text, p) for p in compiled))
             for node in _nodes_on(caller, hits, ast.Call):
                 yield cls, CallSite(node, caller, self.facts_of(cls), caller.name == "forward")
 
     def named(self, name: str) -> list[tuple[str | None, CallSite]]:
         if name not in self.found:
-            pattern = rf"(?<![\w.]){re.escape(name)}\s*[(\[]|self\.{re.escape(name)}\b"
+            # `(?<![\w.])name\s*[(\[]|self\.name\b` as two patterns, each starting with a
+            # literal (which `re` scans for fast); neither's match can hide the other's
+            word = re.escape(name)
+            pairs = (rf"{word}(?<![\w.]{word})\s*[(\[]", rf"self\.{word}\b")
             out: list[tuple[str | None, CallSite]] = []
-            for cls, site in self._calls(name, pattern):
+            for cls, site in self._calls(name, *pairs):
                 func = site.call.func
                 called = func.id if isinstance(func, ast.Name) else _self_attr(func)
                 if called == name:
@@ -109,9 +112,9 @@ class CallIndex:
         """Every call ``self.x.name(...)`` or ``Cls.name(...)`` in the file, with the
         caller's class and ``x`` (``self.x``) or ``Cls``."""
         if name not in self.found_held:
-            pattern = rf"\.{re.escape(name)}\s*\("
+            word = re.escape(name)  # `\.name\s*\(` from the name on: a literal first
             out: list[tuple[str | None, CallSite, str]] = []
-            for cls, site in self._calls(name, pattern):
+            for cls, site in self._calls(name, rf"{word}(?<=\.{word})\s*\("):
                 holder = _holder(site.call.func, name)
                 if holder is not None:
                     out.append((cls, site, holder))
@@ -128,7 +131,7 @@ class CallIndex:
             for fn, cls, text in self.functions:
                 if cls != owner or attr not in text:
                     continue
-                hits = {fn.lineno + text.count("\n", 0, m.start()) for m in pattern.finditer(text)}
+                hits = _lines_of(fn.lineno, text, pattern)
                 for node in _nodes_on(fn, hits, ast.Attribute):
                     value = node.value
                     mine = isinstance(value, ast.Name) and value.id == "self"
@@ -146,7 +149,7 @@ class CallIndex:
             for fn, cls, text in self.functions:
                 if attr not in text:
                     continue
-                hits = {fn.lineno + text.count("\n", 0, m.start()) for m in pattern.finditer(text)}
+                hits = _lines_of(fn.lineno, text, pattern)
                 for node in _nodes_on(fn, hits, ast.Attribute):
                     value = node.value
                     other = isinstance(value, ast.Name) and value.id != "self"
@@ -166,6 +169,18 @@ def _holder(func: ast.AST, name: str) -> str | None:
     if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
         return value.attr if value.value.id == "self" else None
     return None
+
+
+def _lines_of(first: int, text: str, pattern: re.Pattern[str]) -> set[int]:
+    """The line numbers of ``pattern``'s matches in ``text``, whose first line is ``first``
+    (the line ends before each match counted once, not from the start for every match)."""
+    hits: set[int] = set()
+    line, pos = first, 0
+    for match in pattern.finditer(text):
+        line += text.count("\n", pos, match.start())
+        pos = match.start()
+        hits.add(line)
+    return hits
 
 
 def _nodes_on(fn: Function, lines: set[int], kind: type[_Node]) -> Iterator[_Node]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 
 from halfprec.leaks.lint.context import Context
+from halfprec.leaks.lint.memo import run_dict
 from halfprec.leaks.lint.nodes import walk
 
 _MAX_CHOICES = 8
@@ -74,7 +75,7 @@ def _attr_values(attr: str, cls: ast.ClassDef) -> list[ast.expr]:
     return held[1].get(attr, [])
 
 
-_ASSIGNED: dict[int, tuple[ast.ClassDef, dict[str, list[ast.expr]]]] = {}
+_ASSIGNED = run_dict(dict[int, tuple[ast.ClassDef, dict[str, list[ast.expr]]]])
 
 
 def choices(func: ast.AST, ctx: Context, cls: ast.ClassDef | None) -> list[ast.expr]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 from halfprec.leaks.lint.anchors import not_tensors
 from halfprec.leaks.lint.branches import rebinding_end
@@ -19,6 +20,7 @@ from halfprec.leaks.lint.reaching import reaching_values
 from halfprec.leaks.lint.scope import Function, Imports, Program
 
 Inputs = dict[str, bool] | None  # parameters known floating where a function is walked
+_T = TypeVar("_T")
 
 
 def dotted(node: ast.AST) -> str:
@@ -85,6 +87,7 @@ class Context:
     unsure: set[int] = field(default_factory=set)  # torch.tensor(data) of data of any dtype
     _parents: dict[int, ast.AST] | None = None
     _names: dict[str, list[ast.Name]] | None = None
+    _stmts: dict[int, tuple[ast.AST, ast.AST]] | None = None  # id(node) -> (node, statement)
     _at: dict[int, Context] = field(default_factory=dict)
     _anchors: dict[str, frozenset[str]] = field(default_factory=dict)  # shared by at()'s
     calls: Calls | None = None  # how to follow a tensor into a call of the same file
@@ -170,10 +173,17 @@ class Context:
         return self._parents
 
     def statement_of(self, node: ast.AST) -> ast.AST:
-        """The statement that holds ``node``."""
-        parents = self.parents
+        """The statement that holds ``node`` (found once per node of the function)."""
+        if self._stmts is None:
+            fn, calls = self.function, self.calls
+            self._stmts = {} if fn is None or calls is None else calls.statements_of(fn)
+        held = self._stmts.get(id(node))
+        if held is not None and held[0] is node:
+            return held[1]
+        parents, start = self.parents, node
         while not isinstance(node, ast.stmt) and id(node) in parents:
             node = parents[id(node)]
+        self._stmts[id(start)] = (start, node)  # the node kept: its id is never another's
         return node
 
     def at(self, node: ast.AST) -> Context:
@@ -182,7 +192,10 @@ class Context:
         if stmt not in self.states:
             return self
         if stmt not in self._at:
-            self._at[stmt] = replace(self, floating=self.states[stmt], _at={})
+            at = object.__new__(Context)  # dataclasses.replace without __init__: the same
+            at.__dict__.update(self.__dict__)  # fields, shared, and two of them new
+            at.floating, at._at = self.states[stmt], {}
+            self._at[stmt] = at
         return self._at[stmt]
 
     def is_upcast(self, node: ast.AST, depth: int = 0, every_path: bool = False) -> bool:
@@ -331,6 +344,7 @@ class Calls:
     index: CallIndex | None = None
     returned: dict[int, list[ast.expr]] = field(default_factory=dict)
     parent_maps: dict[int, dict[int, ast.AST]] = field(default_factory=dict)
+    stmt_maps: dict[int, dict[int, tuple[ast.AST, ast.AST]]] = field(default_factory=dict)
     name_maps: dict[int, dict[str, list[ast.Name]]] = field(default_factory=dict)
     transform_attrs: dict[int, frozenset[str]] = field(default_factory=dict)  # see .transforms
     torch_fn_attrs: dict[int, frozenset[str]] = field(default_factory=dict)  # see .torchfns
@@ -338,6 +352,7 @@ class Calls:
     # calls of a helper of this file made in another file's forward path (see .elsewhere)
     outside: dict[int, list[tuple[ast.Call, Context]]] = field(default_factory=dict)
     indented_defs: frozenset[str] | None = None  # names of every indented def of the file
+    read_once: dict[tuple[int, int], object] = field(default_factory=dict)  # per_function
     # the forward of a class another file of the tree defines (see :mod:`.imported`)
     other: Callable[[str], tuple[Calls, Function, ClassFacts] | None] | None = None
     # the layer a name imported from another file of the tree stands for (an alias there)
@@ -350,6 +365,14 @@ class Calls:
     module: Callable[[str, str], tuple[Calls, Function] | None] | None = None
     # the forward of the module class the package stores under a key of a dict of modules
     keyed: Callable[[str], tuple[Calls, Function, ClassFacts] | None] | None = None
+
+    def per_function(self, fn: Function, read: Callable[[Function, list[str]], _T]) -> _T:
+        """``read(fn, lines)`` of the file, read once per function (a function is walked
+        again as a callee, a caller, or with other inputs)."""
+        key = (id(read), id(fn))
+        if key not in self.read_once:
+            self.read_once[key] = read(fn, self.lines)
+        return cast(_T, self.read_once[key])
 
     def class_attrs(
         self,
@@ -392,6 +415,11 @@ class Calls:
         if id(fn) not in self.name_maps:
             self.name_maps[id(fn)] = names_of(fn)
         return self.name_maps[id(fn)]
+
+    def statements_of(self, fn: ast.AST) -> dict[int, tuple[ast.AST, ast.AST]]:
+        """The statements found to hold nodes of ``fn`` (see :meth:`Context.statement_of`),
+        shared by every context of ``fn``."""
+        return self.stmt_maps.setdefault(id(fn), {})
 
     def parents_of(self, fn: ast.AST) -> dict[int, ast.AST]:
         """``id(node) -> parent`` over ``fn`` (built once)."""

@@ -25,6 +25,7 @@ from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.casts import FP32_NAMES
 from halfprec.leaks.lint.classes import NO_FACTS
 from halfprec.leaks.lint.context import Calls, Context, dotted
+from halfprec.leaks.lint.memo import run_dict
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.scope import Function
 
@@ -74,7 +75,7 @@ def checked(use: ast.Name, ctx: Context, since: tuple[int, int]) -> bool:
     return False
 
 
-_GUARDS: dict[int, tuple[ast.AST, list[tuple[tuple[int, int], ast.stmt]]]] = {}
+_GUARDS = run_dict(dict[int, tuple[ast.AST, list[tuple[tuple[int, int], ast.stmt]]]])
 
 
 def _guards(fn: ast.AST, ctx: Context) -> list[tuple[tuple[int, int], ast.stmt]]:

@@ -27,6 +27,7 @@ from halfprec.leaks.lint.imported import (
     module_defines_maker,
     origin_of,
 )
+from halfprec.leaks.lint.memo import run_dict
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.scope import (
     ForwardPath,
@@ -48,6 +49,9 @@ _FACTORY = re.compile(
 Raw = tuple[int, int, str, str]  # line, col, code, message
 Silenced = dict[int, frozenset[str]]
 Helper = tuple[Calls, Function, ast.Call, Context]  # its file, it, one call, the caller
+# a helper's file: its hot lines and suppressions, by id of its walked calls
+_READ = run_dict(dict[int, tuple[Calls, frozenset[int], Silenced]])
+_MAX_READ = 128
 
 
 def helpers_called(
@@ -152,8 +156,13 @@ def helper_findings(
             continue
         there.outside[id(fn)] = [(call, caller) for _, _, call, caller in group]
         try:
-            hot = hot_lines(origin.text, there.lines, origin.imports.torch)
-            raw = _walk(there, fn, origin.imports, checks, suppressions(origin.text), hot)
+            kept = _READ.get(id(there))
+            if kept is None or kept[0] is not there:  # read once per file, not per caller
+                if len(_READ) >= _MAX_READ:
+                    _READ.clear()  # each entry holds its file's tree
+                hot = hot_lines(origin.text, there.lines, origin.imports.torch)
+                kept = _READ[id(there)] = (there, hot, suppressions(origin.text))
+            raw = _walk(there, fn, origin.imports, checks, kept[2], kept[1])
         finally:
             del there.outside[id(fn)]
         codes = enabled(origin.path)

@@ -33,6 +33,7 @@ from halfprec.leaks.lint.imported import (
     method_of,
     module_function_of,
 )
+from halfprec.leaks.lint.memo import forget
 from halfprec.leaks.lint.pipeline import held_in_package
 from halfprec.leaks.lint.rules import FIX_NONE, FIX_SAFE
 from halfprec.leaks.lint.scope import forward_paths, imports_of, program_of
@@ -80,9 +81,11 @@ _SKIP_DIRS = frozenset(
 
 @contextmanager
 def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while ``ast`` allocates a tree: parsing creates
+    """Pause the cyclic garbage collector while ``ast`` allocates trees: parsing creates
     hundreds of thousands of objects and no cycles, and the collector's passes over them make
-    parsing 1.5-1.8x slower (measured on transformers' modeling files)."""
+    parsing 1.5-1.8x slower (measured on transformers' modeling files). A run pauses it for
+    all its files: resumed after each, it walked the trees the run keeps (:mod:`.memo`)
+    again and again."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -349,7 +352,12 @@ def lint_paths(
     files = list(iter_python_files([Path(p) for p in paths], config.exclude))
     workers = min(jobs or os.cpu_count() or 1, len(files))
     if workers <= 1:
-        return LintReport(unique([lint_file(path, config, fix=fix) for path in files]))
+        with _gc_paused():
+            try:
+                results = [lint_file(path, config, fix=fix) for path in files]
+            finally:
+                forget()  # the run's trees, freed at once: the collector resumes with none
+        return LintReport(unique(results))
     import multiprocessing  # here: a one-process run does not pay for importing them
     from concurrent.futures import ProcessPoolExecutor
 

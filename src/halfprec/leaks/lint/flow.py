@@ -32,6 +32,9 @@ _SPLITS = frozenset({"chunk", "split", "unbind", "tensor_split"})
 
 
 def _target_names(target: ast.AST) -> Iterable[str]:
+    if isinstance(target, ast.Name):  # most targets: nothing under it is a name
+        yield target.id
+        return
     for node in walk(target):
         if isinstance(node, ast.Name):
             yield node.id
@@ -353,7 +356,7 @@ def _fill(call: ast.AST, ctx: Context) -> None:
     ctx.filled.add(owner.id)
 
 
-_INDEXED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\[\s*-?\d+\s*\]")
+_INDEXED = re.compile(r"(?<![\w.])([A-Za-z_]\w*+)\[\s*-?\d+\s*\]")
 
 
 def _containers(fn: Function, lines: list[str]) -> frozenset[str]:
@@ -392,11 +395,15 @@ def walk_function(
     )
     ctx.floating, ctx.optional = floating_params(fn, is_forward)
     ctx.floating.update(_from_callers(fn, ctx) if inputs is None else inputs)
-    ctx.complex = complex_names(fn, lines)
+    ctx.complex = (
+        complex_names(fn, lines) if calls is None else calls.per_function(fn, complex_names)
+    )
     for name in ctx.complex:  # x.conj(): a spectrum, never half
         ctx.floating.pop(name, None)
         ctx.optional.pop(name, None)
-    ctx.containers = _containers(fn, lines)
+    ctx.containers = (
+        _containers(fn, lines) if calls is None else calls.per_function(fn, _containers)
+    )
     _scan([*fn.args.defaults, *(d for d in fn.args.kw_defaults if d is not None)], ctx, checks)
     _walk_block(fn.body, ctx, checks)
     _settle(ctx)

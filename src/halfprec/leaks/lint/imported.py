@@ -21,6 +21,7 @@ from halfprec.leaks.lint.classes import ClassFacts
 from halfprec.leaks.lint.context import Calls
 from halfprec.leaks.lint.flow import calls_of
 from halfprec.leaks.lint.keyed import keyed_class
+from halfprec.leaks.lint.memo import on_forget
 from halfprec.leaks.lint.scope import Function, Imports, imports_of, program_of
 from halfprec.leaks.lint.source import SourceError, decode_source, split_lines
 from halfprec.readfile import read_regular
@@ -239,8 +240,7 @@ def _load(file: Path) -> tuple[Calls, Imported] | None:
     if key in _loaded:
         return _loaded[key]
     if len(_loaded) >= _MAX_FILES:
-        _loaded.clear()
-        _origins.clear()
+        _drop_loaded()
     _loaded[key] = None  # an import cycle ends here
     try:
         text = decode_source(read_regular(file, limit=_MAX_BYTES)).text
@@ -310,3 +310,22 @@ def _text(file: Path) -> str:
 def origin_of(calls: Calls) -> Origin | None:
     """The file whose :class:`~.context.Calls` ``calls`` is, when :func:`_load` read it."""
     return _origins.get(id(calls))
+
+
+def _drop_loaded() -> None:
+    """Drop the loaded files, each one's walked calls closed first (they refer back to it,
+    and the cycle would wait for the garbage collector)."""
+    for loaded in _loaded.values():
+        if loaded is not None:
+            loaded[0].close()
+    _loaded.clear()
+    _origins.clear()
+
+
+def _forget() -> None:
+    _drop_loaded()
+    _function_text.cache_clear()
+    _text.cache_clear()
+
+
+on_forget(_forget)

@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 
 from halfprec.leaks.lint.context import Context
+from halfprec.leaks.lint.memo import on_forget, run_dict
 from halfprec.leaks.lint.nodes import words
 from halfprec.leaks.lint.scope import Function
 from halfprec.leaks.lint.source import SourceError, decode_source
@@ -32,11 +33,11 @@ _DICT_METHODS = words("keys values items get pop popitem setdefault update copy 
 _MAX_FILES = 400  # a larger tree is not searched (its keys would cost every lint)
 _MAX_BYTES = 2 * 2**20
 _MAX_UP = 8
-_classes: dict[tuple[str, str], tuple[str, str] | None] = {}
-_trees: dict[str, ast.Module | None] = {}
-_texts: dict[str, bytes] = {}
-_decoded: dict[str, str] = {}
-_files: dict[str, list[Path]] = {}
+_classes = run_dict(dict[tuple[str, str], tuple[str, str] | None])
+_trees = run_dict(dict[str, ast.Module | None])
+_texts = run_dict(dict[str, bytes])
+_decoded = run_dict(dict[str, str])
+_files = run_dict(dict[str, list[Path]])
 
 
 def keyed_class(path: str, key: str) -> tuple[str, str] | None:
@@ -229,3 +230,7 @@ def _module_class(tree: ast.Module, name: str) -> bool:
         and any(isinstance(n, ast.FunctionDef) and n.name == "forward" for n in node.body)
         for node in tree.body
     )
+
+
+on_forget(handed.cache_clear)
+on_forget(_index.cache_clear)

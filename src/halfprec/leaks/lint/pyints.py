@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import functools
 
+from halfprec.leaks.lint.memo import on_forget
 from halfprec.leaks.lint.nodes import walk
 
 _INT_OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
@@ -127,3 +128,6 @@ def _ranged(node: ast.AST) -> bool:
     return (
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
     )
+
+
+on_forget(_int_names.cache_clear)

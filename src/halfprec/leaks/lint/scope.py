@@ -156,8 +156,12 @@ def _methods(cls: ast.ClassDef) -> dict[str, Function]:
     return {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
-_CALL = re.compile(r"(?<![\w.])(self\.)?([A-Za-z_]\w*)\s*\(")
-_HELD_CALL = re.compile(r"(?<![\w.])(self\.)?([A-Za-z_]\w*)\.([A-Za-z_]\w*)\s*\(")
+# the matches of `(?<![\w.])(self\.)?([A-Za-z_]\w*)\s*\(`, found in the reversed text from
+# each `(` (a literal, which `re` scans for fast): the name is the word before it, whole
+_REVERSED_CALL = re.compile(r"\(\s*(\w+)")
+_REVERSED_HELD = re.compile(r"\(\s*(\w+)\.(\w+)")
+_NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_WORD_OR_DOT = re.compile(r"[\w.]")
 
 
 def called_names(fn: Function, lines: list[str]) -> Iterator[tuple[bool, str]]:
@@ -167,15 +171,47 @@ def called_names(fn: Function, lines: list[str]) -> Iterator[tuple[bool, str]]:
     and a name that only looks like a call (in a string) at worst adds a function to lint.
     """
     text = "\n".join(lines[fn.lineno - 1 : fn.end_lineno or fn.lineno])
-    for match in _CALL.finditer(text):
-        yield match.group(1) is not None, match.group(2)
+    yield from reversed(_calls_reversed(text[::-1]))
+
+
+def _calls_reversed(back: str) -> list[tuple[bool, str]]:
+    """:func:`called_names` of the text whose reverse is ``back``, last call first: a name
+    not preceded by a word character or a dot, or by ``self.`` that is not."""
+    out: list[tuple[bool, str]] = []
+    size = len(back)
+    for match in _REVERSED_CALL.finditer(back):
+        word, end = match.group(1), match.end()
+        if word[-1] not in _NAME_START:
+            continue  # 2x(: a number's digits first
+        if end < size and back[end] == ".":  # a.name( or self.name(
+            if back.startswith(".fles", end) and not _WORD_OR_DOT.match(back, end + 5):
+                out.append((True, word[::-1]))
+            continue
+        out.append((False, word[::-1]))
+    return out
 
 
 def held_calls(fn: Function, lines: list[str]) -> Iterator[tuple[bool, str, str]]:
     """``(True, x, m)`` for ``self.x.m(...)`` and ``(False, C, m)`` for ``C.m(...)``."""
     text = "\n".join(lines[fn.lineno - 1 : fn.end_lineno or fn.lineno])
-    for match in _HELD_CALL.finditer(text):
-        yield match.group(1) is not None, match.group(2), match.group(3)
+    yield from reversed(_held_reversed(text[::-1]))
+
+
+def _held_reversed(back: str) -> list[tuple[bool, str, str]]:
+    r""":func:`held_calls` of the text whose reverse is ``back``, last call first (the
+    matches of `(?<![\w.])(self\.)?([A-Za-z_]\w*)\.([A-Za-z_]\w*)\s*\(`)."""
+    out: list[tuple[bool, str, str]] = []
+    size = len(back)
+    for match in _REVERSED_HELD.finditer(back):
+        method, holder, end = match.group(1), match.group(2), match.end()
+        if method[-1] not in _NAME_START or holder[-1] not in _NAME_START:
+            continue
+        if end < size and back[end] == ".":  # a.x.m( or self.x.m(
+            if back.startswith(".fles", end) and not _WORD_OR_DOT.match(back, end + 5):
+                out.append((True, holder[::-1], method[::-1]))
+            continue
+        out.append((False, holder[::-1], method[::-1]))
+    return out
 
 
 def _members(
@@ -283,6 +319,7 @@ class Program:
     classes: dict[str, ast.ClassDef]
     aliases: dict[str, str] = field(default_factory=dict, compare=False)
     facts: dict[tuple[int, ...], ClassFacts] = field(default_factory=dict, compare=False)
+    owners: dict[int, str] = field(default_factory=dict, compare=False)  # id(method) -> class
 
     def facts_of(self, cls: ast.ClassDef, bases: list[ast.ClassDef]) -> ClassFacts:
         """``class_facts(cls, bases)``, computed once per file: it reads only the tree."""
@@ -307,11 +344,13 @@ class Program:
         return methods, self.facts_of(cls, bases)
 
     def owner_of(self, fn: Function) -> str | None:
-        """The name of the class whose method ``fn`` is."""
-        for name, cls in self.classes.items():
-            if any(m is fn for m in _methods(cls).values()):
-                return name
-        return None
+        """The name of the class whose method ``fn`` is (the first such class; a method
+        that a later ``def`` of the same name replaces is none): indexed once per file."""
+        if not self.owners:
+            for name, cls in self.classes.items():
+                for method in _methods(cls).values():
+                    self.owners.setdefault(id(method), name)
+        return self.owners.get(id(fn))
 
 
 def program_of(tree: ast.Module) -> Program:

@@ -24,6 +24,7 @@ import functools
 from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.casts import is_fp32_dtype
 from halfprec.leaks.lint.context import Context
+from halfprec.leaks.lint.memo import on_forget
 from halfprec.leaks.lint.nodes import parameters
 
 _MAX_DEPTH = 3
@@ -231,3 +232,6 @@ def _tensor_test(test: ast.AST, name: str) -> bool:
     kinds = test.args[1] if func == "isinstance" and len(test.args) == 2 else None
     names = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds] if kinds is not None else []
     return any(_name(k) == "Tensor" for k in names)
+
+
+on_forget(_float_names.cache_clear)
