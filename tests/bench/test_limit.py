@@ -325,6 +325,53 @@ def test_the_models_own_products_skip_a_dtype_the_probe_left_in_doubt(
     assert not fast.skips
 
 
+def test_a_dtype_without_fast_kernels_is_skipped_when_its_own_products_run_clearly_slower(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # MobileViT on a Zen 3 at two threads: small products, so the probe read emulated fp16
+    # and bf16 only 1.3-2.1x slower (not sure), the model's products 2-3x: under the 3x
+    # threshold, so each compiled half variant cost minutes of a cold deploy for nothing
+    shapes = {Gemm(1, 8, 16, 16): 4, Gemm(1, 8, 16, 48): 2}
+
+    def speed(dtype: torch.dtype) -> HalfSpeed:
+        half = HalfSpeed(
+            torch.device("cpu"),
+            [dtype],
+            BenchConfig(skip_slower_than=3.0),
+            probe_timer=ScriptedClock([0.010], [0.013]),
+            support=dtypes.device_support("cpu"),
+            limit_timer=BatchClock(0.001, 0.002),
+        )
+        assert half.probe(shapes) == [] and not half.skips  # the probe: 1.3x, not slow
+        half.limits(shapes)
+        return half
+
+    _machine(monkeypatch, ZEN3)
+    for dtype in (torch.bfloat16, torch.float16):
+        why = speed(dtype).skips[dtype]
+        name = dtypes.dtype_name(dtype)
+        assert why.startswith(f"{name} matmuls run 2.0x slower than fp32 on this device"), why
+        assert f"has no fast {name} kernels" in why and "limit 1.5x" in why
+    # Zen 4 has fast bf16 kernels: 2x slower products leave it to the timing (the
+    # threshold stays 3x), while its emulated fp16 is skipped
+    _machine(monkeypatch, ZEN4)
+    assert not speed(torch.bfloat16).skips
+    assert torch.float16 in speed(torch.float16).skips
+    # emulated, but as fast by its own products (fewer bytes to move): it stays
+    _machine(monkeypatch, ZEN3)
+    even = HalfSpeed(
+        torch.device("cpu"),
+        [torch.bfloat16],
+        BenchConfig(skip_slower_than=3.0),
+        probe_timer=ScriptedClock([0.010], [0.013]),
+        support=dtypes.device_support("cpu"),
+        limit_timer=BatchClock(0.001, 0.0012),
+    )
+    even.probe(shapes)
+    even.limits(shapes)
+    assert not even.skips
+
+
 def test_the_probe_takes_a_first_look_at_a_quarter_of_a_big_products_rows() -> None:
     # BERT-base's costliest product, 128x768x3072 for the probe: in emulated bf16 a call took
     # 2.2 s on a loaded Zen 3 (25 s of probing in a cold deploy). A dtype slow at 32 rows is

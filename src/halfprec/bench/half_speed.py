@@ -26,6 +26,13 @@ from halfprec.bench.probe_cache import ProbeCache, cache_dir
 from halfprec.bench.results import BenchConfig
 from halfprec.dtypes import DeviceSupport, dtype_name
 
+# Where the device table says a dtype has no fast kernels, its variants can gain only by
+# moving fewer bytes, never by computing faster: a model whose own products run this many
+# times slower in it is skipped (MobileViT-small, mostly convolutions and small products, at
+# two threads on a Zen 3: bf16 and fp16 2.1-3.3x slower by its own products, the probe's one
+# product in doubt at 1.3-2.6x, and each compiled half variant cost minutes of a cold deploy).
+EMULATED_LIMIT = 1.5
+
 
 @dataclass
 class HalfSpeed:
@@ -140,20 +147,32 @@ class HalfSpeed:
     def _skip_by_limit(self, lim: GemmLimit) -> None:
         """Skip ``lim``'s dtype where the model's own products, timed at the first batch
         size (the median of many interleaved samples each), ran ``skip_slower_than`` times
-        slower than fp32's: the probe's one product stayed in doubt (a loaded machine), but
+        slower than fp32's (:data:`EMULATED_LIMIT` times, where the device table says the
+        device has no fast kernels for the dtype): the probe's one product stayed in doubt
+        (a loaded machine, or products too small to show the emulation), but
         no way of running the model in that dtype calls faster kernels (compiling keeps
         the dtype's GEMMs), so building, compiling and timing it would only cost minutes."""
         limit = self.config.skip_slower_than
         first = lim.dtype not in self.gemm_ratios
-        if limit is None or not first or lim.ratio <= 0 or 1 / lim.ratio <= limit:
+        if limit is None or not first or lim.ratio <= 0:
+            return
+        emulated = self.support is not None and not self.support.fast(lim.dtype)
+        if emulated:  # no kernel of the dtype can win back a clear loss at its own products
+            limit = min(limit, EMULATED_LIMIT)
+        if 1 / lim.ratio <= limit:
             return
         probed = self.slowdowns.get(lim.dtype)
         doubt = "" if probed is None else f"; the probe's one product read {probed:.1f}x, in doubt"
+        table = (
+            f"; {self.support.name} has no fast {dtype_name(lim.dtype)} kernels"
+            if emulated and self.support is not None
+            else ""
+        )
         self.skips[lim.dtype] = _slower(
             lim.dtype,
             1 / lim.ratio,
-            f"the model's {lim.shapes} products, the medians of interleaved samples{doubt}; "
-            f"limit {limit:g}x",
+            f"the model's {lim.shapes} products, the medians of interleaved samples{doubt}"
+            f"{table}; limit {limit:g}x",
         )
 
     def ratio(self, dtype: torch.dtype) -> float | None:
