@@ -37,7 +37,7 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     last = name.rsplit(".", 1)[-1] if name else ""
     owner = name.rsplit(".", 1)[0] if "." in name else ""
     others = [a for a in (*call.args, *(k.value for k in call.keywords)) if a is not node]
-    builtin = _builtin_step(f, node, call)
+    builtin = _builtin_step(f, node, call) or _dtyped(f, node, call, last, owner)
     if builtin is not None:
         return builtin
     stored = _held_by(f, node, call, last) or keyed_store(f, node, call)
@@ -46,10 +46,6 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     held = wrapped(f, node, call)
     if held is not None:
         return held  # nn.Parameter(t), self.register_buffer("m", t): module state made now
-    if last in DTYPED and call.args and call.args[0] is node and _torch_op(f, owner):
-        dtyped = dtype_keyword(f, call)  # torch.cumsum(t, 1, dtype=x.dtype): a cast
-        if dtyped is not None:
-            return dtyped
     if last.endswith("_like") and any(k.arg == "dtype" for k in call.keywords):
         return "safe"  # torch.zeros_like(t, dtype=torch.long): t gives only the shape
     if last in SORTS or last in _TORCH_SAFE:
@@ -243,11 +239,14 @@ def _source(node: ast.AST, call: ast.Call) -> bool:
 _MASKED = words("masked_fill masked_fill_ masked_scatter masked_scatter_ masked_select")
 
 
-def _torch_op(f: Follow, owner: str) -> bool:
-    """``owner`` is ``torch``, ``torch.special``/``torch.linalg``, or ``torch.nn.functional``
-    under a local name (``F``)."""
+def _dtyped(f: Follow, node: ast.AST, call: ast.Call, last: str, owner: str) -> str | None:
+    """``torch.cumsum(t, 1, dtype=x.dtype)``, ``F.softmax(t, 1, dtype=d)``: a torch op (also
+    ``torch.special``/``torch.linalg``, ``torch.nn.functional`` under a local name) whose
+    ``dtype=`` casts its first argument (see :func:`.methods.dtype_keyword`)."""
     imports = f.ctx.imports
-    return owner.split(".")[0] in imports.torch or owner in imports.functional
+    torch_op = owner.split(".")[0] in imports.torch or owner in imports.functional
+    first = bool(call.args) and call.args[0] is node
+    return dtype_keyword(f, call) if last in DTYPED and first and torch_op else None
 
 
 def _mask_argument(node: ast.AST, call: ast.Call, last: str, torch_call: bool) -> bool:
