@@ -53,11 +53,13 @@ def _package(tmp_path: Path) -> Path:
 
 
 def _linted_classes() -> list[str]:
-    """The class definitions of this test's files still alive in the process."""
+    """The class definitions of this test's files still alive in the process. By exact
+    type: ``isinstance`` asks a dead ``weakref.proxy`` among the objects for its class,
+    which raises ``ReferenceError`` (another test in the same worker may leave one)."""
     return [
         o.name
         for o in gc.get_objects()
-        if isinstance(o, ast.ClassDef) and o.name.startswith("UniqueMemo")
+        if type(o) is ast.ClassDef and o.name.startswith("UniqueMemo")
     ]
 
 
