@@ -57,11 +57,22 @@ def test_what_the_run_makes_is_collected_and_what_the_caller_left_is_after() -> 
 
 
 def test_a_freeze_of_the_callers_is_neither_added_to_nor_undone() -> None:
-    gc.freeze()
+    # Read by what collections do, not by gc.get_freeze_count(): a frozen object freed by
+    # its reference count leaves the frozen set, so the count can fall at any moment.
+    before = _Node()
+    gc.freeze()  # the caller's freeze: `before` is in it
     try:
-        count = gc.get_freeze_count()
+        left = weakref.ref(before)
+        del before
+        between = _Node()  # made after the caller's freeze, before the run
+        later = weakref.ref(between)
         with caller_objects_set_aside():
-            assert gc.get_freeze_count() == count
-        assert gc.get_freeze_count() == count
+            del between
+            gc.collect()
+            assert later() is None  # the run froze nothing more on the way in
+        gc.collect()
+        assert left() is not None  # the caller's freeze still holds on the way out
     finally:
         gc.unfreeze()
+    gc.collect()
+    assert left() is None
