@@ -39,13 +39,6 @@ from halfprec.leaks.lint.rules import FIX_NONE, FIX_SAFE
 from halfprec.leaks.lint.scope import forward_paths, imports_of, program_of
 from halfprec.leaks.lint.source import SourceError, decode_source, split_lines
 from halfprec.leaks.lint.suppress import is_suppressed, suppressions
-from halfprec.leaks.lint.triggers import (
-    Trigger,
-    fill_or_constant,
-    torch_factory,
-    triggered,
-    upcast,
-)
 from halfprec.readfile import NotAFileError, kind_of, read_regular
 
 __all__ = [
@@ -61,14 +54,12 @@ __all__ = [
 PARSE_ERROR = "HP000"
 MAX_SOURCE_BYTES = 64 * 2**20  # a larger .py file is one HP000 finding, never read whole
 _MAX_ROUNDS = 4
-# each check with the prefix of the codes it reports and what it needs to see (.triggers):
-# a check none of whose codes is enabled is not run (its findings would be dropped, after
-# following each tensor: see .fate), and a function none of whose nodes an enabled check
-# needs is not walked
-_CHECKS: list[tuple[Check, str, Trigger]] = [
-    (check_factory, "HP1", torch_factory),
-    (check_casts, "HP2", upcast),
-    (check_constants, "HP3", fill_or_constant),
+# each check with the prefix of the codes it reports: a check none of whose codes is enabled
+# is not run (its findings would be dropped, after following each tensor: see .fate)
+_CHECKS: list[tuple[Check, str]] = [
+    (check_factory, "HP1"),
+    (check_casts, "HP2"),
+    (check_constants, "HP3"),
 ]
 # forward paths start at a method named forward (scope.forward_paths); a file whose text
 # has no `def forward` has none, so it is not parsed (a `\` line continuation may split it)
@@ -146,7 +137,6 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
     lines = split_lines(source)
     enabled = config.enabled_for(path)
     checks = checks_for(enabled)
-    triggers = [t for _, prefix, t in _CHECKS if _any_starts(enabled, prefix)]
     silenced = suppressions(source)
     seen: set[tuple[int, int, str, int, int]] = set()
     findings: list[Finding] = []
@@ -167,8 +157,6 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
         if fpath.pipeline:
             continue  # a data-pipeline transform: its tensors are data-loader outputs
         helpers.extend(helpers_called(path, fpath, program, names, calls))
-        if not triggered(fpath.function, triggers, imports.torch):
-            continue  # no node an enabled check needs: walking it would report nothing
         ctx = walk_function(
             fpath.function,
             imports,
@@ -203,11 +191,7 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
 
 def checks_for(enabled: frozenset[str]) -> list[Check]:
     """The rule checks that can report one of the ``enabled`` codes."""
-    return [check for check, prefix, _ in _CHECKS if _any_starts(enabled, prefix)]
-
-
-def _any_starts(codes: frozenset[str], prefix: str) -> bool:
-    return any(c.startswith(prefix) for c in codes)
+    return [check for check, prefix in _CHECKS if any(c.startswith(prefix) for c in enabled)]
 
 
 def _defines_forward(source: str) -> bool:
