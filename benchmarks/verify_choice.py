@@ -60,6 +60,7 @@ import torch
 import halfprec
 from halfprec.batch import Batch, batch_size_of, call, resize_batch
 from halfprec.bench import steady
+from halfprec.bench.claim import MIN_GAIN
 from halfprec.bench.deploy import Deployed
 from halfprec.bench.results import BenchResult, VariantResult, paired_speed, relative_time
 from halfprec.bench.spread import variant_speed
@@ -169,8 +170,9 @@ class Ranking:
 
     @property
     def verdict(self) -> str:
-        """``choice`` or ``runner-up`` (faster beyond the spread), or ``too noisy``."""
-        return _verdict(self.ratio)
+        """``choice`` or ``runner-up`` (faster beyond the spread, by more than deploy's
+        least claimed gain: :data:`~halfprec.bench.claim.MIN_GAIN`), or ``too noisy``."""
+        return _verdict(self.ratio, MIN_GAIN)
 
     @property
     def text(self) -> str:
@@ -198,10 +200,10 @@ class Ranking:
         return f"{head}; the ranges {spreads}"
 
 
-def _verdict(r: Ratio) -> str:
-    if r.rounds > 1 and r.q1 > 1.0:
+def _verdict(r: Ratio, least: float = 0.0) -> str:
+    if r.rounds > 1 and r.q1 > 1.0 + least:
         return "choice"
-    if r.rounds > 1 and r.q3 < 1.0:
+    if r.rounds > 1 and r.q3 < 1.0 / (1.0 + least):
         return "runner-up"
     return "too noisy"
 

@@ -147,7 +147,7 @@ class Budget:
         if left <= rounds_s:
             return (
                 f"not run: {self.spent:.0f} s of the {self.seconds:g} s budget were spent, "
-                f"and its rounds take about {rounds_s:.0f} s; {lift}"
+                f"and its rounds would take about {rounds_s:.0f} s more; {lift}"
             )
         if not variant.compiled:
             return None

@@ -354,10 +354,15 @@ class Benchmark:
         result.results = [self.rows[k] for k in sorted(self.rows)]
 
     def _finish(self, result: BenchResult, at: list[_Size]) -> None:
-        """fp32 alone where nothing was paired with it; fp32's timing pooled from its
-        pairs; then every row's speedup, efficiency and memory, in the report's order."""
+        """fp32 alone where nothing was paired with it (not once the budget is spent: its
+        rounds would rank nothing); fp32's timing pooled from its pairs; then every row's
+        speedup, efficiency and memory, in the report's order."""
         self.prewarm.join()
         for size in at:
+            late = None if size.pairs.rounds else self.budget.skip(_FP32, 0, self._rounds_s())
+            if late is not None:
+                self.notes.append(f"fp32 @ batch {size.size} was not timed alone: {late}")
+                continue
             with self.phase("timing"):
                 size.pairs.pool(self.config.race, self.timer)
         if any(size.pairs.pairs > 1 for size in at):
