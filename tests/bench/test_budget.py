@@ -125,6 +125,10 @@ def test_a_measured_compile_estimates_the_next() -> None:
     assert why is not None and "estimated at 30 s (as fp32+compile's compile took)" in why
     assert budget.skip(BF16, ops=10, rounds_s=2.0) is None  # eager: no compile to fit
     assert Budget(None).skip(BF16.with_compile(), ops=10**6, rounds_s=1e9) is None
+    # the GEMM limit's share: half of the 15 s left over 2 dtypes, never under 1 s
+    assert budget.share(2) == pytest.approx(3.75) and Budget(None).share(2) is None
+    clock.now = 70.0
+    assert budget.share(2) == 1.0
     with pytest.raises(ValueError, match="budget must be > 0 seconds"):
         Budget(0.0)
     with pytest.raises(ValueError, match="budget_s must be > 0 seconds or None"):

@@ -16,7 +16,10 @@ budget decides before each candidate is built:
   other processes share the cores). Once one compile is measured, the next is estimated
   at that compile's own wall seconds (the same graph, compiled again in another dtype);
 - once the budget is spent, no further candidate is built (the choice and its claim come
-  from what was measured);
+  from what was measured), and eager fp32 is not timed alone (its rounds would rank
+  nothing);
+- the GEMM limit (:mod:`halfprec.bench.limit`) spends at most half the seconds left,
+  shared among the half dtypes (at least one round each);
 - every candidate so skipped is a ``skipped`` row whose note says why and how long, and
   ``deploy(budget_s=None)`` (``BenchConfig(budget_s=None)``, ``halfprec deploy --budget
   0``) lifts the bound.
@@ -36,16 +39,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported by the command line's options, which start without torch
     from halfprec.bench.variants import Variant
-
-__all__ = [
-    "BUDGET_NOTES",
-    "COMPILE_CPU_S",
-    "DEPLOY_BUDGET_S",
-    "REFERENCE_SPIN",
-    "Budget",
-    "CompileCost",
-    "thread_pace",
-]
 
 # deploy's own seconds: a cold deploy of BERT-base at batch 8 on 2 cores is meant to take at
 # most 60 s as a whole process, of which imports, model load and exit take 7-10 s quiet
@@ -127,6 +120,13 @@ class Budget:
         """Keep a measured compile (the compiled variant's first call)."""
         if variant.compiled and compile_s is not None:
             self.compiled[variant.name] = compile_s
+
+    def share(self, parts: int) -> float | None:
+        """Half the seconds left, split in ``parts`` (at least 1 s each; None: no bound):
+        what the GEMM limit may spend per half dtype (it stops after a round past it)."""
+        if self.seconds is None or parts < 1:
+            return None
+        return max(1.0, (self.seconds - self.spent) / (2 * parts))
 
     @staticmethod
     def rounds_s(call_s: float, rounds: int, end_s: float) -> float:

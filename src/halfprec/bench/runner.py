@@ -277,7 +277,7 @@ class Benchmark:
             with self.phase("probe"):
                 self.notes.extend(self.half.probe(self.shapes))
         with self.phase("limit"):
-            limits = self.half.limits(self.shapes)
+            limits = self.half.limits(self.shapes, self.budget.share(len(self.half.dtypes)))
         result.limits[size] = limits
         self._set_row(index, 0, ready.result)
         return _Size(index, Pairs(fp32=ready, batch=batch), output, limits)
