@@ -299,6 +299,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="the clock")
     parser.add_argument("--no-runner-up", action="store_true", help="do not re-time the runner-up")
+    parser.add_argument(
+        "--budget", type=float, default=None, help="deploy(budget_s=...), 0 for no bound"
+    )
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -310,7 +313,9 @@ def main() -> None:
     model, batch = _model(args.model)
     if args.batch is not None:
         batch = resize_batch(batch, args.batch)
-    kwargs = {"compile": False} if args.no_compile else {}
+    kwargs: dict[str, Any] = {"compile": False} if args.no_compile else {}
+    if args.budget is not None:
+        kwargs["budget_s"] = args.budget or None
     done = halfprec.deploy(model, batch, **kwargs)
     print(
         f"model {args.model}, batch {batch_size_of(batch)}; torch threads "
