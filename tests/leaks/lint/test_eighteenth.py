@@ -5,7 +5,6 @@ written for this test, none copied from a library:
   that upcast met half values (``grid = base.float() + flow``) is fp32 because of the
   upcast, not the factory (:mod:`.explicit`); one that meets an upcast of integers alone
   (``arange(n).float()``) still goes on;
-- a join with half values upcast on purpose (``cat([h, t]).float()``) ends well;
 - an attribute cast to the input's dtype in a method before that method reads it
   (:mod:`.recast`);
 - a 0-dim constant that meets a dimensioned half tensor, also one computed from itself
@@ -82,20 +81,17 @@ def test_offsets_added_to_an_upcast_of_integers_alone_are_reported() -> None:
     assert (4, "HP101") in _found(body)
 
 
-def test_a_join_upcast_on_purpose_is_not_reported() -> None:
+def test_a_join_upcast_later_stays_reported() -> None:
+    # committed verdicts disagree on this shape (transformers mra.py:588 leak, :589 no
+    # leak): the join with half values is reported, as before
     body = """\
     class Points(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed = nn.Linear(2, 8)
-
         def forward(self, pts):
             pad = torch.zeros((pts.shape[0], 1, 2), device=pts.device)
             pts = torch.cat([pts, pad], dim=1).to(torch.float)
             return pts.sum(-1)
     """
-    assert _found(body) == []
-    assert _found(body.replace(".to(torch.float)", "")) == [(7, "HP101")]
+    assert _found(body) == [(3, "HP101")]
 
 
 # -- an attribute cast before it is read ------------------------------------------------------

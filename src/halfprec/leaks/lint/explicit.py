@@ -83,20 +83,6 @@ def explicit_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     return bool(values) and all(explicit_fp32(v, there.at(v), depth + 1) for v in values)
 
 
-def upcast_of(parent: ast.AST, ctx: Context) -> bool:
-    """Whether ``parent`` is ``.float()``, ``.double()`` or ``.to(torch.float32)`` of the
-    value it holds: a joined value (``cat([h, t])``) upcast on purpose is what it would be
-    with ``t`` made half."""
-    if not isinstance(parent, ast.Attribute):
-        return False
-    call = ctx.parents.get(id(parent))
-    if not (isinstance(call, ast.Call) and call.func is parent):
-        return False
-    if parent.attr in ("float", "double") and not call.args:
-        return True
-    return parent.attr == "to" and any(_names_fp32(a, ctx) for a in _dtype_args(call))
-
-
 def _through(node: ast.AST, ctx: Context) -> ast.AST:
     """The value under reshapes, device moves and element reads: ``g[None].repeat(b, 1)``."""
     for _ in range(16):

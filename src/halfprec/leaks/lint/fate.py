@@ -45,7 +45,7 @@ from halfprec.leaks.lint.branches import needs_rank, rank_guarded
 from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.comprehensions import comprehended
 from halfprec.leaks.lint.context import Context, dotted, words
-from halfprec.leaks.lint.explicit import bound_upcast, upcast_of
+from halfprec.leaks.lint.explicit import bound_upcast
 from halfprec.leaks.lint.floated import floats_here, picks_elements, python_numbers
 from halfprec.leaks.lint.holders import fed_half
 from halfprec.leaks.lint.indexing import half_written_at
@@ -230,8 +230,6 @@ class _Follow:
             step = _step(self, node, parent) if parent is not None else "unknown"
             if step == "leak" and self.unsure and not self.strict:
                 step = "unknown"  # integer data would meet half values without a leak
-            if mixed and parent is not None and upcast_of(parent, self.ctx):
-                return  # cat([h, t]).float(): fp32 on purpose, as with t made half
             if mixed and step != "done" and not _cast_back(step, parent, node):
                 self.fate.leaks = True  # half values joined into fp32, going on uncast
                 return
