@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 
+from halfprec.leaks.lint.batched import condition_with_half
 from halfprec.leaks.lint.context import dotted, words
 from halfprec.leaks.lint.indexing import SOURCES
 from halfprec.leaks.lint.keyedstores import keyed_store
@@ -101,7 +102,9 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
             return submodule(f, func)
         if loss_input(f, func):
             return "up"  # self.ce(h, t): the loss of an fp32 target
-        return "leak" if hidden_state(f.ctx, func, node, call) else "unknown"
+        if hidden_state(f.ctx, func, node, call) or condition_with_half(f, node, call):
+            return "leak"  # an LSTM's fp32 state; a per-batch time beside the half state
+        return "unknown"
     torch_call = _torch_call(f, func, owner)
     if torch_call and _leaking_weight(f, node, call, last):
         return "leak"  # F.cross_entropy(h, y, weight=t): t must have h's dtype, or it raises

@@ -41,6 +41,7 @@ import ast
 from collections.abc import Sequence
 
 from halfprec.leaks.lint.arguments import argument_step
+from halfprec.leaks.lint.batched import batch_sized
 from halfprec.leaks.lint.branches import needs_rank, rank_guarded
 from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.comprehensions import comprehended
@@ -70,6 +71,7 @@ class _Follow:
         self.ctx = ctx
         self.upcast = upcast
         self.one_dim = one_dim
+        self.batched = False  # one value per batch item (see .batched): a condition
         self.caller: tuple[Follow, ast.Call] | None = None  # where a callee returns to
         self.depth = 0
         self.element: int | None = None  # returned as this element of a tuple
@@ -99,7 +101,7 @@ class _Follow:
         follow = _Follow(ctx, self.upcast, False)
         follow.zero, follow.mixed, follow.island = self.zero, self.mixed, self.island
         follow.unsure, follow.listed = self.unsure, self.listed
-        follow.ranked = self.ranked
+        follow.ranked, follow.batched = self.ranked, self.batched
         return follow
 
     def floating(self, node: ast.AST) -> bool:
@@ -340,6 +342,7 @@ def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:
     follow.unsure = id(node) in ctx.unsure
     follow.listed = follow.unsure and python_numbers(node, ctx)
     follow.zero = _scalar_factory(node, ctx)
+    follow.batched = not upcast and batch_sized(node, ctx)
     # 0-dim where it is made fp32 (torch.tensor(n) / k of an int n): with dimensioned half
     # tensors it keeps their dtype, as a 0-dim factory's tensor does
     follow.scalar = follow.zero or zero_dim(node, ctx.at(node))

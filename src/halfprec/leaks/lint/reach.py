@@ -54,6 +54,7 @@ class Follow(Protocol):
     element: int | None
     scalar: bool
     zero: bool
+    batched: bool
     opaque: bool
     ranked: bool
     thunk: bool
