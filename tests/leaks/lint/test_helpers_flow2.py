@@ -194,3 +194,35 @@ def test_lattice_meeting_values_upcast_by_a_dtype_test_stays_silent() -> None:
     assert dtype != LATTICE and _found(dtype) == []
     always = LATTICE.replace("if not acts.is_cuda:\n                acts", "acts")
     assert always != LATTICE and _found(always) == []
+
+
+# -- a tensor made in another tensor's dtype -------------------------------------------------
+COUNTS = """\
+    class Pool(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.lin = nn.Linear(d, d)
+
+        def forward(self, x, slot):
+            probs = self.lin(x).softmax(-1)
+            n, v = probs.shape
+            counts = torch.zeros(n, 1, dtype=probs.dtype, device=probs.device)
+            unit = torch.ones((slot.size(0), 1), device=probs.device)
+            counts.scatter_add_(0, slot.unsqueeze(1), unit)
+            return probs / (counts + 1e-9)
+    """
+
+
+def test_fp32_source_added_into_a_counter_made_in_the_half_dtype_is_reported() -> None:
+    assert _found(COUNTS) == [(10, "HP101")]
+
+
+def test_source_in_the_counters_dtype_stays_silent() -> None:
+    same = COUNTS.replace("1), device=probs.device)", "1), dtype=probs.dtype, device=probs.device)")
+    assert same != COUNTS and _found(same) == []
+
+
+def test_table_of_a_module_built_when_none_is_given_is_reported() -> None:
+    given = RAMP.replace("plan: Plan = Ramp()", "plan: Plan | None = None")
+    given = given.replace("self.plan = plan", "self.plan = plan or Ramp()")
+    assert given.count("plan or Ramp()") == 1 and _found(given) == [(12, "HP101")]

@@ -80,8 +80,9 @@ def _shape_of(value: ast.AST) -> bool:
     """``h.shape`` or ``h.size()``."""
     if isinstance(value, ast.Attribute):
         return value.attr == "shape"
-    call = isinstance(value, ast.Call) and not value.args
-    return call and isinstance(value.func, ast.Attribute) and value.func.attr == "size"
+    if not isinstance(value, ast.Call) or value.args:
+        return False
+    return isinstance(value.func, ast.Attribute) and value.func.attr == "size"
 
 
 def condition_with_half(f: Follow, node: ast.AST, call: ast.Call) -> bool:

@@ -312,10 +312,12 @@ def _dotted(node: ast.AST) -> str:
 
 
 def _alternatives(value: ast.expr) -> list[ast.expr]:
-    """``nn.Linear(d, d) if bias else None``: each value the attribute may hold, ``None``
-    left out (a call of it then runs only where it is a module)."""
+    """``nn.Linear(d, d) if bias else None``, ``plan or Ramp()``: each value the attribute
+    may hold, ``None`` left out (a call of it then runs only where it is a module)."""
     if isinstance(value, ast.IfExp):
         return [*_alternatives(value.body), *_alternatives(value.orelse)]
+    if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or):
+        return [v for each in value.values for v in _alternatives(each)]  # plan or Ramp()
     return [] if isinstance(value, ast.Constant) and value.value is None else [value]
 
 
