@@ -135,7 +135,10 @@ class _Follow:
             return "safe"  # mask * spec: complex, in a half model too
         if self.island:  # the upcast values meet the weights too: that is HP201's
             others = [o for o in others if not island_value(o, self.ctx)]
-        if any(self.floating(o) for o in others):
+        half = [o for o in others if self.floating(o)]
+        if half and all(self.half_scalar(o) for o in half):
+            return "up"  # t * log2 of a 0-dim half log2: t keeps its dims and fp32
+        if half:
             if self.unsure:
                 return "unknown"  # integer data takes the half values' dtype there
             if join:  # cat([t, h]).to(h.dtype) gives what cat([t.to(h.dtype), h]) gives
