@@ -226,3 +226,18 @@ def test_table_of_a_module_built_when_none_is_given_is_reported() -> None:
     given = RAMP.replace("plan: Plan = Ramp()", "plan: Plan | None = None")
     given = given.replace("self.plan = plan", "self.plan = plan or Ramp()")
     assert given.count("plan or Ramp()") == 1 and _found(given) == [(12, "HP101")]
+
+
+def test_draw_meeting_only_a_0_dim_tensor_in_the_half_dtype_stays_silent() -> None:
+    body = """\
+        class Shuffle(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.lin = nn.Linear(d, d)
+
+            def forward(self, x):
+                two = torch.tensor(2.0, dtype=x.dtype, device=x.device)
+                keys = torch.randn(x.shape[0], device=x.device) * two.log()
+                return self.lin(x[keys.argsort()])
+        """
+    assert _found(body) == []
