@@ -136,8 +136,8 @@ class _Follow:
         if self.island:  # the upcast values meet the weights too: that is HP201's
             others = [o for o in others if not island_value(o, self.ctx)]
         half = [o for o in others if self.floating(o)]
-        if half and all(self.half_scalar(o) for o in half):
-            return "up"  # t * log2 of a 0-dim half log2: t keeps its dims and fp32
+        if half and self.one_dim and all(self.half_scalar(o) for o in half):
+            return "up"  # t * log2 of a vector t, 0-dim half log2: t keeps its dims and fp32
         if half:
             if self.unsure:
                 return "unknown"  # integer data takes the half values' dtype there
