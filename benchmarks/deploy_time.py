@@ -7,6 +7,7 @@ and compiled) once per model, each in a new Python process so that nothing of on
 the process's wall time, split into the interpreter's start, the imports and model load,
 ``deploy`` (with reading its report) and the interpreter's exit after its output is
 flushed (and the CPU time of the whole process), the load average around it,
+with ``--budget S`` deploy's time budget (``deploy(budget_s=S)``, 0: none),
 ``Deployed.summary``, ``Deployed.time_spent``, ``Deployed.cpu_spent`` and what inductor's
 FX graph and AOTAutograd caches did (``hit``: the compiled graph was loaded, not compiled).
 ``--cache DIR`` points both ``TORCHINDUCTOR_CACHE_DIR`` and ``HALFPREC_CACHE_DIR`` (the
@@ -34,7 +35,9 @@ from halfprec.io.specs import load_model
 from halfprec.timing import now
 m = load_model(sys.argv[1])
 loaded = time.perf_counter()
-d = halfprec.deploy(m.model, m.example_inputs[0])
+budget = float(sys.argv[2]) if len(sys.argv) > 2 else None
+kw = {} if budget is None else {"budget_s": budget or None}
+d = halfprec.deploy(m.model, m.example_inputs[0], **kw)
 from torch._dynamo.utils import counters
 fx = {f"{k.removeprefix('fxgraph_cache_')} (FX graph)": v
       for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
@@ -52,7 +55,7 @@ def _children_cpu() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def _one(spec: str, cache: str | None) -> dict[str, Any]:
+def _one(spec: str, cache: str | None, budget: float | None = None) -> dict[str, Any]:
     from halfprec.timing import now
 
     env = dict(os.environ, HF_HUB_OFFLINE="1")
@@ -61,7 +64,10 @@ def _one(spec: str, cache: str | None) -> dict[str, Any]:
     before = os.getloadavg()[0]
     start, cpu = now(), _children_cpu()
     proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, spec], env=env, capture_output=True, text=True
+        [sys.executable, "-c", _CHILD, spec, *([] if budget is None else [str(budget)])],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     ended = now()
     wall, cpu = ended - start, _children_cpu() - cpu
@@ -87,12 +93,18 @@ def main() -> None:
     parser.add_argument("specs", nargs="+")
     parser.add_argument("--cache", help="inductor and probe cache folder, cleared first")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each spec, in turn")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="deploy(budget_s=...) in seconds, 0 for no bound (default: deploy's own)",
+    )
     ns = parser.parse_args()
     if ns.cache:
         shutil.rmtree(ns.cache, ignore_errors=True)
     for run in range(ns.repeat):
         for spec in ns.specs:
-            r = _one(spec, ns.cache)
+            r = _one(spec, ns.cache, ns.budget)
             fx = ", ".join(f"{k} {v}" for k, v in sorted(r["fx_cache"].items())) or "none"
             print(
                 f"{spec} (run {run + 1}): process {r['process_s']:.1f} s, CPU "

@@ -60,6 +60,7 @@ import torch
 import halfprec
 from halfprec.batch import Batch, batch_size_of, call, resize_batch
 from halfprec.bench import steady
+from halfprec.bench.claim import MIN_GAIN
 from halfprec.bench.deploy import Deployed
 from halfprec.bench.results import BenchResult, VariantResult, paired_speed, relative_time
 from halfprec.bench.spread import variant_speed
@@ -169,8 +170,9 @@ class Ranking:
 
     @property
     def verdict(self) -> str:
-        """``choice`` or ``runner-up`` (faster beyond the spread), or ``too noisy``."""
-        return _verdict(self.ratio)
+        """``choice`` or ``runner-up`` (faster beyond the spread, by more than deploy's
+        least claimed gain: :data:`~halfprec.bench.claim.MIN_GAIN`), or ``too noisy``."""
+        return _verdict(self.ratio, MIN_GAIN)
 
     @property
     def text(self) -> str:
@@ -198,10 +200,10 @@ class Ranking:
         return f"{head}; the ranges {spreads}"
 
 
-def _verdict(r: Ratio) -> str:
-    if r.rounds > 1 and r.q1 > 1.0:
+def _verdict(r: Ratio, least: float = 0.0) -> str:
+    if r.rounds > 1 and r.q1 > 1.0 + least:
         return "choice"
-    if r.rounds > 1 and r.q3 < 1.0:
+    if r.rounds > 1 and r.q3 < 1.0 / (1.0 + least):
         return "runner-up"
     return "too noisy"
 
@@ -297,6 +299,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="the clock")
     parser.add_argument("--no-runner-up", action="store_true", help="do not re-time the runner-up")
+    parser.add_argument(
+        "--budget", type=float, default=None, help="deploy(budget_s=...), 0 for no bound"
+    )
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -308,7 +313,9 @@ def main() -> None:
     model, batch = _model(args.model)
     if args.batch is not None:
         batch = resize_batch(batch, args.batch)
-    kwargs = {"compile": False} if args.no_compile else {}
+    kwargs: dict[str, Any] = {"compile": False} if args.no_compile else {}
+    if args.budget is not None:
+        kwargs["budget_s"] = args.budget or None
     done = halfprec.deploy(model, batch, **kwargs)
     print(
         f"model {args.model}, batch {batch_size_of(batch)}; torch threads "

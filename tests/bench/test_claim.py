@@ -363,3 +363,27 @@ def test_a_long_pair_s_samples_do_not_carry_the_switch_to_the_choice(
     assert claim.end.median == pytest.approx(loop) and claim.second
     assert done.speedup == pytest.approx(loop)
     assert claim.ratio.q1 <= loop <= claim.ratio.q3 * (1 + 1e-9), claim.ratio
+
+
+def test_a_gain_within_the_drift_of_a_re_timing_is_not_claimed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The candidate is 1.04x faster in every round at both moments: ranked above 1, but
+    within the 5% an independent re-timing reads apart from deploy (BERT-base b8's
+    fp32+compile claimed 1.08x, range 1.02-1.13x, re-timed 0.98x). fp32 is kept, and the
+    summary says the gain was too small, not that the machine was noisy."""
+    machine = _FirstMoment(0.40, 0.40, 0.385, other=0.60)
+    done = _deploy_on(machine, monkeypatch)
+    assert done.report.get("halfprec-bf16").speedup == pytest.approx(0.40 / 0.385)
+    assert done.variant == "fp32" and done.claim is None and done.speedup == 1.0
+    assert "halfprec-bf16 timed again at deploy's end: a gain too small to claim" in done.summary
+    assert "its low end within 5% of 1" in done.summary and done.summary.endswith("fp32 kept")
+
+
+def test_a_claim_whose_range_clears_the_least_gain_is_faster() -> None:
+    small = Claim(Ratio(1.08, 1.02, 1.13, 3), Ratio(1.08, 1.07, 1.10, 3), Ratio(1.08, 1.05, 1.1, 6))
+    assert not small.faster and small.text().startswith("a gain too small to claim (1.08x")
+    clear = Claim(Ratio(1.25, 1.14, 1.49, 3), Ratio(1.23, 1.21, 1.25, 3), Ratio(1.24, 1.2, 1.3, 6))
+    assert clear.faster and clear.text().startswith("1.24x faster than fp32 (range 1.14-1.49x")
+    noisy = Claim(Ratio(1.05, 0.97, 1.13, 3), Ratio(1.02, 0.99, 1.04, 3), Ratio(1.03, 0.98, 1.1, 6))
+    assert not noisy.faster and noisy.text().startswith("too noisy to rank")

@@ -265,7 +265,7 @@ class _Limited(_NoCompile):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         share = self.share
 
-        def limits(shapes: object) -> dict[torch.dtype, GemmLimit]:
+        def limits(shapes: object, most_s: object = None) -> dict[torch.dtype, GemmLimit]:
             return {torch.bfloat16: GemmLimit(torch.bfloat16, 2.0, "gemm", 1, fp32_s=share)}
 
         self.half.limits = limits  # type: ignore[method-assign,assignment]

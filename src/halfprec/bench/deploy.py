@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from halfprec.batch import as_batches, call, resize_batch
+from halfprec.bench.budget import BUDGET_NOTES, DEPLOY_BUDGET_S
 from halfprec.bench.claim import Claim, affordable, rules, second_call, time_again
 from halfprec.bench.interleave import CallTimer
 from halfprec.bench.limit import GemmLimit, Timer
@@ -82,9 +83,18 @@ def _quick() -> BenchConfig:
     beaten nor apart by then never is, and its further rounds only refine its median
     beside a close rival's. deploy times its choice again at its end for the claim
     (:mod:`halfprec.bench.claim`), so it does not spend them (BERT-base at batch 8: two
-    pairs of 1.6 s)."""
+    pairs of 1.6 s). And a time budget (:data:`~halfprec.bench.budget.DEPLOY_BUDGET_S`):
+    a compile that cannot fit in what is left, and any candidate once it is spent, is
+    skipped with a note (:mod:`halfprec.bench.budget`)."""
     race = Race()
-    return BenchConfig(warmup=1, runs=race.min_rounds, memory="none", max_variant_s=15.0, race=race)
+    return BenchConfig(
+        warmup=1,
+        runs=race.min_rounds,
+        memory="none",
+        max_variant_s=15.0,
+        race=race,
+        budget_s=DEPLOY_BUDGET_S,
+    )
 
 
 @dataclass
@@ -176,8 +186,12 @@ class Deployed:
         slow = "slower than fp32 on this device"
         skipped = sorted({r.name for r in rows if slow in r.note}, key=len)
         skip = f"; skipped (probed slow): {', '.join(skipped)}" if skipped else ""
-        absent = sorted({r.name for r in rows if slow not in r.note})
+        late = [r for r in rows if r.note.startswith(BUDGET_NOTES)]
+        absent = sorted({r.name for r in rows if slow not in r.note} - {r.name for r in late})
         skip += f"; not run here: {', '.join(absent)} (see report notes)" if absent else ""
+        if late:
+            names = ", ".join(sorted({r.name for r in late}))
+            skip += f"; not run within the time budget: {names} ({late[0].note})"
         kept = f"; {self.overruled}" if self.overruled else ""
         return f"{self.variant}: {speed}{comp}, within tolerance{skip}{self._noisy()}{kept}"
 
@@ -264,6 +278,7 @@ def deploy(
     probe_timer: Timer | None = None,
     timer: CallTimer | None = None,
     runtimes: Sequence[str] | None = None,
+    budget_s: float | None = DEPLOY_BUDGET_S,
 ) -> Deployed:
     """The fastest way to run ``model`` on its device that meets the tolerance against
     fp32 on the first batch of ``inputs`` (see the module docs).
@@ -281,7 +296,9 @@ def deploy(
     went. ``runtimes``: None (default) tries the runtimes installed here in the half
     dtypes this CPU computes; a list (``"openvino"``, ``"onnxruntime"``, or ``["all"]``)
     tries those in fp32 and each half dtype they offer, a missing package or a precision
-    the CPU lacks skipping that variant with a note; ``()`` tries none.
+    the CPU lacks skipping that variant with a note; ``()`` tries none. ``budget_s``: the
+    wall seconds deploy may start candidates in (:mod:`halfprec.bench.budget`; None: no
+    bound); a ``bench`` given carries its own (``BenchConfig.budget_s``).
 
     ``model`` is not changed: it is the fp32 reference, and every candidate is built
     from a copy, one at a time (at most the candidate being timed and the best so far
@@ -300,7 +317,7 @@ def deploy(
     settled = recipe.settle(device, tolerance)
     batch = as_batches(inputs)[0]
     candidates = _variants(settled.dtypes, device, compile=compile, eager=eager, runtimes=runtimes)
-    options = bench or _quick()
+    options = bench or replace(_quick(), budget_s=budget_s)
     race = _Race(model, batch, recipe, tolerance, options, progress, probe_timer, timer)
     cache = RaceCache(race_key(model, batch, candidates)) if options.probe_cache else None
     done = None if cache is None else _rerun_winner(race, cache, len(candidates))
@@ -323,6 +340,9 @@ def _rerun_winner(race: _Race, cache: RaceCache, candidates: int) -> Deployed | 
     if hit is None:
         return None
     winner = Variant.parse(hit[0])
+    # it won within its budget before, and its compile is likely in inductor's cache now,
+    # which the budget's estimate cannot see
+    race = replace(race, options=replace(race.options, budget_s=None))
     done = race.run(list(dict.fromkeys([Variant("fp32"), winner])))
     if done.variant != winner.name:
         return None

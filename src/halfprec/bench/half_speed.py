@@ -5,6 +5,7 @@ size's recorded products (:mod:`halfprec.bench.limit`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -121,10 +122,14 @@ class HalfSpeed:
             cache.put(probe, gemm, limit)  # a verdict in doubt is probed again
         return probe, ""
 
-    def limits(self, shapes: dict[Gemm, int]) -> dict[torch.dtype, GemmLimit]:
+    def limits(
+        self, shapes: dict[Gemm, int], most_s: float | None = None
+    ) -> dict[torch.dtype, GemmLimit]:
         """Each half dtype's eager GEMM ratio at ``shapes`` (the products fp32 just
         recorded; the probe's ratio for a skipped dtype: timing it would take minutes). The
-        first batch size's ratios are kept in ``gemm_ratios``."""
+        first batch size's ratios are kept in ``gemm_ratios``. ``most_s``: the seconds each
+        dtype may take, below ``limit_budget_s`` (a time budget's share; at least one
+        round is timed)."""
         limits = {}
         for dtype in self.dtypes:
             if dtype in self.skips and dtype in self.slowdowns:
@@ -136,7 +141,7 @@ class HalfSpeed:
                     shapes,
                     dtype,
                     self.device,
-                    budget_s=self.config.limit_budget_s,
+                    budget_s=min(self.config.limit_budget_s, most_s or math.inf),
                     timer=self.limit_timer,
                 )
                 self._skip_by_limit(limits[dtype])

@@ -86,11 +86,14 @@ def _from_call(func: Any, args: tuple[Any, ...]) -> list[Gemm]:
 
 class GemmRecorder(TorchFunctionMode):
     """Inside ``with GemmRecorder() as rec:``, counts the matrix products torch calls make
-    (``rec.seen``); everything runs as usual."""
+    (``rec.seen``) and keeps the distinct operations (``rec.ops``: each torch function's
+    name with its tensor operands' shapes, what a compile's cost grows with:
+    :mod:`halfprec.bench.budget`); everything runs as usual."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: Counter[Gemm] = Counter()
+        self.ops: set[tuple[str, tuple[tuple[int, ...], ...]]] = set()
 
     def __torch_function__(
         self,
@@ -102,6 +105,8 @@ class GemmRecorder(TorchFunctionMode):
         for gemm in _from_call(func, args):
             if gemm.flops > 0:
                 self.seen[gemm] += 1
+        shapes = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
+        self.ops.add((getattr(func, "__name__", repr(func)), shapes))
         return func(*args, **(kwargs or {}))
 
 

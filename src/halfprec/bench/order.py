@@ -16,7 +16,7 @@ claimed speedup come from the same rounds of the same pairs):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -33,3 +33,21 @@ def timing_order(variants: Sequence[Variant]) -> list[int]:
         return v.compiled, not half_runtime
 
     return sorted((j for j, v in enumerate(variants) if v != Variant("fp32")), key=key)
+
+
+def by_expected_gain(
+    indices: Sequence[int],
+    variants: Sequence[Variant],
+    expected: Callable[[Variant], float | None],
+) -> list[int]:
+    """``indices`` (of ``variants``, one each) by ``expected(variant)``, the least first:
+    a compiled candidate's best case, its eager twin's fastest time relative to fp32
+    divided by the most compiling can gain. Where a time budget cannot hold every compile
+    (:mod:`halfprec.bench.budget`), the likeliest winner is compiled first. Unknown (None)
+    last; ties keep their order."""
+
+    def key(pair: tuple[int, Variant]) -> tuple[bool, float]:
+        e = expected(pair[1])
+        return e is None, 0.0 if e is None else e
+
+    return [j for j, _ in sorted(zip(indices, variants, strict=True), key=key)]

@@ -40,7 +40,10 @@ class BenchConfig:
     per machine on disk (:mod:`halfprec.bench.probe_cache`), so that the next run on
     the same machine, torch and thread count does not probe again. ``compiled_memory``:
     also measure a compiled variant's CPU memory (its subprocess compiles the model again,
-    about as long as the compile itself; off by default, with a note)."""
+    about as long as the compile itself; off by default, with a note). ``budget_s``: wall
+    seconds the run may start candidates in (:mod:`halfprec.bench.budget`: a compile that
+    cannot fit, and any candidate once they are spent, is skipped with a note; None: no
+    bound; ``deploy``'s default is :data:`~halfprec.bench.budget.DEPLOY_BUDGET_S`)."""
 
     batch_sizes: tuple[int, ...] = ()
     warmup: int = 2
@@ -56,8 +59,11 @@ class BenchConfig:
     race: Race | None = Race()
     probe_cache: bool = True
     compiled_memory: bool = False
+    budget_s: float | None = None
 
     def __post_init__(self) -> None:
+        if self.budget_s is not None and not self.budget_s > 0:
+            raise ValueError(f"budget_s must be > 0 seconds or None, got {self.budget_s}")
         if self.memory not in ("every", "first", "none"):
             raise ValueError(f"memory must be 'every', 'first' or 'none', got {self.memory!r}")
         if self.skip_slower_than is not None and self.skip_slower_than <= 0:

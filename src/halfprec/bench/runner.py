@@ -38,13 +38,14 @@ import torch
 from torch import nn
 
 from halfprec.batch import Batch, as_batches, batch_size_of, call, resize_batch
+from halfprec.bench.budget import Budget
 from halfprec.bench.compile_gate import CompileGate, Twin, gemm_share
 from halfprec.bench.half_speed import HalfSpeed
 from halfprec.bench.heap import caller_objects_set_aside
 from halfprec.bench.interleave import CallTimer, Pairs, Prepared
 from halfprec.bench.limit import Gemm, GemmLimit, Timer
 from halfprec.bench.machine import machine_info
-from halfprec.bench.order import timing_order
+from halfprec.bench.order import by_expected_gain, timing_order
 from halfprec.bench.phases import Phases
 from halfprec.bench.prewarm import Prewarm, Setup, compiler_setup
 from halfprec.bench.results import (
@@ -124,7 +125,9 @@ class Benchmark:
     e.g. ``torch.cuda``, where it has them: :func:`~halfprec.bench.warmup.device_counters`;
     tests pass a stand-in). ``prewarm``: the compiler's one-time setup, run in the
     background from the first compiled candidate's build until before the next timed call
-    (default :func:`~halfprec.bench.prewarm.compiler_setup`'s; tests pass their own)."""
+    (default :func:`~halfprec.bench.prewarm.compiler_setup`'s; tests pass their own).
+    ``budget``: the seconds the run may start candidates in (default ``options.budget_s``
+    on the wall clock: :mod:`halfprec.bench.budget`; tests pass scripted clocks)."""
 
     def __init__(
         self,
@@ -144,6 +147,7 @@ class Benchmark:
         support: DeviceSupport | None = None,
         counters: PeakCounters | None = None,
         prewarm: Setup | None = None,
+        budget: Budget | None = None,
     ) -> None:
         if _FP32 not in variants:
             raise ValueError(
@@ -182,6 +186,9 @@ class Benchmark:
             support=self.support,
         )
         self.shapes: dict[Gemm, int] = {}
+        # eager fp32's distinct operations, and its call: the warm-up's, then its fastest round
+        self.ops, self.call_s = 0, 0.0
+        self.budget = budget or Budget(self.config.budget_s)
         self.modules: dict[str, nn.Module] = {}
         self.notes: list[str] = []  # for the result's warnings
         self.rows: dict[tuple[int, int], VariantResult] = {}  # by (size index, variant index)
@@ -231,7 +238,10 @@ class Benchmark:
             at = [
                 self._reference(result, index, size, len(sizes)) for index, size in enumerate(sizes)
             ]
-            for j in self.order:
+            eager = [j for j in self.order if not self.variants[j].compiled]
+            for j in eager:
+                self._candidate(result, at, j, self.variants[j])
+            for j in self._compile_order(at, eager):  # ordered by the eager twins' rounds
                 self._candidate(result, at, j, self.variants[j])
             self._finish(result, at)
             if self.progress is not None:
@@ -267,7 +277,7 @@ class Benchmark:
             with self.phase("probe"):
                 self.notes.extend(self.half.probe(self.shapes))
         with self.phase("limit"):
-            limits = self.half.limits(self.shapes)
+            limits = self.half.limits(self.shapes, self.budget.share(len(self.half.dtypes)))
         result.limits[size] = limits
         self._set_row(index, 0, ready.result)
         return _Size(index, Pairs(fp32=ready, batch=batch), output, limits)
@@ -296,6 +306,8 @@ class Benchmark:
                 self.prewarm.join()
                 with self.phase("timing"):
                     size.pairs.time(ready, self.config.race, self.timer)
+                if size.index == 0 and size.pairs.rounds:  # warm now: the budget's yardstick
+                    self.call_s = min(size.pairs.rounds)
             elif ready.result.status == "failed":  # a failed warm-up: built afresh next size
                 built = None
             self._set_row(size.index, j, ready.result)
@@ -345,10 +357,15 @@ class Benchmark:
         result.results = [self.rows[k] for k in sorted(self.rows)]
 
     def _finish(self, result: BenchResult, at: list[_Size]) -> None:
-        """fp32 alone where nothing was paired with it; fp32's timing pooled from its
-        pairs; then every row's speedup, efficiency and memory, in the report's order."""
+        """fp32 alone where nothing was paired with it (not once the budget is spent: its
+        rounds would rank nothing); fp32's timing pooled from its pairs; then every row's
+        speedup, efficiency and memory, in the report's order."""
         self.prewarm.join()
         for size in at:
+            late = None if size.pairs.rounds else self.budget.skip(_FP32, 0, self._rounds_s())
+            if late is not None:
+                self.notes.append(f"fp32 @ batch {size.size} was not timed alone: {late}")
+                continue
             with self.phase("timing"):
                 size.pairs.pool(self.config.race, self.timer)
         if any(size.pairs.pairs > 1 for size in at):
@@ -427,7 +444,30 @@ class Benchmark:
             why = autotune_pays(variant.dtype, self.device, ratio, self.support.features)
             if why is not None:
                 return why
-        return self.gate.skip(variant, self._twins(variant, at))
+        gated = self.gate.skip(variant, self._twins(variant, at))
+        return gated or self.budget.skip(variant, self.ops, self._rounds_s())
+
+    def _rounds_s(self) -> float:
+        """A candidate's rounds and the end's re-timing, from eager fp32's warm call."""
+        race = self.config.race
+        rounds = self.config.runs if race is None else race.min_rounds
+        return Budget.rounds_s(self.call_s, rounds, 0.0 if race is None else 2 * race.claim_s)
+
+    def _compile_order(self, at: list[_Size], eager: list[int]) -> list[int]:
+        """The compiled candidates, the one whose eager twin's fastest round sped up by
+        the most compiling gains (:class:`CompileGate`) is fastest first: where the budget
+        cannot hold every compile, the likeliest winner is compiled (:mod:`~halfprec.bench.
+        order`)."""
+        compiled = [j for j in self.order if j not in eager]
+        size = at[0]
+
+        def expected(v: Variant) -> float | None:
+            twin = Variant(v.kind, v.dtype)
+            rel = [1.0] if twin == _FP32 else size.pairs.standings.relative.get(twin)
+            gain = self.gate.gain(v, self._gemm_share(size) if twin == _FP32 else None)
+            return None if not rel or gain is None else min(rel) / gain
+
+        return by_expected_gain(compiled, [self.variants[j] for j in compiled], expected)
 
     def _twins(self, variant: Variant, at: list[_Size]) -> list[Twin]:
         """The eager twin of compiled ``variant`` at each batch size (none without one)."""
@@ -483,7 +523,9 @@ class Benchmark:
             result.status, result.note = "failed", first_line(exc)
             return Prepared(result, None, 0), None
         if warm.shapes:
-            self.shapes = warm.shapes
+            self.shapes, self.ops = warm.shapes, warm.ops
+        if variant == _FP32 and index == 0:
+            self.call_s = warm.last
         runs = self._plan(result, warm)
         if self._measures_memory(index):
             result.memory = self.warm_up.peak(warm, result.model_bytes)
@@ -504,6 +546,7 @@ class Benchmark:
         cfg = self.config
         if result.variant.compiled:
             result.compile_s = warm.first
+            self.budget.record(result.variant, warm.first)
             self.phases.move("warm-up", "compile", warm.first, warm.first_cpu)
         if warm.last > cfg.max_call_s and result.variant == _FP32:
             self.notes.append(

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from halfprec.bench.budget import DEPLOY_BUDGET_S
 from halfprec.cli.options import (
     convert_options,
     device_option,
@@ -82,6 +83,15 @@ def _runtimes(text: str | None) -> tuple[str, ...] | None:
     help="Timed rounds planned per variant (the race stops a settled one sooner; the "
     "leader runs on until its claim's 2 s of calls).",
 )
+@click.option(
+    "--budget",
+    "budget_s",
+    type=click.FloatRange(min=0),
+    default=DEPLOY_BUDGET_S,
+    show_default=True,
+    help="Seconds deploy may start candidates in: a compile estimated past what is left, "
+    "and any candidate once they are spent, is skipped and named; 0 for no bound.",
+)
 @tolerance_options
 def command(
     model: str,
@@ -93,6 +103,7 @@ def command(
     use_compile: bool,
     runtimes: str | None,
     runs: int,
+    budget_s: float,
     min_cosine: float | None,
     min_sqnr: float | None,
 ) -> None:
@@ -115,7 +126,9 @@ def command(
         runtimes=chosen_runtimes,
         recipe=recipe,
         compile=use_compile,
-        bench=BenchConfig(warmup=1, runs=runs, memory="none", max_variant_s=15.0),
+        bench=BenchConfig(
+            warmup=1, runs=runs, memory="none", max_variant_s=15.0, budget_s=budget_s or None
+        ),
     )
     finish({"output": str(output), **done.to_json()}, as_json, lambda: _render(done, output))
 

@@ -46,6 +46,7 @@ from halfprec.leaks.lint.branches import needs_rank, rank_guarded
 from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.comprehensions import comprehended
 from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.explicit import bound_upcast
 from halfprec.leaks.lint.floated import floats_here, picks_elements, python_numbers
 from halfprec.leaks.lint.holders import fed_half
 from halfprec.leaks.lint.indexing import half_written_at
@@ -54,6 +55,7 @@ from halfprec.leaks.lint.methods import REDUCTIONS, attribute_step, called, reco
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Fate, Follow
 from halfprec.leaks.lint.scalars import integer_tensor, number_name, zero_dim, zero_dim_factory
+from halfprec.leaks.lint.sortkeys import order_only
 from halfprec.leaks.lint.standins import stands_in
 from halfprec.leaks.lint.statements import statement_step
 from halfprec.leaks.lint.values import value_of
@@ -117,6 +119,7 @@ class _Follow:
         :mod:`.complexes`) is never half: the result is complex because of it."""
         if self.empty and not join:
             return "safe"
+        given = others
         others = [o for o in others if not self.derived(o)]
         if self.scalar:  # 0-dim: only another 0-dim tensor (h.mean()) takes its dtype
             if any(self.half_scalar(o) for o in others):
@@ -130,11 +133,15 @@ class _Follow:
                 return "up"
             if total and self.total(others):
                 return "up"  # loss + aux of a 0-dim total: a sum of losses, still 0-dim
+            if any(self.half_dimensioned(o) for o in given):
+                return "safe"  # remainder(x + c, 2 * c) of a 0-dim c: x + c is x's dtype
             return "up" if all(self.scalar_like(o) for o in others) else "safe"
         if any(isinstance(o, ast.Name) and o.id in self.ctx.complex for o in others):
             return "safe"  # mask * spec: complex, in a half model too
         if self.island:  # the upcast values meet the weights too: that is HP201's
             others = [o for o in others if not island_value(o, self.ctx)]
+        if not self.upcast and any(bound_upcast(o, self.ctx.at(o)) for o in others):
+            return "safe"  # grid + offsets of grid = g.float() + flow: fp32 by the upcast
         half = [o for o in others if self.floating(o)]
         if half and self.one_dim and all(self.half_scalar(o) for o in half):
             return "up"  # t * log2 of a vector t, 0-dim half log2: t keeps its dims and fp32
@@ -171,6 +178,12 @@ class _Follow:
             for n in walk(o)
         )
 
+    def half_dimensioned(self, node: ast.AST) -> bool:
+        """Whether ``node`` is a half tensor with dimensions, even one computed from the
+        followed 0-dim tensor itself (``x + c``): a 0-dim fp32 operand keeps its dtype."""
+        ctx = self.ctx.at(node)
+        return self.floating(node) and not zero_dim(node, ctx) and not _literal(node)
+
     def half_scalar(self, node: ast.AST) -> bool:
         """Whether ``node`` is a 0-dim floating tensor of the model's dtype (a loss)."""
         return self.floating(node) and zero_dim(node, self.ctx.at(node))
@@ -184,6 +197,8 @@ class _Follow:
             if self.reads_followed(n):
                 return True
             bound = self.ctx.binding_before(n) if isinstance(n, ast.Name) else None
+            if bound is not None:
+                bound = _filled(bound)  # h.masked_fill(m, t): h's dtype, t only fills it
             if bound is not None and any(self.reads_followed(m) for m in walk(bound)):
                 return True  # s = torch.sin(out) before the walk has reached s
         return False
@@ -235,6 +250,12 @@ class _Follow:
                 continue
             if step == "leak" and parent is not None and written_back(self, parent):
                 return  # x[:, :n] = x[:, :n] + t: stored into half, no fp32 goes on
+            if (
+                step == "leak"
+                and isinstance(parent, ast.BinOp)
+                and order_only(self.ctx.at(parent), parent)
+            ):
+                step = "integer"  # argmax(h + w * t): only the indices go on
             if step == "unknown" or step == "leak" and (self.opaque or self.ranked):
                 self.fate.unknown = True
             elif step == "leak":
@@ -327,6 +348,18 @@ def _opaque(node: ast.AST, ctx: Context) -> bool:
         if owner.startswith("self.") or owner == "self":
             return True
     return False
+
+
+def _filled(node: ast.AST) -> ast.AST:
+    """``h`` of ``h.masked_fill(mask, v)``, whose result has ``h``'s dtype whatever ``v``
+    is; else ``node`` itself."""
+    func = node.func if isinstance(node, ast.Call) else None
+    if isinstance(func, ast.Attribute) and func.attr in _FILLS:
+        return func.value
+    return node
+
+
+_FILLS = words("masked_fill masked_fill_ index_fill index_fill_")
 
 
 def _literal(node: ast.AST) -> bool:

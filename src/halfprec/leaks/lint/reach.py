@@ -16,6 +16,7 @@ from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.context import Calls, Context, dotted
 from halfprec.leaks.lint.keyed import held_key
 from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.recast import cast_before
 from halfprec.leaks.lint.scope import Function
 
 
@@ -419,6 +420,8 @@ def to_readers(f: Follow, target: ast.Attribute) -> bool:
     for ctx, node in [*reads, *held]:
         if f.fate.leaks:
             break
+        if owner and cast_before(ctx, node):
+            continue  # self.table = self.table.to(x.dtype) earlier in that method
         reader = f.spawn(ctx)
         reader.fate, reader.seen, reader.hops, reader.depth = f.fate, f.seen, f.hops, f.depth + 1
         reader.scalar, reader.opaque, reader.chosen = f.scalar, f.opaque, f.chosen

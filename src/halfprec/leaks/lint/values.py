@@ -67,7 +67,7 @@ _TORCH_KEEPS = words(
     "normalize scaled_dot_product_attention repeat_interleave roll maximum minimum zeros_like "
     "ones_like empty_like full_like rand_like randn_like diag diag_embed diagonal outer kron "
     "flip roll narrow squeeze unsqueeze clone neg cumsum cumprod log log1p sin cos nan_to_num "
-    "lerp tile flatten movedim"
+    "lerp tile flatten movedim remainder fmod"
 )
 _ARITHMETIC = words("add sub mul div true_divide rsub")
 _REARRANGES = words("rearrange repeat einops.rearrange einops.repeat")

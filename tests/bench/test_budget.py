@@ -1,0 +1,162 @@
+"""deploy's time budget: a compile estimated past the seconds left is not started, a spent
+budget starts no candidate, and the compiles go likeliest winner first (scripted clocks,
+paces and timings; nothing here compiles)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import halfprec
+from halfprec import BenchConfig
+from halfprec.bench.budget import COMPILE_CPU_S, Budget
+from halfprec.bench.order import by_expected_gain
+from halfprec.bench.race import Race
+from halfprec.bench.results import fastest_variant
+from halfprec.bench.runner import Benchmark
+from halfprec.bench.variants import Variant
+from testbed.clocks import VariantClock
+
+X = torch.randn(8, 32, generator=torch.Generator().manual_seed(1))
+TIMED = BenchConfig(
+    warmup=1, runs=3, memory="none", skip_slower_than=None, limit=False, probe_cache=False
+)
+FP32, BF16, FP16 = (
+    Variant("fp32"),
+    Variant("halfprec", torch.bfloat16),
+    Variant.parse("halfprec-fp16"),
+)
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.ReLU(), nn.Linear(64, 16))
+
+
+class _Clock:
+    """The budget's wall clock: ``now`` seconds, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_compile_estimated_past_the_seconds_left_is_not_started() -> None:
+    """MobileViT-small's fp32 compile took 115 CPU-seconds of a 244 s cold deploy on a Zen 3:
+    a compile estimated longer than the budget left is skipped before it starts, with the
+    estimate and the knob in its note; the choice comes from what was measured."""
+    seen: list[str] = []
+    budget = Budget(50.0, clock=_Clock(), pace=lambda: 40.0)  # a loaded machine: 40x
+    run = Benchmark(
+        _model(),
+        X,
+        variants=[FP32, FP32.with_compile()],
+        options=TIMED,
+        timer=VariantClock({"fp32": 1e-3}),
+        progress=lambda _s, _t, label: seen.append(label),
+        budget=budget,
+    ).run()
+    row = run.result.get("fp32+compile")
+    assert row.status == "skipped" and row.compile_s is None
+    assert row.note.startswith("not compiled within the 50 s budget: its compile is estimated at")
+    assert f"distinct operations at {COMPILE_CPU_S:g} CPU-s each, at pace 40.0" in row.note
+    assert "halfprec deploy --budget 0 lifts it" in row.note
+    assert fastest_variant(run.result).name == "fp32" and not budget.compiled
+
+
+def test_a_spent_budget_starts_no_further_candidate_and_the_choice_is_what_was_measured() -> None:
+    """halfprec-fp16 is timed first and beats fp32; the budget is spent by then, so
+    halfprec-bf16 is never built: the choice is halfprec-fp16, and bf16's row says why."""
+    clock = _Clock()
+    timer = VariantClock({"fp32": 1.0e-3, "halfprec-fp16": 0.5e-3, "halfprec-bf16": 0.2e-3})
+
+    def timed(fn: object, variant: Variant) -> float:
+        clock.now = 60.0  # any timed call: the 50 s are gone
+        return timer(fn, variant)  # type: ignore[arg-type]
+
+    run = Benchmark(
+        _model(),
+        X,
+        variants=[FP32, FP16, BF16],
+        options=TIMED,
+        timer=timed,
+        budget=Budget(50.0, clock=clock, pace=lambda: 1.0),
+    ).run()
+    bf16 = run.result.get("halfprec-bf16")
+    assert bf16.status == "skipped" and bf16.note.startswith("not run: 60 s of the 50 s budget")
+    assert "halfprec-bf16" not in timer.timed
+    assert fastest_variant(run.result).name == "halfprec-fp16"
+
+
+def test_deploy_names_what_its_budget_left_out_and_keeps_what_it_measured() -> None:
+    done = halfprec.deploy(
+        _model(),
+        X,
+        "bf16",
+        compile=False,
+        bench=BenchConfig(
+            warmup=1, runs=3, memory="none", skip_slower_than=None, limit=False, budget_s=1e-3
+        ),
+        runtimes=(),
+    )
+    assert done.variant == "fp32" and done.claim is None
+    assert "; not run within the time budget: halfprec-bf16 (not run: " in done.summary
+    # and fp32 is not timed alone for 3 rounds that rank nothing (BERT-base b8 at load 40:
+    # 100 s past its budget)
+    assert done.report.get("fp32").timing is None
+    assert any(
+        w.startswith("fp32 @ batch 8 was not timed alone: not run: ") for w in done.report.warnings
+    )
+
+
+def test_a_measured_compile_estimates_the_next() -> None:
+    """Before any compile the estimate is the eager call's distinct operations at
+    COMPILE_CPU_S each, at the pace now; after one, that compile's own seconds."""
+    clock = _Clock()
+    budget = Budget(50.0, clock=clock, pace=lambda: 2.0)
+    assert budget.estimate(10).seconds == pytest.approx(10 * COMPILE_CPU_S * 2.0)
+    assert budget.skip(FP32.with_compile(), ops=10, rounds_s=2.0) is None  # 17 + 2 <= 50
+    clock.now = 35.0  # the compile took 30 s, its rounds 5 s
+    budget.record(FP32.with_compile(), 30.0)
+    why = budget.skip(BF16.with_compile(), ops=10, rounds_s=2.0)  # 30 + 2 > 15 left
+    assert why is not None and "estimated at 30 s (as fp32+compile's compile took)" in why
+    assert budget.skip(BF16, ops=10, rounds_s=2.0) is None  # eager: no compile to fit
+    assert Budget(None).skip(BF16.with_compile(), ops=10**6, rounds_s=1e9) is None
+    # the GEMM limit's share: half of the 15 s left over 2 dtypes, never under 1 s
+    assert budget.share(2) == pytest.approx(3.75) and Budget(None).share(2) is None
+    clock.now = 70.0
+    assert budget.share(2) == 1.0
+    with pytest.raises(ValueError, match="budget must be > 0 seconds"):
+        Budget(0.0)
+    with pytest.raises(ValueError, match="budget_s must be > 0 seconds or None"):
+        BenchConfig(budget_s=-1.0)
+
+
+def test_the_likeliest_winner_is_compiled_first() -> None:
+    """halfprec-bf16 eager runs at half fp32's time: compiled, at best 0.5 / 3; fp32
+    compiled at best 1 / 3. The budget here holds no compile, and the progress line shows
+    which was considered first (before: the report's order, fp32+compile first)."""
+    seen: list[str] = []
+    timer = VariantClock({"fp32": 1.0e-3, "halfprec-bf16": 0.5e-3})
+    variants = [FP32, BF16, FP32.with_compile(), BF16.with_compile()]
+    run = Benchmark(
+        _model(),
+        X,
+        variants=variants,
+        options=BenchConfig(
+            warmup=1, runs=3, memory="none", skip_slower_than=None, limit=False, race=Race()
+        ),
+        timer=timer,
+        progress=lambda _s, _t, label: seen.append(label.split(" @")[0]),
+        budget=Budget(50.0, clock=_Clock(), pace=lambda: 1e6),
+    ).run()
+    assert seen[-3:-1] == ["halfprec-bf16+compile", "fp32+compile"]
+    assert all(run.result.get(v.name).status == "skipped" for v in variants[2:])
+    assert by_expected_gain([0, 1, 2], [FP32, BF16, FP16], {FP32: 0.3, FP16: 0.1}.get) == [
+        2,
+        0,
+        1,
+    ]
