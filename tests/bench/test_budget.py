@@ -67,6 +67,35 @@ def test_a_compile_estimated_past_the_seconds_left_is_not_started() -> None:
     assert fastest_variant(run.result).name == "fp32" and not budget.compiled
 
 
+class _Cold(nn.Module):
+    """A model whose first call takes 100 s on the budget's clock and every later one 1 s."""
+
+    def __init__(self, clock: _Clock) -> None:
+        super().__init__()
+        self.clock, self.inner = clock, _model()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.clock.now += 100.0 if self.clock.now == 0.0 else 1.0
+        return self.inner(x)
+
+
+def test_a_candidate_s_rounds_are_reckoned_from_a_warm_fp32_call_not_the_cold_first() -> None:
+    """deploy warms eager fp32 with one call, and a first call is cold (BERT-base b8 at
+    load 5: 14 s, a warm one about 2 s); reckoned from it, a candidate's 3 rounds of a pair
+    and the end's re-timing read 1400 s, not 14 s."""
+    clock = _Clock()
+    run = Benchmark(
+        _Cold(clock),
+        X,
+        variants=[FP32, FP32.with_compile()],
+        options=TIMED,
+        timer=VariantClock({"fp32": 1.0}),
+        budget=Budget(300.0, clock=clock, pace=lambda: 1e6),
+    ).run()
+    note = run.result.get("fp32+compile").note
+    assert note.startswith("not compiled within the 300 s budget") and "its rounds at 14 s" in note
+
+
 def test_a_spent_budget_starts_no_further_candidate_and_the_choice_is_what_was_measured() -> None:
     """halfprec-fp16 is timed first and beats fp32; the budget is spent by then, so
     halfprec-bf16 is never built: the choice is halfprec-fp16, and bf16's row says why."""
