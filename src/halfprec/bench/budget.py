@@ -15,6 +15,8 @@ budget decides before each candidate is built:
   of the machine that constant was measured on; below 1 on a faster core, above where
   other processes share the cores). Once one compile is measured, the next is estimated
   at that compile's own wall seconds (the same graph, compiled again in another dtype);
+- a candidate's rounds are reckoned from eager fp32's call (the runner's: its fastest
+  timed round, or one more call timed once, not its cold warm-up call);
 - once the budget is spent, no further candidate is built (the choice and its claim come
   from what was measured), and eager fp32 is not timed alone (its rounds would rank
   nothing);
