@@ -28,6 +28,7 @@ the same round. fp32's row pools its calls from every pair.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import time
 from collections.abc import Callable, Sequence
@@ -363,7 +364,8 @@ class Benchmark:
         speedup, efficiency and memory, in the report's order."""
         self.prewarm.join()
         for size in at:
-            late = None if size.pairs.rounds else self.budget.skip(_FP32, 0, self._rounds_s())
+            rounds = functools.partial(self._rounds_s, measure=False)  # no call for this
+            late = None if size.pairs.rounds else self.budget.skip(_FP32, 0, rounds)
             if late is not None:
                 self.notes.append(f"fp32 @ batch {size.size} was not timed alone: {late}")
                 continue
@@ -446,14 +448,15 @@ class Benchmark:
             if why is not None:
                 return why
         gated = self.gate.skip(variant, self._twins(variant, at))
-        return gated or self.budget.skip(variant, self.ops, self._rounds_s())
+        return gated or self.budget.skip(variant, self.ops, self._rounds_s)
 
-    def _rounds_s(self) -> float:
+    def _rounds_s(self, measure: bool = True) -> float:
         """A candidate's rounds and the end's re-timing, from eager fp32's call: its fastest
         timed round, else (once, while the budget has seconds left) one more call of it
         timed on the budget's clock, since its one warm-up call is cold (BERT-base b8 at
         load 5: 14 s, where a warm call takes about 2 s)."""
-        if self.yardstick is not None and self.budget.spent < (self.budget.seconds or 0.0):
+        left = self.budget.spent < (self.budget.seconds or 0.0)
+        if measure and self.yardstick is not None and left:
             batch, self.yardstick = self.yardstick, None
             with self.phase("warm-up"), torch.inference_mode():
                 start = self.budget.clock()
