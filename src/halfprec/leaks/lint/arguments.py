@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 
+from halfprec.leaks.lint.batched import condition_with_half
 from halfprec.leaks.lint.context import dotted, words
 from halfprec.leaks.lint.indexing import SOURCES
 from halfprec.leaks.lint.keyedstores import keyed_store
@@ -97,17 +98,25 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     if held_torch_function(f.ctx, func):
         return f.meets(others)  # self.permute(x, w) of self.permute = F.conv2d
     if is_submodule(f.ctx, func):
-        if first:
-            return submodule(f, func)
-        if loss_input(f, func):
-            return "up"  # self.ce(h, t): the loss of an fp32 target
-        return "leak" if hidden_state(f.ctx, func, node, call) else "unknown"
+        return _into_submodule(f, node, call, first)
     torch_call = _torch_call(f, func, owner)
     if torch_call and _leaking_weight(f, node, call, last):
         return "leak"  # F.cross_entropy(h, y, weight=t): t must have h's dtype, or it raises
     if torch_call or isinstance(func, ast.Attribute) and last in KEEPS:
         receiver = func.value if isinstance(func, ast.Attribute) and not torch_call else None
         return f.meets(others if receiver is None else [*others, receiver])
+    return "unknown"
+
+
+def _into_submodule(f: Follow, node: ast.AST, call: ast.Call, first: bool) -> str:
+    """``t`` given to a submodule: its first input, a loss's target, a recurrent layer's
+    state, a per-batch condition beside a half input (see :mod:`.batched`), or unknown."""
+    if first:
+        return submodule(f, call.func)
+    if loss_input(f, call.func):
+        return "up"  # self.ce(h, t): the loss of an fp32 target
+    if hidden_state(f.ctx, call.func, node, call) or condition_with_half(f, node, call):
+        return "leak"  # an LSTM's fp32 state; a per-batch time beside the half state
     return "unknown"
 
 

@@ -222,6 +222,7 @@ def _scan_function(fn: Function, scan: _Scan) -> None:
     lists: dict[str, set[str]] = {}  # blocks = [...]; blocks.append(nn.Linear(...)): layers held
     float_lists = _float_params(fn)
     floats = _float_scalars(fn)
+    built = _built_defaults(fn)
     made: dict[str, ast.expr] = {}  # local names and the value each was last bound to
     for node in map(_unannotated, _statements(fn)):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
@@ -250,6 +251,8 @@ def _scan_function(fn: Function, scan: _Scan) -> None:
                 one = isinstance(node.value, ast.Name) and node.value.id in floats
                 (scan.floats if one or _float_literal(node.value) else scan.not_floats).add(attr)
                 for value in _alternatives(node.value):
+                    if isinstance(value, ast.Name) and value.id in built:
+                        value = built[value.id]  # schedule=LinearSchedule(): that module
                     if isinstance(value, ast.Call):
                         scan.held.setdefault(attr, set()).update(_held_layers(value, lists))
                     _attribute(attr, value, local, scan)
@@ -260,6 +263,17 @@ def _scan_function(fn: Function, scan: _Scan) -> None:
                     if function:  # several functions (a schedule chosen by name): none of them
                         kept = scan.callables.setdefault(attr, function)
                         scan.callables[attr] = function if kept == function else "?"
+
+
+def _built_defaults(fn: Function) -> dict[str, ast.Call]:
+    """The parameters of ``fn`` defaulting to an object built by a class of a plain name
+    (``schedule: Schedule = LinearSchedule()``): ``self.schedule = schedule`` holds it
+    where the caller passes none."""
+    return {
+        p.arg: d
+        for p, d in parameters(fn)
+        if isinstance(d, ast.Call) and isinstance(d.func, ast.Name) and d.func.id[:1].isupper()
+    }
 
 
 def _unannotated(node: ast.stmt) -> ast.stmt:
@@ -298,10 +312,12 @@ def _dotted(node: ast.AST) -> str:
 
 
 def _alternatives(value: ast.expr) -> list[ast.expr]:
-    """``nn.Linear(d, d) if bias else None``: each value the attribute may hold, ``None``
-    left out (a call of it then runs only where it is a module)."""
+    """``nn.Linear(d, d) if bias else None``, ``plan or Ramp()``: each value the attribute
+    may hold, ``None`` left out (a call of it then runs only where it is a module)."""
     if isinstance(value, ast.IfExp):
         return [*_alternatives(value.body), *_alternatives(value.orelse)]
+    if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or):
+        return [v for each in value.values for v in _alternatives(each)]  # plan or Ramp()
     return [] if isinstance(value, ast.Constant) and value.value is None else [value]
 
 

@@ -138,7 +138,7 @@ def _module_function(
 
 def helper_findings(
     helpers: list[Helper],
-    checks: list[Check],
+    checks: Callable[[frozenset[str]], list[Check]],
     enabled: Callable[[str], frozenset[str]],
     hot_lines: Callable[[str, list[str], frozenset[str]], frozenset[int]],
 ) -> list[Finding]:
@@ -162,10 +162,10 @@ def helper_findings(
                     _READ.clear()  # each entry holds its file's tree
                 hot = hot_lines(origin.text, there.lines, origin.imports.torch)
                 kept = _READ[id(there)] = (there, hot, suppressions(origin.text))
-            raw = _walk(there, fn, origin.imports, checks, kept[2], kept[1])
+            codes = enabled(origin.path)
+            raw = _walk(there, fn, origin.imports, checks(codes), kept[2], kept[1])
         finally:
             del there.outside[id(fn)]
-        codes = enabled(origin.path)
         findings.extend(
             Finding(origin.path, line, col, code, message)
             for line, col, code, message in raw

@@ -54,7 +54,13 @@ __all__ = [
 PARSE_ERROR = "HP000"
 MAX_SOURCE_BYTES = 64 * 2**20  # a larger .py file is one HP000 finding, never read whole
 _MAX_ROUNDS = 4
-_CHECKS: list[Check] = [check_factory, check_casts, check_constants]
+# each check with the prefix of the codes it reports: a check none of whose codes is enabled
+# is not run (its findings would be dropped, after following each tensor: see .fate)
+_CHECKS: list[tuple[Check, str]] = [
+    (check_factory, "HP1"),
+    (check_casts, "HP2"),
+    (check_constants, "HP3"),
+]
 # forward paths start at a method named forward (scope.forward_paths); a file whose text
 # has no `def forward` has none, so it is not parsed (a `\` line continuation may split it)
 _DEF_FORWARD = re.compile(r"def(?:\s|\\)+forward\b")  # `\bdef` is checked by hand: fast
@@ -130,6 +136,7 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
         return []
     lines = split_lines(source)
     enabled = config.enabled_for(path)
+    checks = checks_for(enabled)
     silenced = suppressions(source)
     seen: set[tuple[int, int, str, int, int]] = set()
     findings: list[Finding] = []
@@ -154,7 +161,7 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
             fpath.function,
             imports,
             lines,
-            _CHECKS,
+            checks,
             facts=fpath.facts,
             is_forward=fpath.is_forward,
             hot_lines=hot,
@@ -176,10 +183,15 @@ def _lint_source(source: str, path: str, config: LintConfig | None) -> list[Find
             findings.append(
                 Finding(path, line, col, code, message, fix if isinstance(fix, Fix) else None)
             )
-    elsewhere = helper_findings(helpers, _CHECKS, config.enabled_for, _hot_lines)
+    elsewhere = helper_findings(helpers, checks_for, config.enabled_for, _hot_lines)
     calls.close()  # the tree is then freed at once, not by a garbage-collector pass
     findings.sort(key=lambda f: (f.line, f.col, f.code))
     return findings + sorted(set(elsewhere), key=lambda f: (f.path, f.line, f.col, f.code))
+
+
+def checks_for(enabled: frozenset[str]) -> list[Check]:
+    """The rule checks that can report one of the ``enabled`` codes."""
+    return [check for check, prefix in _CHECKS if any(c.startswith(prefix) for c in enabled)]
 
 
 def _defines_forward(source: str) -> bool:

@@ -41,6 +41,7 @@ import ast
 from collections.abc import Sequence
 
 from halfprec.leaks.lint.arguments import argument_step
+from halfprec.leaks.lint.batched import batch_sized
 from halfprec.leaks.lint.branches import needs_rank, rank_guarded
 from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.comprehensions import comprehended
@@ -72,6 +73,7 @@ class _Follow:
         self.ctx = ctx
         self.upcast = upcast
         self.one_dim = one_dim
+        self.batched = False  # one value per batch item (see .batched): a condition
         self.caller: tuple[Follow, ast.Call] | None = None  # where a callee returns to
         self.depth = 0
         self.element: int | None = None  # returned as this element of a tuple
@@ -101,7 +103,7 @@ class _Follow:
         follow = _Follow(ctx, self.upcast, False)
         follow.zero, follow.mixed, follow.island = self.zero, self.mixed, self.island
         follow.unsure, follow.listed = self.unsure, self.listed
-        follow.ranked = self.ranked
+        follow.ranked, follow.batched = self.ranked, self.batched
         return follow
 
     def floating(self, node: ast.AST) -> bool:
@@ -140,7 +142,10 @@ class _Follow:
             others = [o for o in others if not island_value(o, self.ctx)]
         if not self.upcast and any(bound_upcast(o, self.ctx.at(o)) for o in others):
             return "safe"  # grid + offsets of grid = g.float() + flow: fp32 by the upcast
-        if any(self.floating(o) for o in others):
+        half = [o for o in others if self.floating(o)]
+        if half and self.one_dim and all(self.half_scalar(o) for o in half):
+            return "up"  # t * log2 of a vector t, 0-dim half log2: t keeps its dims and fp32
+        if half:
             if self.unsure:
                 return "unknown"  # integer data takes the half values' dtype there
             if join:  # cat([t, h]).to(h.dtype) gives what cat([t.to(h.dtype), h]) gives
@@ -373,6 +378,7 @@ def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:
     follow.unsure = id(node) in ctx.unsure
     follow.listed = follow.unsure and python_numbers(node, ctx)
     follow.zero = _scalar_factory(node, ctx)
+    follow.batched = not upcast and batch_sized(node, ctx)
     # 0-dim where it is made fp32 (torch.tensor(n) / k of an int n): with dimensioned half
     # tensors it keeps their dtype, as a 0-dim factory's tensor does
     follow.scalar = follow.zero or zero_dim(node, ctx.at(node))

@@ -20,6 +20,7 @@ from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.complexes import complex_names
 from halfprec.leaks.lint.comprehensions import plain_iteration
 from halfprec.leaks.lint.context import Calls, Check, Context, Inputs, dotted
+from halfprec.leaks.lint.deviceupcast import device_upcasts
 from halfprec.leaks.lint.fate import fate_of
 from halfprec.leaks.lint.floated import floated_message
 from halfprec.leaks.lint.nodes import walk
@@ -287,6 +288,9 @@ def _walk_compound(stmt: ast.stmt, ctx: Context, checks: list[Check]) -> None:
         if isinstance(stmt, (ast.With, ast.AsyncWith)):
             _bind([i.optional_vars for i in stmt.items if i.optional_vars], None, ctx)
         _walk_block(block, ctx, checks)
+        if i == 0:  # if not x.is_cuda: x = x.float(): half on the other devices
+            for name in device_upcasts(stmt) & before.keys():
+                ctx.floating.setdefault(name, False)
         if not (block and isinstance(block[-1], (ast.Raise, ast.Return))):
             paths.append(ctx.floating)  # a block that raises or returns ends its way here
     if not (isinstance(stmt, ast.If) and stmt.orelse or isinstance(stmt, _ALWAYS_RUN)):

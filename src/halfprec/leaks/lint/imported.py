@@ -21,7 +21,7 @@ from halfprec.leaks.lint.classes import ClassFacts
 from halfprec.leaks.lint.context import Calls
 from halfprec.leaks.lint.flow import calls_of
 from halfprec.leaks.lint.keyed import keyed_class
-from halfprec.leaks.lint.memo import on_forget
+from halfprec.leaks.lint.memo import on_forget, run_dict
 from halfprec.leaks.lint.scope import Function, Imports, imports_of, program_of
 from halfprec.leaks.lint.source import SourceError, decode_source, split_lines
 from halfprec.readfile import read_regular
@@ -39,6 +39,7 @@ _CALLED = re.compile(
 )  # parent folders searched for an absolute import's package
 _loaded: dict[tuple[str, int, int], tuple[Calls, Imported] | None] = {}
 _origins: dict[int, Origin] = {}  # id(Calls) of a loaded file -> what walking it needs
+_FOUND = run_dict(dict[tuple[str, str, int], Path | None])  # module_file, by folder
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,15 @@ def _holds_line(starts: list[int], node: ast.stmt) -> bool:
 
 def module_file(path: Path, module: str, level: int) -> Path | None:
     """The file that ``from <.. module> import`` reads, seen from ``path``; None when no such
-    file is next to it (a third-party package)."""
+    file is next to it (a third-party package). Looked up once per folder in a run: every
+    file of a package imports the same modules."""
+    key = (str(path.parent), module, level)
+    if key not in _FOUND:
+        _FOUND[key] = _module_file(path, module, level)
+    return _FOUND[key]
+
+
+def _module_file(path: Path, module: str, level: int) -> Path | None:
     parts = module.split(".") if module else []
     if level:
         bases = [path.parents[level - 1]] if level <= len(path.parents) else []

@@ -55,6 +55,7 @@ class Follow(Protocol):
     element: int | None
     scalar: bool
     zero: bool
+    batched: bool
     opaque: bool
     ranked: bool
     thunk: bool

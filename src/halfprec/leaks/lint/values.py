@@ -265,6 +265,8 @@ def _call_value(call: ast.Call, ctx: Context) -> bool | None:
         if func.attr in LOSSES:  # F.cross_entropy(logits, labels): in the logits' dtype
             # logits the lint cannot see (unpacked from a list of pairs): the model's, guessed
             return (value_of(args[0], ctx) or False) if args else None
+        if func.attr in _MADE and func.attr not in _TORCH_KEEPS:
+            return _made_as(call, ctx)  # torch.zeros(n, dtype=h.dtype): h's
         if func.attr not in _FLOAT_RESULT and func.attr not in _TORCH_KEEPS:
             return None
         joined = _join([value_of(a, ctx) for a in args])
@@ -287,6 +289,18 @@ def _call_value(call: ast.Call, ctx: Context) -> bool | None:
     if func.attr == "get" and call.args:
         return receiver  # batch.get("x", default): a tensor of the batch (the default aside)
     return None
+
+
+_MADE = words("zeros ones empty full rand randn linspace logspace eye tensor as_tensor")
+
+
+def _made_as(call: ast.Call, ctx: Context) -> bool | None:
+    """``torch.zeros(n, dtype=h.dtype)`` (also ``full``, ``rand``, ...): a tensor in
+    ``h``'s dtype, floating where ``h`` is; None for any other ``dtype=``."""
+    dtype = next((k.value for k in call.keywords if k.arg == "dtype"), None)
+    if not (isinstance(dtype, ast.Attribute) and dtype.attr == "dtype"):
+        return None
+    return value_of(dtype.value, ctx)
 
 
 def _helper_value(call: ast.Call, ctx: Context) -> bool | None:

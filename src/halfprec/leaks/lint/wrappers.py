@@ -7,7 +7,8 @@ helper of ``forward`` holds an fp32 tensor, and ``x * self.mask.sigmoid()`` meet
 with it. :func:`wrapped` follows the tensor through such a wrapper:
 
 - ``nn.Parameter(t)``, ``Parameter(t)``, ``nn.Buffer(t)``: the same values, so the walk
-  goes on with the wrapper's value;
+  goes on with the wrapper's value; so does ``Variable(t)`` (``torch.autograd``'s old
+  wrapper, which returns the tensor itself, in ``__init__`` too);
 - ``self.register_buffer("mask", t)``, ``self.register_parameter("mask", p)``,
   ``setattr(self, "mask", t)``: kept as ``self.mask``, followed at its reads.
 
@@ -41,6 +42,8 @@ def wrapped(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
     name = dotted(call.func)
     last = name.rsplit(".", 1)[-1]
     value = node.value if isinstance(node, ast.keyword) else node
+    if last == "Variable" and _first(call, value, "data"):
+        return "up"  # Variable(torch.zeros(n), requires_grad=...): t itself
     if (last in _WRAPPERS | _REGISTERS or name == "setattr") and _constructor(f):
         return "safe"  # state made in __init__ is converted with the model
     if last in _WRAPPERS and _first(call, value, "data"):
