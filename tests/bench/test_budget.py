@@ -62,9 +62,41 @@ def test_a_compile_estimated_past_the_seconds_left_is_not_started() -> None:
     row = run.result.get("fp32+compile")
     assert row.status == "skipped" and row.compile_s is None
     assert row.note.startswith("not compiled within the 50 s budget: its compile is estimated at")
+    assert "its rounds" not in row.note  # the compile alone does not fit: no call timed for it
     assert f"distinct operations at {COMPILE_CPU_S:g} CPU-s each, at pace 40.0" in row.note
     assert "halfprec deploy --budget 0 lifts it" in row.note
     assert fastest_variant(run.result).name == "fp32" and not budget.compiled
+
+
+class _Cold(nn.Module):
+    """A model whose first call takes 100 s on the budget's clock and every later one 1 s."""
+
+    def __init__(self, clock: _Clock) -> None:
+        super().__init__()
+        self.clock, self.inner = clock, _model()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.clock.now += 100.0 if self.clock.now == 0.0 else 1.0
+        return self.inner(x)
+
+
+def test_a_candidate_s_rounds_are_reckoned_from_a_warm_fp32_call_not_the_cold_first() -> None:
+    """deploy warms eager fp32 with one call, and a first call is cold (BERT-base b8 at
+    load 5: 14 s, a warm one about 2 s); reckoned from it, a candidate's 3 rounds of a pair
+    and the end's re-timing read 1400 s, not 14 s."""
+    clock = _Clock()
+    budget = Budget(300.0, clock=clock, pace=lambda: 1.0)
+    budget.record(Variant("halfprec", torch.bfloat16, compiled=True), 190.0)  # 190 s fits
+    run = Benchmark(
+        _Cold(clock),
+        X,
+        variants=[FP32, FP32.with_compile()],
+        options=TIMED,
+        timer=VariantClock({"fp32": 1.0}),
+        budget=budget,
+    ).run()
+    note = run.result.get("fp32+compile").note  # 190 + 14 > 300 - 101
+    assert note.startswith("not compiled within the 300 s budget") and "its rounds at 14 s" in note
 
 
 def test_a_spent_budget_starts_no_further_candidate_and_the_choice_is_what_was_measured() -> None:
@@ -118,13 +150,13 @@ def test_a_measured_compile_estimates_the_next() -> None:
     clock = _Clock()
     budget = Budget(50.0, clock=clock, pace=lambda: 2.0)
     assert budget.estimate(10).seconds == pytest.approx(10 * COMPILE_CPU_S * 2.0)
-    assert budget.skip(FP32.with_compile(), ops=10, rounds_s=2.0) is None  # 17 + 2 <= 50
+    assert budget.skip(FP32.with_compile(), ops=10, rounds_s=lambda: 2.0) is None  # 17 + 2 <= 50
     clock.now = 35.0  # the compile took 30 s, its rounds 5 s
     budget.record(FP32.with_compile(), 30.0)
-    why = budget.skip(BF16.with_compile(), ops=10, rounds_s=2.0)  # 30 + 2 > 15 left
+    why = budget.skip(BF16.with_compile(), ops=10, rounds_s=lambda: 2.0)  # 30 + 2 > 15 left
     assert why is not None and "estimated at 30 s (as fp32+compile's compile took)" in why
-    assert budget.skip(BF16, ops=10, rounds_s=2.0) is None  # eager: no compile to fit
-    assert Budget(None).skip(BF16.with_compile(), ops=10**6, rounds_s=1e9) is None
+    assert budget.skip(BF16, ops=10, rounds_s=lambda: 2.0) is None  # eager: no compile to fit
+    assert Budget(None).skip(BF16.with_compile(), ops=10**6, rounds_s=lambda: 1e9) is None
     # the GEMM limit's share: half of the 15 s left over 2 dtypes, never under 1 s
     assert budget.share(2) == pytest.approx(3.75) and Budget(None).share(2) is None
     clock.now = 70.0

@@ -15,6 +15,8 @@ budget decides before each candidate is built:
   of the machine that constant was measured on; below 1 on a faster core, above where
   other processes share the cores). Once one compile is measured, the next is estimated
   at that compile's own wall seconds (the same graph, compiled again in another dtype);
+- a candidate's rounds are reckoned from eager fp32's call (the runner's: its fastest
+  timed round, or one more call timed once, not its cold warm-up call);
 - once the budget is spent, no further candidate is built (the choice and its claim come
   from what was measured), and eager fp32 is not timed alone (its rounds would rank
   nothing);
@@ -136,26 +138,32 @@ class Budget:
         of timed calls, or 3 pairs)."""
         return 2 * call_s * (rounds + 1) + max(end_s, 2 * call_s * 3)
 
-    def skip(self, variant: Variant, ops: int, rounds_s: float) -> str | None:
-        """Why ``variant`` is not started within the budget; None to run it. ``rounds_s``:
+    def skip(self, variant: Variant, ops: int, rounds_s: Callable[[], float]) -> str | None:
+        """Why ``variant`` is not started within the budget; None to run it. ``rounds_s()``:
         the seconds its warm-up and rounds and the end's re-timing are expected to take
-        (eager fp32's pairs); ``ops``: the distinct operations of eager fp32's call."""
+        (eager fp32's pairs; asked only where the compile alone fits: it may time a call);
+        ``ops``: the distinct operations of eager fp32's call."""
         if self.seconds is None:
             return None
-        left = self.seconds - self.spent
         lift = "deploy(budget_s=None) or halfprec deploy --budget 0 lifts it"
-        if left <= rounds_s:
+        cost = self.estimate(ops) if variant.compiled else None
+        left = self.seconds - self.spent
+        if cost is not None and cost.seconds >= left:
+            return (
+                f"not compiled within the {self.seconds:g} s budget: its compile is estimated "
+                f"at {cost.seconds:.0f} s ({cost.how}), with {left:.0f} s left; {lift}"
+            )
+        rounds = rounds_s()
+        left = self.seconds - self.spent
+        if left <= rounds:
             return (
                 f"not run: {self.spent:.0f} s of the {self.seconds:g} s budget were spent, "
-                f"and its rounds would take about {rounds_s:.0f} s more; {lift}"
+                f"and its rounds would take about {rounds:.0f} s more; {lift}"
             )
-        if not variant.compiled:
-            return None
-        cost = self.estimate(ops)
-        if cost.seconds + rounds_s <= left:
+        if cost is None or cost.seconds + rounds <= left:
             return None
         return (
             f"not compiled within the {self.seconds:g} s budget: its compile is estimated at "
-            f"{cost.seconds:.0f} s ({cost.how}) and its rounds at {rounds_s:.0f} s, with "
+            f"{cost.seconds:.0f} s ({cost.how}) and its rounds at {rounds:.0f} s, with "
             f"{left:.0f} s left; {lift}"
         )
