@@ -22,7 +22,8 @@ and times it against the choice in the same alternating blocks. It prints deploy
 of the two (the runner-up's time over the choice's through fp32's in each one's pair, with
 its range: "too noisy to rank" where that range holds 1) beside the blocks' ratio and IQR,
 and whether they agree: ``RANKING WRONG`` where the blocks find the runner-up faster beyond
-their spread and deploy did not, or the reverse; whether the ranges overlap. Where deploy
+their spread, by more than deploy's least claimed gain (5%), and deploy did not, or the
+reverse; whether the ranges overlap. Where deploy
 said "too noisy to rank", it says whether the blocks could rank them. ``--no-runner-up``
 skips it.
 
@@ -183,14 +184,18 @@ class Ranking:
 
     def against(self, apart: Ratio) -> str:
         """Whether the blocks timed apart (``apart``: the same ratio) agree with the
-        ranking: the ranges overlap, and neither ranks the other way beyond its spread."""
-        mine, theirs = self.verdict, _verdict(apart)
+        ranking: the ranges overlap, and neither ranks the other way beyond its spread by
+        more than deploy's least claimed gain (:data:`~halfprec.bench.claim.MIN_GAIN`)."""
+        mine, theirs = self.verdict, _verdict(apart, MIN_GAIN)  # the floor deploy ranks by
         overlap = apart.q1 <= self.ratio.q3 and self.ratio.q1 <= apart.q3
         spreads = "overlap" if overlap else "do NOT overlap"
         if theirs == "runner-up" and mine != "runner-up":
             head = f"RANKING WRONG: apart, {self.runner_up} is faster beyond the blocks' spread"
         elif mine == "runner-up" and theirs != "runner-up":
             head = f"RANKING WRONG: apart, {self.runner_up} is not faster beyond the spread"
+        elif mine == theirs and mine == "too noisy" and _verdict(apart) != "too noisy":
+            faster = self.choice if _verdict(apart) == "choice" else self.runner_up
+            head = f"ranking agrees: apart, {faster} is faster by less than {MIN_GAIN:.0%}"
         elif mine == theirs:
             head = "ranking agrees" + (": apart too close to rank" if mine == "too noisy" else "")
         elif mine == "too noisy":
