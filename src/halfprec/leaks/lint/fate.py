@@ -41,6 +41,7 @@ import ast
 from collections.abc import Sequence
 
 from halfprec.leaks.lint.arguments import argument_step
+from halfprec.leaks.lint.asked import asked_fp32
 from halfprec.leaks.lint.batched import batch_sized
 from halfprec.leaks.lint.branches import needs_rank, rank_guarded
 from halfprec.leaks.lint.callers import flag_guards
@@ -142,6 +143,8 @@ class _Follow:
             others = [o for o in others if not island_value(o, self.ctx)]
         if not self.upcast and any(bound_upcast(o, self.ctx.at(o)) for o in others):
             return "safe"  # grid + offsets of grid = g.float() + flow: fp32 by the upcast
+        if not self.upcast and any(asked_fp32(o, self.ctx.at(o)) for o in others):
+            return "safe"  # adj + torch.eye(n) of adj = torch.FloatTensor(...): see .asked
         half = [o for o in others if self.floating(o)]
         if half and self.one_dim and all(self.half_scalar(o) for o in half):
             return "up"  # t * log2 of a vector t, 0-dim half log2: t keeps its dims and fp32

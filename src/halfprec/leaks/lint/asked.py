@@ -1,0 +1,118 @@
+"""fp32 the library asks for: the lead's fourth ruling (docs/leaks.md, "fp32 the library
+asks for"), used where a factory's tensor meets other values in :mod:`.fate`.
+
+A factory's tensor (``torch.eye(n)``) that meets, before any half value, a value the
+library made fp32 or double on purpose carries no fp32 of its own: made half, it would
+leave the result fp32 all the same. Such a value is not itself a plain site:
+
+- a factory given ``dtype=torch.float32`` (or ``float64``), ``torch.FloatTensor(...)``;
+- ``.double()`` of anything; ``.float()``, ``.type(torch.float)`` or ``.to(torch.float32)``
+  of data or of a computed value, not of a plain factory's own value
+  (``torch.arange(n).float()`` is part of its factory, judged like a bare one);
+- ``.type(dtype)`` where ``dtype`` is a parameter defaulting to ``torch.float32`` that no
+  call of the file passes;
+- the ``return`` of a same-file helper that hands back only such values;
+- arithmetic or a join with such a value (of more than no dimensions: a 0-dim fp32 value
+  keeps a half operand half).
+
+Seen through reshapes, device moves, element reads and the names a value is bound to.
+A factory's own chain cast to double (``torch.tensor([1., -1.]).double()``) is the same
+request: :func:`double_chain`.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from halfprec import ops
+from halfprec.leaks.lint.casts import is_fp32_dtype
+from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.explicit import helper_returns, through
+from halfprec.leaks.lint.scalars import zero_dim
+from halfprec.leaks.lint.typed import fp32_default
+
+_DEPTH = 8  # names and calls followed back from one operand
+_JOINS = words("cat stack concat concatenate hstack vstack block_diag")
+_TYPES = words("FloatTensor DoubleTensor")
+_DOUBLE = words("float64 double DoubleTensor")
+_CASTS = words("float to type")
+_REARRANGES = words("rearrange repeat einops.rearrange einops.repeat")
+
+
+def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
+    """Whether ``node`` holds fp32 or double that the library asks for in a value that is
+    no plain site (see the module docstring)."""
+    node = through(node, ctx)
+    if depth >= _DEPTH:
+        return False
+    if isinstance(node, ast.Name):
+        bound = ctx.binding_before(node)
+        return bound is not None and asked_fp32(bound, ctx, depth + 1)
+    if isinstance(node, ast.BinOp):
+        sides = (node.left, node.right)
+        return any(asked_fp32(s, ctx, depth + 1) and not zero_dim(s, ctx) for s in sides)
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if ctx.is_torch_attr(func, *_TYPES) is not None:
+        return True  # torch.FloatTensor(block_diag(...))
+    if ctx.is_torch_attr(func, *ops.FACTORY_OPS) is not None:
+        return any(k.arg == "dtype" and is_fp32_dtype(k.value, ctx) for k in node.keywords)
+    if isinstance(func, ast.Attribute) and func.attr == "double" and not node.args:
+        return True
+    if isinstance(func, ast.Attribute) and func.attr in _CASTS and _names_fp32(node, ctx):
+        return not plain_factory(func.value, ctx)
+    if dotted(func) in _REARRANGES and node.args:
+        return asked_fp32(node.args[0], ctx, depth + 1)  # einops: the same values
+    if dotted(func).rsplit(".", 1)[-1] in _JOINS:
+        pieces = node.args[0].elts if node.args and isinstance(node.args[0], ast.Tuple) else []
+        pieces = node.args[0].elts if node.args and isinstance(node.args[0], ast.List) else pieces
+        return any(asked_fp32(p, ctx, depth + 1) for p in pieces)
+    returned = helper_returns(node, ctx)
+    return bool(returned) and all(asked_fp32(v, there, depth + 1) for v, there in returned)
+
+
+def _names_fp32(call: ast.Call, ctx: Context) -> bool:
+    """``x.float()``, ``x.type(torch.float)``, ``x.to(torch.float32)``, ``x.type(dtype)`` of a
+    parameter defaulting to fp32 that no call passes."""
+    func = call.func
+    assert isinstance(func, ast.Attribute)
+    if func.attr == "float":
+        return not call.args
+    values = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
+    return any(is_fp32_dtype(v, ctx) or fp32_default(v, ctx) for v in values)
+
+
+def plain_factory(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
+    """Whether ``node`` is a factory's own value made without ``dtype`` (``torch.arange(n)``,
+    reshaped, or a name bound to one)."""
+    node = through(node, ctx)
+    if isinstance(node, ast.Name) and depth < _DEPTH:
+        bound = ctx.binding_before(node)
+        return bound is not None and plain_factory(bound, ctx, depth + 1)
+    if not isinstance(node, ast.Call) or ctx.is_torch_attr(node.func, *ops.FACTORY_OPS) is None:
+        return False
+    return not any(k.arg in ("dtype", None) for k in node.keywords)
+
+
+def asked_cast(call: ast.Call, node: ast.AST, ctx: Context) -> bool:
+    """``call`` casts ``node``, a computed value (not a plain factory's own), to fp32:
+    ``torch.cat((x.sin(), x.cos())).type(dtype)`` of ``dtype=torch.float32``."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in _CASTS:
+        return False
+    return _names_fp32(call, ctx) and not plain_factory(node, ctx)
+
+
+def double_chain(call: ast.Call, ctx: Context) -> bool:
+    """``t.double()``, ``t.to(torch.float64)``, ``t.type(torch.DoubleTensor)``: the value
+    made double on purpose."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return False
+    if func.attr == "double":
+        return not call.args
+    if func.attr not in ("to", "type"):
+        return False
+    values = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
+    return any(dotted(v).rsplit(".", 1)[-1] in _DOUBLE and is_fp32_dtype(v, ctx) for v in values)
