@@ -7,8 +7,9 @@ leave the result fp32 all the same. Such a value is not itself a plain site:
 
 - a factory given ``dtype=torch.float32`` (or ``float64``), ``torch.FloatTensor(...)``;
 - ``.double()`` of anything; ``.float()``, ``.type(torch.float)`` or ``.to(torch.float32)``
-  of data or of a computed value, not of a plain factory's own value
-  (``torch.arange(n).float()`` is part of its factory, judged like a bare one);
+  of data or of a value computed with it, not of a value made from plain factories and
+  numbers alone (``torch.arange(n).float()``, ``torch.cat([pos.sin(), pos.cos()]).float()``
+  are part of their factories, judged like bare ones);
 - ``.type(dtype)`` where ``dtype`` is a parameter defaulting to ``torch.float32`` that no
   call of the file passes;
 - the ``return`` of a same-file helper that hands back only such values;
@@ -28,10 +29,13 @@ from halfprec import ops
 from halfprec.leaks.lint.casts import is_fp32_dtype
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.explicit import helper_returns, through
+from halfprec.leaks.lint.reaching import reaching_values
 from halfprec.leaks.lint.scalars import zero_dim
 from halfprec.leaks.lint.typed import fp32_default
+from halfprec.leaks.lint.values import value_of
 
 _DEPTH = 8  # names and calls followed back from one operand
+_MADE_DEPTH = 24  # steps of an expression followed back to the factories it is made from
 _JOINS = words("cat stack concat concatenate hstack vstack block_diag")
 _TYPES = words("FloatTensor DoubleTensor")
 _DOUBLE = words("float64 double DoubleTensor")
@@ -61,7 +65,7 @@ def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     if isinstance(func, ast.Attribute) and func.attr == "double" and not node.args:
         return True
     if isinstance(func, ast.Attribute) and func.attr in _CASTS and _names_fp32(node, ctx):
-        return not plain_factory(func.value, ctx)
+        return _chosen(node, ctx) or not factory_made(func.value, ctx)
     if dotted(func) in _REARRANGES and node.args:
         return asked_fp32(node.args[0], ctx, depth + 1)  # einops: the same values
     if dotted(func).rsplit(".", 1)[-1] in _JOINS:
@@ -83,16 +87,50 @@ def _names_fp32(call: ast.Call, ctx: Context) -> bool:
     return any(is_fp32_dtype(v, ctx) or fp32_default(v, ctx) for v in values)
 
 
-def plain_factory(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
-    """Whether ``node`` is a factory's own value made without ``dtype`` (``torch.arange(n)``,
-    reshaped, or a name bound to one)."""
+def factory_made(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
+    """Whether ``node`` is made from plain factories' values and numbers alone
+    (``torch.arange(n)``, ``pos = 1.0 * torch.arange(n)``, ``torch.cat([pos.sin(),
+    pos.cos()])``): a cast of it to fp32 is part of those factories, not fp32 asked for."""
     node = through(node, ctx)
-    if isinstance(node, ast.Name) and depth < _DEPTH:
-        bound = ctx.binding_before(node)
-        return bound is not None and plain_factory(bound, ctx, depth + 1)
-    if not isinstance(node, ast.Call) or ctx.is_torch_attr(node.func, *ops.FACTORY_OPS) is None:
+    if depth >= _MADE_DEPTH:
         return False
-    return not any(k.arg in ("dtype", None) for k in node.keywords)
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Name):
+        values = [] if _looped(node, ctx) else reaching_values(ctx, node)
+        if not values:  # a parameter or a loop name: taken as made so unless proved floating
+            return value_of(node, ctx) is not True
+        return any(factory_made(v, ctx, depth + 1) for v in values)  # on some path
+    if isinstance(node, ast.BinOp):
+        return all(factory_made(s, ctx, depth + 1) for s in (node.left, node.right))
+    if isinstance(node, ast.UnaryOp):
+        return factory_made(node.operand, ctx, depth + 1)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return all(factory_made(e, ctx, depth + 1) for e in node.elts)
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if ctx.is_torch_attr(func, *ops.FACTORY_OPS) is not None:
+        return not any(k.arg in ("dtype", None) for k in node.keywords)
+    if not isinstance(func, ast.Attribute):
+        return False
+    owner = func.value
+    torch_call = isinstance(owner, ast.Name) and owner.id in ctx.imports.torch
+    pieces = list(node.args) if torch_call else [owner, *node.args]
+    pieces = [p for p in pieces if not isinstance(p, ast.Starred)]
+    return bool(pieces) and all(factory_made(p, ctx, depth + 1) for p in pieces)
+
+
+def _looped(name: ast.Name, ctx: Context) -> bool:
+    """Whether ``name`` is bound by a comprehension around it (``x.float() for x in xs``)."""
+    node: ast.AST | None = ctx.parents.get(id(name))
+    while node is not None and not isinstance(node, ast.stmt):
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            for gen in node.generators:
+                if any(isinstance(t, ast.Name) and t.id == name.id for t in ast.walk(gen.target)):
+                    return True
+        node = ctx.parents.get(id(node))
+    return False
 
 
 def asked_cast(call: ast.Call, node: ast.AST, ctx: Context) -> bool:
@@ -101,7 +139,16 @@ def asked_cast(call: ast.Call, node: ast.AST, ctx: Context) -> bool:
     func = call.func
     if not isinstance(func, ast.Attribute) or func.attr not in _CASTS:
         return False
-    return _names_fp32(call, ctx) and not plain_factory(node, ctx)
+    if not _names_fp32(call, ctx):
+        return False
+    return _chosen(call, ctx) or not factory_made(node, ctx)
+
+
+def _chosen(call: ast.Call, ctx: Context) -> bool:
+    """``x.type(dtype)`` of a parameter ``dtype=torch.float32`` that no call passes: the
+    helper hands back float32 by a choice its callers could change."""
+    values = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
+    return any(fp32_default(v, ctx) for v in values)
 
 
 def double_chain(call: ast.Call, ctx: Context) -> bool:
