@@ -31,6 +31,7 @@ from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.explicit import helper_returns, through
 from halfprec.leaks.lint.reaching import reaching_values
 from halfprec.leaks.lint.scalars import zero_dim
+from halfprec.leaks.lint.transforms import transform_layer
 from halfprec.leaks.lint.typed import fp32_default
 from halfprec.leaks.lint.values import value_of
 
@@ -40,6 +41,11 @@ _JOINS = words("cat stack concat concatenate hstack vstack block_diag")
 _TYPES = words("FloatTensor DoubleTensor")
 _DOUBLE = words("float64 double DoubleTensor")
 _CASTS = words("float to type")
+_WEIGHTLESS = words("Identity Sigmoid Tanh ReLU GELU SiLU Softplus Softmax LogSoftmax Dropout")
+_KEEPS = words(
+    "sigmoid tanh relu gelu silu softplus exp log log1p sqrt abs neg softmax log_softmax clamp "
+    "matmul bmm mm einsum mul add sub div where"
+)
 _REARRANGES = words("rearrange repeat einops.rearrange einops.repeat")
 
 
@@ -72,8 +78,25 @@ def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
         pieces = node.args[0].elts if node.args and isinstance(node.args[0], ast.Tuple) else []
         pieces = node.args[0].elts if node.args and isinstance(node.args[0], ast.List) else pieces
         return any(asked_fp32(p, ctx, depth + 1) for p in pieces)
+    if _applied(node, ctx) and node.args:
+        return asked_fp32(node.args[0], ctx, depth + 1)  # torch.sigmoid(logits.float())
     returned = helper_returns(node, ctx)
     return bool(returned) and all(asked_fp32(v, there, depth + 1) for v, there in returned)
+
+
+def _applied(call: ast.Call, ctx: Context) -> bool:
+    """A torch function or a weight-free callable the module holds (``self.activation_fn``,
+    ``F.softplus``): its result has its first input's dtype."""
+    func = call.func
+    owner = dotted(func.value) if isinstance(func, ast.Attribute) else ""
+    if owner in ctx.imports.torch or owner in ctx.imports.functional:
+        return func.attr in _KEEPS if isinstance(func, ast.Attribute) else False
+    if owner != "self" or not isinstance(func, ast.Attribute):
+        return False
+    facts = ctx.facts
+    held = func.attr in facts.passthrough or func.attr in dict(facts.callables)
+    held = held or dict(facts.layers).get(func.attr, "") in _WEIGHTLESS
+    return held or transform_layer(ctx, func.attr)
 
 
 def _names_fp32(call: ast.Call, ctx: Context) -> bool:
@@ -105,8 +128,8 @@ def factory_made(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
         return all(factory_made(s, ctx, depth + 1) for s in (node.left, node.right))
     if isinstance(node, ast.UnaryOp):
         return factory_made(node.operand, ctx, depth + 1)
-    if isinstance(node, (ast.List, ast.Tuple)):
-        return all(factory_made(e, ctx, depth + 1) for e in node.elts)
+    if isinstance(node, (ast.List, ast.Tuple)):  # [] filled later holds what is appended
+        return bool(node.elts) and all(factory_made(e, ctx, depth + 1) for e in node.elts)
     if not isinstance(node, ast.Call):
         return False
     func = node.func
@@ -119,6 +142,15 @@ def factory_made(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     pieces = list(node.args) if torch_call else [owner, *node.args]
     pieces = [p for p in pieces if not isinstance(p, ast.Starred)]
     return bool(pieces) and all(factory_made(p, ctx, depth + 1) for p in pieces)
+
+
+def asked_write(target: ast.Subscript, ctx: Context) -> bool:
+    """``t[idx] = v`` where ``v`` is fp32 asked for: ``t`` must hold fp32 to take it (a
+    write at tensor indices of fp32 into half raises), so its fp32 is asked for too."""
+    stmt = ctx.parents.get(id(target))
+    if not isinstance(stmt, ast.Assign) or target not in stmt.targets:
+        return False
+    return asked_fp32(stmt.value, ctx.at(stmt.value))
 
 
 def _looped(name: ast.Name, ctx: Context) -> bool:

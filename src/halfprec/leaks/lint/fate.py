@@ -41,7 +41,7 @@ import ast
 from collections.abc import Sequence
 
 from halfprec.leaks.lint.arguments import argument_step
-from halfprec.leaks.lint.asked import asked_fp32
+from halfprec.leaks.lint.asked import asked_fp32, asked_write
 from halfprec.leaks.lint.batched import batch_sized
 from halfprec.leaks.lint.branches import needs_rank, rank_guarded
 from halfprec.leaks.lint.callers import flag_guards
@@ -463,6 +463,8 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
             return "integer"
         if isinstance(parent.ctx, ast.Store) and half_written_at(parent, f.floating, f.ctx):
             return "leak"  # t[idx] = h: index_put of half values into fp32 raises
+        if isinstance(parent.ctx, ast.Store) and not f.upcast and asked_write(parent, f.ctx):
+            return "safe"  # t[idx] = logits.float(): t holds the fp32 asked for (.asked)
         if f.key is not None and isinstance(parent.ctx, ast.Store):
             if isinstance(parent.slice, ast.Constant) and parent.slice.value == f.key:
                 f.key = OVERWRITTEN  # cache["buf"] = v: later reads of "buf" read v
