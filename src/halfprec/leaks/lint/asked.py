@@ -110,24 +110,28 @@ def _names_fp32(call: ast.Call, ctx: Context) -> bool:
     return any(is_fp32_dtype(v, ctx) or fp32_default(v, ctx) for v in values)
 
 
-def factory_made(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
+def factory_made(node: ast.AST, ctx: Context, depth: int = 0, tensor: bool = True) -> bool:
     """Whether ``node`` is made from plain factories' values and numbers alone
     (``torch.arange(n)``, ``pos = 1.0 * torch.arange(n)``, ``torch.cat([pos.sin(),
-    pos.cos()])``): a cast of it to fp32 is part of those factories, not fp32 asked for."""
+    pos.cos()])``): a cast of it to fp32 is part of those factories, not fp32 asked for.
+    ``tensor``: ``node`` stands where a tensor is read (a receiver, a torch function's
+    input), so a parameter there is data, not a number."""
     node = through(node, ctx)
     if depth >= _MADE_DEPTH:
         return False
     if isinstance(node, ast.Constant):
         return True
     if isinstance(node, ast.Name):
-        values = [] if _looped(node, ctx) else reaching_values(ctx, node)
-        if not values:  # a parameter or a loop name: taken as made so unless proved floating
-            return value_of(node, ctx) is not True
-        return any(factory_made(v, ctx, depth + 1) for v in values)  # on some path
+        if _looped(node, ctx):
+            return True  # x.float() for x in pieces: the pieces the walk brought here
+        values = reaching_values(ctx, node)
+        if not values:  # a parameter: data where a tensor is read, else a number
+            return not tensor and value_of(node, ctx) is not True
+        return any(factory_made(v, ctx, depth + 1, tensor) for v in values)  # on some path
     if isinstance(node, ast.BinOp):
-        return all(factory_made(s, ctx, depth + 1) for s in (node.left, node.right))
+        return all(factory_made(s, ctx, depth + 1, False) for s in (node.left, node.right))
     if isinstance(node, ast.UnaryOp):
-        return factory_made(node.operand, ctx, depth + 1)
+        return factory_made(node.operand, ctx, depth + 1, tensor)
     if isinstance(node, (ast.List, ast.Tuple)):  # [] filled later holds what is appended
         return bool(node.elts) and all(factory_made(e, ctx, depth + 1) for e in node.elts)
     if not isinstance(node, ast.Call):
@@ -138,10 +142,15 @@ def factory_made(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     if not isinstance(func, ast.Attribute):
         return False
     owner = func.value
-    torch_call = isinstance(owner, ast.Name) and owner.id in ctx.imports.torch
-    pieces = list(node.args) if torch_call else [owner, *node.args]
-    pieces = [p for p in pieces if not isinstance(p, ast.Starred)]
-    return bool(pieces) and all(factory_made(p, ctx, depth + 1) for p in pieces)
+    torch_call = dotted(owner) in ctx.imports.torch or dotted(owner) in ctx.imports.functional
+    pieces = [p for p in node.args if not isinstance(p, ast.Starred)]
+    if not torch_call:
+        if not factory_made(owner, ctx, depth + 1):
+            return False
+        return all(factory_made(p, ctx, depth + 1, False) for p in pieces)
+    if not pieces or not factory_made(pieces[0], ctx, depth + 1):
+        return False
+    return all(factory_made(p, ctx, depth + 1, False) for p in pieces[1:])
 
 
 def asked_write(target: ast.Subscript, ctx: Context) -> bool:
