@@ -75,7 +75,8 @@ def attribute_step(f: Follow, node: ast.AST, attr: ast.Attribute) -> str:
     assert isinstance(call, ast.Call)
     if name in _ELEMENT:
         return "safe"
-    if not f.upcast and (double_chain(call, f.ctx) or asked_cast(call, node, f.ctx)):
+    asked = not f.mixed and asked_cast(call, node, f.ctx)  # a join met half values first
+    if not f.upcast and (double_chain(call, f.ctx) or asked):
         return "safe"  # .double(), or pe.type(torch.float32) of a computed value: see .asked
     if name in ("to", "type"):
         step = _to(f, call)
