@@ -22,33 +22,20 @@ from __future__ import annotations
 import textwrap
 
 import torch
-from torch import nn
 
-from halfprec.leaks.lint import lint_source
 from halfprec.leaks.lint.config import LintConfig
+from support.lint_models import Snippets
 
 HEAD = "import math\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n"
-
-
-def _found(body: str, select: tuple[str, ...] | None = None) -> list[tuple[int, str]]:
-    source = HEAD + textwrap.dedent(body)
-    config = LintConfig(select=select) if select else None
-    findings = lint_source(source, config=config)
-    return [(f.line - 5, f.code) for f in findings if f.code.startswith("HP")]
+LINT = Snippets(HEAD, prefix="HP")
+HP3 = Snippets(HEAD, prefix="HP", config=LintConfig(select=("HP3",)))
+_found, _model = LINT.found, LINT.model
 
 
 def _at(body: str, snippet: str, nth: int = 0) -> int:
     """The line of ``body`` (as :func:`_found` counts) holding ``snippet`` the nth time."""
     lines = [i for i, t in enumerate(textwrap.dedent(body).splitlines(), 1) if snippet in t]
     return lines[nth]
-
-
-def _model(body: str, name: str) -> type[nn.Module]:
-    scope: dict[str, object] = {}
-    exec(compile(HEAD + textwrap.dedent(body), "<model>", "exec"), scope)  # noqa: S102
-    cls = scope[name]
-    assert isinstance(cls, type) and issubclass(cls, nn.Module)
-    return cls
 
 
 HELPER_TABLE = """
@@ -243,7 +230,7 @@ class Norm(nn.Module):
 
 
 def test_hp302_only_for_limits_half_cannot_hold() -> None:
-    found = _found(LIMITS, select=("HP3",))
+    found = HP3.found(LIMITS)
     eps32, eps64 = _at(LIMITS, "float32).eps"), _at(LIMITS, "float64).eps")
     assert (eps32, "HP302") not in found  # 2**-23: a subnormal in fp16, a normal in bf16
     tiny = _at(LIMITS, ".tiny")
