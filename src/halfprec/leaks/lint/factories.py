@@ -30,6 +30,7 @@ from halfprec import ops
 from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
+from halfprec.leaks.lint.floated import floats_here
 from halfprec.leaks.lint.scalars import integer_tensor, zero_dim_factory
 from halfprec.leaks.lint.typed import (
     float_bound,
@@ -238,9 +239,10 @@ def _keyword(call: ast.Call, name: str) -> ast.expr | None:
 
 def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST | None:
     """``torch.arange(n) / k``, ``torch.arange(n) * 0.5``, ``torch.arange(n).float()``: an
-    integer factory whose value becomes fp32 (true division, a float operand, an upcast),
-    right away or after integer steps through names (``pos = shift + torch.arange(n)``,
-    then ``pos / scale``). Returns the expression that is fp32, or None."""
+    integer factory whose value becomes fp32 (true division, a float operand, an upcast, a
+    float function such as ``torch.log``), right away or after integer steps through names
+    (``pos = shift + torch.arange(n)``, then ``pos / scale``). Returns the expression that
+    is fp32, or None."""
     node: ast.AST = call
     parents = ctx.parents
     while True:
@@ -256,6 +258,8 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
                 for a in (*outer.args, *(k.value for k in outer.keywords))
             ):
                 return outer
+            if floats_here(node, parent, ctx):
+                return outer  # torch.tensor([n]).log(): floats of an integer tensor
             if parent.attr not in _INT_KEEPS or _casts(outer):
                 return None
             node = outer
@@ -280,6 +284,8 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
             continue
         if isinstance(parent, ast.Call) and _float_power(node, parent, ctx):
             return parent  # torch.pow(2.0, torch.arange(n)): a float base or exponent
+        if isinstance(parent, ast.Call) and floats_here(node, parent, ctx):
+            return parent  # torch.log(torch.tensor([n])): fp32 (the default dtype)
         gathered = _gathered(node, parent, ctx)
         if gathered is not None:
             node = gathered  # torch.stack(torch.meshgrid(pos, pos)): still integer
@@ -465,7 +471,8 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
         if made is not None:
             message = (
                 f"`{call}` is an integer tensor made fp32 here (true division, a float "
-                "operand or an upcast), in a half model too; cast it with `.to(x.dtype)`"
+                "operand or function, an upcast), in a half model too; cast it with "
+                "`.to(x.dtype)`"
             )
             ctx.report(node, "HP101", message, None, made=made)
         elif kind == "tensor" and not _zero_dim(node, ctx) and _any_dtype(node, ctx):
