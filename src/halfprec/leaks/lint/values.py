@@ -54,7 +54,8 @@ _KEEPS_DTYPE = words(
     "masked_fill narrow detach abs neg mul add sub div clamp clamp_min clamp_max tril triu "
     "flip roll cumsum "
     "view_as reshape_as type_as to_dense new_zeros new_ones new_empty new_full new_tensor "
-    "repeat_interleave movedim swapaxes unflatten cpu cuda split chunk unbind tensor_split index_select gather take_along_dim"
+    "repeat_interleave movedim swapaxes unflatten cpu cuda split chunk unbind tensor_split "
+    "index_select gather take_along_dim"
 )
 _FLOAT_RESULT = words(
     "softmax log_softmax sigmoid tanh exp log log1p sqrt rsqrt gelu silu erf layer_norm "
