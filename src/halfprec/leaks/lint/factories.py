@@ -245,6 +245,7 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
     is fp32, or None."""
     node: ast.AST = call
     parents = ctx.parents
+    ranked = _ranked(call, ctx)
     while True:
         parent = parents.get(id(node))
         if isinstance(parent, ast.Attribute) and parent.value is node:
@@ -258,7 +259,7 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
                 for a in (*outer.args, *(k.value for k in outer.keywords))
             ):
                 return outer
-            if floats_here(node, parent, ctx):
+            if floats_here(node, parent, ctx) and ranked:
                 return outer  # torch.tensor([n]).log(): floats of an integer tensor
             if parent.attr not in _INT_KEEPS or _casts(outer):
                 return None
@@ -284,13 +285,23 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
             continue
         if isinstance(parent, ast.Call) and _float_power(node, parent, ctx):
             return parent  # torch.pow(2.0, torch.arange(n)): a float base or exponent
-        if isinstance(parent, ast.Call) and floats_here(node, parent, ctx):
+        if isinstance(parent, ast.Call) and floats_here(node, parent, ctx) and ranked:
             return parent  # torch.log(torch.tensor([n])): fp32 (the default dtype)
         gathered = _gathered(node, parent, ctx)
         if gathered is not None:
             node = gathered  # torch.stack(torch.meshgrid(pos, pos)): still integer
             continue
         return _named_fp32(node, parent, ctx, depth)
+
+
+def _ranked(call: ast.AST, ctx: Context) -> bool:
+    """Whether the integer factory ``call`` surely has dimensions: ``torch.tensor([n])`` of
+    a list, any other factory; ``torch.log(torch.tensor(n))`` of one number (or of data the
+    code does not show) may be 0-dim, which keeps half operands half."""
+    if not isinstance(call, ast.Call) or ctx.is_torch_attr(call.func, "tensor") is None:
+        return True
+    data = call.args[0] if call.args else None
+    return isinstance(data, (ast.List, ast.Tuple, ast.ListComp))
 
 
 def _integer_made_fp32(expr: ast.AST, ctx: Context, depth: int = 0) -> bool:
