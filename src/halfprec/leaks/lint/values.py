@@ -55,7 +55,7 @@ _KEEPS_DTYPE = words(
     "flip roll cumsum "
     "view_as reshape_as type_as to_dense new_zeros new_ones new_empty new_full new_tensor "
     "repeat_interleave movedim swapaxes unflatten cpu cuda split chunk unbind tensor_split "
-    "index_select gather take_along_dim"
+    "index_select"
 )
 _FLOAT_RESULT = words(
     "softmax log_softmax sigmoid tanh exp log log1p sqrt rsqrt gelu silu erf layer_norm "
