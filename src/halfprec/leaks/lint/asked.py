@@ -41,6 +41,7 @@ _JOINS = words("cat stack concat concatenate hstack vstack block_diag")
 _TYPES = words("FloatTensor DoubleTensor")
 _DOUBLE = words("float64 double DoubleTensor")
 _CASTS = words("float to type")
+_FILLS = words("index_add_ index_copy_ scatter_ scatter_add_ index_put_ masked_scatter_ copy_")
 _WEIGHTLESS = words("Identity Sigmoid Tanh ReLU GELU SiLU Softplus Softmax LogSoftmax Dropout")
 _KEEPS = words(
     "sigmoid tanh relu gelu silu softplus exp log log1p sqrt abs neg softmax log_softmax clamp "
@@ -160,6 +161,24 @@ def asked_write(target: ast.Subscript, ctx: Context) -> bool:
     if not isinstance(stmt, ast.Assign) or target not in stmt.targets:
         return False
     return asked_fp32(stmt.value, ctx.at(stmt.value))
+
+
+def asked_fill(use: ast.AST, bound_at: ast.AST, ctx: Context) -> bool:
+    """Whether ``use`` writes fp32 asked for into the followed tensor, in a statement of the
+    block that bound it (so every later read sees the write): ``t[idx] = v.float()``,
+    ``t.view(-1).index_add_(0, i, v)`` of such a ``v``."""
+    stmt, bound = ctx.statement_of(use), ctx.statement_of(bound_at)
+    if stmt is None or bound is None or ctx.parents.get(id(stmt)) is not ctx.parents.get(id(bound)):
+        return False
+    if isinstance(stmt, ast.Assign) and isinstance(ctx.parents.get(id(use)), ast.Subscript):
+        target = ctx.parents[id(use)]
+        return target in stmt.targets and asked_write(target, ctx)  # type: ignore[arg-type]
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
+        return False
+    if call.func.attr not in _FILLS or through(call.func.value, ctx) is not use:
+        return False
+    return any(asked_fp32(a, ctx.at(a)) for a in call.args[1:])
 
 
 def _looped(name: ast.Name, ctx: Context) -> bool:
