@@ -72,7 +72,7 @@ def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     if isinstance(func, ast.Attribute) and func.attr == "double" and not node.args:
         return True
     if isinstance(func, ast.Attribute) and func.attr in _CASTS and _names_fp32(node, ctx):
-        return _chosen(node, ctx) or not factory_made(func.value, ctx)
+        return _chosen(node, ctx) or not reads_factory(func.value, ctx)
     if dotted(func) in _REARRANGES and node.args:
         return asked_fp32(node.args[0], ctx, depth + 1)  # einops: the same values
     if dotted(func).rsplit(".", 1)[-1] in _JOINS:
@@ -181,6 +181,23 @@ def asked_fill(use: ast.AST, bound_at: ast.AST, ctx: Context) -> bool:
     return any(asked_fp32(a, ctx.at(a)) for a in call.args[1:])
 
 
+def reads_factory(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
+    """Whether ``node`` reads a plain factory's value, directly or through the names it
+    reads: ``(offset >= 0)`` of ``offset = ids - torch.arange(n)`` (a cast of it makes the
+    factory's table floating, part of that factory)."""
+    if depth >= _DEPTH:
+        return False
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and ctx.is_torch_attr(sub.func, *ops.FACTORY_OPS):
+            if not any(k.arg in ("dtype", None) for k in sub.keywords):
+                return True
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+            values = [] if _looped(sub, ctx) else reaching_values(ctx, sub)
+            if any(reads_factory(v, ctx, depth + 1) for v in values):
+                return True
+    return False
+
+
 def _looped(name: ast.Name, ctx: Context) -> bool:
     """Whether ``name`` is bound by a comprehension around it (``x.float() for x in xs``)."""
     node: ast.AST | None = ctx.parents.get(id(name))
@@ -199,9 +216,7 @@ def asked_cast(call: ast.Call, node: ast.AST, ctx: Context) -> bool:
     func = call.func
     if not isinstance(func, ast.Attribute) or func.attr not in _CASTS:
         return False
-    if not _names_fp32(call, ctx):
-        return False
-    return _chosen(call, ctx) or not factory_made(node, ctx)
+    return _chosen(call, ctx)
 
 
 def _chosen(call: ast.Call, ctx: Context) -> bool:
