@@ -188,14 +188,20 @@ def reads_factory(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     if depth >= _DEPTH:
         return False
     for sub in ast.walk(node):
-        if isinstance(sub, ast.Call) and ctx.is_torch_attr(sub.func, *ops.FACTORY_OPS):
-            if not any(k.arg in ("dtype", None) for k in sub.keywords):
-                return True
+        if isinstance(sub, ast.Call) and _plain_call(sub, ctx):
+            return True
         if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
             values = [] if _looped(sub, ctx) else reaching_values(ctx, sub)
             if any(reads_factory(v, ctx, depth + 1) for v in values):
                 return True
     return False
+
+
+def _plain_call(call: ast.Call, ctx: Context) -> bool:
+    """``torch.<factory>(...)`` without ``dtype=``."""
+    if ctx.is_torch_attr(call.func, *ops.FACTORY_OPS) is None:
+        return False
+    return not any(k.arg in ("dtype", None) for k in call.keywords)
 
 
 def _looped(name: ast.Name, ctx: Context) -> bool:
