@@ -56,9 +56,9 @@ def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     node = through(node, ctx)
     if depth >= _DEPTH:
         return False
-    if isinstance(node, ast.Name):
-        bound = ctx.binding_before(node)
-        return bound is not None and asked_fp32(bound, ctx, depth + 1)
+    if isinstance(node, ast.Name):  # on every path that may reach the read
+        values = reaching_values(ctx, node)
+        return bool(values) and all(asked_fp32(v, ctx, depth + 1) for v in values)
     if isinstance(node, ast.BinOp):
         sides = (node.left, node.right)
         return any(asked_fp32(s, ctx, depth + 1) and not zero_dim(s, ctx) for s in sides)
