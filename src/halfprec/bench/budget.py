@@ -21,7 +21,7 @@ budget decides before each candidate is built:
   from what was measured), and eager fp32 is not timed alone (its rounds would rank
   nothing);
 - the GEMM limit (:mod:`halfprec.bench.limit`) spends at most half the seconds left,
-  shared among the half dtypes (at least one round each);
+  shared among the half dtypes (it stops between products, at least the costliest timed);
 - every candidate so skipped is a ``skipped`` row whose note says why and how long
   (:func:`left_out` names them all in one line, for deploy's summary and bench's
   footer), and ``budget_s=None`` (``halfprec deploy --budget 0``, ``halfprec bench
