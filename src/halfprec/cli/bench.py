@@ -231,8 +231,7 @@ def command(
         runs, warmup, budget_s = _quick_settings(runs, warmup, budget_s)
         no_memory = no_limit = True
     chosen = _chosen_variants(variants, use_compile)
-    if plot is not None:
-        _check_plot(plot, model, inputs_path)
+    _check_plot(plot, model, inputs_path)
     loaded, batches, dev = load_for_command(model, inputs_path, device)
     recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)
     # The memory worker rebuilds the model from its spec; custom --inputs cannot follow it.
@@ -266,10 +265,8 @@ def command(
         )
     if plot is not None:
         write_chart([result], plot)
-
-    notes = _footer(
-        result, (runs, warmup, budget_s) if quick else None, use_compile and not variants
-    )
+    shown = (runs, warmup, budget_s) if quick else None
+    notes = _footer(result, shown, use_compile and not variants)
 
     def render() -> None:
         print_bench(result)
@@ -306,8 +303,11 @@ def _compile_note(result: BenchResult) -> str | None:
     return compile_note(list(ran))
 
 
-def _check_plot(plot: Path, model: str, inputs_path: Path | None) -> None:
-    """``--plot``: a .png path that is no input, with matplotlib installed, before any work."""
+def _check_plot(plot: Path | None, model: str, inputs_path: Path | None) -> None:
+    """``--plot``: a .png path that is no input, with matplotlib installed, before any work
+    (nothing without it)."""
+    if plot is None:
+        return
     from halfprec.report.bench import check_plot_path
     from halfprec.report.plot import require_matplotlib
 
