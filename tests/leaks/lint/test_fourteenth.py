@@ -11,13 +11,10 @@ import torch
 from torch import nn
 
 from leaks.lint import test_thirteenth as thirteenth
-from support.lint_models import hp101_lines
+from support.lint_models import HEAD, Snippets
 
-HEAD = "import torch\nfrom torch import nn\n\n\n"
-
-
-def _found(body: str) -> list[int]:
-    return hp101_lines(body, HEAD)
+LINT = Snippets(HEAD)
+_found = LINT.lines
 
 
 TWO_CALLERS = """\
@@ -406,5 +403,8 @@ def test_a_one_element_tensor_of_torch_pi_is_floating_data() -> None:
     assert _found(CONSTANT.replace("2 * torch.pi", "2 * math.tau")) == [7]
 
 
-def test_a_one_element_tensor_of_an_integer_stays_silent() -> None:
-    assert _found(CONSTANT.replace("2 * torch.pi", "2 * 3")) == []
+def test_a_one_element_tensor_of_an_integer_stays_silent_until_a_float_function() -> None:
+    integer = CONSTANT.replace("2 * torch.pi", "2 * 3")
+    assert _found(integer) == [7]  # torch.log of int64 data is fp32 (round eighteen)
+    cast = integer.replace("device=z.device))", "device=z.device)).to(z.dtype)")
+    assert cast != integer and _found(cast) == []

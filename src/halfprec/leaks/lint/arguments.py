@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 
+from halfprec.leaks.lint.attention import attention_input
 from halfprec.leaks.lint.batched import condition_with_half
 from halfprec.leaks.lint.context import dotted, words
 from halfprec.leaks.lint.indexing import SOURCES
@@ -117,6 +118,8 @@ def _into_submodule(f: Follow, node: ast.AST, call: ast.Call, first: bool) -> st
         return "up"  # self.ce(h, t): the loss of an fp32 target
     if hidden_state(f.ctx, call.func, node, call) or condition_with_half(f, node, call):
         return "leak"  # an LSTM's fp32 state; a per-batch time beside the half state
+    if attention_input(f, node, call):
+        return "leak"  # self.attn(h, h, h, attn_mask=t): an fp32 float mask raises there
     return "unknown"
 
 

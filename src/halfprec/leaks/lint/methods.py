@@ -13,6 +13,7 @@ from halfprec.leaks.lint.context import dotted, words
 from halfprec.leaks.lint.devices import is_device
 from halfprec.leaks.lint.keyedstores import keyed_read
 from halfprec.leaks.lint.reach import Follow
+from halfprec.leaks.lint.scattered import scatter_step
 from halfprec.leaks.lint.typed import fp32_default
 
 _FACTS = words("shape size device dtype ndim numel dim is_cuda nelement is_floating_point")
@@ -84,7 +85,7 @@ def attribute_step(f: Follow, node: ast.AST, attr: ast.Attribute) -> str:
     if name in _INTEGER_CASTS or name in SORTS:
         return "integer"
     if name in COUNTERS:
-        return "integer"
+        return scatter_step(f, call, name)  # buf.scatter_add_(0, idx, h): raises
     if name in _UPCASTS:
         f.chosen = f.chosen or _an_input(f, node)
         return "up"
