@@ -101,16 +101,17 @@ def _saved_module(model: object) -> nn.Module:
         raise CheckpointError(
             f"halfprec.save takes an nn.Module; got {type(model).__name__}: {fix}"
         )
-    model = getattr(model, "_orig_mod", model)  # torch.compile's OptimizedModule
-    for name, sub in model.named_modules():
+    inner = getattr(model, "_orig_mod", None)  # torch.compile's OptimizedModule
+    module: nn.Module = inner if isinstance(inner, nn.Module) else model
+    for name, sub in module.named_modules():
         runtime = getattr(sub, "runtime", None)
         if name and isinstance(runtime, str) and callable(getattr(sub, "save", None)):
             raise CheckpointError(
-                f"halfprec.save: {type(model).__name__}'s submodule {name!r} runs in "
+                f"halfprec.save: {type(module).__name__}'s submodule {name!r} runs in "
                 f"{runtime}, whose weights no checkpoint of the torch model holds; write it "
                 f"with {name}.save(path) (its own file), or save the torch model it came from"
             )
-    return model
+    return module
 
 
 def save(
