@@ -7,19 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
-from support.lint_models import hp101_lines, model_class
+from support.lint_models import HEAD, Snippets
 
-HEAD = "import torch\nfrom torch import nn\n\n\n"
-
-
-def _found(body: str) -> list[int]:
-    return hp101_lines(body, HEAD)
-
-
-def _module(body: str, name: str) -> type[nn.Module]:
-    return model_class(body, name, HEAD)
+LINT = Snippets(HEAD)
+_found, _module = LINT.lines, LINT.model
 
 
 SUMMED = """\

@@ -6,19 +6,14 @@ model does in half."""
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 import torch
-from torch import nn
 
-from support.lint_models import hp101_lines
+from support.lint_models import Snippets
 
 HEAD = "from typing import List, Optional\n\nimport torch\nfrom torch import nn\n\n\n"
-
-
-def _found(body: str) -> list[int]:
-    return hp101_lines(body, HEAD)
+LINT = Snippets(HEAD)
+_found = LINT.lines
 
 
 STATE = """\
@@ -62,11 +57,7 @@ STATE = """\
 )
 def test_a_helper_state_sliced_into_annotated_layers_is_reported(binding: str) -> None:
     source = STATE.replace("self.cells: List[Cell] = nn.ModuleList()", binding)
-    space: dict[str, object] = {}
-    exec(compile(HEAD + textwrap.dedent(source), "<model>", "exec"), space)  # noqa: S102
-    tower = space["Tower"]
-    assert isinstance(tower, type) and issubclass(tower, nn.Module)
-    model = tower(4, 2).half()
+    model = LINT.model(source, "Tower")(4, 2).half()
     with pytest.raises(RuntimeError, match="dtype"):
         model(torch.randn(2, 3, 4).half())  # the GRU meets the fp32 state
     assert _found(source) == [22]

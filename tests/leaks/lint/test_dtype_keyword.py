@@ -8,20 +8,14 @@ on the rules before this round; the kept findings are asserted beside.
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 import torch
 from torch import nn
 
-from halfprec.leaks.lint import lint_source
+from support.lint_models import HEAD_F, Snippets
 
-HEAD = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n\n"
-
-
-def _found(body: str) -> list[tuple[int, str]]:
-    source = HEAD + textwrap.dedent(body)
-    return [(f.line - 5, f.code) for f in lint_source(source) if f.code.startswith("HP1")]
+LINT = Snippets(HEAD_F, prefix="HP1")
+_found = LINT.found
 
 
 def _model(op: str) -> str:

@@ -16,27 +16,13 @@ Each test fails on the rules before this round; its reported siblings are assert
 
 from __future__ import annotations
 
-import textwrap
-
 import torch
-from torch import nn
 
-from halfprec.leaks.lint import lint_source
+from support.lint_models import Snippets
 
 HEAD = "import math\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n"
-
-
-def _found(body: str) -> list[tuple[int, str]]:
-    source = HEAD + textwrap.dedent(body)
-    return [(f.line - 5, f.code) for f in lint_source(source) if f.code.startswith("HP")]
-
-
-def _model(body: str, name: str) -> type[nn.Module]:
-    scope: dict[str, object] = {}
-    exec(compile(HEAD + textwrap.dedent(body), "<model>", "exec"), scope)  # noqa: S102
-    cls = scope[name]
-    assert isinstance(cls, type) and issubclass(cls, nn.Module)
-    return cls
+LINT = Snippets(HEAD, prefix="HP")
+_found, _model = LINT.found, LINT.model
 
 
 # -- a factory meeting an explicit upcast that already met half values ------------------------

@@ -5,27 +5,20 @@ type annotations made a tensor; a layer built by a name another file binds to
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
-from halfprec.leaks.lint import lint_paths, lint_source
+from halfprec.leaks.lint import lint_paths
+from support.lint_models import Snippets, package
 
 HEAD = (
     "from typing import List\n\nimport torch\nimport torch.nn.functional as F\n"
     "from torch import nn\n\n\n"
 )
-
-
-def _findings(body: str) -> list[tuple[int, str]]:
-    source = HEAD + textwrap.dedent(body)
-    return [(f.line - 7, f.message) for f in lint_source(source) if f.code == "HP101"]
-
-
-def _found(body: str) -> list[int]:
-    return [line for line, _ in _findings(body)]
+LINT = Snippets(HEAD)
+_findings, _found = LINT.messages, LINT.lines
 
 
 def test_the_promotion_behind_the_zero_output_rule() -> None:
@@ -175,21 +168,15 @@ class Denoise(nn.Module):
 def test_a_layer_built_by_a_partial_of_linear_in_another_file_meets_the_tensor(
     tmp_path: Path,
 ) -> None:
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "layers.py").write_text(_ALIAS)
-    (pkg / "model.py").write_text(_MODEL)
+    pkg = package(tmp_path / "pkg", {"layers.py": _ALIAS, "model.py": _MODEL})
     found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
     assert found == [("model.py", 13)]
 
 
 def test_a_layer_alias_of_a_weightless_layer_hands_the_tensor_on(tmp_path: Path) -> None:
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "layers.py").write_text(_ALIAS.replace("partial(nn.Linear, bias=False)", "nn.Dropout"))
-    (pkg / "model.py").write_text(_MODEL.replace("Dense(1, 3)", "Dense(0.1)"))
+    layers = _ALIAS.replace("partial(nn.Linear, bias=False)", "nn.Dropout")
+    model = _MODEL.replace("Dense(1, 3)", "Dense(0.1)")
+    pkg = package(tmp_path / "pkg", {"layers.py": layers, "model.py": model})
     assert lint_paths([pkg]).findings == []
 
 
@@ -357,21 +344,14 @@ class Mixer(nn.Module):
 
 
 def test_a_tensor_passed_to_a_function_of_another_file_is_followed_there(tmp_path: Path) -> None:
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "helpers.py").write_text(_HELPERS)
-    (pkg / "mixer.py").write_text(_MIXER)
+    pkg = package(tmp_path / "pkg", {"helpers.py": _HELPERS, "mixer.py": _MIXER})
     found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
     assert found == [("mixer.py", 14)]
 
 
 def test_a_function_of_another_file_that_casts_the_tensor_ends_it(tmp_path: Path) -> None:
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "helpers.py").write_text(_HELPERS.replace("w * noise", "w * noise.to(x.dtype)"))
-    (pkg / "mixer.py").write_text(_MIXER)
+    helpers = _HELPERS.replace("w * noise", "w * noise.to(x.dtype)")
+    pkg = package(tmp_path / "pkg", {"helpers.py": helpers, "mixer.py": _MIXER})
     assert lint_paths([pkg]).findings == []
 
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from halfprec.leaks.lint import lint_paths
+from support.lint_models import package
 
 _NOISE = """\
 import torch
@@ -55,14 +56,9 @@ _FORMS = {
 
 
 def _package(tmp_path: Path, form: str, noise: str = _NOISE, extra: str = "") -> Path:
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "noise.py").write_text(noise)
     import_line, call = _FORMS[form]
     model = _MODEL.format(import_line=import_line, call=call, extra=extra)
-    (pkg / "model.py").write_text(model)
-    return pkg
+    return package(tmp_path / "pkg", {"noise.py": noise, "model.py": model})
 
 
 def _found(pkg: Path) -> list[tuple[str, int, str]]:

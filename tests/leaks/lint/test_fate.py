@@ -3,20 +3,18 @@ module's output, uncast? Each model here is small and written for this test."""
 
 from __future__ import annotations
 
-import textwrap
-
 import torch
 
-from halfprec.leaks.lint import LintConfig, fix_source, lint_source
+from halfprec.leaks.lint import LintConfig, fix_source
+from support.lint_models import HEAD_F, Snippets
 
 EVERY = LintConfig(select=("HP",))
 UNSAFE = LintConfig(select=("HP",), unsafe_fixes=True)
-HEAD = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n\n"
+LINT = Snippets(HEAD_F)
 
 
 def _found(body: str, config: LintConfig | None = None) -> list[tuple[int, str, bool]]:
-    source = HEAD + textwrap.dedent(body)
-    return [(f.line - 5, f.code, f.fix is not None) for f in lint_source(source, config=config)]
+    return [(n, f.code, f.fix is not None) for n, f in LINT.findings(body, config)]
 
 
 def test_an_upcast_cast_back_before_it_meets_half_is_not_reported() -> None:
@@ -138,7 +136,7 @@ def test_a_counter_is_reported_but_never_rewritten_to_half() -> None:
         """
     found = _found(body, UNSAFE)
     assert found == [(5, "HP101", False), (7, "HP101", False)]
-    assert "torch.zeros(8)" in fix_source(HEAD + textwrap.dedent(body), UNSAFE)
+    assert "torch.zeros(8)" in fix_source(LINT.source(body), UNSAFE)
 
 
 def test_counting_in_bf16_would_miscount() -> None:

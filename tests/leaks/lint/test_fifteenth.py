@@ -7,25 +7,16 @@ test; each torch fact the rule rests on is checked with torch."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 from halfprec.leaks.lint import lint_paths, lint_source
-from support.lint_models import hp101_lines, model_class
+from support.lint_models import HEAD, Snippets, package
 
-HEAD = "import torch\nfrom torch import nn\n\n\n"
-
-
-def _found(body: str) -> list[int]:
-    return hp101_lines(body, HEAD)
-
-
-def _module(body: str, name: str) -> type[nn.Module]:
-    return model_class(body, name, HEAD)
+LINT = Snippets(HEAD)
+_found, _module = LINT.lines, LINT.model
 
 
 GRAM = """\
@@ -263,13 +254,7 @@ class Mixer(nn.Module):
 
 
 def _mixer(tmp_path: Path) -> Path:
-    pkg = tmp_path / "pkg"
-    (pkg / "ops").mkdir(parents=True)
-    for folder in (pkg, pkg / "ops"):
-        (folder / "__init__.py").write_text("")
-    (pkg / "ops" / "levels.py").write_text(_LEVEL)
-    (pkg / "mixer.py").write_text(_MIXER)
-    return pkg
+    return package(tmp_path / "pkg", {"ops/levels.py": _LEVEL, "mixer.py": _MIXER})
 
 
 def test_fp32_meeting_what_a_helper_of_another_file_returns_for_half_input_is_reported(
@@ -299,7 +284,7 @@ COUNTER_FIRST = """\
 
 
 def test_a_fix_never_anchors_on_a_counter_tested_by_its_remainder() -> None:
-    found = [f for f in lint_source(HEAD + textwrap.dedent(COUNTER_FIRST)) if f.code == "HP101"]
+    found = [f for f in lint_source(LINT.source(COUNTER_FIRST)) if f.code == "HP101"]
     assert [f.line - HEAD.count("\n") for f in found] == [10]
     assert all("epoch" not in f.message for f in found)
     assert all(f.fix is None or "epoch" not in f.fix.text for f in found)
@@ -357,13 +342,7 @@ class AlignLoss(nn.Module):
 
 
 def _losses(tmp_path: Path, build: str = _BUILD) -> Path:
-    pkg = tmp_path / "tts"
-    (pkg / "losses").mkdir(parents=True)
-    for folder in (pkg, pkg / "losses"):
-        (folder / "__init__.py").write_text("")
-    (pkg / "models.py").write_text(build)
-    (pkg / "losses" / "align.py").write_text(_LOSS)
-    return pkg
+    return package(tmp_path / "tts", {"models.py": build, "losses/align.py": _LOSS})
 
 
 def test_fp32_handed_to_a_module_of_a_dict_the_model_holds_is_reported(tmp_path: Path) -> None:

@@ -11,13 +11,10 @@ import torch
 from torch import nn
 
 from leaks.lint import test_thirteenth as thirteenth
-from support.lint_models import hp101_lines
+from support.lint_models import HEAD, Snippets
 
-HEAD = "import torch\nfrom torch import nn\n\n\n"
-
-
-def _found(body: str) -> list[int]:
-    return hp101_lines(body, HEAD)
+LINT = Snippets(HEAD)
+_found = LINT.lines
 
 
 TWO_CALLERS = """\

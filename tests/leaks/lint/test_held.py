@@ -4,16 +4,11 @@ written for this test."""
 
 from __future__ import annotations
 
-import textwrap
-
-from halfprec.leaks.lint import lint_source
+from support.lint_models import Snippets
 
 HEAD = "from typing import List, Optional, Sequence\n\nimport torch\nfrom torch import nn\n\n\n"
-
-
-def _found(body: str) -> list[int]:
-    source = HEAD + textwrap.dedent(body)
-    return [f.line - 6 for f in lint_source(source) if f.code == "HP101"]
+LINT = Snippets(HEAD)
+_found = LINT.lines
 
 
 def test_a_list_of_floats_held_on_self_made_a_tensor_meets_the_half_input() -> None:

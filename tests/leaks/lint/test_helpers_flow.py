@@ -14,18 +14,11 @@ Each test fails on the rules before this round; its silent siblings are asserted
 
 from __future__ import annotations
 
-import textwrap
-
-from halfprec.leaks.lint import lint_source
 from halfprec.leaks.lint.config import LintConfig
+from support.lint_models import HEAD_F, Snippets
 
-HEAD = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n\n"
-
-
-def _found(body: str, prefix: str = "HP1") -> list[tuple[int, str]]:
-    source = HEAD + textwrap.dedent(body)
-    found = lint_source(source, config=LintConfig(select=("HP",)))  # every rule
-    return [(f.line - 5, f.code) for f in found if f.code.startswith(prefix)]
+LINT = Snippets(HEAD_F, prefix="HP1", config=LintConfig(select=("HP",)))  # every rule
+_found = LINT.found
 
 
 # -- helpers' *rows and **parts ---------------------------------------------------------------

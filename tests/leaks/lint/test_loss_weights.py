@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
-from support.lint_models import hp101_lines, model_class
+from support.lint_models import HEAD_F, Snippets
 
-HEAD = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n\n"
+LINT = Snippets(HEAD_F)
+_found, _module = LINT.lines, LINT.model
 
 HEADS = """\
     class Heads(nn.Module):
@@ -58,14 +58,6 @@ BAG = """\
             w = torch.tensor(self.scores[task])
             return F.embedding_bag(ids, self.table, offsets, mode="sum", per_sample_weights=w)
     """
-
-
-def _found(body: str) -> list[int]:
-    return hp101_lines(body, HEAD)
-
-
-def _module(body: str, name: str) -> type[nn.Module]:
-    return model_class(body, name, HEAD)
 
 
 def test_a_class_weight_of_cross_entropy_is_reported() -> None:

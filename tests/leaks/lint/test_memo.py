@@ -10,6 +10,7 @@ import gc
 from pathlib import Path
 
 from halfprec.leaks.lint import lint_paths
+from support.lint_models import package
 
 _BLOCK = """\
 import torch
@@ -44,12 +45,7 @@ class UniqueMemoModel(nn.Module):
 
 
 def _package(tmp_path: Path) -> Path:
-    root = tmp_path / "pkg"
-    root.mkdir()
-    (root / "__init__.py").write_text("")
-    (root / "block.py").write_text(_BLOCK)
-    (root / "model.py").write_text(_MODEL)
-    return root
+    return package(tmp_path / "pkg", {"block.py": _BLOCK, "model.py": _MODEL})
 
 
 def _linted_classes() -> list[str]:

@@ -5,16 +5,11 @@ half activation (or a tensor of unknown dtype) is still reported."""
 
 from __future__ import annotations
 
-import textwrap
-
-from halfprec.leaks.lint import lint_source
+from support.lint_models import Snippets
 
 HEAD = "import math\nimport torch\nfrom torch import nn\n\n\n"
-
-
-def _found(body: str) -> list[tuple[int, str]]:
-    source = HEAD + textwrap.dedent(body)
-    return [(f.line - 5, f.code) for f in lint_source(source) if f.code.startswith("HP3")]
+LINT = Snippets(HEAD, prefix="HP3")
+_found = LINT.found
 
 
 def test_tiny_added_to_a_histogram_of_indices_is_silent() -> None:

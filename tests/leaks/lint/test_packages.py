@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from halfprec.leaks.lint import lint_paths
+from support.lint_models import package
 
 _STATS = """\
 import torch
@@ -47,15 +48,9 @@ class Forecaster(nn.Module):
 
 
 def _package(tmp_path: Path, import_line: str, stats: str = _STATS) -> Path:
-    pkg = tmp_path / "pkg"
-    (pkg / "models" / "forecasting").mkdir(parents=True)
-    (pkg / "ops").mkdir()
-    for folder in (pkg, pkg / "models", pkg / "models" / "forecasting", pkg / "ops"):
-        (folder / "__init__.py").write_text("")
-    (pkg / "ops" / "stats.py").write_text(stats)
     model = _FORECASTER.format(import_line=import_line)
-    (pkg / "models" / "forecasting" / "forecaster.py").write_text(model)
-    return pkg
+    files = {"ops/stats.py": stats, "models/forecasting/forecaster.py": model}
+    return package(tmp_path / "pkg", files)
 
 
 @pytest.mark.parametrize(
@@ -118,37 +113,21 @@ class Encoder(nn.Module):
 def test_a_default_mask_a_builder_returns_as_is_only_for_4d_stays_silent(
     tmp_path: Path, where: str
 ) -> None:
-    pkg = tmp_path / "pkg"
-    (pkg / "models").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "models" / "__init__.py").write_text("")
-    if where == "same":
-        (pkg / "models" / "masks.py").write_text(_MASKS)
-        masks = ".masks"
-    else:
-        (pkg / "masking.py").write_text(_MASKS)
-        masks = "..masking"
-    (pkg / "models" / "encoder.py").write_text(_ENCODER.format(masks=masks))
+    name, masks = ("models/masks.py", ".masks") if where == "same" else ("masking.py", "..masking")
+    files = {name: _MASKS, "models/encoder.py": _ENCODER.format(masks=masks)}
+    pkg = package(tmp_path / "pkg", files)
     assert lint_paths([pkg]).findings == []
 
 
 def test_a_default_mask_a_builder_returns_as_is_for_every_rank_leaks(tmp_path: Path) -> None:
-    pkg = tmp_path / "pkg"
-    (pkg / "models").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "models" / "__init__.py").write_text("")
     passthrough = _MASKS.replace("    mask = mask.to(dtype=torch.bool)\n", "    return mask\n")
-    (pkg / "masking.py").write_text(passthrough)
-    (pkg / "models" / "encoder.py").write_text(_ENCODER.format(masks="..masking"))
+    files = {"masking.py": passthrough, "models/encoder.py": _ENCODER.format(masks="..masking")}
+    pkg = package(tmp_path / "pkg", files)
     found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
     assert found == [("encoder.py", 14)]
 
 
 def test_a_rank_normalised_value_goes_on_after_the_branch(tmp_path: Path) -> None:
-    pkg = tmp_path / "pkg"
-    (pkg / "models").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "models" / "__init__.py").write_text("")
     points = """\
 import torch
 
@@ -174,8 +153,7 @@ class Head(nn.Module):
         coords = torch.rand(x.shape[0], 8, 2, device=x.device)
         return self.proj(sample_points(x, coords).squeeze(-1).transpose(1, 2))
 """
-    (pkg / "points.py").write_text(points)
-    (pkg / "models" / "head.py").write_text(head)
+    pkg = package(tmp_path / "pkg", {"points.py": points, "models/head.py": head})
     found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
     assert found == [("head.py", 13)]
 
@@ -212,13 +190,8 @@ class FlowPolicy(BasePolicy):
 def test_a_tensor_handed_to_a_method_of_a_base_class_of_another_folder(
     tmp_path: Path, cast: bool
 ) -> None:
-    pkg = tmp_path / "pkg"
-    (pkg / "policies").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "policies" / "__init__.py").write_text("")
     base = _BASE.replace("+ noise", "+ noise.to(x.dtype)") if cast else _BASE
-    (pkg / "base.py").write_text(base)
-    (pkg / "policies" / "flow.py").write_text(_POLICY)
+    pkg = package(tmp_path / "pkg", {"base.py": base, "policies/flow.py": _POLICY})
     found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
     assert found == ([] if cast else [("flow.py", 13)])
 
@@ -266,16 +239,10 @@ class Kernel(nn.Module):
 def test_a_tensor_handed_to_a_classmethod_or_a_module_function_of_another_folder(
     tmp_path: Path, import_line: str, call: str
 ) -> None:
-    pkg = tmp_path / "pkg"
-    (pkg / "geometry").mkdir(parents=True)
-    (pkg / "models").mkdir()
-    for folder in (pkg, pkg / "geometry", pkg / "models"):
-        (folder / "__init__.py").write_text("")
-    (pkg / "geometry" / "tree.py").write_text(_TREE)
     ops = "import torch\n\n\ndef scale(points, areas):\n    return points * areas[:, None]\n"
-    (pkg / "geometry" / "ops.py").write_text(ops)
     kernel = _KERNEL.format(import_line=import_line, call=call)
-    (pkg / "models" / "kernel.py").write_text(kernel)
+    files = {"geometry/tree.py": _TREE, "geometry/ops.py": ops, "models/kernel.py": kernel}
+    pkg = package(tmp_path / "pkg", files)
     found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
     assert found == [("kernel.py", 13)]
 
@@ -339,14 +306,9 @@ class AutoEncoder(nn.Module):
 def test_a_tensor_handed_to_a_method_of_a_submodule_of_another_folder(
     tmp_path: Path, cast: bool
 ) -> None:
-    pkg = tmp_path / "pkg"
-    (pkg / "codecs").mkdir(parents=True)
-    (pkg / "models").mkdir()
-    for folder in (pkg, pkg / "codecs", pkg / "models"):
-        (folder / "__init__.py").write_text("")
     codec = _CODEC.replace("+ jitter", "+ jitter.to(x.dtype)") if cast else _CODEC
-    (pkg / "codecs" / "codec.py").write_text(codec)
-    (pkg / "models" / "autoencoder.py").write_text(_AUTOENCODER)
+    files = {"codecs/codec.py": codec, "models/autoencoder.py": _AUTOENCODER}
+    pkg = package(tmp_path / "pkg", files)
     found = [(Path(f.path).name, f.line) for f in lint_paths([pkg]).findings]
     assert found == ([] if cast else [("autoencoder.py", 13)])
 

@@ -11,12 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from halfprec.leaks.lint import LintConfig, lint_paths, lint_source
+from halfprec.leaks.lint import LintConfig, lint_paths
+from support.lint_models import Snippets
 
 HEAD = (
     "import numpy as np\nimport torch\nfrom PIL import Image\nfrom torch import nn\n"
     "from typing import Optional, Union\n\n\n"
 )
+LINT = Snippets(HEAD)
+_found = LINT.found
+
 CROP = """\
     class CropWithGrid(nn.Module):
         def __init__(self, cells: int = 7):
@@ -41,11 +45,6 @@ CROP = """\
                 box = (1.0 - box[2], box[1], 1.0 - box[0], box[3])
             return img, box
     """
-
-
-def _found(body: str) -> list[tuple[int, str]]:
-    source = HEAD + textwrap.dedent(body)
-    return [(f.line - 7, f.code) for f in lint_source(source)]
 
 
 def test_a_crop_transform_on_a_pil_image_makes_data_not_activations() -> None:
@@ -257,7 +256,7 @@ def test_a_transform_another_file_holds_in_a_module_is_linted(tmp_path: Path, ho
     package = tmp_path / "pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "augment.py").write_text(HEAD + textwrap.dedent(CROP))
+    (package / "augment.py").write_text(LINT.source(CROP))
     user = """\
         from torch import nn
         from torch.utils.data import Dataset

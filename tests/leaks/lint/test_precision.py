@@ -5,16 +5,10 @@ beside it that still is."""
 
 from __future__ import annotations
 
-import textwrap
+from support.lint_models import HEAD_F, Snippets
 
-from halfprec.leaks.lint import lint_source
-
-HEAD = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n\n"
-
-
-def _found(body: str) -> list[tuple[int, str]]:
-    source = HEAD + textwrap.dedent(body)
-    return [(f.line - 5, f.code) for f in lint_source(source)]
+LINT = Snippets(HEAD_F)
+_found = LINT.found
 
 
 # -- HP301: where the constant lands -------------------------------------------------------

@@ -7,13 +7,11 @@ import textwrap
 from pathlib import Path
 
 from halfprec.leaks.lint import LintConfig, lint_paths, lint_source
+from support.lint_models import Snippets
 
 HEAD = "import math\nimport torch\nfrom torch import nn\n\n\n"
-
-
-def _found(body: str) -> list[tuple[int, str]]:
-    source = HEAD + textwrap.dedent(body)
-    return [(f.line - 5, f.code) for f in lint_source(source)]
+LINT = Snippets(HEAD)
+_found = LINT.found
 
 
 def test_an_integer_arange_times_a_python_float_name_is_fp32() -> None:

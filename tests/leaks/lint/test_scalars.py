@@ -9,14 +9,10 @@ import textwrap
 import pytest
 import torch
 
-from halfprec.leaks.lint import lint_source
+from support.lint_models import HEAD_F, Snippets
 
-HEAD = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n\n"
-
-
-def _found(body: str) -> list[tuple[int, str]]:
-    source = HEAD + textwrap.dedent(body)
-    return [(f.line - 5, f.code) for f in lint_source(source)]
+LINT = Snippets(HEAD_F)
+_found = LINT.found
 
 
 def test_the_promotion_the_rule_stands_on() -> None:

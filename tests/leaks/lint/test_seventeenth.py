@@ -20,34 +20,21 @@ from __future__ import annotations
 
 import importlib
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-from halfprec.leaks.lint import fix_source, lint_paths, lint_source
+from halfprec.leaks.lint import fix_source, lint_paths
+from support.lint_models import HEAD_F, Snippets, package
 
-HEAD = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n\n"
-
-
-def _found(body: str, prefix: str = "HP") -> list[tuple[int, str]]:
-    source = HEAD + textwrap.dedent(body)
-    return [(f.line - 5, f.code) for f in lint_source(source) if f.code.startswith(prefix)]
+LINT = Snippets(HEAD_F, prefix="HP")
+_found, _module = LINT.found, LINT.model
 
 
 def _fixes(body: str) -> list[tuple[int, str | None]]:
-    source = HEAD + textwrap.dedent(body)
-    return [(f.line - 5, f.fix.text if f.fix else None) for f in lint_source(source)]
-
-
-def _module(body: str, name: str) -> type:
-    scope: dict[str, object] = {}
-    exec(compile(HEAD + textwrap.dedent(body), "<model>", "exec"), scope)  # noqa: S102
-    cls = scope[name]
-    assert isinstance(cls, type)
-    return cls
+    return [(n, f.fix.text if f.fix else None) for n, f in LINT.findings(body)]
 
 
 # -- a move to a device is not a cast ---------------------------------------------------------
@@ -83,12 +70,8 @@ _MOVES = {
 
 
 def _package(tmp_path: Path, move: str) -> Path:
-    pkg = tmp_path / "gen"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "place.py").write_text(_HELPER)
-    (pkg / "sampler.py").write_text(_GENERATOR.format(move=move))
-    return pkg
+    files = {"place.py": _HELPER, "sampler.py": _GENERATOR.format(move=move)}
+    return package(tmp_path / "gen", files)
 
 
 @pytest.mark.parametrize("form", sorted(_MOVES))
@@ -416,7 +399,7 @@ def test_a_fix_never_reads_a_receiver_that_is_none_on_its_path(form: str) -> Non
 
 def test_the_fixed_model_runs_where_the_receiver_is_none() -> None:
     body = _DROPPER.format(body=NONE_HERE["elif under is not None"])
-    fixed = fix_source(HEAD + textwrap.dedent(body))
+    fixed = fix_source(LINT.source(body))
     scope: dict[str, object] = {}
     exec(compile(fixed, "<fixed>", "exec"), scope)  # noqa: S102
     model = scope["Dropper"](0.5)

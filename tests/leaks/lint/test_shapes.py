@@ -17,17 +17,11 @@ import torch
 from torch import nn
 
 from halfprec.leaks.lint import lint_paths
-from support.lint_models import hp101_lines, model_class
+from support.lint_models import Snippets
 
 HEAD = "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n\n"
-
-
-def _found(body: str) -> list[int]:
-    return hp101_lines(body, HEAD)
-
-
-def _module(body: str, name: str) -> type[nn.Module]:
-    return model_class(body, name, HEAD)
+LINT = Snippets(HEAD)
+_found, _module = LINT.lines, LINT.model
 
 
 # -- a 0-dim loss total returned beside another value -------------------------------------

@@ -17,16 +17,10 @@ Each test fails on the rules before this round; its silent siblings are asserted
 
 from __future__ import annotations
 
-import textwrap
+from support.lint_models import HEAD_F, Snippets
 
-from halfprec.leaks.lint import lint_source
-
-HEAD = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n\n"
-
-
-def _found(body: str, prefix: str = "HP") -> list[tuple[int, str]]:
-    source = HEAD + textwrap.dedent(body)
-    return [(f.line - 5, f.code) for f in lint_source(source) if f.code.startswith(prefix)]
+LINT = Snippets(HEAD_F, prefix="HP")
+_found = LINT.found
 
 
 # -- methods chosen at run time ---------------------------------------------------------------

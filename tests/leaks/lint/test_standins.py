@@ -11,12 +11,14 @@ import textwrap
 import torch
 from torch import nn
 
-from support.lint_models import hp101_lines, model_class
+from support.lint_models import Snippets, model_class
 
 HEAD = (
     "from typing import Optional\n\nimport torch\nfrom torch import nn\n"
     "from jaxtyping import Float\n\nfrom geometry.tree import Tree, build\n\n\n"
 )
+LINT = Snippets(HEAD)
+_found = LINT.lines
 RUN_HEAD = "import torch\nfrom torch import nn\n\n\n"
 
 # the unseen helpers of the models below, as they would be written in their own file
@@ -72,10 +74,6 @@ HANDED_ON = """\
             self.store.record(self.proj(points), strengths=strengths)
             return self.proj(points)
     """
-
-
-def _found(body: str) -> list[int]:
-    return hp101_lines(body, HEAD)
 
 
 def _run(body: str) -> nn.Module:

@@ -3,16 +3,11 @@
 
 from __future__ import annotations
 
-import textwrap
-
-from halfprec.leaks.lint import lint_source
+from support.lint_models import Snippets
 
 HEAD = "import torch\nfrom torch import nn\nfrom torch.nn import Parameter\n\n\n"
-
-
-def _found(body: str) -> list[int]:
-    source = HEAD + textwrap.dedent(body)
-    return [f.line - 5 for f in lint_source(source) if f.code == "HP101"]
+LINT = Snippets(HEAD)
+_found = LINT.lines
 
 
 def test_a_parameter_made_in_a_helper_of_forward_is_followed_to_its_reads() -> None:

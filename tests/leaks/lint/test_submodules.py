@@ -8,14 +8,10 @@ import textwrap
 
 import pytest
 
-from halfprec.leaks.lint import lint_source
+from support.lint_models import HEAD, Snippets
 
-HEAD = "import torch\nfrom torch import nn\n\n\n"
-
-
-def _found(body: str) -> list[tuple[int, str]]:
-    source = HEAD + textwrap.dedent(body)
-    return [(f.line - 4, f.code) for f in lint_source(source)]
+LINT = Snippets(HEAD)
+_found = LINT.found
 
 
 def _line_of(body: str, text: str) -> int:

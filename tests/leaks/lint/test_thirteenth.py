@@ -19,13 +19,9 @@ import torch
 from torch import nn
 
 from halfprec.leaks.lint import fix_source, lint_source
-from support.lint_models import hp101_lines
+from support.lint_models import HEAD, hp101_lines
 
-HEAD = "import torch\nfrom torch import nn\n\n\n"
-
-
-def _found(body: str, head: str = HEAD) -> list[int]:
-    return hp101_lines(body, head)
+_found = hp101_lines
 
 
 CHAINED = """\

@@ -6,23 +6,14 @@ written for this test."""
 
 from __future__ import annotations
 
-import textwrap
-
 import torch
 from torch import nn
 
-from halfprec.leaks.lint import LintConfig, fix_source, lint_source
+from halfprec.leaks.lint import LintConfig, fix_source
+from support.lint_models import HEAD, Snippets
 
-HEAD = "import torch\nfrom torch import nn\n\n\n"
-
-
-def _findings(body: str) -> list[tuple[int, str]]:
-    source = HEAD + textwrap.dedent(body)
-    return [(f.line - 4, f.message) for f in lint_source(source) if f.code == "HP101"]
-
-
-def _found(body: str) -> list[int]:
-    return [line for line, _ in _findings(body)]
+LINT = Snippets(HEAD)
+_findings, _found = LINT.messages, LINT.lines
 
 
 HELPER_TUPLES = """\
@@ -170,7 +161,7 @@ def test_a_fix_never_anchors_on_a_parameter_documented_as_integer() -> None:
                     return assigned, scores
                 return boxes * scores.amax(-1, keepdim=True) + crowd.unsqueeze(-1)
         '''
-    source = "from torch import Tensor\n" + HEAD + textwrap.dedent(body)
+    source = "from torch import Tensor\n" + LINT.source(body)
     fixed = fix_source(source, LintConfig(unsafe_fixes=True))
     assert "crowd.new_zeros" not in fixed
     assert "boxes.new_zeros" in fixed
@@ -188,7 +179,7 @@ def test_a_fix_never_anchors_on_a_name_unpacked_as_a_tuple() -> None:
                 target = torch.zeros(labels.size(0), self.n)
                 return (first * target).sum() + second.mean()
         """
-    fixed = fix_source(HEAD + textwrap.dedent(body), LintConfig(unsafe_fixes=True))
+    fixed = fix_source(LINT.source(body), LintConfig(unsafe_fixes=True))
     assert "logits.new_zeros" not in fixed
 
 
