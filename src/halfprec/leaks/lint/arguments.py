@@ -29,6 +29,7 @@ _TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equa
 # torch functions whose weight argument must have the input's dtype (else they raise)
 _STRICT_WEIGHTS = {"cross_entropy": 2, "nll_loss": 2, "embedding_bag": -1}
 _ROWS = words("list tuple")
+_COPIES = ("cuda.comm.broadcast", "nn.parallel.comm.broadcast")  # t's copies, one per device
 _BUILTIN_SAFE = words("len int float bool print isinstance range list tuple str repr hash callable")
 
 
@@ -39,6 +40,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     last = name.rsplit(".", 1)[-1] if name else ""
     owner = name.rsplit(".", 1)[0] if "." in name else ""
     others = [a for a in (*call.args, *(k.value for k in call.keywords)) if a is not node]
+    if name.endswith(_COPIES) and name.split(".")[0] in f.ctx.imports.torch and call.args:
+        return "up" if call.args[0] is node else "unknown"  # its copies, one per device
     builtin = _builtin_step(f, node, call) or _dtyped(f, node, call, last, owner)
     if builtin is not None:
         return builtin

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 
 from halfprec import ops
+from halfprec.leaks.lint.asked import double_chain
 from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
@@ -254,6 +255,8 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
             outer = parents.get(id(parent))
             if not (isinstance(outer, ast.Call) and outer.func is parent):
                 return None
+            if double_chain(outer, ctx):
+                return None  # made double on purpose (see .asked): not a plain site
             if parent.attr in ("float", "double") and not outer.args:
                 return outer
             if parent.attr in ("to", "type") and any(
@@ -357,6 +360,8 @@ def _gathered(node: ast.AST, parent: ast.AST | None, ctx: Context) -> ast.AST | 
     ``torch.meshgrid(pos, pos)``, einops ``rearrange(pos, "c i j -> (i j) c")``."""
     if isinstance(parent, (ast.List, ast.Tuple)):
         node, parent = parent, ctx.parents.get(id(parent))
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Mult) and parent.left is node:
+        node, parent = parent, ctx.parents.get(id(parent))  # torch.cat([pos] * w): pos repeated
     if not isinstance(parent, ast.Call) or node not in parent.args:
         return None
     name = dotted(parent.func)

@@ -54,7 +54,7 @@ _KEEPS_DTYPE = words(
     "masked_fill narrow detach abs neg mul add sub div clamp clamp_min clamp_max tril triu "
     "flip roll cumsum "
     "view_as reshape_as type_as to_dense new_zeros new_ones new_empty new_full new_tensor "
-    "repeat_interleave movedim swapaxes unflatten cpu cuda split chunk unbind tensor_split "
+    "repeat_interleave movedim swapaxes unflatten cpu cuda split chunk tensor_split "
     "index_select"
 )
 _FLOAT_RESULT = words(
