@@ -403,5 +403,8 @@ def test_a_one_element_tensor_of_torch_pi_is_floating_data() -> None:
     assert _found(CONSTANT.replace("2 * torch.pi", "2 * math.tau")) == [7]
 
 
-def test_a_one_element_tensor_of_an_integer_stays_silent() -> None:
-    assert _found(CONSTANT.replace("2 * torch.pi", "2 * 3")) == []
+def test_a_one_element_tensor_of_an_integer_stays_silent_until_a_float_function() -> None:
+    integer = CONSTANT.replace("2 * torch.pi", "2 * 3")
+    assert _found(integer) == [7]  # torch.log of int64 data is fp32 (round eighteen)
+    cast = integer.replace("device=z.device))", "device=z.device)).to(z.dtype)")
+    assert cast != integer and _found(cast) == []

@@ -55,8 +55,8 @@ def test_eps_on_the_activation_or_a_parameter_is_reported() -> None:
         class Solver(nn.Module):
             def forward(self, x, trial):
                 t = self.layer(x)
-                tol = 8 * torch.finfo(torch.float32).eps * t.abs()
-                step = trial + torch.finfo(torch.float32).eps
+                tol = 8 * torch.finfo(torch.float32).tiny * t.abs()
+                step = trial + torch.finfo(torch.float32).tiny
                 low = t.clamp(min=torch.finfo(torch.float32).tiny)
                 return tol, step, low
         """
@@ -84,7 +84,7 @@ def test_a_pure_number_is_followed_to_where_it_is_read() -> None:
                 steps = math.ceil(math.log2(torch.finfo(torch.float32).max)) + 2
                 for _ in range(2 * steps):
                     x = self.layer(x)
-                eps = torch.finfo(torch.float32).eps
+                eps = torch.finfo(torch.float32).tiny
                 return x + eps
         """
     assert _found(body) == [(6, "HP302")]

@@ -216,11 +216,11 @@ def test_eps_on_a_dtype_checked_value_is_silent_and_on_an_unchecked_one_reported
             if lo.dtype != torch.float32 or lo.shape != hi.shape:
                 raise TypeError("lo must be fp32")
             assert hi.dtype == torch.float32
-            return lo - torch.finfo(torch.float32).eps * (lo.abs() + hi.abs())
+            return lo - torch.finfo(torch.float32).tiny * (lo.abs() + hi.abs())
 
 
         def _loose(t):
-            return t + torch.finfo(torch.float32).eps * t.abs()
+            return t + torch.finfo(torch.float32).tiny * t.abs()
 
 
         class Root(nn.Module):
@@ -234,11 +234,11 @@ def test_eps_on_a_dtype_checked_value_is_silent_and_on_an_unchecked_one_reported
 def test_a_parameter_is_what_every_caller_passes() -> None:
     body = """\
         def _tol(a, scale: float):
-            return 8 * torch.finfo(torch.float32).eps * a.abs() * scale
+            return 8 * torch.finfo(torch.float32).tiny * a.abs() * scale
 
 
         def _tol2(a):
-            return 8 * torch.finfo(torch.float32).eps * a.abs()
+            return 8 * torch.finfo(torch.float32).tiny * a.abs()
 
 
         class Root(nn.Module):
@@ -263,13 +263,13 @@ def test_autograd_function_inputs_are_what_apply_passes() -> None:
             @staticmethod
             def forward(ctx, knots, scale):
                 lo, mag = _pair(knots)
-                return lo + torch.finfo(torch.float32).eps * mag * scale
+                return lo + torch.finfo(torch.float32).tiny * mag * scale
 
 
         class _Loose(torch.autograd.Function):
             @staticmethod
             def forward(ctx, knots):
-                return knots + torch.finfo(torch.float32).eps * knots.abs()
+                return knots + torch.finfo(torch.float32).tiny * knots.abs()
 
 
         class Root(nn.Module):

@@ -214,8 +214,10 @@ def test_the_promotion_behind_the_dtype_default_rule() -> None:
     assert (torch.ones(2, dtype=torch.float16) + xs[:2]).dtype == torch.float32
 
 
-def test_a_cast_to_a_dtype_parameter_defaulting_to_fp32_keeps_the_value_fp32() -> None:
-    assert _found(ANCHORS) == [5, 6]
+def test_a_cast_to_a_dtype_parameter_defaulting_to_fp32_is_fp32_asked_for() -> None:
+    """The lead's fourth ruling (b): a helper's explicit float32 return (a ``dtype``
+    parameter defaulting to ``torch.float32`` that no call passes) is fp32 asked for."""
+    assert _found(ANCHORS) == []
 
 
 def test_a_dtype_parameter_that_a_call_passes_is_a_cast_to_it() -> None:

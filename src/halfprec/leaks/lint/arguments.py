@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 
+from halfprec.leaks.lint.attention import attention_input
 from halfprec.leaks.lint.batched import condition_with_half
 from halfprec.leaks.lint.context import dotted, words
 from halfprec.leaks.lint.indexing import SOURCES
@@ -28,6 +29,7 @@ _TORCH_SAFE = words("isfinite isnan isinf is_tensor numel is_floating_point equa
 # torch functions whose weight argument must have the input's dtype (else they raise)
 _STRICT_WEIGHTS = {"cross_entropy": 2, "nll_loss": 2, "embedding_bag": -1}
 _ROWS = words("list tuple")
+_COPIES = ("cuda.comm.broadcast", "nn.parallel.comm.broadcast")  # t's copies, one per device
 _BUILTIN_SAFE = words("len int float bool print isinstance range list tuple str repr hash callable")
 
 
@@ -38,6 +40,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     last = name.rsplit(".", 1)[-1] if name else ""
     owner = name.rsplit(".", 1)[0] if "." in name else ""
     others = [a for a in (*call.args, *(k.value for k in call.keywords)) if a is not node]
+    if name.endswith(_COPIES) and name.split(".")[0] in f.ctx.imports.torch and call.args:
+        return "up" if call.args[0] is node else "unknown"  # its copies, one per device
     builtin = _builtin_step(f, node, call) or _dtyped(f, node, call, last, owner)
     if builtin is not None:
         return builtin
@@ -117,6 +121,8 @@ def _into_submodule(f: Follow, node: ast.AST, call: ast.Call, first: bool) -> st
         return "up"  # self.ce(h, t): the loss of an fp32 target
     if hidden_state(f.ctx, call.func, node, call) or condition_with_half(f, node, call):
         return "leak"  # an LSTM's fp32 state; a per-batch time beside the half state
+    if attention_input(f, node, call):
+        return "leak"  # self.attn(h, h, h, attn_mask=t): an fp32 float mask raises there
     return "unknown"
 
 

@@ -7,7 +7,8 @@
   fp32 (softmax gives the same result), so it needs ``--unsafe-fixes``.
 - HP302: ``torch.finfo(torch.float32)`` in forward, where the tensor's own dtype was meant;
   fix ``torch.finfo(x.dtype)`` (safe when x's dtype is known to be floating). Not where
-  every value the limit meets is fp32/fp64 or integer by its own code (:mod:`.nothalf`).
+  every value the limit meets is fp32/fp64 or integer by its own code (:mod:`.nothalf`),
+  nor where the limit read is a number fp16 and bf16 both hold (:mod:`.limits`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from halfprec.leaks.lint.context import Context, dotted
 from halfprec.leaks.lint.fate import fate_of
 from halfprec.leaks.lint.findings import EXPR, Fix
 from halfprec.leaks.lint.landing import lands_in_half
+from halfprec.leaks.lint.limits import held_in_half
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.nothalf import meets_no_half
 from halfprec.leaks.lint.receivers import template_at
@@ -269,6 +271,8 @@ def check_constants(node: ast.AST, ctx: Context) -> None:
 
 def _finfo(node: ast.Call, ctx: Context) -> None:
     arg = node.args[0] if node.args else None
+    if arg is not None and held_in_half(node, arg, ctx):
+        return  # torch.finfo(torch.float32).eps: 2**-23, a value fp16 and bf16 hold
     if (arg is None or is_fp32_dtype(arg, ctx)) and not meets_no_half(node, ctx):
         template = template_at(node, ctx)
         fix = None

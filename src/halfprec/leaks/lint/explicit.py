@@ -38,13 +38,13 @@ def bound_upcast(node: ast.AST, ctx: Context) -> bool:
     an explicit upcast that met a value of the model's dtype (``grid = g.float() + flow``).
     An expression computed with the factory's tensor (``keep * t + (1 - keep) * h``) is
     judged as one op with it, not here."""
-    return isinstance(_through(node, ctx), ast.Name) and upcast_met_half(node, ctx)
+    return isinstance(through(node, ctx), ast.Name) and upcast_met_half(node, ctx)
 
 
 def upcast_met_half(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     """Whether ``node`` holds a value made fp32 by an explicit upcast that met a value of
     the model's dtype: ``x.float() + h`` (or a name bound to one, reshaped on the way)."""
-    node = _through(node, ctx)
+    node = through(node, ctx)
     if isinstance(node, ast.Name):
         bound = ctx.binding_before(node) if depth < _DEPTH else None
         return bound is not None and upcast_met_half(bound, ctx, depth + 1)
@@ -62,7 +62,7 @@ def upcast_met_half(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
 def explicit_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     """``.float()``, ``.double()``, ``.to(torch.float32)``, a ``dtype=torch.float32``
     factory, a name bound to one, or a same-file helper returning one."""
-    node = _through(node, ctx)
+    node = through(node, ctx)
     if depth >= _DEPTH:
         return False
     if isinstance(node, ast.Name):
@@ -75,15 +75,22 @@ def explicit_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
         return True
     if any(_names_fp32(arg, ctx) for arg in _dtype_args(node)):
         return True
-    helper = _helper(node, ctx)
+    returned = helper_returns(node, ctx)
+    return bool(returned) and all(explicit_fp32(v, there, depth + 1) for v, there in returned)
+
+
+def helper_returns(call: ast.Call, ctx: Context) -> list[tuple[ast.AST, Context]]:
+    """The values a same-file helper run by ``call`` returns, each with the helper's walk
+    as it stands there; empty where ``call`` runs no such helper."""
+    helper = _helper(call, ctx)
     if helper is None:
-        return False
+        return []
     fn, there = helper
     values = there.calls.returns(fn) if there.calls is not None else []
-    return bool(values) and all(explicit_fp32(v, there.at(v), depth + 1) for v in values)
+    return [(v, there.at(v)) for v in values]
 
 
-def _through(node: ast.AST, ctx: Context) -> ast.AST:
+def through(node: ast.AST, ctx: Context) -> ast.AST:
     """The value under reshapes, device moves and element reads: ``g[None].repeat(b, 1)``."""
     for _ in range(16):
         if isinstance(node, ast.Subscript):

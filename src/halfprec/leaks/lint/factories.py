@@ -27,9 +27,12 @@ from __future__ import annotations
 import ast
 
 from halfprec import ops
+from halfprec.leaks.lint.asked import double_chain
 from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
+from halfprec.leaks.lint.floated import floats_here
+from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.scalars import integer_tensor, zero_dim_factory
 from halfprec.leaks.lint.typed import (
     float_bound,
@@ -238,17 +241,22 @@ def _keyword(call: ast.Call, name: str) -> ast.expr | None:
 
 def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST | None:
     """``torch.arange(n) / k``, ``torch.arange(n) * 0.5``, ``torch.arange(n).float()``: an
-    integer factory whose value becomes fp32 (true division, a float operand, an upcast),
-    right away or after integer steps through names (``pos = shift + torch.arange(n)``,
-    then ``pos / scale``). Returns the expression that is fp32, or None."""
+    integer factory whose value becomes fp32 (true division, a float operand, an upcast, a
+    float function such as ``torch.log``), right away or after integer steps through names
+    (``pos = shift + torch.arange(n)``, then ``pos / scale``). Returns the expression that
+    is fp32, or None."""
     node: ast.AST = call
     parents = ctx.parents
+    # the integer values alone, not yet met with an operand whose dtype they may take
+    alone = _ranked(call, ctx)
     while True:
         parent = parents.get(id(node))
         if isinstance(parent, ast.Attribute) and parent.value is node:
             outer = parents.get(id(parent))
             if not (isinstance(outer, ast.Call) and outer.func is parent):
                 return None
+            if double_chain(outer, ctx):
+                return None  # made double on purpose (see .asked): not a plain site
             if parent.attr in ("float", "double") and not outer.args:
                 return outer
             if parent.attr in ("to", "type") and any(
@@ -256,6 +264,8 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
                 for a in (*outer.args, *(k.value for k in outer.keywords))
             ):
                 return outer
+            if floats_here(node, parent, ctx) and alone:
+                return outer  # torch.tensor([n]).log(): floats of an integer tensor
             if parent.attr not in _INT_KEEPS or _casts(outer):
                 return None
             node = outer
@@ -270,6 +280,7 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
                 return parent  # pos * omega, omega = 1 / 10000 ** (torch.arange(d) / d)
             if not isinstance(parent.op, _INT_OPS):
                 return None
+            alone = alone and _plain_number(other, ctx)
             node = parent  # shift + torch.arange(n): still integer
             continue
         if isinstance(parent, ast.Subscript) and parent.value is node:
@@ -280,11 +291,36 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
             continue
         if isinstance(parent, ast.Call) and _float_power(node, parent, ctx):
             return parent  # torch.pow(2.0, torch.arange(n)): a float base or exponent
+        if isinstance(parent, ast.Call) and floats_here(node, parent, ctx) and alone:
+            return parent  # torch.log(torch.tensor([n])): fp32 (the default dtype)
         gathered = _gathered(node, parent, ctx)
         if gathered is not None:
             node = gathered  # torch.stack(torch.meshgrid(pos, pos)): still integer
             continue
         return _named_fp32(node, parent, ctx, depth)
+
+
+def _ranked(call: ast.AST, ctx: Context) -> bool:
+    """Whether the integer factory ``call`` surely has dimensions: ``torch.tensor([n])`` of
+    a list, any other factory; ``torch.log(torch.tensor(n))`` of one number (or of data the
+    code does not show) may be 0-dim, which keeps half operands half."""
+    if not isinstance(call, ast.Call) or ctx.is_torch_attr(call.func, "tensor") is None:
+        return True
+    data = call.args[0] if call.args else None
+    return isinstance(data, (ast.List, ast.Tuple, ast.ListComp))
+
+
+def _plain_number(expr: ast.AST, ctx: Context) -> bool:
+    """A Python number (see :func:`_number`) none of whose names is bound to a torch call:
+    ``-rate * torch.arange(n)`` of ``rate = torch.tensor(0.5)`` is floating already."""
+    if not _number(expr, ctx):
+        return False
+    for n in walk(expr):
+        bound = ctx.binding_before(n) if isinstance(n, ast.Name) else None
+        calls = [c for c in walk(bound) if isinstance(c, ast.Call)] if bound is not None else []
+        if any(dotted(c.func).startswith("torch.") for c in calls):
+            return False
+    return True
 
 
 def _integer_made_fp32(expr: ast.AST, ctx: Context, depth: int = 0) -> bool:
@@ -324,6 +360,8 @@ def _gathered(node: ast.AST, parent: ast.AST | None, ctx: Context) -> ast.AST | 
     ``torch.meshgrid(pos, pos)``, einops ``rearrange(pos, "c i j -> (i j) c")``."""
     if isinstance(parent, (ast.List, ast.Tuple)):
         node, parent = parent, ctx.parents.get(id(parent))
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Mult) and parent.left is node:
+        node, parent = parent, ctx.parents.get(id(parent))  # torch.cat([pos] * w): pos repeated
     if not isinstance(parent, ast.Call) or node not in parent.args:
         return None
     name = dotted(parent.func)
@@ -465,7 +503,8 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
         if made is not None:
             message = (
                 f"`{call}` is an integer tensor made fp32 here (true division, a float "
-                "operand or an upcast), in a half model too; cast it with `.to(x.dtype)`"
+                "operand or function, an upcast), in a half model too; cast it with "
+                "`.to(x.dtype)`"
             )
             ctx.report(node, "HP101", message, None, made=made)
         elif kind == "tensor" and not _zero_dim(node, ctx) and _any_dtype(node, ctx):

@@ -41,6 +41,7 @@ import ast
 from collections.abc import Sequence
 
 from halfprec.leaks.lint.arguments import argument_step
+from halfprec.leaks.lint.asked import asked_fp32, asked_write
 from halfprec.leaks.lint.batched import batch_sized
 from halfprec.leaks.lint.branches import needs_rank, rank_guarded
 from halfprec.leaks.lint.callers import flag_guards
@@ -142,6 +143,8 @@ class _Follow:
             others = [o for o in others if not island_value(o, self.ctx)]
         if not self.upcast and any(bound_upcast(o, self.ctx.at(o)) for o in others):
             return "safe"  # grid + offsets of grid = g.float() + flow: fp32 by the upcast
+        if not self.upcast and any(asked_fp32(o, self.ctx.at(o)) for o in others):
+            return "safe"  # adj + torch.eye(n) of adj = torch.FloatTensor(...): see .asked
         half = [o for o in others if self.floating(o)]
         if half and self.one_dim and all(self.half_scalar(o) for o in half):
             return "up"  # t * log2 of a vector t, 0-dim half log2: t keeps its dims and fp32
@@ -460,6 +463,8 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
             return "integer"
         if isinstance(parent.ctx, ast.Store) and half_written_at(parent, f.floating, f.ctx):
             return "leak"  # t[idx] = h: index_put of half values into fp32 raises
+        if isinstance(parent.ctx, ast.Store) and not f.upcast and asked_write(parent, f.ctx):
+            return "safe"  # t[idx] = logits.float(): t holds the fp32 asked for (.asked)
         if f.key is not None and isinstance(parent.ctx, ast.Store):
             if isinstance(parent.slice, ast.Constant) and parent.slice.value == f.key:
                 f.key = OVERWRITTEN  # cache["buf"] = v: later reads of "buf" read v

@@ -93,8 +93,8 @@ def _bind(targets: list[ast.expr], value: ast.AST | None, ctx: Context) -> None:
     whole = value_of(value, ctx) if value is not None else None
     split = _split_of(value)
     piece: bool | None = value_of(split, ctx) if split is not None else None
-    if piece is None and whole is not None and isinstance(value, ast.Call):
-        piece = False  # a, b = self.attn(h): a submodule's tuple, each part guessed
+    if piece is None and whole is not None and isinstance(value, (ast.Call, ast.Subscript)):
+        piece = False  # a, b = self.attn(h) or pairs[i]: a tuple's parts, each guessed
     for target in targets:
         if isinstance(target, ast.Subscript) and _number(value):
             continue  # h[..., :k] = 0: a number written into h keeps h's dtype

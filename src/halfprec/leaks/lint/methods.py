@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import ast
 
+from halfprec.leaks.lint.asked import asked_cast, double_chain
 from halfprec.leaks.lint.borrowed import made_in_dtype
 from halfprec.leaks.lint.context import dotted, words
 from halfprec.leaks.lint.devices import is_device
 from halfprec.leaks.lint.keyedstores import keyed_read
 from halfprec.leaks.lint.reach import Follow
+from halfprec.leaks.lint.scattered import scatter_step
 from halfprec.leaks.lint.typed import fp32_default
 
 _FACTS = words("shape size device dtype ndim numel dim is_cuda nelement is_floating_point")
@@ -21,6 +23,7 @@ _CASTS = words("half bfloat16 type_as")
 _PICKS = words("gather index_select take take_along_dim masked_select")
 _INTEGER_CASTS = words("long int bool byte short char")
 _UPCASTS = words("float double")
+_FP32_NAMES = words("float32 float float64 double FloatTensor DoubleTensor")
 SORTS = words(
     "argsort sort topk argmax argmin multinomial bincount searchsorted bucketize nonzero "
     "unique unique_consecutive kthvalue msort argwhere"
@@ -73,6 +76,9 @@ def attribute_step(f: Follow, node: ast.AST, attr: ast.Attribute) -> str:
     assert isinstance(call, ast.Call)
     if name in _ELEMENT:
         return "safe"
+    asked = not f.mixed and asked_cast(call, node, f.ctx)  # a join met half values first
+    if not f.upcast and (double_chain(call, f.ctx) or asked):
+        return "safe"  # .double(), or pe.type(torch.float32) of a computed value: see .asked
     if name in ("to", "type"):
         step = _to(f, call)
         f.chosen = f.chosen or step == "fp32" and _an_input(f, node)
@@ -84,7 +90,7 @@ def attribute_step(f: Follow, node: ast.AST, attr: ast.Attribute) -> str:
     if name in _INTEGER_CASTS or name in SORTS:
         return "integer"
     if name in COUNTERS:
-        return "integer"
+        return scatter_step(f, call, name)  # buf.scatter_add_(0, idx, h): raises
     if name in _UPCASTS:
         f.chosen = f.chosen or _an_input(f, node)
         return "up"
@@ -171,7 +177,7 @@ def _dtypes(f: Follow, wanted: list[ast.expr]) -> str:
         text = dotted(arg)
         # xs[0].device: the attribute read counts, whatever it is read from
         last = arg.attr if isinstance(arg, ast.Attribute) else text.rsplit(".", 1)[-1]
-        if text.split(".")[0] in torch_names and last in ("float32", "float", "float64", "double"):
+        if text.split(".")[0] in torch_names and last in _FP32_NAMES:
             fp32 = True
             continue
         if fp32_default(arg, f.ctx):  # dtype=torch.float of a parameter no call passes

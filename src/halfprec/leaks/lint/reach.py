@@ -60,6 +60,7 @@ class Follow(Protocol):
     ranked: bool
     thunk: bool
     chosen: bool
+    mixed: bool
     empty: bool
     strict: bool
     key: str | None

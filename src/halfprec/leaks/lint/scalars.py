@@ -22,7 +22,7 @@ from halfprec.leaks.lint.typed import float_bound, scalar_parameter
 _REDUCTIONS = words("sum mean max min amax amin prod norm std var logsumexp nansum nanmean")
 _ELEMENTWISE = words(
     "sub add mul div neg abs sqrt rsqrt exp log log1p pow square clamp clamp_min clamp_max "
-    "sigmoid tanh relu float half bfloat16 to type_as detach clone"
+    "sigmoid tanh relu float double half bfloat16 to type type_as detach clone"
 )
 LOSSES = words(
     "cross_entropy binary_cross_entropy binary_cross_entropy_with_logits kl_div nll_loss "
@@ -103,6 +103,8 @@ def _zero_dim_call(call: ast.Call, ctx: Context, depth: int) -> bool:
     torch_call = torch_call or owner.endswith("nn.functional")
     if torch_call:
         kind = ctx.is_torch_attr(func, "tensor", "zeros", "ones", "empty", "full", "rand", "randn")
+        if kind == "tensor" and _number_held(call, ctx):
+            return True  # torch.tensor(C) of C = self.number_components
         if kind is not None:
             return zero_dim_factory(kind, call, ctx.facts.float_lists, ctx.function, ctx.parents)
         if last in LOSSES:
@@ -120,6 +122,19 @@ def _zero_dim_call(call: ast.Call, ctx: Context, depth: int) -> bool:
             return _all_zero_dim(pieces, ctx, depth)
         return False
     return _returns_zero_dim(ctx, _function_of(ctx, func), depth, func)
+
+
+def _number_held(call: ast.Call, ctx: Context) -> bool:
+    """``torch.tensor(c)`` of a name bound to a number the module was built with
+    (``c = self.number_components``): no tensor, layer or list of floats, never called."""
+    first = call.args[0] if len(call.args) == 1 else None
+    bound = ctx.binding_before(first) if isinstance(first, ast.Name) else None
+    if not (isinstance(bound, ast.Attribute) and dotted(bound.value) == "self"):
+        return False
+    facts, attr = ctx.facts, bound.attr
+    if attr in facts.tensors or attr in dict(facts.layers) or attr in facts.float_lists:
+        return False
+    return not any(f"self.{attr}(" in line for line in ctx.lines)  # a number, never called
 
 
 def number(node: ast.AST, ctx: Context) -> bool:

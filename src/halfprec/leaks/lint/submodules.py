@@ -119,6 +119,13 @@ def _attributes(ctx: Context, func: ast.AST) -> list[str]:
     return [attr.attr] if isinstance(attr, ast.Attribute) else []
 
 
+def layer_kinds(ctx: Context, func: ast.AST) -> list[str]:
+    """The torch layer classes a submodule call ``func`` may run (``MultiheadAttention``
+    for ``self.attn``), as the class's ``__init__`` builds them; empty where not known."""
+    layers = dict(ctx.facts.layers)
+    return [_built(ctx, layers.get(n, "")) for n in _attributes(ctx, func) if layers.get(n)]
+
+
 def _getattr_self(func: ast.AST) -> bool:
     """``getattr(self, name)``."""
     return (

@@ -54,7 +54,8 @@ _KEEPS_DTYPE = words(
     "masked_fill narrow detach abs neg mul add sub div clamp clamp_min clamp_max tril triu "
     "flip roll cumsum "
     "view_as reshape_as type_as to_dense new_zeros new_ones new_empty new_full new_tensor "
-    "repeat_interleave movedim swapaxes unflatten cpu cuda"
+    "repeat_interleave movedim swapaxes unflatten cpu cuda split chunk tensor_split "
+    "index_select"
 )
 _FLOAT_RESULT = words(
     "softmax log_softmax sigmoid tanh exp log log1p sqrt rsqrt gelu silu erf layer_norm "
@@ -111,6 +112,8 @@ def _float_literal(expr: ast.AST) -> bool:
 def _unlist(expr: ast.AST) -> ast.AST:
     if isinstance(expr, (ast.List, ast.Tuple)) and expr.elts:
         return expr.elts[0]
+    if isinstance(expr, (ast.ListComp, ast.GeneratorExp)):
+        return expr.elt  # torch.cat([p.unsqueeze(0) for p in parts]): each element's dtype
     return expr
 
 
@@ -267,6 +270,8 @@ def _call_value(call: ast.Call, ctx: Context) -> bool | None:
             return (value_of(args[0], ctx) or False) if args else None
         if func.attr in _MADE and func.attr not in _TORCH_KEEPS:
             return _made_as(call, ctx)  # torch.zeros(n, dtype=h.dtype): h's
+        if func.attr.endswith("_like") and any(k.arg == "dtype" for k in call.keywords):
+            return _made_as(call, ctx)  # torch.ones_like(ids, dtype=torch.float): fp32
         if func.attr not in _FLOAT_RESULT and func.attr not in _TORCH_KEEPS:
             return None
         joined = _join([value_of(a, ctx) for a in args])

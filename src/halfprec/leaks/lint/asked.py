@@ -1,0 +1,206 @@
+"""fp32 the library asks for: the lead's fourth ruling (docs/leaks.md, "fp32 the library
+asks for"), used where a factory's tensor meets other values in :mod:`.fate`.
+
+A factory's tensor (``torch.eye(n)``) that meets, before any half value, a value the
+library made fp32 or double on purpose carries no fp32 of its own: made half, it would
+leave the result fp32 all the same. Such a value is not itself a plain site:
+
+- a factory given ``dtype=torch.float32`` (or ``float64``), ``torch.FloatTensor(...)``;
+- ``.double()`` of anything; ``.float()``, ``.type(torch.float)`` or ``.to(torch.float32)``
+  of data or of a value computed with it, not of a value made from plain factories and
+  numbers alone (``torch.arange(n).float()``, ``torch.cat([pos.sin(), pos.cos()]).float()``
+  are part of their factories, judged like bare ones);
+- ``.type(dtype)`` where ``dtype`` is a parameter defaulting to ``torch.float32`` that no
+  call of the file passes;
+- the ``return`` of a same-file helper that hands back only such values;
+- arithmetic or a join with such a value (of more than no dimensions: a 0-dim fp32 value
+  keeps a half operand half).
+
+Seen through reshapes, device moves, element reads and the names a value is bound to.
+A factory's own chain cast to double (``torch.tensor([1., -1.]).double()``) is the same
+request: :func:`double_chain`.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from halfprec import ops
+from halfprec.leaks.lint.casts import is_fp32_dtype
+from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.explicit import helper_returns, through
+from halfprec.leaks.lint.reaching import reaching_values
+from halfprec.leaks.lint.scalars import zero_dim
+from halfprec.leaks.lint.transforms import transform_layer
+from halfprec.leaks.lint.typed import fp32_default
+from halfprec.leaks.lint.values import value_of
+
+_DEPTH = 8  # names and calls followed back from one operand
+_MADE_DEPTH = 24  # steps of an expression followed back to the factories it is made from
+_JOINS = words("cat stack concat concatenate hstack vstack block_diag")
+_TYPES = words("FloatTensor DoubleTensor")
+_DOUBLE = words("float64 double DoubleTensor")
+_CASTS = words("float to type")
+_WEIGHTLESS = words("Identity Sigmoid Tanh ReLU GELU SiLU Softplus Softmax LogSoftmax Dropout")
+_KEEPS = words(
+    "sigmoid tanh relu gelu silu softplus exp log log1p sqrt abs neg softmax log_softmax clamp "
+    "matmul bmm mm einsum mul add sub div where"
+)
+_REARRANGES = words("rearrange repeat einops.rearrange einops.repeat")
+
+
+def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
+    """Whether ``node`` holds fp32 or double that the library asks for in a value that is
+    no plain site (see the module docstring)."""
+    node = through(node, ctx)
+    if depth >= _DEPTH:
+        return False
+    if isinstance(node, ast.Name):
+        bound = ctx.binding_before(node)
+        return bound is not None and asked_fp32(bound, ctx, depth + 1)
+    if isinstance(node, ast.BinOp):
+        sides = (node.left, node.right)
+        return any(asked_fp32(s, ctx, depth + 1) and not zero_dim(s, ctx) for s in sides)
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if ctx.is_torch_attr(func, *_TYPES) is not None:
+        return True  # torch.FloatTensor(block_diag(...))
+    if ctx.is_torch_attr(func, *ops.FACTORY_OPS) is not None:
+        return any(k.arg == "dtype" and is_fp32_dtype(k.value, ctx) for k in node.keywords)
+    if isinstance(func, ast.Attribute) and func.attr == "double" and not node.args:
+        return True
+    if isinstance(func, ast.Attribute) and func.attr in _CASTS and _names_fp32(node, ctx):
+        return _chosen(node, ctx) or not factory_made(func.value, ctx)
+    if dotted(func) in _REARRANGES and node.args:
+        return asked_fp32(node.args[0], ctx, depth + 1)  # einops: the same values
+    if dotted(func).rsplit(".", 1)[-1] in _JOINS:
+        pieces = node.args[0].elts if node.args and isinstance(node.args[0], ast.Tuple) else []
+        pieces = node.args[0].elts if node.args and isinstance(node.args[0], ast.List) else pieces
+        return any(asked_fp32(p, ctx, depth + 1) for p in pieces)
+    if _applied(node, ctx) and node.args:
+        return asked_fp32(node.args[0], ctx, depth + 1)  # torch.sigmoid(logits.float())
+    returned = helper_returns(node, ctx)
+    return bool(returned) and all(asked_fp32(v, there, depth + 1) for v, there in returned)
+
+
+def _applied(call: ast.Call, ctx: Context) -> bool:
+    """A torch function or a weight-free callable the module holds (``self.activation_fn``,
+    ``F.softplus``): its result has its first input's dtype."""
+    func = call.func
+    owner = dotted(func.value) if isinstance(func, ast.Attribute) else ""
+    if owner in ctx.imports.torch or owner in ctx.imports.functional:
+        return func.attr in _KEEPS if isinstance(func, ast.Attribute) else False
+    if owner != "self" or not isinstance(func, ast.Attribute):
+        return False
+    facts = ctx.facts
+    held = func.attr in facts.passthrough or func.attr in dict(facts.callables)
+    held = held or dict(facts.layers).get(func.attr, "") in _WEIGHTLESS
+    return held or transform_layer(ctx, func.attr)
+
+
+def _names_fp32(call: ast.Call, ctx: Context) -> bool:
+    """``x.float()``, ``x.type(torch.float)``, ``x.to(torch.float32)``, ``x.type(dtype)`` of a
+    parameter defaulting to fp32 that no call passes."""
+    func = call.func
+    assert isinstance(func, ast.Attribute)
+    if func.attr == "float":
+        return not call.args
+    values = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
+    return any(is_fp32_dtype(v, ctx) or fp32_default(v, ctx) for v in values)
+
+
+def factory_made(node: ast.AST, ctx: Context, depth: int = 0, tensor: bool = True) -> bool:
+    """Whether ``node`` is made from plain factories' values and numbers alone
+    (``torch.arange(n)``, ``pos = 1.0 * torch.arange(n)``, ``torch.cat([pos.sin(),
+    pos.cos()])``): a cast of it to fp32 is part of those factories, not fp32 asked for.
+    ``tensor``: ``node`` stands where a tensor is read (a receiver, a torch function's
+    input), so a parameter there is data, not a number."""
+    node = through(node, ctx)
+    if depth >= _MADE_DEPTH:
+        return False
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Name):
+        if _looped(node, ctx):
+            return True  # x.float() for x in pieces: the pieces the walk brought here
+        values = reaching_values(ctx, node)
+        if not values:  # a parameter: data where a tensor is read, else a number
+            return not tensor and value_of(node, ctx) is not True
+        return any(factory_made(v, ctx, depth + 1, tensor) for v in values)  # on some path
+    if isinstance(node, ast.BinOp):
+        return all(factory_made(s, ctx, depth + 1, False) for s in (node.left, node.right))
+    if isinstance(node, ast.UnaryOp):
+        return factory_made(node.operand, ctx, depth + 1, tensor)
+    if isinstance(node, (ast.List, ast.Tuple)):  # [] filled later holds what is appended
+        return bool(node.elts) and all(factory_made(e, ctx, depth + 1) for e in node.elts)
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if ctx.is_torch_attr(func, *ops.FACTORY_OPS) is not None:
+        return not any(k.arg in ("dtype", None) for k in node.keywords)
+    if not isinstance(func, ast.Attribute):
+        return False
+    owner = func.value
+    torch_call = dotted(owner) in ctx.imports.torch or dotted(owner) in ctx.imports.functional
+    pieces = [p for p in node.args if not isinstance(p, ast.Starred)]
+    if not torch_call:
+        if not factory_made(owner, ctx, depth + 1):
+            return False
+        return all(factory_made(p, ctx, depth + 1, False) for p in pieces)
+    if not pieces or not factory_made(pieces[0], ctx, depth + 1):
+        return False
+    return all(factory_made(p, ctx, depth + 1, False) for p in pieces[1:])
+
+
+def asked_write(target: ast.Subscript, ctx: Context) -> bool:
+    """``t[idx] = v`` where ``v`` is fp32 asked for: ``t`` must hold fp32 to take it (a
+    write at tensor indices of fp32 into half raises), so its fp32 is asked for too."""
+    stmt = ctx.parents.get(id(target))
+    if not isinstance(stmt, ast.Assign) or target not in stmt.targets:
+        return False
+    return asked_fp32(stmt.value, ctx.at(stmt.value))
+
+
+def _looped(name: ast.Name, ctx: Context) -> bool:
+    """Whether ``name`` is bound by a comprehension around it (``x.float() for x in xs``)."""
+    node: ast.AST | None = ctx.parents.get(id(name))
+    while node is not None and not isinstance(node, ast.stmt):
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            for gen in node.generators:
+                if any(isinstance(t, ast.Name) and t.id == name.id for t in ast.walk(gen.target)):
+                    return True
+        node = ctx.parents.get(id(node))
+    return False
+
+
+def asked_cast(call: ast.Call, node: ast.AST, ctx: Context) -> bool:
+    """``call`` casts ``node``, a computed value (not a plain factory's own), to fp32:
+    ``torch.cat((x.sin(), x.cos())).type(dtype)`` of ``dtype=torch.float32``."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in _CASTS:
+        return False
+    if not _names_fp32(call, ctx):
+        return False
+    return _chosen(call, ctx) or not factory_made(node, ctx)
+
+
+def _chosen(call: ast.Call, ctx: Context) -> bool:
+    """``x.type(dtype)`` of a parameter ``dtype=torch.float32`` that no call passes: the
+    helper hands back float32 by a choice its callers could change."""
+    values = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
+    return any(fp32_default(v, ctx) for v in values)
+
+
+def double_chain(call: ast.Call, ctx: Context) -> bool:
+    """``t.double()``, ``t.to(torch.float64)``, ``t.type(torch.DoubleTensor)``: the value
+    made double on purpose."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return False
+    if func.attr == "double":
+        return not call.args
+    if func.attr not in ("to", "type"):
+        return False
+    values = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
+    return any(dotted(v).rsplit(".", 1)[-1] in _DOUBLE and is_fp32_dtype(v, ctx) for v in values)
