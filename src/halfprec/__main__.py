@@ -3,4 +3,4 @@
 from halfprec.cli import main
 
 if __name__ == "__main__":  # not again in `lint --jobs` workers, which import it
-    main()
+    main(prog_name="halfprec")  # usage and --version name the tool, not `python -m`

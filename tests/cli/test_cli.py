@@ -124,6 +124,15 @@ def test_subprocess_smoke_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> No
     assert list(tmp_path.iterdir()) == []
 
 
+def test_python_m_halfprec_names_itself_halfprec() -> None:
+    """README runs the tool as scripts/halfprec (``python -m halfprec``): its usage line and
+    ``--version`` say ``halfprec``, the command a user types, not ``python -m halfprec``."""
+    version = run_cli_subprocess("--version")
+    assert version.returncode == 0 and version.stdout == "halfprec, version 0.1.0\n"
+    usage = run_cli_subprocess("check", "--help")
+    assert usage.returncode == 0 and usage.stdout.startswith("Usage: halfprec check [OPTIONS]")
+
+
 @pytest.mark.parametrize("name", ["notes.txt", "weights.pt", "model.bin", "batch.pth"])
 def test_a_text_file_given_as_any_data_file_is_one_line_naming_it(
     tmp_path: Path, name: str

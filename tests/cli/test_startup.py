@@ -190,3 +190,7 @@ def test_every_option_of_every_command_has_help_and_one_spelling_of_the_default(
         assert missing == [], f"{name}: {missing} have no help"
         text = " ".join(run_cli(name, "--help").stdout.split())
         assert "(default: minilm)" not in text, name
+        takes_model = any(p.name == "model" for p in command.params)
+        assert ("MODEL (default: builtin:minilm)" in text) == takes_model, name
+    top = " ".join(run_cli("--help").stdout.split())
+    assert "default: builtin:minilm" in top and "the default is" not in top

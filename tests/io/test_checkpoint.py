@@ -4,6 +4,7 @@ import json
 import os
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 import safetensors.torch
@@ -244,3 +245,57 @@ def test_load_into_a_builder_that_calls_from_pretrained(tmp_path: Path) -> None:
     fresh = load(tmp_path / "half.safetensors", into=build)
     want = half.state_dict()
     assert all(torch.equal(t, want[k]) for k, t in fresh.state_dict().items())
+
+
+def test_a_compiled_model_is_saved_as_the_module_it_compiled(tmp_path: Path) -> None:
+    half = convert(net(), "bf16")
+    out = save(torch.compile(half), tmp_path / "compiled.safetensors")
+    assert read_metadata(out)["dtype"] == "bf16"  # its recipe, not "unconverted"
+    back = load(out, into=net)
+    for name, want in half.state_dict().items():
+        assert torch.equal(back.state_dict()[name], want), name
+
+
+class _ExtraState(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 4)
+        self.scale = 5.0
+
+    def get_extra_state(self) -> dict[str, float]:
+        return {"scale": self.scale}
+
+    def set_extra_state(self, state: dict[str, float]) -> None:
+        self.scale = state["scale"]
+
+
+def _sparse() -> nn.Module:
+    model = net()
+    model.register_buffer("mask", torch.eye(4).to_sparse())
+    return model
+
+
+@pytest.mark.parametrize(
+    ("build", "needle"),
+    [
+        (_ExtraState, "'_extra_state' is a dict, not a tensor"),
+        (_sparse, r"'mask' is torch.sparse_coo.*\.to_dense\(\)"),
+        (lambda: net().to("meta"), "'0.weight' is on the meta device"),
+    ],
+)
+def test_state_a_safetensors_file_cannot_hold_is_refused_by_name(
+    tmp_path: Path, build: Any, needle: str
+) -> None:
+    out = tmp_path / "m.safetensors"
+    with pytest.raises(CheckpointError, match=needle):
+        save(build(), out)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_object_that_is_no_module_is_refused_naming_its_model(tmp_path: Path) -> None:
+    class Result:  # what halfprec.deploy returns: the module is its .model
+        model = net()
+
+    with pytest.raises(CheckpointError, match="takes an nn.Module; got Result: pass its .model"):
+        save(Result(), tmp_path / "m.safetensors")  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []

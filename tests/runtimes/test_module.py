@@ -214,3 +214,13 @@ def test_halfprec_save_refuses_it_naming_the_runtimes_own_save(
     with pytest.raises(CheckpointError, match=rf"\({runtime}\) holds no tensors.*model\.save"):
         halfprec.save(built, out)
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_halfprec_save_refuses_a_model_that_holds_one(tmp_path: Path) -> None:
+    import halfprec
+
+    model = nn.ModuleDict({"body": _built("openvino"), "head": nn.Linear(16, 4)})
+    out = tmp_path / "m.safetensors"
+    with pytest.raises(CheckpointError, match=r"submodule 'body' runs in openvino.*body\.save"):
+        halfprec.save(model, out)
+    assert list(tmp_path.iterdir()) == []

@@ -98,7 +98,7 @@ class _Group(click.Group):
             formatter.write_dl(list(_COMMANDS.items()))
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        with formatter.section("Built-in models (MODEL builtin:NAME; the default is minilm)"):
+        with formatter.section("Built-in models (MODEL builtin:NAME; default: builtin:minilm)"):
             formatter.write_dl([(name, what) for name, what in BUILTIN_MODELS.items()])
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -222,11 +222,12 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 MODEL_SAFETY = (
-    "MODEL is builtin:NAME, package.module:factory, path/to/file.py:factory, a Hugging Face "
-    "directory or a TorchScript file. A module:factory or file.py:factory spec imports and "
-    "RUNS that Python code, and a TorchScript file (as MODEL or --artifact) runs the "
-    "TorchScript program inside it: name only code you trust. Weights, inputs, "
-    "checkpoints, policies and .pt2/.onnx artifacts are read as data and never run code "
+    "MODEL (default: builtin:minilm) is builtin:NAME, package.module:factory, "
+    "path/to/file.py:factory, a Hugging Face directory or a TorchScript file. A "
+    "module:factory or file.py:factory spec imports and RUNS that Python code, and a "
+    "TorchScript file (as MODEL or --artifact) runs the TorchScript program inside it: name "
+    "only code you trust. Weights, inputs, checkpoints, policies and .pt2/.onnx artifacts "
+    "are read as data and never run code "
     "(docs/safety.md)."
 )
 

@@ -46,16 +46,72 @@ Format = Literal["hf_dir", "safetensors", "torch"]
 
 
 def _state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """State dict with tied tensors stored once (safetensors refuses shared storage)."""
+    """State dict with tied tensors stored once (safetensors refuses shared storage); an
+    entry safetensors cannot hold faithfully is refused (:func:`_unsavable`)."""
     seen: dict[tuple[int, int, tuple[int, ...]], str] = {}
     out: dict[str, torch.Tensor] = {}
     for name, t in model.state_dict(keep_vars=False).items():
+        problem = _unsavable(name, t)
+        if problem:
+            raise CheckpointError(f"halfprec.save: {type(model).__name__}'s {problem}")
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
         if t.numel() and key in seen:
             continue
         seen[key] = name
         out[name] = t.detach().contiguous()
     return out
+
+
+def _unsavable(name: str, value: object) -> str:
+    """Why the state dict entry ``name`` cannot go into a safetensors file as it is: not a
+    tensor (``get_extra_state`` or a state-dict hook), sparse or quantized, or without data
+    (meta); "" when it can."""
+    if not isinstance(value, torch.Tensor):
+        return (
+            f"state dict entry {name!r} is a {type(value).__name__}, not a tensor (from "
+            "get_extra_state or a state-dict hook), which safetensors cannot hold; make it "
+            "a tensor buffer, or save that state yourself beside the checkpoint"
+        )
+    if value.is_quantized:
+        return f"tensor {name!r} is quantized, which safetensors cannot hold; .dequantize() it"
+    if value.layout != torch.strided:
+        return (
+            f"tensor {name!r} is {value.layout}, which safetensors cannot hold; make it "
+            "dense with .to_dense() before saving"
+        )
+    if value.is_meta:
+        return (
+            f"tensor {name!r} is on the meta device and holds no values; load or "
+            "materialize the weights before saving"
+        )
+    return ""
+
+
+def _saved_module(model: object) -> nn.Module:
+    """The module ``save`` writes: ``model`` itself, or the module ``torch.compile``
+    compiled (its parameters, names and recipe are the original's). A deployed result, any
+    other object, or a module with a runtime's module inside is refused."""
+    if not isinstance(model, nn.Module):
+        inner = getattr(model, "model", None)
+        fix = (
+            "pass its .model (a runtime's choice: its own .save(path))"
+            if isinstance(inner, nn.Module)
+            else "pass the nn.Module that holds the weights"
+        )
+        raise CheckpointError(
+            f"halfprec.save takes an nn.Module; got {type(model).__name__}: {fix}"
+        )
+    inner = getattr(model, "_orig_mod", None)  # torch.compile's OptimizedModule
+    module: nn.Module = inner if isinstance(inner, nn.Module) else model
+    for name, sub in module.named_modules():
+        runtime = getattr(sub, "runtime", None)
+        if name and isinstance(runtime, str) and callable(getattr(sub, "save", None)):
+            raise CheckpointError(
+                f"halfprec.save: {type(module).__name__}'s submodule {name!r} runs in "
+                f"{runtime}, whose weights no checkpoint of the torch model holds; write it "
+                f"with {name}.save(path) (its own file), or save the torch model it came from"
+            )
+    return module
 
 
 def save(
@@ -67,10 +123,13 @@ def save(
     fsynced, and missing folders are made (and removed again if the write fails). A module
     that holds no tensors (a deployed runtime's :class:`~halfprec.runtimes.RuntimeModule`,
     whose weights live in the runtime) is refused: its checkpoint would be empty and load
-    as nothing.
+    as nothing; so is a module holding one, and any state a safetensors file cannot hold
+    as it is (non-tensor extra state, sparse, quantized or meta tensors). A module
+    ``torch.compile`` returned is saved as the module it compiled.
     """
     from safetensors.torch import save as to_bytes
 
+    model = _saved_module(model)
     state = _state(model)
     if not state:
         raise CheckpointError(_nothing_to_save(model))

@@ -138,7 +138,9 @@ def _plain_load(half: torch.nn.Module, staged: Path) -> torch.nn.Module:
     inner = half.encoder if isinstance(half, SentenceEncoder) else half
     cls: Any = base_class(inner)
     plain: torch.nn.Module = cls.from_pretrained(str(staged))
-    return SentenceEncoder(plain) if isinstance(half, SentenceEncoder) else plain
+    if isinstance(half, SentenceEncoder):
+        return SentenceEncoder(plain, half.pooling, half.normalize)
+    return plain
 
 
 def _runs_plainly(plain: torch.nn.Module, batch: Any, device: str) -> None:

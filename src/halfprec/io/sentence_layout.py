@@ -82,3 +82,42 @@ def copy_module_folders(source: Path, dest: Path) -> list[str]:
         shutil.copytree(source / path, dest / path, symlinks=False)
         copied.append(path)
     return copied
+
+
+_MODES = {
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
+}
+
+
+def sentence_head(folder: Path) -> tuple[str, bool] | str:
+    """What sentence-transformers runs after ``folder``'s transformer: its pooling mode
+    (from the Pooling module's ``config.json``) and whether a Normalize module follows, or
+    why halfprec cannot run the same (another module, another or a combined pooling mode),
+    in a sentence."""
+    entries = _modules(folder)
+    if isinstance(entries, str):
+        return entries
+    kinds = [str(e.get("type", "")).rsplit(".", 1)[-1] for e in entries]
+    if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+        return (
+            f"its modules.json runs {', '.join(kinds)}, where halfprec runs Transformer, "
+            "Pooling and Normalize only"
+        )
+    where = folder / str(entries[1].get("path", "")) / "config.json"
+    try:
+        config = json.loads(read_text_regular(where, limit=_LIMIT))
+    except (OSError, ValueError, RecursionError) as exc:
+        return f"{where} cannot be read as JSON ({' '.join(str(exc).split())[:120]})"
+    on = [mode for key, mode in _MODES.items() if isinstance(config, dict) and config.get(key)]
+    extra = [
+        k
+        for k, v in (config.items() if isinstance(config, dict) else ())
+        if k.startswith("pooling_mode_") and v and k not in _MODES
+    ]
+    if len(on) != 1 or extra:
+        named = ", ".join(on + extra) or "none"
+        return f"its pooling modes ({named}) are not one of mean, cls, max, mean_sqrt_len"
+    return on[0], kinds[-1] == "Normalize"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import inspect
 import json
 import linecache
 import math
@@ -249,8 +250,8 @@ def _hf_directory(path: Path) -> LoadedModel:
         batches = example_batches(model, path, notes, built)
     except NoExampleInputs as exc:  # an error only when no --inputs supplies them
         no_inputs = exc.problem
-    if (path / "modules.json").is_file() and getattr(model.config, "model_type", "") == "bert":
-        model = SentenceEncoder(model)  # a sentence-transformers directory: mean pooling
+    if (path / "modules.json").is_file():
+        model = _sentence_encoder(model, path, notes)
     return LoadedModel(
         model.eval(),
         batches,
@@ -261,6 +262,25 @@ def _hf_directory(path: Path) -> LoadedModel:
         no_inputs=no_inputs,
         inputs_built=built,
     )
+
+
+def _sentence_encoder(model: nn.Module, path: Path, notes: list[str]) -> nn.Module:
+    """A sentence-transformers folder's transformer with the pooling and normalization its
+    modules.json names, when halfprec runs the same; else the transformer alone, with a
+    note that says why."""
+    from halfprec.io.sentence_layout import sentence_head
+
+    head = sentence_head(path)
+    takes = inspect.signature(model.forward).parameters
+    if isinstance(head, tuple) and "token_type_ids" not in takes:
+        head = f"its {type(model).__name__} takes no token_type_ids"
+    if isinstance(head, str):
+        notes.append(
+            f"{path} is a sentence-transformers folder, but {head}: the outputs compared "
+            "are the transformer's own, not its sentence embedding"
+        )
+        return model
+    return SentenceEncoder(model, *head)
 
 
 def _load_error(path: Path, exc: Exception) -> ModelSpecError:

@@ -60,12 +60,21 @@ def import_transformers() -> Any:
     return transformers
 
 
-class SentenceEncoder(nn.Module):
-    """A BERT encoder plus mean pooling: returns token states and unit-norm embeddings."""
+POOLINGS = ("mean", "cls", "max", "mean_sqrt_len")
 
-    def __init__(self, encoder: nn.Module) -> None:
+
+class SentenceEncoder(nn.Module):
+    """A BERT encoder plus sentence-transformers' pooling: returns token states and the
+    sentence embedding. ``pooling``: one of :data:`POOLINGS` (the folder's
+    ``1_Pooling/config.json``); ``normalize``: scaled to unit norm (a ``Normalize``
+    module)."""
+
+    def __init__(self, encoder: nn.Module, pooling: str = "mean", normalize: bool = True) -> None:
         super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling={pooling!r}; use one of: {', '.join(POOLINGS)}")
         self.encoder = encoder
+        self.pooling, self.normalize = pooling, normalize
 
     def forward(
         self,
@@ -78,9 +87,20 @@ class SentenceEncoder(nn.Module):
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
         )[0]
         mask = attention_mask.unsqueeze(-1).to(states.dtype)
-        pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1)
-        embedding = nn.functional.normalize(pooled, dim=-1)
+        if self.pooling == "cls":
+            pooled = states[:, 0]
+        elif self.pooling == "max":
+            floor = torch.finfo(states.dtype).min
+            pooled = states.masked_fill(mask == 0, floor).max(1).values
+        else:
+            pooled = (states * mask).sum(1)
+            count = mask.sum(1).clamp(min=1)
+            pooled = pooled / (count.sqrt() if self.pooling == "mean_sqrt_len" else count)
+        embedding = nn.functional.normalize(pooled, dim=-1) if self.normalize else pooled
         return {"sentence_embedding": embedding, "last_hidden_state": states}
+
+    def extra_repr(self) -> str:
+        return f"pooling={self.pooling!r}, normalize={self.normalize}"
 
 
 def minilm_path() -> str:
