@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
-from halfprec.leaks.lint.nodes import parameters
+from halfprec.leaks.lint.nodes import children, parameters
 from halfprec.leaks.lint.scope import Function, Program
 
 _Node = TypeVar("_Node", bound=ast.AST)
@@ -198,7 +198,7 @@ def _nodes_on(fn: Function, lines: set[int], kind: type[_Node]) -> Iterator[_Nod
                 continue
         if isinstance(node, kind):
             yield node
-        stack += ast.iter_child_nodes(node)
+        stack += children(node)
 
 
 def call_sites(program: Program, fn: Function, index: CallIndex) -> list[CallSite]:
@@ -253,7 +253,7 @@ def returns_of(fn: Function) -> list[ast.expr]:
         elif not isinstance(
             node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
         ):
-            stack += ast.iter_child_nodes(node)
+            stack += children(node)
     return out
 
 

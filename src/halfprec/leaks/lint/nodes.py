@@ -16,15 +16,59 @@ def words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
+# fields that the grammar types as a name, string, number or constant, never a node: not read
+_SCALARS = {
+    ast.Name: ("id",),
+    ast.Attribute: ("attr",),
+    ast.Constant: ("value", "kind"),
+    ast.keyword: ("arg",),
+    ast.arg: ("arg", "type_comment"),
+    ast.alias: ("name", "asname"),
+    ast.FunctionDef: ("name", "type_comment"),
+    ast.AsyncFunctionDef: ("name", "type_comment"),
+    ast.ClassDef: ("name",),
+    ast.ImportFrom: ("module", "level"),
+    ast.Assign: ("type_comment",),
+    ast.comprehension: ("is_async",),
+    ast.FormattedValue: ("conversion",),
+    ast.AnnAssign: ("simple",),
+}
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(kind: type) -> tuple[str, ...]:
+    """The fields of a node class that may hold a node or a list of nodes, in order."""
+    skip = _SCALARS.get(kind, ())
+    found = _FIELDS[kind] = tuple(f for f in kind._fields if f not in skip)  # type: ignore[attr-defined]
+    return found
+
+
+def children(node: ast.AST) -> list[ast.AST]:
+    """The nodes directly under ``node``, in :func:`ast.iter_child_nodes`' order."""
+    out: list[ast.AST] = []
+    kind = node.__class__
+    names = _FIELDS.get(kind)
+    for name in _fields(kind) if names is None else names:
+        value = getattr(node, name, None)
+        if isinstance(value, _AST):
+            out.append(value)
+        elif isinstance(value, list):
+            out += [item for item in value if isinstance(item, _AST)]
+    return out
+
+
 def walk(node: ast.AST) -> Iterator[ast.AST]:
     """``node`` and everything under it, breadth first, in :func:`ast.walk`'s order (one
-    generator: each node is yielded as it is queued, which is the order it is taken in)."""
+    generator: each node is yielded as it is queued, which is the order it is taken in).
+    Only the fields that may hold nodes are read (``_SCALARS``)."""
     yield node
     todo = deque([node])
-    pop, push = todo.popleft, todo.append
+    pop, push, fields = todo.popleft, todo.append, _FIELDS
     while todo:
         current = pop()
-        for name in current._fields:
+        kind = current.__class__
+        names = fields.get(kind)
+        for name in _fields(kind) if names is None else names:
             value = getattr(current, name, None)
             if isinstance(value, _AST):
                 push(value)
@@ -43,10 +87,12 @@ def parent_map(root: ast.AST) -> dict[int, ast.AST]:
     Filled in one loop, without a generator (the rules build one per walked function)."""
     parents: dict[int, ast.AST] = {}
     todo = deque([root])
-    pop, push = todo.popleft, todo.append
+    pop, push, fields = todo.popleft, todo.append, _FIELDS
     while todo:
         node = pop()
-        for name in node._fields:
+        kind = node.__class__
+        names = fields.get(kind)
+        for name in _fields(kind) if names is None else names:
             value = getattr(node, name, None)
             if isinstance(value, _AST):
                 push(value)

@@ -26,7 +26,7 @@ import ast
 from collections.abc import Iterator
 
 from halfprec.leaks.lint.context import words
-from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.nodes import children, walk
 from halfprec.leaks.lint.reach import Follow
 from halfprec.leaks.lint.values import activation_input
 
@@ -102,7 +102,7 @@ def _reads_features(value: ast.AST, names: set[str]) -> bool:
     func = value.func if isinstance(value, ast.Call) else None
     if isinstance(func, ast.Attribute) and func.attr in _NOT_HALF:
         return False  # h.long(), h.float(): no half values
-    parents = {id(c): p for p in walk(value) for c in ast.iter_child_nodes(p)}
+    parents = {id(c): p for p in walk(value) for c in children(p)}
     for n in walk(value):
         if isinstance(n, ast.Name) and n.id in names:
             up = parents.get(id(n))
