@@ -13,6 +13,8 @@ import torch
 from transformers import (
     ASTConfig,
     ASTModel,
+    BartConfig,
+    BartModel,
     ConvNextConfig,
     ConvNextModel,
     DeiTConfig,
@@ -27,6 +29,8 @@ from transformers import (
     MobileViTModel,
     RobertaConfig,
     RobertaModel,
+    SegformerConfig,
+    SegformerModel,
     SwinConfig,
     SwinModel,
     T5Config,
@@ -174,3 +178,35 @@ def ast_example_inputs() -> dict[str, torch.Tensor]:
     # 5.12 s of 128-bin log-mel frames, the length its positions are built for
     g = torch.Generator().manual_seed(0)
     return {"input_values": torch.randn(1, 512, 128, generator=g)}
+
+
+def bart() -> Any:
+    torch.manual_seed(0)
+    # bart-base's shape (6 encoder and 6 decoder layers of 768), 140M: encoder and decoder
+    config = BartConfig(
+        d_model=768,
+        encoder_layers=6,
+        decoder_layers=6,
+        encoder_attention_heads=12,
+        decoder_attention_heads=12,
+        encoder_ffn_dim=3072,
+        decoder_ffn_dim=3072,
+        use_cache=False,
+    )
+    return BartModel(config).eval()
+
+
+def bart_example_inputs() -> dict[str, torch.Tensor]:
+    # 2 sequences of 128 tokens; the decoder reads them shifted (BartModel's default)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(100, 50000, (2, 128), generator=g)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def segformer() -> Any:
+    torch.manual_seed(0)
+    return SegformerModel(SegformerConfig()).eval()  # segformer-b0 (mit-b0) encoder, 3.3M
+
+
+def segformer_example_inputs() -> dict[str, torch.Tensor]:
+    return {"pixel_values": torch.randn(2, 3, 512, 512, generator=torch.Generator().manual_seed(0))}

@@ -64,7 +64,7 @@ def test_a_compile_estimated_past_the_seconds_left_is_not_started() -> None:
     assert row.note.startswith("not compiled within the 50 s budget: its compile is estimated at")
     assert "its rounds" not in row.note  # the compile alone does not fit: no call timed for it
     assert f"distinct operations at {COMPILE_CPU_S:g} CPU-s each, at pace 40.0" in row.note
-    assert "halfprec deploy --budget 0 lifts it" in row.note
+    assert row.note.endswith("budget_s=None (--budget 0) lifts it")  # deploy's and bench's
     assert fastest_variant(run.result).name == "fp32" and not budget.compiled
 
 
@@ -123,6 +123,34 @@ def test_a_spent_budget_starts_no_further_candidate_and_the_choice_is_what_was_m
     assert fastest_variant(run.result).name == "halfprec-fp16"
 
 
+def test_no_memory_subprocess_starts_once_the_budget_is_spent() -> None:
+    """bench measures each row's CPU memory in a subprocess after every timing (BERT-base:
+    20-30 s); once the budget is spent none starts, and a warning says why."""
+    clock = _Clock()
+
+    def timed(fn: object, variant: Variant) -> float:
+        clock.now = 60.0  # any timed call: the 50 s are gone
+        return VariantClock({"fp32": 1.0e-3, "halfprec-bf16": 0.5e-3})(fn, variant)  # type: ignore[arg-type]
+
+    run = Benchmark(
+        _model(),
+        X,
+        variants=[FP32, BF16],
+        options=BenchConfig(
+            warmup=1, runs=3, memory="first", skip_slower_than=None, limit=False, race=None
+        ),
+        spec="builtin:minilm",  # a spec, so rows would be measured in subprocesses
+        timer=timed,
+        budget=Budget(50.0, clock=clock, pace=lambda: 1.0),
+    ).run()
+    assert run.result.budget_s == 50.0
+    assert all(r.memory is None for r in run.result.results)
+    assert any(
+        w.startswith("memory not measured: 60 s of the 50 s time budget were spent")
+        for w in run.result.warnings
+    )
+
+
 def test_deploy_names_what_its_budget_left_out_and_keeps_what_it_measured() -> None:
     done = halfprec.deploy(
         _model(),
@@ -161,6 +189,9 @@ def test_a_measured_compile_estimates_the_next() -> None:
     assert budget.share(2) == pytest.approx(3.75) and Budget(None).share(2) is None
     clock.now = 70.0
     assert budget.share(2) == 1.0
+    # once spent, a compile's note says so, not "with -20 s left" (ViT-base at load 20)
+    why = budget.skip(BF16.with_compile(), ops=10, rounds_s=lambda: 2.0)
+    assert why is not None and why.startswith("not run: 70 s of the 50 s budget were spent")
     with pytest.raises(ValueError, match="budget must be > 0 seconds"):
         Budget(0.0)
     with pytest.raises(ValueError, match="budget_s must be > 0 seconds or None"):

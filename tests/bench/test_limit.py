@@ -243,6 +243,26 @@ def test_the_limit_times_back_to_back_calls_not_one_call_and_a_sync() -> None:
     assert lim.ratio != pytest.approx(52 / 51)  # what one call and a sync would read
 
 
+def test_a_spent_limit_budget_stops_mid_round_after_the_costliest_shape() -> None:
+    """One round of every product in an emulated dtype took 108.8 s of a SegFormer-b0
+    deploy (load 20) whose share of the budget was about 10 s: the limit now stops
+    between shapes, the costliest first, and its ratio is over the shapes it timed."""
+    seen: list[tuple[int, torch.dtype]] = []
+
+    def device(fn: Callable[[], object], calls: int) -> float:
+        out = fn()
+        assert isinstance(out, torch.Tensor)
+        seen.append((out.shape[-1], out.dtype))
+        return calls * (2e-6 if out.dtype == torch.float32 else 8e-6)
+
+    shapes = {Gemm(1, 16, 16, 16): 1, Gemm(1, 16, 16, 64): 1}  # the second costs 4x
+    lim = measure_limit(shapes, torch.bfloat16, runs=3, budget_s=0.0, timer=device)
+    assert lim.shapes == 1 and {n for n, _ in seen} == {64}  # the small one never ran
+    assert lim.ratio == pytest.approx(0.25)
+    full = measure_limit(shapes, torch.bfloat16, runs=3, budget_s=float("inf"), timer=device)
+    assert full.shapes == 2 and full.ratio == pytest.approx(0.25)
+
+
 # a probe left in doubt by a machine busy in every other fp32 call (each held up 8x) while
 # the half dtype is 7.8x slower than fp32 in every call: slow by the medians, not provably
 IN_DOUBT = ([0.010, 0.084], [0.078, 0.080, 0.077])

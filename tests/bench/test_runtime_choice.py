@@ -13,7 +13,7 @@ import halfprec
 from halfprec import BenchConfig, Tolerance
 from halfprec.bench.results import BenchResult, fastest_variant
 from halfprec.bench.runner import benchmark
-from halfprec.bench.runtime_choice import runtime_variants, with_runtimes
+from halfprec.bench.runtime_choice import runtime_rows, runtime_variants, with_runtimes
 from halfprec.bench.variants import Variant, VariantError, parse_variants
 from halfprec.runtimes import RuntimeModule
 from halfprec.timing import Timing
@@ -119,7 +119,25 @@ def test_a_missing_runtime_is_skipped_with_a_note(monkeypatch: pytest.MonkeyPatc
         "pip install 'halfprec[openvino]'"
     )
     assert done.variant in ("fp32", "halfprec-bf16")
-    assert "not run here: openvino-bf16, openvino-fp32 (see report notes)" in done.summary
+    # the summary gives a reason: the command line prints only the summary
+    assert "; not run here: openvino-bf16, openvino-fp32 (openvino-" in done.summary
+    assert "needs openvino, not installed; install it with: pip install" in done.summary
+
+
+def test_a_default_runtime_that_cannot_run_here_is_a_row_that_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """deploy's default runtimes (runtimes=None): a runtime that cannot compute the half
+    dtype here (not installed, or, on a CPU without AVX512-BF16 or AMX, no bf16 in
+    OpenVINO's CPU plugin) was left out without a word, so a user could not tell whether
+    it had been tried; now it is a skipped row and the summary names it with the reason."""
+    monkeypatch.setitem(sys.modules, "openvino", None)  # not installed, on every CPU
+    done = halfprec.deploy(Block(), _x(), "bf16", compile=False, bench=QUICK)
+    row = done.report.get("openvino-bf16")
+    assert row.status == "skipped" and row.timing is None
+    assert row.note.startswith("openvino-bf16 needs openvino, not installed")
+    assert "; not run here: openvino-bf16 (openvino-bf16: openvino-bf16 needs " in done.summary
+    assert [r.name for r in done.report.results if r.variant.runtime] == ["openvino-bf16"]
 
 
 def test_runtime_variants_follow_the_half_dtypes_and_refuse_unknown_names() -> None:
@@ -208,6 +226,8 @@ def test_deploy_default_race_includes_openvino_where_this_cpu_has_half() -> None
     bench = BenchConfig(warmup=1, runs=3, memory="none", skip_slower_than=None, limit=False)
     done = halfprec.deploy(Block(), _x(), "bf16", compile=False, bench=bench)
     names = [r.name for r in done.report.results]
-    here = unavailable("openvino", torch.bfloat16, "cpu") is None
-    assert ("openvino-bf16" in names) == here
+    why = unavailable("openvino", torch.bfloat16, "cpu")
+    row = done.report.get("openvino-bf16")  # timed where it computes bf16, else says why
+    assert (row.status == "skipped") == (why is not None) and row.note == (why or row.note)
     assert "openvino-fp32" not in names and "onnxruntime-fp32" not in names
+    assert runtime_rows((torch.bfloat16,), "cuda") == []  # runtimes run on the CPU

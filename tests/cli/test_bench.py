@@ -127,6 +127,7 @@ def test_cli_bench_no_race_times_every_variant_and_says_where_time_went(  # type
     table = cli(*args, "--no-skip", "--no-memory", "--no-limit")
     assert table.returncode == 0, table.stderr
     assert "bench took " in table.stdout and " s: " in table.stdout
+    assert "; time budget 120 s" in table.stdout  # bench's default, like deploy's 50 s
 
 
 def test_cli_bench_probe_cache_and_its_switch(  # type: ignore[no-untyped-def]
@@ -177,8 +178,12 @@ def test_cli_bench_quick_times_fewer_rounds_measures_no_memory_and_says_so(  # t
     assert not any(data["limits"].values())
     assert all(r["memory"] is None for r in data["results"])
     assert data["quick"].startswith("quick run (--quick): 3 timed runs, 1 warm-up")
-    given = json.loads(cli(*args, "--quick", "--runs", "5", "--no-race", "--json").stdout)
+    assert data["budget_s"] == 50.0 and "a 50 s time budget" in data["quick"]  # deploy's
+    given = json.loads(
+        cli(*args, "--quick", "--runs", "5", "--budget", "0", "--no-race", "--json").stdout
+    )
     assert [r["runs"] for r in given["results"]] == [5, 5] and "5 timed runs" in given["quick"]
+    assert given["budget_s"] is None and "no time budget" in given["quick"]
     table = cli(*args, "--quick")
     assert table.returncode == 0, table.stderr
     assert "quick run (--quick)" in table.stdout and "leave out --quick" in table.stdout
@@ -196,3 +201,21 @@ def test_cli_bench_prints_a_progress_line_per_variant_then_one_table(  # type: i
     assert lines[1].startswith("bench [2/2] naive-bf16, batch 4: ok, cosine 0.99"), proc.stderr
     assert len(lines) == 2, proc.stderr  # no warnings: the progress lines are all of stderr
     assert sum(line.startswith("┃ variant") for line in proc.stdout.splitlines()) == 1
+
+
+def test_cli_bench_names_what_its_time_budget_left_out(  # type: ignore[no-untyped-def]
+    cli, tiny_file: Path
+) -> None:
+    """A budget spent before the first candidate (any run spends 1 ns): naive-bf16 is not
+    built, fp32 is not timed alone, no memory subprocess starts, and the line under the
+    table says so with the way to lift it, as deploy's summary does."""
+    args = ["bench", f"{tiny_file}:tiny", "--variants", "fp32,naive-bf16", "--no-skip"]
+    proc = cli(*args, "--budget", "1e-9", "--no-limit", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["budget_s"] == 1e-9
+    assert data["budget"].startswith("not run within the time budget: naive-bf16 (not run: ")
+    assert data["budget"].endswith("budget_s=None (--budget 0) lifts it)")
+    assert [r["status"] for r in data["results"]] == ["ok", "skipped"]
+    assert all(r["memory"] is None for r in data["results"])
+    assert any(w.startswith("memory not measured: ") for w in data["warnings"])

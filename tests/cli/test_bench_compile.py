@@ -19,12 +19,12 @@ def _result() -> BenchResult:
 
 
 def test_a_default_compile_run_names_the_twins_it_left_out_of_variants_that_ran() -> None:
-    notes = _footer(_result(), False, 10, 2, compile_default=True)
+    notes = _footer(_result(), None, compile_default=True)
     assert notes == {
         "not_compiled": "compiled only the ways deploy may choose; name naive-bf16+compile "
         "or autocast-bf16+compile in --variants to time them"
     }
-    assert _footer(_result(), False, 10, 2, compile_default=False) == {}
+    assert _footer(_result(), None, compile_default=False) == {}
 
 
 def test_a_twin_named_in_variants_is_kept() -> None:

@@ -64,6 +64,15 @@ def test_pickle_file_is_not_taken_for_torchscript(tmp_path: Path) -> None:
         load_model(str(path))
 
 
+def test_a_weights_file_given_as_the_model_names_weights(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    path = tmp_path / "w.safetensors"
+    save_file({"w": torch.zeros(2)}, str(path))
+    with pytest.raises(ModelSpecError, match="holds weights, not a model.*--weights"):
+        load_model(str(path))
+
+
 def test_hugging_face_directory(tmp_path: Path) -> None:
     from transformers import BertConfig, BertModel
 

@@ -21,10 +21,15 @@ budget decides before each candidate is built:
   from what was measured), and eager fp32 is not timed alone (its rounds would rank
   nothing);
 - the GEMM limit (:mod:`halfprec.bench.limit`) spends at most half the seconds left,
-  shared among the half dtypes (at least one round each);
-- every candidate so skipped is a ``skipped`` row whose note says why and how long, and
-  ``deploy(budget_s=None)`` (``BenchConfig(budget_s=None)``, ``halfprec deploy --budget
-  0``) lifts the bound.
+  shared among the half dtypes (it stops between products, at least the costliest timed);
+- every candidate so skipped is a ``skipped`` row whose note says why and how long
+  (:func:`left_out` names them all in one line, for deploy's summary and bench's
+  footer), and ``budget_s=None`` (``halfprec deploy --budget 0``, ``halfprec bench
+  --budget 0``) lifts the bound;
+- bench's memory subprocesses are not started once the budget is spent.
+
+deploy's budget is :data:`DEPLOY_BUDGET_S`, ``halfprec bench``'s :data:`BENCH_BUDGET_S`
+(``--quick``: deploy's).
 
 The estimate is rough: it can read a cached compile (a repeat deploy's) high, which skips
 it, and a model whose kernels take unusually long to build low. The race's rounds and
@@ -35,16 +40,22 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported by the command line's options, which start without torch
+    from halfprec.bench.results import VariantResult
     from halfprec.bench.variants import Variant
 
 # deploy's own seconds: a cold deploy of BERT-base at batch 8 on 2 cores is meant to take at
 # most 60 s as a whole process, of which imports, model load and exit take 7-10 s quiet
 DEPLOY_BUDGET_S = 50.0
+
+# ``halfprec bench``'s seconds: bench times every variant (10 rounds each, deploy 3) and then
+# measures memory, so more than deploy's; on a quiet 2-core Zen 4 ``bench builtin:bert-base
+# --compile`` took 97-108 s, 21-24 s of it memory after every timing (docs/bench.md)
+BENCH_BUDGET_S = 120.0
 
 # iterations per CPU-second of thread_pace's spin where COMPILE_CPU_S was measured (the
 # 2-core Zen 3, under load 30: 670-750 thousand)
@@ -52,6 +63,9 @@ REFERENCE_SPIN = 700_000
 
 # how the notes of the rows the budget skipped begin
 BUDGET_NOTES = ("not run: ", "not compiled within the ")
+
+# how a skipped row's note says the bound is lifted (deploy's and bench's alike)
+LIFT = "budget_s=None (--budget 0) lifts it"
 
 # CPU-seconds of a cold torch.compile per distinct operation (name and operand shapes) of
 # the eager call, from fp32 compiles on a 2-core Zen 3 (docs/benchmarks.md, round
@@ -107,6 +121,11 @@ class Budget:
     def spent(self) -> float:
         return self.clock() - self.start
 
+    @property
+    def over(self) -> bool:
+        """Whether the seconds are spent (never without a bound)."""
+        return self.seconds is not None and self.spent >= self.seconds
+
     def estimate(self, ops: int) -> CompileCost:
         """The next compile's wall seconds: the last measured compile's, or ``ops`` distinct
         operations at :data:`COMPILE_CPU_S` CPU-seconds each at this thread's pace."""
@@ -145,10 +164,10 @@ class Budget:
         ``ops``: the distinct operations of eager fp32's call."""
         if self.seconds is None:
             return None
-        lift = "deploy(budget_s=None) or halfprec deploy --budget 0 lifts it"
+        lift = LIFT
         cost = self.estimate(ops) if variant.compiled else None
         left = self.seconds - self.spent
-        if cost is not None and cost.seconds >= left:
+        if cost is not None and 0 < left <= cost.seconds:  # once spent: "not run", below
             return (
                 f"not compiled within the {self.seconds:g} s budget: its compile is estimated "
                 f"at {cost.seconds:.0f} s ({cost.how}), with {left:.0f} s left; {lift}"
@@ -167,3 +186,14 @@ class Budget:
             f"{cost.seconds:.0f} s ({cost.how}) and its rounds at {rounds:.0f} s, with "
             f"{left:.0f} s left; {lift}"
         )
+
+
+def left_out(rows: Sequence[VariantResult]) -> str | None:
+    """One line naming the rows a time budget skipped, with the first one's note (None
+    where it skipped none): ``not run within the time budget: fp32+compile (not compiled
+    within the 50 s budget: ...)``."""
+    late = [r for r in rows if r.note.startswith(BUDGET_NOTES)]
+    if not late:
+        return None
+    names = ", ".join(sorted({r.name for r in late}))
+    return f"not run within the time budget: {names} ({late[0].note})"

@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from halfprec.batch import as_batches, call, resize_batch
-from halfprec.bench.budget import BUDGET_NOTES, DEPLOY_BUDGET_S
+from halfprec.bench.budget import BUDGET_NOTES, DEPLOY_BUDGET_S, left_out
 from halfprec.bench.claim import Claim, affordable, rules, second_call, time_again
 from halfprec.bench.interleave import CallTimer
 from halfprec.bench.limit import GemmLimit, Timer
@@ -62,7 +62,7 @@ from halfprec.bench.results import (
     too_noisy,
 )
 from halfprec.bench.runner import Benchmark, Progress
-from halfprec.bench.runtime_choice import default_runtimes, runtime_variants, with_runtimes
+from halfprec.bench.runtime_choice import runtime_rows, runtime_variants, with_runtimes
 from halfprec.bench.spread import variant_speed
 from halfprec.bench.steady import steady_call_time
 from halfprec.bench.variants import AUTOTUNE_RECIPES, Variant, build_variant
@@ -186,12 +186,13 @@ class Deployed:
         slow = "slower than fp32 on this device"
         skipped = sorted({r.name for r in rows if slow in r.note}, key=len)
         skip = f"; skipped (probed slow): {', '.join(skipped)}" if skipped else ""
-        late = [r for r in rows if r.note.startswith(BUDGET_NOTES)]
-        absent = sorted({r.name for r in rows if slow not in r.note} - {r.name for r in late})
-        skip += f"; not run here: {', '.join(absent)} (see report notes)" if absent else ""
-        if late:
-            names = ", ".join(sorted({r.name for r in late}))
-            skip += f"; not run within the time budget: {names} ({late[0].note})"
+        late = {r.name for r in rows if r.note.startswith(BUDGET_NOTES)}
+        absent = [r for r in rows if slow not in r.note and r.name not in late]
+        if absent:  # the first one's reason: the command line prints only this summary
+            names = ", ".join(sorted({r.name for r in absent}))
+            skip += f"; not run here: {names} ({absent[0].name}: {absent[0].note})"
+        budget = left_out(rows)
+        skip += f"; {budget}" if budget else ""
         kept = f"; {self.overruled}" if self.overruled else ""
         return f"{self.variant}: {speed}{comp}, within tolerance{skip}{self._noisy()}{kept}"
 
@@ -260,8 +261,8 @@ def _variants(
         variants += [v.with_compile(autotune=True) for v in compiled if v.dtype in half]
     if not eager:  # speedups are measured against eager fp32, so it is always timed
         variants.insert(0, Variant("fp32"))
-    if runtimes is None:
-        return variants + default_runtimes(half, device)
+    if runtimes is None:  # those that cannot run here are skipped rows that say why
+        return variants + runtime_rows(half, device)
     return variants + runtime_variants(runtimes, half)
 
 

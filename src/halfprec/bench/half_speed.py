@@ -128,8 +128,8 @@ class HalfSpeed:
         """Each half dtype's eager GEMM ratio at ``shapes`` (the products fp32 just
         recorded; the probe's ratio for a skipped dtype: timing it would take minutes). The
         first batch size's ratios are kept in ``gemm_ratios``. ``most_s``: the seconds each
-        dtype may take, below ``limit_budget_s`` (a time budget's share; at least one
-        round is timed)."""
+        dtype may take, below ``limit_budget_s`` (a time budget's share; at least the
+        costliest product is timed: :func:`~halfprec.bench.limit.measure_limit`)."""
         limits = {}
         for dtype in self.dtypes:
             if dtype in self.skips and dtype in self.slowdowns:

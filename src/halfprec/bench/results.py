@@ -162,7 +162,8 @@ class BenchResult:
     ``seconds``: where the run's time went, by phase (``probe``, ``limit``, ``build``,
     ``warm-up``, ``compile``, ``compare``, ``timing``, ``memory``) and in all (``total``);
     ``cpu_seconds``: the same phases' CPU seconds, this process's threads and the processes
-    it started (:func:`~halfprec.bench.phases.cpu_seconds`: less swayed by other load)."""
+    it started (:func:`~halfprec.bench.phases.cpu_seconds`: less swayed by other load).
+    ``budget_s``: the time budget the run had (None: no bound)."""
 
     model: str
     device: str
@@ -173,6 +174,7 @@ class BenchResult:
     limits: dict[int, dict[torch.dtype, GemmLimit]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     cpu_seconds: dict[str, float] = field(default_factory=dict)
+    budget_s: float | None = None
 
     def limit(self, dtype: torch.dtype, batch_size: int | None = None) -> GemmLimit | None:
         """The GEMM limit of ``dtype`` at ``batch_size`` (default: the first), if measured."""
@@ -211,6 +213,7 @@ class BenchResult:
             "results": [r.to_json() for r in self.results],
             "seconds": dict(self.seconds),
             "cpu_seconds": dict(self.cpu_seconds),
+            "budget_s": self.budget_s,
         }
 
 

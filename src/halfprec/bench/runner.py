@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from halfprec.batch import Batch, as_batches, batch_size_of, call, resize_batch
-from halfprec.bench.budget import Budget
+from halfprec.bench.budget import LIFT, Budget
 from halfprec.bench.compile_gate import CompileGate, Twin, gemm_share
 from halfprec.bench.half_speed import HalfSpeed
 from halfprec.bench.heap import caller_objects_set_aside
@@ -230,6 +230,7 @@ class Benchmark:
             device=str(self.device),
             machine=machine_info(self.device),
             unit=self.config.unit,
+            budget_s=self.budget.seconds,
         )
         self._note_reduced_fp32()
         start, cpu = time.perf_counter(), self.phases.cpu_clock()
@@ -406,6 +407,13 @@ class Benchmark:
         cores and memory allow (:func:`~halfprec.bench.worker.parallel_workers`): every
         timing is over, and each measures its own process's peak."""
         if not rows or self.spec is None:
+            return
+        if self.budget.over:  # subprocesses started now would run past it by their length
+            self.notes.append(
+                f"memory not measured: {self.budget.spent:.0f} s of the "
+                f"{self.budget.seconds:g} s time budget were spent before its subprocesses "
+                f"would start; {LIFT}"
+            )
             return
         jobs = [(r.variant, r.batch_size) for r in rows]
         workers = parallel_workers(nbytes(self.model), len(jobs))

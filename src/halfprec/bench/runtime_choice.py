@@ -20,7 +20,7 @@ from halfprec.bench.results import BenchResult, VariantResult, paired_speed, rel
 from halfprec.bench.variants import Variant
 from halfprec.bench.ways import WAYS
 
-__all__ = ["default_runtimes", "runtime_variants", "with_runtimes"]
+__all__ = ["default_runtimes", "runtime_rows", "runtime_variants", "with_runtimes"]
 
 
 def runtime_variants(runtimes: Sequence[str], half: Sequence[torch.dtype]) -> list[Variant]:
@@ -56,9 +56,10 @@ def default_runtimes(
 ) -> list[Variant]:
     """deploy's default runtime variants: each runtime target that is installed and computes
     one of the half dtypes ``half`` on this CPU (OpenVINO's bf16 hint where the CPU has
-    AVX512-BF16 or AMX), in that dtype. A runtime that cannot run here adds no row; its fp32
-    targets are left to an explicit ``runtimes=`` (one more conversion each, to win only
-    where torch's fp32 is slower). ``why_not``: why a runtime cannot run a dtype here
+    AVX512-BF16 or AMX), in that dtype. A runtime that cannot run here is not timed (deploy
+    lists it as a skipped row: :func:`runtime_rows`); its fp32 targets are left to an
+    explicit ``runtimes=`` (one more conversion each, to win only where torch's fp32 is
+    slower). ``why_not``: why a runtime cannot run a dtype here
     (each way's :meth:`~halfprec.bench.ways.base.Way.unavailable`; tests pass another
     machine's answers)."""
     return [
@@ -67,6 +68,17 @@ def default_runtimes(
         for d in WAYS[r].dtypes
         if d in half and why_not(r, d, device) is None
     ]
+
+
+def runtime_rows(half: Sequence[torch.dtype], device: torch.device | str = "cpu") -> list[Variant]:
+    """deploy's default runtime rows: every runtime target in one of the half dtypes
+    ``half`` where the model is on the CPU. Those :func:`default_runtimes` leaves out (not
+    installed; no half kernels in OpenVINO's CPU plugin, as on a CPU without AVX512-BF16
+    or AMX) are ``skipped`` rows whose note says why, so that deploy's summary names them
+    rather than leaving them out unsaid."""
+    if torch.device(device).type != "cpu":
+        return []
+    return [Variant(r, d) for r in runtime_ways() for d in WAYS[r].dtypes if d in half]
 
 
 def with_runtimes(result: BenchResult, choice: VariantResult) -> VariantResult:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from halfprec.bench.budget import BENCH_BUDGET_S, DEPLOY_BUDGET_S
 from halfprec.cli.options import (
     NumberRange,
     convert_options,
@@ -55,21 +56,27 @@ _MAX_BATCH = 2**20
 QUICK_RUNS = 3
 
 
-def _quick_settings(runs: int, warmup: int) -> tuple[int, int]:
-    """--quick's rounds: fewer runs and one warm-up, where the flags were not given."""
+def _quick_settings(runs: int, warmup: int, budget_s: float) -> tuple[int, int, float]:
+    """--quick's rounds and budget: fewer runs, one warm-up and deploy's time budget, where
+    the flags were not given."""
     ctx = click.get_current_context()
     given = {
         name
-        for name in ("runs", "warmup")
+        for name in ("runs", "warmup", "budget_s")
         if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
     }
-    return (runs if "runs" in given else QUICK_RUNS), (warmup if "warmup" in given else 1)
-
-
-def _quick_note(runs: int, warmup: int) -> str:
     return (
-        f"quick run (--quick): {runs} timed runs, {warmup} warm-up, no memory and no GEMM "
-        "limit measured; speedups are rougher than a full bench (leave out --quick)"
+        runs if "runs" in given else QUICK_RUNS,
+        warmup if "warmup" in given else 1,
+        budget_s if "budget_s" in given else DEPLOY_BUDGET_S,
+    )
+
+
+def _quick_note(runs: int, warmup: int, budget_s: float) -> str:
+    budget = f"a {budget_s:g} s time budget" if budget_s else "no time budget"
+    return (
+        f"quick run (--quick): {runs} timed runs, {warmup} warm-up, {budget}, no memory and "
+        "no GEMM limit measured; speedups are rougher than a full bench (leave out --quick)"
     )
 
 
@@ -139,8 +146,19 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.option(
     "--quick",
     is_flag=True,
-    help=f"A rough answer fast: {QUICK_RUNS} runs and 1 warm-up (unless --runs/--warmup "
-    "are given), no memory subprocesses, no GEMM limit; the output says so.",
+    help=f"A rough answer fast: {QUICK_RUNS} runs, 1 warm-up and deploy's "
+    f"{DEPLOY_BUDGET_S:g} s budget (unless --runs/--warmup/--budget are given), no memory "
+    "subprocesses, no GEMM limit; the output says so.",
+)
+@click.option(
+    "--budget",
+    "budget_s",
+    type=click.FloatRange(min=0),
+    default=BENCH_BUDGET_S,
+    show_default=True,
+    help="Seconds bench may start variants in: a compile estimated past what is left, "
+    "and any variant or memory subprocess once they are spent, is skipped and named; 0 "
+    "for no bound.",
 )
 @click.option(
     "--max-call-s",
@@ -191,6 +209,7 @@ def command(
     runs: int,
     warmup: int,
     quick: bool,
+    budget_s: float,
     max_call_s: float,
     skip_slower_than: float,
     no_skip: bool,
@@ -209,11 +228,10 @@ def command(
     # Everything that can be wrong with the arguments fails here, before any measuring.
     sizes = _batch_sizes(batch_sizes)
     if quick:
-        runs, warmup = _quick_settings(runs, warmup)
+        runs, warmup, budget_s = _quick_settings(runs, warmup, budget_s)
         no_memory = no_limit = True
     chosen = _chosen_variants(variants, use_compile)
-    if plot is not None:
-        _check_plot(plot, model, inputs_path)
+    _check_plot(plot, model, inputs_path)
     loaded, batches, dev = load_for_command(model, inputs_path, device)
     recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)
     # The memory worker rebuilds the model from its spec; custom --inputs cannot follow it.
@@ -229,6 +247,7 @@ def command(
             race=not no_race,
             probe_cache=not no_probe_cache,
             compiled_memory=compiled_memory,
+            budget_s=budget_s or None,
         )
     progress = None if as_json else _Progress()
     with progress if progress is not None else contextlib.nullcontext():
@@ -246,8 +265,8 @@ def command(
         )
     if plot is not None:
         write_chart([result], plot)
-
-    notes = _footer(result, quick, runs, warmup, compile_default=use_compile and not variants)
+    shown = (runs, warmup, budget_s) if quick else None
+    notes = _footer(result, shown, use_compile and not variants)
 
     def render() -> None:
         print_bench(result)
@@ -260,14 +279,19 @@ def command(
 
 
 def _footer(
-    result: BenchResult, quick: bool, runs: int, warmup: int, *, compile_default: bool
+    result: BenchResult, quick: tuple[int, int, float] | None, compile_default: bool
 ) -> dict[str, str]:
-    """The lines under the table by their JSON key: what a --quick run or a default
-    --compile run left out."""
-    notes = {"quick": _quick_note(runs, warmup)} if quick else {}
-    left_out = _compile_note(result) if compile_default else None
-    if left_out:
-        notes["not_compiled"] = left_out
+    """The lines under the table by their JSON key: what a --quick run (its runs, warm-up
+    and budget), a default --compile run and the time budget left out."""
+    from halfprec.bench.budget import left_out
+
+    notes = {"quick": _quick_note(*quick)} if quick is not None else {}
+    uncompiled = _compile_note(result) if compile_default else None
+    if uncompiled:
+        notes["not_compiled"] = uncompiled
+    late = left_out(result.results)
+    if late:
+        notes["budget"] = late
     return notes
 
 
@@ -279,8 +303,11 @@ def _compile_note(result: BenchResult) -> str | None:
     return compile_note(list(ran))
 
 
-def _check_plot(plot: Path, model: str, inputs_path: Path | None) -> None:
-    """``--plot``: a .png path that is no input, with matplotlib installed, before any work."""
+def _check_plot(plot: Path | None, model: str, inputs_path: Path | None) -> None:
+    """``--plot``: a .png path that is no input, with matplotlib installed, before any work
+    (nothing without it)."""
+    if plot is None:
+        return
     from halfprec.report.bench import check_plot_path
     from halfprec.report.plot import require_matplotlib
 

@@ -352,6 +352,11 @@ def _architecture(tf: Any, config_file: Path) -> Any:
 def _torchscript(path: Path) -> LoadedModel:
     if path.suffix == ".py":
         raise ModelSpecError(f"{path}: name the factory too, as {path}:factory_name")
+    if path.suffix == ".safetensors":
+        raise ModelSpecError(
+            f"{path} holds weights, not a model; give the model as MODEL (a builtin, a "
+            "package.module:factory spec or a Hugging Face folder) and this file as --weights"
+        )
     try:
         with open_regular(path) as f:  # the file checked is the file read
             if not zipfile.is_zipfile(f):

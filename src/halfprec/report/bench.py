@@ -203,7 +203,8 @@ def print_bench(result: BenchResult, console: Console | None = None) -> None:
     for w in result.warnings:
         con.print(f"[yellow]warning:[/] {w}")
     if result.seconds:
-        con.print(spent_text("bench", result.seconds))
+        budget = "none" if result.budget_s is None else f"{result.budget_s:g} s"
+        con.print(f"{spent_text('bench', result.seconds)}; time budget {budget}")
     if result.cpu_seconds:
         con.print(cpu_text(result.cpu_seconds))
 

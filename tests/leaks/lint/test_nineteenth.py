@@ -239,3 +239,39 @@ def test_hp302_only_for_limits_half_cannot_hold() -> None:
     assert torch.tensor(eps, dtype=torch.float16).item() == eps
     assert torch.tensor(eps, dtype=torch.bfloat16).item() == eps
     assert torch.tensor(torch.finfo(torch.float32).tiny, dtype=torch.float16).item() == 0.0
+
+
+FILLED = """
+class Project(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(4, 4)
+
+    def forward(self, x, target):
+        logp = self.head(x).log_softmax(-1)
+        pos = target.clamp(0, 3)
+        m = torch.zeros(x.shape[0], 4, device=x.device)
+        m.view(-1).index_add_(0, pos.long().view(-1), (pos - pos.floor()).float().view(-1))
+        return -(m * logp).sum()
+
+
+class Scores(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, x, rows, cols, n):
+        logits = self.head(x).view(-1).float()
+        table = torch.full((n, n), -1e4, device=x.device)
+        table[rows, cols] = logits
+        return table.log_softmax(-1)
+"""
+
+
+def test_a_tensor_filled_with_fp32_asked_for_is_not_reported() -> None:
+    found = _found(FILLED)
+    assert (_at(FILLED, "torch.zeros"), "HP101") not in found  # index_add_ of a .float()
+    assert (_at(FILLED, "torch.full"), "HP101") not in found  # written logits.float()
+    project = _model(FILLED, "Project")().half()
+    out = project(torch.randn(2, 4).half(), torch.tensor([[0.5, 1.5, 2.0, 3.0]] * 2))
+    assert out.dtype == torch.float32  # fp32 by the asked source, whatever m's dtype

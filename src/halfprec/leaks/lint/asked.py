@@ -41,6 +41,7 @@ _JOINS = words("cat stack concat concatenate hstack vstack block_diag")
 _TYPES = words("FloatTensor DoubleTensor")
 _DOUBLE = words("float64 double DoubleTensor")
 _CASTS = words("float to type")
+_FILLS = words("index_add_ index_copy_ scatter_ scatter_add_ index_put_ masked_scatter_ copy_")
 _WEIGHTLESS = words("Identity Sigmoid Tanh ReLU GELU SiLU Softplus Softmax LogSoftmax Dropout")
 _KEEPS = words(
     "sigmoid tanh relu gelu silu softplus exp log log1p sqrt abs neg softmax log_softmax clamp "
@@ -55,9 +56,9 @@ def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     node = through(node, ctx)
     if depth >= _DEPTH:
         return False
-    if isinstance(node, ast.Name):
-        bound = ctx.binding_before(node)
-        return bound is not None and asked_fp32(bound, ctx, depth + 1)
+    if isinstance(node, ast.Name):  # on every path that may reach the read
+        values = reaching_values(ctx, node)
+        return bool(values) and all(asked_fp32(v, ctx, depth + 1) for v in values)
     if isinstance(node, ast.BinOp):
         sides = (node.left, node.right)
         return any(asked_fp32(s, ctx, depth + 1) and not zero_dim(s, ctx) for s in sides)
@@ -71,7 +72,7 @@ def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     if isinstance(func, ast.Attribute) and func.attr == "double" and not node.args:
         return True
     if isinstance(func, ast.Attribute) and func.attr in _CASTS and _names_fp32(node, ctx):
-        return _chosen(node, ctx) or not factory_made(func.value, ctx)
+        return _chosen(node, ctx) or not reads_factory(func.value, ctx)
     if dotted(func) in _REARRANGES and node.args:
         return asked_fp32(node.args[0], ctx, depth + 1)  # einops: the same values
     if dotted(func).rsplit(".", 1)[-1] in _JOINS:
@@ -162,6 +163,47 @@ def asked_write(target: ast.Subscript, ctx: Context) -> bool:
     return asked_fp32(stmt.value, ctx.at(stmt.value))
 
 
+def asked_fill(use: ast.AST, bound_at: ast.AST, ctx: Context) -> bool:
+    """Whether ``use`` writes fp32 asked for into the followed tensor, in a statement of the
+    block that bound it (so every later read sees the write): ``t[idx] = v.float()``,
+    ``t.view(-1).index_add_(0, i, v)`` of such a ``v``."""
+    stmt, bound = ctx.statement_of(use), ctx.statement_of(bound_at)
+    if stmt is None or bound is None or ctx.parents.get(id(stmt)) is not ctx.parents.get(id(bound)):
+        return False
+    if isinstance(stmt, ast.Assign) and isinstance(ctx.parents.get(id(use)), ast.Subscript):
+        target = ctx.parents[id(use)]
+        return target in stmt.targets and asked_write(target, ctx)  # type: ignore[arg-type]
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
+        return False
+    if call.func.attr not in _FILLS or through(call.func.value, ctx) is not use:
+        return False
+    return any(asked_fp32(a, ctx.at(a)) for a in call.args[1:])
+
+
+def reads_factory(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
+    """Whether ``node`` reads a plain factory's value, directly or through the names it
+    reads: ``(offset >= 0)`` of ``offset = ids - torch.arange(n)`` (a cast of it makes the
+    factory's table floating, part of that factory)."""
+    if depth >= _DEPTH:
+        return False
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and _plain_call(sub, ctx):
+            return True
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+            values = [] if _looped(sub, ctx) else reaching_values(ctx, sub)
+            if any(reads_factory(v, ctx, depth + 1) for v in values):
+                return True
+    return False
+
+
+def _plain_call(call: ast.Call, ctx: Context) -> bool:
+    """``torch.<factory>(...)`` without ``dtype=``."""
+    if ctx.is_torch_attr(call.func, *ops.FACTORY_OPS) is None:
+        return False
+    return not any(k.arg in ("dtype", None) for k in call.keywords)
+
+
 def _looped(name: ast.Name, ctx: Context) -> bool:
     """Whether ``name`` is bound by a comprehension around it (``x.float() for x in xs``)."""
     node: ast.AST | None = ctx.parents.get(id(name))
@@ -180,9 +222,7 @@ def asked_cast(call: ast.Call, node: ast.AST, ctx: Context) -> bool:
     func = call.func
     if not isinstance(func, ast.Attribute) or func.attr not in _CASTS:
         return False
-    if not _names_fp32(call, ctx):
-        return False
-    return _chosen(call, ctx) or not factory_made(node, ctx)
+    return _chosen(call, ctx)
 
 
 def _chosen(call: ast.Call, ctx: Context) -> bool:

@@ -41,7 +41,7 @@ import ast
 from collections.abc import Sequence
 
 from halfprec.leaks.lint.arguments import argument_step
-from halfprec.leaks.lint.asked import asked_fp32, asked_write
+from halfprec.leaks.lint.asked import asked_fill, asked_fp32, asked_write
 from halfprec.leaks.lint.batched import batch_sized
 from halfprec.leaks.lint.branches import needs_rank, rank_guarded
 from halfprec.leaks.lint.callers import flag_guards
@@ -297,6 +297,8 @@ class _Follow:
                 self.key = held  # cache["a"] read here: cache["b"] on the next use is not t
             if self.fate.leaks:
                 return
+            if not self.upcast and asked_fill(use, bound_at, self.ctx):
+                return  # m.index_add_(0, i, p.float() * w): later reads hold fp32 asked for
 
 
 def _half_upcast(node: ast.AST, ctx: Context) -> bool:
