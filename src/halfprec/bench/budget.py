@@ -10,10 +10,11 @@ budget decides before each candidate is built:
 - a compiled candidate is compiled only where its estimated compile, its rounds and the
   end's re-timing fit in the seconds left. Before any compile the estimate is the number
   of distinct operations (by name and operand shapes) in eager fp32's first call, times
-  :data:`COMPILE_CPU_S` CPU-seconds each, times this thread's pace now
-  (:func:`thread_pace`: the wall seconds a short pure-Python spin takes for a CPU-second
-  of the machine that constant was measured on; below 1 on a faster core, above where
-  other processes share the cores). Once one compile is measured, the next is estimated
+  :data:`COMPILE_CPU_S` seconds each, times this thread's pace now to the power
+  :data:`PACE_POWER` (:func:`thread_pace`: the wall seconds a short pure-Python spin takes
+  for a CPU-second of the machine that constant was measured on, read once the call's
+  threads are idle; below 1 on a faster core, above where other processes share the
+  cores). Once one compile is measured, the next is estimated
   at that compile's own wall seconds (the same graph, compiled again in another dtype);
 - a candidate's rounds are reckoned from eager fp32's call (the runner's: its fastest
   timed round, or one more call timed once, not its cold warm-up call);
@@ -61,17 +62,31 @@ BENCH_BUDGET_S = 120.0
 # 2-core Zen 3, under load 30: 670-750 thousand)
 REFERENCE_SPIN = 700_000
 
+# seconds thread_pace sleeps before it spins: the pace is read right after eager fp32's
+# call, whose OpenMP worker threads spin on for a while before they sleep, and read there
+# it came out high (BERT-base b8 on the quiet Zen 3 at the end of round eighteen: 2.6, where
+# the other models' deploys read 1.3-1.6; at load 11-15, right after a call 4.3-5.6 and
+# 50 ms later 3.4-5.5, docs/benchmarks.md, round nineteen)
+IDLE_S = 0.05
+
 # how the notes of the rows the budget skipped begin
 BUDGET_NOTES = ("not run: ", "not compiled within the ")
 
 # how a skipped row's note says the bound is lifted (deploy's and bench's alike)
 LIFT = "budget_s=None (--budget 0) lifts it"
 
-# CPU-seconds of a cold torch.compile per distinct operation (name and operand shapes) of
-# the eager call, from fp32 compiles on a 2-core Zen 3 (docs/benchmarks.md, round
-# seventeen): MobileViT-small 115.5 s / 167 = 0.69, GPT-2 prefill 39.1 s / 46 = 0.85,
-# BERT-base b8 about 40 s / 49 = 0.82. The highest, so that an estimate errs long.
-COMPILE_CPU_S = 0.85
+# wall seconds of a cold torch.compile per distinct operation (name and operand shapes) of
+# the eager call at pace 1, and how the wall seconds grow with the pace: ``COMPILE_CPU_S *
+# pace ** PACE_POWER``. Fitted to cold fp32 compiles on the 2-core Zen 3 (docs/benchmarks.md,
+# round nineteen): quiet, MiniLM b1 19.5 s for 51 operations at pace 1.3 and BERT-base b8
+# 25.8 s for 49 at 1.3-1.6; loaded, MiniLM b1 111.7 s at pace 4.3 (load 4-11) and BERT-base
+# b8 326.3 s at 8.0 (load 14-20). Linear in the pace, one constant is 2-3 times too high
+# quiet where it is right at load 15 (round eighteen's 0.85 was): a compile runs a C++
+# build beside its Python on the second core, which a quiet machine lends it and a loaded
+# one does not, and a 0.1 s spin after a sleep gets more of a shared core than a minutes-
+# long compile does. 0.29 is the highest of the four fits, so that an estimate errs long.
+COMPILE_CPU_S = 0.29
+PACE_POWER = 1.5
 
 
 def _spin(cpu_s: float, most_s: float) -> float:
@@ -82,12 +97,14 @@ def _spin(cpu_s: float, most_s: float) -> float:
     return (time.perf_counter() - start) * REFERENCE_SPIN / max(n, 1)
 
 
-def thread_pace(cpu_s: float = 0.03, most_s: float = 0.3) -> float:
+def thread_pace(cpu_s: float = 0.03, most_s: float = 0.3, idle_s: float = IDLE_S) -> float:
     """Wall seconds this thread now takes for a CPU-second of the machine
     :data:`COMPILE_CPU_S` was measured on: the median of 3 pure-Python spins, each until
     it has run ``cpu_s`` of its own CPU time (or ``most_s`` of wall time), their
-    iterations against :data:`REFERENCE_SPIN`. A compile runs mostly Python on one
-    thread: a faster core reads below 1, other processes sharing the cores above."""
+    iterations against :data:`REFERENCE_SPIN`, read after ``idle_s`` seconds asleep (the
+    threads of the call just made park: :data:`IDLE_S`). A compile runs mostly Python on
+    one thread: a faster core reads below 1, other processes sharing the cores above."""
+    time.sleep(idle_s)
     return max(0.1, statistics.median(_spin(cpu_s, most_s) for _ in range(3)))
 
 
@@ -128,13 +145,17 @@ class Budget:
 
     def estimate(self, ops: int) -> CompileCost:
         """The next compile's wall seconds: the last measured compile's, or ``ops`` distinct
-        operations at :data:`COMPILE_CPU_S` CPU-seconds each at this thread's pace."""
+        operations at :data:`COMPILE_CPU_S` seconds each at this thread's pace (to the power
+        :data:`PACE_POWER`)."""
         if self.compiled:
             name, seconds = next(reversed(self.compiled.items()))
             return CompileCost(seconds, f"as {name}'s compile took")
         pace = self.pace()
-        seconds = ops * COMPILE_CPU_S * pace
-        how = f"{ops} distinct operations at {COMPILE_CPU_S:g} CPU-s each, at pace {pace:.1f}"
+        seconds = ops * COMPILE_CPU_S * pace**PACE_POWER
+        how = (
+            f"{ops} distinct operations at {COMPILE_CPU_S:g} s each, at pace {pace:.1f} "
+            f"(seconds grow as the pace^{PACE_POWER:g})"
+        )
         return CompileCost(seconds, how)
 
     def record(self, variant: Variant, compile_s: float | None) -> None:

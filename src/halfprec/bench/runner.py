@@ -276,11 +276,19 @@ class Benchmark:
         if self._reduced():  # warmed as the caller runs it; the reference is IEEE fp32
             with self.phase("warm-up"), torch.inference_mode(), exact_fp32():
                 output = kept(call(self.model, batch))
-        if index == 0:
-            with self.phase("probe"):
-                self.notes.extend(self.half.probe(self.shapes))
-        with self.phase("limit"):
-            limits = self.half.limits(self.shapes, self.budget.share(len(self.half.dtypes)))
+        limits: dict[torch.dtype, GemmLimit] = {}
+        if self.budget.over and self.half.dtypes:  # no candidate will start: nothing to probe
+            self.notes.append(
+                f"the half dtypes were not probed: {self.budget.spent:.0f} s of the "
+                f"{self.budget.seconds:g} s time budget were spent by fp32 @ batch {size}; "
+                f"{LIFT}"
+            )
+        else:
+            if index == 0:
+                with self.phase("probe"):
+                    self.notes.extend(self.half.probe(self.shapes))
+            with self.phase("limit"):
+                limits = self.half.limits(self.shapes, self.budget.share(len(self.half.dtypes)))
         result.limits[size] = limits
         self._set_row(index, 0, ready.result)
         return _Size(index, Pairs(fp32=ready, batch=batch), output, limits)
@@ -418,9 +426,26 @@ class Benchmark:
         jobs = [(r.variant, r.batch_size) for r in rows]
         workers = parallel_workers(nbytes(self.model), len(jobs))
         with self.phase("memory"):
-            found = measure_in_subprocesses(self.spec, jobs, self.recipe, workers)
+            found = measure_in_subprocesses(
+                self.spec, jobs, self.recipe, workers, stop=self._memory_stop
+            )
         for r, memory in zip(rows, found, strict=True):
             r.memory = memory
+        stopped = [r for r in rows if r.memory is not None and r.memory.note.startswith(_STOPPED)]
+        if stopped:
+            names = ", ".join(f"{r.name} @ batch {r.batch_size}" for r in stopped)
+            why = next(m.note for m in found if m.note.startswith(_STOPPED))
+            self.notes.append(f"memory not measured for {names}: {why}")
+
+    def _memory_stop(self) -> str | None:
+        """Why a memory subprocess is stopped now: the time budget is spent (None: it runs
+        on). A stopped one is killed with every process it started, and leaves no file."""
+        if not self.budget.over:
+            return None
+        return (
+            f"{_STOPPED}{self.budget.spent:.0f} s of the {self.budget.seconds:g} s time budget "
+            f"were spent; {LIFT}"
+        )
 
     def _note_compiled_memory(self) -> bool:
         """False, after noting once why a compiled variant's CPU memory is not measured."""
@@ -584,6 +609,8 @@ class Benchmark:
             return 0
         return min(cfg.runs, max(3, int(cfg.max_variant_s / max(warm.last, 1e-9))))
 
+
+_STOPPED = "its subprocess was stopped once "  # how a stopped memory row's note begins
 
 _POOLED = (
     "each variant was timed in a pair with eager fp32, their calls alternating round by "

@@ -20,9 +20,11 @@ import gc
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +34,10 @@ from halfprec.bench.variants import Variant
 from halfprec.convert.recipe import Recipe
 
 _TIMEOUT_S = 600
+_POLL_S = 0.1  # how often a running worker's ``stop`` is asked
+
+Stop = Callable[[], "str | None"]
+"""Asked while a memory worker runs: None to let it run, else why it is stopped."""
 
 
 @dataclass(frozen=True)
@@ -117,10 +123,17 @@ def measure_in_subprocess(
     variant: Variant,
     batch_size: int,
     config: Recipe | None = None,
+    stop: Stop | None = None,
 ) -> MemoryUse:
     """Run the worker for ``variant`` on MODEL ``spec``; failures come back as a note.
     ``config`` reaches the worker as a recipe file, less what JSON cannot hold (type
-    selectors and ``filter_fn``)."""
+    selectors and ``filter_fn``). ``stop()``: asked every :data:`_POLL_S` while the
+    worker runs; once it returns a reason (a time budget spent), the worker and every
+    process it started are killed (it runs in a process group of its own) and waited
+    for, its recipe file is removed, and the reason comes back as the note."""
+    why = None if stop is None else stop()
+    if why is not None:  # not started
+        return MemoryUse(0, 0, "failed", why)
     config = config or Recipe()
     portable = config.replace(
         keep_fp32=tuple(k for k in config.keep_fp32 if isinstance(k, str)), filter_fn=None
@@ -146,18 +159,45 @@ def measure_in_subprocess(
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     try:
-        proc = subprocess.run(
-            args, capture_output=True, text=True, env=env, timeout=_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return MemoryUse(0, 0, "failed", f"worker ran over {_TIMEOUT_S} s")
+        done = _run_worker(args, env, stop or (lambda: None))
     finally:
         os.unlink(path)
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        return MemoryUse(0, 0, "failed", f"worker exit {proc.returncode}: {tail}")
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    if isinstance(done, str):
+        return MemoryUse(0, 0, "failed", done)
+    code, out, err = done
+    if code != 0:
+        tail = (err.strip().splitlines() or ["no output"])[-1][:200]
+        return MemoryUse(0, 0, "failed", f"worker exit {code}: {tail}")
+    data = json.loads(out.strip().splitlines()[-1])
     return MemoryUse(int(data["peak_rss"]), int(data["delta"]), str(data["method"]))
+
+
+def _run_worker(args: list[str], env: dict[str, str], stop: Stop) -> tuple[int, str, str] | str:
+    """The worker's exit code, stdout and stderr; or, where ``stop()`` gave a reason or it
+    ran past :data:`_TIMEOUT_S`, why it was killed (its process group: a compiling worker's
+    own compile workers too)."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            args, stdout=out, stderr=err, text=True, env=env, start_new_session=True
+        )
+        start, why = time.monotonic(), None
+        while proc.poll() is None:
+            why = stop()
+            if why is None and time.monotonic() - start > _TIMEOUT_S:
+                why = f"worker ran over {_TIMEOUT_S} s"
+            if why is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return why
+            time.sleep(_POLL_S)
+        with contextlib.suppress(ProcessLookupError):  # anything it left running
+            os.killpg(proc.pid, signal.SIGKILL)
+        out.seek(0)
+        err.seek(0)
+        return proc.returncode, out.read(), err.read()
 
 
 _WORKER_OVERHEAD = 2**30  # a worker's interpreter, torch and libraries, resident
@@ -186,13 +226,17 @@ def measure_in_subprocesses(
     jobs: Sequence[tuple[Variant, int]],
     config: Recipe | None = None,
     workers: int = 1,
+    stop: Stop | None = None,
 ) -> list[MemoryUse]:
     """:func:`measure_in_subprocess` for each ``(variant, batch_size)`` of ``jobs``, up to
-    ``workers`` at once (each a process of its own, measuring its own peak), in order."""
+    ``workers`` at once (each a process of its own, measuring its own peak), in order;
+    ``stop`` as there (a worker not yet started when it gives a reason is not started)."""
     if workers <= 1 or len(jobs) <= 1:
-        return [measure_in_subprocess(spec, v, size, config) for v, size in jobs]
+        return [measure_in_subprocess(spec, v, size, config, stop) for v, size in jobs]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(measure_in_subprocess, spec, v, size, config) for v, size in jobs]
+        futures = [
+            pool.submit(measure_in_subprocess, spec, v, size, config, stop) for v, size in jobs
+        ]
         return [f.result() for f in futures]
 
 
