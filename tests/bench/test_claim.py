@@ -15,7 +15,7 @@ import halfprec
 from halfprec import BenchConfig
 from halfprec.bench import deploy as deploy_module
 from halfprec.bench import runner, steady
-from halfprec.bench.claim import Claim
+from halfprec.bench.claim import Claim, work_bound
 from halfprec.bench.deploy import Deployed
 from halfprec.bench.variants import Variant
 from halfprec.timing import Ratio, Stopwatch
@@ -387,3 +387,32 @@ def test_a_claim_whose_range_clears_the_least_gain_is_faster() -> None:
     assert clear.faster and clear.text().startswith("1.24x faster than fp32 (range 1.14-1.49x")
     noisy = Claim(Ratio(1.05, 0.97, 1.13, 3), Ratio(1.02, 0.99, 1.04, 3), Ratio(1.03, 0.98, 1.1, 6))
     assert not noisy.faster and noisy.text().startswith("too noisy to rank")
+
+
+def test_a_claim_wider_than_twice_or_past_the_work_establishes_no_speed() -> None:
+    """ViT-tiny's onnxruntime choice at load 15-25: "721.57x faster (range 2.60-1136.59x)",
+    where a re-timing apart read 43-58x. A range that wide, or a median past what the
+    model's matrix products allow, is no speed: deploy keeps fp32 and says why."""
+    wide = Claim(
+        Ratio(900.0, 2.6, 1136.59, 3),
+        end=Ratio(721.57, 600.0, 800.0, 5),
+        pooled=Ratio(721.57, 2.6, 1136.59, 8),
+    )
+    assert not wide.faster and wide.unfounded is not None
+    assert wide.text().startswith("no speed established (its range spans 437 times, more than 2")
+    assert "721.57x than fp32" not in wide.text() and not wide.to_json()["established"]
+    # eager fp32's call spends half its time in matrix products at eager kernels: no
+    # choice in fp32 is more than 8x faster (4x better kernels, the rest free)
+    most = work_bound(gemm_s=0.5, fp32_s=1.0, kernels=1.0)
+    assert most == pytest.approx(8.0)
+    tight = Ratio(40.0, 38.0, 42.0, 5)
+    past = Claim(tight, end=tight, pooled=Ratio(40.0, 38.0, 42.0, 10), most=most)
+    assert not past.faster and "40.00x is more than the 8.0x its work allows" in past.text()
+    # a bf16 choice at an eager GEMM ratio of 4 may be 32x faster: 1.30x and 6x are claims
+    assert work_bound(0.5, 1.0, kernels=4.0) == pytest.approx(32.0)
+    for median in (1.30, 6.0):
+        r = Ratio(median, median * 0.95, median * 1.08, 5)
+        fine = Claim(r, end=r, pooled=Ratio(median, median * 0.95, median * 1.08, 10), most=most)
+        assert fine.faster and fine.unfounded is None
+        assert fine.text().startswith(f"{median:.2f}x faster than fp32")
+    assert work_bound(None, 1.0, 1.0) is None  # the limits timed nothing: no bound

@@ -11,9 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from halfprec.bench.deploy_save import deploy_to, output_problem, save_deployed
+from halfprec.bench.deploy_save import deploy_to, folder_problem, output_problem, save_deployed
 from halfprec.bench.results import BenchConfig
 from halfprec.bench.variants import Variant
+from halfprec.dtypes import DeviceSupport
 from halfprec.errors import HalfprecError
 
 CONFIG = BenchConfig(
@@ -93,3 +94,27 @@ def test_an_fp32_choice_is_refused_as_a_half_folder(tmp_path: Path) -> None:
     with pytest.raises(HalfprecError, match="deploy chose fp32 .* give -o NAME.safetensors"):
         save_deployed(done, tmp_path / "folder")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors"]
+
+
+def _support(fast: bool) -> DeviceSupport:
+    """A CPU's row of the device table: AVX512-BF16 and AMX (``fast``), or a Zen 3."""
+    features = ("amx_bf16", "amx_fp16", "avx512_bf16") if fast else ()
+    return DeviceSupport("cpu", "a CPU", fast, fast, True, True, features)
+
+
+def test_a_half_folder_is_refused_before_any_timing_where_no_half_dtype_is_fast(
+    tmp_path: Path,
+) -> None:
+    """``halfprec deploy DIR -o FOLDER`` on a Zen 3 (no fast fp16 or bf16) timed every
+    candidate, kept fp32, and only then refused the folder: the device table says so
+    before anything is called. Where half kernels are fast, a half variant may win."""
+    calls: list[int] = []
+    model = _model()
+    model.register_forward_hook(lambda *_: calls.append(1))
+    folder = tmp_path / "folder"
+    opts: dict[str, Any] = {"compile": False, "bench": CONFIG, "timer": _favour("halfprec")}
+    with pytest.raises(HalfprecError, match="has no fast fp16 or bf16 kernels, so deploy would"):
+        deploy_to(folder, model, _x(), runtimes=(), support=_support(False), **opts)
+    assert calls == [] and not folder.exists()
+    assert folder_problem(folder, _support(True), [torch.bfloat16]) is None
+    assert folder_problem(tmp_path / "m.safetensors", _support(False), [torch.bfloat16]) is None

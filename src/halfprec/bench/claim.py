@@ -72,6 +72,28 @@ from halfprec.timing import Ratio, Timing, ratio_of, ratio_text
 # to claim (see the module docs)
 MIN_GAIN = 0.05
 
+# the widest claimed range (its high end over its low end) that still establishes a speed:
+# ViT-tiny's onnxruntime choice at load 15-25 claimed "721.57x, range 2.60-1136.59x", where
+# an independent re-timing read 43-58x (docs/benchmarks.md, round eighteen)
+WIDEST = 2.0
+
+# how much faster than eager fp32's own kernels a choice may run the model's matrix
+# products (its compiled or a runtime's kernels, fused, in its dtype at the eager GEMM
+# ratio): a claim past what that allows (:func:`work_bound`) is not a speed of the work
+KERNEL_SLACK = 4.0
+
+
+def work_bound(gemm_s: float | None, fp32_s: float | None, kernels: float) -> float | None:
+    """The most a choice can be faster than eager fp32 for the work: eager fp32's call
+    (``fp32_s``, its fastest round) over the least the choice could spend in the same
+    matrix products (``gemm_s``: eager fp32's seconds in them, each product's fastest
+    sample; at ``kernels`` times that speed in the choice's dtype, the eager GEMM ratio,
+    and :data:`KERNEL_SLACK` more), everything else taken as free. None where either is
+    unknown."""
+    if gemm_s is None or fp32_s is None or gemm_s <= 0 or fp32_s <= 0:
+        return None
+    return fp32_s / (gemm_s / (max(1.0, kernels) * KERNEL_SLACK))
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -84,6 +106,26 @@ class Claim:
     pooled: Ratio | None = None
     second: bool = False
     """Whether the end's long calls were each timed as the second call after the wait."""
+    most: float | None = None
+    """The most the work allows (:func:`work_bound`; None: not known)."""
+
+    @property
+    def unfounded(self) -> str | None:
+        """Why the rounds establish no speed at all (None where they may): a range wider
+        than :data:`WIDEST` times, or a median past what the work allows (:attr:`most`)."""
+        r = self.ratio
+        if r.q1 > 0 and r.q3 / r.q1 > WIDEST:
+            return (
+                f"its range spans {r.q3 / r.q1:.3g} times, more than {WIDEST:g}: the rounds "
+                "disagree too much to time it (a busy machine)"
+            )
+        if self.most is not None and r.median > self.most:
+            return (
+                f"{r.median:.2f}x is more than the {self.most:.1f}x its work allows (its matrix "
+                "products alone, at the eager GEMM ratio and up to "
+                f"{KERNEL_SLACK:g} times eager's kernels), so its rounds did not time the work"
+            )
+        return None
 
     @property
     def agree(self) -> bool:
@@ -109,7 +151,7 @@ class Claim:
         round): the choice is faster than fp32 at both moments beyond their spreads, by more
         than a re-timing's drift."""
         r = self.ratio
-        return r.rounds > 1 and r.q1 > 1.0 + MIN_GAIN
+        return r.rounds > 1 and r.q1 > 1.0 + MIN_GAIN and self.unfounded is None
 
     def text(self) -> str:
         """e.g. ``2.20x faster than fp32 (range 2.05-2.45x: IQR 2.20-2.45x over 16 rounds
@@ -125,6 +167,9 @@ class Claim:
         if not self.agree:
             moments = f"the two moments disagree, the end's median claimed: {moments}"
         span = f"range {r.q1:.2f}-{r.q3:.2f}x: {moments}"
+        why = self.unfounded
+        if why is not None:
+            return f"no speed established ({why}; median {r.median:.2f}x, {span})"
         if not self.faster and r.q1 > 1.0 and r.rounds > 1:
             small = f"its low end within {MIN_GAIN:.0%} of 1"
             return f"a gain too small to claim ({r.median:.2f}x, {span}; {small})"
@@ -141,6 +186,8 @@ class Claim:
             "rounds": r.rounds,
             "agree": self.agree,
             "second_call": self.second,
+            "established": self.unfounded is None,
+            "most": self.most,
             "race": self.race.to_json(),
             "end": None if self.end is None else self.end.to_json(),
         }

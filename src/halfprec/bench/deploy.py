@@ -45,8 +45,15 @@ import torch
 from torch import nn
 
 from halfprec.batch import as_batches, call, resize_batch
-from halfprec.bench.budget import BUDGET_NOTES, DEPLOY_BUDGET_S, left_out
-from halfprec.bench.claim import Claim, affordable, rules, second_call, time_again
+from halfprec.bench.budget import BUDGET_NOTES, DEPLOY_BUDGET_S, Budget, left_out
+from halfprec.bench.claim import (
+    Claim,
+    affordable,
+    rules,
+    second_call,
+    time_again,
+    work_bound,
+)
 from halfprec.bench.interleave import CallTimer
 from halfprec.bench.limit import GemmLimit, Timer
 from halfprec.bench.phases import Phases, cpu_text
@@ -313,13 +320,14 @@ def deploy(
             "deploy(compile=False, eager=False) has nothing to try; set compile or eager"
         )
     start = time.perf_counter()
+    options = bench or replace(_quick(), budget_s=budget_s)
+    budget = Budget(options.budget_s)  # from deploy's start: what comes before the race counts
     recipe = Recipe.of(recipe)
     device = model_device(model)
     settled = recipe.settle(device, tolerance)
     batch = as_batches(inputs)[0]
     candidates = _variants(settled.dtypes, device, compile=compile, eager=eager, runtimes=runtimes)
-    options = bench or replace(_quick(), budget_s=budget_s)
-    race = _Race(model, batch, recipe, tolerance, options, progress, probe_timer, timer)
+    race = _Race(model, batch, recipe, tolerance, options, progress, probe_timer, timer, budget)
     cache = RaceCache(race_key(model, batch, candidates)) if options.probe_cache else None
     done = None if cache is None else _rerun_winner(race, cache, len(candidates))
     if done is None:
@@ -343,7 +351,7 @@ def _rerun_winner(race: _Race, cache: RaceCache, candidates: int) -> Deployed | 
     winner = Variant.parse(hit[0])
     # it won within its budget before, and its compile is likely in inductor's cache now,
     # which the budget's estimate cannot see
-    race = replace(race, options=replace(race.options, budget_s=None))
+    race = replace(race, options=replace(race.options, budget_s=None), budget=None)
     done = race.run(list(dict.fromkeys([Variant("fp32"), winner])))
     if done.variant != winner.name:
         return None
@@ -353,6 +361,20 @@ def _rerun_winner(race: _Race, cache: RaceCache, candidates: int) -> Deployed | 
         "HALFPREC_RACE_CACHE=0 races them all)"
     )
     return done
+
+
+def _work_bound(result: BenchResult, best: VariantResult) -> float | None:
+    """The most ``best`` can be faster than eager fp32 for the work at its batch size
+    (:func:`~halfprec.bench.claim.work_bound`): fp32's fastest round, the seconds its
+    matrix products take (the least the GEMM limits timed), at the eager GEMM ratio of the
+    choice's dtype. None where the limits timed none (the half dtypes probed slow)."""
+    limits = result.limits.get(best.batch_size, {})
+    gemm = [lim.fp32_s for lim in limits.values() if lim.fp32_s]
+    fp32 = result.get("fp32", best.batch_size).timing
+    lim = limits.get(best.variant.dtype)
+    kernels = lim.ratio if lim is not None else 1.0
+    fastest = min(fp32.samples) if fp32 is not None and fp32.samples else None
+    return work_bound(min(gemm) if gemm else None, fastest, kernels)
 
 
 def _raced(result: BenchResult, best: VariantResult) -> str:
@@ -386,6 +408,7 @@ class _Race:
     progress: Progress | None = None
     probe_timer: Timer | None = None
     timer: CallTimer | None = None
+    budget: Budget | None = None  # None: the options' budget_s, from the race's start
 
     def run(self, variants: list[Variant]) -> Deployed:
         """Benchmark ``variants`` and keep the fastest accurate one (see :func:`deploy`)."""
@@ -401,6 +424,7 @@ class _Race:
             probe_timer=self.probe_timer,
             timer=self.timer,
             keep_modules=True,
+            budget=self.budget,
         )
         run = engine.run()
         result = run.result
@@ -441,7 +465,8 @@ class _Race:
         seconds.update(phases.wall)
         cpu = result.cpu_seconds
         cpu.update(phases.cpu, total=cpu.get("total", 0.0) + phases.cpu["re-timing"])
-        return Claim(race) if again is None else Claim(race, *again, second=second)
+        most = _work_bound(result, best)
+        return Claim(race, most=most) if again is None else Claim(race, *again, second, most)
 
     def _rebuild(self, variant: Variant, seconds: dict[str, float]) -> nn.Module:
         """``variant`` built afresh from a copy of the model, a compiled one warmed (so

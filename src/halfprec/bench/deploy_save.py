@@ -14,15 +14,19 @@ before deploy runs; :func:`save_deployed` refuses a form that cannot hold the ch
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from halfprec.bench.deploy import Deployed, deploy
 from halfprec.bench.ways.base import TORCH
+from halfprec.convert.recipe import Recipe
+from halfprec.dtypes import DeviceSupport, device_support, dtype_name
 from halfprec.errors import HalfprecError
+from halfprec.modules import model_device
 
 FORMS: dict[str, str] = {
     ".safetensors": "a half checkpoint (a choice run by torch)",
@@ -101,6 +105,24 @@ def _uncompiled(module: nn.Module) -> nn.Module:
     return inner if isinstance(inner, nn.Module) else module
 
 
+def folder_problem(
+    path: str | os.PathLike[str], support: DeviceSupport, dtypes: Sequence[torch.dtype]
+) -> str | None:
+    """Why a folder ``path`` (a half model's form) cannot hold what deploy will choose, in
+    one line, known before anything is timed: the device's row of the device table
+    (``support``) has no fast kernels for any half dtype deploy would try (``dtypes``), so
+    every half variant is probed slow and fp32 is kept (a Zen 3 without AVX512-BF16 or
+    AMX). None where a half variant may win."""
+    if Path(path).suffix != "" or any(support.fast(dt) for dt in dtypes):
+        return None
+    names = " or ".join(dtype_name(dt) for dt in dtypes) or "half"
+    return (
+        f"-o {path}: a folder holds a half model, and {support.name} has no fast {names} "
+        "kernels, so deploy would keep fp32 here; give -o NAME.safetensors, which holds "
+        "any choice"
+    )
+
+
 def deploy_to(
     path: str | os.PathLike[str],
     model: nn.Module,
@@ -108,18 +130,34 @@ def deploy_to(
     *,
     source: str | os.PathLike[str] | None = None,
     runtimes: Sequence[str] | None = None,
+    support: DeviceSupport | None = None,
+    notice: Callable[[str], object] | None = None,
     **options: Any,
 ) -> Deployed:
     """:func:`~halfprec.deploy` ``model`` on ``inputs`` (``runtimes`` and ``options`` as
     deploy takes them) and write its choice to ``path`` (:func:`save_deployed`). A path of
-    no form the choice could take is refused before deploy runs."""
+    no form the choice could take is refused before deploy runs, a folder too where the
+    device (``support``: its row of the device table, default the model's device's) has no
+    fast kernels for the half dtypes tried (:func:`folder_problem`). ``notice(line)``: told,
+    before deploy runs, what a folder will hold (the command line prints it)."""
     problem = output_problem(path, runtimes)
+    if problem is None and Path(path).suffix == "":
+        device = model_device(model)
+        recipe = Recipe.of(options.get("recipe", "auto"))
+        dtypes = recipe.settle(device, options.get("tolerance")).dtypes
+        problem = folder_problem(path, support or device_support(device), dtypes)
     if problem is None and source is not None and Path(path).suffix == "":
         from halfprec.io.sentence_layout import layout_problem
 
         problem = layout_problem(Path(source))  # a folder that cannot be written faithfully
     if problem is not None:
         raise HalfprecError(problem)
+    if notice is not None and Path(path).suffix == "":
+        notice(
+            f"{path} will hold the choice if it is a half variant; where fp32 is kept nothing "
+            "is written (exit 2), as a folder holds a half model: -o NAME.safetensors holds "
+            "any choice"
+        )
     done = deploy(model, inputs, runtimes=runtimes, **options)
     save_deployed(done, path, source=source)
     return done

@@ -124,6 +124,7 @@ def command(
         batches,
         source=source,
         runtimes=chosen_runtimes,
+        notice=lambda line: click.echo(f"deploy: {line}", err=True),
         recipe=recipe,
         compile=use_compile,
         bench=BenchConfig(
