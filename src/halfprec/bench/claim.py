@@ -112,9 +112,12 @@ class Claim:
     @property
     def unfounded(self) -> str | None:
         """Why the rounds establish no speed at all (None where they may): a range wider
-        than :data:`WIDEST` times, or a median past what the work allows (:attr:`most`)."""
+        than :data:`WIDEST` times, or a median past what the work allows (:attr:`most`).
+        A range that holds 1 is too noisy to rank, which says no speed already."""
         r = self.ratio
-        if r.q1 > 0 and r.q3 / r.q1 > WIDEST:
+        if r.q1 <= 1.0:
+            return None
+        if r.q3 / r.q1 > WIDEST:
             return (
                 f"its range spans {r.q3 / r.q1:.3g} times, more than {WIDEST:g}: the rounds "
                 "disagree too much to time it (a busy machine)"
