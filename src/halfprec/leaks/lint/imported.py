@@ -278,8 +278,13 @@ def defines_maker(path: str, imported: Imported, name: str, maker: re.Pattern[st
         return False
     module, level, there = entry
     file = module_file(Path(path), module, level)
-    if file is None:
-        return False
+    return file is not None and _makes(file, there, maker)
+
+
+@functools.lru_cache(maxsize=None)
+def _makes(file: Path, there: str, maker: re.Pattern[str]) -> bool:
+    """:func:`defines_maker`'s answer for the function ``there`` of ``file``: asked once a
+    run (every file of a package that imports a helper asks again)."""
     text = _function_text(file, there)
     if maker.search(text):
         return True
@@ -335,6 +340,7 @@ def _forget() -> None:
     _drop_loaded()
     _function_text.cache_clear()
     _text.cache_clear()
+    _makes.cache_clear()
 
 
 on_forget(_forget)
