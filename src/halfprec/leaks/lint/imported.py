@@ -281,7 +281,7 @@ def defines_maker(path: str, imported: Imported, name: str, maker: re.Pattern[st
     return file is not None and _makes(file, there, maker)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _makes(file: Path, there: str, maker: re.Pattern[str]) -> bool:
     """:func:`defines_maker`'s answer for the function ``there`` of ``file``: asked once a
     run (every file of a package that imports a helper asks again)."""
