@@ -3,7 +3,8 @@ misses of blind freezes M and N, fixed for their class.
 
 Names a package hands on with ``from .module import *`` (``.starred``): a tensor passed to a
 helper, or a module class, that the ``__init__.py`` of a package star-imports is followed
-into it as into one the ``__init__.py`` names.
+into it as into one the ``__init__.py`` names. Values a dict attribute holds (``.heldvalues``):
+``self.centres[k] = t`` is followed through ``self.centres.items()`` and ``.values()``.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.support.lint_models import package
+from tests.support.lint_models import Snippets, package
 
 from halfprec.leaks.lint import lint_paths
+
+LINT = Snippets()
 
 _OPS = """\
 import torch
@@ -124,3 +127,54 @@ def test_a_tensor_into_a_module_class_a_package_star_imports_leaks(tmp_path: Pat
     files = {"layers/mix.py": _BLOCKS, "layers/__init__.py": "from .mix import *\n", "net.py": _NET}
     pkg = package(tmp_path / "pkg", files)
     assert _found(pkg) == [("net.py", 13, "HP101")]
+
+
+# Values a dict attribute holds, read back whole (.heldvalues): prototypes kept per class in
+# ``self.centres[k]`` by a helper that forward calls, then read through ``.items()``.
+_CENTRES = """
+class Centres(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.centres = {}
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x, classes):
+        self.ensure(classes, x.shape[-1], x.device)
+        feats = self.proj(x)
+        dists = []
+        for k, centre in self.centres.READ:
+            dists.append((feats - USE).pow(2).sum(-1))
+        return torch.stack(dists, -1)
+
+    def ensure(self, classes, d, device):
+        for k in classes:
+            if k not in self.centres:
+                self.centres[k] = torch.zeros(d).to(device)
+"""
+
+
+def _centres(read: str, use: str = "centre") -> str:
+    return _CENTRES.replace("READ", read).replace("USE", use)
+
+
+def test_class_centres_kept_in_a_dict_attribute_and_read_through_items_leak() -> None:
+    assert LINT.lines(_centres("items()")) == [19]
+
+
+def test_class_centres_read_through_values_leak() -> None:
+    body = _centres("items()").replace(
+        "for k, centre in self.centres.items()", "for centre in self.centres.values()"
+    )
+    assert LINT.lines(body) == [19]
+
+
+def test_class_centres_cast_where_read_stay_silent() -> None:
+    assert LINT.lines(_centres("items()", "centre.to(feats.dtype)")) == []
+
+
+def test_class_centres_only_counted_stay_silent() -> None:
+    body = _centres("items()").replace(
+        "for k, centre in self.centres.items():\n            dists.append((feats - centre)",
+        "for k in self.centres.keys():\n            dists.append((feats - feats[..., :1])",
+    )
+    assert LINT.lines(body) == []
