@@ -54,7 +54,7 @@ def test_conversion_flags_exist_in_every_converting_command(command: str) -> Non
 @pytest.mark.parametrize("command", [*CONVERTING, "preflight"])
 def test_device_has_one_default_everywhere(command: str) -> None:
     out = " ".join(run_cli(command, "--help").stdout.split())
-    assert "Default: cuda if present, else cpu." in out
+    assert "cpu, cuda or cuda:N. [default: (cuda if present, else cpu)]" in out
 
 
 def test_no_norm_islands_in_check() -> None:
@@ -142,10 +142,10 @@ def test_keep_fp32_means_the_same_in_check_and_diagnose() -> None:
 def test_dtype_default_names_the_recipe_only_where_there_is_one(command: str) -> None:
     out = " ".join(run_cli(command, "--help").stdout.split())
     if "--recipe PATH" in out:
-        assert "Default: the --recipe's dtype, else auto." in out
+        assert "[default: (the --recipe's dtype, else auto)]" in out
     else:
         assert "--recipe" not in out and "--dtype [auto|fp16|bf16]" in out
-        assert "Default: auto." in out
+        assert "[default: (auto)]" in out
 
 
 def test_tolerance_flags_replace_their_threshold_and_leave_the_rest_to_the_dtype() -> None:
