@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import click
 import pytest
 import torch
 
@@ -177,3 +178,35 @@ def test_no_pre_release_aliases() -> None:
     assert "--policy" not in run_cli("check", "--help").stdout
     proc = run_cli("check", SPEC, "--policy", "p.json")
     _one_line(proc, "No such option '--policy'")
+
+
+def _options(name: str) -> dict[str, click.Option]:
+    from halfprec.cli import main
+
+    command = main.get_command(click.Context(main), name)
+    assert command is not None
+    return {p.opts[-1]: p for p in command.params if isinstance(p, click.Option)}
+
+
+def test_budget_is_one_option_in_bench_and_deploy() -> None:
+    """One factory: the same help and checks; only the default differs, each shown."""
+    from halfprec.bench.budget import BENCH_BUDGET_S, DEPLOY_BUDGET_S
+
+    bench, deploy = _options("bench")["--budget"], _options("deploy")["--budget"]
+    assert bench.help == deploy.help and type(bench.type) is type(deploy.type)
+    assert (bench.default, deploy.default) == (BENCH_BUDGET_S, DEPLOY_BUDGET_S)
+    for command, args in (("bench", []), ("deploy", ["-o", "x.safetensors"])):
+        _one_line(run_cli(command, MISSING, *args, "--budget", "-1"), "--budget")
+
+
+@pytest.mark.parametrize("command", [*CONVERTING, "preflight", "lint"])
+def test_every_float_range_refuses_nan_before_the_model_loads(command: str) -> None:
+    """``nan < 0`` is False, so click's own FloatRange lets NaN through every bound."""
+    from halfprec.cli import main
+
+    root = click.Context(main, **main.context_settings)
+    for option in _options(command).values():
+        if not isinstance(option.type, click.FloatRange):
+            continue
+        with pytest.raises(click.BadParameter, match="'nan' is not a number"):
+            option.type.convert("nan", option, click.Context(main, parent=root))

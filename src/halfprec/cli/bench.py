@@ -13,6 +13,7 @@ import click
 from halfprec.bench.budget import BENCH_BUDGET_S, DEPLOY_BUDGET_S
 from halfprec.cli.options import (
     NumberRange,
+    budget_option,
     convert_options,
     device_option,
     finish,
@@ -150,15 +151,7 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     f"{DEPLOY_BUDGET_S:g} s budget (unless --runs/--warmup/--budget are given), no memory "
     "subprocesses, no GEMM limit; the output says so.",
 )
-@click.option(
-    "--budget",
-    "budget_s",
-    type=click.FloatRange(min=0),
-    default=BENCH_BUDGET_S,
-    help="Seconds bench may start variants in: a compile estimated past what is left, "
-    "and any variant or memory subprocess once they are spent, is skipped and named; 0 "
-    "for no bound.",
-)
+@budget_option(BENCH_BUDGET_S)
 @click.option(
     "--max-call-s",
     type=NumberRange(min=0, min_open=True),

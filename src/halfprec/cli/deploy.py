@@ -9,6 +9,7 @@ import click
 
 from halfprec.bench.budget import DEPLOY_BUDGET_S
 from halfprec.cli.options import (
+    budget_option,
     convert_options,
     device_option,
     finish,
@@ -81,14 +82,7 @@ def _runtimes(text: str | None) -> tuple[str, ...] | None:
     help="Timed rounds planned per variant (the race stops a settled one sooner; the "
     "leader runs on until its claim's 2 s of calls).",
 )
-@click.option(
-    "--budget",
-    "budget_s",
-    type=click.FloatRange(min=0),
-    default=DEPLOY_BUDGET_S,
-    help="Seconds deploy may start candidates in: a compile estimated past what is left, "
-    "and any candidate once they are spent, is skipped and named; 0 for no bound.",
-)
+@budget_option(DEPLOY_BUDGET_S)
 @tolerance_options
 def command(
     model: str,

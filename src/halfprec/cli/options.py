@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the commands import torch and the library when they run, no
 
 __all__ = [
     "DEFAULT_MODEL",
+    "budget_option",
     "model_argument",
     "DTYPES",
     "DTypeParam",
@@ -229,6 +230,20 @@ def tolerance_options(f: F) -> F:
         show_default="the --recipe's, else 0.999",
         help="Minimum cosine similarity.",
     )(f)
+
+
+def budget_option(seconds: float) -> Callable[[F], F]:
+    """``--budget``, one option for bench and deploy: the seconds the command may start
+    variants in (``seconds``: the command's default); NaN refused as for every float flag."""
+    return click.option(
+        "--budget",
+        "budget_s",
+        type=NumberRange(min=0),
+        default=seconds,
+        help="Seconds to start variants in: a compile estimated past what is left, and any "
+        "variant (or bench's memory subprocess) once they are spent, is skipped and named; "
+        "0 for no bound.",
+    )
 
 
 def device_option(f: F) -> F:
