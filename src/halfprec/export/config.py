@@ -35,13 +35,14 @@ class RuntimeFailure(RuntimeError):
 
 
 def format_for_path(path: str | Path) -> ExportFormat:
-    """The format a file name implies (``.pt2``, ``.ts``/``.pt``, ``.onnx``)."""
+    """The format a file name implies (``.pt2``, ``.ts``/``.pt``, ``.onnx``). The file's
+    suffix is the one way to name it: ``export --format`` must fit it too."""
     suffix = Path(path).suffix.lower()
     fmt = SUFFIXES.get(suffix)
     if fmt is None:
         raise ExportError(
-            f"cannot tell the export format from {Path(path).name!r}; name the file *.pt2 "
-            "(torch.export), *.ts or *.pt (TorchScript) or *.onnx, or pass the format"
+            f"{path}: cannot tell the export format from the suffix {suffix or '(none)'!r}; "
+            "name the file *.pt2 (torch.export), *.ts or *.pt (TorchScript) or *.onnx (ONNX)"
         )
     return fmt
 
