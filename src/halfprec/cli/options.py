@@ -314,7 +314,7 @@ def load_for_command(
         load(weights, into=loaded.model, upcast=True)  # a half file: its fp32 upcast
     batches = load_inputs(inputs_path) if inputs_path is not None else loaded.example_inputs
     if not batches and loaded.no_inputs:
-        from halfprec.io.hf_inputs import INPUTS_FORMAT
+        from halfprec.io.inputs import INPUTS_FORMAT
 
         raise InputsError(f"{loaded.no_inputs}: pass --inputs FILE, {INPUTS_FORMAT}")
     if not batches:
