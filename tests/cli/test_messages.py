@@ -97,3 +97,14 @@ def test_check_artifact_with_an_unknown_suffix_names_the_path_and_a_real_fix(
     check = _options_by_command()["check"]
     assert all(flag in check for flag in FLAG.findall(line)), line
     assert "pass the format" not in line
+
+
+def test_no_message_offers_format_alone() -> None:
+    """``export --format`` must fit ``-o``'s suffix (``--format exported-program -o x.onnx``
+    is refused), so a fix names the file to write (``-o NAME.pt2``), not the flag."""
+    offers = [
+        f"{where}:{line}"
+        for where, line, text in _texts()
+        if re.search(r"--format (exported-program|torchscript|onnx)", text)
+    ]
+    assert offers == []

@@ -122,6 +122,6 @@ def check_onnx_dtype(dtype: torch.dtype) -> None:
     if dtype == torch.bfloat16:
         raise DTypeError(
             "bf16 ONNX is not supported: onnxruntime's CPU provider has no bf16 Gemm/MatMul "
-            "kernels and refuses such files; export ONNX with --dtype fp16, or use --format "
-            "exported-program for bf16"
+            "kernels and refuses such files; export ONNX with --dtype fp16, or bf16 to a .pt2 "
+            "file (-o NAME.pt2)"
         )
