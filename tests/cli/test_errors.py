@@ -275,7 +275,7 @@ def test_a_folder_given_as_a_file_is_named_a_folder(tmp_path: Path, flag: str) -
 def test_an_empty_inputs_file_names_the_fix(tmp_path: Path, name: str, content: bytes) -> None:
     (tmp_path / name).write_bytes(content)
     proc = run_cli("check", USER, "--inputs", str(tmp_path / name), "--runs", "0")
-    _one_error(proc, "write it again with")
+    _one_error(proc, "is empty (0 bytes); give a .safetensors file")
     assert "()" not in proc.stderr
 
 

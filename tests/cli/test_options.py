@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import click
 import pytest
 import torch
 
@@ -54,7 +55,7 @@ def test_conversion_flags_exist_in_every_converting_command(command: str) -> Non
 @pytest.mark.parametrize("command", [*CONVERTING, "preflight"])
 def test_device_has_one_default_everywhere(command: str) -> None:
     out = " ".join(run_cli(command, "--help").stdout.split())
-    assert "Default: cuda if present, else cpu." in out
+    assert "cpu, cuda or cuda:N. [default: (cuda if present, else cpu)]" in out
 
 
 def test_no_norm_islands_in_check() -> None:
@@ -142,10 +143,10 @@ def test_keep_fp32_means_the_same_in_check_and_diagnose() -> None:
 def test_dtype_default_names_the_recipe_only_where_there_is_one(command: str) -> None:
     out = " ".join(run_cli(command, "--help").stdout.split())
     if "--recipe PATH" in out:
-        assert "Default: the --recipe's dtype, else auto." in out
+        assert "[default: (the --recipe's dtype, else auto)]" in out
     else:
         assert "--recipe" not in out and "--dtype [auto|fp16|bf16]" in out
-        assert "Default: auto." in out
+        assert "[default: (auto)]" in out
 
 
 def test_tolerance_flags_replace_their_threshold_and_leave_the_rest_to_the_dtype() -> None:
@@ -177,3 +178,35 @@ def test_no_pre_release_aliases() -> None:
     assert "--policy" not in run_cli("check", "--help").stdout
     proc = run_cli("check", SPEC, "--policy", "p.json")
     _one_line(proc, "No such option '--policy'")
+
+
+def _options(name: str) -> dict[str, click.Option]:
+    from halfprec.cli import main
+
+    command = main.get_command(click.Context(main), name)
+    assert command is not None
+    return {p.opts[-1]: p for p in command.params if isinstance(p, click.Option)}
+
+
+def test_budget_is_one_option_in_bench_and_deploy() -> None:
+    """One factory: the same help and checks; only the default differs, each shown."""
+    from halfprec.bench.budget import BENCH_BUDGET_S, DEPLOY_BUDGET_S
+
+    bench, deploy = _options("bench")["--budget"], _options("deploy")["--budget"]
+    assert bench.help == deploy.help and type(bench.type) is type(deploy.type)
+    assert (bench.default, deploy.default) == (BENCH_BUDGET_S, DEPLOY_BUDGET_S)
+    for command, args in (("bench", []), ("deploy", ["-o", "x.safetensors"])):
+        _one_line(run_cli(command, MISSING, *args, "--budget", "-1"), "--budget")
+
+
+@pytest.mark.parametrize("command", [*CONVERTING, "preflight", "lint"])
+def test_every_float_range_refuses_nan_before_the_model_loads(command: str) -> None:
+    """``nan < 0`` is False, so click's own FloatRange lets NaN through every bound."""
+    from halfprec.cli import main
+
+    root = click.Context(main, **main.context_settings)
+    for option in _options(command).values():
+        if not isinstance(option.type, click.FloatRange):
+            continue
+        with pytest.raises(click.BadParameter, match="'nan' is not a number"):
+            option.type.convert("nan", option, click.Context(main, parent=root))

@@ -6,10 +6,12 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
 from support import ROOT
@@ -173,24 +175,52 @@ def test_the_cli_spells_exports_formats_as_the_library_does() -> None:
     assert CLI_FORMATS == FORMATS
 
 
-def test_every_option_of_every_command_has_help_and_one_spelling_of_the_default() -> None:
-    import click
+_CLICKS_DEFAULT = re.compile(r"\[default: [^\]]*\]")
 
+
+def _commands() -> list[tuple[str, click.Command]]:
     from halfprec.cli import _COMMANDS, main
 
     ctx = click.Context(main)
+    found: list[tuple[str, click.Command]] = [("", main)]
     for name in _COMMANDS:
         command = main.get_command(ctx, name)
         assert command is not None
-        missing = [
-            p.opts[0]
-            for p in command.params
-            if isinstance(p, click.Option) and not p.hidden and not p.help
-        ]
+        found.append((name, command))
+    return found
+
+
+def test_every_option_of_every_command_has_help_and_one_spelling_of_the_default() -> None:
+    """Every default in ``--help`` is click's ``[default: ...]``, generated from the option
+    (its value, or the ``show_default`` text of an option whose default is None); no help
+    text spells one another way ("(default: x)", "Default: x", "; default x", ...)."""
+    for name, command in _commands():
+        options = [p for p in command.params if isinstance(p, click.Option) and not p.hidden]
+        missing = [p.opts[0] for p in options if not p.help]
         assert missing == [], f"{name}: {missing} have no help"
-        text = " ".join(run_cli(name, "--help").stdout.split())
-        assert "(default: minilm)" not in text, name
-        takes_model = any(p.name == "model" for p in command.params)
-        assert ("MODEL (default: builtin:minilm)" in text) == takes_model, name
-    top = " ".join(run_cli("--help").stdout.split())
-    assert "default: builtin:minilm" in top and "the default is" not in top
+        text = " ".join(run_cli(*filter(None, [name]), "--help").stdout.split())
+        rest = _CLICKS_DEFAULT.sub("", text)
+        other = re.findall(r"[^.;]{0,40}\bdefault\b[^.;]{0,40}", rest, re.I)
+        assert other == [], f"halfprec {name} --help spells a default another way: {other}"
+        assert ("[default: builtin:minilm]" in text) == (
+            name == "" or any(p.name == "model" for p in command.params)
+        ), name
+
+
+def test_a_default_that_click_shows_is_the_option_s_own() -> None:
+    """Each option with a default shows it in its own help line, as click renders it: its
+    value, or for an option whose default is None, what leaving it out means."""
+    from halfprec.cli import main
+
+    root = click.Context(main, **main.context_settings)
+    for name, command in _commands()[1:]:
+        ctx = click.Context(command, parent=root, info_name=name)
+        for p in command.params:
+            if not isinstance(p, click.Option) or p.hidden:
+                continue
+            value = p.get_default(ctx, call=False)
+            unset = value is None or value is False or not isinstance(value, (str, int, float))
+            if unset and not isinstance(p.show_default, str):
+                continue  # an absent flag, or a repeatable option given no times
+            record = p.get_help_record(ctx)
+            assert record is not None and "[default: " in record[1], (name, p.opts)

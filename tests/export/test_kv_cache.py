@@ -121,9 +121,9 @@ def test_onnx_failure_of_a_kv_cache_file_does_not_offer_static() -> None:
 
     exc = ValueError("Cannot view a tensor")
     usual = explain_failure("torch.onnx.export", exc)
-    assert usual.endswith("; export with --static, or with --format exported-program")
+    assert usual.endswith("; export with --static, or to a .pt2 file (-o NAME.pt2)")
     cached = explain_failure("torch.onnx.export", exc, can_be_static=False)
-    assert cached.endswith("; export with --format exported-program")
+    assert cached.endswith("; export to a .pt2 file (-o NAME.pt2)")
     assert "--static" not in cached
 
 

@@ -246,7 +246,7 @@ def test_a_file_onnxruntime_cannot_read_is_one_line_naming_the_path_once(tmp_pat
     # without its "Load model from PATH failed:" (the path is named once, first)
     assert re.fullmatch(
         rf"onnxruntime cannot load {re.escape(str(path))} \(INVALID_PROTOBUF: [^()\n]+\); "
-        r"re-export it with halfprec export --format onnx",
+        r"re-export it with halfprec export -o NAME.onnx",
         text,
     ), text
     assert text.count(str(path)) == 1
@@ -295,7 +295,7 @@ def test_a_static_export_that_fails_does_not_offer_static_again(tmp_path: Path) 
     # halfprec's frame around torch.onnx's reason (whose wording is upstream's to change):
     # the stage, the reason as one "Type: line", and the one fix left, without --static
     assert re.fullmatch(
-        r"torch\.onnx\.export failed: \w+: [^\n]+; export with --format exported-program",
+        r"torch\.onnx\.export failed: \w+: [^\n]+; export to a \.pt2 file \(-o NAME\.pt2\)",
         message,
     ), message
     assert "--static" not in message

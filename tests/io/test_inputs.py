@@ -51,5 +51,11 @@ def test_corrupt_missing_and_unknown_files(tmp_path: Path) -> None:
     with pytest.raises(InputsError, match="not found"):
         load_inputs(tmp_path / "nope.safetensors")
     (tmp_path / "x.csv").write_text("1,2")
-    with pytest.raises(InputsError, match="use a .safetensors or .pt file"):
+    with pytest.raises(InputsError, match=r"is text \(CSV\); give a .safetensors file"):
         load_inputs(tmp_path / "x.csv")
+
+
+def test_a_torch_or_safetensors_suffix_in_capitals_is_read(tmp_path: Path) -> None:
+    torch.save({"x": torch.ones(2)}, tmp_path / "B.PT")
+    save_file({"x": torch.ones(2)}, str(tmp_path / "B.SafeTensors"))
+    assert len(load_inputs(tmp_path / "B.PT")) == len(load_inputs(tmp_path / "B.SafeTensors")) == 1

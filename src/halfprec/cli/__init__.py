@@ -98,7 +98,7 @@ class _Group(click.Group):
             formatter.write_dl(list(_COMMANDS.items()))
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        with formatter.section("Built-in models (MODEL builtin:NAME; default: builtin:minilm)"):
+        with formatter.section("Built-in models (MODEL builtin:NAME) [default: builtin:minilm]"):
             formatter.write_dl([(name, what) for name, what in BUILTIN_MODELS.items()])
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -211,7 +211,11 @@ def _os_error(exc: OSError) -> str:
     return f"cannot use {where}: {fix}"
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+# show_default: every command's options show their defaults the one way click does,
+# "[default: 10]", or "[default: (what an unset option means)]" where their default is None
+@click.group(
+    cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "show_default": True}
+)
 @click.option("--debug", is_flag=True, help="Show full tracebacks for errors.")
 @click.version_option(package_name="halfprec")
 @click.pass_context
@@ -222,8 +226,8 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 MODEL_SAFETY = (
-    "MODEL (default: builtin:minilm) is builtin:NAME, package.module:factory, "
-    "path/to/file.py:factory, a Hugging Face directory or a TorchScript file. A "
+    "MODEL is builtin:NAME, package.module:factory, path/to/file.py:factory, a Hugging "
+    "Face directory or a TorchScript file [default: builtin:minilm]. A "
     "module:factory or file.py:factory spec imports and RUNS that Python code, and a "
     "TorchScript file (as MODEL or --artifact) runs the TorchScript program inside it: name "
     "only code you trust. Weights, inputs, checkpoints, policies and .pt2/.onnx artifacts "

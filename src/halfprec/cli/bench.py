@@ -13,6 +13,7 @@ import click
 from halfprec.bench.budget import BENCH_BUDGET_S, DEPLOY_BUDGET_S
 from halfprec.cli.options import (
     NumberRange,
+    budget_option,
     convert_options,
     device_option,
     finish,
@@ -90,7 +91,7 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
         ctx.exit(0)
 
 
-@click.command(help="Time MODEL (default: builtin:minilm) in fp32 and each half-precision variant.")
+@click.command(help="Time MODEL in fp32 and each half-precision variant.")
 @model_argument
 @inputs_option
 @convert_options
@@ -99,15 +100,16 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.option(
     "--batch-sizes",
     default=None,
-    help="Comma-separated, e.g. 1,8,32 (default: the example batch's own size).",
+    show_default="the example batch's own size",
+    help="Comma-separated, e.g. 1,8,32.",
 )
 @click.option(
     "--variants",
     default=None,
+    show_default="those of --dtype; auto: all",
     help="Comma-separated: fp32, naive-fp16, naive-bf16, "
-    "autocast-fp16, autocast-bf16, halfprec-fp16, halfprec-bf16 (default: all of --dtype; "
-    "auto: all); runtimes on CPU: openvino-fp32, openvino-bf16, openvino-fp16, "
-    "onnxruntime-fp32.",
+    "autocast-fp16, autocast-bf16, halfprec-fp16, halfprec-bf16; runtimes on CPU: "
+    "openvino-fp32, openvino-bf16, openvino-fp16, onnxruntime-fp32.",
 )
 @click.option(
     "--list-variants",
@@ -121,7 +123,8 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     "--compile",
     "use_compile",
     is_flag=True,
-    help="Add a torch.compile twin of each (by default, of those deploy may choose).",
+    help="Add a torch.compile twin of each variant given to --variants, or without "
+    "--variants, of each that deploy may choose.",
 )
 @click.option(
     "--plot",
@@ -133,14 +136,12 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     "--runs",
     type=click.IntRange(min=1),
     default=10,
-    show_default=True,
     help="Most timed rounds per variant (the race stops a settled one sooner).",
 )
 @click.option(
     "--warmup",
     type=click.IntRange(min=1),
     default=2,
-    show_default=True,
     help="Untimed calls of each variant before its timed ones.",
 )
 @click.option(
@@ -150,28 +151,17 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     f"{DEPLOY_BUDGET_S:g} s budget (unless --runs/--warmup/--budget are given), no memory "
     "subprocesses, no GEMM limit; the output says so.",
 )
-@click.option(
-    "--budget",
-    "budget_s",
-    type=click.FloatRange(min=0),
-    default=BENCH_BUDGET_S,
-    show_default=True,
-    help="Seconds bench may start variants in: a compile estimated past what is left, "
-    "and any variant or memory subprocess once they are spent, is skipped and named; 0 "
-    "for no bound.",
-)
+@budget_option(BENCH_BUDGET_S)
 @click.option(
     "--max-call-s",
     type=NumberRange(min=0, min_open=True),
     default=10.0,
-    show_default=True,
     help="Time a variant once when one call takes longer.",
 )
 @click.option(
     "--skip-slower-than",
     type=NumberRange(min=0, min_open=True),
     default=3.0,
-    show_default=True,
     help="Skip a half dtype whose matmul probe runs this many times slower than fp32 "
     "(probed in seconds; --no-skip times every dtype, however slow).",
 )
@@ -180,14 +170,14 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.option(
     "--no-race",
     is_flag=True,
-    help="Time every variant --runs times (default: stop timing a variant once its rank "
-    "is settled by its spread).",
+    help="Time every variant --runs times; without it, a variant stops once its rank is "
+    "settled by its spread.",
 )
 @click.option(
     "--no-probe-cache",
     is_flag=True,
     help="Probe the half dtypes again instead of using this machine's cached verdicts "
-    "(kept in $HALFPREC_CACHE_DIR, default ~/.cache/halfprec).",
+    "(kept in $HALFPREC_CACHE_DIR, else ~/.cache/halfprec).",
 )
 @click.option("--no-memory", is_flag=True, help="Skip the per-variant memory subprocesses.")
 @click.option(

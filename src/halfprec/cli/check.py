@@ -25,10 +25,7 @@ if TYPE_CHECKING:
     from halfprec.convert.recipe import Recipe
 
 
-@click.command(
-    help="Compare MODEL (default: builtin:minilm) in half precision against fp32; exit 1 "
-    "when out of tolerance."
-)
+@click.command(help="Compare MODEL in half precision against fp32; exit 1 when out of tolerance.")
 @model_argument
 @inputs_option
 @weights_option
@@ -46,7 +43,6 @@ if TYPE_CHECKING:
     "--runs",
     type=click.IntRange(min=0),
     default=10,
-    show_default=True,
     help="Timed runs (0: no timing).",
 )
 @click.option(

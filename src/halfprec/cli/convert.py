@@ -56,7 +56,6 @@ def _shard_size(ctx: click.Context, param: click.Parameter, value: str) -> str |
     "--max-shard-size",
     default="5GB",
     callback=_shard_size,
-    show_default=True,
     help="Folder output: the largest weights file, as save_pretrained takes it.",
 )
 @device_option

@@ -9,6 +9,7 @@ import click
 
 from halfprec.bench.budget import DEPLOY_BUDGET_S
 from halfprec.cli.options import (
+    budget_option,
     convert_options,
     device_option,
     finish,
@@ -43,8 +44,8 @@ def _runtimes(text: str | None) -> tuple[str, ...] | None:
 
 
 @click.command(
-    help="Choose the fastest way to run MODEL (default: builtin:minilm) on this device that "
-    "stays within tolerance of fp32, and write it to -o: a .safetensors checkpoint or a "
+    help="Choose the fastest way to run MODEL on this device that stays within tolerance "
+    "of fp32, and write it to -o: a .safetensors checkpoint or a "
     "folder (a Hugging Face directory as MODEL) for a choice run by torch, an .xml OpenVINO "
     "IR or an .onnx file for a runtime's choice. A compiled choice is written as the module "
     "it compiled: compile it again after loading. Prints the choice, its speedup over fp32 "
@@ -66,32 +67,22 @@ def _runtimes(text: str | None) -> tuple[str, ...] | None:
     "--compile/--no-compile",
     "use_compile",
     default=True,
-    show_default=True,
     help="Also try each variant under torch.compile (compiling takes minutes).",
 )
 @click.option(
     "--runtimes",
     default=None,
-    help="Runtimes to try, comma-separated: openvino, onnxruntime, all, or none "
-    "(default: those installed that compute a half dtype on this CPU).",
+    show_default="those installed that compute a half dtype on this CPU",
+    help="Runtimes to try, comma-separated: openvino, onnxruntime, all, or none.",
 )
 @click.option(
     "--runs",
     type=click.IntRange(min=1),
     default=3,
-    show_default=True,
     help="Timed rounds planned per variant (the race stops a settled one sooner; the "
     "leader runs on until its claim's 2 s of calls).",
 )
-@click.option(
-    "--budget",
-    "budget_s",
-    type=click.FloatRange(min=0),
-    default=DEPLOY_BUDGET_S,
-    show_default=True,
-    help="Seconds deploy may start candidates in: a compile estimated past what is left, "
-    "and any candidate once they are spent, is skipped and named; 0 for no bound.",
-)
+@budget_option(DEPLOY_BUDGET_S)
 @tolerance_options
 def command(
     model: str,

@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     "--top",
     type=click.IntRange(min=1),
     default=15,
-    show_default=True,
     help="Modules to list, largest error first.",
 )
 @click.option(

@@ -47,14 +47,15 @@ __all__ = ["command"]
     "fmt",
     type=click.Choice(FORMATS),
     default=None,
-    help="Artifact format (default: from the output suffix).",
+    show_default="the one the output's suffix names",
+    help="Artifact format; it must fit the output's suffix.",
 )
 @convert_options
 @click.option(
     "--static",
     is_flag=True,
-    help="Fix the input shapes to the first example batch (default: dynamic batch and "
-    "whichever dims vary between example batches).",
+    help="Fix the input shapes to the first example batch; without it the batch and "
+    "whichever dims vary between example batches stay dynamic.",
 )
 @click.option("--half-io", is_flag=True, help="Take and return half tensors instead of fp32 ones.")
 @click.option(
@@ -69,7 +70,6 @@ __all__ = ["command"]
     "--runs",
     type=click.IntRange(min=0),
     default=10,
-    show_default=True,
     help="ONNX: timed onnxruntime runs of the fp32 and half files (0: no timing).",
 )
 @inputs_option

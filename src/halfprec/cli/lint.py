@@ -72,8 +72,9 @@ def _diff(report: LintReport) -> str:
 @click.option("--diff", is_flag=True, help="Print the fixes as a unified diff; write nothing.")
 @click.option(
     "--select",
-    help="Comma-separated rule codes or prefixes to run (default: HP1,HP3; the "
-    "upcast rules HP2 run only when selected).",
+    show_default="select in pyproject.toml, else HP1,HP3",
+    help="Comma-separated rule codes or prefixes to run; the upcast rules HP2 run only "
+    "when selected.",
 )
 @click.option("--ignore", help="Comma-separated rule codes or prefixes to skip.")
 @click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
@@ -89,7 +90,6 @@ def _diff(report: LintReport) -> str:
     "-j",
     type=click.IntRange(min=0),
     default=1,
-    show_default=True,
     help="Lint in this many processes (0: one per CPU); the same findings in the same order.",
 )
 def command(
@@ -106,8 +106,8 @@ def command(
     """Find dtype leaks in the forward code of nn.Modules under PATHS.
 
     Suppress one line with `# halfprec: ignore[HP101]` or `# noqa: HP101` (a bare
-    `# halfprec: ignore` or `# noqa`: every rule); configure defaults and per-file-ignores
-    in `[tool.halfprec.lint]` of pyproject.toml.
+    `# halfprec: ignore` or `# noqa`: every rule); set select, ignore, exclude and
+    per-file-ignores in `[tool.halfprec.lint]` of pyproject.toml.
     """
     from halfprec.leaks.lint import fixable, lint, load_config
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the commands import torch and the library when they run, no
 
 __all__ = [
     "DEFAULT_MODEL",
+    "budget_option",
     "model_argument",
     "DTYPES",
     "DTypeParam",
@@ -69,7 +70,7 @@ def _known_model(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 
 def model_argument(f: F) -> F:
-    """``[MODEL]``, the same optional argument in every command (default: builtin:minilm)."""
+    """``[MODEL]``, the same optional argument in every command; builtin:minilm if left out."""
     return click.argument(
         "model", required=False, default=DEFAULT_MODEL, metavar="[MODEL]", callback=_known_model
     )(f)
@@ -100,13 +101,14 @@ class DTypeParam(click.Choice):
 
 def dtype_option(f: F, *, default: str = "the --recipe's dtype, else auto") -> F:
     """``--dtype``; ``default`` says what an absent one means (a command with no
-    ``--recipe`` passes ``"auto"``)."""
+    ``--recipe`` passes ``"auto"``), shown as click shows every default."""
     return click.option(
         "--dtype",
         type=DTypeParam(),
         default=None,
+        show_default=default,
         help="auto (bf16 where it has fast kernels, else fp16 where that is fast, else bf16), "
-        f"fp16 (float16, half) or bf16 (bfloat16). Default: {default}.",
+        "fp16 (float16, half) or bf16 (bfloat16).",
     )(f)
 
 
@@ -115,13 +117,13 @@ def _islands_options(f: F) -> F:
         "--no-op-policy",
         is_flag=True,
         help="Run autocast's fp32-list ops (exp, softmax, sum, ...) in half too and cast "
-        "inputs at the model's entry (default: those ops compute in fp32 and inputs stay fp32 "
-        "until a half module or GEMM takes them, as under autocast).",
+        "inputs at the model's entry; without it those ops compute in fp32 and inputs stay "
+        "fp32 until a half module or GEMM takes them, as under autocast.",
     )(f)
     f = click.option(
         "--no-norm-islands",
         is_flag=True,
-        help="Convert norm layers too (default: they stay fp32); modules whose weights "
+        help="Convert norm layers too (without it they stay fp32); modules whose weights "
         "overflow the dtype still stay fp32.",
     )(f)
     f = click.option(
@@ -218,21 +220,38 @@ def tolerance_options(f: F) -> F:
         "--min-sqnr",
         type=float,
         default=None,
-        help="Minimum SQNR in dB (default: the dtype's, 25 fp16 / 20 bf16).",
+        show_default="the --recipe's, else the dtype's: 25 fp16, 20 bf16",
+        help="Minimum SQNR in dB.",
     )(f)
     return click.option(
         "--min-cosine",
         type=NumberRange(-1.0, 1.0),
         default=None,
-        help="Minimum cosine similarity (default: 0.999).",
+        show_default="the --recipe's, else 0.999",
+        help="Minimum cosine similarity.",
     )(f)
+
+
+def budget_option(seconds: float) -> Callable[[F], F]:
+    """``--budget``, one option for bench and deploy: the seconds the command may start
+    variants in (``seconds``: the command's default); NaN refused as for every float flag."""
+    return click.option(
+        "--budget",
+        "budget_s",
+        type=NumberRange(min=0),
+        default=seconds,
+        help="Seconds to start variants in: a compile estimated past what is left, and any "
+        "variant (or bench's memory subprocess) once they are spent, is skipped and named; "
+        "0 for no bound.",
+    )
 
 
 def device_option(f: F) -> F:
     return click.option(
         "--device",
         default=None,
-        help="cpu, cuda or cuda:N. Default: cuda if present, else cpu.",
+        show_default="cuda if present, else cpu",
+        help="cpu, cuda or cuda:N.",
     )(f)
 
 
@@ -242,7 +261,8 @@ def inputs_option(f: F) -> F:
         "inputs_path",
         type=click.Path(path_type=Path),
         default=None,
-        help="Example inputs (.safetensors or .pt); default: the model's own examples.",
+        show_default="the model's own examples",
+        help="Example inputs (.safetensors or .pt).",
     )(f)
 
 
@@ -294,7 +314,7 @@ def load_for_command(
         load(weights, into=loaded.model, upcast=True)  # a half file: its fp32 upcast
     batches = load_inputs(inputs_path) if inputs_path is not None else loaded.example_inputs
     if not batches and loaded.no_inputs:
-        from halfprec.io.hf_inputs import INPUTS_FORMAT
+        from halfprec.io.inputs import INPUTS_FORMAT
 
         raise InputsError(f"{loaded.no_inputs}: pass --inputs FILE, {INPUTS_FORMAT}")
     if not batches:

@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     "--max-evaluations",
     type=click.IntRange(min=1),
     default=40,
-    show_default=True,
     help="Most island sets to try per dtype.",
 )
 @click.option(
@@ -50,8 +49,8 @@ if TYPE_CHECKING:
     "validate_path",
     type=click.Path(path_type=Path),
     default=None,
-    help="Batches to confirm the recipe on (same formats as --inputs); default: the last "
-    "calibration batch is held out for that.",
+    show_default="the last calibration batch, held out",
+    help="Batches to confirm the recipe on (same formats as --inputs).",
 )
 def command(
     model: str,

@@ -70,5 +70,5 @@ def input_rounding_note(result: Comparison | None) -> str | None:
         f"input rounding alone breaks the tolerance: the fp32 model on its inputs rounded "
         f"to {name} fails ({result.reason}); no half module can recover those values, so "
         f"keep the inputs fp32 (Recipe(fp32_inputs=True), the default) and the modules that "
-        f"first take them fp32 (--keep NAME)"
+        f"first take them fp32 (--keep-fp32 NAME)"
     )

@@ -138,7 +138,7 @@ def verify_artifact(
     except RuntimeFailure as exc:
         raise ExportError(
             f"{artifact.path} fails in its runtime ({clip(str(exc), 200)}); keep the module "
-            "with that op in fp32 (--keep-fp32), or export with --format exported-program"
+            "with that op in fp32 (--keep-fp32), or export to a .pt2 file (-o NAME.pt2)"
         ) from None
     except Exception as exc:  # torch, TorchScript and onnxruntime raise their own types
         raise ExportError(

@@ -186,8 +186,7 @@ def explain_failure(stage: str, exc: BaseException, *, can_be_static: bool = Tru
     if op:
         return (
             f"operator {op.group(1)} has no ONNX translation in torch.onnx; replace it in "
-            "the model, register a custom translation, or export with --format "
-            "exported-program"
+            "the model, register a custom translation, or export to a .pt2 file (-o NAME.pt2)"
         )
     unknown = _UNKNOWN_OUTPUT.search(text)
     if unknown:
@@ -212,13 +211,14 @@ def explain_failure(stage: str, exc: BaseException, *, can_be_static: bool = Tru
         return (
             f"{stage} cannot capture control flow that depends on tensor values{where}"
             f"{f' ({known})' if known else ''}; rewrite it with torch.where/torch.cond, or "
-            "use --format torchscript (a trace records the branch the example inputs take)"
+            "export to a .ts file (-o NAME.ts: a trace records the branch the example inputs "
+            "take)"
         )
     if "Tracer cannot infer type" in text:
         last = [ln.strip(" :") for ln in text.splitlines() if ln.strip()][-1]
         return (
             f"TorchScript cannot trace this model's outputs ({clip(last, 160)}); return "
-            "tensors, or dicts/tuples of tensors only, or use --format exported-program"
+            "tensors, or dicts/tuples of tensors only, or export to a .pt2 file (-o NAME.pt2)"
         )
     root = root_cause(exc)
     location = _model_location(str(root)) or _model_location(text)
@@ -226,8 +226,8 @@ def explain_failure(stage: str, exc: BaseException, *, can_be_static: bool = Tru
     known = _known(location)
     if known:
         return f"{stage} failed: {first_line(root)}{where}: {known}"
-    static = "--static, or with " if can_be_static else ""
-    fix = f"; export with {static}--format exported-program" if "onnx" in stage else ""
+    static = "with --static, or " if can_be_static else ""
+    fix = f"; export {static}to a .pt2 file (-o NAME.pt2)" if "onnx" in stage else ""
     return f"{stage} failed: {first_line(root)}{where}{fix}"
 
 

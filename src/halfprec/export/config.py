@@ -35,13 +35,14 @@ class RuntimeFailure(RuntimeError):
 
 
 def format_for_path(path: str | Path) -> ExportFormat:
-    """The format a file name implies (``.pt2``, ``.ts``/``.pt``, ``.onnx``)."""
+    """The format a file name implies (``.pt2``, ``.ts``/``.pt``, ``.onnx``). The file's
+    suffix is the one way to name it: ``export --format`` must fit it too."""
     suffix = Path(path).suffix.lower()
     fmt = SUFFIXES.get(suffix)
     if fmt is None:
         raise ExportError(
-            f"cannot tell the export format from {Path(path).name!r}; name the file *.pt2 "
-            "(torch.export), *.ts or *.pt (TorchScript) or *.onnx, or pass the format"
+            f"{path}: cannot tell the export format from the suffix {suffix or '(none)'!r}; "
+            "name the file *.pt2 (torch.export), *.ts or *.pt (TorchScript) or *.onnx (ONNX)"
         )
     return fmt
 
@@ -121,6 +122,6 @@ def check_onnx_dtype(dtype: torch.dtype) -> None:
     if dtype == torch.bfloat16:
         raise DTypeError(
             "bf16 ONNX is not supported: onnxruntime's CPU provider has no bf16 Gemm/MatMul "
-            "kernels and refuses such files; export ONNX with --dtype fp16, or use --format "
-            "exported-program for bf16"
+            "kernels and refuses such files; export ONNX with --dtype fp16, or bf16 to a .pt2 "
+            "file (-o NAME.pt2)"
         )

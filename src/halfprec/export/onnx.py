@@ -143,7 +143,7 @@ def write_onnx(
     if proto.ByteSize() >= 2**31 - 1:
         raise ExportError(
             "the ONNX model is over 2 GB, which needs external weight files; halfprec writes "
-            "single-file ONNX only: use --format exported-program"
+            "single-file ONNX only: export to a .pt2 file (-o NAME.pt2)"
         )
     onnx.save(proto, str(path))
 
@@ -188,7 +188,7 @@ class OnnxSession:
         threads: int | None = None,
         optimized: Path | None = None,
         source: str | None = None,
-        fix: str = "re-export it with halfprec export --format onnx",
+        fix: str = "re-export it with halfprec export -o NAME.onnx",
         providers: tuple[str, ...] = PROVIDERS,
     ) -> None:
         ort = import_onnxruntime()

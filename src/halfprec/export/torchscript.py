@@ -57,7 +57,7 @@ def load_torchscript(path: Path) -> tuple[nn.Module, ArtifactInfo]:
     except Exception as exc:  # a corrupt archive raises zipfile or torch errors
         raise ExportError(
             f"{path} is not a loadable TorchScript file ({first_line(exc)}); write it with "
-            "halfprec export --format torchscript"
+            "halfprec export -o NAME.ts"
         ) from None
     if not extra[INFO_KEY]:
         raise ExportError(f"{path} was not written by halfprec export; re-export it with halfprec")

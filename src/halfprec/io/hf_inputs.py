@@ -50,12 +50,9 @@ from halfprec.io.hf_context import (
     saved_processor,
 )
 from halfprec.io.hf_series import forecast_inputs, takes_time_features
+from halfprec.io.inputs import INPUTS_FORMAT
 from halfprec.io.zoo import sentences, token_batch
 
-INPUTS_FORMAT = (
-    "a .safetensors file with one tensor per input name (batch0.NAME, batch1.NAME for "
-    "several batches) or a .pt file of a dict of tensors"
-)
 _TEXT_ROWS = 16  # sentences for a text-only model (else ROWS of each input)
 _NON_TEXT = ("pixel_values", "input_values", "input_features", "past_values")
 _AUDIO = ("input_features", "input_values")

@@ -24,24 +24,51 @@ from halfprec.modules import first_line
 from halfprec.readfile import open_regular, refusal
 from halfprec.tree import nesting_depth
 
-__all__ = ["load_inputs", "save_inputs"]
+__all__ = ["INPUTS_FORMAT", "load_inputs", "save_inputs"]
 
 _BATCH = re.compile(r"^batch(\d+)\.(.+)$")
 
 
+# what a file of another kind holds, named in its refusal (the suffix alone tells)
+_OTHER_KINDS = {
+    ".pkl": "a pickle, which halfprec does not load (unpickling can run code)",
+    ".pickle": "a pickle, which halfprec does not load (unpickling can run code)",
+    ".json": "JSON text",
+    ".txt": "text",
+    ".csv": "text (CSV)",
+    ".tsv": "text (TSV)",
+    ".npy": "a NumPy array (torch.from_numpy makes it a tensor)",
+    ".npz": "a NumPy archive (torch.from_numpy makes each array a tensor)",
+    ".zip": "a zip archive",
+    ".onnx": "an ONNX model",
+    ".pt2": "an exported program",
+}
+_TORCH_SUFFIXES = (".pt", ".pth", ".bin")
+INPUTS_FORMAT = (
+    "a .safetensors file with one tensor per input name (batch0.NAME, batch1.NAME for "
+    "several batches; safetensors.torch.save_file) or a .pt file of a dict of tensors "
+    "(torch.save)"
+)
+"""What ``--inputs`` reads, and how to write it: the fix of every refusal of an inputs file."""
+_FIX = f"give {INPUTS_FORMAT}"
+
+
 def load_inputs(path: str | os.PathLike[str]) -> list[Batch]:
-    """Read the batches stored in ``path``."""
-    p = Path(path)
+    """Read the batches stored in ``path``. A file that is not one halfprec reads is
+    :class:`InputsError`, one line naming the path as given, what it is, and the fix."""
+    p, given = Path(path), os.fspath(path)
     if p.is_dir():
-        raise InputsError(f"inputs file {p} is a folder; give a .safetensors or .pt file")
-    problem = refusal("inputs file", p)
+        raise InputsError(f"inputs file {given} is a folder; {_FIX}")
+    problem = refusal("inputs file", given)
     if problem is not None:
         raise InputsError(problem)
-    if p.suffix == ".safetensors":
-        return _from_safetensors(p)
-    if p.suffix in (".pt", ".pth", ".bin"):
-        return _from_torch(p)
-    raise InputsError(f"cannot read inputs from {p.name}; use a .safetensors or .pt file")
+    suffix = p.suffix.lower()
+    if suffix != ".safetensors" and suffix not in _TORCH_SUFFIXES:
+        kind = _OTHER_KINDS.get(suffix) or (f"a {suffix} file" if suffix else "without a suffix")
+        raise InputsError(f"inputs file {given} is {kind}; {_FIX}")
+    if p.stat().st_size == 0:
+        raise InputsError(f"inputs file {given} is empty (0 bytes); {_FIX}")
+    return _from_safetensors(p) if suffix == ".safetensors" else _from_torch(p, given)
 
 
 def _from_safetensors(p: Path) -> list[Batch]:
@@ -49,9 +76,7 @@ def _from_safetensors(p: Path) -> list[Batch]:
         source = TensorFile(p)  # a regular file, every header field checked
         tensors = dict(source.items())
     except CheckpointError as exc:  # "{p} is not a valid safetensors file (...); ..."
-        raise InputsError(
-            f"inputs file {exc}: write it again with safetensors.torch.save_file"
-        ) from None
+        raise InputsError(f"inputs file {exc}; {_FIX}") from None
     grouped: dict[int, dict[str, torch.Tensor]] = defaultdict(dict)
     for key, t in tensors.items():
         m = _BATCH.match(key)
@@ -70,30 +95,29 @@ def _as_call(named: dict[str, torch.Tensor]) -> Batch:
     return dict(named)
 
 
-def _from_torch(p: Path) -> list[Batch]:
+def _from_torch(p: Path, given: str) -> list[Batch]:
     try:
         with open_regular(p) as f:
             obj: Any = load_weights_only(f)
     except UnsafePickleError as exc:
         raise InputsError(
-            f"refusing to unpickle {p}: {exc.detail}; save inputs as safetensors or plain tensors"
+            f"refusing to unpickle inputs file {given}: {exc.detail}; {_FIX}"
         ) from None
     except (RuntimeError, EOFError, OSError) as exc:
         raise InputsError(
-            f"inputs file {p} is corrupt or not a torch file ({first_line(exc)}); write it "
-            "again with torch.save (tensors only) or safetensors.torch.save_file"
+            f"inputs file {given} is corrupt or not a torch file ({first_line(exc)}); {_FIX}"
         ) from None
     if (
         nesting_depth(obj, _MAX_DEPTH) > _MAX_DEPTH
     ):  # every later walk over the inputs would recurse that deep
         raise InputsError(
-            f"inputs file {p} nests lists, tuples or dicts more than {_MAX_DEPTH} deep; give "
+            f"inputs file {given} nests lists, tuples or dicts more than {_MAX_DEPTH} deep; give "
             "tensors, or a list of batches of tensors"
         )
     try:
         return as_batches(obj)
     except ValueError as exc:
-        raise InputsError(f"inputs file {p}: {exc}") from None
+        raise InputsError(f"inputs file {given}: {exc}") from None
 
 
 _MAX_DEPTH = 32

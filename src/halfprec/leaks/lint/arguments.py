@@ -17,6 +17,7 @@ from halfprec.leaks.lint.lambdas import lambda_step
 from halfprec.leaks.lint.made import made_module_step
 from halfprec.leaks.lint.methods import COUNTERS, DTYPED, KEEPS, SORTS, dtype_keyword
 from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.quantized import quantized
 from halfprec.leaks.lint.reach import Follow, enter, to_readers
 from halfprec.leaks.lint.statements import enclosing, follow_looped
 from halfprec.leaks.lint.submodules import hidden_state, is_submodule, loss_input, submodule
@@ -40,6 +41,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     last = name.rsplit(".", 1)[-1] if name else ""
     owner = name.rsplit(".", 1)[0] if "." in name else ""
     others = [a for a in (*call.args, *(k.value for k in call.keywords)) if a is not node]
+    if quantized(node, call, f.ctx):
+        return "safe"  # torch.quantize_per_tensor(t, ...): quint8, no fp32 goes on
     if name.endswith(_COPIES) and name.split(".")[0] in f.ctx.imports.torch and call.args:
         return "up" if call.args[0] is node else "unknown"  # its copies, one per device
     builtin = _builtin_step(f, node, call) or _dtyped(f, node, call, last, owner)

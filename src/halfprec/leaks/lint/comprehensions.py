@@ -25,6 +25,9 @@ def comprehended(f: Follow, node: ast.AST, gen: ast.comprehension) -> str:
     kept = comp.value if isinstance(comp, ast.DictComp) else comp.elt
     # [x for row in rows for x in row]: a later loop of the same comprehension reads it too
     later = [g.iter for g in comp.generators[comp.generators.index(gen) + 1 :]]
+    # for s in scales of a one-dimensional tensor: each s is 0-dim (see .elements)
+    scalar, one_dim = f.scalar, f.one_dim
+    f.scalar, f.one_dim = scalar or one_dim, False
     try:
         for use in (n for part in (kept, *later) for n in walk(part)):
             if isinstance(use, ast.Name) and use.id == name and isinstance(use.ctx, ast.Load):
@@ -33,6 +36,7 @@ def comprehended(f: Follow, node: ast.AST, gen: ast.comprehension) -> str:
                     break
     finally:
         f.key = key
+        f.scalar, f.one_dim = scalar, one_dim
     return "done"
 
 

@@ -30,6 +30,7 @@ from halfprec import ops
 from halfprec.leaks.lint.asked import double_chain
 from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.copied import copies_tensor
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
 from halfprec.leaks.lint.floated import floats_here
 from halfprec.leaks.lint.nodes import walk
@@ -498,6 +499,8 @@ def check_factory(node: ast.AST, ctx: Context) -> None:
     if "dtype" in keywords or None in keywords:  # dtype given, or **kwargs may hold it
         return
     call = f"{dotted(node.func)}(...)"
+    if kind == "tensor" and copies_tensor(node, ctx):
+        return  # torch.tensor(feats) of a half tensor every caller passes: a copy, half
     if not _makes_float(kind, node, ctx):
         made = _fp32_from_integer(node, ctx)
         if made is not None:

@@ -47,6 +47,7 @@ from halfprec.leaks.lint.branches import needs_rank, rank_guarded
 from halfprec.leaks.lint.callers import flag_guards
 from halfprec.leaks.lint.comprehensions import comprehended
 from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.elements import int_index, ranged_vector
 from halfprec.leaks.lint.explicit import bound_upcast
 from halfprec.leaks.lint.floated import floats_here, picks_elements, python_numbers
 from halfprec.leaks.lint.holders import fed_half
@@ -145,6 +146,8 @@ class _Follow:
             return "safe"  # grid + offsets of grid = g.float() + flow: fp32 by the upcast
         if not self.upcast and any(asked_fp32(o, self.ctx.at(o)) for o in others):
             return "safe"  # adj + torch.eye(n) of adj = torch.FloatTensor(...): see .asked
+        if not self.upcast and any(self.asked_beside(o) for o in given if o not in others):
+            return "safe"  # (z + t) * (1 - t) of z = h.float(): z's fp32 is asked for
         half = [o for o in others if self.floating(o)]
         if half and self.one_dim and all(self.half_scalar(o) for o in half):
             return "up"  # t * log2 of a vector t, 0-dim half log2: t keeps its dims and fp32
@@ -159,6 +162,16 @@ class _Follow:
             return "safe"
         self.empty = self.empty and not join  # cat([t, h]) has h's elements in t's dtype
         return "up"
+
+    def asked_beside(self, node: ast.AST) -> bool:
+        """Whether ``node``, arithmetic that reads the followed tensor, also takes an
+        operand that is not made from it and holds fp32 the library asks for (see
+        :mod:`.asked`): ``z + t`` of ``z = h.float()``, fp32 whatever ``t`` is."""
+        if isinstance(node, ast.BinOp):
+            return self.asked_beside(node.left) or self.asked_beside(node.right)
+        if isinstance(node, ast.UnaryOp):
+            return self.asked_beside(node.operand)
+        return not self.derived(node) and asked_fp32(node, self.ctx.at(node))
 
     def scalar_like(self, node: ast.AST) -> bool:
         """A number or a 0-dim tensor: with a 0-dim fp32 tensor the result is 0-dim fp32."""
@@ -424,6 +437,8 @@ _SIZED = words("zeros ones empty rand randn full")
 
 def _vector(node: ast.AST) -> bool:
     """``torch.ones(3)``: a factory of one dimension (``w[0]`` of it is 0-dim)."""
+    if ranged_vector(node):
+        return True  # torch.logspace(-1, 0, n)
     if not isinstance(node, ast.Call) or len(node.args) != 1:
         return False
     size = node.args[0]
@@ -475,8 +490,9 @@ def _step(f: _Follow, node: ast.AST, parent: ast.AST) -> str:
             return record_field(f, parent.slice.value)  # kwargs["mask"] of a dict holding t
         if _indices(node, parent):
             return "integer"  # torch.max(t, -1)[1]: the indices of the values
-        element = isinstance(parent.slice, ast.Constant) and isinstance(parent.slice.value, int)
-        f.scalar = f.scalar or (element and f.one_dim)  # w[0] of a vector: 0-dim
+        element = int_index(parent.slice)
+        f.scalar = f.scalar or (element and f.one_dim)  # w[0], w[len(xs)] of a vector: 0-dim
+        f.one_dim = f.one_dim and not isinstance(parent.slice, ast.Tuple)  # w[None, :]
         # sigmas[idx] of data of any shape: maybe 0-dim, which keeps half operands half
         f.ranked = f.ranked or f.unsure and picks_elements(parent.slice)
         return "up"

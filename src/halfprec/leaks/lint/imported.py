@@ -14,8 +14,10 @@ import ast
 import bisect
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from halfprec.leaks.lint.classes import ClassFacts
 from halfprec.leaks.lint.context import Calls
@@ -24,10 +26,12 @@ from halfprec.leaks.lint.keyed import keyed_class
 from halfprec.leaks.lint.memo import on_forget, run_dict
 from halfprec.leaks.lint.scope import Function, Imports, imports_of, program_of
 from halfprec.leaks.lint.source import SourceError, decode_source, split_lines
+from halfprec.leaks.lint.starred import star_key, through_stars, top_names
 from halfprec.readfile import read_regular
 
 Imported = dict[str, tuple[str, int, str]]  # local name -> (module, level, name there)
 Found = tuple[Calls, Function, ClassFacts]
+_T = TypeVar("_T")
 
 _MAX_FILES = 128  # other files kept parsed at once (each holds its tree)
 _MAX_BYTES = 2 * 2**20  # larger files are not read for this
@@ -68,6 +72,8 @@ def imported_names(tree: ast.Module, text: str | None = None) -> Imported:
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
                 local = alias.asname or alias.name
+                if local == "*":  # a package handing on a module's names (.starred)
+                    local = star_key(node.module, node.level)
                 names.setdefault(local, (node.module or "", node.level, alias.name))
             continue
         if isinstance(node, ast.Import):  # import pkg.ops as ops: the module pkg.ops
@@ -145,6 +151,10 @@ def method_of(path: str, imported: Imported, name: str, method: str, hops: int =
     or one it inherits from a base class defined there or imported there), in the walked
     calls of the file that defines it."""
     entry = imported.get(name)
+    if entry is None and hops > 0 and not path.startswith("<"):  # (.starred)
+        return _via_stars(
+            path, imported, name, lambda one: method_of(path, one, name, method, hops - 1)
+        )
     if entry is None or hops <= 0 or path.startswith("<"):
         return None
     module, level, there = entry
@@ -177,6 +187,10 @@ def alias_of(path: str, imported: Imported, name: str, hops: int = 3) -> str:
     file that defines it binds it to one (``LinearNoBias = partial(Linear, bias=False)``:
     ``Linear``); ``""`` when it is not such an alias."""
     entry = imported.get(name)
+    if entry is None and hops > 0 and not path.startswith("<"):  # (.starred)
+        return (
+            _via_stars(path, imported, name, lambda one: alias_of(path, one, name, hops - 1)) or ""
+        )
     if entry is None or hops <= 0 or path.startswith("<"):
         return ""
     module, level, there = entry
@@ -197,6 +211,8 @@ def function_of(
     build_mask``, ``from pkg.ops import mix``), in the walked calls of the file that defines
     it. A branch there chosen by the tensor's rank is judged by :mod:`.branches`."""
     entry = imported.get(name)
+    if entry is None and hops > 0 and not path.startswith("<"):  # (.starred)
+        return _via_stars(path, imported, name, lambda one: function_of(path, one, name, hops - 1))
     if entry is None or hops <= 0 or path.startswith("<"):
         return None
     module, level, there = entry
@@ -278,8 +294,13 @@ def defines_maker(path: str, imported: Imported, name: str, maker: re.Pattern[st
         return False
     module, level, there = entry
     file = module_file(Path(path), module, level)
-    if file is None:
-        return False
+    return file is not None and _makes(file, there, maker)
+
+
+@functools.cache
+def _makes(file: Path, there: str, maker: re.Pattern[str]) -> bool:
+    """:func:`defines_maker`'s answer for the function ``there`` of ``file``: asked once a
+    run (every file of a package that imports a helper asks again)."""
     text = _function_text(file, there)
     if maker.search(text):
         return True
@@ -308,6 +329,22 @@ def module_defines_maker(
     )
 
 
+def _via_stars(
+    path: str, imported: Imported, name: str, find: Callable[[Imported], _T | None]
+) -> _T | None:
+    """``find`` of ``name`` in the module of the tree that the file at ``path``
+    star-imports it from (see :mod:`.starred`)."""
+    names = functools.partial(_star_names, Path(path).parent)
+    return through_stars(imported, name, names, lambda entry: find({name: entry}))
+
+
+@functools.lru_cache(maxsize=1024)
+def _star_names(folder: Path, entry: tuple[str, int, str]) -> frozenset[str]:
+    """The names the module ``entry`` imports from, into a file of ``folder``, binds."""
+    file = module_file(folder / "_", entry[0], entry[1])
+    return top_names(_text(file)) if file is not None else frozenset()
+
+
 @functools.lru_cache(maxsize=_MAX_FILES)
 def _text(file: Path) -> str:
     try:
@@ -334,7 +371,9 @@ def _drop_loaded() -> None:
 def _forget() -> None:
     _drop_loaded()
     _function_text.cache_clear()
+    _star_names.cache_clear()
     _text.cache_clear()
+    _makes.cache_clear()
 
 
 on_forget(_forget)

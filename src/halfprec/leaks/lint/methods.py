@@ -12,6 +12,7 @@ from halfprec.leaks.lint.asked import asked_cast, double_chain
 from halfprec.leaks.lint.borrowed import made_in_dtype
 from halfprec.leaks.lint.context import dotted, words
 from halfprec.leaks.lint.devices import is_device
+from halfprec.leaks.lint.heldvalues import held_values
 from halfprec.leaks.lint.keyedstores import keyed_read
 from halfprec.leaks.lint.reach import Follow
 from halfprec.leaks.lint.scattered import scatter_step
@@ -115,6 +116,9 @@ def attribute_step(f: Follow, node: ast.AST, attr: ast.Attribute) -> str:
     if name in _TAKES and isinstance(node, ast.Name) and not f.floating(node):
         f.key = None
         return "up"  # pieces.pop(), bank.values(): what a followed list or dict holds
+    if held_values(f, node, name):
+        f.key = None
+        return "up"  # self.means.items() of self.means[k] = t (see .heldvalues)
     return "unknown"
 
 

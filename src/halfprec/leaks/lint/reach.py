@@ -54,6 +54,7 @@ class Follow(Protocol):
     depth: int
     element: int | None
     scalar: bool
+    one_dim: bool
     zero: bool
     batched: bool
     opaque: bool
