@@ -108,3 +108,16 @@ def test_no_message_offers_format_alone() -> None:
         if re.search(r"--format (exported-program|torchscript|onnx)", text)
     ]
     assert offers == []
+
+
+def test_check_refuses_an_artifact_s_unknown_suffix_before_building_the_model(
+    tmp_path: Path,
+) -> None:
+    factory = tmp_path / "slow_model.py"
+    factory.write_text("def build():\n    raise RuntimeError('the model was built')\n")
+    artifact = tmp_path / "model.bin"
+    artifact.write_bytes(b"\0" * 16)
+    proc = run_cli("check", f"{factory}:build", "--artifact", str(artifact))
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot tell the export format" in proc.stderr
+    assert "the model was built" not in proc.stderr

@@ -68,6 +68,10 @@ def command(
     from halfprec.check import check
     from halfprec.report.common import print_check
 
+    if artifact is not None:  # its suffix names its format: refused before the model loads
+        from halfprec.export.config import format_for_path
+
+        format_for_path(artifact)
     with progress(f"loading {model}", quiet=as_json):
         loaded, batches, _ = load_for_command(model, inputs_path, device, weights)
     recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)
