@@ -6,10 +6,11 @@
 1. Start-up: ``python -m halfprec lint --help`` in a fresh interpreter, median of ``--runs``.
 2. Throughput: every ``.py`` file under each DIR linted with the default rules (as
    ``halfprec lint DIR`` runs them, without printing), in a fresh interpreter per run; the
-   median wall and CPU seconds of ``--runs`` (CPU: all processes, workers of ``--jobs``
-   too), and files per second of wall time.
+   median wall and CPU seconds of ``--runs`` (CPU: all processes, the workers too), and
+   files per second of wall time. Without ``--jobs``, ``lint_paths`` picks (one process per
+   CPU from ``MIN_PARALLEL_FILES`` files on, as ``halfprec lint`` does).
 3. With ``--baseline``: the same, with ``halfprec`` imported from another checkout's
-   ``src`` (e.g. main before a change; always one job), interleaved run by run with this
+   ``src`` (e.g. main before a change; always its default jobs), interleaved run by run with this
    one, and the ratios of the medians (wall and CPU). Each run also hashes every finding
    (position, code, message and fix), so the line says whether both give the same findings.
 
@@ -35,12 +36,13 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 # one timed run in a fresh interpreter that imports no torch (as `halfprec lint` runs):
-# argv is the folder and the jobs; it prints files, wall and CPU seconds, a findings hash
+# argv is the folder and the jobs ("default": lint_paths' own choice); it prints files, wall
+# and CPU seconds, a findings hash
 CHILD = """
 import hashlib, json, resource, sys, time
 from halfprec.leaks.lint import LintConfig, lint_paths
-root, jobs = sys.argv[1], int(sys.argv[2])
-kwargs = {"jobs": jobs} if jobs != 1 else {}  # a baseline may predate --jobs
+root, jobs = sys.argv[1], sys.argv[2]
+kwargs = {"jobs": int(jobs)} if jobs != "default" else {}
 def workers():  # CPU seconds of the ended worker processes (--jobs)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -66,8 +68,8 @@ def startup(src: Path) -> float:
     return now() - start
 
 
-def throughput(src: Path, root: Path, jobs: int) -> dict[str, float | str]:
-    out = _run(src, ["-c", CHILD, str(root), str(jobs)])
+def throughput(src: Path, root: Path, jobs: int | None) -> dict[str, float | str]:
+    out = _run(src, ["-c", CHILD, str(root), "default" if jobs is None else str(jobs)])
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -81,7 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("dirs", nargs="*", type=Path)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=None, help="this side's (default: its own)")
     parser.add_argument("--baseline", type=Path, help="another checkout's src to compare with")
     args = parser.parse_args()
     sides = {"this": SRC, **({"baseline": args.baseline} if args.baseline else {})}
@@ -95,7 +97,7 @@ def main() -> None:
         runs: dict[str, list[dict[str, float | str]]] = {side: [] for side in sides}
         for _ in range(args.runs):
             for side, src in sides.items():
-                runs[side].append(throughput(src, root, args.jobs if side == "this" else 1))
+                runs[side].append(throughput(src, root, args.jobs if side == "this" else None))
         print(report_line(root, runs))
     print(f"load at the end {load()}")
 

@@ -89,7 +89,8 @@ def _diff(report: LintReport) -> str:
     "--jobs",
     "-j",
     type=click.IntRange(min=0),
-    default=1,
+    default=None,
+    show_default="one per CPU from 200 files on, else 1",
     help="Lint in this many processes (0: one per CPU); the same findings in the same order.",
 )
 def command(
@@ -101,7 +102,7 @@ def command(
     ignore: str | None,
     as_json: bool,
     output_format: str,
-    jobs: int,
+    jobs: int | None,
 ) -> None:
     """Find dtype leaks in the forward code of nn.Modules under PATHS.
 

@@ -12,6 +12,8 @@ import gc
 import os
 import re
 import stat
+import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -328,7 +330,7 @@ def lint(
     *,
     source: str | None = None,
     fix: bool = False,
-    jobs: int = 1,
+    jobs: int | None = None,
 ) -> LintReport:
     """Lint Python code for dtype leaks: the ``.py`` files under ``paths`` (a path or
     several), and/or one ``source`` text (reported as ``<string>``). With ``fix``, each
@@ -349,34 +351,82 @@ def lint_paths(
     config: LintConfig | None = None,
     *,
     fix: bool = False,
-    jobs: int = 1,
+    jobs: int | None = None,
 ) -> LintReport:
     """Lint every ``.py`` file under ``paths``. With ``fix``, each file's fixed bytes are in
     its result's ``new_bytes`` (the CLI writes them atomically).
 
-    ``jobs``: how many processes lint the files (0: one per CPU). The report is the same
-    with any number, in the same order. Worker processes are *spawned*, so a script that
-    passes ``jobs`` must call it under ``if __name__ == "__main__":``.
+    ``jobs``: how many processes lint the files (0: one per CPU). The default, ``None``,
+    is one per CPU where there are at least :data:`MIN_PARALLEL_FILES` files and worker
+    processes can be forked safely (Linux, no other thread running, no torch imported),
+    and one process otherwise. The report is the same with any number, in the same order:
+    each process lints fixed, contiguous runs of the files, from the state the run started
+    with. Where fork is not safe, explicit ``jobs`` *spawns* its workers, so a script that
+    passes them must call this under ``if __name__ == "__main__":``.
     """
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0):
         raise ValueError(f"jobs={jobs!r}: must be a whole number >= 0 (0: one per CPU)")
     config = config or LintConfig()
     files = list(iter_python_files([Path(p) for p in paths], config.exclude))
-    workers = min(jobs or os.cpu_count() or 1, len(files))
+    cpus = os.cpu_count() or 1
+    forkable = _can_fork()
+    if jobs is None:
+        jobs = cpus if forkable and len(files) >= MIN_PARALLEL_FILES else 1
+    workers = min(jobs or cpus, len(files))
     if workers <= 1:
-        with _gc_paused():
-            try:
-                results = [lint_file(path, config, fix=fix) for path in files]
-            finally:
-                forget()  # the run's trees, freed at once: the collector resumes with none
-        return LintReport(unique(results))
+        return LintReport(unique(_lint_files(files, config, fix)))
+    return LintReport(unique(_lint_parallel(files, config, fix, workers, forkable)))
+
+
+MIN_PARALLEL_FILES = 200  # fewer files are linted in one process: a pool would not pay
+_RUNS_PER_WORKER = 8  # contiguous runs of files each worker takes, in turn
+
+
+def _lint_files(files: list[Path], config: LintConfig, fix: bool) -> list[FileResult]:
+    """Lint ``files`` in this process, one after another, and drop what the run kept."""
+    with _gc_paused():
+        try:
+            return [lint_file(path, config, fix=fix) for path in files]
+        finally:
+            forget()  # the run's trees, freed at once: the collector resumes with none
+
+
+def _can_fork() -> bool:
+    """Whether worker processes may be forked: on Linux, from a process with no other
+    thread (a thread holding a lock when the fork happens leaves it held in the child) and
+    without torch (its thread pools are not Python threads)."""
+    return (
+        sys.platform.startswith("linux")
+        and threading.active_count() == 1
+        and "torch" not in sys.modules
+    )
+
+
+def _lint_parallel(
+    files: list[Path], config: LintConfig, fix: bool, workers: int, fork: bool
+) -> list[FileResult]:
+    """``files`` linted in ``workers`` processes, this one among them. The files are cut
+    into contiguous runs (files of one package stay together, so a helper they import is
+    parsed once); worker ``k`` takes runs ``k``, ``k + workers``, ... Which files a worker
+    lints, and in what order, never depends on timing, and each starts from this process's
+    state (the caches :func:`~.memo.forget` empties), so the report is always the same."""
     import multiprocessing  # here: a one-process run does not pay for importing them
     from concurrent.futures import ProcessPoolExecutor
 
-    # spawn, not fork: a caller's threads (torch's pools) make fork unsafe
-    context = multiprocessing.get_context("spawn")
-    task = functools.partial(lint_file, config=config, fix=fix)
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        # a few chunks a worker: few round trips, and a slow chunk does not leave others idle
-        chunk = max(1, len(files) // (workers * 4))
-        return LintReport(unique(list(pool.map(task, files, chunksize=chunk))))
+    size = max(1, -(-len(files) // (workers * _RUNS_PER_WORKER)))
+    runs = [range(i, min(i + size, len(files))) for i in range(0, len(files), size)]
+    shares = [[i for run in runs[k::workers] for i in run] for k in range(workers)]
+    # fork where safe (no re-import in each worker); spawn, not fork, under a caller's threads
+    context = multiprocessing.get_context("fork" if fork else "spawn")
+    with ProcessPoolExecutor(workers - 1, mp_context=context) as pool:
+        futures = [
+            pool.submit(_lint_files, [files[i] for i in share], config, fix) for share in shares[1:]
+        ]
+        done = [_lint_files([files[i] for i in shares[0]], config, fix)]
+        done += [future.result() for future in futures]
+    placed = {
+        i: result
+        for share, results in zip(shares, done, strict=True)
+        for i, result in zip(share, results, strict=True)
+    }
+    return [placed[i] for i in range(len(files))]
