@@ -26,7 +26,7 @@ _CHILD = """
 import json, sys, time
 import torch
 from halfprec.batch import call, resize_batch
-from halfprec.bench.budget import COMPILE_CPU_S, Budget, thread_pace
+from halfprec.bench.budget import Budget, thread_pace
 from halfprec.bench.limit import GemmRecorder
 from halfprec.bench.phases import cpu_seconds
 from halfprec.bench.variants import Variant, build_variant
@@ -36,18 +36,25 @@ m = load_model(spec)
 model, batch = m.model.eval(), m.example_inputs[0]
 if rows:
     batch = resize_batch(batch, int(rows))
+start, cpu = time.perf_counter(), cpu_seconds()
 with torch.inference_mode(), GemmRecorder() as rec:
     call(model, batch)
-ops = len(rec.ops)
+cold, cold_cpu = time.perf_counter() - start, cpu_seconds() - cpu
+ops, calls = len(rec.ops), rec.calls
+names = len({name for name, _ in rec.ops})
 at_once = thread_pace(idle_s=0.0)  # as read before round nineteen: right after the call
 budget = Budget(None)
-est = budget.estimate(ops)
+est = budget.estimate(ops, calls)
+pace = thread_pace()
+params = sum(p.numel() for p in model.parameters())
 compiled = build_variant(model, Variant("fp32", compiled=True), batch=batch)
 start, cpu = time.perf_counter(), cpu_seconds()
 with torch.inference_mode():
     call(compiled, batch)
 wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu
-print(json.dumps({"ops": ops, "estimate_s": est.seconds, "how": est.how,
+print(json.dumps({"ops": ops, "calls": calls, "names": names, "params": params,
+                  "cold_s": cold, "cold_cpu_s": cold_cpu, "pace": pace,
+                  "estimate_s": est.seconds, "how": est.how,
                   "pace_at_once": at_once, "compile_s": wall, "compile_cpu_s": cpu}), flush=True)
 """
 
@@ -69,9 +76,13 @@ def _one(spec: str) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("specs", nargs="+", help="MODEL, or MODEL@N for a batch of N rows")
+    parser.add_argument("--jsonl", help="append each model's figures to this file, one line each")
     ns = parser.parse_args()
     for spec in ns.specs:
         r = _one(spec)
+        if ns.jsonl:
+            with open(ns.jsonl, "a") as out:
+                out.write(json.dumps(r) + "\n")
         print(
             f"{spec}: compile {r['compile_s']:.1f} s wall ({r['compile_cpu_s']:.1f} CPU-s, "
             f"{r['compile_cpu_s'] / max(r['ops'], 1):.2f} CPU-s per operation), estimated "
