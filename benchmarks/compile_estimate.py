@@ -3,13 +3,15 @@
 ``PYTHONPATH=src:benchmarks HF_HUB_OFFLINE=1 python3 benchmarks/compile_estimate.py
 builtin:minilm@1 builtin:bert-base@8 benchmarks/unseen_models.py:deit`` loads each MODEL
 (``@N``: its example batch resized to N rows) in a new Python process with an empty
-inductor cache, calls eager fp32 once (recording its distinct operations, as deploy's
-warm-up does), reads the pace the way deploy's budget reads it
-(:func:`halfprec.bench.budget.thread_pace`) right after that call, and then compiles fp32
+inductor cache, calls eager fp32 once (recording its distinct operations and its calls of
+torch functions, as deploy's warm-up does, and that cold call's wall and CPU seconds),
+reads the pace the way deploy's budget reads it
+(:func:`halfprec.bench.budget.thread_pace`), and then compiles fp32
 as deploy's candidate (``build_variant(model, Variant("fp32", compiled=True))``) and
 times its first call: wall and CPU seconds. It prints the estimate
 (:meth:`halfprec.bench.budget.Budget.estimate`) beside the measured compile, their ratio,
-the CPU-seconds per distinct operation, and the load average before and after.
+the CPU-seconds per call and per distinct operation, and the load average before and
+after; ``--jsonl FILE`` appends every figure (the parameter count too), one line a model.
 """
 
 from __future__ import annotations
@@ -85,7 +87,8 @@ def main() -> None:
                 out.write(json.dumps(r) + "\n")
         print(
             f"{spec}: compile {r['compile_s']:.1f} s wall ({r['compile_cpu_s']:.1f} CPU-s, "
-            f"{r['compile_cpu_s'] / max(r['ops'], 1):.2f} CPU-s per operation), estimated "
+            f"{r['compile_cpu_s'] / max(r['calls'], 1):.3f} per call of {r['calls']}, "
+            f"{r['compile_cpu_s'] / max(r['ops'], 1):.2f} per operation of {r['ops']}), estimated "
             f"{r['estimate_s']:.1f} s ({r['how']}; read at once after the call: pace "
             f"{r['pace_at_once']:.1f}): estimate / compile "
             f"{r['estimate_s'] / r['compile_s']:.2f}; load average {r['load_before']:.1f} -> "
