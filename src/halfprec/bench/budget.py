@@ -114,9 +114,9 @@ OP_CPU_S = 0.7
 # thread's pace (:func:`thread_pace`): a quiet machine lends the compile's C++ builds the
 # second core (BERT-base b8: 25.8 s of wall for 34.5 CPU-s at pace 1.3-1.6), a loaded one
 # does not (BERT-base b8 at pace 8.0: 326.3 s for 51.2). Fitted to the wall over CPU of
-# the 13 cold compiles of rounds nineteen and twenty (docs/benchmarks.md): 0.6-2x of each,
-# within 0.8-1.2x of 9, the spread being the pace's own (two readings seconds apart under
-# load differ by a third).
+# 14 cold compiles of rounds nineteen and twenty (docs/benchmarks.md): 0.59-1.96 times
+# each, 0.8-1.25 times 9 of them, the spread being the pace's own (two readings seconds
+# apart under load differ by a third).
 WALL_PER_CPU = 0.7
 PACE_POWER = 1.1
 
