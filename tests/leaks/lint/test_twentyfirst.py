@@ -11,7 +11,10 @@ library:
 - HP301 is not reported for a constant in a tensor holding such fp32, nor for one written
   into a tensor made by fp32 factories and numbers (:mod:`.landing`);
 - a 0-dim tensor written at a boolean mask is a masked fill in the target's dtype
-  (:mod:`.maskfill`); at integer indices it stays with the walk.
+  (:mod:`.maskfill`); at integer indices it stays with the walk;
+- fp32 asked for written into a factory's tensor at a slice (``pe[:, 0::2] =
+  torch.exp(pos)``) is a copy into that tensor's own dtype: the factory's tensor is
+  followed on (only a write at tensor indices, which raises in half, ends it).
 
 Each "not reported" test fails on the rules before this round; the siblings asserted
 beside them are reported on both, and the dtype claims are checked with torch.
@@ -287,9 +290,37 @@ class Scorer(nn.Module):
     def forward(self, emb, mask):
         scores = self.unary(emb).squeeze(-1) + torch.log(mask.to(torch.float))
         _, arg_scores = self.top(scores, 2)
-        return self.pair_scores(emb[:, :2], arg_scores)
+        return self.pair_scores(emb[:, :2], arg_scores) + shifted(emb, 2, shift=len(emb))
+
+
+def shifted(emb, n: int, shift: int = 0):
+    return emb[:, :n] + (shift + torch.arange(n)).unsqueeze(-1) / n
 """
 
 
 def test_fp32_asked_for_through_a_helpers_tuple_and_a_parameter() -> None:
-    assert (_at(SCORED, "dummy = torch.zeros"), "HP101") not in _found(SCORED)
+    found = _found(SCORED)
+    assert (_at(SCORED, "dummy = torch.zeros"), "HP101") not in found
+    assert (_at(SCORED, "(shift + torch.arange(n))"), "HP101") in found  # shift: int
+
+
+TABLE = """
+class Table(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        pos = torch.arange(0, x.shape[1], dtype=torch.float).unsqueeze(1)
+        pe = torch.zeros(x.shape[1], 4)
+        pe[:, 0::2] = torch.exp(pos * -0.5)
+        pe[:, 1::2] = torch.exp(pos * -0.25)
+        return self.proj(x) + pe
+"""
+
+
+def test_fp32_asked_for_written_at_a_slice_leaves_the_factorys_tensor_followed() -> None:
+    assert (_at(TABLE, "pe = torch.zeros"), "HP101") in _found(TABLE)
+    pe = torch.zeros(3, 4, dtype=torch.half)
+    pe[:, 0::2] = torch.exp(torch.arange(0, 3, dtype=torch.float).unsqueeze(1) * -0.5)
+    assert pe.dtype == torch.half  # made half, the table stays half

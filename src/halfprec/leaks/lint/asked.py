@@ -33,6 +33,7 @@ from halfprec.leaks.lint.casts import is_fp32_dtype
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.decided import passed
 from halfprec.leaks.lint.explicit import helper_returns, through
+from halfprec.leaks.lint.indexing import tensor_index
 from halfprec.leaks.lint.kept import kept_operands, raising_inputs
 from halfprec.leaks.lint.reaching import reaching_values
 from halfprec.leaks.lint.scalars import zero_dim
@@ -64,7 +65,7 @@ def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     if isinstance(node, ast.Name):  # on every path that may reach the read
         values = reaching_values(ctx, node)
         if not values:  # a parameter: what every call of the file passes (.decided)
-            return passed(node, ctx, asked_fp32, depth)
+            return not _number(node, ctx) and passed(node, ctx, asked_fp32, depth)
         parts = [_unpacked(v, node.id, ctx) for v in values]
         return all(p and all(asked_fp32(v, c, depth + 1) for v, c in p) for p in parts)
     if isinstance(node, ast.BinOp):  # the operands of a chain, walked without recursion
@@ -95,6 +96,18 @@ def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
         return asked_fp32(node.args[0], ctx, depth)  # torch.sigmoid(logits.float())
     returned = helper_returns(node, ctx)
     return bool(returned) and all(asked_fp32(v, there, depth + 1) for v, there in returned)
+
+
+def _number(name: ast.Name, ctx: Context) -> bool:
+    """A parameter annotated as a Python number (``shift: int = 0``): no tensor at all."""
+    fn = ctx.function
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    a = fn.args
+    for p in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+        if p.arg == name.id and p.annotation is not None:
+            return dotted(p.annotation) in ("int", "float", "bool")
+    return False
 
 
 def _operands(node: ast.BinOp) -> list[ast.AST]:
@@ -211,6 +224,8 @@ def asked_write(target: ast.Subscript, ctx: Context) -> bool:
     stmt = ctx.parents.get(id(target))
     if not isinstance(stmt, ast.Assign) or target not in stmt.targets:
         return False
+    if not tensor_index(target.slice, ctx):
+        return False  # pe[:, 0::2] = torch.sin(pos.float()): a copy into pe's own dtype
     return asked_fp32(stmt.value, ctx.at(stmt.value))
 
 
