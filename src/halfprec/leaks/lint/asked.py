@@ -33,7 +33,6 @@ from halfprec.leaks.lint.casts import is_fp32_dtype
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.decided import passed
 from halfprec.leaks.lint.explicit import helper_returns, through
-from halfprec.leaks.lint.indexing import tensor_index
 from halfprec.leaks.lint.kept import kept_operands, raising_inputs
 from halfprec.leaks.lint.reaching import reaching_values
 from halfprec.leaks.lint.scalars import zero_dim
@@ -224,9 +223,16 @@ def asked_write(target: ast.Subscript, ctx: Context) -> bool:
     stmt = ctx.parents.get(id(target))
     if not isinstance(stmt, ast.Assign) or target not in stmt.targets:
         return False
-    if not tensor_index(target.slice, ctx):
+    if _basic(target.slice):
         return False  # pe[:, 0::2] = torch.sin(pos.float()): a copy into pe's own dtype
     return asked_fp32(stmt.value, ctx.at(stmt.value))
+
+
+def _basic(index: ast.AST) -> bool:
+    """An index of slices, ``...``, ``None`` and number literals only (``[:, 0::2]``,
+    ``[0]``): a copy into the tensor's storage, never ``index_put_``."""
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    return all(isinstance(p, (ast.Slice, ast.Constant)) for p in parts)
 
 
 def asked_fill(use: ast.AST, bound_at: ast.AST, ctx: Context) -> bool:
