@@ -14,7 +14,7 @@ library:
   (:mod:`.maskfill`); at integer indices it stays with the walk;
 - fp32 asked for written into a factory's tensor at a slice (``pe[:, 0::2] =
   torch.exp(pos)``) is a copy into that tensor's own dtype: the factory's tensor is
-  followed on (only a write at tensor indices, which raises in half, ends it).
+  followed on (a write at tensor indices, which raises in half, still ends it).
 
 Each "not reported" test fails on the rules before this round; the siblings asserted
 beside them are reported on both, and the dtype claims are checked with torch.
