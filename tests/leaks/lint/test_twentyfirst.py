@@ -302,6 +302,26 @@ def test_fp32_asked_for_through_a_helpers_tuple_and_a_parameter() -> None:
     found = _found(SCORED)
     assert (_at(SCORED, "dummy = torch.zeros"), "HP101") not in found
     assert (_at(SCORED, "(shift + torch.arange(n))"), "HP101") in found  # shift: int
+    found = _found(BRANCHED)  # fp32 asked for on one path only: the half input reaches too
+    assert (_at(BRANCHED, "alpha = torch.zeros"), "HP101") in found
+
+
+BRANCHED = """
+class Lattice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(4, 4)
+
+    def forward(self, x):
+        acts = self.head(x)
+        if not acts.is_cuda and acts.dtype == torch.float16:
+            acts = acts.float()
+        return self.walk(torch.log_softmax(acts, -1))
+
+    def walk(self, acts):
+        alpha = torch.zeros(acts.shape)
+        return alpha + acts
+"""
 
 
 TABLE = """

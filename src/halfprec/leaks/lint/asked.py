@@ -66,6 +66,10 @@ def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
         if not values:  # a parameter: what every call of the file passes (.decided)
             return not _number(node, ctx) and passed(node, ctx, asked_fp32, depth)
         parts = [_unpacked(v, node.id, ctx) for v in values]
+        if _param(node, ctx) and _branched(values[-1], ctx):  # if c: x = x.float()
+            bare = not _number(node, ctx) and passed(node, ctx, asked_fp32, depth)
+            if not bare:
+                return False  # the parameter as passed reaches the read too
         return all(p and all(asked_fp32(v, c, depth + 1) for v, c in p) for p in parts)
     if isinstance(node, ast.BinOp):  # the operands of a chain, walked without recursion
         leaves = _operands(node)
@@ -95,6 +99,26 @@ def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
         return asked_fp32(node.args[0], ctx, depth)  # torch.sigmoid(logits.float())
     returned = helper_returns(node, ctx)
     return bool(returned) and all(asked_fp32(v, there, depth + 1) for v, there in returned)
+
+
+def _param(name: ast.Name, ctx: Context) -> bool:
+    """Whether ``name`` names a parameter of the walked function."""
+    fn = ctx.function
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    a = fn.args
+    return any(p.arg == name.id for p in (*a.posonlyargs, *a.args, *a.kwonlyargs))
+
+
+def _branched(value: ast.AST, ctx: Context) -> bool:
+    """Whether the assignment of ``value`` sits in an ``if``, ``try`` or ``match`` of the
+    function: it may not run, so what was bound before it reaches on."""
+    node: ast.AST | None = ctx.parents.get(id(value))
+    while node is not None and node is not ctx.function:
+        if isinstance(node, (ast.If, ast.Try, ast.ExceptHandler, ast.match_case)):
+            return True
+        node = ctx.parents.get(id(node))
+    return False
 
 
 def _number(name: ast.Name, ctx: Context) -> bool:
