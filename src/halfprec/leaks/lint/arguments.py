@@ -11,6 +11,7 @@ import ast
 from halfprec.leaks.lint.attention import attention_input
 from halfprec.leaks.lint.batched import condition_with_half
 from halfprec.leaks.lint.context import dotted, words
+from halfprec.leaks.lint.escapes import returns_argument
 from halfprec.leaks.lint.indexing import SOURCES
 from halfprec.leaks.lint.keyedstores import keyed_store
 from halfprec.leaks.lint.lambdas import lambda_step
@@ -45,6 +46,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return "safe"  # torch.quantize_per_tensor(t, ...): quint8, no fp32 goes on
     if name.endswith(_COPIES) and name.split(".")[0] in f.ctx.imports.torch and call.args:
         return "up" if call.args[0] is node else "unknown"  # its copies, one per device
+    if returns_argument(node, call):
+        return "up"  # nn.init.xavier_uniform_(t): t itself, filled in place
     builtin = _builtin_step(f, node, call) or _dtyped(f, node, call, last, owner)
     if builtin is not None:
         return builtin

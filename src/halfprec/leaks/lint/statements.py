@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from halfprec.leaks.lint.aliases import looped_container
 from halfprec.leaks.lint.context import Context, dotted
+from halfprec.leaks.lint.escapes import tensor_dict_input
 from halfprec.leaks.lint.indexing import tensor_index
 from halfprec.leaks.lint.methods import position
 from halfprec.leaks.lint.nodes import walk
@@ -81,7 +82,7 @@ def _holds_half(ctx: Context) -> bool:
     and shapes (a random-parameter generator) has none: its output is not the model's."""
     facts = ctx.facts
     held = bool(ctx.floating or ctx.optional or facts.tensors or facts.layers or ctx.modules)
-    return held or _tensor_annotated(ctx.function)
+    return held or _tensor_annotated(ctx.function) or tensor_dict_input(ctx.function)
 
 
 def _tensor_annotated(fn: object) -> bool:

@@ -1,0 +1,57 @@
+"""Values that leave the expression that made them by a way the walk did not see
+(see :mod:`.fate`), each a fact of data flow, not of names:
+
+- *a forward that takes a TensorDict* (``forward(self, td: TensorDict)``): the dict holds the
+  model's tensors, so what the module returns is the model's, as for a floating input;
+- *a function that returns its argument*: ``nn.init.xavier_uniform_(t)`` (every in-place
+  initialiser of ``torch.nn.init``) fills ``t`` and returns ``t`` itself, so
+  ``nn.init.normal_(torch.zeros(n, d)).repeat(b, 1, 1)`` goes on as the factory's tensor;
+- *a scatter that overwrites*: ``torch.zeros(b, n).scatter_(1, idx, 1)`` writes the number
+  into the fp32 buffer (a one-hot mask of 0 and 1), which counts nothing; it goes on as a
+  floating tensor (``logits - 1e8 * mask``). ``scatter_add_`` of numbers is a counter.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from halfprec.leaks.lint.context import dotted
+from halfprec.leaks.lint.nodes import walk
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+_TENSOR_DICTS = frozenset({"TensorDictBase", "TensorDict"})
+
+
+def tensor_dict_input(fn: object) -> bool:
+    """Whether a parameter of ``fn`` is annotated as a ``TensorDict`` (of the model's
+    tensors)."""
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    a = fn.args
+    return any(
+        dotted(n).rsplit(".", 1)[-1] in _TENSOR_DICTS
+        for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)
+        if p.annotation is not None
+        for n in walk(p.annotation)
+        if isinstance(n, (ast.Name, ast.Attribute))
+    )
+
+
+def returns_argument(node: ast.AST, call: ast.Call) -> bool:
+    """``nn.init.xavier_uniform_(t)`` (``torch.nn.init.X_``, ``init.X_``): an in-place
+    initialiser of ``torch.nn.init`` given ``t`` first, which returns ``t``."""
+    parts = dotted(call.func).split(".")
+    if len(parts) < 2 or parts[-2] != "init" or not parts[-1].endswith("_"):
+        return False
+    if len(parts) > 2 and parts[-3] != "nn":
+        return False
+    first = call.args[0] if call.args else None
+    first = first or next((k.value for k in call.keywords if k.arg == "tensor"), None)
+    return first is node
+
+
+def overwrites(call: ast.Call, name: str) -> bool:
+    """``t.scatter_(dim, idx, value)`` without ``reduce=``: the values replace ``t``'s, so
+    the result is no count (``scatter_add_``, ``index_add_``, ``put_(..., accumulate=True)``
+    are)."""
+    return name == "scatter_" and not any(k.arg == "reduce" for k in call.keywords)

@@ -1,0 +1,115 @@
+"""Host data that ``torch.tensor(data)`` makes floating, followed back from the name
+``data`` to where the function fills or makes it (see :mod:`.factories`):
+
+- *a list filled with Python floats*: ``w = [[] for _ in range(b)]`` (or ``w = []``), then
+  ``w[i].append(1 - j / n)`` in a loop: a true division, a float literal or ``float(...)``
+  appended anywhere in the function makes ``torch.tensor(w)`` floating (fp32 for Python
+  floats, fp64 for NumPy's);
+- *a NumPy array made floating*: ``a = np.zeros(shape, dtype=np.float32)`` (any NumPy
+  maker with a float ``dtype=``) or ``.astype(np.float32)``, then kept through NumPy's
+  own reshaping methods (``a = a.transpose(...)``): ``torch.tensor(a)`` keeps its dtype.
+
+An integer ``dtype=`` (``np.zeros_like(m, dtype=int)``) or an array whose maker shows no
+dtype proves nothing: ``torch.tensor`` of it is left as data of unknown dtype.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.nodes import walk
+
+_MAX_DEPTH = 6
+_NUMPY = words("np numpy")
+_FLOAT_DTYPES = words("float32 float64 single double float float_ float16")
+_JOINS = words("stack concatenate vstack hstack")
+_KEEPS = words("transpose reshape copy squeeze swapaxes ravel flatten clip")
+
+
+def host_floats(data: ast.AST, ctx: Context) -> bool:
+    """Whether ``data`` (the argument of ``torch.tensor``) is a list this function fills
+    with floats, or a NumPy array made floating (module docstring)."""
+    return _numpy_float(data, ctx, 0) or (
+        isinstance(data, ast.Name) and _appended_floats(data, ctx)
+    )
+
+
+def _float_dtype(node: ast.AST) -> bool:
+    """``np.float32``, ``numpy.float64``, ``float``, ``"float32"``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value in _FLOAT_DTYPES
+    if isinstance(node, ast.Name):
+        return node.id == "float"
+    name = dotted(node)
+    return name.split(".")[0] in _NUMPY and name.rsplit(".", 1)[-1] in _FLOAT_DTYPES
+
+
+def _numpy_float(node: ast.AST, ctx: Context, depth: int) -> bool:
+    if depth > _MAX_DEPTH:
+        return False
+    if isinstance(node, ast.Name):
+        bound = ctx.binding_before(node)
+        return bound is not None and _numpy_float(bound, ctx, depth + 1)
+    if isinstance(node, ast.Subscript):
+        return _numpy_float(node.value, ctx, depth + 1)  # a[..., :2]: the same dtype
+    if isinstance(node, ast.BinOp):  # 2 * a: a number keeps a's dtype
+        pair = (node.left, node.right)
+        number = [isinstance(e, ast.Constant) and type(e.value) in (int, float) for e in pair]
+        return any(number) and any(
+            _numpy_float(e, ctx, depth + 1) for e, n in zip(pair, number) if not n
+        )
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr == "astype":
+        return bool(node.args) and _float_dtype(node.args[0])
+    if isinstance(func, ast.Attribute) and func.attr in _KEEPS:
+        owner = dotted(func.value)
+        if owner in _NUMPY:  # np.transpose(a): a's dtype
+            return bool(node.args) and _numpy_float(node.args[0], ctx, depth + 1)
+        return _numpy_float(func.value, ctx, depth + 1)
+    name = dotted(func)
+    if name.split(".")[0] not in _NUMPY:
+        return False
+    if name.rsplit(".", 1)[-1] in _JOINS and node.args:  # np.stack([a, b]): floats if one is
+        pieces = node.args[0]
+        elts = pieces.elts if isinstance(pieces, (ast.List, ast.Tuple)) else []
+        return any(_numpy_float(e, ctx, depth + 1) for e in elts)
+    return any(k.arg == "dtype" and _float_dtype(k.value) for k in node.keywords)
+
+
+def _appended_floats(name: ast.Name, ctx: Context) -> bool:
+    """``w[i].append(1 - j / n)`` (or ``w.append(...)``) of a list display ``w`` of this
+    function."""
+    bound = ctx.binding_before(name)
+    if not (isinstance(bound, ast.List) and all(isinstance(e, ast.List) for e in bound.elts)):
+        if not (isinstance(bound, ast.ListComp) and isinstance(bound.elt, ast.List)):
+            return False
+    fn = ctx.function
+    if fn is None:
+        return False
+    for node in walk(fn):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr != "append" or len(node.args) != 1:
+            continue
+        holder = node.func.value
+        while isinstance(holder, ast.Subscript):
+            holder = holder.value
+        if isinstance(holder, ast.Name) and holder.id == name.id and _floatish(node.args[0]):
+            return True
+    return False
+
+
+def _floatish(node: ast.AST) -> bool:
+    """A Python float by its form: a float literal, a true division, ``float(...)``."""
+    if isinstance(node, ast.Constant):
+        return type(node.value) is float
+    if isinstance(node, ast.UnaryOp):
+        return _floatish(node.operand)
+    if isinstance(node, ast.BinOp):
+        return isinstance(node.op, ast.Div) or _floatish(node.left) or _floatish(node.right)
+    return (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "float"
+    )
