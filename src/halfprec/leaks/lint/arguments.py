@@ -11,7 +11,7 @@ import ast
 from halfprec.leaks.lint.attention import attention_input
 from halfprec.leaks.lint.batched import condition_with_half
 from halfprec.leaks.lint.context import dotted, words
-from halfprec.leaks.lint.escapes import returns_argument
+from halfprec.leaks.lint.escapes import built_from, returns_argument
 from halfprec.leaks.lint.indexing import SOURCES
 from halfprec.leaks.lint.keyedstores import keyed_store
 from halfprec.leaks.lint.lambdas import lambda_step
@@ -91,7 +91,7 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     entered = enter(f, node, _bound_call(call, last, node))
     if entered is not None:
         return entered
-    if _returned_record(f, node, call, last):
+    if _returned_record(f, node, call, last) or f.ctx.is_forward and built_from(node, call):
         return "up"  # return ModelOutput(logits=t): the output holds t
     first = bool(call.args) and call.args[0] is node
     if name in f.ctx.imports.einops:  # einops.einsum(t, h, "..."): promoted inputs' dtype

@@ -8,7 +8,13 @@
   ``nn.init.normal_(torch.zeros(n, d)).repeat(b, 1, 1)`` goes on as the factory's tensor;
 - *a scatter that overwrites*: ``torch.zeros(b, n).scatter_(1, idx, 1)`` writes the number
   into the fp32 buffer (a one-hot mask of 0 and 1), which counts nothing; it goes on as a
-  floating tensor (``logits - 1e8 * mask``). ``scatter_add_`` of numbers is a counter.
+  floating tensor (``logits - 1e8 * mask``). ``scatter_add_`` of numbers is a counter;
+- *an object built from what holds it*: ``Batch.from_data_list(records)`` (a class's
+  ``from_*`` constructor, a class of another file) holds the records' tensors, as
+  ``Data(edge_attr=t)`` holds ``t`` (see ``arguments._returned_record``);
+- *a forward that returns nothing*: its results are what it keeps on ``self``
+  (``self.score = nll + penalty``, read by the training loop), so a value stored into an
+  attribute that no method of the class reads is the module's output.
 """
 
 from __future__ import annotations
@@ -55,3 +61,32 @@ def overwrites(call: ast.Call, name: str) -> bool:
     the result is no count (``scatter_add_``, ``index_add_``, ``put_(..., accumulate=True)``
     are)."""
     return name == "scatter_" and not any(k.arg == "reduce" for k in call.keywords)
+
+
+def built_from(node: ast.AST, call: ast.Call) -> bool:
+    """``Batch.from_data_list(ts)``: ``node`` handed to a class's alternative constructor
+    (``Cls.from_*``), whose object holds it."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+        return False
+    cls = func.value.id
+    named = cls[:1].isupper() and any(c.islower() for c in cls)
+    return named and func.attr.startswith("from_") and node in call.args
+
+
+def returns_nothing(fn: object) -> bool:
+    """Whether ``fn`` returns no value anywhere (nested functions aside): a ``forward``
+    whose results are the attributes it sets."""
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    todo: list[ast.AST] = list(fn.body)
+    while todo:
+        node = todo.pop()
+        value = node.value if isinstance(node, ast.Return) else None
+        if value is not None and not (isinstance(value, ast.Constant) and value.value is None):
+            return False
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return False
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+    return True
