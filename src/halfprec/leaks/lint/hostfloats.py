@@ -54,11 +54,9 @@ def _numpy_float(node: ast.AST, ctx: Context, depth: int) -> bool:
     if isinstance(node, ast.Subscript):
         return _numpy_float(node.value, ctx, depth + 1)  # a[..., :2]: the same dtype
     if isinstance(node, ast.BinOp):  # 2 * a: a number keeps a's dtype
-        pair = (node.left, node.right)
-        number = [isinstance(e, ast.Constant) and type(e.value) in (int, float) for e in pair]
-        return any(number) and any(
-            _numpy_float(e, ctx, depth + 1) for e, n in zip(pair, number) if not n
-        )
+        numbers = [e for e in (node.left, node.right) if _number(e)]
+        others = [e for e in (node.left, node.right) if not _number(e)]
+        return len(numbers) == 1 and _numpy_float(others[0], ctx, depth + 1)
     if not isinstance(node, ast.Call):
         return False
     func = node.func
@@ -83,9 +81,9 @@ def _appended_floats(name: ast.Name, ctx: Context) -> bool:
     """``w[i].append(1 - j / n)`` (or ``w.append(...)``) of a list display ``w`` of this
     function."""
     bound = ctx.binding_before(name)
-    if not (isinstance(bound, ast.List) and all(isinstance(e, ast.List) for e in bound.elts)):
-        if not (isinstance(bound, ast.ListComp) and isinstance(bound.elt, ast.List)):
-            return False
+    rows = isinstance(bound, ast.List) and all(isinstance(e, ast.List) for e in bound.elts)
+    if not rows and not (isinstance(bound, ast.ListComp) and isinstance(bound.elt, ast.List)):
+        return False
     fn = ctx.function
     if fn is None:
         return False
@@ -113,3 +111,7 @@ def _floatish(node: ast.AST) -> bool:
     return (
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "float"
     )
+
+
+def _number(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float)
