@@ -91,7 +91,11 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     entered = enter(f, node, _bound_call(call, last, node))
     if entered is not None:
         return entered
-    if _returned_record(f, node, call, last) or f.ctx.is_forward and built_from(node, call):
+    if (
+        _returned_record(f, node, call, last)
+        or f.ctx.is_forward
+        and built_from(node, call, f.ctx.parents)
+    ):
         return "up"  # return ModelOutput(logits=t): the output holds t
     first = bool(call.args) and call.args[0] is node
     if name in f.ctx.imports.einops:  # einops.einsum(t, h, "..."): promoted inputs' dtype

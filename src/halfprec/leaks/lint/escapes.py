@@ -63,15 +63,23 @@ def overwrites(call: ast.Call, name: str) -> bool:
     return name == "scatter_" and not any(k.arg == "reduce" for k in call.keywords)
 
 
-def built_from(node: ast.AST, call: ast.Call) -> bool:
+def built_from(node: ast.AST, call: ast.Call, parents: dict[int, ast.AST]) -> bool:
     """``Batch.from_data_list(ts)``: ``node`` handed to a class's alternative constructor
-    (``Cls.from_*``), whose object holds it."""
+    (``Cls.from_*``), whose object holds it; ``graphs.append(Graph(edge_attr=t))``: a
+    record of a class of another file, built into a list."""
     func = call.func
+    if isinstance(func, ast.Name) and _class_name(func.id):
+        holder = parents.get(id(call))
+        method = holder.func if isinstance(holder, ast.Call) else None
+        return isinstance(method, ast.Attribute) and method.attr == "append"
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
         return False
-    cls = func.value.id
-    named = cls[:1].isupper() and any(c.islower() for c in cls)
-    return named and func.attr.startswith("from_") and node in call.args
+    return _class_name(func.value.id) and func.attr.startswith("from_") and node in call.args
+
+
+def _class_name(name: str) -> bool:
+    """``Batch``, ``HeteroData``: a class by Python's spelling (not ``MAX`` or ``x``)."""
+    return name[:1].isupper() and any(c.islower() for c in name)
 
 
 def returns_nothing(fn: object) -> bool:
