@@ -345,3 +345,47 @@ def test_numpy_arrays_made_float32_and_returned_as_tensors_leak() -> None:
 
 def test_numpy_arrays_made_integer_stay_silent() -> None:
     assert LINT.lines(_TARGETS.replace("DTYPE", "int")) == []
+
+
+_STACKED = """
+import numpy as np
+
+
+def peaks(scores):
+    locs = np.stack((scores.argmax(1), scores.argmax(1)), axis=-1).astype(np.float32)
+    if locs.ndim == 3:
+        locs = locs.reshape(-1, 2)
+    return locs, scores.max(1)
+
+
+class Labels(nn.Module):
+    def __init__(self, smooth):
+        super().__init__()
+        self.make = self._smooth if smooth else self._plain
+
+    def forward(self, outputs, points):
+        xs, ws = [], []
+        for p in points:
+            x, w = self.make(p)
+            xs.append(x)
+            ws.append(w)
+        found, _ = peaks(outputs.detach().cpu().numpy())
+        return {"target": torch.tensor(np.stack(xs)), "weights": torch.tensor(np.stack(ws)),
+                "found": torch.tensor(found)}
+
+    def _smooth(self, p):
+        return np.zeros((4, 8), dtype=np.float32), (p > 0).astype(np.int64)
+
+    def _plain(self, p):
+        x = np.ones((4, 8), dtype=DTYPE)
+        return x, (p > 0).astype(np.int64)
+"""
+
+
+def test_numpy_floats_stacked_from_a_chosen_method_and_a_helper_leak() -> None:
+    # target (np.stack of float32 rows) and found (a helper's astype(float32)), not weights
+    assert LINT.lines(_STACKED.replace("DTYPE", "np.float32")) == [24, 25]
+
+
+def test_a_chosen_method_that_may_return_integers_leaves_the_stack_unknown() -> None:
+    assert LINT.lines(_STACKED.replace("DTYPE", "np.int64")) == [25]

@@ -7,7 +7,10 @@
   floats, fp64 for NumPy's);
 - *a NumPy array made floating*: ``a = np.zeros(shape, dtype=np.float32)`` (any NumPy
   maker with a float ``dtype=``) or ``.astype(np.float32)``, then kept through NumPy's
-  own reshaping methods (``a = a.transpose(...)``): ``torch.tensor(a)`` keeps its dtype.
+  own reshaping methods (``a = a.transpose(...)``): ``torch.tensor(a)`` keeps its dtype;
+  also stacked (``np.stack(xs)`` of a list ``xs`` appended such arrays) and returned by a
+  method of the class (``x, y = self.make(k)``, or ``self.make = self._gauss`` chosen in
+  ``__init__``: the array at that position of each ``return``).
 
 An integer ``dtype=`` (``np.zeros_like(m, dtype=int)``) or an array whose maker shows no
 dtype proves nothing: ``torch.tensor`` of it is left as data of unknown dtype.
@@ -17,10 +20,12 @@ from __future__ import annotations
 
 import ast
 
-from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
+from halfprec.leaks.lint.context import Calls, Context, dotted, words
 from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.scope import Function
 
-_MAX_DEPTH = 6
+_MAX_DEPTH = 10
 _NUMPY = words("np numpy")
 _FLOAT_DTYPES = words("float32 float64 single double float float_ float16")
 _JOINS = words("stack concatenate vstack hstack")
@@ -50,6 +55,8 @@ def _numpy_float(node: ast.AST, ctx: Context, depth: int) -> bool:
         return False
     if isinstance(node, ast.Name):
         bound = ctx.binding_before(node)
+        if isinstance(bound, ast.Call) and _unpacked(node, bound, ctx) is not None:
+            return _returned_float(bound, _unpacked(node, bound, ctx), ctx, depth + 1)
         return bound is not None and _numpy_float(bound, ctx, depth + 1)
     if isinstance(node, ast.Subscript):
         return _numpy_float(node.value, ctx, depth + 1)  # a[..., :2]: the same dtype
@@ -73,6 +80,8 @@ def _numpy_float(node: ast.AST, ctx: Context, depth: int) -> bool:
     if name.rsplit(".", 1)[-1] in _JOINS and node.args:  # np.stack([a, b]): floats if one is
         pieces = node.args[0]
         elts = pieces.elts if isinstance(pieces, (ast.List, ast.Tuple)) else []
+        if isinstance(pieces, ast.Name):
+            elts = _appended(pieces, ctx)  # xs.append(a) in a loop, then np.stack(xs)
         return any(_numpy_float(e, ctx, depth + 1) for e in elts)
     return any(k.arg == "dtype" and _float_dtype(k.value) for k in node.keywords)
 
@@ -115,3 +124,84 @@ def _floatish(node: ast.AST) -> bool:
 
 def _number(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) in (int, float)
+
+
+def _appended(name: ast.Name, ctx: Context) -> list[ast.expr]:
+    """What ``name.append(v)`` appends in the walked function, for a list display ``name``."""
+    bound = ctx.binding_before(name)
+    lists = isinstance(bound, ast.Tuple) and all(isinstance(e, ast.List) for e in bound.elts)
+    if not (isinstance(bound, ast.List) or lists) or ctx.function is None:
+        return []  # xs = [] or xs, ys = [], []
+    out: list[ast.expr] = []
+    for use in ctx.names(name.id):
+        method = ctx.parents.get(id(use))
+        call = ctx.parents.get(id(method)) if isinstance(method, ast.Attribute) else None
+        appends = isinstance(method, ast.Attribute) and method.attr == "append"
+        if appends and isinstance(call, ast.Call) and len(call.args) == 1:
+            out.append(call.args[0])
+    return out
+
+
+def _unpacked(name: ast.Name, value: ast.Call, ctx: Context) -> int | None:
+    """The position of ``name`` in the tuple an assignment unpacks ``value`` into (``a, b =
+    f()``: 1 for ``b``); None for any other binding."""
+    for use in ctx.names(name.id):
+        target = ctx.parents.get(id(use))
+        owner = ctx.parents.get(id(target)) if isinstance(target, ast.Tuple) else None
+        if isinstance(owner, ast.Assign) and owner.value is value:
+            return next(i for i, e in enumerate(target.elts) if e is use)
+    return None
+
+
+def _returned_float(call: ast.Call, position: int, ctx: Context, depth: int) -> bool:
+    """Whether every method of the class ``self.<m>(...)`` may run returns, at ``position``
+    of its returned tuple, a NumPy array made floating."""
+    calls, fn = ctx.calls, ctx.function
+    func = call.func
+    if calls is None or not isinstance(fn, Function):
+        return False
+    helpers = calls.program.functions
+    if isinstance(func, ast.Name) and func.id in helpers:  # a function of the file
+        return _returns_float([helpers[func.id]], NO_FACTS, position, calls, depth)
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+        return False
+    owner = calls.program.owner_of(fn) if func.value.id == "self" else None
+    info = calls.program.methods_of(owner) if owner else None
+    if info is None or owner is None:
+        return False
+    methods, facts = info
+    names = [func.attr] if func.attr in methods else _chosen(func.attr, methods, calls, owner)
+    return _returns_float([methods[n] for n in names], facts, position, calls, depth)
+
+
+def _returns_float(
+    fns: list[Function], facts: ClassFacts, position: int, calls: Calls, depth: int
+) -> bool:
+    """Whether each of ``fns`` returns a NumPy float array at ``position`` of its tuple."""
+    found = False
+    for fn in fns:
+        there = calls.context(fn, facts, False)
+        for value in calls.returns(fn):
+            if not (isinstance(value, ast.Tuple) and position < len(value.elts)):
+                return False
+            if not _numpy_float(value.elts[position], there, depth + 1):
+                return False
+            found = True
+    return found
+
+
+def _chosen(attr: str, methods: dict[str, Function], calls: Calls, owner: str) -> list[str]:
+    """The methods ``self.<attr> = self.<method>`` binds in the class (chosen at run time)."""
+    cls = calls.program.classes.get(owner)
+    out: list[str] = []
+    for node in walk(cls) if cls is not None else []:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target, value = node.targets[0], node.value
+        if not (isinstance(target, ast.Attribute) and target.attr == attr):
+            continue
+        for one in (value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,):
+            if not (isinstance(one, ast.Attribute) and one.attr in methods):
+                return []  # also bound to something else
+            out.append(one.attr)
+    return out
