@@ -320,6 +320,15 @@ def test_a_list_filled_with_integers_stays_silent() -> None:
     assert LINT.lines(_LOCATION.replace("VALUE", "n - j")) == []
 
 
+def test_a_list_filled_with_quotients_of_module_state_stays_unknown() -> None:
+    # self.scale[j] may be a tensor: torch.tensor of 0-dim tensors keeps their dtype
+    body = _LOCATION.replace(
+        "class Location(nn.Module):\n",
+        "class Location(nn.Module):\n    scale = torch.ones(64, dtype=torch.float64)\n\n",
+    )
+    assert LINT.lines(body.replace("VALUE", "1 / self.scale[j]")) == []
+
+
 _TARGETS = """
 import numpy as np
 

@@ -104,9 +104,48 @@ def _appended_floats(name: ast.Name, ctx: Context) -> bool:
         holder = node.func.value
         while isinstance(holder, ast.Subscript):
             holder = holder.value
-        if isinstance(holder, ast.Name) and holder.id == name.id and _floatish(node.args[0]):
+        if not (isinstance(holder, ast.Name) and holder.id == name.id):
+            continue
+        if _floatish(node.args[0]) and not _state_made(node.args[0], ctx, 0):
             return True
     return False
+
+
+_HOST_CALLS = words("float int len abs round min max range")
+_TO_HOST = words("numpy tolist item")
+
+
+def _state_made(node: ast.AST, ctx: Context, depth: int) -> bool:
+    """Whether ``node`` may be computed from tensors: it reads module state (``self.x``),
+    calls anything but a builtin on numbers, ``math``, NumPy or a conversion to the host
+    (``.numpy()``, ``.tolist()``, ``.item()``), or reads a name bound to such a value or a
+    list appended such values (``sigma_ks[i]`` of ``sigma_ks.append(self.a[i] / self.b[i])``)."""
+    if depth > 3:
+        return True
+    todo = [node]
+    while todo:
+        sub = todo.pop()
+        if isinstance(sub, ast.Call) and _host_call(sub):
+            continue  # its value is on the host, whatever it was made from
+        if isinstance(sub, ast.Attribute) and dotted(sub.value) == "self":
+            return True
+        if isinstance(sub, ast.Call):
+            return True
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+            bound = ctx.binding_before(sub)
+            made = _appended(sub, ctx) if isinstance(bound, ast.List) else [bound]
+            if any(v is not None and _state_made(v, ctx, depth + 1) for v in made):
+                return True
+        todo.extend(ast.iter_child_nodes(sub))
+    return False
+
+
+def _host_call(call: ast.Call) -> bool:
+    """``float(n)``, ``math.log(n)``, ``np.sqrt(a)``, ``t.cpu().numpy()``, ``t.item()``."""
+    name = dotted(call.func)
+    if name in _HOST_CALLS or name.split(".")[0] in ("math", *_NUMPY):
+        return True
+    return isinstance(call.func, ast.Attribute) and call.func.attr in _TO_HOST
 
 
 def _floatish(node: ast.AST) -> bool:
