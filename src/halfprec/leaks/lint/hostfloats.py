@@ -55,8 +55,9 @@ def _numpy_float(node: ast.AST, ctx: Context, depth: int) -> bool:
         return False
     if isinstance(node, ast.Name):
         bound = ctx.binding_before(node)
-        if isinstance(bound, ast.Call) and _unpacked(node, bound, ctx) is not None:
-            return _returned_float(bound, _unpacked(node, bound, ctx), ctx, depth + 1)
+        position = _unpacked(node, bound, ctx) if isinstance(bound, ast.Call) else None
+        if isinstance(bound, ast.Call) and position is not None:
+            return _returned_float(bound, position, ctx, depth + 1)
         return bound is not None and _numpy_float(bound, ctx, depth + 1)
     if isinstance(node, ast.Subscript):
         return _numpy_float(node.value, ctx, depth + 1)  # a[..., :2]: the same dtype
@@ -186,7 +187,9 @@ def _unpacked(name: ast.Name, value: ast.Call, ctx: Context) -> int | None:
     f()``: 1 for ``b``); None for any other binding."""
     for use in ctx.names(name.id):
         target = ctx.parents.get(id(use))
-        owner = ctx.parents.get(id(target)) if isinstance(target, ast.Tuple) else None
+        if not isinstance(target, ast.Tuple):
+            continue
+        owner = ctx.parents.get(id(target))
         if isinstance(owner, ast.Assign) and owner.value is value:
             return next(i for i, e in enumerate(target.elts) if e is use)
     return None
