@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ast
 
-from halfprec.leaks.lint.context import dotted
+from halfprec.leaks.lint.context import Context, dotted
 from halfprec.leaks.lint.nodes import walk
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -43,17 +43,17 @@ def tensor_dict_input(fn: object) -> bool:
     )
 
 
-def returns_argument(node: ast.AST, call: ast.Call) -> bool:
-    """``nn.init.xavier_uniform_(t)`` (``torch.nn.init.X_``, ``init.X_``): an in-place
-    initialiser of ``torch.nn.init`` given ``t`` first, which returns ``t``."""
+def filled_in_place(node: ast.AST, call: ast.Call) -> str | None:
+    """``"up"`` for ``nn.init.xavier_uniform_(t)`` (``torch.nn.init.X_``, ``init.X_``): an
+    in-place initialiser of ``torch.nn.init`` given ``t`` first, which returns ``t``."""
     parts = dotted(call.func).split(".")
     if len(parts) < 2 or parts[-2] != "init" or not parts[-1].endswith("_"):
-        return False
+        return None
     if len(parts) > 2 and parts[-3] != "nn":
-        return False
+        return None
     first = call.args[0] if call.args else None
     first = first or next((k.value for k in call.keywords if k.arg == "tensor"), None)
-    return first is node
+    return "up" if first is node else None
 
 
 def overwrites(call: ast.Call, name: str) -> bool:
@@ -63,13 +63,16 @@ def overwrites(call: ast.Call, name: str) -> bool:
     return name == "scatter_" and not any(k.arg == "reduce" for k in call.keywords)
 
 
-def built_from(node: ast.AST, call: ast.Call, parents: dict[int, ast.AST]) -> bool:
-    """``Batch.from_data_list(ts)``: ``node`` handed to a class's alternative constructor
-    (``Cls.from_*``), whose object holds it; ``graphs.append(Graph(edge_attr=t))``: a
-    record of a class of another file, built into a list."""
+def built_from(node: ast.AST, call: ast.Call, ctx: Context) -> bool:
+    """In a ``forward``, ``Batch.from_data_list(ts)``: ``node`` handed to a class's
+    alternative constructor (``Cls.from_*``), whose object holds it;
+    ``graphs.append(Graph(edge_attr=t))``: a record of a class of another file, built into
+    a list."""
     func = call.func
+    if not ctx.is_forward:
+        return False
     if isinstance(func, ast.Name) and _class_name(func.id):
-        holder = parents.get(id(call))
+        holder = ctx.parents.get(id(call))
         method = holder.func if isinstance(holder, ast.Call) else None
         return isinstance(method, ast.Attribute) and method.attr == "append"
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
