@@ -13,6 +13,7 @@ from halfprec.leaks.lint.aliases import looped_container
 from halfprec.leaks.lint.context import Context, dotted
 from halfprec.leaks.lint.escapes import returns_nothing, tensor_dict_input
 from halfprec.leaks.lint.indexing import tensor_index
+from halfprec.leaks.lint.maskfill import filled_at_mask
 from halfprec.leaks.lint.methods import position
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow, to_callers, to_holders, to_readers
@@ -124,6 +125,8 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
         if isinstance(target, ast.Subscript):
             if shared_store_leak(f, target, stmt):
                 return "leak"  # g.edata["w"] = t beside g.ndata["h"] = h (see .stores)
+            if f.scalar and filled_at_mask(target, f.ctx):
+                continue  # x[x > m] = torch.tensor(inf): a masked fill in x's dtype
             # h[:, 0] = t writes t into h in h's own dtype; into an fp32 tensor it goes on
             if f.floating(target.value) and not dict_attribute(f, target.value):
                 if tensor_index(target.slice, f.ctx):
