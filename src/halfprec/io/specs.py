@@ -210,6 +210,24 @@ def _where(module: ModuleType) -> str:
     return str(getattr(module, "__file__", name)) if name.startswith("_halfprec_user_") else name
 
 
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".ckpt")
+
+
+def _weight_files(path: Path) -> list[str]:
+    return sorted(f.name for f in path.iterdir() if f.name.endswith(_WEIGHT_SUFFIXES))
+
+
+def _no_config(path: Path) -> str:
+    weights = _weight_files(path)
+    if weights:
+        return (
+            f"{path} holds weights ({', '.join(weights[:3])}) but no config.json, so no model "
+            f"can be built from it; add the model's config.json, or give a MODEL spec that "
+            f"builds the model and --weights {path / weights[0]}"
+        )
+    return f"{path} is a folder without config.json; give a Hugging Face model directory"
+
+
 def _hf_directory(path: Path) -> LoadedModel:
     """A Hugging Face directory loaded in fp32 whatever dtype it was stored in (the fp32
     reference), with no code from the directory run (``trust_remote_code=False``)."""
@@ -218,9 +236,7 @@ def _hf_directory(path: Path) -> LoadedModel:
         raise ModelSpecError(special)
     config_file = path / "config.json"
     if not config_file.is_file():
-        raise ModelSpecError(
-            f"{path} is a directory without config.json; give a Hugging Face model directory"
-        )
+        raise ModelSpecError(_no_config(path))
     tf = import_transformers()
     cls = _architecture(tf, config_file)
     from safetensors import SafetensorError
@@ -290,6 +306,11 @@ def _load_error(path: Path, exc: Exception) -> ModelSpecError:
             f"{path} needs its own Python code (auto_map in its config), which halfprec "
             "never runs from a model directory; load it yourself with "
             "trust_remote_code=True in a factory and pass MODEL as path/to/file.py:factory"
+        )
+    if isinstance(exc, OSError) and not _weight_files(path):
+        return ModelSpecError(
+            f"{path} has config.json but no weights file (model.safetensors or "
+            "pytorch_model.bin); write them into it with model.save_pretrained"
         )
     return ModelSpecError(
         f"cannot load the Hugging Face model in {path}: {first}; check its "
