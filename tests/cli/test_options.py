@@ -228,3 +228,13 @@ def test_docs_cli_writes_each_default_as_help_shows_it() -> None:
     assert stated, "docs/cli.md states no default"
     # click adds an IntRange's bounds after a semicolon: "[default: 10; x>=0]"
     assert [d for d in stated if d not in helps and f"{d[:-1]};" not in helps] == []
+
+
+def test_an_option_left_out_says_what_it_means() -> None:
+    from halfprec.export.config import DEFAULT_OPSET
+
+    export = " ".join(run_cli("export", "--help").stdout.split())
+    assert f"ONNX opset (>= 17). [default: {DEFAULT_OPSET}; x>=17]" in export
+    assert _options("export")["--opset"].default == DEFAULT_OPSET
+    diagnose = " ".join(run_cli("diagnose", "--help").stdout.split())
+    assert "Use only the first N batches. [default: (every batch); x>=1]" in diagnose
