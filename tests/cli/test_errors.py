@@ -562,3 +562,18 @@ def test_a_config_without_weights_says_so(tmp_path: Path) -> None:
         "has config.json but no weights file (model.safetensors or pytorch_model.bin)",
         "model.save_pretrained",
     )
+
+
+def test_an_older_sentence_transformers_folder_names_its_transformer(tmp_path: Path) -> None:
+    """modules.json with the transformer in 0_Transformer/ (an older layout): no config.json
+    at the top, and the one line names the subfolder to give instead."""
+    folder = tmp_path / "st"
+    save_hf("gpt2", folder).rename(folder / "0_Transformer")
+    entry = {"idx": 0, "name": "0", "path": "0_Transformer"}
+    modules = [{**entry, "type": "sentence_transformers.models.Transformer"}]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    _one_error(
+        run_cli("check", str(folder), "--runs", "0"),
+        "its subfolder '0_Transformer'",
+        f"give {folder / '0_Transformer'} as MODEL",
+    )

@@ -35,6 +35,7 @@ from torch import nn
 from halfprec.batch import Batch, as_batches
 from halfprec.dtypes import dtype_name
 from halfprec.errors import CheckpointError, ModelSpecError, clip
+from halfprec.io.sentence_layout import transformer_subfolder
 from halfprec.io.spec_names import SPEC_HELP
 from halfprec.io.tensorfile import TensorFile
 from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers
@@ -218,6 +219,13 @@ def _weight_files(path: Path) -> list[str]:
 
 
 def _no_config(path: Path) -> str:
+    inner = transformer_subfolder(path)
+    if inner is not None:
+        return (
+            f"{path} is a sentence-transformers folder whose transformer is in its subfolder "
+            f"{inner!r}, with no config.json at its top; give {path / inner} as MODEL (the "
+            "transformer alone, without the folder's pooling)"
+        )
     weights = _weight_files(path)
     if weights:
         return (
