@@ -360,27 +360,14 @@ def _fill(call: ast.AST, ctx: Context) -> None:
     ctx.filled.add(owner.id)
 
 
-# the matches of `(?<![\w.])([A-Za-z_]\w*+)\[\s*-?\d+\s*\]`, found from each `[` (a literal,
-# which `re` scans for fast, where the name's first letter is not): the name is the word
-# before it, whole, not after a `.`
-_INDEX = re.compile(r"\[\s*-?\d+\s*\]")
-_WORD_CHAR = re.compile(r"\w")
-_ASCII_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_INDEXED = re.compile(r"(?<![\w.])([A-Za-z_]\w*+)\[\s*-?\d+\s*\]")
 
 
 def _containers(fn: Function, lines: list[str]) -> frozenset[str]:
     """Names indexed by an integer constant somewhere in ``fn`` (``out[0]``): bound to a
     submodule's result, they may hold a tuple. Read from the text, like the call graph."""
     text = "\n".join(lines[fn.lineno - 1 : fn.end_lineno or fn.lineno])
-    found: set[str] = set()
-    word = _WORD_CHAR.match
-    for match in _INDEX.finditer(text):
-        end = start = match.start()
-        while start and word(text, start - 1):
-            start -= 1
-        if start < end and text[start] in _ASCII_START and text[start - 1 : start] != ".":
-            found.add(text[start:end])
-    return frozenset(found)
+    return frozenset(m.group(1) for m in _INDEXED.finditer(text))
 
 
 def walk_function(

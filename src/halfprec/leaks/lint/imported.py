@@ -294,13 +294,8 @@ def defines_maker(path: str, imported: Imported, name: str, maker: re.Pattern[st
         return False
     module, level, there = entry
     file = module_file(Path(path), module, level)
-    return file is not None and _makes(file, there, maker)
-
-
-@functools.cache
-def _makes(file: Path, there: str, maker: re.Pattern[str]) -> bool:
-    """:func:`defines_maker`'s answer for the function ``there`` of ``file``: asked once a
-    run (every file of a package that imports a helper asks again)."""
+    if file is None:
+        return False
     text = _function_text(file, there)
     if maker.search(text):
         return True
@@ -373,7 +368,6 @@ def _forget() -> None:
     _function_text.cache_clear()
     _star_names.cache_clear()
     _text.cache_clear()
-    _makes.cache_clear()
 
 
 on_forget(_forget)
