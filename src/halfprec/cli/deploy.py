@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from halfprec.bench.budget import DEPLOY_BUDGET_S
+from halfprec.bench.budget import PROCESS_BUDGET_S, PROCESS_END_S, process_start
 from halfprec.cli.options import (
     budget_option,
     convert_options,
@@ -82,7 +82,11 @@ def _runtimes(text: str | None) -> tuple[str, ...] | None:
     help="Timed rounds planned per variant (the race stops a settled one sooner; the "
     "leader runs on until its claim's 2 s of calls).",
 )
-@budget_option(DEPLOY_BUDGET_S)
+@budget_option(
+    PROCESS_BUDGET_S,
+    f" They count from this process's start (imports and the model's load are charged), "
+    f"and the last {PROCESS_END_S:g} s are kept for writing the choice and exiting.",
+)
 @tolerance_options
 def command(
     model: str,
@@ -119,7 +123,13 @@ def command(
         recipe=recipe,
         compile=use_compile,
         bench=BenchConfig(
-            warmup=1, runs=runs, memory="none", max_variant_s=15.0, budget_s=budget_s or None
+            warmup=1,
+            runs=runs,
+            memory="none",
+            max_variant_s=15.0,
+            budget_s=budget_s or None,
+            budget_origin=process_start(),
+            budget_reserve_s=PROCESS_END_S if budget_s else 0.0,
         ),
     )
     finish({"output": str(output), **done.to_json()}, as_json, lambda: _render(done, output))
