@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from halfprec.atomic import ensure_folder
 from halfprec.bench.budget import PROCESS_BUDGET_S, PROCESS_END_S, process_start
 from halfprec.cli.options import (
     budget_option,
@@ -110,6 +111,7 @@ def command(
     if problem is not None:
         raise click.UsageError(problem)
     not_an_input(output, model, {"--inputs": inputs_path})
+    _writable(output)  # a path that cannot be written, before minutes of timing
     loaded, batches, _dev = load_for_command(model, inputs_path, device)
     recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)
     source = model if Path(model).is_dir() else None
@@ -133,6 +135,17 @@ def command(
         ),
     )
     finish({"output": str(output), **done.to_json()}, as_json, lambda: _render(done, output))
+
+
+def _writable(output: Path) -> None:
+    """Refuse an ``-o`` that no choice could be written to: a folder output that exists and
+    is not empty, a file output that is a folder, a path under a file."""
+    if output.suffix == "":
+        from halfprec.io.hf_dir import check_new_folder
+
+        check_new_folder(output)
+    else:
+        ensure_folder(output)
 
 
 def _render(done: Deployed, output: Path) -> None:
