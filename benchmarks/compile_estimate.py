@@ -3,13 +3,15 @@
 ``PYTHONPATH=src:benchmarks HF_HUB_OFFLINE=1 python3 benchmarks/compile_estimate.py
 builtin:minilm@1 builtin:bert-base@8 benchmarks/unseen_models.py:deit`` loads each MODEL
 (``@N``: its example batch resized to N rows) in a new Python process with an empty
-inductor cache, calls eager fp32 once (recording its distinct operations, as deploy's
-warm-up does), reads the pace the way deploy's budget reads it
-(:func:`halfprec.bench.budget.thread_pace`) right after that call, and then compiles fp32
+inductor cache, calls eager fp32 once (recording its distinct operations and its calls of
+torch functions, as deploy's warm-up does, and that cold call's wall and CPU seconds),
+reads the pace the way deploy's budget reads it
+(:func:`halfprec.bench.budget.thread_pace`), and then compiles fp32
 as deploy's candidate (``build_variant(model, Variant("fp32", compiled=True))``) and
 times its first call: wall and CPU seconds. It prints the estimate
 (:meth:`halfprec.bench.budget.Budget.estimate`) beside the measured compile, their ratio,
-the CPU-seconds per distinct operation, and the load average before and after.
+the CPU-seconds per call and per distinct operation, and the load average before and
+after; ``--jsonl FILE`` appends every figure (the parameter count too), one line a model.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ _CHILD = """
 import json, sys, time
 import torch
 from halfprec.batch import call, resize_batch
-from halfprec.bench.budget import COMPILE_CPU_S, Budget, thread_pace
+from halfprec.bench.budget import Budget, thread_pace
 from halfprec.bench.limit import GemmRecorder
 from halfprec.bench.phases import cpu_seconds
 from halfprec.bench.variants import Variant, build_variant
@@ -36,18 +38,25 @@ m = load_model(spec)
 model, batch = m.model.eval(), m.example_inputs[0]
 if rows:
     batch = resize_batch(batch, int(rows))
+start, cpu = time.perf_counter(), cpu_seconds()
 with torch.inference_mode(), GemmRecorder() as rec:
     call(model, batch)
-ops = len(rec.ops)
+cold, cold_cpu = time.perf_counter() - start, cpu_seconds() - cpu
+ops, calls = len(rec.ops), rec.calls
+names = len({name for name, _ in rec.ops})
 at_once = thread_pace(idle_s=0.0)  # as read before round nineteen: right after the call
 budget = Budget(None)
-est = budget.estimate(ops)
+est = budget.estimate(ops, calls)
+pace = thread_pace()
+params = sum(p.numel() for p in model.parameters())
 compiled = build_variant(model, Variant("fp32", compiled=True), batch=batch)
 start, cpu = time.perf_counter(), cpu_seconds()
 with torch.inference_mode():
     call(compiled, batch)
 wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu
-print(json.dumps({"ops": ops, "estimate_s": est.seconds, "how": est.how,
+print(json.dumps({"ops": ops, "calls": calls, "names": names, "params": params,
+                  "cold_s": cold, "cold_cpu_s": cold_cpu, "pace": pace,
+                  "estimate_s": est.seconds, "how": est.how,
                   "pace_at_once": at_once, "compile_s": wall, "compile_cpu_s": cpu}), flush=True)
 """
 
@@ -69,12 +78,17 @@ def _one(spec: str) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("specs", nargs="+", help="MODEL, or MODEL@N for a batch of N rows")
+    parser.add_argument("--jsonl", help="append each model's figures to this file, one line each")
     ns = parser.parse_args()
     for spec in ns.specs:
         r = _one(spec)
+        if ns.jsonl:
+            with open(ns.jsonl, "a") as out:
+                out.write(json.dumps(r) + "\n")
         print(
             f"{spec}: compile {r['compile_s']:.1f} s wall ({r['compile_cpu_s']:.1f} CPU-s, "
-            f"{r['compile_cpu_s'] / max(r['ops'], 1):.2f} CPU-s per operation), estimated "
+            f"{r['compile_cpu_s'] / max(r['calls'], 1):.3f} per call of {r['calls']}, "
+            f"{r['compile_cpu_s'] / max(r['ops'], 1):.2f} per operation of {r['ops']}), estimated "
             f"{r['estimate_s']:.1f} s ({r['how']}; read at once after the call: pace "
             f"{r['pace_at_once']:.1f}): estimate / compile "
             f"{r['estimate_s'] / r['compile_s']:.2f}; load average {r['load_before']:.1f} -> "

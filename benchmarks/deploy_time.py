@@ -14,6 +14,13 @@ FX graph and AOTAutograd caches did (``hit``: the compiled graph was loaded, not
 probe's verdicts) at DIR, cleared first: ``--repeat 2`` then shows a first deploy on a
 machine (cold caches) and a repeat one (warm); without it the user's caches are used as
 they are.
+
+``--cli`` runs the command line instead, ``python3 -m halfprec deploy MODEL -o
+DIR/MODEL.safetensors --json`` (its budget counts from the process's start and keeps
+``PROCESS_END_S`` for the write and exit: :mod:`halfprec.bench.budget`), and splits its
+process into what its budget found spent when deploy started (the interpreter's start,
+imports and model load), ``deploy`` and the rest (writing the choice, the report and the
+interpreter's exit).
 """
 
 from __future__ import annotations
@@ -55,17 +62,53 @@ def _children_cpu() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def _one(spec: str, cache: str | None, budget: float | None = None) -> dict[str, Any]:
-    from halfprec.timing import now
-
+def _env(cache: str | None) -> dict[str, str]:
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     if cache is not None:
         env.update(TORCHINDUCTOR_CACHE_DIR=f"{cache}/inductor", HALFPREC_CACHE_DIR=cache)
+    return env
+
+
+def _one_cli(spec: str, cache: str | None, budget: float | None, out: str) -> dict[str, Any]:
+    """``halfprec deploy SPEC -o OUT --json`` in a new process, timed whole."""
+    from halfprec.timing import now
+
+    args = [sys.executable, "-m", "halfprec", "deploy", spec, "-o", out, "--json"]
+    args += [] if budget is None else ["--budget", str(budget)]
+    before = os.getloadavg()[0]
+    start, cpu = now(), _children_cpu()
+    proc = subprocess.run(args, env=_env(cache), capture_output=True, text=True)
+    wall, cpu = now() - start, _children_cpu() - cpu
+    if proc.returncode != 0:
+        raise SystemExit(f"{spec}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+    data = json.loads(proc.stdout)
+    report = data["report"]
+    deploy_s = data["seconds"]["total"]
+    return {
+        "spec": spec,
+        "process_s": wall,
+        "process_cpu_s": cpu,
+        "before_s": report["budget_spent_s"],
+        "deploy_s": deploy_s,
+        "after_s": max(0.0, wall - report["budget_spent_s"] - deploy_s),
+        "budget_s": report["budget_s"],
+        "reserve_s": report["budget_reserve_s"],
+        "variant": data["variant"],
+        "notes": [r["note"] for r in report["results"] if r["status"] == "skipped"],
+        "compile_s": data["compile_s"],
+        "load_before": before,
+        "load_after": os.getloadavg()[0],
+    }
+
+
+def _one(spec: str, cache: str | None, budget: float | None = None) -> dict[str, Any]:
+    from halfprec.timing import now
+
     before = os.getloadavg()[0]
     start, cpu = now(), _children_cpu()
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, spec, *([] if budget is None else [str(budget)])],
-        env=env,
+        env=_env(cache),
         capture_output=True,
         text=True,
     )
@@ -99,11 +142,17 @@ def main() -> None:
         default=None,
         help="deploy(budget_s=...) in seconds, 0 for no bound (default: deploy's own)",
     )
+    parser.add_argument(
+        "--cli", action="store_true", help="run `halfprec deploy MODEL -o ... --json` instead"
+    )
     ns = parser.parse_args()
     if ns.cache:
         shutil.rmtree(ns.cache, ignore_errors=True)
     for run in range(ns.repeat):
         for spec in ns.specs:
+            if ns.cli:
+                _print_cli(_one_cli(spec, ns.cache, ns.budget, _out(spec)), run)
+                continue
             r = _one(spec, ns.cache, ns.budget)
             fx = ", ".join(f"{k} {v}" for k, v in sorted(r["fx_cache"].items())) or "none"
             print(
@@ -117,6 +166,30 @@ def main() -> None:
             print(f"  {r['summary']}")
             print(f"  {r['time_spent']}")
             print(f"  {r['cpu_spent']}", flush=True)
+
+
+def _out(spec: str) -> str:
+    """Where the command line writes the choice: a new temporary folder per run."""
+    import tempfile
+
+    name = spec.rsplit(":", 1)[-1].rsplit("/", 1)[-1] or "model"
+    return os.path.join(tempfile.mkdtemp(prefix="deploy-time-"), f"{name}.safetensors")
+
+
+def _print_cli(r: dict[str, Any], run: int) -> None:
+    budget = "none" if r["budget_s"] is None else f"{r['budget_s']:g} s"
+    print(
+        f"{r['spec']} (run {run + 1}, halfprec deploy): process {r['process_s']:.1f} s, CPU "
+        f"{r['process_cpu_s']:.1f} s (start, imports and model load {r['before_s']:.1f} s, "
+        f"deploy {r['deploy_s']:.1f} s, write, report and exit {r['after_s']:.1f} s); budget "
+        f"{budget} from the process's start, {r['reserve_s']:g} s kept; load average "
+        f"{r['load_before']:.1f} -> {r['load_after']:.1f}",
+        flush=True,
+    )
+    comp = "" if r["compile_s"] is None else f", compiled in {r['compile_s']:.1f} s"
+    print(f"  chose {r['variant']}{comp}")
+    for note in r["notes"]:
+        print(f"  skipped: {note}", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 from transformers import (
+    AlbertConfig,
+    AlbertModel,
     ASTConfig,
     ASTModel,
     BartConfig,
@@ -210,3 +212,17 @@ def segformer() -> Any:
 
 def segformer_example_inputs() -> dict[str, torch.Tensor]:
     return {"pixel_values": torch.randn(2, 3, 512, 512, generator=torch.Generator().manual_seed(0))}
+
+
+def albert() -> Any:
+    torch.manual_seed(0)
+    # albert-base-v2 shape, 11.7M: one layer's weights shared by all 12, so a call traces
+    # as many operations as BERT-base's with a tenth of its parameters
+    config = AlbertConfig(hidden_size=768, num_attention_heads=12, intermediate_size=3072)
+    return AlbertModel(config, add_pooling_layer=False).eval()
+
+
+def albert_example_inputs() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, 30000, (8, 128), generator=g)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}

@@ -69,8 +69,23 @@ def ensure_folder(target: str | os.PathLike[str]) -> Path:
     nearest existing folder above it is a folder); creates nothing, so a caller can check
     a path before slow work."""
     dest = resolve_target(target)
-    _missing_folders(dest.parent, target)
+    ensure_parent(dest, target)
     return dest
+
+
+def ensure_parent(
+    dest: str | os.PathLike[str], target: str | os.PathLike[str] | None = None
+) -> None:
+    """That the folder ``dest`` goes in exists or can be made (the nearest existing folder
+    above it is a folder and may be written in), for a file or a folder ``dest``;
+    ``target``: the path named in the error (default ``dest``). Creates nothing."""
+    named = dest if target is None else target
+    folder = Path(dest).parent
+    missing = _missing_folders(folder, named)
+    nearest = missing[0].parent if missing else folder
+    if not os.access(nearest, os.W_OK | os.X_OK):  # root may write anywhere but a read-only fs
+        code = errno.EROFS if os.statvfs(nearest).f_flag & os.ST_RDONLY else errno.EACCES
+        raise OSError(code, os.strerror(code), str(named))
 
 
 def _missing_folders(folder: Path, target: str | os.PathLike[str]) -> list[Path]:
@@ -80,7 +95,9 @@ def _missing_folders(folder: Path, target: str | os.PathLike[str]) -> list[Path]
     here = folder
     while not here.is_dir():
         if here.exists() or here.is_symlink():  # a file, or a dangling link
-            raise NotADirectoryError(f"cannot write {target}: {here} is not a folder")
+            raise NotADirectoryError(
+                f"cannot write {target}: {here} is not a folder; give a path inside a folder"
+            )
         missing.append(here)
         if here.parent == here:
             break

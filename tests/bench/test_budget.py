@@ -5,6 +5,7 @@ paces and timings; nothing here compiles)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +13,16 @@ from torch import nn
 
 import halfprec
 from halfprec import BenchConfig
-from halfprec.bench.budget import COMPILE_CPU_S, PACE_POWER, Budget, thread_pace
+from halfprec.bench.budget import (
+    CALL_CPU_S,
+    LIFT,
+    OP_CPU_S,
+    PACE_POWER,
+    WALL_PER_CPU,
+    Budget,
+    process_start,
+    thread_pace,
+)
 from halfprec.bench.order import by_expected_gain
 from halfprec.bench.race import Race
 from halfprec.bench.results import fastest_variant
@@ -65,9 +75,8 @@ def test_a_compile_estimated_past_the_seconds_left_is_not_started() -> None:
     assert row.status == "skipped" and row.compile_s is None
     assert row.note.startswith("not compiled within the 50 s budget: its compile is estimated at")
     assert "its rounds" not in row.note  # the compile alone does not fit: no call timed for it
-    assert (
-        f"distinct operations at {COMPILE_CPU_S:g} s each, at pace 40.0 (seconds grow" in row.note
-    )
+    assert f"distinct operations at {OP_CPU_S:g} CPU-s each" in row.note
+    assert "at pace 40.0:" in row.note
     assert row.note.endswith("budget_s=None (--budget 0) lifts it")  # deploy's and bench's
     assert fastest_variant(run.result).name == "fp32" and not budget.compiled
 
@@ -177,11 +186,15 @@ def test_deploy_names_what_its_budget_left_out_and_keeps_what_it_measured() -> N
 
 
 def test_a_measured_compile_estimates_the_next() -> None:
-    """Before any compile the estimate is the eager call's distinct operations at
-    COMPILE_CPU_S each, at the pace now; after one, that compile's own seconds."""
+    """Before any compile the estimate is the eager call's calls at CALL_CPU_S each or
+    its distinct operations at OP_CPU_S each, whichever is more, at the pace now; after
+    one, that compile's own seconds."""
     clock = _Clock()
     budget = Budget(50.0, clock=clock, pace=lambda: 2.0)
-    assert budget.estimate(10).seconds == pytest.approx(10 * COMPILE_CPU_S * 2.0**PACE_POWER)
+    wall = WALL_PER_CPU * 2.0**PACE_POWER
+    assert budget.estimate(10).seconds == pytest.approx(10 * OP_CPU_S * wall)
+    assert budget.estimate(10, 400).seconds == pytest.approx(400 * CALL_CPU_S * wall)
+    assert "400 calls at" in budget.estimate(10, 400).how
     assert budget.skip(FP32.with_compile(), ops=10, rounds_s=lambda: 2.0) is None  # 8 + 2 <= 50
     clock.now = 35.0  # the compile took 30 s, its rounds 5 s
     budget.record(FP32.with_compile(), 30.0)
@@ -258,24 +271,33 @@ def test_a_warm_up_that_spends_the_budget_leaves_the_probe_unrun() -> None:
 
 
 @pytest.mark.parametrize(
-    ("ops", "pace", "measured_s"),
+    ("ops", "calls", "pace", "measured_s"),
     [
-        (51, 1.3, 19.5),  # MiniLM b1, quiet (round eighteen's end: the pace others read)
-        (49, 1.5, 25.8),  # BERT-base b8, quiet (its deploy read 2.6 right after fp32's call)
-        (51, 4.3, 111.7),  # MiniLM b1 at load 4-11 (round nineteen)
-        (49, 8.0, 326.3),  # BERT-base b8 at load 14-20 (round nineteen)
-        (26, 10.2, 318.1),  # DeiT-small b4 at load 20-23, not fitted on (round nineteen)
+        (51, 233, 1.3, 19.5),  # MiniLM b1, quiet (round eighteen's end: the pace others read)
+        (49, 408, 1.5, 25.8),  # BERT-base b8, quiet
+        (51, 233, 4.3, 111.7),  # MiniLM b1 at load 4-11 (round nineteen)
+        (49, 408, 8.0, 326.3),  # BERT-base b8 at load 14-20 (round nineteen)
+        (26, 378, 10.2, 318.1),  # DeiT-small b4 at load 20-23 (round nineteen)
+        (25, 376, 9.5, 411.8),  # ViT-base b8 at load 23-26 (round nineteen: 0.51x)
+        (25, 376, 2.1, 86.9),  # ViT-base b8 at load 3-5 (round nineteen: 4x low)
+        (51, 233, 1.5, 35.0),  # MiniLM b1 at load 2-3 (round nineteen)
+        (49, 408, 2.8, 50.4),  # BERT-base b8 at load 4-5 (round nineteen)
+        (49, 617, 6.7, 363.3),  # held out (round twenty): BART at load 13-18
+        (157, 386, 3.7, 469.3),  # held out: SegFormer-b0 at load 18
+        (30, 228, 5.7, 267.8),  # held out: Whisper-base's encoder at load 15-18
     ],
 )
-def test_the_compile_estimate_is_within_1_5x_of_measured_cold_compiles(
-    ops: int, pace: float, measured_s: float
+def test_the_compile_estimate_errs_long_on_every_model_class_measured(
+    ops: int, calls: int, pace: float, measured_s: float
 ) -> None:
-    """Cold fp32 compiles on the 2-core Zen 3 (docs/benchmarks.md, round nineteen),
-    estimated from their operations and the pace read before them. Before: 0.85 CPU-s
-    per operation times the pace, 2.9 times MiniLM b1's quiet compile (56 s for 19.5 s),
-    which left its real 1.24-1.49x gain out of the default budget."""
-    estimate = Budget(50.0, clock=_Clock(), pace=lambda: pace).estimate(ops).seconds
-    assert measured_s / 1.5 <= estimate <= measured_s * 1.5, estimate
+    """Cold fp32 compiles on the 2-core Zen 3 (docs/benchmarks.md, rounds eighteen to
+    twenty), estimated from eager fp32's calls and distinct operations and the pace read
+    before them: at least 0.6 of the compile (Whisper's encoder, held out, reads 0.65),
+    at most 3 times it (BERT-base quiet: 2.8). Before: 0.29 s per distinct operation at
+    pace^1.5 read ViT-base's compile at load 3-5 4 times low (21.7 s for 86.9 s), and
+    BART's quiet compile started and overran deploy's budget."""
+    estimate = Budget(50.0, clock=_Clock(), pace=lambda: pace).estimate(ops, calls).seconds
+    assert measured_s * 0.6 <= estimate <= measured_s * 3.0, estimate
 
 
 def test_the_pace_is_read_once_the_call_s_threads_are_idle() -> None:
@@ -285,3 +307,53 @@ def test_the_pace_is_read_once_the_call_s_threads_are_idle() -> None:
     start = time.perf_counter()
     assert thread_pace(cpu_s=1e-4, idle_s=0.02) > 0
     assert time.perf_counter() - start >= 0.02
+
+
+def test_a_budget_from_the_process_start_charges_what_came_before_and_keeps_its_reserve() -> None:
+    """``halfprec deploy``'s budget counts from its process's start and keeps its last
+    seconds for the write and the exit: 30 s into a 55 s budget with 5 s kept, 20 s are
+    left, where a budget from deploy's call would see 55. A candidate that fits in 55 s but
+    not in 20 is not started, and its note says what was spent and what is kept."""
+    clock = _Clock()
+    clock.now = 30.0  # imports and the model's load took 30 s
+    call = Budget(55.0, clock=clock, pace=lambda: 1.0)
+    process = Budget(55.0, clock=clock, pace=lambda: 1.0, origin=0.0, reserve_s=5.0)
+    assert (call.left, process.left) == (55.0, 20.0)
+    assert call.skip(BF16, ops=5, rounds_s=lambda: 21.0) is None
+    why = process.skip(BF16, ops=5, rounds_s=lambda: 21.0)
+    assert why == (
+        "not run: 30 s of the 55 s budget were spent (5 s of it kept for after the run), "
+        f"and its rounds would take about 21 s more; {LIFT}"
+    )
+    # a compile whose estimate fits the 20 s left alone, but not with its rounds
+    compile_s = process.estimate(5, 20).seconds
+    assert compile_s < 20.0
+    rounds = 21.0 - compile_s
+    assert call.skip(FP32.with_compile(), ops=5, calls=20, rounds_s=lambda: rounds) is None
+    why = process.skip(FP32.with_compile(), ops=5, calls=20, rounds_s=lambda: rounds)
+    assert why is not None and why.startswith("not compiled within the 55 s budget: its compile")
+    assert why.endswith(f"with 20 s left (5 s more kept for after the run); {LIFT}")
+    clock.now = 50.0  # into the reserve: nothing more starts, nothing more is probed
+    assert process.over and not call.over
+    with pytest.raises(ValueError, match="reserve must be >= 0 seconds"):
+        Budget(55.0, reserve_s=-1.0)
+
+
+STARTED = time.perf_counter()  # when pytest imported this module
+
+
+def test_the_process_start_is_before_anything_it_imported() -> None:
+    """The command line's budget counts from the interpreter's start (Linux's /proc):
+    before this module was imported. Elsewhere it is now, on the clock given."""
+    if not Path("/proc/self/stat").is_file():
+        pytest.skip("no /proc here: the start is the call's")
+    assert process_start() < STARTED <= time.perf_counter()
+    assert process_start(clock=lambda: 1e6) < 1e6  # the clock's reading less the age
+
+
+def test_the_library_s_deploy_budget_counts_from_its_call_with_nothing_kept() -> None:
+    """``deploy()``'s budget counts from the call (deploy's default 50 s) and keeps nothing
+    for after it; what was spent before the run is in the report."""
+    done = halfprec.deploy(_model(), X, "bf16", compile=False, runtimes=())
+    assert done.report.budget_s == 50.0 and done.report.budget_reserve_s == 0.0
+    assert 0.0 <= done.report.budget_spent_s <= done.seconds["total"]

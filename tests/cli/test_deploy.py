@@ -100,3 +100,23 @@ def test_cli_deploy_plans_the_library_s_rounds_per_candidate() -> None:
 
     runs = next(p for p in command.params if p.name == "runs")
     assert runs.default == _quick().runs == 3
+
+
+def test_deploy_s_budget_counts_from_the_process_start_and_keeps_the_end(  # type: ignore[no-untyped-def]
+    cli, tiny_spec: str, tmp_path: Path
+) -> None:
+    """``halfprec deploy --budget S`` is for the whole process: the interpreter's start, the
+    imports and the model's load are charged before deploy runs (``budget_spent_s`` > 0:
+    they always take some time), and the last seconds are kept for writing the choice and
+    exiting; ``--budget 0`` lifts the bound and keeps nothing."""
+    from halfprec.bench.budget import PROCESS_BUDGET_S, PROCESS_END_S
+
+    out = tmp_path / "tiny.safetensors"
+    data = json.loads(cli("deploy", tiny_spec, "-o", str(out), *FAST, "--json").stdout)
+    report = data["report"]
+    assert report["budget_s"] == PROCESS_BUDGET_S
+    assert report["budget_reserve_s"] == PROCESS_END_S and report["budget_spent_s"] > 0
+    data = json.loads(
+        cli("deploy", tiny_spec, "-o", str(out), *FAST, "--budget", "0", "--json").stdout
+    )
+    assert data["report"]["budget_s"] is None and data["report"]["budget_reserve_s"] == 0.0

@@ -521,3 +521,59 @@ def test_generate_past_the_model_s_positions_is_exit_2(tmp_path: Path) -> None:
 def test_a_batch_size_past_the_limit_is_exit_2() -> None:
     proc = run_cli("bench", USER, "--batch-sizes", "1,1000000000000")
     _one_error(proc, "--batch-sizes 1000000000000 is over the largest batch")
+
+
+# -- a bad data file or model folder: the one line names the fix too ------------------------
+
+
+def test_an_unreadable_weights_file_names_what_to_give_instead(tmp_path: Path) -> None:
+    text = tmp_path / "weights.pt"
+    text.write_text("hello\n")
+    _one_error(
+        run_cli("check", USER, "--weights", str(text), "--runs", "0"),
+        "weights.pt is corrupt or not a torch checkpoint",
+        "give weights written by torch.save(model.state_dict(), path) or a .safetensors file",
+    )
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(b"\x00garbage" * 10)
+    _one_error(
+        run_cli("check", USER, "--weights", str(cut), "--runs", "0"),
+        "cut.safetensors is not a valid safetensors file",
+        "truncated or corrupt: copy or write it again",
+    )
+
+
+def test_a_folder_of_weights_without_config_names_the_two_ways_out(tmp_path: Path) -> None:
+    folder = save_hf("gpt2", tmp_path)
+    (folder / "config.json").unlink()
+    _one_error(
+        run_cli("check", str(folder), "--runs", "0"),
+        "holds weights (model.safetensors) but no config.json",
+        "add the model's config.json, or give a MODEL spec that builds the model and "
+        f"--weights {folder / 'model.safetensors'}",
+    )
+
+
+def test_a_config_without_weights_says_so(tmp_path: Path) -> None:
+    folder = save_hf("gpt2", tmp_path)
+    (folder / "model.safetensors").unlink()
+    _one_error(
+        run_cli("check", str(folder), "--runs", "0"),
+        "has config.json but no weights file (model.safetensors or pytorch_model.bin)",
+        "model.save_pretrained",
+    )
+
+
+def test_an_older_sentence_transformers_folder_names_its_transformer(tmp_path: Path) -> None:
+    """modules.json with the transformer in 0_Transformer/ (an older layout): no config.json
+    at the top, and the one line names the subfolder to give instead."""
+    folder = tmp_path / "st"
+    save_hf("gpt2", folder).rename(folder / "0_Transformer")
+    entry = {"idx": 0, "name": "0", "path": "0_Transformer"}
+    modules = [{**entry, "type": "sentence_transformers.models.Transformer"}]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    _one_error(
+        run_cli("check", str(folder), "--runs", "0"),
+        "its subfolder '0_Transformer'",
+        f"give {folder / '0_Transformer'} as MODEL",
+    )

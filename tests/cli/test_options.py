@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import click
@@ -189,12 +190,15 @@ def _options(name: str) -> dict[str, click.Option]:
 
 
 def test_budget_is_one_option_in_bench_and_deploy() -> None:
-    """One factory: the same help and checks; only the default differs, each shown."""
-    from halfprec.bench.budget import BENCH_BUDGET_S, DEPLOY_BUDGET_S
+    """One factory: the same help and checks; the default differs, each shown, and
+    deploy's help says its seconds are the whole process's."""
+    from halfprec.bench.budget import BENCH_BUDGET_S, PROCESS_BUDGET_S
 
     bench, deploy = _options("bench")["--budget"], _options("deploy")["--budget"]
-    assert bench.help == deploy.help and type(bench.type) is type(deploy.type)
-    assert (bench.default, deploy.default) == (BENCH_BUDGET_S, DEPLOY_BUDGET_S)
+    assert bench.help is not None and deploy.help is not None
+    assert deploy.help.startswith(bench.help) and type(bench.type) is type(deploy.type)
+    assert "count from this process's start" in deploy.help
+    assert (bench.default, deploy.default) == (BENCH_BUDGET_S, PROCESS_BUDGET_S)
     for command, args in (("bench", []), ("deploy", ["-o", "x.safetensors"])):
         _one_line(run_cli(command, MISSING, *args, "--budget", "-1"), "--budget")
 
@@ -210,3 +214,30 @@ def test_every_float_range_refuses_nan_before_the_model_loads(command: str) -> N
             continue
         with pytest.raises(click.BadParameter, match="'nan' is not a number"):
             option.type.convert("nan", option, click.Context(main, parent=root))
+
+
+def test_docs_cli_writes_each_default_as_help_shows_it() -> None:
+    """docs/cli.md spells a default as ``--help`` does, ``[default: X]``, and each one it
+    states is one that some command's ``--help`` shows."""
+    from support import ROOT
+
+    page = (ROOT / "docs" / "cli.md").read_text()
+    assert "Default:" not in page, "write a default as --help does: [default: X]"
+    helps = " ".join(
+        " ".join(run_cli(command, "--help").stdout.split())
+        for command in [*CONVERTING, "preflight", "lint"]
+    )
+    stated = re.findall(r"\[default: [^\]]*\]", page)
+    assert stated, "docs/cli.md states no default"
+    # click adds an IntRange's bounds after a semicolon: "[default: 10; x>=0]"
+    assert [d for d in stated if d not in helps and f"{d[:-1]};" not in helps] == []
+
+
+def test_an_option_left_out_says_what_it_means() -> None:
+    from halfprec.export.config import DEFAULT_OPSET
+
+    export = " ".join(run_cli("export", "--help").stdout.split())
+    assert f"ONNX opset (>= 17). [default: {DEFAULT_OPSET}; x>=17]" in export
+    assert _options("export")["--opset"].default == DEFAULT_OPSET
+    diagnose = " ".join(run_cli("diagnose", "--help").stdout.split())
+    assert "Use only the first N batches. [default: (every batch); x>=1]" in diagnose

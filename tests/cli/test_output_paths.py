@@ -87,3 +87,58 @@ def test_an_output_that_is_a_link_loop_is_exit_2(cli, tmp_path: Path) -> None:  
     os.symlink("b.pt2", other)
     os.symlink("a.pt2", tmp_path / "b.pt2")
     _refused(cli("export", TINY, "-o", str(other)), "symbolic link loop")
+
+
+# -- an -o that cannot be written is refused before the model loads ------------------------
+# MODEL raises when built, so a refusal that names the output came before any work.
+
+
+@pytest.fixture
+def unbuildable(tmp_path: Path) -> str:
+    source = tmp_path / "unbuilt.py"
+    source.write_text("def build():\n    raise RuntimeError('the model was built')\n")
+    return f"{source}:build"
+
+
+@pytest.mark.parametrize(
+    "output, why",
+    [
+        ("plain/x.safetensors", "plain is not a folder; give a path inside a folder"),
+        ("busy", "busy exists and is not an empty folder; pick a new path"),
+        ("adir.safetensors", "adir.safetensors is a directory; give a file path"),
+        ("plain/x.xml", "plain is not a folder"),
+    ],
+)
+def test_deploy_refuses_an_output_it_cannot_write_before_the_model_loads(  # type: ignore[no-untyped-def]
+    cli, tmp_path: Path, unbuildable: str, output: str, why: str
+) -> None:
+    (tmp_path / "plain").write_text("")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "keep.txt").write_text("mine")
+    (tmp_path / "adir.safetensors").mkdir()
+    proc = cli("deploy", unbuildable, "--no-compile", "-o", str(tmp_path / output))
+    _refused(proc, why)
+    assert (tmp_path / "busy" / "keep.txt").read_text() == "mine"
+
+
+def test_convert_refuses_a_folder_output_it_cannot_write_before_the_model_loads(  # type: ignore[no-untyped-def]
+    cli, hf_dir: Path, tmp_path: Path
+) -> None:
+    (hf_dir / "model.safetensors").write_bytes(b"not weights")  # loading it would fail
+    (tmp_path / "plain").write_text("")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "keep.txt").write_text("mine")
+    _refused(cli("convert", str(hf_dir), "-o", str(tmp_path / "busy")), "not an empty folder")
+    _refused(cli("convert", str(hf_dir), "-o", str(tmp_path / "plain" / "out")), "not a folder")
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".halfprec-")]
+
+
+def test_a_read_only_folder_is_refused_before_the_model_loads(  # type: ignore[no-untyped-def]
+    cli, tiny_fs: Path, unbuildable: str
+) -> None:
+    import subprocess
+
+    subprocess.run(["mount", "-o", "remount,ro", str(tiny_fs)], check=True)
+    for command in ("convert", "deploy"):
+        out = tiny_fs / "new" / "x.safetensors"
+        _refused(cli(command, unbuildable, "-o", str(out)), f"cannot use {out}", "read-only")

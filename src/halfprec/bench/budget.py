@@ -8,14 +8,18 @@ small products come in many shapes. A compile once started runs to its end, so t
 budget decides before each candidate is built:
 
 - a compiled candidate is compiled only where its estimated compile, its rounds and the
-  end's re-timing fit in the seconds left. Before any compile the estimate is the number
-  of distinct operations (by name and operand shapes) in eager fp32's first call, times
-  :data:`COMPILE_CPU_S` seconds each, times this thread's pace now to the power
-  :data:`PACE_POWER` (:func:`thread_pace`: the wall seconds a short pure-Python spin takes
-  for a CPU-second of the machine that constant was measured on, read once the call's
-  threads are idle; below 1 on a faster core, above where other processes share the
-  cores). Once one compile is measured, the next is estimated
-  at that compile's own wall seconds (the same graph, compiled again in another dtype);
+  end's re-timing fit in the seconds left. Before any compile the estimate is the
+  CPU-seconds of eager fp32's first call's calls of torch functions at
+  :data:`CALL_CPU_S` each, or of its distinct operations (by name and operand shapes) at
+  :data:`OP_CPU_S` each, whichever is more, turned into wall seconds at this thread's
+  pace now (:data:`WALL_PER_CPU` times the pace to the power :data:`PACE_POWER`;
+  :func:`thread_pace`: the wall seconds a short pure-Python spin takes for a CPU-second
+  of the machine the constants were measured on, read once the call's threads are idle;
+  below 1 on a faster core, above where other processes share the cores). Once one
+  compile is measured, the next is estimated at that compile's own wall seconds (the
+  same graph, compiled again in another dtype). A compile once started runs to its end:
+  where it takes longer than estimated, the run ends past its budget by the difference
+  (the candidates after it are then not run);
 - a candidate's rounds are reckoned from eager fp32's call (the runner's: its fastest
   timed round, or one more call timed once, not its cold warm-up call);
 - once the budget is spent, no further candidate is built (the choice and its claim come
@@ -29,36 +33,54 @@ budget decides before each candidate is built:
   --budget 0``) lifts the bound;
 - bench's memory subprocesses are not started once the budget is spent.
 
-deploy's budget is :data:`DEPLOY_BUDGET_S`, ``halfprec bench``'s :data:`BENCH_BUDGET_S`
-(``--quick``: deploy's).
+``deploy()``'s budget is :data:`DEPLOY_BUDGET_S`, counted from its call; ``halfprec
+deploy``'s is :data:`PROCESS_BUDGET_S` for the whole process: counted from the process's
+start (:func:`process_start`: the interpreter's start, imports and the model's load are
+charged), with its last :data:`PROCESS_END_S` kept for writing the choice and exiting
+(``BenchConfig.budget_origin`` and ``budget_reserve_s``). ``halfprec bench``'s is
+:data:`BENCH_BUDGET_S` from the run's start (``--quick``: deploy's).
 
-The estimate is rough: it can read a cached compile (a repeat deploy's) high, which skips
-it, and a model whose kernels take unusually long to build low. The race's rounds and
-the claim's are not cut: the claim keeps what it measures.
+The estimate is rough and meant to err long: it reads a cached compile (a repeat deploy's)
+high, which skips it, and the pace it reads under load moves by a third within seconds.
+The race's rounds and the claim's are not cut: the claim keeps what it measures.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported by the command line's options, which start without torch
-    from halfprec.bench.results import VariantResult
+    from halfprec.bench.results import BenchConfig, VariantResult
     from halfprec.bench.variants import Variant
 
 # deploy's own seconds: a cold deploy of BERT-base at batch 8 on 2 cores is meant to take at
 # most 60 s as a whole process, of which imports, model load and exit take 7-10 s quiet
 DEPLOY_BUDGET_S = 50.0
 
+# ``halfprec deploy``'s seconds, for its whole process: from the interpreter's start
+# (:func:`process_start`: imports and the model's load are charged) to its exit, of which
+# PROCESS_END_S are kept for writing the choice and exiting. 5 s under the 60 s a cold
+# ``halfprec deploy builtin:bert-base`` is meant to take on 2 cores: the margin for an
+# estimate that runs low (a started compile runs to its end)
+PROCESS_BUDGET_S = 55.0
+
+# what ``halfprec deploy`` keeps of its budget for writing the choice and the interpreter's
+# exit: 2.0-3.8 s of exit after a cold deploy quiet, 4.5 s at load 8 (docs/benchmarks.md,
+# rounds nineteen and twenty), and the write of a BERT-base checkpoint
+PROCESS_END_S = 5.0
+
 # ``halfprec bench``'s seconds: bench times every variant (10 rounds each, deploy 3) and then
 # measures memory, so more than deploy's; on a quiet 2-core Zen 4 ``bench builtin:bert-base
 # --compile`` took 97-108 s, 21-24 s of it memory after every timing (docs/bench.md)
 BENCH_BUDGET_S = 120.0
 
-# iterations per CPU-second of thread_pace's spin where COMPILE_CPU_S was measured (the
+# iterations per CPU-second of thread_pace's spin where CALL_CPU_S was measured (the
 # 2-core Zen 3, under load 30: 670-750 thousand)
 REFERENCE_SPIN = 700_000
 
@@ -75,18 +97,28 @@ BUDGET_NOTES = ("not run: ", "not compiled within the ")
 # how a skipped row's note says the bound is lifted (deploy's and bench's alike)
 LIFT = "budget_s=None (--budget 0) lifts it"
 
-# wall seconds of a cold torch.compile per distinct operation (name and operand shapes) of
-# the eager call at pace 1, and how the wall seconds grow with the pace: ``COMPILE_CPU_S *
-# pace ** PACE_POWER``. Fitted to cold fp32 compiles on the 2-core Zen 3 (docs/benchmarks.md,
-# round nineteen): quiet, MiniLM b1 19.5 s for 51 operations at pace 1.3 and BERT-base b8
-# 25.8 s for 49 at 1.3-1.6; loaded, MiniLM b1 111.7 s at pace 4.3 (load 4-11) and BERT-base
-# b8 326.3 s at 8.0 (load 14-20). Linear in the pace, one constant is 2-3 times too high
-# quiet where it is right at load 15 (round eighteen's 0.85 was): a compile runs a C++
-# build beside its Python on the second core, which a quiet machine lends it and a loaded
-# one does not, and a 0.1 s spin after a sleep gets more of a shared core than a minutes-
-# long compile does. 0.29 is the highest of the four fits, so that an estimate errs long.
-COMPILE_CPU_S = 0.29
-PACE_POWER = 1.5
+# a cold torch.compile's CPU-seconds, estimated from eager fp32's first call: CALL_CPU_S per
+# call of a torch function (what dynamo traces and inductor lowers, one graph node each)
+# or OP_CPU_S per distinct operation (name and operand shapes: the kernels inductor builds,
+# one C++ build each), whichever is more. Cold fp32 compiles on the 2-core Zen 3
+# (docs/benchmarks.md, rounds sixteen to twenty) per call: ViT-base b8 0.15-0.16 CPU-s
+# (376 calls, 57.5-60.3 CPU-s), DeiT-small 0.15, MiniLM 0.12-0.15, BERT-base 0.10-0.13;
+# per distinct operation MobileViT-small 0.69 (167 operations, 115.5 CPU-s). Held out,
+# BART reads 1.6x high (0.10 per call), SegFormer-b0 1.3x high and Whisper-base's
+# encoder 0.65x (0.25 per call, 228 calls: its kernels cost more to build, which no count
+# of the eager call shows).
+CALL_CPU_S = 0.16
+OP_CPU_S = 0.7
+
+# a compile's wall seconds per CPU-second, ``WALL_PER_CPU * pace ** PACE_POWER`` at the
+# thread's pace (:func:`thread_pace`): a quiet machine lends the compile's C++ builds the
+# second core (BERT-base b8: 25.8 s of wall for 34.5 CPU-s at pace 1.3-1.6), a loaded one
+# does not (BERT-base b8 at pace 8.0: 326.3 s for 51.2). Fitted to the wall over CPU of
+# 14 cold compiles of rounds nineteen and twenty (docs/benchmarks.md): 0.59-1.96 times
+# each, 0.8-1.25 times 9 of them, the spread being the pace's own (two readings seconds
+# apart under load differ by a third).
+WALL_PER_CPU = 0.7
+PACE_POWER = 1.1
 
 
 def _spin(cpu_s: float, most_s: float) -> float:
@@ -99,7 +131,7 @@ def _spin(cpu_s: float, most_s: float) -> float:
 
 def thread_pace(cpu_s: float = 0.03, most_s: float = 0.3, idle_s: float = IDLE_S) -> float:
     """Wall seconds this thread now takes for a CPU-second of the machine
-    :data:`COMPILE_CPU_S` was measured on: the median of 3 pure-Python spins, each until
+    :data:`CALL_CPU_S` was measured on: the median of 3 pure-Python spins, each until
     it has run ``cpu_s`` of its own CPU time (or ``most_s`` of wall time), their
     iterations against :data:`REFERENCE_SPIN`, read after ``idle_s`` seconds asleep (the
     threads of the call just made park: :data:`IDLE_S`). A compile runs mostly Python on
@@ -116,45 +148,99 @@ class CompileCost:
     how: str
 
 
+def process_start(clock: Callable[[], float] = time.perf_counter) -> float:
+    """The reading of ``clock`` (a monotonic clock in seconds, ``time.perf_counter``'s
+    base) at which this process started: now less the process's age from Linux's
+    ``/proc/self/stat`` and ``/proc/uptime`` (10 ms ticks), so that the interpreter's start
+    and every import before the caller count. Elsewhere, now: nothing before the call is
+    charged."""
+    now = clock()
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22: starttime
+        age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return now
+    return now - max(0.0, age)
+
+
 @dataclass
 class Budget:
-    """``seconds`` of wall time from the benchmark's start (None: no bound), read on
-    ``clock``; ``pace``: wall seconds per CPU-second of a thread now
+    """``seconds`` of wall time (None: no bound), read on ``clock``, counted from
+    ``origin`` (a reading of ``clock``; None: when the budget is made: deploy's call, or
+    the run's start), of which the last ``reserve_s`` are kept for the caller's work after
+    the run (``halfprec deploy``'s write and exit): no candidate starts that would reach
+    into them. ``pace``: wall seconds per CPU-second of a thread now
     (:func:`thread_pace`; tests pass their own). ``compiled``: the compiles measured so
     far, by variant name."""
 
     seconds: float | None
     clock: Callable[[], float] = time.perf_counter
     pace: Callable[[], float] = thread_pace
+    origin: float | None = None
+    reserve_s: float = 0.0
     start: float = field(init=False)
     compiled: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.seconds is not None and not self.seconds > 0:
             raise ValueError(f"a time budget must be > 0 seconds (or None), got {self.seconds}")
-        self.start = self.clock()
+        if not self.reserve_s >= 0:
+            raise ValueError(f"a budget's reserve must be >= 0 seconds, got {self.reserve_s}")
+        self.start = self.clock() if self.origin is None else self.origin
+
+    @classmethod
+    def of(cls, config: BenchConfig) -> Budget:
+        """The budget a benchmark's options ask for (``budget_s``, ``budget_origin``,
+        ``budget_reserve_s``), on the wall clock."""
+        return cls(config.budget_s, origin=config.budget_origin, reserve_s=config.budget_reserve_s)
 
     @property
     def spent(self) -> float:
         return self.clock() - self.start
 
     @property
-    def over(self) -> bool:
-        """Whether the seconds are spent (never without a bound)."""
-        return self.seconds is not None and self.spent >= self.seconds
+    def left(self) -> float:
+        """The seconds candidates may still start in: the budget less what was spent and
+        the reserve (infinite without a bound)."""
+        if self.seconds is None:
+            return float("inf")
+        return self.seconds - self.reserve_s - self.spent
 
-    def estimate(self, ops: int) -> CompileCost:
-        """The next compile's wall seconds: the last measured compile's, or ``ops`` distinct
-        operations at :data:`COMPILE_CPU_S` seconds each at this thread's pace (to the power
-        :data:`PACE_POWER`)."""
+    @property
+    def over(self) -> bool:
+        """Whether the seconds are spent, the reserve aside (never without a bound)."""
+        return self.left <= 0
+
+    def spent_text(self, noun: str = "time budget") -> str:
+        """``30 s of the 50 s time budget were spent`` (and the reserve, where one is kept)."""
+        kept = f" ({self.reserve_s:g} s of it kept for after the run)" if self.reserve_s else ""
+        return f"{self.spent:.0f} s of the {self.seconds:g} s {noun} were spent{kept}"
+
+    def estimate(self, ops: int, calls: int | None = None) -> CompileCost:
+        """The next compile's wall seconds: the last measured compile's, or, before any, the
+        CPU-seconds of eager fp32's call's ``calls`` calls of torch functions at
+        :data:`CALL_CPU_S` each or of its ``ops`` distinct operations at :data:`OP_CPU_S`
+        each, whichever is more (``calls`` unknown: one per operation), at
+        :data:`WALL_PER_CPU` wall seconds per CPU-second at this thread's pace to the
+        power :data:`PACE_POWER`."""
         if self.compiled:
             name, seconds = next(reversed(self.compiled.items()))
             return CompileCost(seconds, f"as {name}'s compile took")
+        calls = ops if calls is None else max(calls, ops)
+        by_calls, by_ops = calls * CALL_CPU_S, ops * OP_CPU_S
+        cpu = max(by_calls, by_ops)
         pace = self.pace()
-        seconds = ops * COMPILE_CPU_S * pace**PACE_POWER
+        seconds = cpu * WALL_PER_CPU * pace**PACE_POWER
+        what = (
+            f"{calls} calls at {CALL_CPU_S:g} CPU-s each"
+            if by_calls >= by_ops
+            else f"{ops} distinct operations at {OP_CPU_S:g} CPU-s each"
+        )
         how = (
-            f"{ops} distinct operations at {COMPILE_CPU_S:g} s each, at pace {pace:.1f} "
-            f"(seconds grow as the pace^{PACE_POWER:g})"
+            f"{what}, {cpu:.0f} CPU-s at pace {pace:.1f}: {WALL_PER_CPU:g} x "
+            f"pace^{PACE_POWER:g} wall seconds per CPU-second"
         )
         return CompileCost(seconds, how)
 
@@ -168,7 +254,7 @@ class Budget:
         what the GEMM limit may spend per half dtype (it stops after a round past it)."""
         if self.seconds is None or parts < 1:
             return None
-        return max(1.0, (self.seconds - self.spent) / (2 * parts))
+        return max(1.0, self.left / (2 * parts))
 
     @staticmethod
     def rounds_s(call_s: float, rounds: int, end_s: float) -> float:
@@ -178,35 +264,43 @@ class Budget:
         of timed calls, or 3 pairs)."""
         return 2 * call_s * (rounds + 1) + max(end_s, 2 * call_s * 3)
 
-    def skip(self, variant: Variant, ops: int, rounds_s: Callable[[], float]) -> str | None:
+    def skip(
+        self, variant: Variant, ops: int, rounds_s: Callable[[], float], calls: int | None = None
+    ) -> str | None:
         """Why ``variant`` is not started within the budget; None to run it. ``rounds_s()``:
         the seconds its warm-up and rounds and the end's re-timing are expected to take
         (eager fp32's pairs; asked only where the compile alone fits: it may time a call);
-        ``ops``: the distinct operations of eager fp32's call."""
+        ``ops`` and ``calls``: the distinct operations and the calls of eager fp32's call
+        (:meth:`estimate`). A compiled variant starts only where its estimated compile and
+        its rounds fit in what is left (:attr:`left`)."""
         if self.seconds is None:
             return None
         lift = LIFT
-        cost = self.estimate(ops) if variant.compiled else None
-        left = self.seconds - self.spent
+        cost = self.estimate(ops, calls) if variant.compiled else None
+        left = self.left
         if cost is not None and 0 < left <= cost.seconds:  # once spent: "not run", below
             return (
                 f"not compiled within the {self.seconds:g} s budget: its compile is estimated "
-                f"at {cost.seconds:.0f} s ({cost.how}), with {left:.0f} s left; {lift}"
+                f"at {cost.seconds:.0f} s ({cost.how}), with {left:.0f} s left{self._kept()}; "
+                f"{lift}"
             )
         rounds = rounds_s()
-        left = self.seconds - self.spent
+        left = self.left
         if left <= rounds:
             return (
-                f"not run: {self.spent:.0f} s of the {self.seconds:g} s budget were spent, "
-                f"and its rounds would take about {rounds:.0f} s more; {lift}"
+                f"not run: {self.spent_text('budget')}, and its rounds would take about "
+                f"{rounds:.0f} s more; {lift}"
             )
         if cost is None or cost.seconds + rounds <= left:
             return None
         return (
             f"not compiled within the {self.seconds:g} s budget: its compile is estimated at "
             f"{cost.seconds:.0f} s ({cost.how}) and its rounds at {rounds:.0f} s, with "
-            f"{left:.0f} s left; {lift}"
+            f"{left:.0f} s left{self._kept()}; {lift}"
         )
+
+    def _kept(self) -> str:
+        return f" ({self.reserve_s:g} s more kept for after the run)" if self.reserve_s else ""
 
 
 def left_out(rows: Sequence[VariantResult]) -> str | None:

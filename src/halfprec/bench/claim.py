@@ -89,7 +89,8 @@ def work_bound(gemm_s: float | None, fp32_s: float | None, kernels: float) -> fl
     matrix products (``gemm_s``: eager fp32's seconds in them, each product's fastest
     sample; at ``kernels`` times that speed in the choice's dtype, the eager GEMM ratio,
     and :data:`KERNEL_SLACK` more), everything else taken as free. None where either is
-    unknown."""
+    unknown: on a CPU where every half dtype is probed slow no GEMM limit is timed, so
+    the rule never applies there (only :data:`WIDEST` does)."""
     if gemm_s is None or fp32_s is None or gemm_s <= 0 or fp32_s <= 0:
         return None
     return fp32_s / (gemm_s / (max(1.0, kernels) * KERNEL_SLACK))

@@ -305,8 +305,11 @@ def deploy(
     dtypes this CPU computes; a list (``"openvino"``, ``"onnxruntime"``, or ``["all"]``)
     tries those in fp32 and each half dtype they offer, a missing package or a precision
     the CPU lacks skipping that variant with a note; ``()`` tries none. ``budget_s``: the
-    wall seconds deploy may start candidates in (:mod:`halfprec.bench.budget`; None: no
-    bound); a ``bench`` given carries its own (``BenchConfig.budget_s``).
+    wall seconds deploy may start candidates in, counted from this call
+    (:mod:`halfprec.bench.budget`; None: no bound); a ``bench`` given carries its own
+    (``BenchConfig.budget_s``, and where it counts from: ``budget_origin``, with
+    ``budget_reserve_s`` kept for after the call, as ``halfprec deploy`` counts from its
+    process's start).
 
     ``model`` is not changed: it is the fp32 reference, and every candidate is built
     from a copy, one at a time (at most the candidate being timed and the best so far
@@ -321,7 +324,7 @@ def deploy(
         )
     start = time.perf_counter()
     options = bench or replace(_quick(), budget_s=budget_s)
-    budget = Budget(options.budget_s)  # from deploy's start: what comes before the race counts
+    budget = Budget.of(options)  # from deploy's start (or the options' origin): all counts
     recipe = Recipe.of(recipe)
     device = model_device(model)
     settled = recipe.settle(device, tolerance)

@@ -86,14 +86,16 @@ def _from_call(func: Any, args: tuple[Any, ...]) -> list[Gemm]:
 
 class GemmRecorder(TorchFunctionMode):
     """Inside ``with GemmRecorder() as rec:``, counts the matrix products torch calls make
-    (``rec.seen``) and keeps the distinct operations (``rec.ops``: each torch function's
-    name with its tensor operands' shapes, what a compile's cost grows with:
-    :mod:`halfprec.bench.budget`); everything runs as usual."""
+    (``rec.seen``), keeps the distinct operations (``rec.ops``: each torch function's
+    name with its tensor operands' shapes) and counts every call (``rec.calls``: what a
+    compile traces, one graph node each; :mod:`halfprec.bench.budget` estimates a
+    compile from both); everything runs as usual."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: Counter[Gemm] = Counter()
         self.ops: set[tuple[str, tuple[tuple[int, ...], ...]]] = set()
+        self.calls = 0
 
     def __torch_function__(
         self,
@@ -107,6 +109,7 @@ class GemmRecorder(TorchFunctionMode):
                 self.seen[gemm] += 1
         shapes = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
         self.ops.add((getattr(func, "__name__", repr(func)), shapes))
+        self.calls += 1
         return func(*args, **(kwargs or {}))
 
 

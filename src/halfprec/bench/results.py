@@ -43,7 +43,13 @@ class BenchConfig:
     about as long as the compile itself; off by default, with a note). ``budget_s``: wall
     seconds the run may start candidates in (:mod:`halfprec.bench.budget`: a compile that
     cannot fit, and any candidate once they are spent, is skipped with a note; None: no
-    bound; ``deploy``'s default is :data:`~halfprec.bench.budget.DEPLOY_BUDGET_S`)."""
+    bound; ``deploy``'s default is :data:`~halfprec.bench.budget.DEPLOY_BUDGET_S`).
+    ``budget_origin``: the :func:`time.perf_counter` reading those seconds count from
+    (None: the run's start, or deploy's call); ``halfprec deploy`` passes its process's
+    start (:func:`~halfprec.bench.budget.process_start`), so that its imports and the
+    model's load are charged. ``budget_reserve_s``: seconds of the budget kept for the
+    caller's work after the run (``halfprec deploy``'s write and exit): no candidate
+    starts that would eat into them."""
 
     batch_sizes: tuple[int, ...] = ()
     warmup: int = 2
@@ -60,10 +66,14 @@ class BenchConfig:
     probe_cache: bool = True
     compiled_memory: bool = False
     budget_s: float | None = None
+    budget_origin: float | None = None
+    budget_reserve_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.budget_s is not None and not self.budget_s > 0:
             raise ValueError(f"budget_s must be > 0 seconds or None, got {self.budget_s}")
+        if not self.budget_reserve_s >= 0:
+            raise ValueError(f"budget_reserve_s must be >= 0 seconds, got {self.budget_reserve_s}")
         if self.memory not in ("every", "first", "none"):
             raise ValueError(f"memory must be 'every', 'first' or 'none', got {self.memory!r}")
         if self.skip_slower_than is not None and self.skip_slower_than <= 0:
@@ -163,7 +173,10 @@ class BenchResult:
     ``warm-up``, ``compile``, ``compare``, ``timing``, ``memory``) and in all (``total``);
     ``cpu_seconds``: the same phases' CPU seconds, this process's threads and the processes
     it started (:func:`~halfprec.bench.phases.cpu_seconds`: less swayed by other load).
-    ``budget_s``: the time budget the run had (None: no bound)."""
+    ``budget_s``: the time budget the run had (None: no bound); ``budget_spent_s``: what
+    of it was spent when the run started (``halfprec deploy``'s: the process's start, its
+    imports and the model's load); ``budget_reserve_s``: what of it was kept for after the
+    run (``halfprec deploy``'s write and exit)."""
 
     model: str
     device: str
@@ -175,6 +188,8 @@ class BenchResult:
     seconds: dict[str, float] = field(default_factory=dict)
     cpu_seconds: dict[str, float] = field(default_factory=dict)
     budget_s: float | None = None
+    budget_spent_s: float = 0.0
+    budget_reserve_s: float = 0.0
 
     def limit(self, dtype: torch.dtype, batch_size: int | None = None) -> GemmLimit | None:
         """The GEMM limit of ``dtype`` at ``batch_size`` (default: the first), if measured."""
@@ -214,6 +229,8 @@ class BenchResult:
             "seconds": dict(self.seconds),
             "cpu_seconds": dict(self.cpu_seconds),
             "budget_s": self.budget_s,
+            "budget_spent_s": self.budget_spent_s,
+            "budget_reserve_s": self.budget_reserve_s,
         }
 
 

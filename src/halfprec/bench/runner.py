@@ -188,9 +188,9 @@ class Benchmark:
         )
         self.shapes: dict[Gemm, int] = {}
         # eager fp32's distinct operations, and its call: the warm-up's, then its fastest round
-        self.ops, self.call_s = 0, 0.0
+        self.ops, self.calls, self.call_s = 0, 0, 0.0
         self.yardstick: Batch | None = None  # the batch to time fp32's call on, once
-        self.budget = budget or Budget(self.config.budget_s)
+        self.budget = budget or Budget.of(self.config)
         self.modules: dict[str, nn.Module] = {}
         self.notes: list[str] = []  # for the result's warnings
         self.rows: dict[tuple[int, int], VariantResult] = {}  # by (size index, variant index)
@@ -231,6 +231,8 @@ class Benchmark:
             machine=machine_info(self.device),
             unit=self.config.unit,
             budget_s=self.budget.seconds,
+            budget_spent_s=self.budget.spent,
+            budget_reserve_s=self.budget.reserve_s,
         )
         self._note_reduced_fp32()
         start, cpu = time.perf_counter(), self.phases.cpu_clock()
@@ -279,9 +281,8 @@ class Benchmark:
         limits: dict[torch.dtype, GemmLimit] = {}
         if self.budget.over and self.half.dtypes:  # no candidate will start: nothing to probe
             self.notes.append(
-                f"the half dtypes were not probed: {self.budget.spent:.0f} s of the "
-                f"{self.budget.seconds:g} s time budget were spent by fp32 @ batch {size}; "
-                f"{LIFT}"
+                f"the half dtypes were not probed: {self.budget.spent_text()} by fp32 @ "
+                f"batch {size}; {LIFT}"
             )
         else:
             if index == 0:
@@ -418,8 +419,7 @@ class Benchmark:
             return
         if self.budget.over:  # subprocesses started now would run past it by their length
             self.notes.append(
-                f"memory not measured: {self.budget.spent:.0f} s of the "
-                f"{self.budget.seconds:g} s time budget were spent before its subprocesses "
+                f"memory not measured: {self.budget.spent_text()} before its subprocesses "
                 f"would start; {LIFT}"
             )
             return
@@ -442,10 +442,7 @@ class Benchmark:
         on). A stopped one is killed with every process it started, and leaves no file."""
         if not self.budget.over:
             return None
-        return (
-            f"{_STOPPED}{self.budget.spent:.0f} s of the {self.budget.seconds:g} s time budget "
-            f"were spent; {LIFT}"
-        )
+        return f"{_STOPPED}{self.budget.spent_text()}; {LIFT}"
 
     def _note_compiled_memory(self) -> bool:
         """False, after noting once why a compiled variant's CPU memory is not measured."""
@@ -481,14 +478,14 @@ class Benchmark:
             if why is not None:
                 return why
         gated = self.gate.skip(variant, self._twins(variant, at))
-        return gated or self.budget.skip(variant, self.ops, self._rounds_s)
+        return gated or self.budget.skip(variant, self.ops, self._rounds_s, self.calls)
 
     def _rounds_s(self, measure: bool = True) -> float:
         """A candidate's rounds and the end's re-timing, from eager fp32's call: its fastest
         timed round, else (once, while the budget has seconds left) one more call of it
         timed on the budget's clock, since its one warm-up call is cold (BERT-base b8 at
         load 5: 14 s, where a warm call takes about 2 s)."""
-        left = self.budget.spent < (self.budget.seconds or 0.0)
+        left = self.budget.seconds is not None and not self.budget.over
         if measure and self.yardstick is not None and left:
             batch, self.yardstick = self.yardstick, None
             with self.phase("warm-up"), torch.inference_mode():
@@ -570,7 +567,7 @@ class Benchmark:
             result.status, result.note = "failed", first_line(exc)
             return Prepared(result, None, 0), None
         if warm.shapes:
-            self.shapes, self.ops = warm.shapes, warm.ops
+            self.shapes, self.ops, self.calls = warm.shapes, warm.ops, warm.calls
         if variant == _FP32 and index == 0:
             self.call_s, self.yardstick = warm.last, batch
         runs = self._plan(result, warm)

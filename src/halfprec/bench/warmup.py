@@ -62,8 +62,9 @@ class Warmed:
     """What the warm-up calls of one variant left: the first output (cloned), the first
     and last calls' seconds (and the first call's CPU seconds: a compile's), the bytes
     allocated when the peak counter was last reset, and the matrix products of
-    uncompiled fp32's first call (by shape, with their counts) and its number of distinct
-    operations (``ops``: :class:`~halfprec.bench.limit.GemmRecorder`)."""
+    uncompiled fp32's first call (by shape, with their counts), its number of distinct
+    operations (``ops``) and of calls of torch functions (``calls``:
+    :class:`~halfprec.bench.limit.GemmRecorder`)."""
 
     before: int = 0
     output: Any = None
@@ -72,6 +73,7 @@ class Warmed:
     last: float = 0.0
     shapes: dict[Gemm, int] = field(default_factory=dict)
     ops: int = 0
+    calls: int = 0
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class WarmUp:
                 warm.first_cpu = self.cpu_clock() - cpu
             if isinstance(recorder, GemmRecorder):
                 warm.shapes, warm.ops = dict(recorder.seen), len(recorder.ops)
+                warm.calls = recorder.calls
             if i == 0:
                 warm.output, warm.first = kept(out), warm.last
                 if variant.compiled:

@@ -1,6 +1,6 @@
 """Peak CPU memory of one variant, measured in a clean subprocess.
 
-``python -m halfprec.bench_worker --model SPEC --variant NAME --batch-size N`` loads the
+``python -m halfprec.bench.worker --model SPEC --variant NAME --batch-size N`` loads the
 model, builds the variant in place (no fp32 copy stays resident), runs one warm-up call
 (which may compile), then resets the kernel's peak-RSS counter and runs one more call. It
 prints JSON: ``peak_rss`` (bytes resident at the peak of that call), ``baseline_rss``
@@ -241,7 +241,7 @@ def measure_in_subprocesses(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m halfprec.bench_worker")
+    parser = argparse.ArgumentParser(prog="python -m halfprec.bench.worker")
     parser.add_argument("--model", required=True)
     parser.add_argument("--variant", required=True)
     parser.add_argument("--batch-size", type=int, required=True)

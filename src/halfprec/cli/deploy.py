@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from halfprec.bench.budget import DEPLOY_BUDGET_S
+from halfprec.atomic import ensure_folder
+from halfprec.bench.budget import PROCESS_BUDGET_S, PROCESS_END_S, process_start
 from halfprec.cli.options import (
     budget_option,
     convert_options,
@@ -82,7 +83,11 @@ def _runtimes(text: str | None) -> tuple[str, ...] | None:
     help="Timed rounds planned per variant (the race stops a settled one sooner; the "
     "leader runs on until its claim's 2 s of calls).",
 )
-@budget_option(DEPLOY_BUDGET_S)
+@budget_option(
+    PROCESS_BUDGET_S,
+    f" They count from this process's start (imports and the model's load are charged), "
+    f"and the last {PROCESS_END_S:g} s are kept for writing the choice and exiting.",
+)
 @tolerance_options
 def command(
     model: str,
@@ -106,6 +111,7 @@ def command(
     if problem is not None:
         raise click.UsageError(problem)
     not_an_input(output, model, {"--inputs": inputs_path})
+    _writable(output)  # a path that cannot be written, before minutes of timing
     loaded, batches, _dev = load_for_command(model, inputs_path, device)
     recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)
     source = model if Path(model).is_dir() else None
@@ -119,10 +125,27 @@ def command(
         recipe=recipe,
         compile=use_compile,
         bench=BenchConfig(
-            warmup=1, runs=runs, memory="none", max_variant_s=15.0, budget_s=budget_s or None
+            warmup=1,
+            runs=runs,
+            memory="none",
+            max_variant_s=15.0,
+            budget_s=budget_s or None,
+            budget_origin=process_start(),
+            budget_reserve_s=PROCESS_END_S if budget_s else 0.0,
         ),
     )
     finish({"output": str(output), **done.to_json()}, as_json, lambda: _render(done, output))
+
+
+def _writable(output: Path) -> None:
+    """Refuse an ``-o`` that no choice could be written to: a folder output that exists and
+    is not empty, a file output that is a folder, a path under a file."""
+    if output.suffix == "":
+        from halfprec.io.hf_dir import check_new_folder
+
+        check_new_folder(output)
+    else:
+        ensure_folder(output)
 
 
 def _render(done: Deployed, output: Path) -> None:

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     "max_batches",
     type=click.IntRange(min=1),
     default=None,
+    show_default="every batch",
     help="Use only the first N batches.",
 )
 def command(

@@ -65,7 +65,12 @@ __all__ = ["command"]
     "present_key_values out), checked on a split prompt, a one-token step and an empty past. "
     "Encoder-decoders: two files, OUTPUT (decoder step) and its .encoder twin.",
 )
-@click.option("--opset", type=click.IntRange(min=17), default=None, help="ONNX opset (>= 17).")
+@click.option(
+    "--opset",
+    type=click.IntRange(min=17),
+    default=18,  # halfprec.export.config.DEFAULT_OPSET, not imported here: it needs torch
+    help="ONNX opset (>= 17).",
+)
 @click.option(
     "--runs",
     type=click.IntRange(min=0),
@@ -83,7 +88,7 @@ def command(
     static: bool,
     half_io: bool,
     kv_cache: bool,
-    opset: int | None,
+    opset: int,
     runs: int,
     inputs_path: Path | None,
     device: str | None,

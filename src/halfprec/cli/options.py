@@ -232,9 +232,10 @@ def tolerance_options(f: F) -> F:
     )(f)
 
 
-def budget_option(seconds: float) -> Callable[[F], F]:
+def budget_option(seconds: float, counted: str = "") -> Callable[[F], F]:
     """``--budget``, one option for bench and deploy: the seconds the command may start
-    variants in (``seconds``: the command's default); NaN refused as for every float flag."""
+    variants in (``seconds``: the command's default; ``counted``: a sentence of help on
+    where they count from); NaN refused as for every float flag."""
     return click.option(
         "--budget",
         "budget_s",
@@ -242,7 +243,7 @@ def budget_option(seconds: float) -> Callable[[F], F]:
         default=seconds,
         help="Seconds to start variants in: a compile estimated past what is left, and any "
         "variant (or bench's memory subprocess) once they are spent, is skipped and named; "
-        "0 for no bound.",
+        f"0 for no bound.{counted}",
     )
 
 

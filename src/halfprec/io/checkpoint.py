@@ -212,7 +212,8 @@ def _read_state_dict(p: Path) -> dict[str, torch.Tensor]:
         ) from None
     except (RuntimeError, EOFError, OSError) as exc:
         raise CheckpointError(
-            f"{p} is corrupt or not a torch checkpoint ({first_line(exc)})"
+            f"{p} is corrupt or not a torch checkpoint ({first_line(exc)}); give weights "
+            "written by torch.save(model.state_dict(), path) or a .safetensors file"
         ) from None
     if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
         obj = obj["state_dict"]

@@ -30,6 +30,7 @@ from halfprec.frames import is_library_file
 from halfprec.io.hf_dir import (
     HfDirReport,
     InputsInDtype,
+    check_new_folder,
     save_pretrained_dir,
     transformers_islands,
 )
@@ -89,6 +90,7 @@ def convert_directory(
     problem = layout_problem(Path(source))  # before any work
     if problem is not None:
         raise ModelSpecError(problem)
+    check_new_folder(outdir)
     recipe = Recipe.of(recipe)
     dev = resolve_device(device)
     loaded = load_model(str(source))

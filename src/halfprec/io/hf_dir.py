@@ -30,7 +30,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from halfprec.atomic import as_write_error, made_folders, new_file_mode, temp_dir
+from halfprec.atomic import (
+    as_write_error,
+    ensure_parent,
+    made_folders,
+    new_file_mode,
+    temp_dir,
+)
 from halfprec.convert.core import recipe_of
 from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import cast_floating, dtype_name
@@ -78,6 +84,16 @@ def _copy_side_files(source: Path | None, dest: Path) -> list[str]:
     return copied
 
 
+def check_new_folder(outdir: str | os.PathLike[str]) -> Path:
+    """``outdir`` as a folder to write a model into: new or empty, in a folder that exists
+    or can be made; else an error naming it, before any slow work. Creates nothing."""
+    dest = Path(outdir)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise CheckpointError(f"{dest} exists and is not an empty folder; pick a new path")
+    ensure_parent(dest)
+    return dest
+
+
 def save_pretrained_dir(
     half: nn.Module,
     outdir: str | os.PathLike[str],
@@ -97,9 +113,7 @@ def save_pretrained_dir(
             "a Hugging Face directory needs a Hugging Face model converted by halfprec; "
             "for other models write a .safetensors file"
         )
-    dest = Path(outdir)
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise CheckpointError(f"{dest} exists and is not an empty folder; pick a new path")
+    dest = check_new_folder(outdir)
     with made_folders(dest.parent, dest):  # a failed write removes the folders it made
         _write_dir(half, recipe, dest, source, max_shard_size, verify)
     files = tuple(sorted(f.name for f in dest.iterdir()))

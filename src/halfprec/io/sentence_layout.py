@@ -66,6 +66,20 @@ def layout_problem(folder: str | Path) -> str | None:
     return None
 
 
+def transformer_subfolder(folder: str | Path) -> str | None:
+    """The subfolder of a sentence-transformers ``folder`` that holds its transformer (an
+    older layout: ``0_Transformer``, ``0_BERT``), else None."""
+    root = Path(folder)
+    if not (root / MODULES_FILE).is_file():
+        return None
+    entries = _modules(root)
+    for entry in entries if isinstance(entries, list) else ():
+        path = str(entry.get("path", ""))
+        if str(entry.get("type", "")).endswith("Transformer") and path not in ("", "."):
+            return path
+    return None
+
+
 def copy_module_folders(source: Path, dest: Path) -> list[str]:
     """Copy each module folder named in ``source``'s modules.json (not the transformer's,
     which is the folder's top) into ``dest``; returns their names."""

@@ -35,6 +35,7 @@ from torch import nn
 from halfprec.batch import Batch, as_batches
 from halfprec.dtypes import dtype_name
 from halfprec.errors import CheckpointError, ModelSpecError, clip
+from halfprec.io.sentence_layout import transformer_subfolder
 from halfprec.io.spec_names import SPEC_HELP
 from halfprec.io.tensorfile import TensorFile
 from halfprec.io.zoo import BUILTINS, SentenceEncoder, import_transformers
@@ -210,6 +211,31 @@ def _where(module: ModuleType) -> str:
     return str(getattr(module, "__file__", name)) if name.startswith("_halfprec_user_") else name
 
 
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".ckpt")
+
+
+def _weight_files(path: Path) -> list[str]:
+    return sorted(f.name for f in path.iterdir() if f.name.endswith(_WEIGHT_SUFFIXES))
+
+
+def _no_config(path: Path) -> str:
+    inner = transformer_subfolder(path)
+    if inner is not None:
+        return (
+            f"{path} is a sentence-transformers folder whose transformer is in its subfolder "
+            f"{inner!r}, with no config.json at its top; give {path / inner} as MODEL (the "
+            "transformer alone, without the folder's pooling)"
+        )
+    weights = _weight_files(path)
+    if weights:
+        return (
+            f"{path} holds weights ({', '.join(weights[:3])}) but no config.json, so no model "
+            f"can be built from it; add the model's config.json, or give a MODEL spec that "
+            f"builds the model and --weights {path / weights[0]}"
+        )
+    return f"{path} is a folder without config.json; give a Hugging Face model directory"
+
+
 def _hf_directory(path: Path) -> LoadedModel:
     """A Hugging Face directory loaded in fp32 whatever dtype it was stored in (the fp32
     reference), with no code from the directory run (``trust_remote_code=False``)."""
@@ -218,9 +244,7 @@ def _hf_directory(path: Path) -> LoadedModel:
         raise ModelSpecError(special)
     config_file = path / "config.json"
     if not config_file.is_file():
-        raise ModelSpecError(
-            f"{path} is a directory without config.json; give a Hugging Face model directory"
-        )
+        raise ModelSpecError(_no_config(path))
     tf = import_transformers()
     cls = _architecture(tf, config_file)
     from safetensors import SafetensorError
@@ -290,6 +314,11 @@ def _load_error(path: Path, exc: Exception) -> ModelSpecError:
             f"{path} needs its own Python code (auto_map in its config), which halfprec "
             "never runs from a model directory; load it yourself with "
             "trust_remote_code=True in a factory and pass MODEL as path/to/file.py:factory"
+        )
+    if isinstance(exc, OSError) and not _weight_files(path):
+        return ModelSpecError(
+            f"{path} has config.json but no weights file (model.safetensors or "
+            "pytorch_model.bin); write them into it with model.save_pretrained"
         )
     return ModelSpecError(
         f"cannot load the Hugging Face model in {path}: {first}; check its "

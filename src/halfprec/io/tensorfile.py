@@ -88,7 +88,8 @@ def _header(path: Path) -> tuple[int, dict[str, Any]]:
         ) from None
     except (OSError, ValueError, struct.error) as exc:
         raise CheckpointError(
-            f"{path} is not a valid safetensors file ({exc}); it may be truncated or corrupt"
+            f"{path} is not a valid safetensors file ({exc}); it may be truncated or "
+            "corrupt: copy or write it again"
         ) from None
     return 8 + size, header
 

@@ -11,6 +11,7 @@ import ast
 from halfprec.leaks.lint.attention import attention_input
 from halfprec.leaks.lint.batched import condition_with_half
 from halfprec.leaks.lint.context import dotted, words
+from halfprec.leaks.lint.escapes import built_from, filled_in_place
 from halfprec.leaks.lint.indexing import SOURCES
 from halfprec.leaks.lint.keyedstores import keyed_store
 from halfprec.leaks.lint.lambdas import lambda_step
@@ -51,7 +52,7 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     stored = _held_by(f, node, call, last) or keyed_store(f, node, call)
     if stored is not None:
         return stored
-    held = wrapped(f, node, call)
+    held = wrapped(f, node, call) or filled_in_place(node, call)
     if held is not None:
         return held  # nn.Parameter(t), self.register_buffer("m", t): module state made now
     if last.endswith("_like") and any(k.arg == "dtype" for k in call.keywords):
@@ -88,7 +89,7 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     entered = enter(f, node, _bound_call(call, last, node))
     if entered is not None:
         return entered
-    if _returned_record(f, node, call, last):
+    if _returned_record(f, node, call, last) or built_from(node, call, f.ctx):
         return "up"  # return ModelOutput(logits=t): the output holds t
     first = bool(call.args) and call.args[0] is node
     if name in f.ctx.imports.einops:  # einops.einsum(t, h, "..."): promoted inputs' dtype

@@ -14,9 +14,12 @@ leave the result fp32 all the same. Such a value is not itself a plain site:
   call of the file passes;
 - the ``return`` of a same-file helper that hands back only such values;
 - arithmetic or a join with such a value (of more than no dimensions: a 0-dim fp32 value
-  keeps a half operand half).
+  keeps a half operand half), and the ops whose result has their operands' dtype
+  (:mod:`.kept`: ``s.exp()``, ``torch.sum(s, -1)``, ``torch.div(a, n)``).
 
-Seen through reshapes, device moves, element reads and the names a value is bound to.
+Seen through reshapes, device moves, element reads, the names a value is bound to (an
+element of a tuple too: ``t, w = a, b``, ``_, s = self.top(...)`` of a helper returning
+tuples) and the parameters of a function that every call of the file passes such a value.
 A factory's own chain cast to double (``torch.tensor([1., -1.]).double()``) is the same
 request: :func:`double_chain`.
 """
@@ -28,14 +31,16 @@ import ast
 from halfprec import ops
 from halfprec.leaks.lint.casts import is_fp32_dtype
 from halfprec.leaks.lint.context import Context, dotted, words
+from halfprec.leaks.lint.decided import passed
 from halfprec.leaks.lint.explicit import helper_returns, through
+from halfprec.leaks.lint.kept import kept_operands, raising_inputs
 from halfprec.leaks.lint.reaching import reaching_values
 from halfprec.leaks.lint.scalars import zero_dim
 from halfprec.leaks.lint.transforms import transform_layer
 from halfprec.leaks.lint.typed import fp32_default
 from halfprec.leaks.lint.values import value_of
 
-_DEPTH = 8  # names and calls followed back from one operand
+_DEPTH = 12  # names and calls followed back from one operand
 _MADE_DEPTH = 24  # steps of an expression followed back to the factories it is made from
 _JOINS = words("cat stack concat concatenate hstack vstack block_diag")
 _TYPES = words("FloatTensor DoubleTensor")
@@ -58,10 +63,17 @@ def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
         return False
     if isinstance(node, ast.Name):  # on every path that may reach the read
         values = reaching_values(ctx, node)
-        return bool(values) and all(asked_fp32(v, ctx, depth + 1) for v in values)
-    if isinstance(node, ast.BinOp):
-        sides = (node.left, node.right)
-        return any(asked_fp32(s, ctx, depth + 1) and not zero_dim(s, ctx) for s in sides)
+        if not values:  # a parameter: what every call of the file passes (.decided)
+            return not _number(node, ctx) and passed(node, ctx, asked_fp32, depth)
+        parts = [_unpacked(v, node.id, ctx) for v in values]
+        if _param(node, ctx) and _branched(values[-1], ctx):  # if c: x = x.float()
+            bare = not _number(node, ctx) and passed(node, ctx, asked_fp32, depth)
+            if not bare:
+                return False  # the parameter as passed reaches the read too
+        return all(p and all(asked_fp32(v, c, depth + 1) for v, c in p) for p in parts)
+    if isinstance(node, ast.BinOp):  # the operands of a chain, walked without recursion
+        leaves = _operands(node)
+        return any(asked_fp32(s, ctx, depth) and not zero_dim(s, ctx) for s in leaves)
     if not isinstance(node, ast.Call):
         return False
     func = node.func
@@ -74,15 +86,90 @@ def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     if isinstance(func, ast.Attribute) and func.attr in _CASTS and _names_fp32(node, ctx):
         return _chosen(node, ctx) or not reads_factory(func.value, ctx)
     if dotted(func) in _REARRANGES and node.args:
-        return asked_fp32(node.args[0], ctx, depth + 1)  # einops: the same values
+        return asked_fp32(node.args[0], ctx, depth)  # einops: the same values
     if dotted(func).rsplit(".", 1)[-1] in _JOINS:
         pieces = node.args[0].elts if node.args and isinstance(node.args[0], ast.Tuple) else []
         pieces = node.args[0].elts if node.args and isinstance(node.args[0], ast.List) else pieces
-        return any(asked_fp32(p, ctx, depth + 1) for p in pieces)
+        return any(asked_fp32(p, ctx, depth) for p in pieces)
+    if any(asked_fp32(o, ctx, depth) and not zero_dim(o, ctx) for o in kept_operands(node, ctx)):
+        return not zero_dim(node, ctx)  # torch.sum(p * m.float(), -1), s.exp(): see .kept
+    if any(asked_fp32(o, ctx, depth + 1) for o in raising_inputs(node, ctx)):
+        return True  # self.gru_cell(i.float(), h) raises in half: see .kept
     if _applied(node, ctx) and node.args:
-        return asked_fp32(node.args[0], ctx, depth + 1)  # torch.sigmoid(logits.float())
+        return asked_fp32(node.args[0], ctx, depth)  # torch.sigmoid(logits.float())
     returned = helper_returns(node, ctx)
     return bool(returned) and all(asked_fp32(v, there, depth + 1) for v, there in returned)
+
+
+def _param(name: ast.Name, ctx: Context) -> bool:
+    """Whether ``name`` names a parameter of the walked function."""
+    fn = ctx.function
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    a = fn.args
+    return any(p.arg == name.id for p in (*a.posonlyargs, *a.args, *a.kwonlyargs))
+
+
+def _branched(value: ast.AST, ctx: Context) -> bool:
+    """Whether the assignment of ``value`` sits in an ``if``, ``try`` or ``match`` of the
+    function: it may not run, so what was bound before it reaches on."""
+    node: ast.AST | None = ctx.parents.get(id(value))
+    while node is not None and node is not ctx.function:
+        if isinstance(node, (ast.If, ast.Try, ast.ExceptHandler, ast.match_case)):
+            return True
+        node = ctx.parents.get(id(node))
+    return False
+
+
+def _number(name: ast.Name, ctx: Context) -> bool:
+    """A parameter annotated as a Python number (``shift: int = 0``): no tensor at all."""
+    fn = ctx.function
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    a = fn.args
+    for p in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+        if p.arg == name.id and p.annotation is not None:
+            return dotted(p.annotation) in ("int", "float", "bool")
+    return False
+
+
+def _operands(node: ast.BinOp) -> list[ast.AST]:
+    """The operands of a chain of arithmetic (``a * b + c``: ``a``, ``b``, ``c``)."""
+    leaves: list[ast.AST] = []
+    stack: list[ast.AST] = [node]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ast.BinOp):
+            stack += [e.right, e.left]
+        else:
+            leaves.append(e)
+    return leaves
+
+
+def _unpacked(value: ast.AST, name: str, ctx: Context) -> list[tuple[ast.AST, Context]]:
+    """What ``name`` is bound to by the assignment of ``value``: the element of ``t, w = a,
+    b.clone()``, the element of every tuple ``a, s = self.helper(...)`` returns (none where
+    a return is no tuple), else ``value`` itself."""
+    stmt = ctx.parents.get(id(value))
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+    index = next(
+        (
+            t.elts.index(n)
+            for t in targets
+            if isinstance(t, ast.Tuple)
+            for n in t.elts
+            if isinstance(n, ast.Name) and n.id == name
+        ),
+        None,
+    )
+    if index is None:
+        return [(value, ctx)]
+    if isinstance(value, ast.Tuple):
+        return [(value.elts[index], ctx)] if index < len(value.elts) else []
+    returned = helper_returns(value, ctx) if isinstance(value, ast.Call) else []
+    if not all(isinstance(v, ast.Tuple) and index < len(v.elts) for v, _ in returned):
+        return []
+    return [(v.elts[index], there) for v, there in returned if isinstance(v, ast.Tuple)]
 
 
 def _applied(call: ast.Call, ctx: Context) -> bool:
@@ -160,7 +247,16 @@ def asked_write(target: ast.Subscript, ctx: Context) -> bool:
     stmt = ctx.parents.get(id(target))
     if not isinstance(stmt, ast.Assign) or target not in stmt.targets:
         return False
+    if _basic(target.slice):
+        return False  # pe[:, 0::2] = torch.sin(pos.float()): a copy into pe's own dtype
     return asked_fp32(stmt.value, ctx.at(stmt.value))
+
+
+def _basic(index: ast.AST) -> bool:
+    """An index of slices, ``...``, ``None`` and number literals only (``[:, 0::2]``,
+    ``[0]``): a copy into the tensor's storage, never ``index_put_``."""
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    return all(isinstance(p, (ast.Slice, ast.Constant)) for p in parts)
 
 
 def asked_fill(use: ast.AST, bound_at: ast.AST, ctx: Context) -> bool:

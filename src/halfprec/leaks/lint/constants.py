@@ -17,6 +17,7 @@ import ast
 from collections.abc import Callable
 
 from halfprec import ops
+from halfprec.leaks.lint.asked import asked_fp32
 from halfprec.leaks.lint.casts import is_fp32_dtype, span
 from halfprec.leaks.lint.context import Context, dotted
 from halfprec.leaks.lint.fate import fate_of
@@ -52,7 +53,9 @@ def _out_of_range(node: ast.AST) -> float | None:
 
 def _explicit_fp32(node: ast.AST | None, ctx: Context) -> bool:
     """``m.float()`` or ``torch.zeros_like(k, dtype=torch.float32)``: a tensor made fp32 on
-    purpose, where a large constant fits (the upcast itself is HP201/HP202's finding)."""
+    purpose, where a large constant fits (the upcast itself is HP201/HP202's finding), or a
+    value computed from fp32 the library asks for (``scores`` of ``scores * total`` where
+    ``total`` reads ``p * mask.float()``)."""
     for sub in walk(node) if node is not None else ():
         if not isinstance(sub, ast.Call):
             continue
@@ -60,7 +63,7 @@ def _explicit_fp32(node: ast.AST | None, ctx: Context) -> bool:
             return True
         if any(k.arg == "dtype" and is_fp32_dtype(k.value, ctx) for k in sub.keywords):
             return True
-    return False
+    return node is not None and asked_fp32(node, ctx.at(node))  # see .asked and .kept
 
 
 def _name(node: ast.AST | None) -> str | None:

@@ -33,6 +33,7 @@ from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.copied import copies_tensor
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
 from halfprec.leaks.lint.floated import floats_here
+from halfprec.leaks.lint.hostfloats import host_floats
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.scalars import integer_tensor, zero_dim_factory
 from halfprec.leaks.lint.typed import (
@@ -186,6 +187,8 @@ def _makes_float(kind: str, call: ast.Call, ctx: Context) -> bool:
             held = scalar_parameter(data.id, call, ctx.function, ctx.parents)
             if held:
                 return "float" in held
+        if data is not None and host_floats(data, ctx):
+            return True  # a list filled with floats, a NumPy array made float32
         return data is not None and (is_floatish(data) or typed_floats(data, ctx))
     # arange: floating when any bound or step is a float, also through a name or a tuple
     return any(python_float(a, ctx) for a in [*call.args, *(k.value for k in call.keywords)])

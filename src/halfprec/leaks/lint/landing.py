@@ -25,6 +25,7 @@ import ast
 from collections.abc import Iterator
 
 from halfprec import ops
+from halfprec.leaks.lint.asked import asked_fp32, factory_made
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.values import value_of
 
@@ -67,13 +68,19 @@ class _Walk:
 
     def written(self, target: ast.AST, ctx: Context) -> bool:
         """Whether writing into ``target`` in place may write in half: unless it is fp32 on
-        purpose (``s = x.float()``) or an fp32 factory's (``s = torch.zeros(n)``), its dtype
+        purpose (``s = x.float()``, or computed from fp32 the library asks for, see
+        :mod:`.asked`) or made by fp32 factories and numbers (``s = 1e10 *
+        torch.ones(n).to(device)``), its dtype
         is the model's or the tensor it was computed from."""
+        if asked_fp32(target, ctx.at(target)):
+            return False  # adv = x.float().clone()
         if self.floating(target, ctx):
             return True
         if ctx.is_upcast(target):
             return False
         bound = ctx.binding_before(target) if isinstance(target, ast.Name) else None
+        if bound is not None and factory_made(bound, ctx):
+            return False  # 1e10 * torch.ones(n).to(device): made fp32 by plain factories
         return not (isinstance(bound, ast.Call) and _fp32_factory(bound, ctx))
 
     def climb(self, node: ast.AST, ctx: Context) -> bool:

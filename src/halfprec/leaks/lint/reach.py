@@ -14,6 +14,7 @@ from halfprec.leaks.lint.callers import CallSite, argument_for
 from halfprec.leaks.lint.chosen import choices
 from halfprec.leaks.lint.classes import NO_FACTS, ClassFacts
 from halfprec.leaks.lint.context import Calls, Context, dotted
+from halfprec.leaks.lint.family import related_reads
 from halfprec.leaks.lint.keyed import held_key
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.recast import cast_before
@@ -417,7 +418,7 @@ def to_readers(f: Follow, target: ast.Attribute) -> bool:
     if key in f.seen:
         return True  # self.mask = self.mask[perm]: its reads are being followed
     f.seen.add(key)
-    reads = calls.reads(fn, target.attr) if owner else []
+    reads = [*calls.reads(fn, target.attr), *related_reads(calls, fn, target.attr)] if owner else []
     held = calls.held(target.attr)
     for ctx, node in [*reads, *held]:
         if f.fate.leaks:

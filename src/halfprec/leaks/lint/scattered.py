@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 
+from halfprec.leaks.lint.escapes import overwrites
 from halfprec.leaks.lint.reach import Follow
 
 # the position and keyword of each op's source (the values written into the receiver)
@@ -40,4 +41,6 @@ def scatter_step(f: Follow, call: ast.Call, name: str) -> str:
             source = k.value
     if source is None or f.derived(source):
         return "integer"
-    return "leak" if f.floating(source) else "integer"
+    if f.floating(source):
+        return "leak"
+    return "up" if overwrites(call, name) else "integer"

@@ -11,7 +11,9 @@ from collections.abc import Sequence
 
 from halfprec.leaks.lint.aliases import looped_container
 from halfprec.leaks.lint.context import Context, dotted
+from halfprec.leaks.lint.escapes import returns_nothing, tensor_dict_input
 from halfprec.leaks.lint.indexing import tensor_index
+from halfprec.leaks.lint.maskfill import filled_at_mask
 from halfprec.leaks.lint.methods import position
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Follow, to_callers, to_holders, to_readers
@@ -75,13 +77,20 @@ def _output(f: Follow) -> bool:
     return f.ctx.is_forward and _holds_half(f.ctx)
 
 
+def _kept_as_output(f: Follow, target: ast.Attribute) -> bool:
+    """``self.X = t`` that no method reads, in a ``forward`` that returns nothing: ``t`` is
+    the module's result, read by its caller (see :mod:`.escapes`)."""
+    mine = isinstance(target.value, ast.Name) and target.value.id == "self"
+    return mine and _output(f) and returns_nothing(f.ctx.function)
+
+
 def _holds_half(ctx: Context) -> bool:
     """Whether a module's output has a half dtype to keep: its ``forward`` has a floating
     input, or its class a floating tensor or a submodule. A module made only of integers
     and shapes (a random-parameter generator) has none: its output is not the model's."""
     facts = ctx.facts
     held = bool(ctx.floating or ctx.optional or facts.tensors or facts.layers or ctx.modules)
-    return held or _tensor_annotated(ctx.function)
+    return held or _tensor_annotated(ctx.function) or tensor_dict_input(ctx.function)
 
 
 def _tensor_annotated(fn: object) -> bool:
@@ -116,6 +125,8 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
         if isinstance(target, ast.Subscript):
             if shared_store_leak(f, target, stmt):
                 return "leak"  # g.edata["w"] = t beside g.ndata["h"] = h (see .stores)
+            if f.scalar and filled_at_mask(target, f.ctx):
+                continue  # x[x > m] = torch.tensor(inf): a masked fill in x's dtype
             # h[:, 0] = t writes t into h in h's own dtype; into an fp32 tensor it goes on
             if f.floating(target.value) and not dict_attribute(f, target.value):
                 if tensor_index(target.slice, f.ctx):
@@ -135,6 +146,8 @@ def _bind(f: Follow, targets: Sequence[ast.expr], stmt: ast.stmt) -> str:
             continue
         if isinstance(target, ast.Attribute):
             if not to_readers(f, target):
+                if _kept_as_output(f, target):
+                    return "leak"  # self.score = t in a forward that returns nothing
                 f.fate.unknown = True  # kept where the lint cannot see it read
             continue
         kept = f.key
