@@ -34,6 +34,7 @@ from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.decided import passed
 from halfprec.leaks.lint.explicit import helper_returns, through
 from halfprec.leaks.lint.kept import kept_operands, raising_inputs
+from halfprec.leaks.lint.nodes import arithmetic_leaves
 from halfprec.leaks.lint.reaching import reaching_values
 from halfprec.leaks.lint.scalars import zero_dim
 from halfprec.leaks.lint.transforms import transform_layer
@@ -72,7 +73,7 @@ def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
                 return False  # the parameter as passed reaches the read too
         return all(p and all(asked_fp32(v, c, depth + 1) for v, c in p) for p in parts)
     if isinstance(node, ast.BinOp):  # the operands of a chain, walked without recursion
-        leaves = _operands(node)
+        leaves = arithmetic_leaves(node)
         return any(asked_fp32(s, ctx, depth) and not zero_dim(s, ctx) for s in leaves)
     if not isinstance(node, ast.Call):
         return False
@@ -131,19 +132,6 @@ def _number(name: ast.Name, ctx: Context) -> bool:
         if p.arg == name.id and p.annotation is not None:
             return dotted(p.annotation) in ("int", "float", "bool")
     return False
-
-
-def _operands(node: ast.BinOp) -> list[ast.AST]:
-    """The operands of a chain of arithmetic (``a * b + c``: ``a``, ``b``, ``c``)."""
-    leaves: list[ast.AST] = []
-    stack: list[ast.AST] = [node]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, ast.BinOp):
-            stack += [e.right, e.left]
-        else:
-            leaves.append(e)
-    return leaves
 
 
 def _unpacked(value: ast.AST, name: str, ctx: Context) -> list[tuple[ast.AST, Context]]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 
 from halfprec.leaks.lint.context import Context, dotted, words
-from halfprec.leaks.lint.nodes import walk
+from halfprec.leaks.lint.nodes import arithmetic_leaves, walk
 from halfprec.leaks.lint.scope import Function
 from halfprec.leaks.lint.values import value_of
 
@@ -129,17 +129,7 @@ def _names_fp32(arg: ast.AST, ctx: Context) -> bool:
 def _operands(node: ast.AST, ctx: Context) -> list[ast.AST]:
     """The values one op combines: a chain of arithmetic, or the pieces of a join."""
     if isinstance(node, (ast.BinOp, ast.UnaryOp)):
-        leaves: list[ast.AST] = []
-        stack: list[ast.AST] = [node]
-        while stack:
-            e = stack.pop()
-            if isinstance(e, ast.BinOp):
-                stack += [e.right, e.left]
-            elif isinstance(e, ast.UnaryOp):
-                stack.append(e.operand)
-            else:
-                leaves.append(e)
-        return leaves
+        return arithmetic_leaves(node, through_unary=True)
     if isinstance(node, ast.Call) and dotted(node.func).rsplit(".", 1)[-1] in _JOINS:
         first = node.args[0] if node.args else None
         if isinstance(first, (ast.List, ast.Tuple)):

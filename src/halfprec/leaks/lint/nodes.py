@@ -131,3 +131,19 @@ def self_assignments(cls: ast.ClassDef) -> dict[str, list[ast.expr]]:
 
 def _on_self(target: ast.Attribute) -> bool:
     return isinstance(target.value, ast.Name) and target.value.id == "self"
+
+
+def arithmetic_leaves(node: ast.AST, *, through_unary: bool = False) -> list[ast.AST]:
+    """The operands of a chain of arithmetic (``a * b + c``: ``a``, ``b``, ``c``), left to
+    right; with ``through_unary``, a unary op's operand (``-a``: ``a``) too."""
+    leaves: list[ast.AST] = []
+    stack: list[ast.AST] = [node]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ast.BinOp):
+            stack += [e.right, e.left]
+        elif through_unary and isinstance(e, ast.UnaryOp):
+            stack.append(e.operand)
+        else:
+            leaves.append(e)
+    return leaves
