@@ -120,3 +120,42 @@ def test_deploy_s_budget_counts_from_the_process_start_and_keeps_the_end(  # typ
         cli("deploy", tiny_spec, "-o", str(out), *FAST, "--budget", "0", "--json").stdout
     )
     assert data["report"]["budget_s"] is None and data["report"]["budget_reserve_s"] == 0.0
+
+
+LOGGED = """
+import torch
+from pathlib import Path
+from torch import nn
+
+
+def tiny():
+    Path(__file__).with_suffix(".loaded").write_text("loaded")
+    return nn.Sequential(nn.Linear(8, 8))
+
+
+def example_inputs():
+    return torch.randn(2, 8)
+"""
+
+
+@pytest.mark.parametrize(
+    ("flags", "dtype"), [(frozenset(), "auto"), (frozenset({"avx512f"}), "fp16")]
+)
+def test_a_folder_on_a_cpu_without_fast_half_is_refused_before_the_model_loads(  # type: ignore[no-untyped-def]
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: frozenset[str], dtype: str
+) -> None:
+    """The device table says, before the model loads, that no half dtype is fast on this
+    CPU (injected: a Zen 3, an AVX512 CPU without BF16), so a folder could hold nothing
+    deploy would choose: the refusal comes before the model's factory is called."""
+    from halfprec import dtypes
+
+    monkeypatch.setattr(dtypes, "_cpu_flags", lambda: flags)
+    model = tmp_path / "m.py"
+    model.write_text(LOGGED)
+    folder = tmp_path / "out"
+    args = ("deploy", f"{model}:tiny", "-o", str(folder), "--device", "cpu", "--dtype", dtype)
+    proc = cli(*args, "--no-compile", "--runtimes", "none")
+    assert proc.returncode == 2, proc.stderr
+    assert "no fast" in proc.stderr and "give -o NAME.safetensors" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not model.with_suffix(".loaded").exists() and not folder.exists()

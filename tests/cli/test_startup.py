@@ -138,6 +138,8 @@ print("\\nPROBE " + json.dumps({"code": code, "heavy": heavy[:5]}))
         (["convert", "missing.pt", "-o", "x.safetensors"], 2),
         (["bench", "--no-such-option"], 2),
         (["export", "--format", "zip", "-o", "x.zip"], 2),
+        (["deploy", "-o", "x.txt"], 2),
+        (["deploy", "-o", "x.xml", "--runtimes", "none"], 2),
         (["lint", "LINT_FILE"], 1),
         (["lint", "--json", "LINT_FILE"], 1),
         (["lint", "--fix", "--diff", "LINT_FILE"], 1),

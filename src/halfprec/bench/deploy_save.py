@@ -7,8 +7,9 @@ way's own save (:attr:`~halfprec.bench.ways.base.Way.saving`): :func:`halfprec.s
 :func:`~halfprec.io.hf_dir.save_pretrained_dir` or the runtime's
 :meth:`~halfprec.runtimes.RuntimeModule.save`. A compiled torch choice is saved as the
 module it compiled (its weights and recipe): torch.compile's graph is not a file, so it is
-compiled again after loading. :func:`output_problem` refuses a path of no known form
-before deploy runs; :func:`save_deployed` refuses a form that cannot hold the choice.
+compiled again after loading. :func:`~halfprec.bench.deploy_forms.output_problem`
+(torch-free) refuses a path of no known form before deploy runs; :func:`save_deployed`
+refuses a form that cannot hold the choice.
 """
 
 from __future__ import annotations
@@ -22,41 +23,13 @@ import torch
 from torch import nn
 
 from halfprec.bench.deploy import Deployed, deploy
+from halfprec.bench.deploy_forms import FORMS, RUNTIME_SUFFIX, output_problem
 from halfprec.bench.ways.base import TORCH
 from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import DeviceSupport, device_support, dtype_name
 from halfprec.errors import HalfprecError
 from halfprec.modules import model_device
-
-FORMS: dict[str, str] = {
-    ".safetensors": "a half checkpoint (a choice run by torch)",
-    "": "a folder plain from_pretrained loads (a choice run by torch, from a Hugging Face "
-    "directory)",
-    ".xml": "an OpenVINO IR (an OpenVINO choice)",
-    ".onnx": "an ONNX file (an onnxruntime choice)",
-}
-_RUNTIME_SUFFIX = {"openvino": ".xml", "onnxruntime": ".onnx"}
-
-
-def _forms_text() -> str:
-    return "; ".join(f"{s or 'no suffix'}: {what}" for s, what in FORMS.items())
-
-
-def output_problem(path: str | os.PathLike[str], runtimes: Sequence[str] | None) -> str | None:
-    """Why ``path`` cannot hold any choice deploy may make with ``runtimes`` (deploy's
-    argument: None, the installed ones; ``()``, none), in one line; None when it can."""
-    suffix = Path(path).suffix
-    if suffix not in FORMS:
-        return f"-o {path}: deploy writes {_forms_text()}; give one of those"
-    runtime = next((r for r, s in _RUNTIME_SUFFIX.items() if s == suffix), None)
-    allowed = runtimes is None or "all" in runtimes or runtime in runtimes
-    if runtime is not None and not allowed:
-        return (
-            f"-o {path} holds {FORMS[suffix]}, but deploy may choose no {runtime} variant "
-            f"with these runtimes ({', '.join(runtimes or ()) or 'none'}); add --runtimes "
-            f"{runtime}, or give a .safetensors path"
-        )
-    return None
+from halfprec.tolerance import Tolerance
 
 
 def save_deployed(
@@ -69,7 +42,7 @@ def save_deployed(
     dest = Path(path)
     runtime = done.runtime
     if runtime != TORCH:
-        want = _RUNTIME_SUFFIX.get(runtime)
+        want = RUNTIME_SUFFIX.get(runtime)
         if want is None or dest.suffix != want:
             raise HalfprecError(
                 f"deploy chose {done.variant}, run by {runtime}, which is saved as its own "
@@ -123,6 +96,22 @@ def folder_problem(
     )
 
 
+def folder_problem_on(
+    path: str | os.PathLike[str],
+    device: str | torch.device,
+    recipe: Recipe | str | torch.dtype = "auto",
+    tolerance: Tolerance | None = None,
+    support: DeviceSupport | None = None,
+) -> str | None:
+    """:func:`folder_problem` for deploy's own arguments: the half dtypes ``recipe`` settles
+    to on ``device`` (``support``: that device's row of the device table, default its own).
+    Known from the device alone, so the command line asks it before the model loads."""
+    if Path(path).suffix != "":
+        return None
+    dtypes = Recipe.of(recipe).settle(device, tolerance).dtypes
+    return folder_problem(path, support or device_support(device), dtypes)
+
+
 def deploy_to(
     path: str | os.PathLike[str],
     model: nn.Module,
@@ -140,12 +129,9 @@ def deploy_to(
     device (``support``: its row of the device table, default the model's device's) has no
     fast kernels for the half dtypes tried (:func:`folder_problem`). ``notice(line)``: told,
     before deploy runs, what a folder will hold (the command line prints it)."""
-    problem = output_problem(path, runtimes)
-    if problem is None and Path(path).suffix == "":
-        device = model_device(model)
-        recipe = Recipe.of(options.get("recipe", "auto"))
-        dtypes = recipe.settle(device, options.get("tolerance")).dtypes
-        problem = folder_problem(path, support or device_support(device), dtypes)
+    problem = output_problem(path, runtimes) or folder_problem_on(
+        path, model_device(model), options.get("recipe", "auto"), options.get("tolerance"), support
+    )
     if problem is None and source is not None and Path(path).suffix == "":
         from halfprec.io.sentence_layout import layout_problem
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from halfprec.atomic import ensure_folder
 from halfprec.bench.budget import PROCESS_BUDGET_S, PROCESS_END_S, process_start
+from halfprec.bench.deploy_forms import output_problem
 from halfprec.cli.options import (
     budget_option,
     convert_options,
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
     from halfprec.bench.deploy import Deployed
     from halfprec.convert.recipe import Recipe
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 def _runtimes(text: str | None) -> tuple[str, ...] | None:
     """``--runtimes``: None (the installed ones that compute a half dtype here), ``()``
@@ -44,6 +49,20 @@ def _runtimes(text: str | None) -> tuple[str, ...] | None:
     return names
 
 
+def _output_first(f: F) -> F:
+    """Refuse an ``-o`` of no form deploy writes before anything else runs (the
+    conversion flags' recipe imports torch): a usage error in well under a second."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, output: Path, runtimes: str | None, **kwargs: Any) -> Any:
+        problem = output_problem(output, _runtimes(runtimes))
+        if problem is not None:
+            raise click.UsageError(problem)
+        return f(*args, output=output, runtimes=runtimes, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 @click.command(
     help="Choose the fastest way to run MODEL on this device that stays within tolerance "
     "of fp32, and write it to -o: a .safetensors checkpoint or a "
@@ -52,6 +71,7 @@ def _runtimes(text: str | None) -> tuple[str, ...] | None:
     "it compiled: compile it again after loading. Prints the choice, its speedup over fp32 "
     "with its spread, and its accuracy."
 )
+@_output_first
 @model_argument
 @inputs_option
 @convert_options
@@ -103,17 +123,18 @@ def command(
     min_cosine: float | None,
     min_sqnr: float | None,
 ) -> None:
-    from halfprec.bench.deploy_save import deploy_to, output_problem
+    from halfprec.bench.deploy_save import deploy_to, folder_problem_on
     from halfprec.bench.results import BenchConfig
+    from halfprec.dtypes import resolve_device
 
     chosen_runtimes = _runtimes(runtimes)
-    problem = output_problem(output, chosen_runtimes)  # before the model loads
-    if problem is not None:
-        raise click.UsageError(problem)
     not_an_input(output, model, {"--inputs": inputs_path})
     _writable(output)  # a path that cannot be written, before minutes of timing
-    loaded, batches, _dev = load_for_command(model, inputs_path, device)
     recipe = with_tolerance_flags(recipe, min_cosine, min_sqnr)
+    folder = folder_problem_on(output, resolve_device(device), recipe)  # known before the load
+    if folder is not None:
+        raise HalfprecError(folder)
+    loaded, batches, _dev = load_for_command(model, inputs_path, device)
     source = model if Path(model).is_dir() else None
     done = deploy_to(
         output,
