@@ -24,6 +24,7 @@ from halfprec.diagnose.ops import OpDiagnosis, OpProbe
 from halfprec.diagnose.problems import handed_problem, local_problem
 from halfprec.diagnose.recording import Call, Snapshots, copy_to, float_dtypes, hooked, peak_of
 from halfprec.diagnose.results import ModuleDiagnosis
+from halfprec.diagnose.state import fresh_state, keep_state
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.errors import HalfprecError
 from halfprec.errorstats import ErrorStats
@@ -88,7 +89,7 @@ class Diagnoser:
             calls.append(c)
             stack.append(c)
             rec = self.record(name)
-            c.inputs = map_tensors(snap, (args, kwargs))
+            c.inputs = keep_state(map_tensors(snap, (args, kwargs)))
             rec.input_max_abs = max(rec.input_max_abs, peak_of(c.inputs))
 
         def post(mod: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
@@ -148,7 +149,8 @@ class Diagnoser:
         twin = self.twins[c.name]
         inside = self.in_island(c.name)
         # copies: the recorded tensors are shared between calls and must not change
-        args, kwargs = map_tensors(copy_to(self.original if inside else self.dtype), c.inputs)
+        cast = copy_to(self.original if inside else self.dtype)
+        args, kwargs = fresh_state(map_tensors(cast, c.inputs), cast)
         queues: dict[str, deque[Call]] = defaultdict(deque)
         for callee in c.callees:
             queues[callee.name].append(callee)
