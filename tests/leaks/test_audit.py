@@ -124,26 +124,45 @@ def test_transformers_bert_and_gpt2_small_configs_are_clean() -> None:
         assert report.ops > 50
 
 
-@pytest.mark.slow
-def test_transformers_llama_rotary_upcast_is_reported_at_its_line() -> None:
-    transformers = pytest.importorskip("transformers")
-    from transformers.models.llama import modeling_llama
+@pytest.mark.parametrize("name", ["t5", "llama"])
+def test_stock_transformers_casting_integers_to_fp32_audit_clean(name: str) -> None:
+    """Integer positions cast to fp32 (T5's relative buckets, Llama's rotary with autocast
+    off) move no half value out of half: each comes back to integers or to the model's
+    dtype, so an unmodified model audits clean."""
+    pytest.importorskip("transformers")
+    from testbed.hf_tiny import build
 
-    model = transformers.LlamaModel(
-        transformers.LlamaConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            vocab_size=500,
-        )
-    )
-    report = audit(model, {"input_ids": torch.randint(0, 500, (1, 8))}, "fp16")
-    assert {leak.kind for leak in report.leaks} == {"explicit"}
-    for leak in report.leaks:
-        assert leak.file == modeling_llama.__file__
-        assert ".float()" in leak.code or "torch.float" in leak.code
+    model = build(name)
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(0))
+    batch = {"input_ids": ids}
+    if name == "t5":
+        batch["decoder_input_ids"] = ids[:, :5]
+    for dtype in ("fp16", "bf16"):
+        report = audit(model, batch, dtype)
+        assert report.clean, [leak.to_json() for leak in report.leaks]
+        assert report.ops > 50
+
+
+def test_a_cast_of_integers_is_no_leak_but_their_overflow_into_half_is() -> None:
+    """``mask.float()`` moves no half value; ``(1 - m) * -1e9`` cast back into fp16 becomes
+    -inf at that cast, a range leak on its line."""
+
+    class Masked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            h = self.proj(x)
+            m = mask.float()
+            ok = h * m.to(h.dtype)
+            return ok + ((1.0 - m) * -1e9).to(h.dtype)  # the overflow
+
+    mask = torch.tensor([[1, 0] * 4] * 2)
+    report = audit(Masked(), (torch.randn(2, 8), mask), "fp16")
+    assert [(leak.kind, leak.op) for leak in report.leaks] == [("range", "Tensor.to")]
+    assert "the overflow" in report.leaks[0].code and "become inf" in report.leaks[0].message
+    assert audit(Masked(), (torch.randn(2, 8), mask), "bf16").clean  # -1e9 fits bf16
 
 
 def test_audit_does_not_hide_a_stale_cache() -> None:

@@ -9,8 +9,12 @@ Kinds of leak (``Leak.kind``):
   half operand, so they are left out);
 - ``upcast``: an op whose inputs mix half and fp32 and that promoted its result to fp32;
 - ``mixed``: an op that fails on mixed half/fp32 inputs ("expected scalar type Half");
-- ``explicit``: ``.float()``, ``.double()``, ``.to(torch.float32)``, ``dtype=torch.float32``;
-- ``range``: a Python constant beyond the dtype's range in a fill or arithmetic (``-1e9``).
+- ``explicit``: ``.float()``, ``.double()``, ``.to(torch.float32)``, ``dtype=torch.float32``
+  of half values (a cast of integers or booleans, or a new fp32 tensor, moves no half value
+  out of half: T5's ``relative_position.float()`` that becomes bucket indices is no leak;
+  where such values meet half ones, the op that mixes them is reported as an ``upcast``);
+- ``range``: a Python constant beyond the dtype's range in a fill or arithmetic (``-1e9``),
+  or a cast into the half dtype that turns finite fp32 values infinite.
 
 An upcast whose fp32 operand is a tensor the recipe itself keeps in fp32 (a small
 parameter or buffer under ``Recipe.fp32_params_up_to``, as autocast keeps parameters fp32,
@@ -52,7 +56,7 @@ from halfprec.convert.core import (
 )
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.frames import is_library_file, is_torch_file
-from halfprec.modules import evaluating, first_line
+from halfprec.modules import evaluating, finite_peak, first_line
 
 LEAK_KINDS = ("factory", "upcast", "mixed", "explicit", "range")
 
@@ -241,9 +245,32 @@ class _LeakMode(TorchFunctionMode):
             out = func(*args, **kwargs)
         except RuntimeError as exc:
             out = self._retry(func, op, args, kwargs, exc)
-        if not isinstance(out, torch.Tensor) or out.dtype not in _WIDE or half in _WIDE:
+        if not isinstance(out, torch.Tensor) or half in _WIDE:
+            return out
+        if out.dtype == half and op in _CASTS:
+            self._check_downcast(op, args, kwargs, out)
+            return out
+        if out.dtype not in _WIDE:
             return out
         return self._inspect(op, args, kwargs, out)
+
+    def _check_downcast(
+        self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor
+    ) -> None:
+        """A cast into the half dtype that turns finite values infinite: values made wide
+        (an integer mask cast to fp32 and scaled by -1e9) overflow where they come back."""
+        source = next(_tensors(args, kwargs), None)
+        if source is None or source.dtype not in _WIDE or not out.is_floating_point():
+            return
+        if bool(torch.isinf(out).any()) and not bool(torch.isinf(source).any()):
+            peak = finite_peak(source)
+            self._record(
+                "range",
+                op,
+                f"{op} casts {dtype_name(source.dtype)} values up to {peak:g} into "
+                f"{dtype_name(self.dtype)} (max {self.limit:g}): they become inf",
+                "build the value in the model's dtype with torch.finfo(x.dtype).min (or .max)",
+            )
 
     def _inspect(
         self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor
@@ -271,6 +298,10 @@ class _LeakMode(TorchFunctionMode):
         if op in _CASTS or kwargs.get("dtype") in _WIDE:
             if source is not None and source.dtype == out.dtype and op in _CASTS:
                 return out  # a no-op cast (inside an fp32 island)
+            if source is None or not source.is_floating_point():
+                # values that never were half (integer positions, a mask, a new tensor):
+                # no leak here; where they meet half values, the upcast is reported
+                return out
             was = dtype_name(source.dtype) if source is not None else "a new tensor"
             self._record(
                 "explicit",
