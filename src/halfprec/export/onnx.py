@@ -32,6 +32,7 @@ from halfprec.export.capture import explain_failure
 from halfprec.export.config import DEFAULT_OPSET, ExportError, RuntimeFailure
 from halfprec.export.info import INFO_KEY, ArtifactInfo
 from halfprec.export.onnx_ops import translations
+from halfprec.export.onnx_reshape import contiguous_reshapes, is_strided_view_failure
 from halfprec.modules import first_line
 from halfprec.quiet_logs import quiet_logs
 from halfprec.timing import Timing, measure
@@ -103,21 +104,14 @@ def write_onnx(
     onnx = import_onnx()
     _require_onnxscript()
     try:
-        with (
-            quiet_logs("torch.onnx"),  # "torchvision is not installed" notices are not ours
-            contextlib.redirect_stdout(io.StringIO()),
-            contextlib.redirect_stderr(io.StringIO()),
-            _exact_rewrites(),
-        ):
-            onnx_program = torch.onnx.export(
-                program,
-                input_names=list(info.inputs),
-                output_names=list(info.outputs),
-                opset_version=opset,
-                custom_translation_table=translations(opset),
-                dynamo=True,
-                verbose=False,
-            )
+        try:
+            onnx_program = _translate(program, info, opset)
+        except HalfprecError:
+            raise
+        except Exception as exc:
+            if not is_strided_view_failure(exc) or not contiguous_reshapes(program):
+                raise
+            onnx_program = _translate(program, info, opset)  # each reshape on a copy
     except HalfprecError:
         raise
     except Exception as exc:  # the exporter wraps many error types
@@ -146,6 +140,25 @@ def write_onnx(
             "single-file ONNX only: export to a .pt2 file (-o NAME.pt2)"
         )
     onnx.save(proto, str(path))
+
+
+def _translate(program: torch.export.ExportedProgram, info: ArtifactInfo, opset: int) -> Any:
+    """``torch.onnx.export`` of ``program``, its notices kept off the terminal."""
+    with (
+        quiet_logs("torch.onnx"),  # "torchvision is not installed" notices are not ours
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+        _exact_rewrites(),
+    ):
+        return torch.onnx.export(
+            program,
+            input_names=list(info.inputs),
+            output_names=list(info.outputs),
+            opset_version=opset,
+            custom_translation_table=translations(opset),
+            dynamo=True,
+            verbose=False,
+        )
 
 
 @contextlib.contextmanager
