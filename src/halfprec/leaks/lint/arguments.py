@@ -47,11 +47,8 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
         return "safe"  # torch.quantize_per_tensor(t, ...): quint8, no fp32 goes on
     if name.endswith(_COPIES) and name.split(".")[0] in f.ctx.imports.torch and call.args:
         return "up" if call.args[0] is node else "unknown"  # its copies, one per device
-    builtin = (
-        _builtin_step(f, node, call)
-        or _dtyped(f, node, call, last, owner)
-        or sparse_step(node, call, f.ctx)
-    )
+    builtin = _builtin_step(f, node, call) or _dtyped(f, node, call, last, owner)
+    builtin = builtin or sparse_step(node, call, f.ctx)  # sparse_coo_tensor(i, t, size)
     if builtin is not None:
         return builtin
     stored = _held_by(f, node, call, last) or keyed_store(f, node, call)
