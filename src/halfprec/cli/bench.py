@@ -241,7 +241,6 @@ def command(
             probe_cache=not no_probe_cache,
             compiled_memory=compiled_memory,
             budget_s=budget_s or None,
-            budget_origin=process_start(),
         )
     progress = None if as_json else _Progress()
     with progress if progress is not None else contextlib.nullcontext():
@@ -324,11 +323,12 @@ def _chosen_variants(variants: str | None, use_compile: bool) -> list[Variant] |
 
 
 def _config(*, race: bool, **fields: Any) -> BenchConfig:
-    """The :class:`~halfprec.BenchConfig` of the flags (its checks are the flags' checks)."""
+    """The :class:`~halfprec.BenchConfig` of the flags (its checks are the flags' checks),
+    its budget counted from the process's start, as ``halfprec deploy``'s."""
     from halfprec.bench.race import Race
     from halfprec.bench.results import BenchConfig
 
-    return BenchConfig(race=Race() if race else None, **fields)
+    return BenchConfig(race=Race() if race else None, budget_origin=process_start(), **fields)
 
 
 class _Progress:
