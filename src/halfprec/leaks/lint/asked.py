@@ -30,10 +30,10 @@ import ast
 
 from halfprec import ops
 from halfprec.leaks.lint.casts import is_fp32_dtype
-from halfprec.leaks.lint.compared import data
+from halfprec.leaks.lint.compared import data, stacked
 from halfprec.leaks.lint.context import Context, dotted, words
-from halfprec.leaks.lint.decided import calling, passed
-from halfprec.leaks.lint.explicit import called_helper, helper_returns, through
+from halfprec.leaks.lint.decided import passed
+from halfprec.leaks.lint.explicit import helper_returns, through
 from halfprec.leaks.lint.kept import kept_operands, raising_inputs
 from halfprec.leaks.lint.nodes import arithmetic_leaves
 from halfprec.leaks.lint.reaching import reaching_values
@@ -99,25 +99,8 @@ def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
         return True  # self.gru_cell(i.float(), h) raises in half: see .kept
     if _applied(node, ctx) and node.args:
         return asked_fp32(node.args[0], ctx, depth)  # torch.sigmoid(logits.float())
-    if _held_call(node, ctx) and all(asked_fp32(a, ctx, depth + 1) for a in node.args):
-        return True  # self.kernel(x.float(), y.float()): fp32 in, fp32 out (or it raises)
-    helper = called_helper(node, ctx)
-    if helper is None:
-        return False
     returned = helper_returns(node, ctx)
-    with calling(helper[0], node, ctx):  # self.reshape(y.float()): this call's y
-        return bool(returned) and all(asked_fp32(v, there, depth + 1) for v, there in returned)
-
-
-def _held_call(call: ast.Call, ctx: Context) -> bool:
-    """``self.kernel(a, b)``: a call of a module or callable the module holds (no method of
-    its class), given positional tensors only."""
-    func = call.func
-    if not (isinstance(func, ast.Attribute) and dotted(func.value) == "self"):
-        return False
-    if call.keywords or not call.args or any(isinstance(a, ast.Starred) for a in call.args):
-        return False
-    return called_helper(call, ctx) is None and func.attr not in ctx.facts.tensors
+    return bool(returned) and all(asked_fp32(v, there, depth + 1) for v, there in returned)
 
 
 def _param(name: ast.Name, ctx: Context) -> bool:
@@ -305,10 +288,10 @@ def reads_factory(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
 
 
 def _masks_data(compare: ast.Compare, ctx: Context) -> bool:
-    """A comparison of a tensor of data (that reads no plain factory) with anything: its
-    mask is the data's."""
+    """A stacked comparison of a tensor of data (that reads no plain factory) with
+    anything: its mask is the data's (see :mod:`.compared`)."""
     sides = (compare.left, *compare.comparators)
-    return any(data(o, ctx) and not reads_factory(o, ctx) for o in sides)
+    return stacked(compare, ctx) and any(data(o, ctx) and not reads_factory(o, ctx) for o in sides)
 
 
 def _plain_call(call: ast.Call, ctx: Context) -> bool:

@@ -18,6 +18,7 @@ from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.reaching import reaching_values
 
 _DEPTH = 8
+_JOINS = words("stack cat concat concatenate hstack vstack")
 _NUMBERS = words("item size numel dim int len float round abs min max")
 _SAME = words(
     "view reshape unsqueeze squeeze expand expand_as flatten transpose permute contiguous to "
@@ -27,9 +28,24 @@ _SAME = words(
 
 def with_data(compare: ast.Compare, node: ast.AST, ctx: Context) -> bool:
     """Whether ``compare`` compares ``node`` (an integer factory's value) with a tensor of
-    data: an operand other than ``node`` that is neither a number nor made from factories."""
+    data (an operand other than ``node`` that is neither a number nor made from factories)
+    as one of the comparisons a join stacks (see :func:`stacked`)."""
     others = [o for o in (compare.left, *compare.comparators) if o is not node]
-    return any(data(o, ctx) for o in others)
+    return stacked(compare, ctx) and any(data(o, ctx) for o in others)
+
+
+def stacked(compare: ast.Compare, ctx: Context) -> bool:
+    """``torch.stack([occ > ids, occ == ids, occ < ids])``: a comparison that is an element
+    of the list a join stacks with others, a table of the data's masks. A lone comparison
+    (``(torch.arange(n) < lengths).float()``, ``torch.log((pos >= start) * (pos < end))``)
+    is left to the factory's walk: judges read those tables as the factory's."""
+    seq = ctx.parents.get(id(compare))
+    call = ctx.parents.get(id(seq)) if isinstance(seq, (ast.List, ast.Tuple)) else None
+    if not (isinstance(call, ast.Call) and call.args and call.args[0] is seq):
+        return False
+    assert isinstance(seq, (ast.List, ast.Tuple))
+    joined = dotted(call.func).rsplit(".", 1)[-1] in _JOINS
+    return joined and sum(isinstance(e, ast.Compare) for e in seq.elts) > 1
 
 
 def data(expr: ast.AST, ctx: Context, depth: int = 0) -> bool:

@@ -19,8 +19,7 @@ Decided by what the code does to the values, never by names.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from halfprec.leaks.lint.callers import argument_for
 from halfprec.leaks.lint.casts import FP32_NAMES
@@ -176,17 +175,6 @@ def _element(value: ast.expr, index: int | None) -> list[ast.expr]:
 _CALLING: list[tuple[Function, ast.Call, Context]] = []
 
 
-@contextmanager
-def calling(fn: Function, call: ast.Call, ctx: Context) -> Iterator[None]:
-    """While what ``fn`` returns to ``call`` is judged, its parameters hold what ``call``
-    passes (see :func:`passed`)."""
-    _CALLING.append((fn, call, ctx))
-    try:
-        yield
-    finally:
-        _CALLING.pop()
-
-
 def passed(use: ast.Name, ctx: Context, judge: Judge, depth: int) -> bool:
     """Whether ``use`` reads a parameter of its function that every call the lint sees
     passes a value ``judge`` accepts (see the module docstring)."""
@@ -203,9 +191,8 @@ def passed(use: ast.Name, ctx: Context, judge: Judge, depth: int) -> bool:
     static = any(dotted(d) == "staticmethod" for d in fn.decorator_list)
     sites: list[tuple[ast.Call, Context, bool]] = []
     calling = next(((c, where) for f, c, where in reversed(_CALLING) if f is fn), None)
-    if calling is not None:  # self.helper(x) binds x to the parameter after self
-        bound = isinstance(calling[0].func, ast.Attribute) and owner is not None and not static
-        sites = [(calling[0], calling[1], bound)]
+    if calling is not None:
+        sites = [(calling[0], calling[1], False)]
     elif owner is not None and fn.name == "forward" and _autograd(calls, owner):
         sites = [(c, where, True) for c, where in _applied(calls, owner)]
     elif fn.name != "forward":

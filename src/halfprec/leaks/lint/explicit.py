@@ -82,7 +82,7 @@ def explicit_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
 def helper_returns(call: ast.Call, ctx: Context) -> list[tuple[ast.AST, Context]]:
     """The values a same-file helper run by ``call`` returns, each with the helper's walk
     as it stands there; empty where ``call`` runs no such helper."""
-    helper = called_helper(call, ctx)
+    helper = _helper(call, ctx)
     if helper is None:
         return []
     fn, there = helper
@@ -99,7 +99,6 @@ def through(node: ast.AST, ctx: Context) -> ast.AST:
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
             and (node.func.attr in _PASSES or node.func.attr == "to" and not _casts(node, ctx))
-            and dotted(node.func.value) != "self"  # self.reshape(x): a method, not a view
         ):
             node = node.func.value
         else:
@@ -138,7 +137,7 @@ def _operands(node: ast.AST, ctx: Context) -> list[ast.AST]:
     return []
 
 
-def called_helper(call: ast.Call, ctx: Context) -> tuple[Function, Context] | None:
+def _helper(call: ast.Call, ctx: Context) -> tuple[Function, Context] | None:
     """The same-file function (``grid(...)``) or method of the class (``self.grid(...)``)
     that ``call`` runs, with a walk of it."""
     calls, func = ctx.calls, call.func
