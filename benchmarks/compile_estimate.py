@@ -3,8 +3,9 @@
 ``PYTHONPATH=src:benchmarks HF_HUB_OFFLINE=1 python3 benchmarks/compile_estimate.py
 builtin:minilm@1 builtin:bert-base@8 benchmarks/unseen_models.py:deit`` loads each MODEL
 (``@N``: its example batch resized to N rows) in a new Python process with an empty
-inductor cache, calls eager fp32 once (recording its distinct operations and its calls of
-torch functions, as deploy's warm-up does, and that cold call's wall and CPU seconds),
+inductor cache, calls eager fp32 once (recording its distinct operations, its calls of
+torch functions and of convolutions, as deploy's warm-up does, the count of distinct
+operations by name (``kinds``), and that cold call's wall and CPU seconds),
 reads the pace the way deploy's budget reads it
 (:func:`halfprec.bench.budget.thread_pace`), and then compiles fp32
 as deploy's candidate (``build_variant(model, Variant("fp32", compiled=True))``) and
@@ -25,7 +26,7 @@ import tempfile
 from typing import Any
 
 _CHILD = """
-import json, sys, time
+import json, math, sys, time
 import torch
 from halfprec.batch import call, resize_batch
 from halfprec.bench.budget import Budget, thread_pace
@@ -44,9 +45,14 @@ with torch.inference_mode(), GemmRecorder() as rec:
 cold, cold_cpu = time.perf_counter() - start, cpu_seconds() - cpu
 ops, calls = len(rec.ops), rec.calls
 names = len({name for name, _ in rec.ops})
+kinds = {}
+for name, _ in rec.ops:
+    kinds[name] = kinds.get(name, 0) + 1
+numel = max((math.prod(s) for _, shapes in rec.ops for s in shapes), default=0)
 at_once = thread_pace(idle_s=0.0)  # as read before round nineteen: right after the call
 budget = Budget(None)
-est = budget.estimate(ops, calls)
+convolutions = rec.convolutions
+est = budget.estimate(ops, calls, convolved=convolutions > 0)
 pace = thread_pace()
 params = sum(p.numel() for p in model.parameters())
 compiled = build_variant(model, Variant("fp32", compiled=True), batch=batch)
@@ -55,6 +61,7 @@ with torch.inference_mode():
     call(compiled, batch)
 wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu
 print(json.dumps({"ops": ops, "calls": calls, "names": names, "params": params,
+                  "kinds": kinds, "numel": numel, "convolutions": convolutions,
                   "cold_s": cold, "cold_cpu_s": cold_cpu, "pace": pace,
                   "estimate_s": est.seconds, "how": est.how,
                   "pace_at_once": at_once, "compile_s": wall, "compile_cpu_s": cpu}), flush=True)

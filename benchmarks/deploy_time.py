@@ -20,7 +20,8 @@ DIR/MODEL.safetensors --json`` (its budget counts from the process's start and k
 ``PROCESS_END_S`` for the write and exit: :mod:`halfprec.bench.budget`), and splits its
 process into what its budget found spent when deploy started (the interpreter's start,
 imports and model load), ``deploy`` and the rest (writing the choice, the report and the
-interpreter's exit).
+interpreter's exit). A spec ``MODEL@N`` deploys on MODEL's example batch resized to N rows
+(``builtin:minilm@1``), passed to the command as ``--inputs``.
 """
 
 from __future__ import annotations
@@ -69,11 +70,28 @@ def _env(cache: str | None) -> dict[str, str]:
     return env
 
 
+def _inputs(spec: str, out: str) -> tuple[str, list[str]]:
+    """``MODEL@N``: MODEL, and ``--inputs FILE`` holding its example batch resized to N
+    rows (written beside ``out`` before the timed process starts); MODEL alone: itself."""
+    model, _, rows = spec.partition("@")
+    if not rows:
+        return model, []
+    from halfprec.batch import resize_batch
+    from halfprec.io.inputs import save_inputs
+    from halfprec.io.specs import load_model
+
+    path = os.path.join(os.path.dirname(out), "inputs.safetensors")
+    save_inputs([resize_batch(load_model(model).example_inputs[0], int(rows))], path)
+    return model, ["--inputs", path]
+
+
 def _one_cli(spec: str, cache: str | None, budget: float | None, out: str) -> dict[str, Any]:
-    """``halfprec deploy SPEC -o OUT --json`` in a new process, timed whole."""
+    """``halfprec deploy SPEC -o OUT --json`` in a new process, timed whole (``SPEC@N``:
+    on its example batch resized to N rows, given as ``--inputs``)."""
     from halfprec.timing import now
 
-    args = [sys.executable, "-m", "halfprec", "deploy", spec, "-o", out, "--json"]
+    model, inputs = _inputs(spec, out)
+    args = [sys.executable, "-m", "halfprec", "deploy", model, "-o", out, "--json", *inputs]
     args += [] if budget is None else ["--budget", str(budget)]
     before = os.getloadavg()[0]
     start, cpu = now(), _children_cpu()
@@ -172,7 +190,7 @@ def _out(spec: str) -> str:
     """Where the command line writes the choice: a new temporary folder per run."""
     import tempfile
 
-    name = spec.rsplit(":", 1)[-1].rsplit("/", 1)[-1] or "model"
+    name = spec.partition("@")[0].rsplit(":", 1)[-1].rsplit("/", 1)[-1] or "model"
     return os.path.join(tempfile.mkdtemp(prefix="deploy-time-"), f"{name}.safetensors")
 
 

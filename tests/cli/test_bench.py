@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
+from halfprec.bench.budget import PROCESS_BUDGET_S
 from halfprec.errors import HalfprecError
+from support.cli import run_cli
 
 TINY = """
 import torch
@@ -173,17 +176,18 @@ def test_cli_bench_quick_times_fewer_rounds_measures_no_memory_and_says_so(  # t
     cli, tiny_file: Path
 ) -> None:
     args = ["bench", f"{tiny_file}:tiny", "--variants", "fp32,naive-bf16", "--no-skip"]
+    given = json.loads(  # first: its imports are charged to no budget (a minute at load 16)
+        cli(*args, "--quick", "--runs", "5", "--budget", "0", "--no-race", "--json").stdout
+    )
+    assert [r["runs"] for r in given["results"]] == [5, 5] and "5 timed runs" in given["quick"]
+    assert given["budget_s"] is None and "no time budget" in given["quick"]
     data = json.loads(cli(*args, "--quick", "--no-race", "--json").stdout)
     assert [r["runs"] for r in data["results"]] == [3, 3]
     assert not any(data["limits"].values())
     assert all(r["memory"] is None for r in data["results"])
     assert data["quick"].startswith("quick run (--quick): 3 timed runs, 1 warm-up")
-    assert data["budget_s"] == 50.0 and "a 50 s time budget" in data["quick"]  # deploy's
-    given = json.loads(
-        cli(*args, "--quick", "--runs", "5", "--budget", "0", "--no-race", "--json").stdout
-    )
-    assert [r["runs"] for r in given["results"]] == [5, 5] and "5 timed runs" in given["quick"]
-    assert given["budget_s"] is None and "no time budget" in given["quick"]
+    budget = PROCESS_BUDGET_S  # halfprec deploy's
+    assert data["budget_s"] == budget and f"a {budget:g} s time budget" in data["quick"]
     table = cli(*args, "--quick")
     assert table.returncode == 0, table.stderr
     assert "quick run (--quick)" in table.stdout and "leave out --quick" in table.stdout
@@ -219,3 +223,36 @@ def test_cli_bench_names_what_its_time_budget_left_out(  # type: ignore[no-untyp
     assert [r["status"] for r in data["results"]] == ["ok", "skipped"]
     assert all(r["memory"] is None for r in data["results"])
     assert any(w.startswith("memory not measured: ") for w in data["warnings"])
+
+
+def test_cli_bench_s_budget_counts_from_the_process_start_as_deploy_s(
+    tiny_file: Path,
+) -> None:
+    """``halfprec bench --budget S`` counts from its process's start, as ``halfprec deploy``'s:
+    run as a process 30 s old (imports and a model's load can take that under load), 30 s
+    of a 20 s budget are spent before the run, so naive-bf16 is not run and the line
+    under the table says what was spent; counted from the run's start, it would run."""
+    args = ["bench", f"{tiny_file}:tiny", "--variants", "fp32,naive-bf16", "--no-skip"]
+    proc = run_cli(
+        *args, "--budget", "20", "--no-limit", "--no-memory", "--json", started_at=time.time() - 30
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["budget_spent_s"] >= 30
+    assert [r["status"] for r in data["results"]] == ["ok", "skipped"]
+    assert data["budget"].startswith("not run within the time budget: naive-bf16 (not run: 3")
+    assert "s of the 20 s budget were spent" in data["budget"]
+
+
+def test_cli_bench_takes_no_compile_as_deploy_does(  # type: ignore[no-untyped-def]
+    cli, tiny_file: Path
+) -> None:
+    """One spelling across the CLI: ``--compile/--no-compile`` on bench as on deploy; the
+    last one given wins, and bench's default is not to compile."""
+    args = ["bench", f"{tiny_file}:tiny", "--runs", "2", "--no-memory", "--no-limit", "--json"]
+    proc = cli(*args, "--compile", "--no-compile", "--variants", "fp32,naive-bf16", "--no-skip")
+    assert proc.returncode == 0, proc.stderr
+    names = [r["variant"] for r in json.loads(proc.stdout)["results"]]
+    assert names == ["fp32", "naive-bf16"]
+    assert "--compile / --no-compile" in cli("bench", "--help").stdout
+    assert "--compile / --no-compile" in cli("deploy", "--help").stdout

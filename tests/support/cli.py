@@ -6,18 +6,22 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import traceback
 from pathlib import Path
 
 from click.testing import CliRunner
 
+from halfprec.bench.budget import STARTED_AT_ENV
 from support import SRC
 
 
 def run_cli(
-    *args: str, cwd: Path | None = None, timeout: float = 600
+    *args: str, cwd: Path | None = None, timeout: float = 600, started_at: float | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``halfprec ARGS`` in this process through click's CliRunner.
+    """Run ``halfprec ARGS`` in this process through click's CliRunner, as a process
+    started at ``started_at`` (``time.time()``; default: now) would run it: a command's
+    time budget counts from then (:data:`halfprec.bench.budget.STARTED_AT_ENV`).
 
     Returns what a subprocess would: exit code, stdout and stderr apart. An exception that
     escapes the command is rendered as the interpreter would (traceback on stderr, exit 1),
@@ -30,7 +34,14 @@ def run_cli(
     if cwd is not None:
         os.chdir(cwd)
     try:
-        result = runner.invoke(main, list(args), prog_name="halfprec", catch_exceptions=True)
+        started = time.time() if started_at is None else started_at
+        result = runner.invoke(
+            main,
+            list(args),
+            prog_name="halfprec",
+            catch_exceptions=True,
+            env={STARTED_AT_ENV: repr(started)},
+        )
     finally:
         os.chdir(old)
     stderr = result.stderr

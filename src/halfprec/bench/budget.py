@@ -4,22 +4,25 @@ A cold ``deploy`` on a CPU spends most of its time compiling (torch.compile's fi
 dynamo's trace, inductor's lowering and a C++ build per kernel), and that cost follows the
 model, not its size: on a 2-core Zen 3 (docs/benchmarks.md) compiling fp32 took about
 40 CPU-seconds on BERT-base and GPT-2, and 115 on MobileViT-small, whose convolutions and
-small products come in many shapes. A compile once started runs to its end, so the
+small products come in many shapes. A compile abandoned half-way is time lost, so the
 budget decides before each candidate is built:
 
 - a compiled candidate is compiled only where its estimated compile, its rounds and the
   end's re-timing fit in the seconds left. Before any compile the estimate is the
   CPU-seconds of eager fp32's first call's calls of torch functions at
-  :data:`CALL_CPU_S` each, or of its distinct operations (by name and operand shapes) at
-  :data:`OP_CPU_S` each, whichever is more, turned into wall seconds at this thread's
+  :data:`CALL_CPU_S` each (:data:`CONV_CALL_CPU_S` more where it convolves) and of its
+  distinct operations (by name and operand shapes) at :data:`OP_CPU_S` each, summed and
+  turned into wall seconds at this thread's
   pace now (:data:`WALL_PER_CPU` times the pace to the power :data:`PACE_POWER`;
   :func:`thread_pace`: the wall seconds a short pure-Python spin takes for a CPU-second
   of the machine the constants were measured on, read once the call's threads are idle;
   below 1 on a faster core, above where other processes share the cores). Once one
   compile is measured, the next is estimated at that compile's own wall seconds (the
-  same graph, compiled again in another dtype). A compile once started runs to its end:
-  where it takes longer than estimated, the run ends past its budget by the difference
-  (the candidates after it are then not run);
+  same graph, compiled again in another dtype). A compile that runs past the seconds
+  left less its rounds is stopped there (:mod:`halfprec.bench.deadline`, on the main
+  thread of a POSIX process; elsewhere it runs to its end and the run ends past its
+  budget by the difference): its row is skipped, with a note (:meth:`Budget.stopped`),
+  nothing is claimed for it, and the candidates after it are not run;
 - a candidate's rounds are reckoned from eager fp32's call (the runner's: its fastest
   timed round, or one more call timed once, not its cold warm-up call);
 - once the budget is spent, no further candidate is built (the choice and its claim come
@@ -38,10 +41,13 @@ deploy``'s is :data:`PROCESS_BUDGET_S` for the whole process: counted from the p
 start (:func:`process_start`: the interpreter's start, imports and the model's load are
 charged), with its last :data:`PROCESS_END_S` kept for writing the choice and exiting
 (``BenchConfig.budget_origin`` and ``budget_reserve_s``). ``halfprec bench``'s is
-:data:`BENCH_BUDGET_S` from the run's start (``--quick``: deploy's).
+:data:`BENCH_BUDGET_S`, counted from the process's start as ``halfprec deploy``'s
+(``--quick``: ``halfprec deploy``'s :data:`PROCESS_BUDGET_S`), with nothing kept.
 
-The estimate is rough and meant to err long: it reads a cached compile (a repeat deploy's)
-high, which skips it, and the pace it reads under load moves by a third within seconds.
+The estimate is rough and aims at the compile's median, not past it: where the compile can
+be stopped, one that reads low costs the seconds it ran, and one that reads high a gain
+never tried. It reads a cached compile (a repeat deploy's) high, which skips it, and the
+pace it reads under load moves by a third within seconds.
 The race's rounds and the claim's are not cut: the claim keeps what it measures.
 """
 
@@ -67,13 +73,17 @@ DEPLOY_BUDGET_S = 50.0
 # (:func:`process_start`: imports and the model's load are charged) to its exit, of which
 # PROCESS_END_S are kept for writing the choice and exiting. 5 s under the 60 s a cold
 # ``halfprec deploy builtin:bert-base`` is meant to take on 2 cores: the margin for an
-# estimate that runs low (a started compile runs to its end)
+# estimate that runs low where a compile cannot be stopped (halfprec.bench.deadline)
 PROCESS_BUDGET_S = 55.0
 
 # what ``halfprec deploy`` keeps of its budget for writing the choice and the interpreter's
 # exit: 2.0-3.8 s of exit after a cold deploy quiet, 4.5 s at load 8 (docs/benchmarks.md,
 # rounds nineteen and twenty), and the write of a BERT-base checkpoint
 PROCESS_END_S = 5.0
+
+# where a command runs inside an older process (click's test runner), the time it started
+# (``time.time()``): :func:`process_start` counts from it instead of the process's start
+STARTED_AT_ENV = "HALFPREC_STARTED_AT"
 
 # ``halfprec bench``'s seconds: bench times every variant (10 rounds each, deploy 3) and then
 # measures memory, so more than deploy's; on a quiet 2-core Zen 4 ``bench builtin:bert-base
@@ -98,27 +108,28 @@ BUDGET_NOTES = ("not run: ", "not compiled within the ")
 LIFT = "budget_s=None (--budget 0) lifts it"
 
 # a cold torch.compile's CPU-seconds, estimated from eager fp32's first call: CALL_CPU_S per
-# call of a torch function (what dynamo traces and inductor lowers, one graph node each)
-# or OP_CPU_S per distinct operation (name and operand shapes: the kernels inductor builds,
-# one C++ build each), whichever is more. Cold fp32 compiles on the 2-core Zen 3
-# (docs/benchmarks.md, rounds sixteen to twenty) per call: ViT-base b8 0.15-0.16 CPU-s
-# (376 calls, 57.5-60.3 CPU-s), DeiT-small 0.15, MiniLM 0.12-0.15, BERT-base 0.10-0.13;
-# per distinct operation MobileViT-small 0.69 (167 operations, 115.5 CPU-s). Held out,
-# BART reads 1.6x high (0.10 per call), SegFormer-b0 1.3x high and Whisper-base's
-# encoder 0.65x (0.25 per call, 228 calls: its kernels cost more to build, which no count
-# of the eager call shows).
-CALL_CPU_S = 0.16
-OP_CPU_S = 0.7
+# call of a torch function (what dynamo traces and inductor lowers, one graph node each),
+# OP_CPU_S per distinct operation (name and operand shapes: the kernels inductor builds,
+# one C++ build each), and CONV_CALL_CPU_S more per call in a model that convolves (a
+# vision or audio front-end: its kernels run over long, odd-sized spatial or time axes).
+# A non-negative least-squares fit to 17 cold fp32 compiles of seven models on the 2-core
+# Zen 3 (docs/benchmarks.md, rounds nineteen to twenty-one: MiniLM, BERT-base, ViT-base,
+# DeiT-small, BART, SegFormer-b0, Whisper-base's encoder); held out of it, DistilBERT and
+# ConvNeXt-tiny read 0.74 and 0.78 of their compiles.
+CALL_CPU_S = 0.085
+OP_CPU_S = 0.21
+CONV_CALL_CPU_S = 0.064
 
 # a compile's wall seconds per CPU-second, ``WALL_PER_CPU * pace ** PACE_POWER`` at the
 # thread's pace (:func:`thread_pace`): a quiet machine lends the compile's C++ builds the
 # second core (BERT-base b8: 25.8 s of wall for 34.5 CPU-s at pace 1.3-1.6), a loaded one
-# does not (BERT-base b8 at pace 8.0: 326.3 s for 51.2). Fitted to the wall over CPU of
-# 14 cold compiles of rounds nineteen and twenty (docs/benchmarks.md): 0.59-1.96 times
-# each, 0.8-1.25 times 9 of them, the spread being the pace's own (two readings seconds
-# apart under load differ by a third).
-WALL_PER_CPU = 0.7
-PACE_POWER = 1.1
+# does not (BERT-base b8 at pace 8.0: 326.3 s for 51.2). A log-log fit to the wall over
+# CPU of the same compiles read at pace 6 or less, where a compile can fit in a budget at
+# all, and round eighteen's quiet MiniLM b1 one (19.5 s at pace 1.3, its CPU-seconds
+# taken as 28); above pace 6 it reads high, where no compile fits either way. The
+# spread is the pace's own (two readings seconds apart under load differ by a third).
+WALL_PER_CPU = 0.54
+PACE_POWER = 1.3
 
 
 def _spin(cpu_s: float, most_s: float) -> float:
@@ -152,9 +163,16 @@ def process_start(clock: Callable[[], float] = time.perf_counter) -> float:
     """The reading of ``clock`` (a monotonic clock in seconds, ``time.perf_counter``'s
     base) at which this process started: now less the process's age from Linux's
     ``/proc/self/stat`` and ``/proc/uptime`` (10 ms ticks), so that the interpreter's start
-    and every import before the caller count. Elsewhere, now: nothing before the call is
-    charged."""
+    and every import before the caller count. Where :data:`STARTED_AT_ENV` holds a time
+    (seconds since the epoch), that one: a command run inside an older process (click's
+    test runner) started then. Elsewhere, now: nothing before the call is charged."""
     now = clock()
+    given = os.environ.get(STARTED_AT_ENV)
+    if given:
+        try:
+            return now - max(0.0, time.time() - float(given))
+        except ValueError:
+            pass
     try:
         stat = Path("/proc/self/stat").read_text()
         uptime = float(Path("/proc/uptime").read_text().split()[0])
@@ -182,6 +200,7 @@ class Budget:
     reserve_s: float = 0.0
     start: float = field(init=False)
     compiled: dict[str, float] = field(default_factory=dict)
+    estimated: float | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if self.seconds is not None and not self.seconds > 0:
@@ -218,31 +237,39 @@ class Budget:
         kept = f" ({self.reserve_s:g} s of it kept for after the run)" if self.reserve_s else ""
         return f"{self.spent:.0f} s of the {self.seconds:g} s {noun} were spent{kept}"
 
-    def estimate(self, ops: int, calls: int | None = None) -> CompileCost:
+    def estimate(self, ops: int, calls: int | None = None, convolved: bool = False) -> CompileCost:
         """The next compile's wall seconds: the last measured compile's, or, before any, the
         CPU-seconds of eager fp32's call's ``calls`` calls of torch functions at
-        :data:`CALL_CPU_S` each or of its ``ops`` distinct operations at :data:`OP_CPU_S`
-        each, whichever is more (``calls`` unknown: one per operation), at
-        :data:`WALL_PER_CPU` wall seconds per CPU-second at this thread's pace to the
-        power :data:`PACE_POWER`."""
+        :data:`CALL_CPU_S` each (:data:`CONV_CALL_CPU_S` more where the call
+        ``convolved``) and of its ``ops`` distinct operations at :data:`OP_CPU_S` each
+        (``calls`` unknown: one per operation), at :data:`WALL_PER_CPU` wall seconds per
+        CPU-second at this thread's pace to the power :data:`PACE_POWER`."""
         if self.compiled:
             name, seconds = next(reversed(self.compiled.items()))
             return CompileCost(seconds, f"as {name}'s compile took")
         calls = ops if calls is None else max(calls, ops)
-        by_calls, by_ops = calls * CALL_CPU_S, ops * OP_CPU_S
-        cpu = max(by_calls, by_ops)
+        per_call = CALL_CPU_S + (CONV_CALL_CPU_S if convolved else 0.0)
+        cpu = calls * per_call + ops * OP_CPU_S
         pace = self.pace()
         seconds = cpu * WALL_PER_CPU * pace**PACE_POWER
-        what = (
-            f"{calls} calls at {CALL_CPU_S:g} CPU-s each"
-            if by_calls >= by_ops
-            else f"{ops} distinct operations at {OP_CPU_S:g} CPU-s each"
-        )
+        convs = " (it convolves)" if convolved else ""
         how = (
-            f"{what}, {cpu:.0f} CPU-s at pace {pace:.1f}: {WALL_PER_CPU:g} x "
+            f"{calls} calls at {per_call:g} CPU-s each{convs} and {ops} distinct operations "
+            f"at {OP_CPU_S:g}, {cpu:.0f} CPU-s at pace {pace:.1f}: {WALL_PER_CPU:g} x "
             f"pace^{PACE_POWER:g} wall seconds per CPU-second"
         )
         return CompileCost(seconds, how)
+
+    def stopped(self, variant: Variant, ran_s: float) -> str:
+        """The note of a compile stopped once the seconds left were spent (it ran ``ran_s``;
+        kept as the next compile's least estimate)."""
+        self.compiled[variant.name] = ran_s
+        estimated = f" (estimated at {self.estimated:.0f} s)" if self.estimated else ""
+        return (
+            f"not compiled within the {self.seconds:g} s budget: its compile was stopped "
+            f"after {ran_s:.0f} s{estimated}, when the seconds left{self._kept()} were "
+            f"spent; {LIFT}"
+        )
 
     def record(self, variant: Variant, compile_s: float | None) -> None:
         """Keep a measured compile (the compiled variant's first call)."""
@@ -265,18 +292,24 @@ class Budget:
         return 2 * call_s * (rounds + 1) + max(end_s, 2 * call_s * 3)
 
     def skip(
-        self, variant: Variant, ops: int, rounds_s: Callable[[], float], calls: int | None = None
+        self,
+        variant: Variant,
+        ops: int,
+        rounds_s: Callable[[], float],
+        calls: int | None = None,
+        convolved: bool = False,
     ) -> str | None:
         """Why ``variant`` is not started within the budget; None to run it. ``rounds_s()``:
         the seconds its warm-up and rounds and the end's re-timing are expected to take
         (eager fp32's pairs; asked only where the compile alone fits: it may time a call);
-        ``ops`` and ``calls``: the distinct operations and the calls of eager fp32's call
-        (:meth:`estimate`). A compiled variant starts only where its estimated compile and
-        its rounds fit in what is left (:attr:`left`)."""
+        ``ops``, ``calls`` and ``convolved``: the distinct operations and the calls of eager
+        fp32's call, and whether it convolved (:meth:`estimate`). A compiled variant starts
+        only where its estimated compile and its rounds fit in what is left (:attr:`left`)."""
         if self.seconds is None:
             return None
         lift = LIFT
-        cost = self.estimate(ops, calls) if variant.compiled else None
+        cost = self.estimate(ops, calls, convolved) if variant.compiled else None
+        self.estimated = None if cost is None else cost.seconds
         left = self.left
         if cost is not None and 0 < left <= cost.seconds:  # once spent: "not run", below
             return (

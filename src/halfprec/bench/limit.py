@@ -87,15 +87,17 @@ def _from_call(func: Any, args: tuple[Any, ...]) -> list[Gemm]:
 class GemmRecorder(TorchFunctionMode):
     """Inside ``with GemmRecorder() as rec:``, counts the matrix products torch calls make
     (``rec.seen``), keeps the distinct operations (``rec.ops``: each torch function's
-    name with its tensor operands' shapes) and counts every call (``rec.calls``: what a
-    compile traces, one graph node each; :mod:`halfprec.bench.budget` estimates a
-    compile from both); everything runs as usual."""
+    name with its tensor operands' shapes), counts every call (``rec.calls``: what a
+    compile traces, one graph node each) and the calls of convolutions
+    (``rec.convolutions``; :mod:`halfprec.bench.budget` estimates a compile from all
+    three); everything runs as usual."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: Counter[Gemm] = Counter()
         self.ops: set[tuple[str, tuple[tuple[int, ...], ...]]] = set()
         self.calls = 0
+        self.convolutions = 0
 
     def __torch_function__(
         self,
@@ -108,8 +110,10 @@ class GemmRecorder(TorchFunctionMode):
             if gemm.flops > 0:
                 self.seen[gemm] += 1
         shapes = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
-        self.ops.add((getattr(func, "__name__", repr(func)), shapes))
+        name = getattr(func, "__name__", repr(func))
+        self.ops.add((name, shapes))
         self.calls += 1
+        self.convolutions += name.startswith(("conv", "_conv"))
         return func(*args, **(kwargs or {}))
 
 

@@ -41,6 +41,7 @@ from torch import nn
 from halfprec.batch import Batch, as_batches, batch_size_of, call, resize_batch
 from halfprec.bench.budget import LIFT, Budget
 from halfprec.bench.compile_gate import CompileGate, Twin, gemm_share
+from halfprec.bench.deadline import Overrun
 from halfprec.bench.half_speed import HalfSpeed
 from halfprec.bench.heap import caller_objects_set_aside
 from halfprec.bench.interleave import CallTimer, Pairs, Prepared
@@ -189,6 +190,7 @@ class Benchmark:
         self.shapes: dict[Gemm, int] = {}
         # eager fp32's distinct operations, and its call: the warm-up's, then its fastest round
         self.ops, self.calls, self.call_s = 0, 0, 0.0
+        self.convolutions = 0  # eager fp32's calls of convolutions (the compile estimate's)
         self.yardstick: Batch | None = None  # the batch to time fp32's call on, once
         self.budget = budget or Budget.of(self.config)
         self.modules: dict[str, nn.Module] = {}
@@ -478,7 +480,18 @@ class Benchmark:
             if why is not None:
                 return why
         gated = self.gate.skip(variant, self._twins(variant, at))
-        return gated or self.budget.skip(variant, self.ops, self._rounds_s, self.calls)
+        return gated or self.budget.skip(
+            variant, self.ops, self._rounds_s, self.calls, convolved=self.convolutions > 0
+        )
+
+    def _compile_within(self) -> float | None:
+        """The seconds a compile may run: what is left of the budget less its rounds (the
+        end's re-timing included; None: no bound). Past them it is stopped
+        (:mod:`halfprec.bench.deadline`): an estimate that read low costs the seconds it
+        ran, not an overrun."""
+        if self.budget.seconds is None:
+            return None
+        return self.budget.left - self._rounds_s(measure=False)
 
     def _rounds_s(self, measure: bool = True) -> float:
         """A candidate's rounds and the end's re-timing, from eager fp32's call: its fastest
@@ -558,9 +571,13 @@ class Benchmark:
         items = size * self.config.items_per_sample
         result = VariantResult(variant, size, "ok", items_per_call=items)
         result.model_bytes = nbytes(module)
+        within = self._compile_within() if variant.compiled else None
         try:
             with self.phase("warm-up"), torch.inference_mode():  # the caller's settings
-                warm = self.warm_up.run(module, batch, variant)
+                warm = self.warm_up.run(module, batch, variant, within)
+        except Overrun as stop:  # a compile past the seconds left: abandoned, nothing claimed
+            result.status, result.note = "skipped", self.budget.stopped(variant, stop.seconds)
+            return Prepared(result, None, 0), None
         except Exception as exc:
             if variant == _FP32:  # the user's own model refuses these inputs
                 raise reference_failed(0, batch, exc) from exc
@@ -568,6 +585,7 @@ class Benchmark:
             return Prepared(result, None, 0), None
         if warm.shapes:
             self.shapes, self.ops, self.calls = warm.shapes, warm.ops, warm.calls
+            self.convolutions = warm.convolutions
         if variant == _FP32 and index == 0:
             self.call_s, self.yardstick = warm.last, batch
         runs = self._plan(result, warm)

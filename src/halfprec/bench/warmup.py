@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from halfprec.batch import Batch, call
+from halfprec.bench.deadline import deadline
 from halfprec.bench.limit import Gemm, GemmRecorder
 from halfprec.bench.phases import cpu_seconds
 from halfprec.bench.variants import Variant
@@ -63,8 +64,8 @@ class Warmed:
     and last calls' seconds (and the first call's CPU seconds: a compile's), the bytes
     allocated when the peak counter was last reset, and the matrix products of
     uncompiled fp32's first call (by shape, with their counts), its number of distinct
-    operations (``ops``) and of calls of torch functions (``calls``:
-    :class:`~halfprec.bench.limit.GemmRecorder`)."""
+    operations (``ops``), of calls of torch functions (``calls``) and of calls of
+    convolutions (``convolutions``: :class:`~halfprec.bench.limit.GemmRecorder`)."""
 
     before: int = 0
     output: Any = None
@@ -74,6 +75,7 @@ class Warmed:
     shapes: dict[Gemm, int] = field(default_factory=dict)
     ops: int = 0
     calls: int = 0
+    convolutions: int = 0
 
 
 @dataclass(frozen=True)
@@ -97,19 +99,23 @@ class WarmUp:
         self.counters.reset_peak_memory_stats(self.device)
         return int(self.counters.memory_allocated(self.device))
 
-    def run(self, module: nn.Module, batch: Batch, variant: Variant) -> Warmed:
+    def run(
+        self, module: nn.Module, batch: Batch, variant: Variant, within: float | None = None
+    ) -> Warmed:
         """Warm ``module`` up: keeps a clone of the first output (:func:`kept`) and the
         first and last calls' seconds. A compiled variant's first call compiles, so it gets
         at least one call after it (its warm speed plans its runs and the cap), and the
-        peak memory counter is reset after it. The first call of uncompiled fp32 records
-        the model's matrix products."""
+        peak memory counter is reset after it; it is stopped once it has run ``within``
+        seconds (None: never), raising :class:`~halfprec.bench.deadline.Overrun`. The first
+        call of uncompiled fp32 records the model's matrix products."""
         warm = Warmed(before=self.reset_peak())
         calls = max(self.calls, 2) if variant.compiled else self.calls
         for i in range(calls):
             record = i == 0 and variant == Variant("fp32")
             recorder = GemmRecorder() if record else contextlib.nullcontext()
             start, cpu = time.perf_counter(), self.cpu_clock() if i == 0 else 0.0
-            with recorder:
+            stop = within if i == 0 and variant.compiled else None
+            with recorder, deadline(stop):
                 out = call(module, batch)
             synchronize(self.device)
             warm.last = time.perf_counter() - start
@@ -117,7 +123,7 @@ class WarmUp:
                 warm.first_cpu = self.cpu_clock() - cpu
             if isinstance(recorder, GemmRecorder):
                 warm.shapes, warm.ops = dict(recorder.seen), len(recorder.ops)
-                warm.calls = recorder.calls
+                warm.calls, warm.convolutions = recorder.calls, recorder.convolutions
             if i == 0:
                 warm.output, warm.first = kept(out), warm.last
                 if variant.compiled:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from halfprec.bench.budget import BENCH_BUDGET_S, DEPLOY_BUDGET_S
+from halfprec.bench.budget import BENCH_BUDGET_S, PROCESS_BUDGET_S, process_start
 from halfprec.cli.options import (
     NumberRange,
     budget_option,
@@ -58,8 +58,8 @@ QUICK_RUNS = 3
 
 
 def _quick_settings(runs: int, warmup: int, budget_s: float) -> tuple[int, int, float]:
-    """--quick's rounds and budget: fewer runs, one warm-up and deploy's time budget, where
-    the flags were not given."""
+    """--quick's rounds and budget: fewer runs, one warm-up and ``halfprec deploy``'s time
+    budget, where the flags were not given."""
     ctx = click.get_current_context()
     given = {
         name
@@ -69,7 +69,7 @@ def _quick_settings(runs: int, warmup: int, budget_s: float) -> tuple[int, int, 
     return (
         runs if "runs" in given else QUICK_RUNS,
         warmup if "warmup" in given else 1,
-        budget_s if "budget_s" in given else DEPLOY_BUDGET_S,
+        budget_s if "budget_s" in given else PROCESS_BUDGET_S,
     )
 
 
@@ -120,9 +120,9 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     help="List every way of running a model (what --variants takes), and exit.",
 )
 @click.option(
-    "--compile",
+    "--compile/--no-compile",
     "use_compile",
-    is_flag=True,
+    default=False,
     help="Add a torch.compile twin of each variant given to --variants, or without "
     "--variants, of each that deploy may choose.",
 )
@@ -148,10 +148,13 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     "--quick",
     is_flag=True,
     help=f"A rough answer fast: {QUICK_RUNS} runs, 1 warm-up and deploy's "
-    f"{DEPLOY_BUDGET_S:g} s budget (unless --runs/--warmup/--budget are given), no memory "
+    f"{PROCESS_BUDGET_S:g} s budget (unless --runs/--warmup/--budget are given), no memory "
     "subprocesses, no GEMM limit; the output says so.",
 )
-@budget_option(BENCH_BUDGET_S)
+@budget_option(
+    BENCH_BUDGET_S,
+    " They count from this process's start (imports and the model's load are charged).",
+)
 @click.option(
     "--max-call-s",
     type=NumberRange(min=0, min_open=True),
@@ -320,11 +323,12 @@ def _chosen_variants(variants: str | None, use_compile: bool) -> list[Variant] |
 
 
 def _config(*, race: bool, **fields: Any) -> BenchConfig:
-    """The :class:`~halfprec.BenchConfig` of the flags (its checks are the flags' checks)."""
+    """The :class:`~halfprec.BenchConfig` of the flags (its checks are the flags' checks),
+    its budget counted from the process's start, as ``halfprec deploy``'s."""
     from halfprec.bench.race import Race
     from halfprec.bench.results import BenchConfig
 
-    return BenchConfig(race=Race() if race else None, **fields)
+    return BenchConfig(race=Race() if race else None, budget_origin=process_start(), **fields)
 
 
 class _Progress:
