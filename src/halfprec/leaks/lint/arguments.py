@@ -20,6 +20,7 @@ from halfprec.leaks.lint.methods import COUNTERS, DTYPED, KEEPS, SORTS, dtype_ke
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.quantized import quantized
 from halfprec.leaks.lint.reach import Follow, enter, to_readers
+from halfprec.leaks.lint.sparse import sparse_step
 from halfprec.leaks.lint.statements import enclosing, follow_looped
 from halfprec.leaks.lint.submodules import hidden_state, is_submodule, loss_input, submodule
 from halfprec.leaks.lint.torchfns import held_torch_function
@@ -47,6 +48,7 @@ def argument_step(f: Follow, node: ast.AST, call: ast.Call) -> str:
     if name.endswith(_COPIES) and name.split(".")[0] in f.ctx.imports.torch and call.args:
         return "up" if call.args[0] is node else "unknown"  # its copies, one per device
     builtin = _builtin_step(f, node, call) or _dtyped(f, node, call, last, owner)
+    builtin = builtin or sparse_step(node, call, f.ctx)  # sparse_coo_tensor(i, t, size)
     if builtin is not None:
         return builtin
     stored = _held_by(f, node, call, last) or keyed_store(f, node, call)
@@ -137,6 +139,8 @@ def _builtin_step(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
         return None
     if func.id in _ROWS and call.args[:1] == [node]:
         return "up"  # list(t): its rows, in its dtype
+    if func.id == "sum" and call.args[:1] == [node] and not _defined(f, func.id):
+        return "up"  # sum(losses) of a list holding t: 0 + t + ..., t's dtype goes on
     if func.id in _BUILTIN_SAFE:
         return "safe"
     if func.id == "dict":
@@ -144,6 +148,12 @@ def _builtin_step(f: Follow, node: ast.AST, call: ast.Call) -> str | None:
             f.key = node.arg
         return "up"
     return None
+
+
+def _defined(f: Follow, name: str) -> bool:
+    """Whether the file defines a function ``name`` (one that hides the builtin)."""
+    calls = f.ctx.calls
+    return calls is not None and name in calls.program.functions
 
 
 def _bound_call(call: ast.Call, last: str, node: ast.AST) -> ast.Call:

@@ -8,7 +8,8 @@ written that way into a half tensor is a leak that fails at once.
 
 An index is a tensor when the code says so: a comparison of a tensor (``h[labels == -1]``,
 ``~mask``), an integer or sorting op (``torch.arange``, ``t.nonzero()``, ``t.argsort()``,
-``t.long()``), or a name last bound to one of these. A parameter or a name the lint cannot
+``t.long()``), one of these reshaped or copied (``m.reshape(-1).clone()``), or a name last
+bound to one of these. A parameter or a name the lint cannot
 see bound is not known to be a tensor (it may be an int), unless annotated as one.
 """
 
@@ -26,6 +27,9 @@ _MAKERS = words(
     "nonzero argsort argmax argmin topk sort where long int bool randperm arange "
     "searchsorted bucketize unique multinomial"
 )
+
+# the same index tensor, reshaped or copied: m.reshape(-1).clone() is a mask as m is
+_RESHAPES = words("reshape view flatten clone contiguous squeeze unsqueeze detach expand t")
 
 
 def tensor_index(index: ast.AST, ctx: Context, depth: int = 0) -> bool:
@@ -50,6 +54,8 @@ def _tensor(node: ast.AST, ctx: Context, depth: int) -> bool:
     if isinstance(node, ast.Call):
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else ""
+        if name in _RESHAPES and isinstance(func, ast.Attribute):
+            return _tensor(func.value, ctx, depth)  # m.reshape(-1).clone() of a mask m
         return integer_tensor(node, ctx) or name in _MAKERS and name not in ("long", "int", "bool")
     if isinstance(node, ast.Name) and depth < 3:
         bound = ctx.binding_before(node)

@@ -23,6 +23,8 @@ _ELEMENT = words("item tolist numpy __len__ all any")
 _CASTS = words("half bfloat16 type_as")
 _PICKS = words("gather index_select take take_along_dim masked_select")
 _INTEGER_CASTS = words("long int bool byte short char")
+# a sparse tensor's index tensors: int64 whatever its values are
+_SPARSE_INDICES = words("_indices indices crow_indices col_indices ccol_indices row_indices")
 _UPCASTS = words("float double")
 _FP32_NAMES = words("float32 float float64 double FloatTensor DoubleTensor")
 SORTS = words(
@@ -43,7 +45,7 @@ KEEPS = words(
     "diagonal diag_embed tile chunk split unbind select index_fill index_fill_ sigmoid_ "
     "tanh_ relu_ clone_ rot90 fliplr flipud sinc atan2 hypot logsumexp logaddexp cosh sinh "
     "acos asin atan maximum minimum einsum ge_ gt_ le_ lt_ eq_ ne_ masked_scatter lerp_ addcmul "
-    "unfold"
+    "unfold _values coalesce"
 )
 _FILLS = words(
     "uniform_ normal_ bernoulli_ exponential_ random_ fill_ geometric_ log_normal_ cauchy_"
@@ -88,7 +90,7 @@ def attribute_step(f: Follow, node: ast.AST, attr: ast.Attribute) -> str:
         return "safe"
     if name in _PICKS:
         return "up"  # t.gather(1, idx): t's values, picked
-    if name in _INTEGER_CASTS or name in SORTS:
+    if name in _INTEGER_CASTS or name in SORTS or name in _SPARSE_INDICES:
         return "integer"
     if name in COUNTERS:
         return scatter_step(f, call, name)  # buf.scatter_add_(0, idx, h): raises

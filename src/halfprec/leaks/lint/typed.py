@@ -5,7 +5,8 @@ that makes an fp32 tensor although no float literal is in sight.
   ``-> List[float]``;
 - a list, tuple or comprehension of such values (``[score(h) for h in hypos]``);
 - a name annotated ``float`` or a sequence of floats (a parameter ``scores: List[float]``,
-  a local ``new: List[float] = []``), or bound to one of the above;
+  a local ``new: List[float] = []``), or bound to one of the above; an element of such a
+  sequence in a list (``[hw[1], 0]`` of ``hw: Tuple[float, float]``);
 - a name some assignment of the function binds to a float literal (``extra = 0.0`` on one
   branch): ``torch.tensor(extra)`` makes a 0-dim fp32 tensor on that branch;
 - a parameter defaulting to a float literal (``offset: float = 0.5``).
@@ -71,6 +72,8 @@ def typed_floats(data: ast.AST, ctx: Context, depth: int = 0, scalar: bool = Fal
             and data.value.id == "self"
             and data.attr in ctx.facts.floats
         )
+    if isinstance(data, ast.Subscript) and depth > 0 and isinstance(data.value, ast.Name):
+        return _annotated(data.value.id, ctx, sequence=True)  # [hw[1], 0], hw: Tuple[float, ...]
     if isinstance(data, ast.Call) and isinstance(data.func, ast.Name):
         calls = ctx.calls
         fn = calls.program.functions.get(data.func.id) if calls is not None else None

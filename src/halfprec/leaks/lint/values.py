@@ -55,7 +55,7 @@ _KEEPS_DTYPE = words(
     "flip roll cumsum "
     "view_as reshape_as type_as to_dense new_zeros new_ones new_empty new_full new_tensor "
     "repeat_interleave movedim swapaxes unflatten cpu cuda split chunk tensor_split "
-    "index_select"
+    "index_select mm mv t"
 )
 _FLOAT_RESULT = words(
     "softmax log_softmax sigmoid tanh exp log log1p sqrt rsqrt gelu silu erf layer_norm "
@@ -68,7 +68,7 @@ _TORCH_KEEPS = words(
     "normalize scaled_dot_product_attention repeat_interleave roll maximum minimum zeros_like "
     "ones_like empty_like full_like rand_like randn_like diag diag_embed diagonal outer kron "
     "flip roll narrow squeeze unsqueeze clone neg cumsum cumprod log log1p sin cos nan_to_num "
-    "lerp tile flatten movedim remainder fmod"
+    "lerp tile flatten movedim remainder fmod t mv"
 )
 _ARITHMETIC = words("add sub mul div true_divide rsub")
 _REARRANGES = words("rearrange repeat einops.rearrange einops.repeat")
