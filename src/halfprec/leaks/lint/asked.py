@@ -30,6 +30,7 @@ import ast
 
 from halfprec import ops
 from halfprec.leaks.lint.casts import is_fp32_dtype
+from halfprec.leaks.lint.compared import data, stacked
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.decided import passed
 from halfprec.leaks.lint.explicit import helper_returns, through
@@ -271,14 +272,26 @@ def reads_factory(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
     factory's table floating, part of that factory)."""
     if depth >= _DEPTH:
         return False
-    for sub in ast.walk(node):
+    todo = [node]
+    while todo:
+        sub = todo.pop()
+        if isinstance(sub, ast.Compare) and _masks_data(sub, ctx):
+            continue  # occ > torch.arange(k): a mask of occ's (see .compared)
         if isinstance(sub, ast.Call) and _plain_call(sub, ctx):
             return True
         if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
             values = [] if _looped(sub, ctx) else reaching_values(ctx, sub)
             if any(reads_factory(v, ctx, depth + 1) for v in values):
                 return True
+        todo.extend(ast.iter_child_nodes(sub))
     return False
+
+
+def _masks_data(compare: ast.Compare, ctx: Context) -> bool:
+    """A stacked comparison of a tensor of data (that reads no plain factory) with
+    anything: its mask is the data's (see :mod:`.compared`)."""
+    sides = (compare.left, *compare.comparators)
+    return stacked(compare, ctx) and any(data(o, ctx) and not reads_factory(o, ctx) for o in sides)
 
 
 def _plain_call(call: ast.Call, ctx: Context) -> bool:

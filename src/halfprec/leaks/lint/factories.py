@@ -29,6 +29,7 @@ import ast
 from halfprec import ops
 from halfprec.leaks.lint.asked import double_chain
 from halfprec.leaks.lint.casts import is_fp32_dtype, span
+from halfprec.leaks.lint.compared import with_data
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.copied import copies_tensor
 from halfprec.leaks.lint.findings import KWARG, METHOD, Fix
@@ -243,12 +244,15 @@ def _keyword(call: ast.Call, name: str) -> ast.expr | None:
     return next((k.value for k in call.keywords if k.arg == name), None)
 
 
-def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST | None:
+def _fp32_from_integer(
+    call: ast.AST, ctx: Context, depth: int = 0, masked: bool = False
+) -> ast.AST | None:
     """``torch.arange(n) / k``, ``torch.arange(n) * 0.5``, ``torch.arange(n).float()``: an
     integer factory whose value becomes fp32 (true division, a float operand, an upcast, a
     float function such as ``torch.log``), right away or after integer steps through names
     (``pos = shift + torch.arange(n)``, then ``pos / scale``). Returns the expression that
-    is fp32, or None."""
+    is fp32, or None. ``masked``: compared with data on the way (see :mod:`.compared`), so
+    an explicit cast is the library's cast of the data's mask, not the factory's."""
     node: ast.AST = call
     parents = ctx.parents
     # the integer values alone, not yet met with an operand whose dtype they may take
@@ -262,12 +266,12 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
             if double_chain(outer, ctx):
                 return None  # made double on purpose (see .asked): not a plain site
             if parent.attr in ("float", "double") and not outer.args:
-                return outer
+                return None if masked else outer
             if parent.attr in ("to", "type") and any(
                 is_fp32_dtype(a, ctx) or fp32_default(a, ctx)
                 for a in (*outer.args, *(k.value for k in outer.keywords))
             ):
-                return outer
+                return None if masked else outer
             if floats_here(node, parent, ctx) and alone:
                 return outer  # torch.tensor([n]).log(): floats of an integer tensor
             if parent.attr not in _INT_KEEPS or _casts(outer):
@@ -291,6 +295,8 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
             node = parent  # torch.arange(n)[:, None]
             continue
         if isinstance(parent, ast.Compare):
+            # occ > torch.arange(k): a mask of occ's, whose .float() is the library's
+            masked = masked or with_data(parent, node, ctx)
             node = parent  # (pos > 0): a bool tensor, made fp32 by a later .float()
             continue
         if isinstance(parent, ast.Call) and _float_power(node, parent, ctx):
@@ -301,7 +307,7 @@ def _fp32_from_integer(call: ast.AST, ctx: Context, depth: int = 0) -> ast.AST |
         if gathered is not None:
             node = gathered  # torch.stack(torch.meshgrid(pos, pos)): still integer
             continue
-        return _named_fp32(node, parent, ctx, depth)
+        return _named_fp32(node, parent, ctx, depth, masked)
 
 
 def _ranked(call: ast.AST, ctx: Context) -> bool:
@@ -444,7 +450,9 @@ _INT_OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
 _MAX_NAMED = 3  # names an integer tensor is followed through before it turns fp32
 
 
-def _named_fp32(node: ast.AST, stmt: ast.AST | None, ctx: Context, depth: int) -> ast.AST | None:
+def _named_fp32(
+    node: ast.AST, stmt: ast.AST | None, ctx: Context, depth: int, masked: bool
+) -> ast.AST | None:
     """``pos = <integer tensor>``: the first later use of ``pos`` that makes it fp32."""
     if not isinstance(stmt, ast.Assign) or stmt.value is not node or depth >= _MAX_NAMED:
         return None
@@ -457,7 +465,7 @@ def _named_fp32(node: ast.AST, stmt: ast.AST | None, ctx: Context, depth: int) -
         if not isinstance(name, ast.Name):
             continue
         for use in ctx.uses_after(name.id, stmt):
-            made = _fp32_from_integer(use, ctx, depth + 1)
+            made = _fp32_from_integer(use, ctx, depth + 1, masked)
             if made is not None:
                 return made
     return None

@@ -40,6 +40,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
+from halfprec.leaks.lint.alternatives import asked_alternative
 from halfprec.leaks.lint.arguments import argument_step
 from halfprec.leaks.lint.asked import asked_fill, asked_fp32, asked_write
 from halfprec.leaks.lint.batched import batch_sized
@@ -390,6 +391,8 @@ def _literal(node: ast.AST) -> bool:
 def fate_of(node: ast.AST, ctx: Context, upcast: bool = False) -> Fate:
     """Where the fp32 tensor made at ``node`` goes (see the module docstring); ``upcast``:
     it was made by an explicit upcast (HP2), not a factory (HP101)."""
+    if not upcast and asked_alternative(node, ctx):
+        return Fate()  # m = mask.float() if ... else torch.ones(n): see .alternatives
     follow = _Follow(ctx, upcast, _vector(node))
     follow.empty = _no_elements(node)
     follow.island = not upcast and island_buffer(node, ctx)
