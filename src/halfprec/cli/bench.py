@@ -151,10 +151,7 @@ def _list_variants(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     f"{PROCESS_BUDGET_S:g} s budget (unless --runs/--warmup/--budget are given), no memory "
     "subprocesses, no GEMM limit; the output says so.",
 )
-@budget_option(
-    BENCH_BUDGET_S,
-    " They count from this process's start (imports and the model's load are charged).",
-)
+@budget_option(BENCH_BUDGET_S)
 @click.option(
     "--max-call-s",
     type=NumberRange(min=0, min_open=True),

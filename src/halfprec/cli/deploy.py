@@ -85,8 +85,7 @@ def _runtimes(text: str | None) -> tuple[str, ...] | None:
 )
 @budget_option(
     PROCESS_BUDGET_S,
-    f" They count from this process's start (imports and the model's load are charged), "
-    f"and the last {PROCESS_END_S:g} s are kept for writing the choice and exiting.",
+    f" The last {PROCESS_END_S:g} s are kept for writing the choice and exiting.",
 )
 @tolerance_options
 def command(

@@ -234,8 +234,9 @@ def tolerance_options(f: F) -> F:
 
 def budget_option(seconds: float, counted: str = "") -> Callable[[F], F]:
     """``--budget``, one option for bench and deploy: the seconds the command may start
-    variants in (``seconds``: the command's default; ``counted``: a sentence of help on
-    where they count from); NaN refused as for every float flag."""
+    variants in, counted from the process's start (``seconds``: the command's default;
+    ``counted``: a sentence of help the command adds); NaN refused as for every float
+    flag."""
     return click.option(
         "--budget",
         "budget_s",
@@ -243,7 +244,8 @@ def budget_option(seconds: float, counted: str = "") -> Callable[[F], F]:
         default=seconds,
         help="Seconds to start variants in: a compile estimated past what is left, and any "
         "variant (or bench's memory subprocess) once they are spent, is skipped and named; "
-        f"0 for no bound.{counted}",
+        "0 for no bound. They count from this process's start (imports and the model's load "
+        f"are charged).{counted}",
     )
 
 
