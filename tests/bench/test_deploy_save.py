@@ -76,6 +76,21 @@ def test_output_problem_names_the_forms() -> None:
     assert output_problem("a.onnx", ("all",)) is None
     assert "give one of those" in (output_problem("a.pt", None) or "")
     assert "--runtimes openvino" in (output_problem("a.xml", ()) or "")
+    assert "give -o NAME.xml" in (output_problem("a.safetensors", ("openvino",)) or "")
+    assert "leave --runtimes out" in (output_problem("folder", ("all",)) or "")
+
+
+def test_a_checkpoint_path_tries_no_runtime_by_default(tmp_path: Path) -> None:
+    """``halfprec deploy -o NAME.safetensors`` tried OpenVINO's bf16 target by default on a
+    CPU with AVX512-BF16, chose it, and only then refused the path ("give -o NAME.xml"):
+    a cold BERT-base deploy exited 2 after minutes. A torch form tries no runtime unless
+    asked, and is refused upfront where runtimes are named."""
+    pytest.importorskip("openvino")
+    opts: dict[str, Any] = {"compile": False, "bench": CONFIG, "timer": _favour("openvino")}
+    done = deploy_to(tmp_path / "m.safetensors", _model(), _x(), recipe="bf16", **opts)
+    assert done.runtime == "torch"
+    assert not [r.name for r in done.report.results if r.variant.runtime]
+    assert (tmp_path / "m.safetensors").is_file()
 
 
 def test_a_compiled_choice_is_saved_as_the_module_it_compiled() -> None:

@@ -21,9 +21,23 @@ FORMS: dict[str, str] = {
 }
 RUNTIME_SUFFIX: dict[str, str] = {"openvino": ".xml", "onnxruntime": ".onnx"}
 
+# the forms that hold a choice run by torch (a checkpoint, a folder)
+TORCH_FORMS = (".safetensors", "")
+
 
 def _forms_text() -> str:
     return "; ".join(f"{s or 'no suffix'}: {what}" for s, what in FORMS.items())
+
+
+def runtimes_for(
+    path: str | os.PathLike[str], runtimes: Sequence[str] | None
+) -> Sequence[str] | None:
+    """The runtimes deploy tries for an output at ``path``: with the default (None: those
+    installed that compute a half dtype here) and a form that holds only a choice run by
+    torch (a checkpoint, a folder), none, so that deploy never picks a choice the path
+    cannot hold; ``runtimes`` as given otherwise (:func:`output_problem` refuses a torch
+    form with runtimes named)."""
+    return () if runtimes is None and Path(path).suffix in TORCH_FORMS else runtimes
 
 
 def output_problem(path: str | os.PathLike[str], runtimes: Sequence[str] | None) -> str | None:
@@ -39,5 +53,11 @@ def output_problem(path: str | os.PathLike[str], runtimes: Sequence[str] | None)
             f"-o {path} holds {FORMS[suffix]}, but deploy may choose no {runtime} variant "
             f"with these runtimes ({', '.join(runtimes or ()) or 'none'}); add --runtimes "
             f"{runtime}, or give a .safetensors path"
+        )
+    if runtime is None and suffix in FORMS and runtimes and list(runtimes) != ["none"]:
+        return (
+            f"-o {path} holds {FORMS[suffix]}, and --runtimes {','.join(runtimes)} may choose "
+            "a runtime's, which it cannot hold; give -o NAME.xml (openvino) or NAME.onnx "
+            "(onnxruntime), or leave --runtimes out"
         )
     return None

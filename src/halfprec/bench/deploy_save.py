@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from halfprec.bench.deploy import Deployed, deploy
-from halfprec.bench.deploy_forms import FORMS, RUNTIME_SUFFIX, output_problem
+from halfprec.bench.deploy_forms import FORMS, RUNTIME_SUFFIX, output_problem, runtimes_for
 from halfprec.bench.ways.base import TORCH
 from halfprec.convert.recipe import Recipe
 from halfprec.dtypes import DeviceSupport, device_support, dtype_name
@@ -124,7 +124,9 @@ def deploy_to(
     **options: Any,
 ) -> Deployed:
     """:func:`~halfprec.deploy` ``model`` on ``inputs`` (``runtimes`` and ``options`` as
-    deploy takes them) and write its choice to ``path`` (:func:`save_deployed`). A path of
+    deploy takes them) and write its choice to ``path`` (:func:`save_deployed`). A path that
+    holds only a choice run by torch (a checkpoint, a folder) tries no runtime by default
+    (:func:`~halfprec.bench.deploy_forms.runtimes_for`), and refuses runtimes named. A path of
     no form the choice could take is refused before deploy runs, a folder too where the
     device (``support``: its row of the device table, default the model's device's) has no
     fast kernels for the half dtypes tried (:func:`folder_problem`). ``notice(line)``: told,
@@ -144,6 +146,6 @@ def deploy_to(
             "is written (exit 2), as a folder holds a half model: -o NAME.safetensors holds "
             "any choice"
         )
-    done = deploy(model, inputs, runtimes=runtimes, **options)
+    done = deploy(model, inputs, runtimes=runtimes_for(path, runtimes), **options)
     save_deployed(done, path, source=source)
     return done
