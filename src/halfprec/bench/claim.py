@@ -90,8 +90,12 @@ def work_bound(gemm_s: float | None, fp32_s: float | None, kernels: float) -> fl
     sample; at ``kernels`` times that speed in the choice's dtype, the eager GEMM ratio,
     and :data:`KERNEL_SLACK` more), everything else taken as free. None where either is
     unknown: on a CPU where every half dtype is probed slow no GEMM limit is timed, so
-    the rule never applies there (only :data:`WIDEST` does)."""
-    if gemm_s is None or fp32_s is None or gemm_s <= 0 or fp32_s <= 0:
+    the rule never applies there (only :data:`WIDEST` does). None too where ``gemm_s``
+    exceeds ``fp32_s``: a call's matrix products are part of the call, so the two timings
+    disagree (one moment or clock slower than the other: a BERT-base b8 deploy at load 18,
+    its rounds on the CPU clock, bounded a 2.97x OpenVINO choice at 2.1x) and bound nothing,
+    as :func:`~halfprec.bench.compile_gate.gemm_share` rules."""
+    if gemm_s is None or fp32_s is None or gemm_s <= 0 or fp32_s <= 0 or gemm_s > fp32_s:
         return None
     return fp32_s / (gemm_s / (max(1.0, kernels) * KERNEL_SLACK))
 
