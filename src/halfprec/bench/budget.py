@@ -271,6 +271,14 @@ class Budget:
             f"spent; {LIFT}"
         )
 
+    def build_stopped(self, ran_s: float) -> str:
+        """The note of a build (a runtime's conversion) stopped once the seconds left, less
+        its rounds, were spent (it ran ``ran_s``)."""
+        return (
+            f"not run: its build was stopped after {ran_s:.0f} s, when the seconds left of "
+            f"the {self.seconds:g} s budget{self._kept()} were spent; {LIFT}"
+        )
+
     def record(self, variant: Variant, compile_s: float | None) -> None:
         """Keep a measured compile (the compiled variant's first call)."""
         if variant.compiled and compile_s is not None:

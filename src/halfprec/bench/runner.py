@@ -41,7 +41,7 @@ from torch import nn
 from halfprec.batch import Batch, as_batches, batch_size_of, call, resize_batch
 from halfprec.bench.budget import LIFT, Budget
 from halfprec.bench.compile_gate import CompileGate, Twin, gemm_share
-from halfprec.bench.deadline import Overrun
+from halfprec.bench.deadline import Overrun, deadline
 from halfprec.bench.half_speed import HalfSpeed
 from halfprec.bench.heap import caller_objects_set_aside
 from halfprec.bench.interleave import CallTimer, Pairs, Prepared
@@ -336,10 +336,15 @@ class Benchmark:
         size (an fp32 variant shares the caller's model unless kept past the run), or the
         row of a build that failed. What the candidate before it held was collected when
         it was released (:meth:`_release`)."""
+        start = time.perf_counter()
         try:
-            with self.phase("build"):
+            within = self._compile_within() if variant.runtime else None
+            with self.phase("build"), deadline(within):
                 share = not self.keep_modules
                 return build_variant(self.model, variant, self.recipe, batch=batch, share=share)
+        except Overrun:  # a runtime's conversion past the seconds left: abandoned
+            ran = time.perf_counter() - start
+            return VariantResult(variant, 0, "skipped", self.budget.build_stopped(ran))
         except Exception as exc:  # a variant that cannot be built is a finding
             return VariantResult(variant, 0, "failed", f"build: {first_line(exc)}")
 
@@ -464,8 +469,10 @@ class Benchmark:
         does not compile (the row would run eager under a +compile label), or a compiled
         twin that cannot win by its eager twin's measurement (:class:`CompileGate`)."""
         why = variant.way.unavailable(variant.dtype, self.device)
-        if variant.runtime or why is not None:
+        if why is not None:
             return why
+        if variant.runtime:  # torch's probe says nothing of it; the budget bounds it
+            return self.budget.skip(variant, self.ops, self._rounds_s, self.calls)
         if variant.dtype in self.half.skips:
             return self.half.skips[variant.dtype]
         if variant.compiled and not self.support.compiles(variant.dtype):
@@ -485,10 +492,11 @@ class Benchmark:
         )
 
     def _compile_within(self) -> float | None:
-        """The seconds a compile may run: what is left of the budget less its rounds (the
-        end's re-timing included; None: no bound). Past them it is stopped
-        (:mod:`halfprec.bench.deadline`): an estimate that read low costs the seconds it
-        ran, not an overrun."""
+        """The seconds a build or a compile may run: what is left of the budget less its
+        rounds (the end's re-timing included; None: no bound). Past them it is stopped
+        (:mod:`halfprec.bench.deadline`): an estimate that read low, or a runtime's
+        conversion (OpenVINO's of BERT-base: tens of seconds under load), costs the seconds
+        it ran, not an overrun."""
         if self.budget.seconds is None:
             return None
         return self.budget.left - self._rounds_s(measure=False)
