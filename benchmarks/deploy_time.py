@@ -112,7 +112,10 @@ def _one_cli(spec: str, cache: str | None, budget: float | None, out: str) -> di
         "budget_s": report["budget_s"],
         "reserve_s": report["budget_reserve_s"],
         "variant": data["variant"],
-        "notes": [r["note"] for r in report["results"] if r["status"] == "skipped"],
+        "notes": [
+            f"{r['variant']}: {r['note']}" for r in report["results"] if r["status"] == "skipped"
+        ],
+        "seconds": data["seconds"],
         "compile_s": data["compile_s"],
         "load_before": before,
         "load_after": os.getloadavg()[0],
@@ -206,6 +209,10 @@ def _print_cli(r: dict[str, Any], run: int) -> None:
     )
     comp = "" if r["compile_s"] is None else f", compiled in {r['compile_s']:.1f} s"
     print(f"  chose {r['variant']}{comp}")
+    phases = sorted(
+        ((k, v) for k, v in r["seconds"].items() if k != "total"), key=lambda kv: -kv[1]
+    )
+    print("  deploy's seconds: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases), flush=True)
     for note in r["notes"]:
         print(f"  skipped: {note}", flush=True)
 
