@@ -55,6 +55,11 @@ class Snippets:
         """The lines HP101 reports."""
         return [n for n, _ in self.messages(body)]
 
+    def line_of(self, body: str, snippet: str, nth: int = 0) -> int:
+        """The line of ``body`` (as :meth:`found` counts) holding ``snippet`` the nth time."""
+        lines = [i for i, t in enumerate(textwrap.dedent(body).splitlines(), 1) if snippet in t]
+        return lines[nth]
+
     def model(self, body: str, name: str) -> type[nn.Module]:
         """The ``nn.Module`` class ``name`` that the module defines."""
         space: dict[str, object] = {}

@@ -13,6 +13,7 @@ leave the result fp32 all the same. Such a value is not itself a plain site:
 - ``.type(dtype)`` where ``dtype`` is a parameter defaulting to ``torch.float32`` that no
   call of the file passes;
 - the ``return`` of a same-file helper that hands back only such values;
+- the output of a module the model holds called only on such values (:mod:`.fed`);
 - arithmetic or a join with such a value (of more than no dimensions: a 0-dim fp32 value
   keeps a half operand half), and the ops whose result has their operands' dtype
   (:mod:`.kept`: ``s.exp()``, ``torch.sum(s, -1)``, ``torch.div(a, n)``).
@@ -34,6 +35,7 @@ from halfprec.leaks.lint.compared import data, stacked
 from halfprec.leaks.lint.context import Context, dotted, words
 from halfprec.leaks.lint.decided import passed
 from halfprec.leaks.lint.explicit import helper_returns, through
+from halfprec.leaks.lint.fed import fed_asked, handed_through
 from halfprec.leaks.lint.kept import kept_operands, raising_inputs
 from halfprec.leaks.lint.nodes import arithmetic_leaves
 from halfprec.leaks.lint.reaching import reaching_values
@@ -97,8 +99,12 @@ def asked_fp32(node: ast.AST, ctx: Context, depth: int = 0) -> bool:
         return not zero_dim(node, ctx)  # torch.sum(p * m.float(), -1), s.exp(): see .kept
     if any(asked_fp32(o, ctx, depth + 1) for o in raising_inputs(node, ctx)):
         return True  # self.gru_cell(i.float(), h) raises in half: see .kept
+    if fed_asked(node, ctx, asked_fp32, depth):
+        return True  # self.kernel(y.float(), y.float()): see .fed
     if _applied(node, ctx) and node.args:
         return asked_fp32(node.args[0], ctx, depth)  # torch.sigmoid(logits.float())
+    if handed_through(node, ctx, asked_fp32, depth):
+        return True  # self.flat(y.float()) of a helper returning its input rearranged
     returned = helper_returns(node, ctx)
     return bool(returned) and all(asked_fp32(v, there, depth + 1) for v, there in returned)
 

@@ -99,6 +99,7 @@ def through(node: ast.AST, ctx: Context) -> ast.AST:
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
             and (node.func.attr in _PASSES or node.func.attr == "to" and not _casts(node, ctx))
+            and dotted(node.func.value) != "self"  # self.reshape(x): a method, not a tensor's
         ):
             node = node.func.value
         else:
