@@ -5,8 +5,11 @@ Kinds of leak (``Leak.kind``):
 
 - ``factory``: a floating tensor made without ``dtype`` (``torch.zeros``, ``ones``, ``full``,
   ``empty``, ``arange`` with float arguments, ``rand``/``randn``, ``tensor``, ``eye``,
-  ``linspace``) whose dtype differs from the compute dtype (0-dim results never promote a
-  half operand, so they are left out);
+  ``linspace``) whose dtype differs from the compute dtype, reported at the line that made
+  it once its fp32 values (or values computed from them alone) meet a half tensor in an op
+  or are returned (:mod:`halfprec.leaks.audit_trace`): a ``torch.ones`` mask that only
+  becomes booleans, or is cast into the model's dtype first, is no leak (0-dim results
+  never promote a half operand, so they are left out);
 - ``upcast``: an op whose inputs mix half and fp32 and that promoted its result to fp32;
 - ``mixed``: an op that fails on mixed half/fp32 inputs ("expected scalar type Half");
 - ``explicit``: ``.float()``, ``.double()``, ``.to(torch.float32)``, ``dtype=torch.float32``
@@ -24,8 +27,9 @@ the report unclean (:attr:`AuditReport.clean`).
 
 Frames inside torch and halfprec are skipped when naming the line; ops that halfprec itself
 runs (its boundary casts) are not reported. The audit *repairs as it goes* so that it reports
-each leak where it starts, not at every op downstream: factory results and upcast outputs are
-cast to the compute dtype, mixed inputs are cast before retrying, and out-of-range fill values
+each leak where it starts, not at every op downstream: upcast outputs (those of a followed
+factory tensor meeting half included) are cast to the compute dtype, mixed inputs are cast
+before retrying, and out-of-range fill values
 are clamped to the dtype's limits when the op would otherwise fail. The model's outputs under
 audit are therefore not its outputs without it.
 """
@@ -56,7 +60,10 @@ from halfprec.convert.core import (
 )
 from halfprec.dtypes import dtype_name, range_of
 from halfprec.frames import is_library_file, is_torch_file
+from halfprec.leaks.audit_recipe import RecipeKept, kept_by_recipe
+from halfprec.leaks.audit_trace import Trace
 from halfprec.modules import evaluating, finite_peak, first_line
+from halfprec.tree import iter_tensors
 
 LEAK_KINDS = ("factory", "upcast", "mixed", "explicit", "range")
 
@@ -69,6 +76,7 @@ def _names(prefix: str, text: str) -> frozenset[str]:
 
 
 _CASTS = _names("Tensor", "float double to type type_as")
+_COPIES = _names("Tensor", "copy_ __setitem__")  # values written into the first tensor
 
 
 @dataclass
@@ -169,6 +177,24 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[torch.Te
             yield from (t for t in a if isinstance(t, torch.Tensor))
 
 
+def _caller() -> FrameType | None:
+    """The frame that called into this module (the mode's own frames skipped)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == _THIS_FILE:
+        frame = frame.f_back
+    return frame
+
+
+def _factory_fix(op: str) -> str:
+    name = op.split(".", 1)[1]
+    new = (
+        f"x.new_{name}(...)"
+        if name in ("zeros", "ones", "full", "empty", "tensor")
+        else f"{op}(..., dtype=x.dtype)"
+    )
+    return f"create it from a tensor in scope: {new}, or pass dtype=x.dtype, device=x.device"
+
+
 def _user_line(frame: FrameType | None, direct: bool) -> tuple[str, int] | None:
     """The first frame outside torch; None when it is halfprec's own, or when ``direct``
     and the op was called from inside torch (torch's own factories are not leaks)."""
@@ -195,17 +221,25 @@ class _LeakMode(TorchFunctionMode):
         self.limit = range_of(dtype).max
         self.ops = 0
         self.leaks: dict[tuple[str, int, str, str], Leak] = {}
+        self.trace = Trace()
 
     # -- recording -----------------------------------------------------------------------
     def _record(
         self, kind: str, op: str, message: str, suggestion: str, field: str | None = None
     ) -> None:
-        frame: FrameType | None = sys._getframe(1)
-        while frame is not None and frame.f_code.co_filename == _THIS_FILE:
-            frame = frame.f_back  # the mode's own frames
-        where = _user_line(frame, direct=kind == "factory")
-        if where is None:
-            return
+        where = _user_line(_caller(), direct=kind == "factory")
+        if where is not None:
+            self._record_at(where, kind, op, message, suggestion, field)
+
+    def _record_at(
+        self,
+        where: tuple[str, int],
+        kind: str,
+        op: str,
+        message: str,
+        suggestion: str,
+        field: str | None = None,
+    ) -> None:
         key = (*where, kind, op)
         if key in self.leaks:
             self.leaks[key].count += 1
@@ -245,7 +279,11 @@ class _LeakMode(TorchFunctionMode):
             out = func(*args, **kwargs)
         except RuntimeError as exc:
             out = self._retry(func, op, args, kwargs, exc)
-        if not isinstance(out, torch.Tensor) or half in _WIDE:
+        if half in _WIDE:
+            return out
+        if self.trace.any_marked(_tensors(args, kwargs)):
+            return self._follow(op, args, kwargs, out)
+        if not isinstance(out, torch.Tensor):
             return out
         if out.dtype == half and op in _CASTS:
             self._check_downcast(op, args, kwargs, out)
@@ -280,19 +318,11 @@ class _LeakMode(TorchFunctionMode):
         if _is_factory(op) and kwargs.get("dtype") is None:
             if out.dim() == 0:
                 return out
-            name = op.split(".", 1)[1]
-            new = (
-                f"x.new_{name}(...)"
-                if name in ("zeros", "ones", "full", "empty", "tensor")
-                else f"{op}(..., dtype=x.dtype)"
-            )
-            self._record(
-                "factory",
-                op,
-                f"{op} made {wide} without dtype in a {dtype_name(half)} model",
-                f"create it from a tensor in scope: {new}, or pass dtype=x.dtype, device=x.device",
-            )
-            return out.to(half)
+            where = _user_line(_caller(), direct=True)
+            if where is None:  # torch's or halfprec's own factory
+                return out.to(half)
+            self.trace.mark(out, where, op)  # a leak only where it meets half: followed
+            return out
         inputs = list(_tensors(args, kwargs))
         source = inputs[0] if inputs else None
         if op in _CASTS or kwargs.get("dtype") in _WIDE:
@@ -311,7 +341,10 @@ class _LeakMode(TorchFunctionMode):
             )
             return out
         if any(t.dtype == half for t in inputs) and any(t.dtype in _WIDE for t in inputs):
-            by_recipe = self._kept_by_recipe([t for t in inputs if t.dtype in _WIDE])
+            rest = self._blame(op, [t for t in inputs if t.dtype in _WIDE])
+            if not rest:
+                return out.to(half)
+            by_recipe = self._kept_by_recipe(rest)
             if by_recipe is not None:
                 self._record(
                     "upcast",
@@ -332,6 +365,49 @@ class _LeakMode(TorchFunctionMode):
             )
             return out.to(half)
         return out
+
+    def _follow(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
+        """An op on a followed factory tensor: where it meets a half tensor, the factory is
+        reported; otherwise (a cast, a copy into half, an op on wide tensors alone) the mark
+        goes on to the op's wide floating outputs."""
+        half = self.dtype
+        inputs = list(_tensors(args, kwargs))
+        into_half = op in _COPIES and isinstance(args[0], torch.Tensor) and args[0].dtype == half
+        if op in _CASTS or into_half or all(t.dtype != half for t in inputs):
+            self.trace.carry(inputs, out)
+            if isinstance(out, torch.Tensor) and out.dtype == half and op in _CASTS:
+                self._check_downcast(op, args, kwargs, out)
+            return out
+        if isinstance(out, torch.Tensor) and out.dtype in _WIDE:
+            return self._inspect(op, args, kwargs, out)
+        # a half result (an in-place op on half, a comparison): 0-dim fp32 never promotes
+        self._blame(op, [t for t in inputs if t.dtype in _WIDE and t.dim() > 0])
+        return out
+
+    def _blame(self, op: str, wide: list[torch.Tensor], returned: bool = False) -> list[Any]:
+        """Report the factory of each followed tensor in ``wide`` (once per tensor made) at
+        the line that made it; return the tensors of ``wide`` that are not followed."""
+        half = dtype_name(self.dtype)
+        if returned:
+            how = "and the model returns it"
+        else:
+            met = _user_line(_caller(), direct=False)
+            at = f" at {met[0]}:{met[1]}" if met is not None else ""
+            how = f"and {op} mixes it with {half} values{at}"
+        for origin in self.trace.first_reports(wide):
+            self._record_at(
+                (origin.file, origin.line),
+                "factory",
+                origin.op,
+                f"{origin.op} made {dtype_name(origin.dtype)} without dtype in a {half} model, "
+                + how,
+                _factory_fix(origin.op),
+            )
+        return [t for t in wide if self.trace.origin(t) is None]
+
+    def returned(self, output: Any) -> None:
+        """Report the factory tensors that the model returns in fp32."""
+        self._blame("", [t for _, t in iter_tensors(output)], returned=True)
 
     def _kept_by_recipe(self, wide: list[torch.Tensor]) -> RecipeKept | None:
         """The recipe's reason when every fp32 operand is (a view of) a tensor the recipe
@@ -366,7 +442,7 @@ class _LeakMode(TorchFunctionMode):
             return a
 
         out = func(*(fix(a) for a in args), **{k: fix(v) for k, v in kwargs.items()})
-        if mixed:
+        if mixed and self._blame(op, [t for t in inputs if t.dtype in _WIDE]):
             self._record(
                 "mixed",
                 op,
@@ -376,52 +452,6 @@ class _LeakMode(TorchFunctionMode):
                 "it with .to(x.dtype)",
             )
         return out
-
-
-@dataclass(frozen=True)
-class RecipeKept:
-    """Why the recipe keeps one tensor in fp32: the field, and how to change it."""
-
-    what: str
-    field: str
-    how: str
-
-
-_ISLAND_FIELDS = (("norm island", "norm_islands"), ("keep_fp32", "keep_fp32"))
-
-
-def kept_by_recipe(model: nn.Module, report: ConversionReport) -> dict[int, RecipeKept]:
-    """The fp32 tensors of a converted ``model`` that its recipe keeps in fp32, by storage:
-    the small parameters and buffers of ``fp32_params_up_to`` and those of module islands
-    (islands kept for their range are governed by no field and are left out)."""
-    kept: dict[int, RecipeKept] = {}
-    limit = report.recipe.fp32_params_up_to
-    for name in report.small_fp32:
-        tensor = _tensor(model, name)
-        if tensor is not None:
-            kept[tensor.untyped_storage().data_ptr()] = RecipeKept(
-                f"the small parameter `{name}` (at most fp32_params_up_to={limit} values)",
-                "fp32_params_up_to",
-                "Recipe(fp32_params_up_to=0) makes every floating parameter half",
-            )
-    for island, reason in report.islands.items():
-        field = next((f for start, f in _ISLAND_FIELDS if reason.startswith(start)), None)
-        if field is None:
-            continue
-        module = model.get_submodule(island)
-        for tname, tensor in (*module.named_parameters(), *module.named_buffers()):
-            full = f"{island}.{tname}" if island else tname
-            kept.setdefault(
-                tensor.untyped_storage().data_ptr(),
-                RecipeKept(f"`{full}` of the fp32 island `{island}`", field, f"{field} keeps it"),
-            )
-    return kept
-
-
-def _tensor(model: nn.Module, name: str) -> torch.Tensor | None:
-    owner, _, attr = name.rpartition(".")
-    value = getattr(model.get_submodule(owner), attr, None)
-    return value if isinstance(value, torch.Tensor) else None
 
 
 def audit(model: nn.Module, inputs: Any, recipe: RecipeLike = None) -> AuditReport:
@@ -448,7 +478,7 @@ def audit(model: nn.Module, inputs: Any, recipe: RecipeLike = None) -> AuditRepo
     with evaluating(model), torch.no_grad(), mode:
         for i, batch in enumerate(batches):
             try:
-                call(model, batch)
+                mode.returned(call(model, batch))
             except Exception as exc:
                 failed = (i, exc)
                 break
