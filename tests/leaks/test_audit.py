@@ -219,3 +219,30 @@ def test_a_leak_that_the_code_causes_is_still_a_problem() -> None:
     report = audit(Scaled(), torch.tensor([[1, 2, 3]]), "fp16")
     assert [leak.recipe_field for leak in report.problems] == [None]
     assert not report.clean
+
+
+class _KeptParams(nn.Module):
+    """Small parameters (kept fp32 by the recipe) used by the code directly: one through
+    values computed from it alone, one as an einsum operand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.gain = nn.Parameter(torch.zeros(8))
+        self.kernel = nn.Parameter(torch.randn(8, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.proj(x) * (self.gain * 0.5).exp()  # computed from `gain` alone
+        return torch.einsum("bi,io->bo", h, self.kernel)  # fails on half and fp32
+
+
+def test_values_computed_from_a_kept_parameter_and_a_failing_op_name_the_recipe() -> None:
+    report = audit(_KeptParams(), torch.randn(2, 8), "fp16")
+    assert [(leak.kind, leak.recipe_field) for leak in report.leaks] == [
+        ("upcast", "fp32_params_up_to"),
+        ("mixed", "fp32_params_up_to"),
+    ]
+    assert "computed from the small parameter `gain`" in report.leaks[0].message
+    assert "the small parameter `kernel`" in report.leaks[1].message
+    assert report.clean
+    assert audit(_KeptParams(), torch.randn(2, 8), Recipe("fp16", fp32_params_up_to=0)).leaks == []

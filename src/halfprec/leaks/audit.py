@@ -47,6 +47,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
+from torch.utils.weak import WeakIdKeyDictionary
 
 from halfprec import ops
 from halfprec.batch import as_batches, call
@@ -222,6 +223,7 @@ class _LeakMode(TorchFunctionMode):
         self.ops = 0
         self.leaks: dict[tuple[str, int, str, str], Leak] = {}
         self.trace = Trace()
+        self.derived: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> RecipeKept
 
     # -- recording -----------------------------------------------------------------------
     def _record(
@@ -364,6 +366,7 @@ class _LeakMode(TorchFunctionMode):
                 "cast it with .to(x.dtype)",
             )
             return out.to(half)
+        self._derive(inputs, out)
         return out
 
     def _follow(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
@@ -409,10 +412,21 @@ class _LeakMode(TorchFunctionMode):
         """Report the factory tensors that the model returns in fp32."""
         self._blame("", [t for _, t in iter_tensors(output)], returned=True)
 
+    def _derive(self, inputs: list[torch.Tensor], out: torch.Tensor) -> None:
+        """An fp32 result computed from tensors the recipe keeps fp32 alone (``logit_scale.
+        exp()``, ``r_w_bias * scale``) is kept by the recipe too."""
+        wide = [t for t in inputs if t.is_floating_point()]
+        if wide and all(t.dtype in _WIDE for t in wide):
+            kept = self._kept_by_recipe(wide)
+            if kept is not None:
+                self.derived[out] = kept.computed()
+
     def _kept_by_recipe(self, wide: list[torch.Tensor]) -> RecipeKept | None:
         """The recipe's reason when every fp32 operand is (a view of) a tensor the recipe
         keeps in fp32."""
-        reasons = [self.kept.get(t.untyped_storage().data_ptr()) for t in wide]
+        reasons = [
+            self.kept.get(t.untyped_storage().data_ptr()) or self.derived.get(t) for t in wide
+        ]
         if not reasons or any(r is None for r in reasons):
             return None
         return reasons[0]
@@ -442,7 +456,19 @@ class _LeakMode(TorchFunctionMode):
             return a
 
         out = func(*(fix(a) for a in args), **{k: fix(v) for k, v in kwargs.items()})
-        if mixed and self._blame(op, [t for t in inputs if t.dtype in _WIDE]):
+        rest = self._blame(op, [t for t in inputs if t.dtype in _WIDE]) if mixed else []
+        by_recipe = self._kept_by_recipe(rest) if rest else None
+        if by_recipe is not None:
+            self._record(
+                "mixed",
+                op,
+                f"{op} fails on {dtype_name(half)} and fp32 inputs without halfprec's guards: "
+                f"the fp32 one is {by_recipe.what}, which the recipe keeps in fp32 "
+                f"(Recipe.{by_recipe.field})",
+                f"nothing to change in the code; {by_recipe.how}",
+                by_recipe.field,
+            )
+        elif rest:
             self._record(
                 "mixed",
                 op,

@@ -3,7 +3,7 @@ them is halfprec's choice, reported by the audit with the recipe field that gove
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -18,6 +18,12 @@ class RecipeKept:
     what: str
     field: str
     how: str
+
+    def computed(self) -> RecipeKept:
+        """The reason for a tensor computed from this one alone."""
+        if self.what.startswith("computed from "):
+            return self
+        return replace(self, what=f"computed from {self.what}")
 
 
 _ISLAND_FIELDS = (("norm island", "norm_islands"), ("keep_fp32", "keep_fp32"))
