@@ -14,9 +14,11 @@ budget decides before each candidate is built:
   distinct operations (by name and operand shapes) at :data:`OP_CPU_S` each, summed and
   turned into wall seconds at this thread's
   pace now (:data:`WALL_PER_CPU` times the pace to the power :data:`PACE_POWER`;
-  :func:`thread_pace`: the wall seconds a short pure-Python spin takes for a CPU-second
-  of the machine the constants were measured on, read once the call's threads are idle;
-  below 1 on a faster core, above where other processes share the cores). Once one
+  :func:`thread_pace`: this core's speed against the machine the constants were measured
+  on, from a short pure-Python spin's CPU time, times the 1-minute load average per core;
+  below 1 on a faster, idle core, above where other processes share the cores). Where the
+  compile can be stopped, it starts once :data:`STOPPABLE_SHARE` of that estimate fits.
+  Once one
   compile is measured, the next is estimated at that compile's own wall seconds (the
   same graph, compiled again in another dtype). A compile that runs past the seconds
   left less its rounds is stopped there (:mod:`halfprec.bench.deadline`, on the main
@@ -47,7 +49,8 @@ charged), with its last :data:`PROCESS_END_S` kept for writing the choice and ex
 The estimate is rough and aims at the compile's median, not past it: where the compile can
 be stopped, one that reads low costs the seconds it ran, and one that reads high a gain
 never tried. It reads a cached compile (a repeat deploy's) high, which skips it, and the
-pace it reads under load moves by a third within seconds.
+load average cannot foresee other processes' next minute (two cold MiniLM b1 compiles
+at load 8 on a Zen 4 took 2.4 and 4.1 wall seconds per CPU-second).
 The race's rounds and the claim's are not cut: the claim keeps what it measures.
 """
 
@@ -60,6 +63,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from halfprec.bench.deadline import can_stop
 
 if TYPE_CHECKING:  # imported by the command line's options, which start without torch
     from halfprec.bench.results import BenchConfig, VariantResult
@@ -131,24 +136,63 @@ CONV_CALL_CPU_S = 0.064
 WALL_PER_CPU = 0.54
 PACE_POWER = 1.3
 
+# where a compile can be stopped at the seconds left (:func:`~halfprec.bench.deadline.
+# can_stop`), it starts when this share of its estimate and its rounds fit: an estimate
+# that reads up to a third high (BERT-base b8 on a quiet Zen 3: 26 s, estimated at 43 s)
+# no longer skips a compile that fits, and one that reads low is stopped at the seconds
+# left: seconds spent, no overrun. Elsewhere the whole estimate must fit.
+STOPPABLE_SHARE = 0.75
 
-def _spin(cpu_s: float, most_s: float) -> float:
+
+def _spin(cpu_s: float, most_s: float) -> tuple[float, float]:
+    """One pure-Python spin's wall and CPU seconds per CPU-second of the reference machine."""
     start, cpu = time.perf_counter(), time.thread_time()
     n = 0
     while time.thread_time() - cpu < cpu_s and time.perf_counter() - start < most_s:
         n += 1
-    return (time.perf_counter() - start) * REFERENCE_SPIN / max(n, 1)
+    per = REFERENCE_SPIN / max(n, 1)
+    return (time.perf_counter() - start) * per, (time.thread_time() - cpu) * per
 
 
-def thread_pace(cpu_s: float = 0.03, most_s: float = 0.3, idle_s: float = IDLE_S) -> float:
-    """Wall seconds this thread now takes for a CPU-second of the machine
-    :data:`CALL_CPU_S` was measured on: the median of 3 pure-Python spins, each until
-    it has run ``cpu_s`` of its own CPU time (or ``most_s`` of wall time), their
-    iterations against :data:`REFERENCE_SPIN`, read after ``idle_s`` seconds asleep (the
-    threads of the call just made park: :data:`IDLE_S`). A compile runs mostly Python on
-    one thread: a faster core reads below 1, other processes sharing the cores above."""
+def load_per_core() -> float | None:
+    """The 1-minute load average over the cores this process may run on (None where the
+    system keeps none): how many runnable threads each core has had to share."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    affinity = getattr(os, "sched_getaffinity", None)
+    cores = len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+    return load / max(cores, 1)
+
+
+def thread_pace(
+    cpu_s: float = 0.03,
+    most_s: float = 0.3,
+    idle_s: float = IDLE_S,
+    load: Callable[[], float | None] = load_per_core,
+) -> float:
+    """Wall seconds this thread takes for a CPU-second of the machine :data:`CALL_CPU_S`
+    was measured on, over the next minute: this core's speed (the CPU seconds of 3
+    pure-Python spins, each of ``cpu_s`` of its own CPU time or ``most_s`` of wall time,
+    against :data:`REFERENCE_SPIN` iterations; a faster core reads below 1) times how
+    many threads share a core (``load()``, the 1-minute load average per core, at least
+    1). A compile runs for tens of seconds, and the load average holds the last minute:
+    a spin's own wall time holds a few milliseconds, after a sleep that earns the
+    scheduler's credit, and read the same compile's pace 0.8 at load 8 on a Zen 4 (it
+    took 2.9 times its estimate) and 1.6 then 3.2 a minute apart on a quiet Zen 3. Where
+    the system keeps no load average, the spins' wall time stands for it. Read after
+    ``idle_s`` seconds asleep (the threads of the call just made park: :data:`IDLE_S`)."""
     time.sleep(idle_s)
-    return max(0.1, statistics.median(_spin(cpu_s, most_s) for _ in range(3)))
+    return pace_of([_spin(cpu_s, most_s) for _ in range(3)], load())
+
+
+def pace_of(spins: Sequence[tuple[float, float]], shared: float | None) -> float:
+    """:func:`thread_pace` from its spins' (wall, CPU) seconds per reference CPU-second and
+    the threads per core (``shared``; None: unknown, the spins' wall time stands for it)."""
+    if shared is None:
+        return max(0.1, statistics.median(wall for wall, _ in spins))
+    return max(0.1, statistics.median(cpu for _, cpu in spins) * max(1.0, shared))
 
 
 @dataclass(frozen=True)
@@ -157,6 +201,7 @@ class CompileCost:
 
     seconds: float
     how: str
+    measured: bool = False  # another compile's measured seconds, not an estimate from counts
 
 
 def process_start(clock: Callable[[], float] = time.perf_counter) -> float:
@@ -246,7 +291,7 @@ class Budget:
         CPU-second at this thread's pace to the power :data:`PACE_POWER`."""
         if self.compiled:
             name, seconds = next(reversed(self.compiled.items()))
-            return CompileCost(seconds, f"as {name}'s compile took")
+            return CompileCost(seconds, f"as {name}'s compile took", measured=True)
         calls = ops if calls is None else max(calls, ops)
         per_call = CALL_CPU_S + (CONV_CALL_CPU_S if convolved else 0.0)
         cpu = calls * per_call + ops * OP_CPU_S
@@ -312,33 +357,44 @@ class Budget:
         (eager fp32's pairs; asked only where the compile alone fits: it may time a call);
         ``ops``, ``calls`` and ``convolved``: the distinct operations and the calls of eager
         fp32's call, and whether it convolved (:meth:`estimate`). A compiled variant starts
-        only where its estimated compile and its rounds fit in what is left (:attr:`left`)."""
+        only where its estimated compile (the share :meth:`share_started` of it) and its
+        rounds fit in what is left (:attr:`left`)."""
         if self.seconds is None:
             return None
-        lift = LIFT
         cost = self.estimate(ops, calls, convolved) if variant.compiled else None
         self.estimated = None if cost is None else cost.seconds
+        share = 1.0 if cost is None or cost.measured else self.share_started()
+        least = 0.0 if cost is None else cost.seconds * share
+        what = "" if cost is None else self._cost_text(cost, least)
         left = self.left
-        if cost is not None and 0 < left <= cost.seconds:  # once spent: "not run", below
-            return (
-                f"not compiled within the {self.seconds:g} s budget: its compile is estimated "
-                f"at {cost.seconds:.0f} s ({cost.how}), with {left:.0f} s left{self._kept()}; "
-                f"{lift}"
-            )
+        if cost is not None and 0 < left <= least:  # once spent: "not run", below
+            return f"{what}, with {left:.0f} s left{self._kept()}; {LIFT}"
         rounds = rounds_s()
         left = self.left
         if left <= rounds:
             return (
                 f"not run: {self.spent_text('budget')}, and its rounds would take about "
-                f"{rounds:.0f} s more; {lift}"
+                f"{rounds:.0f} s more; {LIFT}"
             )
-        if cost is None or cost.seconds + rounds <= left:
+        if cost is None or least + rounds <= left:
             return None
         return (
-            f"not compiled within the {self.seconds:g} s budget: its compile is estimated at "
-            f"{cost.seconds:.0f} s ({cost.how}) and its rounds at {rounds:.0f} s, with "
-            f"{left:.0f} s left{self._kept()}; {lift}"
+            f"{what} and its rounds at {rounds:.0f} s, with {left:.0f} s left{self._kept()}; {LIFT}"
         )
+
+    def _cost_text(self, cost: CompileCost, least: float) -> str:
+        at_least = f", at least {least:.0f} s" if least < cost.seconds else ""
+        return (
+            f"not compiled within the {self.seconds:g} s budget: its compile is estimated at "
+            f"{cost.seconds:.0f} s ({cost.how}){at_least}"
+        )
+
+    @staticmethod
+    def share_started() -> float:
+        """The share of a compile's estimate from counts that must fit for it to start:
+        :data:`STOPPABLE_SHARE` where it can be stopped at the seconds left (the main thread
+        of a POSIX process: :func:`~halfprec.bench.deadline.can_stop`), else all of it."""
+        return STOPPABLE_SHARE if can_stop() else 1.0
 
     def _kept(self) -> str:
         return f" ({self.reserve_s:g} s more kept for after the run)" if self.reserve_s else ""
