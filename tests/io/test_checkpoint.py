@@ -299,3 +299,27 @@ def test_an_object_that_is_no_module_is_refused_naming_its_model(tmp_path: Path)
     with pytest.raises(CheckpointError, match="takes an nn.Module; got Result: pass its .model"):
         save(Result(), tmp_path / "m.safetensors")  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_load_a_hf_folder_into_a_builder_that_calls_from_pretrained(tmp_path: Path) -> None:
+    """The same builder for a folder ``convert -o DIR`` wrote: built for real, the folder's
+    half model comes back, islands and all."""
+    pytest.importorskip("transformers")
+    from halfprec.io.hf_convert import convert_directory
+    from support.hf_models import build as build_tiny
+    from support.hf_models import save as save_hf
+
+    source = save_hf("gpt2", tmp_path)
+    out = tmp_path / "half"
+    convert_directory(source, out, Recipe("bf16"))
+
+    def build() -> nn.Module:
+        import transformers
+
+        return transformers.AutoModelForCausalLM.from_pretrained(source).eval()
+
+    fresh = load(out, into=build)
+    want = load(out, into=lambda: build_tiny("gpt2"))
+    assert fresh.state_dict().keys() == want.state_dict().keys()
+    assert all(torch.equal(t, want.state_dict()[k]) for k, t in fresh.state_dict().items())
+    assert {t.dtype for t in fresh.state_dict().values()} >= {torch.bfloat16}

@@ -323,8 +323,19 @@ def load(
     if kind == "hf_dir":
         assert carried is not None  # a hf_dir has its side-car recipe
         saved = _with_file(Recipe.of(recipe), carried, where)
-        return load_pretrained_dir(where, base_class(build_on_meta(into)), saved)
+        return _load_dir_built(where, into, saved)
     return _load_built(source, carried, field, into, recipe, strict)
+
+
+def _load_dir_built(where: Path, build: Callable[[], nn.Module], recipe: Recipe) -> nn.Module:
+    """A Hugging Face folder into the class of the model ``build`` makes: on the meta
+    device, or for real where it cannot run there (a builder that calls from_pretrained)."""
+    try:
+        built = build_on_meta(build)
+    except MetaBuildError as exc:
+        model = load_pretrained_dir(where, base_class(build()), recipe)
+        return add_note(model, f"built for real, not on the meta device: {exc.reason}")
+    return load_pretrained_dir(where, base_class(built), recipe)
 
 
 def _load_built(
