@@ -230,3 +230,26 @@ def test_autoformer_export_refusal_names_the_upstream_limit_behind_the_mask_bug(
     assert "modeling_autoformer.py" not in error
     assert "https://github.com/pytorch/pytorch/issues/135061" in error
     assert not out.exists()
+
+
+def test_a_folder_plain_transformers_fails_on_is_written_and_exits_1(tmp_path: Path) -> None:
+    """XLNet's code builds its positions in fp32 and meets bf16 weights with them: plain
+    transformers cannot run the bf16 folder (halfprec's own model can, with its guards).
+    The folder is written, the FAIL is a finding (exit 1, as in check), and the line after it
+    names the load that gives back halfprec's model."""
+    import transformers as tf
+
+    config = tf.XLNetConfig(vocab_size=128, d_model=32, n_layer=1, n_head=2, d_inner=64)
+    torch.manual_seed(0)
+    tf.XLNetLMHeadModel(config).save_pretrained(tmp_path / "xlnet")
+    out = tmp_path / "out"
+    proc = run_cli("convert", str(tmp_path / "xlnet"), "--dtype", "bf16", "-o", str(out))
+    assert proc.returncode == 1, proc.stderr
+    assert "from_pretrained against fp32 on cpu: FAIL (batch 0: the half model raised" in " ".join(
+        proc.stdout.split()
+    )
+    assert "halfprec.load(" in proc.stdout and (out / RECIPE_FILE).is_file()
+    half = halfprec.load(out, into=lambda: tf.XLNetLMHeadModel(config))
+    assert halfprec.recipe_of(half).dtype == torch.bfloat16
+    with torch.no_grad():
+        assert bool(half(input_ids=torch.tensor([[5, 6, 7]])).logits.isfinite().all())

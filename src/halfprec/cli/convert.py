@@ -137,10 +137,16 @@ def _to_directory(
                 f"  plain transformers from_pretrained against fp32 on {done.device}: "
                 f"{verdict} ({done.check.reason})"
             )
+            if not done.check.passed:
+                con.print(
+                    f"  halfprec.load({str(output)!r}, into=build) gives back the model halfprec "
+                    "converted (its islands and guards), which plain from_pretrained does not"
+                )
         else:
             con.print(f"  not checked against fp32: {done.unchecked}")
 
-    finish(done.to_json(), as_json, render)
+    # a folder plain transformers runs out of tolerance is a finding, as in check: exit 1
+    finish(done.to_json(), as_json, render, passed=done.check is None or done.check.passed)
 
 
 def _print_written(output: Path, report: ConversionReport) -> None:
