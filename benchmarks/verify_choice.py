@@ -42,6 +42,8 @@ a quiet machine with the defaults.
 MODEL: ``mlp`` (docs/bench.md's example, Linear(64,256)-GELU-Linear(256,64)), or any MODEL
 of the command line (``builtin:minilm``, ``builtin:bert-base``, ``file.py:factory``, a
 Hugging Face directory). ``--batch N`` resizes the example batch to N rows.
+``--runtimes none`` tries no runtime target, as ``halfprec deploy -o NAME.safetensors``
+does (``--runtimes openvino``: those named).
 """
 
 from __future__ import annotations
@@ -307,6 +309,12 @@ def main() -> None:
     parser.add_argument(
         "--budget", type=float, default=None, help="deploy(budget_s=...), 0 for no bound"
     )
+    parser.add_argument(
+        "--runtimes",
+        default=None,
+        help="deploy(runtimes=...): none, or names such as openvino (default: deploy's own; "
+        "none tries what `halfprec deploy -o NAME.safetensors` tries)",
+    )
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -321,6 +329,9 @@ def main() -> None:
     kwargs: dict[str, Any] = {"compile": False} if args.no_compile else {}
     if args.budget is not None:
         kwargs["budget_s"] = args.budget or None
+    if args.runtimes is not None:
+        names = [n for n in args.runtimes.split(",") if n and n != "none"]
+        kwargs["runtimes"] = tuple(names)
     done = halfprec.deploy(model, batch, **kwargs)
     print(
         f"model {args.model}, batch {batch_size_of(batch)}; torch threads "
