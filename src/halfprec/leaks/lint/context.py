@@ -111,7 +111,9 @@ class Context:
         name some use shows is a dict, list, object or module (:mod:`.anchors`), nor ``_``
         (a value thrown away, rebound at will)."""
         anchors = (
-            name for name in reversed(self.floating) if name not in self.not_tensors and name != "_"
+            name
+            for name in reversed(self.floating)
+            if name not in self.not_tensors and name != "_" and "." not in name
         )
         return next(anchors, None)
 
@@ -341,6 +343,7 @@ class Calls:
     )
     sites: dict[int, list[CallSite]] = field(default_factory=dict)
     busy: set[int] = field(default_factory=set)  # functions whose callers are being read
+    keeping: set[int] = field(default_factory=set)  # methods walked for self's state
     index: CallIndex | None = None
     returned: dict[int, list[ast.expr]] = field(default_factory=dict)
     parent_maps: dict[int, dict[int, ast.AST]] = field(default_factory=dict)

@@ -58,6 +58,7 @@ from halfprec.leaks.lint.methods import REDUCTIONS, attribute_step, called, reco
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.reach import Fate, Follow
 from halfprec.leaks.lint.scalars import integer_tensor, number_name, zero_dim, zero_dim_factory
+from halfprec.leaks.lint.shapeonly import value_nodes
 from halfprec.leaks.lint.sortkeys import order_only
 from halfprec.leaks.lint.standins import stands_in
 from halfprec.leaks.lint.statements import statement_step
@@ -210,13 +211,13 @@ class _Follow:
         made from itself (``torch.stack([out.cos(), -out.sin()])``) meets no half tensor."""
         if not self.names and not self.attrs:
             return False
-        for n in walk(node):
+        for n in value_nodes(node):  # not grid.shape[1] (see .shapeonly)
             if self.reads_followed(n):
                 return True
             bound = self.ctx.binding_before(n) if isinstance(n, ast.Name) else None
             if bound is not None:
                 bound = _filled(bound)  # h.masked_fill(m, t): h's dtype, t only fills it
-            if bound is not None and any(self.reads_followed(m) for m in walk(bound)):
+            if bound is not None and any(self.reads_followed(m) for m in value_nodes(bound)):
                 return True  # s = torch.sin(out) before the walk has reached s
         return False
 

@@ -26,6 +26,7 @@ from halfprec.leaks.lint.floated import floated_message
 from halfprec.leaks.lint.nodes import walk
 from halfprec.leaks.lint.returned import is_method_call, returned_values
 from halfprec.leaks.lint.scope import Function, Imports, Program
+from halfprec.leaks.lint.selfkept import self_key
 from halfprec.leaks.lint.values import INDEX_NAME, floating_params, value_of
 
 _CHECKED = (ast.Call, ast.BinOp)
@@ -98,6 +99,12 @@ def _bind(targets: list[ast.expr], value: ast.AST | None, ctx: Context) -> None:
     for target in targets:
         if isinstance(target, ast.Subscript) and _number(value):
             continue  # h[..., :k] = 0: a number written into h keeps h's dtype
+        kept = self_key(target)
+        if kept is not None:  # self.w = h: read back as h in this function (see .selfkept)
+            ctx.floating.pop(kept, None)
+            if whole is not None:
+                ctx.floating[kept] = whole
+            continue
         for name in _target_names(target):
             ctx.floating.pop(name, None)
             ctx.outputs.discard(name)
@@ -131,6 +138,12 @@ def _returned_tuple(target: ast.expr, value: ast.AST | None, ctx: Context) -> bo
     if got is None:
         return False
     for elt, element in zip(target.elts, got, strict=True):
+        kept = self_key(elt)
+        if kept is not None:  # self.pi, self.mu = helper(h): each attribute its element
+            ctx.floating.pop(kept, None)
+            if element is not None:
+                ctx.floating[kept] = element
+            continue
         for name in _target_names(elt):
             ctx.floating.pop(name, None)
             ctx.outputs.discard(name)

@@ -36,6 +36,7 @@ from halfprec.leaks.lint.pyints import int_bound, int_scalar
 from halfprec.leaks.lint.receivers import template_at
 from halfprec.leaks.lint.returned import returned_values
 from halfprec.leaks.lint.scalars import LOSSES
+from halfprec.leaks.lint.selfkept import PREFIX, kept_elsewhere
 from halfprec.leaks.lint.transforms import transform_layer
 
 INDEX_NAME = re.compile(
@@ -149,7 +150,10 @@ def value_of(expr: ast.AST, ctx: Context) -> bool | None:
         return None if None in both else all(both)
     if isinstance(expr, ast.Attribute):
         if _is_self(expr.value):
-            return True if expr.attr in ctx.facts.tensors else None
+            if expr.attr in ctx.facts.tensors:
+                return True
+            kept = ctx.floating.get(PREFIX + expr.attr)  # self.w = h earlier (see .selfkept)
+            return kept if kept is not None else kept_elsewhere(expr.attr, ctx)
         if expr.attr in _KEEPS_ATTR:
             return value_of(expr.value, ctx)
         if expr.attr == "values" and isinstance(expr.value, ast.Call):
