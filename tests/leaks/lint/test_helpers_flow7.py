@@ -6,12 +6,16 @@ value the walk lost on its way from the factory to the half tensor it meets:
 - a half tensor kept on ``self`` by one method and read by another (``.selfkept``);
 - a value shaped from the followed tensor (``grid.shape[1]``) but holding none of its values
   (``.shapeonly``);
+- the index tensors of a sparse constructor given by keyword (``.sparse``, whose hook in
+  ``.arguments`` no test needed before: without it the index rows are reported).
 
 Every "reported" test fails on main before the round (ad4f856); the silent siblings are
 asserted beside them, and the dtype each test claims is checked in torch.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 from tests.support.lint_models import HEAD_F, Snippets
@@ -124,3 +128,33 @@ def test_a_grid_met_by_its_own_values_stays_silent() -> None:
     # code made from the grid's values: the join holds no half tensor
     body = _TILED.replace("feats.unsqueeze(1).repeat(1, SIZE, 1)", "grid.repeat(1, 1, 3) * 2")
     assert LINT.lines(body) == []
+
+
+# A ring graph whose sparse adjacency takes float index rows by keyword: the constructor
+# makes them int64, so only fp32 values reach the half features.
+_RING = """
+class Ring(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        h = self.fc(x)
+        n = h.shape[0]
+        rows = torch.linspace(0, n - 1, n).reshape(1, -1).repeat(2, 1)
+        ring = torch.sparse_coo_tensor(indices=rows, values=VALUES, size=(n, n))
+        return torch.sparse.mm(ring, h)
+"""
+
+
+def test_sparse_indices_given_by_keyword_stay_silent() -> None:
+    assert LINT.lines(_RING.replace("VALUES", "torch.full((n,), 0.5, dtype=h.dtype)")) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's note on sparse invariant checks
+        rows = torch.linspace(0, 2, 3).reshape(1, -1).repeat(2, 1)
+        ring = torch.sparse_coo_tensor(indices=rows, values=torch.ones(3) / 2, size=(3, 3))
+    assert ring._indices().dtype == torch.int64
+
+
+def test_sparse_values_made_fp32_leak() -> None:
+    assert LINT.lines(_RING.replace("VALUES", "torch.ones(n) / 2")) == [11]
