@@ -69,7 +69,8 @@ def plain_sites(root: Path, path: Path) -> set[Site]:
     torch_names = imports_of(tree).torch
     rel = str(path.relative_to(root))
     out: set[Site] = set()
-    for fp in forward_paths(tree, split_lines(source)):
+    lines = split_lines(source)
+    for fp in forward_paths(tree, lines):
         for node in ast.walk(fp.function):
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
                 continue
@@ -80,7 +81,9 @@ def plain_sites(root: Path, path: Path) -> set[Site]:
                 continue
             if any(k.arg in ("dtype", None) for k in node.keywords):
                 continue
-            out.add((rel, node.lineno, node.col_offset + 1))
+            # ast counts columns in UTF-8 bytes, the lint (like ruff) in characters
+            head = lines[node.lineno - 1].encode()[: node.col_offset]
+            out.add((rel, node.lineno, len(head.decode(errors="replace")) + 1))
     return out
 
 
