@@ -29,6 +29,9 @@ def _spin() -> float:
 def test_a_block_past_its_seconds_is_stopped_and_the_handler_and_timer_restored() -> None:
     with pytest.raises(Overrun) as stop, deadline(0.05) as armed:
         assert armed
+        # no process-wide alarm: the kernel could hand one to any thread (a runtime's or a
+        # compiler's worker), so SIGALRM is sent to the main thread alone
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
         _spin()
     assert 0.0 < stop.value.seconds < MOST_S
     assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL

@@ -3,7 +3,8 @@
 torch offers no way to interrupt a compile from another thread, but a compile runs on the
 calling thread, mostly in Python (dynamo's trace, inductor's lowering), and waits on its
 C++ builds in ways a signal interrupts. So on the main thread of a POSIX process,
-:func:`deadline` arms a one-shot ``SIGALRM`` timer whose handler raises :class:`Overrun`
+:func:`deadline` arms a one-shot timer that sends ``SIGALRM`` to the main thread alone,
+whose handler raises :class:`Overrun`
 in the call, as Ctrl-C raises ``KeyboardInterrupt``: the compile is abandoned where it is,
 its half-built module is dropped by the caller, and the process goes on. The handler and
 timer that were there before are restored on the way out; where the caller has a timer or
@@ -36,6 +37,7 @@ def can_stop() -> bool:
     caller's."""
     if (
         not hasattr(signal, "setitimer")
+        or not hasattr(signal, "pthread_kill")
         or threading.current_thread() is not threading.main_thread()
     ):
         return False
@@ -60,9 +62,18 @@ def deadline(seconds: float | None) -> Iterator[bool]:
         raise Overrun(time.perf_counter() - start)
 
     previous = signal.signal(signal.SIGALRM, stop)
+    # A timer thread sends SIGALRM to the main thread alone: setitimer's alarm goes to the
+    # process, and the kernel may hand it to any thread that does not block it, such as a
+    # runtime's or a compiler's worker thread that never expects it.
+    main = threading.get_ident()  # can_stop(): this is the main thread
+    alarm = threading.Timer(seconds, signal.pthread_kill, (main, signal.SIGALRM))
+    alarm.daemon = True
     try:
-        signal.setitimer(signal.ITIMER_REAL, seconds)
+        alarm.start()
         yield True
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0.0)
-        signal.signal(signal.SIGALRM, previous)
+        try:
+            alarm.cancel()
+            alarm.join()
+        finally:
+            signal.signal(signal.SIGALRM, previous)
